@@ -1,0 +1,68 @@
+// swift-tools-version: 6.1
+import PackageDescription
+
+let package = Package(
+  name: "GroupContainer",
+  platforms: [.macOS(.v15)],
+  products: [
+    .library(name: "GroupContainer", targets: ["GroupContainer"]),
+    .library(name: "FileCoordination", targets: ["FileCoordination"]),
+    .executable(name: "groupctl", targets: ["groupctl"]),
+  ],
+  dependencies: [
+    .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+    .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+    .package(url: "https://github.com/apple/swift-atomics", from: "1.3.0"),
+    .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
+  ],
+  targets: [
+    // libinotifytools (Debian: libinotifytools0-dev), wrapped only by SystemLayer.
+    .systemLibrary(name: "CInotifyTools", path: "Sources/CInotifyTools"),
+    // The only module that makes system calls.
+    .target(
+      name: "SystemLayer",
+      dependencies: [
+        "CInotifyTools",
+        .product(name: "Atomics", package: "swift-atomics"),
+        .product(name: "SystemPackage", package: "swift-system"),
+        .product(name: "Logging", package: "swift-log"),
+      ]
+    ),
+    .target(
+      name: "FileCoordination",
+      dependencies: [
+        "SystemLayer",
+        .product(name: "Logging", package: "swift-log"),
+        .product(name: "SystemPackage", package: "swift-system"),
+      ]
+    ),
+    .target(name: "GroupContainer", dependencies: ["FileCoordination"]),
+    .executableTarget(
+      name: "groupctl",
+      dependencies: [
+        "GroupContainer",
+        .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        .product(name: "Logging", package: "swift-log"),
+      ]
+    ),
+    // "The other process" that tests spawn: presenter, lock holder, crasher.
+    .executableTarget(
+      name: "gc-test-helper",
+      dependencies: [
+        "FileCoordination", "SystemLayer",
+        .product(name: "Logging", package: "swift-log"),
+      ],
+      path: "Tests/GCTestHelper"
+    ),
+    .testTarget(
+      name: "FileCoordinationTests",
+      dependencies: ["FileCoordination", "SystemLayer", "GroupContainer", "gc-test-helper", "groupctl"]
+    ),
+  ]
+)
+
+for target in package.targets where target.type != .system {
+  target.swiftSettings = (target.swiftSettings ?? []) + [
+    .swiftLanguageMode(.v6)
+  ]
+}

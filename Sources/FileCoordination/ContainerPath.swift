@@ -1,0 +1,118 @@
+import Foundation
+import SystemLayer
+
+/// The path rule: a container-relative path is a non-empty list of components, each a real name.
+///
+/// No absolute paths, no `.` or `..`, no empty components, no NUL, each component ≤ 255 bytes and the whole
+/// ≤ 4,096 bytes, and nothing under the private `.coordination` directory. Every path that reaches the file
+/// system from outside (API URLs, CLI arguments, presenter records, messages) passes through here first.
+public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvertible {
+  /// The components, in order from the container root. Empty for the container root itself.
+  public let components: [String]
+
+  public static let maxComponentBytes = 255
+  public static let maxPathBytes = 4096
+  static let privateDirectory = ".coordination"
+
+  /// The container root.
+  public static let root = ContainerPath(unchecked: [])
+
+  init(unchecked components: [String]) { self.components = components }
+
+  /// Validates a relative path such as `Library/Preferences/x.plist`. A trailing `/` is allowed.
+  public init(_ relative: String) throws(GroupContainerError) {
+    guard !relative.isEmpty else { throw .invalidPath(relative, rule: "it is empty") }
+    guard relative.utf8.count <= Self.maxPathBytes else {
+      throw .invalidPath(String(relative.prefix(64)) + "…", rule: "it is longer than \(Self.maxPathBytes) bytes")
+    }
+    guard !relative.hasPrefix("/") else {
+      throw .invalidPath(relative, rule: "absolute paths are not allowed; give a path relative to the container")
+    }
+    var parts = relative.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+    if parts.count > 1 && parts.last == "" { parts.removeLast() }
+    for part in parts {
+      if part.isEmpty { throw .invalidPath(relative, rule: "it has an empty component ('//')") }
+      if part == "." || part == ".." {
+        throw .invalidPath(relative, rule: "'.' and '..' components are not allowed")
+      }
+      if part.utf8.contains(0) { throw .invalidPath(relative, rule: "it contains a NUL byte") }
+      if part.utf8.count > Self.maxComponentBytes {
+        throw .invalidPath(relative, rule: "a component is longer than \(Self.maxComponentBytes) bytes")
+      }
+    }
+    if parts.first == Self.privateDirectory {
+      throw .invalidPath(relative, rule: "'.coordination' is the framework's private directory")
+    }
+    components = parts
+  }
+
+  /// The path as `a/b/c` ("" for the root).
+  public var string: String { components.joined(separator: "/") }
+  public var description: String { string }
+  public var depth: Int { components.count }
+  public var isRoot: Bool { components.isEmpty }
+  public var lastComponent: String { components.last ?? "" }
+
+  public var parent: ContainerPath? {
+    isRoot ? nil : ContainerPath(unchecked: Array(components.dropLast()))
+  }
+
+  /// The proper ancestors, outermost first, excluding the root.
+  public var ancestors: [ContainerPath] {
+    guard depth > 1 else { return [] }
+    return (1..<depth).map { ContainerPath(unchecked: Array(components[0..<$0])) }
+  }
+
+  public func appending(_ component: String) -> ContainerPath {
+    ContainerPath(unchecked: components + [component])
+  }
+
+  /// True when `self` lies strictly inside `other`.
+  public func isDescendant(of other: ContainerPath) -> Bool {
+    components.count > other.components.count && Array(components.prefix(other.components.count)) == other.components
+  }
+
+  /// `self` with the prefix `old` replaced by `new` (for moves of an ancestor).
+  func rebased(from old: ContainerPath, to new: ContainerPath) -> ContainerPath {
+    ContainerPath(unchecked: new.components + components.dropFirst(old.components.count))
+  }
+
+  /// The lock order: by depth, then by path. Taking locks in this order cannot deadlock.
+  public static func < (lhs: ContainerPath, rhs: ContainerPath) -> Bool {
+    if lhs.depth != rhs.depth { return lhs.depth < rhs.depth }
+    return lhs.components.lexicographicallyPrecedes(rhs.components)
+  }
+}
+
+/// Resolves symlinks in `item` beneath the container at `containerPath`: the container path it really names, or
+/// `nil` when nothing on the way is a symlink. Throws when a link leads outside the container or into its
+/// private directory. Dangling links are judged by their target text.
+func resolveBeneath(_ item: ContainerPath, containerPath: String, depth: Int = 0) throws(GroupContainerError)
+  -> ContainerPath?
+{
+  guard depth < 40 else { throw .invalidPath(item.string, rule: "too many levels of symbolic links") }
+  var current = containerPath
+  for (index, component) in item.components.enumerated() {
+    current += "/" + component
+    let st = try GroupContainerError.wrap { () throws(FileSystemError) in try FileSystem.status(current) }
+    guard let st else { return depth > 0 ? item : nil }
+    guard st.kind == .symlink else { continue }
+    let real: String
+    do { real = try FileSystem.realPath(current) } catch {
+      let target = (try? FileSystem.readLink(current)) ?? ""
+      let joined = target.hasPrefix("/") ? target : (current as NSString).deletingLastPathComponent + "/" + target
+      real = (joined as NSString).standardizingPath
+    }
+    let base = (try? FileSystem.realPath(containerPath)) ?? containerPath
+    guard real == base || real.hasPrefix(base + "/") else {
+      throw .pathEscapesContainer(item.string, container: containerPath)
+    }
+    let inside = real == base ? [] : real.dropFirst(base.count + 1).split(separator: "/").map(String.init)
+    let rebuilt = ContainerPath(unchecked: inside + item.components.dropFirst(index + 1))
+    if rebuilt.components.first == ContainerPath.privateDirectory {
+      throw .invalidPath(item.string, rule: "it leads into the framework's private directory")
+    }
+    return try resolveBeneath(rebuilt, containerPath: containerPath, depth: depth + 1) ?? rebuilt
+  }
+  return depth > 0 ? item : nil
+}

@@ -1,0 +1,241 @@
+import Foundation
+import SystemLayer
+
+/// One coordinated access from start to end: which items, which presenters it concerns, the messages it sent
+/// and the locks it holds. The steps follow the message protocol (MessageProtocol.swift) and the lock order
+/// (LockOrder.swift).
+struct CoordinatedAccess: Sendable {
+  struct Item: Sendable {
+    var path: ContainerPath
+    var url: URL
+    var isWrite: Bool
+    var reading: FileCoordinator.ReadingOptions
+    var writing: FileCoordinator.WritingOptions
+    var existedBefore: Bool?
+  }
+
+  /// A prepare sent for item `item` to `process`.
+  private struct Sent: Sendable {
+    var id: String
+    var process: ProcessName
+    var item: Int
+  }
+
+  let space: CoordinationSpace
+  private(set) var items: [Item]
+  private let ownPresenter: String?
+  private let purpose: String
+  private var records: [PresenterRecord] = []
+  private var sent: [Sent] = []
+  private var held: [LockOrder.Request] = []
+
+  var urls: [URL] { items.map(\.url) }
+
+  init(intents: [FileAccessIntent], filePresenter: (any FilePresenter)?, purpose: String) throws(FileCoordinatorError) {
+    var space: CoordinationSpace?
+    var items: [Item] = []
+    for intent in intents {
+      let (found, lexical) = try FileCoordinatorError.wrap { () throws(GroupContainerError) in
+        try CoordinationSpace.locate(intent.url)
+      }
+      if let space, space !== found {
+        throw .container(.invalidPath(intent.url.path, rule: "all items of one access must be in one container"))
+      }
+      space = found
+      // Nothing may lead outside the container, whatever the options.
+      let resolved = try FileCoordinatorError.wrap { () throws(GroupContainerError) in
+        try resolveBeneath(lexical, containerPath: found.containerPath)
+      }
+      switch intent.kind {
+      case .reading(let options):
+        let path = options.contains(.resolvesSymbolicLink) ? (resolved ?? lexical) : lexical
+        items.append(Item(path: path, url: found.url(for: path), isWrite: false, reading: options, writing: []))
+      case .writing(let options):
+        items.append(Item(path: lexical, url: intent.url, isWrite: true, reading: [], writing: options))
+      }
+    }
+    guard let space else { throw .container(.invalidPath("", rule: "an access needs at least one item")) }
+    self.space = space
+    self.items = items
+    self.purpose = purpose
+    self.ownPresenter = filePresenter.flatMap { space.host.id(of: $0) }
+  }
+
+  // MARK: Step 1: before
+
+  /// Sends the prepares and waits for the acks.
+  mutating func notifyPresenters(
+    timeout: Duration, policy: FileCoordinator.PresenterTimeoutPolicy, isCancelled: @Sendable () -> Bool
+  ) throws(FileCoordinatorError) {
+    records = space.registry.records()
+    guard !records.isEmpty else { return }  // the fast path: nobody presents anything
+    var awaiting: [String: ProcessName] = [:]
+    for (index, item) in items.enumerated() {
+      var events: [ProcessName: [PresenterEvent]] = [:]
+      for record in records {
+        let relation = Relation(record.path, item.path)
+        guard relation != .unrelated else { continue }
+        if item.isWrite { events[record.process, default: []] += [] }  // suppression even without callbacks
+        guard record.id != ownPresenter else { continue }
+        let before = beforeEvents(record, relation, item)
+        if !before.isEmpty { events[record.process, default: []] += before }
+      }
+      for (process, list) in events {
+        guard space.isAlive(process) else { continue }
+        let message = CoordinationMessage(
+          id: space.messenger.nextMessageID(), kind: .prepare, sender: space.me, purpose: purpose,
+          item: item.path.string, needsAck: !list.isEmpty, isWrite: item.isWrite, events: list)
+        do {
+          try space.messenger.send(message, to: process)
+        } catch {
+          CoordinationSpace.logger.debug("process \(process) did not take a message: \(error)")
+          continue
+        }
+        sent.append(Sent(id: message.id, process: process, item: index))
+        if message.needsAck { awaiting[message.id] = process }
+      }
+    }
+    guard !awaiting.isEmpty else { return }
+    let outcome: Messenger.AckOutcome
+    do {
+      outcome = try space.messenger.awaitAcks(awaiting, timeout: timeout, isCancelled: isCancelled)
+    } catch {
+      finish(moves: [])
+      throw error
+    }
+    let item = items[0].path.string
+    if !outcome.timedOut.isEmpty {
+      space.messenger.discardAcks(awaiting.keys)
+      let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
+      for process in outcome.timedOut {
+        CoordinationSpace.logger.warning(
+          "a presenter of '\(item)' in process \(process.pid) did not answer within \(seconds) s",
+          metadata: ["policy": "\(policy)"])
+      }
+      if policy == .fail {
+        finish(moves: [])
+        throw .presenterTimedOut(item: item, processID: outcome.timedOut[0].pid, seconds: seconds)
+      }
+    }
+    if let (process, message) = outcome.failures.first {
+      finish(moves: [])
+      throw .presenterFailed(item: item, processID: process.pid, message: message)
+    }
+  }
+
+  private enum Relation { case same, ancestor, descendant, unrelated
+    /// How the presented item `presented` relates to the accessed `item`.
+    init(_ presented: ContainerPath, _ item: ContainerPath) {
+      if presented == item { self = .same }
+      else if item.isDescendant(of: presented) { self = .ancestor }
+      else if presented.isDescendant(of: item) { self = .descendant }
+      else { self = .unrelated }
+    }
+  }
+
+  private func beforeEvents(_ record: PresenterRecord, _ relation: Relation, _ item: Item) -> [PresenterEvent] {
+    func event(_ kind: PresenterEvent.Kind, _ path: ContainerPath? = nil) -> PresenterEvent {
+      PresenterEvent(presenter: record.id, kind: kind, path: path?.string)
+    }
+    if !item.isWrite {
+      // Reading a directory reads what is inside it, so presenters inside are asked too.
+      guard relation == .same || relation == .descendant else { return [] }
+      return [event(.relinquishToReader)] + (item.reading.contains(.withoutChanges) ? [] : [event(.save)])
+    }
+    let options = item.writing
+    switch relation {
+    case .same:
+      return [event(.relinquishToWriter)] + (options.contains(.forMerging) ? [event(.save)] : [])
+        + (options.contains(.forDeleting) ? [event(.accommodateDeletion)] : [])
+    case .descendant where options.excludesContents:
+      return [event(.relinquishToWriter)] + (options.contains(.forDeleting) ? [event(.accommodateDeletion)] : [])
+    case .ancestor where options.contains(.forDeleting) && record.isDirectory:
+      return [event(.accommodateSubitemDeletion, item.path)]
+    default:
+      return []
+    }
+  }
+
+  // MARK: Step 2: locks
+
+  mutating func lock(owner: LockOwner, isCancelled: @escaping @Sendable () -> Bool) throws(FileCoordinatorError) {
+    let plan = LockOrder.plan(items.map { item in
+      (item.path, !item.isWrite ? .read : item.writing.excludesContents ? .writeTree : .write)
+    })
+    held = try space.locks.acquire(plan, owner: owner, isCancelled: isCancelled)
+    // Whether a written item is new decides "appeared" vs "changed" for directory presenters.
+    if !sent.isEmpty {
+      for index in items.indices where items[index].isWrite {
+        items[index].existedBefore = exists(items[index].path)
+      }
+    }
+  }
+
+  func unlock(owner: LockOwner) {
+    space.locks.release(held, owner: owner)
+  }
+
+  private func exists(_ path: ContainerPath) -> Bool {
+    ((try? FileSystem.status(space.absolutePath(path))) ?? nil) != nil
+  }
+
+  // MARK: Step 3: after
+
+  /// Sends the finishes: "after" callbacks, and the go-ahead for reacquirers.
+  func finish(moves: [(URL, URL)]) {
+    guard !sent.isEmpty else { return }
+    let movedTo: [ContainerPath: ContainerPath] = Dictionary(
+      moves.compactMap { old, new in
+        guard let (s1, o) = try? CoordinationSpace.locate(old), let (s2, n) = try? CoordinationSpace.locate(new),
+          s1 === space, s2 === space
+        else { return nil }
+        return (o, n)
+      }, uniquingKeysWith: { _, last in last })
+    for message in sent {
+      let item = items[message.item]
+      var events: [PresenterEvent] = []
+      if item.isWrite {
+        for record in records where record.process == message.process && record.id != ownPresenter {
+          events += afterEvents(record, item, movedTo: movedTo)
+        }
+      }
+      let finish = CoordinationMessage(
+        id: message.id, kind: .finish, sender: space.me, purpose: purpose, item: item.path.string, needsAck: false,
+        isWrite: item.isWrite, events: events)
+      do { try space.messenger.send(finish, to: message.process) } catch {
+        CoordinationSpace.logger.debug("process \(message.process) did not take a message: \(error)")
+      }
+    }
+  }
+
+  private func afterEvents(
+    _ record: PresenterRecord, _ item: Item, movedTo: [ContainerPath: ContainerPath]
+  ) -> [PresenterEvent] {
+    let relation = Relation(record.path, item.path)
+    func event(_ kind: PresenterEvent.Kind, _ path: ContainerPath? = nil, _ newPath: ContainerPath? = nil)
+      -> PresenterEvent
+    {
+      PresenterEvent(presenter: record.id, kind: kind, path: path?.string, newPath: newPath?.string)
+    }
+    if let destination = movedTo[item.path] {
+      switch relation {
+      case .same: return [event(.didMove, destination)]
+      case .descendant: return [event(.didMove, record.path.rebased(from: item.path, to: destination))]
+      case .ancestor where record.isDirectory: return [event(.subitemDidMove, item.path, destination)]
+      default: return []
+      }
+    }
+    let existsAfter = exists(item.path)
+    if item.writing.contains(.forDeleting) && !existsAfter { return [] }  // they accommodated the deletion
+    switch relation {
+    case .same:
+      return [event(.didChange)]
+    case .descendant where item.writing.excludesContents:
+      return [event(.didChange)]
+    case .ancestor where record.isDirectory:
+      return [event(item.existedBefore == false && existsAfter ? .subitemDidAppear : .subitemDidChange, item.path)]
+    default:
+      return []
+    }
+  }
+}

@@ -1,0 +1,45 @@
+import SystemLayer
+
+/// Why a coordinated access did not run its accessor, or failed around it.
+public enum FileCoordinatorError: Error, CustomStringConvertible, Sendable {
+  /// ``FileCoordinator/cancel()`` was called while the access waited.
+  case cancelled
+  /// A nested access of the same owner needed a write lock on an item it only holds for reading.
+  /// flock cannot upgrade atomically: coordinate the write first (or in one write access).
+  case lockUpgrade(String)
+  /// A presenter in another process did not answer within the coordinator's timeout and the coordinator's
+  /// policy is ``FileCoordinator/PresenterTimeoutPolicy/fail``.
+  case presenterTimedOut(item: String, processID: Int32, seconds: Double)
+  /// A presenter answered `savePresentedItemChanges`/`accommodate…Deletion` with an error.
+  case presenterFailed(item: String, processID: Int32, message: String)
+  /// The item or container was refused.
+  case container(GroupContainerError)
+  /// A system call failed.
+  case system(FileSystemError)
+
+  public var description: String {
+    switch self {
+    case .cancelled:
+      return "the coordinated access was cancelled before its accessor ran"
+    case .lockUpgrade(let path):
+      return "cannot write '\(path)' inside a coordinated read of it by the same coordinator: "
+        + "take the write access first"
+    case .presenterTimedOut(let item, let pid, let seconds):
+      return "a presenter of '\(item)' in process \(pid) did not answer within \(seconds) s"
+    case .presenterFailed(let item, let pid, let message):
+      return "a presenter of '\(item)' in process \(pid) refused: \(message)"
+    case .container(let error):
+      return error.description
+    case .system(let error):
+      return error.description
+    }
+  }
+
+  static func wrap<T>(_ body: () throws(FileSystemError) -> T) throws(FileCoordinatorError) -> T {
+    do { return try body() } catch { throw .system(error) }
+  }
+
+  static func wrap<T>(_ body: () throws(GroupContainerError) -> T) throws(FileCoordinatorError) -> T {
+    do { return try body() } catch { throw .container(error) }
+  }
+}

@@ -1,0 +1,47 @@
+import SystemLayer
+
+/// Why a container, path or coordinated access was refused or failed.
+///
+/// Every case says what was wrong, where, and (when it helps) what to do instead.
+public enum GroupContainerError: Error, CustomStringConvertible, Sendable, Equatable {
+  /// The identifier breaks a rule; `rule` names it.
+  case invalidIdentifier(String, rule: String)
+  /// A container-relative path breaks a rule; `rule` names it.
+  case invalidPath(String, rule: String)
+  /// The path resolves (through `..` or a symlink) to somewhere outside the container.
+  case pathEscapesContainer(String, container: String)
+  /// The URL is not inside any group container this process can coordinate.
+  case notInContainer(String)
+  /// The container root could not be determined.
+  case noContainerRoot(String)
+  /// A system call failed.
+  case system(FileSystemError)
+  /// A file the framework owns holds something it cannot use (it was left alone or set aside).
+  case corruptFile(String, reason: String)
+
+  public var description: String {
+    switch self {
+    case .invalidIdentifier(let id, let rule):
+      return "container identifier '\(id)' is invalid: \(rule)"
+    case .invalidPath(let path, let rule):
+      return "path '\(path)' is invalid: \(rule)"
+    case .pathEscapesContainer(let path, let container):
+      return "path '\(path)' leads outside the container '\(container)': only items inside it can be used"
+    case .notInContainer(let url):
+      return "'\(url)' is not inside a group container: open one with GroupContainer(identifier:) and use its URLs"
+    case .noContainerRoot(let reason):
+      return "cannot find the group container root: \(reason)"
+    case .system(let error):
+      return error.description
+    case .corruptFile(let path, let reason):
+      return "'\(path)' is corrupt: \(reason)"
+    }
+  }
+}
+
+extension GroupContainerError {
+  /// Runs a SystemLayer call and wraps its error.
+  static func wrap<T>(_ body: () throws(FileSystemError) -> T) throws(GroupContainerError) -> T {
+    do { return try body() } catch { throw .system(error) }
+  }
+}

@@ -1,0 +1,57 @@
+import Foundation
+import SystemLayer
+
+/// The liveness rule: a process is alive while it holds `LOCK_SH` on `processes/<pid>.<start>.lock`.
+///
+/// Whoever gets `LOCK_EX|LOCK_NB` on that file knows its owner is dead (the kernel drops flocks of dead
+/// processes, even after SIGKILL) and may remove its presenters, its inbox and the lock file. The start time in
+/// the name means a recycled PID is a different file. Nothing ever waits for a dead process.
+extension CoordinationSpace {
+  /// Whether `process` is alive; a dead one is reaped on the way.
+  func isAlive(_ process: ProcessName) -> Bool {
+    if process == me { return true }
+    let path = processLockPath(process)
+    let fd: SystemFD
+    do {
+      fd = try SystemFD.open(path, .readOnly)
+    } catch {
+      if error.errno == .noSuchFileOrDirectory {
+        reap(process)
+        return false
+      }
+      // Unreadable (permissions): we cannot prove it dead, so we must not drop its registrations.
+      CoordinationSpace.logger.warning("cannot check liveness of process \(process): \(error)")
+      return true
+    }
+    defer { fd.close() }
+    guard (try? fd.lock(.exclusive, nonBlocking: true)) == true else { return true }
+    reap(process)
+    fd.unlock()
+    return false
+  }
+
+  /// Removes a dead process's presenters, inbox and lock file. Idempotent: several processes may reap at once.
+  func reap(_ process: ProcessName) {
+    registry.removeAll(of: process)
+    try? FileSystem.removeTree(inbox(of: process))
+    try? FileSystem.removeFile(processLockPath(process))
+    CoordinationSpace.logger.debug("reaped dead process \(process)")
+  }
+
+  /// Every process registered in this container, reaping the dead.
+  func liveProcesses() -> [ProcessName] {
+    let names = (try? FileSystem.listDirectory(processesDirectory)) ?? []
+    return names.compactMap { name -> ProcessName? in
+      guard name.hasSuffix(".lock"), let process = ProcessName(name.dropLast(5)) else { return nil }
+      return isAlive(process) ? process : nil
+    }
+  }
+
+  /// Sweeps registrations and inboxes left by processes that died.
+  func reapDeadProcesses() {
+    _ = liveProcesses()
+    for name in (try? FileSystem.listDirectory(inboxDirectory)) ?? [] {
+      if let process = ProcessName(name), process != me, !isAlive(process) { reap(process) }
+    }
+  }
+}

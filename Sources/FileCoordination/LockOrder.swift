@@ -1,0 +1,85 @@
+import SystemLayer
+
+/// The lock-order rule, in one place.
+///
+/// Every coordinated item X has two lock files under `.coordination/locks/`, named by a hash of X's path:
+/// - the **item lock**: `LOCK_SH` to read X, `LOCK_EX` to write X;
+/// - the **tree lock**: `LOCK_SH` by every access to anything inside X, `LOCK_EX` by a write of X with
+///   `.forDeleting`, `.forMoving` or `.forReplacing`.
+///
+/// So coordinating inside a directory does not lock the directory itself, while deleting, moving or replacing a
+/// directory excludes every access beneath it — Apple's semantics. The container root counts as an ancestor of
+/// everything.
+///
+/// **Rule 1: take all locks of one access in one global order** — by depth, then path, tree lock before item
+/// lock — and merge duplicates to the strongest mode. Every process sorts the same way, so no two accesses wait
+/// for each other in a cycle: multi-item accesses are deadlock-free by construction.
+/// *What if you don't:* two processes writing A+B and B+A would each hold one lock and wait for the other.
+///
+/// **Rule 2: never convert SH to EX.** flock drops the lock in between, so the "upgrade" is two accesses.
+/// A nested access that needs a stronger mode than its owner already holds is refused with an error.
+///
+/// **Rule 3: lock stable side files, never the item** — an atomic replace gives the item a new inode.
+/// Lock files are never deleted: another process may hold one.
+enum LockOrder {
+  enum Kind: Int, Sendable { case tree = 0, item = 1 }
+
+  struct Key: Hashable, Comparable, Sendable {
+    var path: ContainerPath
+    var kind: Kind
+
+    static func < (lhs: Key, rhs: Key) -> Bool {
+      if lhs.path != rhs.path { return lhs.path < rhs.path }
+      return lhs.kind.rawValue < rhs.kind.rawValue
+    }
+
+    /// The lock file name: 32 hex digits of FNV-1a-128 over kind and path. A collision only makes two items
+    /// share a lock (over-locking), never a missed lock; the order stays total because keys sort by path.
+    var fileName: String {
+      var hash: UInt128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d
+      let prime: UInt128 = 0x0000_0000_0100_0000_0000_0000_0000_013B
+      for byte in Array((kind == .tree ? "tree:" : "item:").utf8) + Array(path.string.utf8) {
+        hash ^= UInt128(byte)
+        hash = hash &* prime
+      }
+      let hex = String(hash, radix: 16)
+      return String(repeating: "0", count: 32 - hex.count) + hex
+    }
+  }
+
+  /// What an access does to its item.
+  enum Access: Sendable {
+    case read
+    case write
+    /// Delete, move or replace: also excludes everything inside the item.
+    case writeTree
+  }
+
+  struct Request: Sendable {
+    var key: Key
+    var mode: FlockMode
+  }
+
+  /// The locks for a set of accesses, merged and sorted by Rule 1.
+  static func plan(_ accesses: [(path: ContainerPath, access: Access)]) -> [Request] {
+    var modes: [Key: FlockMode] = [:]
+    func need(_ key: Key, _ mode: FlockMode) {
+      if mode == .exclusive || modes[key] == nil { modes[key] = mode }
+    }
+    for (path, access) in accesses {
+      for ancestor in [ContainerPath.root] + path.ancestors where ancestor != path {
+        need(Key(path: ancestor, kind: .tree), .shared)
+      }
+      switch access {
+      case .read:
+        need(Key(path: path, kind: .item), .shared)
+      case .write:
+        need(Key(path: path, kind: .item), .exclusive)
+      case .writeTree:
+        need(Key(path: path, kind: .tree), .exclusive)
+        need(Key(path: path, kind: .item), .exclusive)
+      }
+    }
+    return modes.map { Request(key: $0.key, mode: $0.value) }.sorted { $0.key < $1.key }
+  }
+}

@@ -1,0 +1,331 @@
+import Foundation
+import Synchronization
+import SystemLayer
+
+/// The presenters this process registered in one container: it runs their callbacks for messages from
+/// coordinators (any process, this one included) and turns inotify events for writes that bypassed
+/// coordination into `presentedItemDidChange` / subitem callbacks.
+final class PresenterHost: @unchecked Sendable {  // every mutable field is guarded by `lock`
+  final class Local: @unchecked Sendable {  // mutable fields are guarded by the host's `lock`
+    let presenter: any FilePresenter
+    var id: String
+    var item: ContainerPath
+    let isDirectory: Bool
+    var watches: [Watcher.Token] = []
+    /// Coalescing: a queued "did change" absorbs later events until it runs.
+    var changeQueued = false
+    var subitemsQueued: Set<String> = []
+
+    init(presenter: any FilePresenter, id: String, item: ContainerPath, isDirectory: Bool) {
+      self.presenter = presenter
+      self.id = id
+      self.item = item
+      self.isDirectory = isDirectory
+    }
+  }
+
+  /// A coordinated write in progress somewhere: inotify events under `item` belong to it.
+  private struct Pending {
+    var item: ContainerPath
+    var sender: ProcessName
+    var purpose: String?
+    var isWrite: Bool
+    var reacquirers: [(Local, @Sendable () -> Void)] = []
+  }
+
+  private let space: CoordinationSpace
+  private let lock = NSLock()
+  private var locals: [String: Local] = [:]
+  private var byObject: [ObjectIdentifier: Local] = [:]
+  private var pending: [String: Pending] = [:]
+  private let nextPresenter = Atomic<UInt64>(0)
+
+  init(space: CoordinationSpace) {
+    self.space = space
+    _ = Watcher.shared.onOverflow { [weak self] in self?.resync() }
+  }
+
+  // MARK: Registration
+
+  func add(_ presenter: any FilePresenter, at item: ContainerPath) throws(FileCoordinatorError) {
+    if id(of: presenter) != nil { return }
+    let isDirectory = (try? FileSystem.status(space.absolutePath(item)))??.kind == .directory
+    let local = Local(presenter: presenter, id: newID(), item: item, isDirectory: isDirectory)
+    lock.withLock {
+      locals[local.id] = local
+      byObject[ObjectIdentifier(presenter)] = local
+    }
+    watch(local)
+    do {
+      try FileCoordinatorError.wrap { () throws(FileSystemError) in
+        try space.registry.register(record(of: local))
+      }
+    } catch {
+      remove(presenter)
+      throw error
+    }
+  }
+
+  func remove(_ presenter: any FilePresenter) {
+    let local = lock.withLock { () -> Local? in
+      guard let local = byObject.removeValue(forKey: ObjectIdentifier(presenter)) else { return nil }
+      locals[local.id] = nil
+      return local
+    }
+    guard let local else { return }
+    space.registry.unregister(id: local.id)
+    for token in local.watches { Watcher.shared.cancel(token) }
+  }
+
+  func id(of presenter: any FilePresenter) -> String? {
+    lock.withLock { byObject[ObjectIdentifier(presenter)]?.id }
+  }
+
+  var presenters: [any FilePresenter] { lock.withLock { locals.values.map(\.presenter) } }
+
+  private func newID() -> String { "\(space.me).\(nextPresenter.add(1, ordering: .relaxed).newValue)" }
+
+  private func record(of local: Local) -> PresenterRecord {
+    PresenterRecord(id: local.id, process: space.me, item: local.item.string, isDirectory: local.isDirectory)
+  }
+
+  /// After a coordinated move: the presenter follows its item under a new record (records are immutable).
+  private func move(_ local: Local, to newItem: ContainerPath) {
+    let oldID = lock.withLock { () -> String in
+      let old = local.id
+      locals[old] = nil
+      local.id = newID()
+      local.item = newItem
+      locals[local.id] = local
+      return old
+    }
+    try? space.registry.register(record(of: local))
+    space.registry.unregister(id: oldID)
+    for token in local.watches { Watcher.shared.cancel(token) }
+    local.watches = []
+    watch(local)
+  }
+
+  // MARK: Coordinated messages (watcher thread)
+
+  func receive(_ message: CoordinationMessage) {
+    switch message.kind {
+    case .prepare: prepare(message)
+    case .finish: finish(id: message.id, events: message.events, origin: origin(of: message))
+    case .ack: break
+    }
+  }
+
+  private func origin(of message: CoordinationMessage) -> ChangeOrigin {
+    ChangeOrigin(processID: message.sender.pid, isCoordinated: true, purposeIdentifier: message.purpose)
+  }
+
+  private func prepare(_ message: CoordinationMessage) {
+    let item = (try? ContainerPath(message.item)) ?? .root
+    let groups = lock.withLock { () -> [(Local, [PresenterEvent])] in
+      pending[message.id] = Pending(
+        item: item, sender: message.sender, purpose: message.purpose, isWrite: message.isWrite)
+      return group(message.events)
+    }
+    guard message.needsAck else { return }
+    let failures = FailureList()
+    let all = DispatchGroup()
+    let origin = origin(of: message)
+    for (local, events) in groups {
+      all.enter()
+      runBefore(events[...], on: local, messageID: message.id, origin: origin, failures: failures) { all.leave() }
+    }
+    all.notify(queue: .global()) { [space] in
+      let ack = CoordinationMessage(
+        id: message.id, kind: .ack, sender: space.me, item: message.item, needsAck: false, events: [],
+        failures: failures.list.withLock { $0 })
+      do { try space.messenger.send(ack, to: message.sender) } catch {
+        CoordinationSpace.logger.debug("could not ack \(message.id) to \(message.sender): \(error)")
+      }
+    }
+  }
+
+  /// Runs the "before" callbacks of one presenter one after another: each waits for the previous one's
+  /// completion handler, as Apple's coordinator does.
+  private func runBefore(
+    _ events: ArraySlice<PresenterEvent>, on local: Local, messageID: String, origin: ChangeOrigin,
+    failures: FailureList, done: @escaping @Sendable () -> Void
+  ) {
+    guard let event = events.first else { return done() }
+    let rest = events.dropFirst()
+    let next: @Sendable () -> Void = { [self] in
+      runBefore(rest, on: local, messageID: messageID, origin: origin, failures: failures, done: done)
+    }
+    let fail: @Sendable ((any Error)?) -> Void = { error in
+      if let error { failures.list.withLock { $0.append(String(describing: error)) } }
+      next()
+    }
+    let keep: @Sendable ((@Sendable () -> Void)?) -> Void = { [self] reacquirer in
+      if let reacquirer {
+        lock.withLock { pending[messageID]?.reacquirers.append((local, reacquirer)) }
+      }
+      next()
+    }
+    let presenter = local.presenter
+    let url = space.url(for: local.item)
+    let subitem = event.path.flatMap { try? ContainerPath($0) }.map { space.url(for: $0) } ?? url
+    local.presenter.presentedItemOperationQueue.addOperation {
+      ChangeOrigin.$current.withValue(origin) {
+        switch event.kind {
+        case .relinquishToReader: presenter.relinquishPresentedItem(toReader: keep)
+        case .relinquishToWriter: presenter.relinquishPresentedItem(toWriter: keep)
+        case .save: presenter.savePresentedItemChanges(completionHandler: fail)
+        case .accommodateDeletion: presenter.accommodatePresentedItemDeletion(completionHandler: fail)
+        case .accommodateSubitemDeletion:
+          presenter.accommodatePresentedSubitemDeletion(at: subitem, completionHandler: fail)
+        default: next()
+        }
+      }
+    }
+  }
+
+  /// Delivers the "after" callbacks and runs the reacquirers of message `id`.
+  private func finish(id: String, events: [PresenterEvent], origin: ChangeOrigin) {
+    let (groups, reacquirers) = lock.withLock { () -> ([(Local, [PresenterEvent])], [(Local, @Sendable () -> Void)]) in
+      let reacquirers = pending.removeValue(forKey: id)?.reacquirers ?? []
+      return (group(events), reacquirers)
+    }
+    for (local, events) in groups {
+      for event in events { deliverAfter(event, to: local, origin: origin) }
+    }
+    for (local, reacquirer) in reacquirers {
+      local.presenter.presentedItemOperationQueue.addOperation {
+        ChangeOrigin.$current.withValue(origin) { reacquirer() }
+      }
+    }
+  }
+
+  private func deliverAfter(_ event: PresenterEvent, to local: Local, origin: ChangeOrigin) {
+    let presenter = local.presenter
+    let path = event.path.flatMap { try? ContainerPath($0) }
+    let newPath = event.newPath.flatMap { try? ContainerPath($0) }
+    if event.kind == .didMove, let path { move(local, to: path) }
+    let space = space
+    presenter.presentedItemOperationQueue.addOperation {
+      ChangeOrigin.$current.withValue(origin) {
+        switch event.kind {
+        case .didChange: presenter.presentedItemDidChange()
+        case .didMove: if let path { presenter.presentedItemDidMove(to: space.url(for: path)) }
+        case .subitemDidAppear: if let path { presenter.presentedSubitemDidAppear(at: space.url(for: path)) }
+        case .subitemDidChange: if let path { presenter.presentedSubitemDidChange(at: space.url(for: path)) }
+        case .subitemDidMove:
+          if let path, let newPath {
+            presenter.presentedSubitem(at: space.url(for: path), didMoveTo: space.url(for: newPath))
+          }
+        default: break
+        }
+      }
+    }
+  }
+
+  /// Called with `lock` held: the events for presenters this process still has, grouped, in order.
+  private func group(_ events: [PresenterEvent]) -> [(Local, [PresenterEvent])] {
+    var order: [String] = []
+    var byID: [String: [PresenterEvent]] = [:]
+    for event in events where locals[event.presenter] != nil {
+      if byID[event.presenter] == nil { order.append(event.presenter) }
+      byID[event.presenter, default: []].append(event)
+    }
+    return order.map { (locals[$0]!, byID[$0]!) }
+  }
+
+  /// Liveness tick: a coordinator that died between prepare and finish still releases our presenters.
+  func checkSenders() {
+    let senders = lock.withLock { pending.map { ($0.key, $0.value.sender, $0.value.item) } }
+    for (id, sender, item) in senders where !space.isAlive(sender) {
+      CoordinationSpace.logger.info("process \(sender) died during a coordinated access of '\(item)'")
+      let affected = lock.withLock { locals.values.filter { $0.item == item || $0.item.isDescendant(of: item) } }
+      finish(id: id, events: [], origin: ChangeOrigin(processID: sender.pid, isCoordinated: true))
+      for local in affected { queueChange(local, origin: ChangeOrigin(processID: sender.pid, isCoordinated: true)) }
+    }
+  }
+
+  // MARK: Uncoordinated changes (inotify)
+
+  private func watch(_ local: Local) {
+    let itemPath = space.absolutePath(local.item)
+    var tokens: [Watcher.Token] = []
+    let parent = local.item.parent.map { space.absolutePath($0) } ?? space.containerPath
+    let name = local.item.lastComponent
+    if !local.item.isRoot, let token = try? Watcher.shared.watch(parent, handler: { [weak self, weak local] event in
+      guard let self, let local, event.name == name else { return }
+      self.itemEvent(local, event)
+    }) {
+      tokens.append(token)
+    }
+    if local.isDirectory, let token = try? Watcher.shared.watch(itemPath, handler: { [weak self, weak local] event in
+      guard let self, let local, !event.name.isEmpty else { return }
+      self.subitemEvent(local, event)
+    }) {
+      tokens.append(token)
+    }
+    if tokens.isEmpty {
+      CoordinationSpace.logger.debug("'\(itemPath)' cannot be watched: only coordinated changes will be reported")
+    }
+    lock.withLock { local.watches = tokens }
+  }
+
+  private static let changeMask =
+    Watcher.closeWrite | Watcher.movedTo | Watcher.movedFrom | Watcher.create | Watcher.delete | Watcher.attrib
+
+  private func itemEvent(_ local: Local, _ event: Watcher.Event) {
+    guard event.mask & Self.changeMask != 0, !isSuppressed(local.item) else { return }
+    queueChange(local, origin: ChangeOrigin(processID: nil, isCoordinated: false))
+  }
+
+  private func subitemEvent(_ local: Local, _ event: Watcher.Event) {
+    guard !event.name.hasPrefix(AtomicReplace.temporaryPrefix) else { return }
+    guard event.mask & Self.changeMask != 0 else { return }
+    let path = local.item.appending(event.name)
+    guard !isSuppressed(path) else { return }
+    let appeared = event.mask & (Watcher.create | Watcher.movedTo) != 0
+    let key = (appeared ? "+" : "~") + event.name
+    let queued = lock.withLock { local.subitemsQueued.insert(key).inserted }
+    guard queued else { return }
+    let url = space.url(for: path)
+    let presenter = local.presenter
+    presenter.presentedItemOperationQueue.addOperation { [self] in
+      lock.withLock { _ = local.subitemsQueued.remove(key) }
+      ChangeOrigin.$current.withValue(ChangeOrigin(processID: nil, isCoordinated: false)) {
+        if appeared { presenter.presentedSubitemDidAppear(at: url) } else { presenter.presentedSubitemDidChange(at: url) }
+      }
+    }
+  }
+
+  private func queueChange(_ local: Local, origin: ChangeOrigin) {
+    let queued = lock.withLock { () -> Bool in
+      if local.changeQueued { return false }
+      local.changeQueued = true
+      return true
+    }
+    guard queued else { return }
+    let presenter = local.presenter
+    presenter.presentedItemOperationQueue.addOperation { [self] in
+      lock.withLock { local.changeQueued = false }
+      ChangeOrigin.$current.withValue(origin) { presenter.presentedItemDidChange() }
+    }
+  }
+
+  /// Whether a coordinated write under way covers `path` (its events will be reported by the finish message).
+  private func isSuppressed(_ path: ContainerPath) -> Bool {
+    lock.withLock { pending.values.contains { $0.isWrite && (path == $0.item || path.isDescendant(of: $0.item)) } }
+  }
+
+  /// After an inotify overflow: events may be lost, so every presenter hears that its item may have changed.
+  private func resync() {
+    let all = lock.withLock { Array(locals.values) }
+    for local in all {
+      queueChange(local, origin: ChangeOrigin(processID: nil, isCoordinated: false, isResync: true))
+    }
+  }
+}
+
+/// Errors presenters gave while answering one prepare.
+private final class FailureList: Sendable {
+  let list = Mutex<[String]>([])
+}

@@ -1,0 +1,3 @@
+// The umbrella module: `import GroupContainer` gives the container, the coordinator and presenters, and (as they
+// land) shared defaults, the image cache, background downloads and live activities.
+@_exported import FileCoordination

@@ -1,0 +1,148 @@
+import Foundation
+import Glibc
+import SystemPackage
+
+/// Path-based file system calls. Nothing here follows a symlink in the last component.
+package enum FileSystem {
+  /// `lstat`, or `nil` when nothing is at `path`. The corresponding C function is `lstat`.
+  package static func status(_ path: String) throws(FileSystemError) -> FileStatus? {
+    var st = stat()
+    switch valueOrErrno({ Glibc.lstat(path, &st) }) {
+    case .success: return FileStatus(st)
+    case .failure(let e) where e == .noSuchFileOrDirectory || e == .notDirectory: return nil
+    case .failure(let e): throw FileSystemError("lstat", path, e)
+    }
+  }
+
+  /// Creates a directory; an existing directory is fine, anything else at `path` is an error.
+  /// The corresponding C function is `mkdir`.
+  package static func makeDirectory(_ path: String, mode: mode_t) throws(FileSystemError) {
+    switch valueOrErrno({ Glibc.mkdir(path, mode) }) {
+    case .success:
+      // mkdir's mode is filtered by umask; set exactly what was asked (setgid for group-shared dirs).
+      _ = try valueOrErrno { Glibc.chmod(path, mode) }.get("chmod", path)
+    case .failure(let e) where e == .fileExists:
+      guard try status(path)?.kind == .directory else {
+        throw FileSystemError("mkdir", path, .notDirectory)
+      }
+    case .failure(let e):
+      throw FileSystemError("mkdir", path, e)
+    }
+  }
+
+  /// The corresponding C function is `unlink`. A missing file is not an error.
+  package static func removeFile(_ path: String) throws(FileSystemError) {
+    switch valueOrErrno({ Glibc.unlink(path) }) {
+    case .success: return
+    case .failure(let e) where e == .noSuchFileOrDirectory: return
+    case .failure(let e): throw FileSystemError("unlink", path, e)
+    }
+  }
+
+  /// Removes a directory tree without following symlinks (a planted link is removed, never its target).
+  package static func removeTree(_ path: String) throws(FileSystemError) {
+    guard let st = try status(path) else { return }
+    if st.kind == .directory {
+      for name in try listDirectory(path) { try removeTree(path + "/" + name) }
+      switch valueOrErrno({ Glibc.rmdir(path) }) {
+      case .success: return
+      case .failure(let e) where e == .noSuchFileOrDirectory: return
+      case .failure(let e): throw FileSystemError("rmdir", path, e)
+      }
+    } else {
+      try removeFile(path)
+    }
+  }
+
+  /// Atomically renames `source` over `destination`. The corresponding C function is `rename`.
+  package static func rename(_ source: String, to destination: String) throws(FileSystemError) {
+    _ = try valueOrErrno { Glibc.rename(source, destination) }.get("rename", "\(source)' -> '\(destination)")
+  }
+
+  /// The names in a directory, without `.` and `..`. The corresponding C functions are `opendir`/`readdir`.
+  package static func listDirectory(_ path: String) throws(FileSystemError) -> [String] {
+    let fd = try SystemFD.open(path, [.readOnly, .directory])
+    guard let dir = fdopendir(fd.rawValue) else {
+      let e = Errno(rawValue: Glibc.errno)
+      fd.close()
+      throw FileSystemError("fdopendir", path, e)
+    }
+    defer { closedir(dir) }
+    var names: [String] = []
+    while let entry = readdir(dir) {
+      let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+        String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+      }
+      if name != "." && name != ".." { names.append(name) }
+    }
+    return names
+  }
+
+  /// The canonical absolute path with every symlink resolved. The corresponding C function is `realpath`.
+  package static func realPath(_ path: String) throws(FileSystemError) -> String {
+    guard let resolved = Glibc.realpath(path, nil) else {
+      throw FileSystemError("realpath", path, Errno(rawValue: Glibc.errno))
+    }
+    defer { free(resolved) }
+    return String(cString: resolved)
+  }
+
+  /// The target of a symlink. The corresponding C function is `readlink`.
+  package static func readLink(_ path: String) throws(FileSystemError) -> String {
+    var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+    let n = try valueOrErrno { Glibc.readlink(path, &buffer, buffer.count - 1) }.get("readlink", path)
+    return String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+  }
+
+  /// Flushes a directory's entries (after a rename into it). The corresponding C function is `fsync`.
+  package static func syncDirectory(_ path: String) throws(FileSystemError) {
+    let fd = try SystemFD.open(path, [.readOnly, .directory])
+    defer { fd.close() }
+    try fd.sync()
+  }
+
+  /// Reads a whole regular file (no symlinks), refusing anything over `limit` bytes.
+  package static func readFile(_ path: String, limit: Int) throws(FileSystemError) -> [UInt8] {
+    let fd = try SystemFD.open(path, .readOnly)
+    defer { fd.close() }
+    let st = try fd.status()
+    guard st.kind == .regular else { throw FileSystemError("read", path, .invalidArgument) }
+    guard st.size <= Int64(limit) else { throw FileSystemError("read", path, .fileTooLarge) }
+    return try fd.readAll(limit: limit)
+  }
+
+  /// The current user's home directory from the password database, for when `$HOME` is unset.
+  package static func homeDirectory() -> String? {
+    guard let pw = getpwuid(getuid()), let dir = pw.pointee.pw_dir else { return nil }
+    return String(cString: dir)
+  }
+}
+
+/// The environment, read through one place.
+package enum Environment {
+  package static func value(_ name: String) -> String? {
+    guard let raw = getenv(name) else { return nil }
+    return String(cString: raw)
+  }
+}
+
+extension FileSystem {
+  /// Creates `path` and any missing parents with `mode`.
+  package static func makeDirectories(_ path: String, mode: mode_t) throws(FileSystemError) {
+    if try status(path)?.kind == .directory { return }
+    let parent = (path as NSString).deletingLastPathComponent
+    if !parent.isEmpty && parent != path { try makeDirectories(parent, mode: mode) }
+    switch valueOrErrno({ Glibc.mkdir(path, mode) }) {
+    case .success: return
+    case .failure(let e) where e == .fileExists: return
+    case .failure(let e): throw FileSystemError("mkdir", path, e)
+    }
+  }
+
+  /// Whether two paths name the same inode (following symlinks).
+  package static func sameFile(_ a: String, _ b: String) -> Bool {
+    var sa = stat(), sb = stat()
+    guard fstatat(AT_FDCWD, a, &sa, 0) == 0, fstatat(AT_FDCWD, b, &sb, 0) == 0 else { return false }
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino
+  }
+}

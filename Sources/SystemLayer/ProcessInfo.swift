@@ -1,0 +1,64 @@
+import Glibc
+
+/// Who this process is, in a form PID reuse cannot fool: pid plus the kernel's start time of the process.
+package enum CurrentProcess {
+  package static var id: Int32 { getpid() }
+
+  /// Field 22 of `/proc/<pid>/stat`: start time in clock ticks since boot.
+  package static func startTime(of pid: Int32 = getpid()) -> UInt64? {
+    guard let bytes = try? FileSystem.readFile("/proc/\(pid)/stat", limit: 4096) else { return nil }
+    // The command name (field 2) may contain spaces and parentheses: parse after the last ')'.
+    guard let close = bytes.lastIndex(of: UInt8(ascii: ")")) else { return nil }
+    let fields = bytes[(close + 1)...].split(separator: UInt8(ascii: " "))
+    // fields[0] is field 3 (state), so field 22 is fields[19].
+    guard fields.count > 19 else { return nil }
+    return UInt64(String(decoding: fields[19], as: UTF8.self))
+  }
+}
+
+/// Monotonic time, comparable across processes on this machine.
+package enum MonotonicClock {
+  package static func nanoseconds() -> UInt64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+  }
+
+  /// Sleeps the calling thread. The corresponding C function is `nanosleep`.
+  package static func sleep(nanoseconds: UInt64) {
+    var request = timespec(tv_sec: Int(nanoseconds / 1_000_000_000), tv_nsec: Int(nanoseconds % 1_000_000_000))
+    var remaining = timespec()
+    while nanosleep(&request, &remaining) == -1 && errno == EINTR { request = remaining }
+  }
+}
+
+/// Signals, for tests and the CLI.
+package enum Signals {
+  /// The corresponding C function is `kill`.
+  package static func send(_ signal: Int32, to pid: Int32) -> Bool { kill(pid, signal) == 0 }
+}
+
+/// An entry of `/proc/locks`: which process holds a flock on which inode.
+package struct KernelLock: Sendable {
+  package var pid: Int32
+  package var exclusive: Bool
+  package var device: String
+  package var inode: UInt64
+}
+
+package enum KernelLocks {
+  /// The FLOCK entries of `/proc/locks` ("1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF").
+  /// Blocked waiters ("1: -> FLOCK …") are left out: they do not hold the lock.
+  package static func flocks() -> [KernelLock] {
+    guard let bytes = try? FileSystem.readFile("/proc/locks", limit: 16 << 20) else { return [] }
+    var result: [KernelLock] = []
+    for line in String(decoding: bytes, as: UTF8.self).split(separator: "\n") {
+      let f = line.split(separator: " ", omittingEmptySubsequences: true)
+      guard f.count >= 6, f[1] == "FLOCK", let pid = Int32(f[4]) else { continue }
+      let parts = f[5].split(separator: ":")
+      guard parts.count == 3, let inode = UInt64(parts[2]) else { continue }
+      result.append(KernelLock(pid: pid, exclusive: f[3] == "WRITE", device: "\(parts[0]):\(parts[1])", inode: inode))
+    }
+    return result
+  }
+}

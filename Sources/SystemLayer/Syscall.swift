@@ -1,0 +1,52 @@
+import Glibc
+import SystemPackage
+
+/// A failed system call: which call, on which path, and the `errno` it returned.
+///
+/// Every throwing function of this module throws this type, so callers can say exactly what failed and where.
+public struct FileSystemError: Error, CustomStringConvertible, Sendable, Equatable {
+  /// The C function that failed, e.g. `open` or `flock`.
+  public var operation: String
+  /// The path the call was about (empty when there is none, e.g. a pipe).
+  public var path: String
+  /// The error number the call set.
+  public var errno: Errno
+
+  package init(_ operation: String, _ path: String, _ errno: Errno) {
+    self.operation = operation
+    self.path = path
+    self.errno = errno
+  }
+
+  public var description: String {
+    let subject = path.isEmpty ? "" : " '\(path)'"
+    return "\(operation)\(subject) failed: \(errno) (errno \(errno.rawValue))"
+  }
+}
+
+/// Runs a raw system call until it does not fail with `EINTR`; the one retry loop of this module.
+///
+/// Raw call → `Result<_, Errno>` here → throwing wrappers in the other files, as swift-system does.
+@inline(__always)
+package func valueOrErrno<I: FixedWidthInteger>(
+  retryOnInterrupt: Bool = true, _ body: () -> I
+) -> Result<I, Errno> {
+  while true {
+    let result = body()
+    if result != -1 { return .success(result) }
+    let code = Errno(rawValue: Glibc.errno)
+    if retryOnInterrupt && code == .interrupted { continue }
+    return .failure(code)
+  }
+}
+
+extension Result where Failure == Errno {
+  /// Attaches the operation and path to a failure.
+  @inline(__always)
+  package func get(_ operation: String, _ path: @autoclosure () -> String) throws(FileSystemError) -> Success {
+    switch self {
+    case .success(let value): return value
+    case .failure(let errno): throw FileSystemError(operation, path(), errno)
+    }
+  }
+}

@@ -1,0 +1,159 @@
+import CInotifyTools
+import Glibc
+import SystemPackage
+
+/// What `fstat`/`lstat` tell us about a file.
+package struct FileStatus: Sendable, Equatable {
+  package enum Kind: Sendable { case regular, directory, symlink, other }
+  package var kind: Kind
+  package var size: Int64
+  package var mode: mode_t
+  package var device: UInt64
+  package var inode: UInt64
+  package var linkCount: UInt64
+  package var modificationNanoseconds: Int64
+
+  init(_ st: stat) {
+    switch st.st_mode & S_IFMT {
+    case S_IFREG: kind = .regular
+    case S_IFDIR: kind = .directory
+    case S_IFLNK: kind = .symlink
+    default: kind = .other
+    }
+    size = Int64(st.st_size)
+    mode = st.st_mode & 0o7777
+    device = UInt64(st.st_dev)
+    inode = UInt64(st.st_ino)
+    linkCount = UInt64(st.st_nlink)
+    modificationNanoseconds = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
+  }
+}
+
+/// flock modes.
+package enum FlockMode: Sendable {
+  case shared, exclusive
+
+  var flag: Int32 { self == .shared ? LOCK_SH : LOCK_EX }
+}
+
+/// An open file descriptor. Not closed automatically: the owner calls `close()` exactly once.
+///
+/// Every open in this module adds `O_CLOEXEC` (a forked child would otherwise keep flocks alive) and
+/// `O_NOFOLLOW` (every file in a container is untrusted: a planted symlink must not redirect us).
+package struct SystemFD: Sendable, Hashable {
+  package let rawValue: Int32
+  /// The path it was opened with, for error messages.
+  package let path: String
+
+  package init(rawValue: Int32, path: String) {
+    self.rawValue = rawValue
+    self.path = path
+  }
+
+  package struct OpenFlags: OptionSet, Sendable {
+    package let rawValue: Int32
+    package init(rawValue: Int32) { self.rawValue = rawValue }
+    package static let readOnly = OpenFlags([])
+    package static let writeOnly = OpenFlags(rawValue: O_WRONLY)
+    package static let readWrite = OpenFlags(rawValue: O_RDWR)
+    package static let create = OpenFlags(rawValue: O_CREAT)
+    package static let exclusiveCreate = OpenFlags(rawValue: O_CREAT | O_EXCL)
+    package static let truncate = OpenFlags(rawValue: O_TRUNC)
+    package static let append = OpenFlags(rawValue: O_APPEND)
+    package static let directory = OpenFlags(rawValue: O_DIRECTORY)
+    /// Follow a symlink in the last component (only for paths the caller resolved and checked itself).
+    package static let followSymlink = OpenFlags(rawValue: 1 << 30)
+  }
+
+  /// Opens `path`. The corresponding C function is `open`.
+  package static func open(
+    _ path: String, _ flags: OpenFlags, mode: mode_t = 0o600
+  ) throws(FileSystemError) -> SystemFD {
+    var raw = (flags.rawValue & ~OpenFlags.followSymlink.rawValue) | O_CLOEXEC
+    if !flags.contains(.followSymlink) { raw |= O_NOFOLLOW }
+    let fd = try valueOrErrno { Glibc.open(path, raw, mode) }.get("open", path)
+    return SystemFD(rawValue: fd, path: path)
+  }
+
+  /// Closes the descriptor (which drops any flock held through it). The corresponding C function is `close`.
+  package func close() {
+    // EINTR on close must not be retried on Linux: the descriptor is already gone.
+    _ = Glibc.close(rawValue)
+  }
+
+  /// The corresponding C function is `flock`.
+  /// - Returns: `false` when `nonBlocking` and another open file description holds a conflicting lock.
+  @discardableResult
+  package func lock(_ mode: FlockMode, nonBlocking: Bool = false) throws(FileSystemError) -> Bool {
+    let op = mode.flag | (nonBlocking ? LOCK_NB : 0)
+    switch valueOrErrno({ gc_flock(rawValue, op) }) {
+    case .success: return true
+    case .failure(let e) where nonBlocking && e == .wouldBlock: return false
+    case .failure(let e): throw FileSystemError("flock", path, e)
+    }
+  }
+
+  /// Releases the flock. The corresponding C function is `flock`.
+  package func unlock() {
+    _ = valueOrErrno { gc_flock(rawValue, LOCK_UN) }
+  }
+
+  /// The corresponding C function is `fstat`.
+  package func status() throws(FileSystemError) -> FileStatus {
+    var st = stat()
+    _ = try valueOrErrno { Glibc.fstat(rawValue, &st) }.get("fstat", path)
+    return FileStatus(st)
+  }
+
+  /// Writes all of `bytes` at the current offset. The corresponding C function is `write`.
+  package func writeAll(_ bytes: some Collection<UInt8>) throws(FileSystemError) {
+    let array = Array(bytes)
+    var written = 0
+    while written < array.count {
+      let result = array.withUnsafeBytes { buffer in
+        valueOrErrno { Glibc.write(rawValue, buffer.baseAddress! + written, buffer.count - written) }
+      }
+      written += try result.get("write", path)
+    }
+  }
+
+  /// Writes all of `bytes` at `offset`. The corresponding C function is `pwrite`.
+  package func writeAll(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(FileSystemError) {
+    var written = 0
+    while written < bytes.count {
+      let n = try valueOrErrno {
+        Glibc.pwrite(rawValue, bytes.baseAddress! + written, bytes.count - written, off_t(offset) + off_t(written))
+      }.get("pwrite", path)
+      written += n
+    }
+  }
+
+  /// Reads to end of file, refusing files larger than `limit` bytes. The corresponding C function is `read`.
+  package func readAll(limit: Int) throws(FileSystemError) -> [UInt8] {
+    var result: [UInt8] = []
+    var chunk = [UInt8](repeating: 0, count: 16 * 1024)
+    while true {
+      let n = try chunk.withUnsafeMutableBytes { buffer in
+        valueOrErrno { Glibc.read(rawValue, buffer.baseAddress!, buffer.count) }
+      }.get("read", path)
+      if n == 0 { return result }
+      if result.count + n > limit { throw FileSystemError("read", path, .fileTooLarge) }
+      result.append(contentsOf: chunk[0..<n])
+    }
+  }
+
+  /// Flushes the file's data and metadata to the device. The corresponding C function is `fsync`.
+  package func sync() throws(FileSystemError) {
+    _ = try valueOrErrno { Glibc.fsync(rawValue) }.get("fsync", path)
+  }
+
+  /// The corresponding C function is `fchmod` (umask would otherwise leave group-shared files 0644).
+  package func setPermissions(_ mode: mode_t) throws(FileSystemError) {
+    _ = try valueOrErrno { Glibc.fchmod(rawValue, mode) }.get("fchmod", path)
+  }
+
+  /// The corresponding C function is `ftruncate`.
+  package func truncate(to size: Int64) throws(FileSystemError) {
+    _ = try valueOrErrno { Glibc.ftruncate(rawValue, off_t(size)) }.get("ftruncate", path)
+  }
+}
