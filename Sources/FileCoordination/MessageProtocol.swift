@@ -78,8 +78,11 @@ struct CoordinationMessage: Codable, Sendable {
     guard message.version == formatVersion else {
       throw .corruptFile(fileName, reason: "message version \(message.version) is not \(formatVersion)")
     }
-    guard message.fileName == fileName, message.id.hasPrefix("\(message.sender)."),
-      message.id.split(separator: ".").count == 3, UInt64(message.id.split(separator: ".")[2]) != nil
+    // An ack repeats the id of the prepare it answers, which names the prepare's sender.
+    let idParts = message.id.split(separator: ".", omittingEmptySubsequences: false)
+    guard message.fileName == fileName, idParts.count == 3,
+      ProcessName(message.id.dropLast(idParts[2].count + 1)) != nil, UInt64(idParts[2]) != nil,
+      message.kind == .ack || message.id.hasPrefix("\(message.sender).")
     else {
       throw .corruptFile(fileName, reason: "message id '\(message.id)' does not match its file and sender")
     }

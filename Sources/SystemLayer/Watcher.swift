@@ -204,10 +204,11 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
         for handler in handlers.values { handler(event) }
       }
       if event.mask & Self.ignored != 0 {
-        // The kernel dropped this watch (item deleted): forget it, or a later watch of the same path is lost.
+        // The kernel dropped this watch (item deleted). The library keeps answering lookups of the path with
+        // this stale wd, so rename its entry: a later watch of the same path then gets its own.
         handlersByWD[wd] = nil
         watchesByPath = watchesByPath.filter { $0.value != wd }
-        _ = inotifytools_remove_watch_by_wd(wd)
+        inotifytools_set_filename_by_wd(wd, "\u{1}dropped-watch-\(wd)")
       }
     }
   }

@@ -1,1 +1,153 @@
-print("x")
+// "The other process" of the multi-process tests: a lock holder, a contender, a presenter, a crasher.
+// Usage: gc-test-helper <command> <container-root> <group-id> [arguments…]; see each case below.
+import FileCoordination
+import Foundation
+import SystemLayer
+
+@MainActor func say(_ text: String) {
+  FileHandle.standardOutput.write(Data((text + "\n").utf8))
+}
+
+let args = CommandLine.arguments
+guard args.count >= 4 else {
+  FileHandle.standardError.write(Data("usage: gc-test-helper <command> <root> <group> …\n".utf8))
+  exit(2)
+}
+let command = args[1]
+let container = try GroupContainer(identifier: args[3], root: URL(fileURLWithPath: args[2]))
+func item(_ path: String) -> URL { container.url.appendingPathComponent(path) }
+
+/// Appends one line with O_APPEND (atomic for small writes), so several processes can share a log.
+func log(_ file: String, _ line: String) {
+  let fd = try! SystemFD.open(file, [.writeOnly, .create, .append], mode: 0o600)
+  try! fd.writeAll(Array((line + "\n").utf8))
+  fd.close()
+}
+
+func writingOptions(_ mode: String) -> FileCoordinator.WritingOptions {
+  switch mode {
+  case "delete": .forDeleting
+  case "replace": .forReplacing
+  case "merge": .forMerging
+  default: []
+  }
+}
+
+switch command {
+case "access":
+  // access <root> <group> <read|write|delete|replace> <item> <count> <hold-ms> <log>
+  // Logs "B <pid> <mode> <ns>" / "E <pid> <mode> <ns>" (CLOCK_MONOTONIC) around each accessor.
+  let (mode, path, count, hold, logFile) = (args[4], args[5], Int(args[6])!, UInt64(args[7])!, args[8])
+  let coordinator = FileCoordinator()
+  let pid = getpid()
+  for _ in 0..<count {
+    let body: (URL) throws -> Void = { _ in
+      log(logFile, "B \(pid) \(mode) \(MonotonicClock.nanoseconds())")
+      MonotonicClock.sleep(nanoseconds: hold * 1_000_000)
+      log(logFile, "E \(pid) \(mode) \(MonotonicClock.nanoseconds())")
+    }
+    if mode == "read" {
+      try coordinator.coordinate(readingItemAt: item(path), byAccessor: body)
+    } else {
+      try coordinator.coordinate(writingItemAt: item(path), options: writingOptions(mode), byAccessor: body)
+    }
+  }
+  say("done")
+
+case "hold":
+  // hold <root> <group> <read|write|delete> <item>: takes the access, says "locked", then waits to be killed.
+  let (mode, path) = (args[4], args[5])
+  let body: (URL) throws -> Void = { _ in
+    say("locked")
+    while true { sleep(60) }
+  }
+  if mode == "read" {
+    try FileCoordinator().coordinate(readingItemAt: item(path), byAccessor: body)
+  } else {
+    try FileCoordinator().coordinate(writingItemAt: item(path), options: writingOptions(mode), byAccessor: body)
+  }
+
+case "pair":
+  // pair <root> <group> <item-a> <item-b> <count>: write+write of both items in the given order, count times.
+  let (a, b, count) = (args[4], args[5], Int(args[6])!)
+  let coordinator = FileCoordinator()
+  for i in 0..<count {
+    try coordinator.coordinate(writingItemAt: item(a), writingItemAt: item(b)) { urlA, urlB in
+      try container.write(Data("\(i)".utf8), to: urlA)
+      try container.write(Data("\(i)".utf8), to: urlB)
+    }
+  }
+  say("done \(count)")
+
+case "present":
+  // present <root> <group> <item> [answer-delay-seconds] [stall-ms]: a presenter printing
+  // "<event> <coordinated|uncoordinated> <pid|-> [resync]" per callback. With stall-ms the watcher thread reads
+  // no events for that long (so the kernel queue overflows) — set after "ready".
+  let path = args[4]
+  let delay = args.count > 5 ? Double(args[5])! : 0
+  let stall = args.count > 6 ? UInt64(args[6])! : 0
+  let presenter = LinePresenter(url: item(path), delay: delay)
+  try FileCoordinator.addFilePresenter(presenter)
+  if stall > 0 { Watcher.shared.stall(nanoseconds: stall * 1_000_000) }
+  say("ready \(getpid())")
+  while true { sleep(60) }
+
+default:
+  FileHandle.standardError.write(Data("unknown command \(command)\n".utf8))
+  exit(2)
+}
+
+final class LinePresenter: FilePresenter, @unchecked Sendable {  // immutable
+  let presentedItemURL: URL?
+  let delay: Double
+  let presentedItemOperationQueue: OperationQueue = {
+    let queue = OperationQueue()
+    queue.maxConcurrentOperationCount = 1
+    return queue
+  }()
+
+  init(url: URL, delay: Double) {
+    presentedItemURL = url
+    self.delay = delay
+  }
+
+  func report(_ event: String, _ detail: String = "") {
+    let origin = ChangeOrigin.current
+    let who = origin?.processID.map(String.init) ?? "-"
+    let kind = origin?.isCoordinated == true ? "coordinated" : "uncoordinated"
+    let line = "\(event) \(kind) \(who)\(origin?.isResync == true ? " resync" : "")\(detail.isEmpty ? "" : " " + detail)"
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+  }
+
+  func wait() { if delay > 0 { Thread.sleep(forTimeInterval: delay) } }
+
+  func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+    report("relinquishToReader")
+    wait()
+    reader { self.report("reacquire") }
+  }
+  func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+    report("relinquishToWriter")
+    wait()
+    writer { self.report("reacquire") }
+  }
+  func savePresentedItemChanges(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
+    report("save")
+    completionHandler(nil)
+  }
+  func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
+    report("accommodateDeletion")
+    completionHandler(nil)
+  }
+  func presentedItemDidChange() { report("didChange") }
+  func presentedItemDidMove(to newURL: URL) { report("didMove", newURL.lastPathComponent) }
+  func presentedSubitemDidAppear(at url: URL) { report("subitemDidAppear", url.lastPathComponent) }
+  func presentedSubitemDidChange(at url: URL) { report("subitemDidChange", url.lastPathComponent) }
+  func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL) {
+    report("subitemDidMove", oldURL.lastPathComponent + ">" + newURL.lastPathComponent)
+  }
+  func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
+    report("accommodateSubitemDeletion", url.lastPathComponent)
+    completionHandler(nil)
+  }
+}

@@ -1,0 +1,88 @@
+import Foundation
+import SystemLayer
+
+/// A snapshot of who uses a container: live processes, registered presenters and held locks.
+public struct ContainerStatus: Sendable, Codable {
+  public struct Process: Sendable, Codable, Hashable {
+    public var pid: Int32
+    /// Start time in clock ticks since boot (with the pid, names the process uniquely).
+    public var startTime: UInt64
+    public var isCurrent: Bool
+  }
+
+  public struct Presenter: Sendable, Codable, Hashable {
+    public var id: String
+    public var pid: Int32
+    /// Container-relative path of the presented item.
+    public var item: String
+    public var isDirectory: Bool
+  }
+
+  public struct Lock: Sendable, Codable, Hashable {
+    public var pid: Int32
+    /// Container-relative path of the coordinated item ("" for the container root).
+    public var item: String
+    /// `item`: the item's own lock; `tree`: the lock that guards everything inside a directory.
+    public var kind: String
+    public var exclusive: Bool
+  }
+
+  public var container: String
+  public var processes: [Process]
+  public var presenters: [Presenter]
+  public var locks: [Lock]
+}
+
+extension GroupContainer {
+  /// Who is using the container now. Dead processes found on the way are cleaned up.
+  public func status() throws(GroupContainerError) -> ContainerStatus {
+    let space = try CoordinationSpace.open(
+      containerPath: path, fileMode: sharing.fileMode, directoryMode: sharing.directoryMode)
+    let processes = space.liveProcesses().map {
+      ContainerStatus.Process(pid: $0.pid, startTime: $0.startTime, isCurrent: $0 == space.me)
+    }
+    let presenters = space.registry.records().map {
+      ContainerStatus.Presenter(id: $0.id, pid: $0.process.pid, item: $0.item, isDirectory: $0.isDirectory)
+    }
+    // Lock files are named by hash; the kernel's /proc/locks says which inode is held by whom.
+    let lockDirectory = space.directory + "/locks"
+    var byInode: [UInt64: (kind: String, item: String)] = [:]
+    for name in (try? FileSystem.listDirectory(lockDirectory)) ?? [] {
+      let file = lockDirectory + "/" + name
+      guard let st = try? FileSystem.status(file), st.kind == .regular,
+        let bytes = try? FileSystem.readFile(file, limit: 8192)
+      else { continue }
+      let text = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .newlines)
+      let kind = String(text.prefix(while: { $0 != " " }))
+      byInode[st.inode] = (kind, String(text.dropFirst(kind.count + 1)))
+    }
+    let locks = KernelLocks.flocks().compactMap { lock -> ContainerStatus.Lock? in
+      guard let entry = byInode[lock.inode] else { return nil }
+      return ContainerStatus.Lock(pid: lock.pid, item: entry.item, kind: entry.kind, exclusive: lock.exclusive)
+    }
+    return ContainerStatus(
+      container: path, processes: processes, presenters: presenters,
+      locks: locks.sorted { ($0.item, $0.kind, $0.pid) < ($1.item, $1.kind, $1.pid) })
+  }
+
+  /// Replaces the file at `url` atomically: readers see the old or the new contents, never a mix, and a
+  /// crash at any point leaves the old file. Call it inside a coordinated write.
+  /// - Parameter durable: also survive power loss (fsync of the file and its directory).
+  public func write(_ data: Data, to url: URL, durable: Bool = false) throws(GroupContainerError) {
+    let item = try relativePath(of: url)
+    try checkBeneath(item)
+    let mode = sharing.fileMode
+    try GroupContainerError.wrap { () throws(FileSystemError) in
+      try AtomicReplace.write(data, to: self.url(for: item).path, mode: mode, durability: durable ? .powerLoss : .processCrash)
+    }
+  }
+
+  /// The contents of the regular file at `url` (no symlink is followed at the last component).
+  public func contents(of url: URL, limit: Int = 1 << 30) throws(GroupContainerError) -> Data {
+    let item = try relativePath(of: url)
+    try checkBeneath(item)
+    return try GroupContainerError.wrap { () throws(FileSystemError) in
+      Data(try FileSystem.readFile(self.url(for: item).path, limit: limit))
+    }
+  }
+}

@@ -1,0 +1,104 @@
+import ArgumentParser
+import Foundation
+import GroupContainer
+
+@main
+struct Groupctl: AsyncParsableCommand {
+  static let configuration = CommandConfiguration(
+    commandName: "groupctl",
+    abstract: "Inspect and use a shared group container from the shell.",
+    discussion: """
+      The container root comes from --root, else GROUP_CONTAINER_ROOT, else $XDG_DATA_HOME/group-containers \
+      (default ~/.local/share/group-containers). Paths are relative to the container; paths that lead outside \
+      it are refused.
+      """,
+    subcommands: [Read.self, Write.self, Present.self, Status.self]
+  )
+}
+
+/// Options every subcommand takes.
+struct ContainerOptions: ParsableArguments {
+  @Argument(help: "The group identifier, e.g. group.com.example.app.")
+  var groupID: String
+
+  @Option(help: "The directory holding containers (overrides GROUP_CONTAINER_ROOT).")
+  var root: String?
+
+  func open() throws -> GroupContainer {
+    try GroupContainer(identifier: groupID, root: root.map { URL(fileURLWithPath: $0, isDirectory: true) })
+  }
+}
+
+/// Standard output without buffering: each line reaches a pipe or file at once.
+enum Output {
+  static func line(_ text: String) {
+    FileHandle.standardOutput.write(Data((text + "\n").utf8))
+  }
+
+  static func json(_ object: [String: Any?]) {
+    let clean = object.compactMapValues { $0 }
+    let data = (try? JSONSerialization.data(withJSONObject: clean, options: [.sortedKeys])) ?? Data("{}".utf8)
+    line(String(decoding: data, as: UTF8.self))
+  }
+}
+
+struct Read: ParsableCommand {
+  static let configuration = CommandConfiguration(abstract: "Coordinated read of a container item to stdout.")
+
+  @OptionGroup var container: ContainerOptions
+  @Argument(help: "Container-relative path.") var path: String
+
+  func run() throws {
+    let group = try container.open()
+    let url = try group.url(forRelativePath: path)
+    let data = try FileCoordinator().coordinate(readingItemAt: url) { url in try group.contents(of: url) }
+    FileHandle.standardOutput.write(data)
+  }
+}
+
+struct Write: ParsableCommand {
+  static let configuration = CommandConfiguration(
+    abstract: "Coordinated atomic replace of a container item with stdin.")
+
+  @OptionGroup var container: ContainerOptions
+  @Argument(help: "Container-relative path.") var path: String
+  @Flag(help: "Also survive power loss (fsync file and directory).") var durable = false
+
+  func run() throws {
+    let group = try container.open()
+    let url = try group.url(forRelativePath: path)
+    let data = FileHandle.standardInput.readDataToEndOfFile()
+    try FileCoordinator().coordinate(writingItemAt: url, options: .forReplacing) { url in
+      try group.write(data, to: url, durable: durable)
+    }
+  }
+}
+
+struct Status: ParsableCommand {
+  static let configuration = CommandConfiguration(
+    abstract: "Live processes, presenters and held locks of a container.")
+
+  @OptionGroup var container: ContainerOptions
+  @Flag(help: "Print JSON.") var json = false
+
+  func run() throws {
+    let status = try container.open().status()
+    if json {
+      let encoder = JSONEncoder()
+      encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+      Output.line(String(decoding: try encoder.encode(status), as: UTF8.self))
+      return
+    }
+    Output.line("container \(status.container)")
+    Output.line("processes (\(status.processes.count)):")
+    for p in status.processes { Output.line("  pid \(p.pid)\(p.isCurrent ? " (groupctl)" : "")") }
+    Output.line("presenters (\(status.presenters.count)):")
+    for p in status.presenters {
+      Output.line("  pid \(p.pid) \(p.item.isEmpty ? "/" : p.item)\(p.isDirectory ? "/" : "")")
+    }
+    Output.line("locks (\(status.locks.count)):")
+    for l in status.locks {
+      Output.line("  pid \(l.pid) \(l.exclusive ? "EX" : "SH") \(l.kind) \(l.item.isEmpty ? "/" : l.item)")
+    }
+  }
+}

@@ -1,0 +1,144 @@
+import Foundation
+import Synchronization
+import Testing
+
+@testable import FileCoordination
+
+/// A fresh container root for one test (tests run in parallel in one process).
+final class TestRoot: Sendable {
+  let url: URL
+
+  init() throws {
+    let base = FileManager.default.temporaryDirectory.appendingPathComponent("gc-tests", isDirectory: true)
+    try FileManager.default.createDirectory(at: base, withIntermediateDirectories: true)
+    url = base.appendingPathComponent(UUID().uuidString, isDirectory: true)
+    try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+  }
+
+  var path: String { url.path }
+
+  func container(_ identifier: String = "group.com.example.tests") throws -> GroupContainer {
+    try GroupContainer(identifier: identifier, root: url)
+  }
+
+  deinit { try? FileManager.default.removeItem(at: url) }
+}
+
+/// The directory of the built products (the test bundle sits beside the executables).
+let productsDirectory: URL = {
+  let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+  return URL(fileURLWithPath: exe).deletingLastPathComponent()
+}()
+
+/// A child process whose stdout lines the test can wait for.
+final class Child: Sendable {
+  let process: Process
+  private let lines = Mutex<[String]>([])
+  private let partial = Mutex<String>("")
+  let errors = Mutex<String>("")
+
+  /// Starts `gc-test-helper` (or another product) with `arguments`.
+  init(_ arguments: [String], executable: String = "gc-test-helper", environment: [String: String] = [:]) throws {
+    process = Process()
+    process.executableURL = productsDirectory.appendingPathComponent(executable)
+    process.arguments = arguments
+    var env = ProcessInfo.processInfo.environment
+    for (k, v) in environment { env[k] = v }
+    process.environment = env
+    let out = Pipe()
+    let err = Pipe()
+    process.standardOutput = out
+    process.standardError = err
+    out.fileHandleForReading.readabilityHandler = { [weak self] handle in
+      let data = handle.availableData
+      guard let self, !data.isEmpty else { return }
+      self.partial.withLock { buffer in
+        buffer += String(decoding: data, as: UTF8.self)
+        while let newline = buffer.firstIndex(of: "\n") {
+          let line = String(buffer[..<newline])
+          buffer.removeSubrange(...newline)
+          self.lines.withLock { $0.append(line) }
+        }
+      }
+    }
+    err.fileHandleForReading.readabilityHandler = { [weak self] handle in
+      let data = handle.availableData
+      if let self, !data.isEmpty { self.errors.withLock { $0 += String(decoding: data, as: UTF8.self) } }
+    }
+    try process.run()
+  }
+
+  var output: [String] { lines.withLock { $0 } }
+  var pid: Int32 { process.processIdentifier }
+
+  /// Waits (polling) until a line satisfies `predicate`; returns it, or fails the test after `timeout`.
+  @discardableResult
+  func waitForLine(
+    timeout: Double = 30, sourceLocation: SourceLocation = #_sourceLocation, _ predicate: (String) -> Bool
+  ) -> String? {
+    let deadline = Date().addingTimeInterval(timeout)
+    while Date() < deadline {
+      if let line = output.first(where: predicate) { return line }
+      if !process.isRunning, output.first(where: predicate) == nil {
+        Thread.sleep(forTimeInterval: 0.1)
+        if let line = output.first(where: predicate) { return line }
+        Issue.record("child exited (\(process.terminationStatus)) before the expected line; stderr: \(errors.withLock { $0 })", sourceLocation: sourceLocation)
+        return nil
+      }
+      Thread.sleep(forTimeInterval: 0.005)
+    }
+    Issue.record("timed out waiting for a line; got \(output); stderr: \(errors.withLock { $0 })", sourceLocation: sourceLocation)
+    return nil
+  }
+
+  /// Waits for the process to exit (a hang detector, not a performance check) and returns its status.
+  @discardableResult
+  func waitForExit(timeout: Double = 120, sourceLocation: SourceLocation = #_sourceLocation) -> Int32? {
+    let deadline = Date().addingTimeInterval(timeout)
+    while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+    if process.isRunning {
+      Issue.record("child did not exit within \(timeout) s; output \(output)", sourceLocation: sourceLocation)
+      kill()
+      return nil
+    }
+    Thread.sleep(forTimeInterval: 0.05)  // let the pipe handlers drain
+    return process.terminationStatus
+  }
+
+  func kill(_ signal: Int32 = SIGKILL) {
+    if process.isRunning { Glibc.kill(process.processIdentifier, signal) }
+    process.waitUntilExit()
+  }
+
+  deinit { if process.isRunning { Glibc.kill(process.processIdentifier, SIGKILL) } }
+}
+
+/// One accessor interval from a helper log: "B <pid> <mode> <ns>" … "E <pid> <mode> <ns>".
+struct Interval {
+  var pid: Int32
+  var mode: String
+  var start: UInt64
+  var end: UInt64
+
+  func overlaps(_ other: Interval) -> Bool { start < other.end && other.start < end }
+
+  static func parse(_ log: String) -> [Interval] {
+    var open: [Int32: (String, UInt64)] = [:]
+    var result: [Interval] = []
+    for line in log.split(separator: "\n") {
+      let f = line.split(separator: " ")
+      guard f.count == 4, let pid = Int32(f[1]), let ns = UInt64(f[3]) else { continue }
+      if f[0] == "B" { open[pid] = (String(f[2]), ns) }
+      else if let (mode, start) = open.removeValue(forKey: pid) {
+        result.append(Interval(pid: pid, mode: mode, start: start, end: ns))
+      }
+    }
+    return result
+  }
+}
+
+func monotonicNow() -> UInt64 {
+  var ts = timespec()
+  clock_gettime(CLOCK_MONOTONIC, &ts)
+  return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+}
