@@ -82,7 +82,7 @@ case "pair":
 case "present":
   // present <root> <group> <item> [answer-delay-seconds] [stall-ms]: a presenter printing
   // "<event> <coordinated|uncoordinated> <pid|-> [resync]" per callback. With stall-ms the watcher thread reads
-  // no events for that long (so the kernel queue overflows) — set after "ready".
+  // no events for that long (so the kernel queue overflows), or until the file <root>/resume-watcher appears.
   let path = args[4]
   let delay = args.count > 5 ? Double(args[5])! : 0
   let stall = args.count > 6 ? UInt64(args[6])! : 0
@@ -90,6 +90,8 @@ case "present":
   try FileCoordinator.addFilePresenter(presenter)
   if stall > 0 { Watcher.shared.stall(nanoseconds: stall * 1_000_000) }
   say("ready \(getpid())")
+  while stall > 0 && access(args[2] + "/resume-watcher", F_OK) != 0 { usleep(20_000) }
+  Watcher.shared.stall(nanoseconds: 0)
   while true { sleep(60) }
 
 default:

@@ -1,0 +1,272 @@
+import Foundation
+import Synchronization
+import Testing
+
+@testable import FileCoordination
+
+/// Coordination between real processes: the test process and `gc-test-helper` / `groupctl` children.
+@Suite struct MultiProcessTests {
+  let group = "group.com.example.tests"
+
+  @Test func writersNeverOverlapAnyoneAndReadersOverlapEachOther() throws {
+    let root = try TestRoot()
+    _ = try root.container(group)
+    let log = root.path + "/intervals.log"
+    var children: [Child] = []
+    for _ in 0..<2 { children.append(try Child(["access", root.path, group, "write", "Documents/x", "15", "5", log])) }
+    for _ in 0..<3 { children.append(try Child(["access", root.path, group, "read", "Documents/x", "6", "40", log])) }
+    for child in children { #expect(child.waitForExit() == 0) }
+    let intervals = Interval.parse(try String(contentsOfFile: log, encoding: .utf8))
+    #expect(intervals.count == 2 * 15 + 3 * 6)
+    for (i, a) in intervals.enumerated() {
+      for b in intervals[(i + 1)...] where (a.mode == "write" || b.mode == "write") && a.overlaps(b) {
+        Issue.record("a \(a.mode) of \(a.pid) overlapped a \(b.mode) of \(b.pid)")
+      }
+    }
+    let reads = intervals.filter { $0.mode == "read" }
+    let overlappingReads = reads.enumerated().contains { i, a in
+      reads[(i + 1)...].contains { $0.pid != a.pid && $0.overlaps(a) }
+    }
+    #expect(overlappingReads, "readers in different processes never shared the item")
+  }
+
+  @Test func presenterHandshakeAcrossProcessesFollowsTheDocumentedOrder() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let url = container.documentsURL.appendingPathComponent("doc.txt")
+    try container.write(Data("v1".utf8), to: url)
+    let presenter = try Child(["present", group, "Documents/doc.txt", "--root", root.path], executable: "groupctl")
+    presenter.waitForLine { $0.contains("\"ready\"") }
+    let coordinator = FileCoordinator()
+    coordinator.purposeIdentifier = "handshake-test"
+    try coordinator.coordinate(writingItemAt: url, options: .forMerging) { url in
+      // The accessor runs only after the other process relinquished and saved.
+      let seen = presenter.output.compactMap(Self.event)
+      #expect(seen == ["ready", "relinquishToWriter", "save"])
+      try container.write(Data("v2".utf8), to: url)
+    }
+    presenter.waitForLine { $0.contains("\"reacquire\"") }
+    Thread.sleep(forTimeInterval: 0.2)
+    let lines = presenter.output
+    #expect(lines.compactMap(Self.event) == ["ready", "relinquishToWriter", "save", "didChange", "reacquire"])
+    for line in lines.dropFirst() {
+      #expect(line.contains("\"pid\":\(getpid())") && line.contains("\"coordinated\":true"), "\(line)")
+      #expect(line.contains("\"purpose\":\"handshake-test\""))
+    }
+    // A read asks the presenter to save unless .withoutChanges.
+    _ = try FileCoordinator().coordinate(readingItemAt: url) { try container.contents(of: $0) }
+    presenter.waitForLine { $0.contains("\"relinquishToReader\"") }
+    _ = try FileCoordinator().coordinate(readingItemAt: url, options: .withoutChanges) { try container.contents(of: $0) }
+    Thread.sleep(forTimeInterval: 0.3)
+    #expect(presenter.output.compactMap(Self.event).filter { $0 == "save" }.count == 2)
+    presenter.kill(SIGTERM)
+  }
+
+  static func event(_ line: String) -> String? {
+    guard let data = line.data(using: .utf8),
+      let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+    else { return nil }
+    return object["event"] as? String
+  }
+
+  @Test func directoryPresentersHearSubitemEventsAndDeletion() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    try FileManager.default.createDirectory(at: container.documentsURL.appendingPathComponent("box"), withIntermediateDirectories: true)
+    let presenter = try Child(["present", root.path, group, "Documents/box"])
+    presenter.waitForLine { $0.hasPrefix("ready") }
+    let item = container.documentsURL.appendingPathComponent("box/new.txt")
+    try FileCoordinator().coordinate(writingItemAt: item) { try container.write(Data("1".utf8), to: $0) }
+    presenter.waitForLine { $0 == "subitemDidAppear coordinated \(getpid()) new.txt" }
+    try FileCoordinator().coordinate(writingItemAt: item) { try container.write(Data("2".utf8), to: $0) }
+    presenter.waitForLine { $0 == "subitemDidChange coordinated \(getpid()) new.txt" }
+    try FileCoordinator().coordinate(writingItemAt: item, options: .forDeleting) { try FileManager.default.removeItem(at: $0) }
+    presenter.waitForLine { $0 == "accommodateSubitemDeletion coordinated \(getpid()) new.txt" }
+    // Deleting the directory itself: the presenter accommodates, and hears nothing uncoordinated.
+    try FileCoordinator().coordinate(
+      writingItemAt: container.documentsURL.appendingPathComponent("box"), options: .forDeleting
+    ) { try FileManager.default.removeItem(at: $0) }
+    presenter.waitForLine { $0 == "accommodateDeletion coordinated \(getpid())" }
+    Thread.sleep(forTimeInterval: 0.3)
+    #expect(!presenter.output.contains { $0.contains("uncoordinated") }, "\(presenter.output)")
+    presenter.kill()
+  }
+
+  @Test func coordinatedMoveTellsPresentersWhereTheirItemWent() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let from = container.documentsURL.appendingPathComponent("old.txt")
+    let to = container.documentsURL.appendingPathComponent("new.txt")
+    try container.write(Data("x".utf8), to: from)
+    let presenter = try Child(["present", root.path, group, "Documents/old.txt"])
+    presenter.waitForLine { $0.hasPrefix("ready") }
+    let coordinator = FileCoordinator()
+    try coordinator.coordinate(writingItemAt: from, options: .forMoving, writingItemAt: to, options: .forReplacing) {
+      source, destination in
+      try FileManager.default.moveItem(at: source, to: destination)
+      coordinator.item(at: source, didMoveTo: destination)
+    }
+    presenter.waitForLine { $0 == "didMove coordinated \(getpid()) new.txt" }
+    // The presenter now follows the new location.
+    try FileCoordinator().coordinate(writingItemAt: to) { try container.write(Data("y".utf8), to: $0) }
+    presenter.waitForLine { $0 == "didChange coordinated \(getpid())" }
+    presenter.kill()
+  }
+
+  @Test func directoryDeleteExcludesWritersOfItemsInside() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let dir = container.documentsURL.appendingPathComponent("tree")
+    try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+    let log = root.path + "/tree.log"
+    let child = try Child(["access", root.path, group, "write", "Documents/tree/leaf.txt", "20", "10", log])
+    for _ in 0..<10 {
+      try FileCoordinator().coordinate(writingItemAt: dir, options: .forDeleting) { _ in
+        let fd = open(log, O_WRONLY | O_APPEND | O_CREAT, 0o600)
+        defer { close(fd) }
+        let begin = "B \(getpid()) delete \(monotonicNow())\n"
+        _ = write(fd, begin, begin.utf8.count)
+        usleep(10_000)
+        let end = "E \(getpid()) delete \(monotonicNow())\n"
+        _ = write(fd, end, end.utf8.count)
+      }
+    }
+    #expect(child.waitForExit() == 0)
+    let intervals = Interval.parse(try String(contentsOfFile: log, encoding: .utf8))
+    let deletes = intervals.filter { $0.mode == "delete" }
+    let writes = intervals.filter { $0.mode == "write" }
+    #expect(deletes.count == 10 && writes.count == 20)
+    for d in deletes { for w in writes { #expect(!d.overlaps(w), "directory delete overlapped a child write") } }
+  }
+
+  @Test func plainWritesOfADirectoryDoNotLockItsContents() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let holder = try Child(["hold", root.path, group, "write", "Documents"])
+    holder.waitForLine { $0 == "locked" }
+    // Another process holds a plain write of Documents: an item inside is still free.
+    try FileCoordinator().coordinate(writingItemAt: container.documentsURL.appendingPathComponent("free.txt")) {
+      try container.write(Data("ok".utf8), to: $0)
+    }
+    holder.kill()
+  }
+
+  @Test func writeWriteInOppositeOrdersFromTwoProcessesNeverDeadlocks() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    try FileManager.default.createDirectory(at: container.documentsURL.appendingPathComponent("sub"), withIntermediateDirectories: true)
+    let a = try Child(["pair", root.path, group, "Documents/A", "Documents/B", "300"])
+    let b = try Child(["pair", root.path, group, "Documents/B", "Documents/A", "300"])
+    let c = try Child(["pair", root.path, group, "Documents/sub/C", "Documents/A", "150"])
+    #expect(a.waitForExit(timeout: 180) == 0)
+    #expect(b.waitForExit(timeout: 180) == 0)
+    #expect(c.waitForExit(timeout: 180) == 0)
+    #expect(a.output.last == "done 300" && b.output.last == "done 300")
+  }
+
+  @Test func aLockHolderKilledWithSIGKILLBlocksNobody() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let holder = try Child(["hold", root.path, group, "write", "Documents/held.txt"])
+    holder.waitForLine { $0 == "locked" }
+    #expect(try container.status().locks.contains { $0.pid == holder.pid && $0.item == "Documents/held.txt" && $0.exclusive })
+    holder.kill(SIGKILL)
+    let ran = try FileCoordinator().coordinate(writingItemAt: container.documentsURL.appendingPathComponent("held.txt")) { _ in true }
+    #expect(ran)
+    // Its registration is reaped by the next liveness check.
+    #expect(try !container.status().processes.contains { $0.pid == holder.pid })
+  }
+
+  @Test func aPresenterKilledMidHandshakeIsNotWaitedFor() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let url = container.documentsURL.appendingPathComponent("victim.txt")
+    // Answers relinquish requests only after 600 s: only liveness can release the writer.
+    let presenter = try Child(["present", root.path, group, "Documents/victim.txt", "600"])
+    presenter.waitForLine { $0.hasPrefix("ready") }
+    let killer = Thread {
+      presenter.waitForLine { $0.hasPrefix("relinquishToWriter") }
+      presenter.kill(SIGKILL)
+    }
+    killer.start()
+    let coordinator = FileCoordinator()
+    coordinator.presenterTimeout = .seconds(600)
+    coordinator.presenterTimeoutPolicy = .fail
+    let ran = try coordinator.coordinate(writingItemAt: url) { _ in true }
+    #expect(ran)
+    #expect(try container.status().presenters.isEmpty)
+  }
+
+  @Test func anUnresponsivePresenterIsSkippedOrFailsAfterTheTimeout() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let url = container.documentsURL.appendingPathComponent("slow.txt")
+    let presenter = try Child(["present", root.path, group, "Documents/slow.txt", "600"])
+    presenter.waitForLine { $0.hasPrefix("ready") }
+    let strict = FileCoordinator()
+    strict.presenterTimeout = .milliseconds(300)
+    strict.presenterTimeoutPolicy = .fail
+    let error = #expect(throws: FileCoordinatorError.self) {
+      try strict.coordinate(writingItemAt: url) { _ in Issue.record("accessor ran after a failed handshake") }
+    }
+    #expect(error?.description.contains("did not answer within 0.3 s") == true, "\(String(describing: error))")
+    let lenient = FileCoordinator()
+    lenient.presenterTimeout = .milliseconds(300)
+    #expect(try lenient.coordinate(writingItemAt: url) { _ in true })
+    presenter.kill()
+  }
+
+  @Test func uncoordinatedWritesReachPresentersInOtherProcesses() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let url = container.documentsURL.appendingPathComponent("shell.txt")
+    let presenter = try Child(["present", root.path, group, "Documents/shell.txt"])
+    presenter.waitForLine { $0.hasPrefix("ready") }
+    let shell = Process()
+    shell.executableURL = URL(fileURLWithPath: "/bin/sh")
+    shell.arguments = ["-c", "echo hello > '\(url.path)'"]
+    try shell.run()
+    shell.waitUntilExit()
+    presenter.waitForLine { $0 == "didChange uncoordinated -" }
+    // A coordinated write right after is reported once, as coordinated.
+    try FileCoordinator().coordinate(writingItemAt: url) { try container.write(Data("c".utf8), to: $0) }
+    presenter.waitForLine { $0 == "didChange coordinated \(getpid())" }
+    Thread.sleep(forTimeInterval: 0.3)
+    #expect(presenter.output.filter { $0.hasPrefix("didChange") }.count == 2, "\(presenter.output)")
+    presenter.kill()
+  }
+
+  @Test func inotifyOverflowTriggersAResyncAndNoMessageIsLost() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let file = container.documentsURL.appendingPathComponent("flood.txt")
+    // The presenter's watcher reads no events until resume-watcher appears, so the kernel queue overflows.
+    let presenter = try Child(["present", root.path, group, "Documents/flood.txt", "0", "600000"])
+    presenter.waitForLine { $0.hasPrefix("ready") }
+    let limit = (try? String(contentsOfFile: "/proc/sys/fs/inotify/max_queued_events", encoding: .utf8))
+      .flatMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) } ?? 16384
+    // The presenter's watch of Documents (the item's parent) sees two events per file created here.
+    for i in 0...(limit / 2 + 10) {
+      let fd = open(container.documentsURL.appendingPathComponent("f\(i)").path, O_CREAT | O_WRONLY, 0o600)
+      close(fd)
+    }
+    // This coordinated write's prepare arrives after the overflow: only the inbox rescan can find it.
+    let done = Mutex<Result<Void, any Error>?>(nil)
+    let writer = Thread {
+      let coordinator = FileCoordinator()
+      coordinator.presenterTimeout = .seconds(120)
+      coordinator.presenterTimeoutPolicy = .fail
+      let result = Result { try coordinator.coordinate(writingItemAt: file) { try container.write(Data("after".utf8), to: $0) } }
+      done.withLock { $0 = result }
+    }
+    writer.start()
+    Thread.sleep(forTimeInterval: 0.2)
+    FileManager.default.createFile(atPath: root.path + "/resume-watcher", contents: nil)
+    for _ in 0..<12_000 where done.withLock({ $0 == nil }) { Thread.sleep(forTimeInterval: 0.01) }
+    #expect(throws: Never.self) { try done.withLock { $0 }?.get() }
+    presenter.waitForLine { $0 == "didChange uncoordinated - resync" }
+    presenter.waitForLine { $0 == "relinquishToWriter coordinated \(getpid())" }
+    presenter.waitForLine { $0 == "reacquire coordinated \(getpid())" }
+    presenter.kill()
+  }
+}
