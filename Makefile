@@ -1,0 +1,28 @@
+# The two commands of the README: `make demo` and `make test`. `make bench` runs the benchmarks.
+SWIFT ?= swift
+
+.PHONY: deps build test demo bench fuzz
+
+# libinotifytools (Debian: libinotifytools0-dev) is the one system library the package links.
+deps:
+	@if [ ! -f /usr/include/inotifytools/inotifytools.h ]; then \
+	  echo "installing libinotifytools0-dev"; \
+	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libinotifytools0-dev; \
+	fi
+
+build: deps
+	$(SWIFT) build
+
+test: deps
+	$(SWIFT) build --build-tests
+	$(SWIFT) test --skip-build --disable-xctest
+
+demo: build
+	bash scripts/demo.sh
+
+bench: deps
+	cd Benchmarks && $(SWIFT) package --allow-writing-to-package-directory benchmark
+
+fuzz: deps
+	bash Fuzz/run.sh

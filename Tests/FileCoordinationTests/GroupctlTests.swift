@@ -1,0 +1,92 @@
+import Foundation
+import Testing
+
+@testable import FileCoordination
+
+/// The CLI, run as a real binary: stdout, stderr and exit status.
+@Suite struct GroupctlTests {
+  let group = "group.com.example.cli"
+
+  func run(_ arguments: [String], stdin: String? = nil) throws -> (status: Int32, out: String, err: String) {
+    let process = Process()
+    process.executableURL = productsDirectory.appendingPathComponent("groupctl")
+    process.arguments = arguments
+    let out = Pipe(), err = Pipe(), input = Pipe()
+    process.standardOutput = out
+    process.standardError = err
+    process.standardInput = input
+    try process.run()
+    if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
+    try input.fileHandleForWriting.close()
+    let outData = out.fileHandleForReading.readDataToEndOfFile()
+    let errData = err.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return (process.terminationStatus, String(decoding: outData, as: UTF8.self), String(decoding: errData, as: UTF8.self))
+  }
+
+  @Test func writeThenReadRoundTripsThroughTheCoordinator() throws {
+    let root = try TestRoot()
+    let written = try run(["write", group, "Documents/note.txt", "--root", root.path], stdin: "hello\n")
+    #expect(written.status == 0, "\(written.err)")
+    let read = try run(["read", group, "Documents/note.txt", "--root", root.path])
+    #expect(read.status == 0 && read.out == "hello\n")
+  }
+
+  @Test(arguments: ["../x", "/etc/passwd", "Documents/../../x", ".coordination/counters"])
+  func escapingPathsAreRefused(path: String) throws {
+    let root = try TestRoot()
+    let result = try run(["read", group, path, "--root", root.path])
+    #expect(result.status != 0)
+    #expect(result.err.contains("invalid") || result.err.contains("outside"), "\(result.err)")
+  }
+
+  @Test func symlinksPointingOutAreRefused() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    try FileManager.default.createSymbolicLink(atPath: container.path + "/Documents/etc", withDestinationPath: "/etc")
+    let result = try run(["read", group, "Documents/etc/hostname", "--root", root.path])
+    #expect(result.status != 0 && result.err.contains("outside"), "\(result.err)")
+    let write = try run(["write", group, "Documents/etc/evil", "--root", root.path], stdin: "x")
+    #expect(write.status != 0 && !FileManager.default.fileExists(atPath: "/etc/evil"))
+  }
+
+  @Test func invalidIdentifiersAreRefusedWithTheRule() throws {
+    let root = try TestRoot()
+    let result = try run(["status", "bad/../id", "--root", root.path])
+    #expect(result.status != 0 && result.err.contains("only A-Z a-z 0-9 . - are allowed"), "\(result.err)")
+  }
+
+  @Test func statusListsProcessesPresentersAndLocks() throws {
+    let root = try TestRoot()
+    _ = try root.container(group)
+    let presenter = try Child(["present", root.path, group, "Documents/p.txt"])
+    presenter.waitForLine { $0.hasPrefix("ready") }
+    let holder = try Child(["hold", root.path, group, "write", "Documents/p.txt"])
+    holder.waitForLine { $0 == "locked" }
+    let result = try run(["status", group, "--json", "--root", root.path])
+    #expect(result.status == 0)
+    let status = try JSONDecoder().decode(ContainerStatus.self, from: Data(result.out.utf8))
+    #expect(Set(status.processes.map(\.pid)).isSuperset(of: [presenter.pid, holder.pid]))
+    #expect(status.presenters.map(\.item) == ["Documents/p.txt"])
+    #expect(status.locks.contains { $0.pid == holder.pid && $0.item == "Documents/p.txt" && $0.kind == "item" && $0.exclusive })
+    #expect(status.locks.contains { $0.pid == holder.pid && $0.item == "Documents" && $0.kind == "tree" && !$0.exclusive })
+    presenter.kill()
+    holder.kill()
+  }
+
+  @Test func presentPrintsOneFlushedJSONLinePerCallback() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let presenter = try Child(["present", group, "Documents/j.txt", "--root", root.path], executable: "groupctl")
+    presenter.waitForLine { $0.contains("\"ready\"") }
+    #expect(try run(["write", group, "Documents/j.txt", "--root", root.path], stdin: "1").status == 0)
+    presenter.waitForLine { $0.contains("\"reacquire\"") }
+    try Data("2".utf8).write(to: container.documentsURL.appendingPathComponent("j.txt"))
+    let line = presenter.waitForLine { $0.contains("\"coordinated\":false") }
+    #expect(line?.contains("\"event\":\"didChange\"") == true)
+    presenter.kill(SIGINT)
+    #expect(presenter.process.terminationStatus == 0)
+    // It unregistered on SIGINT.
+    #expect(try container.status().presenters.isEmpty)
+  }
+}

@@ -1,0 +1,129 @@
+import Foundation
+import Testing
+
+@testable import FileCoordination
+
+/// Every file under `.coordination/` is untrusted input: garbage, oversized, planted symlinks.
+@Suite struct HostileInputTests {
+  static let validRecord = PresenterRecord(
+    id: "123.456.7", process: ProcessName(pid: 123, startTime: 456), item: "Documents/a.txt", isDirectory: false)
+  static let validMessage = CoordinationMessage(
+    id: "123.456.9", kind: .prepare, sender: ProcessName(pid: 123, startTime: 456), purpose: "p",
+    item: "Documents/a.txt", needsAck: true, isWrite: true,
+    events: [PresenterEvent(presenter: "9.9.1", kind: .relinquishToWriter), PresenterEvent(presenter: "9.9.1", kind: .save)])
+
+  @Test func validFilesRoundTrip() throws {
+    #expect(try PresenterRecord.decode(Self.validRecord.encoded(), fileName: "123.456.7") == Self.validRecord)
+    let message = try CoordinationMessage.decode(Self.validMessage.encoded(), fileName: "123.456.9.prepare")
+    #expect(message.events == Self.validMessage.events)
+  }
+
+  @Test(arguments: [
+    #"{"version":1,"id":"123.456.7","process":"123.456","item":"../etc","isDirectory":false}"#,
+    #"{"version":1,"id":"123.456.7","process":"123.456","item":"/etc/passwd","isDirectory":false}"#,
+    #"{"version":1,"id":"999.456.7","process":"123.456","item":"a","isDirectory":false}"#,
+    #"{"version":2,"id":"123.456.7","process":"123.456","item":"a","isDirectory":false}"#,
+    #"{"version":1,"id":"123.456.7","process":"-1.456","item":"a","isDirectory":false}"#,
+    #"{"version":1,"id":"123.456.7","process":"123.456","item":".coordination/x","isDirectory":false}"#,
+    #"[1,2,3]"#, "", "\u{0}\u{1}\u{2}", #"{"version":1}"#,
+  ])
+  func badPresenterRecordsAreRefusedWithTheirFileName(text: String) {
+    let error = #expect(throws: GroupContainerError.self) {
+      try PresenterRecord.decode(Array(text.utf8), fileName: "123.456.7")
+    }
+    #expect(error?.description.contains("123.456.7") == true || error?.description.contains("invalid") == true)
+  }
+
+  @Test func badMessagesAreRefused() throws {
+    var wrongPhase = Self.validMessage
+    wrongPhase.events = [PresenterEvent(presenter: "9.9.1", kind: .didChange)]
+    #expect(throws: GroupContainerError.self) {
+      try CoordinationMessage.decode(wrongPhase.encoded(), fileName: "123.456.9.prepare")
+    }
+    var escaping = Self.validMessage
+    escaping.events = [PresenterEvent(presenter: "9.9.1", kind: .accommodateSubitemDeletion, path: "../../x")]
+    #expect(throws: GroupContainerError.self) {
+      try CoordinationMessage.decode(escaping.encoded(), fileName: "123.456.9.prepare")
+    }
+    #expect(throws: GroupContainerError.self) {
+      try CoordinationMessage.decode(Self.validMessage.encoded(), fileName: "999.456.9.prepare")
+    }
+    #expect(throws: GroupContainerError.self) {
+      try CoordinationMessage.decode([UInt8](repeating: 0x20, count: CoordinationMessage.maxBytes + 1), fileName: "x")
+    }
+  }
+
+  /// A seeded mutation fuzzer over both parsers: any bytes give a value that passed validation, or an error.
+  @Test func mutatedRecordsAndMessagesNeverCrash() throws {
+    var rng = SplitMix64(seed: 0x5eed)
+    let seeds: [(bytes: [UInt8], name: String)] = [
+      (Self.validRecord.encoded(), "123.456.7"), (Self.validMessage.encoded(), "123.456.9.prepare"),
+    ]
+    var accepted = 0
+    for round in 0..<20_000 {
+      let (seed, name) = seeds[round % 2]
+      var bytes = seed
+      for _ in 0...Int(rng.next() % 4) {
+        guard !bytes.isEmpty else { break }
+        let at = Int(rng.next() % UInt64(bytes.count))
+        switch rng.next() % 5 {
+        case 0: bytes[at] ^= UInt8(truncatingIfNeeded: 1 << (rng.next() % 8))
+        case 1: bytes.removeSubrange(at...)
+        case 2: bytes.insert(UInt8(truncatingIfNeeded: rng.next()), at: at)
+        case 3:
+          let structural = Array(#"{}[]":,.\0-9"#.utf8)
+          bytes[at] = structural[Int(rng.next() % UInt64(structural.count))]
+        default: bytes.insert(contentsOf: bytes[at...].prefix(32), at: at)
+        }
+      }
+      if round % 2 == 0 {
+        if let record = try? PresenterRecord.decode(bytes, fileName: name) {
+          accepted += 1
+          #expect(record.item.isEmpty || (try? ContainerPath(record.item)) != nil)
+        }
+      } else if let message = try? CoordinationMessage.decode(bytes, fileName: name) {
+        accepted += 1
+        #expect(message.item.isEmpty || (try? ContainerPath(message.item)) != nil)
+      }
+    }
+    #expect(accepted < 20_000)
+  }
+
+  @Test func plantedGarbageInTheMachineryDoesNotStopCoordination() throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let coordination = container.path + "/.coordination"
+    // Garbage and symlinks where records and messages live; a planted inbox of a "process" that never existed.
+    try Data("garbage".utf8).write(to: URL(fileURLWithPath: coordination + "/presenters/1.2.3"))
+    try FileManager.default.createSymbolicLink(atPath: coordination + "/presenters/1.2.4", withDestinationPath: "/etc/passwd")
+    try FileManager.default.createDirectory(atPath: coordination + "/inbox/77777.1", withIntermediateDirectories: true)
+    let presenter = try Child(["present", root.path, "group.com.example.tests", "Documents/h.txt"])
+    presenter.waitForLine { $0.hasPrefix("ready") }
+    let inbox = try FileManager.default.contentsOfDirectory(atPath: coordination + "/inbox").first { $0.hasPrefix("\(presenter.pid).") }!
+    try Data("{not json".utf8).write(to: URL(fileURLWithPath: coordination + "/inbox/\(inbox)/1.1.1.prepare"))
+    try FileManager.default.createSymbolicLink(
+      atPath: coordination + "/inbox/\(inbox)/1.1.2.prepare", withDestinationPath: "/etc/shadow")
+    let url = container.documentsURL.appendingPathComponent("h.txt")
+    try FileCoordinator().coordinate(writingItemAt: url) { try container.write(Data("ok".utf8), to: $0) }
+    presenter.waitForLine { $0.hasPrefix("didChange coordinated") }
+    let status = try container.status()
+    #expect(status.presenters.map(\.pid) == [presenter.pid])
+    // The dead process's leftovers were reaped; the target of the planted link is untouched.
+    #expect(!FileManager.default.fileExists(atPath: coordination + "/inbox/77777.1"))
+    #expect(FileManager.default.fileExists(atPath: "/etc/passwd"))
+    presenter.kill()
+  }
+}
+
+/// A small deterministic generator, so a failing round can be replayed.
+struct SplitMix64: RandomNumberGenerator {
+  var state: UInt64
+  init(seed: UInt64) { state = seed }
+  mutating func next() -> UInt64 {
+    state &+= 0x9E37_79B9_7F4A_7C15
+    var z = state
+    z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+    z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+    return z ^ (z >> 31)
+  }
+}
