@@ -73,7 +73,8 @@ extension GroupContainer {
     try checkBeneath(item)
     let mode = sharing.fileMode
     try GroupContainerError.wrap { () throws(FileSystemError) in
-      try AtomicReplace.write(data, to: self.url(for: item).path, mode: mode, durability: durable ? .powerLoss : .processCrash)
+      try AtomicReplace.write(
+        data, to: self.url(for: item).path, mode: mode, durability: durable ? .powerLoss : .processCrash)
     }
   }
 

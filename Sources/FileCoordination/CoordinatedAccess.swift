@@ -123,13 +123,19 @@ struct CoordinatedAccess: Sendable {
     }
   }
 
-  private enum Relation { case same, ancestor, descendant, unrelated
+  private enum Relation {
+    case same, ancestor, descendant, unrelated
     /// How the presented item `presented` relates to the accessed `item`.
     init(_ presented: ContainerPath, _ item: ContainerPath) {
-      if presented == item { self = .same }
-      else if item.isDescendant(of: presented) { self = .ancestor }
-      else if presented.isDescendant(of: item) { self = .descendant }
-      else { self = .unrelated }
+      if presented == item {
+        self = .same
+      } else if item.isDescendant(of: presented) {
+        self = .ancestor
+      } else if presented.isDescendant(of: item) {
+        self = .descendant
+      } else {
+        self = .unrelated
+      }
     }
   }
 
@@ -159,9 +165,10 @@ struct CoordinatedAccess: Sendable {
   // MARK: Step 2: locks
 
   mutating func lock(owner: LockOwner, isCancelled: @escaping @Sendable () -> Bool) throws(FileCoordinatorError) {
-    let plan = LockOrder.plan(items.map { item in
-      (item.path, !item.isWrite ? .read : item.writing.excludesContents ? .writeTree : .write)
-    })
+    let plan = LockOrder.plan(
+      items.map { item in
+        (item.path, !item.isWrite ? .read : item.writing.excludesContents ? .writeTree : .write)
+      })
     held = try space.locks.acquire(plan, owner: owner, isCancelled: isCancelled)
     // Whether a written item is new decides "appeared" vs "changed" for directory presenters.
     if !sent.isEmpty {

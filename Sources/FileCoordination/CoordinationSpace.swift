@@ -144,8 +144,10 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     self.directory = containerPath + "/.coordination"
     self.fileMode = fileMode
     self.directoryMode = directoryMode
-    for dir in [directory, directory + "/locks", directory + "/processes", directory + "/presenters",
-                directory + "/inbox"] {
+    for dir in [
+      directory, directory + "/locks", directory + "/processes", directory + "/presenters",
+      directory + "/inbox",
+    ] {
       try FileSystem.makeDirectory(dir, mode: directoryMode)
     }
     counters = try MappedCounters(path: directory + "/counters", mode: fileMode)

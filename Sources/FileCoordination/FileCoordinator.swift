@@ -182,7 +182,8 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
     let access: CoordinatedAccess = try await withTaskCancellationHandler {
       try await withCheckedThrowingContinuation { continuation in
         DispatchQueue.global().async {
-          continuation.resume(with: Result { try self.begin(intents, extraCancel: { cancelled.load(ordering: .relaxed) }) })
+          continuation.resume(
+            with: Result { try self.begin(intents, extraCancel: { cancelled.load(ordering: .relaxed) }) })
         }
       }
     } onCancel: {

@@ -59,9 +59,12 @@ public struct GroupContainer: Sendable, Hashable {
   public static func validate(identifier: String) throws(GroupContainerError) {
     if identifier.isEmpty { throw .invalidIdentifier(identifier, rule: "it is empty") }
     if identifier.utf8.count > maxIdentifierBytes {
-      throw .invalidIdentifier(String(identifier.prefix(40)) + "…", rule: "it is longer than \(maxIdentifierBytes) bytes")
+      throw .invalidIdentifier(
+        String(identifier.prefix(40)) + "…", rule: "it is longer than \(maxIdentifierBytes) bytes")
     }
-    if let bad = identifier.unicodeScalars.first(where: { !($0.isASCII && (isAlphanumeric($0) || $0 == "." || $0 == "-")) }) {
+    if let bad = identifier.unicodeScalars.first(where: {
+      !($0.isASCII && (isAlphanumeric($0) || $0 == "." || $0 == "-"))
+    }) {
       throw .invalidIdentifier(
         identifier, rule: "only A-Z a-z 0-9 . - are allowed (found '\(bad.escaped(asASCII: true))')")
     }
@@ -78,7 +81,9 @@ public struct GroupContainer: Sendable, Hashable {
   /// `$GROUP_CONTAINER_ROOT`, else `$XDG_DATA_HOME/group-containers`, else `~/.local/share/group-containers`.
   public static func defaultRoot() throws(GroupContainerError) -> String {
     if let root = Environment.value("GROUP_CONTAINER_ROOT"), !root.isEmpty {
-      guard root.hasPrefix("/") else { throw .noContainerRoot("GROUP_CONTAINER_ROOT '\(root)' is not an absolute path") }
+      guard root.hasPrefix("/") else {
+        throw .noContainerRoot("GROUP_CONTAINER_ROOT '\(root)' is not an absolute path")
+      }
       return root
     }
     if let xdg = Environment.value("XDG_DATA_HOME"), xdg.hasPrefix("/") { return xdg + "/group-containers" }

@@ -131,7 +131,8 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
 
   /// Publishes `message` in `process`'s inbox. A missing inbox means the process is gone.
   func send(_ message: CoordinationMessage, to process: ProcessName) throws(FileSystemError) {
-    try AtomicReplace.write(message.encoded(), to: space.inbox(of: process) + "/" + message.fileName, mode: space.fileMode)
+    try AtomicReplace.write(
+      message.encoded(), to: space.inbox(of: process) + "/" + message.fileName, mode: space.fileMode)
   }
 
   /// Everything in the inbox, oldest messages first (after an overflow the kernel may have dropped their events).
@@ -183,7 +184,8 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
   ) throws(FileCoordinatorError) -> AckOutcome {
     var outcome = AckOutcome()
     var waiting = pending
-    let deadline = MonotonicClock.nanoseconds() + UInt64(timeout.components.seconds) * 1_000_000_000
+    let deadline =
+      MonotonicClock.nanoseconds() + UInt64(timeout.components.seconds) * 1_000_000_000
       + UInt64(timeout.components.attoseconds / 1_000_000_000)
     var nextLivenessCheck = MonotonicClock.nanoseconds() + 20_000_000
     condition.lock()

@@ -252,16 +252,24 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
     var tokens: [Watcher.Token] = []
     let parent = local.item.parent.map { space.absolutePath($0) } ?? space.containerPath
     let name = local.item.lastComponent
-    if !local.item.isRoot, let token = try? Watcher.shared.watch(parent, handler: { [weak self, weak local] event in
-      guard let self, let local, event.name == name else { return }
-      self.itemEvent(local, event)
-    }) {
+    if !local.item.isRoot,
+      let token = try? Watcher.shared.watch(
+        parent,
+        handler: { [weak self, weak local] event in
+          guard let self, let local, event.name == name else { return }
+          self.itemEvent(local, event)
+        })
+    {
       tokens.append(token)
     }
-    if local.isDirectory, let token = try? Watcher.shared.watch(itemPath, handler: { [weak self, weak local] event in
-      guard let self, let local, !event.name.isEmpty else { return }
-      self.subitemEvent(local, event)
-    }) {
+    if local.isDirectory,
+      let token = try? Watcher.shared.watch(
+        itemPath,
+        handler: { [weak self, weak local] event in
+          guard let self, let local, !event.name.isEmpty else { return }
+          self.subitemEvent(local, event)
+        })
+    {
       tokens.append(token)
     }
     if tokens.isEmpty {
@@ -292,7 +300,11 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
     presenter.presentedItemOperationQueue.addOperation { [self] in
       lock.withLock { _ = local.subitemsQueued.remove(key) }
       ChangeOrigin.$current.withValue(ChangeOrigin(processID: nil, isCoordinated: false)) {
-        if appeared { presenter.presentedSubitemDidAppear(at: url) } else { presenter.presentedSubitemDidChange(at: url) }
+        if appeared {
+          presenter.presentedSubitemDidAppear(at: url)
+        } else {
+          presenter.presentedSubitemDidChange(at: url)
+        }
       }
     }
   }

@@ -19,7 +19,9 @@ struct PresenterRecord: Codable, Sendable, Hashable {
 
   /// Parses and checks a record file. Every field is untrusted: anything odd is an error naming the file.
   static func decode(_ bytes: [UInt8], fileName: String) throws(GroupContainerError) -> PresenterRecord {
-    guard bytes.count <= maxBytes else { throw .corruptFile(fileName, reason: "presenter record over \(maxBytes) bytes") }
+    guard bytes.count <= maxBytes else {
+      throw .corruptFile(fileName, reason: "presenter record over \(maxBytes) bytes")
+    }
     let record: PresenterRecord
     do { record = try JSONDecoder().decode(PresenterRecord.self, from: Data(bytes)) } catch {
       throw .corruptFile(fileName, reason: "presenter record is not valid JSON of the expected shape")

@@ -1,6 +1,6 @@
 import Atomics
-import SystemPackage
 import Glibc
+import SystemPackage
 
 /// A small file of 64-bit counters shared by every process through `mmap(MAP_SHARED)`: reading one costs no
 /// system call, which is what lets "nothing changed" checks stay off the kernel.

@@ -10,7 +10,8 @@ import Testing
     #expect(container.url.path == root.path + "/group.com.example.layout")
     for dir in ["Library/Preferences", "Library/Caches", "Downloads", "Documents", ".coordination/locks"] {
       var isDir: ObjCBool = false
-      #expect(FileManager.default.fileExists(atPath: container.path + "/" + dir, isDirectory: &isDir) && isDir.boolValue)
+      #expect(
+        FileManager.default.fileExists(atPath: container.path + "/" + dir, isDirectory: &isDir) && isDir.boolValue)
     }
     let attributes = try FileManager.default.attributesOfItem(atPath: container.path)
     #expect((attributes[.posixPermissions] as? Int) == 0o700)
@@ -36,7 +37,8 @@ import Testing
 
   @Test(arguments: [
     ("", "empty"), ("a/b", "only A-Z"), ("..", "'..'"), ("a..b", "'..'"), ("group.com/../x", "only A-Z"),
-    ("grüße", "only A-Z"), ("a b", "only A-Z"), (".hidden", "start with"), (String(repeating: "a", count: 256), "longer"),
+    ("grüße", "only A-Z"), ("a b", "only A-Z"), (".hidden", "start with"),
+    (String(repeating: "a", count: 256), "longer"),
   ])
   func rejectsInvalidIdentifiers(identifier: String, rule: String) throws {
     let root = try TestRoot()
@@ -65,10 +67,14 @@ import Testing
     let container = try root.container()
     let outside = root.url.appendingPathComponent("outside")
     try FileManager.default.createDirectory(at: outside, withIntermediateDirectories: true)
-    try FileManager.default.createSymbolicLink(atPath: container.path + "/Documents/out", withDestinationPath: outside.path)
-    try FileManager.default.createSymbolicLink(atPath: container.path + "/Documents/dangling", withDestinationPath: "/nonexistent/x")
-    try FileManager.default.createSymbolicLink(atPath: container.path + "/Documents/in", withDestinationPath: "../Library")
-    try FileManager.default.createSymbolicLink(atPath: container.path + "/Documents/private", withDestinationPath: "../.coordination")
+    try FileManager.default.createSymbolicLink(
+      atPath: container.path + "/Documents/out", withDestinationPath: outside.path)
+    try FileManager.default.createSymbolicLink(
+      atPath: container.path + "/Documents/dangling", withDestinationPath: "/nonexistent/x")
+    try FileManager.default.createSymbolicLink(
+      atPath: container.path + "/Documents/in", withDestinationPath: "../Library")
+    try FileManager.default.createSymbolicLink(
+      atPath: container.path + "/Documents/private", withDestinationPath: "../.coordination")
     for bad in ["Documents/out/x", "Documents/out", "Documents/dangling", "Documents/private/locks"] {
       #expect(throws: GroupContainerError.self, "\(bad)") { try container.url(forRelativePath: bad) }
     }
@@ -113,9 +119,10 @@ import Testing
 @Suite struct LockOrderTests {
   @Test func plansAncestorsSharedAndItemExclusiveInOrder() throws {
     let plan = LockOrder.plan([(try ContainerPath("Documents/a/b.txt"), .write)])
-    #expect(plan.map { "\($0.key.kind) \($0.key.path) \($0.mode)" } == [
-      "tree  shared", "tree Documents shared", "tree Documents/a shared", "item Documents/a/b.txt exclusive",
-    ])
+    #expect(
+      plan.map { "\($0.key.kind) \($0.key.path) \($0.mode)" } == [
+        "tree  shared", "tree Documents shared", "tree Documents/a shared", "item Documents/a/b.txt exclusive",
+      ])
   }
 
   @Test func mergesDuplicatesToTheStrongestModeAndSortsByDepthThenPath() throws {
@@ -123,10 +130,11 @@ import Testing
       (try ContainerPath("Documents/z"), .read), (try ContainerPath("Documents"), .writeTree),
       (try ContainerPath("Documents/a"), .write), (try ContainerPath("Documents/z"), .write),
     ])
-    #expect(plan.map { "\($0.key.kind) \($0.key.path) \($0.mode)" } == [
-      "tree  shared", "tree Documents exclusive", "item Documents exclusive",
-      "item Documents/a exclusive", "item Documents/z exclusive",
-    ])
+    #expect(
+      plan.map { "\($0.key.kind) \($0.key.path) \($0.mode)" } == [
+        "tree  shared", "tree Documents exclusive", "item Documents exclusive",
+        "item Documents/a exclusive", "item Documents/z exclusive",
+      ])
   }
 
   @Test func everyPermutationOfItemsGivesTheSamePlan() throws {

@@ -21,7 +21,9 @@ import Testing
     let outData = out.fileHandleForReading.readDataToEndOfFile()
     let errData = err.fileHandleForReading.readDataToEndOfFile()
     process.waitUntilExit()
-    return (process.terminationStatus, String(decoding: outData, as: UTF8.self), String(decoding: errData, as: UTF8.self))
+    return (
+      process.terminationStatus, String(decoding: outData, as: UTF8.self), String(decoding: errData, as: UTF8.self)
+    )
   }
 
   @Test func writeThenReadRoundTripsThroughTheCoordinator() throws {
@@ -68,8 +70,12 @@ import Testing
     let status = try JSONDecoder().decode(ContainerStatus.self, from: Data(result.out.utf8))
     #expect(Set(status.processes.map(\.pid)).isSuperset(of: [presenter.pid, holder.pid]))
     #expect(status.presenters.map(\.item) == ["Documents/p.txt"])
-    #expect(status.locks.contains { $0.pid == holder.pid && $0.item == "Documents/p.txt" && $0.kind == "item" && $0.exclusive })
-    #expect(status.locks.contains { $0.pid == holder.pid && $0.item == "Documents" && $0.kind == "tree" && !$0.exclusive })
+    #expect(
+      status.locks.contains {
+        $0.pid == holder.pid && $0.item == "Documents/p.txt" && $0.kind == "item" && $0.exclusive
+      })
+    #expect(
+      status.locks.contains { $0.pid == holder.pid && $0.item == "Documents" && $0.kind == "tree" && !$0.exclusive })
     presenter.kill()
     holder.kill()
   }

@@ -10,7 +10,9 @@ import Testing
   static let validMessage = CoordinationMessage(
     id: "123.456.9", kind: .prepare, sender: ProcessName(pid: 123, startTime: 456), purpose: "p",
     item: "Documents/a.txt", needsAck: true, isWrite: true,
-    events: [PresenterEvent(presenter: "9.9.1", kind: .relinquishToWriter), PresenterEvent(presenter: "9.9.1", kind: .save)])
+    events: [
+      PresenterEvent(presenter: "9.9.1", kind: .relinquishToWriter), PresenterEvent(presenter: "9.9.1", kind: .save),
+    ])
 
   @Test func validFilesRoundTrip() throws {
     #expect(try PresenterRecord.decode(Self.validRecord.encoded(), fileName: "123.456.7") == Self.validRecord)
@@ -95,11 +97,14 @@ import Testing
     let coordination = container.path + "/.coordination"
     // Garbage and symlinks where records and messages live; a planted inbox of a "process" that never existed.
     try Data("garbage".utf8).write(to: URL(fileURLWithPath: coordination + "/presenters/1.2.3"))
-    try FileManager.default.createSymbolicLink(atPath: coordination + "/presenters/1.2.4", withDestinationPath: "/etc/passwd")
+    try FileManager.default.createSymbolicLink(
+      atPath: coordination + "/presenters/1.2.4", withDestinationPath: "/etc/passwd")
     try FileManager.default.createDirectory(atPath: coordination + "/inbox/77777.1", withIntermediateDirectories: true)
     let presenter = try Child(["present", root.path, "group.com.example.tests", "Documents/h.txt"])
     presenter.waitForLine { $0.hasPrefix("ready") }
-    let inbox = try FileManager.default.contentsOfDirectory(atPath: coordination + "/inbox").first { $0.hasPrefix("\(presenter.pid).") }!
+    let inbox = try FileManager.default.contentsOfDirectory(atPath: coordination + "/inbox").first {
+      $0.hasPrefix("\(presenter.pid).")
+    }!
     try Data("{not json".utf8).write(to: URL(fileURLWithPath: coordination + "/inbox/\(inbox)/1.1.1.prepare"))
     try FileManager.default.createSymbolicLink(
       atPath: coordination + "/inbox/\(inbox)/1.1.2.prepare", withDestinationPath: "/etc/shadow")

@@ -56,7 +56,9 @@ import Testing
     // A read asks the presenter to save unless .withoutChanges.
     _ = try FileCoordinator().coordinate(readingItemAt: url) { try container.contents(of: $0) }
     presenter.waitForLine { $0.contains("\"relinquishToReader\"") }
-    _ = try FileCoordinator().coordinate(readingItemAt: url, options: .withoutChanges) { try container.contents(of: $0) }
+    _ = try FileCoordinator().coordinate(readingItemAt: url, options: .withoutChanges) {
+      try container.contents(of: $0)
+    }
     Thread.sleep(forTimeInterval: 0.3)
     #expect(presenter.output.compactMap(Self.event).filter { $0 == "save" }.count == 2)
     presenter.kill(SIGTERM)
@@ -72,7 +74,8 @@ import Testing
   @Test func directoryPresentersHearSubitemEventsAndDeletion() throws {
     let root = try TestRoot()
     let container = try root.container(group)
-    try FileManager.default.createDirectory(at: container.documentsURL.appendingPathComponent("box"), withIntermediateDirectories: true)
+    try FileManager.default.createDirectory(
+      at: container.documentsURL.appendingPathComponent("box"), withIntermediateDirectories: true)
     let presenter = try Child(["present", root.path, group, "Documents/box"])
     presenter.waitForLine { $0.hasPrefix("ready") }
     let item = container.documentsURL.appendingPathComponent("box/new.txt")
@@ -80,7 +83,9 @@ import Testing
     presenter.waitForLine { $0 == "subitemDidAppear coordinated \(getpid()) new.txt" }
     try FileCoordinator().coordinate(writingItemAt: item) { try container.write(Data("2".utf8), to: $0) }
     presenter.waitForLine { $0 == "subitemDidChange coordinated \(getpid()) new.txt" }
-    try FileCoordinator().coordinate(writingItemAt: item, options: .forDeleting) { try FileManager.default.removeItem(at: $0) }
+    try FileCoordinator().coordinate(writingItemAt: item, options: .forDeleting) {
+      try FileManager.default.removeItem(at: $0)
+    }
     presenter.waitForLine { $0 == "accommodateSubitemDeletion coordinated \(getpid()) new.txt" }
     // Deleting the directory itself: the presenter accommodates, and hears nothing uncoordinated.
     try FileCoordinator().coordinate(
@@ -154,7 +159,8 @@ import Testing
   @Test func writeWriteInOppositeOrdersFromTwoProcessesNeverDeadlocks() throws {
     let root = try TestRoot()
     let container = try root.container(group)
-    try FileManager.default.createDirectory(at: container.documentsURL.appendingPathComponent("sub"), withIntermediateDirectories: true)
+    try FileManager.default.createDirectory(
+      at: container.documentsURL.appendingPathComponent("sub"), withIntermediateDirectories: true)
     let a = try Child(["pair", root.path, group, "Documents/A", "Documents/B", "300"])
     let b = try Child(["pair", root.path, group, "Documents/B", "Documents/A", "300"])
     let c = try Child(["pair", root.path, group, "Documents/sub/C", "Documents/A", "150"])
@@ -169,9 +175,11 @@ import Testing
     let container = try root.container(group)
     let holder = try Child(["hold", root.path, group, "write", "Documents/held.txt"])
     holder.waitForLine { $0 == "locked" }
-    #expect(try container.status().locks.contains { $0.pid == holder.pid && $0.item == "Documents/held.txt" && $0.exclusive })
+    #expect(
+      try container.status().locks.contains { $0.pid == holder.pid && $0.item == "Documents/held.txt" && $0.exclusive })
     holder.kill(SIGKILL)
-    let ran = try FileCoordinator().coordinate(writingItemAt: container.documentsURL.appendingPathComponent("held.txt")) { _ in true }
+    let ran = try FileCoordinator().coordinate(writingItemAt: container.documentsURL.appendingPathComponent("held.txt"))
+    { _ in true }
     #expect(ran)
     // Its registration is reaped by the next liveness check.
     #expect(try !container.status().processes.contains { $0.pid == holder.pid })
@@ -243,7 +251,8 @@ import Testing
     // The presenter's watcher reads no events until resume-watcher appears, so the kernel queue overflows.
     let presenter = try Child(["present", root.path, group, "Documents/flood.txt", "0", "600000"])
     presenter.waitForLine { $0.hasPrefix("ready") }
-    let limit = (try? String(contentsOfFile: "/proc/sys/fs/inotify/max_queued_events", encoding: .utf8))
+    let limit =
+      (try? String(contentsOfFile: "/proc/sys/fs/inotify/max_queued_events", encoding: .utf8))
       .flatMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) } ?? 16384
     // The presenter's watch of Documents (the item's parent) sees two events per file created here.
     for i in 0...(limit / 2 + 10) {
@@ -256,12 +265,14 @@ import Testing
       let coordinator = FileCoordinator()
       coordinator.presenterTimeout = .seconds(120)
       coordinator.presenterTimeoutPolicy = .fail
-      let result = Result { try coordinator.coordinate(writingItemAt: file) { try container.write(Data("after".utf8), to: $0) } }
+      let result = Result {
+        try coordinator.coordinate(writingItemAt: file) { try container.write(Data("after".utf8), to: $0) }
+      }
       done.withLock { $0 = result }
     }
     writer.start()
     Thread.sleep(forTimeInterval: 0.2)
-    FileManager.default.createFile(atPath: root.path + "/resume-watcher", contents: nil)
+    _ = FileManager.default.createFile(atPath: root.path + "/resume-watcher", contents: nil)
     for _ in 0..<12_000 where done.withLock({ $0 == nil }) { Thread.sleep(forTimeInterval: 0.01) }
     #expect(throws: Never.self) { try done.withLock { $0 }?.get() }
     presenter.waitForLine { $0 == "didChange uncoordinated - resync" }

@@ -82,12 +82,15 @@ final class Child: Sendable {
       if !process.isRunning, output.first(where: predicate) == nil {
         Thread.sleep(forTimeInterval: 0.1)
         if let line = output.first(where: predicate) { return line }
-        Issue.record("child exited (\(process.terminationStatus)) before the expected line; stderr: \(errors.withLock { $0 })", sourceLocation: sourceLocation)
+        Issue.record(
+          "child exited (\(process.terminationStatus)) before the expected line; stderr: \(errors.withLock { $0 })",
+          sourceLocation: sourceLocation)
         return nil
       }
       Thread.sleep(forTimeInterval: 0.005)
     }
-    Issue.record("timed out waiting for a line; got \(output); stderr: \(errors.withLock { $0 })", sourceLocation: sourceLocation)
+    Issue.record(
+      "timed out waiting for a line; got \(output); stderr: \(errors.withLock { $0 })", sourceLocation: sourceLocation)
     return nil
   }
 
@@ -128,8 +131,9 @@ struct Interval {
     for line in log.split(separator: "\n") {
       let f = line.split(separator: " ")
       guard f.count == 4, let pid = Int32(f[1]), let ns = UInt64(f[3]) else { continue }
-      if f[0] == "B" { open[pid] = (String(f[2]), ns) }
-      else if let (mode, start) = open.removeValue(forKey: pid) {
+      if f[0] == "B" {
+        open[pid] = (String(f[2]), ns)
+      } else if let (mode, start) = open.removeValue(forKey: pid) {
         result.append(Interval(pid: pid, mode: mode, start: start, end: ns))
       }
     }

@@ -117,7 +117,8 @@ final class LinePresenter: FilePresenter, @unchecked Sendable {  // immutable
     let origin = ChangeOrigin.current
     let who = origin?.processID.map(String.init) ?? "-"
     let kind = origin?.isCoordinated == true ? "coordinated" : "uncoordinated"
-    let line = "\(event) \(kind) \(who)\(origin?.isResync == true ? " resync" : "")\(detail.isEmpty ? "" : " " + detail)"
+    let line =
+      "\(event) \(kind) \(who)\(origin?.isResync == true ? " resync" : "")\(detail.isEmpty ? "" : " " + detail)"
     FileHandle.standardOutput.write(Data((line + "\n").utf8))
   }
 

@@ -1,0 +1,39 @@
+// swift-tools-version: 6.1
+// Benchmarks of the root package, kept in a nested package so that `swift build` / `swift test` of the root
+// never build package-benchmark. Run from this directory:
+//
+//   swift package --allow-writing-to-package-directory benchmark
+//
+// (or `make bench` from the root). See CoordinationBenchmarks/CoordinationBenchmarks.swift for what is measured.
+import PackageDescription
+
+// A path dependency is named by its directory, not by its manifest's name: "main" here, but a clone may be
+// called anything. So derive the identity from this package's parent directory.
+let root = Context.packageDirectory.split(separator: "/").dropLast().last.map(String.init) ?? ""
+let rootIdentity = root.lowercased()
+
+let package = Package(
+  name: "GroupContainerBenchmarks",
+  platforms: [.macOS(.v15)],
+  dependencies: [
+    .package(path: ".."),
+    .package(url: "https://github.com/ordo-one/benchmark", from: "1.38.0", traits: ["MallocInterposer"]),
+  ],
+  targets: [
+    // package-benchmark finds benchmark targets by their directory: it must sit directly in a folder named
+    // `Benchmarks` (this package's root), hence `path: "CoordinationBenchmarks"`.
+    .executableTarget(
+      name: "CoordinationBenchmarks",
+      dependencies: [
+        .product(name: "Benchmark", package: "benchmark"),
+        .product(name: "GroupContainer", package: rootIdentity),
+        // Not imported: listed so the benchmark build also builds `groupctl` (same configuration, same
+        // directory), which the handshake benchmark runs as "the other process".
+        .product(name: "groupctl", package: rootIdentity),
+      ],
+      path: "CoordinationBenchmarks",
+      swiftSettings: [.swiftLanguageMode(.v6)],
+      plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
+    )
+  ]
+)
