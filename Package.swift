@@ -7,6 +7,8 @@ let package = Package(
   products: [
     .library(name: "GroupContainer", targets: ["GroupContainer"]),
     .library(name: "FileCoordination", targets: ["FileCoordination"]),
+    .library(name: "SharedDefaults", targets: ["SharedDefaults"]),
+    .library(name: "PropertyList", targets: ["PropertyList"]),
     .executable(name: "groupctl", targets: ["groupctl"]),
   ],
   dependencies: [
@@ -36,7 +38,16 @@ let package = Package(
         .product(name: "SystemPackage", package: "swift-system"),
       ]
     ),
-    .target(name: "GroupContainer", dependencies: ["FileCoordination"]),
+    // The hardened plist codec: depends on nothing.
+    .target(name: "PropertyList"),
+    .target(
+      name: "SharedDefaults",
+      dependencies: [
+        "FileCoordination", "PropertyList", "SystemLayer",
+        .product(name: "Logging", package: "swift-log"),
+      ]
+    ),
+    .target(name: "GroupContainer", dependencies: ["FileCoordination", "SharedDefaults", "PropertyList"]),
     .executableTarget(
       name: "groupctl",
       dependencies: [

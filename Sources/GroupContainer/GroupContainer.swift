@@ -1,3 +1,5 @@
 // The umbrella module: `import GroupContainer` gives the container, the coordinator and presenters, and (as they
 // land) shared defaults, the image cache, background downloads and live activities.
 @_exported import FileCoordination
+@_exported import PropertyList
+@_exported import SharedDefaults

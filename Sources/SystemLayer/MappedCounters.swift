@@ -61,6 +61,10 @@ package final class MappedCounters: @unchecked Sendable {  // immutable after in
 
   package func load(_ index: Int) -> UInt64 { atomic(index).load(ordering: .acquiring) }
 
+  package func store(_ index: Int, _ value: UInt64) {
+    atomic(index).store(value, ordering: .releasing)
+  }
+
   @discardableResult
   package func increment(_ index: Int) -> UInt64 {
     atomic(index).loadThenWrappingIncrement(ordering: .acquiringAndReleasing) &+ 1

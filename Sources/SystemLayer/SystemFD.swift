@@ -157,3 +157,20 @@ package struct SystemFD: Sendable, Hashable {
     _ = try valueOrErrno { Glibc.ftruncate(rawValue, off_t(size)) }.get("ftruncate", path)
   }
 }
+
+extension SystemFD {
+  /// Reads up to `count` bytes at `offset` (fewer at end of file). The corresponding C function is `pread`.
+  package func read(at offset: Int64, count: Int) throws(FileSystemError) -> [UInt8] {
+    var buffer = [UInt8](repeating: 0, count: count)
+    var total = 0
+    while total < count {
+      let n = try buffer.withUnsafeMutableBytes { raw in
+        valueOrErrno { Glibc.pread(rawValue, raw.baseAddress! + total, count - total, off_t(offset) + off_t(total)) }
+      }.get("pread", path)
+      if n == 0 { break }
+      total += n
+    }
+    if total < count { buffer.removeSubrange(total...) }
+    return buffer
+  }
+}

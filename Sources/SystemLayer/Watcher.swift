@@ -37,9 +37,9 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
   package static let overflow: UInt32 = 0x4000
   package static let ignored: UInt32 = 0x8000
   package static let isDirectory: UInt32 = 0x4000_0000
-  /// What every directory watch asks for: one mask per inode, since inotify keeps one mask per watch.
-  package static let directoryMask: UInt32 =
-    attrib | closeWrite | movedFrom | movedTo | create | delete | deleteSelf | moveSelf
+  /// What every watch asks for: inotify keeps one mask per inode, shared by every handler of it.
+  package static let watchMask: UInt32 =
+    modify | attrib | closeWrite | movedFrom | movedTo | create | delete | deleteSelf | moveSelf
 
   package static let shared = Watcher()
 
@@ -222,9 +222,7 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
         reply(.success(()))
         return
       }
-      let isDirectory = (try? FileSystem.status(path))??.kind == .directory
-      let mask = isDirectory ? Self.directoryMask : Self.directoryMask | Self.modify
-      guard inotifytools_watch_file(path, Int32(bitPattern: mask)) != 0 else {
+      guard inotifytools_watch_file(path, Int32(bitPattern: Self.watchMask)) != 0 else {
         reply(.failure(FileSystemError("inotify_add_watch", path, Errno(rawValue: inotifytools_error()))))
         return
       }

@@ -1,0 +1,127 @@
+import Foundation
+import PropertyList
+
+/// A value type that defaults can store directly.
+public protocol DefaultsValue: Sendable {
+  init?(propertyListValue: PropertyListValue)
+  var propertyListValue: PropertyListValue { get }
+}
+
+/// A typed key with its default value: `static let countdown = DefaultsKey("countdown", default: 0)`.
+public struct DefaultsKey<Value: DefaultsValue>: Sendable {
+  public let name: String
+  public let defaultValue: Value
+
+  public init(_ name: String, default defaultValue: Value) {
+    self.name = name
+    self.defaultValue = defaultValue
+  }
+}
+
+extension Int: DefaultsValue {
+  public init?(propertyListValue: PropertyListValue) {
+    switch propertyListValue {
+    case .integer(let i): guard let v = i.intValue else { return nil }; self = v
+    case .real(let d): guard let v = Int(exactly: d.rounded(.towardZero)) else { return nil }; self = v
+    case .bool(let b): self = b ? 1 : 0
+    case .string(let s): guard let v = Int(s) else { return nil }; self = v
+    default: return nil
+    }
+  }
+  public var propertyListValue: PropertyListValue { .integer(PropertyListInteger(self)) }
+}
+
+extension Double: DefaultsValue {
+  public init?(propertyListValue: PropertyListValue) {
+    switch propertyListValue {
+    case .real(let d): self = d
+    case .integer(let i): self = Double(i.value)
+    case .bool(let b): self = b ? 1 : 0
+    case .string(let s): guard let v = Double(s) else { return nil }; self = v
+    default: return nil
+    }
+  }
+  public var propertyListValue: PropertyListValue { .real(self) }
+}
+
+extension Bool: DefaultsValue {
+  public init?(propertyListValue: PropertyListValue) {
+    switch propertyListValue {
+    case .bool(let b): self = b
+    case .integer(let i): self = i.value != 0
+    case .real(let d): self = d != 0
+    case .string(let s):
+      switch s.lowercased() {
+      case "yes", "true", "1": self = true
+      case "no", "false", "0": self = false
+      default: return nil
+      }
+    default: return nil
+    }
+  }
+  public var propertyListValue: PropertyListValue { .bool(self) }
+}
+
+extension String: DefaultsValue {
+  public init?(propertyListValue: PropertyListValue) {
+    switch propertyListValue {
+    case .string(let s): self = s
+    case .integer(let i): self = i.description
+    case .real(let d): self = String(d)
+    default: return nil
+    }
+  }
+  public var propertyListValue: PropertyListValue { .string(self) }
+}
+
+extension Data: DefaultsValue {
+  public init?(propertyListValue: PropertyListValue) {
+    guard case .data(let bytes) = propertyListValue else { return nil }
+    self = Data(bytes)
+  }
+  public var propertyListValue: PropertyListValue { .data(Array(self)) }
+}
+
+extension Date: DefaultsValue {
+  public init?(propertyListValue: PropertyListValue) {
+    guard case .date(let d) = propertyListValue else { return nil }
+    self = Date(timeIntervalSinceReferenceDate: d.secondsSinceReferenceDate)
+  }
+  public var propertyListValue: PropertyListValue {
+    .date(PropertyListDate(secondsSinceReferenceDate: timeIntervalSinceReferenceDate))
+  }
+}
+
+extension URL: DefaultsValue {
+  public init?(propertyListValue: PropertyListValue) {
+    guard case .string(let s) = propertyListValue, let url = URL(string: s) else { return nil }
+    self = url
+  }
+  public var propertyListValue: PropertyListValue { .string(absoluteString) }
+}
+
+extension Array: DefaultsValue where Element: DefaultsValue {
+  public init?(propertyListValue: PropertyListValue) {
+    guard case .array(let elements) = propertyListValue else { return nil }
+    var result: [Element] = []
+    for element in elements {
+      guard let v = Element(propertyListValue: element) else { return nil }
+      result.append(v)
+    }
+    self = result
+  }
+  public var propertyListValue: PropertyListValue { .array(map(\.propertyListValue)) }
+}
+
+extension Dictionary: DefaultsValue where Key == String, Value: DefaultsValue {
+  public init?(propertyListValue: PropertyListValue) {
+    guard case .dictionary(let entries) = propertyListValue else { return nil }
+    var result: [String: Value] = [:]
+    for (key, element) in entries {
+      guard let v = Value(propertyListValue: element) else { return nil }
+      result[key] = v
+    }
+    self = result
+  }
+  public var propertyListValue: PropertyListValue { .dictionary(mapValues(\.propertyListValue)) }
+}

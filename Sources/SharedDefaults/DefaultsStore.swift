@@ -1,0 +1,545 @@
+import Dispatch
+import FileCoordination
+import Foundation
+import Logging
+import PropertyList
+import Synchronization
+import SystemLayer
+
+/// The storage engine of one suite, shared by every `SharedDefaults` of that suite in this process.
+///
+/// Files in `Library/Preferences/`:
+/// - `<suite>.plist` — the snapshot, a binary plist any plist tool reads; replaced only by atomic replace;
+/// - `<suite>.journal` — set/remove records appended since the snapshot (JournalFormat.swift);
+/// - `<suite>.lock` — a stable file that is both the flock and, mapped, the header: magic, generation, committed
+///   journal length and the snapshot's identity (inode, size, mtime).
+///
+/// **Write**: flock EX → catch up → `pwrite` the record at the committed length → publish the new length in the
+/// header (the commit point) → unlock. A writer killed before the commit leaves bytes past the committed length
+/// that nobody reads and the next writer overwrites.
+/// **Read**: two atomic loads of the mapped header; when they match what this process applied, no system call.
+/// Otherwise flock SH and apply only the new records (or reload after a compaction).
+/// **Compaction** (journal over 1 MiB, idle for 5 s, `synchronize()`): rewrite the snapshot, reset the committed
+/// length, bump the generation, truncate the journal.
+/// **Recovery** (under flock EX): a snapshot that is not what the header recorded was replaced by an outside
+/// tool and is adopted (diffed into change events); a snapshot that does not parse is moved aside to
+/// `<suite>.plist.corrupt-<time>` and rewritten from the last good state; a corrupt journal is moved aside the
+/// same way after applying its good prefix.
+final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state` (a Mutex); files are fixed
+  static let logger = Logger(label: "GroupContainer.SharedDefaults")
+  private static let stores = Mutex<[String: DefaultsStore]>([:])
+
+  private enum Slot {
+    static let magic = 0, generation = 1, committed = 2, snapshotInode = 3, snapshotSize = 4, snapshotTime = 5
+  }
+  private static let magic: UInt64 = 0x3154_4c46_4544_4347  // "GCDEFLT1"
+  static let compactionThreshold = 1 << 20
+  static let idleCompaction: UInt64 = 5_000_000_000
+  static let snapshotLimits = PropertyListLimits.default
+
+  let suite: String
+  let directory: String
+  let plistPath: String
+  let journalPath: String
+  private let fileMode: mode_t
+  private let header: MappedCounters
+  private let lockFD: SystemFD
+  private let journal: SystemFD
+  private let deliveries: DispatchQueue
+  private let background: DispatchQueue
+
+  struct Observer {
+    var keys: Set<String>?
+    var deliver: @Sendable (DefaultsChange) -> Void
+  }
+
+  private struct State {
+    var values: [String: PropertyListValue] = [:]
+    var registered: [String: PropertyListValue] = [:]
+    var generation: UInt64 = .max
+    var length = 0
+    var observers: [UInt64: Observer] = [:]
+    var nextObserver: UInt64 = 0
+    var lastWrite: UInt64 = 0
+    var idleCheckScheduled = false
+  }
+  private let state = Mutex(State())
+  /// Read by the watcher thread, which must never wait for `state` (a writer may hold it while it waits for flock).
+  private let observerCount = Atomic<Int>(0)
+  private let refreshPending = Atomic<Bool>(false)
+
+  /// Why catching up needs the exclusive lock.
+  private enum Repair: Error {
+    case outsideSnapshot
+    case corruptSnapshot(String)
+    case corruptJournal(String)
+  }
+
+  static func open(suite: String, container: GroupContainer) throws(SharedDefaultsError) -> DefaultsStore {
+    let directory = container.preferencesURL.path
+    let key = directory + "/" + suite
+    if let store = stores.withLock({ $0[key] }) { return store }
+    let store = try DefaultsStore(suite: suite, directory: directory, fileMode: container.sharing.fileMode)
+    return stores.withLock { stores in
+      if let existing = stores[key] { return existing }
+      stores[key] = store
+      store.startWatching()
+      return store
+    }
+  }
+
+  private init(suite: String, directory: String, fileMode: mode_t) throws(SharedDefaultsError) {
+    self.suite = suite
+    self.directory = directory
+    self.plistPath = directory + "/\(suite).plist"
+    self.journalPath = directory + "/\(suite).journal"
+    self.fileMode = fileMode
+    let lockPath = directory + "/\(suite).lock"
+    header = try SharedDefaultsError.wrap { () throws(FileSystemError) in try MappedCounters(path: lockPath, mode: fileMode) }
+    lockFD = try SharedDefaultsError.wrap { () throws(FileSystemError) in try SystemFD.open(lockPath, .readWrite) }
+    let journalPath = self.journalPath
+    do {
+      journal = try SharedDefaultsError.wrap { () throws(FileSystemError) -> SystemFD in
+        let fd = try SystemFD.open(journalPath, [.readWrite, .create], mode: fileMode)
+        try fd.setPermissions(fileMode)
+        return fd
+      }
+    } catch {
+      lockFD.close()
+      throw error
+    }
+    deliveries = DispatchQueue(label: "GroupContainer.SharedDefaults.\(suite).deliveries")
+    background = DispatchQueue(label: "GroupContainer.SharedDefaults.\(suite).background")
+    if header.load(Slot.magic) != Self.magic {
+      try withFlock(.exclusive) { () throws(SharedDefaultsError) in try initializeHeader() }
+    }
+  }
+
+  // MARK: Reading
+
+  /// The current value: from memory when the header says nothing changed (no system call).
+  func value(forKey key: String) -> PropertyListValue? {
+    state.withLock { s in
+      refreshIfChanged(&s)
+      return s.values[key] ?? s.registered[key]
+    }
+  }
+
+  func snapshot(includingRegistered: Bool) -> [String: PropertyListValue] {
+    state.withLock { s in
+      refreshIfChanged(&s)
+      return includingRegistered ? s.registered.merging(s.values) { $1 } : s.values
+    }
+  }
+
+  func register(_ defaults: [String: PropertyListValue]) {
+    state.withLock { s in s.registered.merge(defaults) { $1 } }
+  }
+
+  private func refreshIfChanged(_ s: inout State) {
+    guard header.load(Slot.generation) != s.generation || header.load(Slot.committed) != UInt64(s.length) else {
+      return
+    }
+    do {
+      try withFlock(.shared) { () throws(Repair) in try catchUp(&s) }
+    } catch {
+      do { try withFlock(.exclusive) { () throws(SharedDefaultsError) in try repairAndCatchUp(&s, error) } } catch {
+        Self.logger.error("suite '\(suite)': could not recover: \(error)")
+      }
+    }
+  }
+
+  // MARK: Writing
+
+  /// Appends `records` as one commit; returns after they are visible to every process.
+  func write(_ records: [JournalFormat.Record]) throws(SharedDefaultsError) {
+    var bytes: [UInt8] = []
+    for record in records { bytes += try JournalFormat.encode(record) }
+    try state.withLock { s throws(SharedDefaultsError) in
+      try withFlock(.exclusive) { () throws(SharedDefaultsError) in
+        try catchUpExclusively(&s)
+        try append(bytes, records, &s)
+      }
+    }
+    scheduleIdleCompaction()
+  }
+
+  /// Read-modify-write under the exclusive lock: no other process can write in between.
+  func update(
+    _ key: String, pid: Int32, _ transform: (PropertyListValue?) throws -> PropertyListValue?
+  ) throws -> PropertyListValue? {
+    let result = try state.withLock { s -> PropertyListValue? in
+      try withFlock(.exclusive) { () throws -> PropertyListValue? in
+        try catchUpExclusively(&s)
+        let old = s.values[key] ?? s.registered[key]
+        let new = try transform(old)
+        let record = JournalFormat.Record(key: key, operation: new.map { .set($0) } ?? .remove, pid: pid)
+        try append(try JournalFormat.encode(record), [record], &s)
+        return new
+      }
+    }
+    scheduleIdleCompaction()
+    return result
+  }
+
+  /// Makes the snapshot current and durable (survives power loss).
+  func synchronize() throws(SharedDefaultsError) {
+    try state.withLock { s throws(SharedDefaultsError) in
+      try withFlock(.exclusive) { () throws(SharedDefaultsError) in
+        try catchUpExclusively(&s)
+        try compact(&s, durable: true)
+      }
+    }
+  }
+
+  /// Called with the exclusive flock held.
+  private func append(_ bytes: [UInt8], _ records: [JournalFormat.Record], _ s: inout State) throws(SharedDefaultsError) {
+    let offset = s.length
+    let written = bytes.withUnsafeBytes { raw in
+      Result { () throws(FileSystemError) in try journal.writeAll(raw, at: Int64(offset)) }
+    }
+    try SharedDefaultsError.wrap { () throws(FileSystemError) in try written.get() }
+    header.store(Slot.committed, UInt64(offset + bytes.count))  // the commit point
+    s.length = offset + bytes.count
+    apply(records, to: &s)
+    s.lastWrite = MonotonicClock.nanoseconds()
+    if s.length > Self.compactionThreshold { try compact(&s, durable: false) }
+  }
+
+  // MARK: Catching up
+
+  /// Brings `s` to the committed state. Needs at least the shared flock. Throws `Repair` when only a holder of
+  /// the exclusive flock may continue.
+  private func catchUp(_ s: inout State) throws(Repair) {
+    let generation = header.load(Slot.generation)
+    let committed = Int(header.load(Slot.committed))
+    if generation != s.generation {
+      try reload(&s, generation: generation, committed: committed)
+      return
+    }
+    guard committed != s.length else { return }
+    guard committed > s.length else { throw .corruptJournal("the committed length went backwards") }
+    let bytes = try readJournal(from: s.length, to: committed)
+    var records: [JournalFormat.Record] = []
+    do {
+      try JournalFormat.decode(bytes, base: s.length, into: &records)
+    } catch {
+      apply(records, to: &s)
+      throw .corruptJournal(error.description)
+    }
+    apply(records, to: &s)
+    s.length = committed
+  }
+
+  private func readJournal(from start: Int, to end: Int) throws(Repair) -> [UInt8] {
+    let bytes: [UInt8]
+    do { bytes = try journal.read(at: Int64(start), count: end - start) } catch {
+      throw .corruptJournal("cannot read: \(error)")
+    }
+    guard bytes.count == end - start else {
+      throw .corruptJournal("the journal is \(start + bytes.count) bytes, shorter than the committed \(end)")
+    }
+    return bytes
+  }
+
+  /// Reads the snapshot and the whole journal (after a compaction somewhere, or on first use).
+  private func reload(_ s: inout State, generation: UInt64, committed: Int) throws(Repair) {
+    guard snapshotIsTheRecordedOne() else { throw .outsideSnapshot }
+    var values = try loadSnapshot()
+    let bytes = try readJournal(from: 0, to: committed)
+    var records: [JournalFormat.Record] = []
+    var corruption: JournalFormat.Corruption?
+    do { try JournalFormat.decode(bytes, base: 0, into: &records) } catch { corruption = error }
+    for record in records { apply(record, to: &values) }
+    replaceValues(with: values, in: &s)
+    s.generation = generation
+    s.length = committed
+    if let corruption { throw .corruptJournal(corruption.description) }
+  }
+
+  private func loadSnapshot() throws(Repair) -> [String: PropertyListValue] {
+    let bytes: [UInt8]
+    do {
+      bytes = try FileSystem.readFile(plistPath, limit: Self.snapshotLimits.maxBytes)
+    } catch {
+      if error.errno == .noSuchFileOrDirectory { return [:] }
+      throw .corruptSnapshot("cannot read: \(error)")
+    }
+    do {
+      let value = try PropertyListValue(bytes: bytes, limits: Self.snapshotLimits)
+      guard case .dictionary(let dictionary) = value else {
+        throw Repair.corruptSnapshot("the top level is not a dictionary")
+      }
+      return dictionary
+    } catch let error as Repair {
+      throw error
+    } catch {
+      throw .corruptSnapshot("\(error)")
+    }
+  }
+
+  /// Whether the snapshot on disk is the one the header recorded (else an outside tool replaced or edited it).
+  private func snapshotIsTheRecordedOne() -> Bool {
+    let st = (try? FileSystem.status(plistPath)) ?? nil
+    return header.load(Slot.snapshotInode) == (st?.inode ?? 0) && header.load(Slot.snapshotSize) == UInt64(st?.size ?? 0)
+      && header.load(Slot.snapshotTime) == UInt64(bitPattern: st?.modificationNanoseconds ?? 0)
+  }
+
+  /// With the exclusive flock held: catch up, repairing whatever needs it.
+  private func catchUpExclusively(_ s: inout State) throws(SharedDefaultsError) {
+    do { try catchUp(&s) } catch { try repairAndCatchUp(&s, error) }
+  }
+
+  private func repairAndCatchUp(_ s: inout State, _ first: Repair) throws(SharedDefaultsError) {
+    var problem: Repair? = first
+    for _ in 0..<4 {
+      // Another process may have repaired it already while we waited for the lock.
+      if problem == nil {
+        do { try catchUp(&s); return } catch { problem = error }
+      }
+      switch problem! {
+      case .outsideSnapshot:
+        try adoptOutsideSnapshot(&s)
+      case .corruptSnapshot(let reason):
+        Self.logger.error("suite '\(suite)': snapshot '\(plistPath)' is corrupt (\(reason)); moved aside, recovering the last good state")
+        quarantine(plistPath)
+        recoverJournal(into: &s)
+        try compact(&s, durable: false)
+      case .corruptJournal(let reason):
+        Self.logger.error("suite '\(suite)': journal '\(journalPath)' is corrupt (\(reason)); moved aside after its good records")
+        quarantineJournal()
+        try compact(&s, durable: false)
+      }
+      problem = nil
+    }
+    try catchUpOrThrow(&s)
+  }
+
+  private func catchUpOrThrow(_ s: inout State) throws(SharedDefaultsError) {
+    do { try catchUp(&s) } catch {
+      throw .system(FileSystemError("recover", plistPath, .ioError))
+    }
+  }
+
+  /// After the snapshot was lost: the last good state in memory, plus whatever the journal still holds.
+  private func recoverJournal(into s: inout State) {
+    let committed = Int(header.load(Slot.committed))
+    guard let bytes = try? journal.read(at: 0, count: committed) else { return }
+    var records: [JournalFormat.Record] = []
+    try? JournalFormat.decode(bytes, base: 0, into: &records)
+    var values = s.values
+    for record in records { apply(record, to: &values) }
+    replaceValues(with: values, in: &s)
+  }
+
+  /// An outside tool wrote the plist: it becomes the state; the differences become change events.
+  private func adoptOutsideSnapshot(_ s: inout State) throws(SharedDefaultsError) {
+    do {
+      let values = try loadSnapshot()
+      Self.logger.info("suite '\(suite)': adopting '\(plistPath)' written by another tool")
+      replaceValues(with: values, in: &s)
+    } catch {
+      Self.logger.error("suite '\(suite)': '\(plistPath)' written by another tool does not parse (\(error)); moved aside")
+      quarantine(plistPath)
+    }
+    try compact(&s, durable: false)
+  }
+
+  // MARK: Compaction
+
+  /// Rewrites the snapshot from `s` and empties the journal. Needs the exclusive flock and a current `s`.
+  private func compact(_ s: inout State, durable: Bool) throws(SharedDefaultsError) {
+    let bytes: [UInt8]
+    do { bytes = try PropertyListValue.dictionary(s.values).encoded(as: .binary) } catch {
+      throw .unsupportedValue("the suite cannot be written as a property list: \(error)")
+    }
+    try SharedDefaultsError.wrap { () throws(FileSystemError) in
+      try AtomicReplace.write(bytes, to: plistPath, mode: fileMode, durability: durable ? .powerLoss : .processCrash)
+      try recordSnapshotIdentity()
+      // Length first, then generation: a reader that sees either change takes the slow path and our lock.
+      header.store(Slot.committed, 0)
+      s.generation = header.increment(Slot.generation)
+      s.length = 0
+      try journal.truncate(to: 0)
+      if durable {
+        try journal.sync()
+        try lockFD.sync()
+      }
+    }
+  }
+
+  private func recordSnapshotIdentity() throws(FileSystemError) {
+    let st = try FileSystem.status(plistPath)
+    header.store(Slot.snapshotInode, st?.inode ?? 0)
+    header.store(Slot.snapshotSize, UInt64(st?.size ?? 0))
+    header.store(Slot.snapshotTime, UInt64(bitPattern: st?.modificationNanoseconds ?? 0))
+  }
+
+  private func initializeHeader() throws(SharedDefaultsError) {
+    guard header.load(Slot.magic) != Self.magic else { return }
+    if header.load(Slot.generation) != 0 || header.load(Slot.committed) != 0 {
+      // Not ours or damaged: the committed length cannot be trusted, so the journal is set aside.
+      Self.logger.error("suite '\(suite)': header '\(directory)/\(suite).lock' is damaged; resetting it")
+      quarantineJournal()
+    }
+    try SharedDefaultsError.wrap { () throws(FileSystemError) in try recordSnapshotIdentity() }
+    header.store(Slot.committed, 0)
+    header.increment(Slot.generation)
+    header.store(Slot.magic, Self.magic)
+  }
+
+  private func quarantine(_ path: String) {
+    let aside = path + ".corrupt-\(Int(Date().timeIntervalSince1970))-\(getpid())"
+    do { try FileSystem.rename(path, to: aside) } catch {
+      if error.errno != .noSuchFileOrDirectory { Self.logger.error("could not move '\(path)' aside: \(error)") }
+    }
+  }
+
+  private func quarantineJournal() {
+    let committed = Int(header.load(Slot.committed))
+    if let bytes = try? journal.read(at: 0, count: max(committed, 0)), !bytes.isEmpty {
+      let aside = journalPath + ".corrupt-\(Int(Date().timeIntervalSince1970))-\(getpid())"
+      try? AtomicReplace.write(bytes, to: aside, mode: fileMode)
+    }
+    header.store(Slot.committed, 0)
+    try? journal.truncate(to: 0)
+  }
+
+  private func scheduleIdleCompaction() {
+    let schedule = state.withLock { s -> Bool in
+      if s.idleCheckScheduled { return false }
+      s.idleCheckScheduled = true
+      return true
+    }
+    guard schedule else { return }
+    background.asyncAfter(deadline: .now() + .nanoseconds(Int(Self.idleCompaction))) { [self] in
+      let idle = state.withLock { s -> Bool in
+        s.idleCheckScheduled = false
+        return MonotonicClock.nanoseconds() - s.lastWrite >= Self.idleCompaction
+      }
+      guard idle else { return scheduleIdleCompaction() }
+      guard header.load(Slot.committed) > 0 else { return }
+      do {
+        try state.withLock { s throws(SharedDefaultsError) in
+          try withFlock(.exclusive) { () throws(SharedDefaultsError) in
+            try catchUpExclusively(&s)
+            if s.length > 0 { try compact(&s, durable: false) }
+          }
+        }
+      } catch {
+        Self.logger.warning("suite '\(suite)': idle compaction failed: \(error)")
+      }
+    }
+  }
+
+  // MARK: Applying and events
+
+  private func apply(_ record: JournalFormat.Record, to values: inout [String: PropertyListValue]) {
+    switch record.operation {
+    case .set(let value): values[record.key] = value
+    case .remove: values[record.key] = nil
+    }
+  }
+
+  private func apply(_ records: [JournalFormat.Record], to s: inout State) {
+    var changes: [DefaultsChange] = []
+    for record in records {
+      let old = s.values[record.key]
+      apply(record, to: &s.values)
+      if !s.observers.isEmpty {
+        changes.append(DefaultsChange(key: record.key, oldValue: old, newValue: s.values[record.key], originProcessID: record.pid))
+      }
+    }
+    deliver(changes, to: s.observers)
+  }
+
+  /// Replaces the whole state (reload, adoption) and reports the keys whose values differ.
+  private func replaceValues(with values: [String: PropertyListValue], in s: inout State) {
+    let first = s.generation == .max
+    if !first && !s.observers.isEmpty {
+      var changes: [DefaultsChange] = []
+      for key in Set(s.values.keys).union(values.keys) where s.values[key] != values[key] {
+        changes.append(DefaultsChange(key: key, oldValue: s.values[key], newValue: values[key], originProcessID: nil))
+      }
+      deliver(changes.sorted { $0.key < $1.key }, to: s.observers)
+    }
+    s.values = values
+  }
+
+  /// Queued in application order on one serial queue, so observers see changes in commit order.
+  private func deliver(_ changes: [DefaultsChange], to observers: [UInt64: Observer]) {
+    guard !changes.isEmpty, !observers.isEmpty else { return }
+    let targets = Array(observers.values)
+    deliveries.async {
+      for change in changes {
+        for observer in targets where observer.keys?.contains(change.key) ?? true { observer.deliver(change) }
+      }
+    }
+  }
+
+  func addObserver(keys: Set<String>?, _ deliver: @escaping @Sendable (DefaultsChange) -> Void) -> UInt64 {
+    state.withLock { s in
+      refreshIfChanged(&s)  // start from the current state: later changes only
+      s.nextObserver += 1
+      s.observers[s.nextObserver] = Observer(keys: keys, deliver: deliver)
+      observerCount.add(1, ordering: .relaxed)
+      return s.nextObserver
+    }
+  }
+
+  func removeObserver(_ id: UInt64) {
+    if state.withLock({ $0.observers.removeValue(forKey: id) }) != nil { observerCount.subtract(1, ordering: .relaxed) }
+  }
+
+  // MARK: Other processes' writes
+
+  /// inotify on `Library/Preferences`: another process appended (journal modified) or a snapshot was replaced.
+  private func startWatching() {
+    let journalName = "\(suite).journal"
+    let plistName = "\(suite).plist"
+    do {
+      _ = try Watcher.shared.watch(directory) { [weak self] event in
+        guard let self else { return }
+        if event.name == journalName, event.mask & Watcher.modify != 0 {
+          if self.observerCount.load(ordering: .relaxed) > 0 { self.scheduleRefresh(checkSnapshot: false) }
+        } else if event.name == plistName,
+          event.mask & (Watcher.closeWrite | Watcher.movedTo | Watcher.delete | Watcher.movedFrom) != 0
+        {
+          self.scheduleRefresh(checkSnapshot: true)
+        }
+      }
+    } catch {
+      Self.logger.warning("suite '\(suite)': cannot watch '\(directory)' (\(error)); changes are seen on access only")
+    }
+  }
+
+  private func scheduleRefresh(checkSnapshot: Bool) {
+    // Coalesce a burst of journal events into one catch-up (a snapshot event always gets its own check).
+    if !checkSnapshot && refreshPending.exchange(true, ordering: .acquiringAndReleasing) { return }
+    background.async { [self] in
+      if !checkSnapshot { refreshPending.store(false, ordering: .releasing) }
+      state.withLock { s in
+        if checkSnapshot && s.generation != .max && !snapshotIsTheRecordedOne() {
+          do {
+            try withFlock(.exclusive) { () throws(SharedDefaultsError) in try catchUpExclusively(&s) }
+          } catch {
+            Self.logger.error("suite '\(suite)': could not adopt the outside change: \(error)")
+          }
+        } else {
+          refreshIfChanged(&s)
+        }
+      }
+    }
+  }
+
+  // MARK: Locking
+
+  private func withFlock<T, E: Error>(_ mode: FlockMode, _ body: () throws(E) -> T) throws(E) -> T {
+    do { try lockFD.lock(mode) } catch {
+      // flock on a local file fails only on programmer error or a dying kernel: say so loudly.
+      Self.logger.critical("suite '\(suite)': flock failed: \(error)")
+    }
+    defer { lockFD.unlock() }
+    return try body()
+  }
+}

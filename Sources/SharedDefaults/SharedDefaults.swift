@@ -1,0 +1,214 @@
+import FileCoordination
+import Foundation
+import PropertyList
+import SystemLayer
+
+/// `UserDefaults(suiteName:)` for a group container: one suite of keys and property-list values that every process
+/// of the group reads and writes at once, with no lost update.
+///
+/// ```swift
+/// let defaults = try SharedDefaults(suiteName: "group.com.example.timer", container: container)
+/// try defaults.set(120, forKey: "countdown")
+/// let left = defaults.integer(forKey: "countdown")
+/// try defaults.update("countdown") { old in .integer(.init((old?.intValue ?? 0) - 1)) }   // atomic, cross-process
+/// for await change in defaults.changes(forKeys: ["countdown"]) { … }                 // other processes' writes too
+/// ```
+///
+/// ## Behavior
+/// - **Visibility.** A setter returns once its write is committed: every process reads it from then on.
+/// - **Reads are cheap.** When nothing changed since this process last looked, a read costs two atomic loads of a
+///   shared mapping and a dictionary lookup: no system call.
+/// - **No lost update.** Writers serialize on one flock; ``update(_:_:)`` reads, transforms and writes under it.
+/// - **Durability.** A committed write survives `kill -9` of any process. ``synchronize()`` also makes it survive
+///   power loss, and leaves `Library/Preferences/<suite>.plist` current (a binary plist any tool reads).
+/// - **Change streams** (``changes(forKeys:)``, ``observe(_:handler:)``): one ``DefaultsChange`` per changed key, in
+///   commit order, for writes of this process and of others (seen through inotify), and for outside edits of the
+///   plist file (diffed). They start with the next change; a stream ends when its task is cancelled.
+/// - **Errors.** Setters throw: a value of an unsupported type, a full disk, a key over 1 MiB. Corrupt files are
+///   moved aside with a logged error and the suite recovers its last good state; getters never throw.
+public final class SharedDefaults: Sendable {
+  /// The suite, which names the files in `Library/Preferences`.
+  public let suiteName: String
+  public let container: GroupContainer
+  let store: DefaultsStore
+
+  /// The longest suite name, in bytes (the file names add a suffix to it).
+  public static let maxSuiteNameBytes = 200
+
+  /// Opens the suite `suiteName` (default: the container's identifier) of `container`.
+  public init(suiteName: String? = nil, container: GroupContainer) throws(SharedDefaultsError) {
+    let name = suiteName ?? container.identifier
+    try Self.validate(suiteName: name)
+    self.suiteName = name
+    self.container = container
+    store = try DefaultsStore.open(suite: name, container: container)
+  }
+
+  /// Suite names follow the container identifier rule: `A-Z a-z 0-9 . -`, starting with a letter or digit.
+  public static func validate(suiteName: String) throws(SharedDefaultsError) {
+    do { try GroupContainer.validate(identifier: suiteName) } catch {
+      if case .invalidIdentifier(_, let rule) = error { throw .invalidSuiteName(suiteName, rule) }
+      throw .container(error)
+    }
+    guard suiteName.utf8.count <= maxSuiteNameBytes else {
+      throw .invalidSuiteName(String(suiteName.prefix(40)) + "…", "it is longer than \(maxSuiteNameBytes) bytes")
+    }
+  }
+
+  private var pid: Int32 { CurrentProcess.id }
+
+  // MARK: Writing
+
+  /// Sets `value` (a property-list type: numbers, `Bool`, `String`, `Data`, `Date`, `URL`, arrays and
+  /// `[String: Any]` of those); `nil` removes the key. Apple's `set(_:forKey:)`.
+  public func set(_ value: Any?, forKey key: String) throws(SharedDefaultsError) {
+    guard let value else { return try removeObject(forKey: key) }
+    try set(value: try PropertyListValue(foundation: value), forKey: key)
+  }
+
+  public func set(_ value: Int, forKey key: String) throws(SharedDefaultsError) {
+    try set(value: value.propertyListValue, forKey: key)
+  }
+
+  public func set(_ value: Double, forKey key: String) throws(SharedDefaultsError) {
+    try set(value: value.propertyListValue, forKey: key)
+  }
+
+  public func set(_ value: Bool, forKey key: String) throws(SharedDefaultsError) {
+    try set(value: value.propertyListValue, forKey: key)
+  }
+
+  public func set(_ value: String, forKey key: String) throws(SharedDefaultsError) {
+    try set(value: value.propertyListValue, forKey: key)
+  }
+
+  public func set(_ url: URL?, forKey key: String) throws(SharedDefaultsError) {
+    guard let url else { return try removeObject(forKey: key) }
+    try set(value: url.propertyListValue, forKey: key)
+  }
+
+  /// Sets a `PropertyListValue` directly.
+  public func set(value: PropertyListValue, forKey key: String) throws(SharedDefaultsError) {
+    try store.write([JournalFormat.Record(key: key, operation: .set(value), pid: pid)])
+  }
+
+  /// Sets several keys in one commit: other processes see all of them or none.
+  public func set(values: [String: PropertyListValue]) throws(SharedDefaultsError) {
+    try store.write(values.map { JournalFormat.Record(key: $0.key, operation: .set($0.value), pid: pid) })
+  }
+
+  /// Apple's `removeObject(forKey:)`.
+  public func removeObject(forKey key: String) throws(SharedDefaultsError) {
+    try store.write([JournalFormat.Record(key: key, operation: .remove, pid: pid)])
+  }
+
+  /// Atomic read-modify-write across processes: `transform` gets the current value (or the registered default)
+  /// and returns the new one (`nil` removes the key); no other process writes the suite in between.
+  /// Returns the new value. `transform` runs with the suite locked: keep it short and do not touch the suite in it.
+  @discardableResult
+  public func update(
+    _ key: String, _ transform: (PropertyListValue?) throws -> PropertyListValue?
+  ) throws -> PropertyListValue? {
+    try store.update(key, pid: pid, transform)
+  }
+
+  // MARK: Reading (Apple's names and fallbacks)
+
+  public func object(forKey key: String) -> Any? { store.value(forKey: key)?.foundationValue }
+  /// The stored `PropertyListValue`, or the registered default.
+  public func value(forKey key: String) -> PropertyListValue? { store.value(forKey: key) }
+  public func string(forKey key: String) -> String? { store.value(forKey: key).flatMap(String.init(propertyListValue:)) }
+  public func integer(forKey key: String) -> Int { store.value(forKey: key).flatMap(Int.init(propertyListValue:)) ?? 0 }
+  public func double(forKey key: String) -> Double {
+    store.value(forKey: key).flatMap(Double.init(propertyListValue:)) ?? 0
+  }
+  public func bool(forKey key: String) -> Bool { store.value(forKey: key).flatMap(Bool.init(propertyListValue:)) ?? false }
+  public func data(forKey key: String) -> Data? { store.value(forKey: key).flatMap(Data.init(propertyListValue:)) }
+  public func url(forKey key: String) -> URL? {
+    guard let s = string(forKey: key) else { return nil }
+    return s.hasPrefix("/") || s.hasPrefix("~") ? URL(fileURLWithPath: (s as NSString).expandingTildeInPath) : URL(string: s)
+  }
+  public func date(forKey key: String) -> Date? { store.value(forKey: key).flatMap(Date.init(propertyListValue:)) }
+  public func array(forKey key: String) -> [Any]? { store.value(forKey: key)?.arrayValue?.map(\.foundationValue) }
+  public func stringArray(forKey key: String) -> [String]? {
+    store.value(forKey: key).flatMap([String].init(propertyListValue:))
+  }
+  public func dictionary(forKey key: String) -> [String: Any]? {
+    store.value(forKey: key)?.dictionaryValue?.mapValues(\.foundationValue)
+  }
+
+  /// Values returned when a key is not set; kept in this process only, as Apple's are.
+  public func register(defaults: [String: Any]) throws(SharedDefaultsError) {
+    var converted: [String: PropertyListValue] = [:]
+    for (key, value) in defaults { converted[key] = try PropertyListValue(foundation: value) }
+    store.register(converted)
+  }
+
+  /// Every key: the suite's values over the registered defaults.
+  public func dictionaryRepresentation() -> [String: Any] {
+    store.snapshot(includingRegistered: true).mapValues(\.foundationValue)
+  }
+
+  /// The suite's own values, as property-list values.
+  public func propertyListRepresentation() -> [String: PropertyListValue] {
+    store.snapshot(includingRegistered: false)
+  }
+
+  /// Writes the snapshot and makes every committed write survive power loss.
+  public func synchronize() throws(SharedDefaultsError) { try store.synchronize() }
+
+  // MARK: Typed keys and Codable
+
+  public subscript<Value>(key: DefaultsKey<Value>) -> Value {
+    store.value(forKey: key.name).flatMap(Value.init(propertyListValue:)) ?? key.defaultValue
+  }
+
+  public func set<Value>(_ value: Value, for key: DefaultsKey<Value>) throws(SharedDefaultsError) {
+    try set(value: value.propertyListValue, forKey: key.name)
+  }
+
+  /// Atomic read-modify-write of a typed key (the current value, or its default, in; the new value out).
+  @discardableResult
+  public func update<Value>(_ key: DefaultsKey<Value>, _ transform: (Value) throws -> Value) throws -> Value {
+    var result = key.defaultValue
+    _ = try store.update(key.name, pid: pid) { old in
+      result = try transform(old.flatMap(Value.init(propertyListValue:)) ?? key.defaultValue)
+      return result.propertyListValue
+    }
+    return result
+  }
+
+  /// Stores a `Codable` value (as JSON in a data value).
+  public func set<T: Encodable>(encoded value: T, forKey key: String) throws(SharedDefaultsError) {
+    let data: Data
+    do { data = try JSONEncoder().encode(value) } catch { throw .coding(key: key, message: "\(error)") }
+    try set(value: .data(Array(data)), forKey: key)
+  }
+
+  /// Reads a `Codable` value stored with ``set(encoded:forKey:)``; `nil` when the key is not set.
+  public func decoded<T: Decodable>(_ type: T.Type, forKey key: String) throws(SharedDefaultsError) -> T? {
+    guard let value = store.value(forKey: key) else { return nil }
+    guard case .data(let bytes) = value else { throw .coding(key: key, message: "the stored value is not data") }
+    do { return try JSONDecoder().decode(T.self, from: Data(bytes)) } catch {
+      throw .coding(key: key, message: "\(error)")
+    }
+  }
+
+  // MARK: Observing
+
+  /// Calls `handler` (on a private serial queue) for each change of `keys` (all keys when `nil`).
+  public func observe(
+    _ keys: Set<String>? = nil, handler: @escaping @Sendable (DefaultsChange) -> Void
+  ) -> DefaultsObservation {
+    let id = store.addObserver(keys: keys, handler)
+    return DefaultsObservation { [store] in store.removeObserver(id) }
+  }
+
+  /// The changes of `keys` (all keys when `nil`) from now on, from every process.
+  public func changes(forKeys keys: Set<String>? = nil) -> AsyncStream<DefaultsChange> {
+    AsyncStream { continuation in
+      let id = store.addObserver(keys: keys) { continuation.yield($0) }
+      continuation.onTermination = { [store] _ in store.removeObserver(id) }
+    }
+  }
+}
