@@ -60,14 +60,20 @@ let package = Package(
     .executableTarget(
       name: "gc-test-helper",
       dependencies: [
-        "FileCoordination", "SystemLayer",
+        "FileCoordination", "SharedDefaults", "PropertyList", "SystemLayer",
         .product(name: "Logging", package: "swift-log"),
       ],
       path: "Tests/GCTestHelper"
     ),
+    // What every test target shares: temp container roots, child processes.
+    .target(name: "TestSupport", dependencies: ["FileCoordination"], path: "Tests/TestSupport"),
+    .testTarget(
+      name: "SharedDefaultsTests",
+      dependencies: ["TestSupport", "SharedDefaults", "PropertyList", "FileCoordination", "SystemLayer", "gc-test-helper", "groupctl"]
+    ),
     .testTarget(
       name: "FileCoordinationTests",
-      dependencies: ["FileCoordination", "SystemLayer", "GroupContainer", "gc-test-helper", "groupctl"]
+      dependencies: ["TestSupport", "FileCoordination", "SystemLayer", "GroupContainer", "gc-test-helper", "groupctl"]
     ),
   ]
 )

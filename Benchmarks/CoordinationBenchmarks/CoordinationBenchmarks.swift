@@ -5,7 +5,8 @@
 //   Baseline: flock pair                      flock(LOCK_EX) → flock(LOCK_UN)
 //   Coordinated empty access                  coordinate(writingItemAt:) with an empty accessor
 //   Handshake with one remote presenter       coordinated write while `groupctl present` presents the item
-//   Uncoordinated write → presenter callback  raw open(O_TRUNC)/write/close → in-process presentedItemDidChange
+//   Baseline: O_TRUNC write (no presenter)    open(O_TRUNC)/write/close of an existing 64-byte file
+//   Uncoordinated write → presenter callback  the same write → in-process presentedItemDidChange arrives
 //
 // Run from this directory: `swift package --allow-writing-to-package-directory benchmark` (or `make bench`).
 //
@@ -121,6 +122,18 @@ let benchmarks: @Sendable () -> Void = {
 
   // MARK: 5. An uncoordinated write seen through inotify
 
+  // What the write itself costs, so the callback latency below can be split into write + delivery.
+  let truncate = RawFixture()
+  Benchmark("Baseline: O_TRUNC write (no presenter)", configuration: slow) { benchmark in
+    for _ in benchmark.scaledIterations {
+      try truncate.truncatingWrite()
+    }
+  } setup: {
+    try truncate.setUp()
+  } teardown: {
+    truncate.tearDown()
+  }
+
   let callback = CallbackFixture()
   Benchmark("Uncoordinated write → presenter callback latency", configuration: slow) { benchmark in
     for _ in benchmark.scaledIterations {
@@ -177,6 +190,7 @@ final class RawFixture: @unchecked Sendable {
     guard lockFD >= 0 else { throw BenchmarkSetupError("open lock file: errno \(errno)") }
     target = directory + "/b.txt"
     tempPrefix = directory + "/.gc-tmp-\(getpid())-"
+    try truncatingWrite()
   }
 
   func tearDown() {
@@ -190,6 +204,15 @@ final class RawFixture: @unchecked Sendable {
   func lockPair() throws {
     guard flock(lockFD, LOCK_EX) == 0 else { throw BenchmarkSetupError("flock: errno \(errno)") }
     flock(lockFD, LOCK_UN)
+  }
+
+  /// What an outside tool's `echo > file` does (the file exists: created by setUp's first call).
+  func truncatingWrite() throws {
+    let fd = open(target, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+    guard fd >= 0 else { throw BenchmarkSetupError("open \(target): errno \(errno)") }
+    let written = payloadBytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+    close(fd)
+    guard written == payloadBytes.count else { throw BenchmarkSetupError("write \(target): errno \(errno)") }
   }
 
   func lockedReplace() throws {
@@ -249,28 +272,33 @@ final class ContainerFixture: @unchecked Sendable {  // used by the runner's set
 
 // MARK: - The other process
 
-/// Every presenter child still running, so an exit of this process kills them (see `killLeftoverChildren`).
-let livePresenterPIDs = Mutex<Set<Int32>>([])
+/// The process groups of presenter children still running, so an exit of this process kills them.
+let liveChildGroups = Mutex<Set<pid_t>>([])
 
 /// `atexit` handler: a child must never outlive the benchmark.
 func killLeftoverChildren() {
-  for pid in livePresenterPIDs.withLock({ $0 }) { kill(pid, SIGKILL) }
+  for group in liveChildGroups.withLock({ $0 }) { kill(-group, SIGKILL) }
 }
 
 /// `groupctl present <group> <item> --root <root>` as a child process.
 ///
-/// It runs under a small `sh` guard that holds a pipe from us on its stdin: when that pipe closes — `stop()`, or
-/// this process dying in any way, SIGKILL included — the guard sends the presenter SIGTERM and waits for it.
-/// `stop()` also escalates to SIGKILL, and an `atexit` handler kills whatever is left.
-final class ChildFixture: @unchecked Sendable {  // fields set by start/stop (runner: one at a time); `events` is a Mutex
-  private var guardProcess: Process?
-  private var guardInput: Pipe?
+/// It runs under a small `sh` guard, in a process group of its own, with a pipe from us on the guard's stdin:
+/// when that pipe closes — `stop()`, or this process dying in any way, SIGKILL included — the guard sends the
+/// presenter SIGTERM and waits for it. `stop()` escalates to SIGKILL of the whole group after 5 s, and an
+/// `atexit` handler kills any group left.
+///
+/// Spawned with `posix_spawn` and an empty signal mask: Foundation's `Process`, called from a Dispatch worker
+/// thread, passes on that thread's blocked-signal mask (SIGTERM blocked), and its `waitUntilExit()` was seen
+/// hanging on a SIGKILLed child.
+final class ChildFixture: @unchecked Sendable {  // fields set by start/stop (runner: one at a time); the rest Mutex/Atomic
+  private var guardPID: pid_t?
+  private var guardInput: Int32 = -1
   private var presenterPID: Int32?
   private let ready = DispatchSemaphore(value: 0)
   private let readyPID = Mutex<Int32?>(nil)
   /// Callback lines the presenter printed, by event name.
   let events = Mutex<[String: Int]>([:])
-  /// Coordinated writes measured (warm-up and measured iterations).
+  /// Coordinated writes done (warm-up and measured iterations).
   let writes = Atomic<Int>(0)
   private static let registerExitHandler: Void = { atexit { killLeftoverChildren() } }()
 
@@ -299,45 +327,102 @@ final class ChildFixture: @unchecked Sendable {  // fields set by start/stop (ru
     _ = Self.registerExitHandler
     let groupctl = try Self.locateGroupctl()
     FileHandle.standardError.write(Data("handshake: presenter is \(groupctl)\n".utf8))
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/bin/sh")
-    process.arguments = [
-      "-c",
-      """
+    let script = """
       "$@" </dev/null &
       child=$!
       read -r _ || true
       kill -TERM "$child" 2>/dev/null
       wait "$child"
-      """,
-      "gc-bench-guard", groupctl, "present", group, item, "--root", root,
-    ]
-    let input = Pipe()
-    let output = Pipe()
-    process.standardInput = input
-    process.standardOutput = output
-    try process.run()
-    guardProcess = process
-    guardInput = input
+      """
+    var input: [Int32] = [-1, -1]
+    var output: [Int32] = [-1, -1]
+    guard pipe(&input) == 0 else { throw BenchmarkSetupError("pipe: errno \(errno)") }
+    guard pipe(&output) == 0 else {
+      close(input[0])
+      close(input[1])
+      throw BenchmarkSetupError("pipe: errno \(errno)")
+    }
+    // Only the ends dup2'ed onto the child's stdin/stdout may reach it (pipe2 is not imported into Swift).
+    for fd in input + output { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+    let pid: pid_t
+    do {
+      pid = try Self.spawn(
+        ["/bin/sh", "-c", script, "gc-bench-guard", groupctl, "present", group, item, "--root", root],
+        stdin: input[0], stdout: output[1])
+    } catch {
+      for fd in input + output { close(fd) }
+      throw error
+    }
+    close(input[0])
+    close(output[1])
+    guardPID = pid
+    guardInput = input[1]
+    liveChildGroups.withLock { _ = $0.insert(pid) }  // the guard leads its own process group
     readyPID.withLock { $0 = nil }
     events.withLock { $0 = [:] }
     writes.store(0, ordering: .relaxed)
 
     // Drain the child's stdout for as long as it runs (a full pipe would block its presenter callbacks).
-    let handle = output.fileHandleForReading
-    let fd = handle.fileDescriptor
-    let thread = Thread { [self] in readLines(fd: fd, handle: handle) }
+    let fd = output[0]
+    let thread = Thread { [self] in
+      readLines(fd: fd)
+      close(fd)
+    }
     thread.name = "gc-bench presenter stdout"
     thread.start()
 
-    guard ready.wait(timeout: .now() + 20) == .success, let pid = readyPID.withLock({ $0 }) else {
-      throw BenchmarkSetupError("`groupctl present` did not print its ready line within 20 s")
+    guard ready.wait(timeout: .now() + 20) == .success, let presenter = readyPID.withLock({ $0 }) else {
+      throw BenchmarkSetupError("`\(groupctl) present` did not print its ready line within 20 s")
     }
-    presenterPID = pid
-    livePresenterPIDs.withLock { _ = $0.insert(pid) }
+    presenterPID = presenter
   }
 
-  private func readLines(fd: Int32, handle: FileHandle) {
+  /// posix_spawn with `stdin`/`stdout` in place, an empty signal mask, default signal actions and a new process
+  /// group led by the child.
+  private static func spawn(_ arguments: [String], stdin: Int32, stdout: Int32) throws -> pid_t {
+    var actions = posix_spawn_file_actions_t()
+    var attributes = posix_spawnattr_t()
+    posix_spawn_file_actions_init(&actions)
+    posix_spawnattr_init(&attributes)
+    defer {
+      posix_spawn_file_actions_destroy(&actions)
+      posix_spawnattr_destroy(&attributes)
+    }
+    posix_spawn_file_actions_adddup2(&actions, stdin, 0)
+    posix_spawn_file_actions_adddup2(&actions, stdout, 1)
+    // Nothing else of ours (the benchmark runner's pipes among them) leaks into the child
+    // (posix_spawn_file_actions_addclosefrom_np is not imported into Swift).
+    for fd in inheritableDescriptors() where fd > 2 { posix_spawn_file_actions_addclose(&actions, fd) }
+    var empty = sigset_t()
+    sigemptyset(&empty)
+    posix_spawnattr_setsigmask(&attributes, &empty)
+    var defaults = sigset_t()
+    sigemptyset(&defaults)
+    for signo in [SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGCHLD] { sigaddset(&defaults, signo) }
+    posix_spawnattr_setsigdefault(&attributes, &defaults)
+    posix_spawnattr_setpgroup(&attributes, 0)
+    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP))
+    let argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+    // The benchmark runs with package-benchmark's malloc interposer preloaded; the presenter must not.
+    let environment = ProcessInfo.processInfo.environment.filter { $0.key != "LD_PRELOAD" }
+    let envp: [UnsafeMutablePointer<CChar>?] = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+    defer { for arg in argv + envp { free(arg) } }
+    var pid: pid_t = 0
+    let rc = posix_spawn(&pid, arguments[0], &actions, &attributes, argv, envp)
+    guard rc == 0 else { throw BenchmarkSetupError("posix_spawn \(arguments[0]): errno \(rc)") }
+    return pid
+  }
+
+  /// This process's descriptors without FD_CLOEXEC.
+  private static func inheritableDescriptors() -> [Int32] {
+    let names = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+    return names.compactMap(Int32.init).filter { fd in
+      let flags = fcntl(fd, F_GETFD)
+      return flags >= 0 && flags & FD_CLOEXEC == 0
+    }
+  }
+
+  private func readLines(fd: Int32) {
     var buffer = [UInt8](repeating: 0, count: 65_536)
     var pending: [UInt8] = []
     while true {
@@ -350,7 +435,6 @@ final class ChildFixture: @unchecked Sendable {  // fields set by start/stop (ru
         pending.removeSubrange(...newline)
       }
     }
-    _ = handle  // keep the handle (and its descriptor) alive while reading
   }
 
   private func handleLine(_ line: [UInt8]) {
@@ -364,26 +448,38 @@ final class ChildFixture: @unchecked Sendable {  // fields set by start/stop (ru
     }
   }
 
+  /// Whether `pid` (our child) has exited; reaps it if so.
+  private static func reaped(_ pid: pid_t) -> Bool {
+    var status: Int32 = 0
+    let rc = waitpid(pid, &status, WNOHANG)
+    return rc == pid || (rc < 0 && errno == ECHILD)
+  }
+
   func stop() {
-    guard let process = guardProcess else { return }
+    guard let pid = guardPID else { return }
     // Closing the guard's stdin makes it SIGTERM the presenter and wait for it.
-    try? guardInput?.fileHandleForWriting.close()
+    if guardInput >= 0 { close(guardInput) }
+    guardInput = -1
     let deadline = Date().addingTimeInterval(5)
-    while process.isRunning && Date() < deadline { usleep(10_000) }
-    if let pid = presenterPID, kill(pid, 0) == 0 {
-      // Still there (the guard is gone or stuck): no more politeness.
-      if !process.isRunning { usleep(50_000) }
-      if kill(pid, 0) == 0 { kill(pid, SIGKILL) }
+    var exited = Self.reaped(pid)
+    while !exited && Date() < deadline {
+      usleep(5_000)
+      exited = Self.reaped(pid)
     }
-    if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-    process.waitUntilExit()
-    if let pid = presenterPID { livePresenterPIDs.withLock { _ = $0.remove(pid) } }
+    // Whatever is left of the group — a stuck presenter, or the guard itself — goes now.
+    kill(-pid, SIGKILL)
+    if !exited {
+      var status: Int32 = 0
+      while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    }
+    liveChildGroups.withLock { _ = $0.remove(pid) }
     let seen = events.withLock { $0 }
     let summary = seen.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
     FileHandle.standardError.write(
-      Data("handshake: \(writes.load(ordering: .relaxed)) coordinated writes; presenter printed \(summary)\n".utf8))
-    guardProcess = nil
-    guardInput = nil
+      Data(
+        ("handshake: \(writes.load(ordering: .relaxed)) coordinated writes; presenter printed \(summary); "
+          + "\(exited ? "exited on SIGTERM" : "killed after 5 s")\n").utf8))
+    guardPID = nil
     presenterPID = nil
   }
 }

@@ -521,7 +521,10 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       state.withLock { s in
         if checkSnapshot && s.generation != .max && !snapshotIsTheRecordedOne() {
           do {
-            try withFlock(.exclusive) { () throws(SharedDefaultsError) in try catchUpExclusively(&s) }
+            try withFlock(.exclusive) { () throws(SharedDefaultsError) in
+              // Re-check under the lock: another process may have adopted it already.
+              if snapshotIsTheRecordedOne() { try catchUpExclusively(&s) } else { try repairAndCatchUp(&s, .outsideSnapshot) }
+            }
           } catch {
             Self.logger.error("suite '\(suite)': could not adopt the outside change: \(error)")
           }

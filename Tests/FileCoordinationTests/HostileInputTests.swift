@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 @testable import FileCoordination
@@ -117,18 +118,5 @@ import Testing
     #expect(!FileManager.default.fileExists(atPath: coordination + "/inbox/77777.1"))
     #expect(FileManager.default.fileExists(atPath: "/etc/passwd"))
     presenter.kill()
-  }
-}
-
-/// A small deterministic generator, so a failing round can be replayed.
-struct SplitMix64: RandomNumberGenerator {
-  var state: UInt64
-  init(seed: UInt64) { state = seed }
-  mutating func next() -> UInt64 {
-    state &+= 0x9E37_79B9_7F4A_7C15
-    var z = state
-    z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-    z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-    return z ^ (z >> 31)
   }
 }

@@ -2,6 +2,8 @@
 // Usage: gc-test-helper <command> <container-root> <group-id> [arguments…]; see each case below.
 import FileCoordination
 import Foundation
+import PropertyList
+import SharedDefaults
 import SystemLayer
 
 @MainActor func say(_ text: String) {
@@ -93,6 +95,29 @@ case "present":
   while stall > 0 && access(args[2] + "/resume-watcher", F_OK) != 0 { usleep(20_000) }
   Watcher.shared.stall(nanoseconds: 0)
   while true { sleep(60) }
+
+case "defaults-set":
+  // defaults-set <root> <group> <suite> <count> <value-bytes>: sets k<i> = data of value-bytes bytes (byte i%256)
+  // and says "ack <i>" once each set returned — everything acked must survive a kill -9.
+  let (suite, count, size) = (args[4], Int(args[5])!, Int(args[6])!)
+  let defaults = try SharedDefaults(suiteName: suite, container: container)
+  for i in 0..<count {
+    try defaults.set(value: .data([UInt8](repeating: UInt8(i % 256), count: size)), forKey: "k\(i)")
+    say("ack \(i)")
+  }
+  say("done")
+
+case "defaults-observe":
+  // defaults-observe <root> <group> <suite>: prints "change <key> <old> <new> <pid>" per change.
+  let defaults = try SharedDefaults(suiteName: args[4], container: container)
+  let observation = defaults.observe { change in
+    let describe: (PropertyListValue?) -> String = { $0.map { "\($0.intValue ?? -1)" } ?? "nil" }
+    let line = "change \(change.key) \(describe(change.oldValue)) \(describe(change.newValue)) \(change.originProcessID.map(String.init) ?? "-")"
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+  }
+  say("ready \(getpid())")
+  while true { sleep(60) }
+  _ = observation
 
 default:
   FileHandle.standardError.write(Data("unknown command \(command)\n".utf8))

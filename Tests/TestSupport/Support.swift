@@ -2,22 +2,22 @@ import Foundation
 import Synchronization
 import Testing
 
-@testable import FileCoordination
+import FileCoordination
 
 /// A fresh container root for one test (tests run in parallel in one process).
-final class TestRoot: Sendable {
-  let url: URL
+public final class TestRoot: Sendable {
+  public let url: URL
 
-  init() throws {
+  public init() throws {
     let base = FileManager.default.temporaryDirectory.appendingPathComponent("gc-tests", isDirectory: true)
     try FileManager.default.createDirectory(at: base, withIntermediateDirectories: true)
     url = base.appendingPathComponent(UUID().uuidString, isDirectory: true)
     try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
   }
 
-  var path: String { url.path }
+  public var path: String { url.path }
 
-  func container(_ identifier: String = "group.com.example.tests") throws -> GroupContainer {
+  public func container(_ identifier: String = "group.com.example.tests") throws -> GroupContainer {
     try GroupContainer(identifier: identifier, root: url)
   }
 
@@ -25,20 +25,20 @@ final class TestRoot: Sendable {
 }
 
 /// The directory of the built products (the test bundle sits beside the executables).
-let productsDirectory: URL = {
+public let productsDirectory: URL = {
   let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
   return URL(fileURLWithPath: exe).deletingLastPathComponent()
 }()
 
 /// A child process whose stdout lines the test can wait for.
-final class Child: Sendable {
-  let process: Process
+public final class Child: Sendable {
+  public let process: Process
   private let lines = Mutex<[String]>([])
   private let partial = Mutex<String>("")
-  let errors = Mutex<String>("")
+  public let errors = Mutex<String>("")
 
   /// Starts `gc-test-helper` (or another product) with `arguments`.
-  init(_ arguments: [String], executable: String = "gc-test-helper", environment: [String: String] = [:]) throws {
+  public init(_ arguments: [String], executable: String = "gc-test-helper", environment: [String: String] = [:]) throws {
     process = Process()
     process.executableURL = productsDirectory.appendingPathComponent(executable)
     process.arguments = arguments
@@ -68,12 +68,12 @@ final class Child: Sendable {
     try process.run()
   }
 
-  var output: [String] { lines.withLock { $0 } }
-  var pid: Int32 { process.processIdentifier }
+  public var output: [String] { lines.withLock { $0 } }
+  public var pid: Int32 { process.processIdentifier }
 
   /// Waits (polling) until a line satisfies `predicate`; returns it, or fails the test after `timeout`.
   @discardableResult
-  func waitForLine(
+  public func waitForLine(
     timeout: Double = 30, sourceLocation: SourceLocation = #_sourceLocation, _ predicate: (String) -> Bool
   ) -> String? {
     let deadline = Date().addingTimeInterval(timeout)
@@ -96,7 +96,7 @@ final class Child: Sendable {
 
   /// Waits for the process to exit (a hang detector, not a performance check) and returns its status.
   @discardableResult
-  func waitForExit(timeout: Double = 120, sourceLocation: SourceLocation = #_sourceLocation) -> Int32? {
+  public func waitForExit(timeout: Double = 120, sourceLocation: SourceLocation = #_sourceLocation) -> Int32? {
     let deadline = Date().addingTimeInterval(timeout)
     while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
     if process.isRunning {
@@ -108,7 +108,7 @@ final class Child: Sendable {
     return process.terminationStatus
   }
 
-  func kill(_ signal: Int32 = SIGKILL) {
+  public func kill(_ signal: Int32 = SIGKILL) {
     if process.isRunning { Glibc.kill(process.processIdentifier, signal) }
     process.waitUntilExit()
   }
@@ -117,15 +117,15 @@ final class Child: Sendable {
 }
 
 /// One accessor interval from a helper log: "B <pid> <mode> <ns>" … "E <pid> <mode> <ns>".
-struct Interval {
-  var pid: Int32
-  var mode: String
-  var start: UInt64
-  var end: UInt64
+public struct Interval {
+  public var pid: Int32
+  public var mode: String
+  public var start: UInt64
+  public var end: UInt64
 
-  func overlaps(_ other: Interval) -> Bool { start < other.end && other.start < end }
+  public func overlaps(_ other: Interval) -> Bool { start < other.end && other.start < end }
 
-  static func parse(_ log: String) -> [Interval] {
+  public static func parse(_ log: String) -> [Interval] {
     var open: [Int32: (String, UInt64)] = [:]
     var result: [Interval] = []
     for line in log.split(separator: "\n") {
@@ -141,8 +141,21 @@ struct Interval {
   }
 }
 
-func monotonicNow() -> UInt64 {
+public func monotonicNow() -> UInt64 {
   var ts = timespec()
   clock_gettime(CLOCK_MONOTONIC, &ts)
   return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+}
+
+/// A small deterministic generator, so a failing round can be replayed.
+public struct SplitMix64: RandomNumberGenerator {
+  var state: UInt64
+  public init(seed: UInt64) { state = seed }
+  public mutating func next() -> UInt64 {
+    state &+= 0x9E37_79B9_7F4A_7C15
+    var z = state
+    z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+    z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+    return z ^ (z >> 31)
+  }
 }

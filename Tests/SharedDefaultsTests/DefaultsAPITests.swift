@@ -1,0 +1,141 @@
+import Foundation
+import PropertyList
+@testable import SharedDefaults
+import Synchronization
+import TestSupport
+import Testing
+
+@testable import FileCoordination
+
+@Suite struct DefaultsAPITests {
+  @Test func storesEveryPropertyListTypeAndReadsItBackWithApplesAccessors() throws {
+    let root = try TestRoot()
+    let defaults = try SharedDefaults(container: try root.container())
+    let date = Date(timeIntervalSinceReferenceDate: 12345.5)
+    try defaults.set(42, forKey: "int")
+    try defaults.set(2.5, forKey: "double")
+    try defaults.set(true, forKey: "bool")
+    try defaults.set("héllo", forKey: "string")
+    try defaults.set(Data([0, 1, 255]), forKey: "data")
+    try defaults.set(date, forKey: "date")
+    try defaults.set(URL(string: "https://example.com/a?b=c")!, forKey: "url")
+    try defaults.set(["a", "b"], forKey: "array")
+    try defaults.set(["k": 1, "nested": ["x": [true]]] as [String: Any], forKey: "dict")
+    try defaults.set(UInt64.max, forKey: "huge")
+    #expect(defaults.integer(forKey: "int") == 42)
+    #expect(defaults.double(forKey: "double") == 2.5)
+    #expect(defaults.bool(forKey: "bool"))
+    #expect(defaults.string(forKey: "string") == "héllo")
+    #expect(defaults.data(forKey: "data") == Data([0, 1, 255]))
+    #expect(defaults.date(forKey: "date") == date)
+    #expect(defaults.url(forKey: "url")?.absoluteString == "https://example.com/a?b=c")
+    #expect(defaults.stringArray(forKey: "array") == ["a", "b"])
+    #expect((defaults.dictionary(forKey: "dict")?["k"] as? Int) == 1)
+    #expect(defaults.value(forKey: "huge")?.uint64Value == UInt64.max)
+    // Apple's fallbacks for missing keys and type mismatches.
+    #expect(defaults.integer(forKey: "missing") == 0 && !defaults.bool(forKey: "missing"))
+    #expect(defaults.string(forKey: "data") == nil)
+    try defaults.removeObject(forKey: "int")
+    #expect(defaults.object(forKey: "int") == nil)
+    try defaults.set(nil, forKey: "string")
+    #expect(defaults.object(forKey: "string") == nil)
+  }
+
+  @Test func registeredDefaultsFillInButAreNotStored() throws {
+    let root = try TestRoot()
+    let defaults = try SharedDefaults(suiteName: "registered", container: try root.container())
+    try defaults.register(defaults: ["countdown": 60, "name": "timer"])
+    #expect(defaults.integer(forKey: "countdown") == 60)
+    try defaults.set(30, forKey: "countdown")
+    #expect(defaults.integer(forKey: "countdown") == 30)
+    #expect(defaults.dictionaryRepresentation()["name"] as? String == "timer")
+    #expect(defaults.propertyListRepresentation().keys.sorted() == ["countdown"])
+  }
+
+  @Test func typedKeysCodableAndUpdate() throws {
+    struct History: Codable, Equatable { var runs: [Int] }
+    let root = try TestRoot()
+    let defaults = try SharedDefaults(container: try root.container())
+    let countdown = DefaultsKey("countdown", default: 10)
+    #expect(defaults[countdown] == 10)
+    try defaults.set(7, for: countdown)
+    #expect(defaults[countdown] == 7)
+    #expect(try defaults.update(countdown) { $0 - 1 } == 6)
+    try defaults.set(encoded: History(runs: [1, 2]), forKey: "history")
+    #expect(try defaults.decoded(History.self, forKey: "history") == History(runs: [1, 2]))
+    try defaults.set("not data", forKey: "bad")
+    #expect(throws: SharedDefaultsError.self) { try defaults.decoded(History.self, forKey: "bad") }
+  }
+
+  @Test(arguments: ["", "a.b.c", "a/b/../c", "ключ 🔑", String(repeating: "long", count: 25_000), "\0nul"])
+  func unusualKeysWork(key: String) throws {
+    let root = try TestRoot()
+    let defaults = try SharedDefaults(container: try root.container())
+    try defaults.set(1, forKey: key)
+    try defaults.synchronize()
+    #expect(defaults.integer(forKey: key) == 1)
+    // A fresh reader sees it in the snapshot too.
+    let bytes = try Array(Data(contentsOf: root.url.appendingPathComponent("group.com.example.tests/Library/Preferences/group.com.example.tests.plist")))
+    #expect(try PropertyListValue(bytes: bytes).dictionaryValue?[key] == .integer(1))
+  }
+
+  @Test func oversizedKeysAndUnsupportedValuesGiveClearErrors() throws {
+    let root = try TestRoot()
+    let defaults = try SharedDefaults(container: try root.container())
+    let error = #expect(throws: SharedDefaultsError.self) {
+      try defaults.set(1, forKey: String(repeating: "k", count: 2 << 20))
+    }
+    #expect(error?.description.contains("longer than") == true)
+    #expect(throws: SharedDefaultsError.self) { try defaults.set(NSObject(), forKey: "object") }
+    #expect(throws: SharedDefaultsError.self) { try SharedDefaults(suiteName: "../evil", container: try root.container()) }
+    #expect(throws: SharedDefaultsError.self) { try SharedDefaults(suiteName: "", container: try root.container()) }
+  }
+
+  @Test func snapshotIsABinaryPlistPythonReads() throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let defaults = try SharedDefaults(suiteName: "py", container: container)
+    try defaults.set(["a": 1, "b": ["x", "y"]] as [String: Any], forKey: "dict")
+    try defaults.set(UInt64.max, forKey: "huge")
+    try defaults.synchronize()
+    let path = container.preferencesURL.appendingPathComponent("py.plist").path
+    let python = Process()
+    python.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+    python.arguments = ["python3", "-c", "import plistlib,sys; d=plistlib.load(open(sys.argv[1],'rb')); print(d['dict']['a'], d['dict']['b'], d['huge'])", path]
+    let out = Pipe()
+    python.standardOutput = out
+    try python.run()
+    python.waitUntilExit()
+    #expect(String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) == "1 ['x', 'y'] 18446744073709551615\n")
+  }
+
+  @Test func changeStreamsDeliverLocalWritesInOrder() async throws {
+    let root = try TestRoot()
+    let defaults = try SharedDefaults(container: try root.container())
+    try defaults.set(1, forKey: "n")
+    let stream = defaults.changes(forKeys: ["n"])
+    try defaults.set(2, forKey: "n")
+    try defaults.set(5, forKey: "other")
+    try defaults.removeObject(forKey: "n")
+    var seen: [DefaultsChange] = []
+    for await change in stream {
+      seen.append(change)
+      if seen.count == 2 { break }
+    }
+    #expect(seen.map(\.oldValue) == [.integer(1), .integer(2)])
+    #expect(seen.map(\.newValue) == [.integer(2), nil])
+    #expect(seen.allSatisfy { $0.originProcessID == getpid() })
+  }
+
+  @Test func compactionKeepsEverythingAndEmptiesTheJournal() throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let defaults = try SharedDefaults(suiteName: "compact", container: container)
+    let blob = Data(repeating: 7, count: 100_000)
+    for i in 0..<30 { try defaults.set(blob, forKey: "blob\(i)") }  // 3 MB: several compactions
+    let journal = container.preferencesURL.appendingPathComponent("compact.journal").path
+    let size = try FileManager.default.attributesOfItem(atPath: journal)[.size] as? Int ?? .max
+    #expect(size < 1 << 20)
+    #expect((0..<30).allSatisfy { defaults.data(forKey: "blob\($0)") == blob })
+  }
+}

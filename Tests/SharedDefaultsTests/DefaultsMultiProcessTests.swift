@@ -1,0 +1,214 @@
+import Foundation
+import PropertyList
+@testable import SharedDefaults
+import TestSupport
+import Testing
+
+@testable import FileCoordination
+
+@Suite struct DefaultsMultiProcessTests {
+  let group = "group.com.example.tests"
+
+  @Test func sixteenWritersLoseNothingAndTheCounterIsExact() throws {
+    let root = try TestRoot()
+    let stress = try Child(
+      ["stress", "defaults", group, "--writers", "16", "--keys", "1000", "--increments", "1000", "--root", root.path],
+      executable: "groupctl")
+    #expect(stress.waitForExit(timeout: 600) == 0, "\(stress.output) \(stress.errors.withLock { $0 })")
+    let summary = stress.output.last ?? ""
+    #expect(summary.hasPrefix("keys=16000/16000 lost=0 counter=16000/16000 writes_per_s="), "\(summary)")
+  }
+
+  @Test func everyAcknowledgedWriteSurvivesSIGKILLAtRandomPoints() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    var rng = SplitMix64(seed: 42)
+    var acknowledged = -1
+    for round in 0..<12 {
+      // 40 KB values: a compaction every ~26 writes, so kills also land inside compactions.
+      let writer = try Child(["defaults-set", root.path, group, "killed", "100000", "40000"])
+      writer.waitForLine { $0.hasPrefix("ack") }
+      usleep(UInt32(2_000 + rng.next() % 60_000))
+      writer.kill(SIGKILL)
+      let acks = writer.output.compactMap { $0.hasPrefix("ack ") ? Int($0.dropFirst(4)) : nil }
+      acknowledged = max(acknowledged, acks.max() ?? -1)
+      // A fresh look at the files: every acked key is there with its value, and the snapshot parses.
+      let defaults = try SharedDefaults(suiteName: "killed", container: container)
+      for i in (acks.max() ?? 0) - 5...(acks.max() ?? 0) where i >= 0 {
+        #expect(defaults.data(forKey: "k\(i)") == Data(repeating: UInt8(i % 256), count: 40_000), "round \(round) key k\(i)")
+      }
+      try defaults.synchronize()
+      let bytes = try Array(Data(contentsOf: container.preferencesURL.appendingPathComponent("killed.plist")))
+      let snapshot = try PropertyListValue(bytes: bytes).dictionaryValue ?? [:]
+      #expect((0...(acks.max() ?? 0)).allSatisfy { snapshot["k\($0)"] != nil }, "round \(round)")
+    }
+    #expect(acknowledged > 0)
+    // Nothing was ever set aside as corrupt: kills leave only torn bytes past the commit point.
+    let leftovers = try FileManager.default.contentsOfDirectory(atPath: container.preferencesURL.path)
+    #expect(!leftovers.contains { $0.contains("corrupt") }, "\(leftovers)")
+  }
+
+  @Test func aChangeInOneProcessReachesAnObserverInAnother() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let defaults = try SharedDefaults(suiteName: "observed", container: container)
+    try defaults.set(1, forKey: "countdown")
+    let observer = try Child(["defaults-observe", root.path, group, "observed"])
+    observer.waitForLine { $0.hasPrefix("ready") }
+    try defaults.set(2, forKey: "countdown")
+    try defaults.update("countdown") { .integer(PropertyListInteger(($0?.intValue ?? 0) * 10)) }
+    observer.waitForLine { $0 == "change countdown 1 2 \(getpid())" }
+    observer.waitForLine { $0 == "change countdown 2 20 \(getpid())" }
+    observer.kill()
+  }
+
+  @Test func outsideEditsOfThePlistReachObserversAsDiffs() async throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let defaults = try SharedDefaults(suiteName: "outside", container: container)
+    try defaults.set(1, forKey: "kept")
+    try defaults.set(2, forKey: "changed")
+    try defaults.set(3, forKey: "removed")
+    try defaults.synchronize()
+    let stream = defaults.changes()
+    let path = container.preferencesURL.appendingPathComponent("outside.plist").path
+    try runPython("""
+      import plistlib, sys
+      d = plistlib.load(open(sys.argv[1], 'rb'))
+      d['changed'] = 20; del d['removed']; d['added'] = 'py'
+      plistlib.dump(d, open(sys.argv[1], 'wb'), fmt=plistlib.FMT_XML)
+      """, path)
+    var seen: [String: DefaultsChange] = [:]
+    for await change in stream {
+      seen[change.key] = change
+      if seen.count == 3 { break }
+    }
+    #expect(seen["changed"]?.newValue == .integer(20) && seen["changed"]?.oldValue == .integer(2))
+    #expect(seen["removed"]?.newValue == nil && seen["added"]?.newValue == .string("py"))
+    #expect(seen.values.allSatisfy { $0.originProcessID == nil })
+    #expect(defaults.integer(forKey: "kept") == 1 && defaults.string(forKey: "added") == "py")
+    // The adopted state was rewritten as a binary snapshot.
+    let head = try FileHandle(forReadingFrom: URL(fileURLWithPath: path)).read(upToCount: 8)
+    #expect(head == Data("bplist00".utf8))
+  }
+
+  func runPython(_ script: String, _ arguments: String...) throws {
+    let python = Process()
+    python.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+    python.arguments = ["python3", "-c", script] + arguments
+    try python.run()
+    python.waitUntilExit()
+    #expect(python.terminationStatus == 0)
+  }
+}
+
+@Suite struct DefaultsCorruptionTests {
+  /// Sets up suite `suite` with a known state plus an untouched neighbour suite, then lets `damage` hit the files.
+  func recover(
+    _ suite: String, damage: (_ plist: URL, _ journal: URL) throws -> Void
+  ) throws -> (SharedDefaults, SharedDefaults, [String], TestRoot) {
+    let root = try TestRoot()
+    let container = try root.container()
+    let defaults = try SharedDefaults(suiteName: suite, container: container)
+    let neighbour = try SharedDefaults(suiteName: "neighbour", container: container)
+    try neighbour.set("safe", forKey: "n")
+    try defaults.set(1, forKey: "a")
+    try defaults.synchronize()
+    try defaults.set(2, forKey: "b")  // in the journal only
+    let prefs = container.preferencesURL
+    try damage(prefs.appendingPathComponent("\(suite).plist"), prefs.appendingPathComponent("\(suite).journal"))
+    _ = defaults.integer(forKey: "a")
+    Thread.sleep(forTimeInterval: 0.3)  // the watcher's adoption runs in the background
+    _ = defaults.integer(forKey: "a")
+    return (defaults, neighbour, try FileManager.default.contentsOfDirectory(atPath: prefs.path), root)
+  }
+
+  @Test(arguments: [
+    ("garbage", Data("this is not a plist at all".utf8)),
+    ("truncated", Data("bplist00\u{d1}\u{01}".utf8)),
+    ("deep", Data(("<?xml version=\"1.0\"?><plist version=\"1.0\">" + String(repeating: "<array>", count: 5000)).utf8)),
+    ("array", Data("<plist version=\"1.0\"><array><string>x</string></array></plist>".utf8)),
+  ])
+  func aCorruptSnapshotIsMovedAsideAndTheLastGoodStateRecovered(name: String, bytes: Data) throws {
+    let (defaults, neighbour, files, root) = try recover("s-\(name)") { plist, _ in try bytes.write(to: plist) }
+    #expect(defaults.integer(forKey: "a") == 1 && defaults.integer(forKey: "b") == 2)
+    #expect(files.contains { $0.hasPrefix("s-\(name).plist.corrupt-") }, "\(files)")
+    #expect(neighbour.string(forKey: "n") == "safe")
+    // The suite works on.
+    try defaults.set(3, forKey: "c")
+    try defaults.synchronize()
+    #expect(defaults.integer(forKey: "c") == 3)
+    withExtendedLifetime(root) {}
+  }
+
+  @Test func aHugeSnapshotIsRefusedNotLoaded() throws {
+    let (defaults, _, files, root) = try recover("huge") { plist, _ in
+      let handle = try FileHandle(forWritingTo: plist)
+      try handle.seek(toOffset: 80 << 20)  // sparse: 80 MB over the 64 MB limit
+      try handle.write(contentsOf: Data([0]))
+      try handle.close()
+    }
+    #expect(defaults.integer(forKey: "a") == 1)
+    #expect(files.contains { $0.hasPrefix("huge.plist.corrupt-") })
+    withExtendedLifetime(root) {}
+  }
+
+  @Test func aCorruptJournalKeepsItsGoodPrefixAndIsMovedAside() throws {
+    let (defaults, neighbour, files, root) = try recover("journal") { _, journal in
+      // Flip a byte inside the committed record: its checksum no longer matches.
+      let handle = try FileHandle(forUpdating: journal)
+      try handle.seek(toOffset: 12)
+      try handle.write(contentsOf: Data([0xFF]))
+      try handle.close()
+      // Make the other processes' view stale, as if a writer had committed it: reopen from scratch.
+    }
+    // This process already applied "b" before the damage; a fresh process must not crash on it.
+    let fresh = try Child(["defaults-observe", root.path, defaults.container.identifier, "journal"])
+    fresh.waitForLine { $0.hasPrefix("ready") }
+    fresh.kill()
+    let after = try FileManager.default.contentsOfDirectory(atPath: defaults.container.preferencesURL.path)
+    #expect(after.contains { $0.hasPrefix("journal.journal.corrupt-") }, "\(after)")
+    #expect(defaults.integer(forKey: "a") == 1)
+    #expect(neighbour.string(forKey: "n") == "safe")
+    #expect(!files.contains { $0.contains("neighbour") && $0.contains("corrupt") })
+  }
+
+  @Test func mutatedJournalsNeverCrashTheDecoder() throws {
+    var rng = SplitMix64(seed: 7)
+    let records: [JournalFormat.Record] = [
+      .init(key: "a", operation: .set(.dictionary(["x": .array([.integer(1), .string("y"), .data([1, 2])])])), pid: 1),
+      .init(key: "b", operation: .remove, pid: 2),
+      .init(key: "c", operation: .set(.date(PropertyListDate(secondsSinceReferenceDate: 3))), pid: 3),
+    ]
+    let valid = try records.flatMap { try JournalFormat.encode($0) }
+    var decoded: [JournalFormat.Record] = []
+    try JournalFormat.decode(valid, base: 0, into: &decoded)
+    #expect(decoded == records)
+    for _ in 0..<20_000 {
+      var bytes = valid
+      for _ in 0...Int(rng.next() % 4) {
+        let at = Int(rng.next() % UInt64(bytes.count))
+        switch rng.next() % 3 {
+        case 0: bytes[at] ^= UInt8(truncatingIfNeeded: 1 << (rng.next() % 8))
+        case 1: bytes.removeSubrange(at...)
+        default: bytes[at] = UInt8(truncatingIfNeeded: rng.next())
+        }
+        if bytes.isEmpty { break }
+      }
+      var out: [JournalFormat.Record] = []
+      _ = try? JournalFormat.decode(bytes, base: 0, into: &out)
+      // Fix up checksums so mutations reach the value decoder, not only the checksum check.
+      var patched = bytes
+      var offset = 0
+      while offset + 8 <= patched.count {
+        let length = Int(JournalFormat.read32(patched[...], offset))
+        guard length > 0, offset + 8 + length <= patched.count else { break }
+        let sum = JournalFormat.checksum(patched[(offset + 8)..<(offset + 8 + length)])
+        for i in 0..<4 { patched[offset + 4 + i] = UInt8(truncatingIfNeeded: sum >> (8 * i)) }
+        offset += 8 + length
+      }
+      out = []
+      _ = try? JournalFormat.decode(patched, base: 0, into: &out)
+    }
+  }
+}
