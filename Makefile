@@ -24,5 +24,8 @@ demo: build
 bench: deps
 	cd Benchmarks && $(SWIFT) package --allow-writing-to-package-directory benchmark
 
+# Five minutes on each libFuzzer harness (FUZZ_SECONDS to change).
+FUZZ_SECONDS ?= 300
 fuzz: deps
-	bash Fuzz/run.sh
+	bash Fuzz/run.sh PropertyListFuzz $(FUZZ_SECONDS)
+	bash Fuzz/run.sh ContainerFilesFuzz $(FUZZ_SECONDS)

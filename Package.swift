@@ -65,6 +65,13 @@ let package = Package(
       ],
       path: "Tests/GCTestHelper"
     ),
+    // libFuzzer harnesses: real only when built by Fuzz/run.sh (-DFUZZING, libclang_rt.fuzzer_no_main).
+    .target(name: "CFuzzShim", path: "Fuzz/CFuzzShim"),
+    .executableTarget(name: "PropertyListFuzz", dependencies: ["PropertyList", "CFuzzShim"], path: "Fuzz/PropertyListFuzz"),
+    .executableTarget(
+      name: "ContainerFilesFuzz", dependencies: ["SharedDefaults", "FileCoordination", "CFuzzShim"],
+      path: "Fuzz/ContainerFilesFuzz"),
+    .testTarget(name: "PropertyListTests", dependencies: ["PropertyList"], exclude: ["Regressions"]),
     // What every test target shares: temp container roots, child processes.
     .target(name: "TestSupport", dependencies: ["FileCoordination"], path: "Tests/TestSupport"),
     .testTarget(

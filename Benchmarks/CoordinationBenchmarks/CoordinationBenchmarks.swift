@@ -2,6 +2,7 @@
 //
 //   Baseline: flock+write                     flock(LOCK_EX) → atomic replace of a 64-byte file → flock(LOCK_UN)
 //   Coordinated write (no remote presenter)   FileCoordinator.coordinate(writingItemAt:) + GroupContainer.write
+//   GroupContainer.write alone (uncoordinated) the same write without the coordinator (splits 1 → 2)
 //   Baseline: flock pair                      flock(LOCK_EX) → flock(LOCK_UN)
 //   Coordinated empty access                  coordinate(writingItemAt:) with an empty accessor
 //   Handshake with one remote presenter       coordinated write while `groupctl present` presents the item
@@ -66,6 +67,19 @@ let benchmarks: @Sendable () -> Void = {
     try write.setUp()
   } teardown: {
     write.tearDown()
+  }
+
+  // Where the difference between 1 and 2 goes: the library's write without any coordination.
+  let plain = ContainerFixture(identifier: "group.bench.plain", item: "Documents/p.txt")
+  Benchmark("GroupContainer.write alone (uncoordinated)", configuration: fast) { benchmark in
+    let (_, container, url) = try plain.parts()
+    for _ in benchmark.scaledIterations {
+      try container.write(payload, to: url)
+    }
+  } setup: {
+    try plain.setUp()
+  } teardown: {
+    plain.tearDown()
   }
 
   // MARK: 3. The locking alone
@@ -284,8 +298,9 @@ func killLeftoverChildren() {
 ///
 /// It runs under a small `sh` guard, in a process group of its own, with a pipe from us on the guard's stdin:
 /// when that pipe closes — `stop()`, or this process dying in any way, SIGKILL included — the guard sends the
-/// presenter SIGTERM and waits for it. `stop()` escalates to SIGKILL of the whole group after 5 s, and an
-/// `atexit` handler kills any group left.
+/// presenter SIGTERM and waits for it. `stop()` escalates to SIGKILL of the whole group after 2 s, and an
+/// `atexit` handler kills any group left. (Seen here: `groupctl present` does not exit on SIGTERM or SIGINT,
+/// whatever signal mask it starts with, so in practice the SIGKILL is what ends it.)
 ///
 /// Spawned with `posix_spawn` and an empty signal mask: Foundation's `Process`, called from a Dispatch worker
 /// thread, passes on that thread's blocked-signal mask (SIGTERM blocked), and its `waitUntilExit()` was seen
@@ -460,7 +475,7 @@ final class ChildFixture: @unchecked Sendable {  // fields set by start/stop (ru
     // Closing the guard's stdin makes it SIGTERM the presenter and wait for it.
     if guardInput >= 0 { close(guardInput) }
     guardInput = -1
-    let deadline = Date().addingTimeInterval(5)
+    let deadline = Date().addingTimeInterval(2)
     var exited = Self.reaped(pid)
     while !exited && Date() < deadline {
       usleep(5_000)
@@ -478,7 +493,7 @@ final class ChildFixture: @unchecked Sendable {  // fields set by start/stop (ru
     FileHandle.standardError.write(
       Data(
         ("handshake: \(writes.load(ordering: .relaxed)) coordinated writes; presenter printed \(summary); "
-          + "\(exited ? "exited on SIGTERM" : "killed after 5 s")\n").utf8))
+          + "\(exited ? "exited on SIGTERM" : "killed after 2 s")\n").utf8))
     guardPID = nil
     presenterPID = nil
   }

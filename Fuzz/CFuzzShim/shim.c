@@ -1,0 +1,2 @@
+// Intentionally empty: SwiftPM needs at least one source file in a C target.
+#include "shim.h"
