@@ -173,6 +173,29 @@ import Testing
     #expect(!files.contains { $0.contains("neighbour") && $0.contains("corrupt") })
   }
 
+  @Test(arguments: ["truncated", "garbage"])
+  func aDamagedJournalIsSetAsideInAFreshProcess(kind: String) throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let writer = try Child(["defaults-set", root.path, container.identifier, "damaged", "3", "10"])
+    #expect(writer.waitForExit() == 0)
+    let journal = container.preferencesURL.appendingPathComponent("damaged.journal")
+    let handle = try FileHandle(forUpdating: journal)
+    if kind == "truncated" {
+      try handle.truncate(atOffset: 20)  // shorter than the committed length
+    } else {
+      try handle.seek(toOffset: 0)
+      try handle.write(contentsOf: Data(repeating: 0xAB, count: 64))
+    }
+    try handle.close()
+    let defaults = try SharedDefaults(suiteName: "damaged", container: container)
+    #expect(defaults.propertyListRepresentation().count < 3)  // what was lost is lost, and said so
+    try defaults.set(1, forKey: "after")
+    #expect(defaults.integer(forKey: "after") == 1)
+    let files = try FileManager.default.contentsOfDirectory(atPath: container.preferencesURL.path)
+    #expect(files.contains { $0.hasPrefix("damaged.journal.corrupt-") }, "\(files)")
+  }
+
   @Test func mutatedJournalsNeverCrashTheDecoder() throws {
     var rng = SplitMix64(seed: 7)
     let records: [JournalFormat.Record] = [
