@@ -52,6 +52,8 @@ struct ProcessName: Hashable, Sendable, Codable, CustomStringConvertible {
 ///   processes/<proc>.lock LOCK_SH held by the live process <pid>.<start>
 ///   presenters/<id>       one record per registered presenter (PresenterRegistry.swift)
 ///   inbox/<proc>/         messages to that process (MessageProtocol.swift)
+///   schemes/<scheme>      how to launch the app that opens <scheme>: URLs (URLOpening.swift)
+///   handlers/<scheme>.<proc> the live process <proc> handles <scheme>: URLs
 /// ```
 final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts guard their own state
   static let logger = Logger(label: "GroupContainer.FileCoordination")
@@ -70,6 +72,7 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
   let registry: PresenterRegistry
   private(set) var messenger: Messenger!
   private(set) var host: PresenterHost!
+  private(set) var urlHandlers: URLHandlers!
   /// Held `LOCK_SH` for the life of the process: whoever gets `LOCK_EX` on it knows we are dead.
   private let processLock: SystemFD
 
@@ -172,6 +175,9 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
   private func start() throws(FileSystemError) {
     messenger = Messenger(space: self)
     host = PresenterHost(space: self)
+    urlHandlers = URLHandlers(space: self)
+    try FileSystem.makeDirectory(directory + "/schemes", mode: directoryMode)
+    try FileSystem.makeDirectory(directory + "/handlers", mode: directoryMode)
     try messenger.start()
     reapDeadProcesses()
   }

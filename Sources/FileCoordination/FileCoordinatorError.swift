@@ -16,6 +16,8 @@ public enum FileCoordinatorError: Error, CustomStringConvertible, Sendable {
   case container(GroupContainerError)
   /// A system call failed.
   case system(FileSystemError)
+  /// A URL could not be opened.
+  case openURL(OpenURLError)
 
   public var description: String {
     switch self {
@@ -31,6 +33,8 @@ public enum FileCoordinatorError: Error, CustomStringConvertible, Sendable {
     case .container(let error):
       return error.description
     case .system(let error):
+      return error.description
+    case .openURL(let error):
       return error.description
     }
   }

@@ -33,6 +33,7 @@ extension CoordinationSpace {
   /// Removes a dead process's presenters, inbox and lock file. Idempotent: several processes may reap at once.
   func reap(_ process: ProcessName) {
     registry.removeAll(of: process)
+    urlHandlers.removeAll(of: process)
     try? FileSystem.removeTree(inbox(of: process))
     try? FileSystem.removeFile(processLockPath(process))
     CoordinationSpace.logger.debug("reaped dead process \(process)")

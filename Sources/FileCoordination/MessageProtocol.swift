@@ -46,7 +46,8 @@ struct PresenterEvent: Codable, Sendable, Hashable {
 /// IN_MOVED_TO means it is complete). Receivers treat inbox files as untrusted: size-limited, strictly decoded,
 /// paths validated, anything else deleted with a logged error.
 struct CoordinationMessage: Codable, Sendable {
-  enum Kind: String, Codable, Sendable { case prepare, finish, ack }
+  /// `openURL` asks a process's URL handler to open `url` (URLOpening.swift); its ack carries `opened`.
+  enum Kind: String, Codable, Sendable { case prepare, finish, ack, openURL }
 
   static let formatVersion = 1
   static let maxBytes = 1 << 20
@@ -66,6 +67,10 @@ struct CoordinationMessage: Codable, Sendable {
   var events: [PresenterEvent]
   /// Ack only: errors presenters passed to their completion handlers.
   var failures: [String]?
+  /// `openURL` only: the URL to open.
+  var url: String?
+  /// Ack of an `openURL` only: what the handler answered.
+  var opened: Bool?
 
   var fileName: String { "\(id).\(kind.rawValue)" }
 
@@ -90,6 +95,10 @@ struct CoordinationMessage: Codable, Sendable {
       throw .corruptFile(fileName, reason: "message has too many entries")
     }
     if !message.item.isEmpty { _ = try ContainerPath(message.item) }
+    if message.kind == .openURL {
+      guard let url = message.url else { throw .corruptFile(fileName, reason: "an openURL message without a URL") }
+      do { _ = try OpenURLRule.validate(url) } catch { throw .corruptFile(fileName, reason: error.description) }
+    }
     for event in message.events {
       for path in [event.path, event.newPath].compactMap({ $0 }) where !path.isEmpty { _ = try ContainerPath(path) }
       guard event.presenter.split(separator: ".").count == 3 else {
@@ -163,7 +172,9 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
       CoordinationSpace.logger.error("dropping inbox entry '\(path)': \(error)")
       return
     }
-    if message.kind == .ack {
+    if message.kind == .openURL {
+      space.urlHandlers.receive(message)
+    } else if message.kind == .ack {
       condition.lock()
       acks[message.id] = message
       condition.broadcast()
@@ -176,6 +187,7 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
   struct AckOutcome {
     var failures: [(ProcessName, String)] = []
     var timedOut: [ProcessName] = []
+    var acks: [String: CoordinationMessage] = [:]
   }
 
   /// Waits for the acks of `pending` (message id → target process) until `timeout`, skipping targets that die.
@@ -193,6 +205,7 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
     while !waiting.isEmpty {
       for id in Array(waiting.keys) {
         if let ack = acks.removeValue(forKey: id) {
+          outcome.acks[id] = ack
           outcome.failures += (ack.failures ?? []).map { (waiting[id]!, $0) }
           waiting[id] = nil
         }

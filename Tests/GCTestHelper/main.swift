@@ -119,6 +119,17 @@ case "defaults-observe":
   while true { sleep(60) }
   _ = observation
 
+case "url-handler":
+  // url-handler <root> <group> <scheme> [launch-url]: handles <scheme> URLs, answering true unless the URL's
+  // host is "refuse"; prints "opened <url>" per URL. Started by open(_:) it gets the URL as last argument.
+  let scheme = args[4]
+  try container.onOpenURL(schemes: [scheme]) { url in
+    FileHandle.standardOutput.write(Data("opened \(url.absoluteString)\n".utf8))
+    return url.host != "refuse"
+  }
+  say("ready \(getpid())\(args.count > 5 ? " launched-with " + args[5] : "")")
+  while true { sleep(60) }
+
 default:
   FileHandle.standardError.write(Data("unknown command \(command)\n".utf8))
   exit(2)

@@ -1,0 +1,24 @@
+import ArgumentParser
+import Foundation
+import GroupContainer
+
+struct Open: AsyncParsableCommand {
+  static let configuration = CommandConfiguration(
+    abstract: "Open a URL in the app that registered its scheme in the container (started if not running).",
+    discussion: "Prints what the app's handler answered (true or false); exits 1 when it answered false.")
+
+  @OptionGroup var container: ContainerOptions
+  @Argument(help: "The URL, e.g. simpletimer://finished.") var url: String
+  @Option(help: "Seconds to wait for the app to start and answer.") var timeout: Double = 10
+
+  func run() async throws {
+    let group = try container.open()
+    try GroupContainer.validateURL(url)
+    guard let parsed = URL(string: url) else {
+      throw ValidationError("'\(url)' is not a URL (percent-encode characters outside RFC 3986)")
+    }
+    let opened = try await group.open(parsed, timeout: .milliseconds(Int(timeout * 1000)))
+    Output.line(opened ? "true" : "false")
+    if !opened { throw ExitCode(1) }
+  }
+}
