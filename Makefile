@@ -18,7 +18,12 @@ test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build --disable-xctest
 
+# Two tmux panes when tmux is there (installed here when we may); otherwise one terminal with prefixes.
+# DEMO_HEADLESS=1 runs the scripted scenario and checks every step.
 demo: build
+	@if [ "$${DEMO_HEADLESS:-0}" != 1 ] && [ -t 1 ] && ! command -v tmux >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  apt-get install -y -qq tmux >/dev/null 2>&1 || true; \
+	fi
 	bash scripts/demo.sh
 
 bench: deps

@@ -10,6 +10,8 @@ let package = Package(
     .library(name: "SharedDefaults", targets: ["SharedDefaults"]),
     .library(name: "PropertyList", targets: ["PropertyList"]),
     .executable(name: "groupctl", targets: ["groupctl"]),
+    .executable(name: "host", targets: ["host"]),
+    .executable(name: "widget", targets: ["widget"]),
   ],
   dependencies: [
     .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
@@ -56,6 +58,10 @@ let package = Package(
         .product(name: "Logging", package: "swift-log"),
       ]
     ),
+    // The Timer app and its Today widget (`make demo`), sharing their logic through SimpleTimerKit.
+    .target(name: "SimpleTimerKit", dependencies: ["GroupContainer"], path: "Examples/SimpleTimerKit"),
+    .executableTarget(name: "host", dependencies: ["SimpleTimerKit", "GroupContainer"], path: "Examples/host"),
+    .executableTarget(name: "widget", dependencies: ["SimpleTimerKit", "GroupContainer"], path: "Examples/widget"),
     // "The other process" that tests spawn: presenter, lock holder, crasher.
     .executableTarget(
       name: "gc-test-helper",
@@ -78,6 +84,7 @@ let package = Package(
       name: "SharedDefaultsTests",
       dependencies: ["TestSupport", "SharedDefaults", "PropertyList", "FileCoordination", "SystemLayer", "gc-test-helper", "groupctl"]
     ),
+    .testTarget(name: "ExamplesTests", dependencies: ["TestSupport", "SimpleTimerKit", "host", "widget"]),
     .testTarget(
       name: "FileCoordinationTests",
       dependencies: ["TestSupport", "FileCoordination", "SystemLayer", "GroupContainer", "gc-test-helper", "groupctl"]

@@ -1,40 +1,67 @@
 #!/usr/bin/env bash
-# Two processes sharing one container: a "widget" presenting a file and a "host" writing it — through the
-# coordinator, and once behind its back with the shell. Runs on a fresh temporary container unless
+# `make demo`: the Timer host and its Today widget side by side, on a fresh temporary container unless
 # GROUP_CONTAINER_ROOT is set.
+#   - in a terminal with tmux: two panes (host left, widget right);
+#   - in a terminal without tmux: both in this terminal, [host]/[widget] prefixes; keys go to the host;
+#   - DEMO_HEADLESS=1 (or no terminal): the scripted scenario; prints both transcripts and exits 0 only if every
+#     step happened.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=$(swift build --show-bin-path)/groupctl
+bin=$(swift build --show-bin-path)
 if [ -z "${GROUP_CONTAINER_ROOT:-}" ]; then
-  GROUP_CONTAINER_ROOT=$(mktemp -d /tmp/groupcontainer-demo.XXXXXX)
-  trap 'rm -rf "$GROUP_CONTAINER_ROOT"' EXIT
+  GROUP_CONTAINER_ROOT=$(mktemp -d /tmp/simpletimer-demo.XXXXXX)
+  cleanup_root=1
 fi
 export GROUP_CONTAINER_ROOT
-group=group.com.example.demo
-item=Documents/countdown.txt
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  # A host started by the widget's URL is nobody's child here: stop it by its registration.
+  pkill -f "^$bin/host" 2>/dev/null || true
+  [ -n "${cleanup_root:-}" ] && rm -rf "$GROUP_CONTAINER_ROOT"
+  return 0
+}
+trap cleanup EXIT
 
-host() { echo "[host]   $*"; }
+headless() {
+  local transcript
+  transcript=$(mktemp)
+  "$bin/widget" --headless >>"$transcript" 2>&1 &
+  local widget=$!
+  pids+=("$widget")
+  until grep -q "waiting for the host" "$transcript"; do sleep 0.05; done
+  "$bin/host" --headless --seconds 4 --background-after 1 >>"$transcript" 2>&1
+  local widget_status=0
+  wait "$widget" || widget_status=$?
+  # The host that the URL launched writes into the same transcript; give it a moment to finish.
+  for _ in $(seq 100); do grep -q "timer finished in the widget" "$transcript" && break; sleep 0.05; done
+  sleep 0.2
+  cat "$transcript"
+  local missing=0
+  for step in "[host] countdown started" "[host] going to the background" "[widget] read from the suite" \
+    "[widget] time left: 1 s" "[widget] time is up: opening simpletimer://finished" "[host] launched by simpletimer://finished" \
+    "[host] the timer finished in the widget" "[widget] the host answered true"; do
+    if ! grep -qF "$step" "$transcript"; then
+      echo "demo: missing step: $step" >&2
+      missing=1
+    fi
+  done
+  rm -f "$transcript"
+  [ "$widget_status" = 0 ] && [ "$missing" = 0 ] && echo "demo: every step happened"
+}
 
-# The widget: a presenter in its own process, printing each callback it gets.
-"$bin" present "$group" "$item" > >(sed -u 's/^/[widget] /') &
-widget=$!
-trap 'kill $widget 2>/dev/null || true; rm -rf "${GROUP_CONTAINER_ROOT:?}/$group"' EXIT
-sleep 0.5
-
-for left in 30 20 10; do
-  host "coordinated write: $left seconds left"
-  echo "$left" | "$bin" write "$group" "$item"
-  sleep 0.3
-done
-host "coordinated read: $("$bin" read "$group" "$item")"
-sleep 0.3
-host "uncoordinated write (shell echo), seen through inotify"
-echo 0 > "$GROUP_CONTAINER_ROOT/$group/$item"
-sleep 0.5
-host "status:"
-"$bin" status "$group" | sed 's/^/[host]   /'
-host "refusing a path that escapes the container:"
-"$bin" read "$group" ../../etc/passwd 2>&1 | sed 's/^/[host]   /' || true
-kill "$widget" 2>/dev/null || true
-wait "$widget" 2>/dev/null || true
-sleep 0.1
+if [ "${DEMO_HEADLESS:-0}" = 1 ] || [ ! -t 0 ] || [ ! -t 1 ]; then
+  headless
+elif command -v tmux >/dev/null 2>&1 && [ -z "${TMUX:-}" ]; then
+  session="simpletimer-$$"
+  tmux new-session -d -s "$session" -e GROUP_CONTAINER_ROOT="$GROUP_CONTAINER_ROOT" "$bin/host"
+  tmux split-window -h -t "$session" -e GROUP_CONTAINER_ROOT="$GROUP_CONTAINER_ROOT" "$bin/widget"
+  tmux select-pane -t "$session:0.0"
+  tmux set-option -t "$session" remain-on-exit off >/dev/null
+  tmux attach -t "$session"
+else
+  echo "(install tmux for two panes: apt-get install tmux)"
+  "$bin/widget" --follow </dev/null | cat &
+  pids+=("$!")
+  "$bin/host"
+fi

@@ -1,0 +1,71 @@
+import Foundation
+import GroupContainer
+import SimpleTimerKit
+import TestSupport
+import Testing
+
+/// The Timer host and widget as a newcomer runs them (`DEMO_HEADLESS=1 make demo`), and the host's URL rules.
+@Suite struct TimerDemoTests {
+  @Test func theHeadlessScenarioRunsEveryStep() throws {
+    let root = try TestRoot()
+    let env = ["GROUP_CONTAINER_ROOT": root.path]
+    let widget = try Child(["--headless"], executable: "widget", environment: env)
+    widget.waitForLine { $0.contains("waiting for the host") }
+    let host = try Child(["--headless", "--seconds", "3", "--background-after", "1"], executable: "host", environment: env)
+    #expect(host.waitForExit() == 0)
+    #expect(host.output.contains("[host] going to the background with 2 s left (saved to the suite)"), "\(host.output)")
+    #expect(widget.waitForExit() == 0, "\(widget.output)")
+    // The host launched by the URL writes into the widget's output (it inherited it).
+    widget.waitForLine { $0.hasPrefix("[host] the timer finished in the widget") }
+    let lines = widget.output
+    for step in [
+      "[widget] read from the suite: 2 s left when the host went away", "[widget] time left: 1 s",
+      "[widget] time is up: opening simpletimer://finished?source=widget",
+      "[host] launched by simpletimer://finished?source=widget", "[widget] the host answered true",
+    ] {
+      #expect(lines.contains { $0.hasPrefix(step) }, "missing \(step) in \(lines)")
+    }
+    // The end was claimed once, by the widget.
+    let container = try GroupContainer(identifier: SimpleTimer.groupIdentifier, root: root.url)
+    #expect(try SharedDefaults(container: container)[TimerKeys.finishedBy] == "widget")
+    stopLaunchedHosts(in: container)
+  }
+
+  @Test func theHostOpensOnlyTheURLItExpects() async throws {
+    let root = try TestRoot()
+    let host = try Child(["--serve"], executable: "host", environment: ["GROUP_CONTAINER_ROOT": root.path])
+    host.waitForLine { $0.contains("ready") }
+    let container = try GroupContainer(identifier: SimpleTimer.groupIdentifier, root: root.url)
+    #expect(try await container.open(URL(string: "simpletimer://finished?source=widget")!))
+    for refused in [
+      "simpletimer://finished?source=evil", "simpletimer://finished", "simpletimer://other?source=widget",
+      "simpletimer://finished?source=widget&extra=1", "simpletimer://finished/path?source=widget",
+      "simpletimer://user@finished?source=widget",
+    ] {
+      #expect(try await !container.open(URL(string: refused)!), "\(refused)")
+    }
+    host.kill()
+  }
+
+  @Test func finishedURLRules() {
+    #expect(FinishedURL.isValid(FinishedURL.url))
+    #expect(!FinishedURL.isValid(URL(string: "other://finished?source=widget")!))
+    #expect(!FinishedURL.isValid(URL(string: "simpletimer://finished?source=widget#x")!))
+  }
+
+  @Test func theEndIsClaimedExactlyOnce() throws {
+    let root = try TestRoot()
+    let timer = try SimpleTimer(container: try GroupContainer(identifier: SimpleTimer.groupIdentifier, root: root.url))
+    try timer.saveForBackground(timeLeft: 0)
+    #expect(try timer.claimFinish(by: "widget"))
+    #expect(try !timer.claimFinish(by: "host"))
+    #expect(timer.defaults[TimerKeys.finishedBy] == "widget")
+    #expect(timer.remaining() == 0)
+  }
+
+  func stopLaunchedHosts(in container: GroupContainer) {
+    for process in (try? container.status().processes) ?? [] where !process.isCurrent {
+      kill(process.pid, SIGTERM)
+    }
+  }
+}
