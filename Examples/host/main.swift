@@ -98,18 +98,13 @@ Keyboard.listen { key in
       return (m.left, m.background)
     }
     if background {
+      // Still running (suspended, on iOS): a URL for the app reaches this process and brings it back.
       try? timer.saveForBackground(timeLeft: left)
-      timer.container.removeOpenURLHandler()
       console.log("in the background with \(left) s left: the widget counts on (b to come back)")
     } else {
       // Back in the foreground: take the countdown back from the suite.
       let remaining = timer.remaining() ?? left
       model.withLock { $0.left = remaining; $0.running = remaining > 0; $0.lastTick = Date() }
-      try? timer.container.onOpenURL(schemes: [SimpleTimer.urlScheme]) { url in
-        guard FinishedURL.isValid(url) else { return false }
-        finishedInWidget.withLock { $0 = true }
-        return true
-      }
     }
   case "q":
     console.log("bye")
@@ -125,7 +120,10 @@ while true {
       m.lastTick = Date()
       if m.left == 0 { m.running = false }
     }
-    if finishedInWidget.withLock({ $0 }) { return "finished (in the widget)" }
+    if finishedInWidget.withLock({ $0 }) {
+      m.background = false
+      return "finished (in the widget)"
+    }
     if m.left == 0 { return "finished" }
     return "time left: \(m.left) s \(m.background ? "[background]" : m.running ? "[running]" : "[stopped]")"
   }
