@@ -57,6 +57,7 @@ if let launchURL {
   if headless {
     // The URL arrives through the handler just installed.
     for _ in 0..<1000 where !finishedInWidget.withLock({ $0 }) { usleep(10_000) }
+    await timer.container.waitForOpenURLAnswers()
     exit(finishedInWidget.withLock { $0 } ? 0 : 1)
   }
 }

@@ -95,6 +95,8 @@ struct SchemeRegistration: Codable, Sendable, Equatable {
 final class URLHandlers: @unchecked Sendable {  // `handler` is a Mutex; the rest is immutable
   private let space: CoordinationSpace
   private let handler = Mutex<(schemes: Set<String>, body: @Sendable (URL) async -> Bool)?>(nil)
+  /// URLs received and not yet answered (a process must not exit before its answers are out).
+  private let unanswered = Atomic<Int>(0)
   private var handlersDirectory: String { space.directory + "/handlers" }
   private var schemesDirectory: String { space.directory + "/schemes" }
 
@@ -160,7 +162,9 @@ final class URLHandlers: @unchecked Sendable {  // `handler` is a Mutex; the res
   func receive(_ message: CoordinationMessage) {
     let installed = handler.withLock { $0 }
     let space = space
-    Task.detached {
+    unanswered.add(1, ordering: .relaxed)
+    Task.detached { [self] in
+      defer { unanswered.subtract(1, ordering: .releasing) }
       var opened = false
       if let installed, let text = message.url, let url = URL(string: text),
         let scheme = url.scheme?.lowercased(), installed.schemes.contains(scheme)
@@ -173,6 +177,13 @@ final class URLHandlers: @unchecked Sendable {  // `handler` is a Mutex; the res
       do { try space.messenger.send(ack, to: message.sender) } catch {
         CoordinationSpace.logger.debug("could not answer \(message.id): \(error)")
       }
+    }
+  }
+
+  func waitUntilAnswered(timeout: Duration) async {
+    let deadline = ContinuousClock.now + timeout
+    while unanswered.load(ordering: .acquiring) > 0 && ContinuousClock.now < deadline {
+      try? await Task.sleep(for: .milliseconds(2))
     }
   }
 
@@ -231,6 +242,12 @@ extension GroupContainer {
     schemes: Set<String>, perform handler: @escaping @Sendable (URL) async -> Bool
   ) throws(FileCoordinatorError) {
     try space().urlHandlers.install(schemes: schemes, handler)
+  }
+
+  /// Waits until every URL this process received has been answered: call it before exiting right after handling
+  /// one, or the opener may see no answer.
+  public func waitForOpenURLAnswers(timeout: Duration = .seconds(2)) async {
+    try? await space().urlHandlers.waitUntilAnswered(timeout: timeout)
   }
 
   /// Stops handling URLs in this process.
