@@ -20,11 +20,13 @@ let package = Package(
     .package(url: "https://github.com/ordo-one/benchmark", from: "1.38.0", traits: ["MallocInterposer"]),
   ],
   targets: [
+    .target(name: "BenchmarkSupport", path: "BenchmarkSupport", swiftSettings: [.swiftLanguageMode(.v6)]),
     // package-benchmark finds benchmark targets by their directory: it must sit directly in a folder named
     // `Benchmarks` (this package's root), hence `path: "CoordinationBenchmarks"`.
     .executableTarget(
       name: "CoordinationBenchmarks",
       dependencies: [
+        "BenchmarkSupport",
         .product(name: "Benchmark", package: "benchmark"),
         .product(name: "GroupContainer", package: rootIdentity),
         // Not imported: listed so the benchmark build also builds `groupctl` (same configuration, same
@@ -34,6 +36,18 @@ let package = Package(
       path: "CoordinationBenchmarks",
       swiftSettings: [.swiftLanguageMode(.v6)],
       plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
-    )
+    ),
+    .executableTarget(
+      name: "DefaultsBenchmarks",
+      dependencies: [
+        "BenchmarkSupport",
+        .product(name: "Benchmark", package: "benchmark"),
+        .product(name: "GroupContainer", package: rootIdentity),
+        .product(name: "groupctl", package: rootIdentity),  // the 4-process benchmark runs its stress writers
+      ],
+      path: "DefaultsBenchmarks",
+      swiftSettings: [.swiftLanguageMode(.v6)],
+      plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
+    ),
   ]
 )

@@ -15,9 +15,13 @@
 // `groupctl` built next to this benchmark executable (Package.swift lists it as a dependency, so the benchmark
 // build builds it in the same configuration); `<root package>/.build/release/groupctl`; `.../debug/groupctl`.
 //
-// Every benchmark uses its own container root under /tmp (`gc-bench-*`), removed by its teardown.
+// Every benchmark uses its own container root, /tmp/gc-bench-* (or under $GC_BENCH_TMPDIR), removed by its
+// teardown. On ext4 a rename over an existing file or a truncating rewrite starts writeback at once
+// (auto_da_alloc), which makes these small writes cost ~200 µs; `GC_BENCH_TMPDIR=/dev/shm` shows the
+// framework's own cost without it.
 
 import Benchmark
+import BenchmarkSupport
 import Dispatch
 import Foundation
 import Glibc
@@ -109,12 +113,31 @@ let benchmarks: @Sendable () -> Void = {
 
   // MARK: 4. Full prepare/ack/finish handshake with a presenter in another process
 
+  // Where the time goes, measured from outside the library: before the accessor runs (prepare → the other
+  // process relinquishes → ack → locks), the accessor (the write), after it (unlock, finish message).
+  let beforeAccessor = BenchmarkMetric.custom("before accessor (ns)", useScalingFactor: false)
+  let inAccessor = BenchmarkMetric.custom("accessor (ns)", useScalingFactor: false)
+  let afterAccessor = BenchmarkMetric.custom("after accessor (ns)", useScalingFactor: false)
+  var phases = slow
+  phases.metrics += [beforeAccessor, inAccessor, afterAccessor]
+
   let handshake = ContainerFixture(identifier: "group.bench.handshake", item: "Documents/h.txt")
   let child = ChildFixture()
-  Benchmark("Handshake with one remote presenter", configuration: slow) { benchmark in
+  Benchmark("Handshake with one remote presenter", configuration: phases) { benchmark in
     let (coordinator, container, url) = try handshake.parts()
     for _ in benchmark.scaledIterations {
-      try coordinator.coordinate(writingItemAt: url) { try container.write(payload, to: $0) }
+      let start = monotonicNanoseconds()
+      var entered: UInt64 = 0
+      var left: UInt64 = 0
+      try coordinator.coordinate(writingItemAt: url) {
+        entered = monotonicNanoseconds()
+        try container.write(payload, to: $0)
+        left = monotonicNanoseconds()
+      }
+      let end = monotonicNanoseconds()
+      benchmark.measurement(beforeAccessor, elapsed(start, entered))
+      benchmark.measurement(inAccessor, elapsed(entered, left))
+      benchmark.measurement(afterAccessor, elapsed(left, end))
     }
     child.writes.add(benchmark.scaledIterations.count, ordering: .relaxed)
   } setup: {
@@ -148,10 +171,22 @@ let benchmarks: @Sendable () -> Void = {
     truncate.tearDown()
   }
 
+  // The same split: the write syscalls, write done → callback entered (inotify, watcher thread, operation
+  // queue; 0 when the callback starts before close() returns, as it can on ext4, whose close starts writeback
+  // after the CLOSE_WRITE event), callback → this thread running again.
+  let writeTime = BenchmarkMetric.custom("write (ns)", useScalingFactor: false)
+  let delivery = BenchmarkMetric.custom("delivery (ns)", useScalingFactor: false)
+  let wakeUp = BenchmarkMetric.custom("wake-up (ns)", useScalingFactor: false)
+  var callbackPhases = slow
+  callbackPhases.metrics += [writeTime, delivery, wakeUp]
+
   let callback = CallbackFixture()
-  Benchmark("Uncoordinated write → presenter callback latency", configuration: slow) { benchmark in
+  Benchmark("Uncoordinated write → presenter callback latency", configuration: callbackPhases) { benchmark in
     for _ in benchmark.scaledIterations {
-      try callback.writeAndWait()
+      let times = try callback.writeAndWait()
+      benchmark.measurement(writeTime, elapsed(times.start, times.written))
+      benchmark.measurement(delivery, elapsed(times.written, times.callback))
+      benchmark.measurement(wakeUp, elapsed(times.callback, times.end))
     }
   } setup: {
     try callback.setUp()
@@ -166,23 +201,15 @@ let benchmarks: @Sendable () -> Void = {
 let payload = Data((0..<64).map { UInt8(truncatingIfNeeded: $0 &+ 0x20) })
 let payloadBytes = [UInt8](payload)
 
-struct BenchmarkSetupError: Error, CustomStringConvertible {
-  var description: String
-  init(_ description: String) { self.description = description }
+func monotonicNanoseconds() -> UInt64 {
+  var ts = timespec()
+  clock_gettime(CLOCK_MONOTONIC, &ts)
+  return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
 }
 
-/// A fresh directory under /tmp.
-func makeTemporaryRoot() throws -> String {
-  var template = Array("/tmp/gc-bench-XXXXXX".utf8CString)
-  guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
-    throw BenchmarkSetupError("mkdtemp failed: errno \(errno)")
-  }
-  return String(cString: made)
-}
-
-func removeTree(_ path: String?) {
-  guard let path, path.hasPrefix("/tmp/gc-bench-") else { return }
-  try? FileManager.default.removeItem(atPath: path)
+/// `to - from` in ns, 0 if `to` is earlier (a callback can start before the writer reads the clock again).
+func elapsed(_ from: UInt64, _ to: UInt64) -> Int {
+  to > from ? Int(to - from) : 0
 }
 
 /// The baselines: the same syscalls the coordinated write makes for its item lock and its atomic replace
@@ -196,6 +223,13 @@ final class RawFixture: @unchecked Sendable {
   private var counter = 0
 
   func setUp() throws {
+    do { try makeFiles() } catch {
+      tearDown()
+      throw error
+    }
+  }
+
+  private func makeFiles() throws {
     let root = try makeTemporaryRoot()
     self.root = root
     let directory = root + "/Documents"
@@ -260,6 +294,13 @@ final class ContainerFixture: @unchecked Sendable {  // used by the runner's set
   }
 
   func setUp() throws {
+    do { try open() } catch {
+      tearDown()
+      throw error
+    }
+  }
+
+  private func open() throws {
     let root = try makeTemporaryRoot()
     self.root = root
     let container = try GroupContainer(identifier: identifier, root: URL(fileURLWithPath: root, isDirectory: true))
@@ -305,7 +346,7 @@ func killLeftoverChildren() {
 /// Spawned with `posix_spawn` and an empty signal mask: Foundation's `Process`, called from a Dispatch worker
 /// thread, passes on that thread's blocked-signal mask (SIGTERM blocked), and its `waitUntilExit()` was seen
 /// hanging on a SIGKILLed child.
-final class ChildFixture: @unchecked Sendable {  // fields set by start/stop (runner: one at a time); the rest Mutex/Atomic
+final class ChildFixture: @unchecked Sendable {  // vars: start/stop only (the runner calls them in turn)
   private var guardPID: pid_t?
   private var guardInput: Int32 = -1
   private var presenterPID: Int32?
@@ -317,30 +358,9 @@ final class ChildFixture: @unchecked Sendable {  // fields set by start/stop (ru
   let writes = Atomic<Int>(0)
   private static let registerExitHandler: Void = { atexit { killLeftoverChildren() } }()
 
-  static func locateGroupctl() throws -> String {
-    let fm = FileManager.default
-    if let path = ProcessInfo.processInfo.environment["GROUPCTL"], !path.isEmpty {
-      guard fm.isExecutableFile(atPath: path) else { throw BenchmarkSetupError("GROUPCTL=\(path) is not executable") }
-      return path
-    }
-    var candidates: [String] = []
-    if let exe = try? fm.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
-      candidates.append((exe as NSString).deletingLastPathComponent + "/groupctl")
-    }
-    // <root>/Benchmarks/CoordinationBenchmarks/CoordinationBenchmarks.swift
-    let rootPackage = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-      .deletingLastPathComponent().path
-    candidates += [rootPackage + "/.build/release/groupctl", rootPackage + "/.build/debug/groupctl"]
-    guard let found = candidates.first(where: { fm.isExecutableFile(atPath: $0) }) else {
-      throw BenchmarkSetupError(
-        "groupctl not found (tried \(candidates.joined(separator: ", "))): set GROUPCTL or `swift build --product groupctl`")
-    }
-    return found
-  }
-
   func start(group: String, item: String, root: String) throws {
     _ = Self.registerExitHandler
-    let groupctl = try Self.locateGroupctl()
+    let groupctl = try locateGroupctl()
     FileHandle.standardError.write(Data("handshake: presenter is \(groupctl)\n".utf8))
     let script = """
       "$@" </dev/null &
@@ -452,7 +472,16 @@ final class ChildFixture: @unchecked Sendable {  // fields set by start/stop (ru
     }
   }
 
+  /// Counts the line's event. Lines are parsed as JSON only until "ready": this thread shares the 2 cores with
+  /// the measurement, so afterwards it just picks the event name out of the bytes.
   private func handleLine(_ line: [UInt8]) {
+    if readyPID.withLock({ $0 }) != nil {
+      let key = Array(#""event":""#.utf8)
+      guard let at = line.indices.first(where: { line[$0...].starts(with: key) }) else { return }
+      let name = line[(at + key.count)...].prefix { $0 != UInt8(ascii: "\"") }
+      events.withLock { $0[String(decoding: name, as: UTF8.self), default: 0] += 1 }
+      return
+    }
     guard let object = try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any],
       let event = object["event"] as? String
     else { return }
@@ -507,6 +536,8 @@ final class SignalingPresenter: FilePresenter, @unchecked Sendable {  // all `le
   let presentedItemOperationQueue: OperationQueue
   let changed = DispatchSemaphore(value: 0)
   let callbacks = Atomic<Int>(0)
+  /// When the last callback started (monotonic ns).
+  let lastCallback = Atomic<UInt64>(0)
 
   init(url: URL) {
     presentedItemURL = url
@@ -515,6 +546,7 @@ final class SignalingPresenter: FilePresenter, @unchecked Sendable {  // all `le
   }
 
   func presentedItemDidChange() {
+    lastCallback.store(monotonicNanoseconds(), ordering: .relaxed)
     callbacks.add(1, ordering: .relaxed)
     changed.signal()
   }
@@ -531,6 +563,13 @@ final class CallbackFixture: @unchecked Sendable {  // used by the runner's setu
   private var early = 0
 
   func setUp() throws {
+    do { try register() } catch {
+      tearDown()
+      throw error
+    }
+  }
+
+  private func register() throws {
     try containerFixture.setUp()
     let (_, _, url) = try containerFixture.parts()
     path = url.path
@@ -546,16 +585,34 @@ final class CallbackFixture: @unchecked Sendable {  // used by the runner's setu
     presenter.callbacks.store(0, ordering: .relaxed)
   }
 
-  func writeAndWait() throws {
+  /// Monotonic timestamps of one iteration (ns).
+  struct Times {
+    var start: UInt64
+    var written: UInt64
+    var callback: UInt64
+    var end: UInt64
+  }
+
+  func writeAndWait() throws -> Times {
     guard let presenter else { throw BenchmarkSetupError("fixture not set up") }
-    // A callback nobody waited for would make this iteration look instant: count it (should stay 0).
-    while presenter.changed.wait(timeout: .now()) == .success { early += 1 }
+    // A callback nobody waited for (a duplicate, or one that came after a timeout) would make this iteration
+    // look instant: consume its signal and count it (should stay 0). Only then poll the semaphore: a wait with a
+    // deadline of `.now()` is not free, it sleeps for the timer slack (~50-100 µs here).
+    let surplus = presenter.callbacks.load(ordering: .relaxed) - (writes - timeouts) - early
+    if surplus > 0 {
+      early += surplus
+      for _ in 0..<surplus { _ = presenter.changed.wait(timeout: .now() + 0.1) }
+    }
+    let start = monotonicNanoseconds()
     let fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC)
     guard fd >= 0 else { throw BenchmarkSetupError("open \(path): errno \(errno)") }
     _ = payloadBytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
     close(fd)
+    let written = monotonicNanoseconds()
     writes += 1
     if presenter.changed.wait(timeout: .now() + 2) == .timedOut { timeouts += 1 }
+    let end = monotonicNanoseconds()
+    return Times(start: start, written: written, callback: presenter.lastCallback.load(ordering: .relaxed), end: end)
   }
 
   func tearDown() {

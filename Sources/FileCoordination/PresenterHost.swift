@@ -128,19 +128,21 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
       return group(message.events)
     }
     guard message.needsAck else { return }
-    let failures = FailureList()
-    let all = DispatchGroup()
+    let failures = FailureList(remaining: groups.count)
     let origin = origin(of: message)
-    for (local, events) in groups {
-      all.enter()
-      runBefore(events[...], on: local, messageID: message.id, origin: origin, failures: failures) { all.leave() }
-    }
-    all.notify(queue: .global()) { [space] in
+    // The last presenter to finish sends the ack from its own completion handler: no extra thread hop.
+    let sendAck: @Sendable () -> Void = { [space] in
       let ack = CoordinationMessage(
         id: message.id, kind: .ack, sender: space.me, item: message.item, needsAck: false, events: [],
         failures: failures.list.withLock { $0 })
       do { try space.messenger.send(ack, to: message.sender) } catch {
         CoordinationSpace.logger.debug("could not ack \(message.id) to \(message.sender): \(error)")
+      }
+    }
+    if groups.isEmpty { return sendAck() }
+    for (local, events) in groups {
+      runBefore(events[...], on: local, messageID: message.id, origin: origin, failures: failures) {
+        if failures.remaining.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 { sendAck() }
       }
     }
   }
@@ -337,7 +339,10 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
   }
 }
 
-/// Errors presenters gave while answering one prepare.
+/// Errors presenters gave while answering one prepare, and how many presenters have yet to answer.
 private final class FailureList: Sendable {
   let list = Mutex<[String]>([])
+  let remaining: Atomic<Int>
+
+  init(remaining: Int) { self.remaining = Atomic(remaining) }
 }

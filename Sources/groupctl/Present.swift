@@ -23,6 +23,12 @@ struct Present: AsyncParsableCommand {
       url: try group.url(forRelativePath: path), container: group, answerDelay: answerDelay)
     try FileCoordinator.addFilePresenter(presenter)
     Output.json(["event": "ready", "item": path, "pid": Int(getpid())])
+    // A parent may have started us with these signals blocked (a blocked signal never reaches the source).
+    var unblock = sigset_t()
+    sigemptyset(&unblock)
+    sigaddset(&unblock, SIGINT)
+    sigaddset(&unblock, SIGTERM)
+    pthread_sigmask(SIG_UNBLOCK, &unblock, nil)
     let signals = [SIGINT, SIGTERM].map { signo -> any DispatchSourceSignal in
       signal(signo, SIG_IGN)
       let source = DispatchSource.makeSignalSource(signal: signo)

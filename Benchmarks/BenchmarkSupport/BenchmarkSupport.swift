@@ -1,0 +1,52 @@
+// What both benchmark targets share: temp roots, errors, and finding groupctl.
+import Foundation
+import Glibc
+
+public struct BenchmarkSetupError: Error, CustomStringConvertible {
+  public var description: String
+  public init(_ description: String) { self.description = description }
+}
+
+/// Where the temp roots go: `$GC_BENCH_TMPDIR` (e.g. /dev/shm, to see the framework's cost without ext4's),
+/// else /tmp.
+public let temporaryBase: String = {
+  let base = ProcessInfo.processInfo.environment["GC_BENCH_TMPDIR"] ?? ""
+  return base.hasPrefix("/") ? base : "/tmp"
+}()
+
+/// A fresh directory `<base>/gc-bench-XXXXXX`.
+public func makeTemporaryRoot() throws -> String {
+  var template = Array("\(temporaryBase)/gc-bench-XXXXXX".utf8CString)
+  guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
+    throw BenchmarkSetupError("mkdtemp in \(temporaryBase) failed: errno \(errno)")
+  }
+  return String(cString: made)
+}
+
+public func removeTree(_ path: String?) {
+  guard let path, path.hasPrefix(temporaryBase + "/gc-bench-") else { return }
+  try? FileManager.default.removeItem(atPath: path)
+}
+
+/// `groupctl` for "the other process": `$GROUPCTL`; the one built next to this benchmark executable (the
+/// benchmark targets list it as a dependency, so it is built in the same configuration); else the root's builds.
+public func locateGroupctl() throws -> String {
+  let fm = FileManager.default
+  if let path = ProcessInfo.processInfo.environment["GROUPCTL"], !path.isEmpty {
+    guard fm.isExecutableFile(atPath: path) else { throw BenchmarkSetupError("GROUPCTL=\(path) is not executable") }
+    return path
+  }
+  var candidates: [String] = []
+  if let exe = try? fm.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
+    candidates.append((exe as NSString).deletingLastPathComponent + "/groupctl")
+  }
+  // <root>/Benchmarks/BenchmarkSupport/BenchmarkSupport.swift
+  let rootPackage = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+    .deletingLastPathComponent().path
+  candidates += [rootPackage + "/.build/release/groupctl", rootPackage + "/.build/debug/groupctl"]
+  guard let found = candidates.first(where: { fm.isExecutableFile(atPath: $0) }) else {
+    let tried = candidates.joined(separator: ", ")
+    throw BenchmarkSetupError("groupctl not found (tried \(tried)): set GROUPCTL or `swift build --product groupctl`")
+  }
+  return found
+}

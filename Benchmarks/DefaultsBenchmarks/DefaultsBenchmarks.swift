@@ -1,0 +1,284 @@
+// What shared defaults cost, each figure measured in the same run as its baselines:
+//
+//   Baseline: flock+pwrite                    flock(LOCK_EX) → pwrite 40 bytes → flock(LOCK_UN), raw syscalls
+//   SharedDefaults set                        set(_:forKey:) of an Int: committed, visible to every process
+//   Foundation UserDefaults set+synchronize   UserDefaults(suiteName:).set + synchronize() (its cross-process write)
+//   SharedDefaults get (nothing changed)      integer(forKey:) when no process wrote since: no system call
+//   Foundation UserDefaults get               integer(forKey:)
+//   SharedDefaults get after a remote set     another store instance (its own descriptors and header mapping, as
+//                                             another process has) sets a key; this one reads it: catch-up cost
+//   SharedDefaults update                     update(_:_:) increment (read-modify-write under the lock)
+//   SharedDefaults set → observer             another store instance sets; an observer on this one gets the change
+//                                             through inotify (the cross-process path)
+//   4 processes: raw flock+pwrite             4 forked children × N raw appends under flock
+//   4 processes: SharedDefaults set           4 `groupctl stress defaults-writer` children × N sets
+//
+// Run from this directory: `swift package --allow-writing-to-package-directory benchmark` (or `make bench`).
+import Benchmark
+import BenchmarkSupport
+import Dispatch
+import Foundation
+import Glibc
+import GroupContainer
+import Synchronization
+
+let benchmarks: @Sendable () -> Void = {
+  let fast = Benchmark.Configuration(
+    metrics: [.wallClock, .throughput, .mallocCountTotal, .syscalls],
+    timeUnits: .nanoseconds, warmupIterations: 1_000, maxDuration: .seconds(4), maxIterations: 2_000_000)
+  let slow = Benchmark.Configuration(
+    metrics: [.wallClock, .throughput], timeUnits: .microseconds, warmupIterations: 20,
+    maxDuration: .seconds(4), maxIterations: 20_000)
+  let once = Benchmark.Configuration(
+    metrics: [.wallClock, .throughput], timeUnits: .milliseconds, warmupIterations: 0, maxDuration: .seconds(20),
+    maxIterations: 3)
+
+  let raw = RawJournal()
+  Benchmark("Baseline: flock+pwrite", configuration: fast) { benchmark in
+    for _ in benchmark.scaledIterations { raw.append() }
+  } setup: { try raw.setUp() } teardown: { raw.tearDown() }
+
+  let suite = Suite(name: "set")
+  Benchmark("SharedDefaults set", configuration: fast) { benchmark in
+    let defaults = suite.defaults!
+    var i = 0
+    for _ in benchmark.scaledIterations {
+      try defaults.set(i, forKey: "key")
+      i &+= 1
+    }
+  } setup: { try suite.setUp() } teardown: { suite.tearDown() }
+
+  let foundation = FoundationSuite()
+  Benchmark("Foundation UserDefaults set+synchronize", configuration: slow) { benchmark in
+    let defaults = foundation.defaults!
+    var i = 0
+    for _ in benchmark.scaledIterations {
+      defaults.set(i, forKey: "key")
+      defaults.synchronize()
+      i &+= 1
+    }
+  } setup: { foundation.setUp() } teardown: { foundation.tearDown() }
+
+  let getSuite = Suite(name: "get")
+  Benchmark("SharedDefaults get (nothing changed)", configuration: fast) { benchmark in
+    let defaults = getSuite.defaults!
+    var sum = 0
+    for _ in benchmark.scaledIterations { sum &+= defaults.integer(forKey: "key") }
+    blackHole(sum)
+  } setup: {
+    try getSuite.setUp()
+    try getSuite.defaults!.set(7, forKey: "key")
+  } teardown: { getSuite.tearDown() }
+
+  let foundationGet = FoundationSuite()
+  Benchmark("Foundation UserDefaults get", configuration: fast) { benchmark in
+    let defaults = foundationGet.defaults!
+    var sum = 0
+    for _ in benchmark.scaledIterations { sum &+= defaults.integer(forKey: "key") }
+    blackHole(sum)
+  } setup: {
+    foundationGet.setUp()
+    foundationGet.defaults!.set(7, forKey: "key")
+  } teardown: { foundationGet.tearDown() }
+
+  let remote = Suite(name: "remote", withRemote: true)
+  Benchmark("SharedDefaults remote set alone", configuration: fast) { benchmark in
+    let writer = remote.remote!
+    var i = 0
+    for _ in benchmark.scaledIterations {
+      try writer.set(i, forKey: "key")
+      i &+= 1
+    }
+  } setup: { try remote.setUp() } teardown: { remote.tearDown() }
+
+  let remoteGet = Suite(name: "remoteget", withRemote: true)
+  Benchmark("SharedDefaults remote set + get here", configuration: fast) { benchmark in
+    let (reader, writer) = (remoteGet.defaults!, remoteGet.remote!)
+    var i = 0
+    for _ in benchmark.scaledIterations {
+      try writer.set(i, forKey: "key")
+      guard reader.integer(forKey: "key") == i else { throw BenchmarkSetupError("the reader missed a write") }
+      i &+= 1
+    }
+  } setup: { try remoteGet.setUp() } teardown: { remoteGet.tearDown() }
+
+  let update = Suite(name: "update")
+  Benchmark("SharedDefaults update (increment)", configuration: fast) { benchmark in
+    let defaults = update.defaults!
+    for _ in benchmark.scaledIterations {
+      try defaults.update("counter") { .integer(PropertyListInteger(($0?.intValue ?? 0) + 1)) }
+    }
+  } setup: { try update.setUp() } teardown: { update.tearDown() }
+
+  let observed = Suite(name: "observed", withRemote: true)
+  let arrivals = Arrivals()
+  Benchmark("SharedDefaults set → observer (other store instance)", configuration: slow) { benchmark in
+    let writer = observed.remote!
+    var i = 1
+    for _ in benchmark.scaledIterations {
+      try writer.set(i, forKey: "key")
+      arrivals.wait(for: i)
+      i += 1
+    }
+  } setup: {
+    try observed.setUp()
+    observed.observation = observed.defaults!.observe(["key"]) { change in
+      arrivals.arrived(change.newValue?.intValue ?? -1)
+    }
+  } teardown: {
+    observed.observation = nil
+    observed.tearDown()
+  }
+
+  let perProcess = 100_000
+  let rawFour = RawJournal()
+  Benchmark("4 processes: raw flock+pwrite (×\(perProcess) each)", configuration: once) { benchmark in
+    for _ in benchmark.scaledIterations {
+      benchmark.startMeasurement()
+      rawFour.forkWriters(4, appends: perProcess)
+      benchmark.stopMeasurement()
+    }
+  } setup: { try rawFour.setUp() } teardown: { rawFour.tearDown() }
+
+  let four = Suite(name: "four")
+  Benchmark("4 processes: SharedDefaults set (×\(perProcess) each)", configuration: once) { benchmark in
+    let groupctl = try locateGroupctl()
+    for _ in benchmark.scaledIterations {
+      let children = try (0..<4).map { w -> Process in
+        let child = Process()
+        child.executableURL = URL(fileURLWithPath: groupctl)
+        child.arguments = ["stress", "defaults-writer", four.identifier, "--index", "\(w)", "--keys", "\(perProcess)",
+          "--increments", "0", "--root", four.root!]
+        return child
+      }
+      benchmark.startMeasurement()
+      for child in children { try child.run() }
+      for child in children { child.waitUntilExit() }
+      benchmark.stopMeasurement()
+      guard children.allSatisfy({ $0.terminationStatus == 0 }) else { throw BenchmarkSetupError("a writer failed") }
+    }
+  } setup: { try four.setUp() } teardown: { four.tearDown() }
+}
+
+/// A suite in a fresh container; `remote` is a second instance of the same suite opened through another path
+/// (a symlink to the root), so it has its own store, descriptors and header mapping — as another process would.
+final class Suite: @unchecked Sendable {  // the runner calls setUp/run/tearDown one after another
+  let name: String
+  let withRemote: Bool
+  let identifier = "group.bench.defaults"
+  var root: String?
+  var defaults: SharedDefaults?
+  var remote: SharedDefaults?
+  var observation: DefaultsObservation?
+
+  init(name: String, withRemote: Bool = false) {
+    self.name = name
+    self.withRemote = withRemote
+  }
+
+  func setUp() throws {
+    let root = try makeTemporaryRoot()
+    self.root = root
+    defaults = try SharedDefaults(
+      suiteName: name, container: GroupContainer(identifier: identifier, root: URL(fileURLWithPath: root)))
+    if withRemote {
+      let alias = root + "-alias"
+      try FileManager.default.createSymbolicLink(atPath: alias, withDestinationPath: root)
+      remote = try SharedDefaults(
+        suiteName: name, container: GroupContainer(identifier: identifier, root: URL(fileURLWithPath: alias)))
+    }
+  }
+
+  func tearDown() {
+    defaults = nil
+    remote = nil
+    if let root {
+      try? FileManager.default.removeItem(atPath: root + "-alias")
+      removeTree(root)
+    }
+  }
+}
+
+final class FoundationSuite: @unchecked Sendable {
+  var defaults: UserDefaults?
+  let suite = "group.bench.foundation.\(getpid())"
+
+  func setUp() { defaults = UserDefaults(suiteName: suite) }
+
+  func tearDown() {
+    defaults?.removePersistentDomain(forName: suite)
+    defaults = nil
+  }
+}
+
+/// The raw baseline: one lock file, one journal; each append is flock EX → pwrite → flock UN.
+final class RawJournal: @unchecked Sendable {
+  var root: String?
+  var lock: Int32 = -1
+  var journal: Int32 = -1
+  var offset: off_t = 0
+  let record = [UInt8](repeating: 0x42, count: 40)  // about one SharedDefaults Int record
+
+  func setUp() throws {
+    let root = try makeTemporaryRoot()
+    self.root = root
+    lock = open(root + "/lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+    journal = open(root + "/journal", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+    guard lock >= 0, journal >= 0 else { throw BenchmarkSetupError("open failed: errno \(errno)") }
+  }
+
+  @inline(__always) func append() {
+    flock(lock, LOCK_EX)
+    record.withUnsafeBytes { _ = pwrite(journal, $0.baseAddress, $0.count, offset) }
+    offset = (offset + 40) % (1 << 20)
+    flock(lock, LOCK_UN)
+  }
+
+  /// `count` children each append `appends` records at the shared end (read under the lock, as a journal must).
+  func forkWriters(_ count: Int, appends: Int) {
+    var children: [pid_t] = []
+    let lockPath = Array("\(root!)/lock".utf8CString)  // made before fork: the child must not allocate
+    for _ in 0..<count {
+      let pid = fork()
+      if pid == 0 {
+        // Only async-signal-safe calls in the child of a threaded process; its own descriptor, its own lock.
+        let fd = lockPath.withUnsafeBufferPointer { open($0.baseAddress!, O_RDWR | O_CLOEXEC) }
+        var st = stat()
+        for _ in 0..<appends {
+          flock(fd, LOCK_EX)
+          fstat(journal, &st)
+          record.withUnsafeBytes { _ = pwrite(journal, $0.baseAddress, $0.count, st.st_size) }
+          flock(fd, LOCK_UN)
+        }
+        _exit(0)
+      }
+      children.append(pid)
+    }
+    for pid in children {
+      var status: Int32 = 0
+      waitpid(pid, &status, 0)
+    }
+    ftruncate(journal, 0)
+  }
+
+  func tearDown() {
+    close(lock)
+    close(journal)
+    removeTree(root)
+  }
+}
+
+/// Hands observed values from the delivery queue to the benchmark loop.
+final class Arrivals: Sendable {
+  private let latest = Mutex(0)
+  private let signal = DispatchSemaphore(value: 0)
+
+  func arrived(_ value: Int) {
+    latest.withLock { $0 = max($0, value) }
+    signal.signal()
+  }
+
+  func wait(for value: Int) {
+    while latest.withLock({ $0 }) < value { _ = signal.wait(timeout: .now() + 1) }
+  }
+}
