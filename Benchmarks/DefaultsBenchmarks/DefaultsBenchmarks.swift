@@ -1,8 +1,11 @@
 // What shared defaults cost, each figure measured in the same run as its baselines:
 //
 //   Baseline: flock+pwrite                    flock(LOCK_EX) → pwrite 40 bytes → flock(LOCK_UN), raw syscalls
-//   SharedDefaults set                        set(_:forKey:) of an Int: committed, visible to every process
-//   Foundation UserDefaults set+synchronize   UserDefaults(suiteName:).set + synchronize() (its cross-process write)
+//   SharedDefaults set                        set(_:forKey:) of an Int in a 400-key suite: committed, visible to
+//                                             every process
+//   Foundation UserDefaults set+synchronize   the same in a 400-key UserDefaults(suiteName:), + synchronize() (what
+//                                             it takes there to make a write visible to another process)
+//   Foundation UserDefaults set+synchronize (1 key)  the same in an empty suite: Foundation's best case
 //   SharedDefaults get (nothing changed)      integer(forKey:) when no process wrote since: no system call
 //   Foundation UserDefaults get               integer(forKey:)
 //   SharedDefaults get after a remote set     another store instance (its own descriptors and header mapping, as
@@ -46,7 +49,10 @@ let benchmarks: @Sendable () -> Void = {
       try defaults.set(i, forKey: "key")
       i &+= 1
     }
-  } setup: { try suite.setUp() } teardown: { suite.tearDown() }
+  } setup: {
+    try suite.setUp()
+    try suite.defaults!.set(values: suiteOf400)
+  } teardown: { suite.tearDown() }
 
   let foundation = FoundationSuite()
   Benchmark("Foundation UserDefaults set+synchronize", configuration: slow) { benchmark in
@@ -57,7 +63,22 @@ let benchmarks: @Sendable () -> Void = {
       defaults.synchronize()
       i &+= 1
     }
-  } setup: { foundation.setUp() } teardown: { foundation.tearDown() }
+  } setup: {
+    foundation.setUp()
+    for (key, value) in suiteOf400 { foundation.defaults!.set(value.intValue ?? 0, forKey: key) }
+    foundation.defaults!.synchronize()
+  } teardown: { foundation.tearDown() }
+
+  let foundationSmall = FoundationSuite()
+  Benchmark("Foundation UserDefaults set+synchronize (1 key)", configuration: slow) { benchmark in
+    let defaults = foundationSmall.defaults!
+    var i = 0
+    for _ in benchmark.scaledIterations {
+      defaults.set(i, forKey: "key")
+      defaults.synchronize()
+      i &+= 1
+    }
+  } setup: { foundationSmall.setUp() } teardown: { foundationSmall.tearDown() }
 
   let getSuite = Suite(name: "get")
   Benchmark("SharedDefaults get (nothing changed)", configuration: fast) { benchmark in
@@ -159,6 +180,10 @@ let benchmarks: @Sendable () -> Void = {
     }
   } setup: { try four.setUp() } teardown: { four.tearDown() }
 }
+
+/// 400 keys: a realistic suite (the trap list measured Foundation's plist encoding on 400 keys).
+let suiteOf400: [String: PropertyListValue] = Dictionary(
+  uniqueKeysWithValues: (0..<400).map { ("setting\($0)", .integer(PropertyListInteger($0))) })
 
 /// A suite in a fresh container; `remote` is a second instance of the same suite opened through another path
 /// (a symlink to the root), so it has its own store, descriptors and header mapping — as another process would.

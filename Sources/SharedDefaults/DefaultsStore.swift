@@ -67,6 +67,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// Read by the watcher thread, which must never wait for `state` (a writer may hold it while it waits for flock).
   private let observerCount = Atomic<Int>(0)
   private let refreshPending = Atomic<Bool>(false)
+  private let appendWatch = Mutex<Watcher.Token?>(nil)
 
   /// Why catching up needs the exclusive lock.
   private enum Repair: Error {
@@ -482,34 +483,46 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       refreshIfChanged(&s)  // start from the current state: later changes only
       s.nextObserver += 1
       s.observers[s.nextObserver] = Observer(keys: keys, deliver: deliver)
-      observerCount.add(1, ordering: .relaxed)
+      if observerCount.add(1, ordering: .relaxed).newValue == 1 { watchAppends(true) }
       return s.nextObserver
     }
   }
 
   func removeObserver(_ id: UInt64) {
-    if state.withLock({ $0.observers.removeValue(forKey: id) }) != nil { observerCount.subtract(1, ordering: .relaxed) }
+    if state.withLock({ $0.observers.removeValue(forKey: id) }) != nil,
+      observerCount.subtract(1, ordering: .relaxed).newValue == 0
+    {
+      watchAppends(false)
+    }
   }
 
   // MARK: Other processes' writes
 
-  /// inotify on `Library/Preferences`: another process appended (journal modified) or a snapshot was replaced.
+  /// inotify on `Library/Preferences`: a snapshot replaced (compaction, or an outside tool) — always watched.
   private func startWatching() {
-    let journalName = "\(suite).journal"
     let plistName = "\(suite).plist"
     do {
       _ = try Watcher.shared.watch(directory) { [weak self] event in
-        guard let self else { return }
-        if event.name == journalName, event.mask & Watcher.modify != 0 {
-          if self.observerCount.load(ordering: .relaxed) > 0 { self.scheduleRefresh(checkSnapshot: false) }
-        } else if event.name == plistName,
-          event.mask & (Watcher.closeWrite | Watcher.movedTo | Watcher.delete | Watcher.movedFrom) != 0
-        {
-          self.scheduleRefresh(checkSnapshot: true)
-        }
+        guard let self, event.name == plistName else { return }
+        self.scheduleRefresh(checkSnapshot: true)
       }
     } catch {
       Self.logger.warning("suite '\(suite)': cannot watch '\(directory)' (\(error)); changes are seen on access only")
+    }
+  }
+
+  /// Appends by other processes (IN_MODIFY of the journal): watched only while this process has observers,
+  /// since the event fires on every write of every process.
+  private func watchAppends(_ on: Bool) {
+    if on {
+      let journalName = "\(suite).journal"
+      let token = try? Watcher.shared.watch(directory, mask: Watcher.modify) { [weak self] event in
+        guard let self, event.name == journalName else { return }
+        self.scheduleRefresh(checkSnapshot: false)
+      }
+      appendWatch.withLock { $0 = token }
+    } else if let token = appendWatch.withLock({ old -> Watcher.Token? in defer { old = nil }; return old }) {
+      Watcher.shared.cancel(token)
     }
   }
 
@@ -518,6 +531,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     if !checkSnapshot && refreshPending.exchange(true, ordering: .acquiringAndReleasing) { return }
     background.async { [self] in
       if !checkSnapshot { refreshPending.store(false, ordering: .releasing) }
+      // The whole container went away (deleted): nothing to adopt.
+      guard (try? FileSystem.status(directory)) ?? nil != nil else { return }
       state.withLock { s in
         if checkSnapshot && s.generation != .max && !snapshotIsTheRecordedOne() {
           do {

@@ -55,7 +55,8 @@ public final class SharedDefaults: Sendable {
     }
   }
 
-  private var pid: Int32 { CurrentProcess.id }
+  /// glibc's getpid is a system call: read it once (the suite is not used across fork).
+  private let pid = CurrentProcess.id
 
   // MARK: Writing
 

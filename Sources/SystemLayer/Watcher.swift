@@ -37,16 +37,19 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
   package static let overflow: UInt32 = 0x4000
   package static let ignored: UInt32 = 0x8000
   package static let isDirectory: UInt32 = 0x4000_0000
-  /// What every watch asks for: inotify keeps one mask per inode, shared by every handler of it.
-  package static let watchMask: UInt32 =
-    modify | attrib | closeWrite | movedFrom | movedTo | create | delete | deleteSelf | moveSelf
+  /// What a watch asks for unless told otherwise: every change but IN_MODIFY, which fires on each write(2) and
+  /// would wake this thread (in every process watching) once per append.
+  package static let changeMask: UInt32 =
+    attrib | closeWrite | movedFrom | movedTo | create | delete | deleteSelf | moveSelf
 
   package static let shared = Watcher()
 
   private static let logger = Logger(label: "GroupContainer.Watcher")
 
   private enum Request {
-    case add(path: String, token: Token, handler: Handler, reply: @Sendable (Result<Void, FileSystemError>) -> Void)
+    case add(
+      path: String, mask: UInt32, token: Token, handler: Handler,
+      reply: @Sendable (Result<Void, FileSystemError>) -> Void)
     case remove(Token)
   }
 
@@ -66,7 +69,9 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
 
   // Owned by the watcher thread only.
   private var watchesByPath: [String: Int32] = [:]
-  private var handlersByWD: [Int32: [Token: Handler]] = [:]
+  /// inotify keeps one mask per inode, so a watch asks for the union of its handlers' masks.
+  private var handlersByWD: [Int32: [Token: (mask: UInt32, handler: Handler)]] = [:]
+  private var pathByWD: [Int32: String] = [:]
   private var wdByToken: [Token: Int32] = [:]
 
   private init() {
@@ -101,9 +106,11 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
     if let startError { throw startError }
   }
 
-  /// Watches `path` (a directory, or a file) and calls `handler` on the watcher thread for each event.
+  /// Watches `path` (a directory, or a file) and calls `handler` on the watcher thread for each event in `mask`.
   /// Returns once the watch is in place, so no later change is missed.
-  package func watch(_ path: String, handler: @escaping Handler) throws(FileSystemError) -> Token {
+  package func watch(
+    _ path: String, mask: UInt32 = Watcher.changeMask, handler: @escaping Handler
+  ) throws(FileSystemError) -> Token {
     try start()
     let token = state.withLock { s in
       defer { s.nextToken += 1 }
@@ -111,7 +118,7 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
     }
     let result = Mutex<Result<Void, FileSystemError>?>(nil)
     let done = DispatchSemaphore(value: 0)
-    let request = Request.add(path: path, token: token, handler: handler) { r in
+    let request = Request.add(path: path, mask: mask, token: token, handler: handler) { r in
       result.withLock { $0 = r }
       done.signal()
     }
@@ -201,12 +208,15 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
         continue
       }
       if let handlers = handlersByWD[wd] {
-        for handler in handlers.values { handler(event) }
+        for entry in handlers.values where entry.mask & event.mask != 0 || event.mask & Self.ignored != 0 {
+          entry.handler(event)
+        }
       }
       if event.mask & Self.ignored != 0 {
         // The kernel dropped this watch (item deleted). The library keeps answering lookups of the path with
         // this stale wd, so rename its entry: a later watch of the same path then gets its own.
         handlersByWD[wd] = nil
+        pathByWD[wd] = nil
         watchesByPath = watchesByPath.filter { $0.value != wd }
         inotifytools_set_filename_by_wd(wd, "\u{1}dropped-watch-\(wd)")
       }
@@ -215,35 +225,43 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
 
   private func perform(_ request: Request) {
     switch request {
-    case .add(let path, let token, let handler, let reply):
-      if let wd = watchesByPath[path], handlersByWD[wd] != nil {
-        handlersByWD[wd]![token] = handler
-        wdByToken[token] = wd
-        reply(.success(()))
-        return
+    case .add(let path, let mask, let token, let handler, let reply):
+      let existing = watchesByPath[path].flatMap { wd in handlersByWD[wd] != nil ? wd : nil }
+      let wanted = (existing.map { union(of: $0) } ?? 0) | mask
+      if existing == nil || wanted != union(of: existing!) {
+        guard inotifytools_watch_file(path, Int32(bitPattern: wanted)) != 0 else {
+          reply(.failure(FileSystemError("inotify_add_watch", path, Errno(rawValue: inotifytools_error()))))
+          return
+        }
       }
-      guard inotifytools_watch_file(path, Int32(bitPattern: Self.watchMask)) != 0 else {
-        reply(.failure(FileSystemError("inotify_add_watch", path, Errno(rawValue: inotifytools_error()))))
-        return
-      }
-      var wd = inotifytools_wd_from_filename(path)
+      var wd = existing ?? inotifytools_wd_from_filename(path)
       if wd < 0 { wd = inotifytools_wd_from_filename(path + "/") }
       guard wd >= 0 else {
         reply(.failure(FileSystemError("inotify_add_watch", path, .noSuchFileOrDirectory)))
         return
       }
       watchesByPath[path] = wd
-      handlersByWD[wd, default: [:]][token] = handler
+      pathByWD[wd] = path
+      handlersByWD[wd, default: [:]][token] = (mask, handler)
       wdByToken[token] = wd
       reply(.success(()))
     case .remove(let token):
       guard let wd = wdByToken.removeValue(forKey: token) else { return }
+      let before = union(of: wd)
       handlersByWD[wd]?[token] = nil
       if handlersByWD[wd]?.isEmpty == true {
         handlersByWD[wd] = nil
+        pathByWD[wd] = nil
         watchesByPath = watchesByPath.filter { $0.value != wd }
         _ = inotifytools_remove_watch_by_wd(wd)
+      } else if let path = pathByWD[wd], union(of: wd) != before {
+        // Narrow the watch again (say, drop IN_MODIFY when its last handler left).
+        _ = inotifytools_watch_file(path, Int32(bitPattern: union(of: wd)))
       }
     }
+  }
+
+  private func union(of wd: Int32) -> UInt32 {
+    handlersByWD[wd]?.values.reduce(0) { $0 | $1.mask } ?? 0
   }
 }
