@@ -31,6 +31,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
 
   private enum Slot {
     static let magic = 0, generation = 1, committed = 2, snapshotInode = 3, snapshotSize = 4, snapshotTime = 5
+    /// Set by a plain compaction: the generation and committed length it folded into the snapshot. A reader
+    /// that had applied exactly that much already holds the snapshot's contents and need not read it.
+    static let foldedGeneration = 6, foldedLength = 7
   }
   private static let magic: UInt64 = 0x3154_4c46_4544_4347  // "GCDEFLT1"
   static let compactionThreshold = 1 << 20
@@ -62,6 +65,12 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     var nextObserver: UInt64 = 0
     var lastWrite: UInt64 = 0
     var idleCheckScheduled = false
+
+    /// True when no idle check is scheduled yet (the caller schedules one).
+    mutating func markIdleCheck() -> Bool {
+      defer { idleCheckScheduled = true }
+      return !idleCheckScheduled
+    }
   }
   private let state = Mutex(State())
   /// Read by the watcher thread, which must never wait for `state` (a writer may hold it while it waits for flock).
@@ -155,14 +164,15 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// Appends `records` as one commit; returns after they are visible to every process.
   func write(_ records: [JournalFormat.Record]) throws(SharedDefaultsError) {
     var bytes: [UInt8] = []
-    for record in records { bytes += try JournalFormat.encode(record) }
-    try state.withLock { s throws(SharedDefaultsError) in
+    for record in records { try JournalFormat.encode(record, into: &bytes) }
+    let firstWriteSinceIdle = try state.withLock { s throws(SharedDefaultsError) -> Bool in
       try withFlock(.exclusive) { () throws(SharedDefaultsError) in
         try catchUpExclusively(&s)
         try append(bytes, records, &s)
       }
+      return s.markIdleCheck()
     }
-    scheduleIdleCompaction()
+    if firstWriteSinceIdle { scheduleIdleCompaction() }
   }
 
   /// Read-modify-write under the exclusive lock: no other process can write in between.
@@ -179,7 +189,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
         return new
       }
     }
-    scheduleIdleCompaction()
+    if state.withLock({ $0.markIdleCheck() }) { scheduleIdleCompaction() }
     return result
   }
 
@@ -188,7 +198,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     try state.withLock { s throws(SharedDefaultsError) in
       try withFlock(.exclusive) { () throws(SharedDefaultsError) in
         try catchUpExclusively(&s)
-        try compact(&s, durable: true)
+        try compact(&s, durable: true, handOver: true)
       }
     }
   }
@@ -204,7 +214,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     s.length = offset + bytes.count
     apply(records, to: &s)
     s.lastWrite = MonotonicClock.nanoseconds()
-    if s.length > Self.compactionThreshold { try compact(&s, durable: false) }
+    // Compaction costs O(suite); wait until the journal is as large as the snapshot, so it stays amortized O(1).
+    let threshold = max(Self.compactionThreshold, 2 * Int(header.load(Slot.snapshotSize)))
+    if s.length > threshold { try compact(&s, durable: false, handOver: true) }
   }
 
   // MARK: Catching up
@@ -246,6 +258,15 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// Reads the snapshot and the whole journal (after a compaction somewhere, or on first use).
   private func reload(_ s: inout State, generation: UInt64, committed: Int) throws(Repair) {
     guard snapshotIsTheRecordedOne() else { throw .outsideSnapshot }
+    if s.generation != .max, header.load(Slot.foldedGeneration) == s.generation,
+      header.load(Slot.foldedLength) == UInt64(s.length), header.load(Slot.generation) == generation
+    {
+      // A compaction folded exactly what we have into the snapshot: skip reading it.
+      s.generation = generation
+      s.length = 0
+      try catchUp(&s)
+      return
+    }
     var values = try loadSnapshot()
     let bytes = try readJournal(from: 0, to: committed)
     var records: [JournalFormat.Record] = []
@@ -349,7 +370,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   // MARK: Compaction
 
   /// Rewrites the snapshot from `s` and empties the journal. Needs the exclusive flock and a current `s`.
-  private func compact(_ s: inout State, durable: Bool) throws(SharedDefaultsError) {
+  private func compact(_ s: inout State, durable: Bool, handOver: Bool = false) throws(SharedDefaultsError) {
+    // Only a plain compaction (the state is exactly the committed journal) may let readers skip the snapshot.
+    let folded = (generation: header.load(Slot.generation), length: UInt64(s.length))
     let bytes: [UInt8]
     do { bytes = try PropertyListValue.dictionary(s.values).encoded(as: .binary) } catch {
       throw .unsupportedValue("the suite cannot be written as a property list: \(error)")
@@ -359,6 +382,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       try recordSnapshotIdentity()
       // Length first, then generation: a reader that sees either change takes the slow path and our lock.
       header.store(Slot.committed, 0)
+      header.store(Slot.foldedGeneration, handOver && folded.generation == s.generation ? folded.generation : .max)
+      header.store(Slot.foldedLength, folded.length)
       s.generation = header.increment(Slot.generation)
       s.length = 0
       try journal.truncate(to: 0)
@@ -406,25 +431,23 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     try? journal.truncate(to: 0)
   }
 
+  /// Called after `markIdleCheck()` said so: checks again once writes have stopped for a while.
   private func scheduleIdleCompaction() {
-    let schedule = state.withLock { s -> Bool in
-      if s.idleCheckScheduled { return false }
-      s.idleCheckScheduled = true
-      return true
-    }
-    guard schedule else { return }
     background.asyncAfter(deadline: .now() + .nanoseconds(Int(Self.idleCompaction))) { [self] in
       let idle = state.withLock { s -> Bool in
         s.idleCheckScheduled = false
         return MonotonicClock.nanoseconds() - s.lastWrite >= Self.idleCompaction
       }
-      guard idle else { return scheduleIdleCompaction() }
+      guard idle else {
+        if state.withLock({ $0.markIdleCheck() }) { scheduleIdleCompaction() }
+        return
+      }
       guard header.load(Slot.committed) > 0 else { return }
       do {
         try state.withLock { s throws(SharedDefaultsError) in
           try withFlock(.exclusive) { () throws(SharedDefaultsError) in
             try catchUpExclusively(&s)
-            if s.length > 0 { try compact(&s, durable: false) }
+            if s.length > 0 { try compact(&s, durable: false, handOver: true) }
           }
         }
       } catch {

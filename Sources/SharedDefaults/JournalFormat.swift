@@ -39,27 +39,40 @@ enum JournalFormat {
 
   // MARK: Encoding
 
-  static func encode(_ record: Record) throws(SharedDefaultsError) -> [UInt8] {
-    var payload: [UInt8] = []
-    payload.reserveCapacity(32 + record.key.utf8.count)
-    switch record.operation {
-    case .set: payload.append(1)
-    case .remove: payload.append(2)
+  /// Appends one encoded record to `out` (one buffer for a whole commit: no per-record allocation).
+  static func encode(_ record: Record, into out: inout [UInt8]) throws(SharedDefaultsError) {
+    let keyBytes = record.key.utf8.count
+    guard keyBytes <= maxKeyBytes else {
+      throw .invalidKey(String(record.key.prefix(32)) + "…", "it is longer than \(maxKeyBytes) bytes")
     }
-    append32(UInt32(bitPattern: record.pid), to: &payload)
-    let key = Array(record.key.utf8)
-    guard key.count <= maxKeyBytes else { throw .invalidKey(String(record.key.prefix(32)) + "…", "it is longer than \(maxKeyBytes) bytes") }
-    append32(UInt32(key.count), to: &payload)
-    payload += key
-    if case .set(let value) = record.operation { try encode(value, into: &payload, depth: 0) }
-    guard payload.count <= maxRecordBytes - headerBytes else {
+    let start = out.count
+    out.reserveCapacity(start + headerBytes + 32 + keyBytes)
+    append32(0, to: &out)  // length and checksum, patched below
+    append32(0, to: &out)
+    switch record.operation {
+    case .set: out.append(1)
+    case .remove: out.append(2)
+    }
+    append32(UInt32(bitPattern: record.pid), to: &out)
+    append32(UInt32(keyBytes), to: &out)
+    out.append(contentsOf: record.key.utf8)
+    if case .set(let value) = record.operation { try encode(value, into: &out, depth: 0) }
+    let length = out.count - start - headerBytes
+    guard length <= maxRecordBytes - headerBytes else {
+      out.removeSubrange(start...)
       throw .valueTooLarge(record.key, maxRecordBytes)
     }
-    var record = [UInt8]()
-    record.reserveCapacity(headerBytes + payload.count)
-    append32(UInt32(payload.count), to: &record)
-    append32(checksum(payload[...]), to: &record)
-    return record + payload
+    let sum = checksum(out[(start + headerBytes)...])
+    for i in 0..<4 {
+      out[start + i] = UInt8(truncatingIfNeeded: UInt32(length) >> (8 * i))
+      out[start + 4 + i] = UInt8(truncatingIfNeeded: sum >> (8 * i))
+    }
+  }
+
+  static func encode(_ record: Record) throws(SharedDefaultsError) -> [UInt8] {
+    var out: [UInt8] = []
+    try encode(record, into: &out)
+    return out
   }
 
   private static func encode(_ value: PropertyListValue, into out: inout [UInt8], depth: Int) throws(SharedDefaultsError) {
@@ -67,9 +80,8 @@ enum JournalFormat {
     switch value {
     case .string(let s):
       out.append(1)
-      let bytes = Array(s.utf8)
-      append32(UInt32(bytes.count), to: &out)
-      out += bytes
+      append32(UInt32(s.utf8.count), to: &out)
+      out.append(contentsOf: s.utf8)
     case .integer(let i):
       out.append(2)
       let bits = UInt128(bitPattern: i.value)
@@ -94,9 +106,8 @@ enum JournalFormat {
       out.append(9)
       append32(UInt32(dictionary.count), to: &out)
       for (key, element) in dictionary {
-        let bytes = Array(key.utf8)
-        append32(UInt32(bytes.count), to: &out)
-        out += bytes
+        append32(UInt32(key.utf8.count), to: &out)
+        out.append(contentsOf: key.utf8)
         try encode(element, into: &out, depth: depth + 1)
       }
     case .uid:
