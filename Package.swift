@@ -73,7 +73,8 @@ let package = Package(
     ),
     // libFuzzer harnesses: real only when built by Fuzz/run.sh (-DFUZZING, libclang_rt.fuzzer_no_main).
     .target(name: "CFuzzShim", path: "Fuzz/CFuzzShim"),
-    .executableTarget(name: "PropertyListFuzz", dependencies: ["PropertyList", "CFuzzShim"], path: "Fuzz/PropertyListFuzz"),
+    .executableTarget(
+      name: "PropertyListFuzz", dependencies: ["PropertyList", "CFuzzShim"], path: "Fuzz/PropertyListFuzz"),
     .executableTarget(
       name: "ContainerFilesFuzz", dependencies: ["SharedDefaults", "FileCoordination", "CFuzzShim"],
       path: "Fuzz/ContainerFilesFuzz"),
@@ -82,7 +83,10 @@ let package = Package(
     .target(name: "TestSupport", dependencies: ["FileCoordination"], path: "Tests/TestSupport"),
     .testTarget(
       name: "SharedDefaultsTests",
-      dependencies: ["TestSupport", "SharedDefaults", "PropertyList", "FileCoordination", "SystemLayer", "gc-test-helper", "groupctl"]
+      dependencies: [
+        "TestSupport", "SharedDefaults", "PropertyList", "FileCoordination", "SystemLayer", "gc-test-helper",
+        "groupctl",
+      ]
     ),
     .testTarget(name: "ExamplesTests", dependencies: ["TestSupport", "SimpleTimerKit", "host", "widget"]),
     .testTarget(

@@ -39,7 +39,11 @@ let benchmarks: @Sendable () -> Void = {
   let raw = RawJournal()
   Benchmark("Baseline: flock+pwrite", configuration: fast) { benchmark in
     for _ in benchmark.scaledIterations { raw.append() }
-  } setup: { try raw.setUp() } teardown: { raw.tearDown() }
+  } setup: {
+    try raw.setUp()
+  } teardown: {
+    raw.tearDown()
+  }
 
   let suite = Suite(name: "set")
   Benchmark("SharedDefaults set", configuration: fast) { benchmark in
@@ -52,7 +56,9 @@ let benchmarks: @Sendable () -> Void = {
   } setup: {
     try suite.setUp()
     try suite.defaults!.set(values: suiteOf400)
-  } teardown: { suite.tearDown() }
+  } teardown: {
+    suite.tearDown()
+  }
 
   let foundation = FoundationSuite()
   Benchmark("Foundation UserDefaults set+synchronize", configuration: slow) { benchmark in
@@ -67,7 +73,9 @@ let benchmarks: @Sendable () -> Void = {
     foundation.setUp()
     for (key, value) in suiteOf400 { foundation.defaults!.set(value.intValue ?? 0, forKey: key) }
     foundation.defaults!.synchronize()
-  } teardown: { foundation.tearDown() }
+  } teardown: {
+    foundation.tearDown()
+  }
 
   let foundationSmall = FoundationSuite()
   Benchmark("Foundation UserDefaults set+synchronize (1 key)", configuration: slow) { benchmark in
@@ -78,7 +86,11 @@ let benchmarks: @Sendable () -> Void = {
       defaults.synchronize()
       i &+= 1
     }
-  } setup: { foundationSmall.setUp() } teardown: { foundationSmall.tearDown() }
+  } setup: {
+    foundationSmall.setUp()
+  } teardown: {
+    foundationSmall.tearDown()
+  }
 
   let getSuite = Suite(name: "get")
   Benchmark("SharedDefaults get (nothing changed)", configuration: fast) { benchmark in
@@ -89,7 +101,9 @@ let benchmarks: @Sendable () -> Void = {
   } setup: {
     try getSuite.setUp()
     try getSuite.defaults!.set(7, forKey: "key")
-  } teardown: { getSuite.tearDown() }
+  } teardown: {
+    getSuite.tearDown()
+  }
 
   let foundationGet = FoundationSuite()
   Benchmark("Foundation UserDefaults get", configuration: fast) { benchmark in
@@ -100,7 +114,9 @@ let benchmarks: @Sendable () -> Void = {
   } setup: {
     foundationGet.setUp()
     foundationGet.defaults!.set(7, forKey: "key")
-  } teardown: { foundationGet.tearDown() }
+  } teardown: {
+    foundationGet.tearDown()
+  }
 
   let remote = Suite(name: "remote", withRemote: true)
   Benchmark("SharedDefaults remote set alone", configuration: fast) { benchmark in
@@ -110,7 +126,11 @@ let benchmarks: @Sendable () -> Void = {
       try writer.set(i, forKey: "key")
       i &+= 1
     }
-  } setup: { try remote.setUp() } teardown: { remote.tearDown() }
+  } setup: {
+    try remote.setUp()
+  } teardown: {
+    remote.tearDown()
+  }
 
   let remoteGet = Suite(name: "remoteget", withRemote: true)
   Benchmark("SharedDefaults remote set + get here", configuration: fast) { benchmark in
@@ -121,7 +141,11 @@ let benchmarks: @Sendable () -> Void = {
       guard reader.integer(forKey: "key") == i else { throw BenchmarkSetupError("the reader missed a write") }
       i &+= 1
     }
-  } setup: { try remoteGet.setUp() } teardown: { remoteGet.tearDown() }
+  } setup: {
+    try remoteGet.setUp()
+  } teardown: {
+    remoteGet.tearDown()
+  }
 
   let update = Suite(name: "update")
   Benchmark("SharedDefaults update (increment)", configuration: fast) { benchmark in
@@ -129,7 +153,11 @@ let benchmarks: @Sendable () -> Void = {
     for _ in benchmark.scaledIterations {
       try defaults.update("counter") { .integer(PropertyListInteger(($0?.intValue ?? 0) + 1)) }
     }
-  } setup: { try update.setUp() } teardown: { update.tearDown() }
+  } setup: {
+    try update.setUp()
+  } teardown: {
+    update.tearDown()
+  }
 
   let observed = Suite(name: "observed", withRemote: true)
   let arrivals = Arrivals()
@@ -159,7 +187,11 @@ let benchmarks: @Sendable () -> Void = {
       rawFour.forkWriters(4, appends: perProcess)
       benchmark.stopMeasurement()
     }
-  } setup: { try rawFour.setUp() } teardown: { rawFour.tearDown() }
+  } setup: {
+    try rawFour.setUp()
+  } teardown: {
+    rawFour.tearDown()
+  }
 
   let four = Suite(name: "four")
   Benchmark("4 processes: SharedDefaults set (×\(perProcess) each)", configuration: once) { benchmark in
@@ -168,8 +200,10 @@ let benchmarks: @Sendable () -> Void = {
       let children = try (0..<4).map { w -> Process in
         let child = Process()
         child.executableURL = URL(fileURLWithPath: groupctl)
-        child.arguments = ["stress", "defaults-writer", four.identifier, "--index", "\(w)", "--keys", "\(perProcess)",
-          "--increments", "0", "--root", four.root!]
+        child.arguments = [
+          "stress", "defaults-writer", four.identifier, "--index", "\(w)", "--keys", "\(perProcess)",
+          "--increments", "0", "--root", four.root!,
+        ]
         return child
       }
       benchmark.startMeasurement()
@@ -178,7 +212,11 @@ let benchmarks: @Sendable () -> Void = {
       benchmark.stopMeasurement()
       guard children.allSatisfy({ $0.terminationStatus == 0 }) else { throw BenchmarkSetupError("a writer failed") }
     }
-  } setup: { try four.setUp() } teardown: { four.tearDown() }
+  } setup: {
+    try four.setUp()
+  } teardown: {
+    four.tearDown()
+  }
 }
 
 /// 400 keys: a realistic suite (the trap list measured Foundation's plist encoding on 400 keys).

@@ -87,7 +87,9 @@ public final class Console: Sendable {
   public func show(_ text: String) {
     if interactive {
       write("\r\u{1B}[2K\(prefix) \(text)")
-    } else if lastShown.withLock({ last in defer { last = text }; return last != text }) {
+    } else if lastShown.withLock({ last in
+      defer { last = text }; return last != text
+    }) {
       write("\(prefix) \(text)\n")
     }
   }

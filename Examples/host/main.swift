@@ -105,7 +105,9 @@ Keyboard.listen { key in
     } else {
       // Back in the foreground: take the countdown back from the suite.
       let remaining = timer.remaining() ?? left
-      model.withLock { $0.left = remaining; $0.running = remaining > 0; $0.lastTick = Date() }
+      model.withLock {
+        $0.left = remaining; $0.running = remaining > 0; $0.lastTick = Date()
+      }
     }
   case "q":
     console.log("bye")

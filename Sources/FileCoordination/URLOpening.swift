@@ -33,9 +33,12 @@ enum OpenURLRule {
   static func validate(scheme: String) throws(OpenURLError) -> String {
     let lower = scheme.lowercased()
     guard let first = lower.unicodeScalars.first, ("a"..."z").contains(first), lower.utf8.count <= maxSchemeBytes,
-      lower.unicodeScalars.allSatisfy({ ("a"..."z").contains($0) || ("0"..."9").contains($0) || "+-.".unicodeScalars.contains($0) })
+      lower.unicodeScalars.allSatisfy({
+        ("a"..."z").contains($0) || ("0"..."9").contains($0) || "+-.".unicodeScalars.contains($0)
+      })
     else {
-      throw .invalidURL(scheme, rule: "a scheme is a letter then letters, digits, '+', '-' or '.' (at most \(maxSchemeBytes))")
+      throw .invalidURL(
+        scheme, rule: "a scheme is a letter then letters, digits, '+', '-' or '.' (at most \(maxSchemeBytes))")
     }
     return lower
   }
@@ -126,7 +129,8 @@ final class URLHandlers: @unchecked Sendable {  // `handler` is a Mutex; the res
   func install(schemes: Set<String>, _ body: @escaping @Sendable (URL) async -> Bool) throws(FileCoordinatorError) {
     var valid: Set<String> = []
     for scheme in schemes {
-      valid.insert(try FileCoordinatorError.wrap { () throws(OpenURLError) in try OpenURLRule.validate(scheme: scheme) })
+      valid.insert(
+        try FileCoordinatorError.wrap { () throws(OpenURLError) in try OpenURLRule.validate(scheme: scheme) })
     }
     handler.withLock { $0 = (valid, body) }
     for scheme in valid {
@@ -137,10 +141,12 @@ final class URLHandlers: @unchecked Sendable {  // `handler` is a Mutex; the res
   }
 
   func uninstall() {
-    guard let schemes = handler.withLock({ old -> Set<String>? in
-      defer { old = nil }
-      return old?.schemes
-    }) else { return }
+    guard
+      let schemes = handler.withLock({ old -> Set<String>? in
+        defer { old = nil }
+        return old?.schemes
+      })
+    else { return }
     for scheme in schemes { try? FileSystem.removeFile(handlersDirectory + "/\(scheme).\(space.me)") }
   }
 
@@ -153,7 +159,9 @@ final class URLHandlers: @unchecked Sendable {  // `handler` is a Mutex; the res
   /// Live processes handling `scheme`, reaping the dead.
   func liveHandlers(of scheme: String) -> [ProcessName] {
     ((try? FileSystem.listDirectory(handlersDirectory)) ?? []).compactMap { name -> ProcessName? in
-      guard name.hasPrefix(scheme + "."), let process = ProcessName(name.dropFirst(scheme.count + 1)) else { return nil }
+      guard name.hasPrefix(scheme + "."), let process = ProcessName(name.dropFirst(scheme.count + 1)) else {
+        return nil
+      }
       return space.isAlive(process) ? process : nil
     }
   }
@@ -201,7 +209,8 @@ final class URLHandlers: @unchecked Sendable {  // `handler` is a Mutex; the res
       let deadline = ContinuousClock.now + timeout
       while target == nil {
         guard child.isRunning else {
-          throw OpenURLError.launchFailed(text, reason: "it exited (status \(child.terminationStatus)) before handling URLs")
+          throw OpenURLError.launchFailed(
+            text, reason: "it exited (status \(child.terminationStatus)) before handling URLs")
         }
         guard ContinuousClock.now < deadline else {
           throw OpenURLError.launchFailed(text, reason: "it installed no URL handler within \(timeout)")
@@ -217,9 +226,10 @@ final class URLHandlers: @unchecked Sendable {  // `handler` is a Mutex; the res
     let pending = [message.id: target!]
     let outcome = try await withCheckedThrowingContinuation { continuation in
       DispatchQueue.global().async { [space] in
-        continuation.resume(with: Result {
-          try space.messenger.awaitAcks(pending, timeout: timeout, isCancelled: { false })
-        })
+        continuation.resume(
+          with: Result {
+            try space.messenger.awaitAcks(pending, timeout: timeout, isCancelled: { false })
+          })
       }
     }
     guard let ack = outcome.acks[message.id] else { throw OpenURLError.noAnswer(text) }

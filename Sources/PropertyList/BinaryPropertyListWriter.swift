@@ -6,191 +6,193 @@
 /// beyond `Int64` use the 16-byte form, as Apple and Python do), strings are ASCII when possible
 /// and UTF-16BE otherwise, and reference/offset widths are the smallest that fit.
 public enum BinaryPropertyListWriter {
-    /// Encodes `value` as `bplist00`. Throws `.unsupportedValue` for UIDs and `.limitExceeded`
-    /// for nesting deeper than `limits.maxDepth`.
-    public static func write(_ value: PropertyListValue, limits: PropertyListLimits = .default) throws(PropertyListError) -> [UInt8] {
-        var encoder = BinaryEncoder(maxDepth: limits.maxDepth)
-        _ = try encoder.flatten(value, depth: 0)
-        return encoder.serialize()
-    }
+  /// Encodes `value` as `bplist00`. Throws `.unsupportedValue` for UIDs and `.limitExceeded`
+  /// for nesting deeper than `limits.maxDepth`.
+  public static func write(_ value: PropertyListValue, limits: PropertyListLimits = .default) throws(PropertyListError)
+    -> [UInt8]
+  {
+    var encoder = BinaryEncoder(maxDepth: limits.maxDepth)
+    _ = try encoder.flatten(value, depth: 0)
+    return encoder.serialize()
+  }
 }
 
 private struct BinaryEncoder {
-    enum Object {
-        /// A fully encoded scalar (marker and payload).
-        case scalar([UInt8])
-        case array([Int])
-        case dictionary(keys: [Int], values: [Int])
+  enum Object {
+    /// A fully encoded scalar (marker and payload).
+    case scalar([UInt8])
+    case array([Int])
+    case dictionary(keys: [Int], values: [Int])
+  }
+
+  let maxDepth: Int
+  var objects: [Object] = []
+  /// Index of each distinct encoded scalar, so repeated strings, numbers and keys are stored once.
+  var scalarIndex: [[UInt8]: Int] = [:]
+
+  init(maxDepth: Int) {
+    self.maxDepth = maxDepth
+  }
+
+  /// Assigns object indices in pre-order (the top object gets index 0) and returns `value`'s.
+  mutating func flatten(_ value: PropertyListValue, depth: Int) throws(PropertyListError) -> Int {
+    switch value {
+    case .array(let elements):
+      guard depth < maxDepth else {
+        throw .limit("value is nested deeper than the limit of \(maxDepth)", at: nil)
+      }
+      let index = objects.count
+      objects.append(.array([]))
+      var refs: [Int] = []
+      refs.reserveCapacity(elements.count)
+      for element in elements {
+        refs.append(try flatten(element, depth: depth + 1))
+      }
+      objects[index] = .array(refs)
+      return index
+    case .dictionary(let entries):
+      guard depth < maxDepth else {
+        throw .limit("value is nested deeper than the limit of \(maxDepth)", at: nil)
+      }
+      let index = objects.count
+      objects.append(.dictionary(keys: [], values: []))
+      let sortedKeys = entries.keys.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
+      var keyRefs: [Int] = []
+      var valueRefs: [Int] = []
+      keyRefs.reserveCapacity(sortedKeys.count)
+      valueRefs.reserveCapacity(sortedKeys.count)
+      for key in sortedKeys {
+        keyRefs.append(try flatten(.string(key), depth: depth + 1))
+      }
+      for key in sortedKeys {
+        // Every key came from `entries`, so the lookup always succeeds.
+        guard let element = entries[key] else { continue }
+        valueRefs.append(try flatten(element, depth: depth + 1))
+      }
+      objects[index] = .dictionary(keys: keyRefs, values: valueRefs)
+      return index
+    default:
+      let encoded = try Self.encodeScalar(value)
+      if let existing = scalarIndex[encoded] { return existing }
+      let index = objects.count
+      objects.append(.scalar(encoded))
+      scalarIndex[encoded] = index
+      return index
     }
+  }
 
-    let maxDepth: Int
-    var objects: [Object] = []
-    /// Index of each distinct encoded scalar, so repeated strings, numbers and keys are stored once.
-    var scalarIndex: [[UInt8]: Int] = [:]
-
-    init(maxDepth: Int) {
-        self.maxDepth = maxDepth
-    }
-
-    /// Assigns object indices in pre-order (the top object gets index 0) and returns `value`'s.
-    mutating func flatten(_ value: PropertyListValue, depth: Int) throws(PropertyListError) -> Int {
-        switch value {
-        case .array(let elements):
-            guard depth < maxDepth else {
-                throw .limit("value is nested deeper than the limit of \(maxDepth)", at: nil)
-            }
-            let index = objects.count
-            objects.append(.array([]))
-            var refs: [Int] = []
-            refs.reserveCapacity(elements.count)
-            for element in elements {
-                refs.append(try flatten(element, depth: depth + 1))
-            }
-            objects[index] = .array(refs)
-            return index
-        case .dictionary(let entries):
-            guard depth < maxDepth else {
-                throw .limit("value is nested deeper than the limit of \(maxDepth)", at: nil)
-            }
-            let index = objects.count
-            objects.append(.dictionary(keys: [], values: []))
-            let sortedKeys = entries.keys.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
-            var keyRefs: [Int] = []
-            var valueRefs: [Int] = []
-            keyRefs.reserveCapacity(sortedKeys.count)
-            valueRefs.reserveCapacity(sortedKeys.count)
-            for key in sortedKeys {
-                keyRefs.append(try flatten(.string(key), depth: depth + 1))
-            }
-            for key in sortedKeys {
-                // Every key came from `entries`, so the lookup always succeeds.
-                guard let element = entries[key] else { continue }
-                valueRefs.append(try flatten(element, depth: depth + 1))
-            }
-            objects[index] = .dictionary(keys: keyRefs, values: valueRefs)
-            return index
-        default:
-            let encoded = try Self.encodeScalar(value)
-            if let existing = scalarIndex[encoded] { return existing }
-            let index = objects.count
-            objects.append(.scalar(encoded))
-            scalarIndex[encoded] = index
-            return index
+  static func encodeScalar(_ value: PropertyListValue) throws(PropertyListError) -> [UInt8] {
+    var out: [UInt8] = []
+    switch value {
+    case .bool(let flag):
+      out.append(flag ? 0x09 : 0x08)
+    case .integer(let integer):
+      appendInteger(integer.value, to: &out)
+    case .real(let real):
+      out.append(0x23)
+      appendBigEndian(real.bitPattern, size: 8, to: &out)
+    case .date(let date):
+      out.append(0x33)
+      appendBigEndian(date.secondsSinceReferenceDate.bitPattern, size: 8, to: &out)
+    case .data(let bytes):
+      appendHeader(0x40, count: bytes.count, to: &out)
+      out.append(contentsOf: bytes)
+    case .string(let string):
+      if string.utf8.allSatisfy({ $0 < 0x80 }) {
+        appendHeader(0x50, count: string.utf8.count, to: &out)
+        out.append(contentsOf: string.utf8)
+      } else {
+        appendHeader(0x60, count: string.utf16.count, to: &out)
+        for unit in string.utf16 {
+          out.append(UInt8(unit >> 8))
+          out.append(UInt8(unit & 0xFF))
         }
+      }
+    case .uid:
+      throw .unsupported("UID values cannot be written; they only appear in keyed archives read from elsewhere")
+    case .array, .dictionary:
+      preconditionFailure("containers are flattened, not encoded as scalars")
     }
+    return out
+  }
 
-    static func encodeScalar(_ value: PropertyListValue) throws(PropertyListError) -> [UInt8] {
-        var out: [UInt8] = []
-        switch value {
-        case .bool(let flag):
-            out.append(flag ? 0x09 : 0x08)
-        case .integer(let integer):
-            appendInteger(integer.value, to: &out)
-        case .real(let real):
-            out.append(0x23)
-            appendBigEndian(real.bitPattern, size: 8, to: &out)
-        case .date(let date):
-            out.append(0x33)
-            appendBigEndian(date.secondsSinceReferenceDate.bitPattern, size: 8, to: &out)
-        case .data(let bytes):
-            appendHeader(0x40, count: bytes.count, to: &out)
-            out.append(contentsOf: bytes)
-        case .string(let string):
-            if string.utf8.allSatisfy({ $0 < 0x80 }) {
-                appendHeader(0x50, count: string.utf8.count, to: &out)
-                out.append(contentsOf: string.utf8)
-            } else {
-                appendHeader(0x60, count: string.utf16.count, to: &out)
-                for unit in string.utf16 {
-                    out.append(UInt8(unit >> 8))
-                    out.append(UInt8(unit & 0xFF))
-                }
-            }
-        case .uid:
-            throw .unsupported("UID values cannot be written; they only appear in keyed archives read from elsewhere")
-        case .array, .dictionary:
-            preconditionFailure("containers are flattened, not encoded as scalars")
-        }
-        return out
+  /// Smallest integer encoding: unsigned 1/2/4 bytes for 0...UInt32.max, signed 8 bytes for
+  /// the rest of Int64 (negatives included), signed 16 bytes beyond.
+  static func appendInteger(_ value: Int128, to out: inout [UInt8]) {
+    if value >= 0 && value <= 0xFF {
+      out.append(0x10)
+      appendBigEndian(UInt64(value), size: 1, to: &out)
+    } else if value >= 0 && value <= 0xFFFF {
+      out.append(0x11)
+      appendBigEndian(UInt64(value), size: 2, to: &out)
+    } else if value >= 0 && value <= 0xFFFF_FFFF {
+      out.append(0x12)
+      appendBigEndian(UInt64(value), size: 4, to: &out)
+    } else if let small = Int64(exactly: value) {
+      out.append(0x13)
+      appendBigEndian(UInt64(bitPattern: small), size: 8, to: &out)
+    } else {
+      let bits = UInt128(bitPattern: value)
+      out.append(0x14)
+      appendBigEndian(UInt64(truncatingIfNeeded: bits >> 64), size: 8, to: &out)
+      appendBigEndian(UInt64(truncatingIfNeeded: bits), size: 8, to: &out)
     }
+  }
 
-    /// Smallest integer encoding: unsigned 1/2/4 bytes for 0...UInt32.max, signed 8 bytes for
-    /// the rest of Int64 (negatives included), signed 16 bytes beyond.
-    static func appendInteger(_ value: Int128, to out: inout [UInt8]) {
-        if value >= 0 && value <= 0xFF {
-            out.append(0x10)
-            appendBigEndian(UInt64(value), size: 1, to: &out)
-        } else if value >= 0 && value <= 0xFFFF {
-            out.append(0x11)
-            appendBigEndian(UInt64(value), size: 2, to: &out)
-        } else if value >= 0 && value <= 0xFFFF_FFFF {
-            out.append(0x12)
-            appendBigEndian(UInt64(value), size: 4, to: &out)
-        } else if let small = Int64(exactly: value) {
-            out.append(0x13)
-            appendBigEndian(UInt64(bitPattern: small), size: 8, to: &out)
-        } else {
-            let bits = UInt128(bitPattern: value)
-            out.append(0x14)
-            appendBigEndian(UInt64(truncatingIfNeeded: bits >> 64), size: 8, to: &out)
-            appendBigEndian(UInt64(truncatingIfNeeded: bits), size: 8, to: &out)
-        }
+  /// Marker with the count in its low nibble, or nibble 0xF followed by an integer object.
+  static func appendHeader(_ marker: UInt8, count: Int, to out: inout [UInt8]) {
+    if count < 15 {
+      out.append(marker | UInt8(count))
+    } else {
+      out.append(marker | 0x0F)
+      appendInteger(Int128(count), to: &out)
     }
+  }
 
-    /// Marker with the count in its low nibble, or nibble 0xF followed by an integer object.
-    static func appendHeader(_ marker: UInt8, count: Int, to out: inout [UInt8]) {
-        if count < 15 {
-            out.append(marker | UInt8(count))
-        } else {
-            out.append(marker | 0x0F)
-            appendInteger(Int128(count), to: &out)
-        }
+  static func appendBigEndian(_ value: UInt64, size: Int, to out: inout [UInt8]) {
+    for shift in stride(from: (size - 1) * 8, through: 0, by: -8) {
+      out.append(UInt8(truncatingIfNeeded: value >> UInt64(shift)))
     }
+  }
 
-    static func appendBigEndian(_ value: UInt64, size: Int, to out: inout [UInt8]) {
-        for shift in stride(from: (size - 1) * 8, through: 0, by: -8) {
-            out.append(UInt8(truncatingIfNeeded: value >> UInt64(shift)))
-        }
-    }
+  /// Bytes (1, 2, 4 or 8) of an unsigned field that can hold `value`; used with the object
+  /// count and the table offset, which bound every reference and offset (Python's rule).
+  static func width(toHold value: Int) -> Int {
+    if value < 1 << 8 { return 1 }
+    if value < 1 << 16 { return 2 }
+    if value < 1 << 32 { return 4 }
+    return 8
+  }
 
-    /// Bytes (1, 2, 4 or 8) of an unsigned field that can hold `value`; used with the object
-    /// count and the table offset, which bound every reference and offset (Python's rule).
-    static func width(toHold value: Int) -> Int {
-        if value < 1 << 8 { return 1 }
-        if value < 1 << 16 { return 2 }
-        if value < 1 << 32 { return 4 }
-        return 8
+  func serialize() -> [UInt8] {
+    let refSize = Self.width(toHold: objects.count)
+    var out = BinaryPropertyListReader.signature
+    var offsets: [Int] = []
+    offsets.reserveCapacity(objects.count)
+    for object in objects {
+      offsets.append(out.count)
+      switch object {
+      case .scalar(let bytes):
+        out.append(contentsOf: bytes)
+      case .array(let refs):
+        Self.appendHeader(0xA0, count: refs.count, to: &out)
+        for ref in refs { Self.appendBigEndian(UInt64(ref), size: refSize, to: &out) }
+      case .dictionary(let keys, let values):
+        Self.appendHeader(0xD0, count: keys.count, to: &out)
+        for ref in keys { Self.appendBigEndian(UInt64(ref), size: refSize, to: &out) }
+        for ref in values { Self.appendBigEndian(UInt64(ref), size: refSize, to: &out) }
+      }
     }
-
-    func serialize() -> [UInt8] {
-        let refSize = Self.width(toHold: objects.count)
-        var out = BinaryPropertyListReader.signature
-        var offsets: [Int] = []
-        offsets.reserveCapacity(objects.count)
-        for object in objects {
-            offsets.append(out.count)
-            switch object {
-            case .scalar(let bytes):
-                out.append(contentsOf: bytes)
-            case .array(let refs):
-                Self.appendHeader(0xA0, count: refs.count, to: &out)
-                for ref in refs { Self.appendBigEndian(UInt64(ref), size: refSize, to: &out) }
-            case .dictionary(let keys, let values):
-                Self.appendHeader(0xD0, count: keys.count, to: &out)
-                for ref in keys { Self.appendBigEndian(UInt64(ref), size: refSize, to: &out) }
-                for ref in values { Self.appendBigEndian(UInt64(ref), size: refSize, to: &out) }
-            }
-        }
-        let tableOffset = out.count
-        // Sized by the table offset (as Python does), so every object offset fits.
-        let offsetSize = Self.width(toHold: tableOffset)
-        for offset in offsets { Self.appendBigEndian(UInt64(offset), size: offsetSize, to: &out) }
-        out.append(contentsOf: [0, 0, 0, 0, 0, 0])  // unused, sort version
-        out.append(UInt8(offsetSize))
-        out.append(UInt8(refSize))
-        Self.appendBigEndian(UInt64(objects.count), size: 8, to: &out)
-        Self.appendBigEndian(0, size: 8, to: &out)  // top object
-        Self.appendBigEndian(UInt64(tableOffset), size: 8, to: &out)
-        return out
-    }
+    let tableOffset = out.count
+    // Sized by the table offset (as Python does), so every object offset fits.
+    let offsetSize = Self.width(toHold: tableOffset)
+    for offset in offsets { Self.appendBigEndian(UInt64(offset), size: offsetSize, to: &out) }
+    out.append(contentsOf: [0, 0, 0, 0, 0, 0])  // unused, sort version
+    out.append(UInt8(offsetSize))
+    out.append(UInt8(refSize))
+    Self.appendBigEndian(UInt64(objects.count), size: 8, to: &out)
+    Self.appendBigEndian(0, size: 8, to: &out)  // top object
+    Self.appendBigEndian(UInt64(tableOffset), size: 8, to: &out)
+    return out
+  }
 }

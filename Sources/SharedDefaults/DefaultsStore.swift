@@ -105,7 +105,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     self.journalPath = directory + "/\(suite).journal"
     self.fileMode = fileMode
     let lockPath = directory + "/\(suite).lock"
-    header = try SharedDefaultsError.wrap { () throws(FileSystemError) in try MappedCounters(path: lockPath, mode: fileMode) }
+    header = try SharedDefaultsError.wrap { () throws(FileSystemError) in
+      try MappedCounters(path: lockPath, mode: fileMode)
+    }
     lockFD = try SharedDefaultsError.wrap { () throws(FileSystemError) in try SystemFD.open(lockPath, .readWrite) }
     let journalPath = self.journalPath
     do {
@@ -204,7 +206,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   }
 
   /// Called with the exclusive flock held.
-  private func append(_ bytes: [UInt8], _ records: [JournalFormat.Record], _ s: inout State) throws(SharedDefaultsError) {
+  private func append(_ bytes: [UInt8], _ records: [JournalFormat.Record], _ s: inout State) throws(SharedDefaultsError)
+  {
     let offset = s.length
     let written = bytes.withUnsafeBytes { raw in
       Result { () throws(FileSystemError) in try journal.writeAll(raw, at: Int64(offset)) }
@@ -303,7 +306,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// Whether the snapshot on disk is the one the header recorded (else an outside tool replaced or edited it).
   private func snapshotIsTheRecordedOne() -> Bool {
     let st = (try? FileSystem.status(plistPath)) ?? nil
-    return header.load(Slot.snapshotInode) == (st?.inode ?? 0) && header.load(Slot.snapshotSize) == UInt64(st?.size ?? 0)
+    return header.load(Slot.snapshotInode) == (st?.inode ?? 0)
+      && header.load(Slot.snapshotSize) == UInt64(st?.size ?? 0)
       && header.load(Slot.snapshotTime) == UInt64(bitPattern: st?.modificationNanoseconds ?? 0)
   }
 
@@ -323,12 +327,15 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       case .outsideSnapshot:
         try adoptOutsideSnapshot(&s)
       case .corruptSnapshot(let reason):
-        Self.logger.error("suite '\(suite)': snapshot '\(plistPath)' is corrupt (\(reason)); moved aside, recovering the last good state")
+        Self.logger.error(
+          "suite '\(suite)': snapshot '\(plistPath)' is corrupt (\(reason)); moved aside, recovering the last good state"
+        )
         quarantine(plistPath)
         recoverJournal(into: &s)
         try compact(&s, durable: false)
       case .corruptJournal(let reason):
-        Self.logger.error("suite '\(suite)': journal '\(journalPath)' is corrupt (\(reason)); moved aside after its good records")
+        Self.logger.error(
+          "suite '\(suite)': journal '\(journalPath)' is corrupt (\(reason)); moved aside after its good records")
         quarantineJournal()
         try compact(&s, durable: false)
       }
@@ -361,7 +368,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       Self.logger.info("suite '\(suite)': adopting '\(plistPath)' written by another tool")
       replaceValues(with: values, in: &s)
     } catch {
-      Self.logger.error("suite '\(suite)': '\(plistPath)' written by another tool does not parse (\(error)); moved aside")
+      Self.logger.error(
+        "suite '\(suite)': '\(plistPath)' written by another tool does not parse (\(error)); moved aside")
       quarantine(plistPath)
     }
     try compact(&s, durable: false)
@@ -471,7 +479,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       let old = s.values[record.key]
       apply(record, to: &s.values)
       if !s.observers.isEmpty {
-        changes.append(DefaultsChange(key: record.key, oldValue: old, newValue: s.values[record.key], originProcessID: record.pid))
+        changes.append(
+          DefaultsChange(key: record.key, oldValue: old, newValue: s.values[record.key], originProcessID: record.pid))
       }
     }
     deliver(changes, to: s.observers)
@@ -544,7 +553,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
         self.scheduleRefresh(checkSnapshot: false)
       }
       appendWatch.withLock { $0 = token }
-    } else if let token = appendWatch.withLock({ old -> Watcher.Token? in defer { old = nil }; return old }) {
+    } else if let token = appendWatch.withLock({ old -> Watcher.Token? in
+      defer { old = nil }; return old
+    }) {
       Watcher.shared.cancel(token)
     }
   }
@@ -561,7 +572,11 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
           do {
             try withFlock(.exclusive) { () throws(SharedDefaultsError) in
               // Re-check under the lock: another process may have adopted it already.
-              if snapshotIsTheRecordedOne() { try catchUpExclusively(&s) } else { try repairAndCatchUp(&s, .outsideSnapshot) }
+              if snapshotIsTheRecordedOne() {
+                try catchUpExclusively(&s)
+              } else {
+                try repairAndCatchUp(&s, .outsideSnapshot)
+              }
             }
           } catch {
             Self.logger.error("suite '\(suite)': could not adopt the outside change: \(error)")

@@ -75,7 +75,9 @@ enum JournalFormat {
     return out
   }
 
-  private static func encode(_ value: PropertyListValue, into out: inout [UInt8], depth: Int) throws(SharedDefaultsError) {
+  private static func encode(_ value: PropertyListValue, into out: inout [UInt8], depth: Int)
+    throws(SharedDefaultsError)
+  {
     guard depth < maxDepth else { throw .unsupportedValue("nesting deeper than \(maxDepth) levels") }
     switch value {
     case .string(let s):
@@ -228,7 +230,9 @@ enum JournalFormat {
         return .array(elements)
       case 9:
         let count = Int(try u32())
-        guard count <= (bytes.endIndex - position) / 5 else { throw fail("dictionary count \(count) exceeds the record") }
+        guard count <= (bytes.endIndex - position) / 5 else {
+          throw fail("dictionary count \(count) exceeds the record")
+        }
         var dictionary: [String: PropertyListValue] = [:]
         dictionary.reserveCapacity(count)
         for _ in 0..<count {

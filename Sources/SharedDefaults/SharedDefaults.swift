@@ -118,16 +118,21 @@ public final class SharedDefaults: Sendable {
   public func object(forKey key: String) -> Any? { store.value(forKey: key)?.foundationValue }
   /// The stored `PropertyListValue`, or the registered default.
   public func value(forKey key: String) -> PropertyListValue? { store.value(forKey: key) }
-  public func string(forKey key: String) -> String? { store.value(forKey: key).flatMap(String.init(propertyListValue:)) }
+  public func string(forKey key: String) -> String? {
+    store.value(forKey: key).flatMap(String.init(propertyListValue:))
+  }
   public func integer(forKey key: String) -> Int { store.value(forKey: key).flatMap(Int.init(propertyListValue:)) ?? 0 }
   public func double(forKey key: String) -> Double {
     store.value(forKey: key).flatMap(Double.init(propertyListValue:)) ?? 0
   }
-  public func bool(forKey key: String) -> Bool { store.value(forKey: key).flatMap(Bool.init(propertyListValue:)) ?? false }
+  public func bool(forKey key: String) -> Bool {
+    store.value(forKey: key).flatMap(Bool.init(propertyListValue:)) ?? false
+  }
   public func data(forKey key: String) -> Data? { store.value(forKey: key).flatMap(Data.init(propertyListValue:)) }
   public func url(forKey key: String) -> URL? {
     guard let s = string(forKey: key) else { return nil }
-    return s.hasPrefix("/") || s.hasPrefix("~") ? URL(fileURLWithPath: (s as NSString).expandingTildeInPath) : URL(string: s)
+    return s.hasPrefix("/") || s.hasPrefix("~")
+      ? URL(fileURLWithPath: (s as NSString).expandingTildeInPath) : URL(string: s)
   }
   public func date(forKey key: String) -> Date? { store.value(forKey: key).flatMap(Date.init(propertyListValue:)) }
   public func array(forKey key: String) -> [Any]? { store.value(forKey: key)?.arrayValue?.map(\.foundationValue) }

@@ -173,7 +173,8 @@ enum PlainJSON {
     case .real(let d): return d.isFinite ? "\(d)" : "null"
     case .bool(let b): return b ? "true" : "false"
     case .date(let d):
-      return string(ISO8601DateFormatter().string(from: Date(timeIntervalSinceReferenceDate: d.secondsSinceReferenceDate)))
+      return string(
+        ISO8601DateFormatter().string(from: Date(timeIntervalSinceReferenceDate: d.secondsSinceReferenceDate)))
     case .data(let bytes): return string(Data(bytes).base64EncodedString())
     case .array(let a): return "[" + a.map(render).joined(separator: ",") + "]"
     case .dictionary(let d):
@@ -208,21 +209,29 @@ enum OldStylePlist {
     case .real(let d): return "\(d)"
     case .bool(let b): return b ? "1" : "0"
     case .date(let d):
-      return quote(ISO8601DateFormatter().string(from: Date(timeIntervalSinceReferenceDate: d.secondsSinceReferenceDate)))
-    case .data(let bytes): return "{length = \(bytes.count), bytes = 0x" + bytes.map { String(format: "%02x", $0) }.joined() + "}"
+      return quote(
+        ISO8601DateFormatter().string(from: Date(timeIntervalSinceReferenceDate: d.secondsSinceReferenceDate)))
+    case .data(let bytes):
+      return "{length = \(bytes.count), bytes = 0x" + bytes.map { String(format: "%02x", $0) }.joined() + "}"
     case .array(let a):
       if a.isEmpty { return "(\n\(indent))" }
-      return "(\n" + a.map { indent + "    " + render($0, indent: indent + "    ") }.joined(separator: ",\n") + "\n\(indent))"
+      return "(\n" + a.map { indent + "    " + render($0, indent: indent + "    ") }.joined(separator: ",\n")
+        + "\n\(indent))"
     case .dictionary(let d):
       if d.isEmpty { return "{\n\(indent)}" }
-      return "{\n" + d.keys.sorted().map { indent + "    " + quote($0) + " = " + render(d[$0]!, indent: indent + "    ") + ";" }
+      return "{\n"
+        + d.keys.sorted().map { indent + "    " + quote($0) + " = " + render(d[$0]!, indent: indent + "    ") + ";" }
         .joined(separator: "\n") + "\n\(indent)}"
     case .uid(let u): return "<CFKeyedArchiverUID \(u)>"
     }
   }
 
   static func quote(_ s: String) -> String {
-    let plain = !s.isEmpty && s.unicodeScalars.allSatisfy { $0.isASCII && (CharacterSet.alphanumerics.contains($0) || "._-/".unicodeScalars.contains($0)) }
+    let plain =
+      !s.isEmpty
+      && s.unicodeScalars.allSatisfy {
+        $0.isASCII && (CharacterSet.alphanumerics.contains($0) || "._-/".unicodeScalars.contains($0))
+      }
     return plain ? s : PlainJSON.string(s)
   }
 }

@@ -33,8 +33,10 @@ struct StressDefaults: ParsableCommand {
     for w in 0..<writers {
       let child = Process()
       child.executableURL = executable
-      var arguments = ["stress", "defaults-writer", container.groupID, "--index", "\(w)", "--keys", "\(keys)",
-        "--increments", "\(increments)", "--suite", defaults.suiteName]
+      var arguments = [
+        "stress", "defaults-writer", container.groupID, "--index", "\(w)", "--keys", "\(keys)",
+        "--increments", "\(increments)", "--suite", defaults.suiteName,
+      ]
       if let root = container.root { arguments += ["--root", root] }
       child.arguments = arguments
       try child.run()

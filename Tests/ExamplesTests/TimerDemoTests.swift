@@ -11,7 +11,8 @@ import Testing
     let env = ["GROUP_CONTAINER_ROOT": root.path]
     let widget = try Child(["--headless"], executable: "widget", environment: env)
     widget.waitForLine { $0.contains("waiting for the host") }
-    let host = try Child(["--headless", "--seconds", "3", "--background-after", "1"], executable: "host", environment: env)
+    let host = try Child(
+      ["--headless", "--seconds", "3", "--background-after", "1"], executable: "host", environment: env)
     #expect(host.waitForExit() == 0)
     #expect(host.output.contains("[host] going to the background with 2 s left (saved to the suite)"), "\(host.output)")
     #expect(widget.waitForExit() == 0, "\(widget.output)")

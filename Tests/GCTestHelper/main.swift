@@ -112,7 +112,8 @@ case "defaults-observe":
   let defaults = try SharedDefaults(suiteName: args[4], container: container)
   let observation = defaults.observe { change in
     let describe: (PropertyListValue?) -> String = { $0.map { "\($0.intValue ?? -1)" } ?? "nil" }
-    let line = "change \(change.key) \(describe(change.oldValue)) \(describe(change.newValue)) \(change.originProcessID.map(String.init) ?? "-")"
+    let line =
+      "change \(change.key) \(describe(change.oldValue)) \(describe(change.newValue)) \(change.originProcessID.map(String.init) ?? "-")"
     FileHandle.standardOutput.write(Data((line + "\n").utf8))
   }
   say("ready \(getpid())")

@@ -1,11 +1,11 @@
 import Foundation
 import PropertyList
-@testable import SharedDefaults
 import Synchronization
 import TestSupport
 import Testing
 
 @testable import FileCoordination
+@testable import SharedDefaults
 
 @Suite struct DefaultsAPITests {
   @Test func storesEveryPropertyListTypeAndReadsItBackWithApplesAccessors() throws {
@@ -75,7 +75,10 @@ import Testing
     try defaults.synchronize()
     #expect(defaults.integer(forKey: key) == 1)
     // A fresh reader sees it in the snapshot too.
-    let bytes = try Array(Data(contentsOf: root.url.appendingPathComponent("group.com.example.tests/Library/Preferences/group.com.example.tests.plist")))
+    let bytes = try Array(
+      Data(
+        contentsOf: root.url.appendingPathComponent(
+          "group.com.example.tests/Library/Preferences/group.com.example.tests.plist")))
     #expect(try PropertyListValue(bytes: bytes).dictionaryValue?[key] == .integer(1))
   }
 
@@ -87,7 +90,9 @@ import Testing
     }
     #expect(error?.description.contains("longer than") == true)
     #expect(throws: SharedDefaultsError.self) { try defaults.set(NSObject(), forKey: "object") }
-    #expect(throws: SharedDefaultsError.self) { try SharedDefaults(suiteName: "../evil", container: try root.container()) }
+    #expect(throws: SharedDefaultsError.self) {
+      try SharedDefaults(suiteName: "../evil", container: try root.container())
+    }
     #expect(throws: SharedDefaultsError.self) { try SharedDefaults(suiteName: "", container: try root.container()) }
   }
 
@@ -101,12 +106,18 @@ import Testing
     let path = container.preferencesURL.appendingPathComponent("py.plist").path
     let python = Process()
     python.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    python.arguments = ["python3", "-c", "import plistlib,sys; d=plistlib.load(open(sys.argv[1],'rb')); print(d['dict']['a'], d['dict']['b'], d['huge'])", path]
+    python.arguments = [
+      "python3", "-c",
+      "import plistlib,sys; d=plistlib.load(open(sys.argv[1],'rb')); print(d['dict']['a'], d['dict']['b'], d['huge'])",
+      path,
+    ]
     let out = Pipe()
     python.standardOutput = out
     try python.run()
     python.waitUntilExit()
-    #expect(String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) == "1 ['x', 'y'] 18446744073709551615\n")
+    #expect(
+      String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        == "1 ['x', 'y'] 18446744073709551615\n")
   }
 
   @Test func changeStreamsDeliverLocalWritesInOrder() async throws {

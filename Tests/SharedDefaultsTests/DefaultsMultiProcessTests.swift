@@ -1,10 +1,10 @@
 import Foundation
 import PropertyList
-@testable import SharedDefaults
 import TestSupport
 import Testing
 
 @testable import FileCoordination
+@testable import SharedDefaults
 
 @Suite struct DefaultsMultiProcessTests {
   let group = "group.com.example.tests"
@@ -35,7 +35,8 @@ import Testing
       // A fresh look at the files: every acked key is there with its value, and the snapshot parses.
       let defaults = try SharedDefaults(suiteName: "killed", container: container)
       for i in (acks.max() ?? 0) - 5...(acks.max() ?? 0) where i >= 0 {
-        #expect(defaults.data(forKey: "k\(i)") == Data(repeating: UInt8(i % 256), count: 40_000), "round \(round) key k\(i)")
+        #expect(
+          defaults.data(forKey: "k\(i)") == Data(repeating: UInt8(i % 256), count: 40_000), "round \(round) key k\(i)")
       }
       try defaults.synchronize()
       let bytes = try Array(Data(contentsOf: container.preferencesURL.appendingPathComponent("killed.plist")))
@@ -72,7 +73,8 @@ import Testing
     try defaults.synchronize()
     let stream = defaults.changes()
     let path = container.preferencesURL.appendingPathComponent("outside.plist").path
-    try runPython("""
+    try runPython(
+      """
       import plistlib, sys
       d = plistlib.load(open(sys.argv[1], 'rb'))
       d['changed'] = 20; del d['removed']; d['added'] = 'py'
@@ -199,7 +201,8 @@ import Testing
   @Test func mutatedJournalsNeverCrashTheDecoder() throws {
     var rng = SplitMix64(seed: 7)
     let records: [JournalFormat.Record] = [
-      .init(key: "a", operation: .set(.dictionary(["x": .array([.integer(1), .string("y"), .data([1, 2])])])), pid: 1),
+      .init(
+        key: "a", operation: .set(.dictionary(["x": .array([.integer(1), .string("y"), .data([1, 2])])])), pid: 1),
       .init(key: "b", operation: .remove, pid: 2),
       .init(key: "c", operation: .set(.date(PropertyListDate(secondsSinceReferenceDate: 3))), pid: 3),
     ]

@@ -1,8 +1,7 @@
+import FileCoordination
 import Foundation
 import Synchronization
 import Testing
-
-import FileCoordination
 
 /// A fresh container root for one test (tests run in parallel in one process).
 public final class TestRoot: Sendable {
@@ -38,7 +37,8 @@ public final class Child: Sendable {
   public let errors = Mutex<String>("")
 
   /// Starts `gc-test-helper` (or another product) with `arguments`.
-  public init(_ arguments: [String], executable: String = "gc-test-helper", environment: [String: String] = [:]) throws {
+  public init(_ arguments: [String], executable: String = "gc-test-helper", environment: [String: String] = [:]) throws
+  {
     process = Process()
     process.executableURL = productsDirectory.appendingPathComponent(executable)
     process.arguments = arguments
