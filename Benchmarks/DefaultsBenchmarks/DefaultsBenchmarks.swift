@@ -12,7 +12,9 @@
 //                                             another process has) sets a key; this one reads it: catch-up cost
 //   SharedDefaults update                     update(_:_:) increment (read-modify-write under the lock)
 //   SharedDefaults set → observer             another store instance sets; an observer on this one gets the change
-//                                             through inotify (the cross-process path)
+//                                             through inotify (the cross-process path, in one process)
+//   SharedDefaults set → observer in another process   `groupctl defaults watch` in a child prints the change;
+//                                             measured until its JSON line reaches us through a pipe
 //   4 processes: raw flock+pwrite             4 forked children × N raw appends under flock
 //   4 processes: SharedDefaults set           4 `groupctl stress defaults-writer` children × N sets
 //
@@ -179,6 +181,25 @@ let benchmarks: @Sendable () -> Void = {
     observed.tearDown()
   }
 
+  let watched = Suite(name: "watched")
+  let watcher = WatchChild()
+  Benchmark("SharedDefaults set → observer in another process", configuration: slow) { benchmark in
+    let writer = watched.defaults!
+    var i = 1
+    for _ in benchmark.scaledIterations {
+      try writer.set(i, forKey: "key")
+      watcher.wait(for: i)
+      i += 1
+    }
+  } setup: {
+    try watched.setUp()
+    try watcher.start(
+      arguments: ["defaults", "watch", watched.identifier, "key", "--suite", "watched", "--root", watched.root!])
+  } teardown: {
+    watcher.stop()
+    watched.tearDown()
+  }
+
   let perProcess = 100_000
   let rawFour = RawJournal()
   Benchmark("4 processes: raw flock+pwrite (×\(perProcess) each)", configuration: once) { benchmark in
@@ -343,5 +364,55 @@ final class Arrivals: Sendable {
 
   func wait(for value: Int) {
     while latest.withLock({ $0 }) < value { _ = signal.wait(timeout: .now() + 1) }
+  }
+}
+
+/// `groupctl defaults watch` in a child process; its JSON lines ("new":N) are read on a thread.
+final class WatchChild: @unchecked Sendable {  // `process` is set and cleared by setUp/teardown only
+  private var process: Process?
+  private let latest = Arrivals()
+  private let ready = DispatchSemaphore(value: 0)
+
+  func start(arguments: [String]) throws {
+    let child = Process()
+    child.executableURL = URL(fileURLWithPath: try locateGroupctl())
+    child.arguments = arguments
+    child.environment = ProcessInfo.processInfo.environment.filter { $0.key != "LD_PRELOAD" }
+    let out = Pipe()
+    child.standardOutput = out
+    try child.run()
+    process = child
+    let handle = out.fileHandleForReading
+    Thread.detachNewThread { [self] in
+      var pending = Data()
+      while true {
+        let data = handle.availableData
+        if data.isEmpty { return }
+        pending += data
+        while let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
+          let line = String(decoding: pending[..<newline], as: UTF8.self)
+          pending.removeSubrange(...newline)
+          if line.contains(#""event":"ready""#) { ready.signal() }
+          if let range = line.range(of: #""new":"#) {
+            latest.arrived(Int(line[range.upperBound...].prefix { $0.isNumber }) ?? -1)
+          }
+        }
+      }
+    }
+    guard ready.wait(timeout: .now() + 20) == .success else {
+      stop()
+      throw BenchmarkSetupError("`groupctl defaults watch` did not get ready within 20 s")
+    }
+  }
+
+  func wait(for value: Int) { latest.wait(for: value) }
+
+  func stop() {
+    if let pid = process?.processIdentifier, process?.isRunning == true {
+      kill(pid, SIGKILL)
+      var status: Int32 = 0
+      waitpid(pid, &status, 0)
+    }
+    process = nil
   }
 }
