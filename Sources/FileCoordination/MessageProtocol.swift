@@ -120,6 +120,8 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
   private let sequence = Atomic<UInt64>(0)
   private let condition = NSCondition()
   private var acks: [String: CoordinationMessage] = [:]
+  /// Ids nobody waits for any more (timed out): their late acks are dropped instead of kept forever.
+  private var abandoned: Set<String> = []
   private var inbox: String { space.inbox(of: space.me) }
 
   init(space: CoordinationSpace) { self.space = space }
@@ -176,7 +178,7 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
       space.urlHandlers.receive(message)
     } else if message.kind == .ack {
       condition.lock()
-      acks[message.id] = message
+      if abandoned.remove(message.id) == nil { acks[message.id] = message }
       condition.broadcast()
       condition.unlock()
     } else {
@@ -234,7 +236,8 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
   /// Forgets acks that arrive after their sender stopped waiting.
   func discardAcks(_ ids: some Sequence<String>) {
     condition.lock()
-    for id in ids { acks[id] = nil }
+    if abandoned.count > 4096 { abandoned.removeAll() }  // bounded: a dead process never acks
+    for id in ids where acks.removeValue(forKey: id) == nil { abandoned.insert(id) }
     condition.unlock()
   }
 }
