@@ -36,8 +36,7 @@ public struct ContainerStatus: Sendable, Codable {
 extension GroupContainer {
   /// Who is using the container now. Dead processes found on the way are cleaned up.
   public func status() throws(GroupContainerError) -> ContainerStatus {
-    let space = try CoordinationSpace.open(
-      containerPath: path, fileMode: sharing.fileMode, directoryMode: sharing.directoryMode)
+    let space = try coordinationSpace()
     let processes = space.liveProcesses().map {
       ContainerStatus.Process(pid: $0.pid, startTime: $0.startTime, isCurrent: $0 == space.me)
     }

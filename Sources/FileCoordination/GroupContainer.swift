@@ -52,6 +52,12 @@ public struct GroupContainer: Sendable, Hashable {
       try FileSystem.makeDirectories(rootPath, mode: 0o755)
     }
     try createLayout()
+    _ = try coordinationSpace()
+  }
+
+  /// This process's share of the container's `.coordination/` machinery (opened once per process).
+  @discardableResult
+  func coordinationSpace() throws(GroupContainerError) -> CoordinationSpace {
     try CoordinationSpace.open(containerPath: path, fileMode: sharing.fileMode, directoryMode: sharing.directoryMode)
   }
 

@@ -281,9 +281,7 @@ extension GroupContainer {
   }
 
   func space() throws(FileCoordinatorError) -> CoordinationSpace {
-    try FileCoordinatorError.wrap { () throws(GroupContainerError) in
-      try CoordinationSpace.open(containerPath: path, fileMode: sharing.fileMode, directoryMode: sharing.directoryMode)
-    }
+    try FileCoordinatorError.wrap { () throws(GroupContainerError) in try coordinationSpace() }
   }
 }
 
