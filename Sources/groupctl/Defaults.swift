@@ -154,6 +154,7 @@ struct DefaultsWatch: AsyncParsableCommand {
   func run() async throws {
     let defaults = try suite.open(container)
     let changes = defaults.changes(forKeys: keys.isEmpty ? nil : Set(keys))
+    Interrupts.onInterrupt {}
     Output.line(#"{"event":"ready","pid":\#(getpid())}"#)
     for await change in changes {
       let pid = change.originProcessID.map(String.init) ?? "null"

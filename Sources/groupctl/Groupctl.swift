@@ -14,6 +14,11 @@ struct Groupctl: AsyncParsableCommand {
       """,
     subcommands: [Read.self, Write.self, Present.self, Status.self, Defaults.self, Stress.self, Open.self]
   )
+
+  static func main() async {
+    Interrupts.install()  // before the command runs: SIGINT/SIGTERM then end it cleanly
+    await main(nil)
+  }
 }
 
 /// Options every subcommand takes.

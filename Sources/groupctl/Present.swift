@@ -1,5 +1,4 @@
 import ArgumentParser
-import Dispatch
 import Foundation
 import GroupContainer
 
@@ -23,23 +22,7 @@ struct Present: AsyncParsableCommand {
       url: try group.url(forRelativePath: path), container: group, answerDelay: answerDelay)
     try FileCoordinator.addFilePresenter(presenter)
     Output.json(["event": "ready", "item": path, "pid": Int(getpid())])
-    // A parent may have started us with these signals blocked (a blocked signal never reaches the source).
-    var unblock = sigset_t()
-    sigemptyset(&unblock)
-    sigaddset(&unblock, SIGINT)
-    sigaddset(&unblock, SIGTERM)
-    pthread_sigmask(SIG_UNBLOCK, &unblock, nil)
-    let signals = [SIGINT, SIGTERM].map { signo -> any DispatchSourceSignal in
-      signal(signo, SIG_IGN)
-      let source = DispatchSource.makeSignalSource(signal: signo)
-      source.setEventHandler {
-        FileCoordinator.removeFilePresenter(presenter)
-        Foundation.exit(0)
-      }
-      source.resume()
-      return source
-    }
-    _ = signals
+    Interrupts.onInterrupt { FileCoordinator.removeFilePresenter(presenter) }
     while true { try await Task.sleep(for: .seconds(3600)) }
   }
 }
