@@ -96,4 +96,21 @@ import Testing
     // It unregistered on SIGINT.
     #expect(try container.status().presenters.isEmpty)
   }
+
+  @Test(arguments: [SIGTERM, SIGINT])
+  func presentAndWatchEndCleanlyOnSignals(signal: Int32) throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let present = try Child(["present", group, "Documents/s.txt", "--root", root.path], executable: "groupctl")
+    let watch = try Child(["defaults", "watch", group, "--root", root.path], executable: "groupctl")
+    present.waitForLine { $0.contains("\"ready\"") }
+    watch.waitForLine { $0.contains("\"ready\"") }
+    present.kill(signal)
+    watch.kill(signal)
+    #expect(present.process.terminationStatus == 0 && present.process.terminationReason == .exit)
+    #expect(watch.process.terminationStatus == 0 && watch.process.terminationReason == .exit)
+    // The presenter removed its own registration on the way out (no liveness reaping needed).
+    let records = try FileManager.default.contentsOfDirectory(atPath: container.path + "/.coordination/presenters")
+    #expect(records.filter { !$0.hasPrefix(".") }.isEmpty, "\(records)")
+  }
 }
