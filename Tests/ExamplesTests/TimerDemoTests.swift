@@ -20,7 +20,7 @@ import Testing
     widget.waitForLine { $0.hasPrefix("[host] the timer finished in the widget") }
     let lines = widget.output
     for step in [
-      "[widget] read from the suite: 2 s left when the host went away", "[widget] time left: 1 s",
+      "[widget] read from the suite: 2 s left when the host went away", "[widget] time left: ",
       "[widget] time is up: opening simpletimer://finished?source=widget",
       "[host] launched by simpletimer://finished?source=widget", "[widget] the host answered true",
     ] {
