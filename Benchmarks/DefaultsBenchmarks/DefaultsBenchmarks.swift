@@ -152,13 +152,7 @@ let benchmarks: @Sendable () -> Void = {
   let observed = Suite(name: "observed", withRemote: true)
   let arrivals = Arrivals()
   Benchmark("SharedDefaults set → observer (other store instance)", configuration: slow) { benchmark in
-    let writer = observed.remote!
-    var i = 1
-    for _ in benchmark.scaledIterations {
-      try writer.set(i, forKey: "key")
-      arrivals.wait(for: i)
-      i += 1
-    }
+    try setAndAwait(observed.remote!, benchmark) { arrivals.wait(for: $0) }
   } setup: {
     try observed.setUp()
     observed.observation = observed.defaults!.observe(["key"]) { change in
@@ -172,13 +166,7 @@ let benchmarks: @Sendable () -> Void = {
   let watched = Suite(name: "watched")
   let watcher = WatchChild()
   Benchmark("SharedDefaults set → observer in another process", configuration: slow) { benchmark in
-    let writer = watched.defaults!
-    var i = 1
-    for _ in benchmark.scaledIterations {
-      try writer.set(i, forKey: "key")
-      watcher.wait(for: i)
-      i += 1
-    }
+    try setAndAwait(watched.defaults!, benchmark) { watcher.wait(for: $0) }
   } setup: {
     try watched.setUp()
     try watcher.start(
@@ -225,6 +213,16 @@ let benchmarks: @Sendable () -> Void = {
     try four.setUp()
   } teardown: {
     four.tearDown()
+  }
+}
+
+/// The observer-latency loop: each iteration sets `key` to the next number and waits until the observer saw it.
+func setAndAwait(_ writer: SharedDefaults, _ benchmark: Benchmark, until seen: (Int) -> Void) throws {
+  var i = 1
+  for _ in benchmark.scaledIterations {
+    try writer.set(i, forKey: "key")
+    seen(i)
+    i += 1
   }
 }
 
