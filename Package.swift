@@ -22,11 +22,13 @@ let package = Package(
   targets: [
     // libinotifytools (Debian: libinotifytools0-dev), wrapped only by SystemLayer.
     .systemLibrary(name: "CInotifyTools", path: "Sources/CInotifyTools"),
+    // What SystemLayer needs from C: futex, fallocate and the SIGBUS guard of shared mappings.
+    .target(name: "CSystemShims"),
     // The only module that makes system calls.
     .target(
       name: "SystemLayer",
       dependencies: [
-        "CInotifyTools",
+        "CInotifyTools", "CSystemShims",
         .product(name: "Atomics", package: "swift-atomics"),
         .product(name: "SystemPackage", package: "swift-system"),
         .product(name: "Logging", package: "swift-log"),
@@ -96,7 +98,7 @@ let package = Package(
   ]
 )
 
-for target in package.targets where target.type != .system {
+for target in package.targets where target.type != .system && target.name != "CSystemShims" && target.name != "CFuzzShim" {
   target.swiftSettings =
     (target.swiftSettings ?? []) + [
       .swiftLanguageMode(.v6)

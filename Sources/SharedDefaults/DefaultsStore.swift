@@ -10,18 +10,20 @@ import SystemLayer
 ///
 /// Files in `Library/Preferences/`:
 /// - `<suite>.plist` — the snapshot, a binary plist any plist tool reads; replaced only by atomic replace;
-/// - `<suite>.journal` — set/remove records appended since the snapshot (JournalFormat.swift);
-/// - `<suite>.lock` — a stable file that is both the flock and, mapped, the header: magic, generation, committed
-///   journal length and the snapshot's identity (inode, size, mtime).
+/// - `<suite>.journal` — set/remove records appended since the snapshot (JournalFormat.swift), mapped shared;
+/// - `<suite>.lock` — a stable file, mapped: the header (magic, generation, committed journal length, the
+///   snapshot's identity, the journal's allocated size), the suite's lock word and its change signal.
 ///
-/// **Write**: flock EX → catch up → `pwrite` the record at the committed length → publish the new length in the
-/// header (the commit point) → unlock. A writer killed before the commit leaves bytes past the committed length
-/// that nobody reads and the next writer overwrites.
+/// **Write**: lock → catch up → copy the record into the mapped journal at the committed length → publish the new
+/// length in the header (the commit point) → unlock → signal listeners. No system call when the lock is free and
+/// the journal has room: this is what makes a set cheaper than even one flock pair (see `SharedMemoryLock`). A
+/// writer killed before the commit leaves bytes past the committed length that nobody reads and the next writer
+/// overwrites; the pages live in the page cache, so a committed record survives the death of its writer.
 /// **Read**: two atomic loads of the mapped header; when they match what this process applied, no system call.
-/// Otherwise flock SH and apply only the new records (or reload after a compaction).
+/// Otherwise lock and apply only the new records (or reload after a compaction).
 /// **Compaction** (journal over 1 MiB, idle for 5 s, `synchronize()`): rewrite the snapshot, reset the committed
-/// length, bump the generation, truncate the journal.
-/// **Recovery** (under flock EX): a snapshot that is not what the header recorded was replaced by an outside
+/// length, bump the generation. The journal file is never shrunk (others map it: see SharedFileMapping).
+/// **Recovery** (under the lock): a snapshot that is not what the header recorded was replaced by an outside
 /// tool and is adopted (diffed into change events); a snapshot that does not parse is moved aside to
 /// `<suite>.plist.corrupt-<time>` and rewritten from the last good state; a corrupt journal is moved aside the
 /// same way after applying its good prefix.
@@ -34,8 +36,13 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     /// Set by a plain compaction: the generation and committed length it folded into the snapshot. A reader
     /// that had applied exactly that much already holds the snapshot's contents and need not read it.
     static let foldedGeneration = 6, foldedLength = 7
+    /// The lock word (SharedMemoryLock); bytes of the journal file allocated so far; the change signal.
+    static let lock = 8, journalCapacity = 9, changeSequence = 10, listeners = 11
   }
-  private static let magic: UInt64 = 0x3154_4c46_4544_4347  // "GCDEFLT1"
+  private static let magic: UInt64 = 0x3254_4c46_4544_4347  // "GCDEFLT2"
+  /// Address space reserved for the journal mapping: above the largest journal a compaction allows (twice the
+  /// snapshot limit) plus the largest record.
+  static let journalReservation = 4 * PropertyListLimits.default.maxBytes
   static let compactionThreshold = 1 << 20
   static let idleCompaction: UInt64 = 5_000_000_000
   static let snapshotLimits = PropertyListLimits.default
@@ -46,8 +53,11 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   let journalPath: String
   private let fileMode: mode_t
   private let header: MappedCounters
+  /// flock'ed only to initialize the header, whose lock word cannot guard its own initialization.
   private let lockFD: SystemFD
-  private let journal: SystemFD
+  private let lock: SharedMemoryLock
+  private let signal: ChangeSignal
+  private let journal: SharedFileMapping
   private let deliveries: DispatchQueue
   private let background: DispatchQueue
 
@@ -76,7 +86,10 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// Read by the watcher thread, which must never wait for `state` (a writer may hold it while it waits for flock).
   private let observerCount = Atomic<Int>(0)
   private let refreshPending = Atomic<Bool>(false)
-  private let appendWatch = Mutex<Watcher.Token?>(nil)
+  private let listener = Mutex<ChangeSignal.Listener?>(nil)
+  /// SIGBUS faults of the mappings already dealt with (a new one means a file was truncated under us).
+  private let seenHeaderFaults = Atomic<UInt32>(0)
+  private let seenJournalFaults = Atomic<UInt32>(0)
 
   /// Why catching up needs the exclusive lock.
   private enum Repair: Error {
@@ -109,12 +122,12 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       try MappedCounters(path: lockPath, mode: fileMode)
     }
     lockFD = try SharedDefaultsError.wrap { () throws(FileSystemError) in try SystemFD.open(lockPath, .readWrite) }
+    lock = SharedMemoryLock(header, index: Slot.lock)
+    signal = ChangeSignal(header, sequence: Slot.changeSequence, listeners: Slot.listeners)
     let journalPath = self.journalPath
     do {
-      journal = try SharedDefaultsError.wrap { () throws(FileSystemError) -> SystemFD in
-        let fd = try SystemFD.open(journalPath, [.readWrite, .create], mode: fileMode)
-        try fd.setPermissions(fileMode)
-        return fd
+      journal = try SharedDefaultsError.wrap { () throws(FileSystemError) in
+        try SharedFileMapping(path: journalPath, mode: fileMode, reservation: Self.journalReservation)
       }
     } catch {
       lockFD.close()
@@ -122,10 +135,10 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     }
     deliveries = DispatchQueue(label: "GroupContainer.SharedDefaults.\(suite).deliveries")
     background = DispatchQueue(label: "GroupContainer.SharedDefaults.\(suite).background")
-    if header.load(Slot.magic) != Self.magic {
-      try withFlock(.exclusive) { () throws(SharedDefaultsError) in try initializeHeader() }
-    }
+    if header.load(Slot.magic) != Self.magic { try initializeHeaderLocked() }
   }
+
+  deinit { lockFD.close() }
 
   // MARK: Reading
 
@@ -153,11 +166,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       return
     }
     do {
-      try withFlock(.shared) { () throws(Repair) in try catchUp(&s) }
+      try withLock { () throws(SharedDefaultsError) in try catchUpExclusively(&s) }
     } catch {
-      do { try withFlock(.exclusive) { () throws(SharedDefaultsError) in try repairAndCatchUp(&s, error) } } catch {
-        Self.logger.error("suite '\(suite)': could not recover: \(error)")
-      }
+      Self.logger.error("suite '\(suite)': could not recover: \(error)")
     }
   }
 
@@ -168,7 +179,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     var bytes: [UInt8] = []
     for record in records { try JournalFormat.encode(record, into: &bytes) }
     let firstWriteSinceIdle = try state.withLock { s throws(SharedDefaultsError) -> Bool in
-      try withFlock(.exclusive) { () throws(SharedDefaultsError) in
+      try withLock { () throws(SharedDefaultsError) in
         try catchUpExclusively(&s)
         try append(bytes, records, &s)
       }
@@ -182,7 +193,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     _ key: String, pid: Int32, _ transform: (PropertyListValue?) throws -> PropertyListValue?
   ) throws -> PropertyListValue? {
     let result = try state.withLock { s -> PropertyListValue? in
-      try withFlock(.exclusive) { () throws -> PropertyListValue? in
+      try withLock { () throws -> PropertyListValue? in
         try catchUpExclusively(&s)
         let old = s.values[key] ?? s.registered[key]
         let new = try transform(old)
@@ -198,21 +209,30 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// Makes the snapshot current and durable (survives power loss).
   func synchronize() throws(SharedDefaultsError) {
     try state.withLock { s throws(SharedDefaultsError) in
-      try withFlock(.exclusive) { () throws(SharedDefaultsError) in
+      try withLock { () throws(SharedDefaultsError) in
         try catchUpExclusively(&s)
         try compact(&s, durable: true, handOver: true)
       }
     }
   }
 
-  /// Called with the exclusive flock held.
+  /// Called with the lock held and `s` current.
   private func append(_ bytes: [UInt8], _ records: [JournalFormat.Record], _ s: inout State) throws(SharedDefaultsError)
   {
-    let offset = s.length
-    let written = bytes.withUnsafeBytes { raw in
-      Result { () throws(FileSystemError) in try journal.writeAll(raw, at: Int64(offset)) }
+    var offset = s.length
+    try reserveJournal(upTo: offset + bytes.count)
+    let faults = journal.faultCount
+    bytes.withUnsafeBytes { (journal.base + offset).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+    if journal.faultCount != faults {
+      // The file was truncated under us: the bytes went to a zero page. Repair, then write them again.
+      try repairAndCatchUp(&s, .corruptJournal("the journal file was truncated by another program"))
+      offset = s.length
+      try reserveJournal(upTo: offset + bytes.count)
+      bytes.withUnsafeBytes { (journal.base + offset).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+      guard journal.faultCount == seenJournalFaults.load(ordering: .relaxed) else {
+        throw .system(FileSystemError("write", journalPath, .ioError))
+      }
     }
-    try SharedDefaultsError.wrap { () throws(FileSystemError) in try written.get() }
     header.store(Slot.committed, UInt64(offset + bytes.count))  // the commit point
     s.length = offset + bytes.count
     apply(records, to: &s)
@@ -222,19 +242,35 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     if s.length > threshold { try compact(&s, durable: false, handOver: true) }
   }
 
+  /// Makes sure the journal file has disk blocks for its first `end` bytes (a full disk fails here, cleanly).
+  private func reserveJournal(upTo end: Int) throws(SharedDefaultsError) {
+    let capacity = Int(header.load(Slot.journalCapacity))
+    guard end > capacity else { return }
+    guard end <= journal.reservation else { throw .valueTooLarge("(journal)", journal.reservation) }
+    // Grow geometrically so allocation stays off the per-write cost.
+    let page = 4096
+    let wanted = min(journal.reservation, max(end, 2 * capacity, 64 << 10))
+    let size = (wanted + page - 1) / page * page
+    try SharedDefaultsError.wrap { () throws(FileSystemError) in try journal.allocate(upTo: size) }
+    header.store(Slot.journalCapacity, UInt64(size))
+  }
+
   // MARK: Catching up
 
-  /// Brings `s` to the committed state. Needs at least the shared flock. Throws `Repair` when only a holder of
-  /// the exclusive flock may continue.
+  /// Brings `s` to the committed state. Needs the lock. Throws `Repair` when files need repairing first.
   private func catchUp(_ s: inout State) throws(Repair) {
+    if journal.faultCount != seenJournalFaults.load(ordering: .relaxed) {
+      throw .corruptJournal("the journal file was truncated by another program")
+    }
     let generation = header.load(Slot.generation)
     let committed = Int(header.load(Slot.committed))
-    if generation != s.generation {
+    // Shorter than what we applied, same generation: a compaction died between publishing the length and the
+    // generation; its snapshot is complete (it was written first), so reload from it.
+    if generation != s.generation || committed < s.length {
       try reload(&s, generation: generation, committed: committed)
       return
     }
     guard committed != s.length else { return }
-    guard committed > s.length else { throw .corruptJournal("the committed length went backwards") }
     let bytes = try readJournal(from: s.length, to: committed)
     var records: [JournalFormat.Record] = []
     do {
@@ -248,12 +284,14 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   }
 
   private func readJournal(from start: Int, to end: Int) throws(Repair) -> [UInt8] {
-    let bytes: [UInt8]
-    do { bytes = try journal.read(at: Int64(start), count: end - start) } catch {
-      throw .corruptJournal("cannot read: \(error)")
+    let capacity = Int(header.load(Slot.journalCapacity))
+    guard start <= end, end <= capacity, capacity <= journal.reservation else {
+      throw .corruptJournal("the committed length \(end) lies beyond the journal's \(capacity) allocated bytes")
     }
-    guard bytes.count == end - start else {
-      throw .corruptJournal("the journal is \(start + bytes.count) bytes, shorter than the committed \(end)")
+    // A page lost to an outside truncation reads as zeros (SIGBUS guard) and fails its checksum.
+    let bytes = [UInt8](UnsafeRawBufferPointer(start: journal.base + start, count: end - start))
+    if journal.faultCount != seenJournalFaults.load(ordering: .relaxed) {
+      throw .corruptJournal("the journal file was truncated by another program")
     }
     return bytes
   }
@@ -311,7 +349,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       && header.load(Slot.snapshotTime) == UInt64(bitPattern: st?.modificationNanoseconds ?? 0)
   }
 
-  /// With the exclusive flock held: catch up, repairing whatever needs it.
+  /// With the lock held: catch up, repairing whatever needs it.
   private func catchUpExclusively(_ s: inout State) throws(SharedDefaultsError) {
     do { try catchUp(&s) } catch { try repairAndCatchUp(&s, error) }
   }
@@ -352,8 +390,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
 
   /// After the snapshot was lost: the last good state in memory, plus whatever the journal still holds.
   private func recoverJournal(into s: inout State) {
-    let committed = Int(header.load(Slot.committed))
-    guard let bytes = try? journal.read(at: 0, count: committed) else { return }
+    guard let bytes = try? readJournal(from: 0, to: Int(header.load(Slot.committed))) else { return }
     var records: [JournalFormat.Record] = []
     try? JournalFormat.decode(bytes, base: 0, into: &records)
     var values = s.values
@@ -377,7 +414,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
 
   // MARK: Compaction
 
-  /// Rewrites the snapshot from `s` and empties the journal. Needs the exclusive flock and a current `s`.
+  /// Rewrites the snapshot from `s` and empties the journal. Needs the lock and a current `s`.
   private func compact(_ s: inout State, durable: Bool, handOver: Bool = false) throws(SharedDefaultsError) {
     // Only a plain compaction (the state is exactly the committed journal) may let readers skip the snapshot.
     let folded = (generation: header.load(Slot.generation), length: UInt64(s.length))
@@ -394,11 +431,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       header.store(Slot.foldedLength, folded.length)
       s.generation = header.increment(Slot.generation)
       s.length = 0
-      try journal.truncate(to: 0)
-      if durable {
-        try journal.sync()
-        try lockFD.sync()
-      }
+      if durable { try header.sync() }
     }
   }
 
@@ -409,7 +442,10 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     header.store(Slot.snapshotTime, UInt64(bitPattern: st?.modificationNanoseconds ?? 0))
   }
 
-  private func initializeHeader() throws(SharedDefaultsError) {
+  /// A new or damaged header, set up under flock: its lock word cannot guard its own initialization.
+  private func initializeHeaderLocked() throws(SharedDefaultsError) {
+    do { try lockFD.lock(.exclusive) } catch { Self.logger.critical("suite '\(suite)': flock failed: \(error)") }
+    defer { lockFD.unlock() }
     guard header.load(Slot.magic) != Self.magic else { return }
     if header.load(Slot.generation) != 0 || header.load(Slot.committed) != 0 {
       // Not ours or damaged: the committed length cannot be trusted, so the journal is set aside.
@@ -418,6 +454,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     }
     try SharedDefaultsError.wrap { () throws(FileSystemError) in try recordSnapshotIdentity() }
     header.store(Slot.committed, 0)
+    header.store(Slot.lock, 0)
+    header.store(Slot.journalCapacity, 0)  // unknown: the next write allocates what it needs
     header.increment(Slot.generation)
     header.store(Slot.magic, Self.magic)
   }
@@ -430,13 +468,21 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   }
 
   private func quarantineJournal() {
-    let committed = Int(header.load(Slot.committed))
-    if let bytes = try? journal.read(at: 0, count: max(committed, 0)), !bytes.isEmpty {
+    let committed = min(Int(header.load(Slot.committed)), Int(header.load(Slot.journalCapacity)), journal.reservation)
+    if committed > 0 {
+      let bytes = [UInt8](UnsafeRawBufferPointer(start: journal.base, count: committed))
       let aside = journalPath + ".corrupt-\(Int(Date().timeIntervalSince1970))-\(getpid())"
       try? AtomicReplace.write(bytes, to: aside, mode: fileMode)
     }
     header.store(Slot.committed, 0)
-    try? journal.truncate(to: 0)
+    // If the file was truncated, map it again and believe only the blocks it still has.
+    let faults = journal.faultCount
+    if faults != seenJournalFaults.load(ordering: .relaxed) {
+      do { try journal.remap() } catch { Self.logger.critical("suite '\(suite)': \(error)") }
+      seenJournalFaults.store(faults, ordering: .relaxed)
+    }
+    let size = ((try? journal.fileSize()) ?? 0) / 4096 * 4096
+    header.store(Slot.journalCapacity, min(header.load(Slot.journalCapacity), UInt64(size)))
   }
 
   /// Called after `markIdleCheck()` said so: checks again once writes have stopped for a while.
@@ -453,7 +499,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       guard header.load(Slot.committed) > 0 else { return }
       do {
         try state.withLock { s throws(SharedDefaultsError) in
-          try withFlock(.exclusive) { () throws(SharedDefaultsError) in
+          try withLock { () throws(SharedDefaultsError) in
             try catchUpExclusively(&s)
             if s.length > 0 { try compact(&s, durable: false, handOver: true) }
           }
@@ -515,7 +561,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       refreshIfChanged(&s)  // start from the current state: later changes only
       s.nextObserver += 1
       s.observers[s.nextObserver] = Observer(keys: keys, deliver: deliver)
-      if observerCount.add(1, ordering: .relaxed).newValue == 1 { watchAppends(true) }
+      if observerCount.add(1, ordering: .relaxed).newValue == 1 { listenForWrites(true) }
       return s.nextObserver
     }
   }
@@ -524,7 +570,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     if state.withLock({ $0.observers.removeValue(forKey: id) }) != nil,
       observerCount.subtract(1, ordering: .relaxed).newValue == 0
     {
-      watchAppends(false)
+      listenForWrites(false)
     }
   }
 
@@ -543,21 +589,21 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     }
   }
 
-  /// Appends by other processes (IN_MODIFY of the journal): watched only while this process has observers,
-  /// since the event fires on every write of every process.
-  private func watchAppends(_ on: Bool) {
-    if on {
-      let journalName = "\(suite).journal"
-      let token = try? Watcher.shared.watch(directory, mask: Watcher.modify) { [weak self] event in
-        guard let self, event.name == journalName else { return }
-        self.scheduleRefresh(checkSnapshot: false)
+  /// Commits by any process (written through the mapping, so inotify never sees them) arrive through the
+  /// suite's change signal; listened to only while this process has observers. The listener thread catches up
+  /// itself: one thread hop from the writer's commit to the delivery queue.
+  private func listenForWrites(_ on: Bool) {
+    let old = listener.withLock { current -> ChangeSignal.Listener? in
+      defer {
+        current = on
+          ? signal.listen(name: "GroupContainer.SharedDefaults.\(suite)") { [weak self] in
+            guard let self else { return }
+            self.state.withLock { self.refreshIfChanged(&$0) }
+          } : nil
       }
-      appendWatch.withLock { $0 = token }
-    } else if let token = appendWatch.withLock({ old -> Watcher.Token? in
-      defer { old = nil }; return old
-    }) {
-      Watcher.shared.cancel(token)
+      return current
     }
+    old?.cancel()
   }
 
   private func scheduleRefresh(checkSnapshot: Bool) {
@@ -570,7 +616,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       state.withLock { s in
         if checkSnapshot && s.generation != .max && !snapshotIsTheRecordedOne() {
           do {
-            try withFlock(.exclusive) { () throws(SharedDefaultsError) in
+            try withLock { () throws(SharedDefaultsError) in
               // Re-check under the lock: another process may have adopted it already.
               if snapshotIsTheRecordedOne() {
                 try catchUpExclusively(&s)
@@ -590,12 +636,31 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
 
   // MARK: Locking
 
-  private func withFlock<T, E: Error>(_ mode: FlockMode, _ body: () throws(E) -> T) throws(E) -> T {
-    do { try lockFD.lock(mode) } catch {
-      // flock on a local file fails only on programmer error or a dying kernel: say so loudly.
-      Self.logger.critical("suite '\(suite)': flock failed: \(error)")
+  /// Runs `body` holding the suite's lock (callers hold `state`, so one thread per process asks for it), then
+  /// signals other processes' observers if the committed state changed.
+  private func withLock<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
+    while true {
+      let acquired = lock.lock()
+      let faults = header.faultCount
+      if faults == seenHeaderFaults.load(ordering: .relaxed) {
+        if case .fromDeadOwner(let pid) = acquired {
+          Self.logger.warning("suite '\(suite)': process \(pid) died holding the lock; checking the files")
+        }
+        break
+      }
+      // The lock file was truncated: what we just took was a zero page of our own. Restore it and start again.
+      lock.unlock()
+      Self.logger.error("suite '\(suite)': '\(header.path)' was truncated by another program; restoring it")
+      do { try header.restore() } catch { Self.logger.critical("suite '\(suite)': \(error)") }
+      seenHeaderFaults.store(faults, ordering: .relaxed)
+      if header.load(Slot.magic) != Self.magic { try? initializeHeaderLocked() }
     }
-    defer { lockFD.unlock() }
+    let before = (header.load(Slot.generation), header.load(Slot.committed))
+    defer {
+      let changed = before != (header.load(Slot.generation), header.load(Slot.committed))
+      lock.unlock()
+      if changed { signal.post() }
+    }
     return try body()
   }
 }

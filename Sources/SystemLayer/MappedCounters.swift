@@ -2,46 +2,45 @@ import Atomics
 import Glibc
 import SystemPackage
 
-/// A small file of 64-bit counters shared by every process through `mmap(MAP_SHARED)`: reading one costs no
+/// A small file of 64-bit counters shared by every process through a `SharedFileMapping`: reading one costs no
 /// system call, which is what lets "nothing changed" checks stay off the kernel.
 ///
-/// SIGBUS trap: a shared mapping of a file someone truncates crashes every process that touches the lost
-/// pages. So the file is created and sized only here, its size is checked before mapping, and it is never
-/// shrunk. Writes through the mapping produce no inotify event: use it for counters, never for notification.
+/// SIGBUS trap: the file is created and sized only here, its size is checked before mapping and it is never
+/// shrunk; if someone else truncates it anyway, the mapping's SIGBUS guard counts a fault (`faultCount`) and
+/// `restore()` sizes and maps it again. Writes through the mapping produce no inotify event: use it for counters,
+/// never for notification (see `ChangeSignal`).
 package final class MappedCounters: @unchecked Sendable {  // immutable after init; the memory is atomics only
   package static let fileSize = 4096
   package static let capacity = fileSize / 8
 
-  private let base: UnsafeMutableRawPointer
-  package let path: String
+  private let mapping: SharedFileMapping
+  package var path: String { mapping.path }
 
   /// Opens (creating if needed) the counter file at `path`.
   package init(path: String, mode: mode_t) throws(FileSystemError) {
-    self.path = path
     let fd = try Self.openOrCreate(path, mode: mode)
-    defer { fd.close() }
-    let st = try fd.status()
-    // A creator may be between open and ftruncate: give it a moment before calling the file corrupt.
-    var size = st.size
-    var waited = 0
-    while size < Int64(Self.fileSize) && waited < 100 {
-      MonotonicClock.sleep(nanoseconds: 1_000_000)
-      waited += 1
-      size = try fd.status().size
+    do throws(FileSystemError) {
+      let st = try fd.status()
+      // A creator may be between open and ftruncate: give it a moment before calling the file corrupt.
+      var size = st.size
+      var waited = 0
+      while size < Int64(Self.fileSize) && waited < 100 {
+        MonotonicClock.sleep(nanoseconds: 1_000_000)
+        waited += 1
+        size = try fd.status().size
+      }
+      guard st.kind == .regular, size >= Int64(Self.fileSize) else {
+        throw FileSystemError("mmap", path, .invalidArgument)
+      }
+      mapping = try SharedFileMapping(fd: fd, reservation: Self.fileSize)
+    } catch {
+      fd.close()
+      throw error
     }
-    guard st.kind == .regular, size >= Int64(Self.fileSize) else {
-      throw FileSystemError("mmap", path, .invalidArgument)
-    }
-    guard let mapped = mmap(nil, Self.fileSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd.rawValue, 0),
-      mapped != MAP_FAILED
-    else {
-      throw FileSystemError("mmap", path, Errno(rawValue: errno))
-    }
-    base = mapped
   }
 
   private static func openOrCreate(_ path: String, mode: mode_t) throws(FileSystemError) -> SystemFD {
-    do {
+    do throws(FileSystemError) {
       let fd = try SystemFD.open(path, [.readWrite, .exclusiveCreate], mode: mode)
       try fd.setPermissions(mode)
       try fd.truncate(to: Int64(Self.fileSize))
@@ -52,11 +51,26 @@ package final class MappedCounters: @unchecked Sendable {  // immutable after in
     }
   }
 
-  deinit { munmap(base, Self.fileSize) }
+  /// SIGBUS faults taken so far: a change means the file was truncated and the counters read zero until `restore()`.
+  package var faultCount: UInt32 { mapping.faultCount }
 
-  private func atomic(_ index: Int) -> UnsafeAtomic<UInt64> {
+  /// After a fault: gives the file its size back and maps it again. The counters are whatever the file now holds.
+  package func restore() throws(FileSystemError) {
+    if try mapping.fileSize() < Self.fileSize { try mapping.truncate(to: Self.fileSize) }
+    try mapping.remap()
+  }
+
+  /// Flushes the counters to disk. The corresponding C function is `fsync`.
+  package func sync() throws(FileSystemError) { try mapping.sync() }
+
+  package func atomic(_ index: Int) -> UnsafeAtomic<UInt64> {
     precondition(index >= 0 && index < Self.capacity, "counter index out of range")
-    return UnsafeAtomic(at: base.assumingMemoryBound(to: UInt64.AtomicRepresentation.self) + index)
+    return UnsafeAtomic(at: UnsafeMutableRawPointer(mapping.word(at: index * 8)).assumingMemoryBound(to: UInt64.AtomicRepresentation.self))
+  }
+
+  /// The low 32 bits of counter `index` (little-endian): the word a futex waits on.
+  package func futexWord(_ index: Int) -> UnsafeMutablePointer<UInt32> {
+    UnsafeMutableRawPointer(mapping.word(at: index * 8)).assumingMemoryBound(to: UInt32.self)
   }
 
   package func load(_ index: Int) -> UInt64 { atomic(index).load(ordering: .acquiring) }

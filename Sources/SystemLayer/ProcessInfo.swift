@@ -5,14 +5,19 @@ package enum CurrentProcess {
   package static var id: Int32 { getpid() }
 
   /// Field 22 of `/proc/<pid>/stat`: start time in clock ticks since boot.
-  package static func startTime(of pid: Int32 = getpid()) -> UInt64? {
+  package static func startTime(of pid: Int32 = getpid()) -> UInt64? { status(of: pid)?.startTime }
+
+  /// From `/proc/<pid>/stat`: whether the process still runs (not a zombie) and its start time (field 22, clock
+  /// ticks since boot). Nil when there is no such process.
+  package static func status(of pid: Int32) -> (running: Bool, startTime: UInt64)? {
     guard let bytes = try? FileSystem.readFile("/proc/\(pid)/stat", limit: 4096) else { return nil }
     // The command name (field 2) may contain spaces and parentheses: parse after the last ')'.
     guard let close = bytes.lastIndex(of: UInt8(ascii: ")")) else { return nil }
     let fields = bytes[(close + 1)...].split(separator: UInt8(ascii: " "))
     // fields[0] is field 3 (state), so field 22 is fields[19].
-    guard fields.count > 19 else { return nil }
-    return UInt64(String(decoding: fields[19], as: UTF8.self))
+    guard fields.count > 19, let start = UInt64(String(decoding: fields[19], as: UTF8.self)) else { return nil }
+    let state = fields[0].first ?? 0
+    return (state != UInt8(ascii: "Z") && state != UInt8(ascii: "X"), start)
   }
 }
 

@@ -78,13 +78,14 @@ struct StressDefaultsWriter: ParsableCommand {
   @Option var index: Int
   @Option var keys: Int
   @Option var increments: Int
+  @Option(help: "Times the keys are written (a suite that stays the same size, as real ones do).") var rounds = 1
   @OptionGroup var suite: SuiteOptions
 
   func run() throws {
     let defaults = try suite.open(container)
     // Interleave the two kinds of writes, so sets and updates of all writers contend.
-    for i in 0..<max(keys, increments) {
-      if i < keys { try defaults.set(i, forKey: "w\(index)-k\(i)") }
+    for i in 0..<max(keys * rounds, increments) {
+      if i < keys * rounds { try defaults.set(i % keys, forKey: "w\(index)-k\(i % keys)") }
       if i < increments {
         try defaults.update("counter") { old in .integer(PropertyListInteger((old?.intValue ?? 0) + 1)) }
       }

@@ -1,0 +1,28 @@
+#ifndef GROUPCONTAINER_CSYSTEMSHIMS_H
+#define GROUPCONTAINER_CSYSTEMSHIMS_H
+// C helpers for SystemLayer (and only SystemLayer): calls Swift cannot make itself (variadic `syscall`,
+// _GNU_SOURCE-only functions) and a SIGBUS guard, which must run inside a signal handler.
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+// futex(2) on a 32-bit word in a MAP_SHARED file mapping (shared, not FUTEX_PRIVATE: other processes wait on it).
+// Returns 0 when woken (or spuriously), -1 with errno (EAGAIN: the word was not `expected`; ETIMEDOUT; EINTR).
+int gc_futex_wait(uint32_t *word, uint32_t expected, const struct timespec *relative_timeout);
+// Wakes up to `count` waiters; returns how many were woken, or -1 with errno.
+int gc_futex_wake(uint32_t *word, int count);
+
+// fallocate(2) with mode 0: allocates blocks (so a full disk is an ENOSPC here, never a SIGBUS on a later store
+// through a mapping) and extends the file size.
+int gc_fallocate(int fd, int64_t offset, int64_t length);
+
+// The SIGBUS guard. A shared mapping of a file that someone truncates raises SIGBUS on the next access to a lost
+// page. For a registered range, the handler maps a private zero page over the faulting page and counts the fault,
+// so the access completes (reads zeros, writes go nowhere) and the owner sees the count change and treats the file
+// as corrupt. Faults outside every registered range go to the previous handler (the default: the process dies).
+// Returns a slot for `gc_guard_faults`/`gc_guard_unregister`, or -1 when all slots are taken.
+int gc_guard_register(void *base, size_t length);
+void gc_guard_unregister(int slot);
+// How many faults the range of `slot` has taken since it was registered.
+uint32_t gc_guard_faults(int slot);
+#endif

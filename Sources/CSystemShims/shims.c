@@ -1,0 +1,93 @@
+#define _GNU_SOURCE
+#include "CSystemShims.h"
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+int gc_futex_wait(uint32_t *word, uint32_t expected, const struct timespec *relative_timeout) {
+  return (int)syscall(SYS_futex, word, FUTEX_WAIT, expected, relative_timeout, NULL, 0);
+}
+
+int gc_futex_wake(uint32_t *word, int count) {
+  return (int)syscall(SYS_futex, word, FUTEX_WAKE, count, NULL, NULL, 0);
+}
+
+int gc_fallocate(int fd, int64_t offset, int64_t length) { return fallocate(fd, 0, offset, length); }
+
+#define GUARD_SLOTS 256
+// Written only under `lock` (outside the handler); read by the handler, hence atomics.
+static _Atomic uintptr_t guard_start[GUARD_SLOTS];
+static _Atomic uintptr_t guard_end[GUARD_SLOTS];
+static _Atomic uint32_t guard_faults[GUARD_SLOTS];
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sigaction previous;
+static int installed;
+
+static void on_sigbus(int signal, siginfo_t *info, void *context) {
+  uintptr_t address = (uintptr_t)info->si_addr;
+  for (int i = 0; i < GUARD_SLOTS; i++) {
+    uintptr_t start = atomic_load(&guard_start[i]);
+    if (start != 0 && address >= start && address < atomic_load(&guard_end[i])) {
+      long page = sysconf(_SC_PAGESIZE);
+      void *at = (void *)(address & ~(uintptr_t)(page - 1));
+      if (mmap(at, (size_t)page, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) != MAP_FAILED) {
+        atomic_fetch_add(&guard_faults[i], 1);
+        return;  // the faulting access is retried and now succeeds
+      }
+    }
+  }
+  // Not ours: behave as if we were never installed.
+  if (previous.sa_flags & SA_SIGINFO) {
+    previous.sa_sigaction(signal, info, context);
+  } else if (previous.sa_handler != SIG_IGN && previous.sa_handler != SIG_DFL) {
+    previous.sa_handler(signal);
+  } else {
+    struct sigaction fallback;
+    memset(&fallback, 0, sizeof fallback);
+    fallback.sa_handler = SIG_DFL;
+    sigaction(SIGBUS, &fallback, NULL);  // returning re-runs the access, which now kills the process as usual
+  }
+}
+
+int gc_guard_register(void *base, size_t length) {
+  int slot = -1;
+  pthread_mutex_lock(&lock);
+  if (!installed) {
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_sigaction = on_sigbus;
+    action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&action.sa_mask);
+    if (sigaction(SIGBUS, &action, &previous) == 0) installed = 1;
+  }
+  for (int i = 0; installed && i < GUARD_SLOTS; i++) {
+    if (atomic_load(&guard_start[i]) == 0) {
+      atomic_store(&guard_faults[i], 0);
+      atomic_store(&guard_end[i], (uintptr_t)base + length);
+      atomic_store(&guard_start[i], (uintptr_t)base);
+      slot = i;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&lock);
+  return slot;
+}
+
+void gc_guard_unregister(int slot) {
+  if (slot < 0 || slot >= GUARD_SLOTS) return;
+  pthread_mutex_lock(&lock);
+  atomic_store(&guard_start[slot], 0);
+  atomic_store(&guard_end[slot], 0);
+  pthread_mutex_unlock(&lock);
+}
+
+uint32_t gc_guard_faults(int slot) {
+  if (slot < 0 || slot >= GUARD_SLOTS) return 0;
+  return atomic_load_explicit(&guard_faults[slot], memory_order_relaxed);
+}

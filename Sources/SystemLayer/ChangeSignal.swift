@@ -1,0 +1,75 @@
+import Atomics
+import CSystemShims
+import Foundation
+import Glibc
+
+/// "Something changed" between processes, through a futex on a word of a `MappedCounters` file: for changes made
+/// by stores through a shared mapping, which inotify never sees.
+///
+/// Two counters: a sequence (its low 32 bits are the futex word) and the number of listening processes. `post()`
+/// costs nothing while nobody listens; otherwise one increment and one `futex(FUTEX_WAKE)`. Each `Listener` owns a
+/// thread that sleeps in `futex(FUTEX_WAIT)` and calls its handler after every change of the sequence (several
+/// posts while the handler runs coalesce into one more call).
+///
+/// A process killed while listening leaves the count one too high: posts then make one futex call that wakes
+/// nobody, which costs a fraction of a microsecond and harms nothing.
+package struct ChangeSignal: @unchecked Sendable {  // the words are shared memory, touched only through atomics
+  private let counters: MappedCounters
+  private let sequence: Int
+  private let listeners: Int
+
+  package init(_ counters: MappedCounters, sequence: Int, listeners: Int) {
+    self.counters = counters
+    self.sequence = sequence
+    self.listeners = listeners
+  }
+
+  /// Wakes every listener in every process (none is woken when none listens).
+  package func post() {
+    guard counters.atomic(listeners).load(ordering: .relaxed) != 0 else { return }
+    counters.increment(sequence)
+    _ = gc_futex_wake(counters.futexWord(sequence), Int32.max)
+  }
+
+  /// Starts a thread that calls `handler` after each post by any process, until `cancel()`.
+  package func listen(name: String, _ handler: @escaping @Sendable () -> Void) -> Listener {
+    Listener(signal: self, name: name, handler: handler)
+  }
+
+  package final class Listener: Sendable {
+    private let signal: ChangeSignal
+    private let cancelled = ManagedAtomic<Bool>(false)
+
+    fileprivate init(signal: ChangeSignal, name: String, handler: @escaping @Sendable () -> Void) {
+      self.signal = signal
+      signal.counters.increment(signal.listeners)
+      let seen = signal.counters.load(signal.sequence)
+      let thread = Thread { [signal, cancelled] in
+        var last = UInt32(truncatingIfNeeded: seen)
+        // Bounded sleeps: a cancel that races with the wait is noticed within this time.
+        var timeout = timespec(tv_sec: 0, tv_nsec: 200_000_000)
+        while !cancelled.load(ordering: .acquiring) {
+          let now = UInt32(truncatingIfNeeded: signal.counters.load(signal.sequence))
+          if now != last {
+            last = now
+            handler()
+            continue
+          }
+          _ = gc_futex_wait(signal.counters.futexWord(signal.sequence), now, &timeout)
+        }
+      }
+      thread.name = name
+      thread.start()
+    }
+
+    /// Stops the thread (after a handler call in progress, if any) and stops counting this listener.
+    package func cancel() {
+      guard !cancelled.exchange(true, ordering: .acquiringAndReleasing) else { return }
+      _ = signal.counters.atomic(signal.listeners).loadThenWrappingDecrement(ordering: .relaxed)
+      // Wakes our thread (and, harmlessly, other processes' listeners, which find the sequence unchanged).
+      _ = gc_futex_wake(signal.counters.futexWord(signal.sequence), Int32.max)
+    }
+
+    deinit { cancel() }
+  }
+}

@@ -1,0 +1,94 @@
+import CSystemShims
+import Glibc
+import SystemPackage
+
+/// A file mapped `MAP_SHARED` into every process that opens it: loads and stores through it cost no system call
+/// and survive the death of the process that made them (the pages belong to the page cache, not the process).
+///
+/// The mapping reserves `reservation` bytes of address space once, however large the file is now, so a file that
+/// grows never needs remapping; only the first `fileSize` bytes may be touched (a page past the end of the file
+/// raises SIGBUS). Grow the file with `allocate(upTo:)`, which reserves disk blocks: a full disk is an `ENOSPC`
+/// there, never a SIGBUS on a later store.
+///
+/// SIGBUS trap (TRAPS.md): someone may still truncate the file while it is mapped. The range is registered with
+/// the SIGBUS guard of CSystemShims, which turns the crash into a zero page and a count: the owner compares
+/// `faultCount` with what it saw before, treats a change as corruption, and calls `remap()` once the file is
+/// sized again. Writes through a mapping produce no inotify event: notify through `ChangeSignal`.
+package final class SharedFileMapping: @unchecked Sendable {  // immutable after init except the mapping's bytes
+  package let path: String
+  package let base: UnsafeMutableRawPointer
+  package let reservation: Int
+  private let fd: SystemFD
+  private let guardSlot: Int32
+
+  /// Maps `path`, which must already exist and be a regular file.
+  package init(fd: SystemFD, reservation: Int) throws(FileSystemError) {
+    self.path = fd.path
+    self.fd = fd
+    self.reservation = reservation
+    guard let mapped = mmap(nil, reservation, PROT_READ | PROT_WRITE, MAP_SHARED, fd.rawValue, 0),
+      mapped != MAP_FAILED
+    else {
+      throw FileSystemError("mmap", fd.path, Errno(rawValue: errno))
+    }
+    base = mapped
+    guardSlot = gc_guard_register(mapped, reservation)
+    if guardSlot < 0 {
+      munmap(mapped, reservation)
+      throw FileSystemError("mmap", fd.path, .tooManyOpenFiles)
+    }
+  }
+
+  /// Opens (creating it with `mode` when missing) and maps `path`.
+  package convenience init(path: String, mode: mode_t, reservation: Int) throws(FileSystemError) {
+    let fd = try SystemFD.open(path, [.readWrite, .create], mode: mode)
+    do throws(FileSystemError) {
+      let st = try fd.status()
+      guard st.kind == .regular else { throw FileSystemError("mmap", path, .invalidArgument) }
+      try fd.setPermissions(mode)
+      try self.init(fd: fd, reservation: reservation)
+    } catch {
+      fd.close()
+      throw error
+    }
+  }
+
+  deinit {
+    gc_guard_unregister(guardSlot)
+    munmap(base, reservation)
+    fd.close()
+  }
+
+  /// SIGBUS faults taken in this mapping so far (each one means the file was truncated under us).
+  package var faultCount: UInt32 { gc_guard_faults(guardSlot) }
+
+  /// The file's current size. The corresponding C function is `fstat`.
+  package func fileSize() throws(FileSystemError) -> Int { Int(try fd.status().size) }
+
+  /// Allocates disk blocks for the first `size` bytes, extending the file if needed. The corresponding C function
+  /// is `fallocate`.
+  package func allocate(upTo size: Int) throws(FileSystemError) {
+    precondition(size <= reservation, "a mapping never grows past its reservation")
+    _ = try valueOrErrno { gc_fallocate(fd.rawValue, 0, Int64(size)) }.get("fallocate", path)
+  }
+
+  /// Sets the file size (only for files this framework sizes alone). The corresponding C function is `ftruncate`.
+  package func truncate(to size: Int) throws(FileSystemError) { try fd.truncate(to: Int64(size)) }
+
+  /// Maps the file again over the whole reservation, replacing the zero pages the SIGBUS guard put in.
+  /// The corresponding C function is `mmap` (with `MAP_FIXED`).
+  package func remap() throws(FileSystemError) {
+    let again = mmap(base, reservation, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd.rawValue, 0)
+    guard again == base else { throw FileSystemError("mmap", path, Errno(rawValue: errno)) }
+  }
+
+  /// Writes the file's dirty pages (also those written through the mapping) to disk. The corresponding C function
+  /// is `fsync`.
+  package func sync() throws(FileSystemError) { try fd.sync() }
+
+  /// The 64-bit word at `offset` (8-aligned), for atomics shared by every process.
+  package func word(at offset: Int) -> UnsafeMutablePointer<UInt64> {
+    precondition(offset >= 0 && offset % 8 == 0 && offset + 8 <= reservation, "word offset out of range")
+    return (base + offset).assumingMemoryBound(to: UInt64.self)
+  }
+}
