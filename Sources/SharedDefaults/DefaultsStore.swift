@@ -90,6 +90,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// SIGBUS faults of the mappings already dealt with (a new one means a file was truncated under us).
   private let seenHeaderFaults = Atomic<UInt32>(0)
   private let seenJournalFaults = Atomic<UInt32>(0)
+  /// The lock file was truncated and set up again: the committed length is lost, so the journal cannot be trusted
+  /// and this process's state (the last good one it knows) becomes the snapshot.
+  private let headerLost = Atomic<Bool>(false)
 
   /// Why catching up needs the exclusive lock.
   private enum Repair: Error {
@@ -239,7 +242,11 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     s.lastWrite = MonotonicClock.nanoseconds()
     // Compaction costs O(suite); wait until the journal is as large as the snapshot, so it stays amortized O(1).
     let threshold = max(Self.compactionThreshold, 2 * Int(header.load(Slot.snapshotSize)))
-    if s.length > threshold { try compact(&s, durable: false, handOver: true) }
+    guard s.length > threshold else { return }
+    // The write is committed whatever happens now: a compaction that fails (full disk) is retried by the next one.
+    do { try compact(&s, durable: false, handOver: true) } catch {
+      Self.logger.warning("suite '\(suite)': compaction failed, the journal keeps growing: \(error)")
+    }
   }
 
   /// Makes sure the journal file has disk blocks for its first `end` bytes (a full disk fails here, cleanly).
@@ -351,6 +358,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
 
   /// With the lock held: catch up, repairing whatever needs it.
   private func catchUpExclusively(_ s: inout State) throws(SharedDefaultsError) {
+    if headerLost.exchange(false, ordering: .relaxed) && s.generation != .max { try compact(&s, durable: false) }
     do { try catchUp(&s) } catch { try repairAndCatchUp(&s, error) }
   }
 
@@ -595,7 +603,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   private func listenForWrites(_ on: Bool) {
     let old = listener.withLock { current -> ChangeSignal.Listener? in
       defer {
-        current = on
+        current =
+          on
           ? signal.listen(name: "GroupContainer.SharedDefaults.\(suite)") { [weak self] in
             guard let self else { return }
             self.state.withLock { self.refreshIfChanged(&$0) }
@@ -653,7 +662,10 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       Self.logger.error("suite '\(suite)': '\(header.path)' was truncated by another program; restoring it")
       do { try header.restore() } catch { Self.logger.critical("suite '\(suite)': \(error)") }
       seenHeaderFaults.store(faults, ordering: .relaxed)
-      if header.load(Slot.magic) != Self.magic { try? initializeHeaderLocked() }
+      if header.load(Slot.magic) != Self.magic {
+        headerLost.store(true, ordering: .relaxed)
+        try? initializeHeaderLocked()
+      }
     }
     let before = (header.load(Slot.generation), header.load(Slot.committed))
     defer {

@@ -29,9 +29,9 @@ package final class MappedCounters: @unchecked Sendable {  // immutable after in
         waited += 1
         size = try fd.status().size
       }
-      guard st.kind == .regular, size >= Int64(Self.fileSize) else {
-        throw FileSystemError("mmap", path, .invalidArgument)
-      }
+      guard st.kind == .regular else { throw FileSystemError("mmap", path, .invalidArgument) }
+      // Still short: someone truncated it. Give it its size back (zeros: its owner sees a missing magic number).
+      if size < Int64(Self.fileSize) { try fd.truncate(to: Int64(Self.fileSize)) }
       mapping = try SharedFileMapping(fd: fd, reservation: Self.fileSize)
     } catch {
       fd.close()
@@ -65,7 +65,9 @@ package final class MappedCounters: @unchecked Sendable {  // immutable after in
 
   package func atomic(_ index: Int) -> UnsafeAtomic<UInt64> {
     precondition(index >= 0 && index < Self.capacity, "counter index out of range")
-    return UnsafeAtomic(at: UnsafeMutableRawPointer(mapping.word(at: index * 8)).assumingMemoryBound(to: UInt64.AtomicRepresentation.self))
+    return UnsafeAtomic(
+      at: UnsafeMutableRawPointer(mapping.word(at: index * 8)).assumingMemoryBound(to: UInt64.AtomicRepresentation.self)
+    )
   }
 
   /// The low 32 bits of counter `index` (little-endian): the word a futex waits on.

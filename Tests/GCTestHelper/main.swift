@@ -107,6 +107,23 @@ case "defaults-set":
   }
   say("done")
 
+case "defaults-keys":
+  // defaults-keys <root> <group> <suite>: one line per key, "<key> <integer value or data length>", then "end".
+  let defaults = try SharedDefaults(suiteName: args[4], container: container)
+  for (key, value) in defaults.dictionaryRepresentation().sorted(by: { $0.key < $1.key }) {
+    let shown = (value as? Data).map { "\($0.count)" } ?? (value as? Int).map { "\($0)" } ?? "?"
+    say("\(key) \(shown)")
+  }
+  say("end")
+
+case "defaults-hold":
+  // defaults-hold <root> <group> <suite>: holds the suite's lock forever, inside an update; says "holding".
+  let defaults = try SharedDefaults(suiteName: args[4], container: container)
+  try defaults.update("held") { _ in
+    FileHandle.standardOutput.write(Data("holding\n".utf8))
+    while true { sleep(60) }
+  }
+
 case "defaults-observe":
   // defaults-observe <root> <group> <suite>: prints "change <key> <old> <new> <pid>" per change.
   let defaults = try SharedDefaults(suiteName: args[4], container: container)

@@ -1,0 +1,133 @@
+import FileCoordination
+import Foundation
+import PropertyList
+import Synchronization
+import TestSupport
+import Testing
+
+@testable import SharedDefaults
+
+/// The suite's lock and journal live in shared mappings: what happens when their owners die or their files are
+/// damaged under them.
+@Suite struct DefaultsRobustnessTests {
+  let group = "group.com.example.tests"
+
+  @Test func aProcessKilledHoldingTheLockNeverBlocksOthers() async throws {
+    let root = try TestRoot()
+    let defaults = try SharedDefaults(suiteName: "held", container: try root.container(group))
+    try defaults.set(1, forKey: "before")
+    let holder = try Child(["defaults-hold", root.path, group, "held"])
+    holder.waitForLine { $0 == "holding" }
+    let finished = Atomic<Bool>(false)
+    let done = Task.detached {
+      try defaults.set(2, forKey: "after")
+      finished.store(true, ordering: .releasing)
+    }
+    // While the holder lives, the write cannot go through. (No read here: it would wait for the pending write.)
+    try await Task.sleep(for: .milliseconds(300))
+    let finishedEarly = finished.load(ordering: .acquiring)
+    #expect(!finishedEarly)
+    holder.kill(SIGKILL)
+    try await done.value
+    #expect(defaults.integer(forKey: "after") == 2)
+    #expect(defaults.integer(forKey: "before") == 1)
+  }
+
+  @Test func garbageInTheLockWordIsTakenOver() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let defaults = try SharedDefaults(suiteName: "garbage", container: container)
+    try defaults.set(1, forKey: "a")
+    // Word 8 of the header is the lock: an outside write makes it name a process that does not exist.
+    let lockFile = try FileHandle(forUpdating: container.preferencesURL.appendingPathComponent("garbage.lock"))
+    try lockFile.seek(toOffset: 64)
+    try lockFile.write(contentsOf: Data([0xFE, 0xFF, 0xFF, 0x3F, 0x12, 0x34, 0x56, 0x78]))
+    try lockFile.close()
+    try defaults.set(2, forKey: "b")
+    #expect(defaults.integer(forKey: "a") == 1 && defaults.integer(forKey: "b") == 2)
+  }
+
+  @Test func truncatingTheJournalUnderAnOpenSuiteLosesNothingAndNeverCrashes() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let defaults = try SharedDefaults(suiteName: "cut", container: container)
+    for i in 0..<200 { try defaults.set(i, forKey: "k\(i)") }
+    let journal = container.preferencesURL.appendingPathComponent("cut.journal").path
+    #expect(truncate(journal, 0) == 0)
+    // The next write touches pages the file no longer has: a SIGBUS without the guard.
+    try defaults.set(200, forKey: "k200")
+    #expect((0...200).allSatisfy { defaults.integer(forKey: "k\($0)") == $0 })
+    // Another instance (own mappings, as another process has) and the snapshot agree.
+    let other = try readInAnotherProcess(root.path, suite: "cut")
+    #expect((0...200).filter { (other["k\($0)"] as? NSNumber)?.intValue != $0 } == [])
+    try defaults.synchronize()
+    let plist = try Array(Data(contentsOf: container.preferencesURL.appendingPathComponent("cut.plist")))
+    #expect(try PropertyListValue(bytes: plist).dictionaryValue?.count == 201)
+    let names = try FileManager.default.contentsOfDirectory(atPath: container.preferencesURL.path)
+    #expect(names.contains { $0.hasPrefix("cut.journal.corrupt-") }, "\(names)")
+  }
+
+  @Test func truncatingTheLockFileUnderAnOpenSuiteRecoversTheLastGoodState() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let defaults = try SharedDefaults(suiteName: "cutlock", container: container)
+    for i in 0..<50 { try defaults.set(i, forKey: "k\(i)") }
+    #expect(truncate(container.preferencesURL.appendingPathComponent("cutlock.lock").path, 0) == 0)
+    try defaults.set(50, forKey: "k50")
+    #expect((0...50).allSatisfy { defaults.integer(forKey: "k\($0)") == $0 })
+    let other = try readInAnotherProcess(root.path, suite: "cutlock")
+    #expect((0...50).filter { (other["k\($0)"] as? NSNumber)?.intValue != $0 } == [])
+  }
+
+  @Test(.enabled(if: geteuid() == 0, "mounting a small tmpfs needs root"))
+  func aFullDiskIsAClearErrorAndLosesNothing() throws {
+    let root = try TestRoot()
+    let disk = root.path + "/small"
+    try FileManager.default.createDirectory(atPath: disk, withIntermediateDirectories: true)
+    guard try run("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", disk]) == 0 else {
+      Issue.record("cannot mount a tmpfs")
+      return
+    }
+    defer { _ = try? run("/bin/umount", ["-l", disk]) }
+    let container = try GroupContainer(identifier: group, root: URL(fileURLWithPath: disk))
+    let defaults = try SharedDefaults(suiteName: "full", container: container)
+    let value = Data(repeating: 9, count: 50_000)
+    var stored = 0
+    var failure: (any Error)?
+    while failure == nil && stored < 100 {
+      do {
+        try defaults.set(value, forKey: "k\(stored)")
+        stored += 1
+      } catch {
+        failure = error
+      }
+    }
+    let message = "\(failure.map { "\($0)" } ?? "no error")"
+    #expect(message.contains("No space left on device"), "\(message)")
+    #expect(message.contains(disk), "the error names the file: \(message)")
+    #expect(stored > 0)
+    #expect((0..<stored).allSatisfy { defaults.data(forKey: "k\($0)") == value })
+    // Another process's view is intact too.
+    let other = try Child(["defaults-keys", disk, group, "full"])
+    #expect(other.waitForExit() == 0)
+    #expect(Set(other.output) == Set((0..<stored).map { "k\($0) \(value.count)" } + ["end"]), "\(other.output)")
+  }
+
+  /// `groupctl defaults read --json`: the suite as a fresh process sees it.
+  private func readInAnotherProcess(_ root: String, suite: String) throws -> [String: Any] {
+    let child = try Child(
+      ["defaults", "read", group, "--suite", suite, "--json", "--root", root], executable: "groupctl")
+    #expect(child.waitForExit() == 0, "\(child.errors.withLock { $0 })")
+    let json = Data(child.output.joined(separator: "\n").utf8)
+    return try JSONSerialization.jsonObject(with: json) as? [String: Any] ?? [:]
+  }
+
+  private func run(_ tool: String, _ arguments: [String]) throws -> Int32 {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: tool)
+    process.arguments = arguments
+    try process.run()
+    process.waitUntilExit()
+    return process.terminationStatus
+  }
+}
