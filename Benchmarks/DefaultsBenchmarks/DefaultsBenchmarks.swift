@@ -12,11 +12,12 @@
 //                                             another process has) sets a key; this one reads it: catch-up cost
 //   SharedDefaults update                     update(_:_:) increment (read-modify-write under the lock)
 //   SharedDefaults set → observer             another store instance sets; an observer on this one gets the change
-//                                             through inotify (the cross-process path, in one process)
+//                                             through the suite's futex change signal (the cross-process path)
 //   SharedDefaults set → observer in another process   `groupctl defaults watch` in a child prints the change;
 //                                             measured until its JSON line reaches us through a pipe
 //   4 processes: raw flock+pwrite             4 forked children × N raw appends under flock
-//   4 processes: SharedDefaults set           4 `groupctl stress defaults-writer` children × N sets
+//   4 processes: SharedDefaults set           4 `groupctl stress defaults-writer` children × N sets (process start
+//                                             included): 1,000 keys rewritten 100 times each, or all keys distinct
 //
 // Run from this directory: `swift package --allow-writing-to-package-directory benchmark` (or `make bench`).
 import Benchmark
@@ -190,29 +191,33 @@ let benchmarks: @Sendable () -> Void = {
     rawFour.tearDown()
   }
 
-  let four = Suite(name: "four")
-  Benchmark("4 processes: SharedDefaults set (×\(perProcess) each)", configuration: once) { benchmark in
-    let groupctl = try locateGroupctl()
-    for _ in benchmark.scaledIterations {
-      let children = try (0..<4).map { w -> Process in
-        let child = Process()
-        child.executableURL = URL(fileURLWithPath: groupctl)
-        child.arguments = [
-          "stress", "defaults-writer", four.identifier, "--index", "\(w)", "--keys", "\(perProcess)",
-          "--increments", "0", "--root", four.root!,
-        ]
-        return child
+  // A suite keeps its size in real use (the same settings rewritten): 1,000 keys per writer, 100 rounds. The
+  // second variant writes only new keys, so the suite grows to 400,000 and compactions (O(suite)) dominate.
+  for (label, keys, rounds) in [("1,000 keys each", 1_000, perProcess / 1_000), ("all keys distinct", perProcess, 1)] {
+    let four = Suite(name: "four")
+    Benchmark("4 processes: SharedDefaults set (×\(perProcess) each, \(label))", configuration: once) { benchmark in
+      let groupctl = try locateGroupctl()
+      for _ in benchmark.scaledIterations {
+        let children = try (0..<4).map { w -> Process in
+          let child = Process()
+          child.executableURL = URL(fileURLWithPath: groupctl)
+          child.arguments = [
+            "stress", "defaults-writer", four.identifier, "--index", "\(w)", "--keys", "\(keys)", "--rounds",
+            "\(rounds)", "--increments", "0", "--root", four.root!,
+          ]
+          return child
+        }
+        benchmark.startMeasurement()
+        for child in children { try child.run() }
+        for child in children { child.waitUntilExit() }
+        benchmark.stopMeasurement()
+        guard children.allSatisfy({ $0.terminationStatus == 0 }) else { throw BenchmarkSetupError("a writer failed") }
       }
-      benchmark.startMeasurement()
-      for child in children { try child.run() }
-      for child in children { child.waitUntilExit() }
-      benchmark.stopMeasurement()
-      guard children.allSatisfy({ $0.terminationStatus == 0 }) else { throw BenchmarkSetupError("a writer failed") }
+    } setup: {
+      try four.setUp()
+    } teardown: {
+      four.tearDown()
     }
-  } setup: {
-    try four.setUp()
-  } teardown: {
-    four.tearDown()
   }
 }
 

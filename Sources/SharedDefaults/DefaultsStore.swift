@@ -14,8 +14,10 @@ import SystemLayer
 /// - `<suite>.lock` — a stable file, mapped: the header (magic, generation, committed journal length, the
 ///   snapshot's identity, the journal's allocated size), the suite's lock word and its change signal.
 ///
-/// **Write**: lock → catch up → copy the record into the mapped journal at the committed length → publish the new
-/// length in the header (the commit point) → unlock → signal listeners. No system call when the lock is free and
+/// **Write**: lock → copy the record into the mapped journal at the committed length → publish the new length in
+/// the header (the commit point) → unlock → signal listeners. A set does not catch up first: it comes after
+/// whatever others appended, so it is applied at once and the records it jumped over are applied later (`catchUp`
+/// skips those it supersedes), which keeps writers from decoding each other's records on every set. No system call when the lock is free and
 /// the journal has room: this is what makes a set cheaper than even one flock pair (see `SharedMemoryLock`). A
 /// writer killed before the commit leaves bytes past the committed length that nobody reads and the next writer
 /// overwrites; the pages live in the page cache, so a committed record survives the death of its writer.
@@ -70,7 +72,11 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     var values: [String: PropertyListValue] = [:]
     var registered: [String: PropertyListValue] = [:]
     var generation: UInt64 = .max
+    /// `values` holds the journal up to here (plus `pendingOwn`).
     var length = 0
+    /// Own records appended past `length` without catching up first (their commit's start and end offsets), by
+    /// key: already in `values`, and newer than any record before them in the journal.
+    var pendingOwn: [String: (start: Int, end: Int)] = [:]
     var observers: [UInt64: Observer] = [:]
     var nextObserver: UInt64 = 0
     var lastWrite: UInt64 = 0
@@ -183,7 +189,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     for record in records { try JournalFormat.encode(record, into: &bytes) }
     let firstWriteSinceIdle = try state.withLock { s throws(SharedDefaultsError) -> Bool in
       try withLock { () throws(SharedDefaultsError) in
-        try catchUpExclusively(&s)
+        if needsCatchUpBeforeAppending(s) { try catchUpExclusively(&s) }
         try append(bytes, records, &s)
       }
       return s.markIdleCheck()
@@ -219,32 +225,46 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     }
   }
 
-  /// Called with the lock held and `s` current.
+  /// Whether the journal changed in a way only a full catch-up handles (a compaction, a repair, damage).
+  private func needsCatchUpBeforeAppending(_ s: State) -> Bool {
+    headerLost.load(ordering: .relaxed) || journal.faultCount != seenJournalFaults.load(ordering: .relaxed)
+      || header.load(Slot.generation) != s.generation || Int(header.load(Slot.committed)) < s.length
+  }
+
+  /// Called with the lock held, in the current generation (`needsCatchUpBeforeAppending` is false).
   private func append(_ bytes: [UInt8], _ records: [JournalFormat.Record], _ s: inout State) throws(SharedDefaultsError)
   {
-    var offset = s.length
+    var offset = Int(header.load(Slot.committed))
     try reserveJournal(upTo: offset + bytes.count)
     let faults = journal.faultCount
     bytes.withUnsafeBytes { (journal.base + offset).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
     if journal.faultCount != faults {
       // The file was truncated under us: the bytes went to a zero page. Repair, then write them again.
       try repairAndCatchUp(&s, .corruptJournal("the journal file was truncated by another program"))
-      offset = s.length
+      offset = Int(header.load(Slot.committed))
       try reserveJournal(upTo: offset + bytes.count)
       bytes.withUnsafeBytes { (journal.base + offset).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
       guard journal.faultCount == seenJournalFaults.load(ordering: .relaxed) else {
         throw .system(FileSystemError("write", journalPath, .ioError))
       }
     }
-    header.store(Slot.committed, UInt64(offset + bytes.count))  // the commit point
-    s.length = offset + bytes.count
+    let end = offset + bytes.count
+    header.store(Slot.committed, UInt64(end))  // the commit point
+    if offset == s.length {
+      s.length = end
+    } else {
+      for record in records { s.pendingOwn[record.key] = (offset, end) }
+    }
     apply(records, to: &s)
     s.lastWrite = MonotonicClock.nanoseconds()
     // Compaction costs O(suite); wait until the journal is as large as the snapshot, so it stays amortized O(1).
     let threshold = max(Self.compactionThreshold, 2 * Int(header.load(Slot.snapshotSize)))
-    guard s.length > threshold else { return }
+    guard end > threshold else { return }
     // The write is committed whatever happens now: a compaction that fails (full disk) is retried by the next one.
-    do { try compact(&s, durable: false, handOver: true) } catch {
+    do {
+      try catchUpExclusively(&s)
+      try compact(&s, durable: false, handOver: true)
+    } catch {
       Self.logger.warning("suite '\(suite)': compaction failed, the journal keeps growing: \(error)")
     }
   }
@@ -280,13 +300,22 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     guard committed != s.length else { return }
     let bytes = try readJournal(from: s.length, to: committed)
     var records: [JournalFormat.Record] = []
-    do {
-      try JournalFormat.decode(bytes, base: s.length, into: &records)
-    } catch {
-      apply(records, to: &s)
-      throw .corruptJournal(error.description)
+    var offsets: [Int] = []
+    var corruption: JournalFormat.Corruption?
+    do { try JournalFormat.decode(bytes, base: s.length, into: &records, offsets: &offsets) } catch {
+      corruption = error
+    }
+    if !s.pendingOwn.isEmpty {
+      // Our own pending records are applied already, and they supersede older records of the same keys.
+      let pending = s.pendingOwn
+      records = zip(records, offsets).filter { record, offset in
+        guard let own = pending[record.key] else { return true }
+        return offset >= own.end
+      }.map(\.0)
+      if corruption == nil { s.pendingOwn = [:] }  // every pending commit ends at or before `committed`
     }
     apply(records, to: &s)
+    if let corruption { throw .corruptJournal(corruption.description) }
     s.length = committed
   }
 
@@ -306,7 +335,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// Reads the snapshot and the whole journal (after a compaction somewhere, or on first use).
   private func reload(_ s: inout State, generation: UInt64, committed: Int) throws(Repair) {
     guard snapshotIsTheRecordedOne() else { throw .outsideSnapshot }
-    if s.generation != .max, header.load(Slot.foldedGeneration) == s.generation,
+    if s.generation != .max, s.pendingOwn.isEmpty, header.load(Slot.foldedGeneration) == s.generation,
       header.load(Slot.foldedLength) == UInt64(s.length), header.load(Slot.generation) == generation
     {
       // A compaction folded exactly what we have into the snapshot: skip reading it.
@@ -322,6 +351,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     do { try JournalFormat.decode(bytes, base: 0, into: &records) } catch { corruption = error }
     for record in records { apply(record, to: &values) }
     replaceValues(with: values, in: &s)
+    s.pendingOwn = [:]
     s.generation = generation
     s.length = committed
     if let corruption { throw .corruptJournal(corruption.description) }
@@ -439,6 +469,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       header.store(Slot.foldedLength, folded.length)
       s.generation = header.increment(Slot.generation)
       s.length = 0
+      s.pendingOwn = [:]
       if durable { try header.sync() }
     }
   }

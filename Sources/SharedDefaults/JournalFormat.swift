@@ -124,6 +124,14 @@ enum JournalFormat {
   static func decode(
     _ bytes: [UInt8], base: Int, into decoded: inout [Record]
   ) throws(Corruption) {
+    var offsets: [Int] = []
+    try decode(bytes, base: base, into: &decoded, offsets: &offsets)
+  }
+
+  /// The same, also appending each record's journal offset to `offsets`.
+  static func decode(
+    _ bytes: [UInt8], base: Int, into decoded: inout [Record], offsets: inout [Int]
+  ) throws(Corruption) {
     var offset = 0
     while offset < bytes.count {
       guard bytes.count - offset >= headerBytes else {
@@ -138,6 +146,7 @@ enum JournalFormat {
       guard checksum(payload) == sum else { throw Corruption(offset: base + offset, reason: "checksum mismatch") }
       var reader = Reader(bytes: payload, base: base + offset + headerBytes)
       decoded.append(try reader.record())
+      offsets.append(base + offset)
       offset += headerBytes + length
     }
   }

@@ -131,3 +131,60 @@ import Testing
     return process.terminationStatus
   }
 }
+
+/// Sets skip catching up (the records they jump over are applied later): two store instances of one suite (each
+/// with its own state and mappings, as two processes have) interleave random writes; every read agrees with the
+/// commit order and an observer sees each key's values as one unbroken chain, in order, without going back.
+@Suite struct DefaultsInterleavingTests {
+  @Test func interleavedWritersAgreeWithCommitOrder() throws {
+    let root = try TestRoot()
+    let alias = root.path + "/alias"
+    try FileManager.default.createSymbolicLink(atPath: alias, withDestinationPath: root.path)
+    let group = "group.com.example.tests"
+    let stores = [
+      try SharedDefaults(suiteName: "mixed", container: try root.container(group)),
+      try SharedDefaults(
+        suiteName: "mixed", container: try GroupContainer(identifier: group, root: URL(fileURLWithPath: alias))),
+    ]
+    let seen = Mutex<[String: [Int?]]>([:])
+    let observation = stores[0].observe { change in
+      seen.withLock { $0[change.key, default: []].append(change.newValue?.intValue) }
+    }
+    var model: [String: Int] = [:]
+    var firstSeen: [String: Int?] = [:]
+    var rng = SplitMix64(seed: 7)
+    for step in 0..<3_000 {
+      let store = stores[Int(rng.next() % 2)]
+      let key = "k\(rng.next() % 5)"
+      if firstSeen[key] == nil { firstSeen[key] = .some(model[key]) }
+      switch rng.next() % 4 {
+      case 0:
+        try store.removeObject(forKey: key)
+        model[key] = nil
+      case 1:
+        let reader = stores[Int(rng.next() % 2)]
+        #expect(reader.value(forKey: key)?.intValue == model[key], "step \(step) \(key)")
+      default:
+        try store.set(step, forKey: key)
+        model[key] = step
+      }
+    }
+    for store in stores {
+      for key in model.keys { #expect(store.integer(forKey: key) == model[key]) }
+      #expect(Set(store.dictionaryRepresentation().keys) == Set(model.keys))
+    }
+    // Let the observer's queue drain: its last value per key must be the model's.
+    let deadline = Date().addingTimeInterval(10)
+    while Date() < deadline, seen.withLock({ s in model.keys.contains { s[$0]?.last != model[$0] } }) {
+      Thread.sleep(forTimeInterval: 0.01)
+    }
+    let chains = seen.withLock { $0 }
+    for (key, values) in chains {
+      #expect(values.last.flatMap { $0 } == model[key], "\(key)")
+      // Every value was written at a later step than the one before it (no flapping back).
+      let steps = values.compactMap { $0 }
+      #expect(steps == steps.sorted(), "\(key): \(values)")
+    }
+    _ = observation
+  }
+}
