@@ -70,6 +70,7 @@ struct CoordinatedAccess: Sendable {
     records = space.registry.records()
     guard !records.isEmpty else { return }  // the fast path: nobody presents anything
     var awaiting: [String: ProcessName] = [:]
+    var lent: [String: (slot: Int, token: UInt64)] = [:]
     for (index, item) in items.enumerated() {
       var events: [ProcessName: [PresenterEvent]] = [:]
       for record in records {
@@ -82,9 +83,10 @@ struct CoordinatedAccess: Sendable {
       }
       for (process, list) in events {
         guard space.isAlive(process) else { continue }
-        let message = CoordinationMessage(
+        var message = CoordinationMessage(
           id: space.messenger.nextMessageID(), kind: .prepare, sender: space.me, purpose: purpose,
           item: item.path.string, needsAck: !list.isEmpty, isWrite: item.isWrite, events: list)
+        if message.needsAck { space.messenger.reserveAck(for: &message) }
         do {
           try space.messenger.send(message, to: process)
         } catch {
@@ -93,12 +95,13 @@ struct CoordinatedAccess: Sendable {
         }
         sent.append(Sent(id: message.id, process: process, item: index))
         if message.needsAck { awaiting[message.id] = process }
+        if let slot = message.ackSlot, let token = message.ackToken { lent[message.id] = (slot, token) }
       }
     }
     guard !awaiting.isEmpty else { return }
     let outcome: Messenger.AckOutcome
     do {
-      outcome = try space.messenger.awaitAcks(awaiting, timeout: timeout, isCancelled: isCancelled)
+      outcome = try space.messenger.awaitAcks(awaiting, slots: lent, timeout: timeout, isCancelled: isCancelled)
     } catch {
       finish(moves: [])
       throw error
@@ -209,9 +212,7 @@ struct CoordinatedAccess: Sendable {
       let finish = CoordinationMessage(
         id: message.id, kind: .finish, sender: space.me, purpose: purpose, item: item.path.string, needsAck: false,
         isWrite: item.isWrite, events: events)
-      do { try space.messenger.send(finish, to: message.process) } catch {
-        CoordinationSpace.logger.debug("process \(message.process) did not take a message: \(error)")
-      }
+      space.messenger.sendLater(finish, to: message.process)
     }
   }
 

@@ -173,7 +173,7 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
   }
 
   private func start() throws(FileSystemError) {
-    messenger = Messenger(space: self)
+    messenger = try Messenger(space: self)
     host = PresenterHost(space: self)
     urlHandlers = URLHandlers(space: self)
     try FileSystem.makeDirectory(directory + "/schemes", mode: directoryMode)

@@ -36,11 +36,21 @@ struct PresenterEvent: Codable, Sendable, Hashable {
 ///    of the item is under way, so inotify events it causes are not reported a second time as uncoordinated.
 ///    When it carries callbacks the receiver answers with **ack** (`<id>.ack` in the sender's inbox) once every
 ///    callback called its completion handler, listing any errors the presenters gave.
+///    An ack that carries nothing (no presenter failed) skips the file: the prepare names a slot of the sender's
+///    **ack board** (`.acks` in its inbox, a shared mapping) and a token; the receiver stores the token in the slot
+///    and posts the board's futex, which wakes the waiting thread itself — two thread hops and five file system
+///    calls fewer than an ack file, whose path (inotify → watcher thread → waiting thread) stays for acks with
+///    failures and for `openURL` answers.
 /// 2. The sender waits for all acks — bounded by its timeout, and never for a dead process (liveness is checked
-///    while waiting) — then takes its locks and runs the accessor.
+///    while waiting) — then takes its locks and runs the accessor. It spins briefly on its board before sleeping
+///    on the futex: an answer within the spin costs no wake-up at all.
 /// 3. **finish** (`<id>.finish`), after the accessor and after the locks are released: the "after" callbacks
 ///    (didChange, didMove, subitem events); then the receiver runs the reacquirers its presenters handed over
 ///    for this id. If the sender dies first, the receiver notices on its next liveness tick and runs them anyway.
+///    Finishes leave from the sender's outbox queue, so the coordinated call returns without waiting for them (as
+///    Apple's presenters, ours hear "after" callbacks asynchronously); any later message of the sender waits until
+///    the outbox is empty, so a process always receives one access's finish before the next access's prepare, and
+///    the outbox is emptied when the process exits normally.
 ///
 /// Every message is a JSON file written to a temp name and renamed into the inbox (atomic publish: inotify's
 /// IN_MOVED_TO means it is complete). Receivers treat inbox files as untrusted: size-limited, strictly decoded,
@@ -71,6 +81,9 @@ struct CoordinationMessage: Codable, Sendable {
   var url: String?
   /// Ack of an `openURL` only: what the handler answered.
   var opened: Bool?
+  /// Prepare only: where on the sender's ack board to store `ackToken` instead of sending an ack file.
+  var ackSlot: Int?
+  var ackToken: UInt64?
 
   var fileName: String { "\(id).\(kind.rawValue)" }
 
@@ -94,6 +107,11 @@ struct CoordinationMessage: Codable, Sendable {
     guard message.events.count <= maxEvents, (message.failures?.count ?? 0) <= maxEvents else {
       throw .corruptFile(fileName, reason: "message has too many entries")
     }
+    if let slot = message.ackSlot {
+      guard AckBoard.slots.contains(slot), message.ackToken ?? 0 != 0 else {
+        throw .corruptFile(fileName, reason: "ack slot \(slot) or its token is out of range")
+      }
+    }
     if !message.item.isEmpty { _ = try ContainerPath(message.item) }
     if message.kind == .openURL {
       guard let url = message.url else { throw .corruptFile(fileName, reason: "an openURL message without a URL") }
@@ -114,8 +132,16 @@ struct CoordinationMessage: Codable, Sendable {
   func encoded() -> [UInt8] { Array((try? JSONEncoder().encode(self)) ?? Data()) }
 }
 
+/// A process's ack board: `<inbox>/.acks`, counters shared by mapping. Word 0 is a `ChangeSignal` the owner waits
+/// on; words 1… are slots, each lent to one pending prepare at a time.
+enum AckBoard {
+  static let fileName = ".acks"
+  static let slots = 2..<MappedCounters.capacity
+  static let sequence = 0, listeners = 1
+}
+
 /// Sends messages, receives this process's inbox, and matches acks to waiting senders.
-final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition`; the rest is immutable
+final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition`; the rest is immutable or a Mutex
   private let space: CoordinationSpace
   private let sequence = Atomic<UInt64>(0)
   private let condition = NSCondition()
@@ -123,12 +149,32 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
   /// Ids nobody waits for any more (timed out): their late acks are dropped instead of kept forever.
   private var abandoned: Set<String> = []
   private var inbox: String { space.inbox(of: space.me) }
+  private let board: MappedCounters
+  private let boardSignal: ChangeSignal
+  /// Slots of our board free to lend. A slot whose ack never came is not given back: a late ack must not answer
+  /// the next prepare that would borrow it.
+  private let freeSlots = Mutex<[Int]>(Array(AckBoard.slots.reversed()))
+  private let tokens = Atomic<UInt64>(0)
+  /// Other processes' boards, mapped on first use.
+  private let boards = Mutex<[ProcessName: MappedCounters]>([:])
+  private let outbox = DispatchQueue(label: "GroupContainer.outbox")
+  private let queued = Atomic<Int>(0)
+  /// How long a waiting sender polls its board before sleeping: longer than a typical answer on an idle machine.
+  static let spinNanoseconds: UInt64 = 500_000
 
-  init(space: CoordinationSpace) { self.space = space }
+  init(space: CoordinationSpace) throws(FileSystemError) {
+    self.space = space
+    board = try MappedCounters(path: space.inbox(of: space.me) + "/" + AckBoard.fileName, mode: space.fileMode)
+    boardSignal = ChangeSignal(board, sequence: AckBoard.sequence, listeners: AckBoard.listeners)
+    boardSignal.listenForever()
+    Self.flushAtExit
+  }
 
   func start() throws(FileSystemError) {
-    _ = try Watcher.shared.watch(inbox) { [self] event in
-      guard event.mask & (Watcher.movedTo | Watcher.closeWrite) != 0, !event.name.hasPrefix(".") else { return }
+    // Messages arrive by rename only: asking for nothing else keeps the temp file's own events from waking the
+    // watcher thread (twice per message otherwise).
+    _ = try Watcher.shared.watch(inbox, mask: Watcher.movedTo) { [self] event in
+      guard event.mask & Watcher.movedTo != 0, !event.name.hasPrefix(".") else { return }
       receive(fileNamed: event.name)
     }
     _ = Watcher.shared.onOverflow { [self] in scanInbox() }
@@ -140,11 +186,66 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
     "\(space.me).\(sequence.add(1, ordering: .relaxed).newValue)"
   }
 
+  /// Lends a slot of our board to a prepare that needs an ack (nil when all are lent: the ack comes as a file).
+  func reserveAck(for message: inout CoordinationMessage) {
+    guard let slot = freeSlots.withLock({ $0.popLast() }) else { return }
+    let token = tokens.add(1, ordering: .relaxed).newValue
+    board.store(slot, 0)
+    message.ackSlot = slot
+    message.ackToken = token
+  }
+
+  /// Answers `prepare` on its sender's board; false when that is not possible (then send an ack file).
+  func postAck(for prepare: CoordinationMessage) -> Bool {
+    guard let slot = prepare.ackSlot, let token = prepare.ackToken else { return false }
+    let sender = prepare.sender
+    let path = space.inbox(of: sender) + "/" + AckBoard.fileName
+    let remote = boards.withLock { boards -> MappedCounters? in
+      if let known = boards[sender] { return known }
+      guard (try? FileSystem.status(path))??.kind == .regular,
+        let opened = try? MappedCounters(path: path, mode: space.fileMode)
+      else { return nil }
+      if boards.count >= 64 { boards.removeAll() }  // bounded: senders come and go
+      boards[sender] = opened
+      return opened
+    }
+    guard let remote else { return false }
+    remote.store(slot, token)
+    ChangeSignal(remote, sequence: AckBoard.sequence, listeners: AckBoard.listeners).post()
+    return true
+  }
+
   /// Publishes `message` in `process`'s inbox. A missing inbox means the process is gone.
   func send(_ message: CoordinationMessage, to process: ProcessName) throws(FileSystemError) {
+    flushOutbox()
+    try write(message, to: process)
+  }
+
+  private func write(_ message: CoordinationMessage, to process: ProcessName) throws(FileSystemError) {
     try AtomicReplace.write(
       message.encoded(), to: space.inbox(of: process) + "/" + message.fileName, mode: space.fileMode)
   }
+
+  /// Sends `message` from the outbox queue, in order with every other message of this process.
+  func sendLater(_ message: CoordinationMessage, to process: ProcessName) {
+    queued.add(1, ordering: .relaxed)
+    outbox.async { [self] in
+      defer { queued.subtract(1, ordering: .releasing) }
+      do { try write(message, to: process) } catch {
+        CoordinationSpace.logger.debug("process \(process) did not take a message: \(error)")
+      }
+    }
+  }
+
+  /// Returns once every `sendLater` message is sent.
+  func flushOutbox() {
+    if queued.load(ordering: .acquiring) > 0 { outbox.sync {} }
+  }
+
+  /// Empties the outboxes of every space when the process exits normally (`exit` or the end of `main`).
+  private static let flushAtExit: Void = {
+    atexit { for space in CoordinationSpace.all { space.messenger?.flushOutbox() } }
+  }()
 
   /// Everything in the inbox, oldest messages first (after an overflow the kernel may have dropped their events).
   func scanInbox() {
@@ -168,7 +269,9 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
       }
       return
     }
-    try? FileSystem.removeFile(path)
+    // Removed once dispatched: the unlink (a journaled metadata write) stays off the handshake's critical path.
+    // Both happen on this thread, so a rescan never sees a dispatched message again.
+    defer { try? FileSystem.removeFile(path) }
     let message: CoordinationMessage
     do { message = try CoordinationMessage.decode(bytes, fileName: name) } catch {
       CoordinationSpace.logger.error("dropping inbox entry '\(path)': \(error)")
@@ -179,8 +282,8 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
     } else if message.kind == .ack {
       condition.lock()
       if abandoned.remove(message.id) == nil { acks[message.id] = message }
-      condition.broadcast()
       condition.unlock()
+      boardSignal.post()  // wakes the waiting sender
     } else {
       space.host.receive(message)
     }
@@ -193,42 +296,53 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
   }
 
   /// Waits for the acks of `pending` (message id → target process) until `timeout`, skipping targets that die.
+  /// `slots` names the board slot and token of the prepares that lent one (`reserveAck`).
   func awaitAcks(
-    _ pending: [String: ProcessName], timeout: Duration, isCancelled: @Sendable () -> Bool
+    _ pending: [String: ProcessName], slots: [String: (slot: Int, token: UInt64)] = [:], timeout: Duration,
+    isCancelled: @Sendable () -> Bool
   ) throws(FileCoordinatorError) -> AckOutcome {
     var outcome = AckOutcome()
     var waiting = pending
+    let start = MonotonicClock.nanoseconds()
     let deadline =
-      MonotonicClock.nanoseconds() + UInt64(timeout.components.seconds) * 1_000_000_000
+      start + UInt64(timeout.components.seconds) * 1_000_000_000
       + UInt64(timeout.components.attoseconds / 1_000_000_000)
-    var nextLivenessCheck = MonotonicClock.nanoseconds() + 20_000_000
-    condition.lock()
-    defer { condition.unlock() }
-    while !waiting.isEmpty {
+    let spinUntil = start + Self.spinNanoseconds
+    var nextLivenessCheck = start + 20_000_000
+    while true {
+      let seen = boardSignal.sequenceValue  // before looking: a post after this wakes the wait below
+      for (id, lent) in slots where waiting[id] != nil && board.load(lent.slot) == lent.token {
+        waiting[id] = nil
+        freeSlots.withLock { $0.append(lent.slot) }
+      }
+      condition.lock()
       for id in Array(waiting.keys) {
         if let ack = acks.removeValue(forKey: id) {
           outcome.acks[id] = ack
           outcome.failures += (ack.failures ?? []).map { (waiting[id]!, $0) }
+          if let lent = slots[id] { freeSlots.withLock { $0.append(lent.slot) } }
           waiting[id] = nil
         }
       }
+      condition.unlock()
       if waiting.isEmpty { break }
       if isCancelled() { throw .cancelled }
-      let now = MonotonicClock.nanoseconds()
+      var now = MonotonicClock.nanoseconds()
       if now >= deadline {
         outcome.timedOut = Array(Set(waiting.values))
         break
       }
       if now >= nextLivenessCheck {
-        condition.unlock()
         let dead = Set(waiting.values).filter { !space.isAlive($0) }
-        condition.lock()
         waiting = waiting.filter { !dead.contains($0.value) }
         nextLivenessCheck = MonotonicClock.nanoseconds() + 20_000_000
         continue
       }
-      let wake = min(deadline, nextLivenessCheck) - now
-      _ = condition.wait(until: Date(timeIntervalSinceNow: Double(wake) / 1e9))
+      // Poll first (the answer usually comes within the spin, and then no thread has to be woken), then sleep.
+      while now < spinUntil && boardSignal.sequenceValue == seen { now = MonotonicClock.nanoseconds() }
+      if boardSignal.sequenceValue == seen {
+        boardSignal.wait(whileSequenceIs: seen, nanoseconds: min(deadline, nextLivenessCheck) - now)
+      }
     }
     return outcome
   }

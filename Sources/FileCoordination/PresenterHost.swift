@@ -132,6 +132,7 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
     let origin = origin(of: message)
     // The last presenter to finish sends the ack from its own completion handler: no extra thread hop.
     let sendAck: @Sendable () -> Void = { [space] in
+      if failures.list.withLock({ $0.isEmpty }) && space.messenger.postAck(for: message) { return }
       let ack = CoordinationMessage(
         id: message.id, kind: .ack, sender: space.me, item: message.item, needsAck: false, events: [],
         failures: failures.list.withLock { $0 })

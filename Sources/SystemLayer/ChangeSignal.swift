@@ -31,6 +31,20 @@ package struct ChangeSignal: @unchecked Sendable {  // the words are shared memo
     _ = gc_futex_wake(counters.futexWord(sequence), Int32.max)
   }
 
+  /// Counts this process as a listener for good: for a signal whose only listener is the process that owns the
+  /// file and waits with `wait(whileSequenceIs:nanoseconds:)` on its own threads.
+  package func listenForever() { counters.increment(listeners) }
+
+  /// The sequence now; read it before checking for work, then `wait` with it, so no post is missed in between.
+  package var sequenceValue: UInt32 { UInt32(truncatingIfNeeded: counters.load(sequence)) }
+
+  /// Sleeps the calling thread until a post changes the sequence from `seen`, or `nanoseconds` pass.
+  /// The corresponding C function is `futex` (`FUTEX_WAIT`).
+  package func wait(whileSequenceIs seen: UInt32, nanoseconds: UInt64) {
+    var timeout = timespec(tv_sec: Int(nanoseconds / 1_000_000_000), tv_nsec: Int(nanoseconds % 1_000_000_000))
+    _ = gc_futex_wait(counters.futexWord(sequence), seen, &timeout)
+  }
+
   /// Starts a thread that calls `handler` after each post by any process, until `cancel()`.
   package func listen(name: String, _ handler: @escaping @Sendable () -> Void) -> Listener {
     Listener(signal: self, name: name, handler: handler)

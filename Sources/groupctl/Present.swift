@@ -21,7 +21,7 @@ struct Present: AsyncParsableCommand {
     let presenter = PrintingPresenter(
       url: try group.url(forRelativePath: path), container: group, answerDelay: answerDelay)
     try FileCoordinator.addFilePresenter(presenter)
-    Output.json(["event": "ready", "item": path, "pid": Int(getpid())])
+    Output.json(["event": .string("ready"), "item": .string(path), "pid": .int(Int(getpid()))])
     Interrupts.onInterrupt { FileCoordinator.removeFilePresenter(presenter) }
     while true { try await Task.sleep(for: .seconds(3600)) }
   }
@@ -55,15 +55,15 @@ final class PrintingPresenter: FilePresenter, @unchecked Sendable {  // `url` is
   private func emit(_ event: String, subitem: URL? = nil, to destination: URL? = nil) {
     let origin = ChangeOrigin.current
     Output.json([
-      "event": event,
-      "item": relative(presentedItemURL),
-      "subitem": relative(subitem),
-      "to": relative(destination),
-      "pid": origin?.processID.map { Int($0) },
-      "coordinated": origin?.isCoordinated ?? false,
-      "purpose": origin?.purposeIdentifier,
-      "resync": (origin?.isResync ?? false) ? true : nil,
-      "time": Date().timeIntervalSince1970,
+      "event": .string(event),
+      "item": relative(presentedItemURL).map { .string($0) },
+      "subitem": relative(subitem).map { .string($0) },
+      "to": relative(destination).map { .string($0) },
+      "pid": origin?.processID.map { .int(Int($0)) },
+      "coordinated": .bool(origin?.isCoordinated ?? false),
+      "purpose": origin?.purposeIdentifier.map { .string($0) },
+      "resync": (origin?.isResync ?? false) ? .bool(true) : nil,
+      "time": .double(Date().timeIntervalSince1970),
     ])
   }
 

@@ -97,6 +97,18 @@ import Testing
     #expect(try container.status().presenters.isEmpty)
   }
 
+  /// Lines are written by hand (JSONSerialization was too slow for the handshake): any item name stays valid JSON.
+  @Test func presentLinesStayValidJSONForAnyItemName() throws {
+    let root = try TestRoot()
+    let name = "Documents/say \"hi\" \\ ü\u{1}.txt"
+    let presenter = try Child(["present", group, name, "--root", root.path], executable: "groupctl")
+    let line = presenter.waitForLine { $0.contains("\"ready\"") } ?? ""
+    let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+    #expect(object?["item"] as? String == name, "\(line)")
+    #expect((object?["pid"] as? NSNumber)?.int32Value == presenter.pid)
+    presenter.kill(SIGKILL)
+  }
+
   @Test(arguments: [SIGTERM, SIGINT])
   func presentAndWatchEndCleanlyOnSignals(signal: Int32) throws {
     let root = try TestRoot()

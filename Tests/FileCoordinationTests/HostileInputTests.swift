@@ -1,4 +1,5 @@
 import Foundation
+import SystemLayer
 import TestSupport
 import Testing
 
@@ -53,6 +54,15 @@ import Testing
     }
     #expect(throws: GroupContainerError.self) {
       try CoordinationMessage.decode([UInt8](repeating: 0x20, count: CoordinationMessage.maxBytes + 1), fileName: "x")
+    }
+    // An ack slot outside the board, or without a token, would make the receiver write where it must not.
+    for (slot, token) in [(0, UInt64(1)), (1, 1), (MappedCounters.capacity, 1), (-5, 1), (3, 0)] {
+      var lent = Self.validMessage
+      lent.ackSlot = slot
+      lent.ackToken = token
+      #expect(throws: GroupContainerError.self, "slot \(slot) token \(token)") {
+        try CoordinationMessage.decode(lent.encoded(), fileName: "123.456.9.prepare")
+      }
     }
   }
 

@@ -65,6 +65,29 @@ import Testing
     presenter.kill(SIGTERM)
   }
 
+  /// A presenter that fails to save fails the access (its answer travels as an ack file with the error), and the
+  /// next access, answered without a file on the sender's ack board, goes through.
+  @Test func aPresenterThatCannotSaveFailsTheAccessWithItsError() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let url = container.documentsURL.appendingPathComponent("failsave.txt")
+    try container.write(Data("v1".utf8), to: url)
+    let presenter = try Child(["present", root.path, group, "Documents/failsave.txt"])
+    presenter.waitForLine { $0.hasPrefix("ready") }
+    var ran = false
+    let error = #expect(throws: FileCoordinatorError.self) {
+      try FileCoordinator().coordinate(writingItemAt: url, options: .forMerging) { _ in ran = true }
+    }
+    #expect(!ran)
+    #expect("\(error.map { "\($0)" } ?? "")".contains("the widget refuses to save"), "\(String(describing: error))")
+    #expect("\(error.map { "\($0)" } ?? "")".contains("\(presenter.pid)"))
+    // No save asked: a relinquish only, acked on the board.
+    try FileCoordinator().coordinate(writingItemAt: url) { try container.write(Data("v2".utf8), to: $0) }
+    presenter.waitForLine { $0.hasPrefix("reacquire") }
+    #expect(try container.contents(of: url) == Data("v2".utf8))
+    presenter.kill(SIGKILL)
+  }
+
   static func event(_ line: String) -> String? {
     guard let data = line.data(using: .utf8),
       let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]

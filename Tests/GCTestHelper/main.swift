@@ -188,9 +188,15 @@ final class LinePresenter: FilePresenter, @unchecked Sendable {  // immutable
     wait()
     writer { self.report("reacquire") }
   }
+  /// An item named `failsave…` refuses to save (for the failure path of the handshake).
   func savePresentedItemChanges(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
     report("save")
-    completionHandler(nil)
+    let refuses = presentedItemURL?.lastPathComponent.hasPrefix("failsave") == true
+    completionHandler(refuses ? SaveRefused() : nil)
+  }
+
+  struct SaveRefused: Error, CustomStringConvertible {
+    var description: String { "the widget refuses to save" }
   }
   func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
     report("accommodateDeletion")
