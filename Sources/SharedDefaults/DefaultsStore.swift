@@ -189,7 +189,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     for record in records { try JournalFormat.encode(record, into: &bytes) }
     let firstWriteSinceIdle = try state.withLock { s throws(SharedDefaultsError) -> Bool in
       try withLock { () throws(SharedDefaultsError) in
-        if needsCatchUpBeforeAppending(s) { try catchUpExclusively(&s) }
+        if needsCatchUpBeforeAppending(generation: s.generation, length: s.length) { try catchUpExclusively(&s) }
         try append(bytes, records, &s)
       }
       return s.markIdleCheck()
@@ -226,9 +226,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   }
 
   /// Whether the journal changed in a way only a full catch-up handles (a compaction, a repair, damage).
-  private func needsCatchUpBeforeAppending(_ s: State) -> Bool {
+  private func needsCatchUpBeforeAppending(generation: UInt64, length: Int) -> Bool {
     headerLost.load(ordering: .relaxed) || journal.faultCount != seenJournalFaults.load(ordering: .relaxed)
-      || header.load(Slot.generation) != s.generation || Int(header.load(Slot.committed)) < s.length
+      || header.load(Slot.generation) != generation || Int(header.load(Slot.committed)) < length
   }
 
   /// Called with the lock held, in the current generation (`needsCatchUpBeforeAppending` is false).
@@ -559,14 +559,23 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   }
 
   private func apply(_ records: [JournalFormat.Record], to s: inout State) {
+    guard !s.observers.isEmpty else {
+      for record in records { apply(record, to: &s.values) }
+      return
+    }
     var changes: [DefaultsChange] = []
     for record in records {
-      let old = s.values[record.key]
-      apply(record, to: &s.values)
-      if !s.observers.isEmpty {
-        changes.append(
-          DefaultsChange(key: record.key, oldValue: old, newValue: s.values[record.key], originProcessID: record.pid))
+      let old: PropertyListValue?
+      let new: PropertyListValue?
+      switch record.operation {
+      case .set(let value):
+        old = s.values.updateValue(value, forKey: record.key)
+        new = value
+      case .remove:
+        old = s.values.removeValue(forKey: record.key)
+        new = nil
       }
+      changes.append(DefaultsChange(key: record.key, oldValue: old, newValue: new, originProcessID: record.pid))
     }
     deliver(changes, to: s.observers)
   }
