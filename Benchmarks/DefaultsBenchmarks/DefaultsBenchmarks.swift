@@ -178,6 +178,9 @@ let benchmarks: @Sendable () -> Void = {
   }
 
   let perProcess = 100_000
+  let aggregate = BenchmarkMetric.custom("sets/s of the 4 loops together (K)", useScalingFactor: false)
+  var fourWriters = once
+  fourWriters.metrics += [aggregate]
   let rawFour = RawJournal()
   Benchmark("4 processes: raw flock+pwrite (×\(perProcess) each)", configuration: once) { benchmark in
     for _ in benchmark.scaledIterations {
@@ -195,23 +198,37 @@ let benchmarks: @Sendable () -> Void = {
   // second variant writes only new keys, so the suite grows to 400,000 and compactions (O(suite)) dominate.
   for (label, keys, rounds) in [("1,000 keys each", 1_000, perProcess / 1_000), ("all keys distinct", perProcess, 1)] {
     let four = Suite(name: "four")
-    Benchmark("4 processes: SharedDefaults set (×\(perProcess) each, \(label))", configuration: once) { benchmark in
+    Benchmark("4 processes: SharedDefaults set (×\(perProcess) each, \(label))", configuration: fourWriters) {
+      benchmark in
       let groupctl = try locateGroupctl()
       for _ in benchmark.scaledIterations {
-        let children = try (0..<4).map { w -> Process in
+        let children = try (0..<4).map { w -> (Process, Pipe) in
           let child = Process()
           child.executableURL = URL(fileURLWithPath: groupctl)
           child.arguments = [
             "stress", "defaults-writer", four.identifier, "--index", "\(w)", "--keys", "\(keys)", "--rounds",
-            "\(rounds)", "--increments", "0", "--root", four.root!,
+            "\(rounds)", "--increments", "0", "--timing", "--root", four.root!,
           ]
-          return child
+          let output = Pipe()
+          child.standardOutput = output
+          return (child, output)
         }
         benchmark.startMeasurement()
-        for child in children { try child.run() }
-        for child in children { child.waitUntilExit() }
+        for (child, _) in children { try child.run() }
+        for (child, _) in children { child.waitUntilExit() }
         benchmark.stopMeasurement()
-        guard children.allSatisfy({ $0.terminationStatus == 0 }) else { throw BenchmarkSetupError("a writer failed") }
+        guard children.allSatisfy({ $0.0.terminationStatus == 0 }) else { throw BenchmarkSetupError("a writer failed") }
+        // Sets per second of the four loops together: from the first loop's start to the last one's end (process
+        // start and exit left out; the wall clock above has them).
+        let spans = children.compactMap { _, output -> (UInt64, UInt64)? in
+          let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+          let fields = text.split(separator: "\n").last { $0.hasPrefix("loop ") }?.split(separator: " ") ?? []
+          guard fields.count == 3, let start = UInt64(fields[1]), let end = UInt64(fields[2]) else { return nil }
+          return (start, end)
+        }
+        guard spans.count == 4 else { throw BenchmarkSetupError("a writer printed no loop timing") }
+        let seconds = Double(spans.map(\.1).max()! - spans.map(\.0).min()!) / 1e9
+        benchmark.measurement(aggregate, Int(Double(4 * perProcess) / seconds / 1000))
       }
     } setup: {
       try four.setUp()

@@ -79,16 +79,23 @@ struct StressDefaultsWriter: ParsableCommand {
   @Option var keys: Int
   @Option var increments: Int
   @Option(help: "Times the keys are written (a suite that stays the same size, as real ones do).") var rounds = 1
+  @Flag(help: "Print \"loop <start-ns> <end-ns>\" (monotonic) after the loop.") var timing = false
   @OptionGroup var suite: SuiteOptions
 
   func run() throws {
     let defaults = try suite.open(container)
+    // Options and key names outside the loop: the loop measures the suite, not argument parsing or string building.
+    let (keys, rounds, increments) = (self.keys, self.rounds, self.increments)
+    let names = (0..<keys).map { "w\(index)-k\($0)" }
+    let start = DispatchTime.now().uptimeNanoseconds
     // Interleave the two kinds of writes, so sets and updates of all writers contend.
     for i in 0..<max(keys * rounds, increments) {
-      if i < keys * rounds { try defaults.set(i % keys, forKey: "w\(index)-k\(i % keys)") }
+      if i < keys * rounds { try defaults.set(i % keys, forKey: names[i % keys]) }
       if i < increments {
         try defaults.update("counter") { old in .integer(PropertyListInteger((old?.intValue ?? 0) + 1)) }
       }
     }
+    // For benchmarks: when this writer's loop ran (monotonic clock, comparable across processes).
+    if timing { Output.line("loop \(start) \(DispatchTime.now().uptimeNanoseconds)") }
   }
 }
