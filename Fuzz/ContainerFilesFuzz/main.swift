@@ -29,6 +29,8 @@
       for name in ["1.2.3.prepare", "1.2.3.finish", "1.2.3.ack"] {
         if let message = try? CoordinationMessage.decode(bytes, fileName: name) {
           precondition(message.item.isEmpty || (try? ContainerPath(message.item)) != nil, "unchecked path accepted")
+          // A slot outside the board would let a receiver store outside the sender's mapping.
+          precondition(message.ackSlot.map { AckBoard.slots.contains($0) } ?? true, "unchecked ack slot accepted")
         }
       }
     }

@@ -62,27 +62,9 @@ enum JSONScalar {
     case .int(let value): return String(value)
     case .double(let value): return value.isFinite ? "\(value)" : "null"
     case .bool(let value): return value ? "true" : "false"
-    case .string(let value):
-      var out = "\""
-      for scalar in value.unicodeScalars {
-        switch scalar {
-        case "\"": out += "\\\""
-        case "\\": out += "\\\\"
-        case "\n": out += "\\n"
-        case "\r": out += "\\r"
-        case "\t": out += "\\t"
-        case _ where scalar.value < 0x20:
-          out += "\\u00" + String(scalar.value, radix: 16).leftPadded(to: 2)
-        default: out.unicodeScalars.append(scalar)
-        }
-      }
-      return out + "\""
+    case .string(let value): return PlainJSON.string(value)
     }
   }
-}
-
-extension String {
-  fileprivate func leftPadded(to width: Int) -> String { String(repeating: "0", count: max(0, width - count)) + self }
 }
 
 struct Read: ParsableCommand {
