@@ -61,6 +61,12 @@ public struct GroupContainer: Sendable, Hashable {
     try CoordinationSpace.open(containerPath: path, fileMode: sharing.fileMode, directoryMode: sharing.directoryMode)
   }
 
+  /// Whether the process named `pid` + low 32 bits of its start time is alive, by its liveness lock in this
+  /// container (see `CoordinationSpace.isAlive(pid:startTimeLow32:)`); nil when unknown here.
+  package func processIsAlive(pid: Int32, startTimeLow32: UInt32) -> Bool? {
+    (try? coordinationSpace())?.isAlive(pid: pid, startTimeLow32: startTimeLow32)
+  }
+
   /// The identifier rule: reverse-DNS characters `A-Z a-z 0-9 . -`, not empty, no `..`, at most 255 bytes.
   public static func validate(identifier: String) throws(GroupContainerError) {
     if identifier.isEmpty { throw .invalidIdentifier(identifier, rule: "it is empty") }

@@ -30,6 +30,21 @@ extension CoordinationSpace {
     return false
   }
 
+  /// For locks that name their owner by pid and the low 32 bits of its start time (`SharedMemoryLock`): whether a
+  /// registered process of that name holds its liveness lock. The flock answer holds across pid namespaces,
+  /// where `/proc` may show another process or none; nil when no such process ever registered here.
+  func isAlive(pid: Int32, startTimeLow32: UInt32) -> Bool? {
+    let names = (try? FileSystem.listDirectory(processesDirectory)) ?? []
+    let matches = names.compactMap { name -> ProcessName? in
+      guard name.hasSuffix(".lock"), let process = ProcessName(name.dropLast(5)), process.pid == pid,
+        UInt32(truncatingIfNeeded: process.startTime) == startTimeLow32
+      else { return nil }
+      return process
+    }
+    guard !matches.isEmpty else { return nil }
+    return matches.contains { isAlive($0) }
+  }
+
   /// Removes a dead process's presenters, inbox and lock file. Idempotent: several processes may reap at once.
   func reap(_ process: ProcessName) {
     registry.removeAll(of: process)

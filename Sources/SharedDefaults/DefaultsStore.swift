@@ -111,7 +111,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     let directory = container.preferencesURL.path
     let key = directory + "/" + suite
     if let store = stores.withLock({ $0[key] }) { return store }
-    let store = try DefaultsStore(suite: suite, directory: directory, fileMode: container.sharing.fileMode)
+    let store = try DefaultsStore(suite: suite, directory: directory, container: container)
     return stores.withLock { stores in
       if let existing = stores[key] { return existing }
       stores[key] = store
@@ -120,7 +120,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     }
   }
 
-  private init(suite: String, directory: String, fileMode: mode_t) throws(SharedDefaultsError) {
+  private init(suite: String, directory: String, container: GroupContainer) throws(SharedDefaultsError) {
+    let fileMode = container.sharing.fileMode
     self.suite = suite
     self.directory = directory
     self.plistPath = directory + "/\(suite).plist"
@@ -131,7 +132,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       try MappedCounters(path: lockPath, mode: fileMode)
     }
     lockFD = try SharedDefaultsError.wrap { () throws(FileSystemError) in try SystemFD.open(lockPath, .readWrite) }
-    lock = SharedMemoryLock(header, index: Slot.lock)
+    lock = SharedMemoryLock(header, index: Slot.lock) { [container] pid, start in
+      container.processIsAlive(pid: pid, startTimeLow32: start)
+    }
     signal = ChangeSignal(header, sequence: Slot.changeSequence, listeners: Slot.listeners)
     let journalPath = self.journalPath
     do {

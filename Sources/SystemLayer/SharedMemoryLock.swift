@@ -8,7 +8,8 @@ import Glibc
 /// The word holds the owner, `start-time(low 32 bits) << 32 | waiting-bit | pid`, or 0 when free. A waiter spins
 /// briefly, then sleeps on the low half with `futex`. Like flock, a process that dies holding it never blocks
 /// anyone: a waiter that has waited `ownerCheckInterval` checks whether the owner is still the same live process
-/// (pid and start time from `/proc`, so a reused pid does not fool it) and takes the lock over if not. A word of
+/// and takes the lock over if not. It asks `ownerIsAlive` first (the caller's flock-based liveness registry, which
+/// holds across pid namespaces), then `/proc` (pid and start time, so a reused pid does not fool it). A word of
 /// garbage (an outside write) names no live process, so it is taken over the same way.
 ///
 /// Rules for callers: one holder per process at a time (the word names a process, not a thread — serialize the
@@ -16,6 +17,7 @@ import Glibc
 package struct SharedMemoryLock: @unchecked Sendable {  // the word is shared memory, touched only through atomics
   private let counters: MappedCounters
   private let index: Int
+  private let ownerIsAlive: @Sendable (_ pid: Int32, _ startTimeLow32: UInt32) -> Bool?
 
   /// How long a waiter sleeps before it checks whether the owner is still alive.
   package static let ownerCheckInterval: UInt64 = 20_000_000
@@ -36,9 +38,14 @@ package struct SharedMemoryLock: @unchecked Sendable {  // the word is shared me
     case fromDeadOwner(pid: Int32)
   }
 
-  package init(_ counters: MappedCounters, index: Int) {
+  /// `ownerIsAlive` answers for a process it knows (nil: unknown, ask `/proc`).
+  package init(
+    _ counters: MappedCounters, index: Int,
+    ownerIsAlive: @escaping @Sendable (_ pid: Int32, _ startTimeLow32: UInt32) -> Bool? = { _, _ in nil }
+  ) {
     self.counters = counters
     self.index = index
+    self.ownerIsAlive = ownerIsAlive
   }
 
   package func lock() -> Acquired {
@@ -81,7 +88,7 @@ package struct SharedMemoryLock: @unchecked Sendable {  // the word is shared me
       guard now - lastCheck >= Self.ownerCheckInterval else { continue }
       lastCheck = now
       let owner = word.load(ordering: .relaxed)
-      if owner != 0 && !Self.isAlive(owner)
+      if owner != 0 && !isAlive(owner)
         && word.compareExchange(expected: owner, desired: mine, ordering: .acquiring).exchanged
       {
         return .fromDeadOwner(pid: Int32(truncatingIfNeeded: owner & Self.pidMask))
@@ -90,10 +97,12 @@ package struct SharedMemoryLock: @unchecked Sendable {  // the word is shared me
   }
 
   /// Whether the process named by `owner` still runs (not a zombie) and is the one that took the lock.
-  private static func isAlive(_ owner: UInt64) -> Bool {
-    if owner & ~waitingBit == me { return true }
-    let pid = Int32(truncatingIfNeeded: owner & pidMask)
-    guard pid > 0, let process = CurrentProcess.status(of: pid) else { return false }
+  private func isAlive(_ owner: UInt64) -> Bool {
+    if owner & ~Self.waitingBit == Self.me { return true }
+    let pid = Int32(truncatingIfNeeded: owner & Self.pidMask)
+    guard pid > 0 else { return false }
+    if let known = ownerIsAlive(pid, UInt32(truncatingIfNeeded: owner >> 32)) { return known }
+    guard let process = CurrentProcess.status(of: pid) else { return false }
     return process.running && process.startTime & 0xFFFF_FFFF == owner >> 32
   }
 }

@@ -2,6 +2,7 @@ import FileCoordination
 import Foundation
 import PropertyList
 import Synchronization
+import SystemLayer
 import TestSupport
 import Testing
 
@@ -12,25 +13,44 @@ import Testing
 @Suite struct DefaultsRobustnessTests {
   let group = "group.com.example.tests"
 
-  @Test func aProcessKilledHoldingTheLockNeverBlocksOthers() async throws {
+  @Test func aProcessKilledHoldingTheLockNeverBlocksOthers() throws {
     let root = try TestRoot()
     let defaults = try SharedDefaults(suiteName: "held", container: try root.container(group))
     try defaults.set(1, forKey: "before")
     let holder = try Child(["defaults-hold", root.path, group, "held"])
     holder.waitForLine { $0 == "holding" }
-    let finished = Atomic<Bool>(false)
-    let done = Task.detached {
-      try defaults.set(2, forKey: "after")
-      finished.store(true, ordering: .releasing)
-    }
+    let write = BlockingWrite { try defaults.set(2, forKey: "after") }
     // While the holder lives, the write cannot go through. (No read here: it would wait for the pending write.)
-    try await Task.sleep(for: .milliseconds(300))
-    let finishedEarly = finished.load(ordering: .acquiring)
-    #expect(!finishedEarly)
+    Thread.sleep(forTimeInterval: 0.3)
+    #expect(!write.finished)
     holder.kill(SIGKILL)
-    try await done.value
+    try write.wait()
     #expect(defaults.integer(forKey: "after") == 2)
     #expect(defaults.integer(forKey: "before") == 1)
+  }
+
+  /// The lock word names its owner by pid, which means nothing in another pid namespace: a process registered in
+  /// the container (its liveness flock held) is trusted to be alive whatever `/proc` says here.
+  @Test func anOwnerAliveByItsLivenessLockIsWaitedForEvenIfProcDoesNotKnowIt() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let defaults = try SharedDefaults(suiteName: "ns", container: container)
+    try defaults.set(1, forKey: "a")
+    // A process "from another namespace": pid 4,000,000 (above any pid_max here), start time 77, registered alive.
+    let (pid, start): (UInt32, UInt32) = (4_000_000, 77)
+    let liveness = container.url.appendingPathComponent(".coordination/processes/\(pid).\(start).lock").path
+    let held = try SystemFD.open(liveness, [.readWrite, .create], mode: 0o600)
+    try held.lock(.shared)
+    let lockFile = try FileHandle(forUpdating: container.preferencesURL.appendingPathComponent("ns.lock"))
+    try lockFile.seek(toOffset: 64)
+    try lockFile.write(contentsOf: withUnsafeBytes(of: (UInt64(start) << 32 | UInt64(pid)).littleEndian) { Data($0) })
+    try lockFile.close()
+    let write = BlockingWrite { try defaults.set(2, forKey: "b") }
+    Thread.sleep(forTimeInterval: 0.3)
+    #expect(!write.finished, "the lock was taken from an owner whose liveness lock is held")
+    held.close()  // the owner "dies"
+    try write.wait()
+    #expect(defaults.integer(forKey: "b") == 2)
   }
 
   @Test func garbageInTheLockWordIsTakenOver() throws {
@@ -186,5 +206,31 @@ import Testing
       #expect(steps == steps.sorted(), "\(key): \(values)")
     }
     _ = observation
+  }
+}
+
+/// A write that may block on the suite's lock, on a thread of its own: blocking a thread of Swift's cooperative
+/// pool (two here) could starve the tests running beside it.
+final class BlockingWrite: Sendable {
+  private let result = Mutex<Result<Void, any Error>?>(nil)
+  private let done = DispatchSemaphore(value: 0)
+
+  init(_ body: @escaping @Sendable () throws -> Void) {
+    Thread { [self] in
+      let outcome = Result { try body() }
+      result.withLock { $0 = outcome }
+      done.signal()
+    }.start()
+  }
+
+  var finished: Bool { result.withLock { $0 != nil } }
+
+  /// Waits for the write (a hang detector: 20 s) and rethrows its error.
+  func wait() throws {
+    guard done.wait(timeout: .now() + 20) == .success else {
+      Issue.record("the write did not finish within 20 s")
+      return
+    }
+    try result.withLock { $0 }?.get()
   }
 }
