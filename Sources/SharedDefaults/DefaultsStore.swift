@@ -237,19 +237,16 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// Called with the lock held, in the current generation (`needsCatchUpBeforeAppending` is false).
   private func append(_ bytes: [UInt8], _ records: [JournalFormat.Record], _ s: inout State) throws(SharedDefaultsError)
   {
-    var offset = Int(header.load(Slot.committed))
-    try reserveJournal(upTo: offset + bytes.count)
-    let faults = journal.faultCount
-    bytes.withUnsafeBytes { (journal.base + offset).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
-    if journal.faultCount != faults {
-      // The file was truncated under us: the bytes went to a zero page. Repair, then write them again.
-      try repairAndCatchUp(&s, .corruptJournal("the journal file was truncated by another program"))
+    var offset = 0
+    for attempt in 0..<2 {
       offset = Int(header.load(Slot.committed))
       try reserveJournal(upTo: offset + bytes.count)
+      let faults = journal.faultCount
       bytes.withUnsafeBytes { (journal.base + offset).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
-      guard journal.faultCount == seenJournalFaults.load(ordering: .relaxed) else {
-        throw .system(FileSystemError("write", journalPath, .ioError))
-      }
+      if journal.faultCount == faults { break }
+      // The file was truncated under us: the bytes went to a zero page. Repair, then write them again (once).
+      guard attempt == 0 else { throw .system(FileSystemError("write", journalPath, .ioError)) }
+      try repairAndCatchUp(&s, .corruptJournal("the journal file was truncated by another program"))
     }
     let end = offset + bytes.count
     header.store(Slot.committed, UInt64(end))  // the commit point
