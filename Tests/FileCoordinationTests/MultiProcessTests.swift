@@ -40,16 +40,20 @@ import Testing
     presenter.waitForLine { $0.contains("\"ready\"") }
     let coordinator = FileCoordinator()
     coordinator.purposeIdentifier = "handshake-test"
+    var entered = 0.0
     try coordinator.coordinate(writingItemAt: url, options: .forMerging) { url in
-      // The accessor runs only after the other process relinquished and saved.
-      let seen = presenter.output.compactMap(Self.event)
-      #expect(seen == ["ready", "relinquishToWriter", "save"])
+      entered = Date().timeIntervalSince1970
       try container.write(Data("v2".utf8), to: url)
     }
     presenter.waitForLine { $0.contains("\"reacquire\"") }
     Thread.sleep(forTimeInterval: 0.2)
     let lines = presenter.output
     #expect(lines.compactMap(Self.event) == ["ready", "relinquishToWriter", "save", "didChange", "reacquire"])
+    // The accessor ran only after the other process relinquished and saved, and before it heard didChange (the
+    // presenter stamps each line when its callback runs; our pipe reader may see the lines later).
+    let times = Dictionary(lines.compactMap { line in Self.event(line).map { ($0, Self.time(line)) } }) { a, _ in a }
+    #expect(times["relinquishToWriter"]! <= entered && times["save"]! <= entered, "\(lines) entered \(entered)")
+    #expect(times["didChange"]! >= entered && times["reacquire"]! >= entered, "\(lines) entered \(entered)")
     for line in lines.dropFirst() {
       #expect(line.contains("\"pid\":\(getpid())") && line.contains("\"coordinated\":true"), "\(line)")
       #expect(line.contains("\"purpose\":\"handshake-test\""))
@@ -59,6 +63,13 @@ import Testing
     presenter.waitForLine { $0.contains("\"relinquishToReader\"") }
     _ = try FileCoordinator().coordinate(readingItemAt: url, options: .withoutChanges) {
       try container.contents(of: $0)
+    }
+    // Its relinquish line, then time for any save line printed with it to reach our pipe reader.
+    let deadline = Date().addingTimeInterval(10)
+    while presenter.output.compactMap(Self.event).filter({ $0 == "relinquishToReader" }).count < 2
+      && Date() < deadline
+    {
+      Thread.sleep(forTimeInterval: 0.01)
     }
     Thread.sleep(forTimeInterval: 0.3)
     #expect(presenter.output.compactMap(Self.event).filter { $0 == "save" }.count == 2)
@@ -86,6 +97,13 @@ import Testing
     presenter.waitForLine { $0.hasPrefix("reacquire") }
     #expect(try container.contents(of: url) == Data("v2".utf8))
     presenter.kill(SIGKILL)
+  }
+
+  static func time(_ line: String) -> Double {
+    guard let data = line.data(using: .utf8),
+      let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+    else { return .nan }
+    return (object["time"] as? NSNumber)?.doubleValue ?? .nan
   }
 
   static func event(_ line: String) -> String? {
