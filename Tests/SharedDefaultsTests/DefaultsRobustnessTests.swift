@@ -41,10 +41,7 @@ import Testing
     let liveness = container.url.appendingPathComponent(".coordination/processes/\(pid).\(start).lock").path
     let held = try SystemFD.open(liveness, [.readWrite, .create], mode: 0o600)
     try held.lock(.shared)
-    let lockFile = try FileHandle(forUpdating: container.preferencesURL.appendingPathComponent("ns.lock"))
-    try lockFile.seek(toOffset: 64)
-    try lockFile.write(contentsOf: withUnsafeBytes(of: (UInt64(start) << 32 | UInt64(pid)).littleEndian) { Data($0) })
-    try lockFile.close()
+    try setLockWord(UInt64(start) << 32 | UInt64(pid), suite: "ns", in: container)
     let write = BlockingWrite { try defaults.set(2, forKey: "b") }
     Thread.sleep(forTimeInterval: 0.3)
     #expect(!write.finished, "the lock was taken from an owner whose liveness lock is held")
@@ -58,11 +55,8 @@ import Testing
     let container = try root.container(group)
     let defaults = try SharedDefaults(suiteName: "garbage", container: container)
     try defaults.set(1, forKey: "a")
-    // Word 8 of the header is the lock: an outside write makes it name a process that does not exist.
-    let lockFile = try FileHandle(forUpdating: container.preferencesURL.appendingPathComponent("garbage.lock"))
-    try lockFile.seek(toOffset: 64)
-    try lockFile.write(contentsOf: Data([0xFE, 0xFF, 0xFF, 0x3F, 0x12, 0x34, 0x56, 0x78]))
-    try lockFile.close()
+    // An outside write makes the lock word name a process that does not exist.
+    try setLockWord(0x7856_3412_3FFF_FFFE, suite: "garbage", in: container)
     try defaults.set(2, forKey: "b")
     #expect(defaults.integer(forKey: "a") == 1 && defaults.integer(forKey: "b") == 2)
   }
@@ -131,6 +125,14 @@ import Testing
     let other = try Child(["defaults-keys", disk, group, "full"])
     #expect(other.waitForExit() == 0)
     #expect(Set(other.output) == Set((0..<stored).map { "k\($0) \(value.count)" } + ["end"]), "\(other.output)")
+  }
+
+  /// Writes word 8 of the suite's header, its lock word, as an outside program would.
+  private func setLockWord(_ value: UInt64, suite: String, in container: GroupContainer) throws {
+    let lockFile = try FileHandle(forUpdating: container.preferencesURL.appendingPathComponent("\(suite).lock"))
+    try lockFile.seek(toOffset: 64)
+    try lockFile.write(contentsOf: withUnsafeBytes(of: value.littleEndian) { Data($0) })
+    try lockFile.close()
   }
 
   /// `groupctl defaults read --json`: the suite as a fresh process sees it.
