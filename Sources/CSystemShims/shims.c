@@ -28,15 +28,17 @@ static _Atomic uint32_t guard_faults[GUARD_SLOTS];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sigaction previous;
 static int installed;
+static long page_size;  // read once before the handler is installed: sysconf is not async-signal-safe
+
+// Runs inside a signal handler: only atomics and raw system calls (mmap is one) below.
 
 static void on_sigbus(int signal, siginfo_t *info, void *context) {
   uintptr_t address = (uintptr_t)info->si_addr;
   for (int i = 0; i < GUARD_SLOTS; i++) {
     uintptr_t start = atomic_load(&guard_start[i]);
     if (start != 0 && address >= start && address < atomic_load(&guard_end[i])) {
-      long page = sysconf(_SC_PAGESIZE);
-      void *at = (void *)(address & ~(uintptr_t)(page - 1));
-      if (mmap(at, (size_t)page, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) != MAP_FAILED) {
+      void *at = (void *)(address & ~(uintptr_t)(page_size - 1));
+      if (mmap(at, (size_t)page_size, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) != MAP_FAILED) {
         atomic_fetch_add(&guard_faults[i], 1);
         return;  // the faulting access is retried and now succeeds
       }
@@ -59,6 +61,7 @@ int gc_guard_register(void *base, size_t length) {
   int slot = -1;
   pthread_mutex_lock(&lock);
   if (!installed) {
+    page_size = sysconf(_SC_PAGESIZE);
     struct sigaction action;
     memset(&action, 0, sizeof action);
     action.sa_sigaction = on_sigbus;
