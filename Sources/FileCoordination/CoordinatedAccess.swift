@@ -103,7 +103,7 @@ struct CoordinatedAccess: Sendable {
     do {
       outcome = try space.messenger.awaitAcks(awaiting, slots: lent, timeout: timeout, isCancelled: isCancelled)
     } catch {
-      finish(moves: [])
+      finish(moves: [], accessorRan: false)
       throw error
     }
     let item = items[0].path.string
@@ -116,12 +116,12 @@ struct CoordinatedAccess: Sendable {
           metadata: ["policy": "\(policy)"])
       }
       if policy == .fail {
-        finish(moves: [])
+        finish(moves: [], accessorRan: false)
         throw .presenterTimedOut(item: item, processID: outcome.timedOut[0].pid, seconds: seconds)
       }
     }
     if let (process, message) = outcome.failures.first {
-      finish(moves: [])
+      finish(moves: [], accessorRan: false)
       throw .presenterFailed(item: item, processID: process.pid, message: message)
     }
   }
@@ -191,8 +191,10 @@ struct CoordinatedAccess: Sendable {
 
   // MARK: Step 3: after
 
-  /// Sends the finishes: "after" callbacks, and the go-ahead for reacquirers.
-  func finish(moves: [(URL, URL)]) {
+  /// Sends the finishes: "after" callbacks, and the go-ahead for reacquirers. An access whose accessor never ran
+  /// (refused save, cancelled, timed out under `.fail`) changed nothing: its finish carries no "after" callbacks,
+  /// only the go-ahead (as Apple: a failed coordination runs no accessor, and presenters hear no change).
+  func finish(moves: [(URL, URL)], accessorRan: Bool = true) {
     guard !sent.isEmpty else { return }
     let movedTo: [ContainerPath: ContainerPath] = Dictionary(
       moves.compactMap { old, new in
@@ -204,7 +206,7 @@ struct CoordinatedAccess: Sendable {
     for message in sent {
       let item = items[message.item]
       var events: [PresenterEvent] = []
-      if item.isWrite {
+      if item.isWrite && accessorRan {
         for record in records where record.process == message.process && record.id != ownPresenter {
           events += afterEvents(record, item, movedTo: movedTo)
         }

@@ -249,7 +249,7 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
     do {
       try access.lock(owner: owner, isCancelled: isCancelled)
     } catch {
-      access.finish(moves: [])
+      access.finish(moves: [], accessorRan: false)
       throw error
     }
     state.withLock { $0.moves.removeAll() }

@@ -165,7 +165,14 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
     }
     let keep: @Sendable ((@Sendable () -> Void)?) -> Void = { [self] reacquirer in
       if let reacquirer {
-        lock.withLock { pending[messageID]?.reacquirers.append((local, reacquirer)) }
+        let stored = lock.withLock { () -> Bool in
+          guard pending[messageID] != nil else { return false }
+          pending[messageID]!.reacquirers.append((local, reacquirer))
+          return true
+        }
+        // An answer after the sender's timeout can come after its finish: the access is over, so the
+        // reacquirer runs now (Apple always runs it; a presenter paused until it reacquires would stay paused).
+        if !stored { runReacquirers([(local, reacquirer)], origin: origin) }
       }
       next()
     }
@@ -196,6 +203,10 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
     for (local, events) in groups {
       for event in events { deliverAfter(event, to: local, origin: origin) }
     }
+    runReacquirers(reacquirers, origin: origin)
+  }
+
+  private func runReacquirers(_ reacquirers: [(Local, @Sendable () -> Void)], origin: ChangeOrigin) {
     for (local, reacquirer) in reacquirers {
       local.presenter.presentedItemOperationQueue.addOperation {
         ChangeOrigin.$current.withValue(origin) { reacquirer() }

@@ -1,0 +1,188 @@
+import Foundation
+import Synchronization
+import TestSupport
+import Testing
+
+@testable import FileCoordination
+
+/// Apple's presenter semantics across real processes: every relinquish gets its reacquirer (also when the
+/// presenter answers after the coordinator stopped waiting), and accesses whose accessor never ran tell nobody
+/// that the item changed.
+///
+/// Mutants this suite catches:
+/// - a late reacquirer is dropped (PresenterHost `keep` ignores an answer whose finish already came);
+/// - a finish of an access that never ran carries `didChange` (CoordinatedAccess `finish` ignores `accessorRan`).
+@Suite(.timeLimit(.minutes(1))) struct PresenterSemanticsTests {
+  let group = "group.com.example.tests"
+
+  /// The event names a `present` helper printed, in order ("ready" left out).
+  static func events(_ child: Child) -> [String] {
+    child.output.compactMap { $0.split(separator: " ").first.map(String.init) }.filter { $0 != "ready" }
+  }
+
+  static func count(_ event: String, _ child: Child) -> Int { events(child).filter { $0 == event }.count }
+
+  /// Waits until `child` printed `event` at least `n` times (fails the test after 30 s).
+  static func waitFor(_ event: String, _ n: Int, _ child: Child, sourceLocation: SourceLocation = #_sourceLocation) {
+    let deadline = Date().addingTimeInterval(30)
+    while count(event, child) < n && Date() < deadline && child.process.isRunning {
+      Thread.sleep(forTimeInterval: 0.01)
+    }
+    #expect(count(event, child) >= n, "waited for \(n) × \(event), got \(child.output)", sourceLocation: sourceLocation)
+  }
+
+  func presenter(_ root: TestRoot, _ path: String, delay: Double = 0) throws -> Child {
+    let child = try Child(["present", root.path, group, path, "\(delay)"])
+    child.waitForLine { $0.hasPrefix("ready") }
+    return child
+  }
+
+  // MARK: Item 4: late answers
+
+  @Test func aPresenterThatAnswersAfterTheTimeoutStillGetsItsReacquirer() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let url = container.documentsURL.appendingPathComponent("late.txt")
+    try container.write(Data("v0".utf8), to: url)
+    // Relinquishes for 1.5 s; the coordinator waits 0.2 s and goes on without it.
+    let child = try presenter(root, "Documents/late.txt", delay: 1.5)
+    let coordinator = FileCoordinator()
+    coordinator.presenterTimeout = .milliseconds(200)
+    for i in 1...2 {
+      try coordinator.coordinate(writingItemAt: url) { try container.write(Data("v\(i)".utf8), to: $0) }
+    }
+    Self.waitFor("reacquire", 2, child)
+    #expect(Self.count("relinquishToWriter", child) == 2)
+    #expect(Self.count("reacquire", child) == 2, "\(child.output)")
+    child.kill()
+  }
+
+  @Test func aStoppedPresenterGetsEveryReacquirerWhenItResumes() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let url = container.documentsURL.appendingPathComponent("stopped.txt")
+    try container.write(Data("v0".utf8), to: url)
+    let child = try presenter(root, "Documents/stopped.txt")
+    kill(child.pid, SIGSTOP)
+    let coordinator = FileCoordinator()
+    coordinator.presenterTimeout = .milliseconds(200)
+    for i in 1...3 {
+      try coordinator.coordinate(writingItemAt: url) { try container.write(Data("v\(i)".utf8), to: $0) }
+    }
+    kill(child.pid, SIGCONT)
+    Self.waitFor("reacquire", 3, child)
+    #expect(Self.count("relinquishToWriter", child) == 3)
+    #expect(Self.count("reacquire", child) == 3, "\(child.output)")
+    child.kill()
+  }
+
+  // MARK: Item 5: no "after" callbacks for accesses that never ran
+
+  /// After an access that failed, a successful write of the same item: its didChange must be the only one, and
+  /// it must come after that write's relinquish (finishes reach a presenter in order, so a didChange of the
+  /// failed access would come first).
+  func expectOnlyTheSentinelChanged(_ child: Child, url: URL, container: GroupContainer) throws {
+    Self.waitFor("reacquire", 1, child)
+    let relinquishesBefore = Self.count("relinquishToWriter", child)
+    try FileCoordinator().coordinate(writingItemAt: url) { try container.write(Data("sentinel".utf8), to: $0) }
+    Self.waitFor("didChange", 1, child)
+    Self.waitFor("reacquire", 2, child)
+    let events = Self.events(child)
+    let relinquishes = events.indices.filter { events[$0] == "relinquishToWriter" }
+    let sentinelStart = relinquishes.count > relinquishesBefore ? relinquishes[relinquishesBefore] : nil
+    #expect(sentinelStart != nil, "\(events)")
+    let beforeSentinel = events[..<(sentinelStart ?? events.endIndex)]
+    #expect(!beforeSentinel.contains("didChange"), "the failed access told the presenter its item changed: \(events)")
+    #expect(events.filter { $0 == "didChange" }.count == 1, "\(events)")
+  }
+
+  @Test func aRefusedSaveOnAMergingWriteChangesNothing() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let url = container.documentsURL.appendingPathComponent("failsave.txt")
+    try container.write(Data("v0".utf8), to: url)
+    let child = try presenter(root, "Documents/failsave.txt")
+    #expect(throws: FileCoordinatorError.self) {
+      try FileCoordinator().coordinate(writingItemAt: url, options: .forMerging) { _ in
+        Issue.record("accessor ran after a refused save")
+      }
+    }
+    try expectOnlyTheSentinelChanged(child, url: url, container: container)
+    child.kill()
+  }
+
+  @Test func anAccessFailedByTheTimeoutPolicyChangesNothing() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let url = container.documentsURL.appendingPathComponent("strict.txt")
+    try container.write(Data("v0".utf8), to: url)
+    let child = try presenter(root, "Documents/strict.txt", delay: 1)
+    let strict = FileCoordinator()
+    strict.presenterTimeout = .milliseconds(200)
+    strict.presenterTimeoutPolicy = .fail
+    #expect(throws: FileCoordinatorError.self) {
+      try strict.coordinate(writingItemAt: url) { _ in Issue.record("accessor ran after a timeout under .fail") }
+    }
+    try expectOnlyTheSentinelChanged(child, url: url, container: container)
+    child.kill()
+  }
+
+  /// Runs a write of `url` on another thread, cancels it once `cancelWhen` says so (then again until it ends), and
+  /// returns what it threw.
+  func cancelledWrite(_ url: URL, timeout: Duration = .seconds(30), cancelWhen: () -> Void) -> (any Error)? {
+    let coordinator = FileCoordinator()
+    coordinator.presenterTimeout = timeout
+    let result = Mutex<(any Error)??>(nil)
+    let thread = Thread {
+      do {
+        try coordinator.coordinate(writingItemAt: url) { _ in Issue.record("accessor ran after cancel") }
+        result.withLock { $0 = .some(nil) }
+      } catch { result.withLock { $0 = .some(error) } }
+    }
+    thread.start()
+    cancelWhen()
+    let deadline = Date().addingTimeInterval(30)
+    while result.withLock({ $0 == nil }) && Date() < deadline {
+      coordinator.cancel()
+      Thread.sleep(forTimeInterval: 0.01)
+    }
+    return result.withLock { $0 } ?? nil
+  }
+
+  @Test func anAccessCancelledWhileWaitingForAPresenterChangesNothing() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let url = container.documentsURL.appendingPathComponent("cancel1.txt")
+    try container.write(Data("v0".utf8), to: url)
+    let child = try presenter(root, "Documents/cancel1.txt", delay: 1)
+    let error = cancelledWrite(url) { child.waitForLine { $0.hasPrefix("relinquishToWriter") } }
+    guard case .cancelled? = error as? FileCoordinatorError else {
+      Issue.record("expected cancelled, got \(String(describing: error))")
+      return
+    }
+    try expectOnlyTheSentinelChanged(child, url: url, container: container)
+    child.kill()
+  }
+
+  @Test func anAccessCancelledWhileWaitingForTheLockChangesNothing() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let url = container.documentsURL.appendingPathComponent("cancel2.txt")
+    try container.write(Data("v0".utf8), to: url)
+    // The holder takes its lock before the presenter exists, so it never messages it.
+    let holder = try Child(["hold", root.path, group, "write", "Documents/cancel2.txt"])
+    holder.waitForLine { $0 == "locked" }
+    let child = try presenter(root, "Documents/cancel2.txt")
+    let error = cancelledWrite(url) {
+      child.waitForLine { $0.hasPrefix("relinquishToWriter") }
+      Thread.sleep(forTimeInterval: 0.2)  // most likely waiting for the lock by now (either wait is a valid case)
+    }
+    guard case .cancelled? = error as? FileCoordinatorError else {
+      Issue.record("expected cancelled, got \(String(describing: error))")
+      return
+    }
+    holder.kill()
+    try expectOnlyTheSentinelChanged(child, url: url, container: container)
+    child.kill()
+  }
+}
