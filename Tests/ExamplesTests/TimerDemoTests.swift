@@ -5,7 +5,7 @@ import TestSupport
 import Testing
 
 /// The Timer host and widget as a newcomer runs them (`DEMO_HEADLESS=1 make demo`), and the host's URL rules.
-@Suite struct TimerDemoTests {
+@Suite(.timeLimit(.minutes(1))) struct TimerDemoTests {
   @Test func theHeadlessScenarioRunsEveryStep() throws {
     let root = try TestRoot()
     let env = ["GROUP_CONTAINER_ROOT": root.path]

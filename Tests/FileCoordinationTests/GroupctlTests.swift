@@ -5,7 +5,7 @@ import Testing
 @testable import FileCoordination
 
 /// The CLI, run as a real binary: stdout, stderr and exit status.
-@Suite struct GroupctlTests {
+@Suite(.timeLimit(.minutes(1))) struct GroupctlTests {
   let group = "group.com.example.cli"
 
   func run(_ arguments: [String], stdin: String? = nil) throws -> (status: Int32, out: String, err: String) {

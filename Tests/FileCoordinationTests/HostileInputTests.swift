@@ -6,7 +6,7 @@ import Testing
 @testable import FileCoordination
 
 /// Every file under `.coordination/` is untrusted input: garbage, oversized, planted symlinks.
-@Suite struct HostileInputTests {
+@Suite(.timeLimit(.minutes(1))) struct HostileInputTests {
   static let validRecord = PresenterRecord(
     id: "123.456.7", process: ProcessName(pid: 123, startTime: 456), item: "Documents/a.txt", isDirectory: false)
   static let validMessage = CoordinationMessage(

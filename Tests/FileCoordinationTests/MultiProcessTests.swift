@@ -6,7 +6,7 @@ import Testing
 @testable import FileCoordination
 
 /// Coordination between real processes: the test process and `gc-test-helper` / `groupctl` children.
-@Suite struct MultiProcessTests {
+@Suite(.timeLimit(.minutes(1))) struct MultiProcessTests {
   let group = "group.com.example.tests"
 
   @Test func writersNeverOverlapAnyoneAndReadersOverlapEachOther() throws {
@@ -192,9 +192,13 @@ import Testing
     let holder = try Child(["hold", root.path, group, "write", "Documents"])
     holder.waitForLine { $0 == "locked" }
     // Another process holds a plain write of Documents: an item inside is still free.
-    try FileCoordinator().coordinate(writingItemAt: container.documentsURL.appendingPathComponent("free.txt")) {
-      try container.write(Data("ok".utf8), to: $0)
+    let url = container.documentsURL.appendingPathComponent("free.txt")
+    let wrote = expectCompletes("a write inside a directory another process writes") {
+      try FileCoordinator().coordinate(writingItemAt: url) { try container.write(Data("ok".utf8), to: $0) }
+      return true
     }
+    #expect(wrote == true)
+    #expect(try container.contents(of: url) == Data("ok".utf8))
     holder.kill()
   }
 
@@ -206,9 +210,9 @@ import Testing
     let a = try Child(["pair", root.path, group, "Documents/A", "Documents/B", "300"])
     let b = try Child(["pair", root.path, group, "Documents/B", "Documents/A", "300"])
     let c = try Child(["pair", root.path, group, "Documents/sub/C", "Documents/A", "150"])
-    #expect(a.waitForExit(timeout: 180) == 0)
-    #expect(b.waitForExit(timeout: 180) == 0)
-    #expect(c.waitForExit(timeout: 180) == 0)
+    #expect(a.waitForExit(timeout: 45) == 0)
+    #expect(b.waitForExit(timeout: 45) == 0)
+    #expect(c.waitForExit(timeout: 45) == 0)
     #expect(a.output.last == "done 300" && b.output.last == "done 300")
   }
 
@@ -240,7 +244,8 @@ import Testing
     }
     killer.start()
     let coordinator = FileCoordinator()
-    coordinator.presenterTimeout = .seconds(600)
+    // Far longer than liveness needs, short enough that a liveness bug fails the access within the time limit.
+    coordinator.presenterTimeout = .seconds(30)
     coordinator.presenterTimeoutPolicy = .fail
     let ran = try coordinator.coordinate(writingItemAt: url) { _ in true }
     #expect(ran)

@@ -4,7 +4,7 @@ import Testing
 
 @testable import FileCoordination
 
-@Suite struct OpenURLTests {
+@Suite(.timeLimit(.minutes(1))) struct OpenURLTests {
   let group = "group.com.example.urls"
 
   @Test func aRunningHandlerAnswers() async throws {

@@ -148,6 +148,9 @@ case "url-handler":
   say("ready \(getpid())\(args.count > 5 ? " launched-with " + args[5] : "")")
   while true { sleep(60) }
 
+case _ where presenterModes.contains(command):
+  try runPresenterMode(command, args, container)
+
 default:
   FileHandle.standardError.write(Data("unknown command \(command)\n".utf8))
   exit(2)

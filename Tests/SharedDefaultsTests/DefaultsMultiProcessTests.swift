@@ -6,7 +6,7 @@ import Testing
 @testable import FileCoordination
 @testable import SharedDefaults
 
-@Suite struct DefaultsMultiProcessTests {
+@Suite(.timeLimit(.minutes(1))) struct DefaultsMultiProcessTests {
   let group = "group.com.example.tests"
 
   @Test func sixteenWritersLoseNothingAndTheCounterIsExact() throws {
@@ -14,7 +14,7 @@ import Testing
     let stress = try Child(
       ["stress", "defaults", group, "--writers", "16", "--keys", "1000", "--increments", "1000", "--root", root.path],
       executable: "groupctl")
-    #expect(stress.waitForExit(timeout: 600) == 0, "\(stress.output) \(stress.errors.withLock { $0 })")
+    #expect(stress.waitForExit(timeout: 45) == 0, "\(stress.output) \(stress.errors.withLock { $0 })")
     let summary = stress.output.last ?? ""
     #expect(summary.hasPrefix("keys=16000/16000 lost=0 counter=16000/16000 writes_per_s="), "\(summary)")
   }
@@ -104,7 +104,7 @@ import Testing
   }
 }
 
-@Suite struct DefaultsCorruptionTests {
+@Suite(.timeLimit(.minutes(1))) struct DefaultsCorruptionTests {
   /// Sets up suite `suite` with a known state plus an untouched neighbour suite, then lets `damage` hit the files.
   func recover(
     _ suite: String, damage: (_ plist: URL, _ journal: URL) throws -> Void

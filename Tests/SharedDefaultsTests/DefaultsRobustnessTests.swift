@@ -10,7 +10,7 @@ import Testing
 
 /// The suite's lock and journal live in shared mappings: what happens when their owners die or their files are
 /// damaged under them.
-@Suite struct DefaultsRobustnessTests {
+@Suite(.timeLimit(.minutes(1))) struct DefaultsRobustnessTests {
   let group = "group.com.example.tests"
 
   @Test func aProcessKilledHoldingTheLockNeverBlocksOthers() throws {

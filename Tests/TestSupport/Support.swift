@@ -96,7 +96,7 @@ public final class Child: Sendable {
 
   /// Waits for the process to exit (a hang detector, not a performance check) and returns its status.
   @discardableResult
-  public func waitForExit(timeout: Double = 120, sourceLocation: SourceLocation = #_sourceLocation) -> Int32? {
+  public func waitForExit(timeout: Double = 45, sourceLocation: SourceLocation = #_sourceLocation) -> Int32? {
     let deadline = Date().addingTimeInterval(timeout)
     while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
     if process.isRunning {
@@ -157,5 +157,27 @@ public struct SplitMix64: RandomNumberGenerator {
     z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
     z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
     return z ^ (z >> 31)
+  }
+}
+
+/// Runs `body` on its own thread and waits at most `timeout` seconds for it, so a deadlock fails the test by
+/// assertion instead of hanging it (the stuck thread is abandoned). Returns what `body` returned, nil on timeout.
+@discardableResult
+public func expectCompletes<T: Sendable>(
+  within timeout: Double = 30, _ what: String, sourceLocation: SourceLocation = #_sourceLocation,
+  _ body: @escaping @Sendable () throws -> T
+) -> T? {
+  let result = Mutex<Result<T, any Error>?>(nil)
+  Thread { result.withLock { $0 = Result { try body() } } }.start()
+  let deadline = Date().addingTimeInterval(timeout)
+  while Date() < deadline, result.withLock({ $0 == nil }) { Thread.sleep(forTimeInterval: 0.005) }
+  switch result.withLock({ $0 }) {
+  case .success(let value)?: return value
+  case .failure(let error)?:
+    Issue.record("\(what) failed: \(error)", sourceLocation: sourceLocation)
+    return nil
+  case nil:
+    Issue.record("\(what) did not complete within \(timeout) s", sourceLocation: sourceLocation)
+    return nil
   }
 }

@@ -1,0 +1,98 @@
+import Foundation
+import Synchronization
+import TestSupport
+import Testing
+
+@testable import FileCoordination
+
+/// Invariants of the coordination core that no other test pinned down, each checked across real processes.
+///
+/// Mutants this suite catches (each broken on purpose once, seen failing by assertion, then restored):
+/// - a new message overtakes the outbox's queued finishes (`Messenger.send` without `flushOutbox()`):
+///   `aBurstOfWritesReachesAPresenterInOrder`;
+/// - the in-process lock table drops the flock on the first of several holders' releases (`LockTable.release`
+///   unlocking while holders remain): `theFlockStaysHeldUntilTheLastHolderInTheProcessReleases`;
+/// - the root is chosen in another order than GROUP_CONTAINER_ROOT, XDG_DATA_HOME, HOME (e.g. XDG first):
+///   `theRootComesFromGroupContainerRootThenXDGDataHomeThenHome`.
+@Suite(.timeLimit(.minutes(1))) struct InvariantTests {
+  let group = "group.com.example.tests"
+
+  @Test func aBurstOfWritesReachesAPresenterInOrder() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let url = container.documentsURL.appendingPathComponent("burst.txt")
+    try container.write(Data("0".utf8), to: url)
+    let presenter = try Child(["present", root.path, group, "Documents/burst.txt"])
+    presenter.waitForLine { $0.hasPrefix("ready") }
+    let writes = 60
+    let coordinator = FileCoordinator()
+    for i in 1...writes {
+      try coordinator.coordinate(writingItemAt: url) { try container.write(Data("\(i)".utf8), to: $0) }
+    }
+    PresenterSemanticsTests.waitFor("didChange", writes, presenter)
+    PresenterSemanticsTests.waitFor("reacquire", writes, presenter)
+    let order = PresenterSemanticsTests.events(presenter).filter { $0 == "relinquishToWriter" || $0 == "didChange" }
+    let expected = Array(repeating: ["relinquishToWriter", "didChange"], count: writes).flatMap { $0 }
+    #expect(order == expected, "a prepare overtook a finish: \(order)")
+    presenter.kill()
+  }
+
+  @Test func theFlockStaysHeldUntilTheLastHolderInTheProcessReleases() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let url = container.documentsURL.appendingPathComponent("shared.txt")
+    try container.write(Data("0".utf8), to: url)
+    let log = root.path + "/order.log"
+    var releasedAt: UInt64 = 0
+    var writer: Child?
+    // Two readers in this process, from two coordinators (two owners of one flock).
+    try FileCoordinator().coordinate(readingItemAt: url) { _ in
+      try FileCoordinator().coordinate(readingItemAt: url) { _ in }
+      // One holder left: another process's write must still wait.
+      writer = try Child(["access", root.path, group, "write", "Documents/shared.txt", "1", "0", log])
+      // Room for a wrongly admitted writer to get in; the check below is on order, not on time.
+      let deadline = Date().addingTimeInterval(2)
+      while Date() < deadline, !((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("B ") {
+        Thread.sleep(forTimeInterval: 0.01)
+      }
+      releasedAt = monotonicNow()
+    }
+    #expect(writer?.waitForExit(timeout: 30) == 0)
+    let intervals = Interval.parse((try? String(contentsOfFile: log, encoding: .utf8)) ?? "")
+    #expect(intervals.count == 1)
+    #expect(
+      intervals.allSatisfy { $0.start > releasedAt },
+      "another process wrote while a reader of this process still held the item")
+  }
+
+  /// Runs `gc-test-helper default-root` with exactly `environment` and returns what it printed.
+  func defaultRoot(_ root: TestRoot, _ environment: [String: String]) throws -> String {
+    let process = Process()
+    process.executableURL = productsDirectory.appendingPathComponent("gc-test-helper")
+    process.arguments = ["default-root", root.path, group]
+    process.environment = environment
+    let pipe = Pipe()
+    process.standardOutput = pipe
+    try process.run()
+    let output = pipe.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return String(decoding: output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+  }
+
+  @Test func theRootComesFromGroupContainerRootThenXDGDataHomeThenHome() throws {
+    let root = try TestRoot()
+    let all = ["GROUP_CONTAINER_ROOT": "/g/root", "XDG_DATA_HOME": "/x/data", "HOME": "/h/me"]
+    #expect(try defaultRoot(root, all) == "root /g/root")
+    var env = all
+    env["GROUP_CONTAINER_ROOT"] = nil
+    #expect(try defaultRoot(root, env) == "root /x/data/group-containers")
+    env["XDG_DATA_HOME"] = nil
+    #expect(try defaultRoot(root, env) == "root /h/me/.local/share/group-containers")
+    // Empty means unset; a relative XDG_DATA_HOME is ignored (XDG Base Directory rule); a relative root is an error.
+    #expect(try defaultRoot(root, ["GROUP_CONTAINER_ROOT": "", "XDG_DATA_HOME": "/x/data", "HOME": "/h/me"])
+      == "root /x/data/group-containers")
+    #expect(try defaultRoot(root, ["XDG_DATA_HOME": "data", "HOME": "/h/me"])
+      == "root /h/me/.local/share/group-containers")
+    #expect(try defaultRoot(root, ["GROUP_CONTAINER_ROOT": "g/root", "HOME": "/h/me"]).hasPrefix("error "))
+  }
+}
