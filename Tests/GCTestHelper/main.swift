@@ -148,6 +148,9 @@ case "url-handler":
   say("ready \(getpid())\(args.count > 5 ? " launched-with " + args[5] : "")")
   while true { sleep(60) }
 
+case "swap", "pause-write":
+  try runPathAttack(args, container: container)
+
 default:
   FileHandle.standardError.write(Data("unknown command \(command)\n".utf8))
   exit(2)
