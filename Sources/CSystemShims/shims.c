@@ -1,7 +1,10 @@
 #define _GNU_SOURCE
 #include "CSystemShims.h"
+#include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <linux/futex.h>
+#include <linux/openat2.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -19,6 +22,24 @@ int gc_futex_wake(uint32_t *word, int count) {
 }
 
 int gc_fallocate(int fd, int64_t offset, int64_t length) { return fallocate(fd, 0, offset, length); }
+
+int gc_openat_beneath(int dirfd, const char *path, int flags, unsigned int mode) {
+#ifdef SYS_openat2
+  struct open_how how;
+  memset(&how, 0, sizeof how);
+  how.flags = (uint64_t)(unsigned int)flags;
+  how.mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0;  // openat2 refuses a mode without O_CREAT
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+  return (int)syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+#else
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
+int gc_rename_exchange(int olddirfd, const char *oldpath, int newdirfd, const char *newpath) {
+  return renameat2(olddirfd, oldpath, newdirfd, newpath, RENAME_EXCHANGE);
+}
 
 #define GUARD_SLOTS 256
 // Written only under `lock` (outside the handler); read by the handler, hence atomics.

@@ -109,6 +109,8 @@ func resolveBeneath(_ item: ContainerPath, containerPath: String, depth: Int = 0
     }
     let inside = real == base ? [] : real.dropFirst(base.count + 1).split(separator: "/").map(String.init)
     let rebuilt = ContainerPath(unchecked: inside + item.components.dropFirst(index + 1))
+    // The link was swapped for a directory meanwhile: judge the path as it is now.
+    if rebuilt == item { continue }
     if rebuilt.components.first == ContainerPath.privateDirectory {
       throw .invalidPath(item.string, rule: "it leads into the framework's private directory")
     }

@@ -66,23 +66,44 @@ extension GroupContainer {
 
   /// Replaces the file at `url` atomically: readers see the old or the new contents, never a mix, and a
   /// crash at any point leaves the old file. Call it inside a coordinated write.
+  ///
+  /// The file, its temp file and the rename are all reached from the container's directory descriptor, so
+  /// another process swapping a directory on the way for a symlink cannot make the write land outside.
   /// - Parameter durable: also survive power loss (fsync of the file and its directory).
   public func write(_ data: Data, to url: URL, durable: Bool = false) throws(GroupContainerError) {
     let item = try relativePath(of: url)
     try checkBeneath(item)
     let mode = sharing.fileMode
-    try GroupContainerError.wrap { () throws(FileSystemError) in
-      try AtomicReplace.write(
-        data, to: self.url(for: item).path, mode: mode, durability: durable ? .powerLoss : .processCrash)
+    let root = try coordinationSpace().root
+    try beneath(item) { () throws(FileSystemError) in
+      try root.replaceFile(item.string, with: data, mode: mode, durability: durable ? .powerLoss : .processCrash)
     }
   }
 
-  /// The contents of the regular file at `url` (no symlink is followed at the last component).
+  /// The contents of the regular file at `url` (no symlink is followed at the last component; FIFOs, devices
+  /// and directories are refused).
   public func contents(of url: URL, limit: Int = 1 << 30) throws(GroupContainerError) -> Data {
     let item = try relativePath(of: url)
     try checkBeneath(item)
-    return try GroupContainerError.wrap { () throws(FileSystemError) in
-      Data(try FileSystem.readFile(self.url(for: item).path, limit: limit))
+    let root = try coordinationSpace().root
+    return try beneath(item) { () throws(FileSystemError) in Data(try root.readFile(item.string, limit: limit).bytes) }
+  }
+
+  /// The container directory, held open by this process: reach container files beneath it (SharedDefaults does).
+  package func directory() throws(GroupContainerError) -> ContainerDirectory { try coordinationSpace().root }
+
+  /// Runs a call that resolves `item` beneath the container, saying in the container's words why it failed.
+  func beneath<T>(_ item: ContainerPath, _ body: () throws(FileSystemError) -> T) throws(GroupContainerError) -> T {
+    do { return try body() } catch {
+      switch error.errno {
+      case .improperLink:
+        throw .pathEscapesContainer(item.string, container: path)
+      case .tooManySymbolicLinkLevels:
+        throw .invalidPath(
+          item.string, rule: "a symbolic link is in the way (\(error)); write and read the link's target instead")
+      default:
+        throw .system(error)
+      }
     }
   }
 }

@@ -63,6 +63,8 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
   static var all: [CoordinationSpace] { spaces.withLock { Array($0.values) } }
 
   let containerPath: String
+  /// The container directory, open for the process's life: every container file is reached beneath it.
+  let root: ContainerDirectory
   let directory: String
   let fileMode: mode_t
   let directoryMode: mode_t
@@ -90,7 +92,8 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     // Start inotify before this process opens many descriptors (FD_SETSIZE trap).
     try GroupContainerError.wrap { () throws(FileSystemError) in try Watcher.shared.start() }
     let space = try GroupContainerError.wrap { () throws(FileSystemError) in
-      try CoordinationSpace(containerPath: containerPath, fileMode: fileMode, directoryMode: directoryMode)
+      try CoordinationSpace(
+        root: try ContainerDirectory(path: containerPath), fileMode: fileMode, directoryMode: directoryMode)
     }
     let winner = spaces.withLock { spaces in
       if let existing = spaces[containerPath] { return existing }
@@ -142,7 +145,9 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     item.isRoot ? containerPath : containerPath + "/" + item.string
   }
 
-  private init(containerPath: String, fileMode: mode_t, directoryMode: mode_t) throws(FileSystemError) {
+  private init(root: ContainerDirectory, fileMode: mode_t, directoryMode: mode_t) throws(FileSystemError) {
+    let containerPath = root.path
+    self.root = root
     self.containerPath = containerPath
     self.directory = containerPath + "/.coordination"
     self.fileMode = fileMode
@@ -155,16 +160,18 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     }
     counters = try MappedCounters(path: directory + "/counters", mode: fileMode)
     locks = LockTable(directory: directory + "/locks", fileMode: fileMode)
-    registry = PresenterRegistry(directory: directory + "/presenters", counters: counters, fileMode: fileMode)
+    registry = PresenterRegistry(
+      directory: directory + "/presenters", root: root, counters: counters, fileMode: fileMode)
     // Publish the liveness lock only once it is held: a half-made file must never look like a dead process.
-    let processes = directory + "/processes"
+    let processes = try root.openDirectory(ContainerPath.privateDirectory + "/processes")
+    defer { processes.close() }
     let temp = try AtomicReplace.createTemporary(in: processes, for: "\(me).lock", mode: fileMode)
     do {
       try temp.fd.lock(.shared)
-      try FileSystem.rename(temp.path, to: processes + "/\(me).lock")
+      try processes.rename(temp.name, to: "\(me).lock")
     } catch {
       temp.fd.close()
-      try? FileSystem.removeFile(temp.path)
+      try? processes.removeFile(temp.name)
       throw error
     }
     processLock = temp.fd

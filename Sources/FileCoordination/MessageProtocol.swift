@@ -222,8 +222,8 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
   }
 
   private func write(_ message: CoordinationMessage, to process: ProcessName) throws(FileSystemError) {
-    try AtomicReplace.write(
-      message.encoded(), to: space.inbox(of: process) + "/" + message.fileName, mode: space.fileMode)
+    try space.root.replaceFile(
+      atPath: space.inbox(of: process) + "/" + message.fileName, with: message.encoded(), mode: space.fileMode)
   }
 
   /// Sends `message` from the outbox queue, in order with every other message of this process.
@@ -261,7 +261,7 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
     let path = inbox + "/" + name
     let bytes: [UInt8]
     do {
-      bytes = try FileSystem.readFile(path, limit: CoordinationMessage.maxBytes)
+      bytes = try space.root.readFile(atPath: path, limit: CoordinationMessage.maxBytes)
     } catch {
       if error.errno != .noSuchFileOrDirectory {  // gone: already handled by a scan
         CoordinationSpace.logger.error("dropping unreadable inbox entry '\(path)': \(error)")

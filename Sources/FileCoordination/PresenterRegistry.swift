@@ -57,6 +57,7 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
   static let generationCounter = 0
 
   private let directory: String
+  private let root: ContainerDirectory
   private let counters: MappedCounters
   private let fileMode: mode_t
   private struct Cache {
@@ -66,14 +67,15 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
   }
   private let cache = Mutex(Cache())
 
-  init(directory: String, counters: MappedCounters, fileMode: mode_t) {
+  init(directory: String, root: ContainerDirectory, counters: MappedCounters, fileMode: mode_t) {
     self.directory = directory
+    self.root = root
     self.counters = counters
     self.fileMode = fileMode
   }
 
   func register(_ record: PresenterRecord) throws(FileSystemError) {
-    try AtomicReplace.write(record.encoded(), to: directory + "/" + record.id, mode: fileMode)
+    try root.replaceFile(atPath: directory + "/" + record.id, with: record.encoded(), mode: fileMode)
     counters.increment(Self.generationCounter)
   }
 
@@ -105,7 +107,7 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
         continue
       }
       do {
-        let bytes = try FileSystem.readFile(directory + "/" + name, limit: PresenterRecord.maxBytes)
+        let bytes = try root.readFile(atPath: directory + "/" + name, limit: PresenterRecord.maxBytes)
         byFile[name] = try PresenterRecord.decode(bytes, fileName: name)
       } catch let error as FileSystemError where error.errno == .noSuchFileOrDirectory {
         continue

@@ -110,13 +110,13 @@ final class URLHandlers: @unchecked Sendable {  // `handler` is a Mutex; the res
     let record = SchemeRegistration(scheme: scheme, executable: executable, arguments: arguments)
     let bytes = Array((try? JSONEncoder().encode(record)) ?? Data())
     try FileCoordinatorError.wrap { () throws(FileSystemError) in
-      try AtomicReplace.write(bytes, to: schemesDirectory + "/" + scheme, mode: space.fileMode)
+      try space.root.replaceFile(atPath: schemesDirectory + "/" + scheme, with: bytes, mode: space.fileMode)
     }
   }
 
   func registration(for scheme: String) -> SchemeRegistration? {
     let path = schemesDirectory + "/" + scheme
-    guard let bytes = try? FileSystem.readFile(path, limit: SchemeRegistration.maxBytes) else { return nil }
+    guard let bytes = try? space.root.readFile(atPath: path, limit: SchemeRegistration.maxBytes) else { return nil }
     guard let record = try? JSONDecoder().decode(SchemeRegistration.self, from: Data(bytes)), record.version == 1,
       record.scheme == scheme, record.executable.hasPrefix("/")
     else {
@@ -135,7 +135,8 @@ final class URLHandlers: @unchecked Sendable {  // `handler` is a Mutex; the res
     handler.withLock { $0 = (valid, body) }
     for scheme in valid {
       try FileCoordinatorError.wrap { () throws(FileSystemError) in
-        try AtomicReplace.write([], to: handlersDirectory + "/\(scheme).\(space.me)", mode: space.fileMode)
+        try space.root.replaceFile(
+          atPath: handlersDirectory + "/\(scheme).\(space.me)", with: [UInt8](), mode: space.fileMode)
       }
     }
   }

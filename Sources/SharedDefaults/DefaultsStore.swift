@@ -52,6 +52,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   let suite: String
   let directory: String
   let plistPath: String
+  /// The snapshot, relative to `root` (read and replaced beneath the container's descriptor).
+  private let plistItem: String
+  private let root: ContainerDirectory
   let journalPath: String
   private let fileMode: mode_t
   private let header: MappedCounters
@@ -125,6 +128,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     self.suite = suite
     self.directory = directory
     self.plistPath = directory + "/\(suite).plist"
+    self.plistItem = "Library/Preferences/\(suite).plist"
+    do { root = try container.directory() } catch { throw .container(error) }
     self.journalPath = directory + "/\(suite).journal"
     self.fileMode = fileMode
     let lockPath = directory + "/\(suite).lock"
@@ -360,7 +365,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   private func loadSnapshot() throws(Repair) -> [String: PropertyListValue] {
     let bytes: [UInt8]
     do {
-      bytes = try FileSystem.readFile(plistPath, limit: Self.snapshotLimits.maxBytes)
+      bytes = try root.readFile(plistItem, limit: Self.snapshotLimits.maxBytes).bytes
     } catch {
       if error.errno == .noSuchFileOrDirectory { return [:] }
       throw .corruptSnapshot("cannot read: \(error)")
@@ -461,7 +466,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       throw .unsupportedValue("the suite cannot be written as a property list: \(error)")
     }
     try SharedDefaultsError.wrap { () throws(FileSystemError) in
-      try AtomicReplace.write(bytes, to: plistPath, mode: fileMode, durability: durable ? .powerLoss : .processCrash)
+      try root.replaceFile(plistItem, with: bytes, mode: fileMode, durability: durable ? .powerLoss : .processCrash)
       try recordSnapshotIdentity()
       // Length first, then generation: a reader that sees either change takes the slow path and our lock.
       header.store(Slot.committed, 0)
@@ -511,7 +516,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     if committed > 0 {
       let bytes = [UInt8](UnsafeRawBufferPointer(start: journal.base, count: committed))
       let aside = journalPath + ".corrupt-\(Int(Date().timeIntervalSince1970))-\(getpid())"
-      try? AtomicReplace.write(bytes, to: aside, mode: fileMode)
+      try? root.replaceFile("Library/Preferences/" + (aside as NSString).lastPathComponent, with: bytes, mode: fileMode)
     }
     header.store(Slot.committed, 0)
     // If the file was truncated, map it again and believe only the blocks it still has.

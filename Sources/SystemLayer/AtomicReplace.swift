@@ -4,9 +4,11 @@ import SystemPackage
 /// The one atomic-replace sequence of the package: readers see the old file or the new one, never a mix,
 /// and a writer killed at any point leaves the old file intact.
 ///
-/// temp file in the same directory, created with `O_EXCL` → write → `fchmod` → (`fsync`) → `rename` over the
-/// target → (`fsync` of the directory). Foundation's `Data.write(options: .atomic)` skips the directory sync,
-/// resets the mode and leaves temp files behind, so it is never used on container files.
+/// temp file in the same directory, created with `O_EXCL` → write → `fchmod` → (`fsync`) → `renameat` over the
+/// target → (`fsync` of the directory). Every step is relative to the directory's descriptor, which
+/// `ContainerDirectory` opened beneath the container: a directory swapped for a symlink meanwhile changes nothing.
+/// Foundation's `Data.write(options: .atomic)` skips the directory sync, resets the mode and leaves temp files
+/// behind, so it is never used on container files.
 package enum AtomicReplace {
   /// How far a replace must survive.
   package enum Durability: Sendable {
@@ -18,47 +20,74 @@ package enum AtomicReplace {
 
   /// Temp files start with this prefix, so scanners can skip and sweep them.
   package static let temporaryPrefix = ".gc-tmp-"
+  /// The longest part of the target's name a temp name repeats, in bytes (the whole name stays under NAME_MAX).
+  static let maxNameBytesInTemporary = 64
+  /// `<pid>.<start time>` of this process: a sweeper can tell whether a temp file's writer is still alive.
+  package static let writer = "\(getpid()).\(CurrentProcess.startTime() ?? 0)"
 
-  /// Replaces the file at `path` with `bytes`.
+  /// Replaces the file `name` in `directory` with `bytes`.
   package static func write(
-    _ bytes: some Collection<UInt8>, to path: String, mode: mode_t, durability: Durability = .processCrash
+    _ bytes: some Collection<UInt8>, in directory: SystemFD, name: String, mode: mode_t,
+    durability: Durability = .processCrash
   ) throws(FileSystemError) {
-    let slash = path.lastIndex(of: "/")
-    let directory = slash.map { String(path[..<$0]) } ?? "."
-    let name = slash.map { String(path[path.index(after: $0)...]) } ?? path
     let temp = try createTemporary(in: directory, for: name, mode: mode)
     do {
+      defer { temp.fd.close() }
       try temp.fd.writeAll(bytes)
       if durability == .powerLoss { try temp.fd.sync() }
-      temp.fd.close()
-      try FileSystem.rename(temp.path, to: path)
     } catch {
-      temp.fd.close()
-      try? FileSystem.removeFile(temp.path)
+      try? directory.removeFile(temp.name)
       throw error
     }
-    if durability == .powerLoss { try FileSystem.syncDirectory(directory) }
+    do { try directory.rename(temp.name, to: name) } catch {
+      try? directory.removeFile(temp.name)
+      throw error
+    }
+    if durability == .powerLoss { try directory.sync() }
   }
 
-  /// Creates a fresh temp file next to the target, with exactly `mode` (umask would leave 0644).
+  /// Creates a fresh temp file in `directory`, named for `name`, with exactly `mode` (umask would leave 0644).
   package static func createTemporary(
-    in directory: String, for name: String, mode: mode_t
-  ) throws(FileSystemError) -> (fd: SystemFD, path: String) {
+    in directory: SystemFD, for name: String, mode: mode_t
+  ) throws(FileSystemError) -> (fd: SystemFD, name: String) {
     var attempt = 0
     while true {
-      let path = "\(directory)/\(temporaryPrefix)\(getpid())-\(UInt32.random(in: 0...UInt32.max))-\(name.prefix(64))"
+      let random = String(UInt32.random(in: 0...UInt32.max), radix: 16)
+      let temp = "\(temporaryPrefix)\(writer)-\(random)-\(prefix(of: name, bytes: maxNameBytesInTemporary))"
       do throws(FileSystemError) {
-        let fd = try SystemFD.open(path, [.writeOnly, .exclusiveCreate], mode: mode)
+        let fd = try directory.open(temp, [.writeOnly, .exclusiveCreate], mode: mode)
         do { try fd.setPermissions(mode) } catch {
           fd.close()
-          try? FileSystem.removeFile(path)
+          try? directory.removeFile(temp)
           throw error
         }
-        return (fd, path)
+        return (fd, temp)
       } catch {
         guard error.errno == .fileExists && attempt < 8 else { throw error }
         attempt += 1
       }
     }
+  }
+
+  /// The writer (`<pid>.<start time>`) named in a temp file's name, or nil when `name` is not one of ours.
+  package static func writer(ofTemporary name: String) -> Substring? {
+    guard name.hasPrefix(temporaryPrefix) else { return nil }
+    let rest = name.dropFirst(temporaryPrefix.count)
+    guard let dash = rest.firstIndex(of: "-") else { return nil }
+    return rest[..<dash]
+  }
+
+  /// At most `bytes` UTF-8 bytes of `name`, cut at a Unicode scalar boundary (Characters can be many bytes:
+  /// 64 emoji are 256 bytes).
+  static func prefix(of name: String, bytes: Int) -> String {
+    var end = name.unicodeScalars.startIndex
+    var count = 0
+    for index in name.unicodeScalars.indices {
+      let size = UTF8.width(name.unicodeScalars[index])
+      if count + size > bytes { break }
+      count += size
+      end = name.unicodeScalars.index(after: index)
+    }
+    return String(Substring(name.unicodeScalars[..<end]))
   }
 }

@@ -1,3 +1,4 @@
+import CSystemShims
 import Foundation
 import Glibc
 import SystemPackage
@@ -57,6 +58,13 @@ package enum FileSystem {
   /// Atomically renames `source` over `destination`. The corresponding C function is `rename`.
   package static func rename(_ source: String, to destination: String) throws(FileSystemError) {
     _ = try valueOrErrno { Glibc.rename(source, destination) }.get("rename", "\(source)' -> '\(destination)")
+    SyscallRecorder.record(.rename, destination)
+  }
+
+  /// Atomically swaps the names `a` and `b` (tests race path checks with it). The corresponding C function is
+  /// `renameat2` with `RENAME_EXCHANGE`.
+  package static func exchange(_ a: String, _ b: String) throws(FileSystemError) {
+    _ = try valueOrErrno { gc_rename_exchange(AT_FDCWD, a, AT_FDCWD, b) }.get("renameat2", "\(a)' <-> '\(b)")
   }
 
   /// The names in a directory, without `.` and `..`. The corresponding C functions are `opendir`/`readdir`.
@@ -105,10 +113,7 @@ package enum FileSystem {
   package static func readFile(_ path: String, limit: Int) throws(FileSystemError) -> [UInt8] {
     let fd = try SystemFD.open(path, .readOnly)
     defer { fd.close() }
-    let st = try fd.status()
-    guard st.kind == .regular else { throw FileSystemError("read", path, .invalidArgument) }
-    guard st.size <= Int64(limit) else { throw FileSystemError("read", path, .fileTooLarge) }
-    return try fd.readAll(limit: limit)
+    return try fd.readRegularFile(limit: limit).bytes
   }
 
   /// The current user's home directory from the password database, for when `$HOME` is unset.

@@ -1,4 +1,5 @@
 import Glibc
+import Synchronization
 import SystemPackage
 
 /// A failed system call: which call, on which path, and the `errno` it returned.
@@ -48,5 +49,39 @@ extension Result where Failure == Errno {
     case .success(let value): return value
     case .failure(let errno): throw FileSystemError(operation, path(), errno)
     }
+  }
+}
+
+/// A test-only record of the file-system calls this module made (swift-system's mocking pattern, recording only):
+/// tests check the order of `fsync` and `rename` in a durable replace without a power cut.
+///
+/// Scoped by a task-local, so tests running in parallel in one process see only their own calls; outside
+/// `SyscallRecorder.$current.withValue(…)` nothing is recorded and the cost is one task-local read.
+package enum SyscallRecorder {
+  package enum Call: String, Sendable { case open, fsync, rename }
+
+  /// One call: what it was and its target (for a rename, the destination).
+  package struct Entry: Sendable, Equatable, CustomStringConvertible {
+    package var call: Call
+    package var path: String
+    package var description: String { "\(call.rawValue) \(path)" }
+  }
+
+  /// Collects entries; `Mutex`-guarded, shared by the threads of one recorded scope.
+  package final class Log: Sendable {
+    private let entries = Mutex<[Entry]>([])
+    package init() {}
+    package var calls: [Entry] { entries.withLock { $0 } }
+    func append(_ entry: Entry) { entries.withLock { $0.append(entry) } }
+  }
+
+  @TaskLocal package static var current: Log?
+
+  @inline(__always)
+  static func record(_ call: Call, _ path: @autoclosure () -> String, flags: SystemFD.OpenFlags = .create) {
+    guard let log = current else { return }
+    // Only creations among opens: plain opens would drown the interesting calls.
+    if call == .open && !flags.contains(.create) { return }
+    log.append(Entry(call: call, path: path()))
   }
 }

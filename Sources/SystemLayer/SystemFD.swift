@@ -11,6 +11,8 @@ package struct FileStatus: Sendable, Equatable {
   package var device: UInt64
   package var inode: UInt64
   package var linkCount: UInt64
+  /// The owner's user id.
+  package var owner: UInt32
   package var modificationNanoseconds: Int64
 
   init(_ st: stat) {
@@ -25,6 +27,7 @@ package struct FileStatus: Sendable, Equatable {
     device = UInt64(st.st_dev)
     inode = UInt64(st.st_ino)
     linkCount = UInt64(st.st_nlink)
+    owner = UInt32(st.st_uid)
     modificationNanoseconds = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
   }
 }
@@ -38,8 +41,10 @@ package enum FlockMode: Sendable {
 
 /// An open file descriptor. Not closed automatically: the owner calls `close()` exactly once.
 ///
-/// Every open in this module adds `O_CLOEXEC` (a forked child would otherwise keep flocks alive) and
-/// `O_NOFOLLOW` (every file in a container is untrusted: a planted symlink must not redirect us).
+/// Every open in this module adds `O_CLOEXEC` (a forked child would otherwise keep flocks alive), `O_NOFOLLOW`
+/// (every file in a container is untrusted: a planted symlink must not redirect us) and `O_NONBLOCK` (opening a
+/// FIFO someone planted where a file is expected would otherwise block until a writer appears; for regular files
+/// and directories it changes nothing). Readers `fstat` what they opened and refuse anything but a regular file.
 package struct SystemFD: Sendable, Hashable {
   package let rawValue: Int32
   /// The path it was opened with, for error messages.
@@ -65,14 +70,55 @@ package struct SystemFD: Sendable, Hashable {
     package static let followSymlink = OpenFlags(rawValue: 1 << 30)
   }
 
+  /// The flags every open in this module passes (see the type's discussion).
+  static func rawFlags(_ flags: OpenFlags) -> Int32 {
+    var raw = (flags.rawValue & ~OpenFlags.followSymlink.rawValue) | O_CLOEXEC | O_NONBLOCK
+    if !flags.contains(.followSymlink) { raw |= O_NOFOLLOW }
+    return raw
+  }
+
   /// Opens `path`. The corresponding C function is `open`.
   package static func open(
     _ path: String, _ flags: OpenFlags, mode: mode_t = 0o600
   ) throws(FileSystemError) -> SystemFD {
-    var raw = (flags.rawValue & ~OpenFlags.followSymlink.rawValue) | O_CLOEXEC
-    if !flags.contains(.followSymlink) { raw |= O_NOFOLLOW }
-    let fd = try valueOrErrno { Glibc.open(path, raw, mode) }.get("open", path)
+    let fd = try valueOrErrno { Glibc.open(path, rawFlags(flags), mode) }.get("open", path)
+    SyscallRecorder.record(.open, path, flags: flags)
     return SystemFD(rawValue: fd, path: path)
+  }
+
+  /// Opens `name`, one component, in this directory (`name` never contains `/`). The corresponding C function is
+  /// `openat`.
+  package func open(_ name: String, _ flags: OpenFlags, mode: mode_t = 0o600) throws(FileSystemError) -> SystemFD {
+    let full = path + "/" + name
+    let fd = try valueOrErrno { Glibc.openat(rawValue, name, SystemFD.rawFlags(flags), mode) }.get("openat", full)
+    SyscallRecorder.record(.open, full, flags: flags)
+    return SystemFD(rawValue: fd, path: full)
+  }
+
+  /// Renames `source` to `destination`, both names in this directory. The corresponding C function is `renameat`.
+  package func rename(_ source: String, to destination: String) throws(FileSystemError) {
+    _ = try valueOrErrno { Glibc.renameat(rawValue, source, rawValue, destination) }
+      .get("renameat", "\(path)/\(source)' -> '\(path)/\(destination)")
+    SyscallRecorder.record(.rename, path + "/" + destination)
+  }
+
+  /// Removes the file `name` in this directory; a missing file is not an error. The corresponding C function is
+  /// `unlinkat`.
+  package func removeFile(_ name: String) throws(FileSystemError) {
+    switch valueOrErrno({ Glibc.unlinkat(rawValue, name, 0) }) {
+    case .success: return
+    case .failure(let e) where e == .noSuchFileOrDirectory: return
+    case .failure(let e): throw FileSystemError("unlinkat", path + "/" + name, e)
+    }
+  }
+
+  /// Reads the whole regular file this descriptor names, refusing anything else (a FIFO, a device, a directory)
+  /// and anything over `limit` bytes. Returns its status too.
+  package func readRegularFile(limit: Int) throws(FileSystemError) -> (bytes: [UInt8], status: FileStatus) {
+    let st = try status()
+    guard st.kind == .regular else { throw FileSystemError("read (not a regular file)", path, .invalidArgument) }
+    guard st.size <= Int64(limit) else { throw FileSystemError("read", path, .fileTooLarge) }
+    return (try readAll(limit: limit), st)
   }
 
   /// Closes the descriptor (which drops any flock held through it). The corresponding C function is `close`.
@@ -145,6 +191,7 @@ package struct SystemFD: Sendable, Hashable {
   /// Flushes the file's data and metadata to the device. The corresponding C function is `fsync`.
   package func sync() throws(FileSystemError) {
     _ = try valueOrErrno { Glibc.fsync(rawValue) }.get("fsync", path)
+    SyscallRecorder.record(.fsync, path)
   }
 
   /// The corresponding C function is `fchmod` (umask would otherwise leave group-shared files 0644).

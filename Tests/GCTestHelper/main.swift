@@ -150,6 +150,8 @@ case "url-handler":
 
 case _ where presenterModes.contains(command):
   try runPresenterMode(command, args, container)
+case "swap", "pause-write":
+  try runPathAttack(args, container: container)
 
 default:
   FileHandle.standardError.write(Data("unknown command \(command)\n".utf8))

@@ -16,6 +16,13 @@ int gc_futex_wake(uint32_t *word, int count);
 // through a mapping) and extends the file size.
 int gc_fallocate(int fd, int64_t offset, int64_t length);
 
+// openat2(2) with RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS: resolves `path` without ever leaving `dirfd` (a `..` or
+// an absolute symlink that would leave fails with EXDEV). -1 with errno ENOSYS on kernels before 5.6.
+int gc_openat_beneath(int dirfd, const char *path, int flags, unsigned int mode);
+
+// renameat2(2) with RENAME_EXCHANGE: atomically swaps two names (tests use it to race path checks).
+int gc_rename_exchange(int olddirfd, const char *oldpath, int newdirfd, const char *newpath);
+
 // The SIGBUS guard. A shared mapping of a file that someone truncates raises SIGBUS on the next access to a lost
 // page. For a registered range, the handler maps a private zero page over the faulting page and counts the fault,
 // so the access completes (reads zeros, writes go nowhere) and the owner sees the count change and treats the file

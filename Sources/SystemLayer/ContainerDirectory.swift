@@ -1,0 +1,152 @@
+import CSystemShims
+import Glibc
+import Synchronization
+import SystemPackage
+
+/// A container directory held open, and the one place that resolves paths beneath it.
+///
+/// Every container-relative path is resolved from this descriptor, never from a path string that was checked
+/// earlier: a process swapping a directory with a symlink (`renameat2(RENAME_EXCHANGE)` in a loop) cannot lead a
+/// write, its temp file or a read outside. On Linux ≥ 5.6 one `openat2` call with `RESOLVE_BENEATH |
+/// RESOLVE_NO_MAGICLINKS` resolves the directories on the way: relative symlinks that stay beneath are followed,
+/// absolute ones and any that would leave fail with `EXDEV`. Where `openat2` is missing (`ENOSYS`) the path is
+/// walked one component at a time with `openat(O_NOFOLLOW | O_DIRECTORY)`: every symlink is refused (`ELOOP`).
+/// The last component of a file is never followed (`O_NOFOLLOW`) and never blocks (`O_NONBLOCK`).
+package final class ContainerDirectory: Sendable {
+  /// The container directory, open for the life of the process.
+  package let fd: SystemFD
+  /// The path it was opened with (for error messages and path-to-relative conversion).
+  package let path: String
+  /// Device and inode: one container reached under two paths is still one container.
+  package let device: UInt64
+  package let inode: UInt64
+
+  /// How directories on the way are resolved; `.componentWalk` is what kernels without `openat2` get (tests use it
+  /// to check the fallback).
+  package enum Resolution: Sendable { case automatic, componentWalk }
+
+  /// Whether the kernel lacks `openat2`, learnt from the first `ENOSYS`.
+  private static let noOpenat2 = Atomic<Bool>(false)
+
+  /// Opens the container directory at `path` (a symlink in its place is refused).
+  package init(path: String) throws(FileSystemError) {
+    fd = try SystemFD.open(path, [.readOnly, .directory])
+    let st: FileStatus
+    do { st = try fd.status() } catch {
+      fd.close()
+      throw error
+    }
+    self.path = path
+    device = st.device
+    inode = st.inode
+  }
+
+  deinit { fd.close() }
+
+  /// `absolute` as a path relative to this container ("" for the container itself); nil when it is not inside.
+  package func relative(_ absolute: String) -> String? {
+    if absolute == path { return "" }
+    guard absolute.hasPrefix(path + "/") else { return nil }
+    return String(absolute.dropFirst(path.count + 1))
+  }
+
+  /// Opens the directory `relative` (components separated by `/`, "" for the container) beneath the container.
+  package func openDirectory(_ relative: String, resolution: Resolution = .automatic) throws(FileSystemError)
+    -> SystemFD
+  {
+    try open(relative, [.readOnly, .directory], mode: 0, resolution: resolution, followLast: true)
+  }
+
+  /// Opens the file `relative` beneath the container; its last component is never followed.
+  package func openFile(
+    _ relative: String, _ flags: SystemFD.OpenFlags, mode: mode_t = 0o600, resolution: Resolution = .automatic
+  ) throws(FileSystemError) -> SystemFD {
+    try open(relative, flags, mode: mode, resolution: resolution, followLast: false)
+  }
+
+  /// Reads the regular file `relative` (refusing symlinks, FIFOs, devices and anything over `limit` bytes).
+  package func readFile(_ relative: String, limit: Int, resolution: Resolution = .automatic) throws(FileSystemError)
+    -> (bytes: [UInt8], status: FileStatus)
+  {
+    let file = try openFile(relative, .readOnly, resolution: resolution)
+    defer { file.close() }
+    return try file.readRegularFile(limit: limit)
+  }
+
+  /// Replaces the file `relative` atomically (AtomicReplace.swift), every step relative to its directory's
+  /// descriptor.
+  package func replaceFile(
+    _ relative: String, with bytes: some Collection<UInt8>, mode: mode_t,
+    durability: AtomicReplace.Durability = .processCrash, resolution: Resolution = .automatic
+  ) throws(FileSystemError) {
+    let (parent, name) = Self.split(relative)
+    guard !name.isEmpty else { throw FileSystemError("replace", path, .isDirectory) }
+    let directory = try openDirectory(parent, resolution: resolution)
+    defer { directory.close() }
+    try AtomicReplace.write(bytes, in: directory, name: name, mode: mode, durability: durability)
+  }
+
+  /// `replaceFile` for an absolute path inside the container (for callers that keep paths of `.coordination`).
+  package func replaceFile(
+    atPath absolute: String, with bytes: some Collection<UInt8>, mode: mode_t,
+    durability: AtomicReplace.Durability = .processCrash
+  ) throws(FileSystemError) {
+    try replaceFile(try inside(absolute), with: bytes, mode: mode, durability: durability)
+  }
+
+  /// `readFile` for an absolute path inside the container.
+  package func readFile(atPath absolute: String, limit: Int) throws(FileSystemError) -> [UInt8] {
+    try readFile(try inside(absolute), limit: limit).bytes
+  }
+
+  private func inside(_ absolute: String) throws(FileSystemError) -> String {
+    guard let relative = relative(absolute) else { throw FileSystemError("resolve", absolute, .improperLink) }
+    return relative
+  }
+
+  /// Splits `a/b/c` into `a/b` and `c`.
+  package static func split(_ relative: String) -> (parent: String, name: String) {
+    guard let slash = relative.lastIndex(of: "/") else { return ("", relative) }
+    return (String(relative[..<slash]), String(relative[relative.index(after: slash)...]))
+  }
+
+  private func open(
+    _ relative: String, _ flags: SystemFD.OpenFlags, mode: mode_t, resolution: Resolution, followLast: Bool
+  ) throws(FileSystemError) -> SystemFD {
+    let full = relative.isEmpty ? path : path + "/" + relative
+    let raw = SystemFD.rawFlags(followLast ? flags.union(.followSymlink) : flags)
+    if resolution == .automatic && !Self.noOpenat2.load(ordering: .relaxed) {
+      switch valueOrErrno({ gc_openat_beneath(fd.rawValue, relative.isEmpty ? "." : relative, raw, UInt32(mode)) }) {
+      case .success(let opened):
+        SyscallRecorder.record(.open, full, flags: flags)
+        return SystemFD(rawValue: opened, path: full)
+      case .failure(let e) where e == .noFunction:
+        Self.noOpenat2.store(true, ordering: .relaxed)
+      case .failure(let e):
+        throw FileSystemError("openat2", full, e)
+      }
+    }
+    // No openat2: one component at a time, refusing every symlink on the way.
+    let components = relative.split(separator: "/").map(String.init)
+    var current = try fd.open(".", [.readOnly, .directory])
+    for (index, component) in components.enumerated() {
+      guard component != "." && component != ".." else {
+        current.close()
+        throw FileSystemError("openat", full, .improperLink)  // what RESOLVE_BENEATH says for a way out
+      }
+      let last = index == components.count - 1
+      do {
+        let next =
+          try last
+          ? current.open(component, flags.subtracting(.followSymlink), mode: mode)
+          : current.open(component, [.readOnly, .directory])
+        current.close()
+        current = SystemFD(rawValue: next.rawValue, path: path + "/" + components[...index].joined(separator: "/"))
+      } catch {
+        current.close()
+        throw error
+      }
+    }
+    return current
+  }
+}

@@ -1,0 +1,99 @@
+import Foundation
+import SystemLayer
+import TestSupport
+import Testing
+
+@testable import FileCoordination
+
+/// Paths are resolved from the container's directory descriptor, never checked and then used by path.
+///
+/// Mutants this suite catches:
+/// - `GroupContainer.write` checking with `resolveBeneath` and then writing by path (the parent directory opened
+///   by its path): files and temp files land in the outside directory (`writesNeverLandOutsideWhileSwapped`).
+/// - `ContainerDirectory`'s component walk opening the directories on the way without `O_NOFOLLOW` (same test,
+///   `walk`).
+@Suite struct PathSafetyTests {
+  static let group = "group.com.example.paths"
+  static let writes = 20_000
+
+  /// A helper process swaps `Documents/sub` (a directory) with `Documents/link` (a symlink to a directory outside
+  /// the container) in a tight loop while this process writes into `Documents/sub`. Nothing may appear outside:
+  /// every write lands inside or fails saying the path leads outside.
+  @Test(.timeLimit(.minutes(1)), arguments: ["openat2", "walk"])
+  func writesNeverLandOutsideWhileSwapped(resolution: String) throws {
+    let root = try TestRoot()
+    let container = try root.container(Self.group)
+    let outside = root.path + "/outside"
+    // Writes go to `sub/f…` and `sub/d/f…`: the swapped name is the last directory on the way and one before it.
+    try FileManager.default.createDirectory(atPath: outside + "/d", withIntermediateDirectories: true)
+    try FileManager.default.createDirectory(atPath: container.path + "/Documents/sub/d", withIntermediateDirectories: true)
+    try FileManager.default.createSymbolicLink(atPath: container.path + "/Documents/link", withDestinationPath: outside)
+    let swapper = try Child(["swap", root.path, Self.group, "Documents/sub", "Documents/link"])
+    defer { swapper.kill() }
+    swapper.waitForLine { $0 == "swapping" }
+    let directory = try container.directory()
+    let bytes = Array("payload".utf8)
+    var landed = 0
+    var refused: [String: Int] = [:]
+    for i in 0..<Self.writes {
+      let name = (i % 2 == 0 ? "" : "d/") + "f\(i % 16)"
+      do {
+        if resolution == "walk" {
+          try directory.replaceFile(
+            "Documents/sub/" + name, with: bytes, mode: 0o600, resolution: .componentWalk)
+        } else {
+          try container.write(Data(bytes), to: container.documentsURL.appendingPathComponent("sub/" + name))
+        }
+        landed += 1
+      } catch let error as GroupContainerError {
+        if case .pathEscapesContainer = error { refused["escapes", default: 0] += 1 } else {
+          refused["\(error)", default: 0] += 1
+        }
+      } catch let error as FileSystemError {
+        refused[error.errno == .tooManySymbolicLinkLevels || error.errno == .notDirectory ? "link" : "\(error)", default: 0] += 1
+      }
+    }
+    swapper.kill()
+    let escaped = try FileManager.default.subpathsOfDirectory(atPath: outside).filter { $0 != "d" }
+    #expect(
+      escaped.isEmpty,
+      "\(escaped.count) files outside (\(escaped.filter { $0.hasPrefix(AtomicReplace.temporaryPrefix) }.count) temp): \(escaped.prefix(4))"
+    )
+    let clear: Set<String> = resolution == "walk" ? ["link"] : ["escapes"]
+    #expect(Set(refused.keys).isSubset(of: clear), "unclear failures: \(refused)")
+    #expect(landed > 0 && landed + refused.values.reduce(0, +) == Self.writes)
+    // What landed is inside, in the real directory (under whichever name it has now), and no temp file is left.
+    let real = (try? FileManager.default.destinationOfSymbolicLink(atPath: container.path + "/Documents/sub")) == nil
+      ? "sub" : "link"
+    let inside = try FileManager.default.contentsOfDirectory(atPath: container.path + "/Documents/" + real)
+    #expect(!inside.isEmpty && inside.allSatisfy { $0.hasPrefix("f") || $0 == "d" }, "\(inside)")
+    print("swap race (\(resolution)): \(landed) landed, refused \(refused)")
+  }
+
+  /// The documented choice: with openat2, relative symlinks on the way that stay inside are followed; absolute
+  /// ones (even to inside) and any that lead out are refused; the item itself is never followed. The component
+  /// walk (kernels without openat2) refuses every symlink on the way.
+  @Test func linksInsideTheContainer() throws {
+    let root = try TestRoot()
+    let container = try root.container(Self.group)
+    let documents = container.path + "/Documents"
+    try FileManager.default.createSymbolicLink(atPath: documents + "/relative", withDestinationPath: "../Library")
+    try FileManager.default.createSymbolicLink(atPath: documents + "/absolute", withDestinationPath: container.path + "/Library")
+    let directory = try container.directory()
+    let bytes = Array("x".utf8)
+    try directory.replaceFile("Documents/relative/a.txt", with: bytes, mode: 0o600)
+    #expect(FileManager.default.fileExists(atPath: container.path + "/Library/a.txt"))
+    #expect(throws: FileSystemError.self) { try directory.replaceFile("Documents/absolute/b.txt", with: bytes, mode: 0o600) }
+    #expect(throws: FileSystemError.self) {
+      try directory.replaceFile("Documents/relative/c.txt", with: bytes, mode: 0o600, resolution: .componentWalk)
+    }
+    #expect(!FileManager.default.fileExists(atPath: container.path + "/Library/b.txt"))
+    #expect(!FileManager.default.fileExists(atPath: container.path + "/Library/c.txt"))
+    // The item itself: a read of a symlink is refused, a write replaces the link (the target is untouched).
+    try FileManager.default.createSymbolicLink(atPath: documents + "/item", withDestinationPath: "../Library/a.txt")
+    #expect(throws: GroupContainerError.self) { try container.contents(of: container.documentsURL.appendingPathComponent("item")) }
+    try container.write(Data("new".utf8), to: container.documentsURL.appendingPathComponent("item"))
+    #expect(try String(contentsOfFile: container.path + "/Library/a.txt", encoding: .utf8) == "x")
+    #expect(try String(contentsOfFile: documents + "/item", encoding: .utf8) == "new")
+  }
+}

@@ -1,0 +1,36 @@
+// Helper sub-commands that attack container paths (PathSafetyTests, HostileFilesTests).
+import FileCoordination
+import Foundation
+import SystemLayer
+
+/// Runs a path-attack sub-command; never returns (the test kills the helper).
+///
+/// - `swap <root> <group> <a> <b>`: swaps the container-relative names `a` and `b` with
+///   `renameat2(RENAME_EXCHANGE)` in a tight loop; says "swapping" once started.
+/// - `pause-write <root> <group> <item>`: starts a replace of `item` and stops after creating its temp file, as a
+///   writer that dies there would; says "created <temp name>".
+func runPathAttack(_ args: [String], container: GroupContainer) throws -> Never {
+  switch args[1] {
+  case "swap":
+    let a = container.path + "/" + args[4]
+    let b = container.path + "/" + args[5]
+    FileHandle.standardOutput.write(Data("swapping\n".utf8))
+    var failures = 0
+    while true {
+      do { try FileSystem.exchange(a, b) } catch {
+        failures += 1
+        if failures == 1 { FileHandle.standardError.write(Data("\(error)\n".utf8)) }
+      }
+    }
+  case "pause-write":
+    let (parent, name) = ContainerDirectory.split(args[4])
+    let directory = try container.directory().openDirectory(parent)
+    let temp = try AtomicReplace.createTemporary(in: directory, for: name, mode: 0o600)
+    try temp.fd.writeAll(Array("half".utf8))
+    FileHandle.standardOutput.write(Data("created \(temp.name)\n".utf8))
+    while true { sleep(60) }
+  default:
+    FileHandle.standardError.write(Data("unknown path attack \(args[1])\n".utf8))
+    exit(2)
+  }
+}
