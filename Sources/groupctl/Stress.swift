@@ -5,7 +5,10 @@ import GroupContainer
 struct Stress: ParsableCommand {
   static let configuration = CommandConfiguration(
     abstract: "Run many writer processes against the container and check that nothing was lost.",
-    subcommands: [StressDefaults.self, StressDefaultsWriter.self])
+    subcommands: [
+      StressDefaults.self, StressDefaultsWriter.self, StressFiles.self, StressFilesWriter.self,
+      StressFilesPresenter.self,
+    ])
 }
 
 struct StressDefaults: ParsableCommand {
