@@ -41,7 +41,9 @@ int gc_rename_exchange(int olddirfd, const char *oldpath, int newdirfd, const ch
   return renameat2(olddirfd, oldpath, newdirfd, newpath, RENAME_EXCHANGE);
 }
 
-#define GUARD_SLOTS 256
+// Every mapping a process keeps: two per container it opened, two per defaults suite. A long-lived process (or a
+// test run) opens hundreds; the handler's scan is linear but runs only on a fault.
+#define GUARD_SLOTS 4096
 // Written only under `lock` (outside the handler); read by the handler, hence atomics.
 static _Atomic uintptr_t guard_start[GUARD_SLOTS];
 static _Atomic uintptr_t guard_end[GUARD_SLOTS];

@@ -28,6 +28,8 @@ struct CoordinatedAccess: Sendable {
   private var records: [PresenterRecord] = []
   private var sent: [Sent] = []
   private var held: [LockOrder.Request] = []
+  /// Who holds `held` (set once the locks are taken).
+  private(set) var owner: LockOwner?
 
   var urls: [URL] { items.map(\.url) }
 
@@ -147,8 +149,9 @@ struct CoordinatedAccess: Sendable {
       PresenterEvent(presenter: record.id, kind: kind, path: path?.string)
     }
     if !item.isWrite {
-      // Reading a directory reads what is inside it, so presenters inside are asked too.
-      guard relation == .same || relation == .descendant else { return [] }
+      // Apple: a read messages the item's own presenters, not those of what a directory holds (a directory read
+      // does not lock its contents either). See the CoordinationSemantics article.
+      guard relation == .same else { return [] }
       return [event(.relinquishToReader)] + (item.reading.contains(.withoutChanges) ? [] : [event(.save)])
     }
     let options = item.writing
@@ -173,6 +176,7 @@ struct CoordinatedAccess: Sendable {
         (item.path, !item.isWrite ? .read : item.writing.excludesContents ? .writeTree : .write)
       })
     held = try space.locks.acquire(plan, owner: owner, isCancelled: isCancelled)
+    self.owner = owner
     // Whether a written item is new decides "appeared" vs "changed" for directory presenters.
     if !sent.isEmpty {
       for index in items.indices where items[index].isWrite {
@@ -181,8 +185,8 @@ struct CoordinatedAccess: Sendable {
     }
   }
 
-  func unlock(owner: LockOwner) {
-    space.locks.release(held, owner: owner)
+  func unlock() {
+    if let owner { space.locks.release(held, owner: owner) }
   }
 
   private func exists(_ path: ContainerPath) -> Bool {
@@ -234,6 +238,13 @@ struct CoordinatedAccess: Sendable {
       case .ancestor where record.isDirectory: return [event(.subitemDidMove, item.path, destination)]
       default: return []
       }
+    }
+    // The destination of a move: a directory presenter that heard "moved" for the source hears nothing more; one
+    // that the item entered from elsewhere hears "appeared" below.
+    if relation == .ancestor,
+      movedTo.contains(where: { $0.value == item.path && $0.key.isDescendant(of: record.path) })
+    {
+      return []
     }
     let existsAfter = exists(item.path)
     if item.writing.contains(.forDeleting) && !existsAfter { return [] }  // they accommodated the deletion

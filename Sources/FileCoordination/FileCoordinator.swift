@@ -16,7 +16,9 @@ import SystemLayer
 /// - Readers share; a writer excludes readers and writers of the same item — across processes.
 /// - Coordinating an item inside a directory does not lock the directory; writing a directory with
 ///   `.forDeleting`, `.forMoving` or `.forReplacing` excludes every access to anything inside it.
-/// - The same coordinator instance, and coordinators made with the same presenter, never block each other.
+/// - The same coordinator instance never blocks itself. Coordinators made with one presenter exclude each other
+///   like any two coordinators, except that an access started inside another's accessor (on the same thread, or
+///   in the same task) does not wait for it — see <doc:CoordinationSemantics>.
 /// - Multi-item accesses take their locks in one global order, so they cannot deadlock each other.
 /// - Before the accessor runs, presenters of the item (in every process, except the coordinator's own
 ///   presenter) are asked to relinquish and, where the options say so, to save or accommodate a deletion.
@@ -190,7 +192,7 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
       cancelled.store(true, ordering: .relaxed)
     }
     do {
-      let result = try await accessor()
+      let result = try await Self.$nestingOwners.withValue(nesting(access)) { try await accessor() }
       end(access)
       return result
     } catch {
@@ -209,7 +211,7 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
       do {
         let access = try self.begin(intents, extraCancel: { false })
         queue.addOperation {
-          accessor(nil)
+          Self.$nestingOwners.withValue(self.nesting(access)) { accessor(nil) }
           self.end(access)
         }
       } catch {
@@ -221,7 +223,7 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
   private func perform<T>(_ intents: [FileAccessIntent], body: ([URL]) throws -> T) throws -> T {
     let access = try begin(intents, extraCancel: { false })
     do {
-      let result = try body(access.urls)
+      let result = try Self.$nestingOwners.withValue(nesting(access)) { try body(access.urls) }
       end(access)
       return result
     } catch {
@@ -230,8 +232,19 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
     }
   }
 
+  /// The owners of the accesses whose accessors are running in this thread or task, by presenter: a nested access
+  /// of a coordinator made with the same presenter borrows the outer owner instead of waiting for it (which would
+  /// deadlock). Keyed by thread/task, so it never lets two threads in at once.
+  @TaskLocal private static var nestingOwners: [ObjectIdentifier: LockOwner] = [:]
+
   private var owner: LockOwner {
-    filePresenter.map { .presenter(ObjectIdentifier($0)) } ?? .coordinator(instance)
+    filePresenter.flatMap { Self.nestingOwners[ObjectIdentifier($0)] } ?? .coordinator(instance)
+  }
+
+  /// `nestingOwners` while `access`'s accessor runs.
+  private func nesting(_ access: CoordinatedAccess) -> [ObjectIdentifier: LockOwner] {
+    guard let filePresenter, let owner = access.owner else { return Self.nestingOwners }
+    return Self.nestingOwners.merging([ObjectIdentifier(filePresenter): owner]) { _, new in new }
   }
 
   /// Steps 1–2 of an access: message presenters and wait for them, then take the locks.
@@ -262,7 +275,7 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
       defer { s.moves.removeAll() }
       return s.moves
     }
-    access.unlock(owner: owner)
+    access.unlock()
     access.finish(moves: moves)
   }
 }

@@ -1,11 +1,11 @@
 import Foundation
 import SystemLayer
 
-/// Who holds a lock inside this process. Accesses of one owner never block each other (Apple: the same
-/// coordinator instance, and coordinators made with the same presenter).
+/// Who holds a lock inside this process: a coordinator instance. Accesses of one owner never block each other
+/// (Apple: the same instance never blocks itself); a nested access by another coordinator made with the same
+/// presenter borrows the outer access's owner (FileCoordinator.swift, `nestingOwners`).
 enum LockOwner: Hashable, Sendable {
   case coordinator(UInt64)
-  case presenter(ObjectIdentifier)
 }
 
 /// The in-process table on top of flock.
