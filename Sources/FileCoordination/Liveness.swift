@@ -24,6 +24,14 @@ extension CoordinationSpace {
       return true
     }
     defer { fd.close() }
+    // A FIFO or anything else planted under a process's name is no process: drop it (a live process's lock file
+    // is always a regular file it created itself).
+    guard (try? fd.status())?.kind == .regular else {
+      CoordinationSpace.logger.error("removing '\(path)': not a regular file, so no process's liveness lock")
+      try? FileSystem.removeFile(path)
+      reap(process)
+      return false
+    }
     guard (try? fd.lock(.exclusive, nonBlocking: true)) == true else { return true }
     reap(process)
     fd.unlock()
