@@ -174,7 +174,14 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
         return fd
       } catch {
         guard error.errno == .fileExists else { throw error }
-        return try SystemFD.open(path, .readWrite)
+        let fd = try SystemFD.open(path, .readWrite)
+        // A planted FIFO or device is not ours to lock, nor to delete (another process may hold it already).
+        guard (try? fd.status())?.kind == .regular else {
+          fd.close()
+          throw FileSystemError(
+            "open lock file of '\(key.path)' (it is not a regular file: remove it)", path, .invalidArgument)
+        }
+        return fd
       }
     }
   }
