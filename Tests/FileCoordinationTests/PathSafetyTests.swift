@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import SystemLayer
 import TestSupport
 import Testing
@@ -95,5 +96,57 @@ import Testing
     try container.write(Data("new".utf8), to: container.documentsURL.appendingPathComponent("item"))
     #expect(try String(contentsOfFile: container.path + "/Library/a.txt", encoding: .utf8) == "x")
     #expect(try String(contentsOfFile: documents + "/item", encoding: .utf8) == "new")
+  }
+}
+
+/// Names are bytes: the NFC and NFD spellings of `café` are two files, two locks, two items.
+///
+/// Mutants this suite catches:
+/// - `ContainerPath` equality and hashing by `String` (canonical equivalence): after writing the NFC spelling, the
+///   NFD write reuses its lock file and runs while another process holds the NFD item
+///   (`canonicallyEquivalentNamesAreDifferentItems`), and the unit test sees them equal.
+@Suite struct NameBytesTests {
+  static let nfd = "Documents/cafe\u{301}"
+  static let nfc = "Documents/caf\u{E9}"
+
+  @Test func containerPathsCompareBytes() throws {
+    let a = try ContainerPath(Self.nfd), b = try ContainerPath(Self.nfc)
+    #expect(a != b)
+    #expect(Set([a, b]).count == 2)
+    #expect((a < b) != (b < a))
+    #expect(!(try ContainerPath(Self.nfd + "/x")).isDescendant(of: b))
+    #expect(LockOrder.Key(path: a, kind: .item).fileName != LockOrder.Key(path: b, kind: .item).fileName)
+  }
+
+  @Test(.timeLimit(.minutes(1))) func canonicallyEquivalentNamesAreDifferentItems() throws {
+    let root = try TestRoot()
+    let container = try root.container(PathSafetyTests.group)
+    let holder = try Child(["hold", root.path, PathSafetyTests.group, "write", Self.nfd])
+    defer { holder.kill() }
+    holder.waitForLine { $0 == "locked" }
+    let nfc = container.url.appendingPathComponent(Self.nfc)
+    let nfd = container.url.appendingPathComponent(Self.nfd)
+    // Not excluded by the other spelling: this returns while the holder keeps the NFD item.
+    try FileCoordinator().coordinate(writingItemAt: nfc) { try container.write(Data("nfc".utf8), to: $0) }
+    let entered = Mutex<UInt64?>(nil)
+    let done = Mutex(false)
+    let writer = Thread {
+      try? FileCoordinator().coordinate(writingItemAt: nfd) { url in
+        entered.withLock { $0 = monotonicNow() }
+        try? container.write(Data("nfd".utf8), to: url)
+      }
+      done.withLock { $0 = true }
+    }
+    writer.start()
+    Thread.sleep(forTimeInterval: 0.5)
+    #expect(entered.withLock { $0 } == nil, "the NFD write ran while another process held the NFD item")
+    let killed = monotonicNow()
+    holder.kill()
+    let deadline = Date().addingTimeInterval(20)
+    while !done.withLock({ $0 }) && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+    let at = try #require(entered.withLock { $0 }, "the NFD write never ran after the holder died")
+    #expect(at > killed)
+    let names = try FileManager.default.contentsOfDirectory(atPath: container.documentsURL.path)
+    #expect(Set(names.map { Array($0.utf8) }) == [Array("caf\u{E9}".utf8), Array("cafe\u{301}".utf8)])
   }
 }
