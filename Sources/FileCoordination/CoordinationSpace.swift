@@ -187,5 +187,6 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     try FileSystem.makeDirectory(directory + "/handlers", mode: directoryMode)
     try messenger.start()
     reapDeadProcesses()
+    sweepAbandonedTemporaries()
   }
 }

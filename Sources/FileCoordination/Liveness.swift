@@ -78,4 +78,25 @@ extension CoordinationSpace {
       if let process = ProcessName(name), process != me, !isAlive(process) { reap(process) }
     }
   }
+
+  /// How many entries a sweep looks at, at most: opening a container with millions of files stays cheap (the
+  /// walk is depth-first from the root, so deep leftovers in a huge container may wait for a smaller one).
+  static let sweepBudget = 20_000
+
+  /// Removes temp files of atomic replaces whose writer died before its rename. Temp names carry the writer's
+  /// `<pid>.<start>`, judged by the liveness rule. `processes/` is skipped: a process publishes its liveness lock
+  /// there by renaming a temp file, and until then it has no lock to prove it alive.
+  func sweepAbandonedTemporaries() {
+    var verdicts: [Substring: Bool] = [:]
+    let removed = root.sweepTemporaries(
+      skipping: [ContainerPath.privateDirectory + "/processes"], budget: Self.sweepBudget
+    ) { writer in
+      if let known = verdicts[writer] { return known }
+      guard let process = ProcessName(writer), process != me else { return false }
+      let dead = !isAlive(process)
+      verdicts[writer] = dead
+      return dead
+    }
+    if removed > 0 { CoordinationSpace.logger.info("removed \(removed) temp files left by dead writers") }
+  }
 }

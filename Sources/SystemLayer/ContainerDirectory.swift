@@ -150,3 +150,55 @@ package final class ContainerDirectory: Sendable {
     return current
   }
 }
+
+extension SystemFD {
+  /// The entries of this directory, without `.` and `..`, and whether each is a directory (from `d_type`; an
+  /// unknown type counts as not a directory, so a walk never descends blindly). The corresponding C functions
+  /// are `fdopendir`/`readdir` (on a duplicate: `closedir` closes the descriptor it is given).
+  package func entries() throws(FileSystemError) -> [(name: String, isDirectory: Bool)] {
+    let copy = try valueOrErrno { fcntl(rawValue, F_DUPFD_CLOEXEC, 0) }.get("fcntl(F_DUPFD_CLOEXEC)", path)
+    guard let dir = fdopendir(copy) else {
+      let e = Errno(rawValue: Glibc.errno)
+      _ = Glibc.close(copy)
+      throw FileSystemError("fdopendir", path, e)
+    }
+    defer { closedir(dir) }
+    rewinddir(dir)  // the duplicate shares the offset of an earlier listing
+    var result: [(String, Bool)] = []
+    while let entry = readdir(dir) {
+      let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+        String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+      }
+      if name != "." && name != ".." { result.append((name, entry.pointee.d_type == UInt8(DT_DIR))) }
+    }
+    return result
+  }
+}
+
+extension ContainerDirectory {
+  /// Removes the temp files (`AtomicReplace.temporaryPrefix`) beneath the container whose writer
+  /// (`AtomicReplace.writer(ofTemporary:)`) `isAbandoned` says is dead. Never follows a symlink, skips the
+  /// directories in `skipping` (relative paths), and looks at no more than `budget` entries so that opening a
+  /// huge container stays cheap. Returns how many it removed.
+  package func sweepTemporaries(
+    skipping: Set<String>, budget: Int, isAbandoned: (Substring) -> Bool
+  ) -> Int {
+    var removed = 0
+    var visited = 0
+    var pending = [""]
+    while let relative = pending.popLast(), visited < budget {
+      guard let directory = try? openDirectory(relative, resolution: .componentWalk) else { continue }
+      defer { directory.close() }
+      for (name, isDirectory) in (try? directory.entries()) ?? [] {
+        visited += 1
+        let child = relative.isEmpty ? name : relative + "/" + name
+        if isDirectory {
+          if !skipping.contains(child) { pending.append(child) }
+        } else if let writer = AtomicReplace.writer(ofTemporary: name), isAbandoned(writer) {
+          if (try? directory.removeFile(name)) != nil { removed += 1 }
+        }
+      }
+    }
+    return removed
+  }
+}

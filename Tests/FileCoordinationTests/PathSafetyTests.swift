@@ -150,3 +150,46 @@ import Testing
     #expect(Set(names.map { Array($0.utf8) }) == [Array("caf\u{E9}".utf8), Array("cafe\u{301}".utf8)])
   }
 }
+
+/// Temp files of the atomic replace: names stay under NAME_MAX, and those of dead writers are swept.
+///
+/// Mutants this suite catches:
+/// - the temp name repeating the target's first 64 Characters instead of 64 bytes: ENAMETOOLONG
+///   (`aLongNameOfEmojiWrites`).
+/// - no sweep at container open (`tempFilesOfAKilledWriterAreSwept`).
+/// - a sweep that ignores liveness: the live writer's temp file goes too (same test).
+@Suite struct TemporaryFileTests {
+  @Test func aLongNameOfEmojiWrites() throws {
+    let root = try TestRoot()
+    let container = try root.container(PathSafetyTests.group)
+    let name = String(repeating: "😀", count: 63) + "abc"
+    #expect(name.utf8.count == 255)
+    let url = container.documentsURL.appendingPathComponent(name)
+    try container.write(Data("long".utf8), to: url)
+    #expect(try container.contents(of: url) == Data("long".utf8))
+    try container.write(Data("durable".utf8), to: url, durable: true)
+    #expect(try container.contents(of: url) == Data("durable".utf8))
+  }
+
+  @Test(.timeLimit(.minutes(1))) func tempFilesOfAKilledWriterAreSwept() throws {
+    let root = try TestRoot()
+    let container = try root.container(PathSafetyTests.group)
+    let group = PathSafetyTests.group
+    try FileManager.default.createDirectory(
+      atPath: container.path + "/Documents/deep/er", withIntermediateDirectories: true)
+    let killed = try Child(["pause-write", root.path, group, "Documents/deep/er/k.txt"])
+    let alive = try Child(["pause-write", root.path, group, "Documents/l.txt"])
+    defer { alive.kill() }
+    let killedTemp = try #require(killed.waitForLine { $0.hasPrefix("created ") }).dropFirst(8)
+    let aliveTemp = try #require(alive.waitForLine { $0.hasPrefix("created ") }).dropFirst(8)
+    let killedPath = container.path + "/Documents/deep/er/" + killedTemp
+    let alivePath = container.path + "/Documents/" + aliveTemp
+    #expect(FileManager.default.fileExists(atPath: killedPath))
+    killed.kill()
+    // The next process to open the container sweeps what the dead writer left, and only that.
+    let next = try Child(["access", root.path, group, "read", "Documents/x", "1", "0", root.path + "/log"])
+    #expect(next.waitForExit(timeout: 30) == 0)
+    #expect(!FileManager.default.fileExists(atPath: killedPath), "the dead writer's temp file was not swept")
+    #expect(FileManager.default.fileExists(atPath: alivePath), "a live writer's temp file was swept")
+  }
+}
