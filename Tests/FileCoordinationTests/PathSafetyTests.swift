@@ -193,3 +193,35 @@ import Testing
     #expect(FileManager.default.fileExists(atPath: alivePath), "a live writer's temp file was swept")
   }
 }
+
+/// One container is one coordination space in a process, whatever path it is reached by.
+///
+/// Mutants this suite catches:
+/// - spaces keyed by the container's path instead of its device and inode: two spaces, and presenters registered
+///   through each path get colliding ids (`oneContainerUnderTwoPathsIsOneSpace`).
+@Suite struct ContainerIdentityTests {
+  @Test(.timeLimit(.minutes(1))) func oneContainerUnderTwoPathsIsOneSpace() throws {
+    let root = try TestRoot()
+    let real = root.path + "/real"
+    let alias = root.path + "/alias"
+    try FileManager.default.createDirectory(atPath: real, withIntermediateDirectories: true)
+    try FileManager.default.createSymbolicLink(atPath: alias, withDestinationPath: real)
+    let group = PathSafetyTests.group
+    let viaReal = try GroupContainer(identifier: group, root: URL(fileURLWithPath: real))
+    let viaAlias = try GroupContainer(identifier: group, root: URL(fileURLWithPath: alias))
+    #expect(try viaReal.coordinationSpace() === viaAlias.coordinationSpace())
+    // A presenter through each path: distinct ids, and both hear another process's coordinated write.
+    let first = RecordingPresenter(url: viaReal.documentsURL.appendingPathComponent("n.txt"))
+    let second = RecordingPresenter(url: viaAlias.documentsURL.appendingPathComponent("n.txt"))
+    try FileCoordinator.addFilePresenter(first)
+    defer { FileCoordinator.removeFilePresenter(first) }
+    try FileCoordinator.addFilePresenter(second)
+    defer { FileCoordinator.removeFilePresenter(second) }
+    let records = try viaReal.status().presenters
+    #expect(records.count == 2 && Set(records.map(\.id)).count == 2, "\(records)")
+    let writer = try Child(["access", real, group, "write", "Documents/n.txt", "1", "0", root.path + "/log"])
+    #expect(writer.waitForExit(timeout: 30) == 0)
+    #expect(first.waitFor(["relinquishToWriter coordinated"]), "\(first.events)")
+    #expect(second.waitFor(["relinquishToWriter coordinated"]), "\(second.events)")
+  }
+}
