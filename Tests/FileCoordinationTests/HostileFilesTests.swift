@@ -111,3 +111,36 @@ import Testing
     }
   }
 }
+
+/// A URL scheme registration runs a program as the opener: only the opener's own (or root's) are followed.
+///
+/// Mutants this suite catches:
+/// - `URLHandlers.registration(for:)` without the owner check: the program of another user's registration runs
+///   (`anotherUsersRegistrationIsNotFollowed`).
+@Suite struct SchemeOwnerTests {
+  @Test(.timeLimit(.minutes(1)), .enabled(if: geteuid() == 0, "needs root to give a file to another user"))
+  func anotherUsersRegistrationIsNotFollowed() async throws {
+    let root = try TestRoot()
+    let container = try root.container(HostileFilesTests.group)
+    let marker = root.path + "/ran"
+    try container.registerURLScheme("gcowner", launching: URL(fileURLWithPath: "/usr/bin/touch"), arguments: [marker])
+    let registration = container.path + "/.coordination/schemes/gcowner"
+    #expect(chown(registration, 65534, 65534) == 0)
+    do {
+      _ = try await container.open(URL(string: "gcowner://x")!, timeout: .seconds(5))
+      Issue.record("open followed another user's registration")
+    } catch let error as OpenURLError {
+      guard case .untrustedRegistration(let scheme, _, let owner) = error else {
+        Issue.record("unexpected error \(error)")
+        return
+      }
+      #expect(scheme == "gcowner" && owner == 65534)
+      #expect(error.description.contains("uid 65534"))
+    }
+    #expect(!FileManager.default.fileExists(atPath: marker), "the untrusted program ran")
+    // Control: once the file is ours again, the registration is followed (touch runs, then installs no handler).
+    #expect(chown(registration, geteuid(), getegid()) == 0)
+    await #expect(throws: OpenURLError.self) { _ = try await container.open(URL(string: "gcowner://x")!, timeout: .seconds(5)) }
+    #expect(FileManager.default.fileExists(atPath: marker))
+  }
+}
