@@ -111,7 +111,9 @@ final class URLHandlers: @unchecked Sendable {  // `handler` is a Mutex; the res
   init(space: CoordinationSpace) { self.space = space }
 
   private func relative(_ absolute: String) throws(FileSystemError) -> String {
-    guard let relative = space.root.relative(absolute) else { throw FileSystemError("resolve", absolute, .improperLink) }
+    guard let relative = space.root.relative(absolute) else {
+      throw FileSystemError("resolve", absolute, .improperLink)
+    }
     return relative
   }
 

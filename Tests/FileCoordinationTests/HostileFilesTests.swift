@@ -18,8 +18,7 @@ import Testing
   static let group = "group.com.example.hostile"
 
   /// Runs a product with stdin closed; fails the test (and kills it) if it runs longer than `timeout` seconds.
-  func run(_ executable: String, _ arguments: [String], timeout: Double = 20) throws -> (status: Int32?, err: String)
-  {
+  func run(_ executable: String, _ arguments: [String], timeout: Double = 20) throws -> (status: Int32?, err: String) {
     let process = Process()
     process.executableURL = productsDirectory.appendingPathComponent(executable)
     process.arguments = arguments
@@ -87,7 +86,9 @@ import Testing
       try FileCoordinator().coordinate(writingItemAt: url) { try container.write(Data("\(round)".utf8), to: $0) }
     }
     // Its watcher thread is not stuck: every coordinated write reached it.
-    presenter.waitForLine(timeout: 20) { _ in presenter.output.filter { $0.hasPrefix("didChange coordinated") }.count == 3 }
+    presenter.waitForLine(timeout: 20) { _ in
+      presenter.output.filter { $0.hasPrefix("didChange coordinated") }.count == 3
+    }
     #expect(presenter.output.filter { $0.hasPrefix("relinquishToWriter") }.count == 3)
     #expect(!FileManager.default.fileExists(atPath: "\(inboxes)/\(inbox)/1.1.1.prepare"))
   }
@@ -140,7 +141,9 @@ import Testing
     #expect(!FileManager.default.fileExists(atPath: marker), "the untrusted program ran")
     // Control: once the file is ours again, the registration is followed (touch runs, then installs no handler).
     #expect(chown(registration, geteuid(), getegid()) == 0)
-    await #expect(throws: OpenURLError.self) { _ = try await container.open(URL(string: "gcowner://x")!, timeout: .seconds(5)) }
+    await #expect(throws: OpenURLError.self) {
+      _ = try await container.open(URL(string: "gcowner://x")!, timeout: .seconds(5))
+    }
     #expect(FileManager.default.fileExists(atPath: marker))
   }
 }

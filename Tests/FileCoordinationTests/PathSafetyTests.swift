@@ -27,7 +27,8 @@ import Testing
     let outside = root.path + "/outside"
     // Writes go to `sub/f…` and `sub/d/f…`: the swapped name is the last directory on the way and one before it.
     try FileManager.default.createDirectory(atPath: outside + "/d", withIntermediateDirectories: true)
-    try FileManager.default.createDirectory(atPath: container.path + "/Documents/sub/d", withIntermediateDirectories: true)
+    try FileManager.default.createDirectory(
+      atPath: container.path + "/Documents/sub/d", withIntermediateDirectories: true)
     try FileManager.default.createSymbolicLink(atPath: container.path + "/Documents/link", withDestinationPath: outside)
     let swapper = try Child(["swap", root.path, Self.group, "Documents/sub", "Documents/link"])
     defer { swapper.kill() }
@@ -47,11 +48,15 @@ import Testing
         }
         landed += 1
       } catch let error as GroupContainerError {
-        if case .pathEscapesContainer = error { refused["escapes", default: 0] += 1 } else {
+        if case .pathEscapesContainer = error {
+          refused["escapes", default: 0] += 1
+        } else {
           refused["\(error)", default: 0] += 1
         }
       } catch let error as FileSystemError {
-        refused[error.errno == .tooManySymbolicLinkLevels || error.errno == .notDirectory ? "link" : "\(error)", default: 0] += 1
+        refused[
+          error.errno == .tooManySymbolicLinkLevels || error.errno == .notDirectory ? "link" : "\(error)", default: 0] +=
+          1
       }
     }
     swapper.kill()
@@ -64,7 +69,8 @@ import Testing
     #expect(Set(refused.keys).isSubset(of: clear), "unclear failures: \(refused)")
     #expect(landed > 0 && landed + refused.values.reduce(0, +) == Self.writes)
     // What landed is inside, in the real directory (under whichever name it has now), and no temp file is left.
-    let real = (try? FileManager.default.destinationOfSymbolicLink(atPath: container.path + "/Documents/sub")) == nil
+    let real =
+      (try? FileManager.default.destinationOfSymbolicLink(atPath: container.path + "/Documents/sub")) == nil
       ? "sub" : "link"
     let inside = try FileManager.default.contentsOfDirectory(atPath: container.path + "/Documents/" + real)
     #expect(!inside.isEmpty && inside.allSatisfy { $0.hasPrefix("f") || $0 == "d" }, "\(inside)")
@@ -79,12 +85,15 @@ import Testing
     let container = try root.container(Self.group)
     let documents = container.path + "/Documents"
     try FileManager.default.createSymbolicLink(atPath: documents + "/relative", withDestinationPath: "../Library")
-    try FileManager.default.createSymbolicLink(atPath: documents + "/absolute", withDestinationPath: container.path + "/Library")
+    try FileManager.default.createSymbolicLink(
+      atPath: documents + "/absolute", withDestinationPath: container.path + "/Library")
     let directory = try container.directory()
     let bytes = Array("x".utf8)
     try directory.replaceFile("Documents/relative/a.txt", with: bytes, mode: 0o600)
     #expect(FileManager.default.fileExists(atPath: container.path + "/Library/a.txt"))
-    #expect(throws: FileSystemError.self) { try directory.replaceFile("Documents/absolute/b.txt", with: bytes, mode: 0o600) }
+    #expect(throws: FileSystemError.self) {
+      try directory.replaceFile("Documents/absolute/b.txt", with: bytes, mode: 0o600)
+    }
     #expect(throws: FileSystemError.self) {
       try directory.replaceFile("Documents/relative/c.txt", with: bytes, mode: 0o600, resolution: .componentWalk)
     }
@@ -92,7 +101,9 @@ import Testing
     #expect(!FileManager.default.fileExists(atPath: container.path + "/Library/c.txt"))
     // The item itself: a read of a symlink is refused, a write replaces the link (the target is untouched).
     try FileManager.default.createSymbolicLink(atPath: documents + "/item", withDestinationPath: "../Library/a.txt")
-    #expect(throws: GroupContainerError.self) { try container.contents(of: container.documentsURL.appendingPathComponent("item")) }
+    #expect(throws: GroupContainerError.self) {
+      try container.contents(of: container.documentsURL.appendingPathComponent("item"))
+    }
     try container.write(Data("new".utf8), to: container.documentsURL.appendingPathComponent("item"))
     #expect(try String(contentsOfFile: container.path + "/Library/a.txt", encoding: .utf8) == "x")
     #expect(try String(contentsOfFile: documents + "/item", encoding: .utf8) == "new")
