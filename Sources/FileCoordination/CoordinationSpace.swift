@@ -177,7 +177,8 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
       try FileSystem.makeDirectory(dir, mode: directoryMode)
     }
     counters = try MappedCounters(path: directory + "/counters", mode: fileMode)
-    locks = LockTable(directory: directory + "/locks", fileMode: fileMode)
+    locks = LockTable(
+      directory: try root.openDirectory(ContainerPath.privateDirectory + "/locks"), fileMode: fileMode)
     registry = PresenterRegistry(
       directory: directory + "/presenters", root: root, counters: counters, fileMode: fileMode)
     // Publish the liveness lock only once it is held: a half-made file must never look like a dead process.

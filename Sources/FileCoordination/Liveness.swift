@@ -28,7 +28,7 @@ extension CoordinationSpace {
     // is always a regular file it created itself).
     guard (try? fd.status())?.kind == .regular else {
       CoordinationSpace.logger.error("removing '\(path)': not a regular file, so no process's liveness lock")
-      try? FileSystem.removeFile(path)
+      try? root.removeFile(privatePath(path))
       reap(process)
       return false
     }
@@ -57,10 +57,13 @@ extension CoordinationSpace {
   func reap(_ process: ProcessName) {
     registry.removeAll(of: process)
     urlHandlers.removeAll(of: process)
-    try? FileSystem.removeTree(inbox(of: process))
-    try? FileSystem.removeFile(processLockPath(process))
+    try? root.removeTree(privatePath(inbox(of: process)))
+    try? root.removeFile(privatePath(processLockPath(process)))
     CoordinationSpace.logger.debug("reaped dead process \(process)")
   }
+
+  /// A path under `.coordination/` relative to the container (removals go through the container's descriptor).
+  func privatePath(_ absolute: String) -> String { root.relative(absolute) ?? absolute }
 
   /// Every process registered in this container, reaping the dead.
   func liveProcesses() -> [ProcessName] {

@@ -177,12 +177,14 @@ final class URLHandlers: @unchecked Sendable {  // `handler` is a Mutex; the res
         return old?.schemes
       })
     else { return }
-    for scheme in schemes { try? FileSystem.removeFile(handlersDirectory + "/\(scheme).\(space.me)") }
+    for scheme in schemes {
+      try? space.root.removeFile(space.privatePath(handlersDirectory + "/\(scheme).\(space.me)"))
+    }
   }
 
   func removeAll(of process: ProcessName) {
     for name in (try? FileSystem.listDirectory(handlersDirectory)) ?? [] where name.hasSuffix(".\(process)") {
-      try? FileSystem.removeFile(handlersDirectory + "/" + name)
+      try? space.root.removeFile(space.privatePath(handlersDirectory + "/" + name))
     }
   }
 

@@ -86,6 +86,39 @@ package final class ContainerDirectory: Sendable {
     try AtomicReplace.write(bytes, in: directory, name: name, mode: mode, durability: durability)
   }
 
+  /// Removes the file `relative` (not following a symlink there); a missing file is not an error.
+  package func removeFile(_ relative: String) throws(FileSystemError) {
+    let (parent, name) = Self.split(relative)
+    let directory = try openDirectory(parent)
+    defer { directory.close() }
+    try directory.removeFile(name)
+  }
+
+  /// Removes `relative` and, if it is a directory, everything in it — each entry through its directory's
+  /// descriptor, never following a symlink (a planted link is removed, never its target). Missing is not an error.
+  package func removeTree(_ relative: String) throws(FileSystemError) {
+    let (parent, name) = Self.split(relative)
+    let directory: SystemFD
+    do { directory = try openDirectory(parent) } catch {
+      if error.errno == .noSuchFileOrDirectory { return }
+      throw error
+    }
+    defer { directory.close() }
+    try Self.removeEntry(name, in: directory)
+  }
+
+  private static func removeEntry(_ name: String, in directory: SystemFD) throws(FileSystemError) {
+    do { return try directory.removeFile(name) } catch {
+      guard error.errno == .isDirectory else { throw error }
+    }
+    let inner = try directory.open(name, [.readOnly, .directory])
+    do {
+      defer { inner.close() }
+      for (child, _) in try inner.entries() { try removeEntry(child, in: inner) }
+    }
+    try directory.removeDirectory(name)
+  }
+
   /// `replaceFile` for an absolute path inside the container (for callers that keep paths of `.coordination`).
   package func replaceFile(
     atPath absolute: String, with bytes: some Collection<UInt8>, mode: mode_t,

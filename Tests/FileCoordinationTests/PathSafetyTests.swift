@@ -236,3 +236,28 @@ import Testing
     #expect(second.waitFor(["relinquishToWriter coordinated"]), "\(second.events)")
   }
 }
+
+/// Reaping a dead process removes its leftovers through the container's descriptor and never follows a link.
+///
+/// Mutants this suite catches:
+/// - `ContainerDirectory.removeTree` following a symlink to a directory: the outside file goes
+///   (`reapingNeverFollowsLinks`).
+@Suite struct ReapTests {
+  @Test(.timeLimit(.minutes(1))) func reapingNeverFollowsLinks() throws {
+    let root = try TestRoot()
+    let container = try root.container(PathSafetyTests.group)
+    let outside = root.path + "/outside"
+    try FileManager.default.createDirectory(atPath: outside + "/d", withIntermediateDirectories: true)
+    try Data("keep".utf8).write(to: URL(fileURLWithPath: outside + "/d/keep.txt"))
+    let inbox = container.path + "/.coordination/inbox/77777.1"
+    try FileManager.default.createDirectory(atPath: inbox + "/sub", withIntermediateDirectories: true)
+    try FileManager.default.createSymbolicLink(atPath: inbox + "/link", withDestinationPath: outside)
+    try FileManager.default.createSymbolicLink(atPath: inbox + "/sub/d", withDestinationPath: outside + "/d")
+    let next = try Child([
+      "access", root.path, PathSafetyTests.group, "read", "Documents/x", "1", "0", root.path + "/log",
+    ])
+    #expect(next.waitForExit(timeout: 30) == 0)
+    #expect(!FileManager.default.fileExists(atPath: inbox), "the dead process's inbox was not reaped")
+    #expect(FileManager.default.fileExists(atPath: outside + "/d/keep.txt"))
+  }
+}
