@@ -155,6 +155,8 @@ package final class ContainerDirectory: Sendable {
         return SystemFD(rawValue: opened, path: full)
       case .failure(let e) where e == .noFunction:
         Self.noOpenat2.store(true, ordering: .relaxed)
+      case .failure(let e) where e == .notPermitted:
+        break  // old seccomp profiles refuse unknown system calls with EPERM: the walk gives the real answer
       case .failure(let e):
         throw FileSystemError("openat2", full, e)
       }
