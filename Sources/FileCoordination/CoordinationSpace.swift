@@ -170,11 +170,9 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     self.directory = containerPath + "/.coordination"
     self.fileMode = fileMode
     self.directoryMode = directoryMode
-    for dir in [
-      directory, directory + "/locks", directory + "/processes", directory + "/presenters",
-      directory + "/inbox",
-    ] {
-      try FileSystem.makeDirectory(dir, mode: directoryMode)
+    let privateDirectory = ContainerPath.privateDirectory
+    for dir in ["", "/locks", "/processes", "/presenters", "/inbox"] {
+      try root.makeDirectory(privateDirectory + dir, mode: directoryMode)
     }
     counters = try MappedCounters(path: directory + "/counters", mode: fileMode)
     locks = LockTable(
@@ -195,15 +193,15 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     }
     processLock = temp.fd
     // The inbox comes after the lock: a reaper that finds an inbox always finds its owner's lock file.
-    try FileSystem.makeDirectory(inboxDirectory + "/\(me)", mode: directoryMode)
+    try root.makeDirectory(ContainerPath.privateDirectory + "/inbox/\(me)", mode: directoryMode)
   }
 
   private func start() throws(FileSystemError) {
     messenger = try Messenger(space: self)
     host = PresenterHost(space: self)
     urlHandlers = URLHandlers(space: self)
-    try FileSystem.makeDirectory(directory + "/schemes", mode: directoryMode)
-    try FileSystem.makeDirectory(directory + "/handlers", mode: directoryMode)
+    try root.makeDirectory(ContainerPath.privateDirectory + "/schemes", mode: directoryMode)
+    try root.makeDirectory(ContainerPath.privateDirectory + "/handlers", mode: directoryMode)
     try messenger.start()
     reapDeadProcesses()
     sweepAbandonedTemporaries()

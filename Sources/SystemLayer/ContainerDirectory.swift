@@ -86,6 +86,27 @@ package final class ContainerDirectory: Sendable {
     try AtomicReplace.write(bytes, in: directory, name: name, mode: mode, durability: durability)
   }
 
+  /// Creates the directory `relative` with exactly `mode` (umask would filter it); an existing directory is fine,
+  /// anything else there (a symlink included) is an error. The corresponding C function is `mkdirat`.
+  package func makeDirectory(_ relative: String, mode: mode_t) throws(FileSystemError) {
+    let (parent, name) = Self.split(relative)
+    let directory = try openDirectory(parent)
+    defer { directory.close() }
+    let created: Bool
+    switch valueOrErrno({ Glibc.mkdirat(directory.rawValue, name, mode) }) {
+    case .success: created = true
+    case .failure(let e) where e == .fileExists: created = false
+    case .failure(let e): throw FileSystemError("mkdirat", directory.path + "/" + name, e)
+    }
+    let made: SystemFD
+    do { made = try directory.open(name, [.readOnly, .directory]) } catch {
+      // ELOOP (a symlink) or ENOTDIR (a file): not a directory we may use.
+      throw FileSystemError("mkdirat", directory.path + "/" + name, .notDirectory)
+    }
+    defer { made.close() }
+    if created { try made.setPermissions(mode) }
+  }
+
   /// Removes the file `relative` (not following a symlink there); a missing file is not an error.
   package func removeFile(_ relative: String) throws(FileSystemError) {
     let (parent, name) = Self.split(relative)
