@@ -41,8 +41,8 @@ int gc_rename_exchange(int olddirfd, const char *oldpath, int newdirfd, const ch
   return renameat2(olddirfd, oldpath, newdirfd, newpath, RENAME_EXCHANGE);
 }
 
-// Every mapping a process keeps: two per container it opened, two per defaults suite. A long-lived process (or a
-// test run) opens hundreds; the handler's scan is linear but runs only on a fault.
+// One slot per live shared mapping (two per container a process opened, plus one or two per defaults suite);
+// the handler scans them all, which is cheap next to a page fault.
 #define GUARD_SLOTS 4096
 // Written only under `lock` (outside the handler); read by the handler, hence atomics.
 static _Atomic uintptr_t guard_start[GUARD_SLOTS];

@@ -69,7 +69,24 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
 
   /// True when `self` lies strictly inside `other`.
   public func isDescendant(of other: ContainerPath) -> Bool {
-    components.count > other.components.count && Array(components.prefix(other.components.count)) == other.components
+    components.count > other.components.count
+      && zip(components, other.components).allSatisfy { $0.utf8.elementsEqual($1.utf8) }
+  }
+
+  // Equality, hashing and order compare BYTES. Linux names are bytes: `café` spelt NFC and NFD are two files, two
+  // locks and two presented items, while Swift's `String ==` calls them equal (canonical equivalence).
+
+  public static func == (lhs: ContainerPath, rhs: ContainerPath) -> Bool {
+    lhs.components.count == rhs.components.count
+      && zip(lhs.components, rhs.components).allSatisfy { $0.utf8.elementsEqual($1.utf8) }
+  }
+
+  public func hash(into hasher: inout Hasher) {
+    hasher.combine(components.count)
+    for component in components {
+      hasher.combine(component.utf8.count)
+      for byte in component.utf8 { hasher.combine(byte) }
+    }
   }
 
   /// `self` with the prefix `old` replaced by `new` (for moves of an ancestor).
@@ -77,10 +94,13 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
     ContainerPath(unchecked: new.components + components.dropFirst(old.components.count))
   }
 
-  /// The lock order: by depth, then by path. Taking locks in this order cannot deadlock.
+  /// The lock order: by depth, then by path (bytes). Taking locks in this order cannot deadlock.
   public static func < (lhs: ContainerPath, rhs: ContainerPath) -> Bool {
     if lhs.depth != rhs.depth { return lhs.depth < rhs.depth }
-    return lhs.components.lexicographicallyPrecedes(rhs.components)
+    for (l, r) in zip(lhs.components, rhs.components) where !l.utf8.elementsEqual(r.utf8) {
+      return l.utf8.lexicographicallyPrecedes(r.utf8)
+    }
+    return false
   }
 }
 

@@ -47,10 +47,8 @@ extension GroupContainer {
     let lockDirectory = space.directory + "/locks"
     var byInode: [UInt64: (kind: String, item: String)] = [:]
     for name in (try? FileSystem.listDirectory(lockDirectory)) ?? [] {
-      let file = lockDirectory + "/" + name
-      guard let st = try? FileSystem.status(file), st.kind == .regular,
-        let bytes = try? FileSystem.readFile(file, limit: 8192)
-      else { continue }
+      let file = ContainerPath.privateDirectory + "/locks/" + name
+      guard let (bytes, st) = try? space.root.readFile(file, limit: 8192) else { continue }
       let text = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .newlines)
       let kind = String(text.prefix(while: { $0 != " " }))
       byInode[st.inode] = (kind, String(text.dropFirst(kind.count + 1)))

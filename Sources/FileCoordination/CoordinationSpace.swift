@@ -57,10 +57,16 @@ struct ProcessName: Hashable, Sendable, Codable, CustomStringConvertible {
 /// ```
 final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts guard their own state
   static let logger = Logger(label: "GroupContainer.FileCoordination")
-  private static let spaces = Mutex<[String: CoordinationSpace]>([:])
+  /// The spaces of this process: one per container directory (device and inode), found by every path it was
+  /// opened under — a symlinked root and the real path must not make two spaces whose presenter ids collide.
+  private struct Spaces {
+    var byIdentity: [String: CoordinationSpace] = [:]
+    var byPath: [String: CoordinationSpace] = [:]
+  }
+  private static let spaces = Mutex(Spaces())
 
   /// Every space this process opened.
-  static var all: [CoordinationSpace] { spaces.withLock { Array($0.values) } }
+  static var all: [CoordinationSpace] { spaces.withLock { Array($0.byIdentity.values) } }
 
   let containerPath: String
   /// The container directory, open for the process's life: every container file is reached beneath it.
@@ -88,17 +94,28 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
   static func open(
     containerPath: String, fileMode: mode_t, directoryMode: mode_t
   ) throws(GroupContainerError) -> CoordinationSpace {
-    if let space = spaces.withLock({ $0[containerPath] }) { return space }
+    if let space = spaces.withLock({ $0.byPath[containerPath] }) { return space }
     // Start inotify before this process opens many descriptors (FD_SETSIZE trap).
     try GroupContainerError.wrap { () throws(FileSystemError) in try Watcher.shared.start() }
+    let root = try GroupContainerError.wrap { () throws(FileSystemError) in
+      try ContainerDirectory(path: containerPath)
+    }
+    let identity = "\(root.device):\(root.inode)"
+    if let known = spaces.withLock({ spaces -> CoordinationSpace? in
+      guard let known = spaces.byIdentity[identity] else { return nil }
+      spaces.byPath[containerPath] = known
+      return known
+    }) {
+      return known
+    }
     let space = try GroupContainerError.wrap { () throws(FileSystemError) in
-      try CoordinationSpace(
-        root: try ContainerDirectory(path: containerPath), fileMode: fileMode, directoryMode: directoryMode)
+      try CoordinationSpace(root: root, fileMode: fileMode, directoryMode: directoryMode)
     }
     let winner = spaces.withLock { spaces in
-      if let existing = spaces[containerPath] { return existing }
-      spaces[containerPath] = space
-      return space
+      let chosen = spaces.byIdentity[identity] ?? space
+      spaces.byIdentity[identity] = chosen
+      spaces.byPath[containerPath] = chosen
+      return chosen
     }
     if winner === space {
       try GroupContainerError.wrap { () throws(FileSystemError) in try space.start() }
@@ -111,11 +128,11 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
   static func locate(_ url: URL) throws(GroupContainerError) -> (CoordinationSpace, ContainerPath) {
     guard url.isFileURL else { throw .notInContainer(url.absoluteString) }
     let path = url.standardizedFileURL.path
-    let known = spaces.withLock { Array($0.values) }
-    if let space = known.filter({ path == $0.containerPath || path.hasPrefix($0.containerPath + "/") })
-      .max(by: { $0.containerPath.count < $1.containerPath.count })
+    let known = spaces.withLock { $0.byPath }
+    if let (base, space) = known.filter({ path == $0.key || path.hasPrefix($0.key + "/") })
+      .max(by: { $0.key.count < $1.key.count })
     {
-      return (space, try space.relativePath(path))
+      return (space, try relativePath(path, in: base))
     }
     var candidate = (path as NSString).deletingLastPathComponent
     while candidate.count > 1 {
@@ -125,16 +142,17 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
         let shared = (st?.mode ?? 0) & 0o2000 != 0
         let space = try open(
           containerPath: candidate, fileMode: shared ? 0o660 : 0o600, directoryMode: shared ? 0o2770 : 0o700)
-        return (space, try space.relativePath(path))
+        return (space, try relativePath(path, in: candidate))
       }
       candidate = (candidate as NSString).deletingLastPathComponent
     }
     throw .notInContainer(path)
   }
 
-  func relativePath(_ absolute: String) throws(GroupContainerError) -> ContainerPath {
-    if absolute == containerPath { return .root }
-    return try ContainerPath(String(absolute.dropFirst(containerPath.count + 1)))
+  /// `absolute`, which lies in the container reached at `base`, relative to the container.
+  private static func relativePath(_ absolute: String, in base: String) throws(GroupContainerError) -> ContainerPath {
+    if absolute == base { return .root }
+    return try ContainerPath(String(absolute.dropFirst(base.count + 1)))
   }
 
   func url(for item: ContainerPath) -> URL {
@@ -152,14 +170,13 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     self.directory = containerPath + "/.coordination"
     self.fileMode = fileMode
     self.directoryMode = directoryMode
-    for dir in [
-      directory, directory + "/locks", directory + "/processes", directory + "/presenters",
-      directory + "/inbox",
-    ] {
-      try FileSystem.makeDirectory(dir, mode: directoryMode)
+    let privateDirectory = ContainerPath.privateDirectory
+    for dir in ["", "/locks", "/processes", "/presenters", "/inbox"] {
+      try root.makeDirectory(privateDirectory + dir, mode: directoryMode)
     }
     counters = try MappedCounters(path: directory + "/counters", mode: fileMode)
-    locks = LockTable(directory: directory + "/locks", fileMode: fileMode)
+    locks = LockTable(
+      directory: try root.openDirectory(ContainerPath.privateDirectory + "/locks"), fileMode: fileMode)
     registry = PresenterRegistry(
       directory: directory + "/presenters", root: root, counters: counters, fileMode: fileMode)
     // Publish the liveness lock only once it is held: a half-made file must never look like a dead process.
@@ -176,16 +193,17 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     }
     processLock = temp.fd
     // The inbox comes after the lock: a reaper that finds an inbox always finds its owner's lock file.
-    try FileSystem.makeDirectory(inboxDirectory + "/\(me)", mode: directoryMode)
+    try root.makeDirectory(ContainerPath.privateDirectory + "/inbox/\(me)", mode: directoryMode)
   }
 
   private func start() throws(FileSystemError) {
     messenger = try Messenger(space: self)
     host = PresenterHost(space: self)
     urlHandlers = URLHandlers(space: self)
-    try FileSystem.makeDirectory(directory + "/schemes", mode: directoryMode)
-    try FileSystem.makeDirectory(directory + "/handlers", mode: directoryMode)
+    try root.makeDirectory(ContainerPath.privateDirectory + "/schemes", mode: directoryMode)
+    try root.makeDirectory(ContainerPath.privateDirectory + "/handlers", mode: directoryMode)
     try messenger.start()
     reapDeadProcesses()
+    sweepAbandonedTemporaries()
   }
 }

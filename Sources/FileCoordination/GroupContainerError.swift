@@ -8,7 +8,8 @@ public enum GroupContainerError: Error, CustomStringConvertible, Sendable, Equat
   case invalidIdentifier(String, rule: String)
   /// A container-relative path breaks a rule; `rule` names it.
   case invalidPath(String, rule: String)
-  /// The path resolves (through `..` or a symlink) to somewhere outside the container.
+  /// The path resolves (through a symlink) to somewhere outside the container, or a directory on the way is an
+  /// absolute symlink (never followed: see Architecture, "Paths are resolved from the container's descriptor").
   case pathEscapesContainer(String, container: String)
   /// The URL is not inside any group container this process can coordinate.
   case notInContainer(String)
@@ -26,7 +27,9 @@ public enum GroupContainerError: Error, CustomStringConvertible, Sendable, Equat
     case .invalidPath(let path, let rule):
       return "path '\(path)' is invalid: \(rule)"
     case .pathEscapesContainer(let path, let container):
-      return "path '\(path)' leads outside the container '\(container)': only items inside it can be used"
+      return
+        "path '\(path)' leads outside the container '\(container)' (through a symbolic link; absolute links are "
+        + "never followed): only items inside it can be used, reached by relative links that stay inside"
     case .notInContainer(let url):
       return "'\(url)' is not inside a group container: open one with GroupContainer(identifier:) and use its URLs"
     case .noContainerRoot(let reason):

@@ -24,6 +24,14 @@ extension CoordinationSpace {
       return true
     }
     defer { fd.close() }
+    // A FIFO or anything else planted under a process's name is no process: drop it (a live process's lock file
+    // is always a regular file it created itself).
+    guard (try? fd.status())?.kind == .regular else {
+      CoordinationSpace.logger.error("removing '\(path)': not a regular file, so no process's liveness lock")
+      try? root.removeFile(privatePath(path))
+      reap(process)
+      return false
+    }
     guard (try? fd.lock(.exclusive, nonBlocking: true)) == true else { return true }
     reap(process)
     fd.unlock()
@@ -49,10 +57,13 @@ extension CoordinationSpace {
   func reap(_ process: ProcessName) {
     registry.removeAll(of: process)
     urlHandlers.removeAll(of: process)
-    try? FileSystem.removeTree(inbox(of: process))
-    try? FileSystem.removeFile(processLockPath(process))
+    try? root.removeTree(privatePath(inbox(of: process)))
+    try? root.removeFile(privatePath(processLockPath(process)))
     CoordinationSpace.logger.debug("reaped dead process \(process)")
   }
+
+  /// A path under `.coordination/` relative to the container (removals go through the container's descriptor).
+  func privatePath(_ absolute: String) -> String { root.relative(absolute) ?? absolute }
 
   /// Every process registered in this container, reaping the dead.
   func liveProcesses() -> [ProcessName] {
@@ -69,5 +80,26 @@ extension CoordinationSpace {
     for name in (try? FileSystem.listDirectory(inboxDirectory)) ?? [] {
       if let process = ProcessName(name), process != me, !isAlive(process) { reap(process) }
     }
+  }
+
+  /// How many entries a sweep looks at, at most: opening a container with millions of files stays cheap (the
+  /// walk is depth-first from the root, so deep leftovers in a huge container may wait for a smaller one).
+  static let sweepBudget = 20_000
+
+  /// Removes temp files of atomic replaces whose writer died before its rename. Temp names carry the writer's
+  /// `<pid>.<start>`, judged by the liveness rule. `processes/` is skipped: a process publishes its liveness lock
+  /// there by renaming a temp file, and until then it has no lock to prove it alive.
+  func sweepAbandonedTemporaries() {
+    var verdicts: [Substring: Bool] = [:]
+    let removed = root.sweepTemporaries(
+      skipping: [ContainerPath.privateDirectory + "/processes"], budget: Self.sweepBudget
+    ) { writer in
+      if let known = verdicts[writer] { return known }
+      guard let process = ProcessName(writer), process != me else { return false }
+      let dead = !isAlive(process)
+      verdicts[writer] = dead
+      return dead
+    }
+    if removed > 0 { CoordinationSpace.logger.info("removed \(removed) temp files left by dead writers") }
   }
 }

@@ -22,14 +22,15 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     var busy = false
   }
 
-  private let directory: String
+  /// `.coordination/locks`, opened beneath the container once: lock files are created relative to it.
+  private let directory: SystemFD
   private let fileMode: mode_t
   private let condition = NSCondition()
   private var entries: [LockOrder.Key: Entry] = [:]
   /// Idle descriptors beyond this many are closed (an idle lock file holds no lock, so closing is safe).
   private let idleDescriptorLimit = 256
 
-  init(directory: String, fileMode: mode_t) {
+  init(directory: SystemFD, fileMode: mode_t) {
     self.directory = directory
     self.fileMode = fileMode
   }
@@ -164,17 +165,24 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
   }
 
   private func openLockFile(_ key: LockOrder.Key) throws(FileCoordinatorError) -> SystemFD {
-    let path = directory + "/" + key.fileName
+    let name = key.fileName
     return try FileCoordinatorError.wrap { () throws(FileSystemError) -> SystemFD in
       do throws(FileSystemError) {
-        let fd = try SystemFD.open(path, [.readWrite, .exclusiveCreate], mode: fileMode)
+        let fd = try directory.open(name, [.readWrite, .exclusiveCreate], mode: fileMode)
         try fd.setPermissions(fileMode)
         // The path inside is for `groupctl status` (lock files are named by hash).
         try fd.writeAll(Array("\(key.kind == .tree ? "tree" : "item") \(key.path.string)\n".utf8))
         return fd
       } catch {
         guard error.errno == .fileExists else { throw error }
-        return try SystemFD.open(path, .readWrite)
+        let fd = try directory.open(name, .readWrite)
+        // A planted FIFO or device is not ours to lock, nor to delete (another process may hold it already).
+        guard (try? fd.status())?.kind == .regular else {
+          fd.close()
+          throw FileSystemError(
+            "open lock file of '\(key.path)' (it is not a regular file: remove it)", fd.path, .invalidArgument)
+        }
+        return fd
       }
     }
   }

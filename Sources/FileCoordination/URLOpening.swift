@@ -12,6 +12,8 @@ public enum OpenURLError: Error, CustomStringConvertible, Sendable, Equatable {
   case launchFailed(String, reason: String)
   /// The handler's process died, or did not answer in time.
   case noAnswer(String)
+  /// The scheme's registration file was written by another user (only your own or root's are followed).
+  case untrustedRegistration(String, path: String, owner: UInt32)
 
   public var description: String {
     switch self {
@@ -20,6 +22,9 @@ public enum OpenURLError: Error, CustomStringConvertible, Sendable, Equatable {
       "no app handles '\(scheme):' URLs in this container: register one with registerURLScheme(_:launching:)"
     case .launchFailed(let url, let reason): "could not start the app for '\(url)': \(reason)"
     case .noAnswer(let url): "the app handling '\(url)' did not answer"
+    case .untrustedRegistration(let scheme, let path, let owner):
+      "the registration of '\(scheme):' ('\(path)') belongs to uid \(owner), neither you nor root: its program is not "
+        + "started; register the scheme again yourself (registerURLScheme) if you trust that app"
     }
   }
 }
@@ -105,6 +110,13 @@ final class URLHandlers: @unchecked Sendable {  // `handler` is a Mutex; the res
 
   init(space: CoordinationSpace) { self.space = space }
 
+  private func relative(_ absolute: String) throws(FileSystemError) -> String {
+    guard let relative = space.root.relative(absolute) else {
+      throw FileSystemError("resolve", absolute, .improperLink)
+    }
+    return relative
+  }
+
   func register(scheme: String, executable: String, arguments: [String]) throws(FileCoordinatorError) {
     let scheme = try FileCoordinatorError.wrap { () throws(OpenURLError) in try OpenURLRule.validate(scheme: scheme) }
     let record = SchemeRegistration(scheme: scheme, executable: executable, arguments: arguments)
@@ -114,9 +126,26 @@ final class URLHandlers: @unchecked Sendable {  // `handler` is a Mutex; the res
     }
   }
 
-  func registration(for scheme: String) -> SchemeRegistration? {
+  /// The registration of `scheme`, nil when there is none (or it is unusable, logged). In group mode any member
+  /// can write `schemes/`, and the opener would run the program it names as itself: only a file owned by the
+  /// opener's user or by root (`fstat` of the opened file) is followed.
+  func registration(for scheme: String) throws(OpenURLError) -> SchemeRegistration? {
     let path = schemesDirectory + "/" + scheme
-    guard let bytes = try? space.root.readFile(atPath: path, limit: SchemeRegistration.maxBytes) else { return nil }
+    let bytes: [UInt8]
+    do {
+      let file = try space.root.readFile(try relative(path), limit: SchemeRegistration.maxBytes)
+      guard file.status.owner == CurrentProcess.userID || file.status.owner == 0 else {
+        throw OpenURLError.untrustedRegistration(scheme, path: path, owner: file.status.owner)
+      }
+      bytes = file.bytes
+    } catch let error as OpenURLError {
+      throw error
+    } catch {
+      if (error as? FileSystemError)?.errno != .noSuchFileOrDirectory {
+        CoordinationSpace.logger.error("ignoring the scheme registration '\(path)': \(error)")
+      }
+      return nil
+    }
     guard let record = try? JSONDecoder().decode(SchemeRegistration.self, from: Data(bytes)), record.version == 1,
       record.scheme == scheme, record.executable.hasPrefix("/")
     else {
@@ -148,12 +177,14 @@ final class URLHandlers: @unchecked Sendable {  // `handler` is a Mutex; the res
         return old?.schemes
       })
     else { return }
-    for scheme in schemes { try? FileSystem.removeFile(handlersDirectory + "/\(scheme).\(space.me)") }
+    for scheme in schemes {
+      try? space.root.removeFile(space.privatePath(handlersDirectory + "/\(scheme).\(space.me)"))
+    }
   }
 
   func removeAll(of process: ProcessName) {
     for name in (try? FileSystem.listDirectory(handlersDirectory)) ?? [] where name.hasSuffix(".\(process)") {
-      try? FileSystem.removeFile(handlersDirectory + "/" + name)
+      try? space.root.removeFile(space.privatePath(handlersDirectory + "/" + name))
     }
   }
 
@@ -200,7 +231,7 @@ final class URLHandlers: @unchecked Sendable {  // `handler` is a Mutex; the res
   func open(_ url: URL, timeout: Duration) async throws -> Bool {
     let text = url.absoluteString
     let scheme = try OpenURLRule.validate(text)
-    guard let registration = registration(for: scheme) else { throw OpenURLError.unknownScheme(scheme) }
+    guard let registration = try registration(for: scheme) else { throw OpenURLError.unknownScheme(scheme) }
     var target = liveHandlers(of: scheme).first
     if target == nil {
       let child = Process()
@@ -241,6 +272,10 @@ final class URLHandlers: @unchecked Sendable {  // `handler` is a Mutex; the res
 extension GroupContainer {
   /// Registers the app that opens `scheme:` URLs in this container: when `open(_:)` finds no running handler, it
   /// starts `executable` with `arguments` followed by the URL. Apple's `CFBundleURLTypes`, at run time.
+  ///
+  /// The registration is a file in the container, owned by the user who registered. `open(_:)` follows only a
+  /// registration owned by its own user or by root: in a group-shared container another member's registration
+  /// would otherwise make your process start their program as you (``OpenURLError/untrustedRegistration(_:path:owner:)``).
   public func registerURLScheme(
     _ scheme: String, launching executable: URL, arguments: [String] = []
   ) throws(FileCoordinatorError) {
@@ -267,8 +302,8 @@ extension GroupContainer {
   }
 
   /// Opens `url` in the app registered for its scheme — running, or started for it — and returns what its
-  /// handler answered. Throws ``OpenURLError`` for unknown schemes, malformed or oversized URLs and characters
-  /// outside RFC 3986.
+  /// handler answered. Throws ``OpenURLError`` for unknown schemes, malformed or oversized URLs, characters
+  /// outside RFC 3986, and registrations written by another user (only your own user's or root's are followed).
   public func open(_ url: URL, timeout: Duration = .seconds(10)) async throws -> Bool {
     try await space().urlHandlers.open(url, timeout: timeout)
   }

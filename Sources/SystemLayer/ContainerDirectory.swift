@@ -86,6 +86,60 @@ package final class ContainerDirectory: Sendable {
     try AtomicReplace.write(bytes, in: directory, name: name, mode: mode, durability: durability)
   }
 
+  /// Creates the directory `relative` with exactly `mode` (umask would filter it); an existing directory is fine,
+  /// anything else there (a symlink included) is an error. The corresponding C function is `mkdirat`.
+  package func makeDirectory(_ relative: String, mode: mode_t) throws(FileSystemError) {
+    let (parent, name) = Self.split(relative)
+    let directory = try openDirectory(parent)
+    defer { directory.close() }
+    let created: Bool
+    switch valueOrErrno({ Glibc.mkdirat(directory.rawValue, name, mode) }) {
+    case .success: created = true
+    case .failure(let e) where e == .fileExists: created = false
+    case .failure(let e): throw FileSystemError("mkdirat", directory.path + "/" + name, e)
+    }
+    let made: SystemFD
+    do { made = try directory.open(name, [.readOnly, .directory]) } catch {
+      // ELOOP (a symlink) or ENOTDIR (a file): not a directory we may use.
+      throw FileSystemError("mkdirat", directory.path + "/" + name, .notDirectory)
+    }
+    defer { made.close() }
+    if created { try made.setPermissions(mode) }
+  }
+
+  /// Removes the file `relative` (not following a symlink there); a missing file is not an error.
+  package func removeFile(_ relative: String) throws(FileSystemError) {
+    let (parent, name) = Self.split(relative)
+    let directory = try openDirectory(parent)
+    defer { directory.close() }
+    try directory.removeFile(name)
+  }
+
+  /// Removes `relative` and, if it is a directory, everything in it — each entry through its directory's
+  /// descriptor, never following a symlink (a planted link is removed, never its target). Missing is not an error.
+  package func removeTree(_ relative: String) throws(FileSystemError) {
+    let (parent, name) = Self.split(relative)
+    let directory: SystemFD
+    do { directory = try openDirectory(parent) } catch {
+      if error.errno == .noSuchFileOrDirectory { return }
+      throw error
+    }
+    defer { directory.close() }
+    try Self.removeEntry(name, in: directory)
+  }
+
+  private static func removeEntry(_ name: String, in directory: SystemFD) throws(FileSystemError) {
+    do { return try directory.removeFile(name) } catch {
+      guard error.errno == .isDirectory else { throw error }
+    }
+    let inner = try directory.open(name, [.readOnly, .directory])
+    do {
+      defer { inner.close() }
+      for (child, _) in try inner.entries() { try removeEntry(child, in: inner) }
+    }
+    try directory.removeDirectory(name)
+  }
+
   /// `replaceFile` for an absolute path inside the container (for callers that keep paths of `.coordination`).
   package func replaceFile(
     atPath absolute: String, with bytes: some Collection<UInt8>, mode: mode_t,
@@ -122,6 +176,8 @@ package final class ContainerDirectory: Sendable {
         return SystemFD(rawValue: opened, path: full)
       case .failure(let e) where e == .noFunction:
         Self.noOpenat2.store(true, ordering: .relaxed)
+      case .failure(let e) where e == .notPermitted:
+        break  // old seccomp profiles refuse unknown system calls with EPERM: the walk gives the real answer
       case .failure(let e):
         throw FileSystemError("openat2", full, e)
       }
@@ -148,5 +204,57 @@ package final class ContainerDirectory: Sendable {
       }
     }
     return current
+  }
+}
+
+extension SystemFD {
+  /// The entries of this directory, without `.` and `..`, and whether each is a directory (from `d_type`; an
+  /// unknown type counts as not a directory, so a walk never descends blindly). The corresponding C functions
+  /// are `fdopendir`/`readdir` (on a duplicate: `closedir` closes the descriptor it is given).
+  package func entries() throws(FileSystemError) -> [(name: String, isDirectory: Bool)] {
+    let copy = try valueOrErrno { fcntl(rawValue, F_DUPFD_CLOEXEC, 0) }.get("fcntl(F_DUPFD_CLOEXEC)", path)
+    guard let dir = fdopendir(copy) else {
+      let e = Errno(rawValue: Glibc.errno)
+      _ = Glibc.close(copy)
+      throw FileSystemError("fdopendir", path, e)
+    }
+    defer { closedir(dir) }
+    rewinddir(dir)  // the duplicate shares the offset of an earlier listing
+    var result: [(String, Bool)] = []
+    while let entry = readdir(dir) {
+      let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+        String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+      }
+      if name != "." && name != ".." { result.append((name, entry.pointee.d_type == UInt8(DT_DIR))) }
+    }
+    return result
+  }
+}
+
+extension ContainerDirectory {
+  /// Removes the temp files (`AtomicReplace.temporaryPrefix`) beneath the container whose writer
+  /// (`AtomicReplace.writer(ofTemporary:)`) `isAbandoned` says is dead. Never follows a symlink, skips the
+  /// directories in `skipping` (relative paths), and looks at no more than `budget` entries so that opening a
+  /// huge container stays cheap. Returns how many it removed.
+  package func sweepTemporaries(
+    skipping: Set<String>, budget: Int, isAbandoned: (Substring) -> Bool
+  ) -> Int {
+    var removed = 0
+    var visited = 0
+    var pending = [""]
+    while let relative = pending.popLast(), visited < budget {
+      guard let directory = try? openDirectory(relative, resolution: .componentWalk) else { continue }
+      defer { directory.close() }
+      for (name, isDirectory) in (try? directory.entries()) ?? [] {
+        visited += 1
+        let child = relative.isEmpty ? name : relative + "/" + name
+        if isDirectory {
+          if !skipping.contains(child) { pending.append(child) }
+        } else if let writer = AtomicReplace.writer(ofTemporary: name), isAbandoned(writer) {
+          if (try? directory.removeFile(name)) != nil { removed += 1 }
+        }
+      }
+    }
+    return removed
   }
 }

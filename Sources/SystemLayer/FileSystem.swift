@@ -102,13 +102,6 @@ package enum FileSystem {
     return String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
   }
 
-  /// Flushes a directory's entries (after a rename into it). The corresponding C function is `fsync`.
-  package static func syncDirectory(_ path: String) throws(FileSystemError) {
-    let fd = try SystemFD.open(path, [.readOnly, .directory])
-    defer { fd.close() }
-    try fd.sync()
-  }
-
   /// Reads a whole regular file (no symlinks), refusing anything over `limit` bytes.
   package static func readFile(_ path: String, limit: Int) throws(FileSystemError) -> [UInt8] {
     let fd = try SystemFD.open(path, .readOnly)

@@ -3,6 +3,8 @@ import Glibc
 /// Who this process is, in a form PID reuse cannot fool: pid plus the kernel's start time of the process.
 package enum CurrentProcess {
   package static var id: Int32 { getpid() }
+  /// The effective user id: whose files this process trusts. The corresponding C function is `geteuid`.
+  package static var userID: UInt32 { geteuid() }
 
   /// Field 22 of `/proc/<pid>/stat`: start time in clock ticks since boot.
   package static func startTime(of pid: Int32 = getpid()) -> UInt64? { status(of: pid)?.startTime }

@@ -64,6 +64,10 @@ package enum SyscallRecorder {
   package struct Entry: Sendable, Equatable, CustomStringConvertible {
     package var call: Call
     package var path: String
+    package init(call: Call, path: String) {
+      self.call = call
+      self.path = path
+    }
     package var description: String { "\(call.rawValue) \(path)" }
   }
 

@@ -112,6 +112,16 @@ package struct SystemFD: Sendable, Hashable {
     }
   }
 
+  /// Removes the empty directory `name` in this directory; a missing one is not an error. The corresponding C
+  /// function is `unlinkat` with `AT_REMOVEDIR`.
+  package func removeDirectory(_ name: String) throws(FileSystemError) {
+    switch valueOrErrno({ Glibc.unlinkat(rawValue, name, AT_REMOVEDIR) }) {
+    case .success: return
+    case .failure(let e) where e == .noSuchFileOrDirectory: return
+    case .failure(let e): throw FileSystemError("unlinkat", path + "/" + name, e)
+    }
+  }
+
   /// Reads the whole regular file this descriptor names, refusing anything else (a FIFO, a device, a directory)
   /// and anything over `limit` bytes. Returns its status too.
   package func readRegularFile(limit: Int) throws(FileSystemError) -> (bytes: [UInt8], status: FileStatus) {

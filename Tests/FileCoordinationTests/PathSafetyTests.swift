@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import SystemLayer
 import TestSupport
 import Testing
@@ -8,8 +9,10 @@ import Testing
 /// Paths are resolved from the container's directory descriptor, never checked and then used by path.
 ///
 /// Mutants this suite catches:
-/// - `GroupContainer.write` checking with `resolveBeneath` and then writing by path (the parent directory opened
-///   by its path): files and temp files land in the outside directory (`writesNeverLandOutsideWhileSwapped`).
+/// - `GroupContainer.write` checking with `resolveBeneath` and then writing by path, as before this suite (temp
+///   file and rename by path): 171 and 316 files outside in two runs of 20,000 writes, 62 and 135 of them temp
+///   files (`writesNeverLandOutsideWhileSwapped`); with only the parent directory opened by path: 16 files outside.
+///   The fixed code: 0 outside, ~1,000–4,800 writes landed and the rest refused as leading outside.
 /// - `ContainerDirectory`'s component walk opening the directories on the way without `O_NOFOLLOW` (same test,
 ///   `walk`).
 @Suite struct PathSafetyTests {
@@ -26,7 +29,8 @@ import Testing
     let outside = root.path + "/outside"
     // Writes go to `sub/f…` and `sub/d/f…`: the swapped name is the last directory on the way and one before it.
     try FileManager.default.createDirectory(atPath: outside + "/d", withIntermediateDirectories: true)
-    try FileManager.default.createDirectory(atPath: container.path + "/Documents/sub/d", withIntermediateDirectories: true)
+    try FileManager.default.createDirectory(
+      atPath: container.path + "/Documents/sub/d", withIntermediateDirectories: true)
     try FileManager.default.createSymbolicLink(atPath: container.path + "/Documents/link", withDestinationPath: outside)
     let swapper = try Child(["swap", root.path, Self.group, "Documents/sub", "Documents/link"])
     defer { swapper.kill() }
@@ -46,11 +50,15 @@ import Testing
         }
         landed += 1
       } catch let error as GroupContainerError {
-        if case .pathEscapesContainer = error { refused["escapes", default: 0] += 1 } else {
+        if case .pathEscapesContainer = error {
+          refused["escapes", default: 0] += 1
+        } else {
           refused["\(error)", default: 0] += 1
         }
       } catch let error as FileSystemError {
-        refused[error.errno == .tooManySymbolicLinkLevels || error.errno == .notDirectory ? "link" : "\(error)", default: 0] += 1
+        refused[
+          error.errno == .tooManySymbolicLinkLevels || error.errno == .notDirectory ? "link" : "\(error)", default: 0] +=
+          1
       }
     }
     swapper.kill()
@@ -63,7 +71,8 @@ import Testing
     #expect(Set(refused.keys).isSubset(of: clear), "unclear failures: \(refused)")
     #expect(landed > 0 && landed + refused.values.reduce(0, +) == Self.writes)
     // What landed is inside, in the real directory (under whichever name it has now), and no temp file is left.
-    let real = (try? FileManager.default.destinationOfSymbolicLink(atPath: container.path + "/Documents/sub")) == nil
+    let real =
+      (try? FileManager.default.destinationOfSymbolicLink(atPath: container.path + "/Documents/sub")) == nil
       ? "sub" : "link"
     let inside = try FileManager.default.contentsOfDirectory(atPath: container.path + "/Documents/" + real)
     #expect(!inside.isEmpty && inside.allSatisfy { $0.hasPrefix("f") || $0 == "d" }, "\(inside)")
@@ -78,12 +87,15 @@ import Testing
     let container = try root.container(Self.group)
     let documents = container.path + "/Documents"
     try FileManager.default.createSymbolicLink(atPath: documents + "/relative", withDestinationPath: "../Library")
-    try FileManager.default.createSymbolicLink(atPath: documents + "/absolute", withDestinationPath: container.path + "/Library")
+    try FileManager.default.createSymbolicLink(
+      atPath: documents + "/absolute", withDestinationPath: container.path + "/Library")
     let directory = try container.directory()
     let bytes = Array("x".utf8)
     try directory.replaceFile("Documents/relative/a.txt", with: bytes, mode: 0o600)
     #expect(FileManager.default.fileExists(atPath: container.path + "/Library/a.txt"))
-    #expect(throws: FileSystemError.self) { try directory.replaceFile("Documents/absolute/b.txt", with: bytes, mode: 0o600) }
+    #expect(throws: FileSystemError.self) {
+      try directory.replaceFile("Documents/absolute/b.txt", with: bytes, mode: 0o600)
+    }
     #expect(throws: FileSystemError.self) {
       try directory.replaceFile("Documents/relative/c.txt", with: bytes, mode: 0o600, resolution: .componentWalk)
     }
@@ -91,9 +103,163 @@ import Testing
     #expect(!FileManager.default.fileExists(atPath: container.path + "/Library/c.txt"))
     // The item itself: a read of a symlink is refused, a write replaces the link (the target is untouched).
     try FileManager.default.createSymbolicLink(atPath: documents + "/item", withDestinationPath: "../Library/a.txt")
-    #expect(throws: GroupContainerError.self) { try container.contents(of: container.documentsURL.appendingPathComponent("item")) }
+    #expect(throws: GroupContainerError.self) {
+      try container.contents(of: container.documentsURL.appendingPathComponent("item"))
+    }
     try container.write(Data("new".utf8), to: container.documentsURL.appendingPathComponent("item"))
     #expect(try String(contentsOfFile: container.path + "/Library/a.txt", encoding: .utf8) == "x")
     #expect(try String(contentsOfFile: documents + "/item", encoding: .utf8) == "new")
+  }
+}
+
+/// Names are bytes: the NFC and NFD spellings of `café` are two files, two locks, two items.
+///
+/// Mutants this suite catches:
+/// - `ContainerPath` equality and hashing by `String` (canonical equivalence): after writing the NFC spelling, the
+///   NFD write reuses its lock file and runs while another process holds the NFD item
+///   (`canonicallyEquivalentNamesAreDifferentItems`), and the unit test sees them equal.
+@Suite struct NameBytesTests {
+  static let nfd = "Documents/cafe\u{301}"
+  static let nfc = "Documents/caf\u{E9}"
+
+  @Test func containerPathsCompareBytes() throws {
+    let a = try ContainerPath(Self.nfd), b = try ContainerPath(Self.nfc)
+    #expect(a != b)
+    #expect(Set([a, b]).count == 2)
+    #expect((a < b) != (b < a))
+    #expect(!(try ContainerPath(Self.nfd + "/x")).isDescendant(of: b))
+    #expect(LockOrder.Key(path: a, kind: .item).fileName != LockOrder.Key(path: b, kind: .item).fileName)
+  }
+
+  @Test(.timeLimit(.minutes(1))) func canonicallyEquivalentNamesAreDifferentItems() throws {
+    let root = try TestRoot()
+    let container = try root.container(PathSafetyTests.group)
+    let holder = try Child(["hold", root.path, PathSafetyTests.group, "write", Self.nfd])
+    defer { holder.kill() }
+    holder.waitForLine { $0 == "locked" }
+    let nfc = container.url.appendingPathComponent(Self.nfc)
+    let nfd = container.url.appendingPathComponent(Self.nfd)
+    // Not excluded by the other spelling: this returns while the holder keeps the NFD item.
+    try FileCoordinator().coordinate(writingItemAt: nfc) { try container.write(Data("nfc".utf8), to: $0) }
+    let entered = Mutex<UInt64?>(nil)
+    let done = Mutex(false)
+    let writer = Thread {
+      try? FileCoordinator().coordinate(writingItemAt: nfd) { url in
+        entered.withLock { $0 = monotonicNow() }
+        try? container.write(Data("nfd".utf8), to: url)
+      }
+      done.withLock { $0 = true }
+    }
+    writer.start()
+    Thread.sleep(forTimeInterval: 0.5)
+    #expect(entered.withLock { $0 } == nil, "the NFD write ran while another process held the NFD item")
+    let killed = monotonicNow()
+    holder.kill()
+    let deadline = Date().addingTimeInterval(20)
+    while !done.withLock({ $0 }) && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+    let at = try #require(entered.withLock { $0 }, "the NFD write never ran after the holder died")
+    #expect(at > killed)
+    let names = try FileManager.default.contentsOfDirectory(atPath: container.documentsURL.path)
+    #expect(Set(names.map { Array($0.utf8) }) == [Array("caf\u{E9}".utf8), Array("cafe\u{301}".utf8)])
+  }
+}
+
+/// Temp files of the atomic replace: names stay under NAME_MAX, and those of dead writers are swept.
+///
+/// Mutants this suite catches:
+/// - the temp name repeating the target's first 64 Characters instead of 64 bytes: ENAMETOOLONG
+///   (`aLongNameOfEmojiWrites`).
+/// - no sweep at container open (`tempFilesOfAKilledWriterAreSwept`).
+/// - a sweep that ignores liveness: the live writer's temp file goes too (same test).
+@Suite struct TemporaryFileTests {
+  @Test func aLongNameOfEmojiWrites() throws {
+    let root = try TestRoot()
+    let container = try root.container(PathSafetyTests.group)
+    let name = String(repeating: "😀", count: 63) + "abc"
+    #expect(name.utf8.count == 255)
+    let url = container.documentsURL.appendingPathComponent(name)
+    try container.write(Data("long".utf8), to: url)
+    #expect(try container.contents(of: url) == Data("long".utf8))
+    try container.write(Data("durable".utf8), to: url, durable: true)
+    #expect(try container.contents(of: url) == Data("durable".utf8))
+  }
+
+  @Test(.timeLimit(.minutes(1))) func tempFilesOfAKilledWriterAreSwept() throws {
+    let root = try TestRoot()
+    let container = try root.container(PathSafetyTests.group)
+    let group = PathSafetyTests.group
+    try FileManager.default.createDirectory(
+      atPath: container.path + "/Documents/deep/er", withIntermediateDirectories: true)
+    let killed = try Child(["pause-write", root.path, group, "Documents/deep/er/k.txt"])
+    let alive = try Child(["pause-write", root.path, group, "Documents/l.txt"])
+    defer { alive.kill() }
+    let killedTemp = try #require(killed.waitForLine { $0.hasPrefix("created ") }).dropFirst(8)
+    let aliveTemp = try #require(alive.waitForLine { $0.hasPrefix("created ") }).dropFirst(8)
+    let killedPath = container.path + "/Documents/deep/er/" + killedTemp
+    let alivePath = container.path + "/Documents/" + aliveTemp
+    #expect(FileManager.default.fileExists(atPath: killedPath))
+    killed.kill()
+    // The next process to open the container sweeps what the dead writer left, and only that.
+    let next = try Child(["access", root.path, group, "read", "Documents/x", "1", "0", root.path + "/log"])
+    #expect(next.waitForExit(timeout: 30) == 0)
+    #expect(!FileManager.default.fileExists(atPath: killedPath), "the dead writer's temp file was not swept")
+    #expect(FileManager.default.fileExists(atPath: alivePath), "a live writer's temp file was swept")
+  }
+}
+
+/// One container is one coordination space in a process, whatever path it is reached by.
+///
+/// Mutants this suite catches:
+/// - spaces keyed by the container's path instead of its device and inode: two spaces, and presenters registered
+///   through each path get colliding ids (`oneContainerUnderTwoPathsIsOneSpace`).
+@Suite struct ContainerIdentityTests {
+  @Test(.timeLimit(.minutes(1))) func oneContainerUnderTwoPathsIsOneSpace() throws {
+    let root = try TestRoot()
+    let real = root.path + "/real"
+    let alias = root.path + "/alias"
+    try FileManager.default.createDirectory(atPath: real, withIntermediateDirectories: true)
+    try FileManager.default.createSymbolicLink(atPath: alias, withDestinationPath: real)
+    let group = PathSafetyTests.group
+    let viaReal = try GroupContainer(identifier: group, root: URL(fileURLWithPath: real))
+    let viaAlias = try GroupContainer(identifier: group, root: URL(fileURLWithPath: alias))
+    #expect(try viaReal.coordinationSpace() === viaAlias.coordinationSpace())
+    // A presenter through each path: distinct ids, and both hear another process's coordinated write.
+    let first = RecordingPresenter(url: viaReal.documentsURL.appendingPathComponent("n.txt"))
+    let second = RecordingPresenter(url: viaAlias.documentsURL.appendingPathComponent("n.txt"))
+    try FileCoordinator.addFilePresenter(first)
+    defer { FileCoordinator.removeFilePresenter(first) }
+    try FileCoordinator.addFilePresenter(second)
+    defer { FileCoordinator.removeFilePresenter(second) }
+    let records = try viaReal.status().presenters
+    #expect(records.count == 2 && Set(records.map(\.id)).count == 2, "\(records)")
+    let writer = try Child(["access", real, group, "write", "Documents/n.txt", "1", "0", root.path + "/log"])
+    #expect(writer.waitForExit(timeout: 30) == 0)
+    #expect(first.waitFor(["relinquishToWriter coordinated"]), "\(first.events)")
+    #expect(second.waitFor(["relinquishToWriter coordinated"]), "\(second.events)")
+  }
+}
+
+/// Reaping a dead process removes its leftovers through the container's descriptor and never follows a link.
+///
+/// Mutants this suite catches:
+/// - `ContainerDirectory.removeTree` following a symlink to a directory: the outside file goes
+///   (`reapingNeverFollowsLinks`).
+@Suite struct ReapTests {
+  @Test(.timeLimit(.minutes(1))) func reapingNeverFollowsLinks() throws {
+    let root = try TestRoot()
+    let container = try root.container(PathSafetyTests.group)
+    let outside = root.path + "/outside"
+    try FileManager.default.createDirectory(atPath: outside + "/d", withIntermediateDirectories: true)
+    try Data("keep".utf8).write(to: URL(fileURLWithPath: outside + "/d/keep.txt"))
+    let inbox = container.path + "/.coordination/inbox/77777.1"
+    try FileManager.default.createDirectory(atPath: inbox + "/sub", withIntermediateDirectories: true)
+    try FileManager.default.createSymbolicLink(atPath: inbox + "/link", withDestinationPath: outside)
+    try FileManager.default.createSymbolicLink(atPath: inbox + "/sub/d", withDestinationPath: outside + "/d")
+    let next = try Child([
+      "access", root.path, PathSafetyTests.group, "read", "Documents/x", "1", "0", root.path + "/log",
+    ])
+    #expect(next.waitForExit(timeout: 30) == 0)
+    #expect(!FileManager.default.fileExists(atPath: inbox), "the dead process's inbox was not reaped")
+    #expect(FileManager.default.fileExists(atPath: outside + "/d/keep.txt"))
   }
 }
