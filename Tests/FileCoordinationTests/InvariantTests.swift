@@ -14,6 +14,18 @@ import Testing
 ///   unlocking while holders remain): `theFlockStaysHeldUntilTheLastHolderInTheProcessReleases`;
 /// - the root is chosen in another order than GROUP_CONTAINER_ROOT, XDG_DATA_HOME, HOME (e.g. XDG first):
 ///   `theRootComesFromGroupContainerRootThenXDGDataHomeThenHome`.
+///
+/// Breaks that used to hang the suite, now failed by assertion in the suites named (every multi-process test has
+/// a one-minute time limit and bounded waits; a still-blocked access is abandoned, not waited for):
+/// - liveness "never dead" (`isAlive` always true): MultiProcessTests `aLockHolderKilledWithSIGKILLBlocksNobody`,
+///   `aPresenterKilledMidHandshakeIsNotWaitedFor`; DefaultsRobustnessTests (dead lock owners);
+/// - liveness "always dead" (every other process reaped): `presenterHandshakeAcrossProcessesFollowsTheDocumentedOrder`,
+///   GroupctlTests `statusListsProcessesPresentersAndLocks`, `aBurstOfWritesReachesAPresenterInOrder`;
+/// - no wait for acks (`awaitAcks` returns at once): `aPresenterThatCannotSaveFailsTheAccessWithItsError`,
+///   `anUnresponsivePresenterIsSkippedOrFailsAfterTheTimeout`, PresenterSemanticsTests;
+/// - dropped reacquirers (`finish` runs none): the handshake test, PresenterSemanticsTests;
+/// - no takeover of a dead lock owner (`SharedMemoryLock` never takes over): DefaultsRobustnessTests
+///   `aProcessKilledHoldingTheLockNeverBlocksOthers`, `garbageInTheLockWordIsTakenOver`.
 @Suite(.timeLimit(.minutes(1))) struct InvariantTests {
   let group = "group.com.example.tests"
 
@@ -29,8 +41,9 @@ import Testing
     for i in 1...writes {
       try coordinator.coordinate(writingItemAt: url) { try container.write(Data("\(i)".utf8), to: $0) }
     }
-    PresenterSemanticsTests.waitFor("didChange", writes, presenter)
-    PresenterSemanticsTests.waitFor("reacquire", writes, presenter)
+    guard PresenterSemanticsTests.waitFor("didChange", writes, presenter),
+      PresenterSemanticsTests.waitFor("reacquire", writes, presenter)
+    else { return }
     let order = PresenterSemanticsTests.events(presenter).filter { $0 == "relinquishToWriter" || $0 == "didChange" }
     let expected = Array(repeating: ["relinquishToWriter", "didChange"], count: writes).flatMap { $0 }
     #expect(order == expected, "a prepare overtook a finish: \(order)")

@@ -22,13 +22,19 @@ import Testing
 
   static func count(_ event: String, _ child: Child) -> Int { events(child).filter { $0 == event }.count }
 
-  /// Waits until `child` printed `event` at least `n` times (fails the test after 30 s).
-  static func waitFor(_ event: String, _ n: Int, _ child: Child, sourceLocation: SourceLocation = #_sourceLocation) {
-    let deadline = Date().addingTimeInterval(30)
+  /// Waits until `child` printed `event` at least `n` times; fails the test after 20 s and returns false (callers
+  /// stop there, so a broken invariant fails the test well within its time limit).
+  @discardableResult
+  static func waitFor(
+    _ event: String, _ n: Int, _ child: Child, sourceLocation: SourceLocation = #_sourceLocation
+  ) -> Bool {
+    let deadline = Date().addingTimeInterval(20)
     while count(event, child) < n && Date() < deadline && child.process.isRunning {
       Thread.sleep(forTimeInterval: 0.01)
     }
-    #expect(count(event, child) >= n, "waited for \(n) × \(event), got \(child.output)", sourceLocation: sourceLocation)
+    let seen = count(event, child) >= n
+    #expect(seen, "waited for \(n) × \(event), got \(child.output)", sourceLocation: sourceLocation)
+    return seen
   }
 
   func presenter(_ root: TestRoot, _ path: String, delay: Double = 0) throws -> Child {
@@ -51,7 +57,7 @@ import Testing
     for i in 1...2 {
       try coordinator.coordinate(writingItemAt: url) { try container.write(Data("v\(i)".utf8), to: $0) }
     }
-    Self.waitFor("reacquire", 2, child)
+    guard Self.waitFor("reacquire", 2, child) else { return }
     #expect(Self.count("relinquishToWriter", child) == 2)
     #expect(Self.count("reacquire", child) == 2, "\(child.output)")
     child.kill()
@@ -70,7 +76,7 @@ import Testing
       try coordinator.coordinate(writingItemAt: url) { try container.write(Data("v\(i)".utf8), to: $0) }
     }
     kill(child.pid, SIGCONT)
-    Self.waitFor("reacquire", 3, child)
+    guard Self.waitFor("reacquire", 3, child) else { return }
     #expect(Self.count("relinquishToWriter", child) == 3)
     #expect(Self.count("reacquire", child) == 3, "\(child.output)")
     child.kill()
@@ -82,11 +88,10 @@ import Testing
   /// it must come after that write's relinquish (finishes reach a presenter in order, so a didChange of the
   /// failed access would come first).
   func expectOnlyTheSentinelChanged(_ child: Child, url: URL, container: GroupContainer) throws {
-    Self.waitFor("reacquire", 1, child)
+    guard Self.waitFor("reacquire", 1, child) else { return }
     let relinquishesBefore = Self.count("relinquishToWriter", child)
     try FileCoordinator().coordinate(writingItemAt: url) { try container.write(Data("sentinel".utf8), to: $0) }
-    Self.waitFor("didChange", 1, child)
-    Self.waitFor("reacquire", 2, child)
+    guard Self.waitFor("didChange", 1, child), Self.waitFor("reacquire", 2, child) else { return }
     let events = Self.events(child)
     let relinquishes = events.indices.filter { events[$0] == "relinquishToWriter" }
     let sentinelStart = relinquishes.count > relinquishesBefore ? relinquishes[relinquishesBefore] : nil

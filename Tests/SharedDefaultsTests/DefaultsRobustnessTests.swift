@@ -24,7 +24,7 @@ import Testing
     Thread.sleep(forTimeInterval: 0.3)
     #expect(!write.finished)
     holder.kill(SIGKILL)
-    try write.wait()
+    guard try write.wait() else { return }
     #expect(defaults.integer(forKey: "after") == 2)
     #expect(defaults.integer(forKey: "before") == 1)
   }
@@ -46,7 +46,7 @@ import Testing
     Thread.sleep(forTimeInterval: 0.3)
     #expect(!write.finished, "the lock was taken from an owner whose liveness lock is held")
     held.close()  // the owner "dies"
-    try write.wait()
+    guard try write.wait() else { return }
     #expect(defaults.integer(forKey: "b") == 2)
   }
 
@@ -57,7 +57,11 @@ import Testing
     try defaults.set(1, forKey: "a")
     // An outside write makes the lock word name a process that does not exist.
     try setLockWord(0x7856_3412_3FFF_FFFE, suite: "garbage", in: container)
-    try defaults.set(2, forKey: "b")
+    let took = expectCompletes("a write behind a lock word naming no process") {
+      try defaults.set(2, forKey: "b")
+      return true
+    }
+    guard took == true else { return }  // still blocked: touching the suite again would block this test too
     #expect(defaults.integer(forKey: "a") == 1 && defaults.integer(forKey: "b") == 2)
   }
 
@@ -227,12 +231,15 @@ final class BlockingWrite: Sendable {
 
   var finished: Bool { result.withLock { $0 != nil } }
 
-  /// Waits for the write (a hang detector: 20 s) and rethrows its error.
-  func wait() throws {
+  /// Waits for the write (a hang detector: 20 s) and rethrows its error. False when it is still blocked: then the
+  /// caller must not touch the suite again (it would block on the same lock, past the test's time limit).
+  @discardableResult
+  func wait() throws -> Bool {
     guard done.wait(timeout: .now() + 20) == .success else {
       Issue.record("the write did not finish within 20 s")
-      return
+      return false
     }
     try result.withLock { $0 }?.get()
+    return true
   }
 }

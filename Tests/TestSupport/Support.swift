@@ -74,7 +74,7 @@ public final class Child: Sendable {
   /// Waits (polling) until a line satisfies `predicate`; returns it, or fails the test after `timeout`.
   @discardableResult
   public func waitForLine(
-    timeout: Double = 30, sourceLocation: SourceLocation = #_sourceLocation, _ predicate: (String) -> Bool
+    timeout: Double = 20, sourceLocation: SourceLocation = #_sourceLocation, _ predicate: (String) -> Bool
   ) -> String? {
     let deadline = Date().addingTimeInterval(timeout)
     while Date() < deadline {
@@ -168,7 +168,10 @@ public func expectCompletes<T: Sendable>(
   _ body: @escaping @Sendable () throws -> T
 ) -> T? {
   let result = Mutex<Result<T, any Error>?>(nil)
-  Thread { result.withLock { $0 = Result { try body() } } }.start()
+  Thread {
+    let outcome = Result { try body() }
+    result.withLock { $0 = outcome }
+  }.start()
   let deadline = Date().addingTimeInterval(timeout)
   while Date() < deadline, result.withLock({ $0 == nil }) { Thread.sleep(forTimeInterval: 0.005) }
   switch result.withLock({ $0 }) {
