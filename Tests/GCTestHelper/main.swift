@@ -148,6 +148,12 @@ case "url-handler":
   say("ready \(getpid())\(args.count > 5 ? " launched-with " + args[5] : "")")
   while true { sleep(60) }
 
+case "torn-writer":  // ScaleModes.swift
+  try tornWriter(container, root: args[2], item: item(args[4]), bytes: Int(args[5])!)
+
+case "torn-reader":  // ScaleModes.swift
+  try tornReader(container, root: args[2], item: item(args[4]), coordinated: args[5] == "coordinated")
+
 default:
   FileHandle.standardError.write(Data("unknown command \(command)\n".utf8))
   exit(2)
