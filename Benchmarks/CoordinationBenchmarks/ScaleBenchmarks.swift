@@ -1,0 +1,114 @@
+// How coordination scales (issue #8, "Scale"), each figure against its baseline in the same run:
+//
+//   Scale: write, no presenter                        a coordinated write; nobody presents anything
+//   Scale: write with 5,000 files presented elsewhere the same write while another process presents 5,000 other
+//                                                     files (`groupctl stress present-many`): should cost the same
+//   Scale: write presented by N processes (N=1/4/16/64) the same write while N `groupctl present` processes
+//                                                     present the item; measured once all have it back
+//   Scale: raw replace on tmpfs                        the flock + atomic-replace baseline, in /dev/shm
+//   Scale: write on tmpfs                              the coordinated write, in /dev/shm
+//
+// (`Coordinated empty access` vs `Baseline: flock pair` are in CoordinationBenchmarks.swift.)
+// Filter: `swift package --allow-writing-to-package-directory benchmark --filter 'Scale: .*'`.
+import Benchmark
+import BenchmarkSupport
+import Foundation
+import GroupContainer
+
+func scaleBenchmarks(fast: Benchmark.Configuration, slow: Benchmark.Configuration) {
+  // MARK: Unrelated presenters
+
+  let alone = ContainerFixture(identifier: "group.bench.alone", item: "Documents/w.txt")
+  Benchmark("Scale: write, no presenter", configuration: slow) { benchmark in
+    let (coordinator, container, url) = try alone.parts()
+    for _ in benchmark.scaledIterations {
+      try coordinator.coordinate(writingItemAt: url) { try container.write(payload, to: $0) }
+    }
+  } setup: {
+    try alone.setUp()
+  } teardown: {
+    alone.tearDown()
+  }
+
+  let crowded = ContainerFixture(identifier: "group.bench.crowded", item: "Documents/w.txt")
+  let crowd = ChildFixture()
+  Benchmark("Scale: write with 5,000 files presented elsewhere", configuration: slow) { benchmark in
+    let (coordinator, container, url) = try crowded.parts()
+    for _ in benchmark.scaledIterations {
+      try coordinator.coordinate(writingItemAt: url) { try container.write(payload, to: $0) }
+    }
+  } setup: {
+    try crowded.setUp()
+    do {
+      try crowd.start(
+        group: crowded.identifier, item: "", root: crowded.root!,
+        command: ["stress", "present-many", crowded.identifier, "--count", "5000"], quiet: true)
+    } catch {
+      crowd.stop()
+      crowded.tearDown()
+      throw error
+    }
+  } teardown: {
+    crowd.stop()
+    crowded.tearDown()
+  }
+
+  // MARK: Presenter processes of the written item
+
+  for n in [1, 4, 16, 64] {
+    let presented = ContainerFixture(identifier: "group.bench.presented\(n)", item: "Documents/p.txt")
+    let children = (0..<n).map { _ in ChildFixture() }
+    Benchmark("Scale: write presented by \(n) processes", configuration: slow) { benchmark in
+      let (coordinator, container, url) = try presented.parts()
+      for _ in benchmark.scaledIterations {
+        let reacquired = children.map { $0.count("reacquire") }
+        benchmark.startMeasurement()
+        try coordinator.coordinate(writingItemAt: url) { try container.write(payload, to: $0) }
+        benchmark.stopMeasurement()
+        // Each iteration starts once every presenter has its item back (what an app and its widgets do).
+        for (child, count) in zip(children, reacquired) { try child.wait(for: "reacquire", count: count + 1) }
+      }
+    } setup: {
+      try presented.setUp()
+      presented.coordinator?.presenterTimeout = .seconds(2)
+      presented.coordinator?.presenterTimeoutPolicy = .fail
+      do {
+        for child in children {
+          try child.start(group: presented.identifier, item: presented.item, root: presented.root!, quiet: true)
+        }
+      } catch {
+        for child in children { child.stop() }
+        presented.tearDown()
+        throw error
+      }
+    } teardown: {
+      for child in children { child.stop() }
+      presented.tearDown()
+    }
+  }
+
+  // MARK: tmpfs: the framework's own cost, without ext4's writeback
+
+  let rawShm = RawFixture(base: "/dev/shm")
+  Benchmark("Scale: raw replace on tmpfs", configuration: fast) { benchmark in
+    for _ in benchmark.scaledIterations {
+      try rawShm.lockedReplace()
+    }
+  } setup: {
+    try rawShm.setUp()
+  } teardown: {
+    rawShm.tearDown()
+  }
+
+  let shm = ContainerFixture(identifier: "group.bench.shm", item: "Documents/s.txt", base: "/dev/shm")
+  Benchmark("Scale: write on tmpfs", configuration: fast) { benchmark in
+    let (coordinator, container, url) = try shm.parts()
+    for _ in benchmark.scaledIterations {
+      try coordinator.coordinate(writingItemAt: url) { try container.write(payload, to: $0) }
+    }
+  } setup: {
+    try shm.setUp()
+  } teardown: {
+    shm.tearDown()
+  }
+}
