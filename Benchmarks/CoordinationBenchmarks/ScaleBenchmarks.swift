@@ -3,6 +3,7 @@
 //   Scale: write, no presenter                        a coordinated write; nobody presents anything
 //   Scale: write with 5,000 files presented elsewhere the same write while another process presents 5,000 other
 //                                                     files (`groupctl stress present-many`): should cost the same
+//   Scale: write, no presenter vs 5,000 … (paired)    both in each iteration, as custom metrics (load drift cancels)
 //   Scale: write presented by N processes (N=1/4/16/64) the same write while N `groupctl present` processes
 //                                                     present the item; measured once all have it back
 //   Scale: raw replace on tmpfs                        the flock + atomic-replace baseline, in /dev/shm
@@ -51,6 +52,47 @@ func scaleBenchmarks(fast: Benchmark.Configuration, slow: Benchmark.Configuratio
   } teardown: {
     crowd.stop()
     crowded.tearDown()
+  }
+
+  // The same comparison paired, robust to the load of a shared machine drifting between two benchmarks: each
+  // iteration writes once in a container nobody presents in and once in the crowded one (wall clock: both).
+  let quiet = ContainerFixture(identifier: "group.bench.quiet", item: "Documents/w.txt")
+  let pairedCrowded = ContainerFixture(identifier: "group.bench.paired", item: "Documents/w.txt")
+  let pairedCrowd = ChildFixture()
+  let withoutOthers = BenchmarkMetric.custom("no presenter (ns)", useScalingFactor: false)
+  let withOthers = BenchmarkMetric.custom("5,000 presented elsewhere (ns)", useScalingFactor: false)
+  var paired = slow
+  paired.metrics += [withoutOthers, withOthers]
+  Benchmark("Scale: write, no presenter vs 5,000 files presented elsewhere (paired)", configuration: paired) {
+    benchmark in
+    let (coordinator, container, url) = try quiet.parts()
+    let (crowdedCoordinator, crowdedContainer, crowdedURL) = try pairedCrowded.parts()
+    for _ in benchmark.scaledIterations {
+      let start = monotonicNanoseconds()
+      try coordinator.coordinate(writingItemAt: url) { try container.write(payload, to: $0) }
+      let middle = monotonicNanoseconds()
+      try crowdedCoordinator.coordinate(writingItemAt: crowdedURL) { try crowdedContainer.write(payload, to: $0) }
+      let end = monotonicNanoseconds()
+      benchmark.measurement(withoutOthers, elapsed(start, middle))
+      benchmark.measurement(withOthers, elapsed(middle, end))
+    }
+  } setup: {
+    try quiet.setUp()
+    try pairedCrowded.setUp()
+    do {
+      try pairedCrowd.start(
+        group: pairedCrowded.identifier, item: "", root: pairedCrowded.root!,
+        command: ["stress", "present-many", pairedCrowded.identifier, "--count", "5000"], quiet: true)
+    } catch {
+      pairedCrowd.stop()
+      pairedCrowded.tearDown()
+      quiet.tearDown()
+      throw error
+    }
+  } teardown: {
+    pairedCrowd.stop()
+    pairedCrowded.tearDown()
+    quiet.tearDown()
   }
 
   // MARK: Presenter processes of the written item
