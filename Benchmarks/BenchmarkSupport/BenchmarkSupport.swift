@@ -14,17 +14,18 @@ public let temporaryBase: String = {
   return base.hasPrefix("/") ? base : "/tmp"
 }()
 
-/// A fresh directory `<base>/gc-bench-XXXXXX`.
-public func makeTemporaryRoot() throws -> String {
-  var template = Array("\(temporaryBase)/gc-bench-XXXXXX".utf8CString)
+/// A fresh directory `<base>/gc-bench-XXXXXX` (`base` defaults to `temporaryBase`).
+public func makeTemporaryRoot(base: String? = nil) throws -> String {
+  let base = base ?? temporaryBase
+  var template = Array("\(base)/gc-bench-XXXXXX".utf8CString)
   guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
-    throw BenchmarkSetupError("mkdtemp in \(temporaryBase) failed: errno \(errno)")
+    throw BenchmarkSetupError("mkdtemp in \(base) failed: errno \(errno)")
   }
   return String(cString: made)
 }
 
 public func removeTree(_ path: String?) {
-  guard let path, path.hasPrefix(temporaryBase + "/gc-bench-") else { return }
+  guard let path, path.hasPrefix(temporaryBase + "/gc-bench-") || path.hasPrefix("/dev/shm/gc-bench-") else { return }
   try? FileManager.default.removeItem(atPath: path)
 }
 

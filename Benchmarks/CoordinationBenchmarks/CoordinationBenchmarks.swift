@@ -205,6 +205,8 @@ let benchmarks: @Sendable () -> Void = {
   } teardown: {
     callback.tearDown()
   }
+
+  scaleBenchmarks(fast: fast, slow: slow)
 }
 
 // MARK: - Fixtures
@@ -228,11 +230,15 @@ func elapsed(_ from: UInt64, _ to: UInt64) -> Int {
 /// (temp file with O_EXCL → write → fchmod → close → rename; no fsync), with none of the framework around them.
 /// The benchmark runner calls setUp, the iterations and tearDown one after another, never at once.
 final class RawFixture: @unchecked Sendable {
+  private let base: String?
   private var root: String?
   private var lockFD: Int32 = -1
   private var target = ""
   private var tempPrefix = ""
   private var counter = 0
+
+  /// `base`: where the temp root goes (default: `temporaryBase`).
+  init(base: String? = nil) { self.base = base }
 
   func setUp() throws {
     do { try makeFiles() } catch {
@@ -242,7 +248,7 @@ final class RawFixture: @unchecked Sendable {
   }
 
   private func makeFiles() throws {
-    let root = try makeTemporaryRoot()
+    let root = try makeTemporaryRoot(base: base)
     self.root = root
     let directory = root + "/Documents"
     guard mkdir(directory, 0o700) == 0 else { throw BenchmarkSetupError("mkdir \(directory): errno \(errno)") }
@@ -300,9 +306,12 @@ final class ContainerFixture: @unchecked Sendable {  // used by the runner's set
   private(set) var coordinator: FileCoordinator?
   private(set) var url: URL?
 
-  init(identifier: String, item: String) {
+  private let base: String?
+
+  init(identifier: String, item: String, base: String? = nil) {
     self.identifier = identifier
     self.item = item
+    self.base = base
   }
 
   func setUp() throws {
@@ -313,7 +322,7 @@ final class ContainerFixture: @unchecked Sendable {  // used by the runner's set
   }
 
   private func open() throws {
-    let root = try makeTemporaryRoot()
+    let root = try makeTemporaryRoot(base: base)
     self.root = root
     let container = try GroupContainer(identifier: identifier, root: URL(fileURLWithPath: root, isDirectory: true))
     let url = try container.url(forRelativePath: item)
@@ -362,6 +371,7 @@ final class ChildFixture: @unchecked Sendable {  // vars: start/stop only (the r
   private var guardPID: pid_t?
   private var guardInput: Int32 = -1
   private var presenterPID: Int32?
+  private var quiet = false
   private let ready = DispatchSemaphore(value: 0)
   private let readyPID = Mutex<Int32?>(nil)
   /// Callback lines the presenter printed, by event name.
@@ -383,10 +393,13 @@ final class ChildFixture: @unchecked Sendable {  // vars: start/stop only (the r
   }
   private static let registerExitHandler: Void = { atexit { killLeftoverChildren() } }()
 
-  func start(group: String, item: String, root: String) throws {
+  /// Starts `groupctl present <group> <item>`, or `groupctl <command…> --root <root>` (a command that prints
+  /// {"event":"ready","pid":…} once set up).
+  func start(group: String, item: String, root: String, command: [String]? = nil, quiet: Bool = false) throws {
     _ = Self.registerExitHandler
     let groupctl = try locateGroupctl()
-    FileHandle.standardError.write(Data("handshake: presenter is \(groupctl)\n".utf8))
+    self.quiet = quiet
+    if !quiet { FileHandle.standardError.write(Data("handshake: presenter is \(groupctl)\n".utf8)) }
     let script = """
       "$@" </dev/null &
       child=$!
@@ -407,7 +420,8 @@ final class ChildFixture: @unchecked Sendable {  // vars: start/stop only (the r
     let pid: pid_t
     do {
       pid = try Self.spawn(
-        ["/bin/sh", "-c", script, "gc-bench-guard", groupctl, "present", group, item, "--root", root],
+        ["/bin/sh", "-c", script, "gc-bench-guard", groupctl] + (command ?? ["present", group, item])
+          + ["--root", root],
         stdin: input[0], stdout: output[1])
     } catch {
       for fd in input + output { close(fd) }
@@ -431,8 +445,8 @@ final class ChildFixture: @unchecked Sendable {  // vars: start/stop only (the r
     thread.name = "gc-bench presenter stdout"
     thread.start()
 
-    guard ready.wait(timeout: .now() + 20) == .success, let presenter = readyPID.withLock({ $0 }) else {
-      throw BenchmarkSetupError("`\(groupctl) present` did not print its ready line within 20 s")
+    guard ready.wait(timeout: .now() + 60) == .success, let presenter = readyPID.withLock({ $0 }) else {
+      throw BenchmarkSetupError("`\(groupctl) \(command?.first ?? "present")` did not print its ready line within 60 s")
     }
     presenterPID = presenter
   }
@@ -543,6 +557,11 @@ final class ChildFixture: @unchecked Sendable {  // vars: start/stop only (the r
     }
     liveChildGroups.withLock { _ = $0.remove(pid) }
     let seen = events.withLock { $0 }
+    guard !quiet else {
+      guardPID = nil
+      presenterPID = nil
+      return
+    }
     let summary = seen.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
     FileHandle.standardError.write(
       Data(

@@ -69,8 +69,9 @@ struct CoordinatedAccess: Sendable {
   mutating func notifyPresenters(
     timeout: Duration, policy: FileCoordinator.PresenterTimeoutPolicy, isCancelled: @Sendable () -> Bool
   ) throws(FileCoordinatorError) {
-    records = space.registry.records()
-    guard !records.isEmpty else { return }  // the fast path: nobody presents anything
+    // Only the presenters of these items, their ancestors and descendants: the cost does not grow with others.
+    records = space.registry.records(relatedTo: items.map(\.path))
+    guard !records.isEmpty else { return }  // the fast path: nobody presents anything that concerns us
     var awaiting: [String: ProcessName] = [:]
     var lent: [String: (slot: Int, token: UInt64)] = [:]
     for (index, item) in items.enumerated() {

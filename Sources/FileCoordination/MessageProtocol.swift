@@ -340,8 +340,10 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
       }
       // Poll first (the answer usually comes within the spin, and then no thread has to be woken), then sleep.
       while now < spinUntil && boardSignal.sequenceValue == seen { now = MonotonicClock.nanoseconds() }
-      if boardSignal.sequenceValue == seen {
-        boardSignal.wait(whileSequenceIs: seen, nanoseconds: min(deadline, nextLivenessCheck) - now)
+      // The spin may end past the next check (a preempted thread): then no sleep, and no UInt64 underflow trap.
+      let wakeAt = min(deadline, nextLivenessCheck)
+      if boardSignal.sequenceValue == seen && wakeAt > now {
+        boardSignal.wait(whileSequenceIs: seen, nanoseconds: wakeAt - now)
       }
     }
     return outcome

@@ -12,10 +12,33 @@ struct PresenterRecord: Codable, Sendable, Hashable {
   var id: String
   var process: ProcessName
   /// Container-relative path of the presented item.
-  var item: String
+  var item: String { didSet { path = Self.parse(item) } }
   var isDirectory: Bool
+  /// `item`, parsed once: every coordinated access compares it (records are immutable files, so a cached
+  /// record never needs parsing again).
+  private(set) var path: ContainerPath
 
-  var path: ContainerPath { (try? ContainerPath(item)) ?? .root }
+  private enum CodingKeys: String, CodingKey { case version, id, process, item, isDirectory }
+
+  init(id: String, process: ProcessName, item: String, isDirectory: Bool) {
+    self.id = id
+    self.process = process
+    self.item = item
+    self.isDirectory = isDirectory
+    path = Self.parse(item)
+  }
+
+  init(from decoder: any Decoder) throws {
+    let values = try decoder.container(keyedBy: CodingKeys.self)
+    version = try values.decode(Int.self, forKey: .version)
+    id = try values.decode(String.self, forKey: .id)
+    process = try values.decode(ProcessName.self, forKey: .process)
+    item = try values.decode(String.self, forKey: .item)
+    isDirectory = try values.decode(Bool.self, forKey: .isDirectory)
+    path = Self.parse(item)
+  }
+
+  private static func parse(_ item: String) -> ContainerPath { (try? ContainerPath(item)) ?? .root }
 
   /// Parses and checks a record file. Every field is untrusted: anything odd is an error naming the file.
   static func decode(_ bytes: [UInt8], fileName: String) throws(GroupContainerError) -> PresenterRecord {
@@ -46,11 +69,68 @@ struct PresenterRecord: Codable, Sendable, Hashable {
   }
 }
 
+/// The records of one registry generation, indexed by item path, so an access looks up only the presenters of its
+/// items, of their ancestors and of their descendants — its cost does not grow with presenters of other items.
+struct PresenterIndex: Sendable {
+  /// Every record, by id.
+  let records: [PresenterRecord]
+  private let byPath: [ContainerPath: [Int]]
+  /// Indexes into `records`, sorted by path component by component: the records inside a directory are a
+  /// contiguous run right after the directory's own path.
+  private let byComponents: [Int]
+
+  static let empty = PresenterIndex(records: [])
+
+  init(records: [PresenterRecord]) {
+    self.records = records
+    var byPath: [ContainerPath: [Int]] = [:]
+    for (index, record) in records.enumerated() { byPath[record.path, default: []].append(index) }
+    self.byPath = byPath
+    byComponents = records.indices.sorted {
+      records[$0].path.components.lexicographicallyPrecedes(records[$1].path.components)
+    }
+  }
+
+  var isEmpty: Bool { records.isEmpty }
+
+  /// The records presenting one of `items`, an ancestor of one (the container root included) or something inside
+  /// one; each once, in id order.
+  func related(to items: [ContainerPath]) -> [PresenterRecord] {
+    guard !records.isEmpty else { return [] }
+    var found = Set<Int>()
+    for item in items {
+      found.formUnion(byPath[.root] ?? [])
+      for depth in 1...max(item.depth, 1) where depth <= item.depth {
+        found.formUnion(byPath[ContainerPath(unchecked: Array(item.components.prefix(depth)))] ?? [])
+      }
+      // The descendants: binary search for the first path not before `item`, then the run that starts with it.
+      var low = 0, high = byComponents.count
+      while low < high {
+        let middle = (low + high) / 2
+        if records[byComponents[middle]].path.components.lexicographicallyPrecedes(item.components) {
+          low = middle + 1
+        } else {
+          high = middle
+        }
+      }
+      while low < byComponents.count {
+        let path = records[byComponents[low]].path
+        guard path.depth >= item.depth, path.components.starts(with: item.components) else { break }
+        found.insert(byComponents[low])
+        low += 1
+      }
+    }
+    return found.sorted().map { records[$0] }
+  }
+}
+
 /// The presenter registry: `presenters/` holds one record per presenter of every process; counter 0 of the
 /// mapped `counters` file is its generation, bumped after every change.
 ///
 /// A coordinated access needs the list on every call. Reading the mapped generation costs no system call, so
-/// the directory is listed again only when some process registered or removed a presenter.
+/// the directory is listed again only when some process registered or removed a presenter, and then only new
+/// files are read and parsed (records are immutable: a change is a new file). The list is indexed by item path
+/// (`PresenterIndex`), so an access pays for the presenters that concern it, not for all of them.
 /// Order matters: a writer changes the directory *then* bumps the generation; a reader loads the generation
 /// *then* lists — so a reader never keeps a list older than the generation it saw.
 final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the rest is immutable
@@ -62,7 +142,7 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
   private let fileMode: mode_t
   private struct Cache {
     var generation: UInt64 = .max
-    var records: [PresenterRecord] = []
+    var index = PresenterIndex.empty
     var byFile: [String: PresenterRecord] = [:]
   }
   private let cache = Mutex(Cache())
@@ -96,9 +176,15 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
 
   /// Every valid record. Bad files are skipped with a logged error, never trusted and never deleted
   /// (they may belong to a newer version of the framework).
-  func records() -> [PresenterRecord] {
+  func records() -> [PresenterRecord] { current().records }
+
+  /// The records that concern an access of `items` (see `PresenterIndex.related(to:)`).
+  func records(relatedTo items: [ContainerPath]) -> [PresenterRecord] { current().related(to: items) }
+
+  /// The index of the current generation, rebuilt only when the generation changed.
+  private func current() -> PresenterIndex {
     let generation = counters.load(Self.generationCounter)
-    if let hit = cache.withLock({ $0.generation == generation ? $0.records : nil }) { return hit }
+    if let hit = cache.withLock({ $0.generation == generation ? $0.index : nil }) { return hit }
     let old = cache.withLock { $0.byFile }
     var byFile: [String: PresenterRecord] = [:]
     for name in (try? FileSystem.listDirectory(directory)) ?? [] where !name.hasPrefix(".") {
@@ -115,8 +201,8 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
         CoordinationSpace.logger.error("skipping presenter record '\(directory)/\(name)': \(error)")
       }
     }
-    let records = byFile.values.sorted { $0.id < $1.id }
-    cache.withLock { $0 = Cache(generation: generation, records: records, byFile: byFile) }
-    return records
+    let index = PresenterIndex(records: byFile.values.sorted { $0.id < $1.id })
+    cache.withLock { $0 = Cache(generation: generation, index: index, byFile: byFile) }
+    return index
   }
 }

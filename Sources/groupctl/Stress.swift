@@ -7,7 +7,7 @@ struct Stress: ParsableCommand {
     abstract: "Run many writer processes against the container and check that nothing was lost.",
     subcommands: [
       StressDefaults.self, StressDefaultsWriter.self, StressFiles.self, StressFilesWriter.self,
-      StressFilesPresenter.self,
+      StressFilesPresenter.self, PresentMany.self,
     ])
 }
 

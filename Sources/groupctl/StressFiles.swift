@@ -50,8 +50,9 @@ struct StressFiles: ParsableCommand {
     abstract: "N writer processes do coordinated read-modify-write increments of one JSON document; M present it.",
     discussion: """
       Each writer runs FileCoordinator().coordinate(writingItemAt:options: .forReplacing), parses the document, \
-      increments `counter` and its own count and writes it back with container.write, until its own count is \
-      --ops; after each write it appends "ack <own count>" to its log. Presenter processes log every callback. \
+      increments `counter` and sets its own entry to its acknowledged count + 1, writes it back with \
+      container.write, and appends "ack <count>" to its log, --ops times (a restarted writer goes on from its \
+      log). Presenter processes log every callback. \
       Then an independent check re-parses the document and prints as its last line \
       ops=<counted>/<expected> lost=<n> torn=<n> callbacks=<seen>/<expected> writes_per_s=<x> \
       (lost: acknowledged ops missing from the document, plus any difference between the counter and the sum of \
@@ -124,13 +125,16 @@ struct StressFiles: ParsableCommand {
         kill(running[w].processIdentifier, SIGKILL)
         running[w].waitUntilExit()
         killed += 1
-        running[w] = try startWriter(w)  // it resumes from its own count in the document
+        running[w] = try startWriter(w)  // it goes on from its log
       }
     }
     var failed = 0
-    for child in running {
+    for (w, child) in running.enumerated() {
       child.waitUntilExit()
-      if child.terminationStatus != 0 { failed += 1 }
+      guard child.terminationStatus != 0 else { continue }
+      failed += 1
+      let how = child.terminationReason == .uncaughtSignal ? "signal" : "status"
+      Output.line("writer \(w) ended with \(how) \(child.terminationStatus) (pid \(child.processIdentifier))")
     }
     let elapsed = Date().timeIntervalSince(start)
 
@@ -232,27 +236,35 @@ struct StressFilesWriter: ParsableCommand {
     let log = StressLog(path: log)
     let coordinator = FileCoordinator()
     let me = "\(index)"
-    while true {
-      var torn = false
-      let own = try coordinator.coordinate(writingItemAt: url, options: .forReplacing) { url -> Int in
-        let bytes = try group.contents(of: url)
-        guard var doc = StressDocument.parse(bytes) else {
-          torn = true
-          return -1
+    // The writer's own count comes from its log, never from the document: an increment another writer clobbered
+    // must show as lost, not be silently redone.
+    var acknowledged = log.lines().compactMap { $0.hasPrefix("ack ") ? Int($0.dropFirst(4)) : nil }.max() ?? 0
+    // Only a restarted writer can find one more op of its own than its log has (a fresh one finds none).
+    var firstAccess = true
+    let parent = getppid()
+    while acknowledged < ops {
+      guard getppid() == parent else { throw ExitCode(4) }  // a writer must not outlive its run
+      enum Step { case wrote, adopted, torn }
+      let step = try coordinator.coordinate(writingItemAt: url, options: .forReplacing) { url -> Step in
+        guard var doc = StressDocument.parse(try group.contents(of: url)) else { return .torn }
+        let inDocument = doc.writers[me] ?? 0
+        // After a SIGKILL the last increment either happened or not: if it did, it is ours to acknowledge.
+        if firstAccess && inDocument == acknowledged + 1 { return .adopted }
+        if inDocument != acknowledged {
+          log.append("mismatch: the document has \(inDocument) of this writer's ops, it acknowledged \(acknowledged)")
         }
-        let own = doc.writers[me] ?? 0
-        guard own < ops else { return own }
         doc.counter += 1
-        doc.writers[me] = own + 1
+        doc.writers[me] = acknowledged + 1
         try group.write(doc.encoded(), to: url)
-        return own + 1
+        return .wrote
       }
-      if torn {
+      if step == .torn {
         log.append("torn read of \(document)")
         throw ExitCode(3)  // never write back over a document we could not read
       }
-      log.append("ack \(own)")  // or a restarted writer finding its work done: that ack is in the document
-      if own >= ops { return }
+      firstAccess = false
+      acknowledged += 1
+      log.append("ack \(acknowledged)")
     }
   }
 }

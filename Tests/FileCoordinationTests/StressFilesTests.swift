@@ -12,24 +12,31 @@ import Testing
 @Suite struct StressFilesTests {
   let group = "group.com.example.stress"
 
-  /// Runs groupctl; returns its status and stdout lines (stderr is kept for failure messages).
-  func groupctl(_ arguments: [String]) throws -> (status: Int32, lines: [String], err: String) {
+  /// Runs groupctl; returns its status and stdout lines (stderr is kept for failure messages). A run that does not
+  /// end within `timeout` is killed and recorded as an issue (its workers exit when they see it gone).
+  func groupctl(_ arguments: [String], timeout: Double = 50) throws -> (status: Int32, lines: [String], err: String) {
     let process = Process()
     process.executableURL = productsDirectory.appendingPathComponent("groupctl")
     process.arguments = arguments
-    // stderr to a file: two pipes read one after the other can deadlock when the second fills up.
-    let errPath = FileManager.default.temporaryDirectory.appendingPathComponent("stress-err-\(UUID().uuidString)")
-    _ = FileManager.default.createFile(atPath: errPath.path, contents: nil)
-    defer { try? FileManager.default.removeItem(at: errPath) }
-    let out = Pipe()
-    process.standardOutput = out
-    process.standardError = try FileHandle(forWritingTo: errPath)
+    // Output to files: nothing to drain while we wait with a deadline.
+    let base = FileManager.default.temporaryDirectory.appendingPathComponent("stress-\(UUID().uuidString)")
+    let (outPath, errPath) = (base.path + ".out", base.path + ".err")
+    for path in [outPath, errPath] { _ = FileManager.default.createFile(atPath: path, contents: nil) }
+    defer { for path in [outPath, errPath] { try? FileManager.default.removeItem(atPath: path) } }
+    process.standardOutput = FileHandle(forWritingAtPath: outPath)
+    process.standardError = FileHandle(forWritingAtPath: errPath)
     try process.run()
-    let outData = out.fileHandleForReading.readDataToEndOfFile()
+    let deadline = Date().addingTimeInterval(timeout)
+    while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
+    if process.isRunning {
+      Issue.record("groupctl \(arguments.joined(separator: " ")) did not end within \(timeout) s")
+      kill(process.processIdentifier, SIGKILL)
+    }
     process.waitUntilExit()
-    let errData = FileManager.default.contents(atPath: errPath.path) ?? Data()
-    let lines = String(decoding: outData, as: UTF8.self).split(separator: "\n").map(String.init)
-    return (process.terminationStatus, lines, String(decoding: errData, as: UTF8.self))
+    let out = FileManager.default.contents(atPath: outPath) ?? Data()
+    let err = FileManager.default.contents(atPath: errPath) ?? Data()
+    let lines = String(decoding: out, as: UTF8.self).split(separator: "\n").map(String.init)
+    return (process.terminationStatus, lines, String(decoding: err, as: UTF8.self))
   }
 
   /// The fields of the summary line, e.g. ["ops": (800, 800), "lost": (0, nil), …].

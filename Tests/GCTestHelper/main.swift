@@ -152,6 +152,11 @@ case _ where presenterModes.contains(command):
   try runPresenterMode(command, args, container)
 case "swap", "pause-write":
   try runPathAttack(args, container: container)
+case "torn-writer":  // ScaleModes.swift
+  try tornWriter(container, root: args[2], item: item(args[4]), bytes: Int(args[5])!)
+
+case "torn-reader":  // ScaleModes.swift
+  try tornReader(container, root: args[2], item: item(args[4]), coordinated: args[5] == "coordinated")
 
 default:
   FileHandle.standardError.write(Data("unknown command \(command)\n".utf8))
