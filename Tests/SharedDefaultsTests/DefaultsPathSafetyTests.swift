@@ -91,7 +91,8 @@ import Testing
 
     let escaped = try FileManager.default.subpathsOfDirectory(atPath: outside)
     #expect(escaped.isEmpty, "\(escaped.count) files outside: \(escaped.prefix(8))")
-    #expect(Set(refused.keys).isSubset(of: ["escapes"]), "unclear failures: \(refused)")
+    let unclear = refused.filter { $0.key != "escapes" }
+    #expect(unclear.isEmpty, "\(unclear.count) unclear failures, e.g. \(unclear.prefix(3))")
     #expect(opened > 0 && synchronized > 0 && repaired == Self.corrupt, "\(opened) \(synchronized) \(repaired)")
     // The real directory (under whichever name it has now) holds the suites, and no garbage snapshot is left.
     let real =
