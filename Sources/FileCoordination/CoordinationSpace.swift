@@ -83,6 +83,11 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
   private(set) var urlHandlers: URLHandlers!
   /// Held `LOCK_SH` for the life of the process: whoever gets `LOCK_EX` on it knows we are dead.
   private let processLock: SystemFD
+  /// Runs the temp-file sweeps that reaping asks for (`sweepAfterReaping`), one at a time, off the reaper's thread.
+  private let sweeper = DispatchQueue(label: "GroupContainer.FileCoordination.sweeper", qos: .utility)
+  private static let onSweeper = DispatchSpecificKey<Bool>()
+  /// A sweep is queued and has not started yet: further reaps need no other.
+  private let sweepQueued = Atomic<Bool>(false)
 
   var inboxDirectory: String { directory + "/inbox" }
   var processesDirectory: String { directory + "/processes" }
@@ -174,7 +179,10 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     for dir in ["", "/locks", "/processes", "/presenters", "/inbox"] {
       try root.makeDirectory(privateDirectory + dir, mode: directoryMode)
     }
-    counters = try MappedCounters(path: directory + "/counters", mode: fileMode)
+    let coordination = try root.openDirectory(privateDirectory)
+    defer { coordination.close() }
+    counters = try MappedCounters(
+      fd: coordination.openOrCreate("counters", mode: fileMode, size: Int64(MappedCounters.fileSize)))
     locks = LockTable(
       directory: try root.openDirectory(ContainerPath.privateDirectory + "/locks"), fileMode: fileMode)
     registry = PresenterRegistry(
@@ -203,7 +211,24 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     try root.makeDirectory(ContainerPath.privateDirectory + "/schemes", mode: directoryMode)
     try root.makeDirectory(ContainerPath.privateDirectory + "/handlers", mode: directoryMode)
     try messenger.start()
+    sweeper.setSpecific(key: Self.onSweeper, value: true)
+    // The sweep below covers whatever reaping finds now: no second one.
+    sweepQueued.store(true, ordering: .releasing)
     reapDeadProcesses()
-    sweepAbandonedTemporaries()
+    sweeper.sync { sweepAbandonedTemporaries() }
+    sweepQueued.store(false, ordering: .releasing)
+  }
+
+  /// A dead process was reaped: sweep the temp files it may have left (a writer killed between creating its temp
+  /// file and its rename), which until now waited for the next process to open the container. Reaps come in
+  /// bursts and on threads that must not walk the container, so one sweep is queued in the background; reaps made
+  /// by a sweep itself (it judges writers by the liveness rule) queue none, so sweeps never feed each other.
+  func sweepAfterReaping() {
+    guard DispatchQueue.getSpecific(key: Self.onSweeper) == nil else { return }
+    guard !sweepQueued.exchange(true, ordering: .acquiringAndReleasing) else { return }
+    sweeper.async { [self] in
+      sweepQueued.store(false, ordering: .releasing)
+      sweepAbandonedTemporaries()
+    }
   }
 }

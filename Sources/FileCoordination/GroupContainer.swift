@@ -52,7 +52,6 @@ public struct GroupContainer: Sendable, Hashable {
       try FileSystem.makeDirectories(rootPath, mode: 0o755)
     }
     try createLayout()
-    _ = try coordinationSpace()
   }
 
   /// This process's share of the container's `.coordination/` machinery (opened once per process).
@@ -118,16 +117,17 @@ public struct GroupContainer: Sendable, Hashable {
 
   static let layout = ["Library", "Library/Preferences", "Library/Caches", "Downloads", "Documents"]
 
+  /// Makes the container directory (the one step by path: there is no descriptor yet; a symlink in its place is
+  /// refused) and then the layout beneath its descriptor, with `mkdirat` (`ContainerDirectory.makeDirectory`):
+  /// a layout directory swapped for a symlink is refused, never followed.
   private func createLayout() throws(GroupContainerError) {
     let mode = sharing.directoryMode
-    try GroupContainerError.wrap { () throws(FileSystemError) in
-      try FileSystem.makeDirectory(path, mode: mode)
-      for dir in Self.layout { try FileSystem.makeDirectory(path + "/" + dir, mode: mode) }
-    }
-    // A planted symlink in place of the container or a layout directory is refused, not followed.
-    let real = try GroupContainerError.wrap { () throws(FileSystemError) in try FileSystem.realPath(path) }
-    guard real == path || FileSystem.sameFile(real, path) else {
-      throw .pathEscapesContainer(path, container: path)
+    try GroupContainerError.wrap { () throws(FileSystemError) in try FileSystem.makeDirectory(path, mode: mode) }
+    // Opening the space opens the container with O_NOFOLLOW | O_DIRECTORY: a symlink planted in its place
+    // after the check above is refused there.
+    let root = try coordinationSpace().root
+    for dir in Self.layout {
+      try beneath(try ContainerPath(dir)) { () throws(FileSystemError) in try root.makeDirectory(dir, mode: mode) }
     }
   }
 

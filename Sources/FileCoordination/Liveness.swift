@@ -59,6 +59,7 @@ extension CoordinationSpace {
     urlHandlers.removeAll(of: process)
     try? root.removeTree(privatePath(inbox(of: process)))
     try? root.removeFile(privatePath(processLockPath(process)))
+    sweepAfterReaping()
     CoordinationSpace.logger.debug("reaped dead process \(process)")
   }
 

@@ -52,9 +52,14 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   let suite: String
   let directory: String
   let plistPath: String
-  /// The snapshot, relative to `root` (read and replaced beneath the container's descriptor).
+  /// The suite's directory and snapshot relative to `root`: every file of the suite is opened, created, checked
+  /// and renamed beneath the container's descriptor, never by a path string (a directory on the way swapped for
+  /// a symlink to outside makes the call fail, never land outside).
+  private static let preferences = "Library/Preferences"
   private let plistItem: String
   private let root: ContainerDirectory
+  /// For error messages: the container's path.
+  private let containerPath: String
   let journalPath: String
   private let fileMode: mode_t
   private let header: MappedCounters
@@ -108,6 +113,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     case outsideSnapshot
     case corruptSnapshot(String)
     case corruptJournal(String)
+    /// The suite's directory cannot be reached beneath the container (no repair: the operation fails with this).
+    case unreachable(SharedDefaultsError)
   }
 
   static func open(suite: String, container: GroupContainer) throws(SharedDefaultsError) -> DefaultsStore {
@@ -128,23 +135,31 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     self.suite = suite
     self.directory = directory
     self.plistPath = directory + "/\(suite).plist"
-    self.plistItem = "Library/Preferences/\(suite).plist"
+    self.plistItem = Self.preferences + "/\(suite).plist"
     do { root = try container.directory() } catch { throw .container(error) }
+    self.containerPath = container.path
     self.journalPath = directory + "/\(suite).journal"
     self.fileMode = fileMode
-    let lockPath = directory + "/\(suite).lock"
-    header = try SharedDefaultsError.wrap { () throws(FileSystemError) in
-      try MappedCounters(path: lockPath, mode: fileMode)
+    // The lock file and the journal stay open (mapped) for the life of the store: opened once, beneath the
+    // container's descriptor, from one descriptor of the directory.
+    let root = root
+    let files = try Self.beneath(Self.preferences, in: container.path) { () throws(FileSystemError) in
+      try root.openDirectory(Self.preferences)
     }
-    lockFD = try SharedDefaultsError.wrap { () throws(FileSystemError) in try SystemFD.open(lockPath, .readWrite) }
+    defer { files.close() }
+    let lockName = "\(suite).lock"
+    header = try Self.beneath(Self.preferences + "/" + lockName, in: container.path) { () throws(FileSystemError) in
+      try MappedCounters(fd: files.openOrCreate(lockName, mode: fileMode, size: Int64(MappedCounters.fileSize)))
+    }
+    lockFD = try SharedDefaultsError.wrap { () throws(FileSystemError) in try files.open(lockName, .readWrite) }
     lock = SharedMemoryLock(header, index: Slot.lock) { [container] pid, start in
       container.processIsAlive(pid: pid, startTimeLow32: start)
     }
     signal = ChangeSignal(header, sequence: Slot.changeSequence, listeners: Slot.listeners)
-    let journalPath = self.journalPath
     do {
       journal = try SharedDefaultsError.wrap { () throws(FileSystemError) in
-        try SharedFileMapping(path: journalPath, mode: fileMode, reservation: Self.journalReservation)
+        try SharedFileMapping(
+          name: "\(suite).journal", in: files, mode: fileMode, reservation: Self.journalReservation)
       }
     } catch {
       lockFD.close()
@@ -339,7 +354,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
 
   /// Reads the snapshot and the whole journal (after a compaction somewhere, or on first use).
   private func reload(_ s: inout State, generation: UInt64, committed: Int) throws(Repair) {
-    guard snapshotIsTheRecordedOne() else { throw .outsideSnapshot }
+    guard try snapshotIsTheRecordedOne() else { throw .outsideSnapshot }
     if s.generation != .max, s.pendingOwn.isEmpty, header.load(Slot.foldedGeneration) == s.generation,
       header.load(Slot.foldedLength) == UInt64(s.length), header.load(Slot.generation) == generation
     {
@@ -363,9 +378,15 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   }
 
   private func loadSnapshot() throws(Repair) -> [String: PropertyListValue] {
+    // Not reaching the directory says nothing about the snapshot; only what is found there may be set aside.
+    let files: SystemFD
+    do { files = try preferencesDirectory() } catch { throw .unreachable(error) }
+    defer { files.close() }
     let bytes: [UInt8]
     do {
-      bytes = try root.readFile(plistItem, limit: Self.snapshotLimits.maxBytes).bytes
+      let file = try files.open("\(suite).plist", .readOnly)
+      defer { file.close() }
+      bytes = try file.readRegularFile(limit: Self.snapshotLimits.maxBytes).bytes
     } catch {
       if error.errno == .noSuchFileOrDirectory { return [:] }
       throw .corruptSnapshot("cannot read: \(error)")
@@ -384,8 +405,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   }
 
   /// Whether the snapshot on disk is the one the header recorded (else an outside tool replaced or edited it).
-  private func snapshotIsTheRecordedOne() -> Bool {
-    let st = (try? FileSystem.status(plistPath)) ?? nil
+  private func snapshotIsTheRecordedOne() throws(Repair) -> Bool {
+    let st: FileStatus?
+    do { st = try snapshotStatus() } catch { throw .unreachable(error) }
     return header.load(Slot.snapshotInode) == (st?.inode ?? 0)
       && header.load(Slot.snapshotSize) == UInt64(st?.size ?? 0)
       && header.load(Slot.snapshotTime) == UInt64(bitPattern: st?.modificationNanoseconds ?? 0)
@@ -405,13 +427,15 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
         do { try catchUp(&s); return } catch { problem = error }
       }
       switch problem! {
+      case .unreachable(let error):
+        throw error
       case .outsideSnapshot:
         try adoptOutsideSnapshot(&s)
       case .corruptSnapshot(let reason):
         Self.logger.error(
           "suite '\(suite)': snapshot '\(plistPath)' is corrupt (\(reason)); moved aside, recovering the last good state"
         )
-        quarantine(plistPath)
+        quarantine("\(suite).plist")
         recoverJournal(into: &s)
         try compact(&s, durable: false)
       case .corruptJournal(let reason):
@@ -447,10 +471,12 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       let values = try loadSnapshot()
       Self.logger.info("suite '\(suite)': adopting '\(plistPath)' written by another tool")
       replaceValues(with: values, in: &s)
+    } catch .unreachable(let error) {
+      throw error
     } catch {
       Self.logger.error(
         "suite '\(suite)': '\(plistPath)' written by another tool does not parse (\(error)); moved aside")
-      quarantine(plistPath)
+      quarantine("\(suite).plist")
     }
     try compact(&s, durable: false)
   }
@@ -465,7 +491,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     do { bytes = try PropertyListValue.dictionary(s.values).encoded(as: .binary) } catch {
       throw .unsupportedValue("the suite cannot be written as a property list: \(error)")
     }
-    try SharedDefaultsError.wrap { () throws(FileSystemError) in
+    try Self.beneath(plistItem, in: containerPath) { () throws(FileSystemError) in
       try root.replaceFile(plistItem, with: bytes, mode: fileMode, durability: durable ? .powerLoss : .processCrash)
       try recordSnapshotIdentity()
       // Length first, then generation: a reader that sees either change takes the slow path and our lock.
@@ -480,7 +506,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   }
 
   private func recordSnapshotIdentity() throws(FileSystemError) {
-    let st = try FileSystem.status(plistPath)
+    let st = try root.status(plistItem)
     header.store(Slot.snapshotInode, st?.inode ?? 0)
     header.store(Slot.snapshotSize, UInt64(st?.size ?? 0))
     header.store(Slot.snapshotTime, UInt64(bitPattern: st?.modificationNanoseconds ?? 0))
@@ -496,7 +522,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       Self.logger.error("suite '\(suite)': header '\(directory)/\(suite).lock' is damaged; resetting it")
       quarantineJournal()
     }
-    try SharedDefaultsError.wrap { () throws(FileSystemError) in try recordSnapshotIdentity() }
+    try Self.beneath(plistItem, in: containerPath) { () throws(FileSystemError) in try recordSnapshotIdentity() }
     header.store(Slot.committed, 0)
     header.store(Slot.lock, 0)
     header.store(Slot.journalCapacity, 0)  // unknown: the next write allocates what it needs
@@ -504,10 +530,37 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     header.store(Slot.magic, Self.magic)
   }
 
-  private func quarantine(_ path: String) {
-    let aside = path + ".corrupt-\(Int(Date().timeIntervalSince1970))-\(getpid())"
-    do { try FileSystem.rename(path, to: aside) } catch {
-      if error.errno != .noSuchFileOrDirectory { Self.logger.error("could not move '\(path)' aside: \(error)") }
+  /// Moves the file `name` of the suite's directory aside (`<name>.corrupt-<time>-<pid>`), renamed relative to
+  /// the directory's descriptor.
+  private func quarantine(_ name: String) {
+    let aside = name + ".corrupt-\(Int(Date().timeIntervalSince1970))-\(getpid())"
+    do { try root.rename(Self.preferences + "/" + name, to: aside) } catch {
+      if error.errno != .noSuchFileOrDirectory {
+        Self.logger.error("could not move '\(directory)/\(name)' aside: \(error)")
+      }
+    }
+  }
+
+  /// The suite's directory, opened beneath the container's descriptor (the caller closes it).
+  private func preferencesDirectory() throws(SharedDefaultsError) -> SystemFD {
+    try Self.beneath(Self.preferences, in: containerPath) { () throws(FileSystemError) in
+      try root.openDirectory(Self.preferences)
+    }
+  }
+
+  /// The snapshot's status (nil when there is none), read beneath the container's descriptor.
+  private func snapshotStatus() throws(SharedDefaultsError) -> FileStatus? {
+    try Self.beneath(plistItem, in: containerPath) { () throws(FileSystemError) in try root.status(plistItem) }
+  }
+
+  /// Runs a call that reaches `item` beneath the container; a way out (a directory on the way swapped for a
+  /// symlink that leads outside, which `RESOLVE_BENEATH` refuses with `EXDEV`) is `pathEscapesContainer`.
+  private static func beneath<T>(
+    _ item: String, in container: String, _ body: () throws(FileSystemError) -> T
+  ) throws(SharedDefaultsError) -> T {
+    do { return try body() } catch {
+      guard error.errno == .improperLink else { throw .system(error) }
+      throw .container(.pathEscapesContainer(item, container: container))
     }
   }
 
@@ -666,13 +719,13 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     background.async { [self] in
       if !checkSnapshot { refreshPending.store(false, ordering: .releasing) }
       // The whole container went away (deleted): nothing to adopt.
-      guard (try? FileSystem.status(directory)) ?? nil != nil else { return }
+      guard (try? root.status(Self.preferences)) ?? nil != nil else { return }
       state.withLock { s in
-        if checkSnapshot && s.generation != .max && !snapshotIsTheRecordedOne() {
+        if checkSnapshot && s.generation != .max && (try? snapshotIsTheRecordedOne()) == false {
           do {
             try withLock { () throws(SharedDefaultsError) in
               // Re-check under the lock: another process may have adopted it already.
-              if snapshotIsTheRecordedOne() {
+              if (try? snapshotIsTheRecordedOne()) != false {
                 try catchUpExclusively(&s)
               } else {
                 try repairAndCatchUp(&s, .outsideSnapshot)

@@ -107,6 +107,29 @@ package final class ContainerDirectory: Sendable {
     if created { try made.setPermissions(mode) }
   }
 
+  /// The status of `relative` (its last component not followed); nil when it or a directory on the way is missing.
+  /// The corresponding C function is `fstatat` on the parent's descriptor.
+  package func status(_ relative: String) throws(FileSystemError) -> FileStatus? {
+    let (parent, name) = Self.split(relative)
+    let directory: SystemFD
+    do { directory = try openDirectory(parent) } catch {
+      if error.errno == .noSuchFileOrDirectory { return nil }
+      throw error
+    }
+    defer { directory.close() }
+    return try directory.status(of: name)
+  }
+
+  /// Renames the file or directory `relative` to `newName` in the same directory, relative to that directory's
+  /// descriptor (a directory on the way swapped for a symlink cannot move it outside). The corresponding C
+  /// function is `renameat`.
+  package func rename(_ relative: String, to newName: String) throws(FileSystemError) {
+    let (parent, name) = Self.split(relative)
+    let directory = try openDirectory(parent)
+    defer { directory.close() }
+    try directory.rename(name, to: newName)
+  }
+
   /// Removes the file `relative` (not following a symlink there); a missing file is not an error.
   package func removeFile(_ relative: String) throws(FileSystemError) {
     let (parent, name) = Self.split(relative)

@@ -39,6 +39,29 @@ package final class MappedCounters: @unchecked Sendable {  // immutable after in
     }
   }
 
+  /// Maps the counter file already open (read-write) as `fd`, which the counters now own: for a file opened
+  /// beneath a container's descriptor (`SystemFD.openOrCreate(_:mode:size:)` with `fileSize`).
+  package init(fd: SystemFD) throws(FileSystemError) {
+    do throws(FileSystemError) {
+      let st = try fd.status()
+      guard st.kind == .regular else { throw FileSystemError("mmap", fd.path, .invalidArgument) }
+      // A creator may be between open and ftruncate: give it a moment before calling the file corrupt.
+      var size = st.size
+      var waited = 0
+      while size < Int64(Self.fileSize) && waited < 100 {
+        MonotonicClock.sleep(nanoseconds: 1_000_000)
+        waited += 1
+        size = try fd.status().size
+      }
+      // Still short: someone truncated it. Give it its size back (zeros: its owner sees a missing magic number).
+      if size < Int64(Self.fileSize) { try fd.truncate(to: Int64(Self.fileSize)) }
+      mapping = try SharedFileMapping(fd: fd, reservation: Self.fileSize)
+    } catch {
+      fd.close()
+      throw error
+    }
+  }
+
   private static func openOrCreate(_ path: String, mode: mode_t) throws(FileSystemError) -> SystemFD {
     do throws(FileSystemError) {
       let fd = try SystemFD.open(path, [.readWrite, .exclusiveCreate], mode: mode)

@@ -21,7 +21,7 @@ package final class SharedFileMapping: @unchecked Sendable {  // immutable after
   private let fd: SystemFD
   private let guardSlot: Int32
 
-  /// Maps `path`, which must already exist and be a regular file.
+  /// Maps the regular file open as `fd`, which the mapping now owns (closed with it).
   package init(fd: SystemFD, reservation: Int) throws(FileSystemError) {
     self.path = fd.path
     self.fd = fd
@@ -39,12 +39,15 @@ package final class SharedFileMapping: @unchecked Sendable {  // immutable after
     }
   }
 
-  /// Opens (creating it with `mode` when missing) and maps `path`.
-  package convenience init(path: String, mode: mode_t, reservation: Int) throws(FileSystemError) {
-    let fd = try SystemFD.open(path, [.readWrite, .create], mode: mode)
+  /// Opens (creating it with `mode` when missing) and maps the file `name` of `directory`, a directory held open:
+  /// the file is reached beneath it, whatever another process does to the paths on the way meanwhile.
+  package convenience init(name: String, in directory: SystemFD, mode: mode_t, reservation: Int)
+    throws(FileSystemError)
+  {
+    let fd = try directory.open(name, [.readWrite, .create], mode: mode)
     do throws(FileSystemError) {
       let st = try fd.status()
-      guard st.kind == .regular else { throw FileSystemError("mmap", path, .invalidArgument) }
+      guard st.kind == .regular else { throw FileSystemError("mmap", fd.path, .invalidArgument) }
       try fd.setPermissions(mode)
       try self.init(fd: fd, reservation: reservation)
     } catch {

@@ -95,6 +95,37 @@ package struct SystemFD: Sendable, Hashable {
     return SystemFD(rawValue: fd, path: full)
   }
 
+  /// Opens the file `name` in this directory read-write, creating it when missing with exactly `mode` (umask
+  /// would filter it) and `size` bytes. The create is `O_EXCL`, so only the creator sizes the file; an opener that
+  /// comes between the create and the `ftruncate` sees it short (`MappedCounters` waits for that). The
+  /// corresponding C functions are `openat`, `fchmod` and `ftruncate`.
+  package func openOrCreate(_ name: String, mode: mode_t, size: Int64) throws(FileSystemError) -> SystemFD {
+    let created: SystemFD
+    do { created = try open(name, [.readWrite, .exclusiveCreate], mode: mode) } catch {
+      guard error.errno == .fileExists else { throw error }
+      return try open(name, .readWrite)
+    }
+    do throws(FileSystemError) {
+      try created.setPermissions(mode)
+      try created.truncate(to: size)
+    } catch {
+      created.close()
+      throw error
+    }
+    return created
+  }
+
+  /// The status of `name` in this directory, not following a symlink there; nil when nothing is there. The
+  /// corresponding C function is `fstatat` with `AT_SYMLINK_NOFOLLOW`.
+  package func status(of name: String) throws(FileSystemError) -> FileStatus? {
+    var st = stat()
+    switch valueOrErrno({ Glibc.fstatat(rawValue, name, &st, AT_SYMLINK_NOFOLLOW) }) {
+    case .success: return FileStatus(st)
+    case .failure(let e) where e == .noSuchFileOrDirectory: return nil
+    case .failure(let e): throw FileSystemError("fstatat", path + "/" + name, e)
+    }
+  }
+
   /// Renames `source` to `destination`, both names in this directory. The corresponding C function is `renameat`.
   package func rename(_ source: String, to destination: String) throws(FileSystemError) {
     _ = try valueOrErrno { Glibc.renameat(rawValue, source, rawValue, destination) }

@@ -1,0 +1,41 @@
+import FileCoordination
+import Foundation
+import TestSupport
+import Testing
+
+/// Temp files of writers that died are swept when a dead process is reaped, not only when a container is opened.
+///
+/// Mutants this suite catches:
+/// - the `sweepAfterReaping()` line removed from `reap(_:)` (Liveness.swift): the dead writer's temp file stays
+///   (`reapingADeadWriterSweepsItsTempFile`).
+@Suite struct ReapSweepTests {
+  static let group = "group.com.example.reap-sweep"
+
+  /// Two writers stop after creating their temp files; one is killed. This process, which opened the container
+  /// before (so no open sweeps again), reaps the dead one through `status()`: its temp file goes, the live
+  /// writer's stays.
+  @Test(.timeLimit(.minutes(1))) func reapingADeadWriterSweepsItsTempFile() throws {
+    let root = try TestRoot()
+    let container = try root.container(Self.group)
+    let killed = try Child(["pause-write", root.path, Self.group, "Documents/k.txt"])
+    let alive = try Child(["pause-write", root.path, Self.group, "Documents/l.txt"])
+    defer { alive.kill() }
+    let killedTemp = try #require(killed.waitForLine { $0.hasPrefix("created ") }).dropFirst(8)
+    let aliveTemp = try #require(alive.waitForLine { $0.hasPrefix("created ") }).dropFirst(8)
+    let killedPath = container.path + "/Documents/" + killedTemp
+    let alivePath = container.path + "/Documents/" + aliveTemp
+    #expect(FileManager.default.fileExists(atPath: killedPath))
+    killed.kill()
+    _ = killed.waitForExit()
+    // Listing the live processes reaps the dead one; the sweep it queues runs in the background.
+    let live = try container.status().processes
+    #expect(!live.contains { $0.pid == killed.process.processIdentifier })
+    var swept = false
+    for _ in 0..<2_000 where !swept {
+      swept = !FileManager.default.fileExists(atPath: killedPath)
+      if !swept { Thread.sleep(forTimeInterval: 0.01) }
+    }
+    #expect(swept, "the dead writer's temp file was not swept after reaping it")
+    #expect(FileManager.default.fileExists(atPath: alivePath), "a live writer's temp file was swept")
+  }
+}
