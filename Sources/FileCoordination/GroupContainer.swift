@@ -51,7 +51,7 @@ public struct GroupContainer: Sendable, Hashable {
     try GroupContainerError.wrap { () throws(FileSystemError) in
       try FileSystem.makeDirectories(rootPath, mode: 0o755)
     }
-    try createLayout()
+    try createLayout(in: rootPath)
   }
 
   /// This process's share of the container's `.coordination/` machinery (opened once per process).
@@ -117,17 +117,25 @@ public struct GroupContainer: Sendable, Hashable {
 
   static let layout = ["Library", "Library/Preferences", "Library/Caches", "Downloads", "Documents"]
 
-  /// Makes the container directory (the one step by path: there is no descriptor yet; a symlink in its place is
-  /// refused) and then the layout beneath its descriptor, with `mkdirat` (`ContainerDirectory.makeDirectory`):
-  /// a layout directory swapped for a symlink is refused, never followed.
-  private func createLayout() throws(GroupContainerError) {
+  /// Makes the container directory in the root (the root is opened by path, following links: a symlinked root is
+  /// allowed; the container is made with `mkdirat` and a symlink in its place is refused), then the layout beneath
+  /// the container's descriptor (`ContainerDirectory.makeDirectory`): a layout directory swapped for a symlink is
+  /// refused, never followed.
+  private func createLayout(in rootPath: String) throws(GroupContainerError) {
     let mode = sharing.directoryMode
-    try GroupContainerError.wrap { () throws(FileSystemError) in try FileSystem.makeDirectory(path, mode: mode) }
+    let identifier = identifier
+    try GroupContainerError.wrap { () throws(FileSystemError) in
+      let root = try SystemFD.open(rootPath, [.readOnly, .directory, .followSymlink])
+      defer { root.close() }
+      try root.makeDirectory(identifier, mode: mode)
+    }
     // Opening the space opens the container with O_NOFOLLOW | O_DIRECTORY: a symlink planted in its place
-    // after the check above is refused there.
-    let root = try coordinationSpace().root
+    // since is refused there.
+    let container = try coordinationSpace().root
     for dir in Self.layout {
-      try beneath(try ContainerPath(dir)) { () throws(FileSystemError) in try root.makeDirectory(dir, mode: mode) }
+      try beneath(try ContainerPath(dir)) { () throws(FileSystemError) in
+        try container.makeDirectory(dir, mode: mode)
+      }
     }
   }
 

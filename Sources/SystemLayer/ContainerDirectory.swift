@@ -92,19 +92,7 @@ package final class ContainerDirectory: Sendable {
     let (parent, name) = Self.split(relative)
     let directory = try openDirectory(parent)
     defer { directory.close() }
-    let created: Bool
-    switch valueOrErrno({ Glibc.mkdirat(directory.rawValue, name, mode) }) {
-    case .success: created = true
-    case .failure(let e) where e == .fileExists: created = false
-    case .failure(let e): throw FileSystemError("mkdirat", directory.path + "/" + name, e)
-    }
-    let made: SystemFD
-    do { made = try directory.open(name, [.readOnly, .directory]) } catch {
-      // ELOOP (a symlink) or ENOTDIR (a file): not a directory we may use.
-      throw FileSystemError("mkdirat", directory.path + "/" + name, .notDirectory)
-    }
-    defer { made.close() }
-    if created { try made.setPermissions(mode) }
+    try directory.makeDirectory(name, mode: mode)
   }
 
   /// The status of `relative` (its last component not followed); nil when it or a directory on the way is missing.
@@ -227,6 +215,27 @@ package final class ContainerDirectory: Sendable {
       }
     }
     return current
+  }
+}
+
+extension SystemFD {
+  /// Creates the directory `name` in this directory with exactly `mode` (umask would filter it); an existing
+  /// directory is fine, anything else there (a symlink included) is an error. The corresponding C function is
+  /// `mkdirat`; the mode is set with `fchmod` on the directory it made, opened without following links.
+  package func makeDirectory(_ name: String, mode: mode_t) throws(FileSystemError) {
+    let created: Bool
+    switch valueOrErrno({ Glibc.mkdirat(rawValue, name, mode) }) {
+    case .success: created = true
+    case .failure(let e) where e == .fileExists: created = false
+    case .failure(let e): throw FileSystemError("mkdirat", path + "/" + name, e)
+    }
+    let made: SystemFD
+    do { made = try open(name, [.readOnly, .directory]) } catch {
+      // ELOOP (a symlink) or ENOTDIR (a file): not a directory we may use.
+      throw FileSystemError("mkdirat", path + "/" + name, .notDirectory)
+    }
+    defer { made.close() }
+    if created { try made.setPermissions(mode) }
   }
 }
 

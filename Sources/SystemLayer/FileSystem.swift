@@ -15,22 +15,6 @@ package enum FileSystem {
     }
   }
 
-  /// Creates a directory; an existing directory is fine, anything else at `path` is an error.
-  /// The corresponding C function is `mkdir`.
-  package static func makeDirectory(_ path: String, mode: mode_t) throws(FileSystemError) {
-    switch valueOrErrno({ Glibc.mkdir(path, mode) }) {
-    case .success:
-      // mkdir's mode is filtered by umask; set exactly what was asked (setgid for group-shared dirs).
-      _ = try valueOrErrno { Glibc.chmod(path, mode) }.get("chmod", path)
-    case .failure(let e) where e == .fileExists:
-      guard try status(path)?.kind == .directory else {
-        throw FileSystemError("mkdir", path, .notDirectory)
-      }
-    case .failure(let e):
-      throw FileSystemError("mkdir", path, e)
-    }
-  }
-
   /// The corresponding C function is `unlink`. A missing file is not an error.
   package static func removeFile(_ path: String) throws(FileSystemError) {
     switch valueOrErrno({ Glibc.unlink(path) }) {

@@ -14,7 +14,7 @@ import Testing
 /// - the suite's lock file opened by path (`MappedCounters(path:)` + `SystemFD.open(lockPath)`, as before): lock
 ///   files appear outside (`suitesNeverReachOutsideWhileSwapped`);
 /// - the journal opened by path (`SharedFileMapping(path:)`, as before): journals appear outside (same test);
-/// - `GroupContainer.createLayout` making the layout by path (`FileSystem.makeDirectory`, as before): `Preferences`,
+/// - `GroupContainer.createLayout` making the layout by path (`mkdir` + `chmod`, as before): `Preferences`,
 ///   `Caches` appear outside (`layoutNeverReachesOutsideWhileSwapped`).
 @Suite(.timeLimit(.minutes(1))) struct DefaultsPathSafetyTests {
   static let group = "group.com.example.defaults-paths"
