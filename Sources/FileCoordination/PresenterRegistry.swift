@@ -95,7 +95,7 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
   /// Every valid record. Bad files are skipped with a logged error, never trusted and never deleted
   /// (they may belong to a newer version of the framework).
   func records() -> [PresenterRecord] {
-    let generation = counters.load(Self.generationCounter)
+    let generation = counters.load(Self.generationCounter) &+ counters.epoch  // a restored file starts a new epoch
     if let hit = cache.withLock({ $0.generation == generation ? $0.records : nil }) { return hit }
     let old = cache.withLock { $0.byFile }
     var byFile: [String: PresenterRecord] = [:]
