@@ -100,8 +100,9 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     containerPath: String, fileMode: mode_t, directoryMode: mode_t
   ) throws(GroupContainerError) -> CoordinationSpace {
     if let space = spaces.withLock({ $0.byPath[containerPath] }) { return space }
-    // Start inotify before this process opens many descriptors (FD_SETSIZE trap).
-    try GroupContainerError.wrap { () throws(FileSystemError) in try Watcher.shared.start() }
+    // Start inotify before this process opens many descriptors (FD_SETSIZE trap). Without it (no instance
+    // left) coordination still works; only presenters are refused (PresenterHost.add).
+    _ = Watcher.shared.unavailableReason
     let root = try GroupContainerError.wrap { () throws(FileSystemError) in
       try ContainerDirectory(path: containerPath)
     }

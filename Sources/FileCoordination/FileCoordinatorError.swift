@@ -18,6 +18,9 @@ public enum FileCoordinatorError: Error, CustomStringConvertible, Sendable {
   case system(FileSystemError)
   /// A URL could not be opened.
   case openURL(OpenURLError)
+  /// File presenters need inotify, which this process could not get (the reason names the limit and the sysctl
+  /// that raises it). Coordinated reads and writes work without it.
+  case presentersUnavailable(String)
 
   public var description: String {
     switch self {
@@ -36,6 +39,8 @@ public enum FileCoordinatorError: Error, CustomStringConvertible, Sendable {
       return error.description
     case .openURL(let error):
       return error.description
+    case .presentersUnavailable(let reason):
+      return "cannot register a file presenter: \(reason)"
     }
   }
 

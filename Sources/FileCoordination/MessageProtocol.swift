@@ -171,6 +171,12 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
   }
 
   func start() throws(FileSystemError) {
+    if let reason = Watcher.shared.unavailableReason {
+      // Locks need no inotify, and acks come on the board; ack files (failures, openURL answers) are read by
+      // `awaitAcks` scanning the inbox. Only presenters need the watcher, and they are refused.
+      CoordinationSpace.logger.warning("coordination works without presenters in this process: \(reason)")
+      return
+    }
     // Messages arrive by rename only: asking for nothing else keeps the temp file's own events from waking the
     // watcher thread (twice per message otherwise).
     _ = try Watcher.shared.watch(inbox, mask: Watcher.movedTo) { [self] event in
@@ -333,6 +339,7 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
         break
       }
       if now >= nextLivenessCheck {
+        if Watcher.shared.unavailableReason != nil { scanInbox() }  // no watcher delivers ack files here
         let dead = Set(waiting.values).filter { !space.isAlive($0) }
         waiting = waiting.filter { !dead.contains($0.value) }
         nextLivenessCheck = MonotonicClock.nanoseconds() + 20_000_000

@@ -49,6 +49,8 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
 
   func add(_ presenter: any FilePresenter, at item: ContainerPath) throws(FileCoordinatorError) {
     if id(of: presenter) != nil { return }
+    // A presenter without inotify would never hear a message (its inbox is not watched): refuse it clearly.
+    if let reason = Watcher.shared.unavailableReason { throw .presentersUnavailable(reason) }
     let isDirectory = (try? FileSystem.status(space.absolutePath(item)))??.kind == .directory
     let local = Local(presenter: presenter, id: newID(), item: item, isDirectory: isDirectory)
     lock.withLock {

@@ -183,7 +183,7 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
 
   /// The index of the current generation, rebuilt only when the generation changed.
   private func current() -> PresenterIndex {
-    let generation = counters.load(Self.generationCounter)
+    let generation = counters.load(Self.generationCounter) &+ counters.epoch  // a restored file starts a new epoch
     if let hit = cache.withLock({ $0.generation == generation ? $0.index : nil }) { return hit }
     let old = cache.withLock { $0.byFile }
     var byFile: [String: PresenterRecord] = [:]

@@ -1,20 +1,37 @@
 import Atomics
+import Foundation
 import Glibc
+import Logging
 import SystemPackage
 
 /// A small file of 64-bit counters shared by every process through a `SharedFileMapping`: reading one costs no
 /// system call, which is what lets "nothing changed" checks stay off the kernel.
 ///
 /// SIGBUS trap: the file is created and sized only here, its size is checked before mapping and it is never
-/// shrunk; if someone else truncates it anyway, the mapping's SIGBUS guard counts a fault (`faultCount`) and
-/// `restore()` sizes and maps it again. Writes through the mapping produce no inotify event: use it for counters,
-/// never for notification (see `ChangeSignal`).
-package final class MappedCounters: @unchecked Sendable {  // immutable after init; the memory is atomics only
+/// shrunk; if someone else truncates it anyway, the mapping's SIGBUS guard counts a fault (`faultCount`). Every
+/// `load`, `store` and `increment` compares that count with the last one it saw and, on a change, heals: logs an
+/// error, gives the file its size back, maps it again and repeats the operation. A process would otherwise read and
+/// write the guard's private zero page for good — blind to every other process (a writer that never messages
+/// presenters registered later, an ack board whose acks never arrive).
+///
+/// Whoever gives a truncated file its size back (here or in `init`) also stores a random ``epoch``: the values were
+/// lost, so a reader caching "nothing changed since value v" must compare the epoch as well — a counter reset to
+/// zero and counted up again may show v once more.
+///
+/// Writes through the mapping produce no inotify event: use it for counters, never for notification (see
+/// `ChangeSignal`).
+package final class MappedCounters: @unchecked Sendable {  // `healing` serializes restores; the memory is atomics
   package static let fileSize = 4096
-  package static let capacity = fileSize / 8
+  /// Counters callers may use; the last word of the file is the epoch.
+  package static let capacity = fileSize / 8 - 1
+  private static let epochIndex = fileSize / 8 - 1
+  private static let logger = Logger(label: "GroupContainer.MappedCounters")
 
   private let mapping: SharedFileMapping
   package var path: String { mapping.path }
+  /// The guard's fault count when this instance last checked (or healed).
+  private let seenFaults = ManagedAtomic<UInt32>(0)
+  private let healing = NSLock()
 
   /// Opens (creating if needed) the counter file at `path`.
   package init(path: String, mode: mode_t) throws(FileSystemError) {
@@ -31,8 +48,11 @@ package final class MappedCounters: @unchecked Sendable {  // immutable after in
       }
       guard st.kind == .regular else { throw FileSystemError("mmap", path, .invalidArgument) }
       // Still short: someone truncated it. Give it its size back (zeros: its owner sees a missing magic number).
-      if size < Int64(Self.fileSize) { try fd.truncate(to: Int64(Self.fileSize)) }
+      let truncated = size < Int64(Self.fileSize)
+      if truncated { try fd.truncate(to: Int64(Self.fileSize)) }
       mapping = try SharedFileMapping(fd: fd, reservation: Self.fileSize)
+      seenFaults.store(mapping.faultCount, ordering: .relaxed)
+      if truncated { newEpoch() }
     } catch {
       fd.close()
       throw error
@@ -79,15 +99,49 @@ package final class MappedCounters: @unchecked Sendable {  // immutable after in
 
   /// After a fault: gives the file its size back and maps it again. The counters are whatever the file now holds.
   package func restore() throws(FileSystemError) {
-    if try mapping.fileSize() < Self.fileSize { try mapping.truncate(to: Self.fileSize) }
+    let truncated = try mapping.fileSize() < Self.fileSize
+    if truncated { try mapping.truncate(to: Self.fileSize) }
     try mapping.remap()
+    if truncated { newEpoch() }
+  }
+
+  /// Changes whenever the file lost its values (truncated, then sized again by any process).
+  package var epoch: UInt64 { load(Self.epochIndex) }
+
+  private func newEpoch() {
+    atomic(Self.epochIndex).store(UInt64.random(in: 1...UInt64.max), ordering: .releasing)
+  }
+
+  /// Whether the guard counted a fault since the last check; if so the file is restored and mapped again.
+  @inline(__always)
+  private func healed() -> Bool {
+    guard mapping.faultCount != seenFaults.load(ordering: .relaxed) else { return false }
+    heal()
+    return true
+  }
+
+  private func heal() {
+    healing.lock()
+    defer { healing.unlock() }
+    let faults = mapping.faultCount
+    guard faults != seenFaults.load(ordering: .relaxed) else { return }  // another thread healed it
+    Self.logger.error(
+      "'\(path)' was truncated under this process (SIGBUS caught): restoring its size and mapping it again")
+    do {
+      try restore()
+    } catch {
+      Self.logger.critical("cannot restore '\(path)': \(error); remove the container's .coordination directory")
+    }
+    seenFaults.store(faults, ordering: .relaxed)
   }
 
   /// Flushes the counters to disk. The corresponding C function is `fsync`.
   package func sync() throws(FileSystemError) { try mapping.sync() }
 
+  /// Counter `index` itself, for callers that need other orderings; they skip the fault check (the next `load`,
+  /// `store` or `increment` heals).
   package func atomic(_ index: Int) -> UnsafeAtomic<UInt64> {
-    precondition(index >= 0 && index < Self.capacity, "counter index out of range")
+    precondition(index >= 0 && index <= Self.epochIndex, "counter index out of range")
     return UnsafeAtomic(
       at: UnsafeMutableRawPointer(mapping.word(at: index * 8)).assumingMemoryBound(to: UInt64.AtomicRepresentation.self)
     )
@@ -98,14 +152,19 @@ package final class MappedCounters: @unchecked Sendable {  // immutable after in
     UnsafeMutableRawPointer(mapping.word(at: index * 8)).assumingMemoryBound(to: UInt32.self)
   }
 
-  package func load(_ index: Int) -> UInt64 { atomic(index).load(ordering: .acquiring) }
+  package func load(_ index: Int) -> UInt64 {
+    let value = atomic(index).load(ordering: .acquiring)
+    return healed() ? atomic(index).load(ordering: .acquiring) : value
+  }
 
   package func store(_ index: Int, _ value: UInt64) {
     atomic(index).store(value, ordering: .releasing)
+    if healed() { atomic(index).store(value, ordering: .releasing) }
   }
 
   @discardableResult
   package func increment(_ index: Int) -> UInt64 {
-    atomic(index).loadThenWrappingIncrement(ordering: .acquiringAndReleasing) &+ 1
+    let value = atomic(index).loadThenWrappingIncrement(ordering: .acquiringAndReleasing) &+ 1
+    return healed() ? atomic(index).loadThenWrappingIncrement(ordering: .acquiringAndReleasing) &+ 1 : value
   }
 }

@@ -78,7 +78,11 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
     var fds: [Int32] = [-1, -1]
     var error: FileSystemError?
     // Initialise before the process opens many files: a descriptor ≥ 1024 aborts inside select().
-    if inotifytools_initialize() == 0 {
+    if Environment.value(Self.simulateNoInstanceVariable) == "1" {
+      // Tests: behave as a process whose user has no inotify instance left, without using them all up (the
+      // limit is per user: exhausting it would break every other process of the user on this machine).
+      error = FileSystemError("inotify_init", "", .tooManyOpenFiles)
+    } else if inotifytools_initialize() == 0 {
       error = FileSystemError("inotify_init", "", Errno(rawValue: inotifytools_error()))
     } else if gc_pipe2(&fds, O_CLOEXEC | O_NONBLOCK) != 0 {
       error = FileSystemError("pipe2", "", Errno(rawValue: errno))
@@ -104,6 +108,24 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
   /// Starts the thread now (call early: see the FD_SETSIZE trap) and reports whether watching works.
   package func start() throws(FileSystemError) {
     if let startError { throw startError }
+  }
+
+  /// Set to "1" in a process's environment, the watcher fails to start as if the user's inotify instances
+  /// were used up (`EMFILE` from `inotify_init`). For tests.
+  package static let simulateNoInstanceVariable = "GROUP_CONTAINER_SIMULATE_NO_INOTIFY"
+
+  /// Why watching does not work in this process, in words for the user, or nil when it works. Names the per-user
+  /// limit and the sysctl that raises it when that is the cause.
+  package var unavailableReason: String? {
+    guard let startError else { return nil }
+    guard startError.operation == "inotify_init", startError.errno == .tooManyOpenFiles else {
+      return "file watching (inotify) is unavailable: \(startError)"
+    }
+    let limit =
+      (try? FileSystem.readFile("/proc/sys/fs/inotify/max_user_instances", limit: 64))
+      .map { String(decoding: $0, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines) } ?? "?"
+    return "no inotify instance is left for this user (\(startError)): fs.inotify.max_user_instances is \(limit); "
+      + "close other watching programs or raise it, e.g. `sudo sysctl fs.inotify.max_user_instances=1024`"
   }
 
   /// Watches `path` (a directory, or a file) and calls `handler` on the watcher thread for each event in `mask`.

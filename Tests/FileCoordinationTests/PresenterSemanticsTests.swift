@@ -11,7 +11,9 @@ import Testing
 ///
 /// Mutants this suite catches:
 /// - a late reacquirer is dropped (PresenterHost `keep` ignores an answer whose finish already came);
-/// - a finish of an access that never ran carries `didChange` (CoordinatedAccess `finish` ignores `accessorRan`).
+/// - a finish of an access that never ran carries `didChange` (CoordinatedAccess `finish` ignores `accessorRan`);
+/// - a process without an inotify instance cannot coordinate (CoordinationSpace.open throws the watcher's start
+///   error again), or its presenter error loses the limit's name: `coordinationWorksWithoutInotifyOnlyPresentersNeedIt`.
 @Suite(.timeLimit(.minutes(1))) struct PresenterSemanticsTests {
   let group = "group.com.example.tests"
 
@@ -189,5 +191,32 @@ import Testing
     holder.kill()
     try expectOnlyTheSentinelChanged(child, url: url, container: container)
     child.kill()
+  }
+
+  // MARK: Item 9: no inotify instance
+
+  @Test func coordinationWorksWithoutInotifyOnlyPresentersNeedIt() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let url = container.documentsURL.appendingPathComponent("count.txt")
+    try container.write(Data("0".utf8), to: url)
+    let presenter = try presenter(root, "Documents/count.txt")
+    // Two processes with no inotify instance increment one counter: exclusion, messages and acks without inotify.
+    let env = ["GROUP_CONTAINER_SIMULATE_NO_INOTIFY": "1"]
+    let writers = try (0..<2).map { _ in
+      try Child(["no-inotify", root.path, group, "Documents/count.txt", "20"], environment: env)
+    }
+    for writer in writers {
+      #expect(writer.waitForExit() == 0, "\(writer.output) \(writer.errors.withLock { $0 })")
+      #expect(writer.output.contains("incremented 20"))
+      let refusal = writer.output.first { $0.hasPrefix("presenter-") } ?? "none"
+      #expect(refusal.hasPrefix("presenter-error"), "\(refusal)")
+      #expect(refusal.contains("fs.inotify.max_user_instances") && refusal.contains("sysctl"), "\(refusal)")
+    }
+    #expect(try container.contents(of: url) == Data("40".utf8))
+    // The presenter in a process that has inotify heard every one of those writes.
+    #expect(Self.waitFor("didChange", 40, presenter))
+    #expect(Self.count("relinquishToWriter", presenter) == 40)
+    presenter.kill()
   }
 }
