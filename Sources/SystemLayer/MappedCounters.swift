@@ -34,29 +34,8 @@ package final class MappedCounters: @unchecked Sendable {  // `healing` serializ
   private let healing = NSLock()
 
   /// Opens (creating if needed) the counter file at `path`.
-  package init(path: String, mode: mode_t) throws(FileSystemError) {
-    let fd = try Self.openOrCreate(path, mode: mode)
-    do throws(FileSystemError) {
-      let st = try fd.status()
-      // A creator may be between open and ftruncate: give it a moment before calling the file corrupt.
-      var size = st.size
-      var waited = 0
-      while size < Int64(Self.fileSize) && waited < 100 {
-        MonotonicClock.sleep(nanoseconds: 1_000_000)
-        waited += 1
-        size = try fd.status().size
-      }
-      guard st.kind == .regular else { throw FileSystemError("mmap", path, .invalidArgument) }
-      // Still short: someone truncated it. Give it its size back (zeros: its owner sees a missing magic number).
-      let truncated = size < Int64(Self.fileSize)
-      if truncated { try fd.truncate(to: Int64(Self.fileSize)) }
-      mapping = try SharedFileMapping(fd: fd, reservation: Self.fileSize)
-      seenFaults.store(mapping.faultCount, ordering: .relaxed)
-      if truncated { newEpoch() }
-    } catch {
-      fd.close()
-      throw error
-    }
+  package convenience init(path: String, mode: mode_t) throws(FileSystemError) {
+    try self.init(fd: try Self.openOrCreate(path, mode: mode))
   }
 
   /// Maps the counter file already open (read-write) as `fd`, which the counters now own: for a file opened
@@ -74,8 +53,11 @@ package final class MappedCounters: @unchecked Sendable {  // `healing` serializ
         size = try fd.status().size
       }
       // Still short: someone truncated it. Give it its size back (zeros: its owner sees a missing magic number).
-      if size < Int64(Self.fileSize) { try fd.truncate(to: Int64(Self.fileSize)) }
+      let truncated = size < Int64(Self.fileSize)
+      if truncated { try fd.truncate(to: Int64(Self.fileSize)) }
       mapping = try SharedFileMapping(fd: fd, reservation: Self.fileSize)
+      seenFaults.store(mapping.faultCount, ordering: .relaxed)
+      if truncated { newEpoch() }
     } catch {
       fd.close()
       throw error
