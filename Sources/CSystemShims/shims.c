@@ -20,7 +20,9 @@ int gc_futex_wake(uint32_t *word, int count) {
 
 int gc_fallocate(int fd, int64_t offset, int64_t length) { return fallocate(fd, 0, offset, length); }
 
-#define GUARD_SLOTS 256
+// Every mapping of every container a process opens (coordination spaces live as long as the process): the test
+// suite alone opens a few hundred. The handler scans linearly, which stays cheap at this size.
+#define GUARD_SLOTS 4096
 // Written only under `lock` (outside the handler); read by the handler, hence atomics.
 static _Atomic uintptr_t guard_start[GUARD_SLOTS];
 static _Atomic uintptr_t guard_end[GUARD_SLOTS];

@@ -157,20 +157,30 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     counters = try MappedCounters(path: directory + "/counters", mode: fileMode)
     locks = LockTable(directory: directory + "/locks", fileMode: fileMode)
     registry = PresenterRegistry(directory: directory + "/presenters", counters: counters, fileMode: fileMode)
-    // Publish the liveness lock only once it is held: a half-made file must never look like a dead process.
-    let processes = directory + "/processes"
-    let temp = try AtomicReplace.createTemporary(in: processes, for: "\(me).lock", mode: fileMode)
+    processLock = try Self.publishLivenessLock(of: me, in: directory + "/processes", mode: fileMode)
+    // The inbox comes after the lock: a reaper that finds an inbox always finds its owner's lock file.
+    try FileSystem.makeDirectory(inboxDirectory + "/\(me)", mode: directoryMode)
+  }
+
+  /// Publishes `process`'s liveness lock, held `LOCK_SH`, in `processes` (also again after the container was
+  /// removed: PresenterHost). Only once it is held: a half-made file must never look like a dead process.
+  static func publishLivenessLock(
+    of process: ProcessName, in processes: String, mode: mode_t
+  ) throws(FileSystemError) -> SystemFD {
+    let temp = try AtomicReplace.createTemporary(in: processes, for: "\(process).lock", mode: mode)
     do {
       try temp.fd.lock(.shared)
-      try FileSystem.rename(temp.path, to: processes + "/\(me).lock")
+      try FileSystem.rename(temp.path, to: processes + "/\(process).lock")
     } catch {
       temp.fd.close()
       try? FileSystem.removeFile(temp.path)
       throw error
     }
-    processLock = temp.fd
-    // The inbox comes after the lock: a reaper that finds an inbox always finds its owner's lock file.
-    try FileSystem.makeDirectory(inboxDirectory + "/\(me)", mode: directoryMode)
+    return temp.fd
+  }
+
+  func publishLivenessLock() throws(FileSystemError) -> SystemFD {
+    try Self.publishLivenessLock(of: me, in: processesDirectory, mode: fileMode)
   }
 
   private func start() throws(FileSystemError) {
