@@ -171,12 +171,22 @@ struct CoordinatedAccess: Sendable {
 
   // MARK: Step 2: locks
 
-  mutating func lock(owner: LockOwner, isCancelled: @escaping @Sendable () -> Bool) throws(FileCoordinatorError) {
+  /// Takes the access's locks; with a `timeout`, gives up after it with ``FileCoordinatorError/lockTimedOut(item:holderPID:seconds:)``.
+  mutating func lock(
+    owner: LockOwner, timeout: Duration? = nil, isCancelled: @escaping @Sendable () -> Bool
+  ) throws(FileCoordinatorError) {
     let plan = LockOrder.plan(
       items.map { item in
         (item.path, !item.isWrite ? .read : item.writing.excludesContents ? .writeTree : .write)
       })
-    held = try space.locks.acquire(plan, owner: owner, isCancelled: isCancelled)
+    let deadline = timeout.map { MonotonicClock.nanoseconds() + Self.nanoseconds($0) }
+    let expired: @Sendable () -> Bool = { deadline.map { MonotonicClock.nanoseconds() >= $0 } ?? false }
+    do {
+      held = try space.locks.acquire(plan, owner: owner, isCancelled: { isCancelled() || expired() })
+    } catch {
+      guard case .cancelled = error, !isCancelled(), let timeout, expired() else { throw error }
+      throw .lockTimedOut(item: items[0].path.string, holderPID: holder(of: plan), seconds: Self.seconds(timeout))
+    }
     self.owner = owner
     // Whether a written item is new decides "appeared" vs "changed" for directory presenters.
     if !sent.isEmpty {
@@ -184,6 +194,25 @@ struct CoordinatedAccess: Sendable {
         items[index].existedBefore = exists(items[index].path)
       }
     }
+  }
+
+  /// Another process holding one of `plan`'s lock files, from the kernel's lock list (exclusive holders first).
+  private func holder(of plan: [LockOrder.Request]) -> Int32? {
+    let inodes = Set(
+      plan.compactMap { request in
+        ((try? FileSystem.status(space.directory + "/locks/" + request.key.fileName)) ?? nil)?.inode
+      })
+    return KernelLocks.flocks().filter { inodes.contains($0.inode) && $0.pid != space.me.pid }
+      .sorted { $0.exclusive && !$1.exclusive }.first?.pid
+  }
+
+  static func nanoseconds(_ duration: Duration) -> UInt64 {
+    UInt64(max(0, duration.components.seconds)) * 1_000_000_000
+      + UInt64(max(0, duration.components.attoseconds) / 1_000_000_000)
+  }
+
+  static func seconds(_ duration: Duration) -> Double {
+    Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
   }
 
   func unlock() {

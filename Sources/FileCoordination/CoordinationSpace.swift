@@ -188,21 +188,50 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
       directory: try root.openDirectory(ContainerPath.privateDirectory + "/locks"), fileMode: fileMode)
     registry = PresenterRegistry(
       directory: directory + "/presenters", root: root, counters: counters, fileMode: fileMode)
-    // Publish the liveness lock only once it is held: a half-made file must never look like a dead process.
+    processLock = try Self.publishLivenessLock(of: me, root: root, mode: fileMode)
+    // The inbox comes after the lock: a reaper that finds an inbox always finds its owner's lock file.
+    try root.makeDirectory(ContainerPath.privateDirectory + "/inbox/\(me)", mode: directoryMode)
+  }
+
+  /// Publishes `process`'s liveness lock, held `LOCK_SH`, in `.coordination/processes` (also again after the
+  /// container was removed: PresenterHost). Only once it is held: a half-made file must never look like a dead
+  /// process.
+  static func publishLivenessLock(
+    of process: ProcessName, root: ContainerDirectory, mode: mode_t
+  ) throws(FileSystemError) -> SystemFD {
     let processes = try root.openDirectory(ContainerPath.privateDirectory + "/processes")
     defer { processes.close() }
-    let temp = try AtomicReplace.createTemporary(in: processes, for: "\(me).lock", mode: fileMode)
+    let temp = try AtomicReplace.createTemporary(in: processes, for: "\(process).lock", mode: mode)
     do {
       try temp.fd.lock(.shared)
-      try processes.rename(temp.name, to: "\(me).lock")
+      try processes.rename(temp.name, to: "\(process).lock")
     } catch {
       temp.fd.close()
       try? processes.removeFile(temp.name)
       throw error
     }
-    processLock = temp.fd
-    // The inbox comes after the lock: a reaper that finds an inbox always finds its owner's lock file.
-    try root.makeDirectory(ContainerPath.privateDirectory + "/inbox/\(me)", mode: directoryMode)
+    return temp.fd
+  }
+
+  func publishLivenessLock() throws(FileSystemError) -> SystemFD {
+    try Self.publishLivenessLock(of: me, root: root, mode: fileMode)
+  }
+
+  /// After the container was removed under this process (`rm -rf`): makes the container directory again, opens it
+  /// again (everything is resolved beneath the new one, not the deleted one), makes the layout, the private
+  /// directories and `parents` again, and points the lock table at the new `locks`. The caller republishes the
+  /// liveness lock, the inbox watch and the presenters (PresenterHost).
+  func recreateAfterRemoval(parents: [ContainerPath]) throws(FileSystemError) {
+    try FileSystem.makeDirectories(containerPath, mode: directoryMode)
+    try root.reopen()  // O_NOFOLLOW | O_DIRECTORY: a symlink planted in its place is refused
+    let privateDirectory = ContainerPath.privateDirectory
+    let made = GroupContainer.layout
+      + ["", "/locks", "/processes", "/presenters", "/inbox", "/inbox/\(me)", "/schemes", "/handlers"].map {
+        privateDirectory + $0
+      }
+      + parents.filter { !$0.isRoot }.flatMap { parent in (parent.ancestors + [parent]).map(\.string) }
+    for dir in made { try root.makeDirectory(dir, mode: directoryMode) }
+    locks.rebind(directory: try root.openDirectory(privateDirectory + "/locks"))
   }
 
   private func start() throws(FileSystemError) {

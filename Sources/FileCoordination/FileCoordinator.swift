@@ -71,6 +71,7 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
     var purposeIdentifier: String
     var presenterTimeout: Duration = .seconds(5)
     var presenterTimeoutPolicy: PresenterTimeoutPolicy = .skip
+    var lockTimeout: Duration?
     var cancelGeneration: UInt64 = 0
     var moves: [(URL, URL)] = []
   }
@@ -94,6 +95,15 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
   public var presenterTimeout: Duration {
     get { state.withLock { $0.presenterTimeout } }
     set { state.withLock { $0.presenterTimeout = newValue } }
+  }
+
+  /// How long an access waits for its locks; `nil` (the default, as Apple's coordinator) waits as long as it
+  /// takes. A waiter behind a stopped or hung holder otherwise waits forever: with a bound, the access fails with
+  /// ``FileCoordinatorError/lockTimedOut(item:holderPID:seconds:)``, naming the holder when the kernel knows it.
+  /// Presenters already asked to relinquish get their reacquirers, and no "after" callbacks.
+  public var lockTimeout: Duration? {
+    get { state.withLock { $0.lockTimeout } }
+    set { state.withLock { $0.lockTimeout = newValue } }
   }
 
   public var presenterTimeoutPolicy: PresenterTimeoutPolicy {
@@ -251,8 +261,8 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
   private func begin(
     _ intents: [FileAccessIntent], extraCancel: @escaping @Sendable () -> Bool
   ) throws(FileCoordinatorError) -> CoordinatedAccess {
-    let (purpose, timeout, policy, generation) = state.withLock {
-      ($0.purposeIdentifier, $0.presenterTimeout, $0.presenterTimeoutPolicy, $0.cancelGeneration)
+    let (purpose, timeout, policy, generation, lockTimeout) = state.withLock {
+      ($0.purposeIdentifier, $0.presenterTimeout, $0.presenterTimeoutPolicy, $0.cancelGeneration, $0.lockTimeout)
     }
     let isCancelled: @Sendable () -> Bool = { [self] in
       state.withLock { $0.cancelGeneration } != generation || extraCancel()
@@ -260,7 +270,7 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
     var access = try CoordinatedAccess(intents: intents, filePresenter: filePresenter, purpose: purpose)
     try access.notifyPresenters(timeout: timeout, policy: policy, isCancelled: isCancelled)
     do {
-      try access.lock(owner: owner, isCancelled: isCancelled)
+      try access.lock(owner: owner, timeout: lockTimeout, isCancelled: isCancelled)
     } catch {
       access.finish(moves: [], accessorRan: false)
       throw error

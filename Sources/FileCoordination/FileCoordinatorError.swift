@@ -10,6 +10,9 @@ public enum FileCoordinatorError: Error, CustomStringConvertible, Sendable {
   /// A presenter in another process did not answer within the coordinator's timeout and the coordinator's
   /// policy is ``FileCoordinator/PresenterTimeoutPolicy/fail``.
   case presenterTimedOut(item: String, processID: Int32, seconds: Double)
+  /// The access's locks were not free within ``FileCoordinator/lockTimeout``; `holderPID` is a process that held
+  /// one of them then, when the kernel says.
+  case lockTimedOut(item: String, holderPID: Int32?, seconds: Double)
   /// A presenter answered `savePresentedItemChanges`/`accommodate…Deletion` with an error.
   case presenterFailed(item: String, processID: Int32, message: String)
   /// The item or container was refused.
@@ -31,6 +34,10 @@ public enum FileCoordinatorError: Error, CustomStringConvertible, Sendable {
         + "take the write access first"
     case .presenterTimedOut(let item, let pid, let seconds):
       return "a presenter of '\(item)' in process \(pid) did not answer within \(seconds) s"
+    case .lockTimedOut(let item, let pid, let seconds):
+      return "could not lock '\(item)' within \(seconds) s: "
+        + (pid.map { "process \($0) holds it (stopped or hung?)" } ?? "another access holds it")
+        + "; stop that process or raise FileCoordinator.lockTimeout"
     case .presenterFailed(let item, let pid, let message):
       return "a presenter of '\(item)' in process \(pid) refused: \(message)"
     case .container(let error):

@@ -22,8 +22,9 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     var busy = false
   }
 
-  /// `.coordination/locks`, opened beneath the container once: lock files are created relative to it.
-  private let directory: SystemFD
+  /// `.coordination/locks`, opened beneath the container once (again after the container was removed: `rebind`):
+  /// lock files are created relative to it. Guarded by `condition`.
+  private var directory: SystemFD
   private let fileMode: mode_t
   private let condition = NSCondition()
   private var entries: [LockOrder.Key: Entry] = [:]
@@ -164,8 +165,25 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     }
   }
 
+  /// After the container was removed and made again: lock files are created in the new `locks` directory, and the
+  /// idle descriptors of deleted lock files are dropped (a flock on a deleted file excludes no one). Locks held now
+  /// stay on their old files until released.
+  func rebind(directory fresh: SystemFD) {
+    condition.lock()
+    defer { condition.unlock() }
+    let old = directory
+    directory = fresh
+    for (key, entry) in entries where entry.holders.isEmpty && !entry.busy {
+      entry.fd?.close()
+      entries[key] = nil
+    }
+    // A thread may be opening a lock file through the old descriptor right now (outside `condition`): keep it.
+    _ = old
+  }
+
   private func openLockFile(_ key: LockOrder.Key) throws(FileCoordinatorError) -> SystemFD {
     let name = key.fileName
+    let directory = condition.withLock { self.directory }
     return try FileCoordinatorError.wrap { () throws(FileSystemError) -> SystemFD in
       do throws(FileSystemError) {
         let fd = try directory.open(name, [.readWrite, .exclusiveCreate], mode: fileMode)

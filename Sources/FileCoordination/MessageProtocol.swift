@@ -159,6 +159,7 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
   private let boards = Mutex<[ProcessName: MappedCounters]>([:])
   private let outbox = DispatchQueue(label: "GroupContainer.outbox")
   private let queued = Atomic<Int>(0)
+  private let inboxWatch = Mutex<Watcher.Token?>(nil)
   /// How long a waiting sender polls its board before sleeping: longer than a typical answer on an idle machine.
   static let spinNanoseconds: UInt64 = 500_000
 
@@ -177,15 +178,34 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
       CoordinationSpace.logger.warning("coordination works without presenters in this process: \(reason)")
       return
     }
-    // Messages arrive by rename only: asking for nothing else keeps the temp file's own events from waking the
-    // watcher thread (twice per message otherwise).
-    _ = try Watcher.shared.watch(inbox, mask: Watcher.movedTo) { [self] event in
+    try watchInbox()
+    _ = Watcher.shared.onOverflow { [self] in scanInbox() }
+    _ = Watcher.shared.onTick { [self] in
+      space.host.checkSenders()
+      // The container removed under us. The inbox's own IN_DELETE_SELF cannot be relied on: the mapped `.acks`
+      // (and `counters`) pin the directories' dentries, so the kernel reports their deletion only at unmap.
+      if (try? FileSystem.status(inbox)) ?? nil == nil { space.host.containerRemoved() }
+    }
+    scanInbox()
+  }
+
+  /// Watches this process's inbox. Its removal (the container deleted under us) makes the presenter host recreate
+  /// and re-arm everything; the liveness tick checks for it too (see `start`).
+  func watchInbox() throws(FileSystemError) {
+    // A watch of a removed inbox may still be in place (its deletion not yet reported): drop it, so the new one
+    // watches the new directory instead of joining the old watch.
+    if let old = inboxWatch.withLock({ $0.take() }) { Watcher.shared.cancel(old) }
+    // Messages arrive by rename only: asking for nothing else (but the inbox's own deletion) keeps the temp file's
+    // own events from waking the watcher thread (twice per message otherwise).
+    let token = try Watcher.shared.watch(inbox, mask: Watcher.movedTo | Watcher.deleteSelf) { [self] event in
+      if event.mask & (Watcher.deleteSelf | Watcher.ignored) != 0 {
+        if (try? FileSystem.status(inbox)) ?? nil == nil { space.host.containerRemoved() }
+        return
+      }
       guard event.mask & Watcher.movedTo != 0, !event.name.hasPrefix(".") else { return }
       receive(fileNamed: event.name)
     }
-    _ = Watcher.shared.onOverflow { [self] in scanInbox() }
-    _ = Watcher.shared.onTick { [self] in space.host.checkSenders() }
-    scanInbox()
+    inboxWatch.withLock { $0 = token }
   }
 
   func nextMessageID() -> String {

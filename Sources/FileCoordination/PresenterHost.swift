@@ -39,6 +39,9 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
   private var byObject: [ObjectIdentifier: Local] = [:]
   private var pending: [String: Pending] = [:]
   private let nextPresenter = Atomic<UInt64>(0)
+  /// The liveness lock published again after the container was removed (the first one is the space's).
+  private var republishedLivenessLock: SystemFD?
+  private let rearming = Atomic<Bool>(false)
 
   init(space: CoordinationSpace) {
     self.space = space
@@ -342,6 +345,55 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
   /// Whether a coordinated write under way covers `path` (its events will be reported by the finish message).
   private func isSuppressed(_ path: ContainerPath) -> Bool {
     lock.withLock { pending.values.contains { $0.isWrite && (path == $0.item || path.isDescendant(of: $0.item)) } }
+  }
+
+  // MARK: The container removed under us
+
+  /// The container (or its `.coordination`) was deleted while this process runs, say by `rm -rf`: every watch,
+  /// the inbox, the liveness lock and the presenter records are gone, and the presenters would be deaf for good.
+  /// Waits for the deletion to finish (at most 2 s), then recreates the layout this process needs, publishes its
+  /// liveness lock, re-arms the inbox, re-registers and re-watches every presenter, and tells each one with
+  /// `presentedItemDidChange` (uncoordinated): its item is gone or changed. `accommodatePresentedItemDeletion` is
+  /// not used — it asks a presenter to prepare for a deletion a coordinator is about to make, and this one is over.
+  func containerRemoved() {
+    guard !rearming.exchange(true, ordering: .acquiringAndReleasing) else { return }
+    DispatchQueue.global().async { [self] in
+      defer { rearming.store(false, ordering: .releasing) }
+      // rm -rf removes bottom-up: recreating too early would make it fail on a directory that is not empty.
+      let deadline = MonotonicClock.nanoseconds() + 2_000_000_000
+      while (try? FileSystem.status(space.containerPath)) ?? nil != nil && MonotonicClock.nanoseconds() < deadline {
+        MonotonicClock.sleep(nanoseconds: 20_000_000)
+      }
+      let all = lock.withLock { Array(locals.values) }
+      CoordinationSpace.logger.error(
+        """
+        the container '\(space.containerPath)' was removed while this process used it: recreating its layout and \
+        re-registering \(all.count) presenter(s); their items are gone (other processes recreate the rest)
+        """)
+      do {
+        try rearm(all)
+      } catch {
+        CoordinationSpace.logger.critical(
+          "cannot recreate '\(space.containerPath)' after its removal: \(error); presenters here hear nothing more")
+        return
+      }
+      for local in all { queueChange(local, origin: ChangeOrigin(processID: nil, isCoordinated: false)) }
+    }
+  }
+
+  private func rearm(_ all: [Local]) throws(FileSystemError) {
+    try space.recreateAfterRemoval(parents: all.compactMap { $0.item.parent })
+    let lockFD = try space.publishLivenessLock()
+    lock.withLock {
+      republishedLivenessLock?.close()
+      republishedLivenessLock = lockFD
+    }
+    try space.messenger.watchInbox()
+    for local in all {
+      try? space.registry.register(record(of: local))
+      for token in local.watches { Watcher.shared.cancel(token) }
+      watch(local)
+    }
   }
 
   /// After an inotify overflow: events may be lost, so every presenter hears that its item may have changed.

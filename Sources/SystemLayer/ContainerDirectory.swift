@@ -13,8 +13,11 @@ import SystemPackage
 /// walked one component at a time with `openat(O_NOFOLLOW | O_DIRECTORY)`: every symlink is refused (`ELOOP`).
 /// The last component of a file is never followed (`O_NOFOLLOW`) and never blocks (`O_NONBLOCK`).
 package final class ContainerDirectory: Sendable {
-  /// The container directory, open for the life of the process.
-  package let fd: SystemFD
+  /// The container directory, open for the life of the process (opened again after it was removed: `reopen`).
+  package var fd: SystemFD { SystemFD(rawValue: descriptor.load(ordering: .acquiring), path: path) }
+  private let descriptor: Atomic<Int32>
+  /// Descriptors replaced by `reopen`: another thread may still be using one, so they close only at deinit.
+  private let retired = Mutex<[SystemFD]>([])
   /// The path it was opened with (for error messages and path-to-relative conversion).
   package let path: String
   /// Device and inode: one container reached under two paths is still one container.
@@ -30,18 +33,31 @@ package final class ContainerDirectory: Sendable {
 
   /// Opens the container directory at `path` (a symlink in its place is refused).
   package init(path: String) throws(FileSystemError) {
-    fd = try SystemFD.open(path, [.readOnly, .directory])
+    let fd = try SystemFD.open(path, [.readOnly, .directory])
     let st: FileStatus
     do { st = try fd.status() } catch {
       fd.close()
       throw error
     }
+    descriptor = Atomic(fd.rawValue)
     self.path = path
     device = st.device
     inode = st.inode
   }
 
-  deinit { fd.close() }
+  /// After the container directory was removed (`rm -rf`) and made again: opens it again by its path, so what is
+  /// resolved beneath it lands in the new directory, not the deleted one. `device` and `inode` keep naming the
+  /// original (the process's identity for this container).
+  package func reopen() throws(FileSystemError) {
+    let fresh = try SystemFD.open(path, [.readOnly, .directory])
+    let old = descriptor.exchange(fresh.rawValue, ordering: .acquiringAndReleasing)
+    retired.withLock { $0.append(SystemFD(rawValue: old, path: path)) }
+  }
+
+  deinit {
+    fd.close()
+    retired.withLock { for old in $0 { old.close() } }
+  }
 
   /// `absolute` as a path relative to this container ("" for the container itself); nil when it is not inside.
   package func relative(_ absolute: String) -> String? {

@@ -102,10 +102,12 @@ import Testing
     env["XDG_DATA_HOME"] = nil
     #expect(try defaultRoot(root, env) == "root /h/me/.local/share/group-containers")
     // Empty means unset; a relative XDG_DATA_HOME is ignored (XDG Base Directory rule); a relative root is an error.
-    #expect(try defaultRoot(root, ["GROUP_CONTAINER_ROOT": "", "XDG_DATA_HOME": "/x/data", "HOME": "/h/me"])
-      == "root /x/data/group-containers")
-    #expect(try defaultRoot(root, ["XDG_DATA_HOME": "data", "HOME": "/h/me"])
-      == "root /h/me/.local/share/group-containers")
+    #expect(
+      try defaultRoot(root, ["GROUP_CONTAINER_ROOT": "", "XDG_DATA_HOME": "/x/data", "HOME": "/h/me"])
+        == "root /x/data/group-containers")
+    #expect(
+      try defaultRoot(root, ["XDG_DATA_HOME": "data", "HOME": "/h/me"])
+        == "root /h/me/.local/share/group-containers")
     #expect(try defaultRoot(root, ["GROUP_CONTAINER_ROOT": "g/root", "HOME": "/h/me"]).hasPrefix("error "))
   }
 }

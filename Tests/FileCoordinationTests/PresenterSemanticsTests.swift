@@ -13,7 +13,11 @@ import Testing
 /// - a late reacquirer is dropped (PresenterHost `keep` ignores an answer whose finish already came);
 /// - a finish of an access that never ran carries `didChange` (CoordinatedAccess `finish` ignores `accessorRan`);
 /// - a process without an inotify instance cannot coordinate (CoordinationSpace.open throws the watcher's start
-///   error again), or its presenter error loses the limit's name: `coordinationWorksWithoutInotifyOnlyPresentersNeedIt`.
+///   error again), or its presenter error loses the limit's name: `coordinationWorksWithoutInotifyOnlyPresentersNeedIt`;
+/// - nothing re-armed after `rm -rf` of the container (`PresenterHost.containerRemoved` does nothing):
+///   `presentersHearCoordinatedWritesAgainAfterTheContainerWasRemoved`;
+/// - the lock timeout ignored (`CoordinatedAccess.lock` never expires): `aLockTimeoutFailsAnAccessBehindAStoppedHolder`
+///   (the access is abandoned after 20 s and the test fails, instead of waiting forever).
 @Suite(.timeLimit(.minutes(1))) struct PresenterSemanticsTests {
   let group = "group.com.example.tests"
 
@@ -142,7 +146,7 @@ import Testing
     let result = Mutex<(any Error)??>(nil)
     let thread = Thread {
       do {
-        try coordinator.coordinate(writingItemAt: url) { _ in Issue.record("accessor ran after cancel") }
+        _ = try coordinator.coordinate(writingItemAt: url) { _ in Issue.record("accessor ran after cancel") }
         result.withLock { $0 = .some(nil) }
       } catch { result.withLock { $0 = .some(error) } }
     }
@@ -218,5 +222,76 @@ import Testing
     #expect(Self.waitFor("didChange", 40, presenter))
     #expect(Self.count("relinquishToWriter", presenter) == 40)
     presenter.kill()
+  }
+
+  // MARK: Item 8: the container removed under running presenters
+
+  @Test func presentersHearCoordinatedWritesAgainAfterTheContainerWasRemoved() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let url = container.documentsURL.appendingPathComponent("kept.txt")
+    try container.write(Data("v0".utf8), to: url)
+    let child = try presenter(root, "Documents/kept.txt")
+    let rm = Process()
+    rm.executableURL = URL(fileURLWithPath: "/bin/rm")
+    rm.arguments = ["-rf", container.path]
+    try rm.run()
+    rm.waitUntilExit()
+    #expect(rm.terminationStatus == 0)
+    // The presenter's process re-registers it once the removal is over.
+    let presenters = container.url.appendingPathComponent(".coordination/presenters").path
+    let deadline = Date().addingTimeInterval(20)
+    func registered() -> Bool {
+      ((try? FileManager.default.contentsOfDirectory(atPath: presenters)) ?? []).contains {
+        $0.hasPrefix("\(child.pid).")
+      }
+    }
+    while !registered() && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+    guard registered() else {
+      Issue.record("the presenter was not registered again after the container was removed")
+      return
+    }
+    // A coordinated write of the recreated item from another process reaches it.
+    let writer = try Child(["access", root.path, group, "write", "Documents/kept.txt", "1", "0", root.path + "/w.log"])
+    #expect(writer.waitForExit() == 0, "\(writer.errors.withLock { $0 })")
+    let fromWriter = { (line: String) in line.hasSuffix("coordinated \(writer.pid)") }
+    #expect(child.waitForLine { $0.hasPrefix("relinquishToWriter") && fromWriter($0) } != nil)
+    #expect(child.waitForLine { $0.hasPrefix("didChange") && fromWriter($0) } != nil)
+    child.kill()
+  }
+
+  // MARK: A bound on lock waits
+
+  @Test func aLockTimeoutFailsAnAccessBehindAStoppedHolder() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let url = container.documentsURL.appendingPathComponent("stuck.txt")
+    let holder = try Child(["hold", root.path, group, "write", "Documents/stuck.txt"])
+    holder.waitForLine { $0 == "locked" }
+    kill(holder.pid, SIGSTOP)
+    defer {
+      kill(holder.pid, SIGCONT)
+      holder.kill()
+    }
+    let coordinator = FileCoordinator()
+    coordinator.lockTimeout = .milliseconds(300)
+    let outcome = expectCompletes(within: 20, "an access with a lock timeout behind a stopped holder") {
+      () -> FileCoordinatorError? in
+      do {
+        _ = try coordinator.coordinate(writingItemAt: url) { _ in
+          Issue.record("accessor ran while another held the lock")
+        }
+        return nil
+      } catch let error as FileCoordinatorError {
+        return error
+      }
+    }
+    guard case .lockTimedOut(let item, let pid, _)?? = outcome else {
+      Issue.record("expected lockTimedOut, got \(String(describing: outcome))")
+      return
+    }
+    #expect(item == "Documents/stuck.txt")
+    #expect(pid == holder.pid, "the error should name the holder")
+    #expect(outcome??.description.contains("process \(holder.pid) holds it") == true)
   }
 }

@@ -43,7 +43,8 @@ import Testing
     #expect(size(counters) == 4096, "the counters file was not given its size back")
     let late = try presenter(root, "Documents/counted.txt")
     try write(3)
-    #expect(late.waitForLine { $0.hasPrefix("relinquishToWriter") } != nil, "the presenter registered later was not asked")
+    #expect(
+      late.waitForLine { $0.hasPrefix("relinquishToWriter") } != nil, "the presenter registered later was not asked")
     #expect(late.waitForLine { $0.hasPrefix("didChange") } != nil)
     late.kill()
   }
@@ -62,7 +63,8 @@ import Testing
     #expect(truncate(counters, 0) == 0)
     let late = try presenter(root, "Documents/epoch.txt")  // restores the file: generation 0, then 1 again
     try coordinator.coordinate(writingItemAt: url) { try container.write(Data("v2".utf8), to: $0) }
-    #expect(late.waitForLine { $0.hasPrefix("relinquishToWriter") } != nil, "the presenter registered later was not asked")
+    #expect(
+      late.waitForLine { $0.hasPrefix("relinquishToWriter") } != nil, "the presenter registered later was not asked")
     late.kill()
     first.kill()
   }
