@@ -232,6 +232,12 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
       + parents.filter { !$0.isRoot }.flatMap { parent in (parent.ancestors + [parent]).map(\.string) }
     for dir in made { try root.makeDirectory(dir, mode: directoryMode) }
     locks.rebind(directory: try root.openDirectory(privateDirectory + "/locks"))
+    // The mappings of the deleted counters and ack board: the same addresses, the new files.
+    let coordination = try root.openDirectory(privateDirectory)
+    defer { coordination.close() }
+    try counters.rebind(
+      to: coordination.openOrCreate("counters", mode: fileMode, size: Int64(MappedCounters.fileSize)))
+    try messenger.rebindBoard()
   }
 
   private func start() throws(FileSystemError) {

@@ -171,6 +171,16 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
     Self.flushAtExit
   }
 
+  /// After the container was removed and made again (CoordinationSpace.recreateAfterRemoval): this process's board
+  /// is mapped onto a new `.acks` file, and other processes' boards, mapped from deleted files, are forgotten.
+  func rebindBoard() throws(FileSystemError) {
+    let inbox = try space.root.openDirectory(ContainerPath.privateDirectory + "/inbox/\(space.me)")
+    defer { inbox.close() }
+    try board.rebind(
+      to: inbox.openOrCreate(AckBoard.fileName, mode: space.fileMode, size: Int64(MappedCounters.fileSize)))
+    boards.withLock { $0.removeAll() }
+  }
+
   func start() throws(FileSystemError) {
     if let reason = Watcher.shared.unavailableReason {
       // Locks need no inotify, and acks come on the board; ack files (failures, openURL answers) are read by

@@ -14,7 +14,8 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
     var watches: [Watcher.Token] = []
     /// Coalescing: a queued "did change" absorbs later events until it runs.
     var changeQueued = false
-    var subitemsQueued: Set<String> = []
+    /// Coalescing keys by bytes: NFC and NFD spellings are two files on Linux (String `==` would merge them).
+    var subitemsQueued: Set<[UInt8]> = []
 
     init(presenter: any FilePresenter, id: String, item: ContainerPath, isDirectory: Bool) {
       self.presenter = presenter
@@ -311,7 +312,7 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
     let path = local.item.appending(event.name)
     guard !isSuppressed(path) else { return }
     let appeared = event.mask & (Watcher.create | Watcher.movedTo) != 0
-    let key = (appeared ? "+" : "~") + event.name
+    let key = Array(((appeared ? "+" : "~") + event.name).utf8)
     let queued = lock.withLock { local.subitemsQueued.insert(key).inserted }
     guard queued else { return }
     let url = space.url(for: path)

@@ -87,6 +87,24 @@ package final class MappedCounters: @unchecked Sendable {  // `healing` serializ
     if truncated { newEpoch() }
   }
 
+  /// Maps `fd` — the file that replaced this one (the container was removed and made again) — in place of the old,
+  /// at the same addresses, and starts a new epoch: what readers cached from the old file is stale.
+  package func rebind(to fd: SystemFD) throws(FileSystemError) {
+    healing.lock()
+    defer { healing.unlock() }
+    do throws(FileSystemError) {
+      let st = try fd.status()
+      guard st.kind == .regular else { throw FileSystemError("mmap", fd.path, .invalidArgument) }
+      if st.size < Int64(Self.fileSize) { try fd.truncate(to: Int64(Self.fileSize)) }
+      try mapping.remap(onto: fd)
+    } catch {
+      fd.close()
+      throw error
+    }
+    seenFaults.store(mapping.faultCount, ordering: .relaxed)
+    newEpoch()
+  }
+
   /// Changes whenever the file lost its values (truncated, then sized again by any process).
   package var epoch: UInt64 { load(Self.epochIndex) }
 

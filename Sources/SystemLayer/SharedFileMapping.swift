@@ -1,5 +1,6 @@
 import CSystemShims
 import Glibc
+import Synchronization
 import SystemPackage
 
 /// A file mapped `MAP_SHARED` into every process that opens it: loads and stores through it cost no system call
@@ -15,16 +16,19 @@ import SystemPackage
 /// `faultCount` with what it saw before, treats a change as corruption, and calls `remap()` once the file is
 /// sized again. Writes through a mapping produce no inotify event: notify through `ChangeSignal`.
 package final class SharedFileMapping: @unchecked Sendable {  // immutable after init except the mapping's bytes
+  // and `descriptor` (an atomic; replaced descriptors stay open in `retired`, a Mutex, until deinit)
   package let path: String
   package let base: UnsafeMutableRawPointer
   package let reservation: Int
-  private let fd: SystemFD
+  private var fd: SystemFD { SystemFD(rawValue: descriptor.load(ordering: .acquiring), path: path) }
+  private let descriptor: Atomic<Int32>
+  private let retired = Mutex<[SystemFD]>([])
   private let guardSlot: Int32
 
   /// Maps the regular file open as `fd`, which the mapping now owns (closed with it).
   package init(fd: SystemFD, reservation: Int) throws(FileSystemError) {
     self.path = fd.path
-    self.fd = fd
+    self.descriptor = Atomic(fd.rawValue)
     self.reservation = reservation
     guard let mapped = mmap(nil, reservation, PROT_READ | PROT_WRITE, MAP_SHARED, fd.rawValue, 0),
       mapped != MAP_FAILED
@@ -60,6 +64,7 @@ package final class SharedFileMapping: @unchecked Sendable {  // immutable after
     gc_guard_unregister(guardSlot)
     munmap(base, reservation)
     fd.close()
+    retired.withLock { for old in $0 { old.close() } }
   }
 
   /// SIGBUS faults taken in this mapping so far (each one means the file was truncated under us).
@@ -83,6 +88,16 @@ package final class SharedFileMapping: @unchecked Sendable {  // immutable after
   package func remap() throws(FileSystemError) {
     let again = mmap(base, reservation, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd.rawValue, 0)
     guard again == base else { throw FileSystemError("mmap", path, Errno(rawValue: errno)) }
+  }
+
+  /// Maps `newFD` (a file of at least the old size, which the mapping now owns) over the same addresses, in one
+  /// `mmap(MAP_FIXED)`: a thread reading meanwhile sees the old pages or the new ones, never an unmapped hole.
+  /// For a file replaced by a new one of the same role (the container removed and made again).
+  package func remap(onto newFD: SystemFD) throws(FileSystemError) {
+    let again = mmap(base, reservation, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, newFD.rawValue, 0)
+    guard again == base else { throw FileSystemError("mmap", newFD.path, Errno(rawValue: errno)) }
+    let old = descriptor.exchange(newFD.rawValue, ordering: .acquiringAndReleasing)
+    retired.withLock { $0.append(SystemFD(rawValue: old, path: path)) }
   }
 
   /// Writes the file's dirty pages (also those written through the mapping) to disk. The corresponding C function

@@ -260,6 +260,38 @@ import Testing
     child.kill()
   }
 
+  /// The process that lived through the removal keeps coordinating: its counters and ack board are mapped onto the
+  /// new files, so it messages a presenter registered after the removal and gets its ack (under `.fail`, a lost ack
+  /// fails the access). Mutant: no rebind of the mappings (`CoordinationSpace.recreateAfterRemoval`).
+  @Test func aProcessThatLivedThroughTheRemovalMessagesPresentersRegisteredAfterIt() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let url = container.documentsURL.appendingPathComponent("late.txt")
+    try FileCoordinator().coordinate(writingItemAt: url) { try container.write(Data("v0".utf8), to: $0) }
+    let rm = Process()
+    rm.executableURL = URL(fileURLWithPath: "/bin/rm")
+    rm.arguments = ["-rf", container.path]
+    try rm.run()
+    rm.waitUntilExit()
+    // This process publishes its liveness lock again once it has recreated what it needs.
+    let processes = container.url.appendingPathComponent(".coordination/processes").path
+    let deadline = Date().addingTimeInterval(20)
+    func republished() -> Bool {
+      ((try? FileManager.default.contentsOfDirectory(atPath: processes)) ?? []).contains {
+        $0.hasPrefix("\(getpid()).") && $0.hasSuffix(".lock")
+      }
+    }
+    while !republished() && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+    #expect(republished(), "this process did not recover from the removal")
+    let late = try presenter(root, "Documents/late.txt")
+    let coordinator = FileCoordinator()
+    coordinator.presenterTimeout = .seconds(20)
+    coordinator.presenterTimeoutPolicy = .fail
+    try coordinator.coordinate(writingItemAt: url) { try container.write(Data("v1".utf8), to: $0) }
+    #expect(late.waitForLine { $0.hasPrefix("relinquishToWriter") } != nil, "the late presenter was not asked")
+    late.kill()
+  }
+
   // MARK: A bound on lock waits
 
   @Test func aLockTimeoutFailsAnAccessBehindAStoppedHolder() throws {
