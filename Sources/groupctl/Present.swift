@@ -21,8 +21,9 @@ struct Present: AsyncParsableCommand {
     let presenter = PrintingPresenter(
       url: try group.url(forRelativePath: path), container: group, answerDelay: answerDelay)
     try FileCoordinator.addFilePresenter(presenter)
-    Output.json(["event": .string("ready"), "item": .string(path), "pid": .int(Int(getpid()))])
+    // The cleanup is in place before "ready": a signal right after it must still unregister and exit 0.
     Interrupts.onInterrupt { FileCoordinator.removeFilePresenter(presenter) }
+    Output.json(["event": .string("ready"), "item": .string(path), "pid": .int(Int(getpid()))])
     while true { try await Task.sleep(for: .seconds(3600)) }
   }
 }
