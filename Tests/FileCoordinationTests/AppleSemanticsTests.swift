@@ -8,9 +8,11 @@ import Testing
 /// The decisions of the "Coordination semantics" article, one test each: where we follow Apple's
 /// `NSFileCoordinator` header and where we depart from it (and how the departure behaves).
 ///
-/// Mutants this suite catches: a directory read that messages presenters inside it; coordinators made with one
-/// presenter sharing their locks across threads; a move that tells the parent's presenter both "moved" and
-/// "appeared"; a lock wait that ignores ``FileCoordinator/lockTimeout``.
+/// Mutants this suite catches (each test was written first and failed on the code before the decision): a directory
+/// read that messages presenters inside it; coordinators made with one presenter sharing their locks across threads
+/// (32 overlapping writes of 80); a move that tells the parent's presenter both "moved" and "appeared"; a resolved
+/// read that ignores `.resolvesSymbolicLink`. The lock-wait bound (``FileCoordinator/lockTimeout``) is tested in
+/// `PresenterSemanticsTests.aLockTimeoutFailsAnAccessBehindAStoppedHolder`.
 @Suite(.timeLimit(.minutes(1))) struct AppleSemanticsTests {
   let group = "group.com.example.tests"
 
