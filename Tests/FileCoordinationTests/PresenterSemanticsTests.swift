@@ -226,28 +226,36 @@ import Testing
 
   // MARK: Item 8: the container removed under running presenters
 
-  @Test func presentersHearCoordinatedWritesAgainAfterTheContainerWasRemoved() throws {
-    let root = try TestRoot()
-    let container = try root.container(group)
-    let url = container.documentsURL.appendingPathComponent("kept.txt")
-    try container.write(Data("v0".utf8), to: url)
-    let child = try presenter(root, "Documents/kept.txt")
+  /// `rm -rf` of the whole container, as a user would.
+  func removeWithRM(_ container: GroupContainer) throws {
     let rm = Process()
     rm.executableURL = URL(fileURLWithPath: "/bin/rm")
     rm.arguments = ["-rf", container.path]
     try rm.run()
     rm.waitUntilExit()
     #expect(rm.terminationStatus == 0)
+  }
+
+  /// Waits (at most 20 s) until `directory` has an entry starting with `prefix`.
+  func waitForEntry(in directory: String, prefix: String) -> Bool {
+    let deadline = Date().addingTimeInterval(20)
+    func found() -> Bool {
+      ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).contains { $0.hasPrefix(prefix) }
+    }
+    while !found() && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+    return found()
+  }
+
+  @Test func presentersHearCoordinatedWritesAgainAfterTheContainerWasRemoved() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let url = container.documentsURL.appendingPathComponent("kept.txt")
+    try container.write(Data("v0".utf8), to: url)
+    let child = try presenter(root, "Documents/kept.txt")
+    try removeWithRM(container)
     // The presenter's process re-registers it once the removal is over.
     let presenters = container.url.appendingPathComponent(".coordination/presenters").path
-    let deadline = Date().addingTimeInterval(20)
-    func registered() -> Bool {
-      ((try? FileManager.default.contentsOfDirectory(atPath: presenters)) ?? []).contains {
-        $0.hasPrefix("\(child.pid).")
-      }
-    }
-    while !registered() && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
-    guard registered() else {
+    guard waitForEntry(in: presenters, prefix: "\(child.pid).") else {
       Issue.record("the presenter was not registered again after the container was removed")
       return
     }
@@ -268,21 +276,11 @@ import Testing
     let container = try root.container(group)
     let url = container.documentsURL.appendingPathComponent("late.txt")
     try FileCoordinator().coordinate(writingItemAt: url) { try container.write(Data("v0".utf8), to: $0) }
-    let rm = Process()
-    rm.executableURL = URL(fileURLWithPath: "/bin/rm")
-    rm.arguments = ["-rf", container.path]
-    try rm.run()
-    rm.waitUntilExit()
+    try removeWithRM(container)
     // This process publishes its liveness lock again once it has recreated what it needs.
     let processes = container.url.appendingPathComponent(".coordination/processes").path
-    let deadline = Date().addingTimeInterval(20)
-    func republished() -> Bool {
-      ((try? FileManager.default.contentsOfDirectory(atPath: processes)) ?? []).contains {
-        $0.hasPrefix("\(getpid()).") && $0.hasSuffix(".lock")
-      }
-    }
-    while !republished() && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
-    #expect(republished(), "this process did not recover from the removal")
+    #expect(
+      waitForEntry(in: processes, prefix: "\(getpid())."), "this process did not recover from the removal")
     let late = try presenter(root, "Documents/late.txt")
     let coordinator = FileCoordinator()
     coordinator.presenterTimeout = .seconds(20)
