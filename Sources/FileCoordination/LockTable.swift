@@ -14,7 +14,8 @@ enum LockOwner: Hashable, Sendable {
 /// "hold" it. This table keeps one descriptor per lock file and reader/writer counts per owner, and takes the
 /// flock itself only on the first hold and drops it on the last release.
 final class LockTable: @unchecked Sendable {  // every field is guarded by `condition`
-  private struct Entry {
+  /// A class, so an access updates it in place: one dictionary lookup per lock and no copy of `holders`.
+  private final class Entry {
     var fd: SystemFD?
     var osMode: FlockMode?
     var holders: [LockOwner: (mode: FlockMode, count: Int)] = [:]
@@ -59,14 +60,13 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
       condition.unlock()
     }
     for request in held.reversed() {
-      guard var entry = entries[request.key], var hold = entry.holders[owner] else { continue }
+      guard let entry = entries[request.key], var hold = entry.holders[owner] else { continue }
       hold.count -= 1
       entry.holders[owner] = hold.count > 0 ? hold : nil
       if entry.holders.isEmpty, entry.osMode != nil {
         entry.fd?.unlock()
         entry.osMode = nil
       }
-      entries[request.key] = entry
     }
     trimIdleDescriptors()
   }
@@ -82,7 +82,13 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
         condition.unlock()
         throw .cancelled
       }
-      var entry = entries[key] ?? Entry()
+      let entry: Entry
+      if let known = entries[key] {
+        entry = known
+      } else {
+        entry = Entry()
+        entries[key] = entry
+      }
       if entry.busy {
         _ = condition.wait(until: Date(timeIntervalSinceNow: 0.05))
         continue
@@ -93,7 +99,6 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
           throw .lockUpgrade(key.path.string)
         }
         entry.holders[owner] = (held.mode, held.count + 1)
-        entries[key] = entry
         condition.unlock()
         return
       }
@@ -105,13 +110,12 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
       }
       if let os = entry.osMode, os == .exclusive || mode == .shared {
         entry.holders[owner] = (mode, 1)
-        entries[key] = entry
         condition.unlock()
         return
       }
       // Nobody in this process holds it: take the flock, outside the table's lock.
+      // `busy` keeps the entry in the table (trimming skips it) and everyone else off it until we are back.
       entry.busy = true
-      entries[key] = entry
       condition.unlock()
       var fd = entry.fd
       let result: Result<SystemFD, FileCoordinatorError>
@@ -123,19 +127,16 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
         result = .failure(error)
       }
       condition.lock()
-      entry = entries[key] ?? Entry()
       entry.busy = false
       entry.fd = fd
       switch result {
       case .success:
         entry.osMode = mode
         entry.holders[owner] = (mode, 1)
-        entries[key] = entry
         condition.broadcast()
         condition.unlock()
         return
       case .failure(let error):
-        entries[key] = entry
         condition.broadcast()
         condition.unlock()
         throw error

@@ -181,6 +181,27 @@ package final class ContainerDirectory: Sendable {
     return relative
   }
 
+  /// Whether the kernel finds no symbolic link on the way to `relative` beneath the container, its last component
+  /// included: true when one `openat2(O_PATH, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` opens it, or fails because
+  /// a component is missing or not a directory (everything before it was resolved without a link). False when a
+  /// link is there (`ELOOP`), a way out (`EXDEV`), any other error, or no `openat2`: the caller must then judge the
+  /// path itself. A check, not a use: the file is still opened beneath the descriptor where it is used.
+  /// The corresponding C function is `openat2`.
+  package func hasNoSymbolicLink(_ relative: String) -> Bool {
+    if relative.isEmpty { return true }
+    guard !Self.noOpenat2.load(ordering: .relaxed) else { return false }
+    switch valueOrErrno({ gc_openat_beneath_no_symlinks(fd.rawValue, relative) }) {
+    case .success(let opened):
+      _ = Glibc.close(opened)
+      return true
+    case .failure(let e) where e == .noSuchFileOrDirectory || e == .notDirectory:
+      return true
+    case .failure(let e):
+      if e == .noFunction { Self.noOpenat2.store(true, ordering: .relaxed) }
+      return false
+    }
+  }
+
   /// Splits `a/b/c` into `a/b` and `c`.
   package static func split(_ relative: String) -> (parent: String, name: String) {
     guard let slash = relative.lastIndex(of: "/") else { return ("", relative) }
