@@ -70,7 +70,7 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
   /// True when `self` lies strictly inside `other`.
   public func isDescendant(of other: ContainerPath) -> Bool {
     components.count > other.components.count
-      && zip(components, other.components).allSatisfy { $0.utf8.elementsEqual($1.utf8) }
+      && zip(components, other.components).allSatisfy { Self.sameBytes($0, $1) }
   }
 
   // Equality, hashing and order compare BYTES. Linux names are bytes: `café` spelt NFC and NFD are two files, two
@@ -78,7 +78,19 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
 
   public static func == (lhs: ContainerPath, rhs: ContainerPath) -> Bool {
     lhs.components.count == rhs.components.count
-      && zip(lhs.components, rhs.components).allSatisfy { $0.utf8.elementsEqual($1.utf8) }
+      && zip(lhs.components, rhs.components).allSatisfy { sameBytes($0, $1) }
+  }
+
+  /// Byte equality of two names; memcmp where the bytes are contiguous (native strings: lock-table lookups
+  /// compare keys on every access).
+  static func sameBytes(_ a: String, _ b: String) -> Bool {
+    guard a.utf8.count == b.utf8.count else { return false }
+    let fast = a.utf8.withContiguousStorageIfAvailable { a in
+      b.utf8.withContiguousStorageIfAvailable { b in
+        a.isEmpty || memcmp(a.baseAddress!, b.baseAddress!, a.count) == 0
+      }
+    }
+    return (fast ?? nil) ?? a.utf8.elementsEqual(b.utf8)
   }
 
   public func hash(into hasher: inout Hasher) {

@@ -77,10 +77,18 @@ extension GroupContainer {
     ).root
     let item: ContainerPath
     if let plain = ContainerPath.lexical(url, in: base) { item = plain } else { item = try relativePath(of: url) }
-    _ = try resolveBeneath(item, containerPath: base, root: root)
     let mode = sharing.fileMode
+    let durability: AtomicReplace.Durability = durable ? .powerLoss : .processCrash
+    // No link on the way (the common case): checked on the parent's descriptor that the replace then uses.
+    let relative = item.string
+    if try beneath(item, { () throws(FileSystemError) in
+      try root.replaceFileIfNoSymbolicLink(relative, with: data, mode: mode, durability: durability)
+    }) {
+      return
+    }
+    _ = try resolveBeneath(item, containerPath: base, root: root)
     try beneath(item) { () throws(FileSystemError) in
-      try root.replaceFile(item.string, with: data, mode: mode, durability: durable ? .powerLoss : .processCrash)
+      try root.replaceFile(relative, with: data, mode: mode, durability: durability)
     }
   }
 

@@ -19,6 +19,8 @@ import Testing
 /// - `isInside` without the `/` after the base (`lexicalAgreesWithTheExactRoute`: `/…/group.x2/…` is not in `group.x`);
 /// - `hasNoSymbolicLink` counting `ELOOP` as "no link" (`noLinkCheck`, `resolveBeneathWithRootAgrees`);
 /// - `hasNoSymbolicLink` using `RESOLVE_BENEATH` alone, without `RESOLVE_NO_SYMLINKS` (`noLinkCheck`);
+/// - `replaceFileIfNoSymbolicLink` without the `fstatat` of the last component (`writeTakesTheFastRouteOnlyWithoutLinks`:
+///   `Documents/fileLink` is replaced by the fast route);
 /// - the one-item plan with the item lock before the tree lock, or without the root's tree lock
 ///   (`oneItemPlanIsTheGeneralPlan`);
 /// - `LockTable.release` not writing the decremented count back (`lockTableCountsHoldsInPlace`).
@@ -106,6 +108,37 @@ import Testing
     #expect(!directory.hasNoSymbolicLink("Documents/outLink"))
     #expect(!directory.hasNoSymbolicLink("Documents/outLink/x"))
     #expect(!directory.hasNoSymbolicLink("Documents/dangling"))
+  }
+
+  /// The write's fast route writes only where no link is on the way; elsewhere it writes nothing and leaves the
+  /// judging to the walk (`GroupContainer.write` then follows an inside link and refuses a way out, as before).
+  @Test func writeTakesTheFastRouteOnlyWithoutLinks() throws {
+    let root = try TestRoot()
+    let container = try root.container(Self.group)
+    let directory = try container.directory()
+    let documents = container.path + "/Documents"
+    try FileManager.default.createDirectory(atPath: documents + "/sub", withIntermediateDirectories: true)
+    try FileManager.default.createSymbolicLink(atPath: documents + "/inLink", withDestinationPath: "sub")
+    try FileManager.default.createSymbolicLink(atPath: documents + "/fileLink", withDestinationPath: "sub/f")
+    try FileManager.default.createSymbolicLink(atPath: documents + "/outLink", withDestinationPath: root.path)
+    let bytes = Array("new".utf8)
+    #expect(try directory.replaceFileIfNoSymbolicLink("Documents/plain", with: bytes, mode: 0o600))
+    #expect(try directory.replaceFileIfNoSymbolicLink("Documents/sub/f", with: bytes, mode: 0o600))
+    #expect(try directory.replaceFileIfNoSymbolicLink("top", with: bytes, mode: 0o600))
+    #expect(FileManager.default.contents(atPath: documents + "/plain") == Data(bytes))
+    #expect(FileManager.default.contents(atPath: container.path + "/top") == Data(bytes))
+    for relative in ["Documents/inLink/g", "Documents/fileLink", "Documents/outLink/x", "Documents/missing/x", ""] {
+      #expect(try !directory.replaceFileIfNoSymbolicLink(relative, with: bytes, mode: 0o600), "\(relative)")
+    }
+    #expect(!FileManager.default.fileExists(atPath: documents + "/sub/g"))
+    #expect(!FileManager.default.fileExists(atPath: root.path + "/x"))
+    // Through the public write: the inside link is followed by the walk, the way out refused.
+    try container.write(Data("via".utf8), to: container.url.appendingPathComponent("Documents/inLink/g"))
+    #expect(FileManager.default.contents(atPath: documents + "/sub/g") == Data("via".utf8))
+    #expect(throws: GroupContainerError.self) {
+      try container.write(Data("out".utf8), to: container.url.appendingPathComponent("Documents/outLink/x"))
+    }
+    #expect(!FileManager.default.fileExists(atPath: root.path + "/x"))
   }
 
   /// `resolveBeneath` with the container's descriptor answers as the walk alone does, errors included.
