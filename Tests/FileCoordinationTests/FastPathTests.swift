@@ -47,7 +47,7 @@ import Testing
     let exactOnly = [
       base + "/Documents/./a.txt", base + "/Documents/../Documents/a.txt", base + "/Documents//a.txt",
       base + "/.coordination/locks", base + "/café", base + "/a b", base + "/.", base + "/Documents/..",
-      base + "2/Documents/a.txt", base.dropLast() + "/Documents", "/elsewhere/Documents",
+      base + "2/Documents/a.txt", base + "ab/Documents/a.txt", base.dropLast() + "/Documents", "/elsewhere/Documents",
       base + "/" + String(repeating: "x", count: 256),
     ]
     for path in exactOnly {
