@@ -116,8 +116,8 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
       // Nobody in this process holds it: take the flock, outside the table's lock.
       // `busy` keeps the entry in the table (trimming skips it) and everyone else off it until we are back.
       entry.busy = true
+      var fd = entry.fd  // read under the lock: `entry` is shared
       condition.unlock()
-      var fd = entry.fd
       let result: Result<SystemFD, FileCoordinatorError>
       do {
         if fd == nil { fd = try openLockFile(key) }
