@@ -81,11 +81,10 @@ extension GroupContainer {
     let durability: AtomicReplace.Durability = durable ? .powerLoss : .processCrash
     // No link on the way (the common case): checked on the parent's descriptor that the replace then uses.
     let relative = item.string
-    if try beneath(item, { () throws(FileSystemError) in
+    let wrote = try beneath(item) { () throws(FileSystemError) in
       try root.replaceFileIfNoSymbolicLink(relative, with: data, mode: mode, durability: durability)
-    }) {
-      return
     }
+    if wrote { return }
     _ = try resolveBeneath(item, containerPath: base, root: root)
     try beneath(item) { () throws(FileSystemError) in
       try root.replaceFile(relative, with: data, mode: mode, durability: durability)

@@ -16,11 +16,11 @@ import Testing
 /// Mutants this suite catches:
 /// - `lexical` without the `%` check (`percentEscapesTakeTheExactRoute`, `lexicalAgreesWithTheExactRoute`);
 /// - `lexical` without the `.coordination` check, or without the `.`/`..` checks (`lexicalAgreesWithTheExactRoute`);
-/// - `isInside` without the `/` after the base (`lexicalAgreesWithTheExactRoute`: `/…/group.x2/…` is not in `group.x`);
+/// - `isInside` without the `/` after the base (`lexicalAgreesWithTheExactRoute`: `<container>ab/…` is not inside);
 /// - `hasNoSymbolicLink` counting `ELOOP` as "no link" (`noLinkCheck`, `resolveBeneathWithRootAgrees`);
 /// - `hasNoSymbolicLink` using `RESOLVE_BENEATH` alone, without `RESOLVE_NO_SYMLINKS` (`noLinkCheck`);
-/// - `replaceFileIfNoSymbolicLink` without the `fstatat` of the last component (`writeTakesTheFastRouteOnlyWithoutLinks`:
-///   `Documents/fileLink` is replaced by the fast route);
+/// - `replaceFileIfNoSymbolicLink` without the `fstatat` of the last component
+///   (`writeTakesTheFastRouteOnlyWithoutLinks`: `Documents/fileLink` is replaced by the fast route);
 /// - the one-item plan with the item lock before the tree lock, or without the root's tree lock
 ///   (`oneItemPlanIsTheGeneralPlan`);
 /// - `LockTable.release` not writing the decremented count back (`lockTableCountsHoldsInPlace`).
@@ -160,7 +160,8 @@ import Testing
     var refused = 0
     for relative in paths {
       let item = try ContainerPath(relative)
-      let walk = Result { () throws(GroupContainerError) in try resolveBeneath(item, containerPath: space.containerPath) }
+      let walk = Result { () throws(GroupContainerError) in try resolveBeneath(item, containerPath: space.containerPath)
+      }
       let fast = Result { () throws(GroupContainerError) in
         try resolveBeneath(item, containerPath: space.containerPath, root: space.root)
       }
@@ -173,13 +174,16 @@ import Testing
       }
     }
     #expect(refused == 4)  // outLink, outLink/a, dangling (leads out), private
-    #expect(try resolveBeneath(ContainerPath("Documents/inLink/a"), containerPath: space.containerPath, root: space.root)
-      == ContainerPath("Documents/sub/a"))
+    #expect(
+      try resolveBeneath(ContainerPath("Documents/inLink/a"), containerPath: space.containerPath, root: space.root)
+        == ContainerPath("Documents/sub/a"))
   }
 
   /// The one-item plan equals the merged-and-sorted one (a duplicated access takes the general route).
   @Test func oneItemPlanIsTheGeneralPlan() throws {
-    let paths = try ["", "a", "a/b", "a/b/c", "Documents/x.txt", "z/y/x/w"].map { $0.isEmpty ? .root : try ContainerPath($0) }
+    let paths = try ["", "a", "a/b", "a/b/c", "Documents/x.txt", "z/y/x/w"].map {
+      $0.isEmpty ? .root : try ContainerPath($0)
+    }
     for path in paths {
       for access in [LockOrder.Access.read, .write, .writeTree] {
         let fast = LockOrder.plan([(path, access)])
@@ -218,5 +222,9 @@ import Testing
 /// A thread-safe call counter for cancellation closures.
 private final class Counter: Sendable {
   private let value = Mutex(0)
-  func next() -> Int { value.withLock { $0 += 1; return $0 } }
+  func next() -> Int {
+    value.withLock {
+      $0 += 1; return $0
+    }
+  }
 }
