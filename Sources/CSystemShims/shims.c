@@ -37,6 +37,19 @@ int gc_openat_beneath(int dirfd, const char *path, int flags, unsigned int mode)
 #endif
 }
 
+int gc_openat_beneath_no_symlinks(int dirfd, const char *path, int directory) {
+#ifdef SYS_openat2
+  struct open_how how;
+  memset(&how, 0, sizeof how);
+  how.flags = directory ? (O_RDONLY | O_DIRECTORY | O_CLOEXEC) : (O_PATH | O_CLOEXEC);
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
+  return (int)syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+#else
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
 int gc_rename_exchange(int olddirfd, const char *oldpath, int newdirfd, const char *newpath) {
   return renameat2(olddirfd, oldpath, newdirfd, newpath, RENAME_EXCHANGE);
 }

@@ -70,7 +70,7 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
   /// True when `self` lies strictly inside `other`.
   public func isDescendant(of other: ContainerPath) -> Bool {
     components.count > other.components.count
-      && zip(components, other.components).allSatisfy { $0.utf8.elementsEqual($1.utf8) }
+      && zip(components, other.components).allSatisfy { Self.sameBytes($0, $1) }
   }
 
   // Equality, hashing and order compare BYTES. Linux names are bytes: `café` spelt NFC and NFD are two files, two
@@ -78,14 +78,31 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
 
   public static func == (lhs: ContainerPath, rhs: ContainerPath) -> Bool {
     lhs.components.count == rhs.components.count
-      && zip(lhs.components, rhs.components).allSatisfy { $0.utf8.elementsEqual($1.utf8) }
+      && zip(lhs.components, rhs.components).allSatisfy { sameBytes($0, $1) }
+  }
+
+  /// Byte equality of two names; memcmp where the bytes are contiguous (native strings: lock-table lookups
+  /// compare keys on every access).
+  static func sameBytes(_ a: String, _ b: String) -> Bool {
+    guard a.utf8.count == b.utf8.count else { return false }
+    let fast = a.utf8.withContiguousStorageIfAvailable { a in
+      b.utf8.withContiguousStorageIfAvailable { b in
+        a.isEmpty || memcmp(a.baseAddress!, b.baseAddress!, a.count) == 0
+      }
+    }
+    return (fast ?? nil) ?? a.utf8.elementsEqual(b.utf8)
   }
 
   public func hash(into hasher: inout Hasher) {
     hasher.combine(components.count)
     for component in components {
       hasher.combine(component.utf8.count)
-      for byte in component.utf8 { hasher.combine(byte) }
+      // One call per component, not per byte: lock-table lookups hash these on every access.
+      if component.utf8.withContiguousStorageIfAvailable({ hasher.combine(bytes: UnsafeRawBufferPointer($0)) })
+        == nil
+      {
+        for byte in component.utf8 { hasher.combine(byte) }
+      }
     }
   }
 
@@ -104,13 +121,69 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
   }
 }
 
+extension ContainerPath {
+  /// The container-relative path of the file URL `url` in the container at `base`, judged on the URL's
+  /// percent-encoded path as bytes: nil whenever that is not plainly possible — a relative URL, a `%` escape, a
+  /// `.`, `..` or empty component, a path not under `base`, or a component the path rule refuses — and then the
+  /// caller takes the exact route (`standardizedFileURL`, `ContainerPath.init`), which also says what is wrong.
+  /// For the URLs the fast route accepts, both routes give the same path; it only skips Foundation's
+  /// standardization, the costliest part of setting up an access.
+  static func lexical(_ url: URL, in base: String) -> ContainerPath? {
+    guard url.isFileURL, url.baseURL == nil else { return nil }
+    var path = url.path(percentEncoded: true)
+    var base = base
+    return path.withUTF8 { path in base.withUTF8 { base in lexical(path: path, base: base) } }
+  }
+
+  /// `lexical(_:in:)` on bytes: `path` is an absolute, still percent-encoded path.
+  static func lexical(path: UnsafeBufferPointer<UInt8>, base: UnsafeBufferPointer<UInt8>) -> ContainerPath? {
+    guard isInside(path, base) else { return nil }
+    if path.count == base.count { return .root }
+    let slash = UInt8(ascii: "/")
+    var end = path.count
+    if end > base.count + 1 && path[end - 1] == slash { end -= 1 }  // a directory URL's trailing `/`
+    guard end - base.count - 1 <= maxPathBytes else { return nil }
+    if end == base.count + 1 { return .root }
+    var components: [String] = []
+    var start = base.count + 1
+    while start <= end {
+      var stop = start
+      while stop < end && path[stop] != slash { stop += 1 }
+      let component = UnsafeBufferPointer(rebasing: path[start..<stop])
+      // Empty, `.`, `..`, too long, NUL or `%` (an escape to decode): the exact route decides.
+      guard !component.isEmpty, component.count <= maxComponentBytes,
+        !(component.count == 1 && component[0] == UInt8(ascii: ".")),
+        !(component.count == 2 && component[0] == UInt8(ascii: ".") && component[1] == UInt8(ascii: ".")),
+        !component.contains(0), !component.contains(UInt8(ascii: "%"))
+      else { return nil }
+      components.append(String(decoding: component, as: UTF8.self))
+      start = stop + 1
+    }
+    guard components.first != privateDirectory else { return nil }
+    return ContainerPath(unchecked: components)
+  }
+
+  /// Whether the absolute path `path` is `base` or lies beneath it, by bytes (`base` without a trailing `/`).
+  static func isInside(_ path: UnsafeBufferPointer<UInt8>, _ base: UnsafeBufferPointer<UInt8>) -> Bool {
+    guard let basePath = base.baseAddress, let itemPath = path.baseAddress, base.count > 1,
+      base.last != UInt8(ascii: "/"), path.count >= base.count, memcmp(itemPath, basePath, base.count) == 0
+    else { return false }
+    return path.count == base.count || path[base.count] == UInt8(ascii: "/")
+  }
+}
+
 /// Resolves symlinks in `item` beneath the container at `containerPath`: the container path it really names, or
 /// `nil` when nothing on the way is a symlink. Throws when a link leads outside the container or into its
 /// private directory. Dangling links are judged by their target text.
-func resolveBeneath(_ item: ContainerPath, containerPath: String, depth: Int = 0) throws(GroupContainerError)
-  -> ContainerPath?
-{
+///
+/// With `root` (the container's descriptor), one `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` first asks the
+/// kernel whether any link is on the way at all (`ContainerDirectory.hasNoSymbolicLink`); only when one is (or the
+/// kernel cannot say) is the path walked component by component as below, so every answer and error is the walk's.
+func resolveBeneath(
+  _ item: ContainerPath, containerPath: String, root: ContainerDirectory? = nil, depth: Int = 0
+) throws(GroupContainerError) -> ContainerPath? {
   guard depth < 40 else { throw .invalidPath(item.string, rule: "too many levels of symbolic links") }
+  if depth == 0, let root, root.hasNoSymbolicLink(item.string) { return nil }
   var current = containerPath
   for (index, component) in item.components.enumerated() {
     current += "/" + component

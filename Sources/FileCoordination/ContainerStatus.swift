@@ -69,12 +69,25 @@ extension GroupContainer {
   /// another process swapping a directory on the way for a symlink cannot make the write land outside.
   /// - Parameter durable: also survive power loss (fsync of the file and its directory).
   public func write(_ data: Data, to url: URL, durable: Bool = false) throws(GroupContainerError) {
-    let item = try relativePath(of: url)
-    try checkBeneath(item)
+    // The container's path and space once, the item by bytes where plain (`ContainerPath.lexical`): URL handling
+    // was most of what a write on tmpfs cost beyond the replace itself.
+    let base = path
+    let root = try CoordinationSpace.open(
+      containerPath: base, fileMode: sharing.fileMode, directoryMode: sharing.directoryMode
+    ).root
+    let item: ContainerPath
+    if let plain = ContainerPath.lexical(url, in: base) { item = plain } else { item = try relativePath(of: url) }
     let mode = sharing.fileMode
-    let root = try coordinationSpace().root
+    let durability: AtomicReplace.Durability = durable ? .powerLoss : .processCrash
+    // No link on the way (the common case): checked on the parent's descriptor that the replace then uses.
+    let relative = item.string
+    let wrote = try beneath(item) { () throws(FileSystemError) in
+      try root.replaceFileIfNoSymbolicLink(relative, with: data, mode: mode, durability: durability)
+    }
+    if wrote { return }
+    _ = try resolveBeneath(item, containerPath: base, root: root)
     try beneath(item) { () throws(FileSystemError) in
-      try root.replaceFile(item.string, with: data, mode: mode, durability: durable ? .powerLoss : .processCrash)
+      try root.replaceFile(relative, with: data, mode: mode, durability: durability)
     }
   }
 

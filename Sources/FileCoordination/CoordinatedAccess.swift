@@ -46,7 +46,7 @@ struct CoordinatedAccess: Sendable {
       space = found
       // Nothing may lead outside the container, whatever the options.
       let resolved = try FileCoordinatorError.wrap { () throws(GroupContainerError) in
-        try resolveBeneath(lexical, containerPath: found.containerPath)
+        try resolveBeneath(lexical, containerPath: found.containerPath, root: found.root)
       }
       switch intent.kind {
       case .reading(let options):

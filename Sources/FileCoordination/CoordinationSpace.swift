@@ -133,6 +133,7 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
   /// nearest ancestor directory that has a `.coordination/` directory.
   static func locate(_ url: URL) throws(GroupContainerError) -> (CoordinationSpace, ContainerPath) {
     guard url.isFileURL else { throw .notInContainer(url.absoluteString) }
+    if let found = locateFast(url) { return found }
     let path = url.standardizedFileURL.path
     let known = spaces.withLock { $0.byPath }
     if let (base, space) = known.filter({ path == $0.key || path.hasPrefix($0.key + "/") })
@@ -153,6 +154,27 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
       candidate = (candidate as NSString).deletingLastPathComponent
     }
     throw .notInContainer(path)
+  }
+
+  /// `locate` for a plain file URL inside a container opened in this process, by bytes (`ContainerPath.lexical`):
+  /// the longest container path the URL's path lies in wins, as on the exact route. nil: take the exact route.
+  private static func locateFast(_ url: URL) -> (CoordinationSpace, ContainerPath)? {
+    guard url.baseURL == nil else { return nil }
+    var path = url.path(percentEncoded: true)
+    return path.withUTF8 { path -> (CoordinationSpace, ContainerPath)? in
+      let best = spaces.withLock { spaces -> (base: String, space: CoordinationSpace)? in
+        var best: (base: String, space: CoordinationSpace)?
+        for (base, space) in spaces.byPath where base.utf8.count > best?.base.utf8.count ?? 0 {
+          var base = base
+          if base.withUTF8({ ContainerPath.isInside(path, $0) }) { best = (base, space) }
+        }
+        return best
+      }
+      guard var base = best?.base, let space = best?.space,
+        let item = base.withUTF8({ ContainerPath.lexical(path: path, base: $0) })
+      else { return nil }
+      return (space, item)
+    }
   }
 
   /// `absolute`, which lies in the container reached at `base`, relative to the container.

@@ -62,6 +62,7 @@ enum LockOrder {
 
   /// The locks for a set of accesses, merged and sorted by Rule 1.
   static func plan(_ accesses: [(path: ContainerPath, access: Access)]) -> [Request] {
+    if accesses.count == 1 { return plan(accesses[0].path, accesses[0].access) }
     var modes: [Key: FlockMode] = [:]
     func need(_ key: Key, _ mode: FlockMode) {
       if mode == .exclusive || modes[key] == nil { modes[key] = mode }
@@ -81,5 +82,30 @@ enum LockOrder {
       }
     }
     return modes.map { Request(key: $0.key, mode: $0.value) }.sorted { $0.key < $1.key }
+  }
+
+  /// `plan` for one access, built already in order (the common case; no dictionary, no sort): the tree locks of
+  /// the root and each proper ancestor, one per depth, outermost first, then the item's own, tree before item.
+  /// The same requests as the general route (LockOrderTests checks it).
+  static func plan(_ path: ContainerPath, _ access: Access) -> [Request] {
+    var requests: [Request] = []
+    requests.reserveCapacity(path.depth + 2)
+    if !path.isRoot {
+      requests.append(Request(key: Key(path: .root, kind: .tree), mode: .shared))
+      for depth in 1..<path.depth {
+        let ancestor = ContainerPath(unchecked: Array(path.components[0..<depth]))
+        requests.append(Request(key: Key(path: ancestor, kind: .tree), mode: .shared))
+      }
+    }
+    switch access {
+    case .read:
+      requests.append(Request(key: Key(path: path, kind: .item), mode: .shared))
+    case .write:
+      requests.append(Request(key: Key(path: path, kind: .item), mode: .exclusive))
+    case .writeTree:
+      requests.append(Request(key: Key(path: path, kind: .tree), mode: .exclusive))
+      requests.append(Request(key: Key(path: path, kind: .item), mode: .exclusive))
+    }
+    return requests
   }
 }

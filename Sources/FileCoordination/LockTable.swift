@@ -14,7 +14,8 @@ enum LockOwner: Hashable, Sendable {
 /// "hold" it. This table keeps one descriptor per lock file and reader/writer counts per owner, and takes the
 /// flock itself only on the first hold and drops it on the last release.
 final class LockTable: @unchecked Sendable {  // every field is guarded by `condition`
-  private struct Entry {
+  /// A class, so an access updates it in place: one dictionary lookup per lock and no copy of `holders`.
+  private final class Entry {
     var fd: SystemFD?
     var osMode: FlockMode?
     var holders: [LockOwner: (mode: FlockMode, count: Int)] = [:]
@@ -60,14 +61,13 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
       condition.unlock()
     }
     for request in held.reversed() {
-      guard var entry = entries[request.key], var hold = entry.holders[owner] else { continue }
+      guard let entry = entries[request.key], var hold = entry.holders[owner] else { continue }
       hold.count -= 1
       entry.holders[owner] = hold.count > 0 ? hold : nil
       if entry.holders.isEmpty, entry.osMode != nil {
         entry.fd?.unlock()
         entry.osMode = nil
       }
-      entries[request.key] = entry
     }
     trimIdleDescriptors()
   }
@@ -83,7 +83,13 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
         condition.unlock()
         throw .cancelled
       }
-      var entry = entries[key] ?? Entry()
+      let entry: Entry
+      if let known = entries[key] {
+        entry = known
+      } else {
+        entry = Entry()
+        entries[key] = entry
+      }
       if entry.busy {
         _ = condition.wait(until: Date(timeIntervalSinceNow: 0.05))
         continue
@@ -94,7 +100,6 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
           throw .lockUpgrade(key.path.string)
         }
         entry.holders[owner] = (held.mode, held.count + 1)
-        entries[key] = entry
         condition.unlock()
         return
       }
@@ -106,15 +111,14 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
       }
       if let os = entry.osMode, os == .exclusive || mode == .shared {
         entry.holders[owner] = (mode, 1)
-        entries[key] = entry
         condition.unlock()
         return
       }
       // Nobody in this process holds it: take the flock, outside the table's lock.
+      // `busy` keeps the entry in the table (trimming skips it) and everyone else off it until we are back.
       entry.busy = true
-      entries[key] = entry
+      var fd = entry.fd  // read under the lock: `entry` is shared
       condition.unlock()
-      var fd = entry.fd
       let result: Result<SystemFD, FileCoordinatorError>
       do {
         if fd == nil { fd = try openLockFile(key) }
@@ -124,19 +128,16 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
         result = .failure(error)
       }
       condition.lock()
-      entry = entries[key] ?? Entry()
       entry.busy = false
       entry.fd = fd
       switch result {
       case .success:
         entry.osMode = mode
         entry.holders[owner] = (mode, 1)
-        entries[key] = entry
         condition.broadcast()
         condition.unlock()
         return
       case .failure(let error):
-        entries[key] = entry
         condition.broadcast()
         condition.unlock()
         throw error

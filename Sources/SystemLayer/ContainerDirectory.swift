@@ -102,6 +102,34 @@ package final class ContainerDirectory: Sendable {
     try AtomicReplace.write(bytes, in: directory, name: name, mode: mode, durability: durability)
   }
 
+  /// `replaceFile`, done only when no symbolic link is on the way to `relative`, its last component included: the
+  /// parent is opened with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` and the name checked with `fstatat`
+  /// on that descriptor, which the replace then uses — the check and the write share one descriptor. Returns false,
+  /// having written nothing, when a link is there, the parent cannot be opened so, or there is no `openat2`: the
+  /// caller then judges the path itself and calls `replaceFile` (which gives the errors). Errors of the replace
+  /// itself are thrown. The corresponding C functions are `openat2` and `fstatat`.
+  package func replaceFileIfNoSymbolicLink(
+    _ relative: String, with bytes: some Collection<UInt8>, mode: mode_t,
+    durability: AtomicReplace.Durability = .processCrash
+  ) throws(FileSystemError) -> Bool {
+    let (parent, name) = Self.split(relative)
+    guard !name.isEmpty, !Self.noOpenat2.load(ordering: .relaxed) else { return false }
+    let opened: Int32
+    switch valueOrErrno({ gc_openat_beneath_no_symlinks(fd.rawValue, parent.isEmpty ? "." : parent, 1) }) {
+    case .success(let value): opened = value
+    case .failure(let e):
+      if e == .noFunction { Self.noOpenat2.store(true, ordering: .relaxed) }
+      return false
+    }
+    let directory = SystemFD(rawValue: opened, path: parent.isEmpty ? path : path + "/" + parent)
+    defer { directory.close() }
+    let existing: FileStatus?
+    do { existing = try directory.status(of: name) } catch { return false }
+    guard existing?.kind != .symlink else { return false }
+    try AtomicReplace.write(bytes, in: directory, name: name, mode: mode, durability: durability)
+    return true
+  }
+
   /// Creates the directory `relative` with exactly `mode` (umask would filter it); an existing directory is fine,
   /// anything else there (a symlink included) is an error. The corresponding C function is `mkdirat`.
   package func makeDirectory(_ relative: String, mode: mode_t) throws(FileSystemError) {
@@ -183,6 +211,27 @@ package final class ContainerDirectory: Sendable {
   private func inside(_ absolute: String) throws(FileSystemError) -> String {
     guard let relative = relative(absolute) else { throw FileSystemError("resolve", absolute, .improperLink) }
     return relative
+  }
+
+  /// Whether the kernel finds no symbolic link on the way to `relative` beneath the container, its last component
+  /// included: true when one `openat2(O_PATH, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` opens it, or fails because
+  /// a component is missing or not a directory (everything before it was resolved without a link). False when a
+  /// link is there (`ELOOP`), a way out (`EXDEV`), any other error, or no `openat2`: the caller must then judge the
+  /// path itself. A check, not a use: the file is still opened beneath the descriptor where it is used.
+  /// The corresponding C function is `openat2`.
+  package func hasNoSymbolicLink(_ relative: String) -> Bool {
+    if relative.isEmpty { return true }
+    guard !Self.noOpenat2.load(ordering: .relaxed) else { return false }
+    switch valueOrErrno({ gc_openat_beneath_no_symlinks(fd.rawValue, relative, 0) }) {
+    case .success(let opened):
+      _ = Glibc.close(opened)
+      return true
+    case .failure(let e) where e == .noSuchFileOrDirectory || e == .notDirectory:
+      return true
+    case .failure(let e):
+      if e == .noFunction { Self.noOpenat2.store(true, ordering: .relaxed) }
+      return false
+    }
   }
 
   /// Splits `a/b/c` into `a/b` and `c`.

@@ -20,6 +20,12 @@ int gc_fallocate(int fd, int64_t offset, int64_t length);
 // an absolute symlink that would leave fails with EXDEV). -1 with errno ENOSYS on kernels before 5.6.
 int gc_openat_beneath(int dirfd, const char *path, int flags, unsigned int mode);
 
+// openat2(2) of `path` with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS: fails with ELOOP at the first symbolic link on
+// the way (the last component included), so a success proves there is none. Opened O_PATH | O_CLOEXEC (nothing for
+// I/O, never blocks on a FIFO), or with `directory` O_RDONLY | O_DIRECTORY | O_CLOEXEC. -1 with errno ENOSYS before
+// Linux 5.6.
+int gc_openat_beneath_no_symlinks(int dirfd, const char *path, int directory);
+
 // renameat2(2) with RENAME_EXCHANGE: atomically swaps two names (tests use it to race path checks).
 int gc_rename_exchange(int olddirfd, const char *oldpath, int newdirfd, const char *newpath);
 
