@@ -55,7 +55,7 @@ let package = Package(
     .executableTarget(
       name: "groupctl",
       dependencies: [
-        "GroupContainer",
+        "GroupContainer", "SystemLayer",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Logging", package: "swift-log"),
       ]

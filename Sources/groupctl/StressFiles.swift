@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import GroupContainer
 import Synchronization
+import SystemLayer
 
 /// The shared document of `stress files`: the total and each writer's own count (keys are writer indexes).
 struct StressDocument: Codable, Equatable {
@@ -117,7 +118,7 @@ struct StressFiles: ParsableCommand {
     var running = try (0..<writers).map(startWriter)
     var killed = 0
     if killRandom && writers > 0 {
-      var random = SeededRandom(seed: seed ?? UInt64.random(in: 1...UInt64.max))
+      var random = SplitMix64(seed: seed ?? UInt64.random(in: 1...UInt64.max))
       while killed < kills && running.contains(where: \.isRunning) {
         Thread.sleep(forTimeInterval: Double.random(in: 0.02...0.15, using: &random))
         let w = Int.random(in: 0..<writers, using: &random)
@@ -208,18 +209,6 @@ struct PresenterTally {
   }
 }
 
-/// SplitMix64: a run's kills can be replayed with --seed.
-struct SeededRandom: RandomNumberGenerator {
-  var state: UInt64
-  init(seed: UInt64) { state = seed }
-  mutating func next() -> UInt64 {
-    state &+= 0x9E37_79B9_7F4A_7C15
-    var z = state
-    z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-    z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-    return z ^ (z >> 31)
-  }
-}
 
 struct StressFilesWriter: ParsableCommand {
   static let configuration = CommandConfiguration(

@@ -1,5 +1,6 @@
 import Foundation
 import TestSupport
+import SystemLayer
 import Testing
 
 @testable import FileCoordination

@@ -1,6 +1,7 @@
 import Foundation
 import PropertyList
 import TestSupport
+import SystemLayer
 import Testing
 
 @testable import FileCoordination

@@ -147,19 +147,6 @@ public func monotonicNow() -> UInt64 {
   return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
 }
 
-/// A small deterministic generator, so a failing round can be replayed.
-public struct SplitMix64: RandomNumberGenerator {
-  var state: UInt64
-  public init(seed: UInt64) { state = seed }
-  public mutating func next() -> UInt64 {
-    state &+= 0x9E37_79B9_7F4A_7C15
-    var z = state
-    z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-    z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-    return z ^ (z >> 31)
-  }
-}
-
 /// Runs `body` on its own thread and waits at most `timeout` seconds for it, so a deadlock fails the test by
 /// assertion instead of hanging it (the stuck thread is abandoned). Returns what `body` returned, nil on timeout.
 @discardableResult

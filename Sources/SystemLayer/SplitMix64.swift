@@ -1,0 +1,13 @@
+/// A small deterministic random generator (SplitMix64), so a randomized run — a test's, or `groupctl stress`'s
+/// kills — can be replayed from its seed. The one copy for every module above this one.
+package struct SplitMix64: RandomNumberGenerator, Sendable {
+  private var state: UInt64
+  package init(seed: UInt64) { state = seed }
+  package mutating func next() -> UInt64 {
+    state &+= 0x9E37_79B9_7F4A_7C15
+    var z = state
+    z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+    z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+    return z ^ (z >> 31)
+  }
+}
