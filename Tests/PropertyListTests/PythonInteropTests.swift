@@ -4,7 +4,9 @@ import Testing
 @testable import PropertyList
 
 /// Files we write must load in Python's plistlib, and files plistlib writes must load here.
-@Suite("Python plistlib interoperability", .enabled(if: Python.available, "python3 is not installed"))
+@Suite(
+  "Python plistlib interoperability", .enabled(if: Python.available, "python3 is not installed"),
+  .timeLimit(.minutes(1)))
 struct PythonInteropTests {
   static let pythonWritable: PropertyListValue = [
     "string": "hello", "unicode": "héllo 中文 😀", "empty": "",

@@ -7,7 +7,7 @@ import Testing
 @testable import FileCoordination
 @testable import SharedDefaults
 
-@Suite struct DefaultsAPITests {
+@Suite(.timeLimit(.minutes(1))) struct DefaultsAPITests {
   @Test func storesEveryPropertyListTypeAndReadsItBackWithApplesAccessors() throws {
     let root = try TestRoot()
     let defaults = try SharedDefaults(container: try root.container())
