@@ -165,7 +165,7 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
 
   init(space: CoordinationSpace) throws(FileSystemError) {
     self.space = space
-    board = try MappedCounters(path: space.inbox(of: space.me) + "/" + AckBoard.fileName, mode: space.fileMode)
+    board = try MappedCounters(fd: Self.openOwnBoard(space))
     boardSignal = ChangeSignal(board, sequence: AckBoard.sequence, listeners: AckBoard.listeners)
     boardSignal.listenForever()
     Self.flushAtExit
@@ -174,10 +174,7 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
   /// After the container was removed and made again (CoordinationSpace.recreateAfterRemoval): this process's board
   /// is mapped onto a new `.acks` file, and other processes' boards, mapped from deleted files, are forgotten.
   func rebindBoard() throws(FileSystemError) {
-    let inbox = try space.root.openDirectory(ContainerPath.privateDirectory + "/inbox/\(space.me)")
-    defer { inbox.close() }
-    try board.rebind(
-      to: inbox.openOrCreate(AckBoard.fileName, mode: space.fileMode, size: Int64(MappedCounters.fileSize)))
+    try board.rebind(to: Self.openOwnBoard(space))
     boards.withLock { $0.removeAll() }
   }
 
@@ -231,15 +228,23 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
     message.ackToken = token
   }
 
+  /// This process's board, `.coordination/inbox/<me>/.acks`, opened (created and sized when missing) beneath the
+  /// container's descriptor.
+  private static func openOwnBoard(_ space: CoordinationSpace) throws(FileSystemError) -> SystemFD {
+    let inbox = try space.root.openDirectory(ContainerPath.privateDirectory + "/inbox/\(space.me)")
+    defer { inbox.close() }
+    return try inbox.openOrCreate(AckBoard.fileName, mode: space.fileMode, size: Int64(MappedCounters.fileSize))
+  }
+
   /// Answers `prepare` on its sender's board; false when that is not possible (then send an ack file).
   func postAck(for prepare: CoordinationMessage) -> Bool {
     guard let slot = prepare.ackSlot, let token = prepare.ackToken else { return false }
     let sender = prepare.sender
-    let path = space.inbox(of: sender) + "/" + AckBoard.fileName
+    let relative = ContainerPath.privateDirectory + "/inbox/\(sender)/" + AckBoard.fileName
     let remote = boards.withLock { boards -> MappedCounters? in
       if let known = boards[sender] { return known }
-      guard (try? FileSystem.status(path))??.kind == .regular,
-        let opened = try? MappedCounters(path: path, mode: space.fileMode)
+      // Only an existing board, beneath the container (never created here); MappedCounters refuses non-files.
+      guard let fd = try? space.root.openFile(relative, .readWrite), let opened = try? MappedCounters(fd: fd)
       else { return nil }
       if boards.count >= 64 { boards.removeAll() }  // bounded: senders come and go
       boards[sender] = opened
@@ -301,13 +306,13 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
     } catch {
       if error.errno != .noSuchFileOrDirectory {  // gone: already handled by a scan
         CoordinationSpace.logger.error("dropping unreadable inbox entry '\(path)': \(error)")
-        try? FileSystem.removeTree(path)
+        try? space.root.removeTree(atPath: path)
       }
       return
     }
     // Removed once dispatched: the unlink (a journaled metadata write) stays off the handshake's critical path.
     // Both happen on this thread, so a rescan never sees a dispatched message again.
-    defer { try? FileSystem.removeFile(path) }
+    defer { try? space.root.removeFile(atPath: path) }
     let message: CoordinationMessage
     do { message = try CoordinationMessage.decode(bytes, fileName: name) } catch {
       CoordinationSpace.logger.error("dropping inbox entry '\(path)': \(error)")

@@ -160,7 +160,7 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
   }
 
   func unregister(id: String) {
-    try? FileSystem.removeFile(directory + "/" + id)
+    try? root.removeFile(atPath: directory + "/" + id)
     counters.increment(Self.generationCounter)
   }
 
@@ -168,7 +168,7 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
     let prefix = "\(process)."
     var removed = false
     for name in (try? FileSystem.listDirectory(directory)) ?? [] where name.hasPrefix(prefix) {
-      try? FileSystem.removeFile(directory + "/" + name)
+      try? root.removeFile(atPath: directory + "/" + name)
       removed = true
     }
     if removed { counters.increment(Self.generationCounter) }

@@ -208,6 +208,16 @@ package final class ContainerDirectory: Sendable {
     try readFile(try inside(absolute), limit: limit).bytes
   }
 
+  /// `removeFile` for an absolute path inside the container.
+  package func removeFile(atPath absolute: String) throws(FileSystemError) {
+    try removeFile(try inside(absolute))
+  }
+
+  /// `removeTree` for an absolute path inside the container.
+  package func removeTree(atPath absolute: String) throws(FileSystemError) {
+    try removeTree(try inside(absolute))
+  }
+
   private func inside(_ absolute: String) throws(FileSystemError) -> String {
     guard let relative = relative(absolute) else { throw FileSystemError("resolve", absolute, .improperLink) }
     return relative

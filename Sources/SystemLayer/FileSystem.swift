@@ -15,36 +15,6 @@ package enum FileSystem {
     }
   }
 
-  /// The corresponding C function is `unlink`. A missing file is not an error.
-  package static func removeFile(_ path: String) throws(FileSystemError) {
-    switch valueOrErrno({ Glibc.unlink(path) }) {
-    case .success: return
-    case .failure(let e) where e == .noSuchFileOrDirectory: return
-    case .failure(let e): throw FileSystemError("unlink", path, e)
-    }
-  }
-
-  /// Removes a directory tree without following symlinks (a planted link is removed, never its target).
-  package static func removeTree(_ path: String) throws(FileSystemError) {
-    guard let st = try status(path) else { return }
-    if st.kind == .directory {
-      for name in try listDirectory(path) { try removeTree(path + "/" + name) }
-      switch valueOrErrno({ Glibc.rmdir(path) }) {
-      case .success: return
-      case .failure(let e) where e == .noSuchFileOrDirectory: return
-      case .failure(let e): throw FileSystemError("rmdir", path, e)
-      }
-    } else {
-      try removeFile(path)
-    }
-  }
-
-  /// Atomically renames `source` over `destination`. The corresponding C function is `rename`.
-  package static func rename(_ source: String, to destination: String) throws(FileSystemError) {
-    _ = try valueOrErrno { Glibc.rename(source, destination) }.get("rename", "\(source)' -> '\(destination)")
-    SyscallRecorder.record(.rename, destination)
-  }
-
   /// Atomically swaps the names `a` and `b` (tests race path checks with it). The corresponding C function is
   /// `renameat2` with `RENAME_EXCHANGE`.
   package static func exchange(_ a: String, _ b: String) throws(FileSystemError) {
@@ -119,12 +89,5 @@ extension FileSystem {
     case .failure(let e) where e == .fileExists: return
     case .failure(let e): throw FileSystemError("mkdir", path, e)
     }
-  }
-
-  /// Whether two paths name the same inode (following symlinks).
-  package static func sameFile(_ a: String, _ b: String) -> Bool {
-    var sa = stat(), sb = stat()
-    guard fstatat(AT_FDCWD, a, &sa, 0) == 0, fstatat(AT_FDCWD, b, &sb, 0) == 0 else { return false }
-    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino
   }
 }

@@ -33,11 +33,6 @@ package final class MappedCounters: @unchecked Sendable {  // `healing` serializ
   private let seenFaults = ManagedAtomic<UInt32>(0)
   private let healing = NSLock()
 
-  /// Opens (creating if needed) the counter file at `path`.
-  package convenience init(path: String, mode: mode_t) throws(FileSystemError) {
-    try self.init(fd: try Self.openOrCreate(path, mode: mode))
-  }
-
   /// Maps the counter file already open (read-write) as `fd`, which the counters now own: for a file opened
   /// beneath a container's descriptor (`SystemFD.openOrCreate(_:mode:size:)` with `fileSize`).
   package init(fd: SystemFD) throws(FileSystemError) {
@@ -61,18 +56,6 @@ package final class MappedCounters: @unchecked Sendable {  // `healing` serializ
     } catch {
       fd.close()
       throw error
-    }
-  }
-
-  private static func openOrCreate(_ path: String, mode: mode_t) throws(FileSystemError) -> SystemFD {
-    do throws(FileSystemError) {
-      let fd = try SystemFD.open(path, [.readWrite, .exclusiveCreate], mode: mode)
-      try fd.setPermissions(mode)
-      try fd.truncate(to: Int64(Self.fileSize))
-      return fd
-    } catch {
-      guard error.errno == .fileExists else { throw error }
-      return try SystemFD.open(path, .readWrite)
     }
   }
 

@@ -11,8 +11,8 @@ import Testing
 /// directory on the way for a symlink to outside makes a call fail, saying so, and never makes it land outside.
 ///
 /// Mutants this suite catches:
-/// - the suite's lock file opened by path (`MappedCounters(path:)` + `SystemFD.open(lockPath)`, as before): lock
-///   files appear outside (`suitesNeverReachOutsideWhileSwapped`);
+/// - the suite's lock file opened by path (`SystemFD.open(lockPath)`, then mapped, as before): lock files appear
+///   outside (`suitesNeverReachOutsideWhileSwapped`);
 /// - the journal opened by path (`SharedFileMapping(path:)`, as before): journals appear outside (same test);
 /// - `GroupContainer.createLayout` making the layout by path (`mkdir` + `chmod`, as before): `Preferences`,
 ///   `Caches` appear outside (`layoutNeverReachesOutsideWhileSwapped`).
