@@ -233,7 +233,9 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
   private func perform<T>(_ intents: [FileAccessIntent], body: ([URL]) throws -> T) throws -> T {
     let access = try begin(intents, extraCancel: { false })
     do {
-      let result = try Self.$nestingOwners.withValue(nesting(access)) { try body(access.urls) }
+      // Only a coordinator made with a presenter has an owner to lend to nested accesses.
+      let result = try filePresenter == nil
+        ? body(access.urls) : Self.$nestingOwners.withValue(nesting(access)) { try body(access.urls) }
       end(access)
       return result
     } catch {
