@@ -58,3 +58,46 @@ import Testing
     #expect(calls.isEmpty)
   }
 }
+
+/// A full disk: the replace fails with an error naming the file, the old contents stay whole for every process,
+/// and no temp file is left behind. Mutant: `AtomicReplace.write` not removing its temp file on a failed write.
+@Suite(.timeLimit(.minutes(1))) struct FullDiskTests {
+  @Test func aWriteOnAFullDiskFailsClearlyAndKeepsTheOldFile() throws {
+    let root = try TestRoot()
+    let disk = root.path + "/small"
+    try FileManager.default.createDirectory(atPath: disk, withIntermediateDirectories: true)
+    guard try runTool("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", disk]) == 0 else {
+      Issue.record("cannot mount a tmpfs (the tests run as root)")
+      return
+    }
+    defer { _ = try? runTool("/bin/umount", ["-l", disk]) }
+    let group = DurabilityTests.group
+    let container = try GroupContainer(identifier: group, root: URL(fileURLWithPath: disk))
+    let url = container.documentsURL.appendingPathComponent("big.txt")
+    let old = String(repeating: "v1\n", count: 30_000)
+    try FileCoordinator().coordinate(writingItemAt: url) { try container.write(Data(old.utf8), to: $0) }
+    var failure: (any Error)?
+    do {
+      try FileCoordinator().coordinate(writingItemAt: url) {
+        try container.write(Data(repeating: 0x41, count: 2 << 20), to: $0)
+      }
+    } catch { failure = error }
+    let message = failure.map { "\($0)" } ?? "no error"
+    #expect(message.contains("No space left on device") && message.contains("Documents"), "\(message)")
+    let names = try FileManager.default.contentsOfDirectory(atPath: container.documentsURL.path)
+    #expect(names == ["big.txt"], "a temp file was left behind: \(names)")
+    #expect(try container.contents(of: url) == Data(old.utf8))
+    // Another process reads the old contents, whole (its output goes to a file: a pipe may still hold the tail
+    // when the process has exited).
+    let copy = root.path + "/read-back.txt"
+    FileManager.default.createFile(atPath: copy, contents: nil)
+    let reader = Process()
+    reader.executableURL = productsDirectory.appendingPathComponent("groupctl")
+    reader.arguments = ["read", group, "Documents/big.txt", "--root", disk]
+    reader.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: copy))
+    try reader.run()
+    reader.waitUntilExit()
+    #expect(reader.terminationStatus == 0)
+    #expect(FileManager.default.contents(atPath: copy) == Data(old.utf8))
+  }
+}

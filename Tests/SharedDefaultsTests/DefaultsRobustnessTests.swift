@@ -102,11 +102,11 @@ import Testing
     let root = try TestRoot()
     let disk = root.path + "/small"
     try FileManager.default.createDirectory(atPath: disk, withIntermediateDirectories: true)
-    guard try run("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", disk]) == 0 else {
+    guard try runTool("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", disk]) == 0 else {
       Issue.record("cannot mount a tmpfs")
       return
     }
-    defer { _ = try? run("/bin/umount", ["-l", disk]) }
+    defer { _ = try? runTool("/bin/umount", ["-l", disk]) }
     let container = try GroupContainer(identifier: group, root: URL(fileURLWithPath: disk))
     let defaults = try SharedDefaults(suiteName: "full", container: container)
     let value = Data(repeating: 9, count: 50_000)
@@ -146,15 +146,6 @@ import Testing
     #expect(child.waitForExit() == 0, "\(child.errors.withLock { $0 })")
     let json = Data(child.output.joined(separator: "\n").utf8)
     return try JSONSerialization.jsonObject(with: json) as? [String: Any] ?? [:]
-  }
-
-  private func run(_ tool: String, _ arguments: [String]) throws -> Int32 {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: tool)
-    process.arguments = arguments
-    try process.run()
-    process.waitUntilExit()
-    return process.terminationStatus
   }
 }
 

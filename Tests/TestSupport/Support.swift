@@ -171,3 +171,13 @@ public func expectCompletes<T: Sendable>(
     return nil
   }
 }
+
+/// Runs a tool (mount, umount, …) to completion and returns its exit status.
+public func runTool(_ tool: String, _ arguments: [String]) throws -> Int32 {
+  let process = Process()
+  process.executableURL = URL(fileURLWithPath: tool)
+  process.arguments = arguments
+  try process.run()
+  process.waitUntilExit()
+  return process.terminationStatus
+}
