@@ -9,6 +9,8 @@ let package = Package(
     .library(name: "FileCoordination", targets: ["FileCoordination"]),
     .library(name: "SharedDefaults", targets: ["SharedDefaults"]),
     .library(name: "PropertyList", targets: ["PropertyList"]),
+    .library(name: "MemoryWarnings", targets: ["MemoryWarnings"]),
+    .library(name: "ImageCache", targets: ["ImageCache"]),
     .executable(name: "groupctl", targets: ["groupctl"]),
     .executable(name: "host", targets: ["host"]),
     .executable(name: "widget", targets: ["widget"]),
@@ -51,7 +53,25 @@ let package = Package(
         .product(name: "Logging", package: "swift-log"),
       ]
     ),
-    .target(name: "GroupContainer", dependencies: ["FileCoordination", "SharedDefaults", "PropertyList"]),
+    // The low-memory eviction policy: memory pressure levels from Linux's signals, handlers per process.
+    .target(
+      name: "MemoryWarnings",
+      dependencies: [
+        "FileCoordination", "SystemLayer",
+        .product(name: "Logging", package: "swift-log"),
+      ]
+    ),
+    // Cached images: a memory tier per process over one disk tier in Library/Caches shared by the group.
+    .target(
+      name: "ImageCache",
+      dependencies: [
+        "FileCoordination", "MemoryWarnings", "SystemLayer",
+        .product(name: "Logging", package: "swift-log"),
+      ]
+    ),
+    .target(
+      name: "GroupContainer",
+      dependencies: ["FileCoordination", "SharedDefaults", "PropertyList", "MemoryWarnings", "ImageCache"]),
     .executableTarget(
       name: "groupctl",
       dependencies: [
@@ -68,7 +88,7 @@ let package = Package(
     .executableTarget(
       name: "gc-test-helper",
       dependencies: [
-        "FileCoordination", "SharedDefaults", "PropertyList", "SystemLayer",
+        "FileCoordination", "SharedDefaults", "PropertyList", "SystemLayer", "ImageCache", "MemoryWarnings",
         .product(name: "Logging", package: "swift-log"),
       ],
       path: "Tests/GCTestHelper"
@@ -89,6 +109,13 @@ let package = Package(
         "TestSupport", "SharedDefaults", "PropertyList", "FileCoordination", "SystemLayer", "gc-test-helper",
         "groupctl",
       ]
+    ),
+    .testTarget(
+      name: "ImageCacheTests",
+      dependencies: [
+        "TestSupport", "ImageCache", "MemoryWarnings", "FileCoordination", "SystemLayer", "gc-test-helper", "groupctl",
+      ],
+      resources: [.copy("Fixtures")]
     ),
     .testTarget(name: "ExamplesTests", dependencies: ["TestSupport", "SimpleTimerKit", "host", "widget"]),
     .testTarget(

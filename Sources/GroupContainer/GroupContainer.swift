@@ -3,3 +3,5 @@
 @_exported import FileCoordination
 @_exported import PropertyList
 @_exported import SharedDefaults
+@_exported import MemoryWarnings
+@_exported import ImageCache

@@ -1,0 +1,51 @@
+import Foundation
+
+/// The image formats the cache keeps, recognised by their signature (the first bytes), never by a file name or a
+/// MIME type someone claimed.
+public enum ImageFormat: String, Sendable, Hashable, Codable, CaseIterable {
+  /// PNG, and APNG (a PNG with an `acTL` chunk: `frameCount` > 1).
+  case png
+  case jpeg
+  case gif
+  /// WebP: lossy (`VP8 `), lossless (`VP8L`) and extended (`VP8X`, animated or with alpha).
+  case webp
+}
+
+/// What the headers of an image say, read without decoding a pixel.
+public struct ImageInfo: Sendable, Hashable, Codable {
+  public var format: ImageFormat
+  public var pixelWidth: Int
+  public var pixelHeight: Int
+  /// 1 for a still image; the number of frames of an animated GIF, APNG or WebP.
+  public var frameCount: Int
+
+  public init(format: ImageFormat, pixelWidth: Int, pixelHeight: Int, frameCount: Int) {
+    self.format = format
+    self.pixelWidth = pixelWidth
+    self.pixelHeight = pixelHeight
+    self.frameCount = frameCount
+  }
+}
+
+/// An image as the cache holds it: the encoded bytes and what their headers say.
+public struct CachedImage: Sendable, Hashable {
+  public let data: Data
+  public let info: ImageInfo
+
+  public var format: ImageFormat { info.format }
+  public var pixelWidth: Int { info.pixelWidth }
+  public var pixelHeight: Int { info.pixelHeight }
+  public var frameCount: Int { info.frameCount }
+
+  /// Checks the bytes: anything that is not a whole-looking PNG, JPEG, GIF or WebP header is refused.
+  public init(data: Data) throws(ImageCacheError) {
+    self.info = try ImageHeaders.parse(data)
+    self.data = data
+  }
+
+  /// For bytes already checked (read back from the cache's own entry, whose header was parsed at store time).
+  package init(data: Data, info: ImageInfo) {
+    self.data = data
+    self.info = info
+  }
+}
