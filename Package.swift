@@ -88,7 +88,7 @@ let package = Package(
     .executableTarget(
       name: "gc-test-helper",
       dependencies: [
-        "FileCoordination", "SharedDefaults", "PropertyList", "SystemLayer", "ImageCache", "MemoryWarnings",
+        "FileCoordination", "SharedDefaults", "PropertyList", "SystemLayer", "ImageCache", "MemoryWarnings", "TestImageKit",
         .product(name: "Logging", package: "swift-log"),
       ],
       path: "Tests/GCTestHelper"
@@ -101,6 +101,8 @@ let package = Package(
       name: "ContainerFilesFuzz", dependencies: ["SharedDefaults", "FileCoordination", "CFuzzShim"],
       path: "Fuzz/ContainerFilesFuzz"),
     .testTarget(name: "PropertyListTests", dependencies: ["PropertyList"], exclude: ["Regressions"]),
+    // Real images of any size for tests, the test helper and benchmarks.
+    .target(name: "TestImageKit", path: "Tests/TestImageKit"),
     // What every test target shares: temp container roots, child processes.
     .target(name: "TestSupport", dependencies: ["FileCoordination"], path: "Tests/TestSupport"),
     .testTarget(
@@ -113,7 +115,8 @@ let package = Package(
     .testTarget(
       name: "ImageCacheTests",
       dependencies: [
-        "TestSupport", "ImageCache", "MemoryWarnings", "FileCoordination", "SystemLayer", "gc-test-helper", "groupctl",
+        "TestSupport", "TestImageKit", "ImageCache", "MemoryWarnings", "FileCoordination", "SystemLayer",
+        "gc-test-helper", "groupctl",
       ],
       resources: [.copy("Fixtures")]
     ),

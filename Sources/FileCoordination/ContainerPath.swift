@@ -12,7 +12,7 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
 
   public static let maxComponentBytes = 255
   public static let maxPathBytes = 4096
-  static let privateDirectory = ".coordination"
+  package static let privateDirectory = ".coordination"
 
   /// The container root.
   public static let root = ContainerPath(unchecked: [])

@@ -24,7 +24,7 @@ public struct GroupContainer: Sendable, Hashable {
     /// Every member of the directory's group: directories setgid 2770, files 0660.
     case group
 
-    var directoryMode: mode_t { self == .user ? 0o700 : 0o2770 }
+    package var directoryMode: mode_t { self == .user ? 0o700 : 0o2770 }
     /// Every file the framework creates is `fchmod`ed to this (umask would leave 0644).
     public var fileMode: mode_t { self == .user ? 0o600 : 0o660 }
   }

@@ -9,6 +9,8 @@ public enum ImageCacheError: Error, CustomStringConvertible, Sendable, Equatable
   case malformed(ImageFormat, reason: String)
   /// The image (or an entry file) is larger than the cache accepts.
   case tooLarge(bytes: Int, limit: Int)
+  /// A key longer than entries can hold.
+  case invalidKey(bytes: Int, limit: Int)
   /// A cache name breaks a rule; `rule` names it.
   case invalidName(String, rule: String)
   /// A system call failed.
@@ -24,6 +26,8 @@ public enum ImageCacheError: Error, CustomStringConvertible, Sendable, Equatable
       return "malformed \(format.rawValue.uppercased()) image: \(reason)"
     case .tooLarge(let bytes, let limit):
       return "image of \(bytes) bytes is larger than the cache's limit of \(limit) bytes"
+    case .invalidKey(let bytes, let limit):
+      return "a key of \(bytes) bytes is longer than the \(limit) bytes an entry holds: use a shorter key (a hash of it)"
     case .invalidName(let name, let rule):
       return "cache name '\(name)' is invalid: \(rule)"
     case .system(let error):

@@ -30,10 +30,21 @@ package enum AtomicReplace {
     _ bytes: some Collection<UInt8>, in directory: SystemFD, name: String, mode: mode_t,
     durability: Durability = .processCrash
   ) throws(FileSystemError) {
+    try write(parts: 1, in: directory, name: name, mode: mode, durability: durability) { (fd, _) throws(FileSystemError) in
+      try fd.writeAll(bytes)
+    }
+  }
+
+  /// Replaces the file `name` in `directory` with what `writePart` writes for each part in `0..<parts` (a header
+  /// and a body from their own buffers, without joining them first).
+  package static func write(
+    parts: Int, in directory: SystemFD, name: String, mode: mode_t, durability: Durability = .processCrash,
+    _ writePart: (SystemFD, Int) throws(FileSystemError) -> Void
+  ) throws(FileSystemError) {
     let temp = try createTemporary(in: directory, for: name, mode: mode)
     do {
       defer { temp.fd.close() }
-      try temp.fd.writeAll(bytes)
+      for part in 0..<parts { try writePart(temp.fd, part) }
       if durability == .powerLoss { try temp.fd.sync() }
     } catch {
       try? directory.removeFile(temp.name)

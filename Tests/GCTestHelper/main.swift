@@ -158,6 +158,9 @@ case "torn-writer":  // ScaleModes.swift
 case "torn-reader":  // ScaleModes.swift
   try tornReader(container, root: args[2], item: item(args[4]), coordinated: args[5] == "coordinated")
 
+case _ where imageCacheModes.contains(command):  // ImageCacheModes.swift
+  try runImageCacheMode(command, args, container)
+
 default:
   FileHandle.standardError.write(Data("unknown command \(command)\n".utf8))
   exit(2)

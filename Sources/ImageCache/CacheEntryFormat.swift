@@ -1,0 +1,138 @@
+import Foundation
+import SystemLayer
+
+/// The on-disk format of one cache entry, in one place.
+///
+/// An entry is one file in `Library/Caches/<name>/`, named `<32 hex digits>.entry` from the FNV-1a-128 hash of
+/// its key (`StableHash`), published by an atomic replace: a reader sees the old entry or the new one, never a
+/// part. The name is a hash, so no key — a URL, `../../x`, 10 kB of anything — can reach another directory; the
+/// key itself is stored in the entry, so two keys sharing a name (a collision) each see the other's entry as a
+/// miss, never as their image.
+///
+///     offset  size  field
+///          0     8  magic "GCIMGv1\n"
+///          8     4  key length K (UInt32, little-endian)
+///         12     4  format (ImageFormat's index in allCases)
+///         16     8  image length N (UInt64)
+///         24     8  stored at (nanoseconds since 1970, Int64)
+///         32     8  expires at (nanoseconds since 1970; 0 = never)
+///         40     4  pixel width      44  4  pixel height      48  4  frame count
+///         52     4  FNV-1a-32 of bytes 0..<52 and the key
+///         56     K  key (UTF-8)
+///       56+K     N  the image's bytes, as stored
+///
+/// The file's size must be exactly 56 + K + N. The modification time is the entry's last use, kept coarse (see
+/// `SharedImageCache.Limits.recencyGranularity`): trimming removes the least recently used first.
+enum CacheEntryFormat {
+  static let magic: [UInt8] = Array("GCIMGv1\n".utf8)
+  static let headerSize = 56
+  static let fileExtension = ".entry"
+  /// Keys are any strings; this bounds what one entry's key can cost a reader.
+  static let maximumKeyBytes = 16 * 1024
+
+  struct Header: Equatable {
+    var keyLength: Int
+    var info: ImageInfo
+    var imageLength: Int
+    var storedAt: Int64
+    var expiresAt: Int64
+
+    var fileSize: Int { CacheEntryFormat.headerSize + keyLength + imageLength }
+
+    func isExpired(now: Int64) -> Bool { expiresAt != 0 && expiresAt <= now }
+  }
+
+  /// The file name for `key`.
+  static func fileName(forKey key: String) -> String {
+    StableHash.hex(StableHash.fnv1a128(key.utf8)) + fileExtension
+  }
+
+  /// Whether `name` is an entry's name (anything else in the directory is not ours to read as an entry).
+  static func isEntryName(_ name: some StringProtocol) -> Bool {
+    let utf8 = name.utf8
+    guard utf8.count == 32 + fileExtension.utf8.count, name.hasSuffix(fileExtension) else { return false }
+    return utf8.prefix(32).allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
+  }
+
+  /// The shard (0..<256) whose generation guards `name`'s entry: the first byte of the hash.
+  static func shard(ofName name: some StringProtocol) -> Int {
+    let utf8 = Array(name.utf8.prefix(2))
+    guard utf8.count == 2, let high = hexValue(utf8[0]), let low = hexValue(utf8[1]) else { return 0 }
+    return high << 4 | low
+  }
+
+  private static func hexValue(_ byte: UInt8) -> Int? {
+    switch byte {
+    case 0x30...0x39: Int(byte - 0x30)
+    case 0x61...0x66: Int(byte - 0x61 + 10)
+    default: nil
+    }
+  }
+
+  /// The header and key of a new entry (the image's bytes follow them in the file).
+  static func encodeHeader(key: String, info: ImageInfo, imageLength: Int, storedAt: Int64, expiresAt: Int64)
+    -> [UInt8]
+  {
+    var out: [UInt8] = magic
+    out.reserveCapacity(headerSize + key.utf8.count)
+    func append<T: FixedWidthInteger>(_ value: T) { withUnsafeBytes(of: value.littleEndian) { out.append(contentsOf: $0) } }
+    append(UInt32(key.utf8.count))
+    append(UInt32(ImageFormat.allCases.firstIndex(of: info.format)!))
+    append(UInt64(imageLength))
+    append(storedAt)
+    append(expiresAt)
+    append(UInt32(clamping: info.pixelWidth))
+    append(UInt32(clamping: info.pixelHeight))
+    append(UInt32(clamping: info.frameCount))
+    let checksum = checksum(out, key: key.utf8)
+    append(checksum)
+    out.append(contentsOf: key.utf8)
+    return out
+  }
+
+  /// Decodes the fixed header from the first `headerSize` bytes; nil with a reason when they are not a header
+  /// this version wrote.
+  static func decodeHeader(_ bytes: UnsafeRawBufferPointer) -> Result<Header, Corruption> {
+    guard bytes.count >= headerSize else { return .failure(.init("shorter than the 56-byte header")) }
+    guard bytes.prefix(8).elementsEqual(magic) else { return .failure(.init("no entry magic number")) }
+    func read<T: FixedWidthInteger>(_ offset: Int, _: T.Type) -> T {
+      T(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: T.self))
+    }
+    let keyLength = Int(read(8, UInt32.self))
+    let formatIndex = Int(read(12, UInt32.self))
+    let imageLength = read(16, UInt64.self)
+    guard keyLength <= maximumKeyBytes else { return .failure(.init("key length \(keyLength) over the limit")) }
+    guard formatIndex < ImageFormat.allCases.count else { return .failure(.init("unknown format \(formatIndex)")) }
+    guard imageLength <= UInt64(Int32.max) else { return .failure(.init("image length \(imageLength) too large")) }
+    let info = ImageInfo(
+      format: ImageFormat.allCases[formatIndex], pixelWidth: Int(read(40, UInt32.self)),
+      pixelHeight: Int(read(44, UInt32.self)), frameCount: Int(read(48, UInt32.self)))
+    return .success(
+      Header(
+        keyLength: keyLength, info: info, imageLength: Int(imageLength), storedAt: read(24, Int64.self),
+        expiresAt: read(32, Int64.self)))
+  }
+
+  /// Checks the header's checksum against the stored key bytes (which follow the header in `bytes`).
+  static func checksumMatches(_ bytes: UnsafeRawBufferPointer, keyLength: Int) -> Bool {
+    guard bytes.count >= headerSize + keyLength else { return false }
+    let stored = UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: 52, as: UInt32.self))
+    return stored == checksum(bytes[0..<52], key: bytes[headerSize..<(headerSize + keyLength)])
+  }
+
+  private static func checksum(_ header: some Sequence<UInt8>, key: some Sequence<UInt8>) -> UInt32 {
+    var hash: UInt32 = 0x811c_9dc5
+    for byte in header {
+      hash = (hash ^ UInt32(byte)) &* 0x0100_0193
+    }
+    for byte in key {
+      hash = (hash ^ UInt32(byte)) &* 0x0100_0193
+    }
+    return hash
+  }
+
+  struct Corruption: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+  }
+}

@@ -1,0 +1,491 @@
+import Atomics
+import FileCoordination
+import Foundation
+import Logging
+import Synchronization
+import SystemLayer
+
+/// The disk tier: `Library/Caches/<name>/`, shared by every process of the group. The file system is the only
+/// index (no process keeps a list another could go stale against); entries follow `CacheEntryFormat`.
+///
+/// **Coherence.** `.coordination/caches/<name>.counters` (a `MappedCounters` file) holds one generation per shard
+/// (256 shards by the first byte of the entry's hash). Every store and removal changes the entry first (rename,
+/// unlink) and then increments its shard's generation; a reader reads the generation *before* it reads the entry
+/// and keeps that stamp with what it caches in memory. A memory hit is valid only while the stamp is current — one
+/// atomic load, no system call — so once a store or removal returned, no process returns the old image. Removals
+/// nobody announced (`rm` of an entry, of the directory) reach each process through inotify and bump a
+/// per-process generation of the shard (the whole tier when the directory goes).
+///
+/// **Trimming.** One process at a time (flock on the counters file, never waited for: a second trimmer skips),
+/// while everyone keeps reading — a reader holding an entry open keeps its bytes after the unlink.
+final class DiskTier: Sendable {
+  static let logger = Logger(label: "GroupContainer.ImageCache")
+  static let shardCount = 256
+  enum Slot {
+    /// Approximate bytes and entries on disk: adjusted by every store and removal, set exactly by every trim.
+    static let bytes = 256
+    static let count = 257
+    static let trims = 258
+  }
+
+  let name: String
+  /// `Library/Caches/<name>`, relative to the container.
+  let relativePath: String
+  let container: GroupContainer
+  private let root: ContainerDirectory
+  private let fileMode: mode_t
+  private let directoryMode: mode_t
+  /// The cache directory, opened beneath the container; replaced when it was removed (`reopenIfRemoved`).
+  private let descriptor: Atomic<Int32>
+  /// Replaced descriptors: another thread may be using one, so they close at deinit.
+  private let retired = Mutex<[Int32]>([])
+  let counters: MappedCounters
+  /// The counters file opened a second time, for the trimmer's flock.
+  private let trimLock: SystemFD
+  private let trimming = Mutex(false)
+  /// Per-process generations: removals this process learnt of through inotify.
+  private let localGenerations: [ManagedAtomic<UInt64>] = (0..<DiskTier.shardCount).map { _ in ManagedAtomic(0) }
+  private let watch = Mutex<Watcher.Token?>(nil)
+
+  struct Stamp: Equatable, Sendable {
+    var epoch: UInt64
+    var shared: UInt64
+    var local: UInt64
+  }
+
+  init(name: String, container: GroupContainer) throws(ImageCacheError) {
+    self.name = name
+    self.container = container
+    relativePath = "Library/Caches/" + name
+    fileMode = container.sharing.fileMode
+    directoryMode = container.sharing.directoryMode
+    do { root = try container.directory() } catch { throw .container(error) }
+    let root = root
+    let fileMode = fileMode
+    let directoryMode = directoryMode
+    let relativePath = relativePath
+    let (directory, counters, lock) = try Self.system { () throws(FileSystemError) in
+      let directory = try Self.makeAndOpen(relativePath, in: root, mode: directoryMode)
+      do throws(FileSystemError) {
+        let private_ = ContainerPath.privateDirectory + "/caches"
+        try root.makeDirectory(private_, mode: directoryMode)
+        let files = try root.openDirectory(private_)
+        defer { files.close() }
+        let counters = try MappedCounters(
+          fd: files.openOrCreate(name + ".counters", mode: fileMode, size: Int64(MappedCounters.fileSize)))
+        let lock = try files.open(name + ".counters", .readWrite)
+        return (directory, counters, lock)
+      } catch {
+        directory.close()
+        throw error
+      }
+    }
+    descriptor = Atomic(directory.rawValue)
+    self.counters = counters
+    trimLock = lock
+    startWatching()
+  }
+
+  deinit {
+    if let token = watch.withLock({ $0 }) { Watcher.shared.cancel(token) }
+    _ = Glibc.close(descriptor.load(ordering: .acquiring))
+    retired.withLock { for fd in $0 { _ = Glibc.close(fd) } }
+    trimLock.close()
+  }
+
+  private static func makeAndOpen(_ relative: String, in root: ContainerDirectory, mode: mode_t) throws(FileSystemError)
+    -> SystemFD
+  {
+    try root.makeDirectory("Library", mode: mode)
+    try root.makeDirectory("Library/Caches", mode: mode)
+    try root.makeDirectory(relative, mode: mode)
+    return try root.openDirectory(relative)
+  }
+
+  static func system<T>(_ body: () throws(FileSystemError) -> T) throws(ImageCacheError) -> T {
+    do { return try body() } catch { throw .system(error) }
+  }
+
+  var directory: SystemFD {
+    SystemFD(rawValue: descriptor.load(ordering: .acquiring), path: root.path + "/" + relativePath)
+  }
+
+  /// After `rm -rf` of the cache (or of `Library/Caches`): makes the directory again and resolves beneath the new
+  /// one. Returns whether it did (the old descriptor named a removed directory).
+  @discardableResult
+  func reopenIfRemoved() -> Bool {
+    guard let st = try? directory.status(), st.linkCount == 0 else { return false }
+    do {
+      let fresh = try Self.makeAndOpen(relativePath, in: root, mode: directoryMode)
+      let old = descriptor.exchange(fresh.rawValue, ordering: .acquiringAndReleasing)
+      retired.withLock { $0.append(old) }
+      Self.logger.info("the image cache '\(name)' was removed: made '\(relativePath)' again")
+      invalidateLocally()
+      startWatching()
+      return true
+    } catch {
+      Self.logger.error("the image cache '\(name)' was removed and cannot be made again: \(error)")
+      return false
+    }
+  }
+
+  // MARK: Generations
+
+  func stamp(shard: Int) -> Stamp {
+    Stamp(
+      epoch: counters.epoch, shared: counters.load(shard),
+      local: localGenerations[shard].load(ordering: .acquiring))
+  }
+
+  /// Whether a stamp taken earlier is still current: a few atomic loads, no system call.
+  @inline(__always)
+  func isCurrent(_ stamp: Stamp, shard: Int) -> Bool {
+    counters.load(shard) == stamp.shared && localGenerations[shard].load(ordering: .acquiring) == stamp.local
+      && counters.epoch == stamp.epoch
+  }
+
+  private func announce(shards: some Sequence<Int>) {
+    for shard in Set(shards) { counters.increment(shard) }
+  }
+
+  func invalidateLocally(shard: Int? = nil) {
+    if let shard {
+      localGenerations[shard].wrappingIncrement(ordering: .releasing)
+    } else {
+      for generation in localGenerations { generation.wrappingIncrement(ordering: .releasing) }
+    }
+  }
+
+  private func adjust(bytes: Int, count: Int) {
+    counters.atomic(Slot.bytes).wrappingIncrement(by: UInt64(bitPattern: Int64(bytes)), ordering: .relaxed)
+    counters.atomic(Slot.count).wrappingIncrement(by: UInt64(bitPattern: Int64(count)), ordering: .relaxed)
+  }
+
+  /// Bytes and entries on disk as last counted (exact after a trim, adjusted by every store and removal since).
+  var approximateUsage: (bytes: Int, count: Int) {
+    let bytes = Int64(bitPattern: counters.load(Slot.bytes))
+    let count = Int64(bitPattern: counters.load(Slot.count))
+    return (Int(max(0, bytes)), Int(max(0, count)))
+  }
+
+  // MARK: Outside removals
+
+  /// Watches the directory for removals nobody announced. Without inotify (see `Watcher.unavailableReason`) such
+  /// removals are noticed only by the next read from disk.
+  private func startWatching() {
+    let path = root.path + "/" + relativePath
+    let mask = Watcher.delete | Watcher.movedFrom | Watcher.deleteSelf | Watcher.moveSelf
+    do {
+      let token = try Watcher.shared.watch(path, mask: mask) { [weak self] event in self?.removed(event) }
+      let old = watch.withLock { slot in
+        defer { slot = token }
+        return slot
+      }
+      if let old { Watcher.shared.cancel(old) }
+    } catch {
+      Self.logger.debug("not watching '\(path)' for outside removals: \(error)")
+    }
+  }
+
+  private func removed(_ event: Watcher.Event) {
+    if event.mask & (Watcher.deleteSelf | Watcher.moveSelf | Watcher.overflow | Watcher.ignored) != 0
+      || event.name.isEmpty
+    {
+      invalidateLocally()
+    } else if CacheEntryFormat.isEntryName(event.name) {
+      invalidateLocally(shard: CacheEntryFormat.shard(ofName: event.name))
+    }
+  }
+
+  // MARK: Entries
+
+  struct Found {
+    var image: CachedImage
+    var header: CacheEntryFormat.Header
+    var modified: Int64
+  }
+
+  enum Lookup {
+    case found(Found)
+    case missing
+  }
+
+  /// Reads the entry for `key`. A missing, expired, foreign (a collision) or corrupt entry is a miss; corrupt and
+  /// expired ones are removed (logged). Errors other than "not there" are thrown.
+  func read(key: String, name: String, now: Int64, maximumBytes: Int) throws(ImageCacheError) -> Lookup {
+    let fd: SystemFD
+    do {
+      fd = try directory.open(name, .readOnly)
+    } catch {
+      switch error.errno {
+      case .noSuchFileOrDirectory:
+        if reopenIfRemoved() { return try read(key: key, name: name, now: now, maximumBytes: maximumBytes) }
+        return .missing
+      case .tooManySymbolicLinkLevels, .noSuchAddressOrDevice:
+        discard(name, because: "it is not a regular file (\(error.errno))")
+        return .missing
+      default:
+        throw .system(error)
+      }
+    }
+    defer { fd.close() }
+    let st: FileStatus
+    do { st = try fd.status() } catch { throw .system(error) }
+    guard st.kind == .regular else {
+      discard(name, because: "it is not a regular file")
+      return .missing
+    }
+    let limit = CacheEntryFormat.headerSize + CacheEntryFormat.maximumKeyBytes + maximumBytes
+    guard st.size >= Int64(CacheEntryFormat.headerSize), st.size <= Int64(limit) else {
+      discard(name, because: "its size \(st.size) is not that of an entry")
+      return .missing
+    }
+    let size = Int(st.size)
+    let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 16)
+    var handedOver = false
+    defer { if !handedOver { buffer.deallocate() } }
+    let got: Int
+    do { got = try fd.read(into: buffer, at: 0) } catch { throw .system(error) }
+    let bytes = UnsafeRawBufferPointer(buffer)
+    guard got == size else {
+      discard(name, because: "it changed size while read")
+      return .missing
+    }
+    let header: CacheEntryFormat.Header
+    switch CacheEntryFormat.decodeHeader(bytes) {
+    case .success(let decoded): header = decoded
+    case .failure(let corruption):
+      discard(name, because: corruption.description)
+      return .missing
+    }
+    guard header.fileSize == size, CacheEntryFormat.checksumMatches(bytes, keyLength: header.keyLength) else {
+      discard(name, because: "its header does not match its size or its checksum")
+      return .missing
+    }
+    let storedKey = bytes[CacheEntryFormat.headerSize..<(CacheEntryFormat.headerSize + header.keyLength)]
+    guard storedKey.elementsEqual(key.utf8) else { return .missing }  // another key with the same hash
+    if header.isExpired(now: now) {
+      discard(name, because: nil)
+      return .missing
+    }
+    let start = CacheEntryFormat.headerSize + header.keyLength
+    handedOver = true
+    let data = Data(
+      bytesNoCopy: buffer.baseAddress! + start, count: header.imageLength,
+      deallocator: .custom { _, _ in buffer.deallocate() })
+    // The entry's image header is parsed again: a file edited in place by someone else is caught here.
+    guard let info = try? ImageHeaders.parse(data), info == header.info else {
+      discard(name, because: "its image does not match its header")
+      return .missing
+    }
+    return .found(Found(image: CachedImage(data: data, info: info), header: header, modified: st.modificationNanoseconds))
+  }
+
+  /// Removes a corrupt or expired entry (it is ours: the name is an entry's).
+  private func discard(_ name: String, because reason: String?) {
+    if let reason {
+      Self.logger.error("removing the image cache entry '\(directory.path)/\(name)': \(reason)")
+    }
+    _ = try? remove(name: name)
+  }
+
+  /// Publishes `image` as the entry of `key`. Returns the shard generation before and after: equal + 1 means no
+  /// other store or removal of the shard came between, so the caller may keep the image in memory under `after`.
+  func write(key: String, name: String, image: CachedImage, storedAt: Int64, expiresAt: Int64)
+    throws(ImageCacheError) -> (before: Stamp, after: UInt64)
+  {
+    let shard = CacheEntryFormat.shard(ofName: name)
+    let header = CacheEntryFormat.encodeHeader(
+      key: key, info: image.info, imageLength: image.data.count, storedAt: storedAt, expiresAt: expiresAt)
+    var attempt = 0
+    while true {
+      let before = stamp(shard: shard)
+      let directory = directory
+      do throws(FileSystemError) {
+        let old = try directory.status(of: name)
+        try AtomicReplace.write(parts: 2, in: directory, name: name, mode: fileMode) {
+          (fd, part) throws(FileSystemError) in
+          if part == 0 {
+            try Self.write(header, to: fd)
+          } else {
+            try Self.write(image.data, to: fd)
+          }
+        }
+        let after = counters.increment(shard)
+        let oldSize = old.map { Int($0.size) } ?? 0
+        adjust(bytes: header.count + image.data.count - oldSize, count: old == nil ? 1 : 0)
+        return (before, after)
+      } catch {
+        attempt += 1
+        if error.errno == .noSuchFileOrDirectory, attempt == 1, reopenIfRemoved() { continue }
+        throw .system(error)
+      }
+    }
+  }
+
+  /// Writes from the caller's buffer (`Data` and `Array` take untyped-throwing closures, hence the detour).
+  private static func write(_ data: some ContiguousBytes, to fd: SystemFD) throws(FileSystemError) {
+    var failure: FileSystemError?
+    data.withUnsafeBytes { raw in
+      do throws(FileSystemError) { try fd.writeAll(raw) } catch { failure = error }
+    }
+    if let failure { throw failure }
+  }
+
+  /// Removes the entry `name`; returns whether one was there.
+  @discardableResult
+  func remove(name: String) throws(ImageCacheError) -> Bool {
+    let directory = directory
+    do throws(FileSystemError) {
+      guard let old = try directory.status(of: name) else { return false }
+      try directory.removeFile(name)
+      counters.increment(CacheEntryFormat.shard(ofName: name))
+      adjust(bytes: -Int(old.size), count: -1)
+      return true
+    } catch {
+      throw .system(error)
+    }
+  }
+
+  /// Sets the entry's last use to now (the coarse recency trimming orders by).
+  func touch(name: String) {
+    do { try directory.touchModificationTime(name) } catch {
+      Self.logger.debug("cannot record the use of '\(name)': \(error)")
+    }
+  }
+
+  // MARK: Scanning and trimming
+
+  struct Scanned {
+    var name: String
+    var size: Int
+    var modified: Int64
+    var inode: UInt64
+    /// nil when the entry's header could not be read or is corrupt.
+    var header: CacheEntryFormat.Header?
+    var key: String?
+  }
+
+  /// Every entry on disk, with its header and key when `headers` (one open and read each).
+  func scan(headers: Bool) throws(ImageCacheError) -> [Scanned] {
+    reopenIfRemoved()
+    let directory = directory
+    let names: [(name: String, isDirectory: Bool)]
+    do { names = try directory.entries() } catch { throw .system(error) }
+    var result: [Scanned] = []
+    result.reserveCapacity(names.count)
+    for (name, isDirectory) in names where !isDirectory && CacheEntryFormat.isEntryName(name) {
+      guard let st = try? directory.status(of: name) else { continue }
+      var entry = Scanned(
+        name: name, size: Int(st.size), modified: st.modificationNanoseconds, inode: st.inode, header: nil, key: nil)
+      if headers, st.kind == .regular { (entry.header, entry.key) = readHeader(name, in: directory) }
+      result.append(entry)
+    }
+    return result
+  }
+
+  private func readHeader(_ name: String, in directory: SystemFD) -> (CacheEntryFormat.Header?, String?) {
+    guard let fd = try? directory.open(name, .readOnly) else { return (nil, nil) }
+    defer { fd.close() }
+    guard let head = try? fd.read(at: 0, count: CacheEntryFormat.headerSize),
+      case .success(let header) = head.withUnsafeBytes({ CacheEntryFormat.decodeHeader($0) }),
+      let rest = try? fd.read(at: 0, count: CacheEntryFormat.headerSize + header.keyLength),
+      rest.withUnsafeBytes({ CacheEntryFormat.checksumMatches($0, keyLength: header.keyLength) })
+    else { return (nil, nil) }
+    return (header, String(decoding: rest[CacheEntryFormat.headerSize...], as: UTF8.self))
+  }
+
+  struct TrimReport: Sendable, Equatable {
+    var removedEntries = 0
+    var removedBytes = 0
+    var remainingEntries = 0
+    var remainingBytes = 0
+  }
+
+  /// Removes expired, corrupt and too-old entries, then least recently used ones until at most `target` bytes
+  /// remain — when `force` or when more than `limit` bytes are there. Returns nil when another process (or thread)
+  /// is trimming: it does the work, nobody waits for it.
+  func trim(limit: Int, target: Int, maximumAge: Int64?, now: Int64, force: Bool) throws(ImageCacheError)
+    -> TrimReport?
+  {
+    let mine = trimming.withLock { busy in
+      defer { busy = true }
+      return !busy
+    }
+    guard mine else { return nil }
+    defer { trimming.withLock { $0 = false } }
+    let locked: Bool
+    do { locked = try trimLock.lock(.exclusive, nonBlocking: true) } catch { throw .system(error) }
+    guard locked else { return nil }
+    defer { trimLock.unlock() }
+
+    sweepTemporaries()
+    var entries = try scan(headers: true)
+    var report = TrimReport()
+    var touched: [Int] = []
+    let directory = directory
+    func drop(_ entry: Scanned) {
+      // Only the file scanned: a store that replaced it since is newer than this trim's view.
+      guard let st = try? directory.status(of: entry.name), st.inode == entry.inode else { return }
+      guard (try? directory.removeFile(entry.name)) != nil else { return }
+      report.removedEntries += 1
+      report.removedBytes += entry.size
+      touched.append(CacheEntryFormat.shard(ofName: entry.name))
+    }
+    entries.removeAll { entry in
+      let stale =
+        entry.header == nil || entry.header!.isExpired(now: now)
+        || maximumAge.map { now - entry.modified > $0 } ?? false
+      if stale { drop(entry) }
+      return stale
+    }
+    var total = entries.reduce(0) { $0 + $1.size }
+    if force || total > limit {
+      entries.sort { $0.modified < $1.modified }
+      var index = 0
+      while total > target, index < entries.count {
+        drop(entries[index])
+        total -= entries[index].size
+        index += 1
+      }
+      entries.removeFirst(index)
+    }
+    announce(shards: touched)
+    report.remainingEntries = entries.count
+    report.remainingBytes = total
+    counters.store(Slot.bytes, UInt64(total))
+    counters.store(Slot.count, UInt64(entries.count))
+    counters.increment(Slot.trims)
+    if report.removedEntries > 0 {
+      Self.logger.info(
+        "trimmed the image cache '\(name)': removed \(report.removedEntries) entries (\(report.removedBytes) bytes), \(report.remainingEntries) remain (\(report.remainingBytes) bytes)"
+      )
+    }
+    return report
+  }
+
+  /// Temp files of stores whose process died before the rename.
+  private func sweepTemporaries() {
+    let directory = directory
+    for (name, isDirectory) in (try? directory.entries()) ?? [] where !isDirectory {
+      if let writer = AtomicReplace.writer(ofTemporary: name), container.temporaryWriterIsDead(writer) {
+        try? directory.removeFile(name)
+      }
+    }
+  }
+
+  /// Removes every entry. Returns how many were removed.
+  func removeAll() throws(ImageCacheError) -> Int {
+    let entries = try scan(headers: false)
+    let directory = directory
+    var removed = 0
+    for entry in entries where (try? directory.removeFile(entry.name)) != nil { removed += 1 }
+    announce(shards: 0..<Self.shardCount)
+    counters.store(Slot.bytes, 0)
+    counters.store(Slot.count, 0)
+    return removed
+  }
+
+  /// Free and total bytes of the file system holding the cache.
+  func diskSpace() -> (available: UInt64, total: UInt64)? { try? directory.availableBytes() }
+}

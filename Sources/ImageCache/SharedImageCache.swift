@@ -1,0 +1,391 @@
+import Atomics
+import Dispatch
+import FileCoordination
+import Foundation
+import Logging
+import Synchronization
+import SystemLayer
+
+/// Images shared by every process of a group: a memory tier in each process over one disk tier in
+/// `Library/Caches/<name>/` — what an app and its widget need to show the same pictures without downloading them
+/// twice.
+///
+/// ```swift
+/// let cache = try SharedImageCache(name: "thumbnails", container: container)
+/// try cache.store(data, forKey: url.absoluteString, expiresAfter: .seconds(86_400))
+/// if let image = try cache.image(forKey: url.absoluteString) { show(image.data) }
+/// ```
+///
+/// Once `store` or `removeImage` returned in one process, no process returns the old image for that key — from disk
+/// or from its memory tier (a memory hit checks a mapped generation: no system call). See ``DiskTier`` for the
+/// protocol and the ImageCache article for the limits.
+public final class SharedImageCache: Sendable {
+  /// Limits of both tiers.
+  public struct Limits: Sendable, Hashable {
+    /// Bytes on disk (entries' files) above which a trim runs.
+    public var diskBytes: Int
+    /// The fraction of `diskBytes` a trim goes down to (least recently used out first).
+    public var lowWatermark: Double
+    /// Entries not used for this long are removed by the next trim (nil: no age limit).
+    public var maximumAge: Duration?
+    /// Total cost (bytes held) of this process's memory tier; nil derives it from the process's memory limit.
+    public var memoryCost: Int?
+    /// Entries in this process's memory tier (0: no count limit).
+    public var memoryCount: Int
+    /// The largest image accepted.
+    public var maximumImageBytes: Int
+    /// How coarsely an entry's last use is recorded on disk: at most one `utimensat` per entry and process per
+    /// granularity, so a hit does not cost a write.
+    public var recencyGranularity: Duration
+
+    public init(
+      diskBytes: Int = 256 << 20, lowWatermark: Double = 0.8, maximumAge: Duration? = .seconds(7 * 86_400),
+      memoryCost: Int? = nil, memoryCount: Int = 0, maximumImageBytes: Int = 64 << 20,
+      recencyGranularity: Duration = .seconds(60)
+    ) {
+      self.diskBytes = diskBytes
+      self.lowWatermark = lowWatermark
+      self.maximumAge = maximumAge
+      self.memoryCost = memoryCost
+      self.memoryCount = memoryCount
+      self.maximumImageBytes = maximumImageBytes
+      self.recencyGranularity = recencyGranularity
+    }
+  }
+
+  /// One entry as `entries()` lists it.
+  public struct Entry: Sendable, Hashable {
+    public var key: String
+    public var info: ImageInfo
+    /// Bytes of the image (the entry's file also holds the key and a 56-byte header).
+    public var bytes: Int
+    public var storedAt: Date
+    /// The last use, as coarsely as `Limits.recencyGranularity`.
+    public var lastUsed: Date
+    public var expiresAt: Date?
+  }
+
+  /// What a trim did.
+  public struct TrimReport: Sendable, Hashable {
+    public var removedEntries: Int
+    public var removedBytes: Int
+    public var remainingEntries: Int
+    public var remainingBytes: Int
+  }
+
+  public struct Statistics: Sendable, Hashable {
+    public var diskEntries: Int
+    public var diskBytes: Int
+    public var memoryEntries: Int
+    public var memoryCost: Int
+    /// This process's lookups since the cache was made.
+    public var memoryHits: Int
+    public var diskHits: Int
+    public var misses: Int
+  }
+
+  /// An image in the memory tier, with the stamp that says whether it is still current.
+  final class MemoryEntry: Sendable {
+    let image: CachedImage
+    let name: String
+    let shard: Int
+    let stamp: DiskTier.Stamp
+    let expiresAt: Int64
+    /// When this process last recorded the entry's use on disk.
+    let recorded: ManagedAtomic<Int64>
+
+    init(image: CachedImage, name: String, shard: Int, stamp: DiskTier.Stamp, expiresAt: Int64, recorded: Int64) {
+      self.image = image
+      self.name = name
+      self.shard = shard
+      self.stamp = stamp
+      self.expiresAt = expiresAt
+      self.recorded = ManagedAtomic(recorded)
+    }
+  }
+
+  static let logger = Logger(label: "GroupContainer.ImageCache")
+  /// The memory tier's cost limit when none is given and the process's memory limit is unknown.
+  public static let defaultMemoryCost = 32 << 20
+
+  public let name: String
+  public let container: GroupContainer
+  public let limits: Limits
+  let disk: DiskTier
+  let memory: MemoryCache<String, MemoryEntry>
+  private let work: DispatchQueue
+  private let trimScheduled = ManagedAtomic(false)
+  private let memoryHits = ManagedAtomic(0)
+  private let diskHits = ManagedAtomic(0)
+  private let misses = ManagedAtomic(0)
+
+  /// Opens (creating when needed) the cache `name` of `container`.
+  /// - Throws: ``ImageCacheError/invalidName(_:rule:)`` for a name that is not one directory name.
+  public init(name: String = "images", container: GroupContainer, limits: Limits = Limits()) throws(ImageCacheError) {
+    try Self.validate(name: name)
+    self.name = name
+    self.container = container
+    self.limits = limits
+    disk = try DiskTier(name: name, container: container)
+    memory = MemoryCache(totalCostLimit: limits.memoryCost ?? Self.defaultMemoryCost, countLimit: limits.memoryCount)
+    work = DispatchQueue(label: "GroupContainer.ImageCache.\(name)")
+  }
+
+  /// The name rule: one directory name of 1–100 bytes, not starting with `.`, without `/` or NUL.
+  public static func validate(name: String) throws(ImageCacheError) {
+    let bytes = Array(name.utf8)
+    guard !bytes.isEmpty, bytes.count <= 100 else { throw .invalidName(name, rule: "1 to 100 bytes") }
+    guard bytes.first != UInt8(ascii: "."), !bytes.contains(UInt8(ascii: "/")), !bytes.contains(0) else {
+      throw .invalidName(name, rule: "one directory name: no '/', no NUL, not starting with '.'")
+    }
+  }
+
+  static func now() -> Int64 {
+    Int64((Date().timeIntervalSince1970 * 1e9).rounded())
+  }
+
+  // MARK: Storing
+
+  /// Stores `data` — a PNG, JPEG, GIF or WebP, checked by its headers — as the image of `key`, replacing any.
+  /// Published atomically: other processes see the old image or this one, never a part, also if this process is
+  /// killed. Returns the image as the cache holds it.
+  @discardableResult
+  public func store(_ data: Data, forKey key: String, expiresAfter: Duration? = nil) throws(ImageCacheError)
+    -> CachedImage
+  {
+    let image = try CachedImage(data: data)
+    try store(image, forKey: key, expiresAfter: expiresAfter)
+    return image
+  }
+
+  /// Stores an image already checked.
+  public func store(_ image: CachedImage, forKey key: String, expiresAfter: Duration? = nil) throws(ImageCacheError) {
+    guard image.data.count <= limits.maximumImageBytes else {
+      throw .tooLarge(bytes: image.data.count, limit: limits.maximumImageBytes)
+    }
+    guard key.utf8.count <= CacheEntryFormat.maximumKeyBytes else {
+      throw .invalidKey(bytes: key.utf8.count, limit: CacheEntryFormat.maximumKeyBytes)
+    }
+    let name = CacheEntryFormat.fileName(forKey: key)
+    let shard = CacheEntryFormat.shard(ofName: name)
+    let now = Self.now()
+    let expiresAt = expiresAfter.map { now + Self.nanoseconds($0) } ?? 0
+    let written: (before: DiskTier.Stamp, after: UInt64)
+    do {
+      written = try disk.write(key: key, name: name, image: image, storedAt: now, expiresAt: expiresAt)
+    } catch {
+      guard case .system(let failure) = error, failure.errno == .noSpace else { throw error }
+      // A full disk: make room as iOS purges Caches, then try once more.
+      Self.logger.warning("no space left for the image cache '\(self.name)': trimming to its low watermark")
+      _ = try? disk.trim(limit: 0, target: lowWatermarkBytes, maximumAge: maximumAge, now: now, force: true)
+      written = try disk.write(key: key, name: name, image: image, storedAt: now, expiresAt: expiresAt)
+    }
+    // Kept in memory only if no other store or removal of the shard came between: otherwise the disk may hold
+    // another process's image for this key, and the next lookup reads it.
+    if written.after == written.before.shared &+ 1 {
+      var stamp = written.before
+      stamp.shared = written.after
+      let entry = MemoryEntry(image: image, name: name, shard: shard, stamp: stamp, expiresAt: expiresAt, recorded: now)
+      memory.setObject(entry, forKey: key, cost: image.data.count)
+    } else {
+      memory.removeObject(forKey: key)
+    }
+    scheduleTrimIfNeeded()
+  }
+
+  // MARK: Reading
+
+  /// The image of `key`: from this process's memory when it is still current, else from disk; nil on a miss
+  /// (never stored, removed, expired, or its entry was damaged — which is logged and removed).
+  public func image(forKey key: String) throws(ImageCacheError) -> CachedImage? {
+    if let image = memoryImage(forKey: key) { return image }
+    return try diskImage(forKey: key)
+  }
+
+  /// The memory tier alone: no system call on a hit (one per entry and `recencyGranularity` to record its use).
+  func memoryImage(forKey key: String) -> CachedImage? {
+    guard let entry = memory.object(forKey: key) else { return nil }
+    guard disk.isCurrent(entry.stamp, shard: entry.shard) else {
+      memory.removeObject(forKey: key)
+      return nil
+    }
+    let now = Self.now()
+    if entry.expiresAt != 0 && entry.expiresAt <= now {
+      memory.removeObject(forKey: key)
+      return nil
+    }
+    let recorded = entry.recorded.load(ordering: .relaxed)
+    if now - recorded > granularity,
+      entry.recorded.compareExchange(expected: recorded, desired: now, ordering: .relaxed).exchanged
+    {
+      disk.touch(name: entry.name)
+    }
+    memoryHits.wrappingIncrement(ordering: .relaxed)
+    return entry.image
+  }
+
+  func diskImage(forKey key: String) throws(ImageCacheError) -> CachedImage? {
+    let name = CacheEntryFormat.fileName(forKey: key)
+    let shard = CacheEntryFormat.shard(ofName: name)
+    // The stamp is taken before the read: a store that lands after it makes the next memory hit read again.
+    let stamp = disk.stamp(shard: shard)
+    let now = Self.now()
+    switch try disk.read(key: key, name: name, now: now, maximumBytes: limits.maximumImageBytes) {
+    case .missing:
+      memory.removeObject(forKey: key)
+      misses.wrappingIncrement(ordering: .relaxed)
+      return nil
+    case .found(let found):
+      if now - found.modified > granularity { disk.touch(name: name) }
+      let entry = MemoryEntry(
+        image: found.image, name: name, shard: shard, stamp: stamp, expiresAt: found.header.expiresAt, recorded: now)
+      memory.setObject(entry, forKey: key, cost: found.image.data.count)
+      diskHits.wrappingIncrement(ordering: .relaxed)
+      return found.image
+    }
+  }
+
+  /// Whether an image of `key` is cached (in memory, or on disk and not expired).
+  public func contains(_ key: String) -> Bool {
+    if memoryImage(forKey: key) != nil { return true }
+    return (try? diskImage(forKey: key)) != nil
+  }
+
+  // MARK: Removing
+
+  /// Removes the image of `key` from disk and from every process's memory tier.
+  public func removeImage(forKey key: String) throws(ImageCacheError) {
+    try disk.remove(name: CacheEntryFormat.fileName(forKey: key))
+    memory.removeObject(forKey: key)
+  }
+
+  /// Removes every image, on disk and in every process's memory tier.
+  public func removeAll() throws(ImageCacheError) {
+    _ = try disk.removeAll()
+    memory.removeAllObjects()
+  }
+
+  /// Removes expired entries and those unused for longer than `Limits.maximumAge`; returns how many (0 when
+  /// another process is trimming right now: it removes them).
+  @discardableResult
+  public func removeExpired() throws(ImageCacheError) -> Int {
+    let report = try disk.trim(limit: .max, target: .max, maximumAge: maximumAge, now: Self.now(), force: false)
+    return report?.removedEntries ?? 0
+  }
+
+  /// Trims the disk tier: expired and too-old entries, then — when over `Limits.diskBytes`, or always when
+  /// `toLowWatermark` — least recently used ones down to the low watermark. Returns nil when another process is
+  /// trimming (nobody waits for a trim).
+  @discardableResult
+  public func trim(toLowWatermark: Bool = false) throws(ImageCacheError) -> TrimReport? {
+    try disk.trim(
+      limit: limits.diskBytes, target: lowWatermarkBytes, maximumAge: maximumAge, now: Self.now(),
+      force: toLowWatermark
+    ).map {
+      TrimReport(
+        removedEntries: $0.removedEntries, removedBytes: $0.removedBytes, remainingEntries: $0.remainingEntries,
+        remainingBytes: $0.remainingBytes)
+    }
+  }
+
+  /// Empties this process's memory tier down to `fraction` of its cost limit (0 empties it); returns the bytes
+  /// released.
+  @discardableResult
+  public func trimMemory(toFraction fraction: Double) -> Int {
+    let limit = memory.totalCostLimit
+    let target = Int(Double(limit > 0 ? limit : memory.totalCost) * max(0, min(1, fraction)))
+    if target == 0 {
+      let released = memory.totalCost
+      memory.removeAllObjects()
+      return released
+    }
+    return memory.trim(toCost: target)
+  }
+
+  // MARK: Looking
+
+  /// Every entry on disk (one read of each entry's header).
+  public func entries() throws(ImageCacheError) -> [Entry] {
+    try disk.scan(headers: true).compactMap { scanned in
+      guard let header = scanned.header, let key = scanned.key else { return nil }
+      return Entry(
+        key: key, info: header.info, bytes: header.imageLength,
+        storedAt: Date(timeIntervalSince1970: Double(header.storedAt) / 1e9),
+        lastUsed: Date(timeIntervalSince1970: Double(scanned.modified) / 1e9),
+        expiresAt: header.expiresAt == 0 ? nil : Date(timeIntervalSince1970: Double(header.expiresAt) / 1e9))
+    }
+  }
+
+  /// Counts of both tiers (the disk counted exactly, by a scan) and this process's hits and misses.
+  public func statistics() throws(ImageCacheError) -> Statistics {
+    let scanned = try disk.scan(headers: false)
+    return Statistics(
+      diskEntries: scanned.count, diskBytes: scanned.reduce(0) { $0 + $1.size }, memoryEntries: memory.count,
+      memoryCost: memory.totalCost, memoryHits: memoryHits.load(ordering: .relaxed),
+      diskHits: diskHits.load(ordering: .relaxed), misses: misses.load(ordering: .relaxed))
+  }
+
+  // MARK: Trimming in the background
+
+  private var lowWatermarkBytes: Int { Int(Double(limits.diskBytes) * max(0, min(1, limits.lowWatermark))) }
+  private var maximumAge: Int64? { limits.maximumAge.map(Self.nanoseconds) }
+  private var granularity: Int64 { Self.nanoseconds(limits.recencyGranularity) }
+
+  static func nanoseconds(_ duration: Duration) -> Int64 {
+    let (seconds, attoseconds) = duration.components
+    return seconds.multipliedReportingOverflow(by: 1_000_000_000).overflow
+      ? .max : seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+  }
+
+  /// After a store that took the disk over its limit: one trim on this cache's queue (the storing call does not wait).
+  private func scheduleTrimIfNeeded() {
+    guard disk.approximateUsage.bytes > limits.diskBytes,
+      trimScheduled.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
+    else { return }
+    work.async { [self] in
+      defer { trimScheduled.store(false, ordering: .releasing) }
+      do { _ = try trim() } catch { Self.logger.error("trimming the image cache '\(name)' failed: \(error)") }
+    }
+  }
+
+  /// Runs `body` off the caller's task (disk work blocks a thread; Swift's cooperative pool must not wait for it).
+  func offload<T: Sendable>(_ body: @escaping @Sendable () throws(ImageCacheError) -> T) async throws(ImageCacheError)
+    -> T
+  {
+    let result: Result<T, ImageCacheError> = await withCheckedContinuation { continuation in
+      DispatchQueue.global().async {
+        do throws(ImageCacheError) { continuation.resume(returning: .success(try body())) } catch {
+          continuation.resume(returning: .failure(error))
+        }
+      }
+    }
+    return try result.get()
+  }
+
+  // MARK: Async forms
+
+  @discardableResult
+  public func store(_ data: Data, forKey key: String, expiresAfter: Duration? = nil) async throws(ImageCacheError)
+    -> CachedImage
+  {
+    try await offload { [self] () throws(ImageCacheError) in try store(data, forKey: key, expiresAfter: expiresAfter) }
+  }
+
+  public func image(forKey key: String) async throws(ImageCacheError) -> CachedImage? {
+    if let image = memoryImage(forKey: key) { return image }
+    return try await offload { [self] () throws(ImageCacheError) in try diskImage(forKey: key) }
+  }
+
+  public func removeImage(forKey key: String) async throws(ImageCacheError) {
+    try await offload { [self] () throws(ImageCacheError) in try removeImage(forKey: key) }
+  }
+
+  public func removeAll() async throws(ImageCacheError) {
+    try await offload { [self] () throws(ImageCacheError) in try removeAll() }
+  }
+
+  @discardableResult
+  public func removeExpired() async throws(ImageCacheError) -> Int {
+    try await offload { [self] () throws(ImageCacheError) in try removeExpired() }
+  }
+}

@@ -1,0 +1,21 @@
+/// The one hash the package uses for names on disk: FNV-1a, 128 bits. Stable across processes, machines and
+/// releases (Swift's `Hasher` is seeded per process, so it can never name a file). Not a defence against someone
+/// crafting collisions: every user of it must survive two inputs sharing a name (lock files over-lock; cache
+/// entries store their key and treat another key's entry as a miss).
+package enum StableHash {
+  package static func fnv1a128(_ bytes: some Sequence<UInt8>) -> UInt128 {
+    var hash: UInt128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d
+    let prime: UInt128 = 0x0000_0000_0100_0000_0000_0000_0000_013B
+    for byte in bytes {
+      hash ^= UInt128(byte)
+      hash = hash &* prime
+    }
+    return hash
+  }
+
+  /// 32 lowercase hex digits.
+  package static func hex(_ value: UInt128) -> String {
+    let hex = String(value, radix: 16)
+    return String(repeating: "0", count: 32 - hex.count) + hex
+  }
+}

@@ -1,0 +1,127 @@
+import FileCoordination
+import Foundation
+import ImageCache
+import SystemLayer
+import TestImageKit
+import TestSupport
+import Testing
+
+/// Coherence across processes: once `store` or `removeImage` returned in one process, no process returns the old
+/// image — from disk or from its memory tier.
+///
+/// Mutants this suite catches (each made once, watched failing, restored):
+/// - the store increments the shard generation before the rename (a reader caches the old image under the new
+///   stamp): stale reads in `neverAnOldImageAfterTheCallReturned`;
+/// - a memory hit that does not check the stamp: stale reads there, and `outsideRemovalReachesMemoryTiers` times out;
+/// - the reader takes the stamp after reading the entry instead of before: stale reads;
+/// - the storing process keeps its image in memory even when another store of the shard came between: stale reads.
+@Suite(.timeLimit(.minutes(1)))
+struct SharedImageCacheCoherenceTests {
+  struct Op {
+    var kind: Character
+    var key: String
+    var version: UInt64
+    var start: UInt64
+    var end: UInt64
+  }
+
+  static func parse(_ text: String) -> [Op] {
+    text.split(separator: "\n").compactMap { line in
+      let f = line.split(separator: " ")
+      guard f.count == 5, let start = UInt64(f[3]), let end = UInt64(f[4]) else { return nil }
+      return Op(kind: f[0].first!, key: String(f[1]), version: UInt64(f[2]) ?? .max, start: start, end: end)
+    }
+  }
+
+  /// Whether every candidate that could have produced `version` was superseded — by an op that started after the
+  /// candidate ended and ended before the read began — so the read returned something definitely old.
+  static func isStale(read: Op, writes: [Op]) -> Bool {
+    let candidates: [(start: UInt64, end: UInt64)]
+    if read.version == 0 {
+      candidates = [(0, 0)] + writes.filter { $0.kind == "R" }.map { ($0.start, $0.end) }
+    } else {
+      candidates = writes.filter { $0.kind == "S" && $0.version == read.version }.map { ($0.start, $0.end) }
+      if candidates.isEmpty { return true }  // a version nobody wrote
+    }
+    return candidates.allSatisfy { candidate in
+      writes.contains { $0.start > candidate.end && $0.end < read.start }
+    }
+  }
+
+  @Test func neverAnOldImageAfterTheCallReturned() throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    _ = try SharedImageCache(name: "coherence", container: container)
+    let keys = 6
+    let logs = (0..<4).map { root.path + "/log\($0)" }
+    let writers = try (1...2).map { writer in
+      try Child([
+        "cache-writer", root.path, container.identifier, "coherence", "\(writer)", "400", "\(keys)", logs[writer - 1],
+      ])
+    }
+    let readers = try (2...3).map { index in
+      try Child(["cache-reader", root.path, container.identifier, "coherence", "2500", "\(keys)", logs[index]])
+    }
+    for child in writers + readers { #expect(child.waitForExit() == 0, "\(child.errors.withLock { $0 })") }
+    let writes = try (0..<2).flatMap { Self.parse(try String(contentsOfFile: logs[$0], encoding: .utf8)) }
+    let reads = try (2..<4).flatMap { Self.parse(try String(contentsOfFile: logs[$0], encoding: .utf8)) }
+    #expect(writes.count == 800)
+    #expect(reads.count > 1000, "the readers read too little to tell anything")
+    #expect(!reads.contains { $0.version == .max }, "a reader got an image that is not whole")
+    var byKey: [String: [Op]] = [:]
+    for write in writes { byKey[write.key, default: []].append(write) }
+    let stale = reads.filter { Self.isStale(read: $0, writes: byKey[$0.key] ?? []) }
+    let staleCount = stale.count
+    #expect(staleCount == 0, "\(staleCount) of \(reads.count) reads returned an old image, e.g. \(stale.prefix(2))")
+    // The readers must have exercised the memory tier, or the test says nothing about it.
+    let hits = readers.compactMap { $0.output.last }.compactMap { line in
+      line.split(separator: " ").first { $0.hasPrefix("memoryHits=") }.flatMap { Int($0.dropFirst(11)) }
+    }
+    #expect(hits.reduce(0, +) > 100, "memory hits: \(hits)")
+  }
+
+  @Test func outsideRemovalReachesMemoryTiers() throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let cache = try SharedImageCache(name: "outside", container: container)
+    try cache.store(TestPNG.make(width: 16, height: 4, seed: 42), forKey: "k")
+    let watcher = try Child(["cache-watch", root.path, container.identifier, "outside", "k"])
+    defer { watcher.kill() }
+    watcher.waitForLine { $0 == "now 42" }
+    // `rm` of the entry: nobody announced it; the other process's memory tier must let go.
+    let entry = try #require(
+      try FileManager.default.contentsOfDirectory(atPath: container.cachesURL.path + "/outside").first {
+        $0.hasSuffix(".entry")
+      })
+    try FileManager.default.removeItem(atPath: container.cachesURL.path + "/outside/" + entry)
+    watcher.waitForLine { $0 == "now nil" }
+    // Stored again, then the whole cache directory removed: misses, never errors, and stores work again.
+    try cache.store(TestPNG.make(width: 16, height: 4, seed: 43), forKey: "k")
+    watcher.waitForLine { $0 == "now 43" }
+    try FileManager.default.removeItem(atPath: container.cachesURL.path)
+    watcher.waitForLine { $0 == "now nil" }
+    // This process learns of it through its own inotify watch, as asynchronously: wait (bounded) for the miss.
+    let deadline = Date().addingTimeInterval(10)
+    while try cache.image(forKey: "k") != nil, Date() < deadline { Thread.sleep(forTimeInterval: 0.005) }
+    #expect(try cache.image(forKey: "k") == nil)
+    try cache.store(TestPNG.make(width: 16, height: 4, seed: 44), forKey: "k")
+    watcher.waitForLine { $0 == "now 44" }
+    #expect(watcher.process.isRunning, "the watching process failed: \(watcher.errors.withLock { $0 })")
+  }
+
+  @Test func aStoreInOneProcessReplacesTheMemoryImageOfAnother() throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let cache = try SharedImageCache(name: "replace", container: container)
+    try cache.store(TestPNG.make(width: 16, height: 4, seed: 1), forKey: "k")
+    let watcher = try Child(["cache-watch", root.path, container.identifier, "replace", "k"])
+    defer { watcher.kill() }
+    watcher.waitForLine { $0 == "now 1" }
+    for version in 2...20 as ClosedRange<UInt64> {
+      try cache.store(TestPNG.make(width: 16, height: 4, seed: version), forKey: "k")
+      watcher.waitForLine { $0 == "now \(version)" }
+    }
+    try cache.removeImage(forKey: "k")
+    watcher.waitForLine { $0 == "now nil" }
+  }
+}
