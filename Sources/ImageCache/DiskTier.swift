@@ -405,8 +405,8 @@ final class DiskTier: Sendable {
   /// Removes expired, corrupt and too-old entries, then least recently used ones until at most `target` bytes
   /// remain — when `force` or when more than `limit` bytes are there. Returns nil when another process (or thread)
   /// is trimming: it does the work, nobody waits for it.
-  func trim(limit: Int, target: Int, maximumAge: Int64?, now: Int64, force: Bool) throws(ImageCacheError)
-    -> TrimReport?
+  func trim(limit: Int, target: Int, maximumAge: Int64?, now: Int64, force: Bool, shrinkTo fraction: Double? = nil)
+    throws(ImageCacheError) -> TrimReport?
   {
     let mine = trimming.withLock { busy in
       defer { busy = true }
@@ -420,6 +420,9 @@ final class DiskTier: Sendable {
     defer { trimLock.unlock() }
 
     sweepTemporaries()
+    // The usage counters are corrected by difference, not overwritten: stores that land during the scan keep
+    // their share (at worst counted twice: a later trim sets it right).
+    let countedBefore = (bytes: counters.load(Slot.bytes), count: counters.load(Slot.count))
     var entries = try scan(headers: true)
     var report = TrimReport()
     var touched: [Int] = []
@@ -440,6 +443,8 @@ final class DiskTier: Sendable {
       return stale
     }
     var total = entries.reduce(0) { $0 + $1.size }
+    // A full disk: the limit was never reached, yet room is needed — shrink relative to what is there.
+    let target = fraction.map { min(target, Int(Double(total) * $0)) } ?? target
     if force || total > limit {
       entries.sort { $0.modified < $1.modified }
       var index = 0
@@ -453,8 +458,8 @@ final class DiskTier: Sendable {
     announce(shards: touched)
     report.remainingEntries = entries.count
     report.remainingBytes = total
-    counters.store(Slot.bytes, UInt64(total))
-    counters.store(Slot.count, UInt64(entries.count))
+    counters.atomic(Slot.bytes).wrappingIncrement(by: UInt64(total) &- countedBefore.bytes, ordering: .relaxed)
+    counters.atomic(Slot.count).wrappingIncrement(by: UInt64(entries.count) &- countedBefore.count, ordering: .relaxed)
     counters.increment(Slot.trims)
     if report.removedEntries > 0 {
       Self.logger.info(

@@ -84,6 +84,18 @@ public final class SharedImageCache: Sendable {
     public var misses: Int
   }
 
+  /// A key compared and hashed by its UTF-8 bytes: Swift's `String` equality calls "café" in NFC and NFD equal,
+  /// yet they are two keys with two entries on disk (TRAPS: key tables by bytes).
+  struct ByteKey: Hashable, Sendable {
+    let string: String
+    init(_ string: String) { self.string = string }
+    static func == (lhs: Self, rhs: Self) -> Bool { lhs.string.utf8.elementsEqual(rhs.string.utf8) }
+    func hash(into hasher: inout Hasher) {
+      var string = string
+      string.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+    }
+  }
+
   /// An image in the memory tier, with the stamp that says whether it is still current.
   final class MemoryEntry: Sendable {
     let image: CachedImage
@@ -112,7 +124,7 @@ public final class SharedImageCache: Sendable {
   public let container: GroupContainer
   public let limits: Limits
   let disk: DiskTier
-  let memory: MemoryCache<String, MemoryEntry>
+  let memory: MemoryCache<ByteKey, MemoryEntry>
   private let work: DispatchQueue
   private let trimScheduled = ManagedAtomic(false)
   private let memoryHits = ManagedAtomic(0)
@@ -177,7 +189,9 @@ public final class SharedImageCache: Sendable {
       guard case .system(let failure) = error, failure.errno == .noSpace else { throw error }
       // A full disk: make room as iOS purges Caches, then try once more.
       Self.logger.warning("no space left for the image cache '\(self.name)': trimming to its low watermark")
-      _ = try? disk.trim(limit: 0, target: lowWatermarkBytes, maximumAge: maximumAge, now: now, force: true)
+      _ = try? disk.trim(
+        limit: 0, target: lowWatermarkBytes, maximumAge: maximumAge, now: now, force: true,
+        shrinkTo: limits.lowWatermark)
       written = try disk.write(key: key, name: name, image: image, storedAt: now, expiresAt: expiresAt)
     }
     // Kept in memory only if no other store or removal of the shard came between: otherwise the disk may hold
@@ -186,9 +200,9 @@ public final class SharedImageCache: Sendable {
       var stamp = written.before
       stamp.shared = written.after
       let entry = MemoryEntry(image: image, name: name, shard: shard, stamp: stamp, expiresAt: expiresAt, recorded: now)
-      memory.setObject(entry, forKey: key, cost: image.data.count)
+      memory.setObject(entry, forKey: ByteKey(key), cost: image.data.count)
     } else {
-      memory.removeObject(forKey: key)
+      memory.removeObject(forKey: ByteKey(key))
     }
     scheduleTrimIfNeeded()
   }
@@ -204,14 +218,14 @@ public final class SharedImageCache: Sendable {
 
   /// The memory tier alone: no system call on a hit (one per entry and `recencyGranularity` to record its use).
   func memoryImage(forKey key: String) -> CachedImage? {
-    guard let entry = memory.object(forKey: key) else { return nil }
+    guard let entry = memory.object(forKey: ByteKey(key)) else { return nil }
     guard disk.isCurrent(entry.stamp, shard: entry.shard) else {
-      memory.removeObject(forKey: key)
+      memory.removeObject(forKey: ByteKey(key))
       return nil
     }
     let now = Self.now()
     if entry.expiresAt != 0 && entry.expiresAt <= now {
-      memory.removeObject(forKey: key)
+      memory.removeObject(forKey: ByteKey(key))
       return nil
     }
     let recorded = entry.recorded.load(ordering: .relaxed)
@@ -232,14 +246,14 @@ public final class SharedImageCache: Sendable {
     let now = Self.now()
     switch try disk.read(key: key, name: name, now: now, maximumBytes: limits.maximumImageBytes) {
     case .missing:
-      memory.removeObject(forKey: key)
+      memory.removeObject(forKey: ByteKey(key))
       misses.wrappingIncrement(ordering: .relaxed)
       return nil
     case .found(let found):
       if now - found.modified > granularity { disk.touch(name: name) }
       let entry = MemoryEntry(
         image: found.image, name: name, shard: shard, stamp: stamp, expiresAt: found.header.expiresAt, recorded: now)
-      memory.setObject(entry, forKey: key, cost: found.image.data.count)
+      memory.setObject(entry, forKey: ByteKey(key), cost: found.image.data.count)
       diskHits.wrappingIncrement(ordering: .relaxed)
       return found.image
     }
@@ -256,7 +270,7 @@ public final class SharedImageCache: Sendable {
   /// Removes the image of `key` from disk and from every process's memory tier.
   public func removeImage(forKey key: String) throws(ImageCacheError) {
     try disk.remove(name: CacheEntryFormat.fileName(forKey: key))
-    memory.removeObject(forKey: key)
+    memory.removeObject(forKey: ByteKey(key))
   }
 
   /// Removes every image, on disk and in every process's memory tier.

@@ -1,0 +1,317 @@
+import FileCoordination
+import Foundation
+@testable import ImageCache
+import SystemLayer
+import TestImageKit
+import TestSupport
+import Testing
+
+/// The disk tier against kills, trims, limits, hostile files, path-shaped keys and a full disk.
+///
+/// Mutants this suite catches (each made once, watched failing, restored):
+/// - the entry written in place instead of by atomic replace (`killDuringAStoreNeverLeavesAPartialEntry`: torn
+///   images after SIGKILL);
+/// - the trimmer ordering by name instead of last use (`trimRemovesTheLeastRecentlyUsedFirst`);
+/// - the read not checking the stored key (`anotherKeysEntryIsAMiss`);
+/// - a FIFO entry opened without O_NONBLOCK (`hostileEntriesAreMissesNeverHangs` times out).
+@Suite(.timeLimit(.minutes(1)))
+struct SharedImageCacheTests {
+  static func directory(_ container: GroupContainer, _ name: String) -> String {
+    container.cachesURL.path + "/" + name
+  }
+
+  static func files(_ path: String) -> [String] {
+    ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).sorted()
+  }
+
+  @Test func storeAndReadBack() throws {
+    let root = try TestRoot()
+    let cache = try SharedImageCache(name: "basic", container: try root.container())
+    let png = TestPNG.make(width: 33, height: 7, seed: 5)
+    let stored = try cache.store(png, forKey: "https://example.com/a.png")
+    #expect(stored.format == .png && stored.pixelWidth == 33 && stored.pixelHeight == 7)
+    #expect(try cache.image(forKey: "https://example.com/a.png")?.data == png)
+    #expect(cache.contains("https://example.com/a.png"))
+    #expect(!cache.contains("https://example.com/b.png"))
+    // A second instance (a fresh memory tier) reads it from disk.
+    let other = try SharedImageCache(name: "basic", container: try root.container())
+    #expect(try other.image(forKey: "https://example.com/a.png")?.data == png)
+    #expect(throws: ImageCacheError.self) { try cache.store(Data("not an image".utf8), forKey: "x") }
+    #expect(throws: ImageCacheError.self) { try SharedImageCache(name: "../up", container: try root.container()) }
+    #expect(throws: ImageCacheError.self) { try SharedImageCache(name: ".hidden", container: try root.container()) }
+    try cache.removeImage(forKey: "https://example.com/a.png")
+    #expect(try other.image(forKey: "https://example.com/a.png") == nil)
+  }
+
+  @Test func killDuringAStoreNeverLeavesAPartialEntry() throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let cache = try SharedImageCache(name: "killed", container: container)
+    // Every key has a whole entry before the kills start: after any kill it must still have one, old or new.
+    for key in 0..<3 { try cache.store(TestPNG.make(width: 64, height: 64, seed: 1_000 + UInt64(key)), forKey: "k\(key)") }
+    var generator = SplitMix64(seed: 11)
+    for round in 0..<6 {
+      // 1 MB images: a store takes long enough for the kill to land inside one.
+      let child = try Child(["cache-store-loop", root.path, container.identifier, "killed", "3", "1024", "1024"])
+      child.waitForLine { $0.hasPrefix("stored") }
+      Thread.sleep(forTimeInterval: Double(generator.next() % 20) / 1000)
+      child.kill()
+      for key in 0..<3 {
+        let image = try cache.image(forKey: "k\(key)")
+        #expect(image.map { TestPNG.isIntact($0.data) } == true, "round \(round): k\(key) lost its whole entry")
+      }
+    }
+    // Every entry on disk is whole; temp files of the killed writers are swept by the next trim.
+    for name in Self.files(Self.directory(container, "killed")) where name.hasSuffix(".entry") {
+      let data = try Data(contentsOf: URL(fileURLWithPath: Self.directory(container, "killed") + "/" + name))
+      #expect(data.count > 56 && data.starts(with: Array("GCIMGv1\n".utf8)), "\(name) is damaged")
+    }
+    _ = try cache.trim()
+    let left = Self.files(Self.directory(container, "killed")).filter { !$0.hasSuffix(".entry") }
+    #expect(left.isEmpty, "temp files left by dead writers: \(left)")
+  }
+
+  @Test func trimWhileOtherProcessesRead() throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    var limits = SharedImageCache.Limits()
+    limits.diskBytes = 1 << 20
+    limits.lowWatermark = 0.5
+    let cache = try SharedImageCache(name: "trimmed", container: container, limits: limits)
+    // 60 entries of ~40 kB, stored by hand under the limit's radar (the background trim must not run first).
+    var unlimited = limits
+    unlimited.diskBytes = .max
+    let filler = try SharedImageCache(name: "trimmed", container: container, limits: unlimited)
+    for index in 0..<60 { try filler.store(TestPNG.make(width: 200, height: 200, seed: UInt64(index)), forKey: "k\(index)") }
+    let readers = try (0..<2).map { _ in
+      try Child(["cache-read-all", root.path, container.identifier, "trimmed", "60", "1500"])
+    }
+    for reader in readers { reader.waitForLine { $0 == "reading" } }
+    let report = try #require(try cache.trim())
+    #expect(report.remainingBytes <= 1 << 19 && report.removedEntries > 20, "\(report)")
+    for reader in readers {
+      #expect(reader.waitForExit() == 0)
+      let problems = reader.output.filter { $0.hasPrefix("bad") || $0.hasPrefix("error") }
+      #expect(problems.isEmpty, "\(problems.prefix(5))")
+      #expect(reader.output.last?.hasPrefix("done") == true)
+    }
+    let stats = try cache.statistics()
+    #expect(stats.diskBytes <= 1 << 19)
+    #expect(stats.diskEntries == report.remainingEntries)
+  }
+
+  @Test func trimRemovesTheLeastRecentlyUsedFirst() throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    var limits = SharedImageCache.Limits()
+    limits.diskBytes = .max
+    limits.recencyGranularity = .zero
+    let cache = try SharedImageCache(name: "lru", container: container, limits: limits)
+    for index in 0..<20 { try cache.store(TestPNG.make(width: 100, height: 100, seed: UInt64(index)), forKey: "k\(index)") }
+    // Make every entry an hour old, newest name first (so name order and age order disagree).
+    let directory = Self.directory(container, "lru")
+    for (offset, name) in Self.files(directory).reversed().enumerated() {
+      try FileManager.default.setAttributes(
+        [.modificationDate: Date().addingTimeInterval(-3600 - Double(offset))], ofItemAtPath: directory + "/" + name)
+    }
+    // A fresh instance (empty memory tier) uses five of them: their entries' last use becomes now.
+    let reader = try SharedImageCache(name: "lru", container: container, limits: limits)
+    let used = [3, 7, 11, 15, 19]
+    for index in used { #expect(try reader.image(forKey: "k\(index)") != nil) }
+    var trimming = limits
+    trimming.diskBytes = 5 * 10_300  // an entry: 10,166 bytes of PNG + key + 56
+    trimming.lowWatermark = 1
+    let report = try #require(try SharedImageCache(name: "lru", container: container, limits: trimming).trim())
+    #expect(report.remainingEntries == 5, "\(report)")
+    for index in used { #expect(try reader.image(forKey: "k\(index)") != nil, "k\(index) was used, yet trimmed") }
+  }
+
+  @Test func sizeAndAgeLimits() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    var limits = SharedImageCache.Limits()
+    limits.diskBytes = 200_000
+    limits.maximumAge = .seconds(86_400)
+    let cache = try SharedImageCache(name: "limits", container: container, limits: limits)
+    // Over the limit: a trim runs in the background after the store that crossed it.
+    for index in 0..<30 { try await cache.store(TestPNG.make(width: 100, height: 100, seed: UInt64(index)), forKey: "k\(index)") }
+    let deadline = Date().addingTimeInterval(20)
+    while try cache.statistics().diskBytes > 200_000, Date() < deadline { try await Task.sleep(for: .milliseconds(10)) }
+    #expect(try cache.statistics().diskBytes <= 200_000)
+    // An explicit expiry.
+    try await cache.store(TestPNG.make(width: 8, height: 8, seed: 1), forKey: "short", expiresAfter: .milliseconds(200))
+    #expect(try await cache.image(forKey: "short") != nil)
+    try await Task.sleep(for: .milliseconds(300))
+    #expect(try await cache.image(forKey: "short") == nil)
+    #expect(try cache.entries().contains { $0.key == "short" } == false)
+    // Unused for longer than the maximum age.
+    try await cache.removeAll()
+    try await cache.store(TestPNG.make(width: 8, height: 8, seed: 2), forKey: "old")
+    try await cache.store(TestPNG.make(width: 8, height: 8, seed: 3), forKey: "new")
+    let old = try #require(Self.files(Self.directory(container, "limits")).first { name in
+      (try? Data(contentsOf: URL(fileURLWithPath: Self.directory(container, "limits") + "/" + name)))
+        .map { TestPNG.seed(of: $0.dropFirst(56 + 3)) == 2 } ?? false
+    })
+    try FileManager.default.setAttributes(
+      [.modificationDate: Date().addingTimeInterval(-2 * 86_400)], ofItemAtPath: Self.directory(container, "limits") + "/" + old)
+    #expect(try await cache.removeExpired() == 1)
+    #expect(try cache.entries().map(\.key) == ["new"])
+    // The async forms.
+    try await cache.store(TestPNG.make(width: 8, height: 8, seed: 4), forKey: "async")
+    #expect(try await cache.image(forKey: "async")?.data == TestPNG.make(width: 8, height: 8, seed: 4))
+    try await cache.removeImage(forKey: "async")
+    #expect(try await cache.image(forKey: "async") == nil)
+  }
+
+  @Test func keysThatLookLikePathsStayInTheCache() throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let cache = try SharedImageCache(name: "keys", container: container)
+    let nfc = "caf\u{E9}"
+    let nfd = "cafe\u{301}"
+    let keys = [
+      "../../../../etc/passwd", "/absolute/path.png", "a/b/c", "", ".", "..", "~", "\u{0}nul", "spaces and\ttabs\n",
+      String(repeating: "x/", count: 4_000), nfc, nfd, "https://example.com/a.png?size=large#frag",
+    ]
+    for (index, key) in keys.enumerated() {
+      try cache.store(TestPNG.make(width: 8, height: 2, seed: UInt64(index + 1)), forKey: key)
+    }
+    let fresh = try SharedImageCache(name: "keys", container: container)
+    for (index, key) in keys.enumerated() {
+      let image = try fresh.image(forKey: key)
+      #expect(image.flatMap { TestPNG.seed(of: $0.data) } == UInt64(index + 1), "key \(key.debugDescription)")
+    }
+    #expect(nfc == nfd, "Swift calls the two spellings equal…")
+    let names = Self.files(Self.directory(container, "keys"))
+    #expect(names.count == keys.count, "…yet they are two keys, each with its own entry")
+    #expect(names.allSatisfy { $0.hasSuffix(".entry") && $0.utf8.count == 38 })
+    // Nothing anywhere else in the container but what opening it made.
+    let outside = FileManager.default.enumerator(atPath: container.url.path)!.compactMap { $0 as? String }
+      .filter { !$0.hasPrefix(".coordination") && !$0.hasPrefix("Library/Caches/keys") }
+    #expect(outside.allSatisfy { ["Library", "Library/Preferences", "Library/Caches", "Downloads", "Documents"].contains($0) }, "\(outside)")
+    #expect(throws: ImageCacheError.self) {
+      try cache.store(TestPNG.make(width: 8, height: 2), forKey: String(repeating: "k", count: 20_000))
+    }
+  }
+
+  @Test func anotherKeysEntryIsAMiss() throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let cache = try SharedImageCache(name: "collide", container: container)
+    try cache.store(TestPNG.make(width: 8, height: 2, seed: 1), forKey: "a")
+    try cache.store(TestPNG.make(width: 8, height: 2, seed: 2), forKey: "b")
+    let directory = Self.directory(container, "collide")
+    let names = Self.files(directory)
+    let fresh = try SharedImageCache(name: "collide", container: container)
+    let bName = CacheEntryFormat.fileName(forKey: "b")
+    let aName = CacheEntryFormat.fileName(forKey: "a")
+    #expect(Set(names) == [aName, bName])
+    // a's entry under b's name: what a hash collision would look like.
+    try FileManager.default.removeItem(atPath: directory + "/" + bName)
+    try FileManager.default.copyItem(atPath: directory + "/" + aName, toPath: directory + "/" + bName)
+    #expect(try fresh.image(forKey: "b") == nil)
+    #expect(try fresh.image(forKey: "a").flatMap { TestPNG.seed(of: $0.data) } == 1)
+  }
+
+  @Test func hostileEntriesAreMissesNeverHangs() throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let cache = try SharedImageCache(name: "hostile", container: container)
+    let directory = Self.directory(container, "hostile")
+    let secret = root.path + "/secret.png"
+    try TestPNG.make(width: 8, height: 2, seed: 99).write(to: URL(fileURLWithPath: secret))
+    let keys = ["fifo", "symlink", "directory", "truncated", "garbage", "empty", "huge-header"]
+    for key in keys { try cache.store(TestPNG.make(width: 8, height: 2, seed: 1), forKey: key) }
+    let fresh = try SharedImageCache(name: "hostile", container: container)
+    func path(_ key: String) -> String { directory + "/" + CacheEntryFormat.fileName(forKey: key) }
+    for key in keys { try FileManager.default.removeItem(atPath: path(key)) }
+    #expect(mkfifo(path("fifo"), 0o600) == 0)
+    try FileManager.default.createSymbolicLink(atPath: path("symlink"), withDestinationPath: secret)
+    try FileManager.default.createDirectory(atPath: path("directory"), withIntermediateDirectories: false)
+    let png = TestPNG.make(width: 8, height: 2, seed: 1)
+    let info = ImageInfo(format: .png, pixelWidth: 8, pixelHeight: 2, frameCount: 1)
+    let whole = Data(
+      CacheEntryFormat.encodeHeader(key: "truncated", info: info, imageLength: png.count, storedAt: 1, expiresAt: 0))
+      + png
+    FileManager.default.createFile(atPath: path("truncated"), contents: whole.dropLast(5))
+    FileManager.default.createFile(atPath: path("garbage"), contents: Data(repeating: 0x47, count: 500))
+    FileManager.default.createFile(atPath: path("empty"), contents: Data())
+    var huge = whole
+    huge.replaceSubrange(16..<24, with: [UInt8](repeating: 0xff, count: 8))
+    FileManager.default.createFile(atPath: path("huge-header"), contents: huge)
+    let results = expectCompletes(within: 20, "reading hostile entries") {
+      try keys.map { try fresh.image(forKey: $0) == nil }
+    }
+    #expect(results == Array(repeating: true, count: keys.count))
+    #expect(try Data(contentsOf: URL(fileURLWithPath: secret)) == TestPNG.make(width: 8, height: 2, seed: 99))
+    // What could be removed was; the directory (not ours to empty) stays and stays a miss.
+    let left = Set(Self.files(directory))
+    #expect(left == [CacheEntryFormat.fileName(forKey: "directory")], "\(left)")
+    #expect(try fresh.entries().isEmpty)
+  }
+
+  @Test func groupctlCacheCommands() throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let image = root.path + "/in.png"
+    try TestPNG.make(width: 21, height: 9, seed: 7).write(to: URL(fileURLWithPath: image))
+    func groupctl(_ arguments: [String]) throws -> (status: Int32, output: String) {
+      let process = Process()
+      process.executableURL = productsDirectory.appendingPathComponent("groupctl")
+      process.arguments = arguments + ["--root", root.path]
+      let out = root.path + "/out-\(UUID().uuidString)"
+      FileManager.default.createFile(atPath: out, contents: nil)
+      process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: out))
+      process.standardError = FileHandle.nullDevice
+      try process.run()
+      process.waitUntilExit()
+      return (process.terminationStatus, (try? String(contentsOfFile: out, encoding: .utf8)) ?? "")
+    }
+    let id = container.identifier
+    #expect(try groupctl(["cache", "store", id, "https://x/y.png", image, "--cache", "thumbs"]).status == 0)
+    let copy = root.path + "/copy.png"
+    #expect(try groupctl(["cache", "get", id, "https://x/y.png", "-o", copy, "--cache", "thumbs"]).status == 0)
+    #expect(FileManager.default.contents(atPath: copy) == TestPNG.make(width: 21, height: 9, seed: 7))
+    #expect(try groupctl(["cache", "get", id, "https://x/missing.png", "--cache", "thumbs"]).status == 1)
+    let list = try groupctl(["cache", "list", id, "--json", "--cache", "thumbs"])
+    let line = try #require(list.output.split(separator: "\n").first)
+    let object = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+    #expect(object["key"] as? String == "https://x/y.png")
+    #expect(object["format"] as? String == "png")
+    #expect(object["width"] as? Int == 21 && object["height"] as? Int == 9)
+    #expect(object["bytes"] as? Int == TestPNG.make(width: 21, height: 9, seed: 7).count)
+    #expect(object["lastAccess"] is String)
+    #expect(try groupctl(["cache", "stats", id, "--cache", "thumbs"]).output.hasPrefix("1 entries"))
+    #expect(try groupctl(["cache", "trim", id, "--cache", "thumbs"]).status == 0)
+    #expect(try groupctl(["cache", "clear", id, "--cache", "thumbs"]).status == 0)
+    #expect(try groupctl(["cache", "stats", id, "--cache", "thumbs"]).output.hasPrefix("0 entries"))
+    let refused = try groupctl(["cache", "store", id, "k", root.path + "/copy.png.missing"])
+    #expect(refused.status != 0)
+  }
+
+  @Test func aFullDiskTrimsThenFailsClearly() throws {
+    let root = try TestRoot()
+    let disk = root.path + "/small"
+    try FileManager.default.createDirectory(atPath: disk, withIntermediateDirectories: true)
+    guard try runTool("/bin/mount", ["-t", "tmpfs", "-o", "size=2m", "tmpfs", disk]) == 0 else {
+      Issue.record("cannot mount a tmpfs (the tests run as root)")
+      return
+    }
+    defer { _ = try? runTool("/bin/umount", ["-l", disk]) }
+    let container = try GroupContainer(identifier: "group.full", root: URL(fileURLWithPath: disk))
+    var limits = SharedImageCache.Limits()
+    limits.diskBytes = .max  // only the disk's own size stops it
+    let cache = try SharedImageCache(name: "full", container: container, limits: limits)
+    // Fill the disk with 200 kB entries until a store had to make room (the cache keeps working).
+    for index in 0..<40 { try cache.store(TestPNG.make(width: 500, height: 400, seed: UInt64(index)), forKey: "k\(index)") }
+    #expect(try cache.image(forKey: "k39") != nil, "the last store made room and succeeded")
+    // An image larger than the whole disk: a clear error naming the cache, nothing half-written left.
+    var failure: (any Error)?
+    do { try cache.store(TestPNG.make(width: 2000, height: 1500, seed: 1), forKey: "too-big") } catch { failure = error }
+    let message = failure.map { "\($0)" } ?? "no error"
+    #expect(message.contains("No space left on device") && message.contains("Caches/full"), "\(message)")
+    let left = Self.files(container.cachesURL.path + "/full").filter { !$0.hasSuffix(".entry") }
+    #expect(left.isEmpty, "temp files left: \(left)")
+    #expect(try cache.image(forKey: "too-big") == nil)
+  }
+}
