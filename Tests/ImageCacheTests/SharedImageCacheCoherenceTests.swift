@@ -48,7 +48,7 @@ struct SharedImageCacheCoherenceTests {
     }
   }
 
-  @Test func neverAnOldImageAfterTheCallReturned() throws {
+  @Test func neverAnOldImageAfterTheCallReturned() async throws {
     let root = try TestRoot()
     let container = try root.container()
     _ = try SharedImageCache(name: "coherence", container: container)
@@ -62,7 +62,7 @@ struct SharedImageCacheCoherenceTests {
     let readers = try (2...3).map { index in
       try Child(["cache-reader", root.path, container.identifier, "coherence", "2500", "\(keys)", logs[index]])
     }
-    for child in writers + readers { #expect(child.waitForExit() == 0, "\(child.errors.withLock { $0 })") }
+    for child in writers + readers { #expect(await child.exit() == 0, "\(child.errors.withLock { $0 })") }
     let writes = try (0..<2).flatMap { Self.parse(try String(contentsOfFile: logs[$0], encoding: .utf8)) }
     let reads = try (2..<4).flatMap { Self.parse(try String(contentsOfFile: logs[$0], encoding: .utf8)) }
     #expect(writes.count == 800)
@@ -80,48 +80,48 @@ struct SharedImageCacheCoherenceTests {
     #expect(hits.reduce(0, +) > 100, "memory hits: \(hits)")
   }
 
-  @Test func outsideRemovalReachesMemoryTiers() throws {
+  @Test func outsideRemovalReachesMemoryTiers() async throws {
     let root = try TestRoot()
     let container = try root.container()
     let cache = try SharedImageCache(name: "outside", container: container)
-    try cache.store(TestPNG.make(width: 16, height: 4, seed: 42), forKey: "k")
+    try await cache.store(TestPNG.make(width: 16, height: 4, seed: 42), forKey: "k")
     let watcher = try Child(["cache-watch", root.path, container.identifier, "outside", "k"])
     defer { watcher.kill() }
-    watcher.waitForLine { $0 == "now 42" }
+    await watcher.line { $0 == "now 42" }
     // `rm` of the entry: nobody announced it; the other process's memory tier must let go.
     let entry = try #require(
       try FileManager.default.contentsOfDirectory(atPath: container.cachesURL.path + "/outside").first {
         $0.hasSuffix(".entry")
       })
     try FileManager.default.removeItem(atPath: container.cachesURL.path + "/outside/" + entry)
-    watcher.waitForLine { $0 == "now nil" }
+    await watcher.line { $0 == "now nil" }
     // Stored again, then the whole cache directory removed: misses, never errors, and stores work again.
-    try cache.store(TestPNG.make(width: 16, height: 4, seed: 43), forKey: "k")
-    watcher.waitForLine { $0 == "now 43" }
+    try await cache.store(TestPNG.make(width: 16, height: 4, seed: 43), forKey: "k")
+    await watcher.line { $0 == "now 43" }
     try FileManager.default.removeItem(atPath: container.cachesURL.path)
-    watcher.waitForLine { $0 == "now nil" }
+    await watcher.line { $0 == "now nil" }
     // This process learns of it through its own inotify watch, as asynchronously: wait (bounded) for the miss.
     let deadline = Date().addingTimeInterval(10)
-    while try cache.image(forKey: "k") != nil, Date() < deadline { Thread.sleep(forTimeInterval: 0.005) }
-    #expect(try cache.image(forKey: "k") == nil)
-    try cache.store(TestPNG.make(width: 16, height: 4, seed: 44), forKey: "k")
-    watcher.waitForLine { $0 == "now 44" }
+    while try await cache.image(forKey: "k") != nil, Date() < deadline { try await Task.sleep(for: .milliseconds(5)) }
+    #expect(try await cache.image(forKey: "k") == nil)
+    try await cache.store(TestPNG.make(width: 16, height: 4, seed: 44), forKey: "k")
+    await watcher.line { $0 == "now 44" }
     #expect(watcher.process.isRunning, "the watching process failed: \(watcher.errors.withLock { $0 })")
   }
 
-  @Test func aStoreInOneProcessReplacesTheMemoryImageOfAnother() throws {
+  @Test func aStoreInOneProcessReplacesTheMemoryImageOfAnother() async throws {
     let root = try TestRoot()
     let container = try root.container()
     let cache = try SharedImageCache(name: "replace", container: container)
-    try cache.store(TestPNG.make(width: 16, height: 4, seed: 1), forKey: "k")
+    try await cache.store(TestPNG.make(width: 16, height: 4, seed: 1), forKey: "k")
     let watcher = try Child(["cache-watch", root.path, container.identifier, "replace", "k"])
     defer { watcher.kill() }
-    watcher.waitForLine { $0 == "now 1" }
+    await watcher.line { $0 == "now 1" }
     for version in 2...20 as ClosedRange<UInt64> {
-      try cache.store(TestPNG.make(width: 16, height: 4, seed: version), forKey: "k")
-      watcher.waitForLine { $0 == "now \(version)" }
+      try await cache.store(TestPNG.make(width: 16, height: 4, seed: version), forKey: "k")
+      await watcher.line { $0 == "now \(version)" }
     }
-    try cache.removeImage(forKey: "k")
-    watcher.waitForLine { $0 == "now nil" }
+    try await cache.removeImage(forKey: "k")
+    await watcher.line { $0 == "now nil" }
   }
 }

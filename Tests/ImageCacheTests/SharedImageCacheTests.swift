@@ -43,21 +43,21 @@ struct SharedImageCacheTests {
     #expect(try other.image(forKey: "https://example.com/a.png") == nil)
   }
 
-  @Test func killDuringAStoreNeverLeavesAPartialEntry() throws {
+  @Test func killDuringAStoreNeverLeavesAPartialEntry() async throws {
     let root = try TestRoot()
     let container = try root.container()
     let cache = try SharedImageCache(name: "killed", container: container)
     // Every key has a whole entry before the kills start: after any kill it must still have one, old or new.
-    for key in 0..<3 { try cache.store(TestPNG.make(width: 64, height: 64, seed: 1_000 + UInt64(key)), forKey: "k\(key)") }
+    for key in 0..<3 { try await cache.store(TestPNG.make(width: 64, height: 64, seed: 1_000 + UInt64(key)), forKey: "k\(key)") }
     var generator = SplitMix64(seed: 11)
     for round in 0..<6 {
       // 1 MB images: a store takes long enough for the kill to land inside one.
       let child = try Child(["cache-store-loop", root.path, container.identifier, "killed", "3", "1024", "1024"])
-      child.waitForLine { $0.hasPrefix("stored") }
-      Thread.sleep(forTimeInterval: Double(generator.next() % 20) / 1000)
+      await child.line { $0.hasPrefix("stored") }
+      try await Task.sleep(for: .milliseconds(generator.next() % 20))
       child.kill()
       for key in 0..<3 {
-        let image = try cache.image(forKey: "k\(key)")
+        let image = try await cache.image(forKey: "k\(key)")
         #expect(image.map { TestPNG.isIntact($0.data) } == true, "round \(round): k\(key) lost its whole entry")
       }
     }
@@ -71,7 +71,7 @@ struct SharedImageCacheTests {
     #expect(left.isEmpty, "temp files left by dead writers: \(left)")
   }
 
-  @Test func trimWhileOtherProcessesRead() throws {
+  @Test func trimWhileOtherProcessesRead() async throws {
     let root = try TestRoot()
     let container = try root.container()
     var limits = SharedImageCache.Limits()
@@ -82,15 +82,15 @@ struct SharedImageCacheTests {
     var unlimited = limits
     unlimited.diskBytes = .max
     let filler = try SharedImageCache(name: "trimmed", container: container, limits: unlimited)
-    for index in 0..<60 { try filler.store(TestPNG.make(width: 200, height: 200, seed: UInt64(index)), forKey: "k\(index)") }
+    for index in 0..<60 { try await filler.store(TestPNG.make(width: 200, height: 200, seed: UInt64(index)), forKey: "k\(index)") }
     let readers = try (0..<2).map { _ in
       try Child(["cache-read-all", root.path, container.identifier, "trimmed", "60", "1500"])
     }
-    for reader in readers { reader.waitForLine { $0 == "reading" } }
+    for reader in readers { await reader.line { $0 == "reading" } }
     let report = try #require(try cache.trim())
     #expect(report.remainingBytes <= 1 << 19 && report.removedEntries > 20, "\(report)")
     for reader in readers {
-      #expect(reader.waitForExit() == 0)
+      #expect(await reader.exit() == 0)
       let problems = reader.output.filter { $0.hasPrefix("bad") || $0.hasPrefix("error") }
       #expect(problems.isEmpty, "\(problems.prefix(5))")
       #expect(reader.output.last?.hasPrefix("done") == true)

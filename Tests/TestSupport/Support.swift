@@ -108,6 +108,45 @@ public final class Child: Sendable {
     return process.terminationStatus
   }
 
+  /// `waitForLine` for async tests: polls with `Task.sleep`, so the wait holds none of the few threads Swift
+  /// Testing runs every test on (two on a 2-core machine: tests that block them for seconds starve the others
+  /// into their time limits).
+  @discardableResult
+  public func line(
+    timeout: Double = 20, sourceLocation: SourceLocation = #_sourceLocation, _ predicate: (String) -> Bool
+  ) async -> String? {
+    let deadline = Date().addingTimeInterval(timeout)
+    while Date() < deadline {
+      if let line = output.first(where: predicate) { return line }
+      if !process.isRunning {
+        try? await Task.sleep(for: .milliseconds(100))
+        if let line = output.first(where: predicate) { return line }
+        Issue.record(
+          "child exited (\(process.terminationStatus)) before the expected line; stderr: \(errors.withLock { $0 })",
+          sourceLocation: sourceLocation)
+        return nil
+      }
+      try? await Task.sleep(for: .milliseconds(5))
+    }
+    Issue.record(
+      "timed out waiting for a line; got \(output); stderr: \(errors.withLock { $0 })", sourceLocation: sourceLocation)
+    return nil
+  }
+
+  /// `waitForExit` for async tests (see `line`).
+  @discardableResult
+  public func exit(timeout: Double = 45, sourceLocation: SourceLocation = #_sourceLocation) async -> Int32? {
+    let deadline = Date().addingTimeInterval(timeout)
+    while process.isRunning && Date() < deadline { try? await Task.sleep(for: .milliseconds(10)) }
+    if process.isRunning {
+      Issue.record("child did not exit within \(timeout) s; output \(output)", sourceLocation: sourceLocation)
+      kill()
+      return nil
+    }
+    try? await Task.sleep(for: .milliseconds(50))  // let the pipe handlers drain
+    return process.terminationStatus
+  }
+
   public func kill(_ signal: Int32 = SIGKILL) {
     if process.isRunning { Glibc.kill(process.processIdentifier, signal) }
     process.waitUntilExit()
