@@ -490,7 +490,4 @@ final class DiskTier: Sendable {
     counters.store(Slot.count, 0)
     return removed
   }
-
-  /// Free and total bytes of the file system holding the cache.
-  func diskSpace() -> (available: UInt64, total: UInt64)? { try? directory.availableBytes() }
 }

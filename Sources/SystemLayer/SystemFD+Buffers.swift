@@ -43,12 +43,3 @@ extension SystemFD {
     _ = try result.get("utimensat", path + "/" + name)
   }
 }
-
-/// Free space of the file system holding a directory. The corresponding C function is `fstatvfs`.
-extension SystemFD {
-  package func availableBytes() throws(FileSystemError) -> (available: UInt64, total: UInt64) {
-    var st = statvfs()
-    _ = try valueOrErrno { Glibc.fstatvfs(rawValue, &st) }.get("fstatvfs", path)
-    return (UInt64(st.f_bavail) * UInt64(st.f_frsize), UInt64(st.f_blocks) * UInt64(st.f_frsize))
-  }
-}
