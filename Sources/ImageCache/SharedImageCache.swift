@@ -105,14 +105,30 @@ public final class SharedImageCache: Sendable {
     let expiresAt: Int64
     /// When this process last recorded the entry's use on disk.
     let recorded: ManagedAtomic<Int64>
+    /// What an `ImageDecoder` made of the image, and its cost (counted with the bytes).
+    let decoded: (any Sendable)?
+    let decodedCost: Int
 
-    init(image: CachedImage, name: String, shard: Int, stamp: DiskTier.Stamp, expiresAt: Int64, recorded: Int64) {
+    init(
+      image: CachedImage, name: String, shard: Int, stamp: DiskTier.Stamp, expiresAt: Int64, recorded: Int64,
+      decoded: (any Sendable)? = nil, decodedCost: Int = 0
+    ) {
       self.image = image
       self.name = name
       self.shard = shard
       self.stamp = stamp
       self.expiresAt = expiresAt
       self.recorded = ManagedAtomic(recorded)
+      self.decoded = decoded
+      self.decodedCost = decodedCost
+    }
+
+    var cost: Int { image.data.count + decodedCost }
+
+    func with<D: Sendable>(decoded: D, cost: Int) -> MemoryEntry {
+      MemoryEntry(
+        image: image, name: name, shard: shard, stamp: stamp, expiresAt: expiresAt,
+        recorded: recorded.load(ordering: .relaxed), decoded: decoded, decodedCost: cost)
     }
   }
 
@@ -216,8 +232,29 @@ public final class SharedImageCache: Sendable {
     return try diskImage(forKey: key)
   }
 
+  /// The image of `key` decoded by `decoder`, kept decoded in this process's memory tier at the cost the decoder
+  /// reports (plus the bytes): a later call returns the same decoded value without decoding again, while the
+  /// image is current. nil on a miss; the decoder's errors are thrown as they are.
+  public func decodedImage<D: ImageDecoder>(forKey key: String, using decoder: D) throws -> D.Decoded? {
+    if memoryEntry(forKey: key) == nil { _ = try diskImage(forKey: key) }
+    guard let entry = memoryEntry(forKey: key) else {
+      // Not kept in memory (larger than the tier): decode what the disk gives, every time.
+      return try diskImage(forKey: key).map { try decoder.decode($0) }
+    }
+    if let decoded = entry.decoded as? D.Decoded { return decoded }
+    let decoded = try decoder.decode(entry.image)
+    let cost = max(0, decoder.cost(of: decoded))
+    let replacement = entry.with(decoded: decoded, cost: cost)
+    memory.setObject(replacement, forKey: ByteKey(key), cost: replacement.cost)
+    return decoded
+  }
+
   /// The memory tier alone: no system call on a hit (one per entry and `recencyGranularity` to record its use).
   func memoryImage(forKey key: String) -> CachedImage? {
+    memoryEntry(forKey: key)?.image
+  }
+
+  private func memoryEntry(forKey key: String) -> MemoryEntry? {
     guard let entry = memory.object(forKey: ByteKey(key)) else { return nil }
     guard disk.isCurrent(entry.stamp, shard: entry.shard) else {
       memory.removeObject(forKey: ByteKey(key))
@@ -235,7 +272,7 @@ public final class SharedImageCache: Sendable {
       disk.touch(name: entry.name)
     }
     memoryHits.wrappingIncrement(ordering: .relaxed)
-    return entry.image
+    return entry
   }
 
   func diskImage(forKey key: String) throws(ImageCacheError) -> CachedImage? {

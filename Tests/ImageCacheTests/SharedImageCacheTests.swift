@@ -315,3 +315,38 @@ struct SharedImageCacheTests {
     #expect(try cache.image(forKey: "too-big") == nil)
   }
 }
+
+/// A decoder the app plugs in: the memory tier keeps what it made, at the cost it reports.
+/// Mutant: the decoded value's cost not counted (`decodedImagesCountAtTheirCost` fails on totalCost).
+@Suite struct ImageDecoderTests {
+  struct Bitmap: Sendable, Equatable {
+    var pixels: [UInt8]
+  }
+
+  final class CountingDecoder: ImageDecoder, @unchecked Sendable {  // `calls` is only touched by one test thread
+    var calls = 0
+    func decode(_ image: CachedImage) throws -> Bitmap {
+      calls += 1
+      return Bitmap(pixels: [UInt8](repeating: 7, count: image.pixelWidth * image.pixelHeight * 4))
+    }
+    func cost(of decoded: Bitmap) -> Int { decoded.pixels.count }
+  }
+
+  @Test func decodedImagesCountAtTheirCost() throws {
+    let root = try TestRoot()
+    let cache = try SharedImageCache(name: "decoded", container: try root.container())
+    let png = TestPNG.make(width: 100, height: 50, seed: 1)
+    try cache.store(png, forKey: "k")
+    let decoder = CountingDecoder()
+    let first = try #require(try cache.decodedImage(forKey: "k", using: decoder))
+    let again = try #require(try cache.decodedImage(forKey: "k", using: decoder))
+    #expect(first == again && first.pixels.count == 20_000)
+    #expect(decoder.calls == 1, "the decoded image is kept, not decoded again")
+    #expect(cache.memory.totalCost == png.count + 20_000)
+    // A new image for the key: decoded again.
+    try cache.store(TestPNG.make(width: 10, height: 10, seed: 2), forKey: "k")
+    #expect(try cache.decodedImage(forKey: "k", using: decoder)?.pixels.count == 400)
+    #expect(decoder.calls == 2)
+    #expect(try cache.decodedImage(forKey: "missing", using: decoder) == nil)
+  }
+}
