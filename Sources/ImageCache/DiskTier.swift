@@ -384,15 +384,22 @@ final class DiskTier: Sendable {
     return result
   }
 
+  /// One `pread` covers the header and keys up to 456 bytes (URLs mostly are); a longer key takes a second.
   private func readHeader(_ name: String, in directory: SystemFD) -> (CacheEntryFormat.Header?, String?) {
     guard let fd = try? directory.open(name, .readOnly) else { return (nil, nil) }
     defer { fd.close() }
-    guard let head = try? fd.read(at: 0, count: CacheEntryFormat.headerSize),
-      case .success(let header) = head.withUnsafeBytes({ CacheEntryFormat.decodeHeader($0) }),
-      let rest = try? fd.read(at: 0, count: CacheEntryFormat.headerSize + header.keyLength),
-      rest.withUnsafeBytes({ CacheEntryFormat.checksumMatches($0, keyLength: header.keyLength) })
+    guard var bytes = try? fd.read(at: 0, count: CacheEntryFormat.headerSize + 456),
+      case .success(let header) = bytes.withUnsafeBytes({ CacheEntryFormat.decodeHeader($0) })
     else { return (nil, nil) }
-    return (header, String(decoding: rest[CacheEntryFormat.headerSize...], as: UTF8.self))
+    let keyEnd = CacheEntryFormat.headerSize + header.keyLength
+    if bytes.count < keyEnd {
+      guard let whole = try? fd.read(at: 0, count: keyEnd) else { return (nil, nil) }
+      bytes = whole
+    }
+    guard bytes.withUnsafeBytes({ CacheEntryFormat.checksumMatches($0, keyLength: header.keyLength) }) else {
+      return (nil, nil)
+    }
+    return (header, String(decoding: bytes[CacheEntryFormat.headerSize..<keyEnd], as: UTF8.self))
   }
 
   struct TrimReport: Sendable, Equatable {
