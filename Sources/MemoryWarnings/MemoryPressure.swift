@@ -90,6 +90,23 @@ public struct DiskSpace: Sendable, CustomStringConvertible {
   public var path: String
   public var size: Int
   public var available: Int
+
+  public init(path: String, size: Int, available: Int) {
+    self.path = path
+    self.size = size
+    self.available = available
+  }
+
+  /// The space of the file system holding `directory` now.
+  public init(of directory: URL) throws(MemoryPressureError) {
+    do {
+      let (size, available) = try MemorySignals.diskSpace(of: directory.path)
+      self.init(path: directory.path, size: Int(size), available: Int(available))
+    } catch {
+      throw MemoryPressureError(description: "could not read the disk space of '\(directory.path)': \(error)")
+    }
+  }
+
   public var description: String { "\(available) of \(size) bytes available on the file system of '\(path)'" }
 }
 
@@ -278,6 +295,7 @@ public final class MemoryPressure: Sendable {
     var levelStreams: [UInt64: AsyncStream<MemoryPressureLevel>.Continuation] = [:]
     var reportStreams: [UInt64: AsyncStream<MemoryWarningReport>.Continuation] = [:]
     var lastReport: MemoryWarningReport?
+    var reportCount = 0
     var nextID: UInt64 = 1
     var simulations: [Simulation] = []
     /// Containers joined (by path): the last sequence seen of their group file.
@@ -332,6 +350,8 @@ public final class MemoryPressure: Sendable {
 
   /// The last delivery's report.
   public var lastReport: MemoryWarningReport? { state.withLock { $0.lastReport } }
+  /// How many deliveries this process has had.
+  public var reportCount: Int { state.withLock { $0.reportCount } }
 
   /// The process's own memory budget in bytes (nil: none), like an iOS extension's memory limit: the footprint
   /// (resident anonymous memory) against it raises warning at 80 % and critical at 92 %.
@@ -697,6 +717,7 @@ public final class MemoryPressure: Sendable {
       Self.logger.notice("\(report.description)")
       let streams = state.withLock { s in
         s.lastReport = report
+        s.reportCount += 1
         return Array(s.reportStreams.values)
       }
       for continuation in streams { continuation.yield(report) }
