@@ -15,7 +15,8 @@ import SystemLayer
 //   (cgroup v2 `memory.pressure`, system `/proc/pressure/memory`): "some 200 ms in 2 s" → warning, "full 200 ms in
 //   2 s" → critical.
 // - The level rises at once; it falls only after every signal stayed below it for `dwell` (3 s).
-// - Sampling: every second (`samplePeriod`), and at once after any kernel event.
+// - Sampling: every second (`samplePeriodMilliseconds`; every 250 ms while a budget is set), and at once after any
+//   kernel event.
 // - On a rise to warning the handlers run with `.warning` (memory tiers trim to `warningTrimFraction`, 50 % of their
 //   limit); on a rise to critical with `.critical` (tiers empty). Simulated levels always run them.
 // - Low disk space: available (statvfs f_bavail) below min(10 % of the file system, 1 GiB), over again above
@@ -264,6 +265,9 @@ public final class MemoryPressure: Sendable {
   public static let warningTrimFraction = 0.5
   /// How often the footprint, the cgroup's usage and MemAvailable are sampled (also at once after a kernel event).
   public static let samplePeriodMilliseconds: Int32 = 1000
+  /// With a budget set, the footprint is sampled this often: a process growing fast would otherwise cross the
+  /// warning band between two samples.
+  public static let budgetSamplePeriodMilliseconds: Int32 = 250
   /// The file in `.coordination/` through which `send(_:to:)` reaches the processes of a group.
   static let groupFile = ".coordination/memory-pressure"
 
@@ -623,7 +627,8 @@ public final class MemoryPressure: Sendable {
     let period = UInt64(Self.samplePeriodMilliseconds) * 1_000_000
     while true {
       let ready: [Int16]
-      do { ready = try Poll.wait(descriptors, timeoutMilliseconds: Self.samplePeriodMilliseconds) } catch {
+      let timeout = budget == nil ? Self.samplePeriodMilliseconds : Self.budgetSamplePeriodMilliseconds
+      do { ready = try Poll.wait(descriptors, timeoutMilliseconds: timeout) } catch {
         Self.logger.error("memory pressure monitor: \(error)")
         MonotonicClock.sleep(nanoseconds: period)
         continue
@@ -645,19 +650,21 @@ public final class MemoryPressure: Sendable {
         }
         events.append((source.source, source.level))
       }
-      sample(cgroup: kernelSignals ? sources.cgroup : nil, events: events)
+      sample(kernelSignals: kernelSignals, cgroup: sources.cgroup, events: events)
     }
   }
 
   /// Takes a sample, feeds the policy and starts the deliveries it calls for.
   private func sample(
-    cgroup: MemorySignals.Cgroup?, events: [(source: MemoryPressureSource, level: MemoryPressureLevel)]
+    kernelSignals: Bool, cgroup: MemorySignals.Cgroup?, events: [(source: MemoryPressureSource, level: MemoryPressureLevel)]
   ) {
     var sample = MemorySample(events: events)
     let now = MonotonicClock.nanoseconds()
-    if let cgroup {
-      sample.cgroupWorkingSet = Self.cgroupWorkingSet(cgroup)
-      sample.cgroupLimit = Self.cgroupLimit(cgroup)
+    if kernelSignals {
+      if let cgroup {
+        sample.cgroupWorkingSet = Self.cgroupWorkingSet(cgroup)
+        sample.cgroupLimit = Self.cgroupLimit(cgroup)
+      }
       if let meminfo = try? MemorySignals.readTable("/proc/meminfo") {
         sample.memTotal = meminfo["MemTotal"].map(Int.init)
         sample.memAvailable = meminfo["MemAvailable"].map(Int.init)

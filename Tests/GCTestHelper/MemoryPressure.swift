@@ -19,19 +19,23 @@ private final class ChunkTier: Sendable {
 
   init(limit: Int) { self.limit = limit }
 
-  var bytes: Int { chunks.withLock { $0.count << 20 } }
+  var bytes: Int { chunks.withLock { $0.reduce(0) { $0 + $1.count } } }
 
-  func grow() {
-    // Touch every page: resident, not just reserved.
-    let chunk = [UInt8](repeating: 0x5a, count: 1 << 20)
+  /// Adds `size` bytes, every page touched (resident, not just reserved).
+  func grow(by size: Int = 1 << 20) {
+    let chunk = [UInt8](repeating: 0x5a, count: size)
     chunks.withLock { $0.append(chunk) }
   }
 
   func release(_ level: MemoryPressureLevel) -> Int {
     chunks.withLock { chunks in
-      let keep = level == .critical ? 0 : min(chunks.count, Int(Double(limit) * MemoryPressure.warningTrimFraction) >> 20)
-      let released = (chunks.count - keep) << 20
-      chunks.removeLast(chunks.count - keep)
+      let target = level == .critical ? 0 : Int(Double(limit) * MemoryPressure.warningTrimFraction)
+      var held = chunks.reduce(0) { $0 + $1.count }
+      var released = 0
+      while held > target, let last = chunks.popLast() {
+        held -= last.count
+        released += last.count
+      }
       return released
     }
   }
@@ -108,9 +112,10 @@ func runMemoryPressure(_ args: [String], container: GroupContainer) throws -> Ne
     let tier = ChunkTier(limit: budget)
     let registration = pressure.onMemoryWarning(name: "chunks") { level in tier.release(level) }
     out("footprint at start \(pressure.footprint) budget \(budget)")
-    for _ in 0..<(4 * Int(args[4])!) {
-      tier.grow()
-      MonotonicClock.sleep(nanoseconds: 10_000_000)
+    // 256 KB every 50 ms: slow enough that the 250 ms samples see the footprint inside the warning band.
+    for _ in 0..<(16 * Int(args[4])!) {
+      tier.grow(by: 256 << 10)
+      MonotonicClock.sleep(nanoseconds: 50_000_000)
       if let report = pressure.lastReport {
         out("handler \(report.level) \(report.source.rawValue) footprint \(report.footprintBefore) budget \(budget)")
         registration.cancel()
