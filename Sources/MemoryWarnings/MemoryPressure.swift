@@ -686,14 +686,15 @@ public final class MemoryPressure: Sendable {
         }
       }
       s.simulations.removeAll()
+      let previous = s.policy.level
       var change = s.policy.update(sample, now: now)
       if reset, let level = s.policy.reset(now: now) { change = (level, nil) }
       if let change {
         Self.logger.notice(
           "memory pressure: \(change.level)\(change.source.map { " (\($0.rawValue))" } ?? "")")
         for continuation in s.levelStreams.values { continuation.yield(change.level) }
-        // A rise runs the handlers, unless a simulated level in this sample runs them already.
-        if change.level > .normal, deliveries.isEmpty, let source = change.source {
+        // A rise runs the handlers (a fall does not), unless a simulated level in this sample runs them already.
+        if change.level > previous, deliveries.isEmpty, let source = change.source {
           deliveries.append((change.level, source, nil))
         }
       }

@@ -11,14 +11,14 @@ import TestSupport
 /// processes under the kernel's signals (a memory-limited cgroup v1, a budget), levels sent to the group through
 /// `groupctl cache pressure`, and low disk space on a small tmpfs.
 ///
-/// Mutants this suite catches (each run once, then restored):
+/// Mutants this suite catches (each run once, watched failing, then restored):
 /// - hysteresis removed (`Band.level` ignoring `current`, `defaultDwell` 0): `aSignalAroundAThresholdDoesNotFlap`
-///   and `theLevelFallsOnlyAfterTheDwell` fail;
-/// - the cgroup event fd never re-armed (`consume()` not called in the monitor loop): the child in the cgroup never
-///   returns to normal (`aChildInAMemoryLimitedCgroupGetsWarningThenCriticalAndReleases`);
-/// - a handler registered but not called on critical (a rise delivered only when it is to `.warning`): the cgroup
-///   child never gets its critical delivery and `simulatedLevelsRunEveryHandler` … (the simulated path delivers
-///   always; the kernel path is the one the cgroup test covers).
+///   sees warning/normal 100 times, `aSimulatedNormalEndsTheDwellAtOnce` fails; `defaultDwell` 0 alone:
+///   `theLevelFallsOnlyAfterTheDwell` fails;
+/// - the cgroup v1 event fd never re-armed (`consume()` not called in the monitor loop): the child in the cgroup
+///   never returns to normal (`aChildInAMemoryLimitedCgroupGetsWarningThenCriticalAndReleases`);
+/// - a handler registered but not called on critical (a rise delivered only when it is to `.warning`): the same
+///   child gets no critical delivery, keeps growing and is killed by the kernel's OOM killer.
 @Suite(.timeLimit(.minutes(1))) struct MemoryPressureTests {
   static let group = "group.com.example.pressure"
   static let second: UInt64 = 1_000_000_000
@@ -46,14 +46,13 @@ import TestSupport
     var policy = MemoryPressurePolicy()
     let limit = 100 << 20
     #expect(policy.update(MemorySample(cgroupWorkingSet: 93 * limit / 100, cgroupLimit: limit), now: 0)?.level == .critical)
-    // Well below every threshold, but within the dwell: no change.
-    var now: UInt64 = 0
-    while now + Self.second / 2 < MemoryPressurePolicy.defaultDwell {
-      now += Self.second / 2
+    // Well below every threshold, but within the documented 3 s dwell: no change.
+    let dwell = 3 * Self.second
+    for step in 1..<6 {
+      let now = UInt64(step) * Self.second / 2
       #expect(policy.update(MemorySample(cgroupWorkingSet: limit / 10, cgroupLimit: limit), now: now) == nil)
     }
-    let change = policy.update(
-      MemorySample(cgroupWorkingSet: limit / 10, cgroupLimit: limit), now: MemoryPressurePolicy.defaultDwell)
+    let change = policy.update(MemorySample(cgroupWorkingSet: limit / 10, cgroupLimit: limit), now: dwell)
     #expect(change?.level == .normal)
   }
 
