@@ -3,6 +3,7 @@
 import FileCoordination
 import Foundation
 import MemoryWarnings
+import SharedDefaults
 import Synchronization
 import SystemLayer
 
@@ -52,6 +53,9 @@ private final class ChunkTier: Sendable {
 ///   `handler warning footprint …` and exits.
 /// - `pressure-listen <root> <group> <name>`: registers a handler with the container; says `ready`, then
 ///   `got <level> <source>` for each delivery; runs until killed.
+/// - `pressure-defaults <root> <group> <suite>`: sets `key` in the suite and stays idle; says `ready`, then for each
+///   delivery `report <level> <source> <handler>=<bytes>…` and `value <the key's value, read again>`; runs until
+///   killed.
 /// - `pressure-disk <root> <group> <cache-dir>`: registers a low-disk-space handler for the container-relative
 ///   `<cache-dir>` that removes its files until the space recovered; says `ready`, then `low <available> <size>
 ///   removed <bytes>`; runs until killed.
@@ -138,6 +142,21 @@ func runMemoryPressure(_ args: [String], container: GroupContainer) throws -> Ne
       if pressure.reportCount > seen, let report = pressure.lastReport {
         seen = pressure.reportCount
         out("report \(report.level) \(report.source.rawValue)")
+      }
+    }
+
+  case "pressure-defaults":
+    let defaults = try SharedDefaults(suiteName: args[4], container: container)
+    try defaults.set(String(repeating: "v", count: 1000), forKey: "key")
+    out("ready")
+    var seen = 0
+    while true {
+      MonotonicClock.sleep(nanoseconds: 10_000_000)
+      if pressure.reportCount > seen, let report = pressure.lastReport {
+        seen = pressure.reportCount
+        let entries = report.entries.map { "\($0.name)=\($0.bytesReleased)" }.joined(separator: ",")
+        out("report \(report.level) \(report.source.rawValue) \(entries)")
+        out("value \(defaults.string(forKey: "key")?.count ?? -1)")
       }
     }
 

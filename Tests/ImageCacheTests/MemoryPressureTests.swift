@@ -18,7 +18,9 @@ import TestSupport
 /// - the cgroup v1 event fd never re-armed (`consume()` not called in the monitor loop): the child in the cgroup
 ///   never returns to normal (`aChildInAMemoryLimitedCgroupGetsWarningThenCriticalAndReleases`);
 /// - a handler registered but not called on critical (a rise delivered only when it is to `.warning`): the same
-///   child gets no critical delivery, keeps growing and is killed by the kernel's OOM killer.
+///   child gets no critical delivery, keeps growing and is killed by the kernel's OOM killer;
+/// - a defaults suite that drops its values without marking them for a reload (`generation` left as it was):
+///   `anIdleDefaultsSuiteDropsWhatItCanReadAgain` reads nothing back.
 @Suite(.timeLimit(.minutes(1))) struct MemoryPressureTests {
   static let group = "group.com.example.pressure"
   static let second: UInt64 = 1_000_000_000
@@ -210,6 +212,24 @@ import TestSupport
       #expect(listener.output.filter { $0.hasPrefix("got ") } == ["got warning", "got critical"], "\(listener.output)")
       listener.kill()
     }
+  }
+
+  /// Shared defaults register too: a suite idle for 5 s drops its values on a warning sent to the group, and
+  /// reads them again on the next access.
+  @Test func anIdleDefaultsSuiteDropsWhatItCanReadAgain() throws {
+    let root = try TestRoot()
+    let container = try root.container(Self.group)
+    let child = try Child(["pressure-defaults", root.path, Self.group, "idle-suite"])
+    child.waitForLine { $0 == "ready" }
+    Thread.sleep(forTimeInterval: 5.5)  // the suite's idle time (no write for 5 s)
+    try MemoryPressure.send(.warning, to: container)
+    let report = child.waitForLine { $0.hasPrefix("report ") }
+    let value = child.waitForLine { $0.hasPrefix("value ") }
+    child.kill()
+    let released = report.flatMap { $0.split(separator: "=").last.flatMap { Int($0) } } ?? 0
+    #expect(report?.hasPrefix("report warning group shared defaults 'idle-suite'=") == true, "\(child.output)")
+    #expect(released >= 1000, "\(child.output)")
+    #expect(value == "value 1000", "the value was not read again: \(child.output)")
   }
 
   @Test func groupctlCachePressureRefusesAnUnknownLevel() throws {
