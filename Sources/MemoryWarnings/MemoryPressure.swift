@@ -312,7 +312,8 @@ public final class MemoryPressure: Sendable {
   private let wake: EventFD?
   private let delivery = DispatchQueue(label: "GroupContainer.MemoryWarnings.delivery")
 
-  /// `signals`: read the kernel's signals (false: only budget-less simulated levels, for tests of the delivery).
+  /// `signals`: read the kernel's signals (false: only the footprint against a budget and simulated levels, for
+  /// tests of the delivery). The monitor thread lives as long as the process.
   package init(signals: Bool) {
     wake = try? EventFD(name: "memory pressure monitor wake-up")
     let thread = Thread { [self] in self.run(kernelSignals: signals) }
@@ -335,7 +336,9 @@ public final class MemoryPressure: Sendable {
       continuation.yield(s.policy.level)
       return s.nextID
     }
-    continuation.onTermination = { [weak self] _ in self?.state.withLock { _ = $0.levelStreams.removeValue(forKey: id) } }
+    continuation.onTermination = { [weak self] _ in
+      self?.state.withLock { _ = $0.levelStreams.removeValue(forKey: id) }
+    }
     return stream
   }
 
@@ -348,7 +351,9 @@ public final class MemoryPressure: Sendable {
       s.reportStreams[s.nextID] = continuation
       return s.nextID
     }
-    continuation.onTermination = { [weak self] _ in self?.state.withLock { _ = $0.reportStreams.removeValue(forKey: id) } }
+    continuation.onTermination = { [weak self] _ in
+      self?.state.withLock { _ = $0.reportStreams.removeValue(forKey: id) }
+    }
     return stream
   }
 
@@ -656,7 +661,8 @@ public final class MemoryPressure: Sendable {
 
   /// Takes a sample, feeds the policy and starts the deliveries it calls for.
   private func sample(
-    kernelSignals: Bool, cgroup: MemorySignals.Cgroup?, events: [(source: MemoryPressureSource, level: MemoryPressureLevel)]
+    kernelSignals: Bool, cgroup: MemorySignals.Cgroup?,
+    events: [(source: MemoryPressureSource, level: MemoryPressureLevel)]
   ) {
     var sample = MemorySample(events: events)
     let now = MonotonicClock.nanoseconds()

@@ -104,7 +104,9 @@ func runMemoryPressure(_ args: [String], container: GroupContainer) throws -> Ne
       out("no critical: tier \(tier.bytes) bytes, level \(pressure.level)")
       exit(1)
     }
-    out("resident before=\(residentBeforeCritical.load(ordering: .relaxed)) after=\((try? MemorySignals.residentBytes()) ?? 0)")
+    out(
+      "resident before=\(residentBeforeCritical.load(ordering: .relaxed)) after=\((try? MemorySignals.residentBytes()) ?? 0)"
+    )
     for _ in 0..<1500 where pressure.level != .normal { MonotonicClock.sleep(nanoseconds: 20_000_000) }
     out(pressure.level == .normal ? "normal" : "still \(pressure.level)")
     registration.cancel()

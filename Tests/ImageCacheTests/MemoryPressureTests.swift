@@ -4,8 +4,8 @@ import Glibc
 import MemoryWarnings
 import Synchronization
 import SystemLayer
-import Testing
 import TestSupport
+import Testing
 
 /// The low-memory policy: levels from synthetic samples (hysteresis, dwell, mapping), handler delivery, and real
 /// processes under the kernel's signals (a memory-limited cgroup v1, a budget), levels sent to the group through
@@ -47,7 +47,8 @@ import TestSupport
   @Test func theLevelFallsOnlyAfterTheDwell() {
     var policy = MemoryPressurePolicy()
     let limit = 100 << 20
-    #expect(policy.update(MemorySample(cgroupWorkingSet: 93 * limit / 100, cgroupLimit: limit), now: 0)?.level == .critical)
+    #expect(
+      policy.update(MemorySample(cgroupWorkingSet: 93 * limit / 100, cgroupLimit: limit), now: 0)?.level == .critical)
     // Well below every threshold, but within the documented 3 s dwell: no change.
     let dwell = 3 * Self.second
     for step in 1..<6 {
@@ -141,7 +142,8 @@ import TestSupport
     if let cgroup = MemorySignals.memoryCgroup() {
       #expect(signals.contains { $0.hasPrefix("cgroupUsage: \(cgroup)") })
       if cgroup.version == .v1 && geteuid() == 0 {
-        #expect(signals.contains { $0.hasPrefix("cgroupEvent: memory.pressure_level low/medium/critical") }, "\(signals)")
+        #expect(
+          signals.contains { $0.hasPrefix("cgroupEvent: memory.pressure_level low/medium/critical") }, "\(signals)")
       }
     } else {
       #expect(signals.contains { $0.contains("no memory cgroup found") })
