@@ -121,6 +121,18 @@ import Testing
     second.cancel()
   }
 
+  @Test func levelsStartWithTheCurrentLevelThenYieldEachChange() async {
+    let pressure = MemoryPressure(signals: false)
+    var levels = pressure.levels.makeAsyncIterator()
+    #expect(await levels.next() == .normal)
+    await pressure.simulate(.warning)
+    #expect(await levels.next() == .warning)
+    await pressure.simulate(.critical)
+    #expect(await levels.next() == .critical)
+    await pressure.simulate(.normal)
+    #expect(await levels.next() == .normal)
+  }
+
   @Test func memoryLimitIsNeverTheHostsRAMAlone() {
     let pressure = MemoryPressure.shared
     let total = (try? MemorySignals.readTable("/proc/meminfo"))?["MemTotal"].map(Int.init) ?? 0
