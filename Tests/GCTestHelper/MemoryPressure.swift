@@ -46,7 +46,7 @@ private final class ChunkTier: Sendable {
 ///
 /// - `pressure-cgroup <root> <group> <cgroup-dir-name> <file-cache-MB>`: waits until the test moved it into the
 ///   memory cgroup named `<cgroup-dir-name>`, writes and syncs `<file-cache-MB>` of files (page cache the kernel can
-///   reclaim, which is what its pressure events measure), then grows a registered tier 1 MB at a time until the
+///   reclaim, which is what its pressure events measure), then grows a registered tier (512 KB every 20 ms) until the
 ///   critical delivery. Says `handler <level> <source> released <bytes> resident <bytes>` per delivery, then
 ///   `resident before=<bytes> after=<bytes>` around the critical release, then `normal` once the level fell back.
 /// - `pressure-budget <root> <group> <budget-MB>`: sets the budget and grows until a warning; says
@@ -90,8 +90,9 @@ func runMemoryPressure(_ args: [String], container: GroupContainer) throws -> Ne
     }
     var reports = 0
     var sawCritical = false
-    for _ in 0..<600 {
-      tier.grow()
+    // 512 KB every 20 ms: about 150 ms from the critical threshold to the limit, for the monitor to react.
+    for _ in 0..<1200 {
+      tier.grow(by: 512 << 10)
       MonotonicClock.sleep(nanoseconds: 20_000_000)
       if pressure.reportCount > reports, let report = pressure.lastReport {
         reports = pressure.reportCount
@@ -118,9 +119,11 @@ func runMemoryPressure(_ args: [String], container: GroupContainer) throws -> Ne
     let tier = ChunkTier(limit: budget)
     let registration = pressure.onMemoryWarning(name: "chunks") { level in tier.release(level) }
     out("footprint at start \(pressure.footprint) budget \(budget)")
-    // 256 KB every 50 ms: slow enough that the 250 ms samples see the footprint inside the warning band.
-    for _ in 0..<(16 * Int(args[4])!) {
-      tier.grow(by: 256 << 10)
+    // Quickly to 60 % of the budget, then 128 KB every 50 ms: slow enough that the 250 ms samples see the footprint
+    // inside the warning band (80–92 %) even on a loaded machine.
+    while pressure.footprint < budget * 6 / 10 { tier.grow() }
+    for _ in 0..<(32 * Int(args[4])!) {
+      tier.grow(by: 128 << 10)
       MonotonicClock.sleep(nanoseconds: 50_000_000)
       if let report = pressure.lastReport {
         out("handler \(report.level) \(report.source.rawValue) footprint \(report.footprintBefore) budget \(budget)")
