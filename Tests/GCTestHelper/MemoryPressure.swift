@@ -47,14 +47,15 @@ private final class ChunkTier: Sendable {
 /// - `pressure-cgroup <root> <group> <cgroup-dir-name> <file-cache-MB>`: waits until the test moved it into the
 ///   memory cgroup named `<cgroup-dir-name>`, writes and syncs `<file-cache-MB>` of files (page cache the kernel can
 ///   reclaim, which is what its pressure events measure), then grows a registered tier (512 KB every 20 ms) until the
-///   critical delivery. Says `handler <level> <source> released <bytes> resident <bytes>` per delivery, then
+///   critical delivery. Says `handler <level> released <bytes> resident <bytes>` per handler call and
+///   `report <level> <source> released <bytes>` per delivery, then
 ///   `resident before=<bytes> after=<bytes>` around the critical release, then `normal` once the level fell back.
-/// - `pressure-budget <root> <group> <budget-MB>`: sets the budget and grows until a warning; says
-///   `handler warning footprint …` and exits.
+/// - `pressure-budget <root> <group> <budget-MB>`: sets the budget and grows until the first delivery; says
+///   `handler <level> <source> footprint <bytes> budget <bytes>` and exits.
 /// - `pressure-listen <root> <group> <name>`: registers a handler with the container; says `ready`, then
-///   `got <level> <source>` for each delivery; runs until killed.
+///   `got <level>` per handler call and `report <level> <source>` per delivery; runs until killed.
 /// - `pressure-defaults <root> <group> <suite>`: sets `key` in the suite and stays idle; says `ready`, then for each
-///   delivery `report <level> <source> <handler>=<bytes>…` and `value <the key's value, read again>`; runs until
+///   delivery `report <level> <source> <handler>=<bytes>…` and `value <length of the key's value, read again>`; runs until
 ///   killed.
 /// - `pressure-disk <root> <group> <cache-dir>`: registers a low-disk-space handler for the container-relative
 ///   `<cache-dir>` that removes its files until the space recovered; says `ready`, then `low <available> <size>
