@@ -165,6 +165,26 @@ import Testing
     }
   }
 
+  /// cgroup v2: `memory.max` bounds `memoryLimit` and `memory.pressure` PSI triggers are set up.
+  @Test(
+    .enabled(
+      if: MemorySignals.memoryCgroup()?.version == .v2,
+      "the memory controller is not on cgroup v2 here (this machine mounts it as cgroup v1)"))
+  func cgroupV2LimitAndPressureTriggers() throws {
+    let cgroup = try #require(MemorySignals.memoryCgroup())
+    let pressure = MemoryPressure.shared
+    _ = pressure.level
+    var signals: [String] = []
+    for _ in 0..<500 where signals.isEmpty {
+      signals = pressure.signals
+      Thread.sleep(forTimeInterval: 0.01)
+    }
+    #expect(signals.contains { $0.hasPrefix("cgroupPressure:") }, "\(signals)")
+    if let max = try MemorySignals.readNumber(cgroup.directory + "/memory.max") {
+      #expect(pressure.memoryLimit <= Int(max))
+    }
+  }
+
   // MARK: Real processes
 
   /// A child process in a cgroup v1 memory cgroup limited to 96 MB (made beneath the test's own memory cgroup)
@@ -183,6 +203,7 @@ import Testing
     let status = child.waitForExit()
     let lines = child.output
     #expect(status == 0, "\(lines)")
+    #expect(lines.contains("limit \(96 << 20)"), "memoryLimit is not the cgroup's limit: \(lines)")
     let handled = lines.filter { $0.hasPrefix("handler ") }.map { $0.split(separator: " ")[1] }
     #expect(handled == ["warning", "critical"], "\(lines)")
     let kernel = Set(["cgroupEvent", "cgroupUsage", "systemPressure", "memAvailable"])
