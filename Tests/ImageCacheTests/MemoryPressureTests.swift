@@ -251,12 +251,13 @@ import Testing
 
   /// Shared defaults register too: a suite idle for 5 s drops its values on a warning sent to the group, and
   /// reads them again on the next access.
-  @Test func anIdleDefaultsSuiteDropsWhatItCanReadAgain() throws {
+  @Test func anIdleDefaultsSuiteDropsWhatItCanReadAgain() async throws {
     let root = try TestRoot()
     let container = try root.container(Self.group)
     let child = try Child(["pressure-defaults", root.path, Self.group, "idle-suite"])
     child.waitForLine { $0 == "ready" }
-    Thread.sleep(forTimeInterval: 5.5)  // the suite's idle time (no write for 5 s)
+    // The suite's idle time (no write for 5 s), without holding a thread of the test pool.
+    try await Task.sleep(for: .milliseconds(5500))
     try MemoryPressure.send(.warning, to: container)
     let report = child.waitForLine { $0.hasPrefix("report ") }
     let value = child.waitForLine { $0.hasPrefix("value ") }
