@@ -699,8 +699,8 @@ public final class MemoryPressure: Sendable {
         Self.logger.notice(
           "memory pressure: \(change.level)\(change.source.map { " (\($0.rawValue))" } ?? "")")
         for continuation in s.levelStreams.values { continuation.yield(change.level) }
-        // A rise runs the handlers (a fall does not), unless a simulated level in this sample runs them already.
-        if change.level > previous, deliveries.isEmpty, let source = change.source {
+        // A rise runs the handlers (a fall does not), unless a simulated level as high in this sample runs them.
+        if change.level > previous, !deliveries.contains(where: { $0.0 >= change.level }), let source = change.source {
           deliveries.append((change.level, source, nil))
         }
       }
