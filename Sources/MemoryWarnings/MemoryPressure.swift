@@ -313,8 +313,10 @@ public final class MemoryPressure: Sendable {
   private let delivery = DispatchQueue(label: "GroupContainer.MemoryWarnings.delivery")
 
   /// `signals`: read the kernel's signals (false: only the footprint against a budget and simulated levels, for
-  /// tests of the delivery). The monitor thread lives as long as the process.
-  package init(signals: Bool) {
+  /// tests of the delivery); `dwell`: the policy's (tests make it long, so a level they set stays while they look).
+  /// The monitor thread lives as long as the process.
+  package init(signals: Bool, dwell: UInt64 = MemoryPressurePolicy.defaultDwell) {
+    state.withLock { $0.policy.dwell = dwell }
     wake = try? EventFD(name: "memory pressure monitor wake-up")
     let thread = Thread { [self] in self.run(kernelSignals: signals) }
     thread.name = "GroupContainer.MemoryWarnings"

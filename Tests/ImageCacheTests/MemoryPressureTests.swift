@@ -24,6 +24,8 @@ import Testing
 @Suite(.timeLimit(.minutes(1))) struct MemoryPressureTests {
   static let group = "group.com.example.pressure"
   static let second: UInt64 = 1_000_000_000
+  /// The dwell of the monitors that delivery tests make: a simulated level stays until they set another.
+  static let hour = 3600 * second
 
   // MARK: The policy, on synthetic samples
 
@@ -92,7 +94,7 @@ import Testing
   // MARK: Delivery
 
   @Test func simulatedLevelsRunEveryHandler() async {
-    let pressure = MemoryPressure(signals: false)
+    let pressure = MemoryPressure(signals: false, dwell: Self.hour)
     let calls = Mutex<[String]>([])
     let first = pressure.onMemoryWarning(name: "first") { level in
       calls.withLock { $0.append("first \(level)") }
@@ -122,7 +124,7 @@ import Testing
   }
 
   @Test func levelsStartWithTheCurrentLevelThenYieldEachChange() async {
-    let pressure = MemoryPressure(signals: false)
+    let pressure = MemoryPressure(signals: false, dwell: Self.hour)
     var levels = pressure.levels.makeAsyncIterator()
     #expect(await levels.next() == .normal)
     await pressure.simulate(.warning)
@@ -205,7 +207,9 @@ import Testing
     #expect(status == 0, "\(lines)")
     #expect(lines.contains("limit \(96 << 20)"), "memoryLimit is not the cgroup's limit: \(lines)")
     let handled = lines.filter { $0.hasPrefix("handler ") }.map { $0.split(separator: " ")[1] }
-    #expect(handled == ["warning", "critical"], "\(lines)")
+    // Warning first, critical once, at the end (a slow machine may fall back to normal and warn again between).
+    #expect(handled.first == "warning" && handled.last == "critical", "\(lines)")
+    #expect(handled.filter { $0 == "critical" }.count == 1, "\(lines)")
     let kernel = Set(["cgroupEvent", "cgroupUsage", "systemPressure", "memAvailable"])
     let sources = lines.filter { $0.hasPrefix("report ") }.map { String($0.split(separator: " ")[2]) }
     #expect(!sources.isEmpty && sources.allSatisfy(kernel.contains), "\(lines)")
