@@ -11,9 +11,11 @@ import SystemLayer
 //   - footprint (resident anonymous memory) against `budget`:      warning 80 % / 70 %, critical 92 % / 85 %
 //   - cgroup working set (usage − inactive file) against its limit: warning 80 % / 70 %, critical 92 % / 85 %
 //   - memory in use system-wide (1 − MemAvailable / MemTotal):      warning 90 % / 85 %, critical 95 % / 92 %
-// - Event signals: cgroup v1 `memory.pressure_level` low/medium → warning, critical → critical; PSI triggers
-//   (cgroup v2 `memory.pressure`, system `/proc/pressure/memory`): "some 200 ms in 2 s" → warning, "full 200 ms in
-//   2 s" → critical.
+// - Event signals: cgroup v1 `memory.pressure_level` low/medium → warning, critical → critical; PSI triggers on the
+//   cgroup v2 `memory.pressure`: "some 200 ms in 2 s" → warning, "full 200 ms in 2 s" → critical; on the system's
+//   `/proc/pressure/memory`: "full 100 ms in 2 s" → warning, "full 500 ms in 2 s" → critical ("some" is left out
+//   there: one memory-limited cgroup reclaiming raises it for the whole machine — measured: a 96 MB cgroup at its
+//   limit fired "some 200 ms in 2 s" in every other process).
 // - The level rises at once; it falls only after every signal stayed below it for `dwell` (3 s).
 // - Sampling: every second (`samplePeriodMilliseconds`; every 250 ms while a budget is set), and at once after any
 //   kernel event.
@@ -566,15 +568,21 @@ public final class MemoryPressure: Sendable {
     return sources
   }
 
-  /// "some" stalls of 200 ms in a 2 s window → warning, "full" → critical (2 s: the unprivileged minimum unit).
+  /// The cgroup's own stalls: "some" 200 ms in a 2 s window → warning, "full" 200 ms → critical. The system's:
+  /// "full" only (100 ms → warning, 500 ms → critical): any memory-limited cgroup reclaiming raises the system's
+  /// "some", which would warn every process of the machine. 2 s windows: the unprivileged minimum unit.
   private static func addTriggers(
     path: String, source: MemoryPressureSource, into sources: inout KernelSources
   ) {
+    let specifications: [(kind: String, stall: Int, level: MemoryPressureLevel)] =
+      source == .systemPressure
+      ? [("full", 100_000, .warning), ("full", 500_000, .critical)]
+      : [("some", 200_000, .warning), ("full", 200_000, .critical)]
     var made: [String] = []
-    for (kind, level) in [("some", MemoryPressureLevel.warning), ("full", .critical)] {
+    for (kind, stall, level) in specifications {
       do {
         let trigger = try PressureTrigger(
-          path: path, kind: kind, stallMicroseconds: 200_000, windowMicroseconds: 2_000_000)
+          path: path, kind: kind, stallMicroseconds: stall, windowMicroseconds: 2_000_000)
         sources.triggers.append((trigger, source, level))
         made.append(trigger.specification)
       } catch {
