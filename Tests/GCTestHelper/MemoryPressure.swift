@@ -55,8 +55,8 @@ private final class ChunkTier: Sendable {
 /// - `pressure-listen <root> <group> <name>`: registers a handler with the container; says `ready`, then
 ///   `got <level>` per handler call and `report <level> <source>` per delivery; runs until killed.
 /// - `pressure-defaults <root> <group> <suite>`: sets `key` in the suite and stays idle; says `ready`, then for each
-///   delivery `report <level> <source> <handler>=<bytes>…` and `value <length of the key's value, read again>`; runs until
-///   killed.
+///   delivery `report <level> <source> <handler>=<bytes>,… value <length of the key's value, read again>`; runs
+///   until killed.
 /// - `pressure-disk <root> <group> <cache-dir>`: registers a low-disk-space handler for the container-relative
 ///   `<cache-dir>` that removes its files until the space recovered; says `ready`, then `low <available> <size>
 ///   removed <bytes>`; runs until killed.
@@ -161,8 +161,9 @@ func runMemoryPressure(_ args: [String], container: GroupContainer) throws -> Ne
       if pressure.reportCount > seen, let report = pressure.lastReport {
         seen = pressure.reportCount
         let entries = report.entries.map { "\($0.name)=\($0.bytesReleased)" }.joined(separator: ",")
-        out("report \(report.level) \(report.source.rawValue) \(entries)")
-        out("value \(defaults.string(forKey: "key")?.count ?? -1)")
+        out(
+          "report \(report.level) \(report.source.rawValue) \(entries) value \(defaults.string(forKey: "key")?.count ?? -1)"
+        )
       }
     }
 

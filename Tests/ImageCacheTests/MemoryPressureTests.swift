@@ -248,7 +248,9 @@ import Testing
       }
     }
     for listener in listeners {
-      #expect(listener.output.filter { $0.hasPrefix("got ") } == ["got warning", "got critical"], "\(listener.output)")
+      let got = listener.output.filter { $0.hasPrefix("got ") }
+      #expect(
+        (got.firstIndex(of: "got warning") ?? .max) < (got.lastIndex(of: "got critical") ?? .min), "\(listener.output)")
       listener.kill()
     }
   }
@@ -263,13 +265,14 @@ import Testing
     // The suite's idle time (no write for 5 s), without holding a thread of the test pool.
     try await Task.sleep(for: .milliseconds(5500))
     try MemoryPressure.send(.warning, to: container)
-    let report = child.waitForLine { $0.hasPrefix("report ") }
-    let value = child.waitForLine { $0.hasPrefix("value ") }
+    // (A real warning from the kernel may come too: only the group's counts here.)
+    let report = child.waitForLine { $0.hasPrefix("report warning group ") }
     child.kill()
-    let released = report.flatMap { $0.split(separator: "=").last.flatMap { Int($0) } } ?? 0
+    let fields = report?.split(separator: " ") ?? []
+    let released = fields.first { $0.hasPrefix("'idle-suite'=") }.flatMap { $0.split(separator: "=").last }
     #expect(report?.hasPrefix("report warning group shared defaults 'idle-suite'=") == true, "\(child.output)")
-    #expect(released >= 1000, "\(child.output)")
-    #expect(value == "value 1000", "the value was not read again: \(child.output)")
+    #expect(released.flatMap { Int($0) } ?? 0 >= 1000, "\(child.output)")
+    #expect(report?.hasSuffix(" value 1000") == true, "the value was not read again: \(child.output)")
   }
 
   @Test func groupctlCachePressureRefusesAnUnknownLevel() throws {
