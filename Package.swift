@@ -49,7 +49,7 @@ let package = Package(
     .target(
       name: "SharedDefaults",
       dependencies: [
-        "FileCoordination", "PropertyList", "SystemLayer",
+        "FileCoordination", "PropertyList", "SystemLayer", "MemoryWarnings",
         .product(name: "Logging", package: "swift-log"),
       ]
     ),

@@ -12,6 +12,8 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <malloc.h>
+#include <sys/eventfd.h>
 
 int gc_futex_wait(uint32_t *word, uint32_t expected, const struct timespec *relative_timeout) {
   return (int)syscall(SYS_futex, word, FUTEX_WAIT, expected, relative_timeout, NULL, 0);
@@ -130,3 +132,9 @@ uint32_t gc_guard_faults(int slot) {
   if (slot < 0 || slot >= GUARD_SLOTS) return 0;
   return atomic_load_explicit(&guard_faults[slot], memory_order_relaxed);
 }
+
+int gc_eventfd(unsigned int initval, int nonblocking_cloexec) {
+  return eventfd(initval, nonblocking_cloexec ? (EFD_NONBLOCK | EFD_CLOEXEC) : 0);
+}
+
+int gc_malloc_trim(size_t pad) { return malloc_trim(pad); }

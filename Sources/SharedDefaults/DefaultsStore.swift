@@ -2,6 +2,7 @@ import Dispatch
 import FileCoordination
 import Foundation
 import Logging
+import MemoryWarnings
 import PropertyList
 import Synchronization
 import SystemLayer
@@ -122,11 +123,45 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     let key = directory + "/" + suite
     if let store = stores.withLock({ $0[key] }) { return store }
     let store = try DefaultsStore(suite: suite, directory: directory, container: container)
-    return stores.withLock { stores in
-      if let existing = stores[key] { return existing }
+    let (chosen, fresh) = stores.withLock { stores -> (DefaultsStore, Bool) in
+      if let existing = stores[key] { return (existing, false) }
       stores[key] = store
       store.startWatching()
-      return store
+      return (store, true)
+    }
+    if fresh {
+      // Stores live as long as the process: the registration is never cancelled.
+      _ = MemoryPressure.shared.onMemoryWarning(name: "shared defaults '\(suite)'", container: container) {
+        [weak store] _ in store?.dropValuesIfUnused() ?? 0
+      }
+    }
+    return chosen
+  }
+
+  /// On a memory warning: a suite not in use (no observers, no write for `idleCompaction`, nothing of its own
+  /// pending) drops its values, which the next access reads again from the snapshot and journal (a reload, as
+  /// after another process's compaction). Registered defaults stay: nothing could read them again. Returns about
+  /// how many bytes the values held.
+  func dropValuesIfUnused() -> Int {
+    state.withLock { s in
+      guard s.observers.isEmpty, s.pendingOwn.isEmpty, s.generation != .max,
+        MonotonicClock.nanoseconds() &- s.lastWrite >= Self.idleCompaction
+      else { return 0 }
+      let bytes = s.values.reduce(0) { $0 + $1.key.utf8.count + Self.approximateSize(of: $1.value) }
+      s.values = [:]
+      s.generation = .max  // `refreshIfChanged` reloads on the next access
+      s.length = 0
+      return bytes
+    }
+  }
+
+  private static func approximateSize(of value: PropertyListValue) -> Int {
+    switch value {
+    case .string(let string): return 16 + string.utf8.count
+    case .data(let bytes): return 16 + bytes.count
+    case .array(let items): return 16 + items.reduce(0) { $0 + approximateSize(of: $1) }
+    case .dictionary(let items): return 16 + items.reduce(0) { $0 + $1.key.utf8.count + approximateSize(of: $1.value) }
+    default: return 16
     }
   }
 

@@ -38,4 +38,9 @@ int gc_guard_register(void *base, size_t length);
 void gc_guard_unregister(int slot);
 // How many faults the range of `slot` has taken since it was registered.
 uint32_t gc_guard_faults(int slot);
+
+// eventfd(2) (sys/eventfd.h is not in the Glibc module): cgroup v1 memory.pressure_level events need one.
+int gc_eventfd(unsigned int initval, int nonblocking_cloexec);
+// malloc_trim(3): gives the heap's free memory back to the kernel after memory warnings released it.
+int gc_malloc_trim(size_t pad);
 #endif

@@ -1,0 +1,234 @@
+import CSystemShims
+import Glibc
+import SystemPackage
+
+/// The system calls behind memory pressure (MemoryWarnings' policy): the process's memory cgroup and its files,
+/// `/proc/meminfo`, `/proc/self/statm`, PSI triggers, cgroup v1 pressure events through `cgroup.event_control`
+/// and an eventfd, `poll`, `statvfs` and `malloc_trim`. Linux only, as everything in this module.
+package enum MemorySignals {
+  /// The memory cgroup this process is in and where its files are.
+  package struct Cgroup: Sendable, Equatable, CustomStringConvertible {
+    package enum Version: Int, Sendable { case v1 = 1, v2 = 2 }
+    package var version: Version
+    /// The cgroup's directory, e.g. `/sys/fs/cgroup/memory/user.slice` (v1) or `/sys/fs/cgroup/app.slice` (v2).
+    package var directory: String
+    package var description: String { "cgroup v\(version.rawValue) \(directory)" }
+  }
+
+  /// The process's memory cgroup from `/proc/self/cgroup`: the v1 `memory` controller's line (`N:memory:/path`),
+  /// else the v2 line (`0::/path`) when that hierarchy has the memory controller. Nil when neither has its files
+  /// (no cgroup file system mounted, as in some containers).
+  package static func memoryCgroup(procFile: String = "/proc/self/cgroup") -> Cgroup? {
+    guard let text = try? readText(procFile, limit: 64 << 10) else { return nil }
+    var v2Path: String?
+    for line in text.split(separator: "\n") {
+      let fields = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
+      guard fields.count == 3 else { continue }
+      let path = String(fields[2])
+      if fields[1].split(separator: ",").contains("memory") {
+        for mount in ["/sys/fs/cgroup/memory", "/sys/fs/cgroup/memory,cpuset"] {
+          let directory = normalized(mount + path)
+          if (try? FileSystem.status(directory + "/memory.limit_in_bytes")) ?? nil != nil {
+            return Cgroup(version: .v1, directory: directory)
+          }
+        }
+      } else if fields[0] == "0" && fields[1].isEmpty {
+        v2Path = path
+      }
+    }
+    guard let v2Path else { return nil }
+    for mount in ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"] {
+      let directory = normalized(mount + v2Path)
+      if (try? FileSystem.status(directory + "/memory.current")) ?? nil != nil {
+        return Cgroup(version: .v2, directory: directory)
+      }
+    }
+    return nil
+  }
+
+  private static func normalized(_ path: String) -> String {
+    path.hasSuffix("/") && path.count > 1 ? String(path.dropLast()) : path
+  }
+
+  /// A small text file of /proc or /sys, read whole (these report size 0, so no size check applies).
+  package static func readText(_ path: String, limit: Int = 1 << 20) throws(FileSystemError) -> String {
+    let fd = try SystemFD.open(path, .readOnly)
+    defer { fd.close() }
+    return String(decoding: try fd.readAll(limit: limit), as: UTF8.self)
+  }
+
+  /// A file holding one number (`memory.limit_in_bytes`, `memory.current`); nil for `max` (no limit).
+  package static func readNumber(_ path: String) throws(FileSystemError) -> Int64? {
+    let text = try readText(path, limit: 256).trimmingSpaces
+    if text == "max" { return nil }
+    guard let value = Int64(text) else { throw FileSystemError("read (not a number)", path, .invalidArgument) }
+    return value
+  }
+
+  /// `key value` lines (`memory.stat`), or `Key: value kB` lines (`/proc/meminfo`, converted to bytes).
+  package static func readTable(_ path: String) throws(FileSystemError) -> [String: Int64] {
+    var table: [String: Int64] = [:]
+    for line in try readText(path).split(separator: "\n") {
+      let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+      guard fields.count >= 2, let value = Int64(fields[1]) else { continue }
+      var key = fields[0]
+      if key.hasSuffix(":") { key = key.dropLast() }
+      table[String(key)] = fields.count >= 3 && fields[2] == "kB" ? value * 1024 : value
+    }
+    return table
+  }
+
+  /// The process's own footprint in bytes: its resident anonymous memory (`resident − shared` pages of
+  /// `/proc/self/statm`, i.e. `RssAnon`): the heap and stacks it dirtied, not the code and file pages the kernel
+  /// can drop and read again — the counterpart of the footprint iOS holds an extension to.
+  package static func footprint() throws(FileSystemError) -> Int64 {
+    let fields = try readText("/proc/self/statm", limit: 512).split(separator: " ")
+    guard fields.count >= 3, let resident = Int64(fields[1]), let shared = Int64(fields[2].trimmingSpaces) else {
+      throw FileSystemError("read (unexpected format)", "/proc/self/statm", .invalidArgument)
+    }
+    return max(0, resident - shared) * Int64(pageSize)
+  }
+
+  /// The process's resident memory in bytes (`/proc/self/statm`, all of it: anonymous and file pages).
+  package static func residentBytes() throws(FileSystemError) -> Int64 {
+    let fields = try readText("/proc/self/statm", limit: 512).split(separator: " ")
+    guard fields.count >= 2, let resident = Int64(fields[1]) else {
+      throw FileSystemError("read (unexpected format)", "/proc/self/statm", .invalidArgument)
+    }
+    return resident * Int64(pageSize)
+  }
+
+  /// The page size. The corresponding C function is `sysconf(_SC_PAGESIZE)`.
+  package static var pageSize: Int { Int(sysconf(Int32(_SC_PAGESIZE))) }
+
+  /// Gives the heap's free memory back to the kernel, so memory released on a warning leaves the footprint (glibc
+  /// keeps freed chunks otherwise). The corresponding C function is `malloc_trim`.
+  package static func returnFreedMemory() { _ = gc_malloc_trim(0) }
+
+  /// Space of the file system holding `path`: its size and what an unprivileged user may still use, in bytes.
+  /// The corresponding C functions are `open` and `fstatvfs`.
+  package static func diskSpace(of path: String) throws(FileSystemError) -> (size: Int64, available: Int64) {
+    let directory = try SystemFD.open(path, [.readOnly, .directory, .followSymlink])
+    defer { directory.close() }
+    var st = statvfs()
+    _ = try valueOrErrno { fstatvfs(directory.rawValue, &st) }.get("fstatvfs", path)
+    let unit = Int64(st.f_frsize)
+    return (Int64(st.f_blocks) * unit, Int64(st.f_bavail) * unit)
+  }
+}
+
+/// An eventfd: a counter the kernel (a cgroup v1 pressure event) or another thread signals, read by `poll`ers.
+package struct EventFD: Sendable, Hashable {
+  package let fd: SystemFD
+
+  /// A non-blocking, close-on-exec eventfd. The corresponding C function is `eventfd`.
+  package init(name: String) throws(FileSystemError) {
+    let raw = try valueOrErrno { gc_eventfd(0, 1) }.get("eventfd", name)
+    fd = SystemFD(rawValue: raw, path: name)
+  }
+
+  /// Reads and resets the counter (this re-arms `poll`: a counter left unread keeps the descriptor readable).
+  /// Returns 0 when nothing was signalled. The corresponding C function is `read`.
+  @discardableResult
+  package func consume() -> UInt64 {
+    var value: UInt64 = 0
+    switch valueOrErrno({ Glibc.read(fd.rawValue, &value, 8) }) {
+    case .success(8): return value
+    default: return 0
+    }
+  }
+
+  /// Adds one to the counter (wakes a poller). The corresponding C function is `write`.
+  package func signal() {
+    var one: UInt64 = 1
+    _ = valueOrErrno { Glibc.write(fd.rawValue, &one, 8) }
+  }
+
+  package func close() { fd.close() }
+}
+
+/// A registration of cgroup v1's `memory.pressure_level`: the kernel signals the eventfd each time reclaim in the
+/// cgroup reaches `level` or above (`low`, `medium`, `critical`).
+package struct CgroupV1PressureEvent: Sendable {
+  package let level: String
+  package let event: EventFD
+  private let control: SystemFD
+
+  /// Writes `"<eventfd> <pressure_level fd> <level>"` to the cgroup's `cgroup.event_control` (root, or the owner
+  /// of the cgroup). The corresponding C functions are `eventfd`, `open` and `write`.
+  package init(cgroupDirectory: String, level: String) throws(FileSystemError) {
+    self.level = level
+    let pressure = try SystemFD.open(cgroupDirectory + "/memory.pressure_level", .readOnly)
+    let event: EventFD
+    do { event = try EventFD(name: "eventfd for \(cgroupDirectory)/memory.pressure_level \(level)") } catch {
+      pressure.close()
+      throw error
+    }
+    do {
+      let control = try SystemFD.open(cgroupDirectory + "/cgroup.event_control", .writeOnly)
+      defer { control.close() }
+      try control.writeAll(Array("\(event.fd.rawValue) \(pressure.rawValue) \(level)".utf8))
+    } catch {
+      event.close()
+      pressure.close()
+      throw error
+    }
+    self.event = event
+    self.control = pressure
+  }
+
+  /// Closing the eventfd ends the registration in the kernel.
+  package func close() {
+    event.close()
+    control.close()
+  }
+}
+
+/// A PSI trigger (`/proc/pressure/memory`, or a cgroup v2 `memory.pressure`): the kernel raises `POLLPRI` on the
+/// descriptor when tasks stalled for `stallMicroseconds` within a `windowMicroseconds` window; it re-arms itself
+/// (at most one event per window). Unprivileged triggers need Linux ≥ 6.5 and a window that is a multiple of 2 s.
+package struct PressureTrigger: Sendable {
+  package let fd: SystemFD
+  package let specification: String
+
+  /// The corresponding C functions are `open` and `write` (`"some 150000 2000000"`).
+  package init(path: String, kind: String, stallMicroseconds: Int, windowMicroseconds: Int) throws(FileSystemError) {
+    specification = "\(kind) \(stallMicroseconds) \(windowMicroseconds)"
+    let fd = try SystemFD.open(path, .readWrite)
+    do {
+      // The kernel wants the terminating NUL as part of the write.
+      try fd.writeAll(Array(specification.utf8) + [0])
+    } catch {
+      fd.close()
+      throw FileSystemError("write '\(specification)' to", path, error.errno)
+    }
+    self.fd = fd
+  }
+
+  package func close() { fd.close() }
+}
+
+/// `poll` over a few descriptors.
+package enum Poll {
+  package static let readable = Int16(POLLIN)
+  package static let priority = Int16(POLLPRI)
+  package static let error = Int16(POLLERR)
+
+  /// Sleeps until one of `descriptors` has one of its events or `timeoutMilliseconds` pass; returns the events
+  /// each one has (0 for none). The corresponding C function is `poll`.
+  package static func wait(
+    _ descriptors: [(fd: Int32, events: Int16)], timeoutMilliseconds: Int32
+  ) throws(FileSystemError) -> [Int16] {
+    var fds = descriptors.map { pollfd(fd: $0.fd, events: $0.events, revents: 0) }
+    _ = try fds.withUnsafeMutableBufferPointer { buffer in
+      valueOrErrno { Glibc.poll(buffer.baseAddress, nfds_t(buffer.count), timeoutMilliseconds) }
+    }.get("poll", "")
+    return fds.map(\.revents)
+  }
+}
+
+extension StringProtocol {
+  fileprivate var trimmingSpaces: String {
+    String(self).split(whereSeparator: { $0 == " " || $0 == "\n" || $0 == "\t" }).joined(separator: " ")
+  }
+}

@@ -1,0 +1,192 @@
+// Helper sub-commands for MemoryPressureTests: processes that grow under a memory limit or a budget, listen for
+// levels sent to the group, or watch the disk.
+import FileCoordination
+import Foundation
+import MemoryWarnings
+import SharedDefaults
+import Synchronization
+import SystemLayer
+
+/// One line on stdout, from any thread (handlers run on the monitor's delivery queue).
+private func out(_ line: String) {
+  try? SystemFD(rawValue: 1, path: "stdout").writeAll(Array((line + "\n").utf8))
+}
+
+/// A stand-in memory tier: 1 MB chunks, trimmed on warning to `MemoryPressure.warningTrimFraction` of its limit
+/// and emptied on critical.
+private final class ChunkTier: Sendable {
+  private let chunks = Mutex<[[UInt8]]>([])
+  let limit: Int
+
+  init(limit: Int) { self.limit = limit }
+
+  var bytes: Int { chunks.withLock { $0.reduce(0) { $0 + $1.count } } }
+
+  /// Adds `size` bytes, every page touched (resident, not just reserved).
+  func grow(by size: Int = 1 << 20) {
+    let chunk = [UInt8](repeating: 0x5a, count: size)
+    chunks.withLock { $0.append(chunk) }
+  }
+
+  func release(_ level: MemoryPressureLevel) -> Int {
+    chunks.withLock { chunks in
+      let target = level == .critical ? 0 : Int(Double(limit) * MemoryPressure.warningTrimFraction)
+      var held = chunks.reduce(0) { $0 + $1.count }
+      var released = 0
+      while held > target, let last = chunks.popLast() {
+        held -= last.count
+        released += last.count
+      }
+      return released
+    }
+  }
+}
+
+/// Runs a memory-pressure sub-command; exits when done.
+///
+/// - `pressure-cgroup <root> <group> <cgroup-dir-name> <file-cache-MB>`: waits until the test moved it into the
+///   memory cgroup named `<cgroup-dir-name>`, writes and syncs `<file-cache-MB>` of files (page cache the kernel can
+///   reclaim, which is what its pressure events measure), then grows a registered tier (512 KB every 20 ms) until the
+///   critical delivery. Says `handler <level> released <bytes> resident <bytes>` per handler call and
+///   `report <level> <source> released <bytes>` per delivery, then
+///   `resident before=<bytes> after=<bytes>` around the critical release, then `normal` once the level fell back.
+/// - `pressure-budget <root> <group> <budget-MB>`: sets the budget and grows until the first delivery; says
+///   `handler <level> <source> footprint <bytes> budget <bytes>` and exits.
+/// - `pressure-listen <root> <group> <name>`: registers a handler with the container; says `ready`, then
+///   `got <level>` per handler call and `report <level> <source>` per delivery; runs until killed.
+/// - `pressure-defaults <root> <group> <suite>`: sets `key` in the suite and stays idle; says `ready`, then for each
+///   delivery `report <level> <source> <handler>=<bytes>,… value <length of the key's value, read again>`; runs
+///   until killed.
+/// - `pressure-disk <root> <group> <cache-dir>`: registers a low-disk-space handler for the container-relative
+///   `<cache-dir>` that removes its files until the space recovered; says `ready`, then `low <available> <size>
+///   removed <bytes>`; runs until killed.
+func runMemoryPressure(_ args: [String], container: GroupContainer) throws -> Never {
+  let pressure = MemoryPressure.shared
+  switch args[1] {
+  case "pressure-cgroup":
+    let (cgroupName, fileMB) = (args[4], Int(args[5])!)
+    // Wait to be moved: the monitor reads this process's cgroup when it starts, and allocations before the move
+    // would be charged to the test's cgroup.
+    while !(((try? String(contentsOfFile: "/proc/self/cgroup", encoding: .utf8)) ?? "").contains(cgroupName)) {
+      MonotonicClock.sleep(nanoseconds: 10_000_000)
+    }
+    out("moved")
+    let cacheFile = try container.directory().openFile(
+      "Library/Caches/pressure-file-cache", [.writeOnly, .create, .truncate])
+    let megabyte = [UInt8](repeating: 0x33, count: 1 << 20)
+    for _ in 0..<fileMB { try cacheFile.writeAll(megabyte) }
+    try cacheFile.sync()
+    cacheFile.close()
+    for line in pressure.signals { out("signal \(line)") }
+    let limit = pressure.memoryLimit
+    out("limit \(limit)")
+    let tier = ChunkTier(limit: limit)
+    let residentBeforeCritical = Atomic<Int>(0)
+    let registration = pressure.onMemoryWarning(name: "chunks") { level in
+      let resident = Int((try? MemorySignals.residentBytes()) ?? 0)
+      if level == .critical { residentBeforeCritical.store(resident, ordering: .relaxed) }
+      let released = tier.release(level)
+      out("handler \(level) released \(released) resident \(resident)")
+      return released
+    }
+    var reports = 0
+    var sawCritical = false
+    // 512 KB every 20 ms: about 150 ms from the critical threshold to the limit, for the monitor to react.
+    for _ in 0..<1200 {
+      tier.grow(by: 512 << 10)
+      MonotonicClock.sleep(nanoseconds: 20_000_000)
+      if pressure.reportCount > reports, let report = pressure.lastReport {
+        reports = pressure.reportCount
+        out("report \(report.level) \(report.source.rawValue) released \(report.bytesReleased)")
+        if report.level == .critical { sawCritical = true }
+      }
+      if sawCritical { break }
+    }
+    guard sawCritical else {
+      out("no critical: tier \(tier.bytes) bytes, level \(pressure.level)")
+      exit(1)
+    }
+    out(
+      "resident before=\(residentBeforeCritical.load(ordering: .relaxed)) after=\((try? MemorySignals.residentBytes()) ?? 0)"
+    )
+    for _ in 0..<1500 where pressure.level != .normal { MonotonicClock.sleep(nanoseconds: 20_000_000) }
+    out(pressure.level == .normal ? "normal" : "still \(pressure.level)")
+    registration.cancel()
+    exit(0)
+
+  case "pressure-budget":
+    let budget = Int(args[4])! << 20
+    pressure.budget = budget
+    let tier = ChunkTier(limit: budget)
+    let registration = pressure.onMemoryWarning(name: "chunks") { level in tier.release(level) }
+    out("footprint at start \(pressure.footprint) budget \(budget)")
+    // Quickly to 60 % of the budget, then 128 KB every 50 ms: slow enough that the 250 ms samples see the footprint
+    // inside the warning band (80–92 %) even on a loaded machine.
+    while pressure.footprint < budget * 6 / 10 { tier.grow() }
+    for _ in 0..<(32 * Int(args[4])!) {
+      tier.grow(by: 128 << 10)
+      MonotonicClock.sleep(nanoseconds: 50_000_000)
+      if let report = pressure.lastReport {
+        out("handler \(report.level) \(report.source.rawValue) footprint \(report.footprintBefore) budget \(budget)")
+        registration.cancel()
+        exit(0)
+      }
+    }
+    out("no warning: footprint \(pressure.footprint) budget \(budget)")
+    exit(1)
+
+  case "pressure-listen":
+    let name = args[4]
+    _ = pressure.onMemoryWarning(name: name, container: container) { level in
+      out("got \(level)")
+      return 0
+    }
+    out("ready")
+    var seen = 0
+    while true {
+      MonotonicClock.sleep(nanoseconds: 10_000_000)
+      if pressure.reportCount > seen, let report = pressure.lastReport {
+        seen = pressure.reportCount
+        out("report \(report.level) \(report.source.rawValue)")
+      }
+    }
+
+  case "pressure-defaults":
+    let defaults = try SharedDefaults(suiteName: args[4], container: container)
+    try defaults.set(String(repeating: "v", count: 1000), forKey: "key")
+    out("ready")
+    var seen = 0
+    while true {
+      MonotonicClock.sleep(nanoseconds: 10_000_000)
+      if pressure.reportCount > seen, let report = pressure.lastReport {
+        seen = pressure.reportCount
+        let entries = report.entries.map { "\($0.name)=\($0.bytesReleased)" }.joined(separator: ",")
+        out(
+          "report \(report.level) \(report.source.rawValue) \(entries) value \(defaults.string(forKey: "key")?.count ?? -1)"
+        )
+      }
+    }
+
+  case "pressure-disk":
+    let directory = container.url.appendingPathComponent(args[4])
+    _ = pressure.onLowDiskSpace(name: "disk-tier", directory: directory) { space in
+      // Oldest first (by name here: the test names them in order), until the space is no longer low.
+      var removed = 0
+      let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []).sorted()
+      for name in names {
+        guard let now = try? DiskSpace(of: directory), MemoryPressure.isLow(now, wasLow: true) else { break }
+        let path = directory.appendingPathComponent(name).path
+        let bytes = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0
+        if (try? FileManager.default.removeItem(atPath: path)) != nil { removed += bytes }
+      }
+      out("low \(space.available) \(space.size) removed \(removed)")
+      return removed
+    }
+    out("ready")
+    while true { sleep(60) }
+
+  default:
+    FileHandle.standardError.write(Data("unknown memory pressure command \(args[1])\n".utf8))
+    exit(2)
+  }
+}
