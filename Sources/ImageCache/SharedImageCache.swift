@@ -3,6 +3,7 @@ import Dispatch
 import FileCoordination
 import Foundation
 import Logging
+import MemoryWarnings
 import Synchronization
 import SystemLayer
 
@@ -133,8 +134,11 @@ public final class SharedImageCache: Sendable {
   }
 
   static let logger = Logger(label: "GroupContainer.ImageCache")
-  /// The memory tier's cost limit when none is given and the process's memory limit is unknown.
-  public static let defaultMemoryCost = 32 << 20
+
+  /// The memory tier's cost limit when `Limits.memoryCost` is nil: an eighth of what the process may use
+  /// (`MemoryPressure.memoryLimit` = min(budget, cgroup limit, RAM) — never the host's RAM alone), at most
+  /// 256 MiB. A widget with a 32 MB budget keeps 4 MB of images in memory.
+  public static var defaultMemoryCost: Int { min(256 << 20, max(1 << 20, MemoryPressure.shared.memoryLimit / 8)) }
 
   public let name: String
   public let container: GroupContainer
@@ -146,6 +150,8 @@ public final class SharedImageCache: Sendable {
   private let memoryHits = ManagedAtomic(0)
   private let diskHits = ManagedAtomic(0)
   private let misses = ManagedAtomic(0)
+  /// The low-memory policy's hold on this cache: memory warnings trim the memory tier, low disk space the disk.
+  private let registrations: [MemoryWarningRegistration]
 
   /// Opens (creating when needed) the cache `name` of `container`.
   /// - Throws: ``ImageCacheError/invalidName(_:rule:)`` for a name that is not one directory name.
@@ -155,8 +161,30 @@ public final class SharedImageCache: Sendable {
     self.container = container
     self.limits = limits
     disk = try DiskTier(name: name, container: container)
-    memory = MemoryCache(totalCostLimit: limits.memoryCost ?? Self.defaultMemoryCost, countLimit: limits.memoryCount)
+    let memory = MemoryCache<ByteKey, MemoryEntry>(
+      totalCostLimit: limits.memoryCost ?? Self.defaultMemoryCost, countLimit: limits.memoryCount)
+    self.memory = memory
     work = DispatchQueue(label: "GroupContainer.ImageCache.\(name)")
+    // The policy (MemoryWarnings): on warning the tier keeps `warningTrimFraction` of its limit, on critical
+    // nothing; levels sent to the group (`groupctl cache pressure`) count too. The handlers hold the tiers, not
+    // the cache: a cache that is gone takes its registrations with it (deinit).
+    let disk = disk
+    let diskLimits = limits
+    registrations = [
+      MemoryPressure.shared.onMemoryWarning(name: "image cache '\(name)'", container: container) { level in
+        Self.trim(memory, toFraction: level == .critical ? 0 : MemoryPressure.warningTrimFraction)
+      },
+      MemoryPressure.shared.onLowDiskSpace(name: "image cache '\(name)'", directory: container.cachesURL) { _ in
+        let report = try? disk.trim(
+          limit: 0, target: Int(Double(diskLimits.diskBytes) * diskLimits.lowWatermark), maximumAge: nil,
+          now: Self.now(), force: true, shrinkTo: diskLimits.lowWatermark)
+        return report?.removedBytes ?? 0
+      },
+    ]
+  }
+
+  deinit {
+    for registration in registrations { registration.cancel() }
   }
 
   /// The name rule: one directory name of 1–100 bytes, not starting with `.`, without `/` or NUL.
@@ -342,7 +370,9 @@ public final class SharedImageCache: Sendable {
   /// Empties this process's memory tier down to `fraction` of its cost limit (0 empties it); returns the bytes
   /// released.
   @discardableResult
-  public func trimMemory(toFraction fraction: Double) -> Int {
+  public func trimMemory(toFraction fraction: Double) -> Int { Self.trim(memory, toFraction: fraction) }
+
+  private static func trim(_ memory: MemoryCache<ByteKey, MemoryEntry>, toFraction fraction: Double) -> Int {
     let limit = memory.totalCostLimit
     let target = Int(Double(limit > 0 ? limit : memory.totalCost) * max(0, min(1, fraction)))
     if target == 0 {

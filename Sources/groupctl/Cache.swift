@@ -1,8 +1,12 @@
 import ArgumentParser
 
-/// `groupctl cache …`: the group's image cache (its subcommands live in one file each).
+/// `groupctl cache …`: the group's image cache (store/get/list/stats/trim/clear: CacheCommands.swift) and its memory
+/// policy (CachePressure.swift).
 struct Cache: AsyncParsableCommand {
   static let configuration = CommandConfiguration(
     abstract: "Use the group's shared image cache and its memory policy.",
-    subcommands: [CachePressure.self])
+    subcommands: [
+      CacheStore.self, CacheGet.self, CacheList.self, CacheStats.self, CacheTrim.self, CacheClear.self,
+      CachePressure.self,
+    ])
 }

@@ -2,15 +2,6 @@ import ArgumentParser
 import Foundation
 import GroupContainer
 
-/// TEMPORARY group until the `cache` group with `pressure` lands (h-pressure): then these join it.
-struct Cache: ParsableCommand {
-  static let configuration = CommandConfiguration(
-    abstract: "Use a shared image cache of the group (Library/Caches/<name>).",
-    subcommands: [
-      CacheStore.self, CacheGet.self, CacheList.self, CacheStats.self, CacheTrim.self, CacheClear.self,
-    ])
-}
-
 struct CacheOptions: ParsableArguments {
   @Option(help: "The cache's name (a directory of Library/Caches).") var cache = "images"
 

@@ -1,10 +1,14 @@
 import FileCoordination
+import MemoryWarnings
 import Foundation
-import ImageCache
+@testable import ImageCache
 import SystemLayer
 import TestImageKit
 
-let imageCacheModes: Set<String> = ["cache-writer", "cache-reader", "cache-store-loop", "cache-watch", "cache-read-all"]
+let imageCacheModes: Set<String> = [
+  "cache-writer", "cache-reader", "cache-store-loop", "cache-watch", "cache-read-all", "cache-memory", "cache-cgroup",
+  "cache-budget",
+]
 
 /// The image cache's "other processes" (ImageCacheCoherenceTests and friends).
 @MainActor func runImageCacheMode(_ command: String, _ args: [String], _ container: GroupContainer) throws {
@@ -107,6 +111,88 @@ let imageCacheModes: Set<String> = ["cache-writer", "cache-reader", "cache-store
       }
     }
     say("done \(reads)")
+
+  case "cache-memory":
+    // cache-memory <root> <group> <cache> <images>: fills its memory tier with <images> 100 kB images (limit: 16 MB),
+    // says "filled <cost> <limit>", then "cost <n>" at each change of the tier's cost (memory warnings sent to the
+    // group trim it); runs until killed.
+    var limits = SharedImageCache.Limits()
+    limits.memoryCost = 16 << 20
+    let memoryCache = try SharedImageCache(name: cacheName, container: container, limits: limits)
+    for index in 0..<Int(args[5])! {
+      try memoryCache.store(TestPNG.make(width: 320, height: 320, seed: UInt64(index)), forKey: "k\(index)")
+    }
+    var last = try memoryCache.statistics().memoryCost
+    say("filled \(last) \(16 << 20)")
+    while true {
+      let cost = try memoryCache.statistics().memoryCost
+      if cost != last {
+        say("cost \(cost)")
+        last = cost
+      }
+      Thread.sleep(forTimeInterval: 0.01)
+    }
+
+  case "cache-cgroup":
+    // cache-cgroup <root> <group> <cache> <cgroup-dir-name>: once moved into the memory cgroup, writes 24 MB of file
+    // cache (what the kernel reclaims first, and measures its pressure events by), then fills the cache's memory
+    // tier (cost limit: the cgroup's limit) with 512 kB images every 20 ms — each its own copy, as decoded images
+    // would be — until the low-memory policy delivered critical. Says "limit <bytes>", "report <level> <source>
+    // cache-released <bytes> cost <bytes after>" per delivery, then "resident before=<peak while growing>
+    // after=<bytes>" and exits.
+    let cgroupName = args[5]
+    while !(((try? String(contentsOfFile: "/proc/self/cgroup", encoding: .utf8)) ?? "").contains(cgroupName)) {
+      MonotonicClock.sleep(nanoseconds: 10_000_000)
+    }
+    let fileCache = try container.directory().openFile("Library/Caches/file-cache", [.writeOnly, .create, .truncate])
+    let megabyte = [UInt8](repeating: 0x33, count: 1 << 20)
+    for _ in 0..<24 { try fileCache.writeAll(megabyte) }
+    try fileCache.sync()
+    fileCache.close()
+    let pressure = MemoryPressure.shared
+    say("limit \(pressure.memoryLimit)")
+    var limits = SharedImageCache.Limits()
+    limits.memoryCost = pressure.memoryLimit
+    let memoryCache = try SharedImageCache(name: cacheName, container: container, limits: limits)
+    let template = try CachedImage(data: TestPNG.make(width: 720, height: 720, seed: 1))
+    try memoryCache.store(template, forKey: "k")
+    let stamp = memoryCache.disk.stamp(shard: 0)
+    var reports = 0
+    var peak = 0
+    for index in 0..<2_000 {
+      let copy = CachedImage(data: Data(template.data), info: template.info)
+      let entry = SharedImageCache.MemoryEntry(
+        image: copy, name: "k\(index)", shard: 0, stamp: stamp, expiresAt: 0, recorded: 0)
+      memoryCache.memory.setObject(entry, forKey: .init("k\(index)"), cost: copy.data.count)
+      peak = max(peak, Int((try? MemorySignals.residentBytes()) ?? 0))
+      MonotonicClock.sleep(nanoseconds: 20_000_000)
+      guard pressure.reportCount > reports, let report = pressure.lastReport else { continue }
+      reports = pressure.reportCount
+      let mine = report.entries.filter { $0.name.hasPrefix("image cache") }.reduce(0) { $0 + $1.bytesReleased }
+      say("report \(report.level) \(report.source.rawValue) cache-released \(mine) cost \(memoryCache.memory.totalCost)")
+      if report.level == .critical {
+        say("resident before=\(peak) after=\((try? MemorySignals.residentBytes()) ?? 0)")
+        exit(0)
+      }
+    }
+    say("no critical: cost \(memoryCache.memory.totalCost)")
+    exit(1)
+
+  case "cache-budget":
+    // cache-budget <root> <group> <cache> <budget-MB> <offered-MB>: a process with a memory budget (a widget's)
+    // and a cache with the default limits is offered <offered-MB> of distinct 1 MB images (stored, then read back);
+    // says "peak=<footprint bytes> budget=<bytes> tier=<memory tier cost limit>" at the end.
+    let budget = Int(args[5])! << 20
+    MemoryPressure.shared.budget = budget
+    let budgetCache = try SharedImageCache(name: cacheName, container: container)
+    var peak = 0
+    let images = (0..<4).map { TestPNG.make(width: 1024, height: 1000, seed: UInt64($0)) }
+    for index in 0..<Int(args[6])! {
+      try budgetCache.store(images[index % images.count], forKey: "k\(index)")
+      _ = try budgetCache.image(forKey: "k\(index / 2)")
+      peak = max(peak, MemoryPressure.shared.footprint)
+    }
+    say("peak=\(peak) budget=\(budget) tier=\(budgetCache.memory.totalCostLimit)")
 
   default:
     break

@@ -1,0 +1,73 @@
+import FileCoordination
+import Foundation
+import ImageCache
+import MemoryWarnings
+import SystemLayer
+import TestSupport
+import Testing
+
+/// The image cache under the low-memory policy, in other processes: levels sent to the group trim the memory tier
+/// (warning: to half its limit; critical: empty), a memory-limited cgroup's own signals do the same, and a process
+/// with a widget's budget keeps its footprint within it.
+///
+/// Mutants this suite catches (each made once, watched failing, restored):
+/// - the cache's warning handler not registered with the container (`groupLevelsTrimTheMemoryTier` times out);
+/// - critical trimming like warning (`groupLevelsTrimTheMemoryTier`: the cost never reaches 0);
+/// - the default memory tier sized from the host's RAM instead of `MemoryPressure.memoryLimit`
+///   (`aProcessWithAWidgetsBudgetStaysWithinIt`: the footprint passes the budget).
+@Suite(.timeLimit(.minutes(1)))
+struct ImageCachePressureTests {
+  static func numbers(_ line: String) -> [Int] {
+    line.split(whereSeparator: { $0 == " " || $0 == "=" }).compactMap { Int($0) }
+  }
+
+  @Test func groupLevelsTrimTheMemoryTier() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let child = try Child(["cache-memory", root.path, container.identifier, "pressure", "200"])
+    defer { child.kill() }
+    let filled = try #require(await child.line(timeout: 40) { $0.hasPrefix("filled") })
+    let (cost, limit) = (Self.numbers(filled)[0], Self.numbers(filled)[1])
+    #expect(cost > limit / 2, "the tier must hold more than a warning keeps: \(filled)")
+    let groupctl = productsDirectory.appendingPathComponent("groupctl").path
+    #expect(try runTool(groupctl, ["cache", "pressure", "warning", container.identifier, "--root", root.path]) == 0)
+    let trimmed = await child.line { $0.hasPrefix("cost") }
+    #expect(trimmed.map(Self.numbers)?.first.map { $0 <= limit / 2 } == true, "\(child.output)")
+    #expect(try runTool(groupctl, ["cache", "pressure", "critical", container.identifier, "--root", root.path]) == 0)
+    #expect(await child.line { $0 == "cost 0" } != nil)
+  }
+
+  @Test(.enabled(if: MemoryCgroupFixture.available, MemoryCgroupFixture.unavailableReason))
+  func aCacheInAMemoryLimitedCgroupGivesMemoryBack() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let cgroup = try MemoryCgroupFixture(limit: 96 << 20)
+    defer { cgroup.remove() }
+    let child = try Child(["cache-cgroup", root.path, container.identifier, "cgroup", cgroup.name])
+    try cgroup.add(pid: child.pid)
+    #expect(await child.exit(timeout: 50) == 0, "\(child.output) \(child.errors.withLock { $0 })")
+    let lines = child.output
+    #expect(lines.contains("limit \(96 << 20)"), "\(lines)")
+    let reports = lines.filter { $0.hasPrefix("report ") }
+    #expect(reports.first?.hasPrefix("report warning") == true, "warning first: \(lines)")
+    #expect(reports.last?.hasPrefix("report critical") == true, "critical last: \(lines)")
+    // Each delivery: the cache released something; after critical its tier is empty.
+    for report in reports { #expect((Self.numbers(report).first ?? 0) > 0, "\(report)") }
+    // (the child keeps adding while the handler runs: at most one image came after it)
+    #expect((reports.last.map(Self.numbers)?.last ?? .max) <= 1 << 20, "\(lines)")
+    let resident = lines.first { $0.hasPrefix("resident") }.map(Self.numbers) ?? []
+    #expect(resident.count == 2 && resident[1] + (16 << 20) < resident[0], "not given back: \(lines)")
+  }
+
+  @Test func aProcessWithAWidgetsBudgetStaysWithinIt() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    // 200 MB of images offered to a process with a 32 MB budget (the example widget's).
+    let child = try Child(["cache-budget", root.path, container.identifier, "budget", "32", "200"])
+    #expect(await child.exit(timeout: 55) == 0, "\(child.errors.withLock { $0 })")
+    let line = try #require(child.output.first { $0.hasPrefix("peak=") })
+    let (peak, budget, tier) = (Self.numbers(line)[0], Self.numbers(line)[1], Self.numbers(line)[2])
+    #expect(tier == budget / 8, "the tier's limit derives from the budget: \(line)")
+    #expect(peak <= budget, "footprint \(peak) passed the budget \(budget)")
+  }
+}
