@@ -14,6 +14,9 @@ let arguments = CommandLine.arguments.dropFirst()
 let headless = arguments.contains("--headless")
 let follow = arguments.contains("--follow")
 let console = Console(prefix: "[widget]", interactive: !headless && isatty(STDOUT_FILENO) == 1)
+// A widget's memory limit, as iOS gives extensions one: past 80 % of it the process gets a memory warning and its
+// caches (the image cache's memory tier, idle defaults suites) give memory back.
+MemoryPressure.shared.budget = 32 << 20
 let timer: SimpleTimer
 do { timer = try SimpleTimer() } catch {
   FileHandle.standardError.write(Data("[widget] cannot open the app group: \(error)\n".utf8))
