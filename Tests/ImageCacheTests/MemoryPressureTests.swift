@@ -194,15 +194,15 @@ import Testing
   /// critical; its handler releases what it holds and its resident memory falls; afterwards the level returns to
   /// normal.
   @Test(.enabled(if: MemoryCgroupFixture.available, MemoryCgroupFixture.unavailableReason))
-  func aChildInAMemoryLimitedCgroupGetsWarningThenCriticalAndReleases() throws {
+  func aChildInAMemoryLimitedCgroupGetsWarningThenCriticalAndReleases() async throws {
     let root = try TestRoot()
     _ = try root.container(Self.group)
     let cgroup = try MemoryCgroupFixture(limit: 96 << 20)
     defer { cgroup.remove() }
     let child = try Child(["pressure-cgroup", root.path, Self.group, cgroup.name, "24"])
     try cgroup.add(pid: child.pid)
-    child.waitForLine(timeout: 45) { $0 == "normal" || $0.hasPrefix("still") || $0.hasPrefix("no critical") }
-    let status = child.waitForExit()
+    await child.line(timeout: 45) { $0 == "normal" || $0.hasPrefix("still") || $0.hasPrefix("no critical") }
+    let status = await child.exit()
     let lines = child.output
     #expect(status == 0, "\(lines)")
     #expect(lines.contains("limit \(96 << 20)"), "memoryLimit is not the cgroup's limit: \(lines)")
@@ -219,12 +219,12 @@ import Testing
   }
 
   /// A child with a 32 MB budget that grows past it gets a warning from its footprint.
-  @Test func aChildGrowingPastItsBudgetGetsAWarning() throws {
+  @Test func aChildGrowingPastItsBudgetGetsAWarning() async throws {
     let root = try TestRoot()
     _ = try root.container(Self.group)
     let child = try Child(["pressure-budget", root.path, Self.group, "32"])
-    let line = child.waitForLine(timeout: 40) { $0.hasPrefix("handler ") || $0.hasPrefix("no warning") }
-    #expect(child.waitForExit() == 0, "\(child.output)")
+    let line = await child.line(timeout: 40) { $0.hasPrefix("handler ") || $0.hasPrefix("no warning") }
+    #expect(await child.exit() == 0, "\(child.output)")
     #expect(line?.hasPrefix("handler warning footprint ") == true, "\(child.output)")
     if let numbers = line.map(Self.numbers), numbers.count == 2 {
       #expect(numbers[0] >= numbers[1] * 8 / 10, "warned below 80 % of the budget: \(child.output)")
@@ -232,19 +232,19 @@ import Testing
   }
 
   /// `groupctl cache pressure warning|critical` reaches two other processes of the group; each delivers the level.
-  @Test func groupctlCachePressureReachesEveryProcessOfTheGroup() throws {
+  @Test func groupctlCachePressureReachesEveryProcessOfTheGroup() async throws {
     let root = try TestRoot()
     _ = try root.container(Self.group)
     let listeners = try ["a", "b"].map { try Child(["pressure-listen", root.path, Self.group, $0]) }
-    for listener in listeners { listener.waitForLine { $0 == "ready" } }
+    for listener in listeners { await listener.line { $0 == "ready" } }
     for level in ["warning", "critical"] {
       let status = try runTool(
         productsDirectory.appendingPathComponent("groupctl").path,
         ["cache", "pressure", level, Self.group, "--root", root.path])
       #expect(status == 0)
       for listener in listeners {
-        listener.waitForLine { $0 == "got \(level)" }
-        listener.waitForLine { $0 == "report \(level) group" }
+        await listener.line { $0 == "got \(level)" }
+        await listener.line { $0 == "report \(level) group" }
       }
     }
     for listener in listeners {
@@ -261,12 +261,12 @@ import Testing
     let root = try TestRoot()
     let container = try root.container(Self.group)
     let child = try Child(["pressure-defaults", root.path, Self.group, "idle-suite"])
-    child.waitForLine { $0 == "ready" }
+    await child.line { $0 == "ready" }
     // The suite's idle time (no write for 5 s), without holding a thread of the test pool.
     try await Task.sleep(for: .milliseconds(5500))
     try MemoryPressure.send(.warning, to: container)
     // (A real warning from the kernel may come too: only the group's counts here.)
-    let report = child.waitForLine { $0.hasPrefix("report warning group ") }
+    let report = await child.line { $0.hasPrefix("report warning group ") }
     child.kill()
     let fields = report?.split(separator: " ") ?? []
     let released = fields.first { $0.hasPrefix("'idle-suite'=") }.flatMap { $0.split(separator: "=").last }
@@ -286,7 +286,7 @@ import Testing
   /// Low disk space on an 8 MB tmpfs: the disk tier's handler removes cache files until the space recovered;
   /// Documents is never touched.
   @Test(.enabled(if: geteuid() == 0, "mounting a small tmpfs needs root"))
-  func lowDiskSpaceTrimsTheCacheNotDocuments() throws {
+  func lowDiskSpaceTrimsTheCacheNotDocuments() async throws {
     let root = try TestRoot()
     let disk = root.path + "/disk"
     try FileManager.default.createDirectory(atPath: disk, withIntermediateDirectories: true)
@@ -299,7 +299,7 @@ import Testing
     let images = container.cachesURL.appendingPathComponent("images")
     try FileManager.default.createDirectory(at: images, withIntermediateDirectories: true)
     let child = try Child(["pressure-disk", disk, Self.group, "Library/Caches/images"])
-    child.waitForLine { $0 == "ready" }
+    await child.line { $0 == "ready" }
     let keep = container.documentsURL.appendingPathComponent("keep")
     try Data(repeating: 0x55, count: 2 << 20).write(to: keep)
     // 256 KB cache entries until the file system is low (the container's own files take a little of it too).
@@ -308,7 +308,7 @@ import Testing
       try entry.write(to: images.appendingPathComponent(String(format: "entry-%02d", index)))
     }
     #expect(MemoryPressure.isLow(try DiskSpace(of: images), wasLow: false))
-    let line = child.waitForLine { $0.hasPrefix("low ") }
+    let line = await child.line { $0.hasPrefix("low ") }
     child.kill()
     let removed = line.map(Self.numbers)?.last ?? 0
     #expect(removed >= 256 << 10, "\(child.output)")
