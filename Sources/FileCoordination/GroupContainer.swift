@@ -66,6 +66,16 @@ public struct GroupContainer: Sendable, Hashable {
     (try? coordinationSpace())?.isAlive(pid: pid, startTimeLow32: startTimeLow32)
   }
 
+  /// How many shared tree locks this process keeps cached in the container now (LockOrder.swift, Rule 4a); for
+  /// the test helper.
+  package func cachedLockCount() -> Int { (try? coordinationSpace())?.locks.cached().count ?? 0 }
+
+  /// How long a cached lock may stay idle in this process (default 100 ms); the test helper makes it long to
+  /// see what revocation alone does.
+  package static func setLockCacheLinger(milliseconds: UInt64) {
+    LockTable.lingerNanoseconds.store(milliseconds * 1_000_000, ordering: .relaxed)
+  }
+
   /// The identifier rule: reverse-DNS characters `A-Z a-z 0-9 . -`, not empty, no `..`, at most 255 bytes.
   public static func validate(identifier: String) throws(GroupContainerError) {
     if identifier.isEmpty { throw .invalidIdentifier(identifier, rule: "it is empty") }

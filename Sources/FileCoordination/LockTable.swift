@@ -50,8 +50,8 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
   package static let lingerNanoseconds = Atomic<UInt64>(100_000_000)
   /// The sweeper thread runs (it exits when nothing is cached). Guarded by `condition`.
   private var sweeperRunning = false
-  /// Cached locks used again without a flock, for tests (guarded by `condition`).
-  private(set) var cacheHits = 0
+  /// Cached locks used again without a flock (guarded by `condition`).
+  private var hits = 0
 
   init(directory: SystemFD, fileMode: mode_t, revocation: LockRevocation? = nil) {
     self.directory = directory
@@ -176,7 +176,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
         if mode == .shared, let revocation, entry.generation == revocation.generation {
           entry.idleSince = 0
           entry.holders[owner] = (mode, 1)
-          cacheHits += 1
+          hits += 1
           condition.unlock()
           return
         }
@@ -320,6 +320,9 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     defer { condition.unlock() }
     return entries.compactMap { key, entry in entry.osMode.map { (key.path, key.kind, $0) } }
   }
+
+  /// How many times a cached lock was used again without a flock, for tests.
+  var cacheHits: Int { condition.withLock { hits } }
 
   /// The locks this process keeps cached (held with no access in flight), for tests.
   func cached() -> [(path: ContainerPath, kind: LockOrder.Kind)] {

@@ -152,6 +152,8 @@ case _ where presenterModes.contains(command):
   try runPresenterMode(command, args, container)
 case "swap", "pause-write":
   try runPathAttack(args, container: container)
+case _ where lockCachingModes.contains(command):  // LockCaching.swift
+  try runLockCachingMode(command, args, container)
 case "torn-writer":  // ScaleModes.swift
   try tornWriter(container, root: args[2], item: item(args[4]), bytes: Int(args[5])!)
 

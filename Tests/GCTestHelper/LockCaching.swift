@@ -1,0 +1,34 @@
+// Helper modes for LockCachingTests: a process that keeps cached tree locks (LockOrder.swift, Rule 4a) idle, or
+// one whose access is in flight when another process wants the directory.
+import FileCoordination
+import Foundation
+import SystemLayer
+
+let lockCachingModes: Set<String> = ["cache-idle", "cache-hold"]
+
+/// cache-idle <root> <group> <item> <linger-ms>: one coordinated write of <item>, then "accessed cached=<n>";
+/// "dropped" once its cached locks are gone (revoked or lingered out); then waits to be killed.
+///
+/// cache-hold <root> <group> <item> <linger-ms> <go-file>: a coordinated write of <item> that says "locked" and
+/// holds until <go-file> exists, then "released <monotonic ns> cached=<n>", then as cache-idle.
+@MainActor func runLockCachingMode(_ command: String, _ args: [String], _ container: GroupContainer) throws {
+  GroupContainer.setLockCacheLinger(milliseconds: UInt64(args[5])!)
+  let url = container.url.appendingPathComponent(args[4])
+  let coordinator = FileCoordinator()
+  if command == "cache-idle" {
+    try coordinator.coordinate(writingItemAt: url) { _ in }
+    say("accessed cached=\(container.cachedLockCount())")
+  } else {
+    let go = args[6]
+    var released: UInt64 = 0
+    try coordinator.coordinate(writingItemAt: url) { _ in
+      say("locked")
+      while !FileManager.default.fileExists(atPath: go) { usleep(2_000) }
+      released = MonotonicClock.nanoseconds()
+    }
+    say("released \(released) cached=\(container.cachedLockCount())")
+  }
+  while container.cachedLockCount() > 0 { usleep(2_000) }
+  say("dropped")
+  while true { sleep(60) }
+}
