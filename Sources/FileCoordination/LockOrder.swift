@@ -21,6 +21,27 @@ import SystemLayer
 ///
 /// **Rule 3: lock stable side files, never the item** — an atomic replace gives the item a new inode.
 /// Lock files are never deleted: another process may hold one.
+///
+/// **Rule 4a: shared tree locks are cached, and revoked on demand** (LockTable.swift, `LockRevocation`). After the
+/// last access of a process below a directory ends, the process keeps that directory's tree lock (and the root's)
+/// `LOCK_SH`, so its next access there takes one flock (the item's) instead of one per depth. This never weakens
+/// exclusion — a cached lock is a flock still held — it only delays the rare tree `LOCK_EX`, so:
+/// - *Revocation.* A tree EX request refused by `LOCK_NB` marks a revocation *pending* (a mapped "until" time,
+///   refreshed on every refusal) and bumps the container's revocation *generation* (a mapped counter whose futex
+///   wakes every caching process's sweeper thread; no message, no file). Each sweeper drops its idle cached locks
+///   of an older generation at once.
+/// - *The generation check.* A cached lock is used again only while the generation read just before its flock is
+///   still current; otherwise it is dropped and taken again. No lock is cached while a revocation is pending, and
+///   never one taken before the latest bump.
+/// - *The linger.* Idle cached locks are dropped after `LockTable.lingerNanoseconds` (100 ms), so a process
+///   stopped (SIGSTOP, a debugger) more than that after its last access blocks nothing. One stopped within it
+///   keeps blocking delete/move/replace of the directories above its last access (never reads or writes of
+///   items) until it runs again — as a process stopped inside an access always did; ``FileCoordinator/lockTimeout``
+///   bounds the wait and names it. A dead process's locks go with it (flock).
+/// Only tree locks are cached, only `LOCK_SH`, and a request for EX of a lock this process has cached drops it
+/// first (Rule 2: never convert).
+/// *What if you don't:* three flocks per access below `Documents` (six calls, a third of an empty access); a
+/// cache without revocation makes an idle process block every delete of its directories for good.
 enum LockOrder {
   enum Kind: Int, Sendable { case tree = 0, item = 1 }
 
