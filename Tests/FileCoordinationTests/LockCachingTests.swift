@@ -46,6 +46,25 @@ import Testing
     }
   }
 
+  /// Sends SIGSTOP and waits until every thread of `pid` is stopped: the group stop spreads thread by thread, and
+  /// a sweeper woken by the revocation before it stops would give the locks back.
+  static func stop(_ pid: Int32) {
+    kill(pid, SIGSTOP)
+    let deadline = Date().addingTimeInterval(20)
+    while Date() < deadline {
+      let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+      let stopped = tasks.allSatisfy { task in
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/stat", encoding: .utf8),
+          let close = stat.lastIndex(of: ")")
+        else { return false }
+        return stat[stat.index(close, offsetBy: 2)] == "T"
+      }
+      if !tasks.isEmpty && stopped { return }
+      Thread.sleep(forTimeInterval: 0.002)
+    }
+    Issue.record("process \(pid) did not stop")
+  }
+
   static func cachedCount(_ line: String?) -> Int? {
     line?.split(separator: " ").last.flatMap { $0.hasPrefix("cached=") ? Int($0.dropFirst(7)) : nil }
   }
@@ -128,12 +147,13 @@ import Testing
     let cached = try Child(["cache-idle", root.path, group, "Documents/d.txt", Self.longLinger])
     defer { cached.kill() }
     #expect(Self.cachedCount(cached.waitForLine { $0.hasPrefix("accessed") }) == 2)
-    kill(cached.pid, SIGSTOP)
+    Self.stop(cached.pid)
     let blocked = Self.deleteDocuments(container, lockTimeout: .milliseconds(500))
     if case .failure(.lockTimedOut(_, let pid, _))? = blocked {
       #expect(pid == cached.pid, "the error should name the stopped process")
     } else {
-      Issue.record("a stopped process with cached locks should block the delete: \(String(describing: blocked))")
+      let said = "it said \(cached.output), stderr \(cached.errors.withLock { $0 })"
+      Issue.record("a stopped process with cached locks should block the delete: \(String(describing: blocked)); \(said)")
     }
     kill(cached.pid, SIGCONT)
     #expect(cached.waitForLine(timeout: 20) { $0 == "dropped" } != nil, "resumed, it should drop its locks")
@@ -146,7 +166,7 @@ import Testing
     let lingered = try Child(["cache-idle", root.path, group, "Documents/e.txt", "100"])
     defer { lingered.kill() }
     guard lingered.waitForLine(timeout: 20, { $0 == "dropped" }) != nil else { return }
-    kill(lingered.pid, SIGSTOP)
+    Self.stop(lingered.pid)
     defer { kill(lingered.pid, SIGCONT) }
     let outcome = Self.deleteDocuments(container, lockTimeout: .seconds(20))
     guard case .success? = outcome else {
