@@ -19,7 +19,9 @@ import Testing
 /// - the revocation ignored (the sweeper drops only lingered-out locks, not those of an older generation):
 ///   `anIdleProcessWithCachedLocksDoesNotBlockADeleteOfTheDirectory`, `aStoppedProcessBlocksTreeWritesOnlyWhileItsLocksAreCached`;
 /// - a cached lock kept after revocation (`LockTable.release` caching without `mayCache`):
-///   `anAccessInFlightStillExcludesADeleteOfItsDirectory`.
+///   `anAccessInFlightStillExcludesADeleteOfItsDirectory`;
+/// - the sweeper dropping locks an access is using (`entry.osMode != nil` instead of `entry.isCached`): the
+///   delete runs inside the child's access, `anAccessInFlightStillExcludesADeleteOfItsDirectory`.
 @Suite(.timeLimit(.minutes(1))) struct LockCachingTests {
   let group = "group.com.example.tests"
   static let longLinger = "600000"

@@ -9,8 +9,8 @@ let lockCachingModes: Set<String> = ["cache-idle", "cache-hold"]
 /// cache-idle <root> <group> <item> <linger-ms>: one coordinated write of <item>, then "accessed cached=<n>";
 /// "dropped" once its cached locks are gone (revoked or lingered out); then waits to be killed.
 ///
-/// cache-hold <root> <group> <item> <linger-ms> <go-file>: a coordinated write of <item> that says "locked" and
-/// holds until <go-file> exists, then "released <monotonic ns> cached=<n>", then as cache-idle.
+/// cache-hold <root> <group> <item> <linger-ms> <go-file>: a coordinated write of <item>, then another that says
+/// "locked" and holds until <go-file> exists, then "released <monotonic ns> cached=<n>", then as cache-idle.
 @MainActor func runLockCachingMode(_ command: String, _ args: [String], _ container: GroupContainer) throws {
   GroupContainer.setLockCacheLinger(milliseconds: UInt64(args[5])!)
   let url = container.url.appendingPathComponent(args[4])
@@ -21,6 +21,9 @@ let lockCachingModes: Set<String> = ["cache-idle", "cache-hold"]
   } else {
     let go = args[6]
     var released: UInt64 = 0
+    // First an access that leaves the tree locks cached (and the sweeper running), so the held access below
+    // runs on cached locks: the case where dropping a lock in use would break exclusion.
+    try coordinator.coordinate(writingItemAt: url) { _ in }
     try coordinator.coordinate(writingItemAt: url) { _ in
       say("locked")
       while !FileManager.default.fileExists(atPath: go) { usleep(2_000) }
