@@ -154,8 +154,10 @@ import Testing
     if case .failure(.lockTimedOut(_, let pid, _))? = blocked {
       #expect(pid == cached.pid, "the error should name the stopped process")
     } else {
-      let said = "it said \(cached.output), stderr \(cached.errors.withLock { $0 })"
-      Issue.record("a stopped process with cached locks should block the delete: \(String(describing: blocked)); \(said)")
+      let stderr: String = cached.errors.withLock { $0 }
+      let outcome = String(describing: blocked)
+      let said = "it said \(cached.output), \(stderr)"
+      Issue.record("a stopped process with cached locks should block the delete: \(outcome); \(said)")
     }
     kill(cached.pid, SIGCONT)
     #expect(cached.waitForLine(timeout: 20) { $0 == "dropped" } != nil, "resumed, it should drop its locks")
