@@ -66,9 +66,11 @@ public struct GroupContainer: Sendable, Hashable {
     (try? coordinationSpace())?.isAlive(pid: pid, startTimeLow32: startTimeLow32)
   }
 
-  /// How many shared tree locks this process keeps cached in the container now (LockOrder.swift, Rule 4a); for
-  /// the test helper.
-  package func cachedLockCount() -> Int { (try? coordinationSpace())?.locks.cached().count ?? 0 }
+  /// The directories whose shared tree locks this process keeps cached in the container now (LockOrder.swift,
+  /// Rule 4a), sorted, the root as "."; for the test helper.
+  package func cachedTreeLocks() -> [String] {
+    ((try? coordinationSpace())?.locks.cached() ?? []).map { $0.path.isRoot ? "." : $0.path.string }.sorted()
+  }
 
   /// How long a cached lock may stay idle in this process (default 100 ms); the test helper makes it long to
   /// see what revocation alone does.

@@ -24,14 +24,18 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     var holders: [LockOwner: (mode: FlockMode, count: Int)] = [:]
     /// A thread is taking the flock for this entry; others wait for it to finish.
     var busy = false
-    /// The revocation generation read just before this process took the flock: a cached lock is trusted only
-    /// while the generation is still this one (a revoker who found the lock taken bumped it since).
+    /// The revocation bucket of the key (`LockRevocation.bucket(of:)`).
+    let bucket: Int
+    /// The bucket's revocation generation read just before this process took the flock: a cached lock is trusted
+    /// only while the generation is still this one (a revoker who found the lock taken bumped it since).
     var generation: UInt64 = 0
     /// When the last holder left a cached lock (monotonic ns); 0 when not cached.
     var idleSince: UInt64 = 0
 
     /// Holds the flock with no holder in the process: a cached shared tree lock.
     var isCached: Bool { osMode != nil && holders.isEmpty }
+
+    init(bucket: Int) { self.bucket = bucket }
   }
 
   /// `.coordination/locks`, opened beneath the container once (again after the container was removed: `rebind`):
@@ -93,7 +97,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
       if entry.holders.isEmpty, entry.osMode != nil {
         if now == 0 { now = MonotonicClock.nanoseconds() }
         if request.key.kind == .tree, entry.osMode == .shared, let revocation,
-          revocation.mayCache(since: entry.generation, now: now)
+          revocation.mayCache(entry.bucket, since: entry.generation, now: now)
         {
           // Kept for the next access below this directory (Rule 4a); the sweeper drops it after the linger.
           entry.idleSince = now
@@ -129,13 +133,11 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     let linger = Self.lingerNanoseconds.load(ordering: .relaxed)
     while true {
       let seen = revocation.signal.sequenceValue
-      let generation = revocation.generation
       condition.lock()
       let now = MonotonicClock.nanoseconds()
-      let pending = revocation.isPending(now: now)
       var next: UInt64?
       for entry in entries.values where entry.isCached && !entry.busy {
-        if pending || entry.generation != generation || now &- entry.idleSince >= linger {
+        if !revocation.mayCache(entry.bucket, since: entry.generation, now: now) || now &- entry.idleSince >= linger {
           drop(entry)
         } else {
           next = min(next ?? .max, entry.idleSince &+ linger &- now)
@@ -163,7 +165,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
       if let known = entries[key] {
         entry = known
       } else {
-        entry = Entry()
+        entry = Entry(bucket: LockRevocation.bucket(of: key))
         entries[key] = entry
       }
       if entry.busy {
@@ -173,7 +175,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
       if entry.isCached, !entry.busy {
         // Trusted only while no revoker bumped the generation since the flock was taken, and never for an
         // exclusive request (it would be an SH→EX conversion: Rule 2).
-        if mode == .shared, let revocation, entry.generation == revocation.generation {
+        if mode == .shared, let revocation, entry.generation == revocation.generation(entry.bucket) {
           entry.idleSince = 0
           entry.holders[owner] = (mode, 1)
           hits += 1
@@ -209,10 +211,10 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
       condition.unlock()
       // Read before the flock: a revoker that finds the lock taken bumps the generation after it, so a lock
       // cached from this flock is never mistaken for one taken after the revocation.
-      let generation = revocation?.generation ?? 0
+      let generation = revocation?.generation(entry.bucket) ?? 0
       // Only tree EX waits behind other processes' cached locks: ask them to drop theirs (Rule 4a).
       let revoke: LockRevocation.Revoker? =
-        key.kind == .tree && mode == .exclusive ? revocation.map { LockRevocation.Revoker($0) } : nil
+        key.kind == .tree && mode == .exclusive ? revocation.map { LockRevocation.Revoker($0, entry.bucket) } : nil
       let result: Result<SystemFD, FileCoordinatorError>
       do {
         if fd == nil { fd = try openLockFile(key) }
@@ -332,44 +334,61 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
   }
 }
 
-/// The container's words for revoking cached tree locks (Rule 4a, LockOrder.swift), in `.coordination/counters`:
-/// a *generation* whose low half is a `ChangeSignal` futex word every caching process's sweeper sleeps on, that
-/// signal's listener count, and *pending until*: a monotonic time before which no process may cache a lock
-/// (CLOCK_MONOTONIC is one clock for every process of the machine). Reading them costs no system call.
+/// The container's words for revoking cached tree locks (Rule 4a, LockOrder.swift), in `.coordination/counters`.
+/// Keys fall in 64 *buckets* (by a hash of the path, the same in every process); each bucket has a *generation*
+/// and a *pending until* time (monotonic: CLOCK_MONOTONIC is one clock for every process of the machine), so a
+/// contended `.forReplacing` write of one file stops caching only in its bucket, not in the whole container. One
+/// *wake* word, a `ChangeSignal` futex every caching process's sweeper sleeps on, and its listener count, serve all
+/// buckets. Reading them costs no system call.
 struct LockRevocation: Sendable {
-  static let generationCounter = 8, listenersCounter = 9, pendingUntilCounter = 10
+  static let wakeCounter = 8, listenersCounter = 9
+  static let buckets = 64, generationBase = 16, pendingUntilBase = 16 + 64
   /// How long a revoker's "pending" lasts after its last refusal: a revoker killed while waiting stops
-  /// caching for this long only.
+  /// caching (in its bucket) for this long only.
   static let pendingWindow: UInt64 = 50_000_000
 
   let counters: MappedCounters
-  var signal: ChangeSignal {
-    ChangeSignal(counters, sequence: Self.generationCounter, listeners: Self.listenersCounter)
+  var signal: ChangeSignal { ChangeSignal(counters, sequence: Self.wakeCounter, listeners: Self.listenersCounter) }
+
+  /// FNV-1a over the path's bytes: the same bucket in every process (Swift's `Hasher` is seeded per process).
+  static func bucket(of key: LockOrder.Key) -> Int {
+    var hash: UInt32 = 0x811C_9DC5
+    for component in key.path.components {
+      for byte in component.utf8 { hash = (hash ^ UInt32(byte)) &* 0x0100_0193 }
+      hash = (hash ^ 0x2F) &* 0x0100_0193
+    }
+    return Int(hash % UInt32(buckets))
   }
 
-  var generation: UInt64 { counters.load(Self.generationCounter) }
+  func generation(_ bucket: Int) -> UInt64 { counters.load(Self.generationBase + bucket) }
 
-  func isPending(now: UInt64) -> Bool { now < counters.load(Self.pendingUntilCounter) }
+  func isPending(_ bucket: Int, now: UInt64) -> Bool { now < counters.load(Self.pendingUntilBase + bucket) }
 
-  /// Whether a lock taken at `generation` may stay cached now: no revocation since, none under way.
-  func mayCache(since generation: UInt64, now: UInt64) -> Bool {
-    !isPending(now: now) && self.generation == generation
+  /// Whether a lock of `bucket` taken at `generation` may stay cached now: no revocation since, none under way.
+  func mayCache(_ bucket: Int, since generation: UInt64, now: UInt64) -> Bool {
+    !isPending(bucket, now: now) && self.generation(bucket) == generation
   }
 
-  /// One waiting tree EX request: on its first refusal it marks a revocation pending and bumps the generation
-  /// (waking every sweeper), and on each later one it keeps "pending" alive, so no process caches meanwhile.
+  /// One waiting tree EX request: on its first refusal it marks a revocation pending in its bucket, bumps the
+  /// bucket's generation and wakes every sweeper; on each later one it keeps "pending" alive, so no process caches
+  /// a lock of that bucket meanwhile.
   final class Revoker {
     private let revocation: LockRevocation
+    private let bucket: Int
     private var posted = false
 
-    init(_ revocation: LockRevocation) { self.revocation = revocation }
+    init(_ revocation: LockRevocation, _ bucket: Int) {
+      self.revocation = revocation
+      self.bucket = bucket
+    }
 
     func contended() {
       // "Pending" first, then the bump: whoever sees the new generation also sees it pending.
       revocation.counters.store(
-        LockRevocation.pendingUntilCounter, MonotonicClock.nanoseconds() + LockRevocation.pendingWindow)
+        LockRevocation.pendingUntilBase + bucket, MonotonicClock.nanoseconds() + LockRevocation.pendingWindow)
       guard !posted else { return }
       posted = true
+      revocation.counters.increment(LockRevocation.generationBase + bucket)
       revocation.signal.post()
     }
   }

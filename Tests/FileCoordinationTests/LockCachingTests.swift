@@ -67,8 +67,10 @@ import Testing
     Issue.record("process \(pid) did not stop")
   }
 
-  static func cachedCount(_ line: String?) -> Int? {
-    line?.split(separator: " ").last.flatMap { $0.hasPrefix("cached=") ? Int($0.dropFirst(7)) : nil }
+  /// The directories a helper line says it keeps cached ("… cached=.,Documents").
+  static func cached(_ line: String?) -> [String]? {
+    guard let field = line?.split(separator: " ").last, field.hasPrefix("cached=") else { return nil }
+    return field.dropFirst(7).split(separator: ",").map(String.init)
   }
 
   @Test func anIdleProcessWithCachedLocksDoesNotBlockADeleteOfTheDirectory() throws {
@@ -78,15 +80,16 @@ import Testing
     defer { idle.kill() }
     let accessed = idle.waitForLine { $0.hasPrefix("accessed") }
     // The root's and Documents' tree locks: otherwise this test proves nothing.
-    #expect(Self.cachedCount(accessed) == 2, "the child should keep two tree locks cached: \(accessed ?? "-")")
+    #expect(Self.cached(accessed) == [".", "Documents"], "the child should keep two tree locks cached")
     let outcome = Self.deleteDocuments(container, lockTimeout: .seconds(20))
     guard case .success? = outcome else {
       Issue.record("the delete should get its lock from an idle process: \(String(describing: outcome))")
       return
     }
     #expect(!FileManager.default.fileExists(atPath: container.documentsURL.path))
-    // Dropped by the revocation: the child's linger is ten minutes.
-    #expect(idle.waitForLine(timeout: 10) { $0 == "dropped" } != nil)
+    // Documents' lock dropped by the revocation (the child's linger is ten minutes); the root's, which the delete
+    // takes shared, stays.
+    #expect(idle.waitForLine(timeout: 10) { $0 == "cached=." } != nil)
   }
 
   @Test func anAccessInFlightStillExcludesADeleteOfItsDirectory() throws {
@@ -97,24 +100,24 @@ import Testing
     let holder = try Child(["cache-hold", root.path, group, "Documents/b.txt", Self.longLinger, go])
     defer { holder.kill() }
     guard holder.waitForLine(timeout: 20, { $0 == "locked" }) != nil else { return }
-    let before = space.counters.load(LockRevocation.generationCounter)
+    let before = space.counters.load(LockRevocation.wakeCounter)
     let delete = Mutex<Result<UInt64, FileCoordinatorError>??>(nil)
     let thread = Thread {
       let outcome = Self.deleteDocuments(container, lockTimeout: .seconds(20))
       delete.withLock { $0 = outcome }
     }
     thread.start()
-    // The delete found the lock taken and revoked (the generation moved): it now waits for the access.
+    // The delete found the lock taken and revoked (the wake word moved): it now waits for the access.
     let deadline = Date().addingTimeInterval(20)
-    while space.counters.load(LockRevocation.generationCounter) == before && Date() < deadline {
+    while space.counters.load(LockRevocation.wakeCounter) == before && Date() < deadline {
       Thread.sleep(forTimeInterval: 0.002)
     }
-    #expect(space.counters.load(LockRevocation.generationCounter) != before, "the delete never revoked")
+    #expect(space.counters.load(LockRevocation.wakeCounter) != before, "the delete never revoked")
     #expect(delete.withLock { $0 == nil }, "the delete ran while an access below Documents was in flight")
     FileManager.default.createFile(atPath: go, contents: nil)
     let released = holder.waitForLine(timeout: 20) { $0.hasPrefix("released") }
-    // Released during a revocation: nothing may stay cached (the child's linger is ten minutes).
-    #expect(Self.cachedCount(released) == 0, "locks kept cached during a revocation: \(released ?? "-")")
+    // Released during the revocation: Documents' lock may not stay cached (the child's linger is ten minutes).
+    #expect(Self.cached(released)?.contains("Documents") == false, "kept during a revocation: \(released ?? "-")")
     let waitUntil = Date().addingTimeInterval(45)
     while delete.withLock({ $0 }) == nil && Date() < waitUntil { Thread.sleep(forTimeInterval: 0.005) }
     guard case .success(let began)?? = delete.withLock({ $0 }) else {
@@ -130,7 +133,7 @@ import Testing
     let container = try root.container(group)
     let idle = try Child(["cache-idle", root.path, group, "Documents/c.txt", Self.longLinger])
     let accessed = idle.waitForLine { $0.hasPrefix("accessed") }
-    #expect(Self.cachedCount(accessed) == 2)
+    #expect(Self.cached(accessed) == [".", "Documents"])
     idle.kill(SIGKILL)
     let outcome = Self.deleteDocuments(container, lockTimeout: .seconds(20))
     guard case .success? = outcome else {
@@ -148,7 +151,7 @@ import Testing
     // Stopped with its locks cached: the delete times out, naming it; resumed, it gives them back.
     let cached = try Child(["cache-idle", root.path, group, "Documents/d.txt", Self.longLinger])
     defer { cached.kill() }
-    #expect(Self.cachedCount(cached.waitForLine { $0.hasPrefix("accessed") }) == 2)
+    #expect(Self.cached(cached.waitForLine { $0.hasPrefix("accessed") }) == [".", "Documents"])
     Self.stop(cached.pid)
     let blocked = Self.deleteDocuments(container, lockTimeout: .milliseconds(500))
     if case .failure(.lockTimedOut(_, let pid, _))? = blocked {
@@ -160,7 +163,7 @@ import Testing
       Issue.record("a stopped process with cached locks should block the delete: \(outcome); \(said)")
     }
     kill(cached.pid, SIGCONT)
-    #expect(cached.waitForLine(timeout: 20) { $0 == "dropped" } != nil, "resumed, it should drop its locks")
+    #expect(cached.waitForLine(timeout: 20) { $0 == "cached=." } != nil, "resumed, it should drop Documents' lock")
     guard case .success? = Self.deleteDocuments(container, lockTimeout: .seconds(20)) else {
       Issue.record("the delete should succeed once the process ran again")
       return
@@ -180,8 +183,8 @@ import Testing
   }
 
   /// In one process (real flocks): a cached lock is used again only while the generation it was taken at is
-  /// current. The generation is bumped without waking the sweeper (it sleeps out its linger), so only the
-  /// access's own check stands between the stale lock and its reuse.
+  /// current. The generations of both cached locks' buckets are bumped without waking the sweeper (it sleeps out
+  /// its linger), so only the access's own check stands between a stale lock and its reuse.
   @Test func aCachedLockIsNotTrustedOnceTheGenerationChanged() throws {
     let root = try TestRoot()
     let container = try root.container(group)
@@ -193,7 +196,10 @@ import Testing
     try coordinator.coordinate(writingItemAt: url) { _ in }
     #expect(space.locks.cacheHits == hits + 2, "the second access should reuse both cached tree locks")
     Thread.sleep(forTimeInterval: 0.01)  // let the sweeper go to sleep on the generation it saw
-    space.counters.atomic(LockRevocation.generationCounter).wrappingIncrement(ordering: .sequentiallyConsistent)
+    for path in [ContainerPath.root, try ContainerPath("Documents")] {
+      let bucket = LockRevocation.bucket(of: LockOrder.Key(path: path, kind: .tree))
+      space.counters.atomic(LockRevocation.generationBase + bucket).wrappingIncrement(ordering: .sequentiallyConsistent)
+    }
     try coordinator.coordinate(writingItemAt: url) { _ in }
     #expect(space.locks.cacheHits == hits + 2, "a cached lock was trusted after the generation changed")
   }

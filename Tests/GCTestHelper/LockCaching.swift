@@ -6,18 +6,19 @@ import SystemLayer
 
 let lockCachingModes: Set<String> = ["cache-idle", "cache-hold"]
 
-/// cache-idle <root> <group> <item> <linger-ms>: one coordinated write of <item>, then "accessed cached=<n>";
-/// "dropped" once its cached locks are gone (revoked or lingered out); then waits to be killed.
+/// cache-idle <root> <group> <item> <linger-ms>: one coordinated write of <item>, then "accessed cached=<dirs>"
+/// (the directories whose tree locks it keeps cached, comma-separated, the root as "."); "cached=<dirs>" at each
+/// change, and "dropped" once none is left (revoked or lingered out); then waits to be killed.
 ///
 /// cache-hold <root> <group> <item> <linger-ms> <go-file>: a coordinated write of <item>, then another that says
-/// "locked" and holds until <go-file> exists, then "released <monotonic ns> cached=<n>", then as cache-idle.
+/// "locked" and holds until <go-file> exists, then "released <monotonic ns> cached=<dirs>", then as cache-idle.
 @MainActor func runLockCachingMode(_ command: String, _ args: [String], _ container: GroupContainer) throws {
   GroupContainer.setLockCacheLinger(milliseconds: UInt64(args[5])!)
   let url = container.url.appendingPathComponent(args[4])
   let coordinator = FileCoordinator()
   if command == "cache-idle" {
     try coordinator.coordinate(writingItemAt: url) { _ in }
-    say("accessed cached=\(container.cachedLockCount())")
+    say("accessed cached=\(container.cachedTreeLocks().joined(separator: ","))")
   } else {
     let go = args[6]
     var released: UInt64 = 0
@@ -29,9 +30,15 @@ let lockCachingModes: Set<String> = ["cache-idle", "cache-hold"]
       while !FileManager.default.fileExists(atPath: go) { usleep(2_000) }
       released = MonotonicClock.nanoseconds()
     }
-    say("released \(released) cached=\(container.cachedLockCount())")
+    say("released \(released) cached=\(container.cachedTreeLocks().joined(separator: ","))")
   }
-  while container.cachedLockCount() > 0 { usleep(2_000) }
+  var last = container.cachedTreeLocks()
+  while !last.isEmpty {
+    usleep(2_000)
+    let now = container.cachedTreeLocks()
+    if now != last { say("cached=\(now.joined(separator: ","))") }
+    last = now
+  }
   say("dropped")
   while true { sleep(60) }
 }
