@@ -16,9 +16,12 @@ let lockCachingModes: Set<String> = ["cache-idle", "cache-hold"]
   GroupContainer.setLockCacheLinger(milliseconds: UInt64(args[5])!)
   let url = container.url.appendingPathComponent(args[4])
   let coordinator = FileCoordinator()
+  // What the first line says is what later lines compare with: a change in between is never missed.
+  var last: [String]
   if command == "cache-idle" {
     try coordinator.coordinate(writingItemAt: url) { _ in }
-    say("accessed cached=\(container.cachedTreeLocks().joined(separator: ","))")
+    last = container.cachedTreeLocks()
+    say("accessed cached=\(last.joined(separator: ","))")
   } else {
     let go = args[6]
     var released: UInt64 = 0
@@ -30,9 +33,9 @@ let lockCachingModes: Set<String> = ["cache-idle", "cache-hold"]
       while !FileManager.default.fileExists(atPath: go) { usleep(2_000) }
       released = MonotonicClock.nanoseconds()
     }
-    say("released \(released) cached=\(container.cachedTreeLocks().joined(separator: ","))")
+    last = container.cachedTreeLocks()
+    say("released \(released) cached=\(last.joined(separator: ","))")
   }
-  var last = container.cachedTreeLocks()
   while !last.isEmpty {
     usleep(2_000)
     let now = container.cachedTreeLocks()
