@@ -26,13 +26,13 @@ import SystemLayer
 /// last access of a process below a directory ends, the process keeps that directory's tree lock (and the root's)
 /// `LOCK_SH`, so its next access there takes one flock (the item's) instead of one per depth. This never weakens
 /// exclusion — a cached lock is a flock still held — it only delays the rare tree `LOCK_EX`, so:
-/// - *Revocation.* A tree EX request refused by `LOCK_NB` marks a revocation *pending* (a mapped "until" time,
-///   refreshed on every refusal) and bumps the container's revocation *generation* (a mapped counter whose futex
-///   wakes every caching process's sweeper thread; no message, no file). Each sweeper drops its idle cached locks
-///   of an older generation at once.
-/// - *The generation check.* A cached lock is used again only while the generation read just before its flock is
-///   still current; otherwise it is dropped and taken again. No lock is cached while a revocation is pending, and
-///   never one taken before the latest bump.
+/// - *Revocation.* Lock keys fall in 64 buckets (a hash of the path). A tree EX request refused by `LOCK_NB`
+///   marks a revocation *pending* in its bucket (a mapped "until" time, refreshed on every refusal), bumps the
+///   bucket's *generation* and posts one futex word that wakes every caching process's sweeper thread (no message,
+///   no file). Each sweeper drops at once its idle cached locks whose bucket moved on.
+/// - *The generation check.* A cached lock is used again only while its bucket's generation read just before its
+///   flock is still current; otherwise it is dropped and taken again. No lock is cached while a revocation is
+///   pending in its bucket, and never one taken before the bucket's latest bump.
 /// - *The linger.* Idle cached locks are dropped after `LockTable.lingerNanoseconds` (100 ms), so a process
 ///   stopped (SIGSTOP, a debugger) more than that after its last access blocks nothing. One stopped within it
 ///   keeps blocking delete/move/replace of the directories above its last access (never reads or writes of
