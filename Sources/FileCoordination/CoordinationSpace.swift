@@ -207,7 +207,8 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     counters = try MappedCounters(
       fd: coordination.openOrCreate("counters", mode: fileMode, size: Int64(MappedCounters.fileSize)))
     locks = LockTable(
-      directory: try root.openDirectory(ContainerPath.privateDirectory + "/locks"), fileMode: fileMode)
+      directory: try root.openDirectory(ContainerPath.privateDirectory + "/locks"), fileMode: fileMode,
+      revocation: LockRevocation(counters: counters))
     registry = PresenterRegistry(
       directory: directory + "/presenters", root: root, counters: counters, fileMode: fileMode)
     processLock = try Self.publishLivenessLock(of: me, root: root, mode: fileMode)

@@ -66,6 +66,18 @@ public struct GroupContainer: Sendable, Hashable {
     (try? coordinationSpace())?.isAlive(pid: pid, startTimeLow32: startTimeLow32)
   }
 
+  /// The directories whose shared tree locks this process keeps cached in the container now (LockOrder.swift,
+  /// Rule 4a), sorted, the root as "."; for the test helper.
+  package func cachedTreeLocks() -> [String] {
+    ((try? coordinationSpace())?.locks.cached() ?? []).map { $0.path.isRoot ? "." : $0.path.string }.sorted()
+  }
+
+  /// How long a cached lock may stay idle in this process (default 100 ms); the test helper makes it long to
+  /// see what revocation alone does.
+  package static func setLockCacheLinger(milliseconds: UInt64) {
+    LockTable.lingerNanoseconds.store(milliseconds * 1_000_000, ordering: .relaxed)
+  }
+
   /// The identifier rule: reverse-DNS characters `A-Z a-z 0-9 . -`, not empty, no `..`, at most 255 bytes.
   public static func validate(identifier: String) throws(GroupContainerError) {
     if identifier.isEmpty { throw .invalidIdentifier(identifier, rule: "it is empty") }

@@ -21,6 +21,27 @@ import SystemLayer
 ///
 /// **Rule 3: lock stable side files, never the item** — an atomic replace gives the item a new inode.
 /// Lock files are never deleted: another process may hold one.
+///
+/// **Rule 4a: shared tree locks are cached, and revoked on demand** (LockTable.swift, `LockRevocation`). After the
+/// last access of a process below a directory ends, the process keeps that directory's tree lock (and the root's)
+/// `LOCK_SH`, so its next access there takes one flock (the item's) instead of one per depth. This never weakens
+/// exclusion — a cached lock is a flock still held — it only delays the rare tree `LOCK_EX`, so:
+/// - *Revocation.* Lock keys fall in 64 buckets (a hash of the path). A tree EX request refused by `LOCK_NB`
+///   marks a revocation *pending* in its bucket (a mapped "until" time, refreshed on every refusal), bumps the
+///   bucket's *generation* and posts one futex word that wakes every caching process's sweeper thread (no message,
+///   no file). Each sweeper drops at once its idle cached locks whose bucket moved on.
+/// - *The generation check.* A cached lock is used again only while its bucket's generation read just before its
+///   flock is still current; otherwise it is dropped and taken again. No lock is cached while a revocation is
+///   pending in its bucket, and never one taken before the bucket's latest bump.
+/// - *The linger.* Idle cached locks are dropped after `LockTable.lingerNanoseconds` (100 ms), so a process
+///   stopped (SIGSTOP, a debugger) more than that after its last access blocks nothing. One stopped within it
+///   keeps blocking delete/move/replace of the directories above its last access (never reads or writes of
+///   items) until it runs again — as a process stopped inside an access always did; ``FileCoordinator/lockTimeout``
+///   bounds the wait and names it. A dead process's locks go with it (flock).
+/// Only tree locks are cached, only `LOCK_SH`, and a request for EX of a lock this process has cached drops it
+/// first (Rule 2: never convert).
+/// *What if you don't:* three flocks per access below `Documents` (six calls, a third of an empty access); a
+/// cache without revocation makes an idle process block every delete of its directories for good.
 enum LockOrder {
   enum Kind: Int, Sendable { case tree = 0, item = 1 }
 
@@ -36,14 +57,7 @@ enum LockOrder {
     /// The lock file name: 32 hex digits of FNV-1a-128 over kind and path. A collision only makes two items
     /// share a lock (over-locking), never a missed lock; the order stays total because keys sort by path.
     var fileName: String {
-      var hash: UInt128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d
-      let prime: UInt128 = 0x0000_0000_0100_0000_0000_0000_0000_013B
-      for byte in Array((kind == .tree ? "tree:" : "item:").utf8) + Array(path.string.utf8) {
-        hash ^= UInt128(byte)
-        hash = hash &* prime
-      }
-      let hex = String(hash, radix: 16)
-      return String(repeating: "0", count: 32 - hex.count) + hex
+      StableHash.hex(StableHash.fnv1a128(Array((kind == .tree ? "tree:" : "item:").utf8) + Array(path.string.utf8)))
     }
   }
 

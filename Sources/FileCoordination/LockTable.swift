@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import SystemLayer
 
 /// Who holds a lock inside this process: a coordinator instance. Accesses of one owner never block each other
@@ -12,7 +13,9 @@ enum LockOwner: Hashable, Sendable {
 ///
 /// flock belongs to the open file description, so two threads of one process using one descriptor would both
 /// "hold" it. This table keeps one descriptor per lock file and reader/writer counts per owner, and takes the
-/// flock itself only on the first hold and drops it on the last release.
+/// flock itself only on the first hold and drops it on the last release — except shared tree locks, which it
+/// keeps *cached* after the last release, for the next access below the same directories (Rule 4a in
+/// LockOrder.swift: the generation check, revocation and the linger).
 final class LockTable: @unchecked Sendable {  // every field is guarded by `condition`
   /// A class, so an access updates it in place: one dictionary lookup per lock and no copy of `holders`.
   private final class Entry {
@@ -21,6 +24,18 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     var holders: [LockOwner: (mode: FlockMode, count: Int)] = [:]
     /// A thread is taking the flock for this entry; others wait for it to finish.
     var busy = false
+    /// The revocation bucket of the key (`LockRevocation.bucket(of:)`).
+    let bucket: Int
+    /// The bucket's revocation generation read just before this process took the flock: a cached lock is trusted
+    /// only while the generation is still this one (a revoker who found the lock taken bumped it since).
+    var generation: UInt64 = 0
+    /// When the last holder left a cached lock (monotonic ns); 0 when not cached.
+    var idleSince: UInt64 = 0
+
+    /// Holds the flock with no holder in the process: a cached shared tree lock.
+    var isCached: Bool { osMode != nil && holders.isEmpty }
+
+    init(bucket: Int) { self.bucket = bucket }
   }
 
   /// `.coordination/locks`, opened beneath the container once (again after the container was removed: `rebind`):
@@ -29,12 +44,26 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
   private let fileMode: mode_t
   private let condition = NSCondition()
   private var entries: [LockOrder.Key: Entry] = [:]
-  /// Idle descriptors beyond this many are closed (an idle lock file holds no lock, so closing is safe).
+  /// Idle descriptors beyond this many are closed (an idle lock file holds no lock, so closing is safe; a
+  /// cached one is dropped with it).
   private let idleDescriptorLimit = 256
+  /// The container's revocation words; nil: no caching (every lock is dropped on its last release).
+  private let revocation: LockRevocation?
+  /// How long (ns) a cached lock may stay idle before the sweeper drops it (Rule 4a: what a stopped process can
+  /// block). Tests make it long, to see what revocation alone does.
+  package static let lingerNanoseconds = Atomic<UInt64>(100_000_000)
+  /// The sweeper thread runs (it exits when nothing is cached). Guarded by `condition`.
+  private var sweeperRunning = false
+  /// Cached locks used again without a flock (guarded by `condition`).
+  private var hits = 0
 
-  init(directory: SystemFD, fileMode: mode_t) {
+  init(directory: SystemFD, fileMode: mode_t, revocation: LockRevocation? = nil) {
     self.directory = directory
     self.fileMode = fileMode
+    self.revocation = revocation
+    // Counted as a listener before anything is cached, so no revoker ever skips the wake-up (ChangeSignal.post
+    // costs nothing only when no process listens).
+    revocation?.signal.listenForever()
   }
 
   /// Takes every lock of `plan` (already in lock order) for `owner`; on failure releases what it took.
@@ -60,16 +89,65 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
       condition.broadcast()
       condition.unlock()
     }
+    var now: UInt64 = 0
     for request in held.reversed() {
       guard let entry = entries[request.key], var hold = entry.holders[owner] else { continue }
       hold.count -= 1
       entry.holders[owner] = hold.count > 0 ? hold : nil
       if entry.holders.isEmpty, entry.osMode != nil {
-        entry.fd?.unlock()
-        entry.osMode = nil
+        if now == 0 { now = MonotonicClock.nanoseconds() }
+        if request.key.kind == .tree, entry.osMode == .shared, let revocation,
+          revocation.mayCache(entry.bucket, since: entry.generation, now: now)
+        {
+          // Kept for the next access below this directory (Rule 4a); the sweeper drops it after the linger.
+          entry.idleSince = now
+          startSweeper()
+        } else {
+          entry.fd?.unlock()
+          entry.osMode = nil
+        }
       }
     }
     trimIdleDescriptors()
+  }
+
+  /// Drops a cached lock (called with `condition` held; the entry has no holder).
+  private func drop(_ entry: Entry) {
+    entry.fd?.unlock()
+    entry.osMode = nil
+    entry.idleSince = 0
+  }
+
+  /// Starts the sweeper unless it runs (called with `condition` held).
+  private func startSweeper() {
+    guard !sweeperRunning, let revocation else { return }
+    sweeperRunning = true
+    let thread = Thread { [self] in sweep(revocation) }
+    thread.name = "GroupContainer lock cache"
+    thread.start()
+  }
+
+  /// The sweeper: drops cached locks as soon as a revoker bumps the generation (it sleeps on the generation's
+  /// futex) and those idle for `linger`; exits when nothing is cached.
+  private func sweep(_ revocation: LockRevocation) {
+    let linger = Self.lingerNanoseconds.load(ordering: .relaxed)
+    while true {
+      let seen = revocation.signal.sequenceValue
+      condition.lock()
+      let now = MonotonicClock.nanoseconds()
+      var next: UInt64?
+      for entry in entries.values where entry.isCached && !entry.busy {
+        if !revocation.mayCache(entry.bucket, since: entry.generation, now: now) || now &- entry.idleSince >= linger {
+          drop(entry)
+        } else {
+          next = min(next ?? .max, entry.idleSince &+ linger &- now)
+        }
+      }
+      if next == nil { sweeperRunning = false }
+      condition.unlock()
+      guard let next else { return }
+      revocation.signal.wait(whileSequenceIs: seen, nanoseconds: next)
+    }
   }
 
   private func acquire(
@@ -87,12 +165,24 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
       if let known = entries[key] {
         entry = known
       } else {
-        entry = Entry()
+        entry = Entry(bucket: LockRevocation.bucket(of: key))
         entries[key] = entry
       }
       if entry.busy {
         _ = condition.wait(until: Date(timeIntervalSinceNow: 0.05))
         continue
+      }
+      if entry.isCached, !entry.busy {
+        // Trusted only while no revoker bumped the generation since the flock was taken, and never for an
+        // exclusive request (it would be an SH→EX conversion: Rule 2).
+        if mode == .shared, let revocation, entry.generation == revocation.generation(entry.bucket) {
+          entry.idleSince = 0
+          entry.holders[owner] = (mode, 1)
+          hits += 1
+          condition.unlock()
+          return
+        }
+        drop(entry)
       }
       if let held = entry.holders[owner] {
         guard held.mode == .exclusive || mode == .shared else {
@@ -119,10 +209,16 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
       entry.busy = true
       var fd = entry.fd  // read under the lock: `entry` is shared
       condition.unlock()
+      // Read before the flock: a revoker that finds the lock taken bumps the generation after it, so a lock
+      // cached from this flock is never mistaken for one taken after the revocation.
+      let generation = revocation?.generation(entry.bucket) ?? 0
+      // Only tree EX waits behind other processes' cached locks: ask them to drop theirs (Rule 4a).
+      let revoke: LockRevocation.Revoker? =
+        key.kind == .tree && mode == .exclusive ? revocation.map { LockRevocation.Revoker($0, entry.bucket) } : nil
       let result: Result<SystemFD, FileCoordinatorError>
       do {
         if fd == nil { fd = try openLockFile(key) }
-        try Self.flock(fd!, mode, isCancelled: isCancelled)
+        try Self.flock(fd!, mode, isCancelled: isCancelled, contended: revoke?.contended)
         result = .success(fd!)
       } catch {
         result = .failure(error)
@@ -133,6 +229,8 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
       switch result {
       case .success:
         entry.osMode = mode
+        entry.generation = generation
+        entry.idleSince = 0
         entry.holders[owner] = (mode, 1)
         condition.broadcast()
         condition.unlock()
@@ -147,14 +245,16 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
 
   /// Polls with LOCK_NB and a growing pause, so `cancel()` can stop a waiting access (a blocking flock cannot
   /// be interrupted). The pause stays ≤ 1 ms: a released lock is noticed quickly.
+  /// `contended` runs after every refused attempt (a tree EX request revokes cached locks there).
   private static func flock(
-    _ fd: SystemFD, _ mode: FlockMode, isCancelled: @Sendable () -> Bool
+    _ fd: SystemFD, _ mode: FlockMode, isCancelled: @Sendable () -> Bool, contended: (() -> Void)? = nil
   ) throws(FileCoordinatorError) {
     var pause: UInt64 = 20_000
     var spins = 0
     while true {
       let got = try FileCoordinatorError.wrap { () throws(FileSystemError) in try fd.lock(mode, nonBlocking: true) }
       if got { return }
+      contended?()
       if isCancelled() { throw .cancelled }
       if spins < 10 {
         spins += 1
@@ -221,5 +321,75 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     condition.lock()
     defer { condition.unlock() }
     return entries.compactMap { key, entry in entry.osMode.map { (key.path, key.kind, $0) } }
+  }
+
+  /// How many times a cached lock was used again without a flock, for tests.
+  var cacheHits: Int { condition.withLock { hits } }
+
+  /// The locks this process keeps cached (held with no access in flight), for tests.
+  func cached() -> [(path: ContainerPath, kind: LockOrder.Kind)] {
+    condition.lock()
+    defer { condition.unlock() }
+    return entries.compactMap { key, entry in entry.isCached ? (key.path, key.kind) : nil }
+  }
+}
+
+/// The container's words for revoking cached tree locks (Rule 4a, LockOrder.swift), in `.coordination/counters`.
+/// Keys fall in 64 *buckets* (by a hash of the path, the same in every process); each bucket has a *generation*
+/// and a *pending until* time (monotonic: CLOCK_MONOTONIC is one clock for every process of the machine), so a
+/// contended `.forReplacing` write of one file stops caching only in its bucket, not in the whole container. One
+/// *wake* word, a `ChangeSignal` futex every caching process's sweeper sleeps on, and its listener count, serve all
+/// buckets. Reading them costs no system call.
+struct LockRevocation: Sendable {
+  static let wakeCounter = 8, listenersCounter = 9
+  static let buckets = 64, generationBase = 16, pendingUntilBase = 16 + 64
+  /// How long a revoker's "pending" lasts after its last refusal: a revoker killed while waiting stops
+  /// caching (in its bucket) for this long only.
+  static let pendingWindow: UInt64 = 50_000_000
+
+  let counters: MappedCounters
+  var signal: ChangeSignal { ChangeSignal(counters, sequence: Self.wakeCounter, listeners: Self.listenersCounter) }
+
+  /// FNV-1a over the path's bytes: the same bucket in every process (Swift's `Hasher` is seeded per process).
+  static func bucket(of key: LockOrder.Key) -> Int {
+    var hash = StableHash.fnv1a32([])
+    for component in key.path.components {
+      hash = StableHash.fnv1a32(component.utf8, continuing: hash)
+      hash = StableHash.fnv1a32(CollectionOfOne(0x2F), continuing: hash)
+    }
+    return Int(hash % UInt32(buckets))
+  }
+
+  func generation(_ bucket: Int) -> UInt64 { counters.load(Self.generationBase + bucket) }
+
+  func isPending(_ bucket: Int, now: UInt64) -> Bool { now < counters.load(Self.pendingUntilBase + bucket) }
+
+  /// Whether a lock of `bucket` taken at `generation` may stay cached now: no revocation since, none under way.
+  func mayCache(_ bucket: Int, since generation: UInt64, now: UInt64) -> Bool {
+    !isPending(bucket, now: now) && self.generation(bucket) == generation
+  }
+
+  /// One waiting tree EX request: on its first refusal it marks a revocation pending in its bucket, bumps the
+  /// bucket's generation and wakes every sweeper; on each later one it keeps "pending" alive, so no process caches
+  /// a lock of that bucket meanwhile.
+  final class Revoker {
+    private let revocation: LockRevocation
+    private let bucket: Int
+    private var posted = false
+
+    init(_ revocation: LockRevocation, _ bucket: Int) {
+      self.revocation = revocation
+      self.bucket = bucket
+    }
+
+    func contended() {
+      // "Pending" first, then the bump: whoever sees the new generation also sees it pending.
+      revocation.counters.store(
+        LockRevocation.pendingUntilBase + bucket, MonotonicClock.nanoseconds() + LockRevocation.pendingWindow)
+      guard !posted else { return }
+      posted = true
+      revocation.counters.increment(LockRevocation.generationBase + bucket)
+      revocation.signal.post()
+    }
   }
 }

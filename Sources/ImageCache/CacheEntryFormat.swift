@@ -121,14 +121,7 @@ enum CacheEntryFormat {
   }
 
   private static func checksum(_ header: some Sequence<UInt8>, key: some Sequence<UInt8>) -> UInt32 {
-    var hash: UInt32 = 0x811c_9dc5
-    for byte in header {
-      hash = (hash ^ UInt32(byte)) &* 0x0100_0193
-    }
-    for byte in key {
-      hash = (hash ^ UInt32(byte)) &* 0x0100_0193
-    }
-    return hash
+    StableHash.fnv1a32(key, continuing: StableHash.fnv1a32(header))
   }
 
   struct Corruption: Error, CustomStringConvertible {

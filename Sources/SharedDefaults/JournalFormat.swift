@@ -1,4 +1,5 @@
 import PropertyList
+import SystemLayer
 
 /// The journal format, in one place: the records a suite appends between snapshots.
 ///
@@ -257,14 +258,7 @@ enum JournalFormat {
 
   // MARK: Helpers
 
-  static func checksum(_ bytes: ArraySlice<UInt8>) -> UInt32 {
-    var hash: UInt32 = 0x811c_9dc5
-    for byte in bytes {
-      hash ^= UInt32(byte)
-      hash = hash &* 0x0100_0193
-    }
-    return hash
-  }
+  static func checksum(_ bytes: ArraySlice<UInt8>) -> UInt32 { StableHash.fnv1a32(bytes) }
 
   @inline(__always) static func append32(_ v: UInt32, to out: inout [UInt8]) {
     out.append(UInt8(truncatingIfNeeded: v))

@@ -154,6 +154,8 @@ case "swap", "pause-write":
   try runPathAttack(args, container: container)
 case "pressure-cgroup", "pressure-budget", "pressure-listen", "pressure-defaults", "pressure-disk":  // MemoryPressure.swift
   try runMemoryPressure(args, container: container)
+case _ where lockCachingModes.contains(command):  // LockCaching.swift
+  try runLockCachingMode(command, args, container)
 case "torn-writer":  // ScaleModes.swift
   try tornWriter(container, root: args[2], item: item(args[4]), bytes: Int(args[5])!)
 

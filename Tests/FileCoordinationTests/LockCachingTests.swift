@@ -1,0 +1,206 @@
+import Foundation
+import Synchronization
+import TestSupport
+import Testing
+
+@testable import FileCoordination
+
+/// Cached shared tree locks and their revocation (LockOrder.swift, Rule 4a), across real processes: a process
+/// keeps the SH tree locks of the directories above its last access; whoever needs one of them EX (a delete, move
+/// or replace of the directory) gets it all the same, and what a stopped process can block is what the docs say.
+///
+/// The helper children run with a 10-minute linger where the test is about revocation, so only the revocation
+/// can free their cached locks within the test; the deleting side has a lock timeout, so a lock that is never
+/// given back fails the test with `lockTimedOut` instead of hanging it.
+///
+/// Mutants this suite catches (each broken on purpose once, seen failing by assertion, then restored):
+/// - a cached lock used without checking the generation (`LockTable.acquire` trusting any cached entry):
+///   `aCachedLockIsNotTrustedOnceTheGenerationChanged`;
+/// - the revocation ignored (the sweeper drops only lingered-out locks, not those of an older generation):
+///   `anIdleProcessWithCachedLocksDoesNotBlockADeleteOfTheDirectory`, `aStoppedProcessBlocksTreeWritesOnlyWhileItsLocksAreCached`;
+/// - a cached lock kept after revocation (`LockTable.release` caching without `mayCache`):
+///   `anAccessInFlightStillExcludesADeleteOfItsDirectory`;
+/// - the sweeper dropping locks an access is using (`entry.osMode != nil` instead of `entry.isCached`): the
+///   delete runs inside the child's access, `anAccessInFlightStillExcludesADeleteOfItsDirectory`.
+@Suite(.timeLimit(.minutes(1))) struct LockCachingTests {
+  let group = "group.com.example.tests"
+  static let longLinger = "600000"
+
+  /// Deletes `Documents` with a coordinated `.forDeleting` write, bounded by `lockTimeout`; returns when its
+  /// accessor began (monotonic ns), or the error.
+  static func deleteDocuments(
+    _ container: GroupContainer, lockTimeout: Duration
+  ) -> Result<UInt64, FileCoordinatorError>? {
+    expectCompletes(within: 45, "a coordinated delete of Documents") { () -> Result<UInt64, FileCoordinatorError> in
+      let coordinator = FileCoordinator()
+      coordinator.lockTimeout = lockTimeout
+      do {
+        let began = try coordinator.coordinate(writingItemAt: container.documentsURL, options: .forDeleting) {
+          url -> UInt64 in
+          let began = monotonicNow()
+          try FileManager.default.removeItem(at: url)
+          return began
+        }
+        return .success(began)
+      } catch let error as FileCoordinatorError {
+        return .failure(error)
+      }
+    }
+  }
+
+  /// Sends SIGSTOP and waits until every thread of `pid` is stopped: the group stop spreads thread by thread, and
+  /// a sweeper woken by the revocation before it stops would give the locks back.
+  static func stop(_ pid: Int32) {
+    kill(pid, SIGSTOP)
+    let deadline = Date().addingTimeInterval(20)
+    while Date() < deadline {
+      let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+      let stopped = tasks.allSatisfy { task in
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/stat", encoding: .utf8),
+          let close = stat.lastIndex(of: ")")
+        else { return false }
+        return stat[stat.index(close, offsetBy: 2)] == "T"
+      }
+      if !tasks.isEmpty && stopped { return }
+      Thread.sleep(forTimeInterval: 0.002)
+    }
+    Issue.record("process \(pid) did not stop")
+  }
+
+  /// The directories a helper line says it keeps cached ("… cached=.,Documents").
+  static func cached(_ line: String?) -> [String]? {
+    guard let field = line?.split(separator: " ").last, field.hasPrefix("cached=") else { return nil }
+    return field.dropFirst(7).split(separator: ",").map(String.init)
+  }
+
+  @Test func anIdleProcessWithCachedLocksDoesNotBlockADeleteOfTheDirectory() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let idle = try Child(["cache-idle", root.path, group, "Documents/a.txt", Self.longLinger])
+    defer { idle.kill() }
+    let accessed = idle.waitForLine { $0.hasPrefix("accessed") }
+    // The root's and Documents' tree locks: otherwise this test proves nothing.
+    #expect(Self.cached(accessed) == [".", "Documents"], "the child should keep two tree locks cached")
+    let outcome = Self.deleteDocuments(container, lockTimeout: .seconds(20))
+    guard case .success? = outcome else {
+      Issue.record("the delete should get its lock from an idle process: \(String(describing: outcome))")
+      return
+    }
+    #expect(!FileManager.default.fileExists(atPath: container.documentsURL.path))
+    // Documents' lock dropped by the revocation (the child's linger is ten minutes); the root's, which the delete
+    // takes shared, stays.
+    #expect(idle.waitForLine(timeout: 10) { $0 == "cached=." } != nil)
+  }
+
+  @Test func anAccessInFlightStillExcludesADeleteOfItsDirectory() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let space = try container.coordinationSpace()
+    let go = root.path + "/go"
+    let holder = try Child(["cache-hold", root.path, group, "Documents/b.txt", Self.longLinger, go])
+    defer { holder.kill() }
+    guard holder.waitForLine(timeout: 20, { $0 == "locked" }) != nil else { return }
+    let before = space.counters.load(LockRevocation.wakeCounter)
+    let delete = Mutex<Result<UInt64, FileCoordinatorError>??>(nil)
+    let thread = Thread {
+      let outcome = Self.deleteDocuments(container, lockTimeout: .seconds(20))
+      delete.withLock { $0 = outcome }
+    }
+    thread.start()
+    // The delete found the lock taken and revoked (the wake word moved): it now waits for the access.
+    let deadline = Date().addingTimeInterval(20)
+    while space.counters.load(LockRevocation.wakeCounter) == before && Date() < deadline {
+      Thread.sleep(forTimeInterval: 0.002)
+    }
+    #expect(space.counters.load(LockRevocation.wakeCounter) != before, "the delete never revoked")
+    #expect(delete.withLock { $0 == nil }, "the delete ran while an access below Documents was in flight")
+    FileManager.default.createFile(atPath: go, contents: nil)
+    let released = holder.waitForLine(timeout: 20) { $0.hasPrefix("released") }
+    // Released during the revocation: Documents' lock may not stay cached (the child's linger is ten minutes).
+    #expect(Self.cached(released)?.contains("Documents") == false, "kept during a revocation: \(released ?? "-")")
+    let waitUntil = Date().addingTimeInterval(45)
+    while delete.withLock({ $0 }) == nil && Date() < waitUntil { Thread.sleep(forTimeInterval: 0.005) }
+    guard case .success(let began)?? = delete.withLock({ $0 }) else {
+      Issue.record("the delete should run once the access ended: \(String(describing: delete.withLock { $0 }))")
+      return
+    }
+    let releasedAt = released?.split(separator: " ").dropFirst().first.flatMap { UInt64($0) } ?? .max
+    #expect(began > releasedAt, "the delete's accessor began before the access below Documents ended")
+  }
+
+  @Test func aHolderKilledWithSIGKILLBlocksNoOne() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let idle = try Child(["cache-idle", root.path, group, "Documents/c.txt", Self.longLinger])
+    let accessed = idle.waitForLine { $0.hasPrefix("accessed") }
+    #expect(Self.cached(accessed) == [".", "Documents"])
+    idle.kill(SIGKILL)
+    let outcome = Self.deleteDocuments(container, lockTimeout: .seconds(20))
+    guard case .success? = outcome else {
+      Issue.record("a dead process's cached locks must block no one: \(String(describing: outcome))")
+      return
+    }
+  }
+
+  /// What CoordinationSemantics documents: a process stopped (SIGSTOP) while it keeps cached locks — within the
+  /// linger after its last access — blocks delete/move/replace of the directories above that access until it
+  /// runs again (with a lock timeout: fails naming it); stopped after the linger, it blocks nothing.
+  @Test func aStoppedProcessBlocksTreeWritesOnlyWhileItsLocksAreCached() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    // Stopped with its locks cached: the delete times out, naming it; resumed, it gives them back.
+    let cached = try Child(["cache-idle", root.path, group, "Documents/d.txt", Self.longLinger])
+    defer { cached.kill() }
+    #expect(Self.cached(cached.waitForLine { $0.hasPrefix("accessed") }) == [".", "Documents"])
+    Self.stop(cached.pid)
+    let blocked = Self.deleteDocuments(container, lockTimeout: .milliseconds(500))
+    if case .failure(.lockTimedOut(_, let pid, _))? = blocked {
+      #expect(pid == cached.pid, "the error should name the stopped process")
+    } else {
+      let stderr: String = cached.errors.withLock { $0 }
+      let outcome = String(describing: blocked)
+      let said = "it said \(cached.output), \(stderr)"
+      Issue.record("a stopped process with cached locks should block the delete: \(outcome); \(said)")
+    }
+    kill(cached.pid, SIGCONT)
+    #expect(cached.waitForLine(timeout: 20) { $0 == "cached=." } != nil, "resumed, it should drop Documents' lock")
+    guard case .success? = Self.deleteDocuments(container, lockTimeout: .seconds(20)) else {
+      Issue.record("the delete should succeed once the process ran again")
+      return
+    }
+    // Stopped after the linger (the default 100 ms) dropped its locks: it blocks nothing.
+    try FileManager.default.createDirectory(at: container.documentsURL, withIntermediateDirectories: true)
+    let lingered = try Child(["cache-idle", root.path, group, "Documents/e.txt", "100"])
+    defer { lingered.kill() }
+    guard lingered.waitForLine(timeout: 20, { $0 == "dropped" }) != nil else { return }
+    Self.stop(lingered.pid)
+    defer { kill(lingered.pid, SIGCONT) }
+    let outcome = Self.deleteDocuments(container, lockTimeout: .seconds(20))
+    guard case .success? = outcome else {
+      Issue.record("a process stopped after its linger must block nothing: \(String(describing: outcome))")
+      return
+    }
+  }
+
+  /// In one process (real flocks): a cached lock is used again only while the generation it was taken at is
+  /// current. The generations of both cached locks' buckets are bumped without waking the sweeper (it sleeps out
+  /// its linger), so only the access's own check stands between a stale lock and its reuse.
+  @Test func aCachedLockIsNotTrustedOnceTheGenerationChanged() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let space = try container.coordinationSpace()
+    let url = container.documentsURL.appendingPathComponent("f.txt")
+    let coordinator = FileCoordinator()
+    try coordinator.coordinate(writingItemAt: url) { _ in }
+    let hits = space.locks.cacheHits
+    try coordinator.coordinate(writingItemAt: url) { _ in }
+    #expect(space.locks.cacheHits == hits + 2, "the second access should reuse both cached tree locks")
+    Thread.sleep(forTimeInterval: 0.01)  // let the sweeper go to sleep on the generation it saw
+    for path in [ContainerPath.root, try ContainerPath("Documents")] {
+      let bucket = LockRevocation.bucket(of: LockOrder.Key(path: path, kind: .tree))
+      space.counters.atomic(LockRevocation.generationBase + bucket).wrappingIncrement(ordering: .sequentiallyConsistent)
+    }
+    try coordinator.coordinate(writingItemAt: url) { _ in }
+    #expect(space.locks.cacheHits == hits + 2, "a cached lock was trusted after the generation changed")
+  }
+}
