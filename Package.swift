@@ -100,6 +100,7 @@ let package = Package(
     .executableTarget(
       name: "ContainerFilesFuzz", dependencies: ["SharedDefaults", "FileCoordination", "CFuzzShim"],
       path: "Fuzz/ContainerFilesFuzz"),
+    .executableTarget(name: "ImageHeadersFuzz", dependencies: ["ImageCache", "CFuzzShim"], path: "Fuzz/ImageHeadersFuzz"),
     .testTarget(name: "PropertyListTests", dependencies: ["PropertyList"], exclude: ["Regressions"]),
     // What every test target shares: temp container roots, child processes.
     .target(name: "TestSupport", dependencies: ["FileCoordination"], path: "Tests/TestSupport"),

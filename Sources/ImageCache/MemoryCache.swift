@@ -237,10 +237,12 @@ struct LRUState<Key: Hashable & Sendable, Value: Sendable>: ~Copyable {
     var evicted = Evicted<Key, Value>(handler: evictionHandler)
     while tail != noSlot && (totalCost > cost || index.count > count) {
       let slot = tail
-      if let key = slots[slot].key { index.removeValue(forKey: key) }
-      let (key, value) = release(slot)
+      // A free slot at the tail would loop here forever: fail loudly instead (a bug in this file, never input).
+      guard let key = slots[slot].key else { preconditionFailure("MemoryCache: the LRU list is corrupt at slot \(slot)") }
+      index.removeValue(forKey: key)
+      // Kept until after the lock, handler or not: a large value's deinit should not run inside it.
+      if let value = release(slot).1 { evicted.entries.append((key, value)) }
       statistics.evictions += 1
-      if let key, let value { evicted.entries.append((key, value)) }
     }
     return evicted
   }
