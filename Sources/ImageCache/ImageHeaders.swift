@@ -44,11 +44,11 @@ public enum ImageHeaders {
   public static func parse(bytes: UnsafeRawBufferPointer) throws(ImageCacheError) -> ImageInfo {
     let reader = ByteReader(bytes)
     if reader.starts(with: pngSignature) { return try parsePNG(reader) }
-    if reader.starts(with: [0xFF, 0xD8, 0xFF]) { return try parseJPEG(reader) }
-    if reader.starts(with: Array("GIF87a".utf8)) || reader.starts(with: Array("GIF89a".utf8)) {
+    if reader.starts(with: jpegSignature) { return try parseJPEG(reader) }
+    if reader.starts(with: gif87aSignature) || reader.starts(with: gif89aSignature) {
       return try parseGIF(reader)
     }
-    if reader.starts(with: Array("RIFF".utf8)) && reader.count >= 12 && reader.fourCC(at: 8) == "WEBP" {
+    if reader.count >= 12 && reader.tag(at: 0) == Tag.RIFF && reader.tag(at: 8) == Tag.WEBP {
       return try parseWebP(reader)
     }
     // Bytes that are the start of a signature: an image cut short, not an unknown format.
@@ -64,12 +64,30 @@ public enum ImageHeaders {
   /// Each format's signature; nil is "any byte" (the RIFF size).
   static let signatures: [(ImageFormat, [UInt8?])] = [
     (.png, pngSignature),
-    (.jpeg, [0xFF, 0xD8, 0xFF]),
+    (.jpeg, jpegSignature),
     (.gif, Array("GIF8".utf8) + [nil, UInt8(ascii: "a")]),
     (.webp, Array("RIFF".utf8) + [nil, nil, nil, nil] + Array("WEBP".utf8)),
   ]
 
   static let pngSignature: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]
+  static let jpegSignature: [UInt8] = [0xFF, 0xD8, 0xFF]
+  static let gif87aSignature = Array("GIF87a".utf8)
+  static let gif89aSignature = Array("GIF89a".utf8)
+
+  /// Chunk types (PNG, RIFF) as the big-endian integer of their four bytes.
+  enum Tag {
+    static let IHDR = ByteReader.tag("IHDR")
+    static let acTL = ByteReader.tag("acTL")
+    static let fcTL = ByteReader.tag("fcTL")
+    static let IDAT = ByteReader.tag("IDAT")
+    static let IEND = ByteReader.tag("IEND")
+    static let RIFF = ByteReader.tag("RIFF")
+    static let WEBP = ByteReader.tag("WEBP")
+    static let VP8 = ByteReader.tag("VP8 ")
+    static let VP8L = ByteReader.tag("VP8L")
+    static let VP8X = ByteReader.tag("VP8X")
+    static let ANMF = ByteReader.tag("ANMF")
+  }
 
   /// The first bytes in hex ("89 50 4e 47 …"), or "no bytes" for empty data.
   static func signatureHex(_ reader: ByteReader) -> String {
@@ -120,11 +138,13 @@ struct ByteReader {
 
   /// Throws unless `length` bytes from `offset` are present. `offset` and `length` are never negative here: they
   /// come from unsigned fields; the sum cannot overflow because each is at most 2^32 and Int is 64-bit.
-  func need(_ offset: Int, _ length: Int, _ format: ImageFormat, _ what: String) throws(ImageCacheError) {
+  func need(
+    _ offset: Int, _ length: Int, _ format: ImageFormat, _ what: @autoclosure () -> String
+  ) throws(ImageCacheError) {
     if offset < 0 || length < 0 || offset > count || length > count - offset {
       throw .malformed(
         format,
-        reason: "truncated: \(what) needs bytes \(offset)..<\(offset &+ length) but the data has only \(count) bytes")
+        reason: "truncated: \(what()) needs bytes \(offset)..<\(offset &+ length) but the data has only \(count) bytes")
     }
   }
 
@@ -135,6 +155,13 @@ struct ByteReader {
   func u24le(_ offset: Int) -> Int { u16le(offset) | Int(bytes[offset + 2]) << 16 }
   func u32be(_ offset: Int) -> Int { u16be(offset) << 16 | u16be(offset + 2) }
   func u32le(_ offset: Int) -> Int { u16le(offset) | u16le(offset + 2) << 16 }
+  /// A chunk type as one big-endian integer, to compare with `tag("IHDR")` without making a String.
+  func tag(at offset: Int) -> Int { u32be(offset) }
+  static func tag(_ name: StaticString) -> Int {
+    precondition(name.utf8CodeUnitCount == 4)
+    let p = name.utf8Start
+    return Int(p[0]) << 24 | Int(p[1]) << 16 | Int(p[2]) << 8 | Int(p[3])
+  }
   func fourCC(at offset: Int) -> String {
     String(decoding: (offset..<offset + 4).map { printable(bytes[$0]) }, as: UTF8.self)
   }
@@ -149,7 +176,7 @@ extension ImageHeaders {
   static func parsePNG(_ r: ByteReader) throws(ImageCacheError) -> ImageInfo {
     var offset = 8
     try r.need(offset, 8, .png, "the IHDR chunk header")
-    guard r.fourCC(at: offset + 4) == "IHDR" else {
+    guard r.tag(at: offset + 4) == Tag.IHDR else {
       throw .malformed(.png, reason: "the first chunk is '\(r.fourCC(at: offset + 4))', not IHDR")
     }
     guard r.u32be(offset) == 13 else {
@@ -166,26 +193,28 @@ extension ImageHeaders {
     while true {
       try r.need(offset, 8, .png, "a chunk header (no IEND chunk yet)")
       let length = r.u32be(offset)
-      let type = r.fourCC(at: offset + 4)
+      let type = r.tag(at: offset + 4)
       guard length <= Int(Int32.max) else {
-        throw .malformed(.png, reason: "chunk '\(type)' at offset \(offset) claims \(length) bytes, above 2^31 − 1")
+        throw .malformed(
+          .png, reason: "chunk '\(r.fourCC(at: offset + 4))' at offset \(offset) claims \(length) bytes, above 2^31 − 1")
       }
-      try r.need(offset + 8, length + 4, .png, "the '\(type)' chunk at offset \(offset) (\(length) bytes + CRC)")
+      try r.need(
+        offset + 8, length + 4, .png, "the '\(r.fourCC(at: offset + 4))' chunk at offset \(offset) (\(length) bytes + CRC)")
       switch type {
-      case "IHDR":
+      case Tag.IHDR:
         throw .malformed(.png, reason: "a second IHDR chunk at offset \(offset)")
-      case "acTL":
+      case Tag.acTL:
         guard length == 8 else { throw .malformed(.png, reason: "the acTL chunk is \(length) bytes long, not 8") }
         guard announcedFrames == nil else { throw .malformed(.png, reason: "a second acTL chunk at offset \(offset)") }
         guard !sawImageData else { throw .malformed(.png, reason: "the acTL chunk comes after the image data") }
         let frames = r.u32be(offset + 8)
         guard frames > 0 else { throw .malformed(.png, reason: "the acTL chunk announces 0 frames") }
         announcedFrames = frames
-      case "fcTL":
+      case Tag.fcTL:
         frameControls += 1
-      case "IDAT":
+      case Tag.IDAT:
         sawImageData = true
-      case "IEND":
+      case Tag.IEND:
         guard sawImageData else { throw .malformed(.png, reason: "IEND before any IDAT chunk: the PNG has no image") }
         var frames = 1
         if let announced = announcedFrames {
@@ -210,7 +239,9 @@ extension ImageHeaders {
   /// JPEG: from `SOI`, segment by segment (APPn, COM, tables... skipped by their length, so an EXIF thumbnail's own
   /// SOF inside APP1 is never seen) to the frame header SOFn (C0–CF except DHT C4, JPG C8, DAC CC); then on, through
   /// the entropy-coded scans (a byte scan for markers: FF 00 is a stuffed byte, FF D0–D7 restart markers) up to `EOI`.
-  /// Fill bytes (FF FF …) before a marker are skipped; standalone markers (RSTn, TEM, SOI) have no length.
+  /// Fill bytes (FF FF …) before a marker are skipped; standalone markers (RSTn, TEM, SOI) have no length. Any other
+  /// byte where a marker should start is refused (libjpeg skips such bytes with a "corrupt data" warning; a cache
+  /// that checks what it is given should not).
   static func parseJPEG(_ r: ByteReader) throws(ImageCacheError) -> ImageInfo {
     var offset = 2
     var size: (width: Int, height: Int)?
@@ -352,13 +383,15 @@ extension ImageHeaders {
   }
 
   /// Skips a chain of sub-blocks (a length byte, that many bytes) up to its 0 terminator; each step moves ≥ 1 byte.
-  static func skipSubBlocks(_ r: ByteReader, from start: Int, what: String) throws(ImageCacheError) -> Int {
+  static func skipSubBlocks(
+    _ r: ByteReader, from start: Int, what: @autoclosure () -> String
+  ) throws(ImageCacheError) -> Int {
     var offset = start
     while true {
-      try r.need(offset, 1, .gif, "\(what): a sub-block (no 0 terminator yet)")
+      try r.need(offset, 1, .gif, "\(what()): a sub-block (no 0 terminator yet)")
       let length = Int(r.u8(offset))
       if length == 0 { return offset + 1 }
-      try r.need(offset + 1, length, .gif, "\(what): a sub-block of \(length) bytes at offset \(offset)")
+      try r.need(offset + 1, length, .gif, "\(what()): a sub-block of \(length) bytes at offset \(offset)")
       offset += 1 + length
     }
   }
@@ -381,14 +414,15 @@ extension ImageHeaders {
     try r.need(8, riffSize, .webp, "the RIFF body (\(riffSize) bytes, as the RIFF header says)")
     let end = 8 + riffSize
     try r.need(12, 8, .webp, "the first chunk header")
-    let first = r.fourCC(at: 12)
+    let first = r.tag(at: 12)
+    let firstName = r.fourCC(at: 12)
     let firstSize = r.u32le(16)
     guard firstSize <= end - 20 else {
-      throw .malformed(.webp, reason: "the '\(first)' chunk claims \(firstSize) bytes, past the RIFF end \(end)")
+      throw .malformed(.webp, reason: "the '\(firstName)' chunk claims \(firstSize) bytes, past the RIFF end \(end)")
     }
     let payload = 20
     switch first {
-    case "VP8 ":
+    case Tag.VP8:
       guard firstSize >= 10 else {
         throw .malformed(.webp, reason: "the VP8 chunk is \(firstSize) bytes, too short for a frame header (10)")
       }
@@ -402,7 +436,7 @@ extension ImageHeaders {
       return try checkedInfo(
         .webp, width: r.u16le(payload + 6) & 0x3FFF, height: r.u16le(payload + 8) & 0x3FFF, frames: 1,
         maxSide: 16_383)
-    case "VP8L":
+    case Tag.VP8L:
       guard firstSize >= 5 else {
         throw .malformed(.webp, reason: "the VP8L chunk is \(firstSize) bytes, too short for its header (5)")
       }
@@ -414,7 +448,7 @@ extension ImageHeaders {
       try checkChunks(r, from: 12, to: end)
       return try checkedInfo(
         .webp, width: (bits & 0x3FFF) + 1, height: (bits >> 14 & 0x3FFF) + 1, frames: 1, maxSide: 16_384)
-    case "VP8X":
+    case Tag.VP8X:
       guard firstSize >= 10 else {
         throw .malformed(.webp, reason: "the VP8X chunk is \(firstSize) bytes, too short for its header (10)")
       }
@@ -436,7 +470,7 @@ extension ImageHeaders {
       }
       return try checkedInfo(.webp, width: width, height: height, frames: frames, maxSide: 1 << 24)
     default:
-      throw .malformed(.webp, reason: "the first chunk is '\(first)', not VP8, VP8L or VP8X")
+      throw .malformed(.webp, reason: "the first chunk is '\(firstName)', not VP8, VP8L or VP8X")
     }
   }
 
@@ -453,20 +487,20 @@ extension ImageHeaders {
       guard end - offset >= 8 else {
         throw .malformed(.webp, reason: "truncated: \(end - offset) bytes at offset \(offset) cannot hold a chunk header")
       }
-      let type = r.fourCC(at: offset)
+      let type = r.tag(at: offset)
       let size = r.u32le(offset + 4)
       let padded = size + (size & 1)
       guard padded <= end - offset - 8 else {
         throw .malformed(
-          .webp, reason: "the '\(type)' chunk at offset \(offset) claims \(size) bytes, past the RIFF end \(end)")
+          .webp, reason: "the '\(r.fourCC(at: offset))' chunk at offset \(offset) claims \(size) bytes, past the RIFF end \(end)")
       }
       switch type {
-      case "ANMF":
+      case Tag.ANMF:
         guard size >= 16 else {
           throw .malformed(.webp, reason: "the ANMF chunk at offset \(offset) is \(size) bytes, less than its 16-byte header")
         }
         frames += 1
-      case "VP8 ", "VP8L":
+      case Tag.VP8, Tag.VP8L:
         images += 1
       default:
         break

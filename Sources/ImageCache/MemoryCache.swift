@@ -24,34 +24,39 @@ public final class MemoryCache<Key: Hashable & Sendable, Value: Sendable>: Senda
 
   public typealias Statistics = MemoryCacheStatistics
 
-  private let state: Mutex<LRUState<Key, Value>>
+  @usableFromInline let state: Mutex<LRUState<Key, Value>>
 
   /// - Parameters:
   ///   - totalCostLimit: the largest sum of costs kept; 0 = no limit.
   ///   - countLimit: the largest number of objects kept; 0 = no limit.
   ///   - evictionHandler: called (outside the lock) with each object a limit or a trim evicts.
+  @inlinable
   public init(totalCostLimit: Int = 0, countLimit: Int = 0, evictionHandler: EvictionHandler? = nil) {
     precondition(totalCostLimit >= 0 && countLimit >= 0, "MemoryCache limits must not be negative (0 = no limit)")
     state = Mutex(LRUState(totalCostLimit: totalCostLimit, countLimit: countLimit, evictionHandler: evictionHandler))
   }
 
   /// The object for `key`, now the most recently used; nil on a miss.
+  @inlinable
   public func object(forKey key: Key) -> Value? {
     state.withLock { $0.lookup(key) }
   }
 
   /// Keeps `object` for `key` as the most recently used, replacing any older object and its cost; then evicts the
   /// least recently used objects until the limits hold. An object costlier than `totalCostLimit` is not kept.
+  @inlinable
   public func setObject(_ object: Value, forKey key: Key, cost: Int = 0) {
     precondition(cost >= 0, "MemoryCache cost must not be negative (got \(cost) for key \(key))")
-    let evicted = state.withLock { state in
-      state.insert(key, object, cost: cost)
-      return state.evictToLimits()
+    let (replaced, evicted) = state.withLock { state in
+      let replaced = state.insert(key, object, cost: cost)
+      return (replaced, state.evictToLimits())
     }
+    _ = replaced  // released here, after the lock
     deliver(evicted)
   }
 
   /// Removes the object for `key`, if any (the eviction handler is not called).
+  @inlinable
   public func removeObject(forKey key: Key) {
     // The value is released after the lock: its deinit may be slow (a large bitmap).
     let removed = state.withLock { $0.remove(key) }
@@ -59,6 +64,7 @@ public final class MemoryCache<Key: Hashable & Sendable, Value: Sendable>: Senda
   }
 
   /// Removes every object (the eviction handler is not called). The statistics stay.
+  @inlinable
   public func removeAllObjects() {
     let old = state.withLock { state in state.removeAll() }
     _ = old
@@ -67,6 +73,7 @@ public final class MemoryCache<Key: Hashable & Sendable, Value: Sendable>: Senda
   /// Evicts least recently used objects until `totalCost <= cost`; returns the cost released. The memory-pressure
   /// policy calls it (a fraction of the limit on a warning, 0 on critical).
   @discardableResult
+  @inlinable
   public func trim(toCost cost: Int) -> Int {
     let (released, evicted) = state.withLock { state in
       let before = state.totalCost
@@ -78,6 +85,7 @@ public final class MemoryCache<Key: Hashable & Sendable, Value: Sendable>: Senda
   }
 
   /// The largest sum of costs kept; 0 = no limit. Lowering it evicts at once.
+  @inlinable
   public var totalCostLimit: Int {
     get { state.withLock { $0.totalCostLimit } }
     set {
@@ -91,6 +99,7 @@ public final class MemoryCache<Key: Hashable & Sendable, Value: Sendable>: Senda
   }
 
   /// The largest number of objects kept; 0 = no limit. Lowering it evicts at once.
+  @inlinable
   public var countLimit: Int {
     get { state.withLock { $0.countLimit } }
     set {
@@ -104,10 +113,14 @@ public final class MemoryCache<Key: Hashable & Sendable, Value: Sendable>: Senda
   }
 
   /// The sum of the costs of the objects kept.
+  @inlinable
   public var totalCost: Int { state.withLock { $0.totalCost } }
   /// The number of objects kept.
+  @inlinable
   public var count: Int { state.withLock { $0.index.count } }
+  @inlinable
   public var statistics: Statistics { state.withLock { $0.statistics } }
+  @inlinable
   public func resetStatistics() { state.withLock { $0.statistics = Statistics() } }
 
   /// The keys from most to least recently used (for tests and diagnostics; O(n)).
@@ -115,7 +128,7 @@ public final class MemoryCache<Key: Hashable & Sendable, Value: Sendable>: Senda
   /// A description of the first broken internal invariant, or nil (for tests; O(n)).
   package func brokenInvariant() -> String? { state.withLock { $0.brokenInvariant() } }
 
-  private func deliver(_ evicted: Evicted<Key, Value>) {
+  @inlinable func deliver(_ evicted: Evicted<Key, Value>) {
     guard let handler = evicted.handler else { return }
     for (key, value) in evicted.entries { handler(key, value) }
   }
@@ -133,43 +146,51 @@ public struct MemoryCacheStatistics: Sendable, Hashable {
 }
 
 /// What one locked operation evicted, handed out of the lock (values released there, handler called there).
-struct Evicted<Key: Sendable, Value: Sendable>: Sendable {
-  var handler: (@Sendable (Key, Value) -> Void)?
-  var entries: [(Key, Value)] = []
+@usableFromInline struct Evicted<Key: Sendable, Value: Sendable>: Sendable {
+  @usableFromInline var handler: (@Sendable (Key, Value) -> Void)?
+  @usableFromInline var entries: [(Key, Value)] = []
+  @inlinable init(handler: (@Sendable (Key, Value) -> Void)?) { self.handler = handler }
 }
 
 /// The "no slot" index: the end of a list.
-private let noSlot = -1
+@inlinable var noSlot: Int { -1 }
 
 /// The LRU list: slots in one array, linked by index (no object per entry, no ARC traffic on a hit). `head` is the
 /// most recently used, `tail` the least; `free` chains the unused slots through `next`.
-struct LRUState<Key: Hashable & Sendable, Value: Sendable>: ~Copyable {
-  struct Slot: Sendable {
-    var key: Key?
-    var value: Value?
-    var cost = 0
-    var previous = noSlot
-    var next = noSlot
+@usableFromInline struct LRUState<Key: Hashable & Sendable, Value: Sendable>: ~Copyable {
+  @usableFromInline struct Slot: Sendable {
+    @usableFromInline var key: Key?
+    @usableFromInline var value: Value?
+    @usableFromInline var cost: Int
+    @usableFromInline var previous: Int
+    @usableFromInline var next: Int
+    @inlinable init(key: Key? = nil, value: Value? = nil, cost: Int = 0, next: Int = noSlot) {
+      self.key = key
+      self.value = value
+      self.cost = cost
+      self.previous = noSlot
+      self.next = next
+    }
   }
 
-  var index: [Key: Int] = [:]
-  var slots: [Slot] = []
-  var head = noSlot
-  var tail = noSlot
-  var free = noSlot
-  var totalCost = 0
-  var totalCostLimit: Int
-  var countLimit: Int
-  var statistics = MemoryCacheStatistics()
-  let evictionHandler: (@Sendable (Key, Value) -> Void)?
+  @usableFromInline var index: [Key: Int] = [:]
+  @usableFromInline var slots: [Slot] = []
+  @usableFromInline var head = noSlot
+  @usableFromInline var tail = noSlot
+  @usableFromInline var free = noSlot
+  @usableFromInline var totalCost = 0
+  @usableFromInline var totalCostLimit: Int
+  @usableFromInline var countLimit: Int
+  @usableFromInline var statistics = MemoryCacheStatistics()
+  @usableFromInline let evictionHandler: (@Sendable (Key, Value) -> Void)?
 
-  init(totalCostLimit: Int, countLimit: Int, evictionHandler: (@Sendable (Key, Value) -> Void)?) {
+  @inlinable init(totalCostLimit: Int, countLimit: Int, evictionHandler: (@Sendable (Key, Value) -> Void)?) {
     self.totalCostLimit = totalCostLimit
     self.countLimit = countLimit
     self.evictionHandler = evictionHandler
   }
 
-  mutating func lookup(_ key: Key) -> Value? {
+  @inlinable mutating func lookup(_ key: Key) -> Value? {
     guard let slot = index[key] else {
       statistics.misses += 1
       return nil
@@ -181,7 +202,7 @@ struct LRUState<Key: Hashable & Sendable, Value: Sendable>: ~Copyable {
 
   /// Inserts or replaces; returns the replaced value so it is released outside the lock.
   @discardableResult
-  mutating func insert(_ key: Key, _ value: Value, cost: Int) -> Value? {
+  @inlinable mutating func insert(_ key: Key, _ value: Value, cost: Int) -> Value? {
     if totalCostLimit > 0 && cost > totalCostLimit {
       return remove(key)
     }
@@ -209,13 +230,13 @@ struct LRUState<Key: Hashable & Sendable, Value: Sendable>: ~Copyable {
   }
 
   @discardableResult
-  mutating func remove(_ key: Key) -> Value? {
+  @inlinable mutating func remove(_ key: Key) -> Value? {
     guard let slot = index.removeValue(forKey: key) else { return nil }
     return release(slot).1
   }
 
   /// Empties the cache; returns the old storage so it is released outside the lock.
-  mutating func removeAll() -> ([Key: Int], [Slot]) {
+  @inlinable mutating func removeAll() -> ([Key: Int], [Slot]) {
     let old = (index, slots)
     index = [:]
     slots = []
@@ -226,14 +247,14 @@ struct LRUState<Key: Hashable & Sendable, Value: Sendable>: ~Copyable {
     return old
   }
 
-  mutating func evictToLimits() -> Evicted<Key, Value> {
+  @inlinable mutating func evictToLimits() -> Evicted<Key, Value> {
     evict(
       untilCost: totalCostLimit > 0 ? totalCostLimit : Int.max,
       count: countLimit > 0 ? countLimit : Int.max)
   }
 
   /// Evicts from the tail until `totalCost <= cost` and `count <= count`.
-  mutating func evict(untilCost cost: Int, count: Int) -> Evicted<Key, Value> {
+  @inlinable mutating func evict(untilCost cost: Int, count: Int) -> Evicted<Key, Value> {
     var evicted = Evicted<Key, Value>(handler: evictionHandler)
     while tail != noSlot && (totalCost > cost || index.count > count) {
       let slot = tail
@@ -248,7 +269,7 @@ struct LRUState<Key: Hashable & Sendable, Value: Sendable>: ~Copyable {
   }
 
   /// Unlinks a slot whose key is already out of `index`, puts it on the free list, returns its contents.
-  private mutating func release(_ slot: Int) -> (Key?, Value?) {
+  @inlinable mutating func release(_ slot: Int) -> (Key?, Value?) {
     unlink(slot)
     let contents = (slots[slot].key, slots[slot].value)
     totalCost -= slots[slot].cost
@@ -257,13 +278,13 @@ struct LRUState<Key: Hashable & Sendable, Value: Sendable>: ~Copyable {
     return contents
   }
 
-  private mutating func moveToFront(_ slot: Int) {
+  @inlinable mutating func moveToFront(_ slot: Int) {
     guard slot != head else { return }
     unlink(slot)
     linkAtFront(slot)
   }
 
-  private mutating func unlink(_ slot: Int) {
+  @inlinable mutating func unlink(_ slot: Int) {
     let previous = slots[slot].previous
     let next = slots[slot].next
     if previous != noSlot { slots[previous].next = next } else { head = next }
@@ -272,7 +293,7 @@ struct LRUState<Key: Hashable & Sendable, Value: Sendable>: ~Copyable {
     slots[slot].next = noSlot
   }
 
-  private mutating func linkAtFront(_ slot: Int) {
+  @inlinable mutating func linkAtFront(_ slot: Int) {
     slots[slot].previous = noSlot
     slots[slot].next = head
     if head != noSlot { slots[head].previous = slot } else { tail = slot }
