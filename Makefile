@@ -34,3 +34,4 @@ FUZZ_SECONDS ?= 300
 fuzz: deps
 	bash Fuzz/run.sh PropertyListFuzz $(FUZZ_SECONDS)
 	bash Fuzz/run.sh ContainerFilesFuzz $(FUZZ_SECONDS)
+	bash Fuzz/run.sh ImageHeadersFuzz $(FUZZ_SECONDS)

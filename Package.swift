@@ -100,6 +100,7 @@ let package = Package(
     .executableTarget(
       name: "ContainerFilesFuzz", dependencies: ["SharedDefaults", "FileCoordination", "CFuzzShim"],
       path: "Fuzz/ContainerFilesFuzz"),
+    .executableTarget(name: "ImageHeadersFuzz", dependencies: ["ImageCache", "CFuzzShim"], path: "Fuzz/ImageHeadersFuzz"),
     .testTarget(name: "PropertyListTests", dependencies: ["PropertyList"], exclude: ["Regressions"]),
     // Real images of any size for tests, the test helper and benchmarks.
     .target(name: "TestImageKit", path: "Tests/TestImageKit"),

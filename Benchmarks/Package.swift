@@ -49,5 +49,15 @@ let package = Package(
       swiftSettings: [.swiftLanguageMode(.v6)],
       plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
     ),
+    .executableTarget(
+      name: "ImageCacheBenchmarks",
+      dependencies: [
+        .product(name: "Benchmark", package: "benchmark"),
+        .product(name: "ImageCache", package: rootIdentity),
+      ],
+      path: "ImageCacheBenchmarks",
+      swiftSettings: [.swiftLanguageMode(.v6)],
+      plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
+    ),
   ]
 )

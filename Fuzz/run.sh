@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Builds a libFuzzer harness (ASan + coverage) and fuzzes it.
 #
-# Usage: Fuzz/run.sh [PropertyListFuzz|ContainerFilesFuzz] [seconds] [extra libFuzzer flags...]
+# Usage: Fuzz/run.sh [PropertyListFuzz|ContainerFilesFuzz|ImageHeadersFuzz] [seconds] [extra libFuzzer flags...]
 #   PropertyListFuzz: the plist readers and writers (seeds: Fuzz/seeds/).
 #   ContainerFilesFuzz: the defaults journal, presenter records and coordination messages
 #   (seeds: Fuzz/container-seeds/).
+#   ImageHeadersFuzz: the PNG/JPEG/GIF/WebP header parsers (seeds: the image test fixtures).
 #   Runs ONE fuzzing process for `seconds` (default 60) over a working corpus in Fuzz/corpus-<target>/.
 #   Crashers are written to Fuzz/artifacts/; after fixing, add them to the tests as regressions.
 #
@@ -21,6 +22,7 @@ shift || true
 case "$target" in
   PropertyListFuzz) seeds=Fuzz/seeds; extra=(-dict=Fuzz/plist.dict -max_len=8192) ;;
   ContainerFilesFuzz) seeds=Fuzz/container-seeds; extra=(-max_len=4096) ;;
+  ImageHeadersFuzz) seeds=Tests/ImageCacheTests/Fixtures; extra=(-max_len=4096) ;;
   *) echo "unknown fuzz target '$target'" >&2; exit 2 ;;
 esac
 
