@@ -52,8 +52,10 @@ let package = Package(
     .executableTarget(
       name: "ImageCacheBenchmarks",
       dependencies: [
+        "BenchmarkSupport",
         .product(name: "Benchmark", package: "benchmark"),
         .product(name: "ImageCache", package: rootIdentity),
+        .product(name: "GroupContainer", package: rootIdentity),
       ],
       path: "ImageCacheBenchmarks",
       swiftSettings: [.swiftLanguageMode(.v6)],

@@ -134,6 +134,8 @@ let benchmarks: @Sendable () -> Void = {
       }
     }
   }
+
+  diskTierBenchmarks()  // DiskTierBenchmarks.swift: the shared cache against raw file calls
 }
 
 /// A fixed request sequence: `keys` keys with Zipf(`exponent`) popularity (rank r drawn with weight 1/r^s), ranks

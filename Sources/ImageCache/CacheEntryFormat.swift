@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 import SystemLayer
 
 /// The on-disk format of one cache entry, in one place.
@@ -44,7 +45,8 @@ enum CacheEntryFormat {
 
   /// The file name for `key`.
   static func fileName(forKey key: String) -> String {
-    StableHash.hex(StableHash.fnv1a128(key.utf8)) + fileExtension
+    var key = key
+    return StableHash.hex(key.withUTF8 { StableHash.fnv1a128(UnsafeRawBufferPointer($0)) }) + fileExtension
   }
 
   /// Whether `name` is an entry's name (anything else in the directory is not ours to read as an entry).
@@ -84,9 +86,10 @@ enum CacheEntryFormat {
     append(UInt32(clamping: info.pixelWidth))
     append(UInt32(clamping: info.pixelHeight))
     append(UInt32(clamping: info.frameCount))
-    let checksum = checksum(out, key: key.utf8)
-    append(checksum)
+    append(UInt32(0))  // the checksum's place, filled below (not covered by it)
     out.append(contentsOf: key.utf8)
+    let sum = out.withUnsafeBytes { Self.checksum($0, keyLength: key.utf8.count) }
+    for index in 0..<4 { out[52 + index] = UInt8(truncatingIfNeeded: sum >> (8 * index)) }
     return out
   }
 
@@ -94,7 +97,9 @@ enum CacheEntryFormat {
   /// this version wrote.
   static func decodeHeader(_ bytes: UnsafeRawBufferPointer) -> Result<Header, Corruption> {
     guard bytes.count >= headerSize else { return .failure(.init("shorter than the 56-byte header")) }
-    guard bytes.prefix(8).elementsEqual(magic) else { return .failure(.init("no entry magic number")) }
+    guard magic.withUnsafeBytes({ memcmp($0.baseAddress!, bytes.baseAddress!, 8) == 0 }) else {
+      return .failure(.init("no entry magic number"))
+    }
     func read<T: FixedWidthInteger>(_ offset: Int, _: T.Type) -> T {
       T(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: T.self))
     }
@@ -117,11 +122,22 @@ enum CacheEntryFormat {
   static func checksumMatches(_ bytes: UnsafeRawBufferPointer, keyLength: Int) -> Bool {
     guard bytes.count >= headerSize + keyLength else { return false }
     let stored = UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: 52, as: UInt32.self))
-    return stored == checksum(bytes[0..<52], key: bytes[headerSize..<(headerSize + keyLength)])
+    return stored == checksum(bytes, keyLength: keyLength)
   }
 
-  private static func checksum(_ header: some Sequence<UInt8>, key: some Sequence<UInt8>) -> UInt32 {
-    StableHash.fnv1a32(key, continuing: StableHash.fnv1a32(header))
+  /// FNV-1a-32 of the first 52 header bytes and the key, from an entry's bytes (the key starts at `headerSize`;
+  /// the checksum field itself is not covered).
+  private static func checksum(_ bytes: UnsafeRawBufferPointer, keyLength: Int) -> UInt32 {
+    let key = UnsafeRawBufferPointer(rebasing: bytes[headerSize..<(headerSize + keyLength)])
+    return StableHash.fnv1a32(key, continuing: StableHash.fnv1a32(UnsafeRawBufferPointer(rebasing: bytes[0..<52])))
+  }
+
+  /// Whether the key stored at `headerSize` is `key`, byte for byte.
+  static func storedKey(_ bytes: UnsafeRawBufferPointer, keyLength: Int, equals key: String) -> Bool {
+    var key = key
+    return key.withUTF8 { wanted in
+      wanted.count == keyLength && (keyLength == 0 || memcmp(bytes.baseAddress! + headerSize, wanted.baseAddress!, keyLength) == 0)
+    }
   }
 
   struct Corruption: Error, CustomStringConvertible {

@@ -262,22 +262,23 @@ final class DiskTier: Sendable {
       discard(name, because: "its header does not match its size or its checksum")
       return .missing
     }
-    let storedKey = bytes[CacheEntryFormat.headerSize..<(CacheEntryFormat.headerSize + header.keyLength)]
-    guard storedKey.elementsEqual(key.utf8) else { return .missing }  // another key with the same hash
+    // Another key with the same hash: its entry, not ours.
+    guard CacheEntryFormat.storedKey(bytes, keyLength: header.keyLength, equals: key) else { return .missing }
     if header.isExpired(now: now) {
       discard(name, because: nil)
       return .missing
     }
     let start = CacheEntryFormat.headerSize + header.keyLength
+    // The entry's image header is parsed again: a file edited in place by someone else is caught here.
+    let image = UnsafeRawBufferPointer(rebasing: bytes[start..<(start + header.imageLength)])
+    guard let info = try? ImageHeaders.parse(bytes: image), info == header.info else {
+      discard(name, because: "its image does not match its header")
+      return .missing
+    }
     handedOver = true
     let data = Data(
       bytesNoCopy: buffer.baseAddress! + start, count: header.imageLength,
       deallocator: .custom { _, _ in buffer.deallocate() })
-    // The entry's image header is parsed again: a file edited in place by someone else is caught here.
-    guard let info = try? ImageHeaders.parse(data), info == header.info else {
-      discard(name, because: "its image does not match its header")
-      return .missing
-    }
     return .found(Found(image: CachedImage(data: data, info: info), header: header, modified: st.modificationNanoseconds))
   }
 
