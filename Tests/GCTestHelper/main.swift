@@ -10,6 +10,14 @@ import SystemLayer
   FileHandle.standardOutput.write(Data((text + "\n").utf8))
 }
 
+// A helper whose test process died (a crash) must not live on: it would hold the test's output pipe open and
+// `swift test` would wait for it forever. Exits once its parent is gone.
+let parentAtStart = getppid()
+Thread.detachNewThread {
+  while getppid() == parentAtStart { Thread.sleep(forTimeInterval: 0.25) }
+  exit(3)
+}
+
 let args = CommandLine.arguments
 guard args.count >= 4 else {
   FileHandle.standardError.write(Data("usage: gc-test-helper <command> <root> <group> …\n".utf8))
