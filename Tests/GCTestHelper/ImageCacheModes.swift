@@ -7,7 +7,7 @@ import TestImageKit
 
 let imageCacheModes: Set<String> = [
   "cache-writer", "cache-reader", "cache-store-loop", "cache-watch", "cache-read-all", "cache-memory", "cache-cgroup",
-  "cache-budget",
+  "cache-budget", "cache-disk",
 ]
 
 /// The image cache's "other processes" (ImageCacheCoherenceTests and friends).
@@ -177,6 +177,24 @@ let imageCacheModes: Set<String> = [
     }
     say("no critical: cost \(memoryCache.memory.totalCost)")
     exit(1)
+
+  case "cache-disk":
+    // cache-disk <root> <group> <cache>: holds the cache open (its low-disk-space handler registered), says "ready",
+    // then "entries <n>" at each change of the number of entries on disk; runs until killed.
+    let directory = container.cachesURL.path + "/" + cacheName
+    say("ready")
+    var last = -1
+    while true {
+      let count = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter {
+        $0.hasSuffix(".entry")
+      }.count
+      if count != last {
+        say("entries \(count)")
+        last = count
+      }
+      Thread.sleep(forTimeInterval: 0.02)
+      withExtendedLifetime(cache) {}
+    }
 
   case "cache-budget":
     // cache-budget <root> <group> <cache> <budget-MB> <offered-MB>: a process with a memory budget (a widget's)

@@ -3,6 +3,7 @@ import Foundation
 import ImageCache
 import MemoryWarnings
 import SystemLayer
+import TestImageKit
 import TestSupport
 import Testing
 
@@ -14,7 +15,8 @@ import Testing
 /// - the cache's warning handler not registered with the container (`groupLevelsTrimTheMemoryTier` times out);
 /// - critical trimming like warning (`groupLevelsTrimTheMemoryTier`: the cost never reaches 0);
 /// - the default memory tier sized from the host's RAM instead of `MemoryPressure.memoryLimit`
-///   (`aProcessWithAWidgetsBudgetStaysWithinIt`: the footprint passes the budget).
+///   (`aProcessWithAWidgetsBudgetStaysWithinIt`: the footprint passes the budget);
+/// - the low-disk-space handler watching another directory (`lowDiskSpaceTrimsTheDiskTier` times out).
 @Suite(.timeLimit(.minutes(1)))
 struct ImageCachePressureTests {
   static func numbers(_ line: String) -> [Int] {
@@ -69,5 +71,39 @@ struct ImageCachePressureTests {
     let (peak, budget, tier) = (Self.numbers(line)[0], Self.numbers(line)[1], Self.numbers(line)[2])
     #expect(tier == budget / 8, "the tier's limit derives from the budget: \(line)")
     #expect(peak <= budget, "footprint \(peak) passed the budget \(budget)")
+  }
+
+  /// Low disk space: the cache held open by another process trims its disk tier (iOS purges Caches), and the
+  /// container's documents stay.
+  @Test(.enabled(if: geteuid() == 0, "mounting a small tmpfs needs root"))
+  func lowDiskSpaceTrimsTheDiskTier() async throws {
+    let root = try TestRoot()
+    let disk = root.path + "/disk"
+    try FileManager.default.createDirectory(atPath: disk, withIntermediateDirectories: true)
+    guard try runTool("/bin/mount", ["-t", "tmpfs", "-o", "size=8m", "tmpfs", disk]) == 0 else {
+      Issue.record("cannot mount a tmpfs (the tests run as root)")
+      return
+    }
+    defer { _ = try? runTool("/bin/umount", ["-l", disk]) }
+    let container = try GroupContainer(identifier: "group.lowdisk", root: URL(fileURLWithPath: disk))
+    do {
+      // Filled by an instance that is gone before the disk runs low: only the other process's handler acts.
+      var limits = SharedImageCache.Limits()
+      limits.diskBytes = .max
+      let filler = try SharedImageCache(name: "images", container: container, limits: limits)
+      for index in 0..<20 {
+        try await filler.store(TestPNG.make(width: 450, height: 450, seed: UInt64(index)), forKey: "k\(index)")
+      }
+    }
+    let child = try Child(["cache-disk", disk, "group.lowdisk", "images"])
+    defer { child.kill() }
+    #expect(await child.line { $0 == "entries 20" } != nil)
+    let space = try DiskSpace(of: container.documentsURL)
+    let keep = container.documentsURL.appendingPathComponent("keep")
+    try Data(repeating: 0x55, count: space.available - (512 << 10)).write(to: keep)
+    #expect(MemoryPressure.isLow(try DiskSpace(of: container.documentsURL), wasLow: false))
+    let trimmed = await child.line(timeout: 30) { line in Self.numbers(line).first.map { $0 < 20 } ?? false }
+    #expect(trimmed != nil, "\(child.output)")
+    #expect(FileManager.default.contents(atPath: keep.path)?.count == space.available - (512 << 10))
   }
 }
