@@ -64,13 +64,9 @@ import Testing
 @Suite(.timeLimit(.minutes(1))) struct FullDiskTests {
   @Test func aWriteOnAFullDiskFailsClearlyAndKeepsTheOldFile() throws {
     let root = try TestRoot()
-    let disk = root.path + "/small"
-    try FileManager.default.createDirectory(atPath: disk, withIntermediateDirectories: true)
-    guard try runTool("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", disk]) == 0 else {
-      Issue.record("cannot mount a tmpfs (the tests run as root)")
-      return
-    }
-    defer { _ = try? runTool("/bin/umount", ["-l", disk]) }
+    guard let mounted = try SmallDisk.mount(in: root, size: "1m", name: "small") else { return }
+    defer { withExtendedLifetime(mounted) {} }  // unmounted when released: not before the test ends
+    let disk = mounted.path
     let group = DurabilityTests.group
     let container = try GroupContainer(identifier: group, root: URL(fileURLWithPath: disk))
     let url = container.documentsURL.appendingPathComponent("big.txt")

@@ -78,13 +78,9 @@ struct ImageCachePressureTests {
   @Test(.enabled(if: geteuid() == 0, "mounting a small tmpfs needs root"))
   func lowDiskSpaceTrimsTheDiskTier() async throws {
     let root = try TestRoot()
-    let disk = root.path + "/disk"
-    try FileManager.default.createDirectory(atPath: disk, withIntermediateDirectories: true)
-    guard try runTool("/bin/mount", ["-t", "tmpfs", "-o", "size=8m", "tmpfs", disk]) == 0 else {
-      Issue.record("cannot mount a tmpfs (the tests run as root)")
-      return
-    }
-    defer { _ = try? runTool("/bin/umount", ["-l", disk]) }
+    guard let mounted = try SmallDisk.mount(in: root, size: "8m", name: "disk") else { return }
+    defer { withExtendedLifetime(mounted) {} }  // unmounted when released: not before the test ends
+    let disk = mounted.path
     let container = try GroupContainer(identifier: "group.lowdisk", root: URL(fileURLWithPath: disk))
     do {
       // Filled by an instance that is gone before the disk runs low: only the other process's handler acts.

@@ -288,13 +288,9 @@ import Testing
   @Test(.enabled(if: geteuid() == 0, "mounting a small tmpfs needs root"))
   func lowDiskSpaceTrimsTheCacheNotDocuments() async throws {
     let root = try TestRoot()
-    let disk = root.path + "/disk"
-    try FileManager.default.createDirectory(atPath: disk, withIntermediateDirectories: true)
-    guard try runTool("/bin/mount", ["-t", "tmpfs", "-o", "size=8m", "tmpfs", disk]) == 0 else {
-      Issue.record("cannot mount a tmpfs (the tests run as root)")
-      return
-    }
-    defer { _ = try? runTool("/bin/umount", ["-l", disk]) }
+    guard let mounted = try SmallDisk.mount(in: root, size: "8m", name: "disk") else { return }
+    defer { withExtendedLifetime(mounted) {} }  // unmounted when released: not before the test ends
+    let disk = mounted.path
     let container = try GroupContainer(identifier: Self.group, root: URL(fileURLWithPath: disk))
     let images = container.cachesURL.appendingPathComponent("images")
     try FileManager.default.createDirectory(at: images, withIntermediateDirectories: true)

@@ -291,13 +291,9 @@ struct SharedImageCacheTests {
 
   @Test func aFullDiskTrimsThenFailsClearly() throws {
     let root = try TestRoot()
-    let disk = root.path + "/small"
-    try FileManager.default.createDirectory(atPath: disk, withIntermediateDirectories: true)
-    guard try runTool("/bin/mount", ["-t", "tmpfs", "-o", "size=2m", "tmpfs", disk]) == 0 else {
-      Issue.record("cannot mount a tmpfs (the tests run as root)")
-      return
-    }
-    defer { _ = try? runTool("/bin/umount", ["-l", disk]) }
+    guard let mounted = try SmallDisk.mount(in: root, size: "2m", name: "small") else { return }
+    defer { withExtendedLifetime(mounted) {} }  // unmounted when released: not before the test ends
+    let disk = mounted.path
     let container = try GroupContainer(identifier: "group.full", root: URL(fileURLWithPath: disk))
     var limits = SharedImageCache.Limits()
     limits.diskBytes = .max  // only the disk's own size stops it

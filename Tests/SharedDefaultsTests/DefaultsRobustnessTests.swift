@@ -100,13 +100,9 @@ import Testing
   @Test(.enabled(if: geteuid() == 0, "mounting a small tmpfs needs root"))
   func aFullDiskIsAClearErrorAndLosesNothing() throws {
     let root = try TestRoot()
-    let disk = root.path + "/small"
-    try FileManager.default.createDirectory(atPath: disk, withIntermediateDirectories: true)
-    guard try runTool("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", disk]) == 0 else {
-      Issue.record("cannot mount a tmpfs")
-      return
-    }
-    defer { _ = try? runTool("/bin/umount", ["-l", disk]) }
+    guard let mounted = try SmallDisk.mount(in: root, size: "1m", name: "small") else { return }
+    defer { withExtendedLifetime(mounted) {} }  // unmounted when released: not before the test ends
+    let disk = mounted.path
     let container = try GroupContainer(identifier: group, root: URL(fileURLWithPath: disk))
     let defaults = try SharedDefaults(suiteName: "full", container: container)
     let value = Data(repeating: 9, count: 50_000)

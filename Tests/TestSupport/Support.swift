@@ -222,3 +222,27 @@ public func runTool(_ tool: String, _ arguments: [String]) throws -> Int32 {
   process.waitUntilExit()
   return process.terminationStatus
 }
+
+/// A small tmpfs mounted in a test's root (full-disk and low-disk tests; needs root), unmounted when released.
+public final class SmallDisk: Sendable {
+  public let path: String
+
+  /// Mounts a tmpfs of `size` (mount's syntax: "1m", "8m") at `<root>/<name>`; nil, with an issue recorded, when
+  /// it cannot.
+  public static func mount(in root: TestRoot, size: String, name: String = "disk", sourceLocation: SourceLocation = #_sourceLocation) throws
+    -> SmallDisk?
+  {
+    let path = root.path + "/" + name
+    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    guard try runTool("/bin/mount", ["-t", "tmpfs", "-o", "size=\(size)", "tmpfs", path]) == 0 else {
+      Issue.record("cannot mount a tmpfs at \(path) (the tests run as root)", sourceLocation: sourceLocation)
+      return nil
+    }
+    return SmallDisk(path: path)
+  }
+
+  private init(path: String) { self.path = path }
+
+  deinit { _ = try? runTool("/bin/umount", ["-l", path]) }
+}
+
