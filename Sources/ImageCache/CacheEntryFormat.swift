@@ -1,5 +1,4 @@
 import Foundation
-import Glibc
 import SystemLayer
 
 /// The on-disk format of one cache entry, in one place.
@@ -97,7 +96,7 @@ enum CacheEntryFormat {
   /// this version wrote.
   static func decodeHeader(_ bytes: UnsafeRawBufferPointer) -> Result<Header, Corruption> {
     guard bytes.count >= headerSize else { return .failure(.init("shorter than the 56-byte header")) }
-    guard magic.withUnsafeBytes({ memcmp($0.baseAddress!, bytes.baseAddress!, 8) == 0 }) else {
+    guard (0..<8).allSatisfy({ bytes[$0] == magic[$0] }) else {
       return .failure(.init("no entry magic number"))
     }
     func read<T: FixedWidthInteger>(_ offset: Int, _: T.Type) -> T {
@@ -136,7 +135,9 @@ enum CacheEntryFormat {
   static func storedKey(_ bytes: UnsafeRawBufferPointer, keyLength: Int, equals key: String) -> Bool {
     var key = key
     return key.withUTF8 { wanted in
-      wanted.count == keyLength && (keyLength == 0 || memcmp(bytes.baseAddress! + headerSize, wanted.baseAddress!, keyLength) == 0)
+      wanted.count == keyLength
+        && UnsafeRawBufferPointer(wanted).elementsEqual(
+          UnsafeRawBufferPointer(rebasing: bytes[headerSize..<(headerSize + keyLength)]))
     }
   }
 

@@ -88,8 +88,8 @@ final class DiskTier: Sendable {
 
   deinit {
     if let token = watch.withLock({ $0 }) { Watcher.shared.cancel(token) }
-    _ = Glibc.close(descriptor.load(ordering: .acquiring))
-    retired.withLock { for fd in $0 { _ = Glibc.close(fd) } }
+    directory.close()
+    retired.withLock { for fd in $0 { SystemFD(rawValue: fd, path: "").close() } }
     trimLock.close()
   }
 
