@@ -40,8 +40,12 @@ final class DiskTier: Sendable {
   /// Replaced descriptors: another thread may be using one, so they close at deinit.
   private let retired = Mutex<[Int32]>([])
   let counters: MappedCounters
-  /// The counters file opened a second time, for the trimmer's flock.
-  private let trimLock: SystemFD
+  /// The counters file opened a second time, for the trimmer's flock; also tells (its link count) whether the
+  /// counters file was removed with the container. Replaced when it was (`rebindCountersIfRemoved`).
+  private let trimLockDescriptor: Atomic<Int32>
+  private var trimLock: SystemFD { SystemFD(rawValue: trimLockDescriptor.load(ordering: .acquiring), path: countersPath) }
+  private var countersPath: String { root.path + "/" + Self.privateCaches + "/" + name + ".counters" }
+  private static let privateCaches = ContainerPath.privateDirectory + "/caches"
   private let trimming = Mutex(false)
   /// Per-process generations: removals this process learnt of through inotify.
   private let localGenerations: [ManagedAtomic<UInt64>] = (0..<DiskTier.shardCount).map { _ in ManagedAtomic(0) }
@@ -67,14 +71,8 @@ final class DiskTier: Sendable {
     let (directory, counters, lock) = try Self.system { () throws(FileSystemError) in
       let directory = try Self.makeAndOpen(relativePath, in: root, mode: directoryMode)
       do throws(FileSystemError) {
-        let private_ = ContainerPath.privateDirectory + "/caches"
-        try root.makeDirectory(private_, mode: directoryMode)
-        let files = try root.openDirectory(private_)
-        defer { files.close() }
-        let counters = try MappedCounters(
-          fd: files.openOrCreate(name + ".counters", mode: fileMode, size: Int64(MappedCounters.fileSize)))
-        let lock = try files.open(name + ".counters", .readWrite)
-        return (directory, counters, lock)
+        let (fd, lock) = try Self.openCounters(name, in: root, fileMode: fileMode, directoryMode: directoryMode)
+        return (directory, try MappedCounters(fd: fd), lock)
       } catch {
         directory.close()
         throw error
@@ -82,7 +80,7 @@ final class DiskTier: Sendable {
     }
     descriptor = Atomic(directory.rawValue)
     self.counters = counters
-    trimLock = lock
+    trimLockDescriptor = Atomic(lock.rawValue)
     startWatching()
   }
 
@@ -91,6 +89,20 @@ final class DiskTier: Sendable {
     directory.close()
     retired.withLock { for fd in $0 { SystemFD(rawValue: fd, path: "").close() } }
     trimLock.close()
+  }
+
+  /// `.coordination/caches/<name>.counters`, opened twice: for the mapping and for the trimmer's flock.
+  private static func openCounters(_ name: String, in root: ContainerDirectory, fileMode: mode_t, directoryMode: mode_t)
+    throws(FileSystemError) -> (mapping: SystemFD, lock: SystemFD)
+  {
+    try root.makeDirectory(privateCaches, mode: directoryMode)
+    let files = try root.openDirectory(privateCaches)
+    defer { files.close() }
+    let fd = try files.openOrCreate(name + ".counters", mode: fileMode, size: Int64(MappedCounters.fileSize))
+    do { return (fd, try files.open(name + ".counters", .readWrite)) } catch {
+      fd.close()
+      throw error
+    }
   }
 
   private static func makeAndOpen(_ relative: String, in root: ContainerDirectory, mode: mode_t) throws(FileSystemError)
@@ -120,12 +132,31 @@ final class DiskTier: Sendable {
       let old = descriptor.exchange(fresh.rawValue, ordering: .acquiringAndReleasing)
       retired.withLock { $0.append(old) }
       Self.logger.info("the image cache '\(name)' was removed: made '\(relativePath)' again")
+      rebindCountersIfRemoved()
       invalidateLocally()
       startWatching()
       return true
     } catch {
       Self.logger.error("the image cache '\(name)' was removed and cannot be made again: \(error)")
       return false
+    }
+  }
+
+  /// After `rm -rf` of the whole container the counters file is gone too: other processes count in a new one, so
+  /// this process maps the new one in place of the old (a new epoch: every stamp taken before is stale).
+  private func rebindCountersIfRemoved() {
+    guard let st = try? trimLock.status(), st.linkCount == 0 else { return }
+    do throws(FileSystemError) {
+      let (fd, lock) = try Self.openCounters(name, in: root, fileMode: fileMode, directoryMode: directoryMode)
+      do { try counters.rebind(to: fd) } catch {
+        lock.close()
+        throw error
+      }
+      let old = trimLockDescriptor.exchange(lock.rawValue, ordering: .acquiringAndReleasing)
+      retired.withLock { $0.append(old) }
+      Self.logger.info("the image cache '\(name)' maps its new counters file (the container was removed)")
+    } catch {
+      Self.logger.error("the image cache '\(name)' cannot map its new counters file: \(error)")
     }
   }
 

@@ -124,4 +124,32 @@ struct SharedImageCacheCoherenceTests {
     try await cache.removeImage(forKey: "k")
     await watcher.line { $0 == "now nil" }
   }
+
+  /// `rm -rf` of the whole container: the counters file goes too, and every process must count in the new one —
+  /// or a process that mapped the old one would keep serving its memory image after another process's store.
+  /// Mutant: `rebindCountersIfRemoved` doing nothing (the watcher never says "now 46").
+  @Test func removingTheWholeContainerKeepsMemoryTiersCoherent() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    do {
+      let cache = try SharedImageCache(name: "whole", container: container)
+      try await cache.store(TestPNG.make(width: 16, height: 4, seed: 44), forKey: "k")
+    }
+    let watcher = try Child(["cache-watch", root.path, container.identifier, "whole", "k"])
+    defer { watcher.kill() }
+    #expect(await watcher.line { $0 == "now 44" } != nil)
+    try FileManager.default.removeItem(at: container.url)
+    #expect(await watcher.line { $0 == "now nil" } != nil)
+    // New processes (each `groupctl cache store`) map the new counters file; the watcher mapped the old one.
+    let groupctl = productsDirectory.appendingPathComponent("groupctl").path
+    for version in [45, 46] as [UInt64] {
+      let file = root.path + "/v\(version).png"
+      try TestPNG.make(width: 16, height: 4, seed: version).write(to: URL(fileURLWithPath: file))
+      let status = try runTool(
+        groupctl, ["cache", "store", container.identifier, "k", file, "--cache", "whole", "--root", root.path])
+      #expect(status == 0)
+      #expect(await watcher.line { $0 == "now \(version)" } != nil, "\(watcher.output)")
+    }
+  }
 }
+
