@@ -65,7 +65,7 @@ public final class Child: Sendable {
       let data = handle.availableData
       if let self, !data.isEmpty { self.errors.withLock { $0 += String(decoding: data, as: UTF8.self) } }
     }
-    try process.run()
+    try spawnLock.withLock { try process.run() }
   }
 
   public var output: [String] { lines.withLock { $0 } }
@@ -218,10 +218,14 @@ public func runTool(_ tool: String, _ arguments: [String]) throws -> Int32 {
   let process = Process()
   process.executableURL = URL(fileURLWithPath: tool)
   process.arguments = arguments
-  try process.run()
+  try spawnLock.withLock { try process.run() }
   process.waitUntilExit()
   return process.terminationStatus
 }
+
+/// One `Process.run` at a time in the test process: a whole-suite run crashed inside Foundation's `Process.run`
+/// (a bad pointer in memmove) while tests spawned children from several threads at once.
+let spawnLock = NSLock()
 
 /// A small tmpfs mounted in a test's root (full-disk and low-disk tests; needs root), unmounted when released.
 public final class SmallDisk: Sendable {
