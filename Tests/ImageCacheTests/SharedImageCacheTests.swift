@@ -221,7 +221,7 @@ struct SharedImageCacheTests {
     let directory = Self.directory(container, "hostile")
     let secret = root.path + "/secret.png"
     try TestPNG.make(width: 8, height: 2, seed: 99).write(to: URL(fileURLWithPath: secret))
-    let keys = ["fifo", "symlink", "directory", "truncated", "garbage", "empty", "huge-header"]
+    let keys = ["fifo", "symlink", "directory", "truncated", "garbage", "empty", "huge-header", "gigabyte"]
     for key in keys { try cache.store(TestPNG.make(width: 8, height: 2, seed: 1), forKey: key) }
     let fresh = try SharedImageCache(name: "hostile", container: container)
     func path(_ key: String) -> String { directory + "/" + CacheEntryFormat.fileName(forKey: key) }
@@ -240,6 +240,11 @@ struct SharedImageCacheTests {
     var huge = whole
     huge.replaceSubrange(16..<24, with: [UInt8](repeating: 0xff, count: 8))
     FileManager.default.createFile(atPath: path("huge-header"), contents: huge)
+    // A 1 GiB file (sparse) where an entry belongs: refused by its size, never read into memory.
+    FileManager.default.createFile(atPath: path("gigabyte"), contents: whole)
+    let gigabyte = try FileHandle(forWritingTo: URL(fileURLWithPath: path("gigabyte")))
+    try gigabyte.truncate(atOffset: 1 << 30)
+    try gigabyte.close()
     let results = expectCompletes(within: 20, "reading hostile entries") {
       try keys.map { try fresh.image(forKey: $0) == nil }
     }
