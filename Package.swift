@@ -11,7 +11,10 @@ let package = Package(
     .library(name: "PropertyList", targets: ["PropertyList"]),
     .library(name: "MemoryWarnings", targets: ["MemoryWarnings"]),
     .library(name: "ImageCache", targets: ["ImageCache"]),
+    .library(name: "BackgroundDownloads", targets: ["BackgroundDownloads"]),
+    .library(name: "DownloadAgent", targets: ["DownloadAgent"]),
     .executable(name: "groupctl", targets: ["groupctl"]),
+    .executable(name: "gc-download-agent", targets: ["gc-download-agent"]),
     .executable(name: "host", targets: ["host"]),
     .executable(name: "widget", targets: ["widget"]),
   ],
@@ -20,6 +23,9 @@ let package = Package(
     .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
     .package(url: "https://github.com/apple/swift-atomics", from: "1.3.0"),
     .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
+    .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+    .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
+    .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
   ],
   targets: [
     // libinotifytools (Debian: libinotifytools0-dev), wrapped only by SystemLayer.
@@ -69,13 +75,37 @@ let package = Package(
         .product(name: "Logging", package: "swift-log"),
       ]
     ),
+    // Background downloads, the client side: sessions, tasks and events persisted in the container. No networking:
+    // a widget linking it does not link SwiftNIO.
+    .target(
+      name: "BackgroundDownloads",
+      dependencies: [
+        "FileCoordination", "PropertyList", "SystemLayer",
+        .product(name: "Logging", package: "swift-log"),
+      ]
+    ),
+    // The download agent: the process that runs the transfers (AsyncHTTPClient) and publishes finished files.
+    .target(
+      name: "DownloadAgent",
+      dependencies: [
+        "BackgroundDownloads", "FileCoordination", "SystemLayer",
+        .product(name: "AsyncHTTPClient", package: "async-http-client"),
+        .product(name: "Crypto", package: "swift-crypto"),
+        .product(name: "NIOCore", package: "swift-nio"),
+        .product(name: "NIOHTTP1", package: "swift-nio"),
+        .product(name: "Logging", package: "swift-log"),
+      ]
+    ),
+    .executableTarget(name: "gc-download-agent", dependencies: ["DownloadAgent"]),
     .target(
       name: "GroupContainer",
-      dependencies: ["FileCoordination", "SharedDefaults", "PropertyList", "MemoryWarnings", "ImageCache"]),
+      dependencies: [
+        "FileCoordination", "SharedDefaults", "PropertyList", "MemoryWarnings", "ImageCache", "BackgroundDownloads",
+      ]),
     .executableTarget(
       name: "groupctl",
       dependencies: [
-        "GroupContainer", "SystemLayer",
+        "GroupContainer", "SystemLayer", "DownloadAgent",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Logging", package: "swift-log"),
       ]
@@ -89,9 +119,20 @@ let package = Package(
       name: "gc-test-helper",
       dependencies: [
         "FileCoordination", "SharedDefaults", "PropertyList", "SystemLayer", "ImageCache", "MemoryWarnings", "TestImageKit",
+        "BackgroundDownloads",
         .product(name: "Logging", package: "swift-log"),
       ],
       path: "Tests/GCTestHelper"
+    ),
+    // The local HTTP file server of tests, benchmarks and the demo: Range, validators and switchable faults.
+    .executableTarget(
+      name: "gc-file-server",
+      dependencies: [
+        .product(name: "NIOCore", package: "swift-nio"),
+        .product(name: "NIOPosix", package: "swift-nio"),
+        .product(name: "NIOHTTP1", package: "swift-nio"),
+      ],
+      path: "Tests/GCFileServer"
     ),
     // libFuzzer harnesses: real only when built by Fuzz/run.sh (-DFUZZING, libclang_rt.fuzzer_no_main).
     .target(name: "CFuzzShim", path: "Fuzz/CFuzzShim"),
@@ -120,6 +161,14 @@ let package = Package(
         "gc-test-helper", "groupctl",
       ],
       resources: [.copy("Fixtures")]
+    ),
+    .testTarget(
+      name: "BackgroundDownloadsTests",
+      dependencies: [
+        "TestSupport", "BackgroundDownloads", "DownloadAgent", "FileCoordination", "SystemLayer", "gc-test-helper",
+        "groupctl", "gc-download-agent", "gc-file-server",
+        .product(name: "AsyncHTTPClient", package: "async-http-client"),
+      ]
     ),
     .testTarget(name: "ExamplesTests", dependencies: ["TestSupport", "SimpleTimerKit", "host", "widget"]),
     .testTarget(

@@ -5,3 +5,4 @@
 @_exported import SharedDefaults
 @_exported import MemoryWarnings
 @_exported import ImageCache
+@_exported import BackgroundDownloads

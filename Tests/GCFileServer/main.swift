@@ -1,0 +1,1 @@
+// gc-file-server: placeholder until the server lands.
