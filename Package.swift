@@ -82,6 +82,7 @@ let package = Package(
       dependencies: [
         "FileCoordination", "PropertyList", "SystemLayer",
         .product(name: "Logging", package: "swift-log"),
+        .product(name: "SystemPackage", package: "swift-system"),
       ]
     ),
     // The download agent: the process that runs the transfers (AsyncHTTPClient) and publishes finished files.

@@ -37,6 +37,8 @@ public enum DownloadError: Error, CustomStringConvertible, Sendable, Equatable {
   case corruptRecord(path: String, reason: String)
   /// A system call failed.
   case system(FileSystemError)
+  /// Another failure, as its text (what a failure read back from the container becomes when it has no case here).
+  case other(String)
   /// The container refused the path or failed.
   case container(GroupContainerError)
 
@@ -74,6 +76,8 @@ public enum DownloadError: Error, CustomStringConvertible, Sendable, Equatable {
       return "damaged download record '\(path)': \(reason)"
     case .system(let error):
       return error.description
+    case .other(let text):
+      return text
     case .container(let error):
       return error.description
     }

@@ -1,0 +1,508 @@
+import FileCoordination
+import Foundation
+import PropertyList
+import SystemLayer
+import SystemPackage
+
+// The format of every file a download leaves in the container (binary plists, one rule in one file).
+//
+// Each file has ONE writer, so no file needs a lock for read-modify-write:
+// - `<id>.task`    the request, written once by the session that created the task;
+// - `<id>.control` what sessions ask of a running task (suspend, resume, cancel, priority), by any session;
+// - `<id>.status`  what the agent did (state, bytes, validators, error), only by the agent (a singleton by flock);
+// - `<seq>-<id>-<kind>.event`  a queued event, written by the agent, removed by the session that handled it.
+// Every file is written by the package's atomic replace, so a reader sees a whole old or a whole new record.
+// Every field read back is checked: a record from another user of a shared container is untrusted input.
+
+/// Where a download stands between attempts: what the partial file holds and which entity it is part of.
+package struct ResumeState: Sendable, Equatable {
+  /// Bytes in the partial file that belong to the entity (the next request asks for `bytes=<receivedBytes>-`).
+  package var receivedBytes: Int64 = 0
+  /// The entity's whole length, when the server told it.
+  package var expectedBytes: Int64?
+  /// The entity's strong ETag (weak ones cannot validate a range, RFC 9110 §13.1.5).
+  package var entityTag: String?
+  /// The entity's Last-Modified, as the server sent it (an HTTP-date).
+  package var lastModified: String?
+  /// Bytes known to be on disk (fsynced); after a reboot (`bootID` changed) only these are trusted.
+  package var durableBytes: Int64 = 0
+  /// The boot whose page cache holds `receivedBytes` (`/proc/sys/kernel/random/boot_id`).
+  package var bootID: String?
+
+  package init(
+    receivedBytes: Int64 = 0, expectedBytes: Int64? = nil, entityTag: String? = nil, lastModified: String? = nil,
+    durableBytes: Int64 = 0, bootID: String? = nil
+  ) {
+    self.receivedBytes = receivedBytes
+    self.expectedBytes = expectedBytes
+    self.entityTag = entityTag
+    self.lastModified = lastModified
+    self.durableBytes = durableBytes
+    self.bootID = bootID
+  }
+
+  /// The validator for `If-Range`: the strong ETag, else Last-Modified, else none (then a range cannot be trusted
+  /// and the download restarts from zero).
+  package var ifRangeValidator: String? { entityTag ?? lastModified }
+}
+
+/// `<id>.task`: the request, as the creating session wrote it.
+package struct TaskRequest: Sendable, Equatable {
+  package var id: String
+  package var session: String
+  /// Apple's `taskIdentifier`: unique within the session.
+  package var taskIdentifier: Int
+  package var url: String
+  /// Container-relative path of the destination file.
+  package var destination: String
+  /// Nanoseconds since 1970 at creation.
+  package var created: Int64
+  /// Lower-case hex SHA-256 the file must have, if the caller gave one.
+  package var expectedSHA256: String?
+  /// The length the file must have, if the caller gave one.
+  package var expectedLength: Int64?
+  package var priority: Double
+
+  package init(
+    id: String, session: String, taskIdentifier: Int, url: String, destination: String, created: Int64,
+    expectedSHA256: String? = nil, expectedLength: Int64? = nil, priority: Double = 0.5
+  ) {
+    self.id = id
+    self.session = session
+    self.taskIdentifier = taskIdentifier
+    self.url = url
+    self.destination = destination
+    self.created = created
+    self.expectedSHA256 = expectedSHA256
+    self.expectedLength = expectedLength
+    self.priority = priority
+  }
+}
+
+/// `<id>.control`: what sessions ask; the agent applies a generation once.
+package struct TaskControl: Sendable, Equatable {
+  package enum Desired: String, Sendable { case run, suspend, cancel }
+  package var desired: Desired
+  package var priority: Double
+  /// Grows with every request; the agent applies each generation once.
+  package var generation: UInt64
+
+  package init(desired: Desired, priority: Double, generation: UInt64) {
+    self.desired = desired
+    self.priority = priority
+    self.generation = generation
+  }
+}
+
+/// Where a task is, as the agent persisted it.
+package enum TaskPhase: String, Sendable, CaseIterable {
+  /// Queued: no attempt yet, or waiting for a connection slot or a retry.
+  case waiting
+  case running
+  case suspended
+  /// Finished and published at the destination.
+  case completed
+  case failed
+  case cancelled
+
+  package var isFinal: Bool { self == .completed || self == .failed || self == .cancelled }
+}
+
+/// `<id>.status`: what the agent did. Absent until the agent first picks the task up.
+package struct TaskStatus: Sendable, Equatable {
+  package var phase: TaskPhase
+  package var resume: ResumeState
+  /// Attempts made (a resumed one counts).
+  package var attempts: Int
+  /// The last HTTP status received.
+  package var httpStatus: Int?
+  /// Why the task failed (phase `.failed` or `.cancelled`).
+  package var error: DownloadError?
+  /// The control generation last applied.
+  package var appliedControl: UInt64
+  /// Whether this task's final events were written to its session's queue.
+  package var eventsQueued: Bool
+  /// Nanoseconds since 1970: last write of this status, and the end of the task.
+  package var updated: Int64
+  package var finished: Int64?
+
+  package init(
+    phase: TaskPhase, resume: ResumeState = ResumeState(), attempts: Int = 0, httpStatus: Int? = nil,
+    error: DownloadError? = nil, appliedControl: UInt64 = 0, eventsQueued: Bool = false, updated: Int64 = 0,
+    finished: Int64? = nil
+  ) {
+    self.phase = phase
+    self.resume = resume
+    self.attempts = attempts
+    self.httpStatus = httpStatus
+    self.error = error
+    self.appliedControl = appliedControl
+    self.eventsQueued = eventsQueued
+    self.updated = updated
+    self.finished = finished
+  }
+}
+
+/// A queued event: what the agent tells a session about one of its tasks.
+package struct EventRecord: Sendable, Equatable {
+  package enum Kind: String, Sendable, CaseIterable {
+    /// Apple's `urlSession(_:downloadTask:didFinishDownloadingTo:)`.
+    case finished
+    /// Apple's `urlSession(_:task:didCompleteWithError:)`.
+    case completed
+  }
+  /// The sequence number: events of a session are delivered in this order.
+  package var sequence: UInt64
+  package var taskID: String
+  package var kind: Kind
+  /// `.finished`: where the file is (container-relative).
+  package var location: String?
+  /// `.completed`: nil on success.
+  package var error: DownloadError?
+  package var httpStatus: Int?
+
+  package init(
+    sequence: UInt64, taskID: String, kind: Kind, location: String? = nil, error: DownloadError? = nil,
+    httpStatus: Int? = nil
+  ) {
+    self.sequence = sequence
+    self.taskID = taskID
+    self.kind = kind
+    self.location = location
+    self.error = error
+    self.httpStatus = httpStatus
+  }
+
+  /// The event's file name: sorting names sorts events (`<20-digit sequence>-<task id>-<kind>.event`).
+  package var fileName: String {
+    let digits = String(sequence)
+    return String(repeating: "0", count: max(0, 20 - digits.count)) + digits + "-\(taskID)-\(kind.rawValue).event"
+  }
+
+  /// A stable id: delivering the same event twice gives the same id.
+  package var id: String { "\(taskID).\(kind.rawValue)" }
+}
+
+/// The registration of the app to start when a session has events and no process attached (iOS relaunching the app).
+package struct RelaunchRecord: Sendable, Equatable {
+  package var executable: String
+  package var arguments: [String]
+
+  package init(executable: String, arguments: [String]) {
+    self.executable = executable
+    self.arguments = arguments
+  }
+}
+
+/// Encoding and checked decoding of the records above.
+package enum DownloadRecordFormat {
+  /// Records are small; anything larger is damage or an attack.
+  package static let maxRecordBytes = 64 << 10
+  static let limits = PropertyListLimits(maxBytes: maxRecordBytes, maxDepth: 8, maxObjects: 4096)
+  /// URLs are limited as `open(_:)` limits them.
+  package static let maxURLBytes = 2048
+
+  /// A rule a record broke.
+  package struct Invalid: Error, CustomStringConvertible, Sendable {
+    package var reason: String
+    package var description: String { reason }
+    init(_ reason: String) { self.reason = reason }
+  }
+
+  // MARK: Task ids and session identifiers
+
+  /// Task ids are 32 lower-case hex digits.
+  package static func isTaskID(_ s: some StringProtocol) -> Bool {
+    s.utf8.count == 32 && s.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }
+  }
+
+  package static func newTaskID() -> String {
+    var generator = SystemRandomNumberGenerator()
+    let a = generator.next() as UInt64
+    let b = generator.next() as UInt64
+    return hex64(a) + hex64(b)
+  }
+
+  private static func hex64(_ v: UInt64) -> String {
+    let s = String(v, radix: 16)
+    return String(repeating: "0", count: 16 - s.count) + s
+  }
+
+  /// Session identifiers name directories: letters, digits, '.', '_' and '-', 1 to 128 bytes, not starting with '.'.
+  package static func validate(sessionIdentifier id: String) throws(DownloadError) {
+    guard !id.isEmpty, id.utf8.count <= 128 else {
+      throw .invalidSessionIdentifier(id, rule: "it must have 1 to 128 bytes")
+    }
+    guard id.utf8.first != UInt8(ascii: "."),
+      id.utf8.allSatisfy({ b in
+        (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A) || b == 0x2E || b == 0x5F
+          || b == 0x2D
+      })
+    else {
+      throw .invalidSessionIdentifier(
+        id, rule: "use letters, digits, '.', '_' and '-' only, not starting with '.' (e.g. com.example.app.downloads)")
+    }
+  }
+
+  // MARK: Encoding
+
+  package static func encode(_ r: TaskRequest) -> [UInt8] {
+    var d: [String: PropertyListValue] = [
+      "v": 1, "id": .string(r.id), "session": .string(r.session), "taskIdentifier": int(Int64(r.taskIdentifier)),
+      "url": .string(r.url), "destination": .string(r.destination), "created": int(r.created),
+      "priority": .real(r.priority),
+    ]
+    if let s = r.expectedSHA256 { d["sha256"] = .string(s) }
+    if let l = r.expectedLength { d["expectedLength"] = int(l) }
+    return bytes(d)
+  }
+
+  package static func encode(_ c: TaskControl) -> [UInt8] {
+    bytes([
+      "v": 1, "desired": .string(c.desired.rawValue), "priority": .real(c.priority),
+      "generation": .integer(PropertyListInteger(c.generation)),
+    ])
+  }
+
+  package static func encode(_ s: TaskStatus) -> [UInt8] {
+    var d: [String: PropertyListValue] = [
+      "v": 1, "phase": .string(s.phase.rawValue), "resume": encode(s.resume), "attempts": int(Int64(s.attempts)),
+      "appliedControl": .integer(PropertyListInteger(s.appliedControl)), "eventsQueued": .bool(s.eventsQueued),
+      "updated": int(s.updated),
+    ]
+    if let h = s.httpStatus { d["httpStatus"] = int(Int64(h)) }
+    if let e = s.error { d["error"] = encode(e) }
+    if let f = s.finished { d["finished"] = int(f) }
+    return bytes(d)
+  }
+
+  package static func encode(_ e: EventRecord) -> [UInt8] {
+    var d: [String: PropertyListValue] = [
+      "v": 1, "sequence": .integer(PropertyListInteger(e.sequence)), "task": .string(e.taskID),
+      "kind": .string(e.kind.rawValue),
+    ]
+    if let l = e.location { d["location"] = .string(l) }
+    if let err = e.error { d["error"] = encode(err) }
+    if let h = e.httpStatus { d["httpStatus"] = int(Int64(h)) }
+    return bytes(d)
+  }
+
+  package static func encode(_ r: RelaunchRecord) -> [UInt8] {
+    bytes(["v": 1, "executable": .string(r.executable), "arguments": .array(r.arguments.map { .string($0) })])
+  }
+
+  private static func encode(_ r: ResumeState) -> PropertyListValue {
+    var d: [String: PropertyListValue] = ["received": int(r.receivedBytes), "durable": int(r.durableBytes)]
+    if let v = r.expectedBytes { d["expected"] = int(v) }
+    if let v = r.entityTag { d["etag"] = .string(v) }
+    if let v = r.lastModified { d["lastModified"] = .string(v) }
+    if let v = r.bootID { d["boot"] = .string(v) }
+    return .dictionary(d)
+  }
+
+  /// Errors are stored as a code and their fields; unknown codes read back as `.corruptRecord`.
+  private static func encode(_ e: DownloadError) -> PropertyListValue {
+    func d(_ code: String, _ fields: [String: PropertyListValue] = [:]) -> PropertyListValue {
+      var all = fields
+      all["code"] = .string(code)
+      all["text"] = .string(e.description)
+      return .dictionary(all)
+    }
+    switch e {
+    case .unsupportedURL(let u): return d("unsupportedURL", ["a": .string(u)])
+    case .invalidDestination(let p, let rule): return d("invalidDestination", ["a": .string(p), "b": .string(rule)])
+    case .invalidSessionIdentifier(let i, let rule):
+      return d("invalidSessionIdentifier", ["a": .string(i), "b": .string(rule)])
+    case .sessionInUse(let i, let pid): return d("sessionInUse", ["a": .string(i), "n": int(Int64(pid))])
+    case .unknownTask(let i): return d("unknownTask", ["a": .string(i)])
+    case .httpStatus(let s): return d("httpStatus", ["n": int(Int64(s))])
+    case .network(let r): return d("network", ["a": .string(r)])
+    case .stalled(let s): return d("stalled", ["n": int(Int64(s))])
+    case .lengthMismatch(let x, let y): return d("lengthMismatch", ["n": int(x), "m": int(y)])
+    case .checksumMismatch(let x, let y): return d("checksumMismatch", ["a": .string(x), "b": .string(y)])
+    case .diskFull(let p): return d("diskFull", ["a": .string(p)])
+    case .protocolViolation(let r): return d("protocolViolation", ["a": .string(r)])
+    case .cancelled: return d("cancelled")
+    case .agentUnavailable(let r): return d("agentUnavailable", ["a": .string(r)])
+    case .corruptRecord(let p, let r): return d("corruptRecord", ["a": .string(p), "b": .string(r)])
+    case .system(let e):
+      return d("system", ["a": .string(e.operation), "b": .string(e.path), "n": int(Int64(e.errno.rawValue))])
+    case .container, .other: return d("other")
+    }
+  }
+
+  private static func int(_ v: Int64) -> PropertyListValue { .integer(PropertyListInteger(v)) }
+
+  private static func bytes(_ d: [String: PropertyListValue]) -> [UInt8] {
+    // Our own records are far below every limit; a failure here is a bug, not input.
+    (try? PropertyListValue.dictionary(d).encoded(as: .binary, limits: limits)) ?? []
+  }
+
+  // MARK: Checked decoding
+
+  private struct Fields {
+    let d: [String: PropertyListValue]
+    init(_ bytes: [UInt8]) throws(Invalid) {
+      guard bytes.count <= DownloadRecordFormat.maxRecordBytes else {
+        throw Invalid("\(bytes.count) bytes, more than a record's \(DownloadRecordFormat.maxRecordBytes)")
+      }
+      let value: PropertyListValue
+      do { value = try PropertyListValue(bytes: bytes, limits: DownloadRecordFormat.limits) } catch {
+        throw Invalid("not a property list: \(error)")
+      }
+      guard let d = value.dictionaryValue else { throw Invalid("not a dictionary") }
+      self.d = d
+      guard d["v"]?.intValue == 1 else { throw Invalid("unknown version \(d["v"].map { "\($0)" } ?? "none")") }
+    }
+    init(dictionary: [String: PropertyListValue]) { d = dictionary }
+
+    func string(_ k: String, max: Int = 4096) throws(Invalid) -> String {
+      guard let s = d[k]?.stringValue else { throw Invalid("'\(k)' missing or not a string") }
+      guard s.utf8.count <= max else { throw Invalid("'\(k)' longer than \(max) bytes") }
+      return s
+    }
+    func optionalString(_ k: String, max: Int = 4096) throws(Invalid) -> String? {
+      guard d[k] != nil else { return nil }
+      return try string(k, max: max)
+    }
+    func int64(_ k: String, min: Int64 = 0) throws(Invalid) -> Int64 {
+      guard let v = d[k]?.int64Value, v >= min else { throw Invalid("'\(k)' missing, not an integer or below \(min)") }
+      return v
+    }
+    func optionalInt64(_ k: String, min: Int64 = 0) throws(Invalid) -> Int64? {
+      guard d[k] != nil else { return nil }
+      return try int64(k, min: min)
+    }
+    func uint64(_ k: String) throws(Invalid) -> UInt64 {
+      guard let v = d[k]?.uint64Value else { throw Invalid("'\(k)' missing or not an unsigned integer") }
+      return v
+    }
+    func real(_ k: String) throws(Invalid) -> Double {
+      guard let v = d[k]?.realValue, v.isFinite else { throw Invalid("'\(k)' missing or not a finite number") }
+      return v
+    }
+    func bool(_ k: String) throws(Invalid) -> Bool {
+      guard let v = d[k]?.boolValue else { throw Invalid("'\(k)' missing or not a Boolean") }
+      return v
+    }
+  }
+
+  package static func decodeRequest(_ bytes: [UInt8]) throws(Invalid) -> TaskRequest {
+    let f = try Fields(bytes)
+    let id = try f.string("id", max: 32)
+    guard isTaskID(id) else { throw Invalid("'id' is not 32 hex digits") }
+    let session = try f.string("session", max: 128)
+    do { try validate(sessionIdentifier: session) } catch { throw Invalid("\(error)") }
+    let url = try f.string("url", max: maxURLBytes)
+    let destination = try f.string("destination", max: ContainerPath.maxPathBytes)
+    do {
+      let path = try ContainerPath(destination)
+      guard !path.isRoot, path.components.first != ContainerPath.privateDirectory else {
+        throw Invalid("'destination' is the container or its private directory")
+      }
+    } catch let e as Invalid { throw e } catch { throw Invalid("'destination': \(error)") }
+    let taskIdentifier = try f.int64("taskIdentifier")
+    guard taskIdentifier <= Int64(Int32.max) else { throw Invalid("'taskIdentifier' out of range") }
+    let sha = try f.optionalString("sha256", max: 64)
+    if let sha, !(sha.utf8.count == 64 && sha.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) })) {
+      throw Invalid("'sha256' is not 64 lower-case hex digits")
+    }
+    let priority = try f.real("priority")
+    guard (0...1).contains(priority) else { throw Invalid("'priority' outside 0...1") }
+    return TaskRequest(
+      id: id, session: session, taskIdentifier: Int(taskIdentifier), url: url, destination: destination,
+      created: try f.int64("created"), expectedSHA256: sha, expectedLength: try f.optionalInt64("expectedLength"),
+      priority: priority)
+  }
+
+  package static func decodeControl(_ bytes: [UInt8]) throws(Invalid) -> TaskControl {
+    let f = try Fields(bytes)
+    guard let desired = TaskControl.Desired(rawValue: try f.string("desired", max: 16)) else {
+      throw Invalid("'desired' is not run, suspend or cancel")
+    }
+    let priority = try f.real("priority")
+    guard (0...1).contains(priority) else { throw Invalid("'priority' outside 0...1") }
+    return TaskControl(desired: desired, priority: priority, generation: try f.uint64("generation"))
+  }
+
+  package static func decodeStatus(_ bytes: [UInt8]) throws(Invalid) -> TaskStatus {
+    let f = try Fields(bytes)
+    guard let phase = TaskPhase(rawValue: try f.string("phase", max: 16)) else { throw Invalid("unknown 'phase'") }
+    guard let r = f.d["resume"]?.dictionaryValue else { throw Invalid("'resume' missing") }
+    let resume = try decodeResume(Fields(dictionary: r))
+    let attempts = try f.int64("attempts")
+    let http = try f.optionalInt64("httpStatus")
+    guard http.map({ (100...999).contains($0) }) ?? true else { throw Invalid("'httpStatus' outside 100...999") }
+    return TaskStatus(
+      phase: phase, resume: resume, attempts: Int(clamping: attempts), httpStatus: http.map { Int($0) },
+      error: try f.d["error"].map { v throws(Invalid) in try decodeError(v) }, appliedControl: try f.uint64("appliedControl"),
+      eventsQueued: try f.bool("eventsQueued"), updated: try f.int64("updated"), finished: try f.optionalInt64("finished"))
+  }
+
+  package static func decodeEvent(_ bytes: [UInt8]) throws(Invalid) -> EventRecord {
+    let f = try Fields(bytes)
+    let task = try f.string("task", max: 32)
+    guard isTaskID(task) else { throw Invalid("'task' is not 32 hex digits") }
+    guard let kind = EventRecord.Kind(rawValue: try f.string("kind", max: 16)) else { throw Invalid("unknown 'kind'") }
+    let http = try f.optionalInt64("httpStatus")
+    guard http.map({ (100...999).contains($0) }) ?? true else { throw Invalid("'httpStatus' outside 100...999") }
+    return EventRecord(
+      sequence: try f.uint64("sequence"), taskID: task, kind: kind,
+      location: try f.optionalString("location", max: ContainerPath.maxPathBytes),
+      error: try f.d["error"].map { v throws(Invalid) in try decodeError(v) }, httpStatus: http.map { Int($0) })
+  }
+
+  package static func decodeRelaunch(_ bytes: [UInt8]) throws(Invalid) -> RelaunchRecord {
+    let f = try Fields(bytes)
+    let executable = try f.string("executable", max: 4096)
+    guard executable.hasPrefix("/") else { throw Invalid("'executable' is not an absolute path") }
+    guard let args = f.d["arguments"]?.arrayValue, args.count <= 64 else {
+      throw Invalid("'arguments' missing or more than 64")
+    }
+    var arguments: [String] = []
+    for a in args {
+      guard let s = a.stringValue, s.utf8.count <= 4096 else { throw Invalid("an argument is not a string") }
+      arguments.append(s)
+    }
+    return RelaunchRecord(executable: executable, arguments: arguments)
+  }
+
+  private static func decodeResume(_ f: Fields) throws(Invalid) -> ResumeState {
+    let received = try f.int64("received")
+    let expected = try f.optionalInt64("expected")
+    if let expected, received > expected { throw Invalid("more bytes received than the entity has") }
+    return ResumeState(
+      receivedBytes: received, expectedBytes: expected, entityTag: try f.optionalString("etag", max: 1024),
+      lastModified: try f.optionalString("lastModified", max: 128), durableBytes: try f.int64("durable"),
+      bootID: try f.optionalString("boot", max: 64))
+  }
+
+  private static func decodeError(_ v: PropertyListValue) throws(Invalid) -> DownloadError {
+    guard let d = v.dictionaryValue else { throw Invalid("'error' is not a dictionary") }
+    let f = Fields(dictionary: d)
+    let code = try f.string("code", max: 64)
+    switch code {
+    case "unsupportedURL": return .unsupportedURL(try f.string("a"))
+    case "invalidDestination": return .invalidDestination(try f.string("a"), rule: try f.string("b"))
+    case "invalidSessionIdentifier": return .invalidSessionIdentifier(try f.string("a"), rule: try f.string("b"))
+    case "sessionInUse": return .sessionInUse(try f.string("a"), pid: Int32(clamping: try f.int64("n")))
+    case "unknownTask": return .unknownTask(try f.string("a"))
+    case "httpStatus": return .httpStatus(Int(clamping: try f.int64("n")))
+    case "network": return .network(try f.string("a"))
+    case "stalled": return .stalled(seconds: Int(clamping: try f.int64("n")))
+    case "lengthMismatch": return .lengthMismatch(expected: try f.int64("n"), actual: try f.int64("m"))
+    case "checksumMismatch": return .checksumMismatch(expected: try f.string("a"), actual: try f.string("b"))
+    case "diskFull": return .diskFull(path: try f.string("a"))
+    case "protocolViolation": return .protocolViolation(try f.string("a"))
+    case "cancelled": return .cancelled
+    case "agentUnavailable": return .agentUnavailable(reason: try f.string("a"))
+    case "corruptRecord": return .corruptRecord(path: try f.string("a"), reason: try f.string("b"))
+    case "system":
+      return .system(
+        FileSystemError(try f.string("a"), try f.string("b"), Errno(rawValue: Int32(clamping: try f.int64("n")))))
+    default:
+      // Container errors, and codes of a later version, are kept as their text.
+      return .other(try f.string("text"))
+    }
+  }
+}
