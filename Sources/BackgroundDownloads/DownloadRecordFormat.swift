@@ -62,11 +62,14 @@ package struct TaskRequest: Sendable, Equatable {
   /// The length the file must have, if the caller gave one.
   package var expectedLength: Int64?
   package var priority: Double
+  /// The session's `httpMaximumConnectionsPerHost` when the task was made.
+  package var connectionsPerHost: Int
 
   package init(
     id: String, session: String, taskIdentifier: Int, url: String, destination: String, created: Int64,
-    expectedSHA256: String? = nil, expectedLength: Int64? = nil, priority: Double = 0.5
+    expectedSHA256: String? = nil, expectedLength: Int64? = nil, priority: Double = 0.5, connectionsPerHost: Int = 6
   ) {
+    self.connectionsPerHost = connectionsPerHost
     self.id = id
     self.session = session
     self.taskIdentifier = taskIdentifier
@@ -250,7 +253,7 @@ package enum DownloadRecordFormat {
     var d: [String: PropertyListValue] = [
       "v": 1, "id": .string(r.id), "session": .string(r.session), "taskIdentifier": int(Int64(r.taskIdentifier)),
       "url": .string(r.url), "destination": .string(r.destination), "created": int(r.created),
-      "priority": .real(r.priority),
+      "priority": .real(r.priority), "connectionsPerHost": int(Int64(r.connectionsPerHost)),
     ]
     if let s = r.expectedSHA256 { d["sha256"] = .string(s) }
     if let l = r.expectedLength { d["expectedLength"] = int(l) }
@@ -395,12 +398,9 @@ package enum DownloadRecordFormat {
     do { try validate(sessionIdentifier: session) } catch { throw Invalid("\(error)") }
     let url = try f.string("url", max: maxURLBytes)
     let destination = try f.string("destination", max: ContainerPath.maxPathBytes)
-    do {
-      let path = try ContainerPath(destination)
-      guard !path.isRoot, path.components.first != ContainerPath.privateDirectory else {
-        throw Invalid("'destination' is the container or its private directory")
-      }
-    } catch let e as Invalid { throw e } catch { throw Invalid("'destination': \(error)") }
+    guard let path = try? ContainerPath(destination), !path.isRoot else {
+      throw Invalid("'destination' is not a file path inside the container")
+    }
     let taskIdentifier = try f.int64("taskIdentifier")
     guard taskIdentifier <= Int64(Int32.max) else { throw Invalid("'taskIdentifier' out of range") }
     let sha = try f.optionalString("sha256", max: 64)
@@ -409,10 +409,12 @@ package enum DownloadRecordFormat {
     }
     let priority = try f.real("priority")
     guard (0...1).contains(priority) else { throw Invalid("'priority' outside 0...1") }
+    let perHost = try f.int64("connectionsPerHost")
+    guard (1...1024).contains(perHost) else { throw Invalid("'connectionsPerHost' outside 1...1024") }
     return TaskRequest(
       id: id, session: session, taskIdentifier: Int(taskIdentifier), url: url, destination: destination,
       created: try f.int64("created"), expectedSHA256: sha, expectedLength: try f.optionalInt64("expectedLength"),
-      priority: priority)
+      priority: priority, connectionsPerHost: Int(perHost))
   }
 
   package static func decodeControl(_ bytes: [UInt8]) throws(Invalid) -> TaskControl {

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <malloc.h>
 #include <sys/eventfd.h>
+#include <spawn.h>
 
 int gc_futex_wait(uint32_t *word, uint32_t expected, const struct timespec *relative_timeout) {
   return (int)syscall(SYS_futex, word, FUTEX_WAIT, expected, relative_timeout, NULL, 0);
@@ -138,3 +139,34 @@ int gc_eventfd(unsigned int initval, int nonblocking_cloexec) {
 }
 
 int gc_malloc_trim(size_t pad) { return malloc_trim(pad); }
+
+int gc_spawn_detached(const char *path, char *const argv[], char *const envp[], int output_fd, int *pid) {
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attributes;
+  int rc = posix_spawn_file_actions_init(&actions);
+  if (rc != 0) return rc;
+  rc = posix_spawnattr_init(&attributes);
+  if (rc != 0) {
+    posix_spawn_file_actions_destroy(&actions);
+    return rc;
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  sigset_t all;
+  sigfillset(&all);
+  if (rc == 0) rc = posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  if (rc == 0) rc = posix_spawn_file_actions_adddup2(&actions, output_fd, 1);
+  if (rc == 0) rc = posix_spawn_file_actions_adddup2(&actions, output_fd, 2);
+  if (rc == 0) rc = posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+  // Default dispositions and an empty mask: the parent may block or ignore signals the agent must get.
+  if (rc == 0) rc = posix_spawnattr_setsigmask(&attributes, &none);
+  if (rc == 0) rc = posix_spawnattr_setsigdefault(&attributes, &all);
+  if (rc == 0)
+    rc = posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  pid_t child = 0;
+  if (rc == 0) rc = posix_spawn(&child, path, &actions, &attributes, argv, envp);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attributes);
+  if (rc == 0) *pid = (int)child;
+  return rc;
+}

@@ -44,3 +44,8 @@ int gc_eventfd(unsigned int initval, int nonblocking_cloexec);
 // malloc_trim(3): gives the heap's free memory back to the kernel after memory warnings released it.
 int gc_malloc_trim(size_t pad);
 #endif
+
+// Starts `path` as a detached process: its own session (setsid, so the terminal's signals and the parent's exit do
+// not reach it), stdin from /dev/null, stdout and stderr to `output_fd`, no other descriptor inherited. Returns 0
+// and the pid, or an errno value.
+int gc_spawn_detached(const char *path, char *const argv[], char *const envp[], int output_fd, int *pid);

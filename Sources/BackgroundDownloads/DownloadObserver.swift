@@ -1,0 +1,49 @@
+import FileCoordination
+import Foundation
+import Synchronization
+
+extension DownloadSession {
+  /// Every download task in `container` (of one session, or of all), oldest first, from any process.
+  public static func allTasks(in container: GroupContainer, session: String? = nil) throws(DownloadError)
+    -> [DownloadTask]
+  {
+    try DownloadStore(container: container).tasks(session: session)
+  }
+
+  /// The tasks of `container` (of one session, or all) as they change, from any process of the group, attached or
+  /// not: first every task as it is, then each task again whenever its state, byte count or error changes. Not
+  /// possible on iOS, where a session belongs to one process. Ends when the consuming task is cancelled.
+  public static func observe(container: GroupContainer, session: String? = nil) throws(DownloadError)
+    -> AsyncStream<DownloadTask>
+  {
+    let store = try DownloadStore(container: container)
+    let (stream, continuation) = AsyncStream<DownloadTask>.makeStream(bufferingPolicy: .unbounded)
+    struct Seen { var tasks: [String: String] = [:] }
+    let seen = Mutex(Seen())
+    let queue = DispatchQueue(label: "GroupContainer.DownloadSession.observe")
+    let scan: @Sendable () -> Void = {
+      for task in store.tasks(session: session) {
+        let key = "\(task.state) \(task.countOfBytesReceived) \(task.countOfBytesExpectedToReceive) \(task.error.map { "\($0)" } ?? "")"
+        let changed = seen.withLock { s in
+          defer { s.tasks[task.id] = key }
+          return s.tasks[task.id] != key
+        }
+        if changed { continuation.yield(task) }
+      }
+    }
+    let listener = store.updates.listen(name: "downloads observer") { queue.async(execute: scan) }
+    let stopped = Atomic<Bool>(false)
+    // A status written while the counters file was being replaced posts nothing we hear: look every second too.
+    @Sendable func tick() {
+      guard !stopped.load(ordering: .relaxed) else { return }
+      scan()
+      queue.asyncAfter(deadline: .now() + .seconds(1), execute: tick)
+    }
+    queue.async(execute: tick)
+    continuation.onTermination = { _ in
+      stopped.store(true, ordering: .relaxed)
+      listener.cancel()
+    }
+    return stream
+  }
+}

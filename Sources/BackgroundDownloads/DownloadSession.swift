@@ -1,0 +1,337 @@
+import FileCoordination
+import Foundation
+import Logging
+import Synchronization
+import SystemLayer
+
+/// A background download session in a group container: Apple's `URLSession` with a
+/// `URLSessionConfiguration.background(withIdentifier:)` whose `sharedContainerIdentifier` names the group.
+///
+/// Downloads are run by the **download agent**, a separate process (one per container) that the session starts when
+/// it needs it; they go on when the process that started them exits or is killed, and finished files land at their
+/// destination in the container by a coordinated write. What happens to a task is queued in the container for its
+/// session: the process attached with the session's identifier receives it (``events`` or a
+/// ``DownloadSessionDelegate``); when nobody is attached, the agent starts the app the session registered, as iOS
+/// relaunches an app for `handleEventsForBackgroundURLSession`.
+///
+/// One process at a time is attached to a session identifier (a second gets ``DownloadError/sessionInUse(_:pid:)``);
+/// give your app and your widget their own identifiers. Any process may follow any task
+/// (``observe(container:session:)``), which iOS does not allow.
+public final class DownloadSession: Sendable {
+  /// What a session asks of the agent and of relaunches.
+  public struct Configuration: Sendable {
+    /// Apple's `httpMaximumConnectionsPerHost`: this session's transfers running at once to one host.
+    public var httpMaximumConnectionsPerHost: Int = 6
+    /// The app the agent starts when events wait for this session and no process is attached.
+    public var relaunch: Relaunch = .currentExecutable(arguments: [])
+    /// The agent's executable; nil looks for `gc-download-agent` in `$GROUPCONTAINER_DOWNLOAD_AGENT`, beside this
+    /// process's executable, then in `$PATH`.
+    public var agentExecutable: URL? = nil
+
+    public enum Relaunch: Sendable, Equatable {
+      /// Nobody is started: events wait for the next attach.
+      case none
+      /// This process's executable, with these arguments.
+      case currentExecutable(arguments: [String])
+      case executable(URL, arguments: [String])
+    }
+
+    public init() {}
+  }
+
+  /// The environment variable a relaunched app finds its session identifier in (see ``launchedForEvents``).
+  public static let relaunchEnvironmentKey = "GROUPCONTAINER_BACKGROUND_SESSION"
+
+  /// When the agent started this process for a session's events, that session's identifier (Apple's
+  /// `application(_:handleEventsForBackgroundURLSession:completionHandler:)`): create the session with it to
+  /// receive them.
+  public static var launchedForEvents: String? { Environment.value(relaunchEnvironmentKey) }
+
+  public let identifier: String
+  public let container: GroupContainer
+  public let configuration: Configuration
+  /// The session's events, when it has no delegate.
+  public let events: DownloadEvents
+
+  let store: DownloadStore
+  private let delegate: (any DownloadSessionDelegate)?
+  private let attachLock: SystemFD
+  private let attachment: Mutex<Attachment>
+  private let delivery = DispatchQueue(label: "GroupContainer.DownloadSession.delivery")
+  private static let logger = Logger(label: "GroupContainer.BackgroundDownloads")
+
+  private struct Attachment {
+    var invalidated = false
+    var listener: ChangeSignal.Listener?
+    /// Queued events handed to the app in this attach (by file name), not to hand out twice.
+    var handedOut: Set<String> = []
+    /// The backlog found at attach: `didFinishEvents` follows once these are handled.
+    var backlog: Set<String> = []
+    var backlogAnnounced = false
+    var lastReceived: [String: Int64] = [:]
+    var nextTaskIdentifier = 1
+    var lastAgentLaunch: UInt64 = 0
+  }
+
+  /// Attaches this process to the session `identifier` of `container`: receives the events queued for it, and
+  /// starts the agent if tasks of the session are unfinished and no agent runs.
+  public init(
+    identifier: String, container: GroupContainer, configuration: Configuration = Configuration(),
+    delegate: (any DownloadSessionDelegate)? = nil
+  ) throws(DownloadError) {
+    try DownloadRecordFormat.validate(sessionIdentifier: identifier)
+    guard configuration.httpMaximumConnectionsPerHost >= 1 else {
+      throw .invalidSessionIdentifier(identifier, rule: "httpMaximumConnectionsPerHost must be at least 1")
+    }
+    self.identifier = identifier
+    self.container = container
+    self.configuration = configuration
+    self.delegate = delegate
+    store = try DownloadStore(container: container)
+    try store.makeSessionDirectories(identifier)
+    let lock = try store.openLock(DownloadStore.attachLockPath(identifier))
+    let got = (try? lock.lock(.exclusive, nonBlocking: true)) ?? false
+    guard got else {
+      let pid = store.holderPID(DownloadStore.attachLockPath(identifier)) ?? 0
+      lock.close()
+      throw .sessionInUse(identifier, pid: pid)
+    }
+    store.writeHolder(lock)
+    attachLock = lock
+    let tasks = store.tasks(session: identifier)
+    var attachment = Attachment()
+    attachment.nextTaskIdentifier = (tasks.map(\.taskIdentifier).max() ?? 0) + 1
+    for task in tasks { attachment.lastReceived[task.id] = task.countOfBytesReceived }
+    attachment.backlog = Set(store.queuedEvents(identifier).map(\.fileName))
+    self.attachment = Mutex(attachment)
+    let store = store
+    let sid = identifier
+    events = DownloadEvents(acknowledge: { event in
+      guard let id = event.id, let record = Self.record(for: id, in: store, session: sid) else { return }
+      store.acknowledge(record, for: sid)
+    })
+    do { try registerRelaunch() } catch {
+      Self.logger.error("session '\(identifier)': cannot register the app to relaunch: \(error)")
+    }
+    start()
+  }
+
+  deinit { detach() }
+
+  // MARK: Creating tasks
+
+  /// Starts downloading `url` into the container at `destination` (container-relative; default
+  /// `Downloads/<last path component>`). Returns at once; the agent runs the transfer.
+  ///
+  /// - Parameters:
+  ///   - expectedSHA256: the file's SHA-256 in hex: a file that differs fails the task and is not published.
+  ///   - expectedLength: the file's length in bytes, checked the same way.
+  ///   - priority: 0...1 (Apple's `URLSessionTask.priority`), among this container's queued tasks.
+  @discardableResult
+  public func download(
+    from url: URL, to destination: String? = nil, expectedSHA256: String? = nil, expectedLength: Int64? = nil,
+    priority: Float = 0.5
+  ) throws(DownloadError) -> DownloadTask {
+    let text = url.absoluteString
+    guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host?.isEmpty == false,
+      text.utf8.count <= DownloadRecordFormat.maxURLBytes
+    else { throw .unsupportedURL(text) }
+    let id = DownloadRecordFormat.newTaskID()
+    let path = try Self.checkedDestination(destination ?? Self.defaultDestination(for: url, id: id))
+    var sha: String?
+    if let expectedSHA256 {
+      let lower = expectedSHA256.lowercased()
+      guard lower.utf8.count == 64, lower.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) })
+      else { throw .checksumMismatch(expected: expectedSHA256, actual: "(not a SHA-256: give 64 hex digits)") }
+      sha = lower
+    }
+    if let expectedLength, expectedLength < 0 { throw .lengthMismatch(expected: expectedLength, actual: 0) }
+    let taskIdentifier = attachment.withLock { a in
+      defer { a.nextTaskIdentifier += 1 }
+      return a.nextTaskIdentifier
+    }
+    let request = TaskRequest(
+      id: id, session: identifier, taskIdentifier: taskIdentifier, url: text, destination: path,
+      created: Int64(Date().timeIntervalSince1970 * 1e9), expectedSHA256: sha, expectedLength: expectedLength,
+      priority: Double(min(max(priority, 0), 1)),
+      connectionsPerHost: configuration.httpMaximumConnectionsPerHost)
+    try store.create(request)
+    try ensureAgent(force: true)
+    guard let task = store.task(id) else { throw .unknownTask(id) }
+    return task
+  }
+
+  /// Checks a container-relative destination: a file path inside the container, outside its private directory.
+  static func checkedDestination(_ destination: String) throws(DownloadError) -> String {
+    let path: ContainerPath
+    do { path = try ContainerPath(destination) } catch {
+      throw .invalidDestination(destination, rule: "\(error)")
+    }
+    guard !path.isRoot, !destination.hasSuffix("/") else {
+      throw .invalidDestination(destination, rule: "it names a directory, not a file")
+    }
+    return path.string
+  }
+
+  private static func defaultDestination(for url: URL, id: String) -> String {
+    let name = url.lastPathComponent
+    let usable =
+      !name.isEmpty && name != "/" && name != "." && name != ".." && !name.hasPrefix(".")
+      && name.utf8.count <= 200 && (try? ContainerPath("Downloads/" + name)) != nil
+    return "Downloads/" + (usable ? name : id)
+  }
+
+  // MARK: Tasks and events
+
+  /// The session's tasks, oldest first (Apple's `getAllTasks`), finished ones included until the agent forgets them.
+  public func allTasks() -> [DownloadTask] { store.tasks(session: identifier) }
+
+  /// The task `id` of any session in the container.
+  public func task(withID id: String) -> DownloadTask? { store.task(id) }
+
+  /// Marks a queued event as handled (removes it from the container): for a loop over ``events`` that stops before
+  /// asking for the next event.
+  public func acknowledge(_ event: DownloadEvent) {
+    guard let id = event.id, let record = Self.record(for: id, in: store, session: identifier) else { return }
+    store.acknowledge(record, for: identifier)
+  }
+
+  /// Detaches this process from the session, leaving its tasks running (Apple's `finishTasksAndInvalidate` for a
+  /// background session): events go on being queued for the next attach. ``events`` ends.
+  public func invalidate() { detach() }
+
+  /// Cancels every unfinished task of the session, then detaches (Apple's `invalidateAndCancel`).
+  public func invalidateAndCancel() {
+    for task in allTasks() where task.state != .completed { try? task.cancel() }
+    detach()
+  }
+
+  private func detach() {
+    let (listener, already) = attachment.withLock { a in
+      defer {
+        a.invalidated = true
+        a.listener = nil
+      }
+      return (a.listener, a.invalidated)
+    }
+    guard !already else { return }
+    listener?.cancel()
+    events.finish()
+    attachLock.close()
+  }
+
+  private func registerRelaunch() throws(DownloadError) {
+    switch configuration.relaunch {
+    case .none: break
+    case .currentExecutable(let arguments):
+      guard let exe = ProcessSpawn.currentExecutable() else { return }
+      try store.register(RelaunchRecord(executable: exe, arguments: arguments), for: identifier)
+    case .executable(let url, let arguments):
+      try store.register(RelaunchRecord(executable: url.path, arguments: arguments), for: identifier)
+    }
+  }
+
+  private static func record(for eventID: String, in store: DownloadStore, session: String) -> EventRecord? {
+    store.queuedEvents(session).first { $0.id == eventID }
+  }
+
+  private func start() {
+    // Every poll runs on the delivery queue: events leave in order, one at a time.
+    let queue = delivery
+    let listener = store.updates.listen(name: "downloads \(identifier)") { [weak self] in
+      guard let session = self else { return }
+      queue.async { session.poll() }
+    }
+    attachment.withLock { a in a.listener = listener }
+    delivery.async { [weak self] in self?.tick() }
+  }
+
+  /// A poll now and every second: the agent may die without a word.
+  private func tick() {
+    poll()
+    guard !attachment.withLock({ $0.invalidated }) else { return }
+    delivery.asyncAfter(deadline: .now() + .seconds(1)) { [weak self] in self?.tick() }
+  }
+
+  /// Hands out new queued events and progress, and restarts the agent when tasks wait and it is gone. Runs on the
+  /// delivery queue only.
+  private func poll() {
+    let queued = store.queuedEvents(identifier)
+    let tasks = store.tasks(session: identifier)
+    let byID = Dictionary(tasks.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+    var out: [(DownloadEvent, EventRecord?)] = []
+    let stop = attachment.withLock { a -> Bool in
+      guard !a.invalidated else { return true }
+      for task in tasks where task.countOfBytesReceived != a.lastReceived[task.id] {
+        let before = a.lastReceived[task.id] ?? 0
+        a.lastReceived[task.id] = task.countOfBytesReceived
+        guard task.state != .completed, task.countOfBytesReceived > before else { continue }
+        out.append(
+          (
+            .didWriteData(
+              task, bytesWritten: task.countOfBytesReceived - before, totalBytesWritten: task.countOfBytesReceived,
+              totalBytesExpectedToWrite: task.countOfBytesExpectedToReceive), nil
+          ))
+      }
+      for record in queued where !a.handedOut.contains(record.fileName) {
+        guard let task = byID[record.taskID] else { continue }
+        a.handedOut.insert(record.fileName)
+        switch record.kind {
+        case .finished:
+          let location = container.url.appendingPathComponent(record.location ?? task.destination)
+          out.append((.didFinishDownloadingTo(task, location: location, id: record.id), record))
+        case .completed:
+          out.append((.didCompleteWithError(task, error: record.error, id: record.id), record))
+        }
+      }
+      return false
+    }
+    guard !stop else { return }
+    for (event, record) in out { deliver(event, record) }
+    announceBacklogIfHandled()
+    if tasks.contains(where: { $0.state != .completed }) { try? ensureAgent(force: false) }
+  }
+
+  private func deliver(_ event: DownloadEvent, _ record: EventRecord?) {
+    guard let delegate else {
+      events.yield(event)
+      return
+    }
+    switch event {
+    case .didWriteData(let task, let n, let total, let expected):
+      delegate.urlSession(
+        self, downloadTask: task, didWriteData: n, totalBytesWritten: total, totalBytesExpectedToWrite: expected)
+    case .didFinishDownloadingTo(let task, let location, _):
+      delegate.urlSession(self, downloadTask: task, didFinishDownloadingTo: location)
+    case .didCompleteWithError(let task, let error, _):
+      delegate.urlSession(self, task: task, didCompleteWithError: error)
+    case .didFinishEvents:
+      delegate.urlSessionDidFinishEvents(forBackgroundURLSession: self)
+    }
+    if let record { store.acknowledge(record, for: identifier) }
+  }
+
+  /// `didFinishEvents` once the events queued before the attach are all handled (removed from the container).
+  private func announceBacklogIfHandled() {
+    let due = attachment.withLock { a -> Bool in
+      guard !a.backlog.isEmpty, !a.backlogAnnounced, !a.invalidated else { return false }
+      let left = Set(store.names(in: DownloadStore.sessionPath(identifier) + "/events"))
+      guard a.backlog.isDisjoint(with: left) else { return false }
+      a.backlogAnnounced = true
+      return true
+    }
+    if due { deliver(.didFinishEvents, nil) }
+  }
+
+  /// Starts the agent unless one runs (at most once a second unless `force`).
+  private func ensureAgent(force: Bool) throws(DownloadError) {
+    let now = MonotonicClock.nanoseconds()
+    let due = attachment.withLock { a -> Bool in
+      guard force || now &- a.lastAgentLaunch > 1_000_000_000 else { return false }
+      a.lastAgentLaunch = now
+      return true
+    }
+    guard due else { return }
+    try AgentLauncher.ensureRunning(store: store, executable: configuration.agentExecutable)
+  }
+}

@@ -1,0 +1,260 @@
+import FileCoordination
+import Foundation
+import Logging
+import SystemLayer
+
+/// The downloads' files in `.coordination/downloads/`, shared by every session, observer and the agent:
+///
+/// ```
+/// .coordination/downloads/
+///   signal                   two change signals (MappedCounters): requests (sessions → agent), updates (agent → all)
+///   agent.lock               flocked (exclusive) by the running agent; holds its pid
+///   agent.log                the agent's log (stdout and stderr of a started agent)
+///   tasks/<id>.task          the request      (written once, by the creating session)
+///   tasks/<id>.control       what sessions ask (any session)
+///   tasks/<id>.status        what the agent did (only the agent)
+///   tasks/<id>.partial       the bytes received so far
+///   sessions/<sid>/attach.lock   flocked (exclusive) by the one process attached to the session; holds its pid
+///   sessions/<sid>/app           the app to start when events wait and nobody is attached
+///   sessions/<sid>/events/<seq>-<id>-<kind>.event   queued events, removed once handled
+/// ```
+///
+/// Everything is opened beneath the container's directory descriptor, without following links and without
+/// blocking (a FIFO planted here is a damaged record, never a hang); records are checked on every read.
+package final class DownloadStore: Sendable {
+  package static let directory = ContainerPath.privateDirectory + "/downloads"
+  static let tasksDirectory = directory + "/tasks"
+  static let sessionsDirectory = directory + "/sessions"
+  private static let logger = Logger(label: "GroupContainer.BackgroundDownloads")
+
+  package let container: GroupContainer
+  package let root: ContainerDirectory
+  package let fileMode: mode_t
+  package let directoryMode: mode_t
+  /// Index 0/1: requests (sequence, listeners); 2/3: updates.
+  private let counters: MappedCounters
+
+  /// Sessions post here after writing a task or a control; the agent listens.
+  package var requests: ChangeSignal { ChangeSignal(counters, sequence: 0, listeners: 1) }
+  /// The agent posts here after writing a status or an event; sessions and observers listen.
+  package var updates: ChangeSignal { ChangeSignal(counters, sequence: 2, listeners: 3) }
+
+  package init(container: GroupContainer) throws(DownloadError) {
+    self.container = container
+    fileMode = container.sharing.fileMode
+    directoryMode = container.sharing.directoryMode
+    do { root = try container.directory() } catch { throw .container(error) }
+    let (root, fileMode, directoryMode) = (root, fileMode, directoryMode)
+    counters = try Self.system { () throws(FileSystemError) in
+      for d in [Self.directory, Self.tasksDirectory, Self.sessionsDirectory] {
+        try root.makeDirectory(d, mode: directoryMode)
+      }
+      let files = try root.openDirectory(Self.directory)
+      defer { files.close() }
+      return try MappedCounters(
+        fd: try files.openOrCreate("signal", mode: fileMode, size: Int64(MappedCounters.fileSize)))
+    }
+  }
+
+  static func system<T>(_ body: () throws(FileSystemError) -> T) throws(DownloadError) -> T {
+    do { return try body() } catch {
+      if error.errno == .noSpace { throw .diskFull(path: error.path) }
+      throw .system(error)
+    }
+  }
+
+  // MARK: Tasks
+
+  package static func taskPath(_ id: String, _ suffix: String) -> String { "\(tasksDirectory)/\(id).\(suffix)" }
+
+  /// Writes a new task's request (durably: an acknowledged task survives power loss) and wakes the agent.
+  package func create(_ request: TaskRequest) throws(DownloadError) {
+    let bytes = DownloadRecordFormat.encode(request)
+    try Self.system { () throws(FileSystemError) in
+      try root.replaceFile(Self.taskPath(request.id, "task"), with: bytes, mode: fileMode, durability: .powerLoss)
+    }
+    requests.post()
+  }
+
+  package func write(_ control: TaskControl, for id: String) throws(DownloadError) {
+    let bytes = DownloadRecordFormat.encode(control)
+    try Self.system { () throws(FileSystemError) in
+      try root.replaceFile(Self.taskPath(id, "control"), with: bytes, mode: fileMode, durability: .powerLoss)
+    }
+    requests.post()
+  }
+
+  /// The agent's write of a status; `durable` for final states (progress writes only need to survive a kill).
+  package func write(_ status: TaskStatus, for id: String, durable: Bool) throws(DownloadError) {
+    let bytes = DownloadRecordFormat.encode(status)
+    try Self.system { () throws(FileSystemError) in
+      try root.replaceFile(
+        Self.taskPath(id, "status"), with: bytes, mode: fileMode, durability: durable ? .powerLoss : .processCrash)
+    }
+    updates.post()
+  }
+
+  package func request(_ id: String) -> TaskRequest? {
+    read(Self.taskPath(id, "task"), DownloadRecordFormat.decodeRequest)
+  }
+
+  package func control(_ id: String) -> TaskControl? {
+    read(Self.taskPath(id, "control"), DownloadRecordFormat.decodeControl)
+  }
+
+  package func status(_ id: String) -> TaskStatus? {
+    read(Self.taskPath(id, "status"), DownloadRecordFormat.decodeStatus)
+  }
+
+  /// The ids of every task in the container (files `<32 hex>.task`).
+  package func taskIDs() -> [String] {
+    names(in: Self.tasksDirectory).compactMap { name in
+      guard name.hasSuffix(".task") else { return nil }
+      let id = name.dropLast(5)
+      return DownloadRecordFormat.isTaskID(id) ? String(id) : nil
+    }
+  }
+
+  /// Removes every file of a task (the agent, once its events were handled and its retention passed).
+  package func removeTask(_ id: String) {
+    for suffix in ["partial", "status", "control", "task"] { try? root.removeFile(Self.taskPath(id, suffix)) }
+  }
+
+  // MARK: Sessions and events
+
+  package static func sessionPath(_ sid: String) -> String { "\(sessionsDirectory)/\(sid)" }
+  static func eventsPath(_ sid: String) -> String { sessionPath(sid) + "/events" }
+
+  package func sessionIdentifiers() -> [String] {
+    names(in: Self.sessionsDirectory).filter { (try? DownloadRecordFormat.validate(sessionIdentifier: $0)) != nil }
+  }
+
+  package func makeSessionDirectories(_ sid: String) throws(DownloadError) {
+    try Self.system { () throws(FileSystemError) in
+      try root.makeDirectory(Self.sessionPath(sid), mode: directoryMode)
+      try root.makeDirectory(Self.eventsPath(sid), mode: directoryMode)
+    }
+  }
+
+  /// Queues an event for a session, durably (the agent writes it once the task's outcome is durable).
+  package func queue(_ event: EventRecord, for sid: String) throws(DownloadError) {
+    try makeSessionDirectories(sid)
+    let bytes = DownloadRecordFormat.encode(event)
+    try Self.system { () throws(FileSystemError) in
+      try root.replaceFile(
+        Self.eventsPath(sid) + "/" + event.fileName, with: bytes, mode: fileMode, durability: .powerLoss)
+    }
+  }
+
+  /// The session's queued events in order. A damaged event file is logged and removed (it can never be delivered).
+  package func queuedEvents(_ sid: String) -> [EventRecord] {
+    let directory = Self.eventsPath(sid)
+    return names(in: directory).filter { $0.hasSuffix(".event") }.sorted().compactMap { name in
+      guard let event = read(directory + "/" + name, DownloadRecordFormat.decodeEvent) else {
+        try? root.removeFile(directory + "/" + name)
+        return nil
+      }
+      guard event.fileName == name else {
+        Self.logger.error("event file '\(directory)/\(name)' holds another event: removed")
+        try? root.removeFile(directory + "/" + name)
+        return nil
+      }
+      return event
+    }
+  }
+
+  /// Whether any event file names this task (its events are not all handled yet).
+  package func hasQueuedEvents(_ sid: String, task id: String) -> Bool {
+    names(in: Self.eventsPath(sid)).contains { $0.contains("-\(id)-") }
+  }
+
+  /// Removes a handled event.
+  package func acknowledge(_ event: EventRecord, for sid: String) {
+    try? root.removeFile(Self.eventsPath(sid) + "/" + event.fileName)
+  }
+
+  package func register(_ relaunch: RelaunchRecord, for sid: String) throws(DownloadError) {
+    try makeSessionDirectories(sid)
+    let bytes = DownloadRecordFormat.encode(relaunch)
+    try Self.system { () throws(FileSystemError) in
+      try root.replaceFile(Self.sessionPath(sid) + "/app", with: bytes, mode: fileMode)
+    }
+  }
+
+  /// The session's relaunch registration and the uid that owns its file (only our own user's or root's is run).
+  package func relaunch(_ sid: String) -> (record: RelaunchRecord, owner: UInt32)? {
+    let path = Self.sessionPath(sid) + "/app"
+    guard let (bytes, status) = readBytes(path) else { return nil }
+    do { return (try DownloadRecordFormat.decodeRelaunch(bytes), status.owner) } catch {
+      Self.logger.error("damaged relaunch registration '\(path)': \(error)")
+      return nil
+    }
+  }
+
+  // MARK: Locks: the agent and attached sessions
+
+  /// Opens (creating) a lock file of the store.
+  package func openLock(_ relative: String) throws(DownloadError) -> SystemFD {
+    let (parent, name) = ContainerDirectory.split(relative)
+    return try Self.system { () throws(FileSystemError) in
+      let directory = try root.openDirectory(parent)
+      defer { directory.close() }
+      return try directory.openOrCreate(name, mode: fileMode, size: 0)
+    }
+  }
+
+  package static let agentLockPath = directory + "/agent.lock"
+  package static func attachLockPath(_ sid: String) -> String { sessionPath(sid) + "/attach.lock" }
+
+  /// Whether some process holds the lock exclusively (the agent, an attached session), by a non-blocking shared
+  /// flock that is released at once.
+  package func isHeld(_ relative: String) -> Bool {
+    guard let fd = try? openLock(relative) else { return false }
+    defer { fd.close() }
+    guard let got = try? fd.lock(.shared, nonBlocking: true) else { return false }
+    if got { fd.unlock() }
+    return !got
+  }
+
+  /// The pid written in a lock file by its holder (for messages only: the flock is the truth).
+  package func holderPID(_ relative: String) -> Int32? {
+    guard let (bytes, _) = readBytes(relative) else { return nil }
+    return Int32(String(decoding: bytes.prefix(32), as: UTF8.self).split(separator: "\n").first ?? "")
+  }
+
+  /// Writes our pid into a lock file we hold.
+  package func writeHolder(_ fd: SystemFD) {
+    try? fd.truncate(to: 0)
+    try? fd.writeAll(Array("\(CurrentProcess.id)\n".utf8))
+  }
+
+  // MARK: Reading
+
+  /// Names in a store directory ([] when it is missing or unreadable).
+  package func names(in relative: String) -> [String] {
+    guard let directory = try? root.openDirectory(relative) else { return [] }
+    defer { directory.close() }
+    return ((try? directory.entries()) ?? []).map(\.name)
+  }
+
+  private func readBytes(_ relative: String) -> ([UInt8], FileStatus)? {
+    do {
+      let (bytes, status) = try root.readFile(relative, limit: DownloadRecordFormat.maxRecordBytes)
+      return (bytes, status)
+    } catch {
+      if error.errno != .noSuchFileOrDirectory {
+        Self.logger.error("cannot read download record '\(relative)': \(error)")
+      }
+      return nil
+    }
+  }
+
+  /// Reads and checks a record; a missing file is nil, a damaged one is logged and nil.
+  private func read<T>(_ relative: String, _ decode: ([UInt8]) throws(DownloadRecordFormat.Invalid) -> T) -> T? {
+    guard let (bytes, _) = readBytes(relative) else { return nil }
+    do { return try decode(bytes) } catch {
+      Self.logger.error("damaged download record '\(relative)': \(error.reason)")
+      return nil
+    }
+  }
+}
