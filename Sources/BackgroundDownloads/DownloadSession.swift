@@ -27,6 +27,8 @@ public final class DownloadSession: Sendable {
     /// The agent's executable; nil looks for `gc-download-agent` in `$GROUPCONTAINER_DOWNLOAD_AGENT`, beside this
     /// process's executable, then in `$PATH`.
     public var agentExecutable: URL? = nil
+    /// How long an agent this session starts waits with nothing to do before exiting.
+    public var agentIdleTimeout: Duration = .seconds(30)
 
     public enum Relaunch: Sendable, Equatable {
       /// Nobody is started: events wait for the next attach.
@@ -332,6 +334,7 @@ public final class DownloadSession: Sendable {
       return true
     }
     guard due else { return }
-    try AgentLauncher.ensureRunning(store: store, executable: configuration.agentExecutable)
+    try AgentLauncher.ensureRunning(
+      store: store, executable: configuration.agentExecutable, idleTimeout: configuration.agentIdleTimeout)
   }
 }
