@@ -136,8 +136,11 @@ package final class DownloadAgent: Sendable {
     await stopAll(.shutdown)
   }
 
+  /// Whether the container is still the directory the agent started in: after `rm -rf` the tasks are gone with it
+  /// (a process's coordination space may make the layout again, as a new directory).
   private func containerExists() -> Bool {
-    (try? FileSystem.status(store.container.path))??.kind == .directory
+    guard let st = (try? FileSystem.status(store.container.path)) ?? nil, st.kind == .directory else { return false }
+    return st.device == store.root.device && st.inode == store.root.inode
   }
 
   /// A transfer that was running when the previous agent died resumes from its status.
