@@ -22,8 +22,9 @@ public final class DownloadSession: Sendable {
   public struct Configuration: Sendable {
     /// Apple's `httpMaximumConnectionsPerHost`: this session's transfers running at once to one host.
     public var httpMaximumConnectionsPerHost: Int = 6
-    /// The app the agent starts when events wait for this session and no process is attached.
-    public var relaunch: Relaunch = .currentExecutable(arguments: [])
+    /// The app the agent starts when events wait for this session and no process is attached (none by default:
+    /// an executable started with no arguments may do anything; name the arguments that make yours handle events).
+    public var relaunch: Relaunch = .none
     /// The agent's executable; nil looks for `gc-download-agent` in `$GROUPCONTAINER_DOWNLOAD_AGENT`, beside this
     /// process's executable, then in `$PATH`.
     public var agentExecutable: URL? = nil
