@@ -15,6 +15,8 @@ let package = Package(
     .library(name: "DownloadAgent", targets: ["DownloadAgent"]),
     .executable(name: "groupctl", targets: ["groupctl"]),
     .executable(name: "gc-download-agent", targets: ["gc-download-agent"]),
+    // The local HTTP file server of the download tests, benchmarks and demo (not a library piece).
+    .executable(name: "gc-file-server", targets: ["gc-file-server"]),
     .executable(name: "host", targets: ["host"]),
     .executable(name: "widget", targets: ["widget"]),
   ],
@@ -171,7 +173,9 @@ let package = Package(
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
       ]
     ),
-    .testTarget(name: "ExamplesTests", dependencies: ["TestSupport", "SimpleTimerKit", "host", "widget"]),
+    .testTarget(
+      name: "ExamplesTests",
+      dependencies: ["TestSupport", "SimpleTimerKit", "host", "widget", "gc-file-server", "gc-download-agent"]),
     .testTarget(
       name: "FileCoordinationTests",
       dependencies: ["TestSupport", "FileCoordination", "SystemLayer", "GroupContainer", "gc-test-helper", "groupctl"]
