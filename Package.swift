@@ -143,6 +143,9 @@ let package = Package(
       name: "ContainerFilesFuzz", dependencies: ["SharedDefaults", "FileCoordination", "CFuzzShim"],
       path: "Fuzz/ContainerFilesFuzz"),
     .executableTarget(name: "ImageHeadersFuzz", dependencies: ["ImageCache", "CFuzzShim"], path: "Fuzz/ImageHeadersFuzz"),
+    .executableTarget(
+      name: "DownloadHeadersFuzz", dependencies: ["DownloadAgent", "BackgroundDownloads", "CFuzzShim"],
+      path: "Fuzz/DownloadHeadersFuzz"),
     .testTarget(name: "PropertyListTests", dependencies: ["PropertyList"], exclude: ["Regressions"]),
     // Real images of any size for tests, the test helper and benchmarks.
     .target(name: "TestImageKit", path: "Tests/TestImageKit"),
@@ -169,6 +172,7 @@ let package = Package(
         "TestSupport", "BackgroundDownloads", "DownloadAgent", "FileCoordination", "SystemLayer", "gc-test-helper",
         "groupctl", "gc-download-agent", "gc-file-server",
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
+        .product(name: "Crypto", package: "swift-crypto"),
       ]
     ),
     .testTarget(name: "ExamplesTests", dependencies: ["TestSupport", "SimpleTimerKit", "host", "widget"]),
