@@ -1,11 +1,11 @@
 // libFuzzer harness for the download agent's resume decisions (ResumePolicy: Content-Range, Content-Length, ETag
 // and Last-Modified parsing, and what a response head means for a partial). Build and run with
 // `Fuzz/run.sh DownloadHeadersFuzz`; seeds are in Fuzz/download-seeds/. A plain `swift build` compiles the stub.
+// ResumePolicy.swift beside it is a symlink to the agent's file: the harness links no NIO or BoringSSL.
 //
 // Input: lines `status`, `requestedFrom`, `state.expectedBytes`, `state.entityTag`, then the response's
 // `Content-Range`, `Content-Length`, `ETag`, `Last-Modified` (missing lines are absent headers).
 import BackgroundDownloads
-import DownloadAgent
 
 #if FUZZING
   import CFuzzShim

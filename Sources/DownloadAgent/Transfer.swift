@@ -199,9 +199,8 @@ package final class TransferEngine: Sendable {
     }
     if let expected = request.expectedSHA256 {
       let actual: String
-      if var hasher = run.hasher, run.hashedUpTo == run.state.receivedBytes {
-        actual = hex(hasher.finalize())
-        _ = hasher
+      if let hasher = run.hasher, run.hashedUpTo == run.state.receivedBytes {
+        actual = hex(hasher.sha.finalize())
       } else {
         do throws(FileSystemError) { actual = try hashFile(file, length: run.state.receivedBytes) } catch {
           return .failed(.system(error), run.state, httpStatus: status)
@@ -254,7 +253,7 @@ package final class TransferEngine: Sendable {
       }
       file = try root.openFile(partial, [.readWrite, .create], mode: mode)
     }
-    do {
+    do throws(FileSystemError) {
       let st = try file.status()
       guard st.kind == .regular else { throw FileSystemError("open (not a regular file)", file.path, .invalidArgument) }
       try file.setPermissions(mode)
@@ -291,7 +290,7 @@ package final class TransferEngine: Sendable {
     var failures = 0
     var restarts = 0
     var httpStatus: Int?
-    var hasher: SHA256?
+    var hasher: StreamHash?
     var hashedUpTo: Int64 = 0
 
     init(state: ResumeState, wantsHash: Bool) {
@@ -302,7 +301,7 @@ package final class TransferEngine: Sendable {
     }
 
     mutating func resetHash() {
-      hasher = wantsHash ? SHA256() : nil
+      hasher = wantsHash ? StreamHash() : nil
       hashedUpTo = 0
     }
   }

@@ -25,7 +25,7 @@ final class TransferDelegate: HTTPClientResponseDelegate {
     var decision: ResumePolicy.Decision?
     var httpStatus: Int?
     /// SHA-256 of bytes 0..<hashedUpTo of the partial, while the file has been written from 0 in this run.
-    var hasher: SHA256?
+    var hasher: StreamHash?
     var hashedUpTo: Int64
     var writeError: FileSystemError?
     /// Set by `finish()`: later body parts (a race with cancellation) are not written.
@@ -45,7 +45,7 @@ final class TransferDelegate: HTTPClientResponseDelegate {
   let lastActivity: Atomic<UInt64>
 
   init(
-    file: SystemFD, requestedFrom: Int64, resume: ResumeState, hasher: SHA256?, hashedUpTo: Int64, wantsHash: Bool,
+    file: SystemFD, requestedFrom: Int64, resume: ResumeState, hasher: StreamHash?, hashedUpTo: Int64, wantsHash: Bool,
     policy: TransferPolicy, attempts: Int, progress: @escaping @Sendable (ResumeState, Int, Int?) -> Void
   ) {
     self.file = file
@@ -83,7 +83,7 @@ final class TransferDelegate: HTTPClientResponseDelegate {
         case .replace(let next):
           try file.truncate(to: 0)
           s.resume = next
-          s.hasher = wantsHash ? SHA256() : nil
+          s.hasher = wantsHash ? StreamHash() : nil
           s.hashedUpTo = 0
         case .complete, .restart, .httpError:
           return nil
@@ -112,7 +112,7 @@ final class TransferDelegate: HTTPClientResponseDelegate {
         }
         if let failure { throw failure }
         if s.hasher != nil {
-          buffer.withUnsafeReadableBytes { raw in s.hasher!.update(bufferPointer: raw) }
+          buffer.withUnsafeReadableBytes { raw in s.hasher!.sha.update(bufferPointer: raw) }
           s.hashedUpTo += Int64(buffer.readableBytes)
         }
         s.resume.receivedBytes += Int64(buffer.readableBytes)
@@ -159,4 +159,11 @@ extension Duration {
     guard seconds >= 0 else { return 0 }
     return UInt64(seconds) * 1_000_000_000 + UInt64(attoseconds / 1_000_000_000)
   }
+}
+
+/// SHA-256 of a download as it streams. Crypto's `SHA256` is a copy-on-write value, not marked `Sendable` on
+/// Linux (it holds a BoringSSL context class): unchecked, because it is only touched under
+/// `TransferDelegate.state`'s lock, or by the one task running the download between attempts.
+struct StreamHash: @unchecked Sendable {
+  var sha = SHA256()
 }

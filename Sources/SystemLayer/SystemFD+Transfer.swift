@@ -22,28 +22,11 @@ extension SystemFD {
     SyscallRecorder.record(.fsync, path)
   }
 
-  /// Copies this file's first `length` bytes to the start of `target` (a file opened for writing), in the kernel
-  /// where it can (`copy_file_range`), else by `pread`/`pwrite` through a 1 MiB buffer: a download published
-  /// across file systems (`EXDEV`). The corresponding C functions are `copy_file_range`, `pread` and `pwrite`.
+  /// Copies this file's first `length` bytes to the start of `target` (a file opened for writing) through a
+  /// 1 MiB buffer: a download published across file systems (`EXDEV`). (`copy_file_range` is not in Swift's
+  /// Glibc module.) The corresponding C functions are `pread` and `pwrite`.
   package func copyContents(to target: SystemFD, length: Int64) throws(FileSystemError) {
-    var inOffset: Int64 = 0
-    var outOffset: Int64 = 0
-    while inOffset < length {
-      let chunk = Int(min(length - inOffset, 1 << 30))
-      let result = valueOrErrno { Glibc.copy_file_range(rawValue, &inOffset, target.rawValue, &outOffset, chunk, 0) }
-      switch result {
-      case .success(0):
-        throw FileSystemError("copy_file_range (file shorter than \(length) bytes)", path, .ioError)
-      case .success:
-        continue
-      case .failure(let e) where e == .noFunction || e == .improperLink || e == .invalidArgument
-        || e == .notSupported:
-        // Kernels or file systems that cannot copy between these two: copy through memory.
-        return try copyThroughBuffer(to: target, from: inOffset, length: length)
-      case .failure(let e):
-        throw FileSystemError("copy_file_range", "\(path)' -> '\(target.path)", e)
-      }
-    }
+    try copyThroughBuffer(to: target, from: 0, length: length)
   }
 
   private func copyThroughBuffer(to target: SystemFD, from start: Int64, length: Int64) throws(FileSystemError) {
