@@ -145,6 +145,9 @@ let package = Package(
       name: "ContainerFilesFuzz", dependencies: ["SharedDefaults", "FileCoordination", "BackgroundDownloads", "CFuzzShim"],
       path: "Fuzz/ContainerFilesFuzz"),
     .executableTarget(name: "ImageHeadersFuzz", dependencies: ["ImageCache", "CFuzzShim"], path: "Fuzz/ImageHeadersFuzz"),
+    // ResumePolicy.swift is compiled in (a symlink): the harness needs neither NIO nor BoringSSL.
+    .executableTarget(
+      name: "DownloadHeadersFuzz", dependencies: ["BackgroundDownloads", "CFuzzShim"], path: "Fuzz/DownloadHeadersFuzz"),
     .testTarget(name: "PropertyListTests", dependencies: ["PropertyList"], exclude: ["Regressions"]),
     // Real images of any size for tests, the test helper and benchmarks.
     .target(name: "TestImageKit", path: "Tests/TestImageKit"),
@@ -171,6 +174,7 @@ let package = Package(
         "TestSupport", "BackgroundDownloads", "DownloadAgent", "FileCoordination", "SystemLayer", "gc-test-helper",
         "groupctl", "gc-download-agent", "gc-file-server",
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
+        .product(name: "Crypto", package: "swift-crypto"),
       ]
     ),
     .testTarget(
