@@ -48,6 +48,39 @@ import Testing
     host.kill()
   }
 
+  /// The demo's background download: the host starts it and goes away; the widget follows it from its own process;
+  /// the agent starts the host again for the events (its output goes to the agent's log, as it has no terminal).
+  @Test func theAlarmSoundArrivesAfterTheHostLeft() async throws {
+    let root = try TestRoot()
+    let server = try await FileServer.start()
+    let env = [
+      "GROUP_CONTAINER_ROOT": root.path,
+      "SIMPLETIMER_ASSET_URL": server.url("/gen/300000?seed=42&rate=300000").absoluteString,
+    ]
+    let widget = try Child(["--headless"], executable: "widget", environment: env)
+    await widget.line { $0.contains("waiting for the host") }
+    let host = try Child(
+      ["--headless", "--seconds", "3", "--background-after", "0"], executable: "host", environment: env)
+    #expect(await host.exit() == 0)
+    #expect(host.output.contains { $0.hasPrefix("[host] downloading the alarm sound in the background") })
+    #expect(await widget.exit() == 0, "\(widget.output)")
+    let container = try GroupContainer(identifier: SimpleTimer.groupIdentifier, root: root.url)
+    let log = container.url.appendingPathComponent(".coordination/downloads/agent.log").path
+    let deadline = Date().addingTimeInterval(30)
+    var text = ""
+    while Date() < deadline {
+      text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+      if text.contains("[host] every background event handled") { break }
+      try await Task.sleep(for: .milliseconds(50))
+    }
+    #expect(text.contains("[host] relaunched for the background session \(AlarmSound.sessionIdentifier)"), "\(text)")
+    #expect(text.contains("[host] the alarm sound arrived while the host was away: alarm.sound, 300000 bytes"))
+    #expect(text.contains("[host] every background event handled"))
+    let sound = FileManager.default.contents(atPath: container.url.appendingPathComponent(AlarmSound.destination).path)
+    #expect(sound.map { [UInt8]($0) } == FileServer.expectedBytes(size: 300_000, seed: 42))
+    stopLaunchedHosts(in: container)
+  }
+
   @Test func finishedURLRules() {
     #expect(FinishedURL.isValid(FinishedURL.url))
     #expect(!FinishedURL.isValid(URL(string: "other://finished?source=widget")!))
