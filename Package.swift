@@ -148,7 +148,7 @@ let package = Package(
     // ResumePolicy.swift is compiled in (a symlink): the harness needs neither NIO nor BoringSSL.
     .executableTarget(
       name: "DownloadHeadersFuzz", dependencies: ["BackgroundDownloads", "CFuzzShim"], path: "Fuzz/DownloadHeadersFuzz"),
-    .testTarget(name: "PropertyListTests", dependencies: ["PropertyList"], exclude: ["Regressions"]),
+    .testTarget(name: "PropertyListTests", dependencies: ["PropertyList", "TestSupport"], exclude: ["Regressions"]),
     // Real images of any size for tests, the test helper and benchmarks.
     .target(name: "TestImageKit", path: "Tests/TestImageKit"),
     // What every test target shares: temp container roots, child processes.

@@ -91,7 +91,7 @@ import Testing
     reader.executableURL = productsDirectory.appendingPathComponent("groupctl")
     reader.arguments = ["read", group, "Documents/big.txt", "--root", disk]
     reader.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: copy))
-    try reader.run()
+    try launch(reader)
     reader.waitUntilExit()
     #expect(reader.terminationStatus == 0)
     #expect(FileManager.default.contents(atPath: copy) == Data(old.utf8))

@@ -16,7 +16,7 @@ import Testing
     process.standardOutput = out
     process.standardError = err
     process.standardInput = input
-    try process.run()
+    try launch(process)
     if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
     try input.fileHandleForWriting.close()
     let outData = out.fileHandleForReading.readDataToEndOfFile()

@@ -26,7 +26,7 @@ import Testing
     process.standardInput = input
     process.standardOutput = FileHandle.nullDevice
     process.standardError = err
-    try process.run()
+    try launch(process)
     input.fileHandleForWriting.write(Data("x".utf8))
     try input.fileHandleForWriting.close()
     let deadline = Date().addingTimeInterval(timeout)

@@ -86,7 +86,7 @@ import Testing
     process.environment = environment
     let pipe = Pipe()
     process.standardOutput = pipe
-    try process.run()
+    try launch(process)
     let output = pipe.fileHandleForReading.readDataToEndOfFile()
     process.waitUntilExit()
     return String(decoding: output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)

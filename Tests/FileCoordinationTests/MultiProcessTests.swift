@@ -285,7 +285,7 @@ import Testing
     let shell = Process()
     shell.executableURL = URL(fileURLWithPath: "/bin/sh")
     shell.arguments = ["-c", "echo hello > '\(url.path)'"]
-    try shell.run()
+    try launch(shell)
     shell.waitUntilExit()
     presenter.waitForLine { $0 == "didChange uncoordinated -" }
     // A coordinated write right after is reported once, as coordinated.

@@ -231,7 +231,7 @@ import Testing
     let rm = Process()
     rm.executableURL = URL(fileURLWithPath: "/bin/rm")
     rm.arguments = ["-rf", container.path]
-    try rm.run()
+    try launch(rm)
     rm.waitUntilExit()
     #expect(rm.terminationStatus == 0)
   }

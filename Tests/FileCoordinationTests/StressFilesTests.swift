@@ -25,7 +25,7 @@ import Testing
     defer { for path in [outPath, errPath] { try? FileManager.default.removeItem(atPath: path) } }
     process.standardOutput = FileHandle(forWritingAtPath: outPath)
     process.standardError = FileHandle(forWritingAtPath: errPath)
-    try process.run()
+    try launch(process)
     let deadline = Date().addingTimeInterval(timeout)
     while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
     if process.isRunning {

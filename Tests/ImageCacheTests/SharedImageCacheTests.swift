@@ -269,7 +269,7 @@ struct SharedImageCacheTests {
       FileManager.default.createFile(atPath: out, contents: nil)
       process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: out))
       process.standardError = FileHandle.nullDevice
-      try process.run()
+      try launch(process)
       process.waitUntilExit()
       return (process.terminationStatus, (try? String(contentsOfFile: out, encoding: .utf8)) ?? "")
     }

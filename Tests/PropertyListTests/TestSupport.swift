@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 @testable import PropertyList
@@ -146,7 +147,7 @@ enum Python {
     let errors = Pipe()
     process.standardOutput = output
     process.standardError = errors
-    try process.run()
+    try launch(process)
     let stdout = output.fileHandleForReading.readDataToEndOfFile()
     let stderr = errors.fileHandleForReading.readDataToEndOfFile()
     process.waitUntilExit()

@@ -113,7 +113,7 @@ import Testing
     ]
     let out = Pipe()
     python.standardOutput = out
-    try python.run()
+    try launch(python)
     python.waitUntilExit()
     #expect(
       String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)

@@ -99,7 +99,7 @@ import Testing
     let python = Process()
     python.executableURL = URL(fileURLWithPath: "/usr/bin/env")
     python.arguments = ["python3", "-c", script] + arguments
-    try python.run()
+    try launch(python)
     python.waitUntilExit()
     #expect(python.terminationStatus == 0)
   }

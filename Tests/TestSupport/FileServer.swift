@@ -9,7 +9,7 @@ import Synchronization
 /// let url = server.url("/gen/1048576?seed=7&drop=1000&faults=1")
 /// // … download it …
 /// #expect(try server.stats(for: "/gen/1048576?seed=7&drop=1000&faults=1").requests == 2)
-/// #expect(bytes == FileServer.expectedBytes(size: 1_048_576, seed: 7))
+/// #expect(FileServer.mismatch(bytes, size: 1_048_576, seed: 7) == nil)
 /// ```
 ///
 /// The server lives until `stop()` or the handle's deinit; it also exits by itself when the test process dies
@@ -99,7 +99,7 @@ public final class FileServer: Sendable {
       let data = handle.availableData
       if let self, !data.isEmpty { self.stderrText.withLock { $0 += String(decoding: data, as: UTF8.self) } }
     }
-    try spawnLock.withLock { try process.run() }
+    try launch(process)
     // Only the server may hold the read end: our copy would keep its stdin open after we close the write end.
     try? stdin.fileHandleForReading.close()
   }
@@ -197,6 +197,18 @@ public final class FileServer: Sendable {
 
   /// The bytes `/gen/<size>?seed=<seed>` serves (its `range`, or all of it), computed here by the same generator
   /// as the server's.
+  /// nil when `bytes` is exactly the entity (or its `range`), else where it differs. Compare with this, not with
+  /// `#expect(bytes == expectedBytes(…))`: on a failure Swift Testing diffs the two arrays, which takes minutes of
+  /// CPU for a megabyte and starves every other test.
+  public static func mismatch(_ bytes: [UInt8]?, size: Int, seed: UInt64, range: Range<Int>? = nil) -> String? {
+    guard let bytes else { return "no file" }
+    let expected = expectedBytes(size: size, seed: seed, range: range)
+    if bytes == expected { return nil }
+    let first = zip(bytes, expected).enumerated().first { $0.element.0 != $0.element.1 }?.offset
+    return "\(bytes.count) bytes where \(expected.count) were expected; first difference at byte "
+      + "\(first.map(String.init) ?? "\(min(bytes.count, expected.count)) (one is a prefix of the other)")"
+  }
+
   public static func expectedBytes(size: Int, seed: UInt64, range: Range<Int>? = nil) -> [UInt8] {
     let range = (range ?? 0..<size).clamped(to: 0..<size)
     var bytes = [UInt8](repeating: 0, count: range.count)
@@ -227,7 +239,7 @@ public final class ToolRun: Sendable {
     process.standardInput = FileHandle.nullDevice
     process.standardOutput = try FileHandle(forWritingTo: outURL)
     process.standardError = try FileHandle(forWritingTo: errURL)
-    try spawnLock.withLock { try process.run() }
+    try launch(process)
   }
 
   public var pid: Int32 { process.processIdentifier }

@@ -65,7 +65,7 @@ public final class Child: Sendable {
       let data = handle.availableData
       if let self, !data.isEmpty { self.errors.withLock { $0 += String(decoding: data, as: UTF8.self) } }
     }
-    try spawnLock.withLock { try process.run() }
+    try launch(process)
   }
 
   public var output: [String] { lines.withLock { $0 } }
@@ -218,14 +218,20 @@ public func runTool(_ tool: String, _ arguments: [String]) throws -> Int32 {
   let process = Process()
   process.executableURL = URL(fileURLWithPath: tool)
   process.arguments = arguments
-  try spawnLock.withLock { try process.run() }
+  try launch(process)
   process.waitUntilExit()
   return process.terminationStatus
 }
 
-/// One `Process.run` at a time in the test process: a whole-suite run crashed inside Foundation's `Process.run`
-/// (a bad pointer in memmove) while tests spawned children from several threads at once.
+/// One `Process.run` at a time in the test process: whole-suite runs crashed inside Foundation's `Process.run`
+/// (a bad pointer in memmove) while tests spawned children from several threads at once. Every spawn of the test
+/// process goes through `launch(_:)`.
 let spawnLock = NSLock()
+
+/// `process.run()`, one at a time in the test process (see `spawnLock`).
+public func launch(_ process: Process) throws {
+  try spawnLock.withLock { try process.run() }
+}
 
 /// A small tmpfs mounted in a test's root (full-disk and low-disk tests; needs root), unmounted when released.
 public final class SmallDisk: Sendable {
