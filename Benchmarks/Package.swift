@@ -61,5 +61,19 @@ let package = Package(
       swiftSettings: [.swiftLanguageMode(.v6)],
       plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
     ),
+    .executableTarget(
+      name: "DownloadBenchmarks",
+      dependencies: [
+        "BenchmarkSupport",
+        .product(name: "Benchmark", package: "benchmark"),
+        .product(name: "GroupContainer", package: rootIdentity),
+        // Not imported: built beside the benchmark, which runs them (the agent, the server).
+        .product(name: "gc-download-agent", package: rootIdentity),
+        .product(name: "gc-file-server", package: rootIdentity),
+      ],
+      path: "DownloadBenchmarks",
+      swiftSettings: [.swiftLanguageMode(.v6)],
+      plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
+    ),
   ]
 )

@@ -159,7 +159,7 @@ struct DownloadSessionTests {
     let arguments = ["--identifier", container.identifier, "--root", root.path, "--idle", "30"]
     let first = try Child(arguments, executable: "gc-download-agent")
     let store = try DownloadStore(container: container)
-    let deadline = Date().addingTimeInterval(20)
+    let deadline = Date().addingTimeInterval(45)
     while !store.isHeld(DownloadStore.agentLockPath) && Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
     #expect(store.isHeld(DownloadStore.agentLockPath))
     #expect(store.holderPID(DownloadStore.agentLockPath) == first.process.processIdentifier)
@@ -184,7 +184,7 @@ struct DownloadSessionTests {
     let forever = try Child(
       ["--identifier", container2.identifier, "--root", root2.path, "--idle", "600"], executable: "gc-download-agent")
     let store = try DownloadStore(container: container2)
-    let deadline = Date().addingTimeInterval(20)
+    let deadline = Date().addingTimeInterval(45)
     while !store.isHeld(DownloadStore.agentLockPath) && Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
     try FileManager.default.removeItem(at: container2.url)
     #expect(await forever.exit(timeout: 20) == 0)

@@ -1,0 +1,223 @@
+// Background downloads against curl, in the same run, from the project's own gc-file-server on 127.0.0.1:
+//
+//   Loopback 1 GiB: agent            DownloadSession.download of a 1 GiB entity, until its completion event reaches
+//                                    this (attached) process: agent scheduling, transfer, fsync, coordinated publish,
+//                                    status and event files. Custom metrics: the agent's CPU time for it and its peak
+//                                    resident memory (VmHWM) after it, against its resident memory before.
+//   Loopback 1 GiB: curl             curl -s -o FILE URL, same entity, same file system
+//   200 files of 64 kB: agent        200 tasks at once (6 connections per host, the session default), until the
+//                                    200th completion event; custom metric: finished transfer → event in this
+//                                    process (p50 over the 200, from the task's completion time)
+//   200 files of 64 kB: curl         curl --parallel --parallel-max 6 with the same 200 URLs
+//
+// The server generates its bodies (no disk read on its side); every byte is written by the client.
+
+import Benchmark
+import BenchmarkSupport
+import Foundation
+import Glibc
+import GroupContainer
+
+final class DownloadFixture: @unchecked Sendable {  // set up before the measured closures run, then only read
+  var root = ""
+  var container: GroupContainer?
+  var session: DownloadSession?
+  var server: Process?
+  var serverInput: Pipe?
+  var port = 0
+  var counter = 0
+}
+
+let downloadFixture = DownloadFixture()
+
+/// The products directory of this benchmark executable (gc-file-server and gc-download-agent are built beside it).
+func productPath(_ name: String) -> String {
+  let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+  return URL(fileURLWithPath: exe).deletingLastPathComponent().appendingPathComponent(name).path
+}
+
+func startDownloadFixture() throws {
+  let f = downloadFixture
+  guard f.server == nil else { return }
+  f.root = try makeTemporaryRoot()
+  let container = try GroupContainer(identifier: "group.bench.downloads", root: URL(fileURLWithPath: f.root))
+  f.container = container
+  let server = Process()
+  server.executableURL = URL(fileURLWithPath: productPath("gc-file-server"))
+  let input = Pipe()
+  let output = Pipe()
+  server.standardInput = input
+  server.standardOutput = output
+  try server.run()
+  var text = ""
+  while !text.contains("\n") {
+    let data = output.fileHandleForReading.availableData
+    guard !data.isEmpty else { throw BenchmarkSetupError("gc-file-server exited: \(text)") }
+    text += String(decoding: data, as: UTF8.self)
+  }
+  guard text.hasPrefix("listening "), let port = Int(text.dropFirst(10).prefix { $0.isNumber }) else {
+    throw BenchmarkSetupError("gc-file-server said '\(text)'")
+  }
+  f.server = server
+  f.serverInput = input
+  f.port = port
+  var configuration = DownloadSession.Configuration()
+  configuration.agentExecutable = URL(fileURLWithPath: productPath("gc-download-agent"))
+  configuration.agentIdleTimeout = .seconds(60)
+  f.session = try DownloadSession(identifier: "bench", container: container, configuration: configuration)
+}
+
+func stopDownloadFixture() {
+  let f = downloadFixture
+  f.session?.invalidate()
+  f.session = nil
+  try? f.serverInput?.fileHandleForWriting.close()
+  f.server?.waitUntilExit()
+  f.server = nil
+  removeTree(f.root)
+}
+
+/// Waits for the completion events of `ids`; returns when each arrived (wall clock).
+func awaitCompletions(_ ids: Set<String>, in session: DownloadSession) async throws -> [String: Date] {
+  var arrived: [String: Date] = [:]
+  for await event in session.events {
+    if case .didCompleteWithError(let task, let error, _) = event, ids.contains(task.id) {
+      if let error { throw BenchmarkSetupError("download \(task.id) failed: \(error)") }
+      arrived[task.id] = Date()
+      if arrived.count == ids.count { break }
+    }
+  }
+  return arrived
+}
+
+/// The running agent's pid (the pid its lock file holds).
+func agentPID(_ container: GroupContainer) -> Int32? {
+  let path = container.url.appendingPathComponent(".coordination/downloads/agent.lock").path
+  return (try? String(contentsOfFile: path, encoding: .utf8)).flatMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+}
+
+/// utime + stime of `pid` in milliseconds, and its VmRSS / VmHWM in kB.
+func processFigures(_ pid: Int32) -> (cpuMilliseconds: Int, rssKB: Int, peakKB: Int) {
+  let stat = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
+  let fields = stat.split(separator: ")").last.map { $0.split(separator: " ") } ?? []
+  let ticks = (fields.count > 12 ? Int(fields[11]) ?? 0 : 0) + (fields.count > 12 ? Int(fields[12]) ?? 0 : 0)
+  let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
+  func kB(_ key: String) -> Int {
+    status.split(separator: "\n").first { $0.hasPrefix(key) }.flatMap { Int($0.split(separator: " ").dropFirst().first ?? "") } ?? 0
+  }
+  return (ticks * 1000 / Int(sysconf(Int32(_SC_CLK_TCK))), kB("VmRSS:"), kB("VmHWM:"))
+}
+
+func runCurl(_ arguments: [String]) throws {
+  let curl = Process()
+  curl.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
+  curl.arguments = arguments
+  try curl.run()
+  curl.waitUntilExit()
+  guard curl.terminationStatus == 0 else { throw BenchmarkSetupError("curl exited \(curl.terminationStatus)") }
+}
+
+let benchmarks: @Sendable () -> Void = {
+  let gib = 1 << 30
+  let big = Benchmark.Configuration(
+    metrics: [
+      .wallClock, .custom("agent CPU (ms)", useScalingFactor: false),
+      .custom("agent peak RSS (MB)", useScalingFactor: false), .custom("agent RSS before (MB)", useScalingFactor: false),
+    ],
+    timeUnits: .milliseconds, warmupIterations: 0, maxDuration: .seconds(120), maxIterations: 3)
+  let bigCurl = Benchmark.Configuration(
+    metrics: [.wallClock], timeUnits: .milliseconds, warmupIterations: 0, maxDuration: .seconds(120), maxIterations: 3)
+  let small = Benchmark.Configuration(
+    metrics: [.wallClock, .custom("finish → event p50 (µs)", useScalingFactor: false)], timeUnits: .milliseconds,
+    warmupIterations: 1, maxDuration: .seconds(60), maxIterations: 5)
+  let smallCurl = Benchmark.Configuration(
+    metrics: [.wallClock], timeUnits: .milliseconds, warmupIterations: 1, maxDuration: .seconds(60), maxIterations: 5)
+
+  Benchmark("Loopback 1 GiB: agent", configuration: big) { benchmark in
+    let f = downloadFixture
+    let session = f.session!
+    f.counter += 1
+    let destination = "Downloads/big-\(f.counter)"
+    // The agent is up (started by the warm-up download in setup): its figures before this transfer.
+    let pid = agentPID(f.container!)
+    let before = pid.map(processFigures)
+    benchmark.startMeasurement()
+    let task = try session.download(
+      from: URL(string: "http://127.0.0.1:\(f.port)/gen/\(gib)?seed=\(f.counter)")!, to: destination)
+    _ = try await awaitCompletions([task.id], in: session)
+    benchmark.stopMeasurement()
+    if let pid, let before {
+      let after = processFigures(pid)
+      benchmark.measurement(.custom("agent CPU (ms)", useScalingFactor: false), after.cpuMilliseconds - before.cpuMilliseconds)
+      benchmark.measurement(.custom("agent peak RSS (MB)", useScalingFactor: false), after.peakKB / 1024)
+      benchmark.measurement(.custom("agent RSS before (MB)", useScalingFactor: false), before.rssKB / 1024)
+    }
+    try? FileManager.default.removeItem(at: f.container!.url.appendingPathComponent(destination))
+  } setup: {
+    try startDownloadFixture()
+    // Start the agent with a small download, so the 1 GiB runs are measured against a running agent.
+    let f = downloadFixture
+    let warm = try f.session!.download(from: URL(string: "http://127.0.0.1:\(f.port)/gen/1024?seed=0")!, to: "Downloads/warm")
+    _ = try await awaitCompletions([warm.id], in: f.session!)
+  }
+
+  Benchmark("Loopback 1 GiB: curl", configuration: bigCurl) { benchmark in
+    let f = downloadFixture
+    f.counter += 1
+    let file = f.container!.url.appendingPathComponent("Downloads/curl-\(f.counter)").path
+    benchmark.startMeasurement()
+    try runCurl(["-s", "-o", file, "http://127.0.0.1:\(f.port)/gen/\(gib)?seed=\(f.counter)"])
+    benchmark.stopMeasurement()
+    try? FileManager.default.removeItem(atPath: file)
+  } setup: {
+    try startDownloadFixture()
+  }
+
+  Benchmark("200 files of 64 kB: agent", configuration: small) { benchmark in
+    let f = downloadFixture
+    let session = f.session!
+    f.counter += 1
+    let round = f.counter
+    benchmark.startMeasurement()
+    var ids: Set<String> = []
+    for i in 0..<200 {
+      let url = URL(string: "http://127.0.0.1:\(f.port)/gen/65536?seed=\(round * 1000 + i)")!
+      ids.insert(try session.download(from: url, to: "Downloads/small-\(round)/\(i)").id)
+    }
+    let arrived = try await awaitCompletions(ids, in: session)
+    benchmark.stopMeasurement()
+    var latencies: [Int] = []
+    for task in session.allTasks() where ids.contains(task.id) {
+      if let done = task.completionDate, let seen = arrived[task.id] {
+        latencies.append(Int(seen.timeIntervalSince(done) * 1e6))
+      }
+    }
+    latencies.sort()
+    if !latencies.isEmpty {
+      benchmark.measurement(.custom("finish → event p50 (µs)", useScalingFactor: false), latencies[latencies.count / 2])
+    }
+    try? FileManager.default.removeItem(at: f.container!.url.appendingPathComponent("Downloads/small-\(round)"))
+  } setup: {
+    try startDownloadFixture()
+  }
+
+  Benchmark("200 files of 64 kB: curl", configuration: smallCurl) { benchmark in
+    let f = downloadFixture
+    f.counter += 1
+    let round = f.counter
+    let directory = f.container!.url.appendingPathComponent("Downloads/curl-small-\(round)").path
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    var arguments = ["-s", "--parallel", "--parallel-max", "6"]
+    for i in 0..<200 {
+      arguments += ["-o", "\(directory)/\(i)", "http://127.0.0.1:\(f.port)/gen/65536?seed=\(round * 1000 + i)"]
+    }
+    benchmark.startMeasurement()
+    try runCurl(arguments)
+    benchmark.stopMeasurement()
+    try? FileManager.default.removeItem(atPath: directory)
+  } setup: {
+    try startDownloadFixture()
+  } teardown: {
+    stopDownloadFixture()
+  }
+}
