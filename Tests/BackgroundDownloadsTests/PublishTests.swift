@@ -42,7 +42,7 @@ struct PublishTests {
     if let partialSync, let rename, let directorySync {
       #expect(partialSync < rename && rename < directorySync, "\(calls)")
     }
-    #expect(try env.published("Downloads/sub/order.bin") == FileServer.expectedBytes(size: 100_000, seed: 20))
+    #expect(try env.holds("Downloads/sub/order.bin", FileServer.expectedBytes(size: 100_000, seed: 20)))
     try await env.close()
   }
 
@@ -145,7 +145,7 @@ struct PublishTests {
       Issue.record("expected published, got \(outcome)")
       return
     }
-    #expect(try env.published("Downloads/across.bin") == FileServer.expectedBytes(size: 1_000_000, seed: 27))
+    #expect(try env.holds("Downloads/across.bin", FileServer.expectedBytes(size: 1_000_000, seed: 27)))
     #expect(try FileManager.default.contentsOfDirectory(atPath: disk.path) == ["across.bin"], "no temp file left")
     #expect(try env.root.status(TransferTests.partial) == nil)
     try await env.close()
