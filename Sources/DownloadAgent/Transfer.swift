@@ -180,6 +180,8 @@ package final class TransferEngine: Sendable {
         }
       case .cancelled:
         return .stopped(sync(file, &run.state))
+      case .fatal(let error):
+        return .failed(error, sync(file, &run.state), httpStatus: run.httpStatus)
       case .writeFailed(let error):
         if error.errno == .noSpace {
           discardPartial()
@@ -315,6 +317,8 @@ package final class TransferEngine: Sendable {
     case stalled(String)
     case cancelled
     case writeFailed(FileSystemError)
+    /// An error that no retry can cure: the task fails at once, its partial kept.
+    case fatal(DownloadError)
   }
 
   private func attempt(
@@ -378,7 +382,13 @@ package final class TransferEngine: Sendable {
     case .success:
       return s.decision == nil ? .network("the connection ended without an answer") : .finished
     case .failure(let error):
-      if let error = error as? HTTPClientError, error == .readTimeout { return .stalled("read timeout: \(error)") }
+      if let error = error as? HTTPClientError {
+        if error == .readTimeout { return .stalled("read timeout: \(error)") }
+        // Redirects that can never succeed: trying again would only repeat them.
+        if error == .redirectLimitReached || error == .redirectCycleDetected || error == .invalidURL {
+          return .fatal(.protocolViolation("the redirects of '\(url.absoluteString)' cannot be followed: \(error)"))
+        }
+      }
       return .network("\(error)")
     }
   }

@@ -9,8 +9,17 @@ import Testing
 /// gc-file-server, the local server the transfer engine and the agent are tested against, checked from a real
 /// client (AsyncHTTPClient; curl for the 1 GiB stream and keep-alive).
 ///
-/// Mutants this suite catches: see the report list at the end of this comment (each tried once, the test named
-/// failed, then restored).
+/// Mutants this suite catches (each made once in the server, the test named failed, then restored):
+/// - /gen serving the content of seed+1 → fullBodyMatchesTheGenerator
+/// - a suffix range starting one byte early (`size - n - 1`) → rangesAnswer206WithTheirBytes
+/// - 416 only past the end (`a > size`) → startAtOrPastTheEndIs416
+/// - If-Range accepting a weak ETag → ifRangeMatchesStrongETagsAndExactDatesOnly
+/// - drop closing as soon as its N bytes are queued, not written → dropClosesAfterExactlyNBytes
+/// - stall sending the rest of the body → stallKeepsTheConnectionOpenWithNothingMore
+/// - faults=K ignored → faultsApplyToTheFirstKRequestsOnly
+/// - etag=rotate keeping the same ETag → etagRotateMakesEveryRequestANewEntity
+/// - EOF on stdin not ending the server → serverExitsWhenTheWriterOfItsStdinDies
+/// - chunks written without waiting for writability (no backpressure) → aGibibyteStreamsInSmallMemory
 @Suite("gc-file-server")
 struct FileServerTests {
   /// One answer, its body read to the end or to the error that cut it.
@@ -21,6 +30,19 @@ struct FileServerTests {
     var error: (any Error)?
 
     func header(_ name: String) -> String? { headers.first(name: name) }
+    var bytes: Bytes { Bytes(body) }
+  }
+
+  /// Bodies compared as one value: Swift Testing diffs two unequal arrays element by element to explain the
+  /// failure, which takes minutes for bodies of 100 kB (a mutant hung the run that way).
+  struct Bytes: Equatable, CustomStringConvertible {
+    var value: [UInt8]
+    init(_ value: [UInt8]) { self.value = value }
+    var description: String {
+      var hash: UInt64 = 0xcbf2_9ce4_8422_2325  // FNV-1a
+      for byte in value { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+      return "\(value.count) bytes, FNV-1a \(String(hash, radix: 16))"
+    }
   }
 
   func fetch(_ url: URL, method: HTTPMethod = .GET, headers: [(String, String)] = []) async throws -> Reply {
@@ -37,8 +59,8 @@ struct FileServerTests {
     return reply
   }
 
-  func expected(_ size: Int, _ seed: UInt64, _ range: Range<Int>? = nil) -> [UInt8] {
-    FileServer.expectedBytes(size: size, seed: seed, range: range)
+  func expected(_ size: Int, _ seed: UInt64, _ range: Range<Int>? = nil) -> Bytes {
+    Bytes(FileServer.expectedBytes(size: size, seed: seed, range: range))
   }
 
   @Test(.timeLimit(.minutes(1)))
@@ -48,8 +70,8 @@ struct FileServerTests {
     #expect(reply.status == 200)
     #expect(reply.error == nil)
     #expect(reply.body.count == 100_003)
-    #expect(reply.body == expected(100_003, 7))
-    #expect(reply.body != expected(100_003, 8))
+    #expect(reply.bytes == expected(100_003, 7))
+    #expect(reply.bytes != expected(100_003, 8))
     #expect(reply.header("Content-Length") == "100003")
     #expect(reply.header("ETag") == "\"g-100003-7\"")
     #expect(reply.header("Content-Type") == "application/octet-stream")
@@ -59,7 +81,7 @@ struct FileServerTests {
     // Deterministic: the same target twice gives the same validators.
     let again = try await fetch(server.url("/gen/100003?seed=7"))
     #expect(again.header("Last-Modified") == modified)
-    #expect(again.body == reply.body)
+    #expect(again.bytes == reply.bytes)
     // An empty entity.
     let empty = try await fetch(server.url("/gen/0?seed=1"))
     #expect(empty.status == 200 && empty.body.isEmpty && empty.header("Content-Length") == "0")
@@ -82,7 +104,7 @@ struct FileServerTests {
       #expect(reply.status == 206, "\(range)")
       #expect(reply.header("Content-Range") == "bytes \(bytes.lowerBound)-\(bytes.upperBound - 1)/10000", "\(range)")
       #expect(reply.header("Content-Length") == "\(bytes.count)", "\(range)")
-      #expect(reply.body == expected(10_000, 3, bytes), "\(range)")
+      #expect(reply.bytes == expected(10_000, 3, bytes), "\(range)")
     }
     // Several ranges, or a range of another unit, or nonsense: the whole entity, 200.
     let ignored = ["bytes=0-1,5-6", "items=0-5", "bytes=abc"]
@@ -90,7 +112,7 @@ struct FileServerTests {
       let reply = try await fetch(url, headers: [("Range", range)])
       #expect(reply.status == 200, "\(range)")
       #expect(reply.header("Content-Range") == nil)
-      #expect(reply.body == expected(10_000, 3), "\(range)")
+      #expect(reply.bytes == expected(10_000, 3), "\(range)")
     }
     let stats = try server.stats(for: "/gen/10000?seed=3")
     #expect(stats.requests == cases.count + ignored.count)
@@ -119,14 +141,14 @@ struct FileServerTests {
     let range = ("Range", "bytes=1000-")
 
     let sameTag = try await fetch(url, headers: [range, ("If-Range", tag)])
-    #expect(sameTag.status == 206 && sameTag.body == expected(5000, 11, 1000..<5000))
+    #expect(sameTag.status == 206 && sameTag.bytes == expected(5000, 11, 1000..<5000))
     let sameDate = try await fetch(url, headers: [range, ("If-Range", date)])
-    #expect(sameDate.status == 206 && sameDate.body == expected(5000, 11, 1000..<5000))
+    #expect(sameDate.status == 206 && sameDate.bytes == expected(5000, 11, 1000..<5000))
 
     for validator in ["\"g-5000-12\"", "W/\(tag)", "Thu, 01 Jan 1970 00:00:00 GMT"] {
       let reply = try await fetch(url, headers: [range, ("If-Range", validator)])
       #expect(reply.status == 200, "If-Range: \(validator)")
-      #expect(reply.body == expected(5000, 11), "If-Range: \(validator)")
+      #expect(reply.bytes == expected(5000, 11), "If-Range: \(validator)")
     }
     // A weak ETag never matches, even the same one; nor a date when Last-Modified is not sent.
     let weak = try await fetch(server.url("/gen/5000?seed=11&weak=1"))
@@ -155,7 +177,7 @@ struct FileServerTests {
     #expect(ranged.status == 206 && ranged.header("Content-Range") == "bytes 4000-4095/4096" && ranged.body.isEmpty)
     // The connection is still in step after HEAD answers (keep-alive).
     let after = try await fetch(server.url("/gen/4096?seed=2"))
-    #expect(after.body == get.body)
+    #expect(after.bytes == get.bytes)
     let stats = try server.stats()
     #expect(stats["/gen/4096?seed=2"] == FileServer.Stats(requests: 4, bodyBytes: 8192, ranges: ["bytes=-96"]))
   }
@@ -177,12 +199,12 @@ struct FileServerTests {
 
     let server = try await FileServer.start(root: dir.path)
     let reply = try await fetch(server.url("/files/a%20file.bin"))
-    #expect(reply.status == 200 && reply.body == content)
+    #expect(reply.status == 200 && reply.bytes == Bytes(content))
     let tag = try #require(reply.header("ETag"))
     #expect(reply.header("Last-Modified") != nil && reply.header("Accept-Ranges") == "bytes")
     let part = try await fetch(
       server.url("/files/a%20file.bin"), headers: [("Range", "bytes=65536-"), ("If-Range", tag)])
-    #expect(part.status == 206 && part.body == Array(content[65536...]))
+    #expect(part.status == 206 && part.bytes == Bytes(Array(content[65536...])))
 
     let refused = [
       "/files/link", "/files/..%2Foutside.txt", "/files/../outside.txt", "/files/sub", "/files/sub/inner.txt",
@@ -197,7 +219,7 @@ struct FileServerTests {
     try Data(content.reversed()).write(to: dir.appendingPathComponent("a file.bin"))
     let changed = try await fetch(
       server.url("/files/a%20file.bin"), headers: [("Range", "bytes=65536-"), ("If-Range", tag)])
-    #expect(changed.status == 200 && changed.body == Array(content.reversed()) && changed.header("ETag") != tag)
+    #expect(changed.status == 200 && changed.bytes == Bytes(content.reversed()) && changed.header("ETag") != tag)
   }
 
   @Test(.timeLimit(.minutes(1)))
@@ -208,11 +230,11 @@ struct FileServerTests {
     #expect(reply.status == 200)
     #expect(reply.error != nil, "the body must end in an error, not look complete")
     #expect(reply.body.count == 300_000)
-    #expect(reply.body == expected(1_000_000, 5, 0..<300_000))
+    #expect(reply.bytes == expected(1_000_000, 5, 0..<300_000))
     #expect(try server.stats(for: target).bodyBytes == 300_000)
     // Inside a range: N counts body bytes of this response.
     let ranged = try await fetch(server.url(target), headers: [("Range", "bytes=500000-")])
-    #expect(ranged.status == 206 && ranged.error != nil && ranged.body == expected(1_000_000, 5, 500_000..<800_000))
+    #expect(ranged.status == 206 && ranged.error != nil && ranged.bytes == expected(1_000_000, 5, 500_000..<800_000))
     // drop=0: the head, then the close.
     let none = try await fetch(server.url("/gen/1000?seed=5&drop=0"))
     #expect(none.status == 200 && none.body.isEmpty && none.error != nil)
@@ -236,7 +258,7 @@ struct FileServerTests {
     try await Task.sleep(for: .milliseconds(500))
     #expect(received.withLock { $0.count } == 200_000)
     #expect(!finished.withLock { $0 })
-    #expect(received.withLock { $0 } == expected(500_000, 9, 0..<200_000))
+    #expect(Bytes(received.withLock { $0 }) == expected(500_000, 9, 0..<200_000))
     #expect(try server.stats(for: target).bodyBytes == 200_000)
     #expect(server.errors.contains("\(target) range=- 200 200000 stalling"))
     #expect(!server.errors.contains("closed by the client"))
@@ -259,7 +281,7 @@ struct FileServerTests {
     let started = ContinuousClock.now
     let reply = try await fetch(server.url("/gen/30000?seed=1&rate=50000"))
     let elapsed = ContinuousClock.now - started
-    #expect(reply.status == 200 && reply.body == expected(30_000, 1))
+    #expect(reply.status == 200 && reply.bytes == expected(30_000, 1))
     #expect(elapsed >= .milliseconds(550), "took \(elapsed)")
   }
 
@@ -269,7 +291,7 @@ struct FileServerTests {
     let started = ContinuousClock.now
     let reply = try await fetch(server.url("/gen/10?seed=1&delay=400"))
     let elapsed = ContinuousClock.now - started
-    #expect(reply.status == 200 && reply.body == expected(10, 1))
+    #expect(reply.status == 200 && reply.bytes == expected(10, 1))
     #expect(elapsed >= .milliseconds(390), "took \(elapsed) (a lower bound only: load cannot make it early)")
   }
 
@@ -281,7 +303,7 @@ struct FileServerTests {
     let reply = try await fetch(url, headers: [("Range", "bytes=1000-"), ("If-Range", full.header("ETag") ?? "")])
     #expect(reply.status == 200)
     #expect(reply.header("Content-Range") == nil)
-    #expect(reply.body == expected(8000, 4))
+    #expect(reply.bytes == expected(8000, 4))
     let past = try await fetch(url, headers: [("Range", "bytes=9000-")])
     #expect(past.status == 200 && past.body.count == 8000)
     #expect(try server.stats(for: "/gen/8000?seed=4&norange=1").ranges == ["bytes=1000-", "bytes=9000-"])
@@ -296,23 +318,23 @@ struct FileServerTests {
     for k in 1...3 {
       let reply = try await fetch(url)
       #expect(reply.header("ETag") == "\"g-3000-20-r\(k)\"")
-      #expect(reply.body == expected(3000, 20 + UInt64(k)))
+      #expect(reply.bytes == expected(3000, 20 + UInt64(k)))
       tags.append(reply.header("ETag") ?? "")
       dates.append(reply.header("Last-Modified") ?? "")
     }
     #expect(Set(dates).count == 3)
     // A resume with the first request's ETag meets another entity: 200 with all of it.
     let resumed = try await fetch(url, headers: [("Range", "bytes=100-"), ("If-Range", tags[0])])
-    #expect(resumed.status == 200 && resumed.body == expected(3000, 24))
+    #expect(resumed.status == 200 && resumed.bytes == expected(3000, 24))
 
     // With faults=1 only the first request is rotated; from then on the plain entity, which stays.
     let limited = server.url("/gen/3000?seed=20&etag=rotate&faults=1")
     let first = try await fetch(limited)
-    #expect(first.header("ETag") == "\"g-3000-20-r1\"" && first.body == expected(3000, 21))
+    #expect(first.header("ETag") == "\"g-3000-20-r1\"" && first.bytes == expected(3000, 21))
     let second = try await fetch(limited, headers: [("Range", "bytes=100-"), ("If-Range", "\"g-3000-20-r1\"")])
-    #expect(second.status == 200 && second.header("ETag") == "\"g-3000-20\"" && second.body == expected(3000, 20))
+    #expect(second.status == 200 && second.header("ETag") == "\"g-3000-20\"" && second.bytes == expected(3000, 20))
     let third = try await fetch(limited, headers: [("Range", "bytes=100-"), ("If-Range", "\"g-3000-20\"")])
-    #expect(third.status == 206 && third.body == expected(3000, 20, 100..<3000))
+    #expect(third.status == 206 && third.bytes == expected(3000, 20, 100..<3000))
   }
 
   @Test(.timeLimit(.minutes(1)))
@@ -322,7 +344,7 @@ struct FileServerTests {
     #expect(noTag.header("ETag") == nil && noTag.header("Last-Modified") != nil)
     let neither = try await fetch(server.url("/gen/100?seed=1&noetag=1&nolm=1"))
     #expect(neither.header("ETag") == nil && neither.header("Last-Modified") == nil)
-    #expect(neither.body == expected(100, 1))
+    #expect(neither.bytes == expected(100, 1))
     let weak = try await fetch(server.url("/gen/100?seed=1&weak=1"))
     #expect(weak.header("ETag") == "W/\"g-100-1\"")
   }
@@ -350,9 +372,9 @@ struct FileServerTests {
     #expect(reply.status == 200)
     #expect(reply.header("Content-Length") == nil)
     #expect(reply.header("Transfer-Encoding") == "chunked")
-    #expect(reply.body == expected(200_000, 6))
+    #expect(reply.bytes == expected(200_000, 6))
     let ranged = try await fetch(server.url("/gen/200000?seed=6&chunked=1"), headers: [("Range", "bytes=-10")])
-    #expect(ranged.status == 206 && ranged.body == expected(200_000, 6, 199_990..<200_000))
+    #expect(ranged.status == 206 && ranged.bytes == expected(200_000, 6, 199_990..<200_000))
   }
 
   @Test(.timeLimit(.minutes(1)))
@@ -360,7 +382,7 @@ struct FileServerTests {
     let server = try await FileServer.start()
     let reply = try await fetch(server.url("/gen/1000?seed=6&length=2000"))
     #expect(reply.header("Content-Length") == "2000")
-    #expect(reply.body == expected(1000, 6))
+    #expect(reply.bytes == expected(1000, 6))
     #expect(reply.error != nil, "1000 of 2000 claimed bytes, then the close: a client must see a short body")
   }
 
@@ -373,7 +395,7 @@ struct FileServerTests {
       #expect(cut.error != nil && cut.body.count == 1000)
     }
     let whole = try await fetch(server.url(target))
-    #expect(whole.error == nil && whole.body == expected(100_000, 2))
+    #expect(whole.error == nil && whole.bytes == expected(100_000, 2))
     let status = "/gen/10?seed=2&status=503&faults=1"
     #expect(try await fetch(server.url(status)).status == 503)
     #expect(try await fetch(server.url(status)).status == 200)
@@ -473,15 +495,17 @@ struct FileServerTests {
       dir="$1"
       sh -c 'echo $$ > "$0/writer.tmp"; mv "$0/writer.tmp" "$0/writer.pid"; exec sleep 600' "$dir" | "$0" > "$dir/out" 2>&1 &
       pid=$!
-      i=0
+      # Bounded by the clock, not by iterations (a loaded machine makes each one slow), and well within the
+      # 45 s ToolRun.exit allows: the server must never outlive this script.
+      deadline=$(( $(date +%s) + 20 ))
       until grep -q '^listening ' "$dir/out" 2>/dev/null && [ -s "$dir/writer.pid" ]; do
-        i=$((i+1)); [ $i -gt 2000 ] && { kill -9 $pid; exit 10; }; sleep 0.01
+        [ $(date +%s) -gt $deadline ] && { kill -9 $pid; exit 10; }; sleep 0.01
       done
       kill -9 "$(cat "$dir/writer.pid")"
-      # Bounded wait (a zombie still answers kill -0: look at its state).
-      i=0
+      # A zombie still answers kill -0: look at its state.
+      deadline=$(( $(date +%s) + 20 ))
       while ! grep -q '^State:[[:space:]]*Z' /proc/$pid/status 2>/dev/null && [ -e /proc/$pid ]; do
-        i=$((i+1)); [ $i -gt 3000 ] && { echo "still running after its stdin's writer died"; kill -9 $pid; break; }
+        [ $(date +%s) -gt $deadline ] && { echo "still running after its stdin's writer died"; kill -9 $pid; break; }
         sleep 0.01
       done
       wait $pid

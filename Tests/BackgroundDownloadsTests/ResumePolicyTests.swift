@@ -5,10 +5,10 @@ import DownloadAgent
 
 /// The pure resume decisions (RFC 9110 ranges and If-Range) without a network.
 ///
-/// Mutants this suite catches: If-Range sent with a weak ETag (`strongETag` accepting `W/`); a Range sent without
-/// a validator; a 206 appended without comparing its first byte to the request; a 206 with another ETag
-/// appended (validators not compared); a 416 for another length taken as complete; `last ≥ total` accepted in a
-/// Content-Range.
+/// Mutants this suite catches (each run once and seen failing): `If-Range` not sent
+/// (`resumeSendsRangeAndStrongETag`, `lastModifiedWhenNoETag`); every non-2xx status taken as a whole entity
+/// (`errorStatusesAreNotDownloads`); a 206 with other validators appended (`sameEntity` always true:
+/// `contradicting206Restarts`).
 @Suite struct ResumePolicyTests {
   let etag = "\"g-100-1\""
   let date = "Sat, 01 Jan 2022 00:00:00 GMT"
