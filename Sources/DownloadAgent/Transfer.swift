@@ -345,11 +345,14 @@ package final class TransferEngine: Sendable {
     let stalled = Atomic<Bool>(false)
     let cancelled = Atomic<Bool>(false)
     let stallTimeout = policy.stallTimeout.nanoseconds
-    // The watchdog: AsyncHTTPClient's deadline covers only the head, its read timeout only an idle socket.
+    // The watchdog: AsyncHTTPClient's deadline covers only the head, its read timeout only an idle socket. It also
+    // reports the bytes of the last burst before a pause (reports otherwise come only with data).
     let watchdog = Task {
-      let tick = Duration.nanoseconds(Int64(max(stallTimeout / 4, 10_000_000)))
+      let tick = Duration.nanoseconds(
+        Int64(max(min(stallTimeout / 4, policy.progressInterval.nanoseconds), 10_000_000)))
       while !Task.isCancelled {
         try? await Task.sleep(for: tick)
+        delegate.flushProgress()
         if TransferDelegate.now() &- delegate.lastActivity.load(ordering: .relaxed) >= stallTimeout {
           stalled.store(true, ordering: .relaxed)
           task.cancel()

@@ -32,6 +32,8 @@ final class TransferDelegate: HTTPClientResponseDelegate {
     var closed = false
     var lastSync: UInt64
     var lastProgress: UInt64
+    /// The byte count of the last report: bytes after it are reported by `flushProgress` once arrivals stop.
+    var reportedBytes: Int64 = -1
   }
 
   private let file: SystemFD
@@ -92,6 +94,7 @@ final class TransferDelegate: HTTPClientResponseDelegate {
         s.writeError = error
         return nil
       }
+      s.reportedBytes = s.resume.receivedBytes
       return (s.resume, s.httpStatus)
     }
     guard let report else { return task.eventLoop.makeFailedFuture(Stop()) }
@@ -123,10 +126,12 @@ final class TransferDelegate: HTTPClientResponseDelegate {
           s.resume.durableBytes = s.resume.receivedBytes
           s.lastSync = now
           s.lastProgress = now
+          s.reportedBytes = s.resume.receivedBytes
           return (true, (s.resume, s.httpStatus))
         }
         if now &- s.lastProgress >= policy.progressInterval.nanoseconds {
           s.lastProgress = now
+          s.reportedBytes = s.resume.receivedBytes
           return (true, (s.resume, s.httpStatus))
         }
         return (true, nil)
@@ -137,6 +142,21 @@ final class TransferDelegate: HTTPClientResponseDelegate {
     }
     if let report = outcome.report { progress(report.0, attempts, report.1) }
     return outcome.ok ? task.eventLoop.makeSucceededVoidFuture() : task.eventLoop.makeFailedFuture(Stop())
+  }
+
+  /// Reports bytes that arrived after the last report once arrivals stop (a server pausing mid-body): reports come
+  /// only with data, so without this an observer would show a stale count for as long as the pause lasts.
+  func flushProgress() {
+    let now = Self.now()
+    let report: (ResumeState, Int?)? = state.withLock { s in
+      guard !s.closed, s.writeError == nil, s.reportedBytes >= 0, s.resume.receivedBytes != s.reportedBytes,
+        now &- s.lastProgress >= policy.progressInterval.nanoseconds
+      else { return nil }
+      s.lastProgress = now
+      s.reportedBytes = s.resume.receivedBytes
+      return (s.resume, s.httpStatus)
+    }
+    if let report { progress(report.0, attempts, report.1) }
   }
 
   func didReceiveError(task: HTTPClient.Task<Void>, _ error: any Error) {}
