@@ -229,12 +229,16 @@ struct FileServerTests {
     let reply = try await fetch(server.url(target))
     #expect(reply.status == 200)
     #expect(reply.error != nil, "the body must end in an error, not look complete")
-    #expect(reply.body.count == 300_000)
-    #expect(reply.bytes == expected(1_000_000, 5, 0..<300_000))
+    // The server wrote exactly N bytes (its count is taken when each write completes); the client may hand over
+    // fewer: AsyncHTTPClient's body sequence can drop what it buffered when the connection ends in an error.
     #expect(try server.stats(for: target).bodyBytes == 300_000)
+    #expect(reply.body.count <= 300_000)
+    #expect(reply.bytes == expected(1_000_000, 5, 0..<reply.body.count))
     // Inside a range: N counts body bytes of this response.
     let ranged = try await fetch(server.url(target), headers: [("Range", "bytes=500000-")])
-    #expect(ranged.status == 206 && ranged.error != nil && ranged.bytes == expected(1_000_000, 5, 500_000..<800_000))
+    #expect(ranged.status == 206 && ranged.error != nil && ranged.body.count <= 300_000)
+    #expect(ranged.bytes == expected(1_000_000, 5, 500_000..<(500_000 + ranged.body.count)))
+    #expect(try server.stats(for: target).bodyBytes == 600_000)
     // drop=0: the head, then the close.
     let none = try await fetch(server.url("/gen/1000?seed=5&drop=0"))
     #expect(none.status == 200 && none.body.isEmpty && none.error != nil)

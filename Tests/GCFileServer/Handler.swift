@@ -284,9 +284,11 @@ final class FileServerHandler: ChannelInboundHandler, RemovableChannelHandler {
       stream.ended = true
       self.stream = nil
       log(stream, outcome: "dropped")
-      // The head too must have left (drop=0) before the close, which would discard it.
-      context.flush()
-      stream.headWritten.assumeIsolated().whenComplete { _ in context.close(promise: nil) }
+      // A close fails the writes still queued (a client slow to read under load got 128 of 300 kB): close once an
+      // empty write queued after all of them has completed, as writes complete in order (the head's included).
+      context.writeAndFlush(wrapOutboundOut(.body(.byteBuffer(ByteBuffer())))).assumeIsolated().whenComplete { _ in
+        context.close(promise: nil)
+      }
     case .stall:
       stream.stalled = true
       log(stream, outcome: "stalling")
