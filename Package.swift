@@ -140,7 +140,7 @@ let package = Package(
     .executableTarget(
       name: "PropertyListFuzz", dependencies: ["PropertyList", "CFuzzShim"], path: "Fuzz/PropertyListFuzz"),
     .executableTarget(
-      name: "ContainerFilesFuzz", dependencies: ["SharedDefaults", "FileCoordination", "CFuzzShim"],
+      name: "ContainerFilesFuzz", dependencies: ["SharedDefaults", "FileCoordination", "BackgroundDownloads", "CFuzzShim"],
       path: "Fuzz/ContainerFilesFuzz"),
     .executableTarget(name: "ImageHeadersFuzz", dependencies: ["ImageCache", "CFuzzShim"], path: "Fuzz/ImageHeadersFuzz"),
     .testTarget(name: "PropertyListTests", dependencies: ["PropertyList"], exclude: ["Regressions"]),

@@ -3,7 +3,7 @@
 #
 # Usage: Fuzz/run.sh [PropertyListFuzz|ContainerFilesFuzz|ImageHeadersFuzz] [seconds] [extra libFuzzer flags...]
 #   PropertyListFuzz: the plist readers and writers (seeds: Fuzz/seeds/).
-#   ContainerFilesFuzz: the defaults journal, presenter records and coordination messages
+#   ContainerFilesFuzz: the defaults journal, presenter records, coordination messages and download records
 #   (seeds: Fuzz/container-seeds/).
 #   ImageHeadersFuzz: the PNG/JPEG/GIF/WebP header parsers (seeds: the image test fixtures).
 #   Runs ONE fuzzing process for `seconds` (default 60) over a working corpus in Fuzz/corpus-<target>/.

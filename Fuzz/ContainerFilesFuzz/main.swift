@@ -1,16 +1,17 @@
-// libFuzzer harness for the parsers of the container's own files: the defaults journal, presenter records and
-// coordination messages. The first input byte picks the parser. Build and run with `Fuzz/run.sh
+// libFuzzer harness for the parsers of the container's own files: the defaults journal, presenter records,
+// coordination messages and download records (task, control, status, event, relaunch). The first input byte picks the parser. Build and run with `Fuzz/run.sh
 // ContainerFilesFuzz`; a plain `swift build` compiles the stub at the bottom.
 #if FUZZING
   import CFuzzShim
   import Glibc
   @testable import FileCoordination
   @testable import SharedDefaults
+  import BackgroundDownloads
 
   func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
     guard let data, size > 0 else { return 0 }
     let bytes = Array(UnsafeBufferPointer(start: data + 1, count: size - 1))
-    switch data[0] % 3 {
+    switch data[0] % 4 {
     case 0:
       var records: [JournalFormat.Record] = []
       do { try JournalFormat.decode(bytes, base: 0, into: &records) } catch {}
@@ -24,6 +25,27 @@
     case 1:
       if let record = try? PresenterRecord.decode(bytes, fileName: "1.2.3") {
         precondition(record.item.isEmpty || (try? ContainerPath(record.item)) != nil, "unchecked path accepted")
+      }
+    case 3:
+      // Every download record decoder: what decodes re-encodes to the same record (no field is lost or invented).
+      if let r = try? DownloadRecordFormat.decodeRequest(bytes) {
+        precondition((try? DownloadRecordFormat.decodeRequest(DownloadRecordFormat.encode(r))) == r, "task round trip")
+        precondition(DownloadRecordFormat.isTaskID(r.id), "unchecked task id accepted")
+        precondition((try? ContainerPath(r.destination)) != nil, "unchecked destination accepted")
+      }
+      if let c = try? DownloadRecordFormat.decodeControl(bytes) {
+        precondition((try? DownloadRecordFormat.decodeControl(DownloadRecordFormat.encode(c))) == c, "control round trip")
+      }
+      if let st = try? DownloadRecordFormat.decodeStatus(bytes) {
+        precondition(st.resume.expectedBytes.map { st.resume.receivedBytes <= $0 } ?? true, "received > expected accepted")
+        precondition((try? DownloadRecordFormat.decodeStatus(DownloadRecordFormat.encode(st))) == st, "status round trip")
+      }
+      if let e = try? DownloadRecordFormat.decodeEvent(bytes) {
+        precondition((try? DownloadRecordFormat.decodeEvent(DownloadRecordFormat.encode(e))) == e, "event round trip")
+      }
+      if let a = try? DownloadRecordFormat.decodeRelaunch(bytes) {
+        precondition(a.executable.hasPrefix("/"), "relative executable accepted")
+        precondition((try? DownloadRecordFormat.decodeRelaunch(DownloadRecordFormat.encode(a))) == a, "relaunch round trip")
       }
     default:
       for name in ["1.2.3.prepare", "1.2.3.finish", "1.2.3.ack"] {

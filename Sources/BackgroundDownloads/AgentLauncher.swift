@@ -11,16 +11,15 @@ package enum AgentLauncher {
   package static let executableName = "gc-download-agent"
   /// Overrides where the agent is looked for.
   package static let executableEnvironmentKey = "GROUPCONTAINER_DOWNLOAD_AGENT"
-  /// Seconds an agent with nothing to do waits before exiting (default 30).
-  package static let idleEnvironmentKey = "GROUPCONTAINER_AGENT_IDLE_SECONDS"
   /// The agent's log is cut when it is larger than this at a start.
   static let maxLogBytes: Int64 = 1 << 20
   private static let logger = Logger(label: "GroupContainer.BackgroundDownloads")
 
-  /// The agent's arguments for `container`: `--identifier ID --root ROOT [--group-shared]`.
-  package static func arguments(for container: GroupContainer) -> [String] {
-    ["--identifier", container.identifier, "--root", container.url.deletingLastPathComponent().path]
-      + (container.sharing == .user ? [] : ["--group-shared"])
+  /// The agent's arguments for `container`: `--identifier ID --root ROOT --idle SECONDS [--group-shared]`.
+  package static func arguments(for container: GroupContainer, idleTimeout: Duration) -> [String] {
+    let idle = Double(idleTimeout.components.seconds) + Double(idleTimeout.components.attoseconds) / 1e18
+    return ["--identifier", container.identifier, "--root", container.url.deletingLastPathComponent().path,
+      "--idle", String(idle)] + (container.sharing == .user ? [] : ["--group-shared"])
   }
 
   /// Where the agent's executable is: the configured one, `$GROUPCONTAINER_DOWNLOAD_AGENT`, beside this process's
@@ -46,7 +45,7 @@ package enum AgentLauncher {
   }
 
   /// Starts the agent for the store's container unless one holds the agent lock.
-  package static func ensureRunning(store: DownloadStore, executable: URL?) throws(DownloadError) {
+  package static func ensureRunning(store: DownloadStore, executable: URL?, idleTimeout: Duration) throws(DownloadError) {
     guard !store.isHeld(DownloadStore.agentLockPath) else { return }
     let path = try locate(executable)
     let log = try DownloadStore.system { () throws(FileSystemError) in
@@ -62,7 +61,7 @@ package enum AgentLauncher {
     environment[DownloadSession.relaunchEnvironmentKey] = nil
     do {
       let pid = try ProcessSpawn.detached(
-        executable: path, arguments: arguments(for: store.container), environment: environment, output: log)
+        executable: path, arguments: arguments(for: store.container, idleTimeout: idleTimeout), environment: environment, output: log)
       logger.debug("started the download agent \(path) as pid \(pid)")
     } catch {
       throw .agentUnavailable(reason: "\(error)")

@@ -22,11 +22,14 @@ public final class DownloadSession: Sendable {
   public struct Configuration: Sendable {
     /// Apple's `httpMaximumConnectionsPerHost`: this session's transfers running at once to one host.
     public var httpMaximumConnectionsPerHost: Int = 6
-    /// The app the agent starts when events wait for this session and no process is attached.
-    public var relaunch: Relaunch = .currentExecutable(arguments: [])
+    /// The app the agent starts when events wait for this session and no process is attached (none by default:
+    /// an executable started with no arguments may do anything; name the arguments that make yours handle events).
+    public var relaunch: Relaunch = .none
     /// The agent's executable; nil looks for `gc-download-agent` in `$GROUPCONTAINER_DOWNLOAD_AGENT`, beside this
     /// process's executable, then in `$PATH`.
     public var agentExecutable: URL? = nil
+    /// How long an agent this session starts waits with nothing to do before exiting.
+    public var agentIdleTimeout: Duration = .seconds(30)
 
     public enum Relaunch: Sendable, Equatable {
       /// Nobody is started: events wait for the next attach.
@@ -332,6 +335,7 @@ public final class DownloadSession: Sendable {
       return true
     }
     guard due else { return }
-    try AgentLauncher.ensureRunning(store: store, executable: configuration.agentExecutable)
+    try AgentLauncher.ensureRunning(
+      store: store, executable: configuration.agentExecutable, idleTimeout: configuration.agentIdleTimeout)
   }
 }

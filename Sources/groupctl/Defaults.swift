@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import GroupContainer
+import SystemLayer
 
 struct Defaults: ParsableCommand {
   static let configuration = CommandConfiguration(

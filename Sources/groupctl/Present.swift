@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import GroupContainer
+import SystemLayer
 
 struct Present: AsyncParsableCommand {
   static let configuration = CommandConfiguration(

@@ -12,11 +12,12 @@ import SystemLayer
 
 // A helper whose test process died (a crash) must not live on: it would hold the test's output pipe open and
 // `swift test` would wait for it forever. Exits once its parent is gone.
+// (A process the download agent started for a session's events has the agent as its parent: it stays.)
 let parentAtStart = getppid()
-Thread.detachNewThread {
+if ProcessInfo.processInfo.environment["GROUPCONTAINER_BACKGROUND_SESSION"] == nil { Thread.detachNewThread {
   while getppid() == parentAtStart { Thread.sleep(forTimeInterval: 0.25) }
   exit(3)
-}
+} }
 
 let args = CommandLine.arguments
 guard args.count >= 4 else {
@@ -169,6 +170,9 @@ case "torn-writer":  // ScaleModes.swift
 
 case "torn-reader":  // ScaleModes.swift
   try tornReader(container, root: args[2], item: item(args[4]), coordinated: args[5] == "coordinated")
+
+case _ where downloadSessionModes.contains(command):  // DownloadSessions.swift
+  try await runDownloadSessionMode(command, args, container)
 
 case _ where imageCacheModes.contains(command):  // ImageCacheModes.swift
   try runImageCacheMode(command, args, container)

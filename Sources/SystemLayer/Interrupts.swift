@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 import Synchronization
 
 /// The write end of the self-pipe; set once in `install()`, before any handler can run.
@@ -8,10 +9,10 @@ nonisolated(unsafe) private var interruptPipe: Int32 = -1
 /// safe, whichever thread the kernel picks), and one thread reads it, runs the registered cleanup and exits.
 /// (A Dispatch signal source was not reliable here: a signal caught by libdispatch's handler sometimes never reached
 /// the source, and the process stayed up; blocking + sigwait fails too, as new threads start with an empty mask.)
-enum Interrupts {
+package enum Interrupts {
   private static let cleanup = Mutex<(@Sendable () -> Void)?>(nil)
 
-  static func install() {
+  package static func install() {
     var fds: [Int32] = [-1, -1]
     guard pipe(&fds) == 0 else { return }
     for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
@@ -41,7 +42,7 @@ enum Interrupts {
   }
 
   /// For commands that run until interrupted: `stop` runs on SIGINT/SIGTERM, then the process exits 0.
-  static func onInterrupt(_ stop: @escaping @Sendable () -> Void) {
+  package static func onInterrupt(_ stop: @escaping @Sendable () -> Void) {
     cleanup.withLock { $0 = stop }
   }
 }

@@ -1,0 +1,483 @@
+import AsyncHTTPClient
+import BackgroundDownloads
+import FileCoordination
+import Foundation
+import Logging
+import Synchronization
+import SystemLayer
+
+/// The download agent of one container: the only process that runs transfers and writes task statuses.
+///
+/// A singleton by its exclusive flock on `agent.lock` (a killed agent's lock is released by the kernel, and the
+/// next session or observer that sees work waiting starts another). Its loop, on every request signal and at
+/// least once a second:
+/// 1. applies what sessions asked (`<id>.control`: suspend, resume, cancel, priority), each generation once;
+/// 2. starts waiting tasks, highest priority first, oldest first, at most `connectionsPerHost` per session and host;
+/// 3. turns each finished transfer into a final status (durable) and then the session's queued events;
+/// 4. starts the registered app of a session whose events wait while no process is attached (iOS's relaunch);
+/// 5. forgets finished tasks once their events were handled and `retention` passed;
+/// 6. exits after `idleTimeout` with nothing to do — releasing the lock first, then looking once more, so a task
+///    created in between is never stranded (its session saw the lock held, or this look sees the task).
+package final class DownloadAgent: Sendable {
+  package struct Settings: Sendable {
+    /// nil: never exit for idleness (the foreground agent).
+    package var idleTimeout: Duration? = .seconds(30)
+    /// Finished tasks whose events were handled are forgotten after this.
+    package var retention: Duration = .seconds(24 * 3600)
+    /// Transfers at once, all sessions together.
+    package var maxConcurrentTransfers = 32
+    /// A session's app is started at most this many times per agent run, this far apart.
+    package var relaunchAttempts = 3
+    package var relaunchInterval: Duration = .seconds(10)
+    package var policy = TransferPolicy()
+    package init() {}
+  }
+
+  private enum StopReason: Sendable { case suspend, cancel, shutdown }
+
+  private struct Running {
+    /// nil for the moment between registering and starting the transfer.
+    var task: Task<Void, Never>?
+    var session: String
+    var host: String
+    var status: TaskStatus
+    var stopReason: StopReason?
+    var stopGeneration: UInt64 = 0
+  }
+
+  private struct State {
+    var running: [String: Running] = [:]
+    var relaunches: [String: (count: Int, last: UInt64)] = [:]
+    /// The last finish time given (ns since 1970): unique per task, it orders the events (sequence = 2 × it, + 1).
+    var lastFinished: UInt64 = 0
+    var shuttingDown = false
+  }
+
+  let store: DownloadStore
+  let settings: Settings
+  private let engine: TransferEngine
+  private let client: HTTPClient
+  private let state = Mutex(State())
+  private let doorbell = Doorbell()
+  private let logger: Logger
+
+  package init(container: GroupContainer, settings: Settings, logger: Logger) throws(DownloadError) {
+    store = try DownloadStore(container: container)
+    self.settings = settings
+    self.logger = logger
+    client = TransferEngine.makeClient(maxConnectionsPerHost: 64, policy: settings.policy)
+    engine = TransferEngine(container: container, client: client, policy: settings.policy, logger: logger)
+  }
+
+  /// Runs until idle (or shut down). Returns 0, or 3 when another agent holds the container's agent lock.
+  package func run() async -> Int32 {
+    let lock: SystemFD
+    do { lock = try store.openLock(DownloadStore.agentLockPath) } catch {
+      logger.error("cannot open the agent lock: \(error)")
+      try? await client.shutdown()
+      return 1
+    }
+    defer { lock.close() }
+    // A session probing the lock holds it shared for a moment: only a lock held for a whole second is an agent.
+    var locked = false
+    for _ in 0..<50 {
+      if (try? lock.lock(.exclusive, nonBlocking: true)) == true {
+        locked = true
+        break
+      }
+      try? await Task.sleep(for: .milliseconds(20))
+    }
+    guard locked else {
+      logger.info("another download agent runs for \(store.container.path)")
+      try? await client.shutdown()
+      return 3
+    }
+    store.writeHolder(lock)
+    logger.info("download agent \(CurrentProcess.id) started for \(store.container.path)")
+    let doorbell = doorbell
+    let listener = store.requests.listen(name: "download agent") { doorbell.ring() }
+    recoverAfterCrash()
+    var idleSince: UInt64?
+    while true {
+      if !containerExists() {
+        logger.info("the container \(store.container.path) is gone: the agent exits")
+        break
+      }
+      let busy = pass()
+      if state.withLock({ $0.shuttingDown }) { break }
+      if busy {
+        idleSince = nil
+      } else if let idle = settings.idleTimeout {
+        let now = MonotonicClock.nanoseconds()
+        if let since = idleSince, now &- since >= Self.nanoseconds(idle) {
+          // Release first, then look again: a session that saw the lock held relies on this look.
+          lock.unlock()
+          if !pass() { break }
+          guard (try? lock.lock(.exclusive, nonBlocking: true)) == true else { break }
+          store.writeHolder(lock)
+          idleSince = nil
+        } else if idleSince == nil {
+          idleSince = now
+        }
+      }
+      await doorbell.wait(timeout: .seconds(1))
+    }
+    listener.cancel()
+    await stopAll(.shutdown)
+    try? await client.shutdown()
+    logger.info("download agent \(CurrentProcess.id) exits")
+    return 0
+  }
+
+  /// Stops every transfer (their statuses say where to resume) and ends the loop: SIGTERM, SIGINT.
+  package func shutdown() async {
+    state.withLock { $0.shuttingDown = true }
+    doorbell.ring()
+    await stopAll(.shutdown)
+  }
+
+  /// Whether the container is still the directory the agent started in: after `rm -rf` the tasks are gone with it
+  /// (a process's coordination space may make the layout again, as a new directory).
+  private func containerExists() -> Bool {
+    guard let st = (try? FileSystem.status(store.container.path)) ?? nil, st.kind == .directory else { return false }
+    return st.device == store.root.device && st.inode == store.root.inode
+  }
+
+  /// A transfer that was running when the previous agent died resumes from its status.
+  private func recoverAfterCrash() {
+    var last: UInt64 = 0
+    for sid in store.sessionIdentifiers() {
+      for event in store.queuedEvents(sid) { last = max(last, event.sequence / 2) }
+    }
+    state.withLock { $0.lastFinished = last }
+    for id in store.taskIDs() {
+      guard var status = store.status(id), status.phase == .running else { continue }
+      status.phase = .waiting
+      try? store.write(status, for: id, durable: false)
+    }
+  }
+
+  // MARK: One pass
+
+  /// One look at every task; returns whether anything is unfinished (running, waiting, events to queue, a relaunch
+  /// to retry).
+  @discardableResult
+  private func pass() -> Bool {
+    var busy = false
+    var waiting: [(TaskRequest, TaskStatus, Double)] = []
+    let now = Self.wallClock()
+    for id in store.taskIDs() {
+      guard let request = store.request(id) else { continue }
+      let isRunning = state.withLock { $0.running[id] != nil }
+      if isRunning {
+        busy = true
+        applyControl(to: id, request: request, running: true)
+        continue
+      }
+      var status = store.status(id) ?? TaskStatus(phase: .waiting, updated: now)
+      if status.phase.isFinal {
+        if !status.eventsQueued {
+          queueEvents(request, &status)
+        } else if let finished = status.finished,
+          now - finished > Int64(Self.nanoseconds(settings.retention)),
+          !store.hasQueuedEvents(request.session, task: id)
+        {
+          store.removeTask(id)
+        }
+        continue
+      }
+      status = applyControl(to: id, request: request, running: false) ?? status
+      if status.phase.isFinal { continue }
+      busy = true
+      if status.phase == .waiting {
+        waiting.append((request, status, store.control(id)?.priority ?? request.priority))
+      }
+    }
+    start(waiting)
+    if relaunchSessions() { busy = true }
+    return busy
+  }
+
+  /// Applies a control generation not applied yet. For a running task, asks its transfer to stop (its end applies
+  /// the rest); otherwise returns the new status (written).
+  @discardableResult
+  private func applyControl(to id: String, request: TaskRequest, running: Bool) -> TaskStatus? {
+    guard let control = store.control(id) else { return nil }
+    if running {
+      let stop = state.withLock { s -> Task<Void, Never>?? in
+        guard var r = s.running[id], control.generation > r.status.appliedControl, r.stopReason == nil else {
+          return nil
+        }
+        switch control.desired {
+        case .run:
+          r.status.appliedControl = control.generation
+          s.running[id] = r
+          return nil
+        case .suspend: r.stopReason = .suspend
+        case .cancel: r.stopReason = .cancel
+        }
+        r.stopGeneration = control.generation
+        s.running[id] = r
+        return r.task
+      }
+      stop??.cancel()
+      return nil
+    }
+    guard var status = store.status(id) ?? Optional(TaskStatus(phase: .waiting, updated: Self.wallClock())),
+      control.generation > status.appliedControl
+    else { return nil }
+    status.appliedControl = control.generation
+    switch control.desired {
+    case .run: if status.phase == .suspended { status.phase = .waiting }
+    case .suspend: if status.phase == .waiting { status.phase = .suspended }
+    case .cancel:
+      try? store.root.removeFile(DownloadStore.taskPath(id, "partial"))
+      finalize(request, &status, phase: .cancelled, error: .cancelled)
+      return status
+    }
+    status.updated = Self.wallClock()
+    do { try store.write(status, for: id, durable: true) } catch {
+      logger.error("task \(id): cannot write its status: \(error)")
+    }
+    return status
+  }
+
+  /// Starts what the limits allow, highest priority first, then oldest.
+  private func start(_ candidates: [(TaskRequest, TaskStatus, Double)]) {
+    let ordered = candidates.sorted { a, b in
+      a.2 != b.2 ? a.2 > b.2 : (a.0.created, a.0.taskIdentifier) < (b.0.created, b.0.taskIdentifier)
+    }
+    for (request, status, _) in ordered {
+      let host = URL(string: request.url)?.host?.lowercased() ?? ""
+      let allowed = state.withLock { s -> Bool in
+        guard !s.shuttingDown, s.running.count < settings.maxConcurrentTransfers else { return false }
+        let sameHost = s.running.values.filter { $0.session == request.session && $0.host == host }.count
+        return sameHost < request.connectionsPerHost
+      }
+      guard allowed else { continue }
+      launch(request, status, host: host)
+    }
+  }
+
+  private func launch(_ request: TaskRequest, _ status: TaskStatus, host: String) {
+    var status = status
+    status.phase = .running
+    status.updated = Self.wallClock()
+    do { try store.write(status, for: request.id, durable: false) } catch {
+      logger.error("task \(request.id): cannot write its status: \(error)")
+      return
+    }
+    let partial = DownloadStore.taskPath(request.id, "partial")
+    let engine = engine
+    // Registered before the transfer can report: `progress` and `finish` find their entry.
+    state.withLock { s in
+      s.running[request.id] = Running(task: nil, session: request.session, host: host, status: status)
+    }
+    let task = Task { [self] in
+      let outcome = await engine.run(request, resume: status.resume, partial: partial) { resume, attempts, http in
+        self.progress(request.id, resume, attempts, http)
+      }
+      self.finish(request, outcome)
+    }
+    let stopAlready = state.withLock { s -> Bool in
+      guard var r = s.running[request.id] else { return false }
+      r.task = task
+      s.running[request.id] = r
+      return r.stopReason != nil
+    }
+    if stopAlready { task.cancel() }
+  }
+
+  private func progress(_ id: String, _ resume: ResumeState, _ attempts: Int, _ http: Int?) {
+    let status = state.withLock { s -> TaskStatus? in
+      guard var r = s.running[id] else { return nil }
+      r.status.resume = resume
+      r.status.attempts = attempts
+      if let http { r.status.httpStatus = http }
+      r.status.updated = Self.wallClock()
+      s.running[id] = r
+      return r.status
+    }
+    guard let status else { return }
+    do { try store.write(status, for: id, durable: false) } catch {
+      logger.error("task \(id): cannot write its progress: \(error)")
+    }
+  }
+
+  private func finish(_ request: TaskRequest, _ outcome: TransferOutcome) {
+    guard let running = state.withLock({ $0.running.removeValue(forKey: request.id) }) else { return }
+    var status = running.status
+    if running.stopReason != nil { status.appliedControl = max(status.appliedControl, running.stopGeneration) }
+    let partial = DownloadStore.taskPath(request.id, "partial")
+    switch outcome {
+    case .published(let resume, let http):
+      status.resume = resume
+      status.httpStatus = http
+      finalize(request, &status, phase: .completed, error: nil)
+    case .failed(let error, let resume, let http):
+      status.resume = resume
+      status.httpStatus = http ?? status.httpStatus
+      try? store.root.removeFile(partial)
+      finalize(request, &status, phase: .failed, error: error)
+    case .stopped(let resume):
+      status.resume = resume
+      switch running.stopReason {
+      case .cancel:
+        try? store.root.removeFile(partial)
+        finalize(request, &status, phase: .cancelled, error: .cancelled)
+      case .suspend:
+        status.phase = .suspended
+        write(status, request.id)
+      case .shutdown, nil:
+        status.phase = .waiting
+        write(status, request.id)
+      }
+    }
+    doorbell.ring()
+  }
+
+  private func write(_ status: TaskStatus, _ id: String) {
+    var status = status
+    status.updated = Self.wallClock()
+    do { try store.write(status, for: id, durable: true) } catch {
+      logger.error("task \(id): cannot write its status: \(error)")
+    }
+  }
+
+  /// Makes a final status durable, then queues the session's events and marks them queued. A crash in between is
+  /// repaired by the next pass: event names derive from the finish time, so queuing again replaces, never doubles.
+  private func finalize(_ request: TaskRequest, _ status: inout TaskStatus, phase: TaskPhase, error: DownloadError?) {
+    status.phase = phase
+    status.error = error
+    status.eventsQueued = false
+    status.finished = state.withLock { s in
+      s.lastFinished = max(s.lastFinished + 1, UInt64(max(0, Self.wallClock())))
+      return Int64(s.lastFinished)
+    }
+    write(status, request.id)
+    queueEvents(request, &status)
+    logger.info(
+      "task \(request.id) \(phase.rawValue)\(error.map { ": \($0)" } ?? "") (\(status.resume.receivedBytes) bytes)")
+  }
+
+  private func queueEvents(_ request: TaskRequest, _ status: inout TaskStatus) {
+    let base = UInt64(max(0, status.finished ?? Self.wallClock())) &* 2
+    do {
+      if status.phase == .completed {
+        try store.queue(
+          EventRecord(
+            sequence: base, taskID: request.id, kind: .finished, location: request.destination,
+            httpStatus: status.httpStatus), for: request.session)
+      }
+      try store.queue(
+        EventRecord(
+          sequence: base + 1, taskID: request.id, kind: .completed, error: status.error,
+          httpStatus: status.httpStatus), for: request.session)
+      status.eventsQueued = true
+      write(status, request.id)
+    } catch {
+      logger.error("task \(request.id): cannot queue its events (the next pass tries again): \(error)")
+    }
+  }
+
+  // MARK: Relaunch
+
+  /// Starts the registered app of each session whose events wait with nobody attached. Returns whether a relaunch
+  /// may still be due (keeps the agent up).
+  private func relaunchSessions() -> Bool {
+    var pending = false
+    for sid in store.sessionIdentifiers() {
+      let events = store.names(in: DownloadStore.sessionPath(sid) + "/events").filter { $0.hasSuffix(".event") }
+      guard !events.isEmpty, !store.isHeld(DownloadStore.attachLockPath(sid)) else { continue }
+      guard let (record, owner) = store.relaunch(sid) else { continue }
+      guard owner == CurrentProcess.userID || owner == 0 else {
+        logger.error(
+          "session '\(sid)': its app registration belongs to uid \(owner), neither this user nor root: not started")
+        continue
+      }
+      let now = MonotonicClock.nanoseconds()
+      let interval = Self.nanoseconds(settings.relaunchInterval)
+      let due = state.withLock { s -> Bool? in
+        let r = s.relaunches[sid] ?? (0, 0)
+        guard r.count < settings.relaunchAttempts else { return nil }
+        guard r.count == 0 || now &- r.last >= interval else { return false }
+        s.relaunches[sid] = (r.count + 1, now)
+        return true
+      }
+      guard let due else { continue }
+      pending = true
+      guard due else { continue }
+      var environment = ProcessInfo.processInfo.environment
+      environment[DownloadSession.relaunchEnvironmentKey] = sid
+      do {
+        let pid = try ProcessSpawn.detached(
+          executable: record.executable, arguments: record.arguments, environment: environment,
+          output: SystemFD(rawValue: 2, path: "stderr"))
+        logger.info("session '\(sid)': \(events.count) events wait: started \(record.executable) as pid \(pid)")
+      } catch {
+        logger.error("session '\(sid)': cannot start \(record.executable): \(error)")
+      }
+    }
+    return pending
+  }
+
+  private func stopAll(_ reason: StopReason) async {
+    let tasks = state.withLock { s -> [Task<Void, Never>] in
+      for (id, var r) in s.running where r.stopReason == nil {
+        r.stopReason = reason
+        s.running[id] = r
+      }
+      return s.running.values.compactMap(\.task)
+    }
+    for task in tasks { task.cancel() }
+    for task in tasks { await task.value }
+  }
+
+  static func wallClock() -> Int64 { Int64(Date().timeIntervalSince1970 * 1e9) }
+
+  static func nanoseconds(_ d: Duration) -> UInt64 {
+    UInt64(max(0, d.components.seconds)) * 1_000_000_000 + UInt64(max(0, d.components.attoseconds) / 1_000_000_000)
+  }
+}
+
+/// Wakes the agent's loop: a ring before the wait is not lost.
+final class Doorbell: Sendable {
+  private struct State {
+    var rung = false
+    var waiter: CheckedContinuation<Void, Never>?
+  }
+  private let state = Mutex(State())
+
+  func ring() {
+    let waiter = state.withLock { s -> CheckedContinuation<Void, Never>? in
+      guard let w = s.waiter else {
+        s.rung = true
+        return nil
+      }
+      s.waiter = nil
+      return w
+    }
+    waiter?.resume()
+  }
+
+  func wait(timeout: Duration) async {
+    await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+      let ready = state.withLock { s -> Bool in
+        if s.rung {
+          s.rung = false
+          return true
+        }
+        s.waiter = c
+        return false
+      }
+      if ready {
+        c.resume()
+        return
+      }
+      let nanoseconds = DownloadAgent.nanoseconds(timeout)
+      DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(nanoseconds))) { [weak self] in
+        self?.ring()
+      }
+    }
+  }
+}

@@ -1,0 +1,192 @@
+import BackgroundDownloads
+import FileCoordination
+import Foundation
+import SystemLayer
+import TestSupport
+import Testing
+
+/// The client side of background downloads and the agent's process rules, with real processes.
+///
+/// Mutants this suite catches: the attach lock not taken (`oneProcessPerSession`); the agent lock not taken or
+/// taken blocking (`theAgentIsASingleton`); the agent not watching its container (`theAgentExitsWhenItsContainer
+/// IsRemoved`); a record decoder that skips a check (`damagedRecordsAreRefused`); a FIFO read with a blocking open
+/// (`plantedFIFOsNeverHang`).
+@Suite("Download sessions")
+struct DownloadSessionTests {
+  @Test("session identifiers name directories: the rule is checked")
+  func sessionIdentifierRule() throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    for bad in ["", ".hidden", "a/b", "a b", "café", String(repeating: "x", count: 129), "..", "a\u{0}b"] {
+      #expect(throws: DownloadError.self, "\(bad.debugDescription)") {
+        _ = try DownloadSession(identifier: bad, container: container)
+      }
+    }
+    var configuration = DownloadSession.Configuration()
+    configuration.relaunch = .none
+    let good = try DownloadSession(
+      identifier: "com.example.app.bg-1_2", container: container, configuration: configuration)
+    good.invalidate()
+  }
+
+  @Test("odd schemes and destinations leaving the container are refused, and nothing is written")
+  func refusedRequests() throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    var configuration = DownloadSession.Configuration()
+    configuration.relaunch = .none
+    let session = try DownloadSession(identifier: "s", container: container, configuration: configuration)
+    defer { session.invalidate() }
+    for url in [
+      "ftp://127.0.0.1/x", "file:///etc/passwd", "javascript:alert(1)", "data:text/plain,hi", "gopher://h/x",
+      "http:///nohost", "mailto:a@b.c",
+    ] {
+      #expect(throws: DownloadError.unsupportedURL(url), "\(url)") {
+        _ = try session.download(from: URL(string: url)!)
+      }
+    }
+    for destination in ["../x", "/etc/x", ".coordination/x", "Downloads/", "", "a//b", "Downloads/../../x"] {
+      #expect(throws: DownloadError.self, "\(destination)") {
+        _ = try session.download(from: URL(string: "http://127.0.0.1:9/x")!, to: destination)
+      }
+    }
+    #expect(throws: DownloadError.self) {
+      _ = try session.download(from: URL(string: "http://127.0.0.1:9/x")!, expectedSHA256: "abc")
+    }
+    #expect(session.allTasks().isEmpty)
+    let tasks = try FileManager.default.contentsOfDirectory(
+      atPath: container.url.appendingPathComponent(".coordination/downloads/tasks").path)
+    #expect(tasks.isEmpty)
+  }
+
+  @Test("one process per session identifier: a second gets sessionInUse naming the first", .timeLimit(.minutes(1)))
+  func oneProcessPerSession() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let other = try Child(["dl-attach", root.path, container.identifier, "shared", "1000"])
+    await other.line { $0 == "attached" }
+    var configuration = DownloadSession.Configuration()
+    configuration.relaunch = .none
+    #expect(throws: DownloadError.sessionInUse("shared", pid: other.process.processIdentifier)) {
+      _ = try DownloadSession(identifier: "shared", container: container, configuration: configuration)
+    }
+    // Another identifier is free.
+    try DownloadSession(identifier: "mine", container: container, configuration: configuration).invalidate()
+    other.kill()
+    // The kernel released the dead process's lock: the identifier is free again.
+    let again = try DownloadSession(identifier: "shared", container: container, configuration: configuration)
+    again.invalidate()
+  }
+
+  @Test("records round-trip, and damaged ones are refused with a reason")
+  func damagedRecordsAreRefused() throws {
+    let id = DownloadRecordFormat.newTaskID()
+    #expect(DownloadRecordFormat.isTaskID(id))
+    let request = TaskRequest(
+      id: id, session: "s", taskIdentifier: 3, url: "http://h/x", destination: "Downloads/x", created: 42,
+      expectedSHA256: String(repeating: "a", count: 64), expectedLength: 10, priority: 0.75, connectionsPerHost: 2)
+    #expect(try DownloadRecordFormat.decodeRequest(DownloadRecordFormat.encode(request)) == request)
+    let status = TaskStatus(
+      phase: .failed, resume: ResumeState(receivedBytes: 5, expectedBytes: 10, entityTag: "\"e\"", durableBytes: 4),
+      attempts: 2, httpStatus: 404, error: .httpStatus(404), appliedControl: 7, eventsQueued: true, updated: 9,
+      finished: 10)
+    #expect(try DownloadRecordFormat.decodeStatus(DownloadRecordFormat.encode(status)) == status)
+    for error in [
+      DownloadError.diskFull(path: "/x"), .checksumMismatch(expected: "a", actual: "b"), .stalled(seconds: 3),
+      .network("reset"), .cancelled, .lengthMismatch(expected: 1, actual: 2), .protocolViolation("p"),
+    ] {
+      let event = EventRecord(sequence: 1, taskID: id, kind: .completed, error: error, httpStatus: 200)
+      #expect(try DownloadRecordFormat.decodeEvent(DownloadRecordFormat.encode(event)) == event)
+    }
+    let bytes = DownloadRecordFormat.encode(request)
+    // Every truncation is refused (never a partial record).
+    for cut in stride(from: 0, to: bytes.count, by: 7) {
+      #expect(throws: DownloadRecordFormat.Invalid.self) { _ = try DownloadRecordFormat.decodeRequest(Array(bytes[..<cut])) }
+    }
+    // Fields that would lead somewhere else are checked.
+    var escaping = request
+    escaping.destination = "../outside"
+    #expect(throws: DownloadRecordFormat.Invalid.self) {
+      _ = try DownloadRecordFormat.decodeRequest(DownloadRecordFormat.encode(escaping))
+    }
+    var privateDir = request
+    privateDir.destination = ".coordination/x"
+    #expect(throws: DownloadRecordFormat.Invalid.self) {
+      _ = try DownloadRecordFormat.decodeRequest(DownloadRecordFormat.encode(privateDir))
+    }
+    var badSession = request
+    badSession.session = "../s"
+    #expect(throws: DownloadRecordFormat.Invalid.self) {
+      _ = try DownloadRecordFormat.decodeRequest(DownloadRecordFormat.encode(badSession))
+    }
+    let relative = RelaunchRecord(executable: "bin/app", arguments: [])
+    #expect(throws: DownloadRecordFormat.Invalid.self) {
+      _ = try DownloadRecordFormat.decodeRelaunch(DownloadRecordFormat.encode(relative))
+    }
+  }
+
+  @Test("FIFOs, directories and symlinks planted as records are damaged records, never a hang", .timeLimit(.minutes(1)))
+  func plantedFIFOsNeverHang() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let store = try DownloadStore(container: container)
+    let tasks = container.url.appendingPathComponent(".coordination/downloads/tasks").path
+    let id = DownloadRecordFormat.newTaskID()
+    #expect(mkfifo(tasks + "/\(id).task", 0o600) == 0)
+    let id2 = DownloadRecordFormat.newTaskID()
+    try FileManager.default.createDirectory(atPath: tasks + "/\(id2).task", withIntermediateDirectories: false)
+    let id3 = DownloadRecordFormat.newTaskID()
+    try FileManager.default.createSymbolicLink(atPath: tasks + "/\(id3).task", withDestinationPath: "/etc/passwd")
+    let found = expectCompletes(within: 10, "reading planted records") {
+      [store.task(id), store.task(id2), store.task(id3)].compactMap { $0 }.count + store.tasks().count
+    }
+    #expect(found == 0)
+    // A FIFO among a session's events is dropped; the session still attaches.
+    try store.makeSessionDirectories("s")
+    let events = container.url.appendingPathComponent(".coordination/downloads/sessions/s/events").path
+    #expect(mkfifo(events + "/00000000000000000001-\(id)-completed.event", 0o600) == 0)
+    let queued = expectCompletes(within: 10, "reading a planted event") { store.queuedEvents("s").count }
+    #expect(queued == 0)
+    var configuration = DownloadSession.Configuration()
+    configuration.relaunch = .none
+    try DownloadSession(identifier: "s", container: container, configuration: configuration).invalidate()
+  }
+
+  @Test("the agent is a singleton per container: a second one exits 3", .timeLimit(.minutes(1)))
+  func theAgentIsASingleton() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let arguments = ["--identifier", container.identifier, "--root", root.path, "--idle", "30"]
+    let first = try Child(arguments, executable: "gc-download-agent")
+    let store = try DownloadStore(container: container)
+    let deadline = Date().addingTimeInterval(20)
+    while !store.isHeld(DownloadStore.agentLockPath) && Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
+    #expect(store.isHeld(DownloadStore.agentLockPath))
+    #expect(store.holderPID(DownloadStore.agentLockPath) == first.process.processIdentifier)
+    let second = try Child(arguments, executable: "gc-download-agent")
+    #expect(await second.exit() == 3)
+    #expect(first.process.isRunning)
+    // SIGTERM ends the first cleanly.
+    first.kill(SIGTERM)
+    #expect(first.process.terminationStatus == 0)
+    #expect(!store.isHeld(DownloadStore.agentLockPath))
+  }
+
+  @Test("the agent exits when idle, and when its container is removed", .timeLimit(.minutes(1)))
+  func theAgentExitsWhenIdleOrRemoved() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let idle = try Child(
+      ["--identifier", container.identifier, "--root", root.path, "--idle", "0.3"], executable: "gc-download-agent")
+    #expect(await idle.exit(timeout: 20) == 0)
+    let root2 = try TestRoot()
+    let container2 = try root2.container()
+    let forever = try Child(
+      ["--identifier", container2.identifier, "--root", root2.path, "--idle", "600"], executable: "gc-download-agent")
+    let store = try DownloadStore(container: container2)
+    let deadline = Date().addingTimeInterval(20)
+    while !store.isHeld(DownloadStore.agentLockPath) && Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
+    try FileManager.default.removeItem(at: container2.url)
+    #expect(await forever.exit(timeout: 20) == 0)
+  }
+}
