@@ -34,6 +34,17 @@ enum DownloadsCLI {
     return ExitCode(status)
   }
 
+  /// Attaches to `session` as groupctl: never registered as the app to relaunch for the session's events. A
+  /// session attached by another live process fails with `inUse(pid)` and exit status 1.
+  static func attach(_ session: String, _ group: GroupContainer, inUse: (Int32) -> String) throws -> DownloadSession {
+    var configuration = DownloadSession.Configuration()
+    configuration.relaunch = .none
+    do { return try DownloadSession(identifier: session, container: group, configuration: configuration) } catch {
+      if case .sessionInUse(_, let pid) = error { throw fail(inUse(pid), status: 1) }
+      throw error
+    }
+  }
+
   /// The task `id` of any session of `group`; exit status 2 when there is none.
   static func task(_ id: String, in group: GroupContainer) throws -> DownloadTask {
     guard let task = try DownloadSession.allTasks(in: group).first(where: { $0.id == id }) else {
@@ -96,15 +107,9 @@ struct DownloadsStart: ParsableCommand {
     let group = try container.open()
     // Refused before attaching: a URL that cannot be parsed at all never creates anything.
     guard let parsed = URL(string: url) else { throw DownloadError.unsupportedURL(url) }
-    var configuration = DownloadSession.Configuration()
-    configuration.relaunch = .none  // groupctl is not an app to relaunch for the session's events
-    let attached: DownloadSession
-    do {
-      attached = try DownloadSession(identifier: session, container: group, configuration: configuration)
-    } catch .sessionInUse(_, let pid) {
-      throw DownloadsCLI.fail(
-        "session '\(session)' is attached by another live process (pid \(pid)); one process per session "
-          + "identifier: use --session to pick another, or stop that process", status: 1)
+    let attached = try DownloadsCLI.attach(session, group) { pid in
+      "session '\(session)' is attached by another live process (pid \(pid)); one process per session "
+        + "identifier: use --session to pick another, or stop that process"
     }
     defer { attached.invalidate() }
     let task = try attached.download(

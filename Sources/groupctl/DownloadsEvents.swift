@@ -22,21 +22,14 @@ struct DownloadsEvents: AsyncParsableCommand {
 
   func run() async throws {
     let group = try container.open()
-    var configuration = DownloadSession.Configuration()
-    configuration.relaunch = .none  // never register groupctl as the session's app
-    let attached: DownloadSession
-    do {
-      attached = try DownloadSession(identifier: session, container: group, configuration: configuration)
-    } catch .sessionInUse(_, let pid) {
-      throw DownloadsCLI.fail(
-        "session '\(session)' is attached by another live process (pid \(pid)): its events go to that process",
-        status: 1)
+    let session = session
+    let attached = try DownloadsCLI.attach(session, group) { pid in
+      "session '\(session)' is attached by another live process (pid \(pid)): its events go to that process"
     }
     defer { attached.invalidate() }
     // What is queued on disk decides the end without --follow: once it is empty, every event that was queued has
     // been printed and acknowledged by us (the one attached process).
     let store = try DownloadStore(container: group)
-    let session = session
     // An event whose task the session cannot read is never handed out: it does not hold the command open.
     let backlogLeft = {
       store.queuedEvents(session).contains { store.task($0.taskID)?.sessionIdentifier == session }
