@@ -308,18 +308,32 @@ import Testing
       phase: .running, resume: ResumeState(receivedBytes: 512 << 10, expectedBytes: 1 << 20), attempts: 1)
     let id = try makeTask(store, session: "app", name: "big.bin", status: running)
     let groupctl = productsDirectory.appendingPathComponent("groupctl").path
-    let command = "\(groupctl) downloads watch \(group) --until-done --root \(root.path)"
-    // Child runs products; script(1) is reached from the products directory.
+    let typescript = root.path + "/typescript"
+    // script(1) gives watch a pty and copies what it shows to `typescript` (its stdout, under the test runner, stayed
+    // empty). Child runs products: script is reached from the products directory.
     let script = String(repeating: "../", count: productsDirectory.pathComponents.count - 1) + "usr/bin/script"
-    let watch = try Child(["-qfec", command, "/dev/null"], executable: script, environment: Self.noAgent)
-    await watch.line { $0.contains("[") && $0.contains(" 50%") }
+    let watch = try Child(
+      ["-qfec", "\(groupctl) downloads watch \(group) --until-done --root \(root.path)", typescript],
+      executable: script, environment: Self.noAgent)
+    let shown = { (try? String(contentsOfFile: typescript, encoding: .utf8)) ?? "" }
+    let deadline = Date().addingTimeInterval(20)
+    while !shown().contains(" 50%"), Date() < deadline, watch.process.isRunning {
+      try await Task.sleep(for: .milliseconds(20))
+    }
+    // A frame: after the erase (ESC [J), up to the line's end.
+    let frame = try #require(shown().components(separatedBy: "\u{1B}[J").first { $0.contains(" 50%") })
+    let bar = try #require(frame.components(separatedBy: "\r\n").first, "\(shown().debugDescription)")
+    // Half the cells filled, then percent, bytes and the name.
+    let cells = bar.drop { $0 != "[" }.dropFirst().prefix { $0 != "]" }
+    #expect(cells.count >= 10 && cells.filter { $0 == "#" }.count == cells.count / 2, "\(bar)")
+    #expect(bar.contains("]  50% 512.0 KiB/1.0 MiB") && bar.hasSuffix("big.bin"), "\(bar)")
     var done = running
     done.phase = .completed
     done.resume.receivedBytes = 1 << 20
     done.finished = Self.now
     try store.write(done, for: id, durable: false)
     #expect(await watch.exit() == 0, "\(watch.errors.withLock { $0 })")
-    let text = watch.output.joined(separator: "\n")
+    let text = shown()
     #expect(text.contains("\u{1B}[?25l") && text.contains("\u{1B}[J"), "no cursor control: \(text.debugDescription)")
     #expect(text.contains("\(id.prefix(8)) big.bin  done  1.0 MiB"), "\(text.debugDescription)")
     #expect(!text.contains(#""state""#), "JSON on a terminal")
