@@ -35,3 +35,4 @@ fuzz: deps
 	bash Fuzz/run.sh PropertyListFuzz $(FUZZ_SECONDS)
 	bash Fuzz/run.sh ContainerFilesFuzz $(FUZZ_SECONDS)
 	bash Fuzz/run.sh ImageHeadersFuzz $(FUZZ_SECONDS)
+	bash Fuzz/run.sh DownloadHeadersFuzz $(FUZZ_SECONDS)

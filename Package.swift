@@ -15,6 +15,8 @@ let package = Package(
     .library(name: "DownloadAgent", targets: ["DownloadAgent"]),
     .executable(name: "groupctl", targets: ["groupctl"]),
     .executable(name: "gc-download-agent", targets: ["gc-download-agent"]),
+    // The local HTTP file server of the download tests, benchmarks and demo (not a library piece).
+    .executable(name: "gc-file-server", targets: ["gc-file-server"]),
     .executable(name: "host", targets: ["host"]),
     .executable(name: "widget", targets: ["widget"]),
   ],
@@ -143,6 +145,9 @@ let package = Package(
       name: "ContainerFilesFuzz", dependencies: ["SharedDefaults", "FileCoordination", "BackgroundDownloads", "CFuzzShim"],
       path: "Fuzz/ContainerFilesFuzz"),
     .executableTarget(name: "ImageHeadersFuzz", dependencies: ["ImageCache", "CFuzzShim"], path: "Fuzz/ImageHeadersFuzz"),
+    // ResumePolicy.swift is compiled in (a symlink): the harness needs neither NIO nor BoringSSL.
+    .executableTarget(
+      name: "DownloadHeadersFuzz", dependencies: ["BackgroundDownloads", "CFuzzShim"], path: "Fuzz/DownloadHeadersFuzz"),
     .testTarget(name: "PropertyListTests", dependencies: ["PropertyList"], exclude: ["Regressions"]),
     // Real images of any size for tests, the test helper and benchmarks.
     .target(name: "TestImageKit", path: "Tests/TestImageKit"),
@@ -169,9 +174,12 @@ let package = Package(
         "TestSupport", "BackgroundDownloads", "DownloadAgent", "FileCoordination", "SystemLayer", "gc-test-helper",
         "groupctl", "gc-download-agent", "gc-file-server",
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
+        .product(name: "Crypto", package: "swift-crypto"),
       ]
     ),
-    .testTarget(name: "ExamplesTests", dependencies: ["TestSupport", "SimpleTimerKit", "host", "widget"]),
+    .testTarget(
+      name: "ExamplesTests",
+      dependencies: ["TestSupport", "SimpleTimerKit", "host", "widget", "gc-file-server", "gc-download-agent"]),
     .testTarget(
       name: "FileCoordinationTests",
       dependencies: ["TestSupport", "FileCoordination", "SystemLayer", "GroupContainer", "gc-test-helper", "groupctl"]

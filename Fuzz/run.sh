@@ -23,6 +23,7 @@ case "$target" in
   PropertyListFuzz) seeds=Fuzz/seeds; extra=(-dict=Fuzz/plist.dict -max_len=8192) ;;
   ContainerFilesFuzz) seeds=Fuzz/container-seeds; extra=(-max_len=4096) ;;
   ImageHeadersFuzz) seeds=Tests/ImageCacheTests/Fixtures; extra=(-max_len=4096) ;;
+  DownloadHeadersFuzz) seeds=Fuzz/download-seeds; extra=(-max_len=1024) ;;
   *) echo "unknown fuzz target '$target'" >&2; exit 2 ;;
 esac
 

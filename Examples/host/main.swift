@@ -1,9 +1,13 @@
 // The Timer app: counts down; going to the background saves the time left and the time it left to the shared
 // suite; opened by simpletimer://finished?source=widget, it shows that the timer finished in the widget.
 //
-// host [--headless] [--seconds N] [--background-after S] [--serve] [URL]
+// With $SIMPLETIMER_ASSET_URL set, it also downloads the alarm sound in a background session: the download goes on
+// when the host goes away, and the download agent starts the host again (--download-events) to hand it the events.
+//
+// host [--headless] [--seconds N] [--background-after S] [--serve] [--download-events] [URL]
 //   --headless           a fixed script instead of the terminal UI: count down S seconds, go to the background, exit
 //   --serve              only handle URLs (tests)
+//   --download-events    started by the download agent: handle the background session's events, then exit
 //   URL                  given when open(_:) launched it: handle that URL, then exit (headless) or show the UI
 import Foundation
 import GroupContainer
@@ -28,6 +32,42 @@ let timer: SimpleTimer
 do { timer = try SimpleTimer() } catch {
   FileHandle.standardError.write(Data("[host] cannot open the app group: \(error)\n".utf8))
   exit(1)
+}
+
+// Relaunched for the background session's events (iOS: application(_:handleEventsForBackgroundURLSession:…)).
+if let identifier = DownloadSession.launchedForEvents, identifier == AlarmSound.sessionIdentifier {
+  console.log("relaunched for the background session \(identifier)")
+  let session = try AlarmSound.session(in: timer.container, relaunchArguments: ["--download-events"])
+  for await event in session.events {
+    switch event {
+    case .didFinishDownloadingTo(let task, let location, _):
+      console.log("the alarm sound arrived while the host was away: \(location.lastPathComponent), \(task.countOfBytesReceived) bytes")
+    case .didCompleteWithError(_, let error?, _):
+      console.log("the alarm sound could not be downloaded: \(error)")
+    case .didFinishEvents:
+      console.log("every background event handled")
+      session.invalidate()
+      exit(0)
+    default: break
+    }
+  }
+  exit(0)
+}
+
+/// Starts the alarm sound's background download, unless it is there already or no source is set.
+func startAlarmSoundDownload() -> DownloadSession? {
+  guard let url = AlarmSound.sourceURL else { return nil }
+  do {
+    let session = try AlarmSound.session(in: timer.container, relaunchArguments: ["--download-events"])
+    if !session.allTasks().contains(where: { $0.state != .completed }) {
+      let task = try session.download(from: url, to: AlarmSound.destination)
+      console.log("downloading the alarm sound in the background (task \(task.id.prefix(8)))")
+    }
+    return session
+  } catch {
+    console.log("no alarm sound download: \(error)")
+    return nil
+  }
 }
 
 /// What the URL handler saw: nil until a valid finished URL arrived.
@@ -65,6 +105,7 @@ if let launchURL {
 if headless {
   var left = seconds
   console.log("countdown started: \(left) s")
+  let downloads = startAlarmSoundDownload()
   for _ in 0..<min(backgroundAfter, seconds) {
     sleep(1)
     left -= 1
@@ -72,8 +113,9 @@ if headless {
   }
   try timer.saveForBackground(timeLeft: left)
   console.log("going to the background with \(left) s left (saved to the suite)")
-  // Suspended: a URL for this app now launches a new host.
+  // Suspended: a URL for this app now launches a new host; the download's events wait for a relaunch.
   timer.container.removeOpenURLHandler()
+  downloads?.invalidate()
   exit(0)
 }
 
@@ -116,6 +158,18 @@ Keyboard.listen { key in
   }
 }
 console.log("Timer — s: start/stop, b: background/foreground, q: quit")
+// In the foreground the host is attached to its session and hears the download itself.
+if let session = startAlarmSoundDownload() {
+  Task.detached {
+    for await event in session.events {
+      if case .didFinishDownloadingTo(let task, let location, _) = event {
+        console.log("the alarm sound arrived: \(location.lastPathComponent), \(task.countOfBytesReceived) bytes")
+      } else if case .didCompleteWithError(_, let error?, _) = event {
+        console.log("the alarm sound could not be downloaded: \(error)")
+      }
+    }
+  }
+}
 while true {
   let status = model.withLock { m -> String in
     if m.running, Date().timeIntervalSince(m.lastTick) >= 1 {

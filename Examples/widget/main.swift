@@ -49,6 +49,25 @@ let follower = Task.detached {
   }
 }
 
+// Any process of the group can follow any session's downloads (iOS cannot): the host's alarm sound, here.
+if AlarmSound.sourceURL != nil, let updates = try? DownloadSession.observe(
+  container: timer.container, session: AlarmSound.sessionIdentifier)
+{
+  Task.detached {
+    var lastQuarter = -1
+    for await task in updates {
+      if task.succeeded {
+        console.log("the host's alarm sound is downloaded (\(task.countOfBytesReceived) bytes)")
+        break
+      }
+      if let fraction = task.fractionCompleted, Int(fraction * 4) > lastQuarter {
+        lastQuarter = Int(fraction * 4)
+        console.log("the host's alarm sound: \(lastQuarter * 25) %")
+      }
+    }
+  }
+}
+
 if headless {
   console.log("waiting for the host's countdown")
   while timer.remaining() == nil { usleep(20_000) }

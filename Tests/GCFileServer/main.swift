@@ -1,1 +1,114 @@
-// gc-file-server: placeholder until the server lands.
+// gc-file-server: the local HTTP file server of tests, benchmarks and the demo (issue #11, item 8).
+//
+//   gc-file-server [--port N] [--root DIR] [--verbose]
+//
+// Binds 127.0.0.1:N (0: any free port), prints `listening <port>` on stdout once bound, serves HTTP/1.1 with
+// keep-alive until stdin reaches EOF (the parent closed it or died) or SIGTERM/SIGINT, then exits 0.
+//
+// Resources (GET, HEAD):
+//   /gen/<size>?seed=S  size deterministic bytes (GeneratedContent.swift), generated a chunk at a time;
+//                       ETag "g-<size>-<seed>", a Last-Modified derived from the seed
+//   /files/<name>       a regular file directly in --root (no links, no subdirectories, no ..); ETag from inode,
+//                       size and mtime
+//   /stats              JSON: {"<target>": {"requests": n, "bodyBytes": n, "ranges": [...]}} per request target as
+//                       received (bodyBytes: body bytes written to the socket); /stats and /stats/reset themselves
+//                       are not counted
+//   /stats/reset        clears the counts (and the per-target request numbers faults go by)
+// Range: one range (bytes=a-, a-b, -n) → 206; several → 200; start ≥ size → 416 (Content-Range: bytes */size);
+// If-Range with an ETag (strong comparison) or the exact Last-Modified date, else 200.
+//
+// Faults (query parameters, combinable, part of the target):
+//   faults=K     only the first K requests of this target get the faults below (all of them otherwise)
+//   drop=N       close the connection once N body bytes are written (when N < the body's length)
+//   stall=N      after N body bytes send nothing more; the connection stays open until the client closes it
+//   rate=BPS     throttle the body to BPS bytes per second (10 ms ticks)
+//   norange=1    ignore Range and If-Range: 200 with the whole body
+//   etag=rotate  request k of the target sees entity k: ETag "g-<size>-<seed>-r<k>", content of seed+k, its own
+//                Last-Modified; with faults=K, requests after the K-th see the plain entity (rotation stops)
+//   weak=1       weak ETag (W/"…");  noetag=1, nolm=1: no ETag / no Last-Modified
+//   status=C     answer C with the body "C <reason>\n" instead of the resource
+//   delay=MS     wait MS ms before sending the head
+//   chunked=1    Transfer-Encoding: chunked, no Content-Length
+//   length=L     claim Content-Length L, send the real body, then close the connection
+//
+// Commands on stdin (for the test handle, which needs no HTTP client for them): `stats <id>` prints
+// `stats <id> <json>`, `reset <id>` clears the counts and prints `reset <id>`.
+import Dispatch
+import Glibc
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+
+/// Writes a line to stderr unbuffered (one write: lines of concurrent connections do not interleave).
+func standardError(_ line: String) { writeAll(2, line + "\n") }
+
+func standardOutput(_ line: String) { writeAll(1, line + "\n") }
+
+private func writeAll(_ fd: Int32, _ text: String) {
+  var bytes = Array(text.utf8)
+  var done = 0
+  while done < bytes.count {
+    let n = bytes.withUnsafeMutableBytes { write(fd, $0.baseAddress! + done, $0.count - done) }
+    if n < 0 && errno == EINTR { continue }
+    if n <= 0 { return }
+    done += n
+  }
+}
+
+func usageError(_ message: String) -> Never {
+  standardError("gc-file-server: \(message)\nusage: gc-file-server [--port N] [--root DIR] [--verbose]")
+  exit(2)
+}
+
+var port = 0
+var root: String?
+var verbose = false
+var arguments = CommandLine.arguments.dropFirst()
+while let argument = arguments.popFirst() {
+  switch argument {
+  case "--port":
+    guard let text = arguments.popFirst(), let value = Int(text), (0...65535).contains(value) else {
+      usageError("--port needs a port number (0 to 65535; 0 picks a free one)")
+    }
+    port = value
+  case "--root":
+    guard let path = arguments.popFirst() else { usageError("--root needs a directory") }
+    var info = stat()
+    guard stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
+      usageError("--root \(path) is not a directory")
+    }
+    root = path.count > 1 && path.hasSuffix("/") ? String(path.dropLast()) : path
+  case "--verbose":
+    verbose = true
+  default:
+    usageError("unknown argument \(argument)")
+  }
+}
+
+// Writes to a client that went away must fail with EPIPE, not kill the server.
+signal(SIGPIPE, SIG_IGN)
+let state = ServerState(root: root, verbose: verbose)
+let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+let bootstrap = ServerBootstrap(group: group)
+  .serverChannelOption(.backlog, value: 256)
+  .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+  .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+  .childChannelInitializer { channel in
+    channel.eventLoop.makeCompletedFuture {
+      try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
+      try channel.pipeline.syncOperations.addHandler(FileServerHandler(state: state))
+    }
+  }
+
+let server: Channel
+do {
+  server = try bootstrap.bind(host: "127.0.0.1", port: port).wait()
+} catch {
+  standardError("gc-file-server: cannot listen on 127.0.0.1:\(port): \(error)")
+  exit(1)
+}
+standardOutput("listening \(server.localAddress?.port ?? port)")
+
+let signalSources = exitOnTerminationSignals()
+serveStandardInput(state: state)
+exit(0)

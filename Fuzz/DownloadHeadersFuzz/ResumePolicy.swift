@@ -1,0 +1,1 @@
+../../Sources/DownloadAgent/ResumePolicy.swift

@@ -1,0 +1,169 @@
+import AsyncHTTPClient
+import BackgroundDownloads
+import Crypto
+import NIOCore
+import NIOHTTP1
+import Synchronization
+import SystemLayer
+
+/// One HTTP attempt of a download: decides what the head means (`ResumePolicy`) and streams the body into the
+/// partial file at exact offsets.
+///
+/// AsyncHTTPClient's `FileDownloadDelegate` is unusable here (TRAPS.md): it writes whatever the status, to the
+/// final path, without truncating and without ranges. This one writes each body part synchronously before its
+/// future completes, so AsyncHTTPClient reads no more from the socket while the disk is behind (backpressure:
+/// memory never grows with the file), and the byte count in `state` is always exactly what the file holds.
+final class TransferDelegate: HTTPClientResponseDelegate {
+  typealias Response = Void
+
+  /// Why the delegate stopped the response itself (the decision or the failed write says more).
+  struct Stop: Error {}
+
+  /// Everything the attempt learnt; guarded by `state`'s lock, read by the engine once the attempt is over.
+  struct State: Sendable {
+    var resume: ResumeState
+    var decision: ResumePolicy.Decision?
+    var httpStatus: Int?
+    /// SHA-256 of bytes 0..<hashedUpTo of the partial, while the file has been written from 0 in this run.
+    var hasher: StreamHash?
+    var hashedUpTo: Int64
+    var writeError: FileSystemError?
+    /// Set by `finish()`: later body parts (a race with cancellation) are not written.
+    var closed = false
+    var lastSync: UInt64
+    var lastProgress: UInt64
+  }
+
+  private let file: SystemFD
+  private let requestedFrom: Int64
+  private let wantsHash: Bool
+  private let policy: TransferPolicy
+  private let attempts: Int
+  private let progress: @Sendable (ResumeState, Int, Int?) -> Void
+  private let state: Mutex<State>
+  /// When the last byte (or the attempt's start) was seen, in NIO uptime nanoseconds: the stall watchdog reads it.
+  let lastActivity: Atomic<UInt64>
+
+  init(
+    file: SystemFD, requestedFrom: Int64, resume: ResumeState, hasher: StreamHash?, hashedUpTo: Int64, wantsHash: Bool,
+    policy: TransferPolicy, attempts: Int, progress: @escaping @Sendable (ResumeState, Int, Int?) -> Void
+  ) {
+    self.file = file
+    self.requestedFrom = requestedFrom
+    self.wantsHash = wantsHash
+    self.policy = policy
+    self.attempts = attempts
+    self.progress = progress
+    let now = Self.now()
+    state = Mutex(
+      State(
+        resume: resume, hasher: hasher, hashedUpTo: hashedUpTo, lastSync: now, lastProgress: now))
+    lastActivity = Atomic(now)
+  }
+
+  static func now() -> UInt64 { NIODeadline.now().uptimeNanoseconds }
+
+  func didReceiveHead(task: HTTPClient.Task<Void>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {
+    lastActivity.store(Self.now(), ordering: .relaxed)
+    let fields = ResumePolicy.Head(
+      status: Int(head.status.code), contentRange: head.headers.first(name: "content-range"),
+      contentLength: head.headers.first(name: "content-length"), etag: head.headers.first(name: "etag"),
+      lastModified: head.headers.first(name: "last-modified"))
+    let report: (ResumeState, Int?)? = state.withLock { s in
+      s.httpStatus = fields.status
+      let decision = ResumePolicy.decide(fields, requestedFrom: requestedFrom, state: s.resume)
+      s.decision = decision
+      do throws(FileSystemError) {
+        switch decision {
+        case .append(let from, let next):
+          // Bytes past `from` (a kill between a write and its report) are not the entity's: drop them.
+          try file.truncate(to: from)
+          s.resume = next
+          if s.hashedUpTo != from { s.hasher = nil }
+        case .replace(let next):
+          try file.truncate(to: 0)
+          s.resume = next
+          s.hasher = wantsHash ? StreamHash() : nil
+          s.hashedUpTo = 0
+        case .complete, .restart, .httpError:
+          return nil
+        }
+      } catch {
+        s.writeError = error
+        return nil
+      }
+      return (s.resume, s.httpStatus)
+    }
+    guard let report else { return task.eventLoop.makeFailedFuture(Stop()) }
+    progress(report.0, attempts, report.1)
+    return task.eventLoop.makeSucceededVoidFuture()
+  }
+
+  func didReceiveBodyPart(task: HTTPClient.Task<Void>, _ buffer: ByteBuffer) -> EventLoopFuture<Void> {
+    let now = Self.now()
+    lastActivity.store(now, ordering: .relaxed)
+    let outcome: (ok: Bool, report: (ResumeState, Int?)?) = state.withLock { s in
+      guard !s.closed, s.writeError == nil else { return (false, nil) }
+      do throws(FileSystemError) {
+        let offset = s.resume.receivedBytes
+        var failure: FileSystemError?
+        buffer.withUnsafeReadableBytes { raw in
+          do throws(FileSystemError) { try file.writeAll(raw, at: offset) } catch { failure = error }
+        }
+        if let failure { throw failure }
+        if s.hasher != nil {
+          buffer.withUnsafeReadableBytes { raw in s.hasher!.sha.update(bufferPointer: raw) }
+          s.hashedUpTo += Int64(buffer.readableBytes)
+        }
+        s.resume.receivedBytes += Int64(buffer.readableBytes)
+        let sinceSync = s.resume.receivedBytes - s.resume.durableBytes
+        if sinceSync >= policy.checkpointBytes || now &- s.lastSync >= policy.checkpointInterval.nanoseconds {
+          // A checkpoint: what is fsynced survives a reboot (ResumeState.durableBytes).
+          try file.dataSync()
+          s.resume.durableBytes = s.resume.receivedBytes
+          s.lastSync = now
+          s.lastProgress = now
+          return (true, (s.resume, s.httpStatus))
+        }
+        if now &- s.lastProgress >= policy.progressInterval.nanoseconds {
+          s.lastProgress = now
+          return (true, (s.resume, s.httpStatus))
+        }
+        return (true, nil)
+      } catch {
+        s.writeError = error
+        return (false, nil)
+      }
+    }
+    if let report = outcome.report { progress(report.0, attempts, report.1) }
+    return outcome.ok ? task.eventLoop.makeSucceededVoidFuture() : task.eventLoop.makeFailedFuture(Stop())
+  }
+
+  func didReceiveError(task: HTTPClient.Task<Void>, _ error: any Error) {}
+
+  func didFinishRequest(task: HTTPClient.Task<Void>) throws {}
+
+  /// Closes the attempt and returns what it learnt; body parts arriving later are dropped.
+  func finish() -> State {
+    state.withLock { s in
+      s.closed = true
+      return s
+    }
+  }
+}
+
+extension Duration {
+  /// Whole nanoseconds (negative durations count as 0).
+  var nanoseconds: UInt64 {
+    let (seconds, attoseconds) = components
+    guard seconds >= 0 else { return 0 }
+    return UInt64(seconds) * 1_000_000_000 + UInt64(attoseconds / 1_000_000_000)
+  }
+}
+
+/// SHA-256 of a download as it streams. Crypto's `SHA256` is a copy-on-write value, not marked `Sendable` on
+/// Linux (it holds a BoringSSL context class): unchecked, because it is only touched under
+/// `TransferDelegate.state`'s lock, or by the one task running the download between attempts.
+struct StreamHash: @unchecked Sendable {
+  var sha = SHA256()
+}

@@ -1,0 +1,294 @@
+import BackgroundDownloads
+import FileCoordination
+import Foundation
+import SystemLayer
+import TestSupport
+import Testing
+
+/// Background downloads across real processes: a starter killed mid-download, re-attach, relaunch, a killed agent,
+/// several sessions, control from another process, limits and priorities. Every download comes from
+/// `gc-file-server`, and every file is checked byte for byte against the server's generator.
+///
+/// Mutants this suite catches: events queued before the final status is durable or not at all
+/// (`downloadOutlivesItsStarter`); acknowledging at hand-out instead of after handling (`eventsComeBackUntilHandled`);
+/// no relaunch or relaunch of an untrusted registration (`relaunchesTheRegisteredApp`); attached sessions not
+/// restarting a dead agent, or a resume that starts from zero (`aKilledAgentIsRestartedAndResumes`); the per-host
+/// limit ignored, or priority ignored (`perHostLimitAndPriority`).
+@Suite("Background sessions", .timeLimit(.minutes(2)))
+struct BackgroundSessionTests {
+  static func configuration() -> DownloadSession.Configuration {
+    var c = DownloadSession.Configuration()
+    c.relaunch = .none
+    c.agentIdleTimeout = .seconds(2)
+    return c
+  }
+
+  /// Waits (polling) until `condition` holds; false after `timeout` seconds.
+  static func eventually(_ timeout: Double = 30, _ condition: () throws -> Bool) async rethrows -> Bool {
+    let deadline = Date().addingTimeInterval(timeout)
+    while Date() < deadline {
+      if try condition() { return true }
+      try? await Task.sleep(for: .milliseconds(20))
+    }
+    return try condition()
+  }
+
+  static func content(_ container: GroupContainer, _ path: String) -> [UInt8]? {
+    FileManager.default.contents(atPath: container.url.appendingPathComponent(path).path).map { [UInt8]($0) }
+  }
+
+  @Test("a download goes on after its starter is killed; re-attaching gets its events once, in order")
+  func downloadOutlivesItsStarter() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let server = try await FileServer.start()
+    let size = 600_000
+    let url = server.url("/gen/\(size)?seed=7&rate=400000")
+    let starter = try Child(["dl-start", root.path, container.identifier, "app", url.absoluteString, "Downloads/a.bin"])
+    let line = await starter.line { $0.hasPrefix("task ") }
+    let id = String(try #require(line).dropFirst(5))
+    starter.kill()
+    let store = try DownloadStore(container: container)
+    #expect(await Self.eventually { store.task(id)?.state == .completed })
+    #expect(store.task(id)?.succeeded == true)
+    #expect(Self.content(container, "Downloads/a.bin") == FileServer.expectedBytes(size: size, seed: 7))
+    // Both events wait in the container for the session (queued just after the final status is durable).
+    #expect(await Self.eventually { store.queuedEvents("app").count == 2 })
+    #expect(store.queuedEvents("app").map(\.kind) == [.finished, .completed])
+    let attach = try Child(["dl-attach", root.path, container.identifier, "app", "0"])
+    #expect(await attach.exit() == 0)
+    let events = attach.output.filter { $0.hasPrefix("event ") }
+    #expect(events.count == 3)
+    #expect(events.first?.hasPrefix("event finished \(id) \(id).finished ") == true)
+    #expect(events.first?.hasSuffix("/Downloads/a.bin") == true)
+    #expect(events.dropFirst().first == "event completed \(id) \(id).completed -")
+    #expect(events.last == "event didFinishEvents - - -")
+    #expect(store.queuedEvents("app").isEmpty)
+  }
+
+  @Test("an event handed out but not handled comes back at the next attach, with the same id")
+  func eventsComeBackUntilHandled() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let server = try await FileServer.start()
+    let session = try DownloadSession(identifier: "s", container: container, configuration: Self.configuration())
+    let task = try session.download(from: server.url("/gen/1000?seed=1"), to: "Downloads/one")
+    var iterator = session.events.makeAsyncIterator()
+    var first: DownloadEvent?
+    while let event = await iterator.next() {
+      if event.id != nil {
+        first = event
+        break
+      }
+    }
+    #expect(first?.id == "\(task.id).finished")
+    // The process "dies" while handling it: detach without asking for the next one.
+    session.invalidate()
+    let again = try Child(["dl-attach", root.path, container.identifier, "s", "0"])
+    #expect(await again.exit() == 0)
+    let events = again.output.filter { $0.hasPrefix("event ") }
+    #expect(events.first?.hasPrefix("event finished \(task.id) \(task.id).finished") == true)
+    #expect(events.contains("event completed \(task.id) \(task.id).completed -"))
+  }
+
+  @Test("with events waiting and nobody attached, the agent starts the session's registered app")
+  func relaunchesTheRegisteredApp() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let server = try await FileServer.start()
+    let log = root.path + "/relaunch.log"
+    let url = server.url("/gen/200000?seed=3&rate=400000")
+    let starter = try Child([
+      "dl-start", root.path, container.identifier, "widget", url.absoluteString, "Downloads/w.bin", log,
+    ])
+    let line = await starter.line { $0.hasPrefix("task ") }
+    let id = String(try #require(line).dropFirst(5))
+    starter.kill()
+    let text = { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
+    #expect(await Self.eventually(45) { text().contains("didFinishEvents") })
+    let lines = text().split(separator: "\n").map(String.init)
+    #expect(lines.first?.hasPrefix("relaunched widget ") == true)
+    #expect(lines.dropFirst().first?.hasPrefix("event finished \(id) ") == true)
+    #expect(lines.contains("event completed \(id) \(id).completed -"))
+    #expect(Self.content(container, "Downloads/w.bin") == FileServer.expectedBytes(size: 200_000, seed: 3))
+  }
+
+  @Test("a registration written by another user is not followed")
+  func untrustedRegistrationIsNotRun() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let store = try DownloadStore(container: container)
+    try store.register(RelaunchRecord(executable: "/bin/touch", arguments: [root.path + "/ran"]), for: "s")
+    let app = container.url.appendingPathComponent(".coordination/downloads/sessions/s/app").path
+    #expect(chown(app, 65534, 65534) == 0)
+    #expect(store.relaunch("s")?.owner == 65534)
+    // An event waits, nobody is attached: an agent would relaunch, but not this registration.
+    let id = DownloadRecordFormat.newTaskID()
+    try store.queue(EventRecord(sequence: 2, taskID: id, kind: .completed, error: .cancelled), for: "s")
+    let agent = try Child(
+      ["--identifier", container.identifier, "--root", root.path, "--idle", "1.5"], executable: "gc-download-agent")
+    #expect(await agent.exit(timeout: 30) == 0)
+    #expect(!FileManager.default.fileExists(atPath: root.path + "/ran"))
+    #expect(agent.errors.withLock { $0 }.contains("neither this user nor root"))
+  }
+
+  @Test("a killed agent is restarted by the attached session and resumes with a range request")
+  func aKilledAgentIsRestartedAndResumes() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let server = try await FileServer.start()
+    let size = 2_000_000
+    let target = "/gen/\(size)?seed=11&rate=500000"
+    let session = try DownloadSession(identifier: "s", container: container, configuration: Self.configuration())
+    defer { session.invalidate() }
+    let task = try session.download(from: server.url(target), to: "Downloads/big")
+    let store = try DownloadStore(container: container)
+    #expect(await Self.eventually { (store.task(task.id)?.countOfBytesReceived ?? 0) > 400_000 })
+    let pid = try #require(store.holderPID(DownloadStore.agentLockPath))
+    #expect(kill(pid, SIGKILL) == 0)
+    #expect(await Self.eventually(60) { store.task(task.id)?.state == .completed })
+    #expect(store.task(task.id)?.succeeded == true)
+    #expect(store.holderPID(DownloadStore.agentLockPath) != pid)
+    #expect(Self.content(container, "Downloads/big") == FileServer.expectedBytes(size: size, seed: 11))
+    let stats = try server.stats(for: target)
+    #expect(stats.requests >= 2)
+    #expect(stats.ranges.contains { $0.hasPrefix("bytes=") && $0 != "bytes=0-" })
+    // What was fetched twice is what the killed agent received after its last report: well under the file.
+    #expect(stats.bodyBytes - Int64(size) < Int64(size / 2))
+  }
+
+  @Test("two sessions download at once; each hears only its own tasks")
+  func twoSessionsAtOnce() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let server = try await FileServer.start()
+    let a = try Child([
+      "dl-start", root.path, container.identifier, "host", server.url("/gen/300000?seed=21&rate=600000").absoluteString,
+      "Downloads/host.bin",
+    ])
+    let b = try Child([
+      "dl-start", root.path, container.identifier, "widget",
+      server.url("/gen/300000?seed=22&rate=600000").absoluteString, "Downloads/widget.bin",
+    ])
+    let idA = String(try #require(await a.line { $0.hasPrefix("task ") }).dropFirst(5))
+    let idB = String(try #require(await b.line { $0.hasPrefix("task ") }).dropFirst(5))
+    a.kill()
+    b.kill()
+    let store = try DownloadStore(container: container)
+    #expect(await Self.eventually { store.task(idA)?.state == .completed && store.task(idB)?.state == .completed })
+    #expect(Self.content(container, "Downloads/host.bin") == FileServer.expectedBytes(size: 300_000, seed: 21))
+    #expect(Self.content(container, "Downloads/widget.bin") == FileServer.expectedBytes(size: 300_000, seed: 22))
+    #expect(Set(store.queuedEvents("host").map(\.taskID)) == [idA])
+    #expect(Set(store.queuedEvents("widget").map(\.taskID)) == [idB])
+  }
+
+  @Test("suspend, resume and cancel reach the agent; a cancelled task leaves nothing")
+  func suspendResumeCancel() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let server = try await FileServer.start()
+    let size = 1_000_000
+    let target = "/gen/\(size)?seed=5&rate=400000"
+    let session = try DownloadSession(identifier: "s", container: container, configuration: Self.configuration())
+    defer { session.invalidate() }
+    let task = try session.download(from: server.url(target), to: "Downloads/s.bin")
+    #expect(try await Self.eventually { (try task.refreshed()).countOfBytesReceived > 100_000 })
+    try task.suspend()
+    #expect(try await Self.eventually { try task.refreshed().state == .suspended })
+    let kept = try task.refreshed().countOfBytesReceived
+    try await Task.sleep(for: .milliseconds(500))
+    #expect(try task.refreshed().countOfBytesReceived == kept)
+    try task.resume()
+    #expect(try await Self.eventually { try task.refreshed().state == .completed })
+    #expect(try task.refreshed().succeeded)
+    #expect(Self.content(container, "Downloads/s.bin") == FileServer.expectedBytes(size: size, seed: 5))
+    #expect(try server.stats(for: target).ranges.contains { $0 != "bytes=0-" })
+
+    let doomed = try session.download(from: server.url("/gen/\(size)?seed=6&rate=200000"), to: "Downloads/c.bin")
+    #expect(try await Self.eventually { (try doomed.refreshed()).countOfBytesReceived > 50_000 })
+    try doomed.cancel()
+    #expect(try await Self.eventually { try doomed.refreshed().state == .completed })
+    #expect(try doomed.refreshed().error == .cancelled)
+    #expect(!FileManager.default.fileExists(atPath: container.url.appendingPathComponent("Downloads/c.bin").path))
+    let partial = container.url.appendingPathComponent(".coordination/downloads/tasks/\(doomed.id).partial").path
+    #expect(!FileManager.default.fileExists(atPath: partial))
+  }
+
+  @Test("the per-host limit holds, and the highest priority starts first")
+  func perHostLimitAndPriority() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let server = try await FileServer.start()
+    var configuration = Self.configuration()
+    configuration.httpMaximumConnectionsPerHost = 1
+    // Hold the agent's lock while the tasks are made, so that the agent's first look sees all three (sessions see
+    // the lock held and start no agent); the session starts one within a second of the release.
+    let store = try DownloadStore(container: container)
+    let lock = try store.openLock(DownloadStore.agentLockPath)
+    #expect(try lock.lock(.exclusive, nonBlocking: true))
+    let session = try DownloadSession(identifier: "s", container: container, configuration: configuration)
+    defer { session.invalidate() }
+    let middle = try session.download(from: server.url("/gen/100000?seed=1&rate=300000"), to: "Downloads/1")
+    let low = try session.download(from: server.url("/gen/100000?seed=2&rate=300000"), to: "Downloads/2", priority: 0.1)
+    let high = try session.download(from: server.url("/gen/100000?seed=3&rate=300000"), to: "Downloads/3", priority: 0.9)
+    lock.close()
+    var maxRunning = 0
+    var order: [String] = []
+    let deadline = Date().addingTimeInterval(60)
+    while order.count < 3 && Date() < deadline {
+      let tasks = session.allTasks()
+      maxRunning = max(maxRunning, tasks.filter { $0.state == .running }.count)
+      for t in tasks where t.state == .completed && !order.contains(t.id) { order.append(t.id) }
+      try await Task.sleep(for: .milliseconds(10))
+    }
+    #expect(maxRunning == 1)
+    #expect(order == [high.id, middle.id, low.id])
+    #expect(session.allTasks().allSatisfy { $0.succeeded })
+  }
+
+  @Test("any process can follow any session's progress, attached or not")
+  func progressFromAnotherProcess() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let server = try await FileServer.start()
+    let size = 800_000
+    let starter = try Child([
+      "dl-start", root.path, container.identifier, "app", server.url("/gen/\(size)?seed=9&rate=400000").absoluteString,
+    ])
+    let id = String(try #require(await starter.line { $0.hasPrefix("task ") }).dropFirst(5))
+    var seen: [Int64] = []
+    var final: DownloadTask?
+    for await task in try DownloadSession.observe(container: container) where task.id == id {
+      seen.append(task.countOfBytesReceived)
+      if task.state == .completed {
+        final = task
+        break
+      }
+    }
+    starter.kill()
+    #expect(final?.succeeded == true)
+    #expect(final?.countOfBytesReceived == Int64(size))
+    #expect(Set(seen.filter { $0 > 0 && $0 < Int64(size) }).count >= 2)
+    #expect(seen == seen.sorted())
+  }
+
+  @Test("an HTTP error fails the task with its status, and nothing lands")
+  func httpErrorsFail() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let server = try await FileServer.start()
+    let session = try DownloadSession(identifier: "s", container: container, configuration: Self.configuration())
+    defer { session.invalidate() }
+    let missing = try session.download(from: server.url("/gen/1000?seed=1&status=404"), to: "Downloads/404")
+    var outcome: DownloadError?? = nil
+    for await event in session.events {
+      if case .didCompleteWithError(let t, let error, _) = event, t.id == missing.id {
+        outcome = .some(error)
+        break
+      }
+    }
+    #expect(outcome == .some(.httpStatus(404)))
+    #expect(try missing.refreshed().httpStatus == 404)
+    #expect(!FileManager.default.fileExists(atPath: container.url.appendingPathComponent("Downloads/404").path))
+  }
+}

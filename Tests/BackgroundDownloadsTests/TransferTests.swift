@@ -1,0 +1,389 @@
+import AsyncHTTPClient
+import BackgroundDownloads
+import Crypto
+import FileCoordination
+import Foundation
+import Logging
+import Synchronization
+import SystemLayer
+import TestSupport
+import Testing
+
+import DownloadAgent
+
+/// The transfer engine against the real `gc-file-server`, in process: whole downloads, resume, restarts, error
+/// statuses, stalls, verification, cancellation and the partial's trust rules.
+///
+/// Mutants this suite catches (each run once, see the report of issue #11):
+/// - `If-Range` not sent (`requestHeaders` without it): `rotatedETagRestartsWithTheNewEntity` (3 requests, not 2);
+/// - a 4xx/5xx body written like a download (`decide` mapping every status to `.replace`): `errorStatusFails`;
+/// - no retry after a network error (`maxAttempts` ignored): `droppedConnectionResumesWith206`;
+/// - the stall watchdog removed: `stallRetriesThenFails` (the client's read timeout is set far beyond it);
+/// - the partial trusted in full after a reboot (`bootID` ignored): `rebootTrustsOnlyDurableBytes`;
+/// - a stopped download reporting fewer bytes than the partial holds (`sync` not run / `receivedBytes` stale):
+///   `cancellationStopsWithAnExactStateThenResumes`;
+/// - the streamed hash used after a resume (`hashedUpTo` not compared): `sha256AfterResumeIsComputedFromTheFile`.
+@Suite(.timeLimit(.minutes(1)))
+struct TransferTests {
+  static let partial = ".coordination/downloads/tasks/t.partial"
+
+  @Test func wholeDownloadEqualsTheGeneratorsBytes() async throws {
+    let env = try await TransferEnvironment()
+    let size = 3_000_000
+    let outcome = await env.run(url: "/gen/\(size)?seed=1", destination: "Downloads/whole.bin")
+    guard case .published(let state, let status) = outcome else {
+      Issue.record("expected published, got \(outcome)")
+      return
+    }
+    #expect(status == 200)
+    #expect(state.receivedBytes == Int64(size) && state.durableBytes == Int64(size))
+    #expect(state.entityTag == "\"g-\(size)-1\"")
+    #expect(try env.published("Downloads/whole.bin") == FileServer.expectedBytes(size: size, seed: 1))
+    #expect(try env.root.status(Self.partial) == nil, "the partial was renamed into place")
+    try await env.close()
+  }
+
+  @Test func droppedConnectionResumesWith206() async throws {
+    let env = try await TransferEnvironment()
+    let size = 3_000_000
+    let target = "/gen/\(size)?seed=2&drop=1200000&faults=1"
+    let outcome = await env.run(url: target, destination: "Downloads/drop.bin")
+    guard case .published(_, let status) = outcome else {
+      Issue.record("expected published, got \(outcome)")
+      return
+    }
+    #expect(status == 206)
+    #expect(try env.published("Downloads/drop.bin") == FileServer.expectedBytes(size: size, seed: 2))
+    let stats = try env.server.stats(for: target)
+    #expect(stats.requests == 2)
+    #expect(stats.ranges.count == 1 && stats.ranges.first?.hasPrefix("bytes=") == true)
+    // Bytes fetched twice: at most one checkpoint's worth (in process, none: every written byte is kept).
+    #expect(stats.bodyBytes - Int64(size) <= env.policy.checkpointBytes)
+    try await env.close()
+  }
+
+  @Test func serverIgnoringRangeRestartsCleanly() async throws {
+    let env = try await TransferEnvironment()
+    let size = 2_000_000
+    // A partial of 700,000 bytes (zeros: were they kept, the file would be wrong) and a server ignoring Range.
+    try env.writePartial([UInt8](repeating: 0, count: 700_000))
+    let resume = ResumeState(
+      receivedBytes: 700_000, expectedBytes: Int64(size), entityTag: "\"g-\(size)-3\"", durableBytes: 700_000,
+      bootID: BootIdentity.current)
+    let target = "/gen/\(size)?seed=3&norange=1"
+    let outcome = await env.run(url: target, destination: "Downloads/norange.bin", resume: resume)
+    guard case .published(let state, let status) = outcome else {
+      Issue.record("expected published, got \(outcome)")
+      return
+    }
+    #expect(status == 200 && state.receivedBytes == Int64(size))
+    #expect(try env.published("Downloads/norange.bin") == FileServer.expectedBytes(size: size, seed: 3))
+    let stats = try env.server.stats(for: target)
+    #expect(stats.requests == 1 && stats.ranges == ["bytes=700000-"] && stats.bodyBytes == Int64(size))
+    try await env.close()
+  }
+
+  @Test func partialWithoutValidatorStartsOver() async throws {
+    let env = try await TransferEnvironment()
+    let size = 500_000
+    // Bytes from an entity nothing identifies (a weak ETag, no Last-Modified): no range can be trusted.
+    try env.writePartial([UInt8](repeating: 0, count: 100_000))
+    let resume = ResumeState(
+      receivedBytes: 100_000, expectedBytes: Int64(size), durableBytes: 100_000, bootID: BootIdentity.current)
+    let target = "/gen/\(size)?seed=15&weak=1&nolm=1"
+    let outcome = await env.run(url: target, destination: "Downloads/weak.bin", resume: resume)
+    guard case .published(let state, let status) = outcome else {
+      Issue.record("expected published, got \(outcome)")
+      return
+    }
+    #expect(status == 200 && state.entityTag == nil)
+    #expect(try env.server.stats(for: target).ranges == [], "no Range without a validator")
+    #expect(try env.published("Downloads/weak.bin") == FileServer.expectedBytes(size: size, seed: 15))
+    try await env.close()
+  }
+
+  @Test func rotatedETagRestartsWithTheNewEntity() async throws {
+    let env = try await TransferEnvironment()
+    let size = 2_000_000
+    // Request 1 sees entity r1 (content of seed 5) and drops; request 2 sees the plain entity (seed 4): its ETag
+    // fails the If-Range, so the server answers 200 with the whole new entity.
+    let target = "/gen/\(size)?seed=4&etag=rotate&drop=600000&faults=1"
+    let outcome = await env.run(url: target, destination: "Downloads/rotate.bin")
+    guard case .published(let state, let status) = outcome else {
+      Issue.record("expected published, got \(outcome)")
+      return
+    }
+    #expect(status == 200)
+    #expect(state.entityTag == "\"g-\(size)-4\"")
+    #expect(try env.published("Downloads/rotate.bin") == FileServer.expectedBytes(size: size, seed: 4))
+    // With If-Range, the second request is answered 200 at once (without it: a 206 for the other entity, then
+    // a third request).
+    #expect(try env.server.stats(for: target).requests == 2)
+    try await env.close()
+  }
+
+  @Test(arguments: [404, 500])
+  func errorStatusFails(status: Int) async throws {
+    let env = try await TransferEnvironment()
+    let target = "/gen/100000?seed=6&status=\(status)"
+    let outcome = await env.run(url: target, destination: "Downloads/error.bin")
+    guard case .failed(let error, _, let http) = outcome else {
+      Issue.record("expected failed, got \(outcome)")
+      return
+    }
+    #expect(error == .httpStatus(status) && http == status)
+    #expect(try env.root.status("Downloads/error.bin") == nil, "nothing at the destination")
+    #expect(try env.root.status(Self.partial) == nil, "the partial is gone")
+    #expect(try env.server.stats(for: target).requests == 1, "an error status is not retried")
+    try await env.close()
+  }
+
+  @Test func stallRetriesThenFails() async throws {
+    var policy = TransferEnvironment.testPolicy
+    policy.stallTimeout = .milliseconds(400)
+    policy.maxAttempts = 2
+    // The client's read timeout far beyond the stall timeout: only the engine's watchdog can see the stall.
+    var clientPolicy = policy
+    clientPolicy.stallTimeout = .seconds(50)
+    let env = try await TransferEnvironment(policy: policy, clientPolicy: clientPolicy)
+    let target = "/gen/1000000?seed=7&stall=50000"
+    let outcome = await env.run(url: target, destination: "Downloads/stall.bin")
+    guard case .failed(let error, let state, _) = outcome else {
+      Issue.record("expected failed, got \(outcome)")
+      return
+    }
+    #expect(error == .stalled(seconds: 1))
+    #expect(try env.server.stats(for: target).requests == 2)
+    // The partial is kept for a later resume: two attempts of 50,000 bytes each.
+    #expect(state.receivedBytes == 100_000 && state.durableBytes == 100_000)
+    #expect(try env.root.status(Self.partial)?.size == 100_000)
+    #expect(try env.root.status("Downloads/stall.bin") == nil)
+    try await env.close()
+  }
+
+  @Test func sha256MatchAndMismatch() async throws {
+    let env = try await TransferEnvironment()
+    let size = 1_500_000
+    let good = hexSHA256(FileServer.expectedBytes(size: size, seed: 8))
+    let ok = await env.run(url: "/gen/\(size)?seed=8", destination: "Downloads/sha.bin", sha256: good)
+    guard case .published = ok else {
+      Issue.record("expected published, got \(ok)")
+      return
+    }
+    let bad = String(repeating: "0", count: 64)
+    let wrong = await env.run(url: "/gen/\(size)?seed=8", destination: "Downloads/sha-bad.bin", sha256: bad)
+    #expect(wrong == .failed(.checksumMismatch(expected: bad, actual: good), ResumeState(bootID: BootIdentity.current), httpStatus: 200))
+    #expect(try env.root.status("Downloads/sha-bad.bin") == nil)
+    #expect(try env.root.status(Self.partial) == nil)
+    try await env.close()
+  }
+
+  @Test func sha256AfterResumeIsComputedFromTheFile() async throws {
+    let env = try await TransferEnvironment()
+    let size = 1_000_000
+    let expected = FileServer.expectedBytes(size: size, seed: 9)
+    // A partial from an earlier run (same boot): the first 300,000 bytes. The hash of this run's stream covers
+    // only the rest, so the digest must come from the whole file.
+    try env.writePartial(Array(expected[0..<300_000]))
+    let resume = ResumeState(
+      receivedBytes: 300_000, expectedBytes: Int64(size), entityTag: "\"g-\(size)-9\"", durableBytes: 300_000,
+      bootID: BootIdentity.current)
+    let outcome = await env.run(
+      url: "/gen/\(size)?seed=9", destination: "Downloads/resumed.bin", sha256: hexSHA256(expected), resume: resume)
+    guard case .published(_, let status) = outcome else {
+      Issue.record("expected published, got \(outcome)")
+      return
+    }
+    #expect(status == 206)
+    #expect(try env.server.stats(for: "/gen/\(size)?seed=9").ranges == ["bytes=300000-"])
+    #expect(try env.published("Downloads/resumed.bin") == expected)
+    try await env.close()
+  }
+
+  @Test func expectedLengthMismatchFails() async throws {
+    let env = try await TransferEnvironment()
+    let outcome = await env.run(url: "/gen/500000?seed=10", destination: "Downloads/len.bin", length: 500_001)
+    guard case .failed(let error, _, _) = outcome else {
+      Issue.record("expected failed, got \(outcome)")
+      return
+    }
+    #expect(error == .lengthMismatch(expected: 500_001, actual: 500_000))
+    #expect(try env.root.status("Downloads/len.bin") == nil)
+    #expect(try env.root.status(Self.partial) == nil)
+    try await env.close()
+  }
+
+  @Test func cancellationStopsWithAnExactStateThenResumes() async throws {
+    let env = try await TransferEnvironment()
+    let size = 4_000_000
+    // Throttled on the first request only (faults=1), so the second run goes at full speed.
+    let target = "/gen/\(size)?seed=11&rate=400000&faults=1"
+    let seen = Atomic<Int64>(0)
+    let task = Task {
+      await env.run(url: target, destination: "Downloads/cancel.bin") { state, _, _ in
+        seen.store(state.receivedBytes, ordering: .relaxed)
+      }
+    }
+    while seen.load(ordering: .relaxed) < 200_000 { try await Task.sleep(for: .milliseconds(20)) }
+    task.cancel()
+    let first = await task.value
+    guard case .stopped(let state) = first else {
+      Issue.record("expected stopped, got \(first)")
+      return
+    }
+    #expect(state.receivedBytes > 0 && state.receivedBytes < Int64(size))
+    #expect(state.durableBytes == state.receivedBytes, "a stop fsyncs the partial")
+    #expect(try env.root.status(Self.partial)?.size == state.receivedBytes, "the state is exactly the file")
+    #expect(try env.root.status("Downloads/cancel.bin") == nil)
+
+    let second = await env.run(url: target, destination: "Downloads/cancel.bin", resume: state)
+    guard case .published(_, let status) = second else {
+      Issue.record("expected published, got \(second)")
+      return
+    }
+    #expect(status == 206)
+    #expect(try env.server.stats(for: target).ranges == ["bytes=\(state.receivedBytes)-"])
+    #expect(try env.published("Downloads/cancel.bin") == FileServer.expectedBytes(size: size, seed: 11))
+    try await env.close()
+  }
+
+  @Test func wholePartialAnsweredWith416IsPublished() async throws {
+    let env = try await TransferEnvironment()
+    let size = 200_000
+    let bytes = FileServer.expectedBytes(size: size, seed: 12)
+    try env.writePartial(bytes)
+    let resume = ResumeState(
+      receivedBytes: Int64(size), expectedBytes: Int64(size), entityTag: "\"g-\(size)-12\"",
+      durableBytes: Int64(size), bootID: BootIdentity.current)
+    let outcome = await env.run(url: "/gen/\(size)?seed=12", destination: "Downloads/416.bin", resume: resume)
+    guard case .published(let state, _) = outcome else {
+      Issue.record("expected published, got \(outcome)")
+      return
+    }
+    #expect(state.receivedBytes == Int64(size))
+    let stats = try env.server.stats(for: "/gen/\(size)?seed=12")
+    #expect(stats.ranges == ["bytes=\(size)-"] && stats.bodyBytes < 200, "nothing fetched again (416's text only)")
+    #expect(try env.published("Downloads/416.bin") == bytes)
+    try await env.close()
+  }
+
+  @Test func rebootTrustsOnlyDurableBytes() async throws {
+    let env = try await TransferEnvironment()
+    let size = 300_000
+    let bytes = FileServer.expectedBytes(size: size, seed: 13)
+    // 100,000 bytes in the file, 60,000 of them fsynced, in a boot that is not this one.
+    try env.writePartial(Array(bytes[0..<100_000]))
+    let resume = ResumeState(
+      receivedBytes: 100_000, expectedBytes: Int64(size), entityTag: "\"g-\(size)-13\"", durableBytes: 60_000,
+      bootID: "00000000-0000-0000-0000-000000000000")
+    let outcome = await env.run(url: "/gen/\(size)?seed=13", destination: "Downloads/reboot.bin", resume: resume)
+    guard case .published = outcome else {
+      Issue.record("expected published, got \(outcome)")
+      return
+    }
+    #expect(try env.server.stats(for: "/gen/\(size)?seed=13").ranges == ["bytes=60000-"])
+    #expect(try env.published("Downloads/reboot.bin") == bytes)
+    try await env.close()
+  }
+
+  @Test func killedAgentTrustsTheFileUpToTheState() async throws {
+    let env = try await TransferEnvironment()
+    let size = 300_000
+    let bytes = FileServer.expectedBytes(size: size, seed: 14)
+    // The agent wrote 120,000 bytes but reported 100,000 before it was killed (same boot).
+    try env.writePartial(Array(bytes[0..<120_000]))
+    let resume = ResumeState(
+      receivedBytes: 100_000, expectedBytes: Int64(size), entityTag: "\"g-\(size)-14\"", durableBytes: 50_000,
+      bootID: BootIdentity.current)
+    let outcome = await env.run(url: "/gen/\(size)?seed=14", destination: "Downloads/killed.bin", resume: resume)
+    guard case .published = outcome else {
+      Issue.record("expected published, got \(outcome)")
+      return
+    }
+    #expect(try env.server.stats(for: "/gen/\(size)?seed=14").ranges == ["bytes=100000-"])
+    #expect(try env.published("Downloads/killed.bin") == bytes)
+    try await env.close()
+  }
+
+  @Test func unsupportedSchemeIsRefused() async throws {
+    let env = try await TransferEnvironment()
+    let request = TaskRequest(
+      id: String(repeating: "a", count: 32), session: "s", taskIdentifier: 1, url: "ftp://127.0.0.1/x",
+      destination: "Downloads/x", created: 0)
+    let outcome = await env.engine.run(request, resume: ResumeState(), partial: Self.partial) { _, _, _ in }
+    #expect(outcome == .failed(.unsupportedURL("ftp://127.0.0.1/x"), ResumeState(), httpStatus: nil))
+    try await env.close()
+  }
+}
+
+func hexSHA256(_ bytes: [UInt8]) -> String {
+  SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined()
+}
+
+/// A container, a file server and an engine for one test.
+final class TransferEnvironment: Sendable {
+  static var testPolicy: TransferPolicy {
+    var policy = TransferPolicy()
+    policy.initialBackoff = .milliseconds(20)
+    policy.maxBackoff = .milliseconds(100)
+    policy.checkpointBytes = 1 << 20
+    policy.progressInterval = .milliseconds(20)
+    return policy
+  }
+
+  let testRoot: TestRoot
+  let container: GroupContainer
+  let root: ContainerDirectory
+  let server: FileServer
+  let client: HTTPClient
+  let engine: TransferEngine
+  let policy: TransferPolicy
+
+  init(
+    policy: TransferPolicy = TransferEnvironment.testPolicy, clientPolicy: TransferPolicy? = nil,
+    testRoot: TestRoot? = nil, containerRoot: URL? = nil
+  ) async throws {
+    self.testRoot = try testRoot ?? TestRoot()
+    container = try GroupContainer(identifier: "group.com.example.downloads", root: containerRoot ?? self.testRoot.url)
+    root = try container.directory()
+    server = try await FileServer.start()
+    client = TransferEngine.makeClient(maxConnectionsPerHost: 4, policy: clientPolicy ?? policy)
+    engine = TransferEngine(container: container, client: client, policy: policy, logger: Logger(label: "transfer-test"))
+    self.policy = policy
+  }
+
+  func run(
+    url: String, destination: String, sha256: String? = nil, length: Int64? = nil, resume: ResumeState = ResumeState(),
+    progress: @escaping @Sendable (ResumeState, Int, Int?) -> Void = { _, _, _ in }
+  ) async -> TransferOutcome {
+    let request = TaskRequest(
+      id: String(repeating: "b", count: 32), session: "tests", taskIdentifier: 1, url: server.url(url).absoluteString,
+      destination: destination, created: 0, expectedSHA256: sha256, expectedLength: length)
+    return await engine.run(request, resume: resume, partial: TransferTests.partial, progress: progress)
+  }
+
+  /// The bytes at `relative` in the container.
+  func published(_ relative: String) throws -> [UInt8] {
+    try root.readFile(relative, limit: 64 << 20).bytes
+  }
+
+  /// Leaves `bytes` as the partial of an earlier run.
+  func writePartial(_ bytes: [UInt8]) throws {
+    try root.makeDirectory(".coordination/downloads", mode: 0o700)
+    try root.makeDirectory(".coordination/downloads/tasks", mode: 0o700)
+    try root.replaceFile(TransferTests.partial, with: bytes, mode: 0o600)
+  }
+
+  private let closed = Atomic<Bool>(false)
+
+  func close() async throws {
+    guard !closed.exchange(true, ordering: .relaxed) else { return }
+    try await client.shutdown()
+    server.stop()
+  }
+
+  // A test that returned early (a failed expectation) did not call `close()`: a client dropped unshut traps.
+  deinit {
+    if !closed.load(ordering: .relaxed) { try? client.syncShutdown() }
+  }
+}

@@ -1,0 +1,66 @@
+// What the server counts, shared by every connection (two event loops): per request target, the requests, the
+// body bytes written to sockets and the Range headers received.
+import Synchronization
+
+struct TargetStats {
+  var requests = 0
+  var bodyBytes: Int64 = 0
+  var ranges: [String] = []
+}
+
+final class ServerState: Sendable {
+  /// The directory `/files/<name>` serves, nil when none was given.
+  let root: String?
+  let verbose: Bool
+  private let targets = Mutex<[String: TargetStats]>([:])
+
+  init(root: String?, verbose: Bool) {
+    self.root = root
+    self.verbose = verbose
+  }
+
+  /// Counts a request to `target` and returns its number for that target (1 for the first since start or reset):
+  /// `faults=K` and `etag=rotate` go by it.
+  func begin(_ target: String, range: String?) -> Int {
+    targets.withLock { all in
+      all[target, default: TargetStats()].requests += 1
+      if let range { all[target]!.ranges.append(range) }
+      return all[target]!.requests
+    }
+  }
+
+  func addBodyBytes(_ count: Int64, to target: String) {
+    targets.withLock { $0[target, default: TargetStats()].bodyBytes += count }
+  }
+
+  func reset() { targets.withLock { $0.removeAll() } }
+
+  /// `{"<target>": {"requests": n, "bodyBytes": n, "ranges": ["bytes=0-", …]}, …}`, targets sorted.
+  func json() -> String {
+    let snapshot = targets.withLock { $0 }
+    let entries = snapshot.keys.sorted().map { key in
+      let s = snapshot[key]!
+      let ranges = s.ranges.map(jsonString).joined(separator: ", ")
+      return "\(jsonString(key)): {\"requests\": \(s.requests), \"bodyBytes\": \(s.bodyBytes), \"ranges\": [\(ranges)]}"
+    }
+    return "{" + entries.joined(separator: ", ") + "}"
+  }
+}
+
+func jsonString(_ text: String) -> String {
+  var out = "\""
+  for scalar in text.unicodeScalars {
+    switch scalar {
+    case "\"": out += "\\\""
+    case "\\": out += "\\\\"
+    case "\n": out += "\\n"
+    case "\r": out += "\\r"
+    case "\t": out += "\\t"
+    case let s where s.value < 0x20:
+      let hex = String(s.value, radix: 16)
+      out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+    default: out.unicodeScalars.append(scalar)
+    }
+  }
+  return out + "\""
+}

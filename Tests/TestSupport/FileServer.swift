@@ -1,0 +1,255 @@
+import Foundation
+import Synchronization
+
+/// `gc-file-server`, the project's local HTTP server (Tests/GCFileServer/main.swift lists its resources and
+/// faults), running as a child of the test process on a free port of 127.0.0.1.
+///
+/// ```swift
+/// let server = try FileServer()
+/// let url = server.url("/gen/1048576?seed=7&drop=1000&faults=1")
+/// // … download it …
+/// #expect(try server.stats(for: "/gen/1048576?seed=7&drop=1000&faults=1").requests == 2)
+/// #expect(bytes == FileServer.expectedBytes(size: 1_048_576, seed: 7))
+/// ```
+///
+/// The server lives until `stop()` or the handle's deinit; it also exits by itself when the test process dies
+/// (its stdin, a pipe held only by this handle, reaches EOF), so no test leaves one behind.
+public final class FileServer: Sendable {
+  /// What the server counted for one request target.
+  public struct Stats: Sendable, Decodable, Equatable {
+    public var requests: Int
+    /// Body bytes written to the socket (not merely queued).
+    public var bodyBytes: Int64
+    /// The Range headers received, in order.
+    public var ranges: [String]
+
+    public init(requests: Int = 0, bodyBytes: Int64 = 0, ranges: [String] = []) {
+      self.requests = requests
+      self.bodyBytes = bodyBytes
+      self.ranges = ranges
+    }
+  }
+
+  public struct Failure: Error, CustomStringConvertible {
+    public var description: String
+  }
+
+  public let process: Process
+  /// The server's stdin; closing it stops the server.
+  private let input: FileHandle
+  private let lines = Mutex<[String]>([])
+  private let partial = Mutex<String>("")
+  private let stderrText = Mutex<String>("")
+  private let nextID = Mutex<Int>(0)
+  private let listeningPort = Mutex<Int?>(nil)
+
+  /// Starts the server and waits (at most `startupTimeout` seconds) until it listens.
+  /// - Parameters:
+  ///   - root: the directory `/files/<name>` serves.
+  ///   - verbose: the server logs one line per request to stderr (`errors`).
+  public convenience init(root: String? = nil, verbose: Bool = false, startupTimeout: Double = 20) throws {
+    try self.init(spawning: root, verbose: verbose)
+    let deadline = Date().addingTimeInterval(startupTimeout)
+    while listeningPort.withLock({ $0 }) == nil {
+      try checkStartup(deadline: deadline, timeout: startupTimeout)
+      Thread.sleep(forTimeInterval: 0.005)
+    }
+  }
+
+  /// `init` for async tests: waits with `Task.sleep`, holding none of the test pool's few threads.
+  public static func start(root: String? = nil, verbose: Bool = false, startupTimeout: Double = 20) async throws
+    -> FileServer
+  {
+    let server = try FileServer(spawning: root, verbose: verbose)
+    let deadline = Date().addingTimeInterval(startupTimeout)
+    while server.listeningPort.withLock({ $0 }) == nil {
+      try server.checkStartup(deadline: deadline, timeout: startupTimeout)
+      try await Task.sleep(for: .milliseconds(5))
+    }
+    return server
+  }
+
+  private init(spawning root: String?, verbose: Bool) throws {
+    process = Process()
+    process.executableURL = productsDirectory.appendingPathComponent("gc-file-server")
+    process.arguments = (root.map { ["--root", $0] } ?? []) + (verbose ? ["--verbose"] : [])
+    let stdin = Pipe()
+    let out = Pipe()
+    let err = Pipe()
+    process.standardInput = stdin
+    process.standardOutput = out
+    process.standardError = err
+    input = stdin.fileHandleForWriting
+    out.fileHandleForReading.readabilityHandler = { [weak self] handle in
+      let data = handle.availableData
+      guard let self, !data.isEmpty else { return }
+      self.partial.withLock { buffer in
+        buffer += String(decoding: data, as: UTF8.self)
+        while let newline = buffer.firstIndex(of: "\n") {
+          let line = String(buffer[..<newline])
+          buffer.removeSubrange(...newline)
+          if line.hasPrefix("listening "), let port = Int(line.dropFirst("listening ".count)) {
+            self.listeningPort.withLock { $0 = port }
+          }
+          self.lines.withLock { $0.append(line) }
+        }
+      }
+    }
+    err.fileHandleForReading.readabilityHandler = { [weak self] handle in
+      let data = handle.availableData
+      if let self, !data.isEmpty { self.stderrText.withLock { $0 += String(decoding: data, as: UTF8.self) } }
+    }
+    try spawnLock.withLock { try process.run() }
+    // Only the server may hold the read end: our copy would keep its stdin open after we close the write end.
+    try? stdin.fileHandleForReading.close()
+  }
+
+  private func checkStartup(deadline: Date, timeout: Double) throws {
+    if !process.isRunning {
+      Thread.sleep(forTimeInterval: 0.05)  // let the pipe handlers drain
+      throw Failure(
+        description: "gc-file-server exited (status \(process.terminationStatus)) before listening; stderr: \(errors)")
+    }
+    if Date() > deadline {
+      kill()
+      throw Failure(description: "gc-file-server did not print `listening <port>` within \(timeout) s; stderr: \(errors)")
+    }
+  }
+
+  /// The port on 127.0.0.1 the server listens on.
+  public var port: Int { listeningPort.withLock { $0 } ?? 0 }
+  public var pid: Int32 { process.processIdentifier }
+  /// What the server wrote to stderr so far (its request log with `verbose`).
+  public var errors: String { stderrText.withLock { $0 } }
+
+  /// `http://127.0.0.1:<port>` followed by `pathAndQuery` (which starts with `/`).
+  public func url(_ pathAndQuery: String) -> URL {
+    URL(string: "http://127.0.0.1:\(port)\(pathAndQuery)")!
+  }
+
+  /// The counts per request target (exactly as sent, query included) since start or `resetStats()`.
+  public func stats(timeout: Double = 20) throws -> [String: Stats] {
+    let reply = try command("stats", timeout: timeout)
+    do {
+      return try JSONDecoder().decode([String: Stats].self, from: Data(reply.utf8))
+    } catch {
+      throw Failure(description: "gc-file-server's stats are not the JSON expected (\(error)): \(reply)")
+    }
+  }
+
+  /// The counts of one target (zeros when it was never requested).
+  public func stats(for target: String, timeout: Double = 20) throws -> Stats {
+    try stats(timeout: timeout)[target] ?? Stats()
+  }
+
+  /// Clears the counts and the per-target request numbers that `faults=K` and `etag=rotate` go by.
+  public func resetStats(timeout: Double = 20) throws {
+    _ = try command("reset", timeout: timeout)
+  }
+
+  /// Sends `<verb> <id>` on the server's stdin and returns what follows `<verb> <id> ` in its answer line.
+  private func command(_ verb: String, timeout: Double) throws -> String {
+    let id = nextID.withLock { id in
+      id += 1
+      return id
+    }
+    let prefix = "\(verb) \(id)"
+    do {
+      try input.write(contentsOf: Data("\(prefix)\n".utf8))
+    } catch {
+      throw Failure(description: "cannot send `\(verb)` to gc-file-server (stopped? status \(status.map(String.init) ?? "running")): \(error)")
+    }
+    let deadline = Date().addingTimeInterval(timeout)
+    while Date() < deadline {
+      if let line = lines.withLock({ $0.first { $0 == prefix || $0.hasPrefix(prefix + " ") } }) {
+        return String(line.dropFirst(prefix.count)).trimmingCharacters(in: .whitespaces)
+      }
+      if !process.isRunning { break }
+      Thread.sleep(forTimeInterval: 0.002)
+    }
+    throw Failure(description: "gc-file-server did not answer `\(verb)` within \(timeout) s; stderr: \(errors)")
+  }
+
+  /// The exit status once the server has exited, nil while it runs.
+  public var status: Int32? { process.isRunning ? nil : process.terminationStatus }
+
+  /// Closes the server's stdin and waits for it to exit (SIGKILL after `timeout` s); returns its exit status
+  /// (0 when it stopped as asked).
+  @discardableResult
+  public func stop(timeout: Double = 10) -> Int32 {
+    try? input.close()
+    let deadline = Date().addingTimeInterval(timeout)
+    while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+    if process.isRunning { kill() }
+    process.waitUntilExit()
+    return process.terminationStatus
+  }
+
+  public func kill(_ signal: Int32 = SIGKILL) {
+    if process.isRunning { Glibc.kill(process.processIdentifier, signal) }
+    process.waitUntilExit()
+  }
+
+  deinit {
+    try? input.close()
+    if process.isRunning { Glibc.kill(process.processIdentifier, SIGKILL) }
+  }
+
+  /// The bytes `/gen/<size>?seed=<seed>` serves (its `range`, or all of it), computed here by the same generator
+  /// as the server's.
+  public static func expectedBytes(size: Int, seed: UInt64, range: Range<Int>? = nil) -> [UInt8] {
+    let range = (range ?? 0..<size).clamped(to: 0..<size)
+    var bytes = [UInt8](repeating: 0, count: range.count)
+    bytes.withUnsafeMutableBytes { GeneratedContent.fill($0, seed: seed, from: UInt64(range.lowerBound)) }
+    return bytes
+  }
+}
+
+/// A tool (curl, sh…) started under the test process's spawn lock, its stdout and stderr captured in temp files
+/// (no pipe to drain while it runs).
+public final class ToolRun: Sendable {
+  public let process: Process
+  private let outURL: URL
+  private let errURL: URL
+
+  /// Starts `tool`, an absolute path or a name looked up in /usr/bin and /bin; nil when it is not installed.
+  public init?(_ tool: String, _ arguments: [String]) throws {
+    let candidates = tool.hasPrefix("/") ? [tool] : ["/usr/bin/" + tool, "/bin/" + tool, "/usr/local/bin/" + tool]
+    guard let path = candidates.first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else { return nil }
+    let base = FileManager.default.temporaryDirectory.appendingPathComponent("gc-tool-\(UUID().uuidString)")
+    outURL = base.appendingPathExtension("out")
+    errURL = base.appendingPathExtension("err")
+    FileManager.default.createFile(atPath: outURL.path, contents: nil)
+    FileManager.default.createFile(atPath: errURL.path, contents: nil)
+    process = Process()
+    process.executableURL = URL(fileURLWithPath: path)
+    process.arguments = arguments
+    process.standardInput = FileHandle.nullDevice
+    process.standardOutput = try FileHandle(forWritingTo: outURL)
+    process.standardError = try FileHandle(forWritingTo: errURL)
+    try spawnLock.withLock { try process.run() }
+  }
+
+  public var pid: Int32 { process.processIdentifier }
+  public var output: String { (try? String(contentsOf: outURL, encoding: .utf8)) ?? "" }
+  public var errors: String { (try? String(contentsOf: errURL, encoding: .utf8)) ?? "" }
+
+  /// Waits (polling with `Task.sleep`) for the tool to exit and returns its status; nil, after killing it, when it
+  /// runs longer than `timeout` seconds (a hang detector, not a performance check).
+  public func exit(timeout: Double = 45) async -> Int32? {
+    let deadline = Date().addingTimeInterval(timeout)
+    while process.isRunning && Date() < deadline { try? await Task.sleep(for: .milliseconds(10)) }
+    if process.isRunning {
+      Glibc.kill(process.processIdentifier, SIGKILL)
+      process.waitUntilExit()
+      return nil
+    }
+    return process.terminationStatus
+  }
+
+  deinit {
+    if process.isRunning { Glibc.kill(process.processIdentifier, SIGKILL) }
+    try? FileManager.default.removeItem(at: outURL)
+    try? FileManager.default.removeItem(at: errURL)
+  }
+}
