@@ -205,6 +205,79 @@ import Testing
     #expect(after.status == 0, "the session stayed taken after its holder ended: \(after)")
   }
 
+  // MARK: With the agent and gc-file-server
+
+  @Test func startAndWaitDownloadFromTheServer() async throws {
+    let root = try TestRoot()
+    let server = try await FileServer.start()
+    let size = 300_000
+    let started = try await groupctl(
+      ["start", group, server.url("/gen/\(size)?seed=5").absoluteString, "--to", "Downloads/gen.bin", "--length",
+       "\(size)"], root, environment: [:])
+    #expect(started.status == 0, "\(started)")
+    let id = try #require(started.out.first)
+    let waited = try await groupctl(["wait", group, id, "--timeout", "40"], root, environment: [:])
+    let path = try root.container(group).path + "/Downloads/gen.bin"
+    #expect(waited.status == 0 && waited.out == [path], "\(waited)")
+    let bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: path)))
+    #expect(bytes == FileServer.expectedBytes(size: size, seed: 5), "the file is not the generator's content")
+    let task = try #require(try await groupctl(["list", group, "--json"], root).objects.first)
+    #expect(task["state"] as? String == "completed" && task["error"] == nil)
+    #expect(task["received"] as? Int == size && task["expected"] as? Int == size && task["http_status"] as? Int == 200)
+    // The session's events, as the agent queued them: printed once, then acknowledged.
+    let events = try await groupctl(["events", group, "groupctl"], root)
+    #expect(events.status == 0, "\(events)")
+    #expect(events.objects.map { $0["id"] as? String } == ["\(id).finished", "\(id).completed"], "\(events)")
+    #expect(events.objects.first?["location"] as? String == path)
+    let again = try await groupctl(["events", group, "groupctl"], root)
+    #expect(again.status == 0 && again.out.isEmpty, "\(again)")
+  }
+
+  @Test func waitOnAFailedTaskExitsOneWithTheReason() async throws {
+    let root = try TestRoot()
+    let server = try await FileServer.start()
+    let id = try #require(
+      try await groupctl(["start", group, server.url("/gen/1000?seed=1&status=404").absoluteString], root, environment: [:])
+        .out.first)
+    let waited = try await groupctl(["wait", group, id, "--timeout", "40"], root, environment: [:])
+    #expect(waited.status == 1 && waited.out.isEmpty, "\(waited)")
+    #expect(waited.err.contains("HTTP 404") && waited.err.contains("(HTTP status 404)"), "\(waited)")
+    #expect(!FileManager.default.fileExists(atPath: try root.container(group).path + "/Downloads/1000"))
+  }
+
+  @Test func cancelStopsARunningDownload() async throws {
+    let root = try TestRoot()
+    let server = try await FileServer.start()
+    let target = "/gen/1000000?seed=2&stall=1000"
+    let id = try #require(
+      try await groupctl(["start", group, server.url(target).absoluteString, "--to", "Documents/s.bin"], root,
+        environment: [:]).out.first)
+    // Cancel once the transfer is under way (the server has counted the request).
+    let deadline = Date().addingTimeInterval(30)
+    while (try? server.stats(for: target).requests) ?? 0 == 0, Date() < deadline { try await Task.sleep(for: .milliseconds(50)) }
+    let cancel = try await groupctl(["cancel", group, id], root, environment: [:])
+    #expect(cancel.status == 0, "\(cancel)")
+    let waited = try await groupctl(["wait", group, id, "--timeout", "40"], root, environment: [:])
+    #expect(waited.status == 1 && waited.err.contains("cancelled"), "\(waited)")
+    #expect(!FileManager.default.fileExists(atPath: try root.container(group).path + "/Documents/s.bin"))
+  }
+
+  @Test func watchJSONUntilDoneFollowsARealDownload() async throws {
+    let root = try TestRoot()
+    let server = try await FileServer.start()
+    let size = 400_000
+    let id = try #require(
+      try await groupctl(
+        ["start", group, server.url("/gen/\(size)?seed=3&rate=400000").absoluteString], root, environment: [:]
+      ).out.first)
+    let watch = try await groupctl(["watch", group, "--json", "--until-done"], root, environment: [:])
+    #expect(watch.status == 0, "\(watch)")
+    let mine = watch.objects.filter { $0["id"] as? String == id }
+    #expect(mine.last?["state"] as? String == "completed" && mine.last?["received"] as? Int == size, "\(watch)")
+    let received = mine.compactMap { $0["received"] as? Int }
+    #expect(received == received.sorted(), "progress went backwards: \(received)")
+  }
+
   // MARK: Events and watch, on records as the agent writes them
 
   @Test func eventsPrintsAndAcknowledges() async throws {
