@@ -10,14 +10,14 @@ import Testing
 /// where the test put it; the records an agent would write are written by the test through the store.
 ///
 /// Mutants this suite catches (each made once by hand, seen failing, restored):
-/// - `start` without `relaunch = .none`: groupctl registered as the session's app (startRegistersNoApp).
-/// - `events` without `acknowledge`: a second `events` prints the same events again (eventsPrintsAndAcknowledges).
-/// - `events` ending on the backlog read before the loop only: it prints nothing (eventsPrintsAndAcknowledges).
-/// - `watch --until-done` not seeded with the listing: ends on the first completed task while another runs
+/// - `start` with `relaunch = .currentExecutable(arguments: [])`: groupctl registered as the session's app
+///   (startRegistersNoApp).
+/// - `events` without `acknowledge` after printing: the last event stays queued and `events` never ends
+///   (eventsPrintsAndAcknowledges).
+/// - `watch` not seeded with the listing: `--until-done` ends at once while tasks run
 ///   (watchUntilDoneEndsWhenEveryTaskCompleted).
 /// - `wait` exiting 0 for a failed task (waitOnAFailedTaskExitsOneWithTheReason).
-/// - task id validation removed: a malformed id exits 2 "no task" instead of 64 with the rule (argumentErrors).
-/// - `list --json` writing the state of a pending control as the phase (controlsOfAQueuedTask).
+/// - task id validation skipped: a malformed id exits 2 "no task" instead of 64 with the rule (argumentErrors).
 @Suite(.timeLimit(.minutes(1))) struct GroupctlDownloadsTests {
   let group = "group.com.example.downloads"
   /// No agent: sessions "start" /bin/true, so tasks stay queued.
