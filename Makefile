@@ -14,9 +14,19 @@ deps:
 build: deps
 	$(SWIFT) build
 
+# MALLOC_MMAP_THRESHOLD_: Foundation's Process.run copies the whole 256-byte d_name of each /proc/self/fd entry,
+# reading past the end of glibc's DIR buffer; in a test process with over ~1,360 descriptors the last entry of a
+# full buffer sits at its end, and when the buffer ends at the edge of a thread heap the read faults (crashes seen
+# in whole-suite runs). With the threshold under the buffer's 32 KiB the buffer is mmapped with slack behind it.
+# Two runs: the download suites (which start agents and HTTP servers) in a process of their own. In one process with
+# the rest, agents and servers started late in the run stalled for minutes (not diagnosed yet: see the issue notes).
+TEST_ENV = MALLOC_MMAP_THRESHOLD_=16384
+DOWNLOAD_SUITES = BackgroundDownloadsTests|ExamplesTests
 test: deps
 	$(SWIFT) build --build-tests
-	$(SWIFT) test --skip-build --disable-xctest
+	$(TEST_ENV) $(SWIFT) test --skip-build --disable-xctest --skip 'BackgroundDownloadsTests' --skip 'ExamplesTests'
+	$(TEST_ENV) $(SWIFT) test --skip-build --disable-xctest --filter '$(DOWNLOAD_SUITES)'
+
 
 # Two tmux panes when tmux is there (installed here when we may); otherwise one terminal with prefixes.
 # DEMO_HEADLESS=1 runs the scripted scenario and checks every step.
