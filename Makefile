@@ -5,10 +5,10 @@ SWIFT ?= swift
 
 # libinotifytools (Debian: libinotifytools0-dev) is the one system library the package links.
 deps:
-	@if [ ! -f /usr/include/inotifytools/inotifytools.h ]; then \
-	  echo "installing libinotifytools0-dev"; \
+	@if [ ! -f /usr/include/inotifytools/inotifytools.h ] || ! command -v curl >/dev/null 2>&1; then \
+	  echo "installing libinotifytools0-dev and curl"; \
 	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
-	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libinotifytools0-dev; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libinotifytools0-dev curl; \
 	fi
 
 build: deps
