@@ -214,10 +214,13 @@ package enum DownloadRecordFormat {
 
   // MARK: Task ids and session identifiers
 
-  /// Task ids are 32 lower-case hex digits.
-  package static func isTaskID(_ s: some StringProtocol) -> Bool {
-    s.utf8.count == 32 && s.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }
+  /// Whether `s` is exactly `count` lower-case hex digits (task ids: 32; SHA-256 digests: 64).
+  package static func isLowerHex(_ s: some StringProtocol, count: Int) -> Bool {
+    s.utf8.count == count && s.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }
   }
+
+  /// Task ids are 32 lower-case hex digits.
+  package static func isTaskID(_ s: some StringProtocol) -> Bool { isLowerHex(s, count: 32) }
 
   package static func newTaskID() -> String {
     var generator = SystemRandomNumberGenerator()
@@ -404,7 +407,7 @@ package enum DownloadRecordFormat {
     let taskIdentifier = try f.int64("taskIdentifier")
     guard taskIdentifier <= Int64(Int32.max) else { throw Invalid("'taskIdentifier' out of range") }
     let sha = try f.optionalString("sha256", max: 64)
-    if let sha, !(sha.utf8.count == 64 && sha.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) })) {
+    if let sha, !isLowerHex(sha, count: 64) {
       throw Invalid("'sha256' is not 64 lower-case hex digits")
     }
     let priority = try f.real("priority")

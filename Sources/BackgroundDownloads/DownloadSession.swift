@@ -144,7 +144,7 @@ public final class DownloadSession: Sendable {
     var sha: String?
     if let expectedSHA256 {
       let lower = expectedSHA256.lowercased()
-      guard lower.utf8.count == 64, lower.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) })
+      guard DownloadRecordFormat.isLowerHex(lower, count: 64)
       else { throw .checksumMismatch(expected: expectedSHA256, actual: "(not a SHA-256: give 64 hex digits)") }
       sha = lower
     }

@@ -78,7 +78,7 @@ struct TaskIDArgument: ParsableArguments {
   @Argument(help: "The task id (32 hex digits, as start and list print it).") var taskID: String
 
   func validate() throws {
-    guard taskID.utf8.count == 32, taskID.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) })
+    guard DownloadRecordFormat.isTaskID(taskID)
     else { throw ValidationError("'\(taskID)' is not a task id: task ids are 32 lower-case hex digits") }
   }
 }

@@ -83,17 +83,13 @@ public final class FileServer: Sendable {
     out.fileHandleForReading.readabilityHandler = { [weak self] handle in
       let data = handle.availableData
       guard let self, !data.isEmpty else { return }
-      self.partial.withLock { buffer in
-        buffer += String(decoding: data, as: UTF8.self)
-        while let newline = buffer.firstIndex(of: "\n") {
-          let line = String(buffer[..<newline])
-          buffer.removeSubrange(...newline)
-          if line.hasPrefix("listening "), let port = Int(line.dropFirst("listening ".count)) {
-            self.listeningPort.withLock { $0 = port }
-          }
-          self.lines.withLock { $0.append(line) }
+      let complete = self.partial.withLock { takeLines(data, from: &$0) }
+      for line in complete {
+        if line.hasPrefix("listening "), let port = Int(line.dropFirst("listening ".count)) {
+          self.listeningPort.withLock { $0 = port }
         }
       }
+      self.lines.withLock { $0 += complete }
     }
     err.fileHandleForReading.readabilityHandler = { [weak self] handle in
       let data = handle.availableData

@@ -52,14 +52,8 @@ public final class Child: Sendable {
     out.fileHandleForReading.readabilityHandler = { [weak self] handle in
       let data = handle.availableData
       guard let self, !data.isEmpty else { return }
-      self.partial.withLock { buffer in
-        buffer += String(decoding: data, as: UTF8.self)
-        while let newline = buffer.firstIndex(of: "\n") {
-          let line = String(buffer[..<newline])
-          buffer.removeSubrange(...newline)
-          self.lines.withLock { $0.append(line) }
-        }
-      }
+      let complete = self.partial.withLock { takeLines(data, from: &$0) }
+      self.lines.withLock { $0 += complete }
     }
     err.fileHandleForReading.readabilityHandler = { [weak self] handle in
       let data = handle.availableData
@@ -154,7 +148,9 @@ public final class Child: Sendable {
     process.waitUntilExit()
   }
 
-  deinit { if process.isRunning { Glibc.kill(process.processIdentifier, SIGKILL) } }
+  deinit {
+    if process.isRunning { Glibc.kill(process.processIdentifier, SIGKILL) }
+  }
 }
 
 /// One accessor interval from a helper log: "B <pid> <mode> <ns>" … "E <pid> <mode> <ns>".
@@ -227,6 +223,17 @@ public func runTool(_ tool: String, _ arguments: [String]) throws -> Int32 {
 /// (a bad pointer in memmove) while tests spawned children from several threads at once. Every spawn of the test
 /// process goes through `launch(_:)`.
 let spawnLock = NSLock()
+
+/// Appends `data` to `buffer` and returns the complete lines it now holds (the rest stays in `buffer`).
+func takeLines(_ data: Data, from buffer: inout String) -> [String] {
+  buffer += String(decoding: data, as: UTF8.self)
+  var complete: [String] = []
+  while let newline = buffer.firstIndex(of: "\n") {
+    complete.append(String(buffer[..<newline]))
+    buffer.removeSubrange(...newline)
+  }
+  return complete
+}
 
 /// `process.run()`, one at a time in the test process (see `spawnLock`).
 public func launch(_ process: Process) throws {
