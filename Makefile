@@ -18,13 +18,18 @@ build: deps
 # reading past the end of glibc's DIR buffer; in a test process with over ~1,360 descriptors the last entry of a
 # full buffer sits at its end, and when the buffer ends at the edge of a thread heap the read faults (crashes seen
 # in whole-suite runs). With the threshold under the buffer's 32 KiB the buffer is mmapped with slack behind it.
-# Two runs: the download suites (which start agents and HTTP servers) in a process of their own. In one process with
-# the rest, agents and servers started late in the run stalled for minutes (not diagnosed yet: see the issue notes).
+# Three runs. The download suites (which start agents and HTTP servers) run in a process of their own: in one process
+# with the rest, agents and servers started late in the run stalled for minutes (not diagnosed yet: see the issue
+# notes). The memory-pressure suites run alone too: the whole suite's load makes the system's PSI trigger fire,
+# and a system warning landing in their cgroup scenario broke its expected sequence.
 TEST_ENV = MALLOC_MMAP_THRESHOLD_=16384
 DOWNLOAD_SUITES = BackgroundDownloadsTests|ExamplesTests
+PRESSURE_SUITES = ImageCachePressureTests|MemoryPressureTests
 test: deps
 	$(SWIFT) build --build-tests
-	$(TEST_ENV) $(SWIFT) test --skip-build --disable-xctest --skip 'BackgroundDownloadsTests' --skip 'ExamplesTests'
+	$(TEST_ENV) $(SWIFT) test --skip-build --disable-xctest --skip 'BackgroundDownloadsTests' --skip 'ExamplesTests' \
+	  --skip 'ImageCachePressureTests' --skip 'MemoryPressureTests'
+	$(TEST_ENV) $(SWIFT) test --skip-build --disable-xctest --filter '$(PRESSURE_SUITES)'
 	$(TEST_ENV) $(SWIFT) test --skip-build --disable-xctest --filter '$(DOWNLOAD_SUITES)'
 
 

@@ -109,7 +109,7 @@ package final class DownloadAgent: Sendable {
         idleSince = nil
       } else if let idle = settings.idleTimeout {
         let now = MonotonicClock.nanoseconds()
-        if let since = idleSince, now &- since >= Self.nanoseconds(idle) {
+        if let since = idleSince, now &- since >= idle.nanoseconds {
           // Release first, then look again: a session that saw the lock held relies on this look.
           lock.unlock()
           if !pass() { break }
@@ -179,7 +179,7 @@ package final class DownloadAgent: Sendable {
         if !status.eventsQueued {
           queueEvents(request, &status)
         } else if let finished = status.finished,
-          now - finished > Int64(Self.nanoseconds(settings.retention)),
+          now - finished > Int64(settings.retention.nanoseconds),
           !store.hasQueuedEvents(request.session, task: id)
         {
           store.removeTask(id)
@@ -396,7 +396,7 @@ package final class DownloadAgent: Sendable {
         continue
       }
       let now = MonotonicClock.nanoseconds()
-      let interval = Self.nanoseconds(settings.relaunchInterval)
+      let interval = settings.relaunchInterval.nanoseconds
       let due = state.withLock { s -> Bool? in
         let r = s.relaunches[sid] ?? (0, 0)
         guard r.count < settings.relaunchAttempts else { return nil }
@@ -434,10 +434,6 @@ package final class DownloadAgent: Sendable {
   }
 
   static func wallClock() -> Int64 { Int64(Date().timeIntervalSince1970 * 1e9) }
-
-  static func nanoseconds(_ d: Duration) -> UInt64 {
-    UInt64(max(0, d.components.seconds)) * 1_000_000_000 + UInt64(max(0, d.components.attoseconds) / 1_000_000_000)
-  }
 }
 
 /// Wakes the agent's loop: a ring before the wait is not lost.
@@ -474,7 +470,7 @@ final class Doorbell: Sendable {
         c.resume()
         return
       }
-      let nanoseconds = DownloadAgent.nanoseconds(timeout)
+      let nanoseconds = timeout.nanoseconds
       DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(nanoseconds))) { [weak self] in
         self?.ring()
       }
