@@ -5,6 +5,7 @@
 //                                    status and event files. Custom metrics: the agent's CPU time for it and its peak
 //                                    resident memory (VmHWM) after it, against its resident memory before.
 //   Loopback 1 GiB: curl             curl -s -o FILE URL, same entity, same file system
+//   Loopback 1 GiB: curl, then fsync the same, then fsync(FILE): the durability the agent gives before publishing
 //   200 files of 64 kB: agent        200 tasks at once (6 connections per host, the session default), until the
 //                                    200th completion event; custom metric: finished transfer → event in this
 //                                    process (p50 over the 200, from the task's completion time)
@@ -167,6 +168,22 @@ let benchmarks: @Sendable () -> Void = {
     let file = f.container!.url.appendingPathComponent("Downloads/curl-\(f.counter)").path
     benchmark.startMeasurement()
     try runCurl(["-s", "-o", file, "http://127.0.0.1:\(f.port)/gen/\(gib)?seed=\(f.counter)"])
+    benchmark.stopMeasurement()
+    try? FileManager.default.removeItem(atPath: file)
+  } setup: {
+    try startDownloadFixture()
+  }
+
+  Benchmark("Loopback 1 GiB: curl, then fsync", configuration: bigCurl) { benchmark in
+    // The like-for-like baseline: the agent makes the file durable before it publishes it; curl alone does not.
+    let f = downloadFixture
+    f.counter += 1
+    let file = f.container!.url.appendingPathComponent("Downloads/curl-\(f.counter)").path
+    benchmark.startMeasurement()
+    try runCurl(["-s", "-o", file, "http://127.0.0.1:\(f.port)/gen/\(gib)?seed=\(f.counter)"])
+    guard let handle = FileHandle(forUpdatingAtPath: file) else { throw BenchmarkSetupError("cannot open \(file)") }
+    try handle.synchronize()
+    try handle.close()
     benchmark.stopMeasurement()
     try? FileManager.default.removeItem(atPath: file)
   } setup: {

@@ -18,14 +18,21 @@ extension DownloadSession {
   {
     let store = try DownloadStore(container: container)
     let (stream, continuation) = AsyncStream<DownloadTask>.makeStream(bufferingPolicy: .unbounded)
-    struct Seen { var tasks: [String: String] = [:] }
+    struct Seen {
+      var tasks: [String: String] = [:]
+      /// Completed tasks never change again: their files are not read again.
+      var settled: Set<String> = []
+    }
     let seen = Mutex(Seen())
     let queue = DispatchQueue(label: "GroupContainer.DownloadSession.observe")
     let scan: @Sendable () -> Void = {
-      for task in store.tasks(session: session) {
+      for task in store.tasks(session: session, excluding: seen.withLock { $0.settled }) {
         let key = "\(task.state) \(task.countOfBytesReceived) \(task.countOfBytesExpectedToReceive) \(task.error.map { "\($0)" } ?? "")"
         let changed = seen.withLock { s in
-          defer { s.tasks[task.id] = key }
+          defer {
+            s.tasks[task.id] = key
+            if task.state == .completed { s.settled.insert(task.id) }
+          }
           return s.tasks[task.id] != key
         }
         if changed { continuation.yield(task) }

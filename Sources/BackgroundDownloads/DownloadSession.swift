@@ -72,6 +72,8 @@ public final class DownloadSession: Sendable {
     var backlog: Set<String> = []
     var backlogAnnounced = false
     var lastReceived: [String: Int64] = [:]
+    /// Tasks seen completed: a poll reads no file of theirs again (an event of one reads that task alone).
+    var settled: Set<String> = []
     var nextTaskIdentifier = 1
     var lastAgentLaunch: UInt64 = 0
   }
@@ -110,8 +112,8 @@ public final class DownloadSession: Sendable {
     let store = store
     let sid = identifier
     events = DownloadEvents(acknowledge: { event in
-      guard let id = event.id, let record = Self.record(for: id, in: store, session: sid) else { return }
-      store.acknowledge(record, for: sid)
+      guard let id = event.id else { return }
+      store.acknowledge(eventID: id, for: sid)
     })
     do { try registerRelaunch() } catch {
       Self.logger.error("session '\(identifier)': cannot register the app to relaunch: \(error)")
@@ -195,8 +197,8 @@ public final class DownloadSession: Sendable {
   /// Marks a queued event as handled (removes it from the container): for a loop over ``events`` that stops before
   /// asking for the next event.
   public func acknowledge(_ event: DownloadEvent) {
-    guard let id = event.id, let record = Self.record(for: id, in: store, session: identifier) else { return }
-    store.acknowledge(record, for: identifier)
+    guard let id = event.id else { return }
+    store.acknowledge(eventID: id, for: identifier)
   }
 
   /// Detaches this process from the session, leaving its tasks running (Apple's `finishTasksAndInvalidate` for a
@@ -234,10 +236,6 @@ public final class DownloadSession: Sendable {
     }
   }
 
-  private static func record(for eventID: String, in store: DownloadStore, session: String) -> EventRecord? {
-    store.queuedEvents(session).first { $0.id == eventID }
-  }
-
   private func start() {
     // Every poll runs on the delivery queue: events leave in order, one at a time.
     let queue = delivery
@@ -260,11 +258,15 @@ public final class DownloadSession: Sendable {
   /// delivery queue only.
   private func poll() {
     let queued = store.queuedEvents(identifier)
-    let tasks = store.tasks(session: identifier)
-    let byID = Dictionary(tasks.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+    let tasks = store.tasks(session: identifier, excluding: attachment.withLock { $0.settled })
+    var byID = Dictionary(tasks.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+    for record in queued where byID[record.taskID] == nil {
+      if let task = store.task(record.taskID) { byID[task.id] = task }
+    }
     var out: [(DownloadEvent, EventRecord?)] = []
     let stop = attachment.withLock { a -> Bool in
       guard !a.invalidated else { return true }
+      for task in tasks where task.state == .completed { a.settled.insert(task.id) }
       for task in tasks where task.countOfBytesReceived != a.lastReceived[task.id] {
         let before = a.lastReceived[task.id] ?? 0
         a.lastReceived[task.id] = task.countOfBytesReceived
@@ -311,7 +313,7 @@ public final class DownloadSession: Sendable {
     case .didFinishEvents:
       delegate.urlSessionDidFinishEvents(forBackgroundURLSession: self)
     }
-    if let record { store.acknowledge(record, for: identifier) }
+    if let record { store.acknowledge(eventID: record.id, for: identifier) }
   }
 
   /// `didFinishEvents` once the events queued before the attach are all handled (removed from the container).

@@ -1,6 +1,7 @@
 import FileCoordination
 import Foundation
 import Logging
+import Synchronization
 import SystemLayer
 
 /// The downloads' files in `.coordination/downloads/`, shared by every session, observer and the agent:
@@ -33,6 +34,9 @@ package final class DownloadStore: Sendable {
   package let directoryMode: mode_t
   /// Index 0/1: requests (sequence, listeners); 2/3: updates.
   private let counters: MappedCounters
+  /// Requests already read and checked: written once by their session and never changed, so every later look
+  /// (a session's poll, the agent's pass, an observer's scan, each over every task) costs no file read.
+  private let knownRequests = Mutex<[String: TaskRequest]>([:])
 
   /// Sessions post here after writing a task or a control; the agent listens.
   package var requests: ChangeSignal { ChangeSignal(counters, sequence: 0, listeners: 1) }
@@ -95,7 +99,12 @@ package final class DownloadStore: Sendable {
   }
 
   package func request(_ id: String) -> TaskRequest? {
-    read(Self.taskPath(id, "task"), DownloadRecordFormat.decodeRequest)
+    if let known = knownRequests.withLock({ $0[id] }) { return known }
+    guard let request = read(Self.taskPath(id, "task"), DownloadRecordFormat.decodeRequest), request.id == id else {
+      return nil
+    }
+    knownRequests.withLock { $0[id] = request }
+    return request
   }
 
   package func control(_ id: String) -> TaskControl? {
@@ -108,11 +117,19 @@ package final class DownloadStore: Sendable {
 
   /// The ids of every task in the container (files `<32 hex>.task`).
   package func taskIDs() -> [String] {
-    names(in: Self.tasksDirectory).compactMap { name in
+    let ids = names(in: Self.tasksDirectory).compactMap { name -> String? in
       guard name.hasSuffix(".task") else { return nil }
       let id = name.dropLast(5)
       return DownloadRecordFormat.isTaskID(id) ? String(id) : nil
     }
+    // Forget the requests of tasks that are gone (forgotten by the agent, or the container emptied): a request of a
+    // vanished task is never looked up again, so pruning when there are more than tasks keeps the memory bounded.
+    knownRequests.withLock { known in
+      guard known.count > ids.count else { return }
+      let present = Set(ids)
+      known = known.filter { present.contains($0.key) }
+    }
+    return ids
   }
 
   /// Removes every file of a task (the agent, once its events were handled and its retention passed).
@@ -168,9 +185,14 @@ package final class DownloadStore: Sendable {
     names(in: Self.eventsPath(sid)).contains { $0.contains("-\(id)-") }
   }
 
-  /// Removes a handled event.
-  package func acknowledge(_ event: EventRecord, for sid: String) {
-    try? root.removeFile(Self.eventsPath(sid) + "/" + event.fileName)
+  /// Removes a handled event: every file of the event `id` (`<task id>.<kind>`; a power cut may have queued it twice),
+  /// found by name, without reading any event.
+  package func acknowledge(eventID id: String, for sid: String) {
+    let parts = id.split(separator: ".")
+    guard parts.count == 2 else { return }
+    let suffix = "-\(parts[0])-\(parts[1]).event"
+    let directory = Self.eventsPath(sid)
+    for name in names(in: directory) where name.hasSuffix(suffix) { try? root.removeFile(directory + "/" + name) }
   }
 
   package func register(_ relaunch: RelaunchRecord, for sid: String) throws(DownloadError) {

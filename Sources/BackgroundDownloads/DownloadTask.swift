@@ -116,10 +116,12 @@ extension DownloadStore {
     return DownloadTask(request: request, status: status(id), control: control(id), store: self)
   }
 
-  /// Every task in the container (of one session, or all), oldest first.
-  package func tasks(session: String? = nil) -> [DownloadTask] {
+  /// Every task in the container (of one session, or all), oldest first, but those in `excluding`.
+  package func tasks(session: String? = nil, excluding: Set<String> = []) -> [DownloadTask] {
     taskIDs().compactMap { id -> DownloadTask? in
-      guard let request = request(id), session == nil || request.session == session else { return nil }
+      guard !excluding.contains(id), let request = request(id), session == nil || request.session == session else {
+        return nil
+      }
       return DownloadTask(request: request, status: status(id), control: control(id), store: self)
     }.sorted { ($0.creationDate, $0.taskIdentifier) < ($1.creationDate, $1.taskIdentifier) }
   }

@@ -26,6 +26,10 @@ int gc_futex_wake(uint32_t *word, int count) {
 
 int gc_fallocate(int fd, int64_t offset, int64_t length) { return fallocate(fd, 0, offset, length); }
 
+int gc_start_writeback(int fd, int64_t offset, int64_t length) {
+  return sync_file_range(fd, offset, length, SYNC_FILE_RANGE_WRITE);
+}
+
 int gc_openat_beneath(int dirfd, const char *path, int flags, unsigned int mode) {
 #ifdef SYS_openat2
   struct open_how how;

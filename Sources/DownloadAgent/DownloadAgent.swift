@@ -51,6 +51,10 @@ package final class DownloadAgent: Sendable {
     /// The last finish time given (ns since 1970): unique per task, it orders the events (sequence = 2 × it, + 1).
     var lastFinished: UInt64 = 0
     var shuttingDown = false
+    /// What the files say, read once: requests never change once written, and this agent is the only writer of
+    /// statuses while it holds the lock. A pass over a thousand settled tasks then reads no file.
+    var requests: [String: TaskRequest] = [:]
+    var statuses: [String: TaskStatus] = [:]
   }
 
   let store: DownloadStore
@@ -115,6 +119,11 @@ package final class DownloadAgent: Sendable {
           if !pass() { break }
           guard (try? lock.lock(.exclusive, nonBlocking: true)) == true else { break }
           store.writeHolder(lock)
+          // Another agent may have run while the lock was free: read the files again.
+          state.withLock { s in
+            s.requests = [:]
+            s.statuses = [:]
+          }
           idleSince = nil
         } else if idleSince == nil {
           idleSince = now
@@ -151,9 +160,9 @@ package final class DownloadAgent: Sendable {
     }
     state.withLock { $0.lastFinished = last }
     for id in store.taskIDs() {
-      guard var status = store.status(id), status.phase == .running else { continue }
+      guard var status = self.status(id), status.phase == .running else { continue }
       status.phase = .waiting
-      try? store.write(status, for: id, durable: false)
+      try? record(status, for: id, durable: false)
     }
   }
 
@@ -166,15 +175,17 @@ package final class DownloadAgent: Sendable {
     var busy = false
     var waiting: [(TaskRequest, TaskStatus, Double)] = []
     let now = Self.wallClock()
-    for id in store.taskIDs() {
-      guard let request = store.request(id) else { continue }
+    let ids = store.taskIDs()
+    forgetAllBut(Set(ids))
+    for id in ids {
+      guard let request = self.request(id) else { continue }
       let isRunning = state.withLock { $0.running[id] != nil }
       if isRunning {
         busy = true
-        applyControl(to: id, request: request, running: true)
+        applyControl(store.control(id), to: id, request: request, running: true)
         continue
       }
-      var status = store.status(id) ?? TaskStatus(phase: .waiting, updated: now)
+      var status = self.status(id) ?? TaskStatus(phase: .waiting, updated: now)
       if status.phase.isFinal {
         if !status.eventsQueued {
           queueEvents(request, &status)
@@ -183,14 +194,16 @@ package final class DownloadAgent: Sendable {
           !store.hasQueuedEvents(request.session, task: id)
         {
           store.removeTask(id)
+          forget(id)
         }
         continue
       }
-      status = applyControl(to: id, request: request, running: false) ?? status
+      let control = store.control(id)
+      status = applyControl(control, to: id, request: request, running: false) ?? status
       if status.phase.isFinal { continue }
       busy = true
       if status.phase == .waiting {
-        waiting.append((request, status, store.control(id)?.priority ?? request.priority))
+        waiting.append((request, status, control?.priority ?? request.priority))
       }
     }
     start(waiting)
@@ -201,8 +214,10 @@ package final class DownloadAgent: Sendable {
   /// Applies a control generation not applied yet. For a running task, asks its transfer to stop (its end applies
   /// the rest); otherwise returns the new status (written).
   @discardableResult
-  private func applyControl(to id: String, request: TaskRequest, running: Bool) -> TaskStatus? {
-    guard let control = store.control(id) else { return nil }
+  private func applyControl(_ control: TaskControl?, to id: String, request: TaskRequest, running: Bool)
+    -> TaskStatus?
+  {
+    guard let control else { return nil }
     if running {
       let stop = state.withLock { s -> Task<Void, Never>?? in
         guard var r = s.running[id], control.generation > r.status.appliedControl, r.stopReason == nil else {
@@ -223,7 +238,7 @@ package final class DownloadAgent: Sendable {
       stop??.cancel()
       return nil
     }
-    guard var status = store.status(id) ?? Optional(TaskStatus(phase: .waiting, updated: Self.wallClock())),
+    guard var status = self.status(id) ?? Optional(TaskStatus(phase: .waiting, updated: Self.wallClock())),
       control.generation > status.appliedControl
     else { return nil }
     status.appliedControl = control.generation
@@ -236,7 +251,7 @@ package final class DownloadAgent: Sendable {
       return status
     }
     status.updated = Self.wallClock()
-    do { try store.write(status, for: id, durable: true) } catch {
+    do { try record(status, for: id, durable: true) } catch {
       logger.error("task \(id): cannot write its status: \(error)")
     }
     return status
@@ -263,7 +278,7 @@ package final class DownloadAgent: Sendable {
     var status = status
     status.phase = .running
     status.updated = Self.wallClock()
-    do { try store.write(status, for: request.id, durable: false) } catch {
+    do { try record(status, for: request.id, durable: false) } catch {
       logger.error("task \(request.id): cannot write its status: \(error)")
       return
     }
@@ -299,7 +314,7 @@ package final class DownloadAgent: Sendable {
       return r.status
     }
     guard let status else { return }
-    do { try store.write(status, for: id, durable: false) } catch {
+    do { try record(status, for: id, durable: false) } catch {
       logger.error("task \(id): cannot write its progress: \(error)")
     }
   }
@@ -336,11 +351,48 @@ package final class DownloadAgent: Sendable {
     doorbell.ring()
   }
 
-  private func write(_ status: TaskStatus, _ id: String) {
+  private func write(_ status: TaskStatus, _ id: String, durable: Bool = true) {
     var status = status
     status.updated = Self.wallClock()
-    do { try store.write(status, for: id, durable: true) } catch {
+    do { try record(status, for: id, durable: durable) } catch {
       logger.error("task \(id): cannot write its status: \(error)")
+    }
+  }
+
+  // MARK: What the agent knows
+
+  private func request(_ id: String) -> TaskRequest? {
+    if let known = state.withLock({ $0.requests[id] }) { return known }
+    guard let request = store.request(id) else { return nil }
+    state.withLock { $0.requests[id] = request }
+    return request
+  }
+
+  private func status(_ id: String) -> TaskStatus? {
+    if let known = state.withLock({ $0.statuses[id] }) { return known }
+    guard let status = store.status(id) else { return nil }
+    state.withLock { $0.statuses[id] = status }
+    return status
+  }
+
+  /// Writes a status and remembers it (only once it is written: the memory never runs ahead of the file).
+  private func record(_ status: TaskStatus, for id: String, durable: Bool) throws(DownloadError) {
+    try store.write(status, for: id, durable: durable)
+    state.withLock { $0.statuses[id] = status }
+  }
+
+  private func forget(_ id: String) {
+    state.withLock { s in
+      s.requests[id] = nil
+      s.statuses[id] = nil
+    }
+  }
+
+  /// Tasks whose files are gone (removed, or the container emptied) are forgotten.
+  private func forgetAllBut(_ ids: Set<String>) {
+    state.withLock { s in
+      if s.requests.keys.contains(where: { !ids.contains($0) }) { s.requests = s.requests.filter { ids.contains($0.key) } }
+      if s.statuses.keys.contains(where: { !ids.contains($0) }) { s.statuses = s.statuses.filter { ids.contains($0.key) } }
     }
   }
 
@@ -374,7 +426,9 @@ package final class DownloadAgent: Sendable {
           sequence: base + 1, taskID: request.id, kind: .completed, error: status.error,
           httpStatus: status.httpStatus), for: request.session)
       status.eventsQueued = true
-      write(status, request.id)
+      // Not fsynced (two fsyncs less per task): only a power cut can lose this mark, and then the next agent queues
+      // the same event names again — delivered twice at worst, which the spec allows (at least once, with ids).
+      write(status, request.id, durable: false)
     } catch {
       logger.error("task \(request.id): cannot queue its events (the next pass tries again): \(error)")
     }

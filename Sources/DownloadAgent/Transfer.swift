@@ -16,10 +16,16 @@ package struct TransferPolicy: Sendable {
   /// No body byte for this long is a stall (a watchdog, not only AsyncHTTPClient's read timeout).
   package var stallTimeout: Duration = .seconds(30)
   package var connectTimeout: Duration = .seconds(15)
-  /// fsync the partial and report a checkpoint at least this often...
-  package var checkpointBytes: Int64 = 8 << 20
-  /// ...or this often, whichever comes first.
+  /// A checkpoint (an fdatasync of the partial, then a report whose `durableBytes` a reboot may trust) is taken
+  /// when this many bytes arrived since the last one...
+  package var checkpointBytes: Int64 = 64 << 20
+  /// ...or this long after it, whichever comes first. It runs on a thread of its own, one at a time, while the
+  /// body goes on streaming: a kill loses nothing by it (the partial's bytes are trusted up to the last report),
+  /// only a power cut falls back to it.
   package var checkpointInterval: Duration = .seconds(2)
+  /// Every this many bytes the kernel is asked to start writing them out (`SystemFD.startWriteback`), so that
+  /// checkpoints and the publisher's fsync find little left to write.
+  package var writebackBytes: Int64 = 8 << 20
   package var progressInterval: Duration = .milliseconds(250)
   /// The first wait after a failed attempt (added to the brief's fields so tests need not wait 0.5 s per retry).
   package var initialBackoff: Duration = .milliseconds(500)
@@ -367,7 +373,7 @@ package final class TransferEngine: Sendable {
       task.cancel()
     }
     watchdog.cancel()
-    let s = delegate.finish()
+    let s = await delegate.finish()
     run.state = s.resume
     run.hasher = s.hasher
     run.hashedUpTo = s.hashedUpTo

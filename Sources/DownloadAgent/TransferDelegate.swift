@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import BackgroundDownloads
 import Crypto
+import Dispatch
 import NIOCore
 import NIOHTTP1
 import Synchronization
@@ -13,6 +14,11 @@ import SystemLayer
 /// final path, without truncating and without ranges. This one writes each body part synchronously before its
 /// future completes, so AsyncHTTPClient reads no more from the socket while the disk is behind (backpressure:
 /// memory never grows with the file), and the byte count in `state` is always exactly what the file holds.
+///
+/// Durability never stalls the socket: every `writebackBytes` the kernel is asked to start writing (a hint that
+/// returns at once), and checkpoints (`fdatasync`) run on a queue of their own, one at a time; a checkpoint makes
+/// durable what was written before it started. `finish()` waits for the one in flight, so the engine never
+/// truncates, closes or renames the file under it.
 final class TransferDelegate: HTTPClientResponseDelegate {
   typealias Response = Void
 
@@ -30,7 +36,11 @@ final class TransferDelegate: HTTPClientResponseDelegate {
     var writeError: FileSystemError?
     /// Set by `finish()`: later body parts (a race with cancellation) are not written.
     var closed = false
+    /// When the last checkpoint started, and whether one runs now.
     var lastSync: UInt64
+    var syncing = false
+    /// Writeback was asked for the bytes before this offset.
+    var writebackFrom: Int64
     var lastProgress: UInt64
     /// The byte count of the last report: bytes after it are reported by `flushProgress` once arrivals stop.
     var reportedBytes: Int64 = -1
@@ -45,6 +55,9 @@ final class TransferDelegate: HTTPClientResponseDelegate {
   private let state: Mutex<State>
   /// When the last byte (or the attempt's start) was seen, in NIO uptime nanoseconds: the stall watchdog reads it.
   let lastActivity: Atomic<UInt64>
+  /// The checkpoint in flight, if any: `finish()` waits on it.
+  private let checkpoints = DispatchGroup()
+  private static let checkpointQueue = DispatchQueue(label: "GroupContainer.DownloadAgent.checkpoints", attributes: .concurrent)
 
   init(
     file: SystemFD, requestedFrom: Int64, resume: ResumeState, hasher: StreamHash?, hashedUpTo: Int64, wantsHash: Bool,
@@ -59,7 +72,8 @@ final class TransferDelegate: HTTPClientResponseDelegate {
     let now = Self.now()
     state = Mutex(
       State(
-        resume: resume, hasher: hasher, hashedUpTo: hashedUpTo, lastSync: now, lastProgress: now))
+        resume: resume, hasher: hasher, hashedUpTo: hashedUpTo, lastSync: now, writebackFrom: resume.receivedBytes,
+        lastProgress: now))
     lastActivity = Atomic(now)
   }
 
@@ -81,10 +95,12 @@ final class TransferDelegate: HTTPClientResponseDelegate {
           // Bytes past `from` (a kill between a write and its report) are not the entity's: drop them.
           try file.truncate(to: from)
           s.resume = next
+          s.writebackFrom = from
           if s.hashedUpTo != from { s.hasher = nil }
         case .replace(let next):
           try file.truncate(to: 0)
           s.resume = next
+          s.writebackFrom = 0
           s.hasher = wantsHash ? StreamHash() : nil
           s.hashedUpTo = 0
         case .complete, .restart, .httpError:
@@ -119,15 +135,20 @@ final class TransferDelegate: HTTPClientResponseDelegate {
           s.hashedUpTo += Int64(buffer.readableBytes)
         }
         s.resume.receivedBytes += Int64(buffer.readableBytes)
-        let sinceSync = s.resume.receivedBytes - s.resume.durableBytes
-        if sinceSync >= policy.checkpointBytes || now &- s.lastSync >= policy.checkpointInterval.nanoseconds {
-          // A checkpoint: what is fsynced survives a reboot (ResumeState.durableBytes).
-          try file.dataSync()
-          s.resume.durableBytes = s.resume.receivedBytes
+        if s.resume.receivedBytes - s.writebackFrom >= policy.writebackBytes {
+          // Only a hint: a refusal changes nothing that the checkpoint's and the publisher's fsync do not do.
+          try? file.startWriteback(offset: s.writebackFrom, length: s.resume.receivedBytes - s.writebackFrom)
+          s.writebackFrom = s.resume.receivedBytes
+        }
+        if !s.syncing,
+          s.resume.receivedBytes - s.resume.durableBytes >= policy.checkpointBytes
+            || now &- s.lastSync >= policy.checkpointInterval.nanoseconds
+        {
+          s.syncing = true
           s.lastSync = now
-          s.lastProgress = now
-          s.reportedBytes = s.resume.receivedBytes
-          return (true, (s.resume, s.httpStatus))
+          let upTo = s.resume.receivedBytes
+          checkpoints.enter()
+          Self.checkpointQueue.async { self.checkpoint(upTo: upTo) }
         }
         if now &- s.lastProgress >= policy.progressInterval.nanoseconds {
           s.lastProgress = now
@@ -142,6 +163,27 @@ final class TransferDelegate: HTTPClientResponseDelegate {
     }
     if let report = outcome.report { progress(report.0, attempts, report.1) }
     return outcome.ok ? task.eventLoop.makeSucceededVoidFuture() : task.eventLoop.makeFailedFuture(Stop())
+  }
+
+  /// A checkpoint, off the event loop: fsyncs the partial; the `upTo` bytes written before it started survive a
+  /// reboot (ResumeState.durableBytes), and a report says so. A failed fsync fails the attempt like a failed write.
+  private func checkpoint(upTo: Int64) {
+    defer { checkpoints.leave() }
+    var failure: FileSystemError?
+    do throws(FileSystemError) { try file.dataSync() } catch { failure = error }
+    let report: (ResumeState, Int?)? = state.withLock { s in
+      s.syncing = false
+      if let failure {
+        if s.writeError == nil { s.writeError = failure }
+        return nil
+      }
+      s.resume.durableBytes = max(s.resume.durableBytes, upTo)
+      guard !s.closed else { return nil }
+      s.lastProgress = Self.now()
+      s.reportedBytes = s.resume.receivedBytes
+      return (s.resume, s.httpStatus)
+    }
+    if let report { progress(report.0, attempts, report.1) }
   }
 
   /// Reports bytes that arrived after the last report once arrivals stop (a server pausing mid-body): reports come
@@ -163,12 +205,14 @@ final class TransferDelegate: HTTPClientResponseDelegate {
 
   func didFinishRequest(task: HTTPClient.Task<Void>) throws {}
 
-  /// Closes the attempt and returns what it learnt; body parts arriving later are dropped.
-  func finish() -> State {
-    state.withLock { s in
-      s.closed = true
-      return s
+  /// Closes the attempt and returns what it learnt, once the checkpoint in flight (if any) is over; body parts
+  /// arriving later are dropped.
+  func finish() async -> State {
+    state.withLock { $0.closed = true }
+    await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+      checkpoints.notify(queue: Self.checkpointQueue) { done.resume() }
     }
+    return state.withLock { $0 }
   }
 }
 

@@ -1,3 +1,4 @@
+import CSystemShims
 import Glibc
 import SystemPackage
 
@@ -20,6 +21,14 @@ extension SystemFD {
   package func dataSync() throws(FileSystemError) {
     _ = try valueOrErrno { Glibc.fdatasync(rawValue) }.get("fdatasync", path)
     SyscallRecorder.record(.fsync, path)
+  }
+
+  /// Asks the kernel to start writing `length` bytes from `offset` to the device, without waiting: a download
+  /// streaming at disk speed would otherwise leave all of its pages dirty for the checkpoint's or the publisher's
+  /// fsync to write at once (on this machine: 1 GiB fsynced at the end took 1.6 s more than the writes). A hint,
+  /// nothing is durable by it. The corresponding C function is `sync_file_range` with `SYNC_FILE_RANGE_WRITE`.
+  package func startWriteback(offset: Int64, length: Int64) throws(FileSystemError) {
+    _ = try valueOrErrno { gc_start_writeback(rawValue, offset, length) }.get("sync_file_range", path)
   }
 
   /// Copies this file's first `length` bytes to the start of `target` (a file opened for writing) through a

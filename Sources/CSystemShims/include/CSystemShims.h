@@ -16,6 +16,10 @@ int gc_futex_wake(uint32_t *word, int count);
 // through a mapping) and extends the file size.
 int gc_fallocate(int fd, int64_t offset, int64_t length);
 
+// sync_file_range(2) with SYNC_FILE_RANGE_WRITE: starts writing the range's dirty pages to the device and returns
+// without waiting for them (a hint: it makes nothing durable, it only lets a later fdatasync find less to do).
+int gc_start_writeback(int fd, int64_t offset, int64_t length);
+
 // openat2(2) with RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS: resolves `path` without ever leaving `dirfd` (a `..` or
 // an absolute symlink that would leave fails with EXDEV). -1 with errno ENOSYS on kernels before 5.6.
 int gc_openat_beneath(int dirfd, const char *path, int flags, unsigned int mode);
