@@ -25,6 +25,7 @@ import DownloadAgent
 /// - the partial trusted after a reboot as in the same boot: `rebootTrustsOnlyDurableBytes`;
 /// - a stop without fsync (durableBytes stale): `cancellationStopsWithAnExactStateThenResumes`;
 /// - the streamed hash used after a resume (`hashedUpTo` not compared): `sha256AfterResumeIsComputedFromTheFile`;
+/// - no checkpoint during the body (only the final fsync): `checkpointsMakeBytesDurableWhileTheBodyStreams`;
 /// - the body kept in memory (each ByteBuffer retained): `residentMemoryDoesNotGrowWithTheFile` (for 512 MiB:
 ///   519 MiB growth instead of 6).
 @Suite(.timeLimit(.minutes(1)))
@@ -342,6 +343,32 @@ struct TransferTests {
     try env.root.removeFile("Downloads/big.bin")
     try await env.close()
     _ = disk
+  }
+
+  /// Checkpoints run beside the body (on their own queue): durable bytes advance while it streams, and a report
+  /// never calls durable more than was written before the fsync began.
+  @Test func checkpointsMakeBytesDurableWhileTheBodyStreams() async throws {
+    var policy = TransferEnvironment.testPolicy
+    policy.checkpointBytes = 1 << 40  // by time only
+    policy.checkpointInterval = .milliseconds(50)
+    let env = try await TransferEnvironment(policy: policy)
+    let size = 2_000_000
+    let reports = Mutex<[ResumeState]>([])
+    let outcome = await env.run(url: "/gen/\(size)?seed=31&rate=4000000", destination: "Downloads/checkpoints.bin") {
+      state, _, _ in reports.withLock { $0.append(state) }
+    }
+    guard case .published(let state, _) = outcome else {
+      Issue.record("expected published, got \(outcome)")
+      return
+    }
+    #expect(state.durableBytes == Int64(size))
+    let seen = reports.withLock { $0 }
+    #expect(seen.allSatisfy { $0.durableBytes <= $0.receivedBytes }, "durable beyond received: \(seen)")
+    #expect(
+      seen.contains { $0.durableBytes > 0 && $0.durableBytes < Int64(size) },
+      "no checkpoint while the body streamed (\(seen.count) reports)")
+    #expect(try env.holds("Downloads/checkpoints.bin", FileServer.expectedBytes(size: size, seed: 31)))
+    try await env.close()
   }
 
   @Test func unsupportedSchemeIsRefused() async throws {
