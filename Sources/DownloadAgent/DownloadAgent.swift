@@ -51,10 +51,13 @@ package final class DownloadAgent: Sendable {
     /// The last finish time given (ns since 1970): unique per task, it orders the events (sequence = 2 × it, + 1).
     var lastFinished: UInt64 = 0
     var shuttingDown = false
-    /// What the files say, read once: requests never change once written, and this agent is the only writer of
-    /// statuses while it holds the lock. A pass over a thousand settled tasks then reads no file.
-    var requests: [String: TaskRequest] = [:]
-    var statuses: [String: TaskStatus] = [:]
+    /// Statuses as written (nil: none yet), read once: this agent is their only writer while it holds the lock.
+    var statuses: [String: TaskStatus?] = [:]
+    /// Controls as last read (nil: none), and the request signal's sequence then: sessions post after writing a
+    /// control, so while the sequence stays the same no control changed.
+    var controls: [String: TaskControl?] = [:]
+    var controlsSequence: UInt32?
+    var controlsRead: UInt64 = 0
   }
 
   let store: DownloadStore
@@ -121,8 +124,8 @@ package final class DownloadAgent: Sendable {
           store.writeHolder(lock)
           // Another agent may have run while the lock was free: read the files again.
           state.withLock { s in
-            s.requests = [:]
             s.statuses = [:]
+            s.controls = [:]
           }
           idleSince = nil
         } else if idleSince == nil {
@@ -175,14 +178,15 @@ package final class DownloadAgent: Sendable {
     var busy = false
     var waiting: [(TaskRequest, TaskStatus, Double)] = []
     let now = Self.wallClock()
+    let fresh = controlsMayHaveChanged()
     let ids = store.taskIDs()
     forgetAllBut(Set(ids))
     for id in ids {
-      guard let request = self.request(id) else { continue }
+      guard let request = store.request(id) else { continue }
       let isRunning = state.withLock { $0.running[id] != nil }
       if isRunning {
         busy = true
-        applyControl(store.control(id), to: id, request: request, running: true)
+        applyControl(control(id, fresh: fresh), to: id, request: request, running: true)
         continue
       }
       var status = self.status(id) ?? TaskStatus(phase: .waiting, updated: now)
@@ -198,7 +202,7 @@ package final class DownloadAgent: Sendable {
         }
         continue
       }
-      let control = store.control(id)
+      let control = control(id, fresh: fresh)
       status = applyControl(control, to: id, request: request, running: false) ?? status
       if status.phase.isFinal { continue }
       busy = true
@@ -361,38 +365,55 @@ package final class DownloadAgent: Sendable {
 
   // MARK: What the agent knows
 
-  private func request(_ id: String) -> TaskRequest? {
-    if let known = state.withLock({ $0.requests[id] }) { return known }
-    guard let request = store.request(id) else { return nil }
-    state.withLock { $0.requests[id] = request }
-    return request
-  }
+  // (Requests are remembered by the store: written once, never changed.) A pass over a thousand settled tasks
+  // reads no file, and one over waiting tasks reads their controls only when sessions may have changed one.
 
   private func status(_ id: String) -> TaskStatus? {
     if let known = state.withLock({ $0.statuses[id] }) { return known }
-    guard let status = store.status(id) else { return nil }
-    state.withLock { $0.statuses[id] = status }
+    let status = store.status(id)
+    state.withLock { $0.statuses[id] = .some(status) }
     return status
   }
 
   /// Writes a status and remembers it (only once it is written: the memory never runs ahead of the file).
   private func record(_ status: TaskStatus, for id: String, durable: Bool) throws(DownloadError) {
     try store.write(status, for: id, durable: durable)
-    state.withLock { $0.statuses[id] = status }
+    state.withLock { $0.statuses[id] = .some(status) }
+  }
+
+  private func control(_ id: String, fresh: Bool) -> TaskControl? {
+    if !fresh, let known = state.withLock({ $0.controls[id] }) { return known }
+    let control = store.control(id)
+    state.withLock { $0.controls[id] = .some(control) }
+    return control
+  }
+
+  /// Whether controls must be read again in this pass: sessions posted a request since the last read (read before
+  /// the controls, so a post after it is seen by the next pass), or 2 s passed (a post made while the signal file
+  /// was being created reaches no one).
+  private func controlsMayHaveChanged() -> Bool {
+    let sequence = store.requests.sequenceValue
+    let now = MonotonicClock.nanoseconds()
+    return state.withLock { s in
+      guard s.controlsSequence != sequence || now &- s.controlsRead >= 2_000_000_000 else { return false }
+      s.controlsSequence = sequence
+      s.controlsRead = now
+      return true
+    }
   }
 
   private func forget(_ id: String) {
     state.withLock { s in
-      s.requests[id] = nil
       s.statuses[id] = nil
+      s.controls[id] = nil
     }
   }
 
   /// Tasks whose files are gone (removed, or the container emptied) are forgotten.
   private func forgetAllBut(_ ids: Set<String>) {
     state.withLock { s in
-      if s.requests.keys.contains(where: { !ids.contains($0) }) { s.requests = s.requests.filter { ids.contains($0.key) } }
-      if s.statuses.keys.contains(where: { !ids.contains($0) }) { s.statuses = s.statuses.filter { ids.contains($0.key) } }
+      if s.statuses.count > ids.count { s.statuses = s.statuses.filter { ids.contains($0.key) } }
+      if s.controls.count > ids.count { s.controls = s.controls.filter { ids.contains($0.key) } }
     }
   }
 
