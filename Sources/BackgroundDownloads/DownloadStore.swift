@@ -71,13 +71,34 @@ package final class DownloadStore: Sendable {
 
   package static func taskPath(_ id: String, _ suffix: String) -> String { "\(tasksDirectory)/\(id).\(suffix)" }
 
-  /// Writes a new task's request (durably: an acknowledged task survives power loss) and wakes the agent.
+  /// Writes a new task's request and wakes the agent. The request survives this process's death at once, and a
+  /// power cut once the agent has looked (`makeDurable`: one directory fsync for all the tasks new since its last
+  /// look), so creating a task costs the app no fsync: 200 at once are 400 fsyncs fewer on its side.
   package func create(_ request: TaskRequest) throws(DownloadError) {
     let bytes = DownloadRecordFormat.encode(request)
     try Self.system { () throws(FileSystemError) in
-      try root.replaceFile(Self.taskPath(request.id, "task"), with: bytes, mode: fileMode, durability: .powerLoss)
+      try root.replaceFile(Self.taskPath(request.id, "task"), with: bytes, mode: fileMode, durability: .processCrash)
     }
     requests.post()
+  }
+
+  /// Makes the requests of `ids` survive a power cut: each file fsynced, then the tasks directory once.
+  package func makeDurable(_ ids: [String]) throws(DownloadError) {
+    guard !ids.isEmpty else { return }
+    try Self.system { () throws(FileSystemError) in
+      let directory = try root.openDirectory(Self.tasksDirectory)
+      defer { directory.close() }
+      for id in ids {
+        let file: SystemFD
+        do throws(FileSystemError) { file = try directory.open("\(id).task", .readOnly) } catch {
+          if error.errno == .noSuchFileOrDirectory { continue }  // forgotten meanwhile
+          throw error
+        }
+        defer { file.close() }
+        try file.sync()
+      }
+      try directory.sync()
+    }
   }
 
   package func write(_ control: TaskControl, for id: String) throws(DownloadError) {
@@ -153,13 +174,19 @@ package final class DownloadStore: Sendable {
     }
   }
 
-  /// Queues an event for a session, durably (the agent writes it once the task's outcome is durable).
-  package func queue(_ event: EventRecord, for sid: String) throws(DownloadError) {
+  /// Queues events for a session, durably: each file fsynced, then the events directory once (the agent writes
+  /// them once the task's outcome is durable).
+  package func queue(_ events: [EventRecord], for sid: String) throws(DownloadError) {
     try makeSessionDirectories(sid)
-    let bytes = DownloadRecordFormat.encode(event)
     try Self.system { () throws(FileSystemError) in
-      try root.replaceFile(
-        Self.eventsPath(sid) + "/" + event.fileName, with: bytes, mode: fileMode, durability: .powerLoss)
+      let directory = try root.openDirectory(Self.eventsPath(sid))
+      defer { directory.close() }
+      for event in events {
+        try AtomicReplace.write(
+          DownloadRecordFormat.encode(event), in: directory, name: event.fileName, mode: fileMode,
+          durability: .powerLossOnceDirectorySynced)
+      }
+      try directory.sync()
     }
   }
 

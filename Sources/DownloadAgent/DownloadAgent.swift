@@ -58,6 +58,8 @@ package final class DownloadAgent: Sendable {
     var controls: [String: TaskControl?] = [:]
     var controlsSequence: UInt32?
     var controlsRead: UInt64 = 0
+    /// Unfinished tasks whose request this agent fsynced (sessions do not: `DownloadStore.create`).
+    var durableRequests: Set<String> = []
   }
 
   let store: DownloadStore
@@ -177,6 +179,7 @@ package final class DownloadAgent: Sendable {
   private func pass() -> Bool {
     var busy = false
     var waiting: [(TaskRequest, TaskStatus, Double)] = []
+    var unsynced: [String] = []
     let now = Self.wallClock()
     let fresh = controlsMayHaveChanged()
     let ids = store.taskIDs()
@@ -206,9 +209,15 @@ package final class DownloadAgent: Sendable {
       status = applyControl(control, to: id, request: request, running: false) ?? status
       if status.phase.isFinal { continue }
       busy = true
+      if state.withLock({ $0.durableRequests.insert(id).inserted }) { unsynced.append(id) }
       if status.phase == .waiting {
         waiting.append((request, status, control?.priority ?? request.priority))
       }
+    }
+    // Group commit of the requests new since the last pass: a session's `download()` made them survive a kill only.
+    do { try store.makeDurable(unsynced) } catch {
+      logger.error("cannot fsync new task requests (a power cut may lose them): \(error)")
+      state.withLock { s in for id in unsynced { s.durableRequests.remove(id) } }
     }
     start(waiting)
     if relaunchSessions() { busy = true }
@@ -414,6 +423,7 @@ package final class DownloadAgent: Sendable {
     state.withLock { s in
       if s.statuses.count > ids.count { s.statuses = s.statuses.filter { ids.contains($0.key) } }
       if s.controls.count > ids.count { s.controls = s.controls.filter { ids.contains($0.key) } }
+      if s.durableRequests.count > ids.count { s.durableRequests = s.durableRequests.filter { ids.contains($0) } }
     }
   }
 
@@ -435,17 +445,18 @@ package final class DownloadAgent: Sendable {
 
   private func queueEvents(_ request: TaskRequest, _ status: inout TaskStatus) {
     let base = UInt64(max(0, status.finished ?? Self.wallClock())) &* 2
-    do {
-      if status.phase == .completed {
-        try store.queue(
-          EventRecord(
-            sequence: base, taskID: request.id, kind: .finished, location: request.destination,
-            httpStatus: status.httpStatus), for: request.session)
-      }
-      try store.queue(
+    var events: [EventRecord] = []
+    if status.phase == .completed {
+      events.append(
         EventRecord(
-          sequence: base + 1, taskID: request.id, kind: .completed, error: status.error,
-          httpStatus: status.httpStatus), for: request.session)
+          sequence: base, taskID: request.id, kind: .finished, location: request.destination,
+          httpStatus: status.httpStatus))
+    }
+    events.append(
+      EventRecord(
+        sequence: base + 1, taskID: request.id, kind: .completed, error: status.error, httpStatus: status.httpStatus))
+    do {
+      try store.queue(events, for: request.session)
       status.eventsQueued = true
       // Not fsynced (two fsyncs less per task): only a power cut can lose this mark, and then the next agent queues
       // the same event names again — delivered twice at worst, which the spec allows (at least once, with ids).

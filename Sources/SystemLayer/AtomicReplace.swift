@@ -16,6 +16,9 @@ package enum AtomicReplace {
     case processCrash
     /// Also survives power loss: fsync of the file and of its directory.
     case powerLoss
+    /// Survives power loss once the caller has fsynced the directory: the file is fsynced here, the directory is
+    /// not, so several replaces in one directory share one directory fsync (the caller's, after the last).
+    case powerLossOnceDirectorySynced
   }
 
   /// Temp files start with this prefix, so scanners can skip and sweep them.
@@ -45,7 +48,7 @@ package enum AtomicReplace {
     do {
       defer { temp.fd.close() }
       for part in 0..<parts { try writePart(temp.fd, part) }
-      if durability == .powerLoss { try temp.fd.sync() }
+      if durability != .processCrash { try temp.fd.sync() }
     } catch {
       try? directory.removeFile(temp.name)
       throw error

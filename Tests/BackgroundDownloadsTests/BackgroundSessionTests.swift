@@ -124,7 +124,7 @@ struct BackgroundSessionTests {
     #expect(store.relaunch("s")?.owner == 65534)
     // An event waits, nobody is attached: an agent would relaunch, but not this registration.
     let id = DownloadRecordFormat.newTaskID()
-    try store.queue(EventRecord(sequence: 2, taskID: id, kind: .completed, error: .cancelled), for: "s")
+    try store.queue([EventRecord(sequence: 2, taskID: id, kind: .completed, error: .cancelled)], for: "s")
     let agent = try Child(
       ["--identifier", container.identifier, "--root", root.path, "--idle", "1.5"], executable: "gc-download-agent")
     #expect(await agent.exit(timeout: 30) == 0)

@@ -62,10 +62,12 @@ import Testing
     for (offset, kind) in events.enumerated() {
       let error: DownloadError? = status?.error
       try store.queue(
-        EventRecord(
-          sequence: sequence * 10 + UInt64(offset), taskID: id, kind: kind,
-          location: kind == .finished ? "Downloads/\(name)" : nil, error: kind == .completed ? error : nil,
-          httpStatus: status?.httpStatus), for: session)
+        [
+          EventRecord(
+            sequence: sequence * 10 + UInt64(offset), taskID: id, kind: kind,
+            location: kind == .finished ? "Downloads/\(name)" : nil, error: kind == .completed ? error : nil,
+            httpStatus: status?.httpStatus)
+        ], for: session)
     }
     return id
   }
