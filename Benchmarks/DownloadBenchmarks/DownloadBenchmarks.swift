@@ -9,6 +9,8 @@
 //   200 files of 64 kB: agent        200 tasks at once (6 connections per host, the session default), until the
 //                                    200th completion event; custom metric: finished transfer → event in this
 //                                    process (p50 over the 200, from the task's completion time)
+//   1 file of 1 kB: agent            one task alone, until its completion event; custom metric: finished transfer → event
+//                                    in this process (from the task's completion time)
 //   200 files of 64 kB: curl         curl --parallel --parallel-max 6 with the same 200 URLs
 //
 // The server generates its bodies (no disk read on its side); every byte is written by the client.
@@ -131,6 +133,9 @@ let benchmarks: @Sendable () -> Void = {
   let small = Benchmark.Configuration(
     metrics: [.wallClock, .custom("finish → event p50 (µs)", useScalingFactor: false)], timeUnits: .milliseconds,
     warmupIterations: 1, maxDuration: .seconds(60), maxIterations: 5)
+  let one = Benchmark.Configuration(
+    metrics: [.wallClock, .custom("finish → event (µs)", useScalingFactor: false)], timeUnits: .milliseconds,
+    warmupIterations: 2, maxDuration: .seconds(30), maxIterations: 20)
   let smallCurl = Benchmark.Configuration(
     metrics: [.wallClock], timeUnits: .milliseconds, warmupIterations: 1, maxDuration: .seconds(60), maxIterations: 5)
 
@@ -214,6 +219,23 @@ let benchmarks: @Sendable () -> Void = {
       benchmark.measurement(.custom("finish → event p50 (µs)", useScalingFactor: false), latencies[latencies.count / 2])
     }
     try? FileManager.default.removeItem(at: f.container!.url.appendingPathComponent("Downloads/small-\(round)"))
+  } setup: {
+    try startDownloadFixture()
+  }
+
+  Benchmark("1 file of 1 kB: agent", configuration: one) { benchmark in
+    let f = downloadFixture
+    let session = f.session!
+    f.counter += 1
+    benchmark.startMeasurement()
+    let task = try session.download(
+      from: URL(string: "http://127.0.0.1:\(f.port)/gen/1024?seed=\(f.counter)")!, to: "Downloads/one-\(f.counter)")
+    let arrived = try await awaitCompletions([task.id], in: session)
+    benchmark.stopMeasurement()
+    if let done = try task.refreshed().completionDate, let seen = arrived[task.id] {
+      benchmark.measurement(.custom("finish → event (µs)", useScalingFactor: false), Int(seen.timeIntervalSince(done) * 1e6))
+    }
+    try? FileManager.default.removeItem(at: f.container!.url.appendingPathComponent("Downloads/one-\(f.counter)"))
   } setup: {
     try startDownloadFixture()
   }

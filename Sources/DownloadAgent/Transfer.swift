@@ -264,7 +264,9 @@ package final class TransferEngine: Sendable {
     do throws(FileSystemError) {
       let st = try file.status()
       guard st.kind == .regular else { throw FileSystemError("open (not a regular file)", file.path, .invalidArgument) }
-      try file.setPermissions(mode)
+      // In a group container the partial may be another member's (an agent run by another user): fchmod would be
+      // refused there, and its creator already gave it the mode.
+      if st.mode & 0o7777 != mode { try file.setPermissions(mode) }
       var state = resume
       let boot = BootIdentity.current
       let sameBoot = boot != nil && resume.bootID == boot
