@@ -305,7 +305,8 @@ package final class DownloadAgent: Sendable {
       let outcome = await engine.run(request, resume: status.resume, partial: partial) { resume, attempts, http in
         self.progress(request.id, resume, attempts, http)
       }
-      self.finish(request, outcome)
+      // The final status and the events are fsynced: off the cooperative pool.
+      await offload { self.finish(request, outcome) }
     }
     let stopAlready = state.withLock { s -> Bool in
       guard var r = s.running[request.id] else { return false }

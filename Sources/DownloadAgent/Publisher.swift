@@ -30,7 +30,11 @@ package enum Publisher {
     guard let parent = item.parent else {
       throw .invalidDestination(destination, rule: "it names the container itself; name a file inside it")
     }
-    do { try file.sync() } catch { throw classify(error, destination: destination, root: root) }
+    // The fsyncs run off the cooperative pool (`offload`): a download agent finishing many files at once would
+    // otherwise stop on them, one or two at a time.
+    do { try await offload { () throws(FileSystemError) in try file.sync() } } catch {
+      throw classify(error, destination: destination, root: root)
+    }
 
     let url = container.url.appendingPathComponent(item.string)
     let intent = FileAccessIntent.writingIntent(with: url, options: .forReplacing)
@@ -38,9 +42,11 @@ package enum Publisher {
     let fileMode = container.sharing.fileMode
     do {
       try await FileCoordinator().coordinate(with: [intent]) {
-        try place(
-          partial: partial, length: length, parent: parent, name: item.lastComponent, destination: destination,
-          root: root, directoryMode: directoryMode, fileMode: fileMode, logger: logger)
+        try await offload { () throws(DownloadError) in
+          try place(
+            partial: partial, length: length, parent: parent, name: item.lastComponent, destination: destination,
+            root: root, directoryMode: directoryMode, fileMode: fileMode, logger: logger)
+        }
       }
     } catch let error as DownloadError {
       throw error

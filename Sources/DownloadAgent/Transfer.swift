@@ -210,7 +210,10 @@ package final class TransferEngine: Sendable {
       if let hasher = run.hasher, run.hashedUpTo == run.state.receivedBytes {
         actual = hex(hasher.sha.finalize())
       } else {
-        do throws(FileSystemError) { actual = try hashFile(file, length: run.state.receivedBytes) } catch {
+        let length = run.state.receivedBytes
+        do throws(FileSystemError) {
+          actual = try await offload { [self] () throws(FileSystemError) in try hashFile(file, length: length) }
+        } catch {
           return .failed(.system(error), run.state, httpStatus: status)
         }
       }

@@ -429,20 +429,6 @@ public final class SharedImageCache: Sendable {
     }
   }
 
-  /// Runs `body` off the caller's task (disk work blocks a thread; Swift's cooperative pool must not wait for it).
-  func offload<T: Sendable>(_ body: @escaping @Sendable () throws(ImageCacheError) -> T) async throws(ImageCacheError)
-    -> T
-  {
-    let result: Result<T, ImageCacheError> = await withCheckedContinuation { continuation in
-      DispatchQueue.global().async {
-        do throws(ImageCacheError) { continuation.resume(returning: .success(try body())) } catch {
-          continuation.resume(returning: .failure(error))
-        }
-      }
-    }
-    return try result.get()
-  }
-
   // MARK: Async forms
 
   @discardableResult

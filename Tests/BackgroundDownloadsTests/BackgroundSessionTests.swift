@@ -178,7 +178,12 @@ struct BackgroundSessionTests {
     a.kill()
     b.kill()
     let store = try DownloadStore(container: container)
-    #expect(await Self.eventually { store.task(idA)?.state == .completed && store.task(idB)?.state == .completed })
+    // A final status is written (durably) before its events are queued: wait for both.
+    #expect(
+      await Self.eventually {
+        store.task(idA)?.state == .completed && store.task(idB)?.state == .completed
+          && store.queuedEvents("host").count == 2 && store.queuedEvents("widget").count == 2
+      })
     #expect(FileServer.mismatch(Self.content(container, "Downloads/host.bin"), size: 300_000, seed: 21) == nil)
     #expect(FileServer.mismatch(Self.content(container, "Downloads/widget.bin"), size: 300_000, seed: 22) == nil)
     #expect(Set(store.queuedEvents("host").map(\.taskID)) == [idA])
