@@ -167,30 +167,31 @@ let benchmarks: @Sendable () -> Void = {
     _ = try await awaitCompletions([warm.id], in: f.session!)
   }
 
-  Benchmark("Loopback 1 GiB: curl", configuration: bigCurl) { benchmark in
+  /// curl fetching 1 GiB into the container, then (with `fsync`) making the file durable as the agent does before it
+  /// publishes: the like-for-like baseline, since curl alone leaves the file in the page cache.
+  func curlGiB(_ benchmark: Benchmark, fsync: Bool) throws {
     let f = downloadFixture
     f.counter += 1
     let file = f.container!.url.appendingPathComponent("Downloads/curl-\(f.counter)").path
     benchmark.startMeasurement()
     try runCurl(["-s", "-o", file, "http://127.0.0.1:\(f.port)/gen/\(gib)?seed=\(f.counter)"])
+    if fsync {
+      guard let handle = FileHandle(forUpdatingAtPath: file) else { throw BenchmarkSetupError("cannot open \(file)") }
+      try handle.synchronize()
+      try handle.close()
+    }
     benchmark.stopMeasurement()
     try? FileManager.default.removeItem(atPath: file)
+  }
+
+  Benchmark("Loopback 1 GiB: curl", configuration: bigCurl) { benchmark in
+    try curlGiB(benchmark, fsync: false)
   } setup: {
     try startDownloadFixture()
   }
 
   Benchmark("Loopback 1 GiB: curl, then fsync", configuration: bigCurl) { benchmark in
-    // The like-for-like baseline: the agent makes the file durable before it publishes it; curl alone does not.
-    let f = downloadFixture
-    f.counter += 1
-    let file = f.container!.url.appendingPathComponent("Downloads/curl-\(f.counter)").path
-    benchmark.startMeasurement()
-    try runCurl(["-s", "-o", file, "http://127.0.0.1:\(f.port)/gen/\(gib)?seed=\(f.counter)"])
-    guard let handle = FileHandle(forUpdatingAtPath: file) else { throw BenchmarkSetupError("cannot open \(file)") }
-    try handle.synchronize()
-    try handle.close()
-    benchmark.stopMeasurement()
-    try? FileManager.default.removeItem(atPath: file)
+    try curlGiB(benchmark, fsync: true)
   } setup: {
     try startDownloadFixture()
   }
