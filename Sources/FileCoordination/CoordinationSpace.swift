@@ -64,6 +64,9 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     var byPath: [String: CoordinationSpace] = [:]
   }
   private static let spaces = Mutex(Spaces())
+  /// Held while a space is made and started: a space is listed (`all`, `locate`, `open`) only once it is whole —
+  /// listed before its presenter host existed, another thread's `removeFilePresenter` trapped on the nil host.
+  private static let opening = NSLock()
 
   /// Every space this process opened.
   static var all: [CoordinationSpace] { spaces.withLock { Array($0.byIdentity.values) } }
@@ -100,6 +103,9 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     containerPath: String, fileMode: mode_t, directoryMode: mode_t
   ) throws(GroupContainerError) -> CoordinationSpace {
     if let space = spaces.withLock({ $0.byPath[containerPath] }) { return space }
+    opening.lock()
+    defer { opening.unlock() }
+    if let space = spaces.withLock({ $0.byPath[containerPath] }) { return space }
     // Start inotify before this process opens many descriptors (FD_SETSIZE trap). Without it (no instance
     // left) coordination still works; only presenters are refused (PresenterHost.add).
     _ = Watcher.shared.unavailableReason
@@ -115,18 +121,15 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
       return known
     }
     let space = try GroupContainerError.wrap { () throws(FileSystemError) in
-      try CoordinationSpace(root: root, fileMode: fileMode, directoryMode: directoryMode)
+      let space = try CoordinationSpace(root: root, fileMode: fileMode, directoryMode: directoryMode)
+      try space.start()
+      return space
     }
-    let winner = spaces.withLock { spaces in
-      let chosen = spaces.byIdentity[identity] ?? space
-      spaces.byIdentity[identity] = chosen
-      spaces.byPath[containerPath] = chosen
-      return chosen
+    spaces.withLock { spaces in
+      spaces.byIdentity[identity] = space
+      spaces.byPath[containerPath] = space
     }
-    if winner === space {
-      try GroupContainerError.wrap { () throws(FileSystemError) in try space.start() }
-    }
-    return winner
+    return space
   }
 
   /// The space and container-relative path for an item URL: a container opened in this process, or the
