@@ -60,6 +60,9 @@ package final class DownloadAgent: Sendable {
     var controlsRead: UInt64 = 0
     /// Unfinished tasks whose request this agent fsynced (sessions do not: `DownloadStore.create`).
     var durableRequests: Set<String> = []
+    /// Transfers that ended and whose final status and events are being written (`finish`): a pass leaves them
+    /// alone, or it would queue their events a second time.
+    var finishing: Set<String> = []
   }
 
   let store: DownloadStore
@@ -186,7 +189,11 @@ package final class DownloadAgent: Sendable {
     forgetAllBut(Set(ids))
     for id in ids {
       guard let request = store.request(id) else { continue }
-      let isRunning = state.withLock { $0.running[id] != nil }
+      let (isRunning, isFinishing) = state.withLock { ($0.running[id] != nil, $0.finishing.contains(id)) }
+      if isFinishing {
+        busy = true
+        continue
+      }
       if isRunning {
         busy = true
         applyControl(control(id, fresh: fresh), to: id, request: request, running: true)
@@ -334,7 +341,13 @@ package final class DownloadAgent: Sendable {
   }
 
   private func finish(_ request: TaskRequest, _ outcome: TransferOutcome) {
-    guard let running = state.withLock({ $0.running.removeValue(forKey: request.id) }) else { return }
+    guard
+      let running = state.withLock({ s -> Running? in
+        guard let r = s.running.removeValue(forKey: request.id) else { return nil }
+        s.finishing.insert(request.id)
+        return r
+      })
+    else { return }
     var status = running.status
     if running.stopReason != nil { status.appliedControl = max(status.appliedControl, running.stopGeneration) }
     let partial = DownloadStore.taskPath(request.id, "partial")
@@ -362,6 +375,7 @@ package final class DownloadAgent: Sendable {
         write(status, request.id)
       }
     }
+    _ = state.withLock { $0.finishing.remove(request.id) }
     doorbell.ring()
   }
 
