@@ -133,7 +133,7 @@ package final class TransferEngine: Sendable {
 
     var run = Run(state: state, wantsHash: request.expectedSHA256 != nil)
     attempts: while true {
-      if Task.isCancelled { return .stopped(sync(file, &run.state)) }
+      if Task.isCancelled { return .stopped(await sync(file, &run.state)) }
       run.attempts += 1
       progress(run.state, run.attempts, run.httpStatus)
       let receivedBefore = run.state.receivedBytes
@@ -147,7 +147,7 @@ package final class TransferEngine: Sendable {
             if run.failures >= policy.maxAttempts {
               return .failed(
                 .protocolViolation("the server ended its answers at byte \(run.state.receivedBytes) of \(total)"),
-                sync(file, &run.state), httpStatus: run.httpStatus)
+                await sync(file, &run.state), httpStatus: run.httpStatus)
             }
           }
           continue attempts
@@ -179,21 +179,21 @@ package final class TransferEngine: Sendable {
         logger.info(
           "download attempt failed", metadata: ["url": "\(request.url)", "attempt": "\(run.attempts)", "error": "\(reason)"])
         if run.failures >= policy.maxAttempts {
-          return .failed(error, sync(file, &run.state), httpStatus: run.httpStatus)
+          return .failed(error, await sync(file, &run.state), httpStatus: run.httpStatus)
         }
         do { try await Task.sleep(for: backoff(failures: run.failures)) } catch {
-          return .stopped(sync(file, &run.state))
+          return .stopped(await sync(file, &run.state))
         }
       case .cancelled:
-        return .stopped(sync(file, &run.state))
+        return .stopped(await sync(file, &run.state))
       case .fatal(let error):
-        return .failed(error, sync(file, &run.state), httpStatus: run.httpStatus)
+        return .failed(error, await sync(file, &run.state), httpStatus: run.httpStatus)
       case .writeFailed(let error):
         if error.errno == .noSpace {
           discardPartial()
           return .failed(.diskFull(path: error.path), ResumeState(bootID: run.state.bootID), httpStatus: run.httpStatus)
         }
-        return .failed(.system(error), sync(file, &run.state), httpStatus: run.httpStatus)
+        return .failed(.system(error), await sync(file, &run.state), httpStatus: run.httpStatus)
       }
     }
 
@@ -231,13 +231,13 @@ package final class TransferEngine: Sendable {
     } catch {
       switch error {
       case .cancelled:
-        return .stopped(sync(file, &run.state))
+        return .stopped(await sync(file, &run.state))
       case .diskFull, .invalidDestination:
         // Nothing was published; a full disk or a refused destination will not heal by resuming this partial.
         discardPartial()
         return .failed(error, ResumeState(bootID: run.state.bootID), httpStatus: status)
       default:
-        return .failed(error, sync(file, &run.state), httpStatus: status)
+        return .failed(error, await sync(file, &run.state), httpStatus: status)
       }
     }
     run.state.durableBytes = run.state.receivedBytes
@@ -287,9 +287,10 @@ package final class TransferEngine: Sendable {
     }
   }
 
-  /// fsyncs the partial so the state's bytes are durable; on failure the durable count stays what it was.
-  private func sync(_ file: SystemFD, _ state: inout ResumeState) -> ResumeState {
-    if (try? file.dataSync()) != nil { state.durableBytes = state.receivedBytes }
+  /// fsyncs the partial (off the cooperative pool) so the state's bytes are durable; on failure the durable count
+  /// stays what it was.
+  private func sync(_ file: SystemFD, _ state: inout ResumeState) async -> ResumeState {
+    if await offload({ (try? file.dataSync()) != nil }) { state.durableBytes = state.receivedBytes }
     return state
   }
 
