@@ -20,11 +20,14 @@ import Testing
 ///   HTTP/1.1)
 /// - the CA file put in place of the system roots (`trustRoots = .certificates(…)`) →
 ///   `extraRootsAreAddedToTheSystemRoots`
-/// - an unusable CA file logged at every connection rather than once at start, or not at all →
-///   `unusableCAFileIsReportedOnce`
+/// - an unusable CA file not logged → `unusableCAFileIsReportedOnce`
 /// - the redirect limit raised to 6 → `redirectChains` (6 redirects complete)
-/// - the server's drop over HTTP/2 completing the stream instead of resetting it → `resumeOverHTTP2` (the length
-///   check fails the task, no range request)
+/// - makeClient calling `clientConfiguration` twice (the error logged twice per agent) →
+///   `unusableCAFileIsReportedOnce`
+/// - AsyncHTTPClient's own connect retries left on (`retryConnectionEstablishment = true`) → `untrustedServerFails`
+///   (the task still runs after 50 s: every attempt retries the handshake until the 15 s connect deadline)
+/// - the server's drop over HTTP/2 ending the stream cleanly instead of resetting it → `serverProtocols` (curl
+///   exits 18, not 92; the agent's resume still passes: a short body is an error to it either way)
 @Suite("Secure transport and redirects", .timeLimit(.minutes(1)))
 struct SecureTransportTests {
   /// A download started by a helper process (killed once it printed the task id: the agent carries on).
@@ -247,14 +250,14 @@ struct SecureTransportTests {
   func serverProtocols() async throws {
     let h2 = try await FileServer.start(transport: .https)
     let h1 = try await FileServer.start(transport: .httpsHTTP1Only)
-    func curl(_ server: FileServer, _ options: [String], _ path: String) async throws -> String? {
+    func curl(_ server: FileServer, _ options: [String], _ path: String, status: Int32 = 0) async throws -> String? {
       guard
         let run = try ToolRun(
           "curl",
           ["-s", "-o", "/dev/null", "--cacert", server.caFile ?? "", "-w", "%{http_version} %{http_code} %{size_download}"]
             + options + [server.url(path).absoluteString])
       else { return nil }
-      #expect(await run.exit() == 0, "curl: \(run.errors)")
+      #expect(await run.exit() == status, "curl: \(run.errors)")
       return run.output
     }
     guard let both = try await curl(h2, ["--http2"], "/gen/70000?seed=1") else {
@@ -265,6 +268,19 @@ struct SecureTransportTests {
     #expect(try await curl(h2, ["--http1.1"], "/gen/70000?seed=1") == "1.1 200 70000")
     #expect(try await curl(h1, ["--http2"], "/gen/70000?seed=1") == "1.1 200 70000")
     #expect(try await curl(h2, ["--http2", "-L"], "/redirect/3?to=%2Fgen%2F10%3Fseed%3D1") == "2 200 10")
+    // drop over HTTP/2 resets the stream (curl: 92, "stream was not closed cleanly"), after exactly its bytes...
+    #expect(try await curl(h2, ["--http2"], "/gen/70000?seed=2&drop=1000", status: 92) == "2 200 1000")
+    // ...and the connection goes on: the next request on it is answered (no new connect).
+    let reused = try #require(
+      try ToolRun(
+        "curl",
+        [
+          "-s", "-o", "/dev/null", "-o", "/dev/null", "--cacert", h2.caFile ?? "", "--http2", "-w",
+          "%{http_code} %{size_download} %{num_connects}\\n", h2.url("/gen/70000?seed=3&drop=1000").absoluteString,
+          h2.url("/gen/100?seed=3").absoluteString,
+        ]))
+    _ = await reused.exit()
+    #expect(reused.output == "200 1000 1\n200 100 0\n", "curl: \(reused.errors)")
     #expect(try h2.stats(for: "/gen/70000?seed=1").versions == ["HTTP/2.0", "HTTP/1.1"])
     #expect(try h1.stats(for: "/gen/70000?seed=1").versions == ["HTTP/1.1"])
     #expect(try h2.stats(for: "/redirect/1?to=%2Fgen%2F10%3Fseed%3D1").requests == 1)

@@ -71,7 +71,9 @@ struct ServerCertificates {
   func writeAuthority(to directory: String) throws {
     let path = directory + "/ca.pem"
     let temporary = path + ".\(getpid()).tmp"
-    try Data(authorityPEM.utf8).write(to: URL(fileURLWithPath: temporary))
+    // Ending in a newline, as PEM files do: `cat a.pem b.pem` must make a bundle.
+    let text = authorityPEM.hasSuffix("\n") ? authorityPEM : authorityPEM + "\n"
+    try Data(text.utf8).write(to: URL(fileURLWithPath: temporary))
     guard rename(temporary, path) == 0 else {
       throw TLSSetupFailure(message: "cannot rename \(temporary) to \(path): \(String(cString: strerror(errno)))")
     }
