@@ -51,16 +51,18 @@ package enum TrustRoots {
     } catch {
       throw Failure(description: "\(caFileEnvironmentKey)=\(path) cannot be read (\(error)); \(ignored)")
     }
-    let certificates: [NIOSSLCertificate]
-    do { certificates = try NIOSSLCertificate.fromPEMBytes(bytes) } catch {
-      throw Failure(
-        description: "\(caFileEnvironmentKey)=\(path) is not a PEM file of certificates (\(error)); \(ignored)")
-    }
-    guard !certificates.isEmpty else {
+    // NIOSSL's error for a file without any certificate block says no more than for a damaged one.
+    let marker = Array("-----BEGIN CERTIFICATE-----".utf8)
+    guard bytes.count >= marker.count, (0...(bytes.count - marker.count)).contains(where: {
+      bytes[$0..<($0 + marker.count)].elementsEqual(marker)
+    }) else {
       throw Failure(
         description: "\(caFileEnvironmentKey)=\(path) holds no certificate (no -----BEGIN CERTIFICATE----- block); "
           + ignored)
     }
-    return certificates
+    do { return try NIOSSLCertificate.fromPEMBytes(bytes) } catch {
+      throw Failure(
+        description: "\(caFileEnvironmentKey)=\(path) is not a PEM file of certificates (\(error)); \(ignored)")
+    }
   }
 }

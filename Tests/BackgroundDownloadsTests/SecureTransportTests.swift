@@ -28,7 +28,9 @@ import Testing
 ///   (the task still runs after 50 s: every attempt retries the handshake until the 15 s connect deadline)
 /// - the server's drop over HTTP/2 ending the stream cleanly instead of resetting it → `serverProtocols` (curl
 ///   exits 18, not 92; the agent's resume still passes: a short body is an error to it either way)
-@Suite("Secure transport and redirects", .timeLimit(.minutes(1)))
+// Serialized: its agents and TLS servers (debug builds) load the machine; one at a time keeps the timing-sensitive
+// suites that run beside it (BackgroundSessionTests) out of trouble.
+@Suite("Secure transport and redirects", .serialized, .timeLimit(.minutes(1)))
 struct SecureTransportTests {
   /// A download started by a helper process (killed once it printed the task id: the agent carries on).
   struct Started {
@@ -139,19 +141,13 @@ struct SecureTransportTests {
     #expect(try server.stats().isEmpty)
   }
 
-  @Test(
-    "a CA file that cannot be used is reported once by the agent, which goes on with the system's roots",
-    arguments: ["missing", "garbage", "directory"])
-  func unusableCAFileIsReportedOnce(kind: String) async throws {
+  @Test("a CA file that cannot be used is reported once by the agent, which goes on with the system's roots")
+  func unusableCAFileIsReportedOnce() async throws {
     let root = try TestRoot()
     let server = try await FileServer.start(transport: .https)
-    let caFile = root.path + "/ca-\(kind)"
-    switch kind {
-    case "garbage": try Data("-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n".utf8)
-        .write(to: URL(fileURLWithPath: caFile))
-    case "directory": try FileManager.default.createDirectory(atPath: caFile, withIntermediateDirectories: false)
-    default: break
-    }
+    let caFile = root.path + "/ca-garbage.pem"
+    try Data("-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n".utf8)
+      .write(to: URL(fileURLWithPath: caFile))
     let started = try await Self.start(server.url("/gen/1000?seed=45"), to: "Downloads/x", in: root, caFile: caFile)
     let task = await Self.finished(started)
     #expect(task?.succeeded == false)
@@ -167,6 +163,26 @@ struct SecureTransportTests {
     let agents = lines.filter { $0.contains("download agent") && ($0.contains(" started for ") || $0.contains("another")) }
     #expect(!reports.isEmpty && reports.count == agents.count, "agent log: \(log ?? "none")")
     #expect((task?.attempts ?? 0) > 1)
+  }
+
+  @Test("an unusable CA file is refused with what is wrong and what to do")
+  func unusableCAFilesAreRefused() throws {
+    let root = try TestRoot()
+    let garbage = root.path + "/garbage.pem"
+    try Data("-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n".utf8)
+      .write(to: URL(fileURLWithPath: garbage))
+    let empty = root.path + "/empty.pem"
+    try Data("no certificate here\n".utf8).write(to: URL(fileURLWithPath: empty))
+    let cases: [(path: String, says: String)] = [
+      (root.path + "/missing.pem", "cannot be read"), (root.path, "cannot be read"),
+      (garbage, "is not a PEM file of certificates"), (empty, "holds no certificate"),
+    ]
+    for (path, says) in cases {
+      var message = ""
+      do { _ = try TrustRoots.certificates(inPEMFile: path) } catch { message = error.description }
+      #expect(message.hasPrefix("\(TrustRoots.caFileEnvironmentKey)=\(path) \(says)"), "\(message)")
+      #expect(message.hasSuffix("fix the file or unset the variable"), "\(message)")
+    }
   }
 
   @Test("the CA file is added to the system's roots, not put in their place")

@@ -9,9 +9,10 @@
 // 127.0.0.1 and localhost (TLS.swift: generated in memory, no key on disk, no openssl), writes the CA certificate as
 // PEM to DIR/ca.pem before printing `listening`, and offers h2 and http/1.1 by ALPN (HTTP/2 when the client
 // offers it); --http1-only offers http/1.1 alone. Every resource and fault below is served on both protocols.
-// Over HTTP/2: drop=N resets the stream (RST_STREAM; the connection and its other streams go on); stall, rate,
-// delay, status, norange, the validator switches and chunked (no Content-Length) work as over HTTP/1.1;
-// length=L claims L and resets the stream after the real body; Connection headers do not exist there.
+// Over HTTP/2: drop=N resets the stream after N body bytes (RST_STREAM; the connection and its other streams go
+// on); stall, rate, delay, status, norange, faults, the validator switches and chunked (no Content-Length) work as
+// over HTTP/1.1; length=L claims L, and the HTTP/2 stack resets a stream whose body does not match it (L larger:
+// after the real body; L smaller: before the client gets any of it); there is no Connection header.
 //
 // Resources (GET, HEAD):
 //   /gen/<size>?seed=S  size deterministic bytes (GeneratedContent.swift), generated a chunk at a time;
