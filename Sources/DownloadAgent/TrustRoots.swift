@@ -53,9 +53,11 @@ package enum TrustRoots {
     }
     // NIOSSL's error for a file without any certificate block says no more than for a damaged one.
     let marker = Array("-----BEGIN CERTIFICATE-----".utf8)
-    guard bytes.count >= marker.count, (0...(bytes.count - marker.count)).contains(where: {
-      bytes[$0..<($0 + marker.count)].elementsEqual(marker)
-    }) else {
+    guard bytes.count >= marker.count,
+      (0...(bytes.count - marker.count)).contains(where: {
+        bytes[$0..<($0 + marker.count)].elementsEqual(marker)
+      })
+    else {
       throw Failure(
         description: "\(caFileEnvironmentKey)=\(path) holds no certificate (no -----BEGIN CERTIFICATE----- block); "
           + ignored)

@@ -50,7 +50,8 @@ struct SecureTransportTests {
       ["dl-start", root.path, container.identifier, "app", url.absoluteString, destination], environment: environment)
     let line = await starter.line { $0.hasPrefix("task ") }
     starter.kill()
-    return Started(id: String(try #require(line).dropFirst(5)), store: try DownloadStore(container: container),
+    return Started(
+      id: String(try #require(line).dropFirst(5)), store: try DownloadStore(container: container),
       container: container)
   }
 
@@ -165,7 +166,9 @@ struct SecureTransportTests {
     }
     // Once per agent process (a session may start a second one, which finds the lock taken and exits), though the
     // task made several attempts, each on a new connection.
-    let agents = lines.filter { $0.contains("download agent") && ($0.contains(" started for ") || $0.contains("another")) }
+    let agents = lines.filter {
+      $0.contains("download agent") && ($0.contains(" started for ") || $0.contains("another"))
+    }
     #expect(!reports.isEmpty && reports.count == agents.count, "agent log: \(log ?? "none")")
     #expect((task?.attempts ?? 0) > 1)
   }
@@ -275,7 +278,10 @@ struct SecureTransportTests {
       guard
         let run = try ToolRun(
           "curl",
-          ["-s", "-o", "/dev/null", "--cacert", server.caFile ?? "", "-w", "%{http_version} %{http_code} %{size_download}"]
+          [
+            "-s", "-o", "/dev/null", "--cacert", server.caFile ?? "", "-w",
+            "%{http_version} %{http_code} %{size_download}",
+          ]
             + options + [server.url(path).absoluteString])
       else { return nil }
       #expect(await run.exit() == status, "curl: \(run.errors)")
@@ -306,7 +312,8 @@ struct SecureTransportTests {
     #expect(try h1.stats(for: "/gen/70000?seed=1").versions == ["HTTP/1.1"])
     #expect(try h2.stats(for: "/redirect/1?to=%2Fgen%2F10%3Fseed%3D1").requests == 1)
     // The CA is the server's own: without it, curl refuses the certificate (exit 60).
-    let untrusted = try #require(try ToolRun("curl", ["-s", "-o", "/dev/null", h2.url("/gen/1?seed=1").absoluteString]))
+    let untrusted = try #require(
+      try ToolRun("curl", ["-s", "-o", "/dev/null", h2.url("/gen/1?seed=1").absoluteString]))
     #expect(await untrusted.exit() == 60)
   }
 }

@@ -186,7 +186,8 @@ final class FileServerHandler: ChannelInboundHandler, RemovableChannelHandler {
       location = head.uri
     } else {
       guard let n = Int(step), n >= 1 else {
-        throw BadRequest(message: "bad redirect count in \(target.path): expected /redirect/<n> with n ≥ 1, or /redirect/loop")
+        throw BadRequest(
+          message: "bad redirect count in \(target.path): expected /redirect/<n> with n ≥ 1, or /redirect/loop")
       }
       guard let to = target.value("to"), !to.isEmpty else {
         throw BadRequest(message: "/redirect/\(n) needs ?to=<URL> (percent-encoded): where the last redirect points")
