@@ -21,6 +21,8 @@ import Testing
 /// - the CA file put in place of the system roots (`trustRoots = .certificates(…)`) →
 ///   `extraRootsAreAddedToTheSystemRoots`
 /// - an unusable CA file not logged → `unusableCAFileIsReportedOnce`
+/// - the check for a certificate block removed (NIOSSL then says only `failedToLoadCertificate`) →
+///   `unusableCAFilesAreRefused`
 /// - the redirect limit raised to 6 → `redirectChains` (6 redirects complete)
 /// - makeClient calling `clientConfiguration` twice (the error logged twice per agent) →
 ///   `unusableCAFileIsReportedOnce`
@@ -28,8 +30,9 @@ import Testing
 ///   (the task still runs after 50 s: every attempt retries the handshake until the 15 s connect deadline)
 /// - the server's drop over HTTP/2 ending the stream cleanly instead of resetting it → `serverProtocols` (curl
 ///   exits 18, not 92; the agent's resume still passes: a short body is an error to it either way)
-// Serialized: its agents and TLS servers (debug builds) load the machine; one at a time keeps the timing-sensitive
-// suites that run beside it (BackgroundSessionTests) out of trouble.
+///
+/// Serialized, and the 8 MB bodies throttled: its debug-built agents and TLS servers load the machine, and the
+/// timing-sensitive suites that run beside it (BackgroundSessionTests) failed in most whole-target runs without.
 @Suite("Secure transport and redirects", .serialized, .timeLimit(.minutes(1)))
 struct SecureTransportTests {
   /// A download started by a helper process (killed once it printed the task id: the agent carries on).
