@@ -28,6 +28,13 @@ let package = Package(
     .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
     .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
     .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+    // TLS for the agent's extra trust roots and the test server's HTTPS and HTTP/2 (already pulled by
+    // async-http-client; named here because the agent and the server import them).
+    .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
+    .package(url: "https://github.com/apple/swift-nio-http2", from: "1.46.0"),
+    // The test server's certificates, made at its start.
+    .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
+    .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
   ],
   targets: [
     // libinotifytools (Debian: libinotifytools0-dev), wrapped only by SystemLayer.
@@ -96,6 +103,7 @@ let package = Package(
         .product(name: "Crypto", package: "swift-crypto"),
         .product(name: "NIOCore", package: "swift-nio"),
         .product(name: "NIOHTTP1", package: "swift-nio"),
+        .product(name: "NIOSSL", package: "swift-nio-ssl"),
         .product(name: "Logging", package: "swift-log"),
       ]
     ),
@@ -127,13 +135,19 @@ let package = Package(
       ],
       path: "Tests/GCTestHelper"
     ),
-    // The local HTTP file server of tests, benchmarks and the demo: Range, validators and switchable faults.
+    // The local HTTP file server of tests, benchmarks and the demo: Range, validators and switchable faults; HTTPS
+    // over HTTP/1.1 and HTTP/2 with a certificate authority of its own.
     .executableTarget(
       name: "gc-file-server",
       dependencies: [
         .product(name: "NIOCore", package: "swift-nio"),
         .product(name: "NIOPosix", package: "swift-nio"),
         .product(name: "NIOHTTP1", package: "swift-nio"),
+        .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+        .product(name: "NIOSSL", package: "swift-nio-ssl"),
+        .product(name: "X509", package: "swift-certificates"),
+        .product(name: "SwiftASN1", package: "swift-asn1"),
+        .product(name: "Crypto", package: "swift-crypto"),
       ],
       path: "Tests/GCFileServer"
     ),
@@ -175,6 +189,7 @@ let package = Package(
         "groupctl", "gc-download-agent", "gc-file-server",
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "Crypto", package: "swift-crypto"),
+        .product(name: "NIOSSL", package: "swift-nio-ssl"),
       ]
     ),
     .testTarget(

@@ -77,9 +77,14 @@ package final class TransferEngine: Sendable {
   }
 
   /// The agent's one HTTP client: the process-wide event loops, no decompression (byte offsets are offsets of
-  /// the stored bytes), up to 5 redirects, `maxConnectionsPerHost` HTTP/1.1 connections per host, the policy's
-  /// connect timeout and its stall timeout as read timeout (the engine's watchdog covers what that misses).
-  package static func makeClient(maxConnectionsPerHost: Int, policy: TransferPolicy) -> HTTPClient {
+  /// the stored bytes), up to 5 redirects, `maxConnectionsPerHost` HTTP/1.1 connections per host (HTTP/2 when the
+  /// server offers it by ALPN), the policy's connect timeout and its stall timeout as read timeout (the engine's
+  /// watchdog covers what that misses), and TLS trusting the system's roots plus those of `caFile`
+  /// (`$GROUPCONTAINER_DOWNLOAD_CA_FILE` by default; see `TrustRoots`).
+  package static func makeClient(
+    maxConnectionsPerHost: Int, policy: TransferPolicy,
+    caFile: String? = Environment.value(TrustRoots.caFileEnvironmentKey)
+  ) -> HTTPClient {
     var configuration = HTTPClient.Configuration()
     configuration.redirectConfiguration = .follow(max: 5, allowCycles: false)
     configuration.timeout = .init(
@@ -89,6 +94,12 @@ package final class TransferEngine: Sendable {
       idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: max(1, maxConnectionsPerHost))
     configuration.decompression = .disabled
     configuration.httpVersion = .automatic
+    configuration.tlsConfiguration = TrustRoots.clientConfiguration(
+      caFile: caFile, logger: Logger(label: "GroupContainer.DownloadAgent"))
+    // A failed connect or TLS handshake fails the attempt at once: the engine's attempts and backoff are the retry
+    // policy. With AsyncHTTPClient's own retries every attempt retried the handshake until the 15 s connect
+    // deadline: a task to a server with an untrusted certificate was still running after 50 s (about 15 s now).
+    configuration.connectionPool.retryConnectionEstablishment = false
     return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
   }
 

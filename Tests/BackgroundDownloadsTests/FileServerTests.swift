@@ -179,7 +179,9 @@ struct FileServerTests {
     let after = try await fetch(server.url("/gen/4096?seed=2"))
     #expect(after.bytes == get.bytes)
     let stats = try server.stats()
-    #expect(stats["/gen/4096?seed=2"] == FileServer.Stats(requests: 4, bodyBytes: 8192, ranges: ["bytes=-96"]))
+    #expect(
+      stats["/gen/4096?seed=2"]
+        == FileServer.Stats(requests: 4, bodyBytes: 8192, ranges: ["bytes=-96"], versions: .init(repeating: "HTTP/1.1", count: 4)))
   }
 
   @Test(.timeLimit(.minutes(1)))
@@ -403,7 +405,9 @@ struct FileServerTests {
     let status = "/gen/10?seed=2&status=503&faults=1"
     #expect(try await fetch(server.url(status)).status == 503)
     #expect(try await fetch(server.url(status)).status == 200)
-    #expect(try server.stats(for: target) == FileServer.Stats(requests: 3, bodyBytes: 102_000, ranges: []))
+    #expect(
+      try server.stats(for: target)
+        == FileServer.Stats(requests: 3, bodyBytes: 102_000, ranges: [], versions: .init(repeating: "HTTP/1.1", count: 3)))
     // A reset starts the count again.
     try server.resetStats()
     #expect(try server.stats().isEmpty)
@@ -419,7 +423,8 @@ struct FileServerTests {
     #expect(reply.status == 200 && reply.header("Content-Type") == "application/json")
     let decoded = try JSONDecoder().decode([String: FileServer.Stats].self, from: Data(reply.body))
     #expect(decoded == (try server.stats()))
-    #expect(decoded["/gen/10?seed=1"] == FileServer.Stats(requests: 1, bodyBytes: 8, ranges: ["bytes=2-"]))
+    #expect(
+      decoded["/gen/10?seed=1"] == FileServer.Stats(requests: 1, bodyBytes: 8, ranges: ["bytes=2-"], versions: ["HTTP/1.1"]))
     #expect(decoded["/gen/10?seed=1&x=%22q%22"]?.requests == 1)
     #expect(decoded["/stats"] == nil)
     #expect(try await fetch(server.url("/stats/reset")).status == 200)

@@ -51,7 +51,8 @@ final class FileServerHandler: ChannelInboundHandler, RemovableChannelHandler {
   private func respond(context: ChannelHandlerContext, to head: HTTPRequestHead) {
     let uri = head.uri
     let target = Target(uri)
-    let keepAlive = head.isKeepAlive
+    // An HTTP/2 stream carries one request and ends with it; the connection is not this handler's to close.
+    let keepAlive = head.version.major >= 2 || head.isKeepAlive
 
     // The control resources are not counted (they would count themselves).
     if target.path == "/stats" || target.path == "/stats/reset" {
@@ -63,7 +64,7 @@ final class FileServerHandler: ChannelInboundHandler, RemovableChannelHandler {
       return
     }
 
-    let number = state.begin(uri, range: head.headers.first(name: "range"))
+    let number = state.begin(uri, range: head.headers.first(name: "range"), version: "\(head.version)")
     let plan: ResponsePlan
     do {
       plan = try resourcePlan(context: context, head: head, target: target, number: number)
@@ -99,6 +100,11 @@ final class FileServerHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     let path = target.path
+    if path.hasPrefix("/redirect/") {
+      var plan = try redirectPlan(head: head, target: target)
+      plan.faults = faults
+      return plan
+    }
     var entity: Entity
     if path.hasPrefix("/gen/") {
       entity = try generatedEntity(
@@ -117,7 +123,9 @@ final class FileServerHandler: ChannelInboundHandler, RemovableChannelHandler {
     } else {
       return textPlan(
         status: .notFound,
-        text: "404 Not Found: \(path): this server serves /gen/<size>?seed=S, /files/<name>, /stats and /stats/reset\n",
+        text:
+          "404 Not Found: \(path): this server serves /gen/<size>?seed=S, /files/<name>, /redirect/<n>?to=URL, "
+          + "/redirect/loop, /stats and /stats/reset\n",
         head: head)
     }
     if faults.noETag { entity.etag = nil }
@@ -159,6 +167,36 @@ final class FileServerHandler: ChannelInboundHandler, RemovableChannelHandler {
     plan.method = head.method
     plan.target = head.uri
     plan.rangeHeader = head.headers.first(name: "range")
+    return plan
+  }
+
+  /// `/redirect/<n>?to=L`: a redirect to `/redirect/<n-1>` (the same query) while n > 1, to L when n is 1;
+  /// `/redirect/loop`: a redirect to itself. `code=C` picks the status (301, 302, 303, 307, 308; 302 by default).
+  private func redirectPlan(head: HTTPRequestHead, target: Target) throws(BadRequest) -> ResponsePlan {
+    var code = 302
+    if let text = target.value("code") {
+      guard let value = Int(text), [301, 302, 303, 307, 308].contains(value) else {
+        throw BadRequest(message: "bad query parameter code=\(text): a redirect is 301, 302, 303, 307 or 308")
+      }
+      code = value
+    }
+    let step = target.path.dropFirst("/redirect/".count)
+    let location: String
+    if step == "loop" {
+      location = head.uri
+    } else {
+      guard let n = Int(step), n >= 1 else {
+        throw BadRequest(
+          message: "bad redirect count in \(target.path): expected /redirect/<n> with n ≥ 1, or /redirect/loop")
+      }
+      guard let to = target.value("to"), !to.isEmpty else {
+        throw BadRequest(message: "/redirect/\(n) needs ?to=<URL> (percent-encoded): where the last redirect points")
+      }
+      location = n == 1 ? to : "/redirect/\(n - 1)" + (target.rawQuery.map { "?" + $0 } ?? "")
+    }
+    let status = HTTPResponseStatus(statusCode: code)
+    var plan = textPlan(status: status, text: "\(code) \(status.reasonPhrase): see \(location)\n", head: head)
+    plan.headers.add(name: "Location", value: location)
     return plan
   }
 

@@ -4,12 +4,15 @@
 struct Target {
   var path: String
   var query: [(key: String, value: String)]
+  /// What follows `?`, as sent (nil without a `?`).
+  var rawQuery: String?
 
   init(_ uri: String) {
     let parts = uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
     path = String(parts[0])
     query = []
     guard parts.count == 2 else { return }
+    rawQuery = String(parts[1])
     for pair in parts[1].split(separator: "&") where !pair.isEmpty {
       let kv = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
       query.append((percentDecoded(kv[0]) ?? String(kv[0]), kv.count == 2 ? (percentDecoded(kv[1]) ?? String(kv[1])) : ""))

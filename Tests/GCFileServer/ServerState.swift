@@ -1,11 +1,13 @@
 // What the server counts, shared by every connection (two event loops): per request target, the requests, the
-// body bytes written to sockets and the Range headers received.
+// body bytes written to sockets, the Range headers received and the protocol version of each request.
 import Synchronization
 
 struct TargetStats {
   var requests = 0
   var bodyBytes: Int64 = 0
   var ranges: [String] = []
+  /// "HTTP/1.1" or "HTTP/2.0" per request, in order: a test proves which protocol a client used.
+  var versions: [String] = []
 }
 
 final class ServerState: Sendable {
@@ -21,9 +23,10 @@ final class ServerState: Sendable {
 
   /// Counts a request to `target` and returns its number for that target (1 for the first since start or reset):
   /// `faults=K` and `etag=rotate` go by it.
-  func begin(_ target: String, range: String?) -> Int {
+  func begin(_ target: String, range: String?, version: String) -> Int {
     targets.withLock { all in
       all[target, default: TargetStats()].requests += 1
+      all[target]!.versions.append(version)
       if let range { all[target]!.ranges.append(range) }
       return all[target]!.requests
     }
@@ -35,13 +38,16 @@ final class ServerState: Sendable {
 
   func reset() { targets.withLock { $0.removeAll() } }
 
-  /// `{"<target>": {"requests": n, "bodyBytes": n, "ranges": ["bytes=0-", …]}, …}`, targets sorted.
+  /// `{"<target>": {"requests": n, "bodyBytes": n, "ranges": ["bytes=0-", …], "versions": ["HTTP/2.0", …]}, …}`,
+  /// targets sorted.
   func json() -> String {
     let snapshot = targets.withLock { $0 }
     let entries = snapshot.keys.sorted().map { key in
       let s = snapshot[key]!
       let ranges = s.ranges.map(jsonString).joined(separator: ", ")
-      return "\(jsonString(key)): {\"requests\": \(s.requests), \"bodyBytes\": \(s.bodyBytes), \"ranges\": [\(ranges)]}"
+      let versions = s.versions.map(jsonString).joined(separator: ", ")
+      return "\(jsonString(key)): {\"requests\": \(s.requests), \"bodyBytes\": \(s.bodyBytes), "
+        + "\"ranges\": [\(ranges)], \"versions\": [\(versions)]}"
     }
     return "{" + entries.joined(separator: ", ") + "}"
   }

@@ -1,17 +1,30 @@
 // gc-file-server: the local HTTP file server of tests, benchmarks and the demo (issue #11, item 8).
 //
-//   gc-file-server [--port N] [--root DIR] [--verbose]
+//   gc-file-server [--port N] [--root DIR] [--tls DIR [--http1-only]] [--verbose]
 //
 // Binds 127.0.0.1:N (0: any free port), prints `listening <port>` on stdout once bound, serves HTTP/1.1 with
 // keep-alive until stdin reaches EOF (the parent closed it or died) or SIGTERM/SIGINT, then exits 0.
+//
+// --tls DIR: HTTPS instead. At start the server makes a new certificate authority and a leaf certificate for
+// 127.0.0.1 and localhost (TLS.swift: generated in memory, no key on disk, no openssl), writes the CA certificate as
+// PEM to DIR/ca.pem before printing `listening`, and offers h2 and http/1.1 by ALPN (HTTP/2 when the client
+// offers it); --http1-only offers http/1.1 alone. Every resource and fault below is served on both protocols.
+// Over HTTP/2: drop=N resets the stream after N body bytes (RST_STREAM; the connection and its other streams go
+// on); stall, rate, delay, status, norange, faults, the validator switches and chunked (no Content-Length) work as
+// over HTTP/1.1; length=L claims L, and the HTTP/2 stack resets a stream whose body does not match it (L larger:
+// after the real body; L smaller: before the client gets any of it); there is no Connection header.
 //
 // Resources (GET, HEAD):
 //   /gen/<size>?seed=S  size deterministic bytes (GeneratedContent.swift), generated a chunk at a time;
 //                       ETag "g-<size>-<seed>", a Last-Modified derived from the seed
 //   /files/<name>       a regular file directly in --root (no links, no subdirectories, no ..); ETag from inode,
 //                       size and mtime
-//   /stats              JSON: {"<target>": {"requests": n, "bodyBytes": n, "ranges": [...]}} per request target as
-//                       received (bodyBytes: body bytes written to the socket); /stats and /stats/reset themselves
+//   /redirect/<n>?to=L  302 to /redirect/<n-1>?to=L while n > 1, to L (percent-decoded; any URL, relative or not)
+//                       when n is 1: n redirects in all; code=C (301, 302, 303, 307, 308) for another status
+//   /redirect/loop      302 to itself (the same target, query included)
+//   /stats              JSON: {"<target>": {"requests": n, "bodyBytes": n, "ranges": [...], "versions": [...]}} per
+//                       request target as received (bodyBytes: body bytes written to the socket; versions: the
+//                       protocol of each request, "HTTP/1.1" or "HTTP/2.0"); /stats and /stats/reset themselves
 //                       are not counted
 //   /stats/reset        clears the counts (and the per-target request numbers faults go by)
 // Range: one range (bytes=a-, a-b, -n) → 206; several → 200; start ≥ size → 416 (Content-Range: bytes */size);
@@ -56,13 +69,16 @@ private func writeAll(_ fd: Int32, _ text: String) {
 }
 
 func usageError(_ message: String) -> Never {
-  standardError("gc-file-server: \(message)\nusage: gc-file-server [--port N] [--root DIR] [--verbose]")
+  standardError(
+    "gc-file-server: \(message)\nusage: gc-file-server [--port N] [--root DIR] [--tls DIR [--http1-only]] [--verbose]")
   exit(2)
 }
 
 var port = 0
 var root: String?
 var verbose = false
+var tlsDirectory: String?
+var http1Only = false
 var arguments = CommandLine.arguments.dropFirst()
 while let argument = arguments.popFirst() {
   switch argument {
@@ -78,6 +94,15 @@ while let argument = arguments.popFirst() {
       usageError("--root \(path) is not a directory")
     }
     root = path.count > 1 && path.hasSuffix("/") ? String(path.dropLast()) : path
+  case "--tls":
+    guard let path = arguments.popFirst() else { usageError("--tls needs the directory to write ca.pem in") }
+    var info = stat()
+    guard stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
+      usageError("--tls \(path) is not a directory")
+    }
+    tlsDirectory = path
+  case "--http1-only":
+    http1Only = true
   case "--verbose":
     verbose = true
   default:
@@ -85,19 +110,20 @@ while let argument = arguments.popFirst() {
   }
 }
 
+if http1Only && tlsDirectory == nil { usageError("--http1-only applies to --tls (plain HTTP is always HTTP/1.1)") }
+
 // Writes to a client that went away must fail with EPIPE, not kill the server.
 signal(SIGPIPE, SIG_IGN)
 let state = ServerState(root: root, verbose: verbose)
+let tlsContext = tlsDirectory.map { makeTLSContext(directory: $0, http1Only: http1Only) }
 let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
 let bootstrap = ServerBootstrap(group: group)
   .serverChannelOption(.backlog, value: 256)
   .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
   .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
   .childChannelInitializer { channel in
-    channel.eventLoop.makeCompletedFuture {
-      try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
-      try channel.pipeline.syncOperations.addHandler(FileServerHandler(state: state))
-    }
+    if let tlsContext { return configureTLS(channel, context: tlsContext, state: state) }
+    return channel.eventLoop.makeCompletedFuture { try configureHTTP1(channel, state: state) }
   }
 
 let server: Channel

@@ -14,7 +14,20 @@ import Synchronization
 ///
 /// The server lives until `stop()` or the handle's deinit; it also exits by itself when the test process dies
 /// (its stdin, a pipe held only by this handle, reaches EOF), so no test leaves one behind.
+///
+/// With `transport: .https` it serves HTTPS (HTTP/2 to clients that offer it by ALPN, else HTTP/1.1) with a
+/// certificate authority made at its start; `caFile` is that CA's certificate, which a client must trust.
 public final class FileServer: Sendable {
+  /// What the server speaks.
+  public enum Transport: Sendable {
+    /// Plain HTTP/1.1.
+    case http
+    /// HTTPS offering h2 and http/1.1 by ALPN.
+    case https
+    /// HTTPS offering http/1.1 alone.
+    case httpsHTTP1Only
+  }
+
   /// What the server counted for one request target.
   public struct Stats: Sendable, Decodable, Equatable {
     public var requests: Int
@@ -22,11 +35,14 @@ public final class FileServer: Sendable {
     public var bodyBytes: Int64
     /// The Range headers received, in order.
     public var ranges: [String]
+    /// The protocol of each request, in order: "HTTP/1.1" or "HTTP/2.0".
+    public var versions: [String]
 
-    public init(requests: Int = 0, bodyBytes: Int64 = 0, ranges: [String] = []) {
+    public init(requests: Int = 0, bodyBytes: Int64 = 0, ranges: [String] = [], versions: [String] = []) {
       self.requests = requests
       self.bodyBytes = bodyBytes
       self.ranges = ranges
+      self.versions = versions
     }
   }
 
@@ -35,6 +51,11 @@ public final class FileServer: Sendable {
   }
 
   public let process: Process
+  public let transport: Transport
+  /// The PEM certificate of the server's certificate authority (HTTPS only; made fresh at every start).
+  public let caFile: String?
+  /// Where `caFile` is: a temp directory of this handle, removed with it.
+  private let tlsDirectory: URL?
   /// The server's stdin; closing it stops the server.
   private let input: FileHandle
   private let lines = Mutex<[String]>([])
@@ -47,8 +68,11 @@ public final class FileServer: Sendable {
   /// - Parameters:
   ///   - root: the directory `/files/<name>` serves.
   ///   - verbose: the server logs one line per request to stderr (`errors`).
-  public convenience init(root: String? = nil, verbose: Bool = false, startupTimeout: Double = 20) throws {
-    try self.init(spawning: root, verbose: verbose)
+  ///   - transport: plain HTTP (the default) or HTTPS.
+  public convenience init(
+    root: String? = nil, verbose: Bool = false, transport: Transport = .http, startupTimeout: Double = 20
+  ) throws {
+    try self.init(spawning: root, verbose: verbose, transport: transport)
     let deadline = Date().addingTimeInterval(startupTimeout)
     while listeningPort.withLock({ $0 }) == nil {
       try checkStartup(deadline: deadline, timeout: startupTimeout)
@@ -57,10 +81,10 @@ public final class FileServer: Sendable {
   }
 
   /// `init` for async tests: waits with `Task.sleep`, holding none of the test pool's few threads.
-  public static func start(root: String? = nil, verbose: Bool = false, startupTimeout: Double = 20) async throws
-    -> FileServer
-  {
-    let server = try FileServer(spawning: root, verbose: verbose)
+  public static func start(
+    root: String? = nil, verbose: Bool = false, transport: Transport = .http, startupTimeout: Double = 20
+  ) async throws -> FileServer {
+    let server = try FileServer(spawning: root, verbose: verbose, transport: transport)
     let deadline = Date().addingTimeInterval(startupTimeout)
     while server.listeningPort.withLock({ $0 }) == nil {
       try server.checkStartup(deadline: deadline, timeout: startupTimeout)
@@ -69,10 +93,22 @@ public final class FileServer: Sendable {
     return server
   }
 
-  private init(spawning root: String?, verbose: Bool) throws {
+  private init(spawning root: String?, verbose: Bool, transport: Transport) throws {
+    self.transport = transport
+    var tlsArguments: [String] = []
+    if transport == .http {
+      tlsDirectory = nil
+      caFile = nil
+    } else {
+      let directory = FileManager.default.temporaryDirectory.appendingPathComponent("gc-tls-\(UUID().uuidString)")
+      try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: false)
+      tlsDirectory = directory
+      caFile = directory.appendingPathComponent("ca.pem").path
+      tlsArguments = ["--tls", directory.path] + (transport == .httpsHTTP1Only ? ["--http1-only"] : [])
+    }
     process = Process()
     process.executableURL = productsDirectory.appendingPathComponent("gc-file-server")
-    process.arguments = (root.map { ["--root", $0] } ?? []) + (verbose ? ["--verbose"] : [])
+    process.arguments = (root.map { ["--root", $0] } ?? []) + tlsArguments + (verbose ? ["--verbose"] : [])
     let stdin = Pipe()
     let out = Pipe()
     let err = Pipe()
@@ -118,9 +154,9 @@ public final class FileServer: Sendable {
   /// What the server wrote to stderr so far (its request log with `verbose`).
   public var errors: String { stderrText.withLock { $0 } }
 
-  /// `http://127.0.0.1:<port>` followed by `pathAndQuery` (which starts with `/`).
+  /// `http://127.0.0.1:<port>` (`https://` for HTTPS) followed by `pathAndQuery` (which starts with `/`).
   public func url(_ pathAndQuery: String) -> URL {
-    URL(string: "http://127.0.0.1:\(port)\(pathAndQuery)")!
+    URL(string: "\(transport == .http ? "http" : "https")://127.0.0.1:\(port)\(pathAndQuery)")!
   }
 
   /// The counts per request target (exactly as sent, query included) since start or `resetStats()`.
@@ -189,6 +225,7 @@ public final class FileServer: Sendable {
   deinit {
     try? input.close()
     if process.isRunning { Glibc.kill(process.processIdentifier, SIGKILL) }
+    if let tlsDirectory { try? FileManager.default.removeItem(at: tlsDirectory) }
   }
 
   /// The bytes `/gen/<size>?seed=<seed>` serves (its `range`, or all of it), computed here by the same generator
