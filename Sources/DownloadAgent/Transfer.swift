@@ -5,6 +5,7 @@ import FileCoordination
 import Foundation
 import Logging
 import NIOCore
+import NIOSSL
 import Synchronization
 import SystemLayer
 
@@ -414,6 +415,13 @@ package final class TransferEngine: Sendable {
         if error == .redirectLimitReached || error == .redirectCycleDetected || error == .invalidURL {
           return .fatal(.protocolViolation("the redirects of '\(url.absoluteString)' cannot be followed: \(error)"))
         }
+      }
+      if let error = error as? NIOSSLError, case .handshakeFailed = error {
+        // An untrusted or invalid certificate does not heal in a minute: fail now, and say what to do.
+        return .fatal(
+          .network(
+            "the TLS handshake with \(url.host ?? "the server") failed (\(error)); if the server's certificate comes "
+              + "from an authority of your own, name its PEM file in \(TrustRoots.caFileEnvironmentKey) for the agent"))
       }
       return .network("\(error)")
     }
