@@ -408,5 +408,6 @@ final class LineCollector: Sendable {
 
   var all: [String] { lines.withLock { $0 } }
 
-  func first(where predicate: (String) -> Bool) -> String? { lines.withLock { $0.first(where: predicate) } }
+  /// The first line that satisfies `predicate`, run outside the lock (it may read the child's output itself).
+  func first(where predicate: (String) -> Bool) -> String? { all.first(where: predicate) }
 }
