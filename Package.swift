@@ -166,7 +166,7 @@ let package = Package(
     // Real images of any size for tests, the test helper and benchmarks.
     .target(name: "TestImageKit", path: "Tests/TestImageKit"),
     // What every test target shares: temp container roots, child processes.
-    .target(name: "TestSupport", dependencies: ["FileCoordination"], path: "Tests/TestSupport"),
+    .target(name: "TestSupport", dependencies: ["FileCoordination", "SystemLayer"], path: "Tests/TestSupport"),
     .testTarget(
       name: "SharedDefaultsTests",
       dependencies: [

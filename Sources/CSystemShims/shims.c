@@ -144,7 +144,8 @@ int gc_eventfd(unsigned int initval, int nonblocking_cloexec) {
 
 int gc_malloc_trim(size_t pad) { return malloc_trim(pad); }
 
-int gc_spawn_detached(const char *path, char *const argv[], char *const envp[], int output_fd, int *pid) {
+int gc_spawn(const char *path, char *const argv[], char *const envp[], int input_fd, int output_fd, int error_fd,
+             int detach, int *pid) {
   posix_spawn_file_actions_t actions;
   posix_spawnattr_t attributes;
   int rc = posix_spawn_file_actions_init(&actions);
@@ -158,19 +159,27 @@ int gc_spawn_detached(const char *path, char *const argv[], char *const envp[], 
   sigemptyset(&none);
   sigset_t all;
   sigfillset(&all);
-  if (rc == 0) rc = posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  if (rc == 0)
+    rc = input_fd < 0 ? posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+                      : posix_spawn_file_actions_adddup2(&actions, input_fd, 0);
   if (rc == 0) rc = posix_spawn_file_actions_adddup2(&actions, output_fd, 1);
-  if (rc == 0) rc = posix_spawn_file_actions_adddup2(&actions, output_fd, 2);
+  if (rc == 0) rc = posix_spawn_file_actions_adddup2(&actions, error_fd, 2);
   if (rc == 0) rc = posix_spawn_file_actions_addclosefrom_np(&actions, 3);
   // Default dispositions and an empty mask: the parent may block or ignore signals the agent must get.
   if (rc == 0) rc = posix_spawnattr_setsigmask(&attributes, &none);
   if (rc == 0) rc = posix_spawnattr_setsigdefault(&attributes, &all);
-  if (rc == 0)
-    rc = posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  // Detached: a session of its own. Otherwise a process group of its own, as Foundation's Process does (a
+  // terminal's ^C reaches the starter, which decides).
+  short group = detach ? POSIX_SPAWN_SETSID : POSIX_SPAWN_SETPGROUP;
+  if (rc == 0) rc = posix_spawnattr_setflags(&attributes, group | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   pid_t child = 0;
   if (rc == 0) rc = posix_spawn(&child, path, &actions, &attributes, argv, envp);
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attributes);
   if (rc == 0) *pid = (int)child;
   return rc;
+}
+
+int gc_spawn_detached(const char *path, char *const argv[], char *const envp[], int output_fd, int *pid) {
+  return gc_spawn(path, argv, envp, -1, output_fd, output_fd, 1, pid);
 }

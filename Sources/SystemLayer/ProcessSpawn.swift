@@ -1,3 +1,4 @@
+import CInotifyTools
 import CSystemShims
 import Foundation
 import Glibc
@@ -12,6 +13,31 @@ package enum ProcessSpawn {
   package static func detached(
     executable: String, arguments: [String], environment: [String: String], output: SystemFD
   ) throws(FileSystemError) -> Int32 {
+    let child = try spawn(
+      executable: executable, arguments: arguments, environment: environment, input: nil, output: output,
+      error: output, detach: true)
+    let thread = Thread { _ = try? valueOrErrno({ waitpid(child, nil, 0) }).get("waitpid", executable) }
+    thread.name = "reap \(child)"
+    thread.start()
+    return child
+  }
+
+  /// Starts `executable` as a child the caller reaps (`waitForExit`): stdin from `input` (nil: /dev/null), stdout
+  /// and stderr to `output` and `error`, no other descriptor of ours, its own process group. The corresponding C
+  /// function is `posix_spawn`.
+  package static func child(
+    executable: String, arguments: [String], environment: [String: String], input: SystemFD?, output: SystemFD,
+    error: SystemFD
+  ) throws(FileSystemError) -> Int32 {
+    try spawn(
+      executable: executable, arguments: arguments, environment: environment, input: input, output: output,
+      error: error, detach: false)
+  }
+
+  private static func spawn(
+    executable: String, arguments: [String], environment: [String: String], input: SystemFD?, output: SystemFD,
+    error: SystemFD, detach: Bool
+  ) throws(FileSystemError) -> Int32 {
     let argv = ([executable] + arguments).map { strdup($0) } + [nil]
     let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
     defer {
@@ -19,13 +45,34 @@ package enum ProcessSpawn {
       for p in envp { free(p) }
     }
     var pid: Int32 = 0
-    let rc = gc_spawn_detached(executable, argv, envp, output.rawValue, &pid)
+    let rc = gc_spawn(
+      executable, argv, envp, input?.rawValue ?? -1, output.rawValue, error.rawValue, detach ? 1 : 0, &pid)
     guard rc == 0 else { throw FileSystemError("posix_spawn", executable, Errno(rawValue: rc)) }
-    let child = pid
-    let thread = Thread { _ = try? valueOrErrno({ waitpid(child, nil, 0) }).get("waitpid", executable) }
-    thread.name = "reap \(child)"
-    thread.start()
     return pid
+  }
+
+  /// How a child ended.
+  package enum Termination: Sendable, Equatable {
+    case exited(Int32)
+    case signaled(Int32)
+  }
+
+  /// Blocks until the child `pid` ends and reaps it. The corresponding C function is `waitpid`.
+  package static func waitForExit(_ pid: Int32) throws(FileSystemError) -> Termination {
+    var status: Int32 = 0
+    _ = try valueOrErrno { waitpid(pid, &status, 0) }.get("waitpid", "pid \(pid)")
+    // <sys/wait.h>'s WIFEXITED / WEXITSTATUS / WTERMSIG are macros Swift does not import.
+    let signal = status & 0x7f
+    return signal == 0 ? .exited((status >> 8) & 0xff) : .signaled(signal)
+  }
+
+  /// A pipe whose two ends are close-on-exec: no child inherits them unless they are handed to it as its stdin,
+  /// stdout or stderr (a child holding the write end of another child's pipe keeps that pipe's reader from ever
+  /// seeing end of file). The corresponding C function is `pipe2` with `O_CLOEXEC`.
+  package static func pipe() throws(FileSystemError) -> (read: SystemFD, write: SystemFD) {
+    var fds: [Int32] = [-1, -1]
+    _ = try valueOrErrno { gc_pipe2(&fds, O_CLOEXEC) }.get("pipe2", "")
+    return (SystemFD(rawValue: fds[0], path: "pipe"), SystemFD(rawValue: fds[1], path: "pipe"))
   }
 
   /// Whether `path` names a file we may execute. The corresponding C function is `access(X_OK)`.

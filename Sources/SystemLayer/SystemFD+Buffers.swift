@@ -13,6 +13,12 @@ extension SystemFD {
     }
   }
 
+  /// Reads what is there, up to `buffer.count` bytes, at the current offset (a pipe: blocks until some bytes or
+  /// end of file); 0 means end of file. The corresponding C function is `read`.
+  package func read(into buffer: UnsafeMutableRawBufferPointer) throws(FileSystemError) -> Int {
+    try valueOrErrno { Glibc.read(rawValue, buffer.baseAddress!, buffer.count) }.get("read", path)
+  }
+
   /// Fills `buffer` from `offset` on; returns how many bytes it read (fewer only at end of file). The
   /// corresponding C function is `pread`.
   package func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws(FileSystemError) -> Int {

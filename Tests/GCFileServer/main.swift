@@ -133,8 +133,9 @@ do {
   standardError("gc-file-server: cannot listen on 127.0.0.1:\(port): \(error)")
   exit(1)
 }
+// Before "listening": a test signals the server as soon as it reads that line.
+let signalSources = exitOnTerminationSignals()
 standardOutput("listening \(server.localAddress?.port ?? port)")
 
-let signalSources = exitOnTerminationSignals()
 serveStandardInput(state: state)
 exit(0)

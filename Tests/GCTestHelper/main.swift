@@ -177,6 +177,9 @@ case _ where downloadSessionModes.contains(command):  // DownloadSessions.swift
 case _ where imageCacheModes.contains(command):  // ImageCacheModes.swift
   try runImageCacheMode(command, args, container)
 
+case "descriptors":  // Descriptors.swift
+  runDescriptors(args)
+
 default:
   FileHandle.standardError.write(Data("unknown command \(command)\n".utf8))
   exit(2)

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import SystemLayer
 
 /// `gc-file-server`, the project's local HTTP server (Tests/GCFileServer/main.swift lists its resources and
 /// faults), running as a child of the test process on a free port of 127.0.0.1.
@@ -50,19 +51,18 @@ public final class FileServer: Sendable {
     public var description: String
   }
 
-  public let process: Process
+  public let process: SpawnedProcess
   public let transport: Transport
   /// The PEM certificate of the server's certificate authority (HTTPS only; made fresh at every start).
   public let caFile: String?
   /// Where `caFile` is: a temp directory of this handle, removed with it.
   private let tlsDirectory: URL?
-  /// The server's stdin; closing it stops the server.
-  private let input: FileHandle
-  private let lines = Mutex<[String]>([])
-  private let partial = Mutex<String>("")
-  private let stderrText = Mutex<String>("")
+  /// The write end of the server's stdin (nil once closed); closing it stops the server.
+  private let input: Mutex<SystemFD?>
+  private let lines = LineCollector()
+  private let stderrText = SharedText()
   private let nextID = Mutex<Int>(0)
-  private let listeningPort = Mutex<Int?>(nil)
+  private let listeningPort = ListeningPort()
 
   /// Starts the server and waits (at most `startupTimeout` seconds) until it listens.
   /// - Parameters:
@@ -74,7 +74,7 @@ public final class FileServer: Sendable {
   ) throws {
     try self.init(spawning: root, verbose: verbose, transport: transport)
     let deadline = Date().addingTimeInterval(startupTimeout)
-    while listeningPort.withLock({ $0 }) == nil {
+    while listeningPort.value == nil {
       try checkStartup(deadline: deadline, timeout: startupTimeout)
       Thread.sleep(forTimeInterval: 0.005)
     }
@@ -86,7 +86,7 @@ public final class FileServer: Sendable {
   ) async throws -> FileServer {
     let server = try FileServer(spawning: root, verbose: verbose, transport: transport)
     let deadline = Date().addingTimeInterval(startupTimeout)
-    while server.listeningPort.withLock({ $0 }) == nil {
+    while server.listeningPort.value == nil {
       try server.checkStartup(deadline: deadline, timeout: startupTimeout)
       try await Task.sleep(for: .milliseconds(5))
     }
@@ -106,39 +106,31 @@ public final class FileServer: Sendable {
       caFile = directory.appendingPathComponent("ca.pem").path
       tlsArguments = ["--tls", directory.path] + (transport == .httpsHTTP1Only ? ["--http1-only"] : [])
     }
-    process = Process()
-    process.executableURL = productsDirectory.appendingPathComponent("gc-file-server")
-    process.arguments = (root.map { ["--root", $0] } ?? []) + tlsArguments + (verbose ? ["--verbose"] : [])
-    let stdin = Pipe()
-    let out = Pipe()
-    let err = Pipe()
-    process.standardInput = stdin
-    process.standardOutput = out
-    process.standardError = err
-    input = stdin.fileHandleForWriting
-    out.fileHandleForReading.readabilityHandler = { [weak self] handle in
-      let data = handle.availableData
-      guard let self, !data.isEmpty else { return }
-      let complete = self.partial.withLock { takeLines(data, from: &$0) }
-      for line in complete {
-        if line.hasPrefix("listening "), let port = Int(line.dropFirst("listening ".count)) {
-          self.listeningPort.withLock { $0 = port }
-        }
-      }
-      self.lines.withLock { $0 += complete }
+    let stdin = try ProcessSpawn.pipe()
+    let lines = lines, port = listeningPort
+    do {
+      process = try SpawnedProcess(
+        executable: productsDirectory.appendingPathComponent("gc-file-server").path,
+        arguments: (root.map { ["--root", $0] } ?? []) + tlsArguments + (verbose ? ["--verbose"] : []),
+        input: stdin.read,
+        output: .pipe { bytes in
+          for line in lines.append(bytes) where line.hasPrefix("listening ") {
+            if let number = Int(line.dropFirst("listening ".count)) { port.value = number }
+          }
+        }, error: .pipe { [stderrText] in stderrText.append($0) })
+    } catch {
+      stdin.read.close()
+      stdin.write.close()
+      throw error
     }
-    err.fileHandleForReading.readabilityHandler = { [weak self] handle in
-      let data = handle.availableData
-      if let self, !data.isEmpty { self.stderrText.withLock { $0 += String(decoding: data, as: UTF8.self) } }
-    }
-    try launch(process)
     // Only the server may hold the read end: our copy would keep its stdin open after we close the write end.
-    try? stdin.fileHandleForReading.close()
+    stdin.read.close()
+    input = Mutex(stdin.write)
   }
 
   private func checkStartup(deadline: Date, timeout: Double) throws {
     if !process.isRunning {
-      Thread.sleep(forTimeInterval: 0.05)  // let the pipe handlers drain
+      process.waitForOutput()
       throw Failure(
         description: "gc-file-server exited (status \(process.terminationStatus)) before listening; stderr: \(errors)")
     }
@@ -149,10 +141,18 @@ public final class FileServer: Sendable {
   }
 
   /// The port on 127.0.0.1 the server listens on.
-  public var port: Int { listeningPort.withLock { $0 } ?? 0 }
+  public var port: Int { listeningPort.value ?? 0 }
   public var pid: Int32 { process.processIdentifier }
   /// What the server wrote to stderr so far (its request log with `verbose`).
   public var errors: String { stderrText.withLock { $0 } }
+
+  /// Closes our end of the server's stdin, once (a second close could hit a descriptor that reused the number).
+  private func closeInput() {
+    input.withLock { fd in
+      fd?.close()
+      fd = nil
+    }
+  }
 
   /// `http://127.0.0.1:<port>` (`https://` for HTTPS) followed by `pathAndQuery` (which starts with `/`).
   public func url(_ pathAndQuery: String) -> URL {
@@ -187,13 +187,16 @@ public final class FileServer: Sendable {
     }
     let prefix = "\(verb) \(id)"
     do {
-      try input.write(contentsOf: Data("\(prefix)\n".utf8))
+      try input.withLock { fd throws(FileSystemError) in
+        guard let fd else { throw FileSystemError("write", "gc-file-server's stdin (closed by stop())", .badFileDescriptor) }
+        try fd.writeAll(Array("\(prefix)\n".utf8))
+      }
     } catch {
       throw Failure(description: "cannot send `\(verb)` to gc-file-server (stopped? status \(status.map(String.init) ?? "running")): \(error)")
     }
     let deadline = Date().addingTimeInterval(timeout)
     while Date() < deadline {
-      if let line = lines.withLock({ $0.first { $0 == prefix || $0.hasPrefix(prefix + " ") } }) {
+      if let line = lines.first(where: { $0 == prefix || $0.hasPrefix(prefix + " ") }) {
         return String(line.dropFirst(prefix.count)).trimmingCharacters(in: .whitespaces)
       }
       if !process.isRunning { break }
@@ -209,7 +212,7 @@ public final class FileServer: Sendable {
   /// (0 when it stopped as asked).
   @discardableResult
   public func stop(timeout: Double = 10) -> Int32 {
-    try? input.close()
+    closeInput()
     let deadline = Date().addingTimeInterval(timeout)
     while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
     if process.isRunning { kill() }
@@ -218,13 +221,12 @@ public final class FileServer: Sendable {
   }
 
   public func kill(_ signal: Int32 = SIGKILL) {
-    if process.isRunning { Glibc.kill(process.processIdentifier, signal) }
+    process.signal(signal)
     process.waitUntilExit()
   }
 
   deinit {
-    try? input.close()
-    if process.isRunning { Glibc.kill(process.processIdentifier, SIGKILL) }
+    closeInput()  // the server exits at end of its stdin; `process` kills it if it is still running
     if let tlsDirectory { try? FileManager.default.removeItem(at: tlsDirectory) }
   }
 
@@ -250,10 +252,9 @@ public final class FileServer: Sendable {
   }
 }
 
-/// A tool (curl, sh…) started under the test process's spawn lock, its stdout and stderr captured in temp files
-/// (no pipe to drain while it runs).
+/// A tool (curl, sh…), its stdout and stderr captured in temp files (no pipe to drain while it runs).
 public final class ToolRun: Sendable {
-  public let process: Process
+  public let process: SpawnedProcess
   private let outURL: URL
   private let errURL: URL
 
@@ -264,15 +265,11 @@ public final class ToolRun: Sendable {
     let base = FileManager.default.temporaryDirectory.appendingPathComponent("gc-tool-\(UUID().uuidString)")
     outURL = base.appendingPathExtension("out")
     errURL = base.appendingPathExtension("err")
-    FileManager.default.createFile(atPath: outURL.path, contents: nil)
-    FileManager.default.createFile(atPath: errURL.path, contents: nil)
-    process = Process()
-    process.executableURL = URL(fileURLWithPath: path)
-    process.arguments = arguments
-    process.standardInput = FileHandle.nullDevice
-    process.standardOutput = try FileHandle(forWritingTo: outURL)
-    process.standardError = try FileHandle(forWritingTo: errURL)
-    try launch(process)
+    let out = try SystemFD.open(outURL.path, [.writeOnly, .create, .truncate])
+    defer { out.close() }  // the tool has its own copy
+    let err = try SystemFD.open(errURL.path, [.writeOnly, .create, .truncate])
+    defer { err.close() }
+    process = try SpawnedProcess(executable: path, arguments: arguments, output: .file(out), error: .file(err))
   }
 
   public var pid: Int32 { process.processIdentifier }
@@ -285,7 +282,7 @@ public final class ToolRun: Sendable {
     let deadline = Date().addingTimeInterval(timeout)
     while process.isRunning && Date() < deadline { try? await Task.sleep(for: .milliseconds(10)) }
     if process.isRunning {
-      Glibc.kill(process.processIdentifier, SIGKILL)
+      process.signal(SIGKILL)
       process.waitUntilExit()
       return nil
     }
@@ -293,8 +290,17 @@ public final class ToolRun: Sendable {
   }
 
   deinit {
-    if process.isRunning { Glibc.kill(process.processIdentifier, SIGKILL) }
+    // `process` kills the tool if it still runs.
     try? FileManager.default.removeItem(at: outURL)
     try? FileManager.default.removeItem(at: errURL)
+  }
+}
+
+/// The port the server said it listens on, set by the stdout reader thread.
+private final class ListeningPort: Sendable {
+  private let port = Mutex<Int?>(nil)
+  var value: Int? {
+    get { port.withLock { $0 } }
+    set { port.withLock { $0 = newValue } }
   }
 }

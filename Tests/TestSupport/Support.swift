@@ -1,6 +1,7 @@
 import FileCoordination
 import Foundation
 import Synchronization
+import SystemLayer
 import Testing
 
 /// A fresh container root for one test (tests run in parallel in one process).
@@ -31,38 +32,21 @@ public let productsDirectory: URL = {
 
 /// A child process whose stdout lines the test can wait for.
 public final class Child: Sendable {
-  public let process: Process
-  private let lines = Mutex<[String]>([])
-  private let partial = Mutex<String>("")
-  public let errors = Mutex<String>("")
+  public let process: SpawnedProcess
+  private let lines = LineCollector()
+  public let errors = SharedText()
 
   /// Starts `gc-test-helper` (or another product) with `arguments`.
   public init(_ arguments: [String], executable: String = "gc-test-helper", environment: [String: String] = [:]) throws
   {
-    process = Process()
-    process.executableURL = productsDirectory.appendingPathComponent(executable)
-    process.arguments = arguments
     var env = ProcessInfo.processInfo.environment
     for (k, v) in environment { env[k] = v }
-    process.environment = env
-    let out = Pipe()
-    let err = Pipe()
-    process.standardOutput = out
-    process.standardError = err
-    out.fileHandleForReading.readabilityHandler = { [weak self] handle in
-      let data = handle.availableData
-      guard let self, !data.isEmpty else { return }
-      let complete = self.partial.withLock { takeLines(data, from: &$0) }
-      self.lines.withLock { $0 += complete }
-    }
-    err.fileHandleForReading.readabilityHandler = { [weak self] handle in
-      let data = handle.availableData
-      if let self, !data.isEmpty { self.errors.withLock { $0 += String(decoding: data, as: UTF8.self) } }
-    }
-    try launch(process)
+    process = try SpawnedProcess(
+      executable: productsDirectory.appendingPathComponent(executable).path, arguments: arguments, environment: env,
+      output: .pipe { [lines] in lines.append($0) }, error: .pipe { [errors] in errors.append($0) })
   }
 
-  public var output: [String] { lines.withLock { $0 } }
+  public var output: [String] { lines.all }
   public var pid: Int32 { process.processIdentifier }
 
   /// Waits (polling) until a line satisfies `predicate`; returns it, or fails the test after `timeout`.
@@ -72,10 +56,10 @@ public final class Child: Sendable {
   ) -> String? {
     let deadline = Date().addingTimeInterval(timeout)
     while Date() < deadline {
-      if let line = output.first(where: predicate) { return line }
-      if !process.isRunning, output.first(where: predicate) == nil {
-        Thread.sleep(forTimeInterval: 0.1)
-        if let line = output.first(where: predicate) { return line }
+      if let line = lines.first(where: predicate) { return line }
+      if !process.isRunning {
+        process.waitForOutput()
+        if let line = lines.first(where: predicate) { return line }
         Issue.record(
           "child exited (\(process.terminationStatus)) before the expected line; stderr: \(errors.withLock { $0 })",
           sourceLocation: sourceLocation)
@@ -98,7 +82,7 @@ public final class Child: Sendable {
       kill()
       return nil
     }
-    Thread.sleep(forTimeInterval: 0.05)  // let the pipe handlers drain
+    process.waitForOutput()
     return process.terminationStatus
   }
 
@@ -111,10 +95,10 @@ public final class Child: Sendable {
   ) async -> String? {
     let deadline = Date().addingTimeInterval(timeout)
     while Date() < deadline {
-      if let line = output.first(where: predicate) { return line }
+      if let line = lines.first(where: predicate) { return line }
       if !process.isRunning {
-        try? await Task.sleep(for: .milliseconds(100))
-        if let line = output.first(where: predicate) { return line }
+        await process.output()
+        if let line = lines.first(where: predicate) { return line }
         Issue.record(
           "child exited (\(process.terminationStatus)) before the expected line; stderr: \(errors.withLock { $0 })",
           sourceLocation: sourceLocation)
@@ -123,7 +107,7 @@ public final class Child: Sendable {
       try? await Task.sleep(for: .milliseconds(5))
     }
     // A task may resume long after its sleep when blocking tests hold the pool's threads: look once more.
-    if let line = output.first(where: predicate) { return line }
+    if let line = lines.first(where: predicate) { return line }
     Issue.record(
       "timed out waiting for a line; got \(output); stderr: \(errors.withLock { $0 })", sourceLocation: sourceLocation)
     return nil
@@ -139,17 +123,13 @@ public final class Child: Sendable {
       kill()
       return nil
     }
-    try? await Task.sleep(for: .milliseconds(50))  // let the pipe handlers drain
+    await process.output()
     return process.terminationStatus
   }
 
   public func kill(_ signal: Int32 = SIGKILL) {
-    if process.isRunning { Glibc.kill(process.processIdentifier, signal) }
+    process.signal(signal)
     process.waitUntilExit()
-  }
-
-  deinit {
-    if process.isRunning { Glibc.kill(process.processIdentifier, SIGKILL) }
   }
 }
 
@@ -178,11 +158,7 @@ public struct Interval {
   }
 }
 
-public func monotonicNow() -> UInt64 {
-  var ts = timespec()
-  clock_gettime(CLOCK_MONOTONIC, &ts)
-  return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
-}
+public func monotonicNow() -> UInt64 { MonotonicClock.nanoseconds() }
 
 /// Runs `body` on its own thread and waits at most `timeout` seconds for it, so a deadlock fails the test by
 /// assertion instead of hanging it (the stuck thread is abandoned). Returns what `body` returned, nil on timeout.
@@ -209,19 +185,16 @@ public func expectCompletes<T: Sendable>(
   }
 }
 
-/// Runs a tool (mount, umount, …) to completion and returns its exit status.
+/// Runs a tool (mount, umount, …) to completion, its output on the test process's, and returns its exit status.
 public func runTool(_ tool: String, _ arguments: [String]) throws -> Int32 {
-  let process = Process()
-  process.executableURL = URL(fileURLWithPath: tool)
-  process.arguments = arguments
-  try launch(process)
+  let process = try SpawnedProcess(executable: tool, arguments: arguments, output: .inherit, error: .inherit)
   process.waitUntilExit()
   return process.terminationStatus
 }
 
 /// One `Process.run` at a time in the test process: whole-suite runs crashed inside Foundation's `Process.run`
-/// (a bad pointer in memmove) while tests spawned children from several threads at once. Every spawn of the test
-/// process goes through `launch(_:)`.
+/// (a bad pointer in memmove) while tests spawned children from several threads at once. Every Foundation
+/// `Process` a test starts goes through `launch(_:)`; TestSupport's own children are `SpawnedProcess`es.
 let spawnLock = NSLock()
 
 /// Appends `data` to `buffer` and returns the complete lines it now holds (the rest stays in `buffer`).
@@ -235,7 +208,9 @@ func takeLines(_ data: Data, from buffer: inout String) -> [String] {
   return complete
 }
 
-/// `process.run()`, one at a time in the test process (see `spawnLock`).
+/// `process.run()`, one at a time in the test process (see `spawnLock`). Call `waitUntilExit()` on it once it
+/// has run: a Foundation `Process` that never did stays alive (it and its run loop source retain each other) and
+/// keeps its pipes and file handles open for the rest of the run.
 public func launch(_ process: Process) throws {
   try spawnLock.withLock { try process.run() }
 }
@@ -263,3 +238,176 @@ public final class SmallDisk: Sendable {
   deinit { _ = try? runTool("/bin/umount", ["-l", path]) }
 }
 
+/// A child process of the test process, started with `posix_spawn` (SystemLayer's `ProcessSpawn.child`), not
+/// Foundation's `Process`, whose handles leaked: each `Process` never waited with `waitUntilExit` stays alive (its
+/// run loop source and it retain each other) and keeps its `Pipe`s open, and a `readabilityHandler` holds a second
+/// descriptor of each pipe. Here every pipe end is close-on-exec (no other child inherits it, so its reader sees end
+/// of file when its own child exits), a thread reads each pipe to end of file and then closes it, and a thread
+/// reaps the child. Nothing depends on when the handle is released: a released handle only kills a child still
+/// running (the readers then see end of file and close their ends).
+public final class SpawnedProcess: Sendable {
+  /// Where the child's stdout or stderr goes.
+  package enum Sink: Sendable {
+    /// A pipe read on a thread of its own; each chunk is handed to the closure, in order.
+    case pipe(@Sendable ([UInt8]) -> Void)
+    /// A file (the descriptor is the caller's; the child gets a copy).
+    case file(SystemFD)
+    /// The test process's own stdout or stderr.
+    case inherit
+  }
+
+  public let processIdentifier: Int32
+  private let state: ExitState
+  private let readers: [PipeReader]
+
+  /// Starts `executable` (an absolute path) with stdin from `input` (nil: /dev/null).
+  init(
+    executable: String, arguments: [String], environment: [String: String] = ProcessInfo.processInfo.environment,
+    input: SystemFD? = nil, output: Sink, error: Sink
+  ) throws {
+    var parentEnds: [SystemFD] = []  // the write ends, closed here once the child has its copies
+    var readEnds: [(SystemFD, @Sendable ([UInt8]) -> Void)] = []
+    func childEnd(_ sink: Sink, standard: Int32) throws -> SystemFD {
+      switch sink {
+      case .file(let fd): return fd
+      case .inherit: return SystemFD(rawValue: standard, path: "standard stream \(standard)")
+      case .pipe(let handler):
+        let (read, write) = try ProcessSpawn.pipe()
+        readEnds.append((read, handler))
+        parentEnds.append(write)
+        return write
+      }
+    }
+    do {
+      let out = try childEnd(output, standard: 1)
+      let err = try childEnd(error, standard: 2)
+      processIdentifier = try ProcessSpawn.child(
+        executable: executable, arguments: arguments, environment: environment, input: input, output: out,
+        error: err)
+    } catch {
+      for fd in parentEnds { fd.close() }
+      for (fd, _) in readEnds { fd.close() }
+      throw error
+    }
+    for fd in parentEnds { fd.close() }
+    let state = ExitState()
+    self.state = state
+    let pid = processIdentifier
+    let reaper = Thread {
+      let termination = (try? ProcessSpawn.waitForExit(pid)) ?? .exited(-1)
+      state.termination.withLock { $0 = termination }
+    }
+    reaper.name = "reap \(pid)"
+    reaper.start()
+    readers = readEnds.map { PipeReader($0.0, onData: $0.1) }
+  }
+
+  public var isRunning: Bool { state.termination.withLock { $0 == nil } }
+
+  /// The exit status, or the signal that ended it (as Foundation's `Process` says); -1 while it runs.
+  public var terminationStatus: Int32 {
+    switch state.termination.withLock({ $0 }) {
+    case .exited(let status)?: return status
+    case .signaled(let signal)?: return signal
+    case nil: return -1
+    }
+  }
+
+  public var terminationReason: Process.TerminationReason {
+    if case .signaled? = state.termination.withLock({ $0 }) { return .uncaughtSignal }
+    return .exit
+  }
+
+  /// Whether every pipe of the child has been read to end of file (and closed).
+  public var outputComplete: Bool { readers.allSatisfy(\.finished) }
+
+  /// Sends `signal` unless the child has been reaped (its pid may then be another process's).
+  public func signal(_ signal: Int32) {
+    if isRunning { _ = Signals.send(signal, to: processIdentifier) }
+  }
+
+  /// Blocks until the child has exited (a hang detector of the caller bounds it: this waits as long as it runs).
+  public func waitUntilExit() {
+    while isRunning { Thread.sleep(forTimeInterval: 0.002) }
+  }
+
+  /// Waits (at most `timeout` seconds) until the child's pipes are read to end of file; false when they are not
+  /// (a process it started still holds them).
+  @discardableResult
+  public func waitForOutput(timeout: Double = 2) -> Bool {
+    let deadline = Date().addingTimeInterval(timeout)
+    while !outputComplete && Date() < deadline { Thread.sleep(forTimeInterval: 0.002) }
+    return outputComplete
+  }
+
+  /// `waitForOutput` for async tests (holds no thread of the test pool).
+  @discardableResult
+  public func output(timeout: Double = 2) async -> Bool {
+    let deadline = Date().addingTimeInterval(timeout)
+    while !outputComplete && Date() < deadline { try? await Task.sleep(for: .milliseconds(2)) }
+    return outputComplete
+  }
+
+  deinit {
+    signal(SIGKILL)
+  }
+}
+
+/// How the child ended, set once by its reaper thread.
+private final class ExitState: Sendable {
+  let termination = Mutex<ProcessSpawn.Termination?>(nil)
+}
+
+/// Reads one pipe on a thread of its own until end of file, hands each chunk to `onData`, then closes the
+/// descriptor. Only this thread ever uses the descriptor, so it is never closed under a read (nor read after its
+/// number was reused).
+private final class PipeReader: Sendable {
+  private let done = Mutex(false)
+
+  init(_ fd: SystemFD, onData: @escaping @Sendable ([UInt8]) -> Void) {
+    let thread = Thread { [self] in
+      var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+      while true {
+        let count = (try? buffer.withUnsafeMutableBytes { raw throws(FileSystemError) in try fd.read(into: raw) }) ?? 0
+        if count == 0 { break }
+        onData(Array(buffer[..<count]))
+      }
+      fd.close()
+      done.withLock { $0 = true }
+    }
+    thread.name = "read \(fd.rawValue)"
+    thread.start()
+  }
+
+  var finished: Bool { done.withLock { $0 } }
+}
+
+/// Text a child wrote, shared by its reader thread and the test (`child.errors.withLock { $0 }`).
+public final class SharedText: Sendable {
+  private let text = Mutex("")
+
+  public init() {}
+
+  public func withLock<R: Sendable>(_ body: (inout String) -> R) -> R { text.withLock { body(&$0) } }
+
+  func append(_ bytes: [UInt8]) { text.withLock { $0 += String(decoding: bytes, as: UTF8.self) } }
+}
+
+/// A child's output split into lines as it arrives.
+final class LineCollector: Sendable {
+  private let lines = Mutex<[String]>([])
+  private let partial = Mutex<String>("")
+
+  /// Adds `bytes`; returns the lines they completed.
+  @discardableResult
+  func append(_ bytes: [UInt8]) -> [String] {
+    let complete = partial.withLock { takeLines(Data(bytes), from: &$0) }
+    lines.withLock { $0 += complete }
+    return complete
+  }
+
+  var all: [String] { lines.withLock { $0 } }
+
+  /// The first line that satisfies `predicate`, run outside the lock (it may read the child's output itself).
+  func first(where predicate: (String) -> Bool) -> String? { all.first(where: predicate) }
+}

@@ -53,3 +53,9 @@ int gc_malloc_trim(size_t pad);
 // not reach it), stdin from /dev/null, stdout and stderr to `output_fd`, no other descriptor inherited. Returns 0
 // and the pid, or an errno value.
 int gc_spawn_detached(const char *path, char *const argv[], char *const envp[], int output_fd, int *pid);
+
+// Starts `path` with stdin from `input_fd` (/dev/null when negative), stdout and stderr to `output_fd` and
+// `error_fd`, no other descriptor inherited, default signal dispositions and an empty mask. `detach`: its own
+// session (gc_spawn_detached); otherwise its own process group. Returns 0 and the pid, or an errno value.
+int gc_spawn(const char *path, char *const argv[], char *const envp[], int input_fd, int output_fd, int error_fd,
+             int detach, int *pid);

@@ -1,0 +1,21 @@
+// Helper sub-command that reports what this process inherited (ChildProcessTests).
+import Foundation
+
+/// `descriptors <root> <group> <exit|stay>`: prints "fd <n> <target>" for each open descriptor (the target of
+/// /proc/self/fd/<n>, e.g. `pipe:[1234]`), then "done"; with `stay`, waits until killed (or until its parent is
+/// gone, like every helper).
+func runDescriptors(_ args: [String]) -> Never {
+  let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+  var lines: [String] = []
+  for entry in entries.compactMap(Int.init).sorted() {
+    // The directory listing's own descriptor is gone by now: skip what no longer resolves.
+    if let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(entry)") {
+      lines.append("fd \(entry) \(target)")
+    }
+  }
+  FileHandle.standardOutput.write(Data((lines + ["done"]).map { $0 + "\n" }.joined().utf8))
+  if args[4] == "stay" {
+    while true { Thread.sleep(forTimeInterval: 60) }
+  }
+  exit(0)
+}
