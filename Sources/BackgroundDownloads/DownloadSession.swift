@@ -258,9 +258,11 @@ public final class DownloadSession: Sendable {
   /// delivery queue only.
   private func poll() {
     let queued = store.queuedEvents(identifier)
-    let tasks = store.tasks(session: identifier, excluding: attachment.withLock { $0.settled })
+    let (settled, handedOut) = attachment.withLock { ($0.settled, $0.handedOut) }
+    let tasks = store.tasks(session: identifier, excluding: settled)
     var byID = Dictionary(tasks.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
-    for record in queued where byID[record.taskID] == nil {
+    // Only events still to hand out need their task (one handed out waits for its acknowledgement).
+    for record in queued where byID[record.taskID] == nil && !handedOut.contains(record.fileName) {
       if let task = store.task(record.taskID) { byID[task.id] = task }
     }
     var out: [(DownloadEvent, EventRecord?)] = []
