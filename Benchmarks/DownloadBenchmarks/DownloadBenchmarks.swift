@@ -93,6 +93,14 @@ func awaitCompletions(_ ids: Set<String>, in session: DownloadSession) async thr
   return arrived
 }
 
+/// Finished transfer → event in this process, in µs, for each of `ids` (from its completion time), sorted.
+func finishToEventLatencies(_ ids: Set<String>, arrived: [String: Date], in session: DownloadSession) -> [Int] {
+  session.allTasks().compactMap { task -> Int? in
+    guard ids.contains(task.id), let done = task.completionDate, let seen = arrived[task.id] else { return nil }
+    return Int(seen.timeIntervalSince(done) * 1e6)
+  }.sorted()
+}
+
 /// The running agent's pid (the pid its lock file holds).
 func agentPID(_ container: GroupContainer) -> Int32? {
   let path = container.url.appendingPathComponent(".coordination/downloads/agent.lock").path
@@ -209,13 +217,7 @@ let benchmarks: @Sendable () -> Void = {
     }
     let arrived = try await awaitCompletions(ids, in: session)
     benchmark.stopMeasurement()
-    var latencies: [Int] = []
-    for task in session.allTasks() where ids.contains(task.id) {
-      if let done = task.completionDate, let seen = arrived[task.id] {
-        latencies.append(Int(seen.timeIntervalSince(done) * 1e6))
-      }
-    }
-    latencies.sort()
+    let latencies = finishToEventLatencies(ids, arrived: arrived, in: session)
     if !latencies.isEmpty {
       benchmark.measurement(.custom("finish → event p50 (µs)", useScalingFactor: false), latencies[latencies.count / 2])
     }
@@ -233,8 +235,8 @@ let benchmarks: @Sendable () -> Void = {
       from: URL(string: "http://127.0.0.1:\(f.port)/gen/1024?seed=\(f.counter)")!, to: "Downloads/one-\(f.counter)")
     let arrived = try await awaitCompletions([task.id], in: session)
     benchmark.stopMeasurement()
-    if let done = try task.refreshed().completionDate, let seen = arrived[task.id] {
-      benchmark.measurement(.custom("finish → event (µs)", useScalingFactor: false), Int(seen.timeIntervalSince(done) * 1e6))
+    if let latency = finishToEventLatencies([task.id], arrived: arrived, in: session).first {
+      benchmark.measurement(.custom("finish → event (µs)", useScalingFactor: false), latency)
     }
     try? FileManager.default.removeItem(at: f.container!.url.appendingPathComponent("Downloads/one-\(f.counter)"))
   } setup: {
