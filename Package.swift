@@ -125,6 +125,10 @@ let package = Package(
     .target(name: "SimpleTimerKit", dependencies: ["GroupContainer"], path: "Examples/SimpleTimerKit"),
     .executableTarget(name: "host", dependencies: ["SimpleTimerKit", "GroupContainer"], path: "Examples/host"),
     .executableTarget(name: "widget", dependencies: ["SimpleTimerKit", "GroupContainer"], path: "Examples/widget"),
+    // The classic iOS App Group snippet ported to Linux; Original.swift.txt is the iOS code it is diffed against.
+    .executableTarget(
+      name: "ported-widget", dependencies: ["GroupContainer"], path: "Examples/PortedWidget",
+      exclude: ["Original.swift.txt"]),
     // "The other process" that tests spawn: presenter, lock holder, crasher.
     .executableTarget(
       name: "gc-test-helper",
@@ -194,7 +198,9 @@ let package = Package(
     ),
     .testTarget(
       name: "ExamplesTests",
-      dependencies: ["TestSupport", "SimpleTimerKit", "host", "widget", "gc-file-server", "gc-download-agent"]),
+      dependencies: [
+        "TestSupport", "SimpleTimerKit", "host", "widget", "gc-file-server", "gc-download-agent", "ported-widget",
+      ]),
     .testTarget(
       name: "FileCoordinationTests",
       dependencies: ["TestSupport", "FileCoordination", "SystemLayer", "GroupContainer", "gc-test-helper", "groupctl"]

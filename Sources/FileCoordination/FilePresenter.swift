@@ -26,6 +26,23 @@ import Foundation
 ///   reported back to you.
 /// - **Dead processes** never block you: a process that dies mid-access has its locks released by the kernel,
 ///   and your reacquirer still runs.
+///
+/// ## Writing a presenter class under Swift 6
+/// The framework calls presenters from its own threads, so the protocol requires `Sendable`. A `final` class
+/// whose stored properties are `let`s of Sendable types — the URL and an `OperationQueue` — is Sendable as it
+/// stands, no `@unchecked` needed; an iOS presenter written that way ports unchanged (``NSFilePresenter`` is this
+/// protocol's Apple name):
+/// ```swift
+/// final class NotesPresenter: NSObject, NSFilePresenter {
+///   let presentedItemURL: URL?
+///   let presentedItemOperationQueue = OperationQueue()
+///   init(url: URL) { presentedItemURL = url }
+///   func presentedItemDidChange() { reload() }
+/// }
+/// ```
+/// State that changes (a URL that follows ``presentedItemDidMove(to:)``, a cached model) goes in a `Mutex` from
+/// the Synchronization module, held in a `let`. When all you need is to hear changes, no class at all:
+/// ``FileCoordinator/events(presentedItemAt:bufferingPolicy:)``.
 public protocol FilePresenter: AnyObject, Sendable {
   /// The presented item. Read from any thread.
   var presentedItemURL: URL? { get }
@@ -55,24 +72,35 @@ public protocol FilePresenter: AnyObject, Sendable {
   func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable ((any Error)?) -> Void)
 }
 
+/// The default answers: let every access go ahead at once; ignore every notification.
 extension FilePresenter {
+  /// Lets the reader go ahead at once, with no reacquirer.
   public func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
     reader(nil)
   }
+  /// Lets the writer go ahead at once, with no reacquirer.
   public func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
     writer(nil)
   }
+  /// Nothing unsaved: answers at once with no error.
   public func savePresentedItemChanges(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
     completionHandler(nil)
   }
+  /// Lets the deletion go ahead.
   public func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
     completionHandler(nil)
   }
+  /// Ignores the move.
   public func presentedItemDidMove(to newURL: URL) {}
+  /// Ignores the change.
   public func presentedItemDidChange() {}
+  /// Ignores the new subitem.
   public func presentedSubitemDidAppear(at url: URL) {}
+  /// Ignores the subitem's change.
   public func presentedSubitemDidChange(at url: URL) {}
+  /// Ignores the subitem's move.
   public func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL) {}
+  /// Lets the subitem's deletion go ahead.
   public func accommodatePresentedSubitemDeletion(
     at url: URL, completionHandler: @escaping @Sendable ((any Error)?) -> Void
   ) {
@@ -91,6 +119,7 @@ public struct ChangeOrigin: Sendable, Hashable, CustomStringConvertible {
   /// Set when the framework may have missed events (inotify queue overflow) and resynchronised.
   public var isResync: Bool
 
+  /// Makes an origin (the framework makes them; tests and tools may too).
   public init(processID: Int32?, isCoordinated: Bool, purposeIdentifier: String? = nil, isResync: Bool = false) {
     self.processID = processID
     self.isCoordinated = isCoordinated
@@ -101,6 +130,7 @@ public struct ChangeOrigin: Sendable, Hashable, CustomStringConvertible {
   /// The origin of the presenter callback running on this thread, or `nil` outside callbacks.
   @TaskLocal public static var current: ChangeOrigin?
 
+  /// `pid 812, coordinated` (or `unknown process, uncoordinated`, plus `, resync`).
   public var description: String {
     let who = processID.map { "pid \($0)" } ?? "unknown process"
     return "\(who), \(isCoordinated ? "coordinated" : "uncoordinated")\(isResync ? ", resync" : "")"

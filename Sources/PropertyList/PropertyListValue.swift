@@ -175,3 +175,64 @@ extension PropertyListValue: ExpressibleByDictionaryLiteral {
     self = .dictionary(dictionary)
   }
 }
+
+// MARK: - Printing
+
+extension PropertyListValue: CustomStringConvertible {
+  /// The value as a person reads it, close to the old-style plist text `defaults read` prints: `42`, `1.5`,
+  /// `true`, `"text"`, `[1, 2]`, `{a = 1; b = "x";}` (keys sorted), `<00ff>`, `2026-11-23 20:49:00 +0000`.
+  /// For display and logs only: parse nothing back from it.
+  public var description: String {
+    switch self {
+    case .string(let value): return Self.quoted(value)
+    case .integer(let value): return value.description
+    case .real(let value): return value.description
+    case .bool(let value): return value ? "true" : "false"
+    case .date(let value):
+      guard let c = value.components else { return "date(\(value.secondsSinceReferenceDate) s since 2001)" }
+      func two(_ n: Int) -> String { n < 10 ? "0\(n)" : "\(n)" }
+      let year = String(repeating: "0", count: max(0, 4 - String(c.year).count)) + String(c.year)
+      return "\(year)-\(two(c.month))-\(two(c.day)) \(two(c.hour)):\(two(c.minute)):\(two(c.second)) +0000"
+    case .data(let bytes):
+      // Long data would flood a log line: show its start and its size.
+      let shown = bytes.prefix(32).map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined()
+      return bytes.count > 32 ? "<\(shown)… (\(bytes.count) bytes)>" : "<\(shown)>"
+    case .array(let elements): return "[" + elements.map(\.description).joined(separator: ", ") + "]"
+    case .dictionary(let entries):
+      if entries.isEmpty { return "{}" }
+      let body = entries.keys.sorted().map { key in "\(Self.key(key)) = \(entries[key]!.description);" }
+      return "{" + body.joined(separator: " ") + "}"
+    case .uid(let value): return "UID(\(value))"
+    }
+  }
+
+  /// A dictionary key bare when it is a plain word (as old-style plists print them), quoted otherwise.
+  private static func key(_ key: String) -> String {
+    let plain = !key.isEmpty && key.unicodeScalars.allSatisfy {
+      $0.isASCII && (("a"..."z").contains($0) || ("A"..."Z").contains($0) || ("0"..."9").contains($0)
+        || $0 == "_" || $0 == "." || $0 == "-")
+    }
+    return plain ? key : quoted(key)
+  }
+
+  /// `"…"` with `\`, `"` and control characters escaped, so a printed value cannot fake its own end.
+  private static func quoted(_ text: String) -> String {
+    var out = "\""
+    for scalar in text.unicodeScalars {
+      switch scalar {
+      case "\"": out += "\\\""
+      case "\\": out += "\\\\"
+      case "\n": out += "\\n"
+      case "\t": out += "\\t"
+      case "\r": out += "\\r"
+      default:
+        if scalar.value < 0x20 || scalar.value == 0x7f {
+          out += "\\u{" + String(scalar.value, radix: 16) + "}"
+        } else {
+          out.unicodeScalars.append(scalar)
+        }
+      }
+    }
+    return out + "\""
+  }
+}

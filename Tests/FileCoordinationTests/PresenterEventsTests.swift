@@ -1,0 +1,88 @@
+import Foundation
+import TestSupport
+import Testing
+
+import FileCoordination
+
+/// `FileCoordinator.events(presentedItemAt:)`: presenter callbacks as an AsyncSequence, across real processes.
+///
+/// Mutants this suite catches: the stream presenter not yielding `didChange` (or yielding it without
+/// `ChangeOrigin.current`, so no writer pid); a `relinquish…` callback not answered at once (the writer in the
+/// other process waits out the presenter timeout with `.fail` policy… here: the child's write never logs "done"
+/// in time — and with the default policy the order check still needs the relinquish event); no `onTermination`
+/// removal (cancelling or breaking leaves the presenter listed by `groupctl status --json`).
+@Suite(.timeLimit(.minutes(1))) struct PresenterEventsTests {
+  let group = "group.com.example.events"
+
+  /// The presenters `groupctl status --json` (another process) lists for the container.
+  func listedPresenters(_ root: TestRoot) throws -> [ContainerStatus.Presenter] {
+    let status = try Child(["status", group, "--json", "--root", root.path], executable: "groupctl")
+    guard status.waitForExit() == 0 else {
+      Issue.record("groupctl status failed: \(status.errors.withLock { $0 })")
+      return []
+    }
+    return try JSONDecoder().decode(ContainerStatus.self, from: Data(status.output.joined(separator: "\n").utf8))
+      .presenters
+  }
+
+  /// Polls `listedPresenters` until it is empty; false (the test then fails) if it never becomes so.
+  func waitUntilNoPresenterIsListed(_ root: TestRoot) throws -> Bool {
+    let deadline = Date().addingTimeInterval(20)
+    while Date() < deadline {
+      if try listedPresenters(root).isEmpty { return true }
+      Thread.sleep(forTimeInterval: 0.05)
+    }
+    return false
+  }
+
+  @Test func aWriteInAnotherProcessYieldsDidChangeWithTheWritersPid() async throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let url = container.documentsURL.appendingPathComponent("e.txt")
+    try Data("0".utf8).write(to: url)
+    let events = try FileCoordinator.events(presentedItemAt: url)
+    #expect(try listedPresenters(root).map(\.item) == ["Documents/e.txt"])
+
+    let log = root.url.appendingPathComponent("access.log").path
+    let writer = try Child(["access", root.path, group, "write", "Documents/e.txt", "1", "0", log])
+    var seen: [PresentedItemEvent] = []
+    for await event in events {
+      seen.append(event)
+      if event.kind == .didChange, event.origin?.processID == writer.pid { break }
+    }
+    let change = try #require(seen.last)
+    #expect(change.kind == .didChange)
+    #expect(change.origin?.processID == writer.pid)
+    #expect(change.origin?.isCoordinated == true)
+    #expect(change.description == "didChange (pid \(writer.pid), coordinated)")
+    // The writer was asked first, and the stream answered at once (the write went ahead).
+    #expect(
+      seen.contains { $0.kind == .relinquishToWriter && $0.origin?.processID == writer.pid }, "\(seen)")
+    #expect(writer.waitForExit() == 0)
+    #expect(writer.output.contains("done"))
+    // Leaving the loop with `break` ended the sequence: no process lists the presenter any more.
+    #expect(try waitUntilNoPresenterIsListed(root))
+  }
+
+  @Test func cancellingTheIteratingTaskUnregistersThePresenter() async throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let url = container.documentsURL.appendingPathComponent("c.txt")
+    try Data("0".utf8).write(to: url)
+    let events = try FileCoordinator.events(presentedItemAt: url)
+    let loop = Task {
+      var count = 0
+      for await _ in events { count += 1 }
+      return count
+    }
+    #expect(try listedPresenters(root).map(\.item) == ["Documents/c.txt"])
+    loop.cancel()
+    _ = await loop.value  // the loop ends: cancellation finishes the sequence
+    #expect(try waitUntilNoPresenterIsListed(root))
+  }
+
+  @Test func anItemOutsideEveryContainerThrowsInsteadOfYieldingNothing() throws {
+    let outside = FileManager.default.temporaryDirectory.appendingPathComponent("not-a-container-\(UUID()).txt")
+    #expect(throws: FileCoordinatorError.self) { _ = try FileCoordinator.events(presentedItemAt: outside) }
+  }
+}
