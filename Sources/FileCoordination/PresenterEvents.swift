@@ -79,8 +79,10 @@ extension FileCoordinator {
   ///   write a ``FilePresenter`` class.
   /// - **Order**: events come in the order the callbacks ran (one serial queue). `bufferingPolicy` says what
   ///   happens when your loop falls behind (default: keep every event).
-  /// - **Ending**: `break`, leaving the loop, or cancelling its task removes the presenter from every process's
-  ///   view; so does dropping the sequence without iterating it.
+  /// - **Ending** removes the presenter from every process's view: cancelling the iterating task does it at once;
+  ///   otherwise it happens when the sequence and its iterator are both released — right after a loop written as
+  ///   `for await event in try FileCoordinator.events(…)` that you leave with `break` or `return` (a sequence you
+  ///   keep in a variable keeps the registration until the variable goes away).
   /// - **Your own writes** are reported too (the sequence has no coordinator of its own to exclude).
   ///
   /// - Throws: ``FileCoordinatorError`` when `url` is in no group container or presenters cannot work here

@@ -111,7 +111,8 @@ public final class SharedUserDefaults: Sendable {
       try body()
       return true
     } catch {
-      let what = key.map { "\(operation) for key '\($0)'" } ?? operation
+      // A key can be up to 1 MiB: the log names its start, the handler gets it whole.
+      let what = key.map { "\(operation) for key '\($0.count > 64 ? $0.prefix(64) + "…" : $0)'" } ?? operation
       Self.logger.error("\(what) in suite '\(shared.suiteName)' of \(shared.container.path) failed: \(error)")
       let handler = state.withLock { state in
         state.lastError = error

@@ -40,16 +40,19 @@ import FileCoordination
     let container = try root.container(group)
     let url = container.documentsURL.appendingPathComponent("e.txt")
     try Data("0".utf8).write(to: url)
-    let events = try FileCoordinator.events(presentedItemAt: url)
-    #expect(try listedPresenters(root).map(\.item) == ["Documents/e.txt"])
-
-    let log = root.url.appendingPathComponent("access.log").path
-    let writer = try Child(["access", root.path, group, "write", "Documents/e.txt", "1", "0", log])
-    var seen: [PresentedItemEvent] = []
-    for await event in events {
-      seen.append(event)
-      if event.kind == .didChange, event.origin?.processID == writer.pid { break }
-    }
+    // The sequence lives in this closure only, as in `for await event in try FileCoordinator.events(…)`.
+    let (seen, writer) = try await { () async throws -> ([PresentedItemEvent], Child) in
+      let events = try FileCoordinator.events(presentedItemAt: url)
+      #expect(try listedPresenters(root).map(\.item) == ["Documents/e.txt"])
+      let log = root.url.appendingPathComponent("access.log").path
+      let writer = try Child(["access", root.path, group, "write", "Documents/e.txt", "1", "0", log])
+      var seen: [PresentedItemEvent] = []
+      for await event in events {
+        seen.append(event)
+        if event.kind == .didChange, event.origin?.processID == writer.pid { break }
+      }
+      return (seen, writer)
+    }()
     let change = try #require(seen.last)
     #expect(change.kind == .didChange)
     #expect(change.origin?.processID == writer.pid)
@@ -60,7 +63,7 @@ import FileCoordination
       seen.contains { $0.kind == .relinquishToWriter && $0.origin?.processID == writer.pid }, "\(seen)")
     #expect(writer.waitForExit() == 0)
     #expect(writer.output.contains("done"))
-    // Leaving the loop with `break` ended the sequence: no process lists the presenter any more.
+    // Leaving the loop with `break` (and the sequence with it) ended it: no process lists the presenter any more.
     #expect(try waitUntilNoPresenterIsListed(root))
   }
 
