@@ -1,4 +1,5 @@
 import Foundation
+import GroupContainer
 import TestSupport
 import Testing
 
@@ -6,10 +7,9 @@ import Testing
 /// (`Examples/PortedWidget/main.swift`, the `ported-widget` target): the port differs in at most three lines and
 /// runs to completion.
 ///
-/// Mutants this suite catches: a fourth changed line in the port (e.g. `try` added before a `coordinate` call,
-/// or `SharedUserDefaults(suiteName:)` taking a `container:` argument); the `error:` write overload not running
-/// its accessor (no "notes: Buy milk", no notes.txt); `containerURL(forSecurityApplicationGroupIdentifier:)`
-/// ignoring `GROUP_CONTAINER_ROOT` (nothing under the test's root).
+/// Mutants this suite catches (each tried): a fourth changed line in the port (`try` added before the
+/// `coordinate(writingItemAt:…error:…)` call: 4 > 3); the `error:` write overload not running its accessor (no
+/// "notes: Buy milk", no notes.txt); the `error:` overloads dropping the failure instead of setting `&error`.
 @Suite(.timeLimit(.minutes(1))) struct PortedWidgetTests {
   static let exampleDirectory = URL(fileURLWithPath: #filePath)
     .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
@@ -56,6 +56,25 @@ import Testing
     #expect(
       FileManager.default.fileExists(
         atPath: container.appendingPathComponent("Library/Preferences").path))
+  }
+
+  @Test func theErrorOverloadsReportAFailedAccessThroughTheErrorPointer() {
+    let outside = FileManager.default.temporaryDirectory.appendingPathComponent("outside-\(UUID()).txt")
+    var error: NSError?
+    var ran = false
+    NSFileCoordinator().coordinate(writingItemAt: outside, options: [], error: &error) { _ in ran = true }
+    #expect(!ran)
+    #expect(error?.localizedDescription.contains(outside.path) == true, "\(String(describing: error))")
+    #expect(error?.localizedDescription.contains("not inside a group container") == true)
+    error = nil
+    NSFileCoordinator().coordinate(readingItemAt: outside, options: [], error: &error) { _ in ran = true }
+    #expect(!ran)
+    #expect(error?.userInfo[NSUnderlyingErrorKey] is FileCoordinatorError)
+  }
+
+  @Test func anInvalidGroupIdentifierHasNoContainerURL() {
+    #expect(FileManager.default.containerURL(forSecurityApplicationGroupIdentifier: "group.bad/../id") == nil)
+    #expect(FileManager.default.containerURL(forSecurityApplicationGroupIdentifier: "") == nil)
   }
 }
 

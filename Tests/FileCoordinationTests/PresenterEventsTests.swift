@@ -6,11 +6,9 @@ import FileCoordination
 
 /// `FileCoordinator.events(presentedItemAt:)`: presenter callbacks as an AsyncSequence, across real processes.
 ///
-/// Mutants this suite catches: the stream presenter not yielding `didChange` (or yielding it without
-/// `ChangeOrigin.current`, so no writer pid); a `relinquish…` callback not answered at once (the writer in the
-/// other process waits out the presenter timeout with `.fail` policy… here: the child's write never logs "done"
-/// in time — and with the default policy the order check still needs the relinquish event); no `onTermination`
-/// removal (cancelling or breaking leaves the presenter listed by `groupctl status --json`).
+/// Mutants this suite catches (each tried): no `onTermination` removal (cancelling the task, or leaving the loop,
+/// leaves the presenter listed by `groupctl status --json`); `relinquishPresentedItem(toWriter:)` answered but not
+/// yielded (the writer's relinquish event is missing before its didChange).
 @Suite(.timeLimit(.minutes(1))) struct PresenterEventsTests {
   let group = "group.com.example.events"
 

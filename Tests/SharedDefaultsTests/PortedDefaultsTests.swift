@@ -10,11 +10,9 @@ import FileCoordination
 /// `SharedUserDefaults`, the non-throwing `UserDefaults`-shaped surface for ported iOS code, and the printed and
 /// typed forms of `DefaultsChange` and `PropertyListValue`.
 ///
-/// Mutants this suite catches: `surfacing` swallowing the error without keeping it in `lastError` or without
-/// calling `errorHandler`; a failed set still changing the stored value (it cannot, by the engine — checked);
-/// `init?(suiteName:)` accepting a suite name that is not a group identifier; `PropertyListValue.description`
-/// falling back to the enum's reflection (`integer(42)`); `DefaultsChange.integerValue` reading `oldValue`;
-/// the quoted string form not escaping `"`.
+/// Mutants this suite catches (each tried): a failed set not kept in `lastError`; a failed set not handed to
+/// `errorHandler`; `PropertyListValue.description` printing `integer(42)` for 42; the quoted string form not
+/// escaping `"`; `DefaultsChange.value(as:)` (so `integerValue` …) reading `oldValue`.
 @Suite(.timeLimit(.minutes(1))) struct PortedDefaultsTests {
   struct NotAPropertyList {}
   /// What the error handler was given: (error description, key).
