@@ -19,43 +19,26 @@ import Testing
     .deletingLastPathComponent()
   static let script = repository.appendingPathComponent("scripts/demo.sh").path
 
-  /// A started process whose stdout and stderr go to files (nothing to block on).
+  /// A started program outside the products directory (bash, tmux), through TestSupport's `Child` (posix_spawn,
+  /// reaped by its own thread: a Foundation `Process` was never reaped here once tmux's client had forked its
+  /// server, and the test waited forever). `Child` starts products by name, so the path climbs out of there.
   final class Run {
-    let process: Process
-    let directory: TestRoot
-    var outPath: String { directory.path + "/out" }
+    let child: Child
 
-    init(_ executable: String, _ arguments: [String], environment: [String: String] = [:], removing: [String] = [])
-      throws
-    {
-      directory = try TestRoot()
-      FileManager.default.createFile(atPath: directory.path + "/out", contents: nil)
-      process = Process()
-      process.executableURL = URL(fileURLWithPath: executable)
-      process.arguments = arguments
-      var env = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-      for name in removing { env[name] = nil }
-      process.environment = env
-      process.standardInput = FileHandle.nullDevice
-      let out = FileHandle(forWritingAtPath: directory.path + "/out")
-      process.standardOutput = out
-      process.standardError = out
-      try launch(process)
+    init(_ executable: String, _ arguments: [String], environment: [String: String] = [:]) throws {
+      let depth = productsDirectory.standardizedFileURL.pathComponents.count - 1
+      child = try Child(
+        arguments, executable: String(repeating: "../", count: depth) + executable.drop { $0 == "/" },
+        environment: environment)
     }
 
     /// Waits for the exit (polling, holding no test thread) and returns the status; kills it after `timeout`.
     func finish(timeout: Double = 50) async -> Int32? {
-      let deadline = Date().addingTimeInterval(timeout)
-      while process.isRunning && Date() < deadline { try? await Task.sleep(for: .milliseconds(50)) }
-      if process.isRunning {
-        Issue.record("\(process.arguments ?? []) did not exit within \(timeout) s: \(output)")
-        process.terminate()
-      }
-      process.waitUntilExit()
-      return process.terminationStatus
+      await child.exit(timeout: timeout)
     }
 
-    var output: String { (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? "" }
+    /// stdout, then stderr.
+    var output: String { (child.output + [child.errors.withLock { $0 }]).joined(separator: "\n") }
   }
 
   /// "<pid> <start time>" lines of a pid file, each still the same running process.
@@ -165,13 +148,13 @@ import Testing
     }
     let server = "gc-demo-test-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
     func tmuxCommand(_ arguments: [String]) async throws -> (status: Int32?, output: String) {
-      let run = try Run(tmux, ["-L", server] + arguments, removing: ["TMUX"])
+      let run = try Run(tmux, ["-L", server] + arguments, environment: ["TMUX": ""])
       return (await run.finish(timeout: 20), run.output)
     }
     #expect(try await tmuxCommand(["-f", "/dev/null", "new-session", "-d", "-s", "user", "-x", "160", "-y", "40"]).status == 0)
     defer {
       // The private server goes, whatever happened (synchronously: defer cannot await).
-      if let kill = try? Run(tmux, ["-L", server, "kill-server"], removing: ["TMUX"]) { kill.process.waitUntilExit() }
+      if let kill = try? Run(tmux, ["-L", server, "kill-server"], environment: ["TMUX": ""]) { kill.child.waitForExit() }
     }
     let socket = try await tmuxCommand(["display-message", "-p", "#{socket_path},#{pid},0"]).output
       .trimmingCharacters(in: .whitespacesAndNewlines)
