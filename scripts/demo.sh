@@ -79,6 +79,7 @@ else
 fi
 export GROUP_CONTAINER_ROOT
 container="$GROUP_CONTAINER_ROOT/$group"
+echo "demo: container root $GROUP_CONTAINER_ROOT" >&2
 
 # --- Processes: every one the demo starts is remembered as "<pid> <start time>" and stopped by that pid.
 started=()

@@ -61,6 +61,20 @@ import Testing
     return survivors(pidFile)
   }
 
+  /// Processes whose environment names `root` as GROUP_CONTAINER_ROOT (everything the demo started inherits it,
+  /// the download agent too): an independent check of the pid file, which lists only what the script tracked.
+  static func processes(using root: String) -> [String] {
+    let needle = Array("GROUP_CONTAINER_ROOT=\(root)".utf8) + [0]
+    return ((try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []).filter { entry in
+      guard let pid = Int32(entry), pid != getpid(), let status = CurrentProcess.status(of: pid), status.running,
+        let environ = FileManager.default.contents(atPath: "/proc/\(entry)/environ")
+      else { return false }
+      let bytes = [UInt8](environ)
+      return bytes.count >= needle.count
+        && (0...(bytes.count - needle.count)).contains { (i: Int) in bytes[i..<(i + needle.count)].elementsEqual(needle) }
+    }
+  }
+
   @Test(.timeLimit(.minutes(2))) func theHeadlessDemoRunsEveryStepInOrderAndLeavesNoProcess() async throws {
     let scratch = try TestRoot()
     let pidFile = scratch.path + "/pids"
@@ -84,6 +98,15 @@ import Testing
     #expect(started.count >= 4, "pids: \(started)")
     let left = await Self.waitForNoSurvivors(pidFile)
     #expect(left.isEmpty, "still running after the demo: \(left)")
+    let root = output.split(separator: "\n").first { $0.hasPrefix("demo: container root ") }?.dropFirst(21)
+    try #require(root != nil, "the demo did not say its container root: \(output)")
+    #expect(!FileManager.default.fileExists(atPath: String(root!)), "the fresh container root was left behind")
+    var users = Self.processes(using: String(root!))
+    for _ in 0..<100 where !users.isEmpty {
+      try await Task.sleep(for: .milliseconds(50))
+      users = Self.processes(using: String(root!))
+    }
+    #expect(users.isEmpty, "processes of the demo's container still run: \(users)")
   }
 
   /// A transcript in the scenario's order passes; the same with two steps swapped, or one missing, fails.
