@@ -9,10 +9,13 @@ import Testing
 ///
 /// Mutants this suite catches:
 /// - the order checker comparing nothing (`-le` → never true): `theOrderCheckerRejectsASwappedTranscript` fails.
-/// - cleanup not stopping the container's processes (the download agent, which idles 30 s, and hosts the URL or the
-///   agent launched): `theHeadlessDemoRunsEveryStepInOrderAndLeavesNoProcess` fails (a pid of the pid file lives).
-/// - the script honouring a preset GROUP_CONTAINER_ROOT again: the same test fails (the container appears there).
-/// - `q` leaving the widget running (no pane watcher): `inTmuxItOpensAWindowAndQEndsEveryProcess` fails.
+/// - the script not tracking the container's processes (the download agent, hosts the URL or the agent launched):
+///   `theHeadlessDemoRunsEveryStepInOrderAndLeavesNoProcess` fails (they are missing from the pid file; the agent
+///   then ends only because the container's removal makes it exit).
+/// - the script honouring a preset GROUP_CONTAINER_ROOT again: the same test fails (the preset root is used and
+///   kept).
+/// - the pane watcher waiting for both panes to end, so `q` in the host leaves the widget and the window:
+///   `inTmuxItOpensAWindowAndQEndsEveryProcess` fails (the demo does not end, the window stays, the widget runs).
 @Suite(.serialized) struct DemoScriptTests {
   /// The repository (this file is Tests/ExamplesTests/DemoScriptTests.swift).
   static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()

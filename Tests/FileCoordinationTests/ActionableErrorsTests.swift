@@ -13,8 +13,8 @@ import Testing
 ///   `aFailedRenameNamesTheDestinationNotTheTempFile` fails.
 /// - `SystemFD.readRegularFile` throwing EINVAL for a directory: `readingADirectorySaysSo` fails.
 /// - `URLHandlers.register` not checking the program: `registeringAMissingOrNonExecutableProgramIsRefused` fails.
-/// - `URLHandlers.open` launching a vanished program without checking it (Foundation's NSCocoaErrorDomain dump):
-///   `openingARegistrationWhoseProgramVanishedSaysSo` fails.
+/// - `URLHandlers.open` launching a vanished program without checking it first (no "does not exist", no
+///   "registerURLScheme" advice): `openingARegistrationWhoseProgramVanishedSaysSo` fails.
 @Suite(.timeLimit(.minutes(1))) struct ActionableErrorsTests {
   static let group = "group.com.example.errors"
 

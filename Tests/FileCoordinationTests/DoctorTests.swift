@@ -17,8 +17,6 @@ import Testing
 /// - doctor's registration check skipped: `aStaleRegistrationIsReported` fails (exit 0).
 /// - doctor's temp-file walk treating every writer as alive: `aTempFileOfADeadProcessIsReported` fails.
 /// - doctor's permissions check comparing only the owner: `aWrongModeIsReported` fails.
-/// - doctor opening the container (`container.open()`) instead of only reading: `aMissingContainerIsNotCreated`
-///   fails (the container appears) and `aTempFileOfADeadProcessIsReported` fails (opening sweeps the file).
 @Suite(.serialized, .timeLimit(.minutes(1))) struct DoctorTests {
   static let group = "group.com.example.doctor"
 
