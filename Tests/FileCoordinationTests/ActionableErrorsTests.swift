@@ -18,20 +18,11 @@ import Testing
 @Suite(.timeLimit(.minutes(1))) struct ActionableErrorsTests {
   static let group = "group.com.example.errors"
 
-  /// Runs `groupctl` with `arguments` (stdin empty) and returns its exit status and stderr.
+  /// Runs `groupctl` with `arguments` (TestSupport's `Child`) and returns its exit status and stderr.
   func groupctl(_ arguments: [String]) async throws -> (status: Int32, err: String) {
-    let process = Process()
-    process.executableURL = productsDirectory.appendingPathComponent("groupctl")
-    process.arguments = arguments
-    let err = Pipe()
-    process.standardInput = FileHandle.nullDevice
-    process.standardOutput = FileHandle.nullDevice
-    process.standardError = err
-    try launch(process)
-    // stderr is small: read it to the end (groupctl holds the only write end), then reap.
-    let data = err.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+    let child = try Child(arguments, executable: "groupctl")
+    let status = await child.exit() ?? -1
+    return (status, child.errors.withLock { $0 })
   }
 
   /// What every error here must be: it names `path`, says `meaning`, shows no temp name and no Cocoa dump.

@@ -20,28 +20,14 @@ import Testing
 @Suite(.serialized, .timeLimit(.minutes(1))) struct DoctorTests {
   static let group = "group.com.example.doctor"
 
-  /// Runs `groupctl` to completion (stdout and stderr to files: nothing to block on) and returns status and texts.
+  /// Runs `groupctl` to completion (TestSupport's `Child`: posix_spawn, reaped by its own thread) and returns its
+  /// status, stdout and stderr.
   func groupctl(_ arguments: [String], environment: [String: String] = [:]) async throws
     -> (status: Int32, out: String, err: String)
   {
-    let directory = try TestRoot()
-    let outPath = directory.path + "/out", errPath = directory.path + "/err"
-    FileManager.default.createFile(atPath: outPath, contents: nil)
-    FileManager.default.createFile(atPath: errPath, contents: nil)
-    let process = Process()
-    process.executableURL = productsDirectory.appendingPathComponent("groupctl")
-    process.arguments = arguments
-    process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-    process.standardInput = FileHandle.nullDevice
-    process.standardOutput = FileHandle(forWritingAtPath: outPath)
-    process.standardError = FileHandle(forWritingAtPath: errPath)
-    try launch(process)
-    while process.isRunning { try await Task.sleep(for: .milliseconds(20)) }
-    process.waitUntilExit()
-    return (
-      process.terminationStatus, (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? "",
-      (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? ""
-    )
+    let child = try Child(arguments, executable: "groupctl", environment: environment)
+    let status = await child.exit() ?? -1
+    return (status, child.output.map { $0 + "\n" }.joined(), child.errors.withLock { $0 })
   }
 
   func doctor(_ root: TestRoot, _ extra: [String] = []) async throws -> (status: Int32, out: String, err: String) {
