@@ -41,8 +41,10 @@ test: deps
 	$(TEST_ENV) $(SWIFT) test --skip-build --disable-xctest --filter '$(PRESSURE_SUITES)'
 
 
-# Two tmux panes when tmux is there (installed here when we may); otherwise one terminal with prefixes.
-# DEMO_HEADLESS=1 runs the scripted scenario and checks every step.
+# Two tmux panes when tmux is there (installed here when we may; inside tmux, a new window); otherwise one terminal
+# with prefixes. Each run gets a fresh container (DEMO_KEEP=1 keeps it, DEMO_ROOT=dir chooses one); q or Ctrl-C
+# stops every process the demo started. DEMO_HEADLESS=1 runs the scripted scenario and checks its steps and their
+# order. See the header of scripts/demo.sh.
 demo: build
 	@if [ "$${DEMO_HEADLESS:-0}" != 1 ] && [ -t 1 ] && ! command -v tmux >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
 	  apt-get install -y -qq tmux >/dev/null 2>&1 || true; \

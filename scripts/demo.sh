@@ -1,38 +1,186 @@
 #!/usr/bin/env bash
-# `make demo`: the Timer host and its Today widget side by side, on a fresh temporary container unless
-# GROUP_CONTAINER_ROOT is set.
-#   - in a terminal with tmux: two panes (host left, widget right);
+# `make demo`: the Timer host and its Today widget side by side, on a FRESH temporary container each run.
+#
+#   - inside tmux ($TMUX set): a new window "simpletimer" with two panes (host left, widget right), closed at the end;
+#   - in a terminal with tmux: a new tmux session with the same two panes;
 #   - in a terminal without tmux: both in this terminal, [host]/[widget] prefixes; keys go to the host;
-#   - DEMO_HEADLESS=1 (or no terminal): the scripted scenario; prints both transcripts and exits 0 only if every
-#     step happened.
+#   - DEMO_HEADLESS=1 (or no terminal): the scripted scenario; prints the transcript and exits 0 only if every step
+#     happened, in the order the scenario makes them happen.
+#
+# Keys. Host pane: s start/stop, b background/foreground, q quit. Widget pane: o open the app when the time is up,
+# q quit. In tmux, Ctrl-b o (or Ctrl-b ←/→) moves to the other pane (the pane borders say so too). q in either pane,
+# or Ctrl-C, ends the demo: every process it started — host, widget, the file server, a host the widget's URL
+# launched, the download agent — is stopped by its pid (never by a name pattern), and the window closes.
+#
+# Environment:
+#   DEMO_HEADLESS=1      the scripted scenario; DEMO_HEADLESS=0 the interactive one even without a terminal (tests)
+#   DEMO_KEEP=1          keep the fresh container root after the demo (its path is printed)
+#   DEMO_ROOT=DIR        use DIR as the container root (kept); a DIR from an earlier run shows that run's state
+#   DEMO_PIDFILE=FILE    append "<pid> <start time>" for every process the demo started (tests check they are gone)
+#   DEMO_BIN=DIR         the built products (default: `swift build --show-bin-path`)
+#   GROUP_CONTAINER_ROOT is ignored: a root left from an earlier run made the demo read that run's state.
+#
+# scripts/demo.sh --check FILE   checks a transcript only: exit 0 when every step is there and in order.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=$(swift build --show-bin-path)
-if [ -z "${GROUP_CONTAINER_ROOT:-}" ]; then
+
+group=group.com.example.simpletimer
+
+# The steps of the headless scenario. Each chain is a causal order (a step cannot happen before the one to its
+# left); steps of different chains may interleave (the widget may see the countdown before the host says it left).
+order_chains=(
+  "[host] countdown started|[widget] read from the suite|[widget] time is up: opening simpletimer://finished|[host] launched by simpletimer://finished|[host] the timer finished in the widget|[widget] the host answered true"
+  "[host] countdown started|[host] downloading the alarm sound in the background|[host] going to the background"
+  "[host] relaunched for the background session|[host] the alarm sound arrived while the host was away|[host] every background event handled"
+)
+present_steps=("[widget] time left: " "[widget] the host's alarm sound: ")
+
+# Exit status 0 when every step of the scenario is in the transcript FILE and each chain in order.
+check_transcript() {
+  local file=$1 failed=0 chain step line previous previous_line
+  for step in "${present_steps[@]}"; do
+    grep -qF -- "$step" "$file" || { echo "demo: missing step: $step" >&2; failed=1; }
+  done
+  for chain in "${order_chains[@]}"; do
+    previous="" previous_line=0
+    IFS='|' read -r -a steps <<<"$chain"
+    for step in "${steps[@]}"; do
+      line=$(grep -nF -m1 -- "$step" "$file" | cut -d: -f1 || true)
+      if [ -z "$line" ]; then
+        echo "demo: missing step: $step" >&2
+        failed=1
+      elif [ "$line" -le "$previous_line" ]; then
+        echo "demo: out of order: \"$step\" (line $line) came before \"$previous\" (line $previous_line)" >&2
+        failed=1
+      fi
+      [ -n "$line" ] && previous=$step previous_line=$line
+    done
+  done
+  return "$failed"
+}
+
+if [ "${1:-}" = --check ]; then
+  check_transcript "$2" && echo "demo: every step happened, in order"
+  exit
+fi
+
+bin=${DEMO_BIN:-$(swift build --show-bin-path)}
+if [ -n "${GROUP_CONTAINER_ROOT:-}" ]; then
+  echo "demo: ignoring GROUP_CONTAINER_ROOT (each run gets a fresh container; DEMO_ROOT=dir chooses one)" >&2
+fi
+if [ -n "${DEMO_ROOT:-}" ]; then
+  mkdir -p "$DEMO_ROOT"
+  GROUP_CONTAINER_ROOT=$(cd "$DEMO_ROOT" && pwd)
+  keep_root=1
+else
   GROUP_CONTAINER_ROOT=$(mktemp -d /tmp/simpletimer-demo.XXXXXX)
-  cleanup_root=1
+  keep_root=${DEMO_KEEP:-0}
+  [ "$keep_root" = 1 ] || keep_root=
 fi
 export GROUP_CONTAINER_ROOT
-pids=()
+container="$GROUP_CONTAINER_ROOT/$group"
+echo "demo: container root $GROUP_CONTAINER_ROOT" >&2
+
+# --- Processes: every one the demo starts is remembered as "<pid> <start time>" and stopped by that pid.
+started=()
+start_time() { # field 22 of /proc/<pid>/stat (after the command name, which may hold spaces)
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  # shellcheck disable=SC2086
+  set -- $stat
+  echo "${20}"
+}
+track() {
+  local pid=$1 start
+  start=${2:-$(start_time "$pid")} || return 0
+  local entry="$pid $start"
+  for known in "${started[@]}"; do [ "$known" = "$entry" ] && return 0; done
+  started+=("$entry")
+  [ -n "${DEMO_PIDFILE:-}" ] && echo "$entry" >>"$DEMO_PIDFILE"
+  return 0
+}
+# Processes of the container the demo made (each registers as processes/<pid>.<start>.lock: a host the widget's
+# URL launched, a host the agent relaunched) and the download agent (the holder of its lock, from /proc/locks).
+track_container_processes() {
+  local lock name pid
+  for lock in "$container"/.coordination/processes/*.lock; do
+    [ -e "$lock" ] || continue
+    name=${lock##*/}
+    name=${name%.lock}
+    pid=${name%%.*}
+    [ "$(start_time "$pid" 2>/dev/null)" = "${name#*.}" ] && track "$pid" "${name#*.}"
+  done
+  local agent_lock="$container/.coordination/downloads/agent.lock" inode
+  if inode=$(stat -c %i "$agent_lock" 2>/dev/null); then
+    for pid in $(awk -v inode="$inode" '$2 == "FLOCK" { n = split($6, id, ":"); if (id[n] == inode) print $5 }' /proc/locks); do
+      track "$pid"
+    done
+  fi
+  return 0
+}
+# SIGTERM to every tracked process still the same process (pid and start time), then SIGKILL to any left.
+stop_tracked() {
+  local entry pid start left
+  for entry in "${started[@]}"; do
+    pid=${entry%% *} start=${entry#* }
+    [ "$(start_time "$pid" 2>/dev/null)" = "$start" ] && kill "$pid" 2>/dev/null
+  done
+  for _ in $(seq 40); do
+    left=0
+    for entry in "${started[@]}"; do
+      pid=${entry%% *} start=${entry#* }
+      if [ "$(start_time "$pid" 2>/dev/null)" = "$start" ] && [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]; then
+        left=1
+      fi
+    done
+    [ "$left" = 0 ] && return 0
+    sleep 0.05
+  done
+  for entry in "${started[@]}"; do
+    pid=${entry%% *} start=${entry#* }
+    [ "$(start_time "$pid" 2>/dev/null)" = "$start" ] && kill -KILL "$pid" 2>/dev/null
+  done
+  return 0
+}
+
+tmux_target=""
+tmux_session=""
 cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  # A host started by the widget's URL is nobody's child here: stop it by its registration.
-  pkill -f "^$bin/host" 2>/dev/null || true
-  [ -n "${cleanup_root:-}" ] && rm -rf "$GROUP_CONTAINER_ROOT"
+  trap - EXIT INT TERM HUP
+  set +e # stop everything, whatever fails on the way
+  exec 9>&- # the file server exits when its stdin closes
+  # Twice: stopping the agent may not stop a host it relaunched a moment before.
+  for _ in 1 2; do
+    track_container_processes
+    stop_tracked
+  done
+  if [ -n "$tmux_session" ]; then
+    tmux kill-session -t "$tmux_session" 2>/dev/null || true
+  elif [ -n "$tmux_target" ]; then
+    tmux kill-window -t "$tmux_target" 2>/dev/null || true
+  fi
+  if [ -z "$keep_root" ]; then
+    rm -rf "$GROUP_CONTAINER_ROOT"
+  else
+    echo "demo: the container stays in $GROUP_CONTAINER_ROOT" >&2
+  fi
   return 0
 }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM HUP
 
 # The alarm sound the host downloads in the background comes from the project's own HTTP server (a 1 MB file sent
 # at 1 MB/s, so the download outlives the headless host). The server exits when its stdin closes: this script holds
-# the write end of a FIFO, so the server goes when the script does.
+# the write end of a FIFO, so the server goes when the script does (and cleanup stops it by its pid too).
 start_file_server() {
   local dir portfile
   dir=$(mktemp -d)
   mkfifo "$dir/stdin"
   portfile="$dir/port"
   "$bin/gc-file-server" <"$dir/stdin" >"$portfile" 2>/dev/null &
-  pids+=("$!")
+  track "$!"
   exec 9>"$dir/stdin"
   for _ in $(seq 200); do grep -q '^listening ' "$portfile" && break; sleep 0.05; done
   local port
@@ -46,53 +194,117 @@ start_file_server() {
 }
 start_file_server
 
+# Waits up to $1 tenths of a second for `grep -qF "$3" "$2"`.
+wait_for_line() {
+  local tenths=$1 file=$2 text=$3
+  for _ in $(seq "$((tenths * 2))"); do
+    grep -qF -- "$text" "$file" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
 headless() {
   local transcript
   transcript=$(mktemp)
   "$bin/widget" --headless >>"$transcript" 2>&1 &
   local widget=$!
-  pids+=("$widget")
-  until grep -q "waiting for the host" "$transcript"; do sleep 0.05; done
-  "$bin/host" --headless --seconds 4 --background-after 1 >>"$transcript" 2>&1
-  local widget_status=0
+  track "$widget"
+  if ! wait_for_line 300 "$transcript" "waiting for the host"; then
+    cat "$transcript"
+    echo "demo: the widget did not start" >&2
+    rm -f "$transcript"
+    return 1
+  fi
+  "$bin/host" --headless --seconds 4 --background-after 1 >>"$transcript" 2>&1 &
+  local host=$!
+  track "$host"
+  local host_status=0 widget_status=0
+  wait "$host" || host_status=$?
   wait "$widget" || widget_status=$?
-  # The host that the URL launched writes into the same transcript; give it a moment to finish.
-  for _ in $(seq 100); do grep -q "timer finished in the widget" "$transcript" && break; sleep 0.05; done
+  track_container_processes
+  # The host that the URL launched writes into the same transcript.
+  wait_for_line 50 "$transcript" "timer finished in the widget" || true
   # The host the download agent relaunched for the download's events writes into the agent's log (it has no
   # terminal, as a background-launched app on iOS).
-  local agent_log="$GROUP_CONTAINER_ROOT/group.com.example.simpletimer/.coordination/downloads/agent.log"
-  for _ in $(seq 300); do grep -q "every background event handled" "$agent_log" 2>/dev/null && break; sleep 0.05; done
+  local agent_log="$container/.coordination/downloads/agent.log"
+  wait_for_line 150 "$agent_log" "every background event handled" || true
+  track_container_processes
   sleep 0.2
   grep -F "[host]" "$agent_log" >>"$transcript" 2>/dev/null || true
   cat "$transcript"
-  local missing=0
-  for step in "[host] countdown started" "[host] going to the background" "[widget] read from the suite" \
-    "[widget] time left: " "[widget] time is up: opening simpletimer://finished" "[host] launched by simpletimer://finished" \
-    "[host] the timer finished in the widget" "[widget] the host answered true" \
-    "[host] downloading the alarm sound in the background" "[widget] the host's alarm sound: " \
-    "[host] relaunched for the background session" "[host] the alarm sound arrived while the host was away" \
-    "[host] every background event handled"; do
-    if ! grep -qF "$step" "$transcript"; then
-      echo "demo: missing step: $step" >&2
-      missing=1
-    fi
-  done
+  local ordered=0
+  check_transcript "$transcript" || ordered=1
   rm -f "$transcript"
-  [ "$widget_status" = 0 ] && [ "$missing" = 0 ] && echo "demo: every step happened"
+  [ "$host_status" = 0 ] || echo "demo: the host exited with status $host_status" >&2
+  [ "$widget_status" = 0 ] || echo "demo: the widget exited with status $widget_status" >&2
+  [ "$host_status" = 0 ] && [ "$widget_status" = 0 ] && [ "$ordered" = 0 ] &&
+    echo "demo: every step happened, in order"
 }
 
-if [ "${DEMO_HEADLESS:-0}" = 1 ] || [ ! -t 0 ] || [ ! -t 1 ]; then
+# Returns when a pane's program has ended (remain-on-exit keeps the pane to tell) or the window is gone.
+watch_panes() {
+  local states
+  while states=$(tmux list-panes -t "$tmux_target" -F '#{pane_dead}' 2>/dev/null); do
+    case "$states" in *1*) return 0 ;; esac
+    [ "$(printf '%s\n' "$states" | wc -l)" -ge 2 ] || return 0
+    sleep 0.3
+  done
+}
+
+in_tmux() {
+  local env=(-e "GROUP_CONTAINER_ROOT=$GROUP_CONTAINER_ROOT")
+  [ -n "${SIMPLETIMER_ASSET_URL:-}" ] && env+=(-e "SIMPLETIMER_ASSET_URL=$SIMPLETIMER_ASSET_URL")
+  local host_command widget_command
+  host_command="exec $(printf '%q' "$bin/host")"
+  widget_command="exec $(printf '%q' "$bin/widget")"
+  local created host_pane
+  if [ -n "${TMUX:-}" ]; then
+    created=$(tmux new-window -d -P -F '#{window_id} #{pane_id}' -n simpletimer "${env[@]}" "$host_command")
+  else
+    tmux_session="simpletimer-$$"
+    created=$(tmux new-session -d -P -F '#{window_id} #{pane_id}' -s "$tmux_session" -n simpletimer "${env[@]}" \
+      "$host_command")
+    tmux set-option -t "$tmux_session" status-right " Ctrl-b o: other pane │ q: quit " >/dev/null
+    tmux set-option -t "$tmux_session" status-right-length 60 >/dev/null
+  fi
+  tmux_target=${created% *}
+  host_pane=${created#* }
+  tmux set-option -w -t "$tmux_target" remain-on-exit on >/dev/null
+  tmux split-window -d -h -t "$tmux_target" "${env[@]}" "$widget_command"
+  # Each pane's border says what it is, its keys, and how to reach the other one.
+  tmux set-option -w -t "$tmux_target" pane-border-status top >/dev/null
+  tmux set-option -w -t "$tmux_target" pane-border-format \
+    " #{?pane_at_left,HOST  s start/stop · b background · q quit,WIDGET  o open the app at zero · q quit}  │  #{?pane_active,keys go here,Ctrl-b o (or Ctrl-b ←/→) to type here} " \
+    >/dev/null
+  local pid
+  for pid in $(tmux list-panes -t "$tmux_target" -F '#{pane_pid}'); do track "$pid"; done
+  tmux select-pane -t "$host_pane"
+  if [ -n "$tmux_session" ]; then
+    (watch_panes && tmux kill-session -t "$tmux_session" 2>/dev/null) &
+    tmux attach -t "$tmux_session" || true
+  else
+    tmux select-window -t "$tmux_target"
+    echo "demo: running in the tmux window 'simpletimer' (q in a pane or Ctrl-C here ends it)"
+    watch_panes
+  fi
+}
+
+interactive=1
+case "${DEMO_HEADLESS:-}" in
+  1) interactive= ;;
+  0) ;;
+  *) { [ -t 0 ] && [ -t 1 ]; } || interactive= ;;
+esac
+
+if [ -z "$interactive" ]; then
   headless
-elif command -v tmux >/dev/null 2>&1 && [ -z "${TMUX:-}" ]; then
-  session="simpletimer-$$"
-  tmux new-session -d -s "$session" -e GROUP_CONTAINER_ROOT="$GROUP_CONTAINER_ROOT" "$bin/host"
-  tmux split-window -h -t "$session" -e GROUP_CONTAINER_ROOT="$GROUP_CONTAINER_ROOT" "$bin/widget"
-  tmux select-pane -t "$session:0.0"
-  tmux set-option -t "$session" remain-on-exit off >/dev/null
-  tmux attach -t "$session"
+elif command -v tmux >/dev/null 2>&1; then
+  in_tmux
 else
   echo "(install tmux for two panes: apt-get install tmux)"
-  "$bin/widget" --follow </dev/null | cat &
-  pids+=("$!")
+  # Through a process substitution, so $! is the widget's pid (a pipe would give cat's) and it has no terminal.
+  "$bin/widget" --follow </dev/null > >(cat) 2>&1 &
+  track "$!"
   "$bin/host"
 fi

@@ -73,6 +73,10 @@ func startAlarmSoundDownload() -> DownloadSession? {
 /// What the URL handler saw: nil until a valid finished URL arrived.
 let finishedInWidget = Mutex<Bool>(false)
 
+// Said before the handler is installed: the URL it was launched for may arrive the moment it is (the demo's check
+// wants this line before the handler's).
+if let launchURL { console.log("launched by \(launchURL)") }
+
 // CFBundleURLTypes: this executable opens simpletimer: URLs, started the same way it runs now.
 let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
 try timer.container.registerURLScheme(
@@ -92,14 +96,11 @@ if serve {
   while true { sleep(60) }
 }
 
-if let launchURL {
-  console.log("launched by \(launchURL)")
-  if headless {
-    // The URL arrives through the handler just installed.
-    for _ in 0..<1000 where !finishedInWidget.withLock({ $0 }) { usleep(10_000) }
-    await timer.container.waitForOpenURLAnswers()
-    exit(finishedInWidget.withLock { $0 } ? 0 : 1)
-  }
+if launchURL != nil && headless {
+  // The URL arrives through the handler just installed.
+  for _ in 0..<1000 where !finishedInWidget.withLock({ $0 }) { usleep(10_000) }
+  await timer.container.waitForOpenURLAnswers()
+  exit(finishedInWidget.withLock { $0 } ? 0 : 1)
 }
 
 if headless {

@@ -15,6 +15,7 @@
 #include <malloc.h>
 #include <sys/eventfd.h>
 #include <spawn.h>
+#include <sys/statfs.h>
 
 int gc_futex_wait(uint32_t *word, uint32_t expected, const struct timespec *relative_timeout) {
   return (int)syscall(SYS_futex, word, FUTEX_WAIT, expected, relative_timeout, NULL, 0);
@@ -182,4 +183,16 @@ int gc_spawn(const char *path, char *const argv[], char *const envp[], int input
 
 int gc_spawn_detached(const char *path, char *const argv[], char *const envp[], int output_fd, int *pid) {
   return gc_spawn(path, argv, envp, -1, output_fd, output_fd, 1, pid);
+}
+
+int gc_statfs(const char *path, uint64_t *type, uint64_t *block_size, uint64_t *blocks, uint64_t *available,
+              uint64_t *free_inodes) {
+  struct statfs buffer;
+  if (statfs(path, &buffer) != 0) return -1;
+  *type = (uint32_t)buffer.f_type;  // a signed word: CIFS's 0xFF534D42 would come out negative
+  *block_size = (uint64_t)buffer.f_bsize;
+  *blocks = (uint64_t)buffer.f_blocks;
+  *available = (uint64_t)buffer.f_bavail;
+  *free_inodes = (uint64_t)buffer.f_ffree;
+  return 0;
 }

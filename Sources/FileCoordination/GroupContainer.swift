@@ -51,6 +51,7 @@ public struct GroupContainer: Sendable, Hashable {
     try GroupContainerError.wrap { () throws(FileSystemError) in
       try FileSystem.makeDirectories(rootPath, mode: 0o755)
     }
+    try FileSystemSupport.check(rootPath: rootPath, containerPath: url.path)
     try createLayout(in: rootPath)
   }
 

@@ -19,6 +19,10 @@ public enum GroupContainerError: Error, CustomStringConvertible, Sendable, Equat
   case system(FileSystemError)
   /// A file the framework owns holds something it cannot use (it was left alone or set aside).
   case corruptFile(String, reason: String)
+  /// The container's directory lives on a file system where flock or inotify do not work as the package needs
+  /// (`kind` names it, `reason` says what breaks); set `GROUPCONTAINER_ALLOW_UNSUPPORTED_FILESYSTEM=1` or
+  /// ``GroupContainer/allowsUnsupportedFileSystem`` to use it anyway.
+  case unsupportedFileSystem(String, kind: String, reason: String)
 
   public var description: String {
     switch self {
@@ -38,6 +42,10 @@ public enum GroupContainerError: Error, CustomStringConvertible, Sendable, Equat
       return error.description
     case .corruptFile(let path, let reason):
       return "'\(path)' is corrupt: \(reason)"
+    case .unsupportedFileSystem(let path, let kind, let reason):
+      return "'\(path)' is on \(kind), where the container's guarantees do not hold (\(reason)): put the container "
+        + "root on a local disk (--root or GROUP_CONTAINER_ROOT), or set GROUPCONTAINER_ALLOW_UNSUPPORTED_FILESYSTEM=1 "
+        + "to use it anyway"
     }
   }
 }

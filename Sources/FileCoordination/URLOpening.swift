@@ -14,6 +14,9 @@ public enum OpenURLError: Error, CustomStringConvertible, Sendable, Equatable {
   case noAnswer(String)
   /// The scheme's registration file was written by another user (only your own or root's are followed).
   case untrustedRegistration(String, path: String, owner: UInt32)
+  /// `registerURLScheme` was given a program that cannot be started (missing, not a regular file, or not
+  /// executable); `reason` says which.
+  case invalidExecutable(String, reason: String)
 
   public var description: String {
     switch self {
@@ -25,6 +28,8 @@ public enum OpenURLError: Error, CustomStringConvertible, Sendable, Equatable {
     case .untrustedRegistration(let scheme, let path, let owner):
       "the registration of '\(scheme):' ('\(path)') belongs to uid \(owner), neither you nor root: its program is not "
         + "started; register the scheme again yourself (registerURLScheme) if you trust that app"
+    case .invalidExecutable(let path, let reason):
+      "cannot register '\(path)' to open URLs: \(reason)"
     }
   }
 }
@@ -119,6 +124,10 @@ final class URLHandlers: @unchecked Sendable {  // `handler` is a Mutex; the res
 
   func register(scheme: String, executable: String, arguments: [String]) throws(FileCoordinatorError) {
     let scheme = try FileCoordinatorError.wrap { () throws(OpenURLError) in try OpenURLRule.validate(scheme: scheme) }
+    // Refused now rather than when a URL needs it, when the user can no longer tell where the registration came from.
+    if let problem = ProcessSpawn.executableProblem(executable) {
+      throw .openURL(.invalidExecutable(executable, reason: problem))
+    }
     let record = SchemeRegistration(scheme: scheme, executable: executable, arguments: arguments)
     let bytes = Array((try? JSONEncoder().encode(record)) ?? Data())
     try FileCoordinatorError.wrap { () throws(FileSystemError) in
@@ -237,7 +246,16 @@ final class URLHandlers: @unchecked Sendable {  // `handler` is a Mutex; the res
       let child = Process()
       child.executableURL = URL(fileURLWithPath: registration.executable)
       child.arguments = registration.arguments + [text]
-      do { try child.run() } catch { throw OpenURLError.launchFailed(text, reason: "\(error)") }
+      // A program that vanished since it was registered: say so (Foundation's error would be a Cocoa dump).
+      if let problem = ProcessSpawn.executableProblem(registration.executable) {
+        throw OpenURLError.launchFailed(
+          text, reason: "its registered program '\(registration.executable)' cannot be started: \(problem); "
+            + "register the scheme again (registerURLScheme) with the program's current path")
+      }
+      do { try child.run() } catch {
+        throw OpenURLError.launchFailed(
+          text, reason: "its registered program '\(registration.executable)' could not be started")
+      }
       let deadline = ContinuousClock.now + timeout
       while target == nil {
         guard child.isRunning else {
@@ -276,6 +294,9 @@ extension GroupContainer {
   /// The registration is a file in the container, owned by the user who registered. `open(_:)` follows only a
   /// registration owned by its own user or by root: in a group-shared container another member's registration
   /// would otherwise make your process start their program as you (``OpenURLError/untrustedRegistration(_:path:owner:)``).
+  ///
+  /// - Throws: ``FileCoordinatorError/openURL(_:)`` with ``OpenURLError/invalidExecutable(_:reason:)`` when
+  ///   `executable` does not exist, is not a regular file or is not executable.
   public func registerURLScheme(
     _ scheme: String, launching executable: URL, arguments: [String] = []
   ) throws(FileCoordinatorError) {

@@ -44,18 +44,29 @@ package enum AtomicReplace {
     parts: Int, in directory: SystemFD, name: String, mode: mode_t, durability: Durability = .processCrash,
     _ writePart: (SystemFD, Int) throws(FileSystemError) -> Void
   ) throws(FileSystemError) {
-    let temp = try createTemporary(in: directory, for: name, mode: mode)
+    // Errors name the file the caller writes, never the temp file (an internal name the user cannot act on).
+    let target = directory.path + "/" + name
+    let temp: (fd: SystemFD, name: String)
+    do { temp = try createTemporary(in: directory, for: name, mode: mode) } catch {
+      if error.errno == .noSuchFileOrDirectory {
+        throw error.about(target, reason: "its directory '\(directory.path)' was removed")
+      }
+      if error.errno == .permissionDenied {
+        throw error.about(target, reason: "you may not create files in its directory '\(directory.path)'")
+      }
+      throw error.about(target)
+    }
     do {
       defer { temp.fd.close() }
       for part in 0..<parts { try writePart(temp.fd, part) }
       if durability != .processCrash { try temp.fd.sync() }
     } catch {
       try? directory.removeFile(temp.name)
-      throw error
+      throw error.path.contains(temporaryPrefix) ? error.about(target) : error
     }
     do { try directory.rename(temp.name, to: name) } catch {
       try? directory.removeFile(temp.name)
-      throw error
+      throw error.about(target)
     }
     if durability == .powerLoss { try directory.sync() }
   }

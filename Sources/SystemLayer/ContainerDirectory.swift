@@ -97,7 +97,10 @@ package final class ContainerDirectory: Sendable {
   ) throws(FileSystemError) {
     let (parent, name) = Self.split(relative)
     guard !name.isEmpty else { throw FileSystemError("replace", path, .isDirectory) }
-    let directory = try openDirectory(parent, resolution: resolution)
+    let directory: SystemFD
+    do { directory = try openDirectory(parent, resolution: resolution) } catch {
+      throw Self.parentFailure(error, writing: path + "/" + relative, parent: parent.isEmpty ? path : path + "/" + parent)
+    }
     defer { directory.close() }
     try AtomicReplace.write(bytes, in: directory, name: name, mode: mode, durability: durability)
   }
@@ -241,6 +244,21 @@ package final class ContainerDirectory: Sendable {
     case .failure(let e):
       if e == .noFunction { Self.noOpenat2.store(true, ordering: .relaxed) }
       return false
+    }
+  }
+
+  /// A failure to open the parent directory of a file being written, told about the file the caller named, with
+  /// what is wrong on the way ("its parent directory '…' does not exist").
+  static func parentFailure(_ error: FileSystemError, writing target: String, parent: String) -> FileSystemError {
+    switch error.errno {
+    case .noSuchFileOrDirectory:
+      return FileSystemError(
+        "write", target, error.errno, reason: "its parent directory '\(parent)' does not exist")
+    case .notDirectory:
+      return FileSystemError(
+        "write", target, error.errno, reason: "a component of its parent directory '\(parent)' is not a directory")
+    default:
+      return error
     }
   }
 

@@ -77,8 +77,27 @@ package enum ProcessSpawn {
 
   /// Whether `path` names a file we may execute. The corresponding C function is `access(X_OK)`.
   package static func isExecutable(_ path: String) -> Bool {
+    executableProblem(path) == nil
+  }
+
+  /// Why `path` cannot be started as a program (it does not exist, is not a regular file, or is not executable
+  /// by this process), in words for an error message; nil when it can. The corresponding C functions are `stat`
+  /// and `access` (symlinks followed, as `execve` does).
+  package static func executableProblem(_ path: String) -> String? {
     var st = stat()
-    return access(path, X_OK) == 0 && stat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG
+    guard stat(path, &st) == 0 else {
+      let e = Errno(rawValue: errno)
+      return e == .noSuchFileOrDirectory ? "it does not exist" : "it cannot be examined: \(e) (errno \(e.rawValue))"
+    }
+    switch st.st_mode & S_IFMT {
+    case S_IFREG: break
+    case S_IFDIR: return "it is a directory, not a program"
+    default: return "it is not a regular file"
+    }
+    guard access(path, X_OK) == 0 else {
+      return "it is not executable (mode \(String(st.st_mode & 0o7777, radix: 8))): chmod +x it"
+    }
+    return nil
   }
 
   /// The absolute path of this process's executable (`/proc/self/exe`).

@@ -12,16 +12,28 @@ public struct FileSystemError: Error, CustomStringConvertible, Sendable, Equatab
   public var path: String
   /// The error number the call set.
   public var errno: Errno
+  /// What the failure means for the path, in the user's words, when the errno alone would not say it (e.g. "its
+  /// parent directory '…/Documents/sub' does not exist"); nil when the errno's meaning says it all.
+  public var reason: String?
 
-  package init(_ operation: String, _ path: String, _ errno: Errno) {
+  package init(_ operation: String, _ path: String, _ errno: Errno, reason: String? = nil) {
     self.operation = operation
     self.path = path
     self.errno = errno
+    self.reason = reason
   }
 
+  /// "`operation` '`path`' failed: `meaning` (errno N)", or with a reason "…failed: `reason` (`meaning`, errno N)";
+  /// the meaning is `strerror`'s text (Errno's description).
   public var description: String {
     let subject = path.isEmpty ? "" : " '\(path)'"
-    return "\(operation)\(subject) failed: \(errno) (errno \(errno.rawValue))"
+    guard let reason else { return "\(operation)\(subject) failed: \(errno) (errno \(errno.rawValue))" }
+    return "\(operation)\(subject) failed: \(reason) (\(errno), errno \(errno.rawValue))"
+  }
+
+  /// The same failure told about `path` instead (an internal name such as a temp file's is never shown).
+  package func about(_ path: String, reason: String? = nil) -> FileSystemError {
+    FileSystemError(operation, path, errno, reason: reason ?? self.reason)
   }
 }
 

@@ -157,7 +157,12 @@ package struct SystemFD: Sendable, Hashable {
   /// and anything over `limit` bytes. Returns its status too.
   package func readRegularFile(limit: Int) throws(FileSystemError) -> (bytes: [UInt8], status: FileStatus) {
     let st = try status()
-    guard st.kind == .regular else { throw FileSystemError("read (not a regular file)", path, .invalidArgument) }
+    if st.kind == .directory {
+      throw FileSystemError("read", path, .isDirectory, reason: "it is a directory")
+    }
+    guard st.kind == .regular else {
+      throw FileSystemError("read", path, .invalidArgument, reason: "it is not a regular file (a FIFO, socket or device)")
+    }
     guard st.size <= Int64(limit) else { throw FileSystemError("read", path, .fileTooLarge) }
     return (try readAll(limit: limit), st)
   }

@@ -13,7 +13,7 @@ struct Groupctl: AsyncParsableCommand {
       (default ~/.local/share/group-containers). Paths are relative to the container; paths that lead outside \
       it are refused.
       """,
-    subcommands: [Read.self, Write.self, Present.self, Status.self, Defaults.self, Cache.self, Stress.self, Open.self, Downloads.self]
+    subcommands: [Read.self, Write.self, Present.self, Status.self, Defaults.self, Cache.self, Stress.self, Open.self, Downloads.self, Doctor.self]
   )
 
   static func main() async {

@@ -47,6 +47,11 @@ uint32_t gc_guard_faults(int slot);
 int gc_eventfd(unsigned int initval, int nonblocking_cloexec);
 // malloc_trim(3): gives the heap's free memory back to the kernel after memory warnings released it.
 int gc_malloc_trim(size_t pad);
+
+// statfs(2) (sys/statfs.h is not in the Glibc module): the file system's f_type magic number (as unsigned 32 bits),
+// block size, total blocks, blocks free to unprivileged users and free inodes.
+int gc_statfs(const char *path, uint64_t *type, uint64_t *block_size, uint64_t *blocks, uint64_t *available,
+              uint64_t *free_inodes);
 #endif
 
 // Starts `path` as a detached process: its own session (setsid, so the terminal's signals and the parent's exit do

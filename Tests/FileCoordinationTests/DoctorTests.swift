@@ -1,0 +1,170 @@
+import FileCoordination
+import Foundation
+import TestSupport
+import Testing
+
+/// `groupctl doctor` (issue #12, item 9) through the real binary, and the library's refusal of a container on a
+/// file system that breaks flock or inotify.
+///
+/// Serialized: `GroupContainer.allowsUnsupportedFileSystem` is process-wide (it only matters for the unsupported
+/// file systems these tests make, but two of them must not see each other's setting).
+///
+/// Mutants this suite catches:
+/// - `FileSystemSupport.check` returning at once (no refusal): `aContainerOnOverlayIsRefusedUnlessAllowed` and
+///   `anInjectedNetworkFileSystemIsRefusedUnlessAllowed` fail.
+/// - `FileSystemSupport.optedIn` ignoring the environment variable: the `groupctl status` half of
+///   `aContainerOnOverlayIsRefusedUnlessAllowed` fails.
+/// - doctor's registration check skipped: `aStaleRegistrationIsReported` fails (exit 0).
+/// - doctor's temp-file walk treating every writer as alive: `aTempFileOfADeadProcessIsReported` fails.
+/// - doctor's permissions check comparing only the owner: `aWrongModeIsReported` fails.
+@Suite(.serialized, .timeLimit(.minutes(1))) struct DoctorTests {
+  static let group = "group.com.example.doctor"
+
+  /// Runs `groupctl` to completion (TestSupport's `Child`: posix_spawn, reaped by its own thread) and returns its
+  /// status, stdout and stderr.
+  func groupctl(_ arguments: [String], environment: [String: String] = [:]) async throws
+    -> (status: Int32, out: String, err: String)
+  {
+    let child = try Child(arguments, executable: "groupctl", environment: environment)
+    let status = await child.exit() ?? -1
+    return (status, child.output.map { $0 + "\n" }.joined(), child.errors.withLock { $0 })
+  }
+
+  func doctor(_ root: TestRoot, _ extra: [String] = []) async throws -> (status: Int32, out: String, err: String) {
+    try await groupctl(["doctor", Self.group, "--root", root.path] + extra)
+  }
+
+  @Test func aHealthyContainerPassesEveryCheck() async throws {
+    let root = try TestRoot()
+    _ = try root.container(Self.group)
+    let result = try await doctor(root)
+    #expect(result.status == 0, "\(result.out)\(result.err)")
+    let lines = result.out.split(separator: "\n")
+    for check in ["filesystem", "inotify", "permissions", "registrations", "temp files", "disk space"] {
+      #expect(lines.contains { $0.hasPrefix("ok    \(check): ") }, "no ok line for \(check) in \(result.out)")
+    }
+    let json = try await doctor(root, ["--json"])
+    #expect(json.status == 0)
+    #expect(json.out.split(separator: "\n").count == 1, "not one compact line: \(json.out)")
+    let object = try JSONSerialization.jsonObject(with: Data(json.out.utf8)) as? [String: Any]
+    #expect(object?["healthy"] as? Bool == true)
+    #expect((object?["checks"] as? [[String: Any]])?.count == 6)
+  }
+
+  @Test func aMissingContainerIsNotCreated() async throws {
+    let root = try TestRoot()
+    let result = try await doctor(root)
+    #expect(result.status == 1)
+    #expect(result.out.contains("fail  container: no such container"), "\(result.out)")
+    #expect(!FileManager.default.fileExists(atPath: root.path + "/" + Self.group))
+  }
+
+  @Test func aStaleRegistrationIsReported() async throws {
+    let root = try TestRoot()
+    let container = try root.container(Self.group)
+    let app = root.url.appendingPathComponent("old-app")
+    try FileManager.default.copyItem(atPath: "/bin/true", toPath: app.path)
+    try container.registerURLScheme("gcdoctor", launching: app)
+    #expect(try await doctor(root).status == 0)
+    try FileManager.default.removeItem(at: app)
+    let result = try await doctor(root)
+    #expect(result.status == 1)
+    let line = result.out.split(separator: "\n").first { $0.hasPrefix("fail  registrations: ") } ?? ""
+    #expect(line.contains("gcdoctor") && line.contains(app.path) && line.contains("does not exist"), "\(result.out)")
+    #expect(line.contains("— fix: "), "\(line)")
+  }
+
+  @Test func aTempFileOfADeadProcessIsReported() async throws {
+    let root = try TestRoot()
+    let container = try root.container(Self.group)
+    // The name an atomic replace gives its temp file; writer "<pid>.<start time>" with a start time no live
+    // process has.
+    let name = ".gc-tmp-\(getpid()).1-abc-notes.txt"
+    #expect(FileManager.default.createFile(atPath: container.path + "/Documents/" + name, contents: Data("x".utf8)))
+    let result = try await doctor(root)
+    #expect(result.status == 1)
+    let line = result.out.split(separator: "\n").first { $0.hasPrefix("warn  temp files: ") } ?? ""
+    #expect(line.contains("1 left by dead processes") && line.contains("Documents/" + name), "\(result.out)")
+    // Doctor only looks: the file is still there.
+    #expect(FileManager.default.fileExists(atPath: container.path + "/Documents/" + name))
+  }
+
+  @Test func aWrongModeIsReported() async throws {
+    let root = try TestRoot()
+    let container = try root.container(Self.group)
+    try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: container.documentsURL.path)
+    let result = try await doctor(root)
+    #expect(result.status == 1)
+    let line = result.out.split(separator: "\n").first { $0.hasPrefix("fail  permissions: ") } ?? ""
+    #expect(line.contains("'Documents' has mode 755, not 700"), "\(result.out)")
+    #expect(line.contains("chmod 700 '\(container.documentsURL.path)'"), "\(line)")
+  }
+
+  /// A real overlayfs mount (as root); when it cannot be mounted the test says so and the injected case below
+  /// still covers the refusal.
+  @Test func aContainerOnOverlayIsRefusedUnlessAllowed() async throws {
+    let base = try TestRoot()
+    for name in ["lower", "upper", "work", "merged"] {
+      try FileManager.default.createDirectory(atPath: base.path + "/" + name, withIntermediateDirectories: true)
+    }
+    let merged = base.path + "/merged"
+    let options = "lowerdir=\(base.path)/lower,upperdir=\(base.path)/upper,workdir=\(base.path)/work"
+    guard try runTool("/bin/mount", ["-t", "overlay", "overlay", "-o", options, merged]) == 0 else {
+      withKnownIssue("cannot mount an overlay here (not root?): the injected file system test covers the refusal") {
+        Issue.record("no overlay mount")
+      }
+      return
+    }
+    defer { _ = try? runTool("/bin/umount", ["-l", merged]) }
+    let rootURL = URL(fileURLWithPath: merged)
+    do {
+      _ = try GroupContainer(identifier: Self.group, root: rootURL)
+      Issue.record("a container on overlayfs was opened without the opt-in")
+    } catch {
+      guard case .unsupportedFileSystem(_, let kind, _) = error else {
+        Issue.record("unexpected error \(error)")
+        return
+      }
+      #expect(kind == "overlay")
+      #expect("\(error)".contains("GROUPCONTAINER_ALLOW_UNSUPPORTED_FILESYSTEM=1"), "\(error)")
+    }
+    #expect(!FileManager.default.fileExists(atPath: merged + "/" + Self.group), "the refused container was created")
+
+    let refused = try await groupctl(["status", Self.group, "--root", merged])
+    #expect(refused.status != 0)
+    #expect(refused.err.contains("overlay") && refused.err.contains(merged), "\(refused.err)")
+    let allowed = try await groupctl(
+      ["status", Self.group, "--root", merged], environment: ["GROUPCONTAINER_ALLOW_UNSUPPORTED_FILESYSTEM": "1"])
+    #expect(allowed.status == 0, "\(allowed.err)")
+
+    GroupContainer.allowsUnsupportedFileSystem = true
+    defer { GroupContainer.allowsUnsupportedFileSystem = false }
+    let container = try GroupContainer(identifier: Self.group, root: rootURL)
+    #expect(FileManager.default.fileExists(atPath: container.documentsURL.path))
+
+    let report = try await groupctl(["doctor", Self.group, "--root", merged])
+    #expect(report.status == 1)
+    #expect(report.out.contains("fail  filesystem: overlay"), "\(report.out)")
+  }
+
+  /// The refusal through an injected `f_type` (NFS), for machines where no overlay can be mounted.
+  @Test func anInjectedNetworkFileSystemIsRefusedUnlessAllowed() throws {
+    let root = try TestRoot()
+    GroupContainer.injectFileSystemKind(0x6969, under: root.path)
+    defer { GroupContainer.injectFileSystemKind(nil, under: root.path) }
+    do {
+      _ = try GroupContainer(identifier: Self.group, root: root.url)
+      Issue.record("a container on (injected) NFS was opened without the opt-in")
+    } catch {
+      guard case .unsupportedFileSystem(let path, let kind, _) = error else {
+        Issue.record("unexpected error \(error)")
+        return
+      }
+      #expect(kind == "nfs")
+      #expect(path == root.path)
+    }
+    GroupContainer.allowsUnsupportedFileSystem = true
+    defer { GroupContainer.allowsUnsupportedFileSystem = false }
+    #expect(throws: Never.self) { _ = try GroupContainer(identifier: Self.group, root: root.url) }
+  }
+}
