@@ -56,23 +56,33 @@ public protocol FilePresenter: AnyObject, Sendable {
 }
 
 extension FilePresenter {
+  /// Lets the reader go at once, with no reacquirer.
   public func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
     reader(nil)
   }
+  /// Lets the writer go at once, with no reacquirer.
   public func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
     writer(nil)
   }
+  /// Reports success at once: nothing to save.
   public func savePresentedItemChanges(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
     completionHandler(nil)
   }
+  /// Accepts the deletion at once.
   public func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
     completionHandler(nil)
   }
+  /// Does nothing: implement it to follow a moved item (update `presentedItemURL`).
   public func presentedItemDidMove(to newURL: URL) {}
+  /// Does nothing: implement it to reload a changed item.
   public func presentedItemDidChange() {}
+  /// Does nothing: implement it in a directory's presenter.
   public func presentedSubitemDidAppear(at url: URL) {}
+  /// Does nothing: implement it in a directory's presenter.
   public func presentedSubitemDidChange(at url: URL) {}
+  /// Does nothing: implement it in a directory's presenter.
   public func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL) {}
+  /// Accepts the deletion at once.
   public func accommodatePresentedSubitemDeletion(
     at url: URL, completionHandler: @escaping @Sendable ((any Error)?) -> Void
   ) {
@@ -91,6 +101,7 @@ public struct ChangeOrigin: Sendable, Hashable, CustomStringConvertible {
   /// Set when the framework may have missed events (inotify queue overflow) and resynchronised.
   public var isResync: Bool
 
+  /// An origin, for tests and for code that replays callbacks.
   public init(processID: Int32?, isCoordinated: Bool, purposeIdentifier: String? = nil, isResync: Bool = false) {
     self.processID = processID
     self.isCoordinated = isCoordinated
@@ -101,6 +112,7 @@ public struct ChangeOrigin: Sendable, Hashable, CustomStringConvertible {
   /// The origin of the presenter callback running on this thread, or `nil` outside callbacks.
   @TaskLocal public static var current: ChangeOrigin?
 
+  /// "process <pid>" (or "an unknown process"), coordinated or not, with the purpose when known.
   public var description: String {
     let who = processID.map { "pid \($0)" } ?? "unknown process"
     return "\(who), \(isCoordinated ? "coordinated" : "uncoordinated")\(isResync ? ", resync" : "")"

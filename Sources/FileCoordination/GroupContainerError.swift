@@ -20,6 +20,7 @@ public enum GroupContainerError: Error, CustomStringConvertible, Sendable, Equat
   /// A file the framework owns holds something it cannot use (it was left alone or set aside).
   case corruptFile(String, reason: String)
 
+  /// What failed, on which path, and what to do.
   public var description: String {
     switch self {
     case .invalidIdentifier(let id, let rule):

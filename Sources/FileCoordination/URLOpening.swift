@@ -15,6 +15,7 @@ public enum OpenURLError: Error, CustomStringConvertible, Sendable, Equatable {
   /// The scheme's registration file was written by another user (only your own or root's are followed).
   case untrustedRegistration(String, path: String, owner: UInt32)
 
+  /// What was refused and why, naming the URL or the registration file.
   public var description: String {
     switch self {
     case .invalidURL(let url, let rule): "URL '\(url)' is invalid: \(rule)"

@@ -2,6 +2,7 @@ import PropertyList
 
 /// One change of one key, as observers see it.
 public struct DefaultsChange: Sendable, Hashable {
+  /// The key that changed.
   public var key: String
   /// The value before (`nil`: the key was not set).
   public var oldValue: PropertyListValue?
@@ -18,6 +19,7 @@ public final class DefaultsObservation: Sendable {
 
   init(_ cancellation: @escaping @Sendable () -> Void) { self.cancellation = cancellation }
 
+  /// Stops the handler; it is not called again after this returns (a call in progress finishes).
   public func cancel() { cancellation() }
 
   deinit { cancellation() }

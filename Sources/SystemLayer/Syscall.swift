@@ -19,6 +19,7 @@ public struct FileSystemError: Error, CustomStringConvertible, Sendable, Equatab
     self.errno = errno
   }
 
+  /// The failed operation, the path it was given and the errno's meaning, e.g. `open 'x' failed: …`.
   public var description: String {
     let subject = path.isEmpty ? "" : " '\(path)'"
     return "\(operation)\(subject) failed: \(errno) (errno \(errno.rawValue))"
