@@ -37,6 +37,7 @@ public final class DownloadSession: Sendable {
       case none
       /// This process's executable, with these arguments.
       case currentExecutable(arguments: [String])
+      /// This executable, with these arguments.
       case executable(URL, arguments: [String])
     }
 

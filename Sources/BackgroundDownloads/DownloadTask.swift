@@ -11,6 +11,8 @@ public struct DownloadTask: Sendable, Identifiable, CustomStringConvertible {
   /// Apple's `URLSessionTask.State`, plus `waiting` (queued: before its first byte, between retries, or behind the
   /// per-host connection limit).
   public enum State: String, Sendable, CaseIterable {
+    /// Queued (before the first byte, between retries, behind the connection limit), transferring, suspended, being
+    /// cancelled, or finished (then see DownloadTask/error).
     case waiting, running, suspended, canceling, completed
   }
 

@@ -5,7 +5,9 @@ import Foundation
 public enum ImageFormat: String, Sendable, Hashable, Codable, CaseIterable {
   /// PNG, and APNG (a PNG with an `acTL` chunk: `frameCount` > 1).
   case png
+  /// JPEG (baseline and progressive).
   case jpeg
+  /// GIF, still or animated.
   case gif
   /// WebP: lossy (`VP8 `), lossless (`VP8L`) and extended (`VP8X`, animated or with alpha).
   case webp

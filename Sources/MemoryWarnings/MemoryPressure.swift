@@ -26,8 +26,11 @@ import SystemLayer
 
 /// A memory pressure level, from normal to critical.
 public enum MemoryPressureLevel: Int, Sendable, Hashable, Comparable, Codable, CaseIterable, CustomStringConvertible {
+  /// Enough memory: nothing to do.
   case normal = 0
+  /// Memory is getting short: release what is cheap to make again (memory tiers trim to half).
   case warning = 1
+  /// The process is about to be stopped or killed: release everything you can (memory tiers empty).
   case critical = 2
 
   /// Levels order from normal to critical.

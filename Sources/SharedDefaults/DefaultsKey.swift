@@ -3,7 +3,9 @@ import PropertyList
 
 /// A value type that defaults can store directly.
 public protocol DefaultsValue: Sendable {
+  /// Converts a stored value; nil when it cannot (the key's default is read instead).
   init?(propertyListValue: PropertyListValue)
+  /// The value as stored in the suite.
   var propertyListValue: PropertyListValue { get }
 }
 
