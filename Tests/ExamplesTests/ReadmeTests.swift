@@ -29,9 +29,8 @@ import Testing
     let readme = try Readme.load(Self.repository)
     #expect(!readme.examples.isEmpty)
     for block in readme.blocks where block.kind == .unmarked {
-      Issue.record(
-        "README.md line \(block.line): a ```swift block with no marker: put `<!-- example: <path> executable: <target> -->` "
-          + "(or `<!-- package-manifest -->`) on the line before it")
+      let fix = "put `<!-- example: <path> executable: <target> -->` (or `<!-- package-manifest -->`) on the line before it"
+      Issue.record("README.md line \(block.line): a ```swift block with no marker: \(fix)")
     }
     for example in readme.examples {
       let url = Self.repository.appendingPathComponent(example.path)
@@ -69,28 +68,31 @@ import Testing
     #expect(manifest.contains(".library(name: \"\(product.product)\""), "Package.swift has no library \(product.product)")
   }
 
-  @Test func everyTourExampleRunsAndPrintsWhatTheReadmeShows() async throws {
+  /// The README's examples that the output comparison runs (read when the tests are listed).
+  static let comparedExamples: [String] =
+    ((try? Readme.load(repository))?.examples ?? []).map(\.executable).filter { runElsewhere[$0] == nil }
+
+  @Test(arguments: comparedExamples) func everyTourExampleRunsAndPrintsWhatTheReadmeShows(executable: String)
+    async throws
+  {
     let readme = try Readme.load(Self.repository)
+    let example = try #require(readme.examples.first { $0.executable == executable })
+    let expected = try #require(
+      example.output, "\(example.path): show its output after an `<!-- output -->` marker, or run it in a test of its own")
     let server = try await FileServer.start()
-    for example in readme.examples where Self.runElsewhere[example.executable] == nil {
-      guard let expected = example.output else {
-        Issue.record("\(example.path): show its output after an `<!-- output -->` marker, or run it in a test of its own")
-        continue
-      }
-      let root = try TestRoot()
-      let child = try Child(
-        [], executable: example.executable,
-        environment: [
-          "GROUP_CONTAINER_ROOT": root.path,
-          "TOUR_DOWNLOAD_URL": server.url("/gen/65536?seed=1").absoluteString,
-        ])
-      let status = await child.exit()
-      #expect(status == 0, "\(example.executable) exited \(String(describing: status)); stderr: \(child.errors.withLock { $0 })")
-      let lines = child.output
-      #expect(lines.count == expected.count, "\(example.executable) printed \(lines), README.md shows \(expected)")
-      for (line, pattern) in zip(lines, expected) {
-        #expect(Readme.matches(line, pattern), "\(example.executable) printed '\(line)', README.md shows '\(pattern)'")
-      }
+    let root = try TestRoot()
+    let child = try Child(
+      [], executable: executable,
+      environment: [
+        "GROUP_CONTAINER_ROOT": root.path,
+        "TOUR_DOWNLOAD_URL": server.url("/gen/65536?seed=1").absoluteString,
+      ])
+    let status = await child.exit()
+    #expect(status == 0, "\(executable) exited \(String(describing: status)); stderr: \(child.errors.withLock { $0 })")
+    let lines = child.output
+    #expect(lines.count == expected.count, "\(executable) printed \(lines), README.md shows \(expected)")
+    for (line, pattern) in zip(lines, expected) {
+      #expect(Readme.matches(line, pattern), "\(executable) printed '\(line)', README.md shows '\(pattern)'")
     }
   }
 
@@ -118,7 +120,9 @@ import Testing
   /// The first `## <version>` heading of CHANGELOG.md.
   static func newestChangelogVersion() throws -> String {
     let text = try String(contentsOf: repository.appendingPathComponent("CHANGELOG.md"), encoding: .utf8)
-    let heading = try #require(text.firstMatch(of: #/(?m)^## (?<version>[0-9]+\.[0-9]+\.[0-9]+)\s*$/#))
+    let heading = try #require(
+      text.split(separator: "\n").lazy.compactMap { $0.wholeMatch(of: #/## (?<version>[0-9]+\.[0-9]+\.[0-9]+)\s*/#) }
+        .first, "CHANGELOG.md has no `## <version>` heading")
     return String(heading.version)
   }
 }

@@ -3,7 +3,7 @@ import GroupContainer
 
 // getting-started watch     in one terminal: prints every change of "counter", until Ctrl-C
 // getting-started set 42    in another: sets it
-setvbuf(stdout, nil, _IOLBF, 0)  // a line at a time, also into a pipe
+func show(_ line: String) { print(line); fflush(nil) }  // at once, also into a pipe
 
 // The container: $GROUP_CONTAINER_ROOT/group.com.example.hello (else ~/.local/share/group-containers/…).
 let container = try GroupContainer(identifier: "group.com.example.hello")
@@ -13,14 +13,14 @@ let me = ProcessInfo.processInfo.processIdentifier
 switch Array(CommandLine.arguments.dropFirst()) {
 case ["watch"]:
   let changes = defaults.changes(forKeys: ["counter"])  // listening from here on
-  print("counter is \(defaults.integer(forKey: "counter")); watching from process \(me)")
+  show("counter is \(defaults.integer(forKey: "counter")); watching from process \(me)")
   for await change in changes {
-    print("counter is now \(change.newValue?.intValue ?? 0), set by process \(change.originProcessID ?? 0)")
+    show("counter is now \(change.newValue?.intValue ?? 0), set by process \(change.originProcessID ?? 0)")
   }
 case let arguments where arguments.count == 2 && arguments[0] == "set" && Int(arguments[1]) != nil:
   try defaults.set(Int(arguments[1])!, forKey: "counter")  // committed: every process reads it from now on
-  print("process \(me) set counter to \(arguments[1])")
+  show("process \(me) set counter to \(arguments[1])")
 default:
-  print("usage: getting-started watch | getting-started set <number>")
+  show("usage: getting-started watch | getting-started set <number>")
   exit(64)
 }

@@ -22,7 +22,8 @@ let registration = MemoryPressure.shared.onMemoryWarning(name: "thumbnails") { l
   }
 }
 // `groupctl cache pressure warning <group-id>` sends one to every process of the group; here, to this one.
+// The image cache's memory tier has its own handler: it trims on a warning, empties on critical.
 if let report = await MemoryPressure.shared.simulate(.warning) {
-  print("memory \(report.level): \(report.entries.map(\.name)) released \(report.bytesReleased) bytes")
+  for entry in report.entries { print("memory \(report.level): \(entry.name) released \(entry.bytesReleased) bytes") }
 }
 registration.cancel()
