@@ -53,11 +53,16 @@ public enum DownloadEvent: Sendable, CustomStringConvertible {
 /// nothing. Calls come one at a time, in order, on a queue of the session; a queued event counts as handled (and
 /// is removed from the container) when its method returns.
 public protocol DownloadSessionDelegate: AnyObject, Sendable {
+  /// Progress of a running task: bytes in this write, received so far, and the whole length (-1 when unknown). Live
+  /// only, never queued.
   func urlSession(
     _ session: DownloadSession, downloadTask: DownloadTask, didWriteData bytesWritten: Int64,
     totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64)
+  /// The task's file is verified and published at `location`, in the container (no need to move it).
   func urlSession(_ session: DownloadSession, downloadTask: DownloadTask, didFinishDownloadingTo location: URL)
+  /// The task ended: `error` is nil on success, else why it failed (with the HTTP status when there was one).
   func urlSession(_ session: DownloadSession, task: DownloadTask, didCompleteWithError error: DownloadError?)
+  /// Every event queued while no process was attached has been delivered.
   func urlSessionDidFinishEvents(forBackgroundURLSession session: DownloadSession)
 }
 
