@@ -451,7 +451,7 @@ public final class SharedImageCache: Sendable {
 
   // MARK: Async forms
 
-  /// ``store(_:forKey:expiresAfter:)`` without blocking a Swift-concurrency thread on the disk.
+  /// `store(_:forKey:expiresAfter:)` without blocking a Swift-concurrency thread on the disk.
   @discardableResult
   public func store(_ data: Data, forKey key: String, expiresAfter: Duration? = nil) async throws(ImageCacheError)
     -> CachedImage
@@ -459,23 +459,23 @@ public final class SharedImageCache: Sendable {
     try await offload { [self] () throws(ImageCacheError) in try store(data, forKey: key, expiresAfter: expiresAfter) }
   }
 
-  /// ``image(forKey:)`` without blocking a Swift-concurrency thread on the disk (a memory hit answers at once).
+  /// `image(forKey:)` without blocking a Swift-concurrency thread on the disk (a memory hit answers at once).
   public func image(forKey key: String) async throws(ImageCacheError) -> CachedImage? {
     if let image = memoryImage(forKey: key) { return image }
     return try await offload { [self] () throws(ImageCacheError) in try diskImage(forKey: key) }
   }
 
-  /// ``removeImage(forKey:)`` without blocking a Swift-concurrency thread on the disk.
+  /// `removeImage(forKey:)` without blocking a Swift-concurrency thread on the disk.
   public func removeImage(forKey key: String) async throws(ImageCacheError) {
     try await offload { [self] () throws(ImageCacheError) in try removeImage(forKey: key) }
   }
 
-  /// ``removeAll()`` without blocking a Swift-concurrency thread on the disk.
+  /// `removeAll()` without blocking a Swift-concurrency thread on the disk.
   public func removeAll() async throws(ImageCacheError) {
     try await offload { [self] () throws(ImageCacheError) in try removeAll() }
   }
 
-  /// ``removeExpired()`` without blocking a Swift-concurrency thread on the disk; returns the entries removed.
+  /// `removeExpired()` without blocking a Swift-concurrency thread on the disk; returns the entries removed.
   @discardableResult
   public func removeExpired() async throws(ImageCacheError) -> Int {
     try await offload { [self] () throws(ImageCacheError) in try removeExpired() }

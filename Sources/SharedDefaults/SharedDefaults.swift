@@ -19,7 +19,7 @@ import SystemLayer
 /// - **Reads are cheap.** When nothing changed since this process last looked, a read costs two atomic loads of a
 ///   shared mapping and a dictionary lookup: no system call.
 /// - **No lost update.** Writers serialize on the suite's lock, a word of shared memory (compare-and-swap, `futex`
-///   to wait; a writer killed while holding it is detected and its lock taken over); ``update(_:_:)`` reads,
+///   to wait; a writer killed while holding it is detected and its lock taken over); `update(_:_:)` reads,
 ///   transforms and writes under it.
 /// - **Durability.** A committed write survives `kill -9` of any process. ``synchronize()`` also makes it survive
 ///   power loss, and leaves `Library/Preferences/<suite>.plist` current (a binary plist any tool reads).
