@@ -12,12 +12,12 @@ import Testing
 /// README.md after an `example:` marker naming the path and the target, and either show its output after an
 /// `<!-- output -->` marker or run it in a test of its own and list it in `runElsewhere`.
 ///
-/// Mutants this suite catches: a README block edited without its file (or the reverse) → `everySwiftBlockIsAnExampleFileOrTheManifestSnippet`;
-/// a ```swift block with no marker → the same; an example whose documented output is wrong (the tour printing
-/// "time left: 60 s") → `everyTourExampleRunsAndPrintsWhatTheReadmeShows`; the installation line's version
-/// differing from CHANGELOG's newest ("0.2.0") → `theInstallationSnippetMatchesTheManifestAndTheChangelog`; the
-/// watcher not printing the setter's pid → `gettingStartedSharesAValueBetweenTwoProcesses`; `groupctl --version`
-/// differing from CHANGELOG → `groupctlVersionIsTheNewestChangelogVersion`.
+/// Mutants this suite catches (each run once, then restored): a README block edited without its file (`$0 - 2` in
+/// the tour) and a block's marker removed → `everySwiftBlockIsAnExampleFileOrTheManifestSnippet`; a documented
+/// output that the program does not print ("time left: 60 s") → `everyTourExampleRunsAndPrintsWhatTheReadmeShows`;
+/// CHANGELOG's newest version differing from the installation line ("0.2.0") →
+/// `theInstallationSnippetMatchesTheManifestAndTheChangelog` (and `groupctlVersionIsTheNewestChangelogVersion`); the
+/// watcher printing its own pid instead of the setter's → `gettingStartedSharesAValueBetweenTwoProcesses`.
 @Suite(.timeLimit(.minutes(1))) struct ReadmeTests {
   static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
     .deletingLastPathComponent()
