@@ -3,7 +3,8 @@ import PackageDescription
 
 let package = Package(
   name: "GroupContainer",
-  platforms: [.macOS(.v15)],
+  // Linux only (inotify, futex, openat2): no Apple platform is listed, and Sources/SystemLayer/Platform.swift stops a
+  // build elsewhere with one clear error.
   products: [
     .library(name: "GroupContainer", targets: ["GroupContainer"]),
     .library(name: "FileCoordination", targets: ["FileCoordination"]),
@@ -35,6 +36,8 @@ let package = Package(
     // The test server's certificates, made at its start.
     .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
     .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
+    // `swift package generate-documentation --target <Module>` (the DocC catalogs in Sources/*/Documentation.docc).
+    .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
   ],
   targets: [
     // libinotifytools (Debian: libinotifytools0-dev), wrapped only by SystemLayer.
@@ -129,6 +132,13 @@ let package = Package(
     .executableTarget(
       name: "ported-widget", dependencies: ["GroupContainer"], path: "Examples/PortedWidget",
       exclude: ["Original.swift.txt"]),
+    // The README's programs, one executable each: ReadmeTests checks that every ```swift block of README.md is one
+    // of these files byte for byte, and runs them.
+    .executableTarget(name: "getting-started", dependencies: ["GroupContainer"], path: "Examples/Readme/GettingStarted"),
+    .executableTarget(name: "tour-defaults", dependencies: ["GroupContainer"], path: "Examples/Readme/TourDefaults"),
+    .executableTarget(name: "tour-files", dependencies: ["GroupContainer"], path: "Examples/Readme/TourFiles"),
+    .executableTarget(name: "tour-images", dependencies: ["GroupContainer"], path: "Examples/Readme/TourImages"),
+    .executableTarget(name: "tour-downloads", dependencies: ["GroupContainer"], path: "Examples/Readme/TourDownloads"),
     // "The other process" that tests spawn: presenter, lock holder, crasher.
     .executableTarget(
       name: "gc-test-helper",
@@ -199,7 +209,9 @@ let package = Package(
     .testTarget(
       name: "ExamplesTests",
       dependencies: [
-        "TestSupport", "SimpleTimerKit", "host", "widget", "gc-file-server", "gc-download-agent", "ported-widget",
+        "TestSupport", "SimpleTimerKit", "host", "widget", "gc-file-server", "gc-download-agent", "groupctl",
+        "ported-widget",
+        "getting-started", "tour-defaults", "tour-files", "tour-images", "tour-downloads",
       ]),
     .testTarget(
       name: "FileCoordinationTests",

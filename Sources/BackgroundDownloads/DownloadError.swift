@@ -42,6 +42,7 @@ public enum DownloadError: Error, CustomStringConvertible, Sendable, Equatable {
   /// The container refused the path or failed.
   case container(GroupContainerError)
 
+  /// What failed, for which task or URL, and what to do.
   public var description: String {
     switch self {
     case .unsupportedURL(let url):

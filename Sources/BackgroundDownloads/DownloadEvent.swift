@@ -36,6 +36,7 @@ public enum DownloadEvent: Sendable, CustomStringConvertible {
     }
   }
 
+  /// The event in one line, for logs.
   public var description: String {
     switch self {
     case .didWriteData(let t, let n, let total, let expected):
@@ -52,21 +53,30 @@ public enum DownloadEvent: Sendable, CustomStringConvertible {
 /// nothing. Calls come one at a time, in order, on a queue of the session; a queued event counts as handled (and
 /// is removed from the container) when its method returns.
 public protocol DownloadSessionDelegate: AnyObject, Sendable {
+  /// Progress of a running task: bytes in this write, received so far, and the whole length (-1 when unknown). Live
+  /// only, never queued.
   func urlSession(
     _ session: DownloadSession, downloadTask: DownloadTask, didWriteData bytesWritten: Int64,
     totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64)
+  /// The task's file is verified and published at `location`, in the container (no need to move it).
   func urlSession(_ session: DownloadSession, downloadTask: DownloadTask, didFinishDownloadingTo location: URL)
+  /// The task ended: `error` is nil on success, else why it failed (with the HTTP status when there was one).
   func urlSession(_ session: DownloadSession, task: DownloadTask, didCompleteWithError error: DownloadError?)
+  /// Every event queued while no process was attached has been delivered.
   func urlSessionDidFinishEvents(forBackgroundURLSession session: DownloadSession)
 }
 
 extension DownloadSessionDelegate {
+  /// Does nothing: implement it to show progress.
   public func urlSession(
     _ session: DownloadSession, downloadTask: DownloadTask, didWriteData bytesWritten: Int64,
     totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64
   ) {}
+  /// Does nothing: implement it to use the file, which is already at its destination.
   public func urlSession(_ session: DownloadSession, downloadTask: DownloadTask, didFinishDownloadingTo location: URL) {}
+  /// Does nothing: implement it to learn how a task ended.
   public func urlSession(_ session: DownloadSession, task: DownloadTask, didCompleteWithError error: DownloadError?) {}
+  /// Does nothing: implement it to finish work started for the events (iOS's completion handler).
   public func urlSessionDidFinishEvents(forBackgroundURLSession session: DownloadSession) {}
 }
 
@@ -74,6 +84,7 @@ extension DownloadSessionDelegate {
 /// handled when the loop asks for the next one, or when ``DownloadSession/acknowledge(_:)`` is called for it (before
 /// leaving a loop early): a process killed while handling an event gets it again at its next attach.
 public final class DownloadEvents: AsyncSequence, Sendable {
+  /// Each element is one event of the session.
   public typealias Element = DownloadEvent
 
   struct State {
@@ -146,10 +157,13 @@ public final class DownloadEvents: AsyncSequence, Sendable {
     }
   }
 
+  /// Iterates the session's events; ends when the session is invalidated or the task is cancelled.
   public struct AsyncIterator: AsyncIteratorProtocol {
     let events: DownloadEvents
+    /// The next event, waiting for it; marks the previous queued event as handled.
     public mutating func next() async -> DownloadEvent? { await events.next() }
   }
 
+  /// An iterator over the session's events (one loop at a time per session).
   public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(events: self) }
 }

@@ -31,14 +31,17 @@ public final class DownloadSession: Sendable {
     /// How long an agent this session starts waits with nothing to do before exiting.
     public var agentIdleTimeout: Duration = .seconds(30)
 
+    /// Which app the agent starts for a session's events when no process is attached (iOS relaunching the app).
     public enum Relaunch: Sendable, Equatable {
       /// Nobody is started: events wait for the next attach.
       case none
       /// This process's executable, with these arguments.
       case currentExecutable(arguments: [String])
+      /// This executable, with these arguments.
       case executable(URL, arguments: [String])
     }
 
+    /// The defaults: 6 connections per host, no relaunch, the agent found by name, 30 s idle timeout.
     public init() {}
   }
 
@@ -50,8 +53,11 @@ public final class DownloadSession: Sendable {
   /// receive them.
   public static var launchedForEvents: String? { Environment.value(relaunchEnvironmentKey) }
 
+  /// The session's identifier: the one process attached with it receives the session's events.
   public let identifier: String
+  /// The container the session's tasks, events and files live in.
   public let container: GroupContainer
+  /// What the session was created with.
   public let configuration: Configuration
   /// The session's events, when it has no delegate.
   public let events: DownloadEvents

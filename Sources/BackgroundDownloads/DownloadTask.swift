@@ -11,6 +11,8 @@ public struct DownloadTask: Sendable, Identifiable, CustomStringConvertible {
   /// Apple's `URLSessionTask.State`, plus `waiting` (queued: before its first byte, between retries, or behind the
   /// per-host connection limit).
   public enum State: String, Sendable, CaseIterable {
+    /// Queued (before the first byte, between retries, behind the connection limit), transferring, suspended, being
+    /// cancelled, or finished (then see DownloadTask/error).
     case waiting, running, suspended, canceling, completed
   }
 
@@ -18,16 +20,19 @@ public struct DownloadTask: Sendable, Identifiable, CustomStringConvertible {
   public let id: String
   /// Apple's `taskIdentifier`: unique within the session.
   public let taskIdentifier: Int
+  /// The identifier of the session that created the task.
   public let sessionIdentifier: String
   /// Apple's `originalRequest.url`.
   public let originalURL: URL
   /// The destination, relative to the container (e.g. `Downloads/report.pdf`).
   public let destination: String
+  /// Where the task is: queued, running, suspended or completed (then see `error`).
   public let state: State
   /// Set when `state` is `.completed` and the task did not succeed (Apple: `error`).
   public let error: DownloadError?
   /// The last HTTP status the server answered (Apple: `(response as? HTTPURLResponse)?.statusCode`).
   public let httpStatus: Int?
+  /// Bytes of the body received so far (Apple's `countOfBytesReceived`).
   public let countOfBytesReceived: Int64
   /// The whole length when known, else -1 (Apple's `NSURLSessionTransferSizeUnknown`).
   public let countOfBytesExpectedToReceive: Int64
@@ -35,6 +40,7 @@ public struct DownloadTask: Sendable, Identifiable, CustomStringConvertible {
   public let priority: Float
   /// Attempts so far (retries and resumptions count).
   public let attempts: Int
+  /// When the task was created.
   public let creationDate: Date
   /// When it completed (successfully or not).
   public let completionDate: Date?
@@ -52,6 +58,7 @@ public struct DownloadTask: Sendable, Identifiable, CustomStringConvertible {
   /// Whether the task completed without error.
   public var succeeded: Bool { state == .completed && error == nil }
 
+  /// One line for logs and `groupctl downloads list`: id, state, bytes and destination.
   public var description: String {
     "DownloadTask(\(id.prefix(8)) #\(taskIdentifier) \(state.rawValue) \(countOfBytesReceived)/"
       + "\(countOfBytesExpectedToReceive) \(originalURL.absoluteString)\(error.map { " error: \($0)" } ?? ""))"

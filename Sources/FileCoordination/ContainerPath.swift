@@ -10,7 +10,9 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
   /// The components, in order from the container root. Empty for the container root itself.
   public let components: [String]
 
+  /// The longest path component, in bytes (Linux's `NAME_MAX`).
   public static let maxComponentBytes = 255
+  /// The longest path, in bytes (Linux's `PATH_MAX`).
   public static let maxPathBytes = 4096
   package static let privateDirectory = ".coordination"
 
@@ -48,11 +50,16 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
 
   /// The path as `a/b/c` ("" for the root).
   public var string: String { components.joined(separator: "/") }
+  /// The path as `string`.
   public var description: String { string }
+  /// The number of components (0 for the container root).
   public var depth: Int { components.count }
+  /// Whether this is the container itself.
   public var isRoot: Bool { components.isEmpty }
+  /// The last component ("" for the root).
   public var lastComponent: String { components.last ?? "" }
 
+  /// The path without its last component; nil for the root.
   public var parent: ContainerPath? {
     isRoot ? nil : ContainerPath(unchecked: Array(components.dropLast()))
   }
@@ -63,6 +70,7 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
     return (1..<depth).map { ContainerPath(unchecked: Array(components[0..<$0])) }
   }
 
+  /// This path with one more component (not checked: pass a single valid name).
   public func appending(_ component: String) -> ContainerPath {
     ContainerPath(unchecked: components + [component])
   }
@@ -76,6 +84,7 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
   // Equality, hashing and order compare BYTES. Linux names are bytes: `café` spelt NFC and NFD are two files, two
   // locks and two presented items, while Swift's `String ==` calls them equal (canonical equivalence).
 
+  /// Paths are equal when their components are equal byte for byte (NFC and NFD spellings differ, as on Linux).
   public static func == (lhs: ContainerPath, rhs: ContainerPath) -> Bool {
     lhs.components.count == rhs.components.count
       && zip(lhs.components, rhs.components).allSatisfy { sameBytes($0, $1) }
@@ -93,6 +102,7 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
     return (fast ?? nil) ?? a.utf8.elementsEqual(b.utf8)
   }
 
+  /// Hashes the components' bytes, consistently with `==`.
   public func hash(into hasher: inout Hasher) {
     hasher.combine(components.count)
     for component in components {

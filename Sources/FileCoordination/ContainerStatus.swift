@@ -3,33 +3,47 @@ import SystemLayer
 
 /// A snapshot of who uses a container: live processes, registered presenters and held locks.
 public struct ContainerStatus: Sendable, Codable {
+  /// A live process that uses the container.
   public struct Process: Sendable, Codable, Hashable {
+    /// Its process id.
     public var pid: Int32
     /// Start time in clock ticks since boot (with the pid, names the process uniquely).
     public var startTime: UInt64
+    /// Whether it is the process that took the snapshot.
     public var isCurrent: Bool
   }
 
+  /// A registered presenter, in any process.
   public struct Presenter: Sendable, Codable, Hashable {
+    /// The registration's identifier.
     public var id: String
+    /// The process the presenter lives in.
     public var pid: Int32
     /// Container-relative path of the presented item.
     public var item: String
+    /// Whether it presents a directory (and so hears about items inside it).
     public var isDirectory: Bool
   }
 
+  /// A coordination lock held or waited for.
   public struct Lock: Sendable, Codable, Hashable {
+    /// The process holding it.
     public var pid: Int32
     /// Container-relative path of the coordinated item ("" for the container root).
     public var item: String
     /// `item`: the item's own lock; `tree`: the lock that guards everything inside a directory.
     public var kind: String
+    /// Whether it is held for writing (`false`: shared by readers).
     public var exclusive: Bool
   }
 
+  /// The container's directory.
   public var container: String
+  /// Live processes that opened the container.
   public var processes: [Process]
+  /// Presenters registered in it.
   public var presenters: [Presenter]
+  /// Locks held on its items.
   public var locks: [Lock]
 }
 

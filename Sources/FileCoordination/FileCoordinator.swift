@@ -32,7 +32,9 @@ import SystemLayer
 public final class FileCoordinator: @unchecked Sendable {  // mutable state is in `state` (a Mutex)
   /// Apple's `NSFileCoordinator.ReadingOptions`.
   public struct ReadingOptions: OptionSet, Sendable, Hashable {
+    /// The options' bits.
     public let rawValue: UInt
+    /// Options from their bits.
     public init(rawValue: UInt) { self.rawValue = rawValue }
     /// Do not ask presenters to save first: read what is on disk now.
     public static let withoutChanges = ReadingOptions(rawValue: 1 << 0)
@@ -42,7 +44,9 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
 
   /// Apple's `NSFileCoordinator.WritingOptions`.
   public struct WritingOptions: OptionSet, Sendable, Hashable {
+    /// The options' bits.
     public let rawValue: UInt
+    /// Options from their bits.
     public init(rawValue: UInt) { self.rawValue = rawValue }
     /// The accessor deletes the item: presenters get `accommodatePresentedItemDeletion` first.
     public static let forDeleting = WritingOptions(rawValue: 1 << 0)
@@ -106,6 +110,8 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
     set { state.withLock { $0.lockTimeout = newValue } }
   }
 
+  /// What an access does when a presenter does not answer within ``presenterTimeout``: go on without it (logged), or
+  /// fail.
   public var presenterTimeoutPolicy: PresenterTimeoutPolicy {
     get { state.withLock { $0.presenterTimeoutPolicy } }
     set { state.withLock { $0.presenterTimeoutPolicy = newValue } }

@@ -25,6 +25,7 @@ public enum FileCoordinatorError: Error, CustomStringConvertible, Sendable {
   /// that raises it). Coordinated reads and writes work without it.
   case presentersUnavailable(String)
 
+  /// What failed, on which item, and what to do.
   public var description: String {
     switch self {
     case .cancelled:

@@ -33,6 +33,7 @@ public struct GroupContainer: Sendable, Hashable {
   public let identifier: String
   /// The container directory.
   public let url: URL
+  /// Who may use the container: this user (the default) or the directory's group.
   public let sharing: Sharing
 
   /// The longest identifier accepted, in bytes (a file name's limit).

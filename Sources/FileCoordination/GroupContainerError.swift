@@ -24,6 +24,7 @@ public enum GroupContainerError: Error, CustomStringConvertible, Sendable, Equat
   /// ``GroupContainer/allowsUnsupportedFileSystem`` to use it anyway.
   case unsupportedFileSystem(String, kind: String, reason: String)
 
+  /// What failed, on which path, and what to do.
   public var description: String {
     switch self {
     case .invalidIdentifier(let id, let rule):

@@ -18,6 +18,7 @@ public enum OpenURLError: Error, CustomStringConvertible, Sendable, Equatable {
   /// executable); `reason` says which.
   case invalidExecutable(String, reason: String)
 
+  /// What was refused and why, naming the URL or the registration file.
   public var description: String {
     switch self {
     case .invalidURL(let url, let rule): "URL '\(url)' is invalid: \(rule)"

@@ -18,6 +18,7 @@ public enum ImageCacheError: Error, CustomStringConvertible, Sendable, Equatable
   /// The container refused the path or failed.
   case container(GroupContainerError)
 
+  /// What failed, on which key or file, and what to do.
   public var description: String {
     switch self {
     case .unsupportedFormat(let signature):

@@ -10,7 +10,10 @@
 /// let bitmap = try cache.decodedImage(forKey: url.absoluteString, using: BitmapDecoder())
 /// ```
 public protocol ImageDecoder: Sendable {
+  /// What decoding makes: a bitmap, a texture.
   associatedtype Decoded: Sendable
+  /// Decodes the cached image's bytes; a thrown error reaches the caller of
+  /// ``SharedImageCache/decodedImage(forKey:using:)``.
   func decode(_ image: CachedImage) throws -> Decoded
   /// Bytes `decoded` holds in memory.
   func cost(of decoded: Decoded) -> Int

@@ -29,6 +29,8 @@ public enum ImageHeaders {
   /// The largest PNG side (the PNG specification: 2^31 − 1).
   public static let maxPNGSide = Int(Int32.max)
 
+  /// Reads an image's format, pixel size and frame count from its headers, without decoding; throws for another format,
+  /// damaged headers or a size over the limits.
   public static func parse(_ data: Data) throws(ImageCacheError) -> ImageInfo {
     let result: Result<ImageInfo, ImageCacheError> = data.withUnsafeBytes { raw in
       do throws(ImageCacheError) {

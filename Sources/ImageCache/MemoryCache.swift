@@ -20,8 +20,10 @@ import Synchronization
 ///   It may call back into the cache.
 /// - **Statistics**: hits and misses of `object(forKey:)`, and evictions, counted under the same lock.
 public final class MemoryCache<Key: Hashable & Sendable, Value: Sendable>: Sendable {
+  /// Called with each object evicted by a limit or by `trim(toCost:)`.
   public typealias EvictionHandler = @Sendable (_ key: Key, _ value: Value) -> Void
 
+  /// Counters of hits, misses and evictions.
   public typealias Statistics = MemoryCacheStatistics
 
   @usableFromInline let state: Mutex<LRUState<Key, Value>>
@@ -118,8 +120,10 @@ public final class MemoryCache<Key: Hashable & Sendable, Value: Sendable>: Senda
   /// The number of objects kept.
   @inlinable
   public var count: Int { state.withLock { $0.index.count } }
+  /// Hits, misses and evictions since creation or the last ``resetStatistics()``.
   @inlinable
   public var statistics: Statistics { state.withLock { $0.statistics } }
+  /// Sets the counters back to zero.
   @inlinable
   public func resetStatistics() { state.withLock { $0.statistics = Statistics() } }
 
@@ -136,12 +140,15 @@ public final class MemoryCache<Key: Hashable & Sendable, Value: Sendable>: Senda
 
 /// Counters of a ``MemoryCache`` since creation (or the last `resetStatistics()`).
 public struct MemoryCacheStatistics: Sendable, Hashable {
+  /// Lookups that found their object.
   public var hits = 0
+  /// Lookups that found nothing.
   public var misses = 0
   /// Objects evicted by a limit or by `trim(toCost:)`.
   public var evictions = 0
   /// Hits per lookup (0 before any lookup).
   public var hitRatio: Double { hits + misses == 0 ? 0 : Double(hits) / Double(hits + misses) }
+  /// All counters at zero.
   public init() {}
 }
 

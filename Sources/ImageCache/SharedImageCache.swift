@@ -39,6 +39,8 @@ public final class SharedImageCache: Sendable {
     /// granularity, so a hit does not cost a write.
     public var recencyGranularity: Duration
 
+    /// Limits; the defaults: 256 MiB on disk trimmed to 80 %, entries kept 7 days, the memory tier at
+    /// ``SharedImageCache/defaultMemoryCost``, images up to 64 MiB.
     public init(
       diskBytes: Int = 256 << 20, lowWatermark: Double = 0.8, maximumAge: Duration? = .seconds(7 * 86_400),
       memoryCost: Int? = nil, memoryCount: Int = 0, maximumImageBytes: Int = 64 << 20,
@@ -56,32 +58,47 @@ public final class SharedImageCache: Sendable {
 
   /// One entry as `entries()` lists it.
   public struct Entry: Sendable, Hashable {
+    /// The key the image was stored under.
     public var key: String
+    /// What the image's headers say.
     public var info: ImageInfo
     /// Bytes of the image (the entry's file also holds the key and a 56-byte header).
     public var bytes: Int
+    /// When it was stored.
     public var storedAt: Date
     /// The last use, as coarsely as `Limits.recencyGranularity`.
     public var lastUsed: Date
+    /// When it expires; nil: never (until trimmed).
     public var expiresAt: Date?
   }
 
   /// What a trim did.
   public struct TrimReport: Sendable, Hashable {
+    /// Entries removed.
     public var removedEntries: Int
+    /// Bytes removed.
     public var removedBytes: Int
+    /// Entries left.
     public var remainingEntries: Int
+    /// Bytes left.
     public var remainingBytes: Int
   }
 
+  /// The cache's size now, and this process's lookups.
   public struct Statistics: Sendable, Hashable {
+    /// Entries on disk (the whole group's).
     public var diskEntries: Int
+    /// Bytes on disk.
     public var diskBytes: Int
+    /// Images in this process's memory tier.
     public var memoryEntries: Int
+    /// Their cost, in bytes.
     public var memoryCost: Int
     /// This process's lookups since the cache was made.
     public var memoryHits: Int
+    /// Lookups answered from disk.
     public var diskHits: Int
+    /// Lookups that found nothing.
     public var misses: Int
   }
 
@@ -140,8 +157,11 @@ public final class SharedImageCache: Sendable {
   /// 256 MiB. A widget with a 32 MB budget keeps 4 MB of images in memory.
   public static var defaultMemoryCost: Int { min(256 << 20, max(1 << 20, MemoryPressure.shared.memoryLimit / 8)) }
 
+  /// The cache's name: its directory is `Library/Caches/<name>/`.
   public let name: String
+  /// The container the cache lives in.
   public let container: GroupContainer
+  /// The limits it was made with.
   public let limits: Limits
   let disk: DiskTier
   let memory: MemoryCache<ByteKey, MemoryEntry>
@@ -431,6 +451,7 @@ public final class SharedImageCache: Sendable {
 
   // MARK: Async forms
 
+  /// `store(_:forKey:expiresAfter:)` without blocking a Swift-concurrency thread on the disk.
   @discardableResult
   public func store(_ data: Data, forKey key: String, expiresAfter: Duration? = nil) async throws(ImageCacheError)
     -> CachedImage
@@ -438,19 +459,23 @@ public final class SharedImageCache: Sendable {
     try await offload { [self] () throws(ImageCacheError) in try store(data, forKey: key, expiresAfter: expiresAfter) }
   }
 
+  /// `image(forKey:)` without blocking a Swift-concurrency thread on the disk (a memory hit answers at once).
   public func image(forKey key: String) async throws(ImageCacheError) -> CachedImage? {
     if let image = memoryImage(forKey: key) { return image }
     return try await offload { [self] () throws(ImageCacheError) in try diskImage(forKey: key) }
   }
 
+  /// `removeImage(forKey:)` without blocking a Swift-concurrency thread on the disk.
   public func removeImage(forKey key: String) async throws(ImageCacheError) {
     try await offload { [self] () throws(ImageCacheError) in try removeImage(forKey: key) }
   }
 
+  /// `removeAll()` without blocking a Swift-concurrency thread on the disk.
   public func removeAll() async throws(ImageCacheError) {
     try await offload { [self] () throws(ImageCacheError) in try removeAll() }
   }
 
+  /// `removeExpired()` without blocking a Swift-concurrency thread on the disk; returns the entries removed.
   @discardableResult
   public func removeExpired() async throws(ImageCacheError) -> Int {
     try await offload { [self] () throws(ImageCacheError) in try removeExpired() }

@@ -26,12 +26,17 @@ import SystemLayer
 
 /// A memory pressure level, from normal to critical.
 public enum MemoryPressureLevel: Int, Sendable, Hashable, Comparable, Codable, CaseIterable, CustomStringConvertible {
+  /// Enough memory: nothing to do.
   case normal = 0
+  /// Memory is getting short: release what is cheap to make again (memory tiers trim to half).
   case warning = 1
+  /// The process is about to be stopped or killed: release everything you can (memory tiers empty).
   case critical = 2
 
+  /// Levels order from normal to critical.
   public static func < (lhs: Self, rhs: Self) -> Bool { lhs.rawValue < rhs.rawValue }
 
+  /// "normal", "warning" or "critical" (what ``init(name:)`` parses).
   public var description: String {
     switch self {
     case .normal: "normal"
@@ -70,17 +75,27 @@ public enum MemoryPressureSource: String, Sendable, Hashable, Codable, CaseItera
 /// What one delivery of a level did: every handler's name and the bytes it released, and the process's footprint
 /// before the handlers ran and after (after freed heap memory went back to the kernel).
 public struct MemoryWarningReport: Sendable, CustomStringConvertible {
+  /// One handler's part in a delivery.
   public struct Entry: Sendable {
+    /// The name the handler was registered with.
     public var name: String
+    /// What it returned: the bytes it released.
     public var bytesReleased: Int
   }
+  /// The level delivered.
   public var level: MemoryPressureLevel
+  /// The signal that raised it.
   public var source: MemoryPressureSource
+  /// Every handler that ran, in registration order.
   public var entries: [Entry]
+  /// The process's footprint before the handlers ran, in bytes.
   public var footprintBefore: Int
+  /// The footprint after them, once freed heap memory went back to the kernel.
   public var footprintAfter: Int
+  /// The bytes all handlers released.
   public var bytesReleased: Int { entries.reduce(0) { $0 + $1.bytesReleased } }
 
+  /// The delivery in one line, as logged.
   public var description: String {
     let handlers = entries.map { "\($0.name) released \($0.bytesReleased) bytes" }.joined(separator: ", ")
     return "memory \(level) (\(source.rawValue)): \(entries.count) handler(s) released \(bytesReleased) bytes"
@@ -90,10 +105,14 @@ public struct MemoryWarningReport: Sendable, CustomStringConvertible {
 
 /// What a low-disk-space handler is told: the file system's size and what is still available, in bytes.
 public struct DiskSpace: Sendable, CustomStringConvertible {
+  /// The directory the handler was registered for.
   public var path: String
+  /// The file system's size, in bytes.
   public var size: Int
+  /// The bytes available to unprivileged users.
   public var available: Int
 
+  /// A value, for tests and simulations.
   public init(path: String, size: Int, available: Int) {
     self.path = path
     self.size = size
@@ -110,6 +129,7 @@ public struct DiskSpace: Sendable, CustomStringConvertible {
     }
   }
 
+  /// "<available> of <size> bytes available on the file system of '<path>'".
   public var description: String { "\(available) of \(size) bytes available on the file system of '\(path)'" }
 }
 
@@ -129,6 +149,7 @@ public final class MemoryWarningRegistration: Sendable {
 
 /// A failure to send a level to a group.
 public struct MemoryPressureError: Error, CustomStringConvertible, Sendable {
+  /// What could not be sent, to which group, and what to do.
   public var description: String
 }
 

@@ -148,22 +148,27 @@ extension PropertyListValue {
 // Literal conformances make hand-written values (tests, defaults) read like the plist itself.
 
 extension PropertyListValue: ExpressibleByStringLiteral {
+  /// A string literal is a `.string` value.
   public init(stringLiteral value: String) { self = .string(value) }
 }
 
 extension PropertyListValue: ExpressibleByIntegerLiteral {
+  /// An integer literal is an `.integer` value.
   public init(integerLiteral value: Int128) { self = .integer(PropertyListInteger(value)) }
 }
 
 extension PropertyListValue: ExpressibleByFloatLiteral {
+  /// A floating-point literal is a `.real` value.
   public init(floatLiteral value: Double) { self = .real(value) }
 }
 
 extension PropertyListValue: ExpressibleByBooleanLiteral {
+  /// `true` and `false` are `.bool` values.
   public init(booleanLiteral value: Bool) { self = .bool(value) }
 }
 
 extension PropertyListValue: ExpressibleByArrayLiteral {
+  /// An array literal is an `.array` value.
   public init(arrayLiteral elements: PropertyListValue...) { self = .array(elements) }
 }
 

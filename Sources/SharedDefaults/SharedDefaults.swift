@@ -18,17 +18,21 @@ import SystemLayer
 /// - **Visibility.** A setter returns once its write is committed: every process reads it from then on.
 /// - **Reads are cheap.** When nothing changed since this process last looked, a read costs two atomic loads of a
 ///   shared mapping and a dictionary lookup: no system call.
-/// - **No lost update.** Writers serialize on one flock; ``update(_:_:)`` reads, transforms and writes under it.
+/// - **No lost update.** Writers serialize on the suite's lock, a word of shared memory (compare-and-swap, `futex`
+///   to wait; a writer killed while holding it is detected and its lock taken over); `update(_:_:)` reads,
+///   transforms and writes under it.
 /// - **Durability.** A committed write survives `kill -9` of any process. ``synchronize()`` also makes it survive
 ///   power loss, and leaves `Library/Preferences/<suite>.plist` current (a binary plist any tool reads).
 /// - **Change streams** (``changes(forKeys:)``, ``observe(_:handler:)``): one ``DefaultsChange`` per changed key, in
-///   commit order, for writes of this process and of others (seen through inotify), and for outside edits of the
-///   plist file (diffed). They start with the next change; a stream ends when its task is cancelled.
+///   commit order, for writes of this process and of others (woken by the suite's change signal, a `futex` word in
+///   the mapped header: writes through a mapping make no inotify event), and for outside edits of the plist file
+///   (seen through inotify, diffed). They start with the next change; a stream ends when its task is cancelled.
 /// - **Errors.** Setters throw: a value of an unsupported type, a full disk, a key over 1 MiB. Corrupt files are
 ///   moved aside with a logged error and the suite recovers its last good state; getters never throw.
 public final class SharedDefaults: Sendable {
   /// The suite, which names the files in `Library/Preferences`.
   public let suiteName: String
+  /// The group container whose `Library/Preferences` holds the suite.
   public let container: GroupContainer
   let store: DefaultsStore
 
@@ -67,22 +71,27 @@ public final class SharedDefaults: Sendable {
     try set(value: try PropertyListValue(foundation: value), forKey: key)
   }
 
+  /// Stores an integer; every process reads it once this returns.
   public func set(_ value: Int, forKey key: String) throws(SharedDefaultsError) {
     try set(value: value.propertyListValue, forKey: key)
   }
 
+  /// Stores a floating-point number; every process reads it once this returns.
   public func set(_ value: Double, forKey key: String) throws(SharedDefaultsError) {
     try set(value: value.propertyListValue, forKey: key)
   }
 
+  /// Stores a Boolean; every process reads it once this returns.
   public func set(_ value: Bool, forKey key: String) throws(SharedDefaultsError) {
     try set(value: value.propertyListValue, forKey: key)
   }
 
+  /// Stores a string; every process reads it once this returns.
   public func set(_ value: String, forKey key: String) throws(SharedDefaultsError) {
     try set(value: value.propertyListValue, forKey: key)
   }
 
+  /// Stores a URL as its absolute string (`nil` removes the key), as `UserDefaults.set(_:forKey:)` does.
   public func set(_ url: URL?, forKey key: String) throws(SharedDefaultsError) {
     guard let url else { return try removeObject(forKey: key) }
     try set(value: url.propertyListValue, forKey: key)
@@ -115,30 +124,42 @@ public final class SharedDefaults: Sendable {
 
   // MARK: Reading (Apple's names and fallbacks)
 
+  /// The value (or the registered default) as Foundation types: numbers, `String`, `Data`, `Date`, arrays and
+  /// dictionaries of them; nil when unset.
   public func object(forKey key: String) -> Any? { store.value(forKey: key)?.foundationValue }
   /// The stored `PropertyListValue`, or the registered default.
   public func value(forKey key: String) -> PropertyListValue? { store.value(forKey: key) }
+  /// The value as a string (a number as its decimal text, as `UserDefaults` does), or nil.
   public func string(forKey key: String) -> String? {
     store.value(forKey: key).flatMap(String.init(propertyListValue:))
   }
+  /// The value as an integer (numbers, Booleans and numeric strings convert), else 0.
   public func integer(forKey key: String) -> Int { store.value(forKey: key).flatMap(Int.init(propertyListValue:)) ?? 0 }
+  /// The value as a double (numbers, Booleans and numeric strings convert), else 0.
   public func double(forKey key: String) -> Double {
     store.value(forKey: key).flatMap(Double.init(propertyListValue:)) ?? 0
   }
+  /// The value as a Boolean (non-zero numbers and "YES", "true" or "1" in any case are true), else false.
   public func bool(forKey key: String) -> Bool {
     store.value(forKey: key).flatMap(Bool.init(propertyListValue:)) ?? false
   }
+  /// The data value, or nil.
   public func data(forKey key: String) -> Data? { store.value(forKey: key).flatMap(Data.init(propertyListValue:)) }
+  /// The value as a URL: a string starting with `/` or `~` as a file URL, any other as a URL string; else nil.
   public func url(forKey key: String) -> URL? {
     guard let s = string(forKey: key) else { return nil }
     return s.hasPrefix("/") || s.hasPrefix("~")
       ? URL(fileURLWithPath: (s as NSString).expandingTildeInPath) : URL(string: s)
   }
+  /// The date value, or nil.
   public func date(forKey key: String) -> Date? { store.value(forKey: key).flatMap(Date.init(propertyListValue:)) }
+  /// The array value as Foundation types, or nil.
   public func array(forKey key: String) -> [Any]? { store.value(forKey: key)?.arrayValue?.map(\.foundationValue) }
+  /// The array value when every element converts to a string (numbers do), else nil.
   public func stringArray(forKey key: String) -> [String]? {
     store.value(forKey: key).flatMap([String].init(propertyListValue:))
   }
+  /// The dictionary value as Foundation types, or nil.
   public func dictionary(forKey key: String) -> [String: Any]? {
     store.value(forKey: key)?.dictionaryValue?.mapValues(\.foundationValue)
   }
@@ -165,10 +186,12 @@ public final class SharedDefaults: Sendable {
 
   // MARK: Typed keys and Codable
 
+  /// The value of a typed key, or its default when the key is unset or holds another type. Never throws.
   public subscript<Value>(key: DefaultsKey<Value>) -> Value {
     store.value(forKey: key.name).flatMap(Value.init(propertyListValue:)) ?? key.defaultValue
   }
 
+  /// Stores the value of a typed key; every process reads it once this returns.
   public func set<Value>(_ value: Value, for key: DefaultsKey<Value>) throws(SharedDefaultsError) {
     try set(value: value.propertyListValue, forKey: key.name)
   }

@@ -18,6 +18,7 @@ public enum SharedDefaultsError: Error, CustomStringConvertible, Sendable {
   /// The container refused something.
   case container(GroupContainerError)
 
+  /// What failed, on which suite or key, and what to do.
   public var description: String {
     switch self {
     case .invalidSuiteName(let name, let rule): "suite name '\(name)' is invalid: \(rule)"
