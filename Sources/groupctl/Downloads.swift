@@ -137,7 +137,7 @@ struct DownloadsWait: AsyncParsableCommand {
   }
 
   func run() async throws {
-    let group = try container.open()
+    let group = try container.openExisting()
     let id = task.taskID
     let first = try DownloadsCLI.task(id, in: group)
     var outcome = Outcome.completed(first)
@@ -202,7 +202,7 @@ struct DownloadsList: ParsableCommand {
   @Option(help: "Only this session's tasks.") var session: String?
 
   func run() throws {
-    let tasks = try DownloadSession.allTasks(in: try container.open(), session: session)
+    let tasks = try DownloadSession.allTasks(in: try container.openExisting(), session: session)
     if json {
       for task in tasks { Output.json(DownloadsCLI.json(task)) }
       return
