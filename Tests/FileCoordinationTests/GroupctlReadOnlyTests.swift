@@ -34,24 +34,24 @@ import Testing
   ]
 
   @Test(arguments: readOnlyCommands)
-  func aMissingContainerIsAnErrorAndNothingIsCreated(command: [String]) throws {
+  func aMissingContainerIsAnErrorAndNothingIsCreated(command: [String]) async throws {
     let root = try TestRoot()
     let typo = root.path + "/tpyo"  // the misspelled --root: must not appear
-    let run = try groupctl(command + ["--root", typo])
+    let run = try await groupctl(command + ["--root", typo])
     #expect(run.status == 1, "\(run)")
     #expect(run.err == "groupctl: no such container '\(Self.group)' at \(typo)/\(Self.group)\n", "\(run)")
     #expect(!FileManager.default.fileExists(atPath: typo))
     // The root exists, the container does not: the root stays empty.
-    let inRoot = try groupctl(command + ["--root", root.path])
+    let inRoot = try await groupctl(command + ["--root", root.path])
     #expect(inRoot.status == 1 && inRoot.err.contains("no such container"), "\(inRoot)")
     #expect(try FileManager.default.contentsOfDirectory(atPath: root.path).isEmpty)
   }
 
-  @Test func aMissingSuiteIsAnErrorAndNothingIsCreated() throws {
+  @Test func aMissingSuiteIsAnErrorAndNothingIsCreated() async throws {
     let root = try TestRoot()
     let container = try root.container(Self.group)
     let preferences = container.preferencesURL.path
-    #expect(try groupctl(["defaults", "write", Self.group, "k", "v", "--suite", "real", "--root", root.path]).status == 0)
+    #expect(try await groupctl(["defaults", "write", Self.group, "k", "v", "--suite", "real", "--root", root.path]).status == 0)
     let before = try FileManager.default.contentsOfDirectory(atPath: preferences).sorted()
     for command in [
       ["defaults", "read", Self.group, "--suite", "typo"], ["defaults", "read", Self.group, "k", "--suite", "typo"],
@@ -59,20 +59,20 @@ import Testing
       ["defaults", "delete", Self.group, "k", "--suite", "typo"], ["defaults", "sync", Self.group, "--suite", "typo"],
       ["defaults", "rename", Self.group, "k", "l", "--suite", "typo"],
     ] {
-      let run = try groupctl(command + ["--root", root.path])
+      let run = try await groupctl(command + ["--root", root.path])
       #expect(run.status == 1, "\(command): \(run)")
       #expect(run.err == "groupctl: no such suite 'typo' in \(Self.group)\n", "\(command): \(run)")
     }
     // The default suite (the group identifier) was never written either.
-    let plain = try groupctl(["defaults", "read", Self.group, "--root", root.path])
+    let plain = try await groupctl(["defaults", "read", Self.group, "--root", root.path])
     #expect(plain.status == 1 && plain.err.contains("no such suite '\(Self.group)'"), "\(plain)")
     #expect(try FileManager.default.contentsOfDirectory(atPath: preferences).sorted() == before)
     // The suite that exists reads.
-    let real = try groupctl(["defaults", "read", Self.group, "k", "--suite", "real", "--root", root.path])
+    let real = try await groupctl(["defaults", "read", Self.group, "k", "--suite", "real", "--root", root.path])
     #expect(real.status == 0 && real.out == "v\n", "\(real)")
   }
 
-  @Test func aSuiteThatIsOnlyAPlistFileExists() throws {
+  @Test func aSuiteThatIsOnlyAPlistFileExists() async throws {
     let root = try TestRoot()
     let container = try root.container(Self.group)
     // A plist put in place by hand (a copy from elsewhere) is a suite: XML, one key.
@@ -81,27 +81,27 @@ import Testing
       <plist version="1.0"><dict><key>answer</key><integer>42</integer></dict></plist>
       """
     try Data(xml.utf8).write(to: container.preferencesURL.appendingPathComponent("copied.plist"))
-    let run = try groupctl(["defaults", "read", Self.group, "answer", "--suite", "copied", "--root", root.path])
+    let run = try await groupctl(["defaults", "read", Self.group, "answer", "--suite", "copied", "--root", root.path])
     #expect(run.status == 0 && run.out == "42\n", "\(run)")
   }
 
-  @Test func aMissingCacheIsAnErrorAndNothingIsCreated() throws {
+  @Test func aMissingCacheIsAnErrorAndNothingIsCreated() async throws {
     let root = try TestRoot()
     let container = try root.container(Self.group)
     for command in [["cache", "get", Self.group, "k"], ["cache", "list", Self.group], ["cache", "stats", Self.group]] {
-      let run = try groupctl(command + ["--cache", "typo", "--root", root.path])
+      let run = try await groupctl(command + ["--cache", "typo", "--root", root.path])
       #expect(run.status == 1 && run.err.hasPrefix("groupctl: no such cache 'typo' in \(Self.group)"), "\(run)")
     }
     #expect(try FileManager.default.contentsOfDirectory(atPath: container.cachesURL.path).isEmpty)
   }
 
-  @Test func aContainerMadeByHandIsReadAsItIs() throws {
+  @Test func aContainerMadeByHandIsReadAsItIs() async throws {
     let root = try TestRoot()
     // No layout, no .coordination: an existing directory all the same.
     let documents = root.path + "/\(Self.group)/Documents"
     try FileManager.default.createDirectory(atPath: documents, withIntermediateDirectories: true)
     try Data("by hand\n".utf8).write(to: URL(fileURLWithPath: documents + "/note.txt"))
-    let run = try groupctl(["read", Self.group, "Documents/note.txt", "--root", root.path])
+    let run = try await groupctl(["read", Self.group, "Documents/note.txt", "--root", root.path])
     #expect(run.status == 0 && run.out == "by hand\n", "\(run)")
     // Reading made the coordination state only; no layout directory appeared.
     let entries = try FileManager.default.contentsOfDirectory(atPath: root.path + "/\(Self.group)")
@@ -125,10 +125,10 @@ import Testing
   ]
 
   @Test(arguments: usageErrors)
-  func usageErrorsExit64WithTheSubcommandsUsage(command: [String], usage: String, message: String) throws {
+  func usageErrorsExit64WithTheSubcommandsUsage(command: [String], usage: String, message: String) async throws {
     let root = try TestRoot()
     let typo = root.path + "/none"
-    let run = try groupctl(command + ["--root", typo])
+    let run = try await groupctl(command + ["--root", typo])
     #expect(run.status == 64, "\(run)")
     #expect(run.err.contains("Usage: \(usage) "), "\(run)")
     #expect(run.err.contains(message), "\(run)")
@@ -136,11 +136,11 @@ import Testing
     #expect(!FileManager.default.fileExists(atPath: typo))
   }
 
-  @Test func failuresExit1WithTheReason() throws {
+  @Test func failuresExit1WithTheReason() async throws {
     let root = try TestRoot()
     _ = try root.container(Self.group)
     let r = root.path
-    #expect(try groupctl(["defaults", "write", Self.group, "s", "text", "--root", r]).status == 0)
+    #expect(try await groupctl(["defaults", "write", Self.group, "s", "text", "--root", r]).status == 0)
     let failures: [(command: [String], reason: String)] = [
       (["read", Self.group, "Documents/missing.txt"], "missing.txt"),
       (["defaults", "read", Self.group, "nokey"], "the key 'nokey' does not exist in suite '\(Self.group)'"),
@@ -152,24 +152,24 @@ import Testing
       (["defaults", "import", Self.group, "other", r + "/no-such-file.plist"], "no-such-file.plist"),
     ]
     for (command, reason) in failures {
-      let run = try groupctl(command + ["--root", r])
+      let run = try await groupctl(command + ["--root", r])
       #expect(run.status == 1, "\(command): \(run)")
       #expect(run.err.hasPrefix("groupctl: ") && run.err.contains(reason), "\(command): \(run)")
       #expect(!run.err.contains("Usage:"), "a failure is not a usage error: \(run)")
     }
     // -array-add on a string left it as it was.
-    #expect(try groupctl(["defaults", "read", Self.group, "s", "--root", r]).out == "text\n")
+    #expect(try await groupctl(["defaults", "read", Self.group, "s", "--root", r]).out == "text\n")
   }
 
-  @Test func versionPrintsTheReleaseNumber() throws {
-    let run = try groupctl(["--version"])
+  @Test func versionPrintsTheReleaseNumber() async throws {
+    let run = try await groupctl(["--version"])
     #expect(run.status == 0 && run.out == "0.1.0\n", "\(run)")
   }
 
-  @Test func statusJSONIsOneCompactLine() throws {
+  @Test func statusJSONIsOneCompactLine() async throws {
     let root = try TestRoot()
     let container = try root.container(Self.group)
-    let run = try groupctl(["status", Self.group, "--json", "--root", root.path])
+    let run = try await groupctl(["status", Self.group, "--json", "--root", root.path])
     #expect(run.status == 0, "\(run)")
     #expect(run.out.hasSuffix("\n") && run.out.dropLast().split(separator: "\n").count == 1, "\(run)")
     #expect(!run.out.dropLast().contains("\n") && !run.out.contains("  "), "\(run)")

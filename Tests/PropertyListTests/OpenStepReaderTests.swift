@@ -12,7 +12,7 @@ import Testing
 /// - the value count check removed: `valueCountIsBounded` fails.
 @Suite("OpenStep reader")
 struct OpenStepReaderTests {
-  func read(_ text: String, limits: PropertyListLimits = .default) throws -> PropertyListValue {
+  func read(_ text: String, limits: PropertyListLimits = .default) throws(PropertyListError) -> PropertyListValue {
     try OpenStepPropertyListReader.read(text, limits: limits)
   }
 
@@ -112,7 +112,7 @@ struct OpenStepReaderTests {
 
   @Test(arguments: errors)
   func everyErrorPathNamesItsOffset(text: String, offset: Int, fragment: String) {
-    do {
+    do throws(PropertyListError) {
       let value = try read(text)
       Issue.record("expected an error, got \(value)")
     } catch {
@@ -124,7 +124,7 @@ struct OpenStepReaderTests {
 
   @Test func invalidUTF8InAStringIsRefused() {
     #expect(throws: PropertyListError.self) { try OpenStepPropertyListReader.read(Array("\"a".utf8) + [0xFF, 0x22]) }
-    do {
+    do throws(PropertyListError) {
       _ = try OpenStepPropertyListReader.read(Array("( x, \"".utf8) + [0xC3, 0x22, 0x29])
     } catch {
       #expect(error.kind == .invalidOpenStep && error.offset == 5 && error.message.contains("not valid UTF-8"))
@@ -132,7 +132,7 @@ struct OpenStepReaderTests {
   }
 
   @Test func aNonASCIIByteOutsideQuotesIsNamed() {
-    do {
+    do throws(PropertyListError) {
       _ = try OpenStepPropertyListReader.read([0x28, 0xC3, 0xA9, 0x29])
       Issue.record("expected an error")
     } catch {
@@ -143,14 +143,14 @@ struct OpenStepReaderTests {
   @Test func depthIsBounded() throws {
     let limits = PropertyListLimits(maxDepth: 8)
     _ = try read(String(repeating: "(", count: 8) + String(repeating: ")", count: 8), limits: limits)
-    do {
+    do throws(PropertyListError) {
       _ = try read(String(repeating: "(", count: 9) + String(repeating: ")", count: 9), limits: limits)
       Issue.record("nesting deeper than the limit was read")
     } catch {
       #expect(error.kind == .limitExceeded && error.offset == 8, "\(error)")
     }
     // Hostile depth with the default limit: an error, not a stack overflow.
-    do {
+    do throws(PropertyListError) {
       _ = try read(String(repeating: "{a=", count: 100_000))
       Issue.record("expected an error")
     } catch {
@@ -159,7 +159,7 @@ struct OpenStepReaderTests {
   }
 
   @Test func valueCountIsBounded() {
-    do {
+    do throws(PropertyListError) {
       _ = try read("(a, b, c)", limits: PropertyListLimits(maxObjects: 3))
       Issue.record("expected an error")
     } catch {
@@ -168,7 +168,7 @@ struct OpenStepReaderTests {
   }
 
   @Test func inputSizeIsBounded() {
-    do {
+    do throws(PropertyListError) {
       _ = try read("(aaaa)", limits: PropertyListLimits(maxBytes: 5))
       Issue.record("expected an error")
     } catch {

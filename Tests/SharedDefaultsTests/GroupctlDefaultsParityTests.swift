@@ -23,16 +23,10 @@ import Testing
   @discardableResult
   func defaults(
     _ verb: String, _ rest: [String], root: TestRoot, sourceLocation: SourceLocation = #_sourceLocation
-  ) throws -> String {
-    let run = try groupctl(["defaults", verb, group] + rest + ["--root", root.path], sourceLocation: sourceLocation)
+  ) async throws -> String {
+    let run = try await groupctl(["defaults", verb, group] + rest + ["--root", root.path])
     #expect(run.status == 0, "\(verb) \(rest): \(run)", sourceLocation: sourceLocation)
     return run.out
-  }
-
-  /// The key's value as `defaults read --json` prints it, parsed.
-  func json(_ key: String, root: TestRoot, suite: String? = nil) throws -> Any? {
-    let out = try defaults("read", [key, "--json"] + (suite.map { ["--suite", $0] } ?? []), root: root)
-    return try JSONSerialization.jsonObject(with: Data(out.utf8), options: .fragmentsAllowed)
   }
 
   /// The suite read back in this process: what another process of the group sees.
@@ -40,33 +34,33 @@ import Testing
     try SharedDefaults(suiteName: name, container: try root.container(group)).propertyListRepresentation()
   }
 
-  @Test func arrayAddAppendsAndCreatesTheArray() throws {
+  @Test func arrayAddAppendsAndCreatesTheArray() async throws {
     let root = try TestRoot()
-    try defaults("write", ["list", "-array-add", "a"], root: root)
-    try defaults("write", ["list", "-array-add", "-int", "1", "b"], root: root)
+    try await defaults("write", ["list", "-array-add", "a"], root: root)
+    try await defaults("write", ["list", "-array-add", "-int", "1", "b"], root: root)
     #expect(try suite(root: root)["list"] == .array([.string("a"), .integer(1), .string("b")]))
   }
 
-  @Test func dictAddMerges() throws {
+  @Test func dictAddMerges() async throws {
     let root = try TestRoot()
-    try defaults("write", ["d", "-dict", "a", "1", "b", "2"], root: root)
-    try defaults("write", ["d", "-dict-add", "b", "-int", "3", "c", "x"], root: root)
+    try await defaults("write", ["d", "-dict", "a", "1", "b", "2"], root: root)
+    try await defaults("write", ["d", "-dict-add", "b", "-int", "3", "c", "x"], root: root)
     #expect(
       try suite(root: root)["d"]
         == .dictionary(["a": .string("1"), "b": .integer(3), "c": .string("x")]))
-    try defaults("write", ["fresh", "-dict-add", "k", "v"], root: root)
+    try await defaults("write", ["fresh", "-dict-add", "k", "v"], root: root)
     #expect(try suite(root: root)["fresh"] == .dictionary(["k": .string("v")]))
   }
 
-  @Test func typedArrayItemsAndDictValues() throws {
+  @Test func typedArrayItemsAndDictValues() async throws {
     let root = try TestRoot()
-    try defaults(
+    try await defaults(
       "write", ["a", "-array", "-int", "1", "-string", "x", "-bool", "yes", "-float", "2.5", "plain", "-data", "0aff"],
       root: root)
     #expect(
       try suite(root: root)["a"]
         == .array([.integer(1), .string("x"), .bool(true), .real(2.5), .string("plain"), .data([0x0A, 0xFF])]))
-    try defaults(
+    try await defaults(
       "write", ["d", "-dict", "n", "-int", "1", "s", "text", "when", "-date", "2001-01-01T00:00:10Z"], root: root)
     #expect(
       try suite(root: root)["d"]
@@ -74,63 +68,63 @@ import Testing
           "n": .integer(1), "s": .string("text"), "when": .date(PropertyListDate(secondsSinceReferenceDate: 10)),
         ]))
     // Untyped items stay strings, as on macOS.
-    try defaults("write", ["u", "-array", "1", "true"], root: root)
+    try await defaults("write", ["u", "-array", "1", "true"], root: root)
     #expect(try suite(root: root)["u"] == .array([.string("1"), .string("true")]))
   }
 
-  @Test func oldStylePlistValues() throws {
+  @Test func oldStylePlistValues() async throws {
     let root = try TestRoot()
-    try defaults("write", ["d", #"{ a = 1; b = (x, "y z"); c = <0fbd>; }"#], root: root)
+    try await defaults("write", ["d", #"{ a = 1; b = (x, "y z"); c = <0fbd>; }"#], root: root)
     #expect(
       try suite(root: root)["d"]
         == .dictionary([
           "a": .string("1"), "b": .array([.string("x"), .string("y z")]), "c": .data([0x0F, 0xBD]),
         ]))
-    try defaults("write", ["a", "( 1, 2 )"], root: root)
+    try await defaults("write", ["a", "( 1, 2 )"], root: root)
     #expect(try suite(root: root)["a"] == .array([.string("1"), .string("2")]))
-    try defaults("write", ["q", #""quoted\tstring""#], root: root)
+    try await defaults("write", ["q", #""quoted\tstring""#], root: root)
     #expect(try suite(root: root)["q"] == .string("quoted\tstring"))  // the plist escape, decoded
     // A word is a string, spaces and all.
-    try defaults("write", ["w", "hello world"], root: root)
+    try await defaults("write", ["w", "hello world"], root: root)
     #expect(try suite(root: root)["w"] == .string("hello world"))
   }
 
-  @Test func readTypeNamesEveryType() throws {
+  @Test func readTypeNamesEveryType() async throws {
     let root = try TestRoot()
     let values: [(key: String, value: [String], type: String)] = [
       ("s", ["-string", "x"], "string"), ("i", ["-int", "5"], "integer"), ("f", ["-float", "1.5"], "float"),
       ("b", ["-bool", "no"], "boolean"), ("t", ["-date", "2026-01-02T03:04:05Z"], "date"),
       ("d", ["-data", "00"], "data"), ("a", ["-array", "x"], "array"), ("m", ["-dict", "k", "v"], "dictionary"),
     ]
-    for (key, value, _) in values { try defaults("write", [key] + value, root: root) }
+    for (key, value, _) in values { try await defaults("write", [key] + value, root: root) }
     for (key, _, type) in values {
-      #expect(try defaults("read-type", [key], root: root) == "Type is \(type)\n")
+      #expect(try await defaults("read-type", [key], root: root) == "Type is \(type)\n")
     }
   }
 
-  @Test func renameMovesTheValue() throws {
+  @Test func renameMovesTheValue() async throws {
     let root = try TestRoot()
-    try defaults("write", ["old", "-int", "7"], root: root)
-    try defaults("rename", ["old", "new"], root: root)
+    try await defaults("write", ["old", "-int", "7"], root: root)
+    try await defaults("rename", ["old", "new"], root: root)
     let values = try suite(root: root)
     #expect(values["new"] == .integer(7) && values["old"] == nil, "\(values)")
   }
 
-  @Test func domainsListsTheSuitesOnePerLine() throws {
+  @Test func domainsListsTheSuitesOnePerLine() async throws {
     let root = try TestRoot()
-    try defaults("write", ["k", "v", "--suite", "beta"], root: root)
-    try defaults("write", ["k", "v", "--suite", "alpha"], root: root)
-    try defaults("write", ["k", "v"], root: root)
-    #expect(try defaults("domains", [], root: root) == "alpha\nbeta\n\(group)\n")
+    try await defaults("write", ["k", "v", "--suite", "beta"], root: root)
+    try await defaults("write", ["k", "v", "--suite", "alpha"], root: root)
+    try await defaults("write", ["k", "v"], root: root)
+    #expect(try await defaults("domains", [], root: root) == "alpha\nbeta\n\(group)\n")
   }
 
-  @Test func findSearchesKeysAndValuesOfEverySuite() throws {
+  @Test func findSearchesKeysAndValuesOfEverySuite() async throws {
     let root = try TestRoot()
-    try defaults("write", ["color", "blue", "--suite", "one"], root: root)
-    try defaults("write", ["size", "-int", "3", "--suite", "one"], root: root)
-    try defaults("write", ["theme", "-array", "Light", "BLUEish", "--suite", "two"], root: root)
-    try defaults("write", ["other", "red", "--suite", "two"], root: root)
-    let found = try defaults("find", ["blue"], root: root)
+    try await defaults("write", ["color", "blue", "--suite", "one"], root: root)
+    try await defaults("write", ["size", "-int", "3", "--suite", "one"], root: root)
+    try await defaults("write", ["theme", "-array", "Light", "BLUEish", "--suite", "two"], root: root)
+    try await defaults("write", ["other", "red", "--suite", "two"], root: root)
+    let found = try await defaults("find", ["blue"], root: root)
     #expect(
       found == """
         Found 1 keys in domain 'one': {
@@ -144,28 +138,28 @@ import Testing
         }
 
         """, "\(found)")
-    #expect(try defaults("find", ["nothing-like-it"], root: root) == "No domain, key, nor value containing 'nothing-like-it'\n")
+    #expect(try await defaults("find", ["nothing-like-it"], root: root) == "No domain, key, nor value containing 'nothing-like-it'\n")
   }
 
-  @Test func exportWritesXMLToAFileOrStdout() throws {
+  @Test func exportWritesXMLToAFileOrStdout() async throws {
     let root = try TestRoot()
-    try defaults("write", ["n", "-int", "1", "--suite", "s"], root: root)
-    try defaults("write", ["t", "text", "--suite", "s"], root: root)
-    let stdout = try defaults("export", ["s", "-"], root: root)
+    try await defaults("write", ["n", "-int", "1", "--suite", "s"], root: root)
+    try await defaults("write", ["t", "text", "--suite", "s"], root: root)
+    let stdout = try await defaults("export", ["s", "-"], root: root)
     #expect(stdout.hasPrefix("<?xml"), "\(stdout)")
     #expect(
       try PropertyListValue(bytes: Array(stdout.utf8), format: .xml)
         == .dictionary(["n": .integer(1), "t": .string("text")]))
     let file = root.path + "/out.plist"
-    try defaults("export", ["s", file], root: root)
+    try await defaults("export", ["s", file], root: root)
     #expect(FileManager.default.contents(atPath: file) == Data(stdout.utf8))
   }
 
   @Test(arguments: ["xml", "binary", "openstep"])
-  func importReplacesTheSuite(format: String) throws {
+  func importReplacesTheSuite(format: String) async throws {
     let root = try TestRoot()
-    try defaults("write", ["stale", "gone", "--suite", "s"], root: root)
-    try defaults("write", ["kept", "old", "--suite", "s"], root: root)
+    try await defaults("write", ["stale", "gone", "--suite", "s"], root: root)
+    try await defaults("write", ["kept", "old", "--suite", "s"], root: root)
     let contents: PropertyListValue = .dictionary([
       "kept": .string("new"), "list": .array([.string("a"), .string("b")]),
     ])
@@ -177,19 +171,19 @@ import Testing
       }
     let file = root.path + "/in.plist"
     try Data(bytes).write(to: URL(fileURLWithPath: file))
-    try defaults("import", ["s", file], root: root)
+    try await defaults("import", ["s", file], root: root)
     #expect(try suite("s", root: root) == contents.dictionaryValue)
   }
 
-  @Test func importRefusesWhatIsNotADictionary() throws {
+  @Test func importRefusesWhatIsNotADictionary() async throws {
     let root = try TestRoot()
     let file = root.path + "/array.plist"
     try Data("( a, b )".utf8).write(to: URL(fileURLWithPath: file))
-    let run = try groupctl(["defaults", "import", group, "s", file, "--root", root.path])
+    let run = try await groupctl(["defaults", "import", group, "s", file, "--root", root.path])
     #expect(run.status == 1 && run.err.contains("holds array, not a dictionary"), "\(run)")
     let garbage = root.path + "/garbage.plist"
     try Data("{ unclosed = 1;".utf8).write(to: URL(fileURLWithPath: garbage))
-    let bad = try groupctl(["defaults", "import", group, "s", garbage, "--root", root.path])
+    let bad = try await groupctl(["defaults", "import", group, "s", garbage, "--root", root.path])
     #expect(bad.status == 1 && bad.err.contains("is not a property list") && bad.err.contains("offset"), "\(bad)")
   }
 }
