@@ -10,8 +10,9 @@ import Testing
 ///
 /// Mutants this suite catches (each made once, seen failing, restored):
 /// - `ContainerOptions.openExisting()` calling the creating `open()`: the missing-container table fails (the root
-///   and container appear).
-/// - `GroupContainer(existingIdentifier:)` skipping its existence check: same table.
+///   and container appear), and so does `aContainerMadeByHandIsReadAsItIs` (the layout appears).
+/// - `GroupContainer(existingIdentifier:)` skipping its existence check: the table fails on the message (the raw
+///   `open … No such file or directory` instead of `no such container`; the open itself still creates nothing).
 /// - `DefaultsStore.openExisting` opening (creating) without finding the suite's files: the missing-suite test
 ///   fails (`typo.lock`/`typo.journal` appear in Library/Preferences).
 /// - `CacheOptions.openExisting` without its directory check: the missing-cache test fails.
