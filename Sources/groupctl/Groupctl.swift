@@ -41,7 +41,8 @@ struct Groupctl: AsyncParsableCommand {
 
   /// Ends the process for an error thrown by `command`'s `run()`. ArgumentParser's own handling prints the
   /// top-level usage for a `ValidationError` thrown there; a user needs the subcommand's: 64 with its usage line.
-  /// Failures print `groupctl: <reason>` and exit 1; `ExitCode` and `CleanExit` pass through.
+  /// Failures print `groupctl: <reason>` and exit 1; ArgumentParser's own errors (help, `ExitCode`, `CleanExit`)
+  /// pass through.
   static func exit(command: ParsableCommand.Type, _ error: Error) -> Never {
     switch error {
     case let error as ValidationError:
@@ -50,6 +51,9 @@ struct Groupctl: AsyncParsableCommand {
         "Error: \(error.message)\nUsage: \(usageString(for: command))\n  See '\(help) --help' for more information.")
       exit(withError: ExitCode.validationFailure)
     case is ExitCode, is CleanExit:
+      exit(withError: error)
+    case _ where exitCode(for: error) != .failure:
+      // ArgumentParser's own, e.g. the help that its `help` subcommand throws from run().
       exit(withError: error)
     default:
       Output.error("groupctl: \(error)")

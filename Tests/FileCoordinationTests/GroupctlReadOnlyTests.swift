@@ -19,6 +19,8 @@ import Testing
 /// - `Groupctl.exit(command:)` handing a `ValidationError` to ArgumentParser (the top-level usage): the usage
 ///   table fails.
 /// - `status --json` with `.prettyPrinted`: the one-line test fails.
+/// - `Groupctl.exit(command:)` printing every error as a failure (no pass-through for ArgumentParser's own):
+///   `helpExits0WithTheSubcommandsHelp` fails (the `help` subcommand throws its help from run()).
 @Suite(.timeLimit(.minutes(1))) struct GroupctlReadOnlyTests {
   static let group = "group.com.example.readonly"
   static let task = String(repeating: "ab", count: 16)
@@ -31,7 +33,7 @@ import Testing
     ["defaults", "export", group, "s", "-"], ["defaults", "delete", group, "k"],
     ["defaults", "rename", group, "a", "b"], ["defaults", "sync", group],
     ["cache", "get", group, "k"], ["cache", "list", group], ["cache", "stats", group],
-    ["downloads", "list", group], ["downloads", "wait", group, task], ["downloads", "watch", group],
+    ["downloads", "list", group], ["downloads", "watch", group],
   ]
 
   @Test(arguments: readOnlyCommands)
@@ -46,6 +48,16 @@ import Testing
     let inRoot = try await groupctl(command + ["--root", root.path])
     #expect(inRoot.status == 1 && inRoot.err.contains("no such container"), "\(inRoot)")
     #expect(try FileManager.default.contentsOfDirectory(atPath: root.path).isEmpty)
+  }
+
+  /// `downloads wait` keeps its documented status for an unknown task (2): without a container there is none.
+  @Test func waitingInAMissingContainerIsNoSuchTask() async throws {
+    let root = try TestRoot()
+    let typo = root.path + "/tpyo"
+    let run = try await groupctl(["downloads", "wait", Self.group, Self.task, "--root", typo])
+    #expect(run.status == 2, "\(run)")
+    #expect(run.err.contains("'\(Self.task)'") && run.err.contains("no such container '\(Self.group)'"), "\(run)")
+    #expect(!FileManager.default.fileExists(atPath: typo))
   }
 
   @Test func aMissingSuiteIsAnErrorAndNothingIsCreated() async throws {
@@ -160,6 +172,24 @@ import Testing
     }
     // -array-add on a string left it as it was.
     #expect(try await groupctl(["defaults", "read", Self.group, "s", "--root", r]).out == "text\n")
+  }
+
+  @Test func helpExits0WithTheSubcommandsHelp() async throws {
+    for command in [["--help"], ["defaults", "--help"], ["help", "defaults", "write"], ["defaults", "import", "-h"]] {
+      let run = try await groupctl(command)
+      #expect(run.status == 0 && run.out.contains("USAGE: groupctl"), "\(command): \(run)")
+      #expect(run.err.isEmpty, "\(command): \(run)")
+    }
+    #expect(try await groupctl(["help", "defaults", "write"]).out.contains("-array-add"))
+  }
+
+  @Test func aStatusOfItsOwnPassesThrough() async throws {
+    let root = try TestRoot()
+    let container = try root.container(Self.group)
+    try FileManager.default.createDirectory(
+      at: container.cachesURL.appendingPathComponent("images"), withIntermediateDirectories: true)
+    let miss = try await groupctl(["cache", "get", Self.group, "nothing", "--root", root.path])
+    #expect(miss.status == 1 && miss.err == "no image for 'nothing'\n", "\(miss)")
   }
 
   @Test func versionPrintsTheReleaseNumber() async throws {
