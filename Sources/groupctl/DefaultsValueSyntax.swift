@@ -88,7 +88,8 @@ enum ValueSyntax {
       return try scalar(word, words[index + 1])
     }
     if ["-array", "-dict", "-array-add", "-dict-add"].contains(word) {
-      throw ValidationError("\(flag) cannot hold \(word): write nested values as a plist, e.g. '( (a, b), { k = v; } )'")
+      throw ValidationError(
+        "\(flag) cannot hold \(word): write nested values as a plist, e.g. '( (a, b), { k = v; } )'")
     }
     index += 1
     return .string(word)

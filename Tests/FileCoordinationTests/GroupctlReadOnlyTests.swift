@@ -64,7 +64,10 @@ import Testing
     let root = try TestRoot()
     let container = try root.container(Self.group)
     let preferences = container.preferencesURL.path
-    #expect(try await groupctl(["defaults", "write", Self.group, "k", "v", "--suite", "real", "--root", root.path]).status == 0)
+    let written = try await groupctl([
+      "defaults", "write", Self.group, "k", "v", "--suite", "real", "--root", root.path,
+    ])
+    #expect(written.status == 0, "\(written)")
     let before = try FileManager.default.contentsOfDirectory(atPath: preferences).sorted()
     for command in [
       ["defaults", "read", Self.group, "--suite", "typo"], ["defaults", "read", Self.group, "k", "--suite", "typo"],

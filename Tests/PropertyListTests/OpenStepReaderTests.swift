@@ -57,7 +57,8 @@ struct OpenStepReaderTests {
   }
 
   @Test func aByteOrderMarkAndSurroundingSpaceAreSkipped() throws {
-    #expect(try OpenStepPropertyListReader.read([0xEF, 0xBB, 0xBF] + Array(" \n( a ) // end".utf8)) == .array([.string("a")]))
+    let bytes: [UInt8] = [0xEF, 0xBB, 0xBF] + Array(" \n( a ) // end".utf8)
+    #expect(try OpenStepPropertyListReader.read(bytes) == .array([.string("a")]))
   }
 
   @Test func quotedStringEscapes() throws {

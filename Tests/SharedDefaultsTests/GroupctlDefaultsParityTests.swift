@@ -138,7 +138,8 @@ import Testing
         }
 
         """, "\(found)")
-    #expect(try await defaults("find", ["nothing-like-it"], root: root) == "No domain, key, nor value containing 'nothing-like-it'\n")
+    let none = try await defaults("find", ["nothing-like-it"], root: root)
+    #expect(none == "No domain, key, nor value containing 'nothing-like-it'\n")
   }
 
   @Test func exportWritesXMLToAFileOrStdout() async throws {
