@@ -2,7 +2,8 @@
 # Builds a libFuzzer harness (ASan + coverage) and fuzzes it.
 #
 # Usage: Fuzz/run.sh [PropertyListFuzz|ContainerFilesFuzz|ImageHeadersFuzz] [seconds] [extra libFuzzer flags...]
-#   PropertyListFuzz: the plist readers and writers (seeds: Fuzz/seeds/).
+#   PropertyListFuzz: the plist readers and writers (seeds: Fuzz/seeds/, and Fuzz/openstep-seeds/ for the
+#   old-style text reader: the regression tests read every file of Fuzz/seeds/ as a binary or XML plist).
 #   ContainerFilesFuzz: the defaults journal, presenter records, coordination messages and download records
 #   (seeds: Fuzz/container-seeds/).
 #   ImageHeadersFuzz: the PNG/JPEG/GIF/WebP header parsers (seeds: the image test fixtures).
@@ -20,7 +21,7 @@ shift || true
 seconds="${1:-60}"
 shift || true
 case "$target" in
-  PropertyListFuzz) seeds=Fuzz/seeds; extra=(-dict=Fuzz/plist.dict -max_len=8192) ;;
+  PropertyListFuzz) seeds=Fuzz/seeds; extra=(Fuzz/openstep-seeds -dict=Fuzz/plist.dict -max_len=8192) ;;
   ContainerFilesFuzz) seeds=Fuzz/container-seeds; extra=(-max_len=4096) ;;
   ImageHeadersFuzz) seeds=Tests/ImageCacheTests/Fixtures; extra=(-max_len=4096) ;;
   DownloadHeadersFuzz) seeds=Fuzz/download-seeds; extra=(-max_len=1024) ;;

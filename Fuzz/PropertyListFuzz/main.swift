@@ -1,4 +1,4 @@
-// libFuzzer harness for the PropertyList readers and writers.
+// libFuzzer harness for the PropertyList readers (binary, XML, OpenStep) and writers.
 //
 // Build and run with Fuzz/run.sh. A plain `swift build` compiles the stub at the bottom, so the
 // package builds without libFuzzer.
@@ -61,6 +61,16 @@ import PropertyList
     }
   }
 
+  /// Old-style plists have strings, data, arrays and dictionaries only.
+  func onlyOpenStepTypes(_ value: PropertyListValue) -> Bool {
+    switch value {
+    case .string, .data: return true
+    case .array(let items): return items.allSatisfy(onlyOpenStepTypes)
+    case .dictionary(let entries): return entries.values.allSatisfy(onlyOpenStepTypes)
+    default: return false
+    }
+  }
+
   let callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> Int32 = { data, size in
     let bytes = data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? []
     for format in PropertyListFormat.allCases {
@@ -69,6 +79,12 @@ import PropertyList
       }
     }
     _ = try? PropertyListValue(bytes: bytes, limits: fuzzLimits)
+    // The OpenStep reader: never traps; what it reads holds only strings, data, arrays and dictionaries, and
+    // survives both writers.
+    if let value = try? OpenStepPropertyListReader.read(bytes, limits: fuzzLimits) {
+      precondition(onlyOpenStepTypes(value), "the OpenStep reader produced a value the format cannot express")
+      checkRoundTrip(value)
+    }
     return 0
   }
 

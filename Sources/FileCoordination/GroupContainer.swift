@@ -43,17 +43,50 @@ public struct GroupContainer: Sendable, Hashable {
   /// - Parameters:
   ///   - root: the directory holding containers; `nil` means the environment's (see the type's discussion).
   public init(identifier: String, root: URL? = nil, sharing: Sharing = .user) throws(GroupContainerError) {
-    try Self.validate(identifier: identifier)
-    let rootPath: String
-    if let root { rootPath = root.standardizedFileURL.path } else { rootPath = try Self.defaultRoot() }
-    self.identifier = identifier
-    self.sharing = sharing
-    self.url = URL(fileURLWithPath: rootPath, isDirectory: true).appendingPathComponent(identifier, isDirectory: true)
+    let rootPath = try Self.rootPath(root)
+    try self.init(unopened: identifier, rootPath: rootPath, sharing: sharing)
     try GroupContainerError.wrap { () throws(FileSystemError) in
       try FileSystem.makeDirectories(rootPath, mode: 0o755)
     }
     try FileSystemSupport.check(rootPath: rootPath, containerPath: url.path)
     try createLayout(in: rootPath)
+  }
+
+  /// Opens the container for `identifier` only if it already exists: `nil` when `<root>/<identifier>` does not,
+  /// and then nothing is created (not the root, not the container, not its layout). For tools that only read.
+  ///
+  /// An existing container is opened as it is: missing layout directories stay missing (a read of one fails as a
+  /// missing item would). Its `.coordination/` runtime state is made if absent (a container made by hand, or
+  /// emptied): coordinated reads and status need its lock files, and they live inside a container that exists.
+  /// There is no check-then-create race: the existence check is followed by an open of the container directory
+  /// that never creates it, so a container removed in between fails the open instead of being made again.
+  /// - Parameters:
+  ///   - root: the directory holding containers; `nil` means the environment's (see the type's discussion).
+  /// - Throws: an invalid identifier, no determinable root, or a container path that is not a usable directory.
+  public init?(existingIdentifier identifier: String, root: URL? = nil, sharing: Sharing = .user)
+    throws(GroupContainerError)
+  {
+    let rootPath = try Self.rootPath(root)
+    try self.init(unopened: identifier, rootPath: rootPath, sharing: sharing)
+    let path = path
+    guard try GroupContainerError.wrap({ () throws(FileSystemError) in try FileSystem.status(path) }) != nil else {
+      return nil
+    }
+    try coordinationSpace()  // opens the directory itself (O_DIRECTORY | O_NOFOLLOW), never creating it
+  }
+
+  /// The value for `identifier` in `rootPath`, validated, with nothing opened or created yet.
+  private init(unopened identifier: String, rootPath: String, sharing: Sharing) throws(GroupContainerError) {
+    try Self.validate(identifier: identifier)
+    self.identifier = identifier
+    self.sharing = sharing
+    self.url = URL(fileURLWithPath: rootPath, isDirectory: true).appendingPathComponent(identifier, isDirectory: true)
+  }
+
+  /// `root` as a path, else the environment's root.
+  private static func rootPath(_ root: URL?) throws(GroupContainerError) -> String {
+    if let root { return root.standardizedFileURL.path }
+    return try defaultRoot()
   }
 
   /// This process's share of the container's `.coordination/` machinery (opened once per process).

@@ -9,6 +9,8 @@ public struct PropertyListError: Error, Sendable, Hashable, CustomStringConverti
     case invalidBinary
     /// An XML property list is not well-formed XML or not a valid plist document.
     case invalidXML
+    /// An old-style (OpenStep) text property list is malformed (`OpenStepPropertyListReader`).
+    case invalidOpenStep
     /// The input or value exceeds one of the bounds in `PropertyListLimits`.
     case limitExceeded
     /// A value cannot be represented in the requested output format (e.g. a UID).

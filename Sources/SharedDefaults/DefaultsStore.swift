@@ -138,6 +138,22 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     return chosen
   }
 
+  /// The store of a suite that exists (its lock file or its snapshot plist is in `Library/Preferences`), or nil:
+  /// a suite name that was never written (a typo) creates nothing. Checked beneath the container's descriptor.
+  /// A suite removed between the check and the open is made again: it existed, so that is no typo's doing.
+  static func openExisting(suite: String, container: GroupContainer) throws(SharedDefaultsError) -> DefaultsStore? {
+    if let store = stores.withLock({ $0[container.preferencesURL.path + "/" + suite] }) { return store }
+    let root: ContainerDirectory
+    do { root = try container.directory() } catch { throw .container(error) }
+    for name in ["\(suite).lock", "\(suite).plist"] {
+      let item = preferences + "/" + name
+      if try beneath(item, in: container.path, { () throws(FileSystemError) in try root.status(item) }) != nil {
+        return try open(suite: suite, container: container)
+      }
+    }
+    return nil
+  }
+
   /// On a memory warning: a suite not in use (no observers, no write for `idleCompaction`, nothing of its own
   /// pending) drops its values, which the next access reads again from the snapshot and journal (a reload, as
   /// after another process's compaction). Registered defaults stay: nothing could read them again. Returns about

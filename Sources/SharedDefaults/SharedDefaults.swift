@@ -48,6 +48,19 @@ public final class SharedDefaults: Sendable {
     store = try DefaultsStore.open(suite: name, container: container)
   }
 
+  /// Opens the suite `suiteName` (`nil`: the container's identifier) of `container` only if it exists — it was
+  /// written before, or its plist was put in `Library/Preferences` — and returns `nil` otherwise, creating
+  /// nothing. For tools that only read (a misspelled suite must not appear as a new, empty one).
+  /// - Throws: an invalid suite name, or a suite file that cannot be read.
+  public init?(existingSuiteName suiteName: String?, container: GroupContainer) throws(SharedDefaultsError) {
+    let name = suiteName ?? container.identifier
+    try Self.validate(suiteName: name)
+    guard let store = try DefaultsStore.openExisting(suite: name, container: container) else { return nil }
+    self.suiteName = name
+    self.container = container
+    self.store = store
+  }
+
   /// Suite names follow the container identifier rule: `A-Z a-z 0-9 . -`, starting with a letter or digit.
   public static func validate(suiteName: String) throws(SharedDefaultsError) {
     do { try GroupContainer.validate(identifier: suiteName) } catch {

@@ -1,12 +1,23 @@
 import ArgumentParser
 import Foundation
 import GroupContainer
+import SystemLayer
 
 struct CacheOptions: ParsableArguments {
   @Option(help: "The cache's name (a directory of Library/Caches).") var cache = "images"
 
   func open(_ container: ContainerOptions) throws -> SharedImageCache {
     try SharedImageCache(name: cache, container: try container.open())
+  }
+
+  /// The cache if the container and its `Library/Caches/<name>` exist; else exit status 1 with nothing created.
+  /// For the commands that only read. (A cache removed between the check and the open is made again: it existed.)
+  func openExisting(_ container: ContainerOptions) throws -> SharedImageCache {
+    let group = try container.openExisting()
+    guard try FileSystem.status(group.cachesURL.appendingPathComponent(cache).path) != nil else {
+      throw CommandFailure("no such cache '\(cache)' in \(group.identifier) (at \(group.cachesURL.path)/\(cache))")
+    }
+    return try SharedImageCache(name: cache, container: group)
   }
 }
 
@@ -37,7 +48,7 @@ struct CacheGet: ParsableCommand {
   @OptionGroup var cache: CacheOptions
 
   func run() throws {
-    guard let image = try cache.open(container).image(forKey: key) else {
+    guard let image = try cache.openExisting(container).image(forKey: key) else {
       FileHandle.standardError.write(Data("no image for '\(key)'\n".utf8))
       throw ExitCode(1)
     }
@@ -56,7 +67,7 @@ struct CacheList: ParsableCommand {
   @OptionGroup var cache: CacheOptions
 
   func run() throws {
-    let entries = try cache.open(container).entries().sorted { $0.lastUsed > $1.lastUsed }
+    let entries = try cache.openExisting(container).entries().sorted { $0.lastUsed > $1.lastUsed }
     let time = ISO8601DateFormatter()
     for entry in entries {
       if json {
@@ -83,7 +94,7 @@ struct CacheStats: ParsableCommand {
   @OptionGroup var cache: CacheOptions
 
   func run() throws {
-    let opened = try cache.open(container)
+    let opened = try cache.openExisting(container)
     let stats = try opened.statistics()
     if json {
       Output.json([

@@ -6,30 +6,55 @@ import SystemLayer
 struct Defaults: ParsableCommand {
   static let configuration = CommandConfiguration(
     abstract: "Read and write a shared defaults suite, in the style of macOS `defaults`.",
-    subcommands: [DefaultsRead.self, DefaultsWrite.self, DefaultsDelete.self, DefaultsWatch.self, DefaultsSync.self])
+    discussion: """
+      The suite is --suite S, default the group identifier (macOS's domain). Commands that only read (read, \
+      read-type, find, domains, export) and delete, rename and sync never create a container or suite: a missing \
+      one is an error, exit status 1.
+      """,
+    subcommands: [
+      DefaultsRead.self, DefaultsReadType.self, DefaultsWrite.self, DefaultsDelete.self, DefaultsRename.self,
+      DefaultsDomains.self, DefaultsFind.self, DefaultsExport.self, DefaultsImport.self, DefaultsWatch.self,
+      DefaultsSync.self,
+    ])
 }
 
 struct SuiteOptions: ParsableArguments {
   @Option(help: "The suite (default: the group identifier).") var suite: String?
 
+  /// Opens the suite, creating the container and suite when missing (for writers).
   func open(_ container: ContainerOptions) throws -> SharedDefaults {
     try SharedDefaults(suiteName: suite, container: try container.open())
+  }
+
+  /// Opens the suite only if the container and the suite exist; else exit status 1, nothing created.
+  func openExisting(_ container: ContainerOptions) throws -> SharedDefaults {
+    try Self.openExisting(suite, in: try container.openExisting())
+  }
+
+  /// The suite `name` (default: the group identifier) of an existing container, or `no such suite` (status 1).
+  static func openExisting(_ name: String?, in group: GroupContainer) throws -> SharedDefaults {
+    guard let defaults = try SharedDefaults(existingSuiteName: name, container: group) else {
+      throw CommandFailure("no such suite '\(name ?? group.identifier)' in \(group.identifier)")
+    }
+    return defaults
   }
 }
 
 struct DefaultsRead: ParsableCommand {
-  static let configuration = CommandConfiguration(commandName: "read", abstract: "Print one key, or the whole suite.")
+  static let configuration = CommandConfiguration(
+    commandName: "read", abstract: "Print one key, or the whole suite.",
+    discussion: "A missing container, suite or key is an error (exit status 1); nothing is created.")
   @OptionGroup var container: ContainerOptions
   @Argument(help: "The key (default: every key).") var key: String?
   @OptionGroup var suite: SuiteOptions
   @Flag(help: "Print plain JSON (integers as numbers, data as base64, dates as ISO 8601).") var json = false
 
   func run() throws {
-    let defaults = try suite.open(container)
+    let defaults = try suite.openExisting(container)
     let value: PropertyListValue
     if let key {
       guard let found = defaults.value(forKey: key) else {
-        throw ValidationError("the key '\(key)' does not exist in suite '\(defaults.suiteName)'")
+        throw CommandFailure("the key '\(key)' does not exist in suite '\(defaults.suiteName)'")
       }
       value = found
     } else {
@@ -42,10 +67,13 @@ struct DefaultsRead: ParsableCommand {
 struct DefaultsWrite: ParsableCommand {
   static let configuration = CommandConfiguration(
     commandName: "write",
-    abstract: "Set a key.",
+    abstract: "Set a key (creating the container and suite when missing).",
     discussion: """
-      The value: -int N | -float F | -bool true|false | -string S | -data HEX | -date ISO8601 | -array V… | \
-      -dict K V… (array items and dictionary values are strings). A bare value is a string.
+      The value, as macOS `defaults write` takes it: -int N | -float F | -bool true|false | -string S | -data HEX \
+      | -date ISO8601 | -array ITEM… | -array-add ITEM… (appends; creates the array) | -dict KEY ITEM… | \
+      -dict-add KEY ITEM… (merges; creates the dictionary). An ITEM is a string, or typed with one of the scalar \
+      flags (-array -int 1 -string x). A bare value is a string, unless it starts with { ( < or " : then it is an \
+      old-style plist, e.g. '{ a = 1; b = (x, "y z"); }' or '( 1, 2 )' (its scalars are strings, as on macOS).
       """)
   @OptionGroup var container: ContainerOptions
   @Argument(help: "The key.") var key: String
@@ -53,80 +81,45 @@ struct DefaultsWrite: ParsableCommand {
   @Argument(parsing: .allUnrecognized, help: "The typed value.") var value: [String] = []
 
   func run() throws {
+    let parsed = try ValueSyntax.parse(value)  // before opening: a malformed value creates nothing
     let defaults = try suite.open(container)
-    try defaults.set(value: try ValueSyntax.parse(value), forKey: key)
-  }
-}
-
-/// The macOS `defaults write` value syntax.
-enum ValueSyntax {
-  static func parse(_ words: [String]) throws -> PropertyListValue {
-    guard let first = words.first else { throw ValidationError("missing value (e.g. -int 5 or -string hello)") }
-    let rest = Array(words.dropFirst())
-    func single() throws -> String {
-      guard rest.count == 1 else { throw ValidationError("\(first) takes exactly one value") }
-      return rest[0]
-    }
-    switch first {
-    case "-int", "-integer":
-      guard let v = Int128(try single()) else { throw ValidationError("'\(rest[0])' is not an integer") }
-      return .integer(PropertyListInteger(v))
-    case "-float", "-real", "-double":
-      guard let v = Double(try single()), v.isFinite else { throw ValidationError("'\(rest[0])' is not a number") }
-      return .real(v)
-    case "-bool", "-boolean":
-      switch try single().lowercased() {
-      case "true", "yes", "1": return .bool(true)
-      case "false", "no", "0": return .bool(false)
-      default: throw ValidationError("'\(rest[0])' is not true or false")
+    switch parsed {
+    case .set(let value):
+      try defaults.set(value: value, forKey: key)
+    case .arrayAdd(let items):
+      try defaults.update(key) { old in
+        guard let old else { return .array(items) }
+        guard case .array(let existing) = old else {
+          throw CommandFailure("-array-add: the value of '\(key)' is \(TypeName.of(old)), not an array; left unchanged")
+        }
+        return .array(existing + items)
       }
-    case "-string":
-      return .string(try single())
-    case "-data":
-      let hex = try single()
-      guard hex.count % 2 == 0, let bytes = hexBytes(hex) else { throw ValidationError("'\(hex)' is not hex bytes") }
-      return .data(bytes)
-    case "-date":
-      let text = try single()
-      guard let date = ISO8601DateFormatter().date(from: text) else {
-        throw ValidationError("'\(text)' is not an ISO 8601 date like 2026-01-02T03:04:05Z")
+    case .dictAdd(let entries):
+      try defaults.update(key) { old in
+        guard let old else { return .dictionary(entries) }
+        guard case .dictionary(let existing) = old else {
+          throw CommandFailure(
+            "-dict-add: the value of '\(key)' is \(TypeName.of(old)), not a dictionary; left unchanged")
+        }
+        return .dictionary(existing.merging(entries) { $1 })
       }
-      return .date(PropertyListDate(secondsSinceReferenceDate: date.timeIntervalSinceReferenceDate))
-    case "-array":
-      return .array(rest.map { .string($0) })
-    case "-dict":
-      guard rest.count % 2 == 0 else { throw ValidationError("-dict takes key/value pairs") }
-      var dictionary: [String: PropertyListValue] = [:]
-      for i in stride(from: 0, to: rest.count, by: 2) { dictionary[rest[i]] = .string(rest[i + 1]) }
-      return .dictionary(dictionary)
-    default:
-      guard words.count == 1, !first.hasPrefix("-") else { throw ValidationError("unknown value type '\(first)'") }
-      return .string(first)
     }
-  }
-
-  static func hexBytes(_ hex: String) -> [UInt8]? {
-    var bytes: [UInt8] = []
-    var iterator = hex.makeIterator()
-    while let high = iterator.next(), let low = iterator.next() {
-      guard let byte = UInt8(String([high, low]), radix: 16) else { return nil }
-      bytes.append(byte)
-    }
-    return bytes
   }
 }
 
 struct DefaultsDelete: ParsableCommand {
-  static let configuration = CommandConfiguration(commandName: "delete", abstract: "Remove a key, or every key.")
+  static let configuration = CommandConfiguration(
+    commandName: "delete", abstract: "Remove a key, or every key.",
+    discussion: "A missing container, suite or key is an error (exit status 1); nothing is created.")
   @OptionGroup var container: ContainerOptions
   @Argument(help: "The key (default: every key of the suite).") var key: String?
   @OptionGroup var suite: SuiteOptions
 
   func run() throws {
-    let defaults = try suite.open(container)
+    let defaults = try suite.openExisting(container)
     if let key {
       guard defaults.value(forKey: key) != nil else {
-        throw ValidationError("the key '\(key)' does not exist in suite '\(defaults.suiteName)'")
+        throw CommandFailure("the key '\(key)' does not exist in suite '\(defaults.suiteName)'")
       }
       try defaults.removeObject(forKey: key)
     } else {
@@ -137,11 +130,12 @@ struct DefaultsDelete: ParsableCommand {
 
 struct DefaultsSync: ParsableCommand {
   static let configuration = CommandConfiguration(
-    commandName: "sync", abstract: "Make the snapshot plist current and durable (synchronize()).")
+    commandName: "sync", abstract: "Make the snapshot plist current and durable (synchronize()).",
+    discussion: "A missing container or suite is an error (exit status 1); nothing is created.")
   @OptionGroup var container: ContainerOptions
   @OptionGroup var suite: SuiteOptions
 
-  func run() throws { try suite.open(container).synchronize() }
+  func run() throws { try suite.openExisting(container).synchronize() }
 }
 
 struct DefaultsWatch: AsyncParsableCommand {

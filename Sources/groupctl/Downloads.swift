@@ -137,8 +137,12 @@ struct DownloadsWait: AsyncParsableCommand {
   }
 
   func run() async throws {
-    let group = try container.open()
     let id = task.taskID
+    let group: GroupContainer
+    do { group = try container.openExisting() } catch let missing as CommandFailure {
+      // No container, so no such task: the documented status 2 for an unknown task, and nothing created.
+      throw DownloadsCLI.fail(DownloadError.unknownTask(id).description + " (\(missing))", status: 2)
+    }
     let first = try DownloadsCLI.task(id, in: group)
     var outcome = Outcome.completed(first)
     if first.state != .completed {
@@ -202,7 +206,7 @@ struct DownloadsList: ParsableCommand {
   @Option(help: "Only this session's tasks.") var session: String?
 
   func run() throws {
-    let tasks = try DownloadSession.allTasks(in: try container.open(), session: session)
+    let tasks = try DownloadSession.allTasks(in: try container.openExisting(), session: session)
     if json {
       for task in tasks { Output.json(DownloadsCLI.json(task)) }
       return

@@ -25,7 +25,7 @@ struct DownloadsWatch: AsyncParsableCommand {
   }
 
   func run() async throws {
-    let group = try container.open()
+    let group = try container.openExisting()
     let bars = !json && Terminal.isTerminal(1)
     // Seeded from a listing, so --until-done waits for tasks the stream has not reported yet.
     var known: [String: DownloadTask] = [:]

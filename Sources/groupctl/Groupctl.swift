@@ -11,15 +11,76 @@ struct Groupctl: AsyncParsableCommand {
     discussion: """
       The container root comes from --root, else GROUP_CONTAINER_ROOT, else $XDG_DATA_HOME/group-containers \
       (default ~/.local/share/group-containers). Paths are relative to the container; paths that lead outside \
-      it are refused.
+      it are refused. Commands that only read (read, status, defaults read/read-type/find/domains/export, cache \
+      get/list/stats, downloads list/wait/watch, doctor) never create a container, suite or cache: a missing one \
+      is an error.
+
+      Exit status: 0 success, 1 failure (the reason on stderr, after 'groupctl: '), 64 a usage error (with the \
+      subcommand's usage line). `downloads` adds 2 (no such task, a wait that timed out) and 3 (an agent already \
+      runs); `cache get` exits 1 on a miss.
       """,
-    subcommands: [Read.self, Write.self, Present.self, Status.self, Defaults.self, Cache.self, Stress.self, Open.self, Downloads.self, Doctor.self]
+    version: "0.1.0",
+    subcommands: [
+      Read.self, Write.self, Present.self, Status.self, Defaults.self, Cache.self, Stress.self, Open.self,
+      Downloads.self, Doctor.self,
+    ]
   )
 
   static func main() async {
     Interrupts.install()  // before the command runs: SIGINT/SIGTERM then end it cleanly
-    await main(nil)
+    let command: ParsableCommand
+    do { command = try parseAsRoot(nil) } catch { exit(withError: error) }  // the parser names the subcommand
+    do {
+      if var asyncCommand = command as? AsyncParsableCommand {
+        try await asyncCommand.run()
+      } else {
+        var command = command
+        try command.run()
+      }
+    } catch {
+      exit(command: type(of: command), error)
+    }
   }
+
+  /// Ends the process for an error thrown by `command`'s `run()`. ArgumentParser's own handling prints the
+  /// top-level usage for a `ValidationError` thrown there; a user needs the subcommand's: 64 with its usage line.
+  /// Failures print `groupctl: <reason>` and exit 1; ArgumentParser's own errors (help, `ExitCode`, `CleanExit`)
+  /// pass through.
+  static func exit(command: ParsableCommand.Type, _ error: Error) -> Never {
+    switch error {
+    case let error as ValidationError:
+      let help = (["groupctl"] + commandPath(of: command)).joined(separator: " ")
+      Output.error(
+        "Error: \(error.message)\nUsage: \(usageString(for: command))\n  See '\(help) --help' for more information.")
+      exit(withError: ExitCode.validationFailure)
+    case is ExitCode, is CleanExit:
+      exit(withError: error)
+    case _ where exitCode(for: error) != .failure:
+      // ArgumentParser's own, e.g. the help that its `help` subcommand throws from run().
+      exit(withError: error)
+    default:
+      Output.error("groupctl: \(error)")
+      exit(withError: ExitCode.failure)
+    }
+  }
+
+  /// The subcommand names from the root down to `command` (e.g. ["defaults", "write"]).
+  static func commandPath(of command: ParsableCommand.Type) -> [String] {
+    func search(_ node: ParsableCommand.Type, _ path: [String]) -> [String]? {
+      if ObjectIdentifier(node) == ObjectIdentifier(command) { return path }
+      for child in node.configuration.subcommands {
+        if let found = search(child, path + [child._commandName]) { return found }
+      }
+      return nil
+    }
+    return search(Groupctl.self, []) ?? []
+  }
+}
+
+/// A failure a command reports itself: `groupctl: <description>` on stderr, exit status 1.
+struct CommandFailure: Error, CustomStringConvertible {
+  let description: String
+  init(_ description: String) { self.description = description }
 }
 
 /// Options every subcommand takes.
@@ -31,14 +92,31 @@ struct ContainerOptions: ParsableArguments {
   var root: String?
 
   func open() throws -> GroupContainer {
-    try GroupContainer(identifier: groupID, root: root.map { URL(fileURLWithPath: $0, isDirectory: true) })
+    try GroupContainer(identifier: groupID, root: rootURL)
   }
+
+  /// The container if it exists; else `no such container 'ID' at ROOT/ID` (exit status 1), with nothing created.
+  /// For the commands that only read.
+  func openExisting() throws -> GroupContainer {
+    guard let group = try GroupContainer(existingIdentifier: groupID, root: rootURL) else {
+      let rootPath = try rootURL?.standardizedFileURL.path ?? GroupContainer.defaultRoot()
+      throw CommandFailure("no such container '\(groupID)' at \(rootPath)/\(groupID)")
+    }
+    return group
+  }
+
+  private var rootURL: URL? { root.map { URL(fileURLWithPath: $0, isDirectory: true) } }
 }
 
 /// Standard output without buffering: each line reaches a pipe or file at once.
 enum Output {
   static func line(_ text: String) {
     FileHandle.standardOutput.write(Data((text + "\n").utf8))
+  }
+
+  /// One line on standard error.
+  static func error(_ text: String) {
+    FileHandle.standardError.write(Data((text + "\n").utf8))
   }
 
   /// One flat JSON object per line, keys sorted, nil values left out. Written by hand: JSONSerialization takes
@@ -69,13 +147,16 @@ enum JSONScalar {
 }
 
 struct Read: ParsableCommand {
-  static let configuration = CommandConfiguration(abstract: "Coordinated read of a container item to stdout.")
+  static let configuration = CommandConfiguration(
+    abstract: "Coordinated read of a container item to stdout.",
+    discussion: "A container that does not exist is an error (exit status 1); read never creates one.")
 
   @OptionGroup var container: ContainerOptions
   @Argument(help: "Container-relative path.") var path: String
 
   func run() throws {
-    let group = try container.open()
+    _ = try ContainerPath(path)  // a malformed path is refused before the container is looked for
+    let group = try container.openExisting()
     let url = try group.url(forRelativePath: path)
     let data = try FileCoordinator().coordinate(readingItemAt: url) { url in try group.contents(of: url) }
     FileHandle.standardOutput.write(data)
@@ -102,16 +183,17 @@ struct Write: ParsableCommand {
 
 struct Status: ParsableCommand {
   static let configuration = CommandConfiguration(
-    abstract: "Live processes, presenters and held locks of a container.")
+    abstract: "Live processes, presenters and held locks of a container.",
+    discussion: "A container that does not exist is an error (exit status 1); status never creates one.")
 
   @OptionGroup var container: ContainerOptions
-  @Flag(help: "Print JSON.") var json = false
+  @Flag(help: "Print one compact JSON line.") var json = false
 
   func run() throws {
-    let status = try container.open().status()
+    let status = try container.openExisting().status()
     if json {
       let encoder = JSONEncoder()
-      encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+      encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]  // one line, like the other JSON outputs
       Output.line(String(decoding: try encoder.encode(status), as: UTF8.self))
       return
     }

@@ -12,11 +12,12 @@ struct Open: AsyncParsableCommand {
   @Option(help: "Seconds to wait for the app to start and answer.") var timeout: Double = 10
 
   func run() async throws {
-    let group = try container.open()
-    try GroupContainer.validateURL(url)
+    // A malformed URL is a usage error (64), found before anything is opened or created.
+    do { try GroupContainer.validateURL(url) } catch { throw ValidationError("\(error)") }
     guard let parsed = URL(string: url) else {
       throw ValidationError("'\(url)' is not a URL (percent-encode characters outside RFC 3986)")
     }
+    let group = try container.open()
     let opened = try await group.open(parsed, timeout: .milliseconds(Int(timeout * 1000)))
     Output.line(opened ? "true" : "false")
     if !opened { throw ExitCode(1) }

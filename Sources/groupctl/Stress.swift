@@ -56,7 +56,7 @@ struct StressDefaults: ParsableCommand {
     let path = group.preferencesURL.appendingPathComponent("\(defaults.suiteName).plist").path
     let bytes = try Array(Data(contentsOf: URL(fileURLWithPath: path)))
     guard case .dictionary(let values) = try PropertyListValue(bytes: bytes) else {
-      throw ValidationError("the snapshot '\(path)' is not a dictionary")
+      throw CommandFailure("the snapshot '\(path)' is not a dictionary")
     }
     var found = 0
     for w in 0..<writers {

@@ -105,7 +105,7 @@ struct StressFiles: ParsableCommand {
     let readyBy = Date().addingTimeInterval(30)
     while !presenterLogs.allSatisfy({ $0.lines().contains("ready") }) {
       if Date() > readyBy || presenterProcesses.contains(where: { !$0.isRunning }) {
-        throw ValidationError("a presenter process did not start (its log: \(logs.path))")
+        throw CommandFailure("a presenter process did not start (its log: \(logs.path))")
       }
       Thread.sleep(forTimeInterval: 0.01)
     }
