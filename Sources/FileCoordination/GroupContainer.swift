@@ -72,6 +72,7 @@ public struct GroupContainer: Sendable, Hashable {
     guard try GroupContainerError.wrap({ () throws(FileSystemError) in try FileSystem.status(path) }) != nil else {
       return nil
     }
+    try FileSystemSupport.check(rootPath: rootPath, containerPath: path)
     try coordinationSpace()  // opens the directory itself (O_DIRECTORY | O_NOFOLLOW), never creating it
   }
 
