@@ -3,12 +3,14 @@ SWIFT ?= swift
 
 .PHONY: deps build test doc-check demo bench fuzz
 
-# libinotifytools (Debian: libinotifytools0-dev) is the one system library the package links.
+# libinotifytools (Debian: libinotifytools0-dev) is the one system library the package links; curl and tmux are
+# for tests (the file server's comparisons, the interactive demo's test) and the demo.
 deps:
-	@if [ ! -f /usr/include/inotifytools/inotifytools.h ] || ! command -v curl >/dev/null 2>&1; then \
-	  echo "installing libinotifytools0-dev and curl"; \
+	@if [ ! -f /usr/include/inotifytools/inotifytools.h ] || ! command -v curl >/dev/null 2>&1 \
+	  || ! command -v tmux >/dev/null 2>&1; then \
+	  echo "installing libinotifytools0-dev, curl and tmux"; \
 	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
-	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libinotifytools0-dev curl; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libinotifytools0-dev curl tmux; \
 	fi
 
 build: deps
