@@ -130,6 +130,13 @@ import Testing
     }
     #expect(!FileManager.default.fileExists(atPath: merged + "/" + Self.group), "the refused container was created")
 
+    // A process that writes makes the container with the environment's opt-in.
+    let made = try await groupctl(
+      ["write", Self.group, "Documents/x.txt", "--root", merged],
+      environment: ["GROUPCONTAINER_ALLOW_UNSUPPORTED_FILESYSTEM": "1"])
+    #expect(made.status == 0, "\(made.err)")
+
+    // Opening the existing container (status only reads, creating nothing) is refused too, unless allowed.
     let refused = try await groupctl(["status", Self.group, "--root", merged])
     #expect(refused.status != 0)
     #expect(refused.err.contains("overlay") && refused.err.contains(merged), "\(refused.err)")
