@@ -14,6 +14,8 @@ import Testing
 ///   `anInjectedNetworkFileSystemIsRefusedUnlessAllowed` fail.
 /// - `FileSystemSupport.optedIn` ignoring the environment variable: the `groupctl status` half of
 ///   `aContainerOnOverlayIsRefusedUnlessAllowed` fails.
+/// - `GroupContainer(existingIdentifier:)` without the file-system check (read-only commands would open a
+///   container on overlayfs): `aContainerOnOverlayIsRefusedUnlessAllowed` fails (`groupctl status` exits 0).
 /// - doctor's registration check skipped: `aStaleRegistrationIsReported` fails (exit 0).
 /// - doctor's temp-file walk treating every writer as alive: `aTempFileOfADeadProcessIsReported` fails.
 /// - doctor's permissions check comparing only the owner: `aWrongModeIsReported` fails.
