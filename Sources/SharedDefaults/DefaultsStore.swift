@@ -526,8 +526,12 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       throw error
     } catch {
       Self.logger.error(
-        "suite '\(suite)': '\(plistPath)' written by another tool does not parse (\(error)); moved aside")
+        "suite '\(suite)': '\(plistPath)' written by another tool does not parse (\(error)); moved aside, recovering the last good state"
+      )
       quarantine("\(suite).plist")
+      // The committed journal is part of that state: a process that never loaded the suite holds none of it in
+      // memory, and compacting its empty state would drop every acknowledged write still in the journal.
+      recoverJournal(into: &s)
     }
     try compact(&s, durable: false)
   }

@@ -1,0 +1,42 @@
+import Foundation
+import SharedDefaults
+import Testing
+import TestSupport
+
+/// A file that is not a property list, put where the suite's plist goes by another tool, must never cost an
+/// acknowledged write: the suite moves it aside and keeps its last good state — in a process that never loaded
+/// the suite too, whose only copy of that state is the committed journal.
+///
+/// Mutants this suite catches:
+/// - `adoptOutsideSnapshot` compacting without `recoverJournal` after moving an unparsable plist aside (the state
+///   the next process opened was `{}`: every key written since the last compaction was gone):
+///   `anUnparsableOutsidePlistKeepsTheJournalsWrites` fails for each argument.
+@Suite(.timeLimit(.minutes(1))) struct OutsideSnapshotTests {
+  @Test(arguments: ["garbage", "fifo", "directory"])
+  func anUnparsableOutsidePlistKeepsTheJournalsWrites(kind: String) async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    // Another process writes five keys and exits: short-lived, it never compacts, so they are in the journal only.
+    let writer = try Child(["defaults-set", root.path, container.identifier, "outside", "5", "8"])
+    #expect(await writer.exit() == 0)
+    let plist = container.preferencesURL.appendingPathComponent("outside.plist").path
+    try? FileManager.default.removeItem(atPath: plist)
+    switch kind {
+    case "garbage": try Data("not a property list".utf8).write(to: URL(fileURLWithPath: plist))
+    case "fifo": #expect(mkfifo(plist, 0o600) == 0)
+    default: try FileManager.default.createDirectory(atPath: plist, withIntermediateDirectories: false)
+    }
+
+    // A fresh process reads the suite: every acknowledged key is there.
+    let reader = try Child(["defaults-keys", root.path, container.identifier, "outside"])
+    #expect(await reader.exit() == 0)
+    #expect(reader.output == ["k0 8", "k1 8", "k2 8", "k3 8", "k4 8", "end"], "stderr: \(reader.errors.withLock { $0 })")
+    // The outside file was moved aside, and the plist now holds the suite again.
+    let files = try FileManager.default.contentsOfDirectory(atPath: container.preferencesURL.path)
+    #expect(files.contains { $0.hasPrefix("outside.plist.corrupt-") }, "\(files)")
+    let defaults = try SharedDefaults(suiteName: "outside", container: container)
+    try defaults.synchronize()
+    #expect(defaults.propertyListRepresentation().count == 5)
+    withExtendedLifetime(root) {}
+  }
+}
