@@ -134,7 +134,7 @@ do {
   exit(1)
 }
 // Before "listening": a test signals the server as soon as it reads that line.
-let signalSources = exitOnTerminationSignals()
+exitOnTerminationSignals()
 standardOutput("listening \(server.localAddress?.port ?? port)")
 
 serveStandardInput(state: state)
