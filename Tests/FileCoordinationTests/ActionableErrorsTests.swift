@@ -18,13 +18,6 @@ import Testing
 @Suite(.timeLimit(.minutes(1))) struct ActionableErrorsTests {
   static let group = "group.com.example.errors"
 
-  /// Runs `groupctl` with `arguments` (TestSupport's `Child`) and returns its exit status and stderr.
-  func groupctl(_ arguments: [String]) async throws -> (status: Int32, err: String) {
-    let child = try Child(arguments, executable: "groupctl")
-    let status = await child.exit() ?? -1
-    return (status, child.errors.withLock { $0 })
-  }
-
   /// What every error here must be: it names `path`, says `meaning`, shows no temp name and no Cocoa dump.
   func expectActionable(
     _ text: String, path: String, meaning: String, sourceLocation: SourceLocation = #_sourceLocation

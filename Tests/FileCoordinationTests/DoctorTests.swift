@@ -22,17 +22,7 @@ import Testing
 @Suite(.serialized, .timeLimit(.minutes(1))) struct DoctorTests {
   static let group = "group.com.example.doctor"
 
-  /// Runs `groupctl` to completion (TestSupport's `Child`: posix_spawn, reaped by its own thread) and returns its
-  /// status, stdout and stderr.
-  func groupctl(_ arguments: [String], environment: [String: String] = [:]) async throws
-    -> (status: Int32, out: String, err: String)
-  {
-    let child = try Child(arguments, executable: "groupctl", environment: environment)
-    let status = await child.exit() ?? -1
-    return (status, child.output.map { $0 + "\n" }.joined(), child.errors.withLock { $0 })
-  }
-
-  func doctor(_ root: TestRoot, _ extra: [String] = []) async throws -> (status: Int32, out: String, err: String) {
+  func doctor(_ root: TestRoot, _ extra: [String] = []) async throws -> (status: Int32?, out: String, err: String) {
     try await groupctl(["doctor", Self.group, "--root", root.path] + extra)
   }
 

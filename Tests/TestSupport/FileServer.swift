@@ -259,7 +259,8 @@ public final class ToolRun: Sendable {
   private let errURL: URL
 
   /// Starts `tool`, an absolute path or a name looked up in /usr/bin and /bin; nil when it is not installed.
-  public init?(_ tool: String, _ arguments: [String]) throws {
+  /// `environment` is added to this process's.
+  public init?(_ tool: String, _ arguments: [String], environment: [String: String] = [:]) throws {
     let candidates = tool.hasPrefix("/") ? [tool] : ["/usr/bin/" + tool, "/bin/" + tool, "/usr/local/bin/" + tool]
     guard let path = candidates.first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else { return nil }
     let base = FileManager.default.temporaryDirectory.appendingPathComponent("gc-tool-\(UUID().uuidString)")
@@ -269,7 +270,9 @@ public final class ToolRun: Sendable {
     defer { out.close() }  // the tool has its own copy
     let err = try SystemFD.open(errURL.path, [.writeOnly, .create, .truncate])
     defer { err.close() }
-    process = try SpawnedProcess(executable: path, arguments: arguments, output: .file(out), error: .file(err))
+    let env = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+    process = try SpawnedProcess(
+      executable: path, arguments: arguments, environment: env, output: .file(out), error: .file(err))
   }
 
   public var pid: Int32 { process.processIdentifier }
