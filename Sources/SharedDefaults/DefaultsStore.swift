@@ -275,14 +275,28 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   func update(
     _ key: String, pid: Int32, _ transform: (PropertyListValue?) throws -> PropertyListValue?
   ) throws -> PropertyListValue? {
-    let result = try state.withLock { s -> PropertyListValue? in
-      try withLock { () throws -> PropertyListValue? in
+    try transaction { values, registered in
+      let new = try transform(values[key] ?? registered[key])
+      return ([JournalFormat.Record(key: key, operation: new.map { .set($0) } ?? .remove, pid: pid)], new)
+    }
+  }
+
+  /// The general read-modify-write: `body` gets the current values (and the registered defaults) under the
+  /// exclusive lock and returns the records to append as one commit (all visible at once, or none).
+  func transaction<T: Sendable>(
+    _ body: (_ values: [String: PropertyListValue], _ registered: [String: PropertyListValue]) throws -> (
+      records: [JournalFormat.Record], result: T
+    )
+  ) throws -> T {
+    let result = try state.withLock { s -> T in
+      try withLock { () throws -> T in
         try catchUpExclusively(&s)
-        let old = s.values[key] ?? s.registered[key]
-        let new = try transform(old)
-        let record = JournalFormat.Record(key: key, operation: new.map { .set($0) } ?? .remove, pid: pid)
-        try append(try JournalFormat.encode(record), [record], &s)
-        return new
+        let (records, result) = try body(s.values, s.registered)
+        guard !records.isEmpty else { return result }
+        var bytes: [UInt8] = []
+        for record in records { try JournalFormat.encode(record, into: &bytes) }
+        try append(bytes, records, &s)
+        return result
       }
     }
     if state.withLock({ $0.markIdleCheck() }) { scheduleIdleCompaction() }
