@@ -10,10 +10,14 @@ import SystemLayer
 /// The storage engine of one suite, shared by every `SharedDefaults` of that suite in this process.
 ///
 /// Files in `Library/Preferences/`:
-/// - `<suite>.plist` — the snapshot, a binary plist any plist tool reads; replaced only by atomic replace;
+/// - `<suite>.snapshot` — the state the journal starts from, a binary plist; replaced only by atomic replace;
 /// - `<suite>.journal` — set/remove records appended since the snapshot (JournalFormat.swift), mapped shared;
 /// - `<suite>.lock` — a stable file, mapped: the header (magic, generation, committed journal length, the
-///   snapshot's identity, the journal's allocated size), the suite's lock word and its change signal.
+///   snapshot's and the export's identities, the journal's allocated size), the suite's lock word and its change
+///   signal;
+/// - `<suite>.plist` — the export other tools read and edit (`plutil`, `plistlib`): the snapshot's bytes, written
+///   after it. Never read as the state: an edit of it is applied as what the tool changed (its difference from the
+///   snapshot it was exported with), so a tool's stale read-modify-write cannot undo committed writes.
 ///
 /// **Write**: lock → copy the record into the mapped journal at the committed length → publish the new length in
 /// the header (the commit point) → unlock → signal listeners. A set does not catch up first: it comes after
@@ -26,10 +30,13 @@ import SystemLayer
 /// Otherwise lock and apply only the new records (or reload after a compaction).
 /// **Compaction** (journal over 1 MiB, idle for 5 s, `synchronize()`): rewrite the snapshot, reset the committed
 /// length, bump the generation. The journal file is never shrunk (others map it: see SharedFileMapping).
-/// **Recovery** (under the lock): a snapshot that is not what the header recorded was replaced by an outside
-/// tool and is adopted (diffed into change events); a snapshot that does not parse is moved aside to
-/// `<suite>.plist.corrupt-<time>` and rewritten from the last good state; a corrupt journal is moved aside the
-/// same way after applying its good prefix.
+/// **Recovery** (under the lock): an export that is not what the header recorded was edited by an outside tool
+/// and its difference is committed; a snapshot that is not the recorded one was written by a compaction that died
+/// before recording it, and is complete: it is read with the journal replayed over it (replaying records the
+/// snapshot already holds changes nothing). A snapshot that does not parse is moved aside to
+/// `<suite>.snapshot.corrupt-<time>` and rewritten from the export (the same bytes) or the last good state; a
+/// corrupt journal is moved aside the same way after applying its good prefix. A file over a limit is refused,
+/// never treated as corrupt.
 final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state` (a Mutex); files are fixed
   static let logger = Logger(label: "GroupContainer.SharedDefaults")
   private static let stores = Mutex<[String: DefaultsStore]>([:])
@@ -41,14 +48,21 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     static let foldedGeneration = 6, foldedLength = 7
     /// The lock word (SharedMemoryLock); bytes of the journal file allocated so far; the change signal.
     static let lock = 8, journalCapacity = 9, changeSequence = 10, listeners = 11
+    /// The export's identity (`<suite>.plist`, 0 when none was written with the current snapshot).
+    static let exportInode = 12, exportSize = 13, exportTime = 14
+    /// Non-zero while the suite is over `snapshotLimits` (a compaction refused to write it): sets fail, removes work.
+    static let overLimit = 15
   }
-  private static let magic: UInt64 = 0x3254_4c46_4544_4347  // "GCDEFLT2"
-  /// Address space reserved for the journal mapping: above the largest journal a compaction allows (twice the
-  /// snapshot limit) plus the largest record.
-  static let journalReservation = 4 * PropertyListLimits.default.maxBytes
+  private static let magic: UInt64 = 0x3354_4c46_4544_4347  // "GCDEFLT3"
+  /// 0.1.0's header: the plist was the snapshot. Migrated in place (`initializeHeaderLocked`).
+  private static let legacyMagic: UInt64 = 0x3254_4c46_4544_4347  // "GCDEFLT2"
+  /// Address space reserved for the journal mapping: the largest journal (sets past it fail with a clear error).
+  static let journalReservation = 256 << 20
   static let compactionThreshold = 1 << 20
   static let idleCompaction: UInt64 = 5_000_000_000
-  static let snapshotLimits = PropertyListLimits.default
+  /// One set of limits for writing and reading the snapshot and the export: a suite a compaction wrote is always
+  /// one the next process can read (a million keys are two million values). Writing past them is refused.
+  static let snapshotLimits = PropertyListLimits(maxBytes: 512 << 20, maxObjects: 16_000_000)
 
   let suite: String
   let directory: String
@@ -57,7 +71,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// and renamed beneath the container's descriptor, never by a path string (a directory on the way swapped for
   /// a symlink to outside makes the call fail, never land outside).
   private static let preferences = "Library/Preferences"
+  /// The export, and the snapshot (paths relative to the container).
   private let plistItem: String
+  private let snapshotItem: String
   private let root: ContainerDirectory
   /// For error messages: the container's path.
   private let containerPath: String
@@ -111,9 +127,15 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
 
   /// Why catching up needs the exclusive lock.
   private enum Repair: Error {
-    case outsideSnapshot
-    case corruptSnapshot(String)
+    /// Another tool changed the export (`<suite>.plist`).
+    case outsideExport
+    /// The export was not rewritten with the current snapshot.
+    case staleExport
+    /// The named file of the suite (the snapshot or the export) does not parse.
+    case corruptSnapshot(String, String)
     case corruptJournal(String)
+    /// A file is over `snapshotLimits` (no repair: it is valid, only too large; the operation fails with this).
+    case overLimit(SharedDefaultsError)
     /// The suite's directory cannot be reached beneath the container (no repair: the operation fails with this).
     case unreachable(SharedDefaultsError)
   }
@@ -187,6 +209,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     self.directory = directory
     self.plistPath = directory + "/\(suite).plist"
     self.plistItem = Self.preferences + "/\(suite).plist"
+    self.snapshotItem = Self.preferences + "/\(suite).snapshot"
     do { root = try container.directory() } catch { throw .container(error) }
     self.containerPath = container.path
     self.journalPath = directory + "/\(suite).journal"
@@ -322,6 +345,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// Called with the lock held, in the current generation (`needsCatchUpBeforeAppending` is false).
   private func append(_ bytes: [UInt8], _ records: [JournalFormat.Record], _ s: inout State) throws(SharedDefaultsError)
   {
+    if header.load(Slot.overLimit) != 0, records.contains(where: { $0.operation != .remove }) {
+      throw .suiteTooLarge(directory + "/\(suite).snapshot", "a compaction found it over the limits")
+    }
     var offset = 0
     for attempt in 0..<2 {
       offset = Int(header.load(Slot.committed))
@@ -376,19 +402,19 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     }
     let generation = header.load(Slot.generation)
     let committed = Int(header.load(Slot.committed))
-    // Shorter than what we applied, same generation: a compaction died between publishing the length and the
-    // generation; its snapshot is complete (it was written first), so reload from it.
+    // Shorter than what we applied, same generation: a compaction stored its generation and then set the length
+    // back (or died between the two); its snapshot is complete (it was written first), so reload from it.
     if generation != s.generation || committed < s.length {
       try reload(&s, generation: generation, committed: committed)
       return
     }
     guard committed != s.length else { return }
-    let bytes = try readJournal(from: s.length, to: committed)
+    let (bytes, truncated) = readJournal(from: s.length, to: committed)
     var records: [JournalFormat.Record] = []
     var offsets: [Int] = []
-    var corruption: JournalFormat.Corruption?
+    var corruption = truncated
     do { try JournalFormat.decode(bytes, base: s.length, into: &records, offsets: &offsets) } catch {
-      corruption = error
+      corruption = corruption ?? error.description
     }
     if !s.pendingOwn.isEmpty {
       // Our own pending records are applied already, and they supersede older records of the same keys.
@@ -400,27 +426,30 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       if corruption == nil { s.pendingOwn = [:] }  // every pending commit ends at or before `committed`
     }
     apply(records, to: &s)
-    if let corruption { throw .corruptJournal(corruption.description) }
+    if let corruption { throw .corruptJournal(corruption) }
     s.length = committed
   }
 
-  private func readJournal(from start: Int, to end: Int) throws(Repair) -> [UInt8] {
+  /// The journal's bytes in `start..<end`, and why they cannot all be trusted (a length beyond the allocated
+  /// bytes, or pages lost to an outside truncation, which read as zeros and fail their checksums), if so.
+  private func readJournal(from start: Int, to end: Int) -> (bytes: [UInt8], problem: String?) {
     let capacity = Int(header.load(Slot.journalCapacity))
     guard start <= end, end <= capacity, capacity <= journal.reservation else {
-      throw .corruptJournal("the committed length \(end) lies beyond the journal's \(capacity) allocated bytes")
+      return ([], "the committed length \(end) lies beyond the journal's \(capacity) allocated bytes")
     }
-    // A page lost to an outside truncation reads as zeros (SIGBUS guard) and fails its checksum.
     let bytes = [UInt8](UnsafeRawBufferPointer(start: journal.base + start, count: end - start))
     if journal.faultCount != seenJournalFaults.load(ordering: .relaxed) {
-      throw .corruptJournal("the journal file was truncated by another program")
+      return (bytes, "the journal file was truncated by another program")
     }
-    return bytes
+    return (bytes, nil)
   }
 
-  /// Reads the snapshot and the whole journal (after a compaction somewhere, or on first use).
+  /// Reads the snapshot and the whole journal (after a compaction somewhere, or on first use). The snapshot and
+  /// the journal's good records are applied even when the journal is damaged: the repair that follows then
+  /// starts from everything that can still be read, never from an empty state.
   private func reload(_ s: inout State, generation: UInt64, committed: Int) throws(Repair) {
-    guard try snapshotIsTheRecordedOne() else { throw .outsideSnapshot }
-    if s.generation != .max, s.pendingOwn.isEmpty, header.load(Slot.foldedGeneration) == s.generation,
+    let recorded = try snapshotIsTheRecordedOne()
+    if recorded, s.generation != .max, s.pendingOwn.isEmpty, header.load(Slot.foldedGeneration) == s.generation,
       header.load(Slot.foldedLength) == UInt64(s.length), header.load(Slot.generation) == generation
     {
       // A compaction folded exactly what we have into the snapshot: skip reading it.
@@ -429,53 +458,87 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       try catchUp(&s)
       return
     }
-    var values = try loadSnapshot()
-    let bytes = try readJournal(from: 0, to: committed)
+    // A snapshot that is not the recorded one was written by a compaction that died before recording it: it holds
+    // everything up to the journal's committed length, so replaying the journal over it changes nothing.
+    var (values, status) = try loadSnapshot(snapshotItem)
+    if !recorded {
+      Self.logger.warning("suite '\(suite)': adopting a snapshot whose compaction did not finish")
+      recordSnapshotIdentity(status)
+    }
+    let (bytes, truncated) = readJournal(from: 0, to: committed)
     var records: [JournalFormat.Record] = []
-    var corruption: JournalFormat.Corruption?
-    do { try JournalFormat.decode(bytes, base: 0, into: &records) } catch { corruption = error }
+    var corruption = truncated
+    do { try JournalFormat.decode(bytes, base: 0, into: &records) } catch {
+      corruption = corruption ?? error.description
+    }
     for record in records { apply(record, to: &values) }
     replaceValues(with: values, in: &s)
     s.pendingOwn = [:]
     s.generation = generation
     s.length = committed
-    if let corruption { throw .corruptJournal(corruption.description) }
+    if let corruption { throw .corruptJournal(corruption) }
+    switch try exportState() {
+    case .current: break
+    case .edited: throw .outsideExport
+    case .stale: throw .staleExport
+    }
   }
 
-  private func loadSnapshot() throws(Repair) -> [String: PropertyListValue] {
-    // Not reaching the directory says nothing about the snapshot; only what is found there may be set aside.
-    let files: SystemFD
-    do { files = try preferencesDirectory() } catch { throw .unreachable(error) }
-    defer { files.close() }
-    let bytes: [UInt8]
+  /// Reads the dictionary in `item` (the snapshot or the export) with its status; an absent file is empty.
+  /// A file over `snapshotLimits` is `overLimit` (refused, left where it is); one that does not parse is corrupt.
+  private func loadSnapshot(_ item: String) throws(Repair) -> ([String: PropertyListValue], FileStatus?) {
+    let name = (item as NSString).lastPathComponent
+    let path = directory + "/" + name
+    let read: (bytes: [UInt8], status: FileStatus)
     do {
-      let file = try files.open("\(suite).plist", .readOnly)
-      defer { file.close() }
-      bytes = try file.readRegularFile(limit: Self.snapshotLimits.maxBytes).bytes
+      read = try root.readFile(item, limit: Self.snapshotLimits.maxBytes)
     } catch {
-      if error.errno == .noSuchFileOrDirectory { return [:] }
-      throw .corruptSnapshot("cannot read: \(error)")
-    }
-    do {
-      let value = try PropertyListValue(bytes: bytes, limits: Self.snapshotLimits)
-      guard case .dictionary(let dictionary) = value else {
-        throw Repair.corruptSnapshot("the top level is not a dictionary")
+      switch error.errno {
+      case .noSuchFileOrDirectory: return ([:], nil)
+      case .improperLink: throw .unreachable(.container(.pathEscapesContainer(item, container: containerPath)))
+      case .fileTooLarge:
+        throw .overLimit(.suiteTooLarge(path, "the file is over \(Self.snapshotLimits.maxBytes) bytes"))
+      default: throw .corruptSnapshot(name, "cannot read: \(error)")
       }
-      return dictionary
-    } catch let error as Repair {
-      throw error
-    } catch {
-      throw .corruptSnapshot("\(error)")
     }
+    let value: PropertyListValue
+    do { value = try PropertyListValue(bytes: read.bytes, limits: Self.snapshotLimits) } catch {
+      if error.kind == .limitExceeded { throw .overLimit(.suiteTooLarge(path, error.message)) }
+      throw .corruptSnapshot(name, "\(error)")
+    }
+    guard case .dictionary(let dictionary) = value else {
+      throw .corruptSnapshot(name, "the top level is not a dictionary")
+    }
+    return (dictionary, read.status)
   }
 
-  /// Whether the snapshot on disk is the one the header recorded (else an outside tool replaced or edited it).
+  /// Whether the snapshot on disk is the one the header recorded (else a compaction died before recording it).
   private func snapshotIsTheRecordedOne() throws(Repair) -> Bool {
     let st: FileStatus?
-    do { st = try snapshotStatus() } catch { throw .unreachable(error) }
+    do { st = try Self.beneath(snapshotItem, in: containerPath) { () throws(FileSystemError) in try root.status(snapshotItem) } } catch {
+      throw .unreachable(error)
+    }
     return header.load(Slot.snapshotInode) == (st?.inode ?? 0)
       && header.load(Slot.snapshotSize) == UInt64(st?.size ?? 0)
       && header.load(Slot.snapshotTime) == UInt64(bitPattern: st?.modificationNanoseconds ?? 0)
+  }
+
+  private enum ExportState { case current, edited, stale }
+
+  /// Whether `<suite>.plist` is what the last compaction exported (`current`), was changed by another tool since
+  /// (`edited`), or was not rewritten with the current snapshot (`stale`: a compaction died, or the disk was full).
+  private func exportState() throws(Repair) -> ExportState {
+    let recorded = header.load(Slot.exportInode)
+    if recorded == .max { return .stale }
+    let st: FileStatus?
+    do { st = try Self.beneath(plistItem, in: containerPath) { () throws(FileSystemError) in try root.status(plistItem) } } catch {
+      throw .unreachable(error)
+    }
+    guard let st else { return recorded == 0 ? .current : .edited }
+    let same =
+      recorded == st.inode && header.load(Slot.exportSize) == UInt64(st.size)
+      && header.load(Slot.exportTime) == UInt64(bitPattern: st.modificationNanoseconds)
+    return same ? .current : .edited
   }
 
   /// With the lock held: catch up, repairing whatever needs it.
@@ -492,21 +555,24 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
         do { try catchUp(&s); return } catch { problem = error }
       }
       switch problem! {
-      case .unreachable(let error):
+      case .unreachable(let error), .overLimit(let error):
         throw error
-      case .outsideSnapshot:
-        try adoptOutsideSnapshot(&s)
-      case .corruptSnapshot(let reason):
+      case .outsideExport:
+        try adoptOutsideExport(&s)
+      case .staleExport:
+        try compact(&s, durable: false)
+      case .corruptSnapshot(let name, let reason):
         Self.logger.error(
-          "suite '\(suite)': snapshot '\(plistPath)' is corrupt (\(reason)); moved aside, recovering the last good state"
+          "suite '\(suite)': '\(directory)/\(name)' is corrupt (\(reason)); moved aside, recovering the last good state"
         )
-        quarantine("\(suite).plist")
-        recoverJournal(into: &s)
+        quarantine(name)
+        try recoverState(&s)
         try compact(&s, durable: false)
       case .corruptJournal(let reason):
         Self.logger.error(
           "suite '\(suite)': journal '\(journalPath)' is corrupt (\(reason)); moved aside after its good records")
         quarantineJournal()
+        guard s.generation != .max else { throw .system(FileSystemError("recover", journalPath, .ioError)) }
         try compact(&s, durable: false)
       }
       problem = nil
@@ -516,69 +582,169 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
 
   private func catchUpOrThrow(_ s: inout State) throws(SharedDefaultsError) {
     do { try catchUp(&s) } catch {
+      if case .overLimit(let error) = error { throw error }
       throw .system(FileSystemError("recover", plistPath, .ioError))
     }
   }
 
-  /// After the snapshot was lost: the last good state in memory, plus whatever the journal still holds.
-  private func recoverJournal(into s: inout State) {
-    guard let bytes = try? readJournal(from: 0, to: Int(header.load(Slot.committed))) else { return }
+  /// After the snapshot was lost: the export when it holds the same bytes (the header says so), else the last good
+  /// state in memory; plus whatever the journal still holds.
+  private func recoverState(_ s: inout State) throws(SharedDefaultsError) {
+    var values = s.values
+    if s.generation == .max || s.length != 0 {
+      if (try? exportState()) == .current, let (exported, _) = try? loadSnapshot(plistItem) {
+        Self.logger.notice("suite '\(suite)': recovering from the export '\(plistPath)'")
+        values = exported
+      } else if s.generation == .max {
+        Self.logger.error("suite '\(suite)': no good copy of the snapshot; only the journal's records are left")
+      }
+    }
+    let (bytes, _) = readJournal(from: 0, to: Int(header.load(Slot.committed)))
     var records: [JournalFormat.Record] = []
     try? JournalFormat.decode(bytes, base: 0, into: &records)
-    var values = s.values
     for record in records { apply(record, to: &values) }
     replaceValues(with: values, in: &s)
+    s.generation = header.load(Slot.generation)
+    s.length = Int(header.load(Slot.committed))
+    s.pendingOwn = [:]
   }
 
-  /// An outside tool wrote the plist: it becomes the state; the differences become change events.
-  private func adoptOutsideSnapshot(_ s: inout State) throws(SharedDefaultsError) {
+  /// Another tool edited the export: what it changed — its difference from the snapshot it was exported with —
+  /// is committed as one set of records (no process id), so values committed since, which the tool never saw,
+  /// stay. An export that does not parse, or is over the limits, is moved aside. Either way it is rewritten.
+  private func adoptOutsideExport(_ s: inout State) throws(SharedDefaultsError) {
+    let edited: [String: PropertyListValue]?
     do {
-      let values = try loadSnapshot()
-      Self.logger.info("suite '\(suite)': adopting '\(plistPath)' written by another tool")
-      replaceValues(with: values, in: &s)
+      edited = try loadSnapshot(plistItem).0
     } catch .unreachable(let error) {
       throw error
     } catch {
       Self.logger.error(
-        "suite '\(suite)': '\(plistPath)' written by another tool does not parse (\(error)); moved aside, recovering the last good state"
-      )
+        "suite '\(suite)': '\(plistPath)' written by another tool cannot be used (\(error)); moved aside")
       quarantine("\(suite).plist")
-      // The committed journal is part of that state: a process that never loaded the suite holds none of it in
-      // memory, and compacting its empty state would drop every acknowledged write still in the journal.
-      recoverJournal(into: &s)
+      edited = nil
     }
+    if let edited, (try? Self.beneath(plistItem, in: containerPath) { () throws(FileSystemError) in try root.status(plistItem) }) != nil {
+      let base: [String: PropertyListValue]
+      do { base = try loadSnapshot(snapshotItem).0 } catch {
+        // No readable snapshot to compare with: the tool's file is taken as it is, over the current state.
+        base = [:]
+      }
+      var records: [JournalFormat.Record] = []
+      for key in Set(base.keys).union(edited.keys).sorted() where base[key] != edited[key] {
+        records.append(JournalFormat.Record(key: key, operation: edited[key].map { .set($0) } ?? .remove, pid: 0))
+      }
+      Self.logger.info("suite '\(suite)': applying \(records.count) change(s) made to '\(plistPath)' by another tool")
+      if !records.isEmpty {
+        var bytes: [UInt8] = []
+        for record in records { try JournalFormat.encode(record, into: &bytes) }
+        try append(bytes, records, &s)
+        try catchUpOrThrow(&s)
+      }
+    }
+    // The export is rewritten with the state it now belongs to (also when the tool removed it).
     try compact(&s, durable: false)
   }
 
   // MARK: Compaction
 
-  /// Rewrites the snapshot from `s` and empties the journal. Needs the lock and a current `s`.
+  /// Rewrites the snapshot and the export from `s` and empties the journal. Needs the lock and a current `s`.
+  ///
+  /// Order (each step a kill point that the others recover from): the export is marked stale; the snapshot is
+  /// written (a complete state: readers that find it unrecorded replay the journal over it, which changes
+  /// nothing); its identity is recorded; the **generation** is bumped and only then the committed length set back
+  /// to 0 — a process that last saw this generation with length 0 must see the change, whatever point the
+  /// compactor died at; then the export is written and recorded.
   private func compact(_ s: inout State, durable: Bool, handOver: Bool = false) throws(SharedDefaultsError) {
+    guard s.generation != .max else {
+      // Never write a state this process did not load: that would drop the suite.
+      throw .system(FileSystemError("compact", directory + "/\(suite).snapshot", .ioError))
+    }
     // Only a plain compaction (the state is exactly the committed journal) may let readers skip the snapshot.
     let folded = (generation: header.load(Slot.generation), length: UInt64(s.length))
+    try checkLimits(s.values)
     let bytes: [UInt8]
     do { bytes = try PropertyListValue.dictionary(s.values).encoded(as: .binary) } catch {
       throw .unsupportedValue("the suite cannot be written as a property list: \(error)")
     }
-    try Self.beneath(plistItem, in: containerPath) { () throws(FileSystemError) in
-      try root.replaceFile(plistItem, with: bytes, mode: fileMode, durability: durable ? .powerLoss : .processCrash)
-      try recordSnapshotIdentity()
-      // Length first, then generation: a reader that sees either change takes the slow path and our lock.
-      header.store(Slot.committed, 0)
-      header.store(Slot.foldedGeneration, handOver && folded.generation == s.generation ? folded.generation : .max)
-      header.store(Slot.foldedLength, folded.length)
-      s.generation = header.increment(Slot.generation)
-      s.length = 0
-      s.pendingOwn = [:]
-      if durable { try header.sync() }
+    guard bytes.count <= Self.snapshotLimits.maxBytes else {
+      header.store(Slot.overLimit, 1)
+      throw .suiteTooLarge(directory + "/\(suite).snapshot", "it would be \(bytes.count) bytes")
+    }
+    let durability: AtomicReplace.Durability = durable ? .powerLoss : .processCrash
+    header.store(Slot.exportInode, .max)
+    try Self.beneath(snapshotItem, in: containerPath) { () throws(FileSystemError) in
+      try root.replaceFile(snapshotItem, with: bytes, mode: fileMode, durability: durability)
+    }
+    FaultPoint.reach("defaults.compact.snapshotWritten")
+    recordSnapshotIdentity(try snapshotStatus())
+    header.store(Slot.foldedGeneration, handOver && folded.generation == s.generation ? folded.generation : .max)
+    header.store(Slot.foldedLength, folded.length)
+    s.generation = header.increment(Slot.generation)
+    FaultPoint.reach("defaults.compact.generationBumped")
+    header.store(Slot.committed, 0)
+    header.store(Slot.overLimit, 0)
+    s.length = 0
+    s.pendingOwn = [:]
+    do {
+      try Self.beneath(plistItem, in: containerPath) { () throws(FileSystemError) in
+        try root.replaceFile(plistItem, with: bytes, mode: fileMode, durability: durability)
+        FaultPoint.reach("defaults.compact.exportWritten")
+        recordExportIdentity(try root.status(plistItem))
+      }
+    } catch {
+      // The state is safe in the snapshot; the export is rewritten by the next compaction.
+      Self.logger.warning("suite '\(suite)': could not write '\(plistPath)': \(error)")
+      if durable { throw error }
+    }
+    if durable { try SharedDefaultsError.wrap { () throws(FileSystemError) in try header.sync() } }
+  }
+
+  /// Refuses a state the next process could not read back (the same limits as reading), and records that the
+  /// suite is over them: sets then fail with `suiteTooLarge` until removals bring it back under.
+  private func checkLimits(_ values: [String: PropertyListValue]) throws(SharedDefaultsError) {
+    var objects = 1
+    var payload = 0
+    func count(_ value: PropertyListValue) {
+      objects += 1
+      switch value {
+      case .string(let string): payload += string.utf8.count
+      case .data(let bytes): payload += bytes.count
+      case .array(let items): for item in items { count(item) }
+      case .dictionary(let items):
+        for (key, item) in items {
+          objects += 1
+          payload += key.utf8.count
+          count(item)
+        }
+      default: break
+      }
+    }
+    for (key, value) in values {
+      objects += 1
+      payload += key.utf8.count
+      count(value)
+    }
+    let limits = Self.snapshotLimits
+    guard objects <= limits.maxObjects, payload <= limits.maxBytes else {
+      header.store(Slot.overLimit, 1)
+      throw .suiteTooLarge(
+        directory + "/\(suite).snapshot",
+        "it holds \(objects) values and \(payload) bytes of strings and data; the limits are \(limits.maxObjects) and \(limits.maxBytes)"
+      )
     }
   }
 
-  private func recordSnapshotIdentity() throws(FileSystemError) {
-    let st = try root.status(plistItem)
+  private func recordSnapshotIdentity(_ st: FileStatus?) {
     header.store(Slot.snapshotInode, st?.inode ?? 0)
     header.store(Slot.snapshotSize, UInt64(st?.size ?? 0))
     header.store(Slot.snapshotTime, UInt64(bitPattern: st?.modificationNanoseconds ?? 0))
+  }
+
+  private func recordExportIdentity(_ st: FileStatus?) {
+    header.store(Slot.exportSize, UInt64(st?.size ?? 0))
+    header.store(Slot.exportTime, UInt64(bitPattern: st?.modificationNanoseconds ?? 0))
+    header.store(Slot.exportInode, st?.inode ?? 0)
   }
 
   /// A new or damaged header, set up under flock: its lock word cannot guard its own initialization.
@@ -586,17 +752,57 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     do { try lockFD.lock(.exclusive) } catch { Self.logger.critical("suite '\(suite)': flock failed: \(error)") }
     defer { lockFD.unlock() }
     guard header.load(Slot.magic) != Self.magic else { return }
+    if header.load(Slot.magic) == Self.legacyMagic {
+      // 0.1.0 kept the state in the plist: it becomes the snapshot; the journal and its length stay valid.
+      try adoptPlistAsSnapshot(reason: "migrating from 0.1.0")
+      header.store(Slot.overLimit, 0)
+      header.store(Slot.magic, Self.magic)
+      return
+    }
     if header.load(Slot.generation) != 0 || header.load(Slot.committed) != 0 {
       // Not ours or damaged: the committed length cannot be trusted, so the journal is set aside.
       Self.logger.error("suite '\(suite)': header '\(directory)/\(suite).lock' is damaged; resetting it")
       quarantineJournal()
     }
-    try Self.beneath(plistItem, in: containerPath) { () throws(FileSystemError) in try recordSnapshotIdentity() }
+    if try snapshotStatus() == nil {
+      // A plist put there before the suite was first used (or a suite copied without its snapshot): the state.
+      try adoptPlistAsSnapshot(reason: "a new suite starts from it")
+    } else {
+      recordSnapshotIdentity(try snapshotStatus())
+      recordExportIdentity(nil)
+      header.store(Slot.exportInode, .max)  // unknown: rewritten by the next compaction
+    }
     header.store(Slot.committed, 0)
     header.store(Slot.lock, 0)
     header.store(Slot.journalCapacity, 0)  // unknown: the next write allocates what it needs
+    header.store(Slot.overLimit, 0)
     header.increment(Slot.generation)
     header.store(Slot.magic, Self.magic)
+  }
+
+  /// Makes the plist's bytes the snapshot (when it parses) and records both: the plist is then the current export.
+  private func adoptPlistAsSnapshot(reason: String) throws(SharedDefaultsError) {
+    recordExportIdentity(nil)
+    do {
+      _ = try loadSnapshot(plistItem)
+    } catch .unreachable(let error) {
+      throw error
+    } catch {
+      Self.logger.error("suite '\(suite)': '\(plistPath)' cannot be used (\(error)); moved aside")
+      quarantine("\(suite).plist")
+      recordSnapshotIdentity(try snapshotStatus())
+      return
+    }
+    guard let read = try? root.readFile(plistItem, limit: Self.snapshotLimits.maxBytes) else {
+      recordSnapshotIdentity(try snapshotStatus())
+      return
+    }
+    Self.logger.notice("suite '\(suite)': '\(plistPath)' becomes the suite's snapshot (\(reason))")
+    try Self.beneath(snapshotItem, in: containerPath) { () throws(FileSystemError) in
+      try root.replaceFile(snapshotItem, with: read.bytes, mode: fileMode)
+    }
+    recordSnapshotIdentity(try snapshotStatus())
+    recordExportIdentity(read.status)
   }
 
   /// Moves the file `name` of the suite's directory aside (`<name>.corrupt-<time>-<pid>`), renamed relative to
@@ -610,16 +816,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     }
   }
 
-  /// The suite's directory, opened beneath the container's descriptor (the caller closes it).
-  private func preferencesDirectory() throws(SharedDefaultsError) -> SystemFD {
-    try Self.beneath(Self.preferences, in: containerPath) { () throws(FileSystemError) in
-      try root.openDirectory(Self.preferences)
-    }
-  }
-
   /// The snapshot's status (nil when there is none), read beneath the container's descriptor.
   private func snapshotStatus() throws(SharedDefaultsError) -> FileStatus? {
-    try Self.beneath(plistItem, in: containerPath) { () throws(FileSystemError) in try root.status(plistItem) }
+    try Self.beneath(snapshotItem, in: containerPath) { () throws(FileSystemError) in try root.status(snapshotItem) }
   }
 
   /// Runs a call that reaches `item` beneath the container; a way out (a directory on the way swapped for a
@@ -702,7 +901,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
         old = s.values.removeValue(forKey: record.key)
         new = nil
       }
-      changes.append(DefaultsChange(key: record.key, oldValue: old, newValue: new, originProcessID: record.pid))
+      // Process id 0: an edit of the export by another tool.
+      let origin = record.pid == 0 ? nil : record.pid
+      changes.append(DefaultsChange(key: record.key, oldValue: old, newValue: new, originProcessID: origin))
     }
     deliver(changes, to: s.observers)
   }
@@ -790,15 +991,12 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       // The whole container went away (deleted): nothing to adopt.
       guard (try? root.status(Self.preferences)) ?? nil != nil else { return }
       state.withLock { s in
-        if checkSnapshot && s.generation != .max && (try? snapshotIsTheRecordedOne()) == false {
+        if checkSnapshot && s.generation != .max && (try? exportState()) == .edited {
           do {
             try withLock { () throws(SharedDefaultsError) in
-              // Re-check under the lock: another process may have adopted it already.
-              if (try? snapshotIsTheRecordedOne()) != false {
-                try catchUpExclusively(&s)
-              } else {
-                try repairAndCatchUp(&s, .outsideSnapshot)
-              }
+              // Re-check under the lock: another process may have applied it already.
+              try catchUpExclusively(&s)
+              if (try? exportState()) == .edited { try repairAndCatchUp(&s, .outsideExport) }
             }
           } catch {
             Self.logger.error("suite '\(suite)': could not adopt the outside change: \(error)")
@@ -820,7 +1018,10 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       let faults = header.faultCount
       if faults == seenHeaderFaults.load(ordering: .relaxed) {
         if case .fromDeadOwner(let pid) = acquired {
-          Self.logger.warning("suite '\(suite)': process \(pid) died holding the lock; checking the files")
+          // What it left is safe by construction: bytes past the committed length are never read; a snapshot it
+          // wrote but did not record is complete and read with the journal replayed over it; an export it did not
+          // finish is marked stale and rewritten by the next reload.
+          Self.logger.warning("suite '\(suite)': process \(pid) died holding the lock; took it over")
         }
         break
       }

@@ -13,6 +13,9 @@ public enum SharedDefaultsError: Error, CustomStringConvertible, Sendable {
   case valueTooLarge(String, Int)
   /// A `Codable` value failed to encode or decode.
   case coding(key: String, message: String)
+  /// The suite is over the size a snapshot may have (the path, and what is over): sets fail until keys are
+  /// removed; nothing is lost.
+  case suiteTooLarge(String, String)
   /// A file of the suite could not be read or written (full disk, permissions…).
   case system(FileSystemError)
   /// The container refused something.
@@ -26,6 +29,8 @@ public enum SharedDefaultsError: Error, CustomStringConvertible, Sendable {
     case .unsupportedValue(let what): "value cannot be stored in defaults: \(what)"
     case .valueTooLarge(let key, let limit): "value for key '\(key)' is larger than \(limit) bytes"
     case .coding(let key, let message): "value for key '\(key)' could not be coded: \(message)"
+    case .suiteTooLarge(let path, let what):
+      "suite '\(path)' is too large (\(what)); remove keys or split it into several suites"
     case .system(let error): error.description
     case .container(let error): error.description
     }
