@@ -106,6 +106,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     var nextObserver: UInt64 = 0
     var lastWrite: UInt64 = 0
     var idleCheckScheduled = false
+    /// An export that did not parse when last looked at (it may have been half-written).
+    var unusableExport: FileStatus?
 
     /// True when no idle check is scheduled yet (the caller schedules one).
     mutating func markIdleCheck() -> Bool {
@@ -116,7 +118,6 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   private let state = Mutex(State())
   /// Read by the watcher thread, which must never wait for `state` (a writer may hold it while it waits for flock).
   private let observerCount = Atomic<Int>(0)
-  private let refreshPending = Atomic<Bool>(false)
   private let listener = Mutex<ChangeSignal.Listener?>(nil)
   /// SIGBUS faults of the mappings already dealt with (a new one means a file was truncated under us).
   private let seenHeaderFaults = Atomic<UInt32>(0)
@@ -127,10 +128,6 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
 
   /// Why catching up needs the exclusive lock.
   private enum Repair: Error {
-    /// Another tool changed the export (`<suite>.plist`).
-    case outsideExport
-    /// The export was not rewritten with the current snapshot.
-    case staleExport
     /// The named file of the suite (the snapshot or the export) does not parse.
     case corruptSnapshot(String, String)
     case corruptJournal(String)
@@ -343,8 +340,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   }
 
   /// Called with the lock held, in the current generation (`needsCatchUpBeforeAppending` is false).
-  private func append(_ bytes: [UInt8], _ records: [JournalFormat.Record], _ s: inout State) throws(SharedDefaultsError)
-  {
+  private func append(
+    _ bytes: [UInt8], _ records: [JournalFormat.Record], _ s: inout State, mayCompact: Bool = true
+  ) throws(SharedDefaultsError) {
     if header.load(Slot.overLimit) != 0, records.contains(where: { $0.operation != .remove }) {
       throw .suiteTooLarge(directory + "/\(suite).snapshot", "a compaction found it over the limits")
     }
@@ -370,11 +368,11 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     s.lastWrite = MonotonicClock.nanoseconds()
     // Compaction costs O(suite); wait until the journal is as large as the snapshot, so it stays amortized O(1).
     let threshold = max(Self.compactionThreshold, 2 * Int(header.load(Slot.snapshotSize)))
-    guard end > threshold else { return }
+    guard end > threshold, mayCompact else { return }
     // The write is committed whatever happens now: a compaction that fails (full disk) is retried by the next one.
     do {
       try catchUpExclusively(&s)
-      try compact(&s, durable: false, handOver: true)
+      try compact(&s, durable: false, handOver: true, housekeeping: true)
     } catch {
       Self.logger.warning("suite '\(suite)': compaction failed, the journal keeps growing: \(error)")
     }
@@ -477,11 +475,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     s.generation = generation
     s.length = committed
     if let corruption { throw .corruptJournal(corruption) }
-    switch try exportState() {
-    case .current: break
-    case .edited: throw .outsideExport
-    case .stale: throw .staleExport
-    }
+    // Checked in the background: an export edited by another tool never delays or fails this operation.
+    if (try? exportState()) != .current { scheduleExportCheck() }
   }
 
   /// Reads the dictionary in `item` (the snapshot or the export) with its status; an absent file is empty.
@@ -557,10 +552,6 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       switch problem! {
       case .unreachable(let error), .overLimit(let error):
         throw error
-      case .outsideExport:
-        try adoptOutsideExport(&s)
-      case .staleExport:
-        try compact(&s, durable: false)
       case .corruptSnapshot(let name, let reason):
         Self.logger.error(
           "suite '\(suite)': '\(directory)/\(name)' is corrupt (\(reason)); moved aside, recovering the last good state"
@@ -611,39 +602,64 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
 
   /// Another tool edited the export: what it changed — its difference from the snapshot it was exported with —
   /// is committed as one set of records (no process id), so values committed since, which the tool never saw,
-  /// stay. An export that does not parse, or is over the limits, is moved aside. Either way it is rewritten.
-  private func adoptOutsideExport(_ s: inout State) throws(SharedDefaultsError) {
+  /// stay. The tool may have read the export before the last compaction replaced it: the base is whichever of
+  /// the snapshot and the one before it (`<suite>.snapshot.previous`) the file differs from least. An export that
+  /// does not parse may be half-written: it is left for `exportRetryDelay` and moved aside only if it has not
+  /// changed by then. Returns false when it is left for later. Called by `compact` (with the lock, `s` current),
+  /// which then rewrites the export.
+  private func applyOutsideEdit(_ s: inout State, final: Bool = false) throws(SharedDefaultsError) -> Bool {
     let edited: [String: PropertyListValue]?
     do {
-      edited = try loadSnapshot(plistItem).0
+      let (values, status) = try loadSnapshot(plistItem)
+      edited = status == nil ? nil : values
     } catch .unreachable(let error) {
       throw error
     } catch {
+      let identity = try? Self.beneath(plistItem, in: containerPath) { () throws(FileSystemError) in try root.status(plistItem) }
+      if !final, let identity, s.unusableExport != identity {
+        s.unusableExport = identity
+        return false
+      }
       Self.logger.error(
         "suite '\(suite)': '\(plistPath)' written by another tool cannot be used (\(error)); moved aside")
       quarantine("\(suite).plist")
       edited = nil
     }
-    if let edited, (try? Self.beneath(plistItem, in: containerPath) { () throws(FileSystemError) in try root.status(plistItem) }) != nil {
-      let base: [String: PropertyListValue]
-      do { base = try loadSnapshot(snapshotItem).0 } catch {
-        // No readable snapshot to compare with: the tool's file is taken as it is, over the current state.
-        base = [:]
-      }
+    s.unusableExport = nil
+    if let edited { try commitDifference(edited, &s) }
+    return true
+  }
+
+  /// Commits what `edited` (a tool's version of the export) changed: its difference from the snapshot, or from
+  /// the one before it, whichever is smaller (the base the tool most likely read).
+  @discardableResult
+  private func commitDifference(
+    _ edited: [String: PropertyListValue], _ s: inout State
+  ) throws(SharedDefaultsError) -> Bool {
+    var best: [JournalFormat.Record]?
+    for base in [snapshotItem, snapshotItem + ".previous"] {
+      // No readable base: the tool's file is taken as it is, over the current state.
+      let values = (try? loadSnapshot(base).0) ?? [:]
       var records: [JournalFormat.Record] = []
-      for key in Set(base.keys).union(edited.keys).sorted() where base[key] != edited[key] {
+      for key in Set(values.keys).union(edited.keys).sorted() where values[key] != edited[key] {
         records.append(JournalFormat.Record(key: key, operation: edited[key].map { .set($0) } ?? .remove, pid: 0))
       }
-      Self.logger.info("suite '\(suite)': applying \(records.count) change(s) made to '\(plistPath)' by another tool")
-      if !records.isEmpty {
-        var bytes: [UInt8] = []
-        for record in records { try JournalFormat.encode(record, into: &bytes) }
-        try append(bytes, records, &s)
-        try catchUpOrThrow(&s)
+      if best == nil || records.count < best!.count { best = records }
+    }
+    // What already holds the tool's value needs no record (and observers no event).
+    let records = best!.filter { record in
+      switch record.operation {
+      case .set(let value): s.values[record.key] != value
+      case .remove: s.values[record.key] != nil
       }
     }
-    // The export is rewritten with the state it now belongs to (also when the tool removed it).
-    try compact(&s, durable: false)
+    Self.logger.info("suite '\(suite)': applying \(records.count) change(s) made to '\(plistPath)' by another tool")
+    guard !records.isEmpty else { return false }
+    var bytes: [UInt8] = []
+    for record in records { try JournalFormat.encode(record, into: &bytes) }
+    try append(bytes, records, &s, mayCompact: false)
+    try catchUpOrThrow(&s)
+    return true
   }
 
   // MARK: Compaction
@@ -655,10 +671,32 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// nothing); its identity is recorded; the **generation** is bumped and only then the committed length set back
   /// to 0 — a process that last saw this generation with length 0 must see the change, whatever point the
   /// compactor died at; then the export is written and recorded.
-  private func compact(_ s: inout State, durable: Bool, handOver: Bool = false) throws(SharedDefaultsError) {
+  ///
+  /// A `housekeeping` compaction (journal size, idle time, export check) is skipped while the export is being
+  /// edited by another tool and cannot be read yet: each compaction moves the base that edit is diffed against.
+  /// `synchronize()` gives the tool `exportRetryDelay` once, then moves its file aside.
+  private func compact(
+    _ s: inout State, durable: Bool, handOver: Bool = false, housekeeping: Bool = false
+  ) throws(SharedDefaultsError) {
     guard s.generation != .max else {
       // Never write a state this process did not load: that would drop the suite.
       throw .system(FileSystemError("compact", directory + "/\(suite).snapshot", .ioError))
+    }
+    // An export edited by another tool is applied before it is overwritten; one that may be half-written is
+    // left alone (not rewritten) until it can be read or its grace is over.
+    var exportDeferred = false
+    let exportBefore = recordedExport()
+    if (try? exportState()) == .edited, try !applyOutsideEdit(&s) {
+      if housekeeping {
+        scheduleExportCheck(after: Self.exportRetryDelay)
+        return
+      }
+      if durable {
+        usleep(UInt32(Self.exportRetryDelay * 1_000_000))
+        _ = try applyOutsideEdit(&s, final: true)
+      } else {
+        exportDeferred = true
+      }
     }
     // Only a plain compaction (the state is exactly the committed journal) may let readers skip the snapshot.
     let folded = (generation: header.load(Slot.generation), length: UInt64(s.length))
@@ -672,12 +710,16 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       throw .suiteTooLarge(directory + "/\(suite).snapshot", "it would be \(bytes.count) bytes")
     }
     let durability: AtomicReplace.Durability = durable ? .powerLoss : .processCrash
-    header.store(Slot.exportInode, .max)
+    if !exportDeferred { header.store(Slot.exportInode, .max) }
     try Self.beneath(snapshotItem, in: containerPath) { () throws(FileSystemError) in
-      try root.replaceFile(snapshotItem, with: bytes, mode: fileMode, durability: durability)
+      // The snapshot a tool may have read the export of just before this compaction (see `applyOutsideEdit`).
+      do throws(FileSystemError) { try root.link(snapshotItem, to: "\(suite).snapshot.previous") } catch {
+        if error.errno != .noSuchFileOrDirectory { throw error }
+      }
+      let written = try root.replaceFile(snapshotItem, with: bytes, mode: fileMode, durability: durability)
+      FaultPoint.reach("defaults.compact.snapshotWritten")
+      recordSnapshotIdentity(written)
     }
-    FaultPoint.reach("defaults.compact.snapshotWritten")
-    recordSnapshotIdentity(try snapshotStatus())
     header.store(Slot.foldedGeneration, handOver && folded.generation == s.generation ? folded.generation : .max)
     header.store(Slot.foldedLength, folded.length)
     s.generation = header.increment(Slot.generation)
@@ -686,18 +728,50 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     header.store(Slot.overLimit, 0)
     s.length = 0
     s.pendingOwn = [:]
+    if exportDeferred {
+      scheduleExportCheck(after: Self.exportRetryDelay)
+    } else {
+      try writeExport(bytes, durability: durability, replacing: exportBefore, &s)
+    }
+    if durable { try SharedDefaultsError.wrap { () throws(FileSystemError) in try header.sync() } }
+  }
+
+  private func writeExport(
+    _ bytes: [UInt8], durability: AtomicReplace.Durability, replacing recorded: Identity?, _ s: inout State
+  ) throws(SharedDefaultsError) {
+    // The export being replaced, kept open: a tool may write into it (in place) while this compaction runs, and
+    // that write must not vanish with the file's name.
+    let replaced = try? root.openFile(plistItem, .readOnly)
+    defer { replaced?.close() }
     do {
       try Self.beneath(plistItem, in: containerPath) { () throws(FileSystemError) in
-        try root.replaceFile(plistItem, with: bytes, mode: fileMode, durability: durability)
+        // The identity of what was written, not of what is at the name by now: a tool that wrote into the new
+        // export at once must still be seen as an edit.
+        let written = try root.replaceFile(plistItem, with: bytes, mode: fileMode, durability: durability)
         FaultPoint.reach("defaults.compact.exportWritten")
-        recordExportIdentity(try root.status(plistItem))
+        recordExportIdentity(written)
       }
     } catch {
       // The state is safe in the snapshot; the export is rewritten by the next compaction.
       Self.logger.warning("suite '\(suite)': could not write '\(plistPath)': \(error)")
-      if durable { throw error }
+      if durability == .powerLoss { throw error }
     }
-    if durable { try SharedDefaultsError.wrap { () throws(FileSystemError) in try header.sync() } }
+    // Only a recorded export can be told from a tool's write (a stale one was rewritten without applying).
+    guard let replaced, let recorded, let now = try? replaced.status(), now.kind == .regular,
+      now.inode != recorded.inode || now.size != recorded.size || now.modificationNanoseconds != recorded.time
+    else { return }
+    // Written by a tool since it was recorded (in place, or replaced by the tool before we opened it): apply it.
+    guard let read = try? replaced.read(at: 0, count: Int(min(now.size, Int64(Self.snapshotLimits.maxBytes)))),
+      case .dictionary(let edited)? = try? PropertyListValue(bytes: read, limits: Self.snapshotLimits)
+    else {
+      Self.logger.error("suite '\(suite)': '\(plistPath)' was written by another tool while it was replaced, and cannot be read")
+      return
+    }
+    if try commitDifference(edited, &s) {
+      // The export now lacks that edit: rewritten soon, in the background.
+      header.store(Slot.exportInode, .max)
+      scheduleExportCheck()
+    }
   }
 
   /// Refuses a state the next process could not read back (the same limits as reading), and records that the
@@ -739,6 +813,16 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     header.store(Slot.snapshotInode, st?.inode ?? 0)
     header.store(Slot.snapshotSize, UInt64(st?.size ?? 0))
     header.store(Slot.snapshotTime, UInt64(bitPattern: st?.modificationNanoseconds ?? 0))
+  }
+
+  /// A file's identity as the header records it: inode, size, modification time.
+  private typealias Identity = (inode: UInt64, size: Int64, time: Int64)
+
+  /// The recorded export's identity (nil when none or stale).
+  private func recordedExport() -> Identity? {
+    let inode = header.load(Slot.exportInode)
+    guard inode != 0 && inode != .max else { return nil }
+    return (inode, Int64(header.load(Slot.exportSize)), Int64(bitPattern: header.load(Slot.exportTime)))
   }
 
   private func recordExportIdentity(_ st: FileStatus?) {
@@ -866,7 +950,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
         try state.withLock { s throws(SharedDefaultsError) in
           try withLock { () throws(SharedDefaultsError) in
             try catchUpExclusively(&s)
-            if s.length > 0 { try compact(&s, durable: false, handOver: true) }
+            if s.length > 0 { try compact(&s, durable: false, handOver: true, housekeeping: true) }
           }
         }
       } catch {
@@ -958,7 +1042,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     do {
       _ = try Watcher.shared.watch(directory) { [weak self] event in
         guard let self, event.name == plistName else { return }
-        self.scheduleRefresh(checkSnapshot: true)
+        self.scheduleExportCheck()
       }
     } catch {
       Self.logger.warning("suite '\(suite)': cannot watch '\(directory)' (\(error)); changes are seen on access only")
@@ -983,26 +1067,26 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     old?.cancel()
   }
 
-  private func scheduleRefresh(checkSnapshot: Bool) {
-    // Coalesce a burst of journal events into one catch-up (a snapshot event always gets its own check).
-    if !checkSnapshot && refreshPending.exchange(true, ordering: .acquiringAndReleasing) { return }
-    background.async { [self] in
-      if !checkSnapshot { refreshPending.store(false, ordering: .releasing) }
+  /// How long a half-written export is given before it is moved aside as unusable.
+  static let exportRetryDelay = 0.25
+
+  /// Looks at the export in the background (it changed, or a reload found it edited or stale): applies an outside
+  /// edit, rewrites a stale export.
+  private func scheduleExportCheck(after delay: Double = 0) {
+    background.asyncAfter(deadline: .now() + delay) { [self] in
       // The whole container went away (deleted): nothing to adopt.
       guard (try? root.status(Self.preferences)) ?? nil != nil else { return }
       state.withLock { s in
-        if checkSnapshot && s.generation != .max && (try? exportState()) == .edited {
-          do {
-            try withLock { () throws(SharedDefaultsError) in
-              // Re-check under the lock: another process may have applied it already.
-              try catchUpExclusively(&s)
-              if (try? exportState()) == .edited { try repairAndCatchUp(&s, .outsideExport) }
-            }
-          } catch {
-            Self.logger.error("suite '\(suite)': could not adopt the outside change: \(error)")
+        guard s.generation != .max, (try? exportState()) != .current else { return }
+        do {
+          try withLock { () throws(SharedDefaultsError) in
+            // Under the lock: another process may have dealt with it already. Compaction applies an edit
+            // (`applyOutsideEdit`) and rewrites a stale export; a half-written one schedules this check again.
+            try catchUpExclusively(&s)
+            if (try? exportState()) != .current { try compact(&s, durable: false, housekeeping: true) }
           }
-        } else {
-          refreshIfChanged(&s)
+        } catch {
+          Self.logger.error("suite '\(suite)': could not apply the outside change: \(error)")
         }
       }
     }

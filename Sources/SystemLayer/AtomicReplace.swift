@@ -28,22 +28,25 @@ package enum AtomicReplace {
   /// `<pid>.<start time>` of this process: a sweeper can tell whether a temp file's writer is still alive.
   package static let writer = "\(getpid()).\(CurrentProcess.startTime() ?? 0)"
 
-  /// Replaces the file `name` in `directory` with `bytes`.
+  /// Replaces the file `name` in `directory` with `bytes`. Returns the status of the file written, taken before
+  /// it was published (an identity no later writer of that name can have set).
+  @discardableResult
   package static func write(
     _ bytes: some Collection<UInt8>, in directory: SystemFD, name: String, mode: mode_t,
     durability: Durability = .processCrash
-  ) throws(FileSystemError) {
+  ) throws(FileSystemError) -> FileStatus {
     try write(parts: 1, in: directory, name: name, mode: mode, durability: durability) { (fd, _) throws(FileSystemError) in
       try fd.writeAll(bytes)
     }
   }
 
   /// Replaces the file `name` in `directory` with what `writePart` writes for each part in `0..<parts` (a header
-  /// and a body from their own buffers, without joining them first).
+  /// and a body from their own buffers, without joining them first). Returns the written file's status.
+  @discardableResult
   package static func write(
     parts: Int, in directory: SystemFD, name: String, mode: mode_t, durability: Durability = .processCrash,
     _ writePart: (SystemFD, Int) throws(FileSystemError) -> Void
-  ) throws(FileSystemError) {
+  ) throws(FileSystemError) -> FileStatus {
     // Errors name the file the caller writes, never the temp file (an internal name the user cannot act on).
     let target = directory.path + "/" + name
     let temp: (fd: SystemFD, name: String)
@@ -56,10 +59,12 @@ package enum AtomicReplace {
       }
       throw error.about(target)
     }
+    let written: FileStatus
     do {
       defer { temp.fd.close() }
       for part in 0..<parts { try writePart(temp.fd, part) }
       if durability != .processCrash { try temp.fd.sync() }
+      written = try temp.fd.status()
     } catch {
       try? directory.removeFile(temp.name)
       throw error.path.contains(temporaryPrefix) ? error.about(target) : error
@@ -69,6 +74,7 @@ package enum AtomicReplace {
       throw error.about(target)
     }
     if durability == .powerLoss { try directory.sync() }
+    return written
   }
 
   /// Creates a fresh temp file in `directory`, named for `name`, with exactly `mode` (umask would leave 0644).

@@ -90,11 +90,12 @@ package final class ContainerDirectory: Sendable {
   }
 
   /// Replaces the file `relative` atomically (AtomicReplace.swift), every step relative to its directory's
-  /// descriptor.
+  /// descriptor. Returns the written file's status (taken before it was published).
+  @discardableResult
   package func replaceFile(
     _ relative: String, with bytes: some Collection<UInt8>, mode: mode_t,
     durability: AtomicReplace.Durability = .processCrash, resolution: Resolution = .automatic
-  ) throws(FileSystemError) {
+  ) throws(FileSystemError) -> FileStatus {
     let (parent, name) = Self.split(relative)
     guard !name.isEmpty else { throw FileSystemError("replace", path, .isDirectory) }
     let directory: SystemFD
@@ -102,7 +103,7 @@ package final class ContainerDirectory: Sendable {
       throw Self.parentFailure(error, writing: path + "/" + relative, parent: parent.isEmpty ? path : path + "/" + parent)
     }
     defer { directory.close() }
-    try AtomicReplace.write(bytes, in: directory, name: name, mode: mode, durability: durability)
+    return try AtomicReplace.write(bytes, in: directory, name: name, mode: mode, durability: durability)
   }
 
   /// `replaceFile`, done only when no symbolic link is on the way to `relative`, its last component included: the
@@ -163,6 +164,16 @@ package final class ContainerDirectory: Sendable {
     let directory = try openDirectory(parent)
     defer { directory.close() }
     try directory.rename(name, to: newName)
+  }
+
+  /// Makes `newName` (in the same directory) a hard link to the file `relative`, replacing whatever had that name.
+  /// Relative to the directory's descriptor; the corresponding C functions are `unlinkat` and `linkat`.
+  package func link(_ relative: String, to newName: String) throws(FileSystemError) {
+    let (parent, name) = Self.split(relative)
+    let directory = try openDirectory(parent)
+    defer { directory.close() }
+    try directory.removeFile(newName)
+    try directory.link(name, to: newName)
   }
 
   /// Removes the file `relative` (not following a symlink there); a missing file is not an error.

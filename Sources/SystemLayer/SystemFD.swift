@@ -133,6 +133,13 @@ package struct SystemFD: Sendable, Hashable {
     SyscallRecorder.record(.rename, path + "/" + destination)
   }
 
+  /// Makes `destination` a second name (a hard link) of the file `source`, both in this directory; fails with
+  /// EEXIST when `destination` exists. The corresponding C function is `linkat` (the source is not followed).
+  package func link(_ source: String, to destination: String) throws(FileSystemError) {
+    _ = try valueOrErrno { Glibc.linkat(rawValue, source, rawValue, destination, 0) }
+      .get("linkat", "\(path)/\(source)' -> '\(path)/\(destination)")
+  }
+
   /// Removes the file `name` in this directory; a missing file is not an error. The corresponding C function is
   /// `unlinkat`.
   package func removeFile(_ name: String) throws(FileSystemError) {

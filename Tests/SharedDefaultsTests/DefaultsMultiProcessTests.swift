@@ -108,7 +108,7 @@ import Testing
 @Suite(.timeLimit(.minutes(1))) struct DefaultsCorruptionTests {
   /// Sets up suite `suite` with a known state plus an untouched neighbour suite, then lets `damage` hit the files.
   func recover(
-    _ suite: String, damage: (_ plist: URL, _ journal: URL) throws -> Void
+    _ suite: String, awaitQuarantine: Bool = true, damage: (_ plist: URL, _ journal: URL) throws -> Void
   ) throws -> (SharedDefaults, SharedDefaults, [String], TestRoot) {
     let root = try TestRoot()
     let container = try root.container()
@@ -120,10 +120,17 @@ import Testing
     try defaults.set(2, forKey: "b")  // in the journal only
     let prefs = container.preferencesURL
     try damage(prefs.appendingPathComponent("\(suite).plist"), prefs.appendingPathComponent("\(suite).journal"))
-    _ = defaults.integer(forKey: "a")
-    Thread.sleep(forTimeInterval: 0.3)  // the watcher's adoption runs in the background
-    _ = defaults.integer(forKey: "a")
-    return (defaults, neighbour, try FileManager.default.contentsOfDirectory(atPath: prefs.path), root)
+    // The watcher's check runs in the background (and gives an unreadable plist `exportRetryDelay`, as it may be
+    // half-written): wait for the damaged file to be moved aside.
+    let deadline = Date().addingTimeInterval(10)
+    var files: [String] = []
+    repeat {
+      _ = defaults.integer(forKey: "a")
+      files = try FileManager.default.contentsOfDirectory(atPath: prefs.path)
+      if !awaitQuarantine || files.contains(where: { $0.hasPrefix(suite + ".") && $0.contains(".corrupt-") }) { break }
+      Thread.sleep(forTimeInterval: 0.02)
+    } while Date() < deadline
+    return (defaults, neighbour, files, root)
   }
 
   @Test(arguments: [
@@ -147,7 +154,7 @@ import Testing
   @Test func aHugeSnapshotIsRefusedNotLoaded() throws {
     let (defaults, _, files, root) = try recover("huge") { plist, _ in
       let handle = try FileHandle(forWritingTo: plist)
-      try handle.seek(toOffset: 80 << 20)  // sparse: 80 MB over the 64 MB limit
+      try handle.seek(toOffset: 600 << 20)  // sparse: 600 MB, over the 512 MiB limit
       try handle.write(contentsOf: Data([0]))
       try handle.close()
     }
@@ -157,7 +164,8 @@ import Testing
   }
 
   @Test func aCorruptJournalKeepsItsGoodPrefixAndIsMovedAside() throws {
-    let (defaults, neighbour, files, root) = try recover("journal") { _, journal in
+    // This process does not look at the journal again (it applied "b" already): nothing to wait for here.
+    let (defaults, neighbour, files, root) = try recover("journal", awaitQuarantine: false) { _, journal in
       // Flip a byte inside the committed record: its checksum no longer matches.
       let handle = try FileHandle(forUpdating: journal)
       try handle.seek(toOffset: 12)
