@@ -268,6 +268,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     guard header.load(Slot.generation) != s.generation || header.load(Slot.committed) != UInt64(s.length) else {
       return
     }
+    // A read does not wait for another process: what it needs can be read without the lock (below). Only a
+    // repair takes it.
+    for _ in 0..<3 where catchUpWithoutLock(&s) { return }
     do {
       try withLock { () throws(SharedDefaultsError) in try catchUpExclusively(&s) }
     } catch {
@@ -392,6 +395,62 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   }
 
   // MARK: Catching up
+
+  /// Catches up without the suite's lock, as a seqlock reader: a writer only writes past the committed length,
+  /// and a compaction bumps the generation before anything is written over (or the snapshot's recorded identity
+  /// changes), so what was read is good if the generation is the same after reading it (`loadAfterFence`).
+  /// Returns false when it must be tried again or done under the lock (the files changed meanwhile, or need a
+  /// repair: damage, a snapshot whose compaction did not finish).
+  private func catchUpWithoutLock(_ s: inout State) -> Bool {
+    guard !headerLost.load(ordering: .relaxed), journal.faultCount == seenJournalFaults.load(ordering: .relaxed)
+    else { return false }
+    let generation = header.load(Slot.generation)
+    let committed = Int(header.load(Slot.committed))
+    var values: [String: PropertyListValue]?
+    var start = s.length
+    if generation != s.generation || committed < s.length {
+      let folded =
+        s.generation != .max && s.pendingOwn.isEmpty && header.load(Slot.foldedGeneration) == s.generation
+        && header.load(Slot.foldedLength) == UInt64(s.length)
+      if folded {
+        start = 0  // a compaction folded exactly what we have into the snapshot: skip reading it
+      } else {
+        guard let (snapshot, status) = try? loadSnapshot(snapshotItem),
+          header.load(Slot.snapshotInode) == (status?.inode ?? 0),
+          header.load(Slot.snapshotSize) == UInt64(status?.size ?? 0),
+          header.load(Slot.snapshotTime) == UInt64(bitPattern: status?.modificationNanoseconds ?? 0)
+        else { return false }
+        values = snapshot
+        start = 0
+      }
+    }
+    let (bytes, problem) = readJournal(from: start, to: committed)
+    guard problem == nil, header.loadAfterFence(Slot.generation) == generation else { return false }
+    var records: [JournalFormat.Record] = []
+    var offsets: [Int] = []
+    do { try JournalFormat.decode(bytes, base: start, into: &records, offsets: &offsets) } catch { return false }
+    if var values {
+      for record in records { apply(record, to: &values) }
+      replaceValues(with: values, in: &s)
+      s.pendingOwn = [:]
+      if (try? exportState()) != .current { scheduleExportCheck() }
+    } else {
+      if start == 0 { s.pendingOwn = [:] }
+      if !s.pendingOwn.isEmpty {
+        // Our own pending records are applied already, and they supersede older records of the same keys.
+        let pending = s.pendingOwn
+        records = zip(records, offsets).filter { record, offset in
+          guard let own = pending[record.key] else { return true }
+          return offset >= own.end
+        }.map(\.0)
+        s.pendingOwn = [:]
+      }
+      apply(records, to: &s)
+    }
+    s.generation = generation
+    s.length = committed
+    return true
+  }
 
   /// Brings `s` to the committed state. Needs the lock. Throws `Repair` when files need repairing first.
   private func catchUp(_ s: inout State) throws(Repair) {
@@ -562,8 +621,16 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       case .corruptJournal(let reason):
         Self.logger.error(
           "suite '\(suite)': journal '\(journalPath)' is corrupt (\(reason)); moved aside after its good records")
+        if s.generation == .max {
+          // Never loaded here: start from the snapshot and the journal's good records, never from nothing.
+          do { try reload(&s, generation: header.load(Slot.generation), committed: Int(header.load(Slot.committed))) }
+          catch {
+            if case .unreachable(let error) = error { throw error }
+            if case .overLimit(let error) = error { throw error }
+          }
+          guard s.generation != .max else { throw .system(FileSystemError("recover", journalPath, .ioError)) }
+        }
         quarantineJournal()
-        guard s.generation != .max else { throw .system(FileSystemError("recover", journalPath, .ioError)) }
         try compact(&s, durable: false)
       }
       problem = nil

@@ -140,6 +140,14 @@ package final class MappedCounters: @unchecked Sendable {  // `healing` serializ
     return healed() ? atomic(index).load(ordering: .acquiring) : value
   }
 
+  /// Loads counter `index` after an acquiring fence: reads of the shared mappings made before this call cannot
+  /// be moved after it. The second load of a seqlock read: if the counter is unchanged, what was read in between
+  /// was not written over.
+  package func loadAfterFence(_ index: Int) -> UInt64 {
+    atomicMemoryFence(ordering: .acquiring)
+    return load(index)
+  }
+
   package func store(_ index: Int, _ value: UInt64) {
     atomic(index).store(value, ordering: .releasing)
     if healed() { atomic(index).store(value, ordering: .releasing) }

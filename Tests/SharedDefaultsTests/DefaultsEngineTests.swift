@@ -203,3 +203,34 @@ import TestSupport
     withExtendedLifetime(root) {}
   }
 }
+
+/// A read never waits for another process: a process that holds the suite's lock and stops there (Ctrl-Z, a
+/// breakpoint; here: inside an `update` that never returns) does not hold up readers, new or running.
+///
+/// Mutant this suite catches: reads catching up under the lock whenever something changed (0.1.0):
+/// both readers hang behind the holder and the test fails at its time limit.
+@Suite(.timeLimit(.minutes(1))) struct DefaultsReadsNeverWaitTests {
+  @Test func readersGoOnWhileAnotherProcessHoldsTheLock() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let id = container.identifier
+    // A running reader, current at first.
+    let running = try Child(["defaults-script", root.path, id, "held", root.path, "fill:k:10:0", "count:k", "wait:go", "count:k", "count:late"])
+    #expect(await running.line { $0 == "count 10" } != nil)
+    // Another process commits more, and compacts (a new generation for the running reader to reload).
+    let writer = try Child(["defaults-script", root.path, id, "held", root.path, "fill:k:30:0", "sync", "set:late=1"])
+    #expect(await writer.exit() == 0)
+    // A third takes the lock and stays there.
+    let holder = try Child(["defaults-hold", root.path, id, "held"])
+    defer { holder.kill() }
+    #expect(await holder.line { $0 == "holding" } != nil)
+    // The running reader catches up, and a new process reads the whole suite.
+    FileManager.default.createFile(atPath: root.path + "/go", contents: nil)
+    #expect(await running.exit() == 0)
+    #expect(running.output == ["filled k 10", "count 10", "count 30", "count 1"], "\(running.errors.withLock { $0 })")
+    let fresh = try Child(["defaults-script", root.path, id, "held", root.path, "count:k", "count:late"])
+    #expect(await fresh.exit() == 0)
+    #expect(fresh.output == ["count 30", "count 1"])
+    withExtendedLifetime(root) {}
+  }
+}
