@@ -369,8 +369,10 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     }
     apply(records, to: &s)
     s.lastWrite = MonotonicClock.nanoseconds()
-    // Compaction costs O(suite); wait until the journal is as large as the snapshot, so it stays amortized O(1).
-    let threshold = max(Self.compactionThreshold, 2 * Int(header.load(Slot.snapshotSize)))
+    // Compaction costs O(suite); wait until the journal is as large as the snapshot, so it stays amortized O(1) —
+    // but compact before the journal's reservation is half used, or a large suite would fill it and sets fail.
+    let threshold = min(
+      max(Self.compactionThreshold, 2 * Int(header.load(Slot.snapshotSize))), journal.reservation / 2)
     guard end > threshold, mayCompact else { return }
     // The write is committed whatever happens now: a compaction that fails (full disk) is retried by the next one.
     do {
@@ -389,8 +391,13 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     // Grow geometrically so allocation stays off the per-write cost.
     let page = 4096
     let wanted = min(journal.reservation, max(end, 2 * capacity, 64 << 10))
-    let size = (wanted + page - 1) / page * page
-    try SharedDefaultsError.wrap { () throws(FileSystemError) in try journal.allocate(upTo: size) }
+    var size = (wanted + page - 1) / page * page
+    do { try journal.allocate(upTo: size) } catch {
+      // A nearly full disk: the doubling does not fit, what this set needs may.
+      guard error.errno == .noSpace, size > end else { throw .system(error) }
+      size = (end + page - 1) / page * page
+      try SharedDefaultsError.wrap { () throws(FileSystemError) in try journal.allocate(upTo: size) }
+    }
     header.store(Slot.journalCapacity, UInt64(size))
   }
 

@@ -1,3 +1,4 @@
+import FileCoordination
 import Foundation
 import PropertyList
 import SharedDefaults
@@ -232,5 +233,37 @@ import TestSupport
     #expect(await fresh.exit() == 0)
     #expect(fresh.output == ["count 30", "count 1"])
     withExtendedLifetime(root) {}
+  }
+}
+
+/// A nearly full disk: the journal grows by doubling, and when the doubling does not fit, by what the set needs.
+///
+/// Mutant this suite catches: no fallback (0.1.0): sets failed with ENOSPC once the next doubling did not fit,
+/// with up to half the free space unused (`setsUseTheLastFreeSpace`).
+@Suite(.timeLimit(.minutes(1))) struct DefaultsNearlyFullDiskTests {
+  @Test(.enabled(if: geteuid() == 0, "mounting a small tmpfs needs root"))
+  func setsUseTheLastFreeSpace() throws {
+    let root = try TestRoot()
+    guard let mounted = try SmallDisk.mount(in: root, size: "4m", name: "nearlyfull") else { return }
+    defer { withExtendedLifetime(mounted) {} }
+    let container = try GroupContainer(identifier: "group.com.example.tests", root: URL(fileURLWithPath: mounted.path))
+    let defaults = try SharedDefaults(suiteName: "tight", container: container)
+    try defaults.set(0, forKey: "first")
+    // Leave about 900 KB free: the journal's doubling from 512 KB to 1 MB does not fit, what each set needs does.
+    func freeBytes() throws -> Int {
+      (try FileManager.default.attributesOfFileSystem(forPath: mounted.path)[.systemFreeSize] as? NSNumber)?.intValue ?? 0
+    }
+    let free = try freeBytes()
+    try Data(repeating: 1, count: max(0, free - 900_000)).write(to: URL(fileURLWithPath: mounted.path + "/filler"))
+    let left = try freeBytes()
+    let value = Data(repeating: 7, count: 10_000)
+    var stored = 0
+    while stored < 200 {
+      do { try defaults.set(value, forKey: "k\(stored)") } catch { break }
+      stored += 1
+    }
+    // Everything but a few pages of the free space was used, and every stored value is there.
+    #expect(stored * value.count >= left - 150_000, "stored \(stored) values of 10 KB with \(left) bytes free")
+    #expect((0..<stored).allSatisfy { defaults.data(forKey: "k\($0)") == value })
   }
 }
