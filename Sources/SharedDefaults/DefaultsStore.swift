@@ -39,7 +39,10 @@ import SystemLayer
 /// never treated as corrupt.
 final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state` (a Mutex); files are fixed
   static let logger = Logger(label: "GroupContainer.SharedDefaults")
-  private static let stores = Mutex<[String: DefaultsStore]>([:])
+  /// The open stores, by suite path: weak, so a suite no `SharedDefaults` uses any more is released (its mappings,
+  /// descriptors, watch and registrations), and a process may open any number of suites one after another.
+  private static let stores = Mutex<[String: WeakStore]>([:])
+  private struct WeakStore { weak var store: DefaultsStore? }
 
   private enum Slot {
     static let magic = 0, generation = 1, committed = 2, snapshotInode = 3, snapshotSize = 4, snapshotTime = 5
@@ -118,6 +121,10 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   private let state = Mutex(State())
   /// Read by the watcher thread, which must never wait for `state` (a writer may hold it while it waits for flock).
   private let observerCount = Atomic<Int>(0)
+  /// A repair is queued on `background` (reads never wait for it).
+  private let repairPending = Atomic<Bool>(false)
+  /// Serializes this process's threads before the suite's lock (which names a process, not a thread).
+  private let writerGate = Mutex<Int>(0)
   private let listener = Mutex<ChangeSignal.Listener?>(nil)
   /// SIGBUS faults of the mappings already dealt with (a new one means a file was truncated under us).
   private let seenHeaderFaults = Atomic<UInt32>(0)
@@ -140,19 +147,20 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   static func open(suite: String, container: GroupContainer) throws(SharedDefaultsError) -> DefaultsStore {
     let directory = container.preferencesURL.path
     let key = directory + "/" + suite
-    if let store = stores.withLock({ $0[key] }) { return store }
+    if let store = stores.withLock({ $0[key]?.store }) { return store }
     let store = try DefaultsStore(suite: suite, directory: directory, container: container)
     let (chosen, fresh) = stores.withLock { stores -> (DefaultsStore, Bool) in
-      if let existing = stores[key] { return (existing, false) }
-      stores[key] = store
+      if let existing = stores[key]?.store { return (existing, false) }
+      if stores.count >= 64 { stores = stores.filter { $0.value.store != nil } }
+      stores[key] = WeakStore(store: store)
       store.startWatching()
       return (store, true)
     }
     if fresh {
-      // Stores live as long as the process: the registration is never cancelled.
-      _ = MemoryPressure.shared.onMemoryWarning(name: "shared defaults '\(suite)'", container: container) {
-        [weak store] _ in store?.dropValuesIfUnused() ?? 0
-      }
+      let registration = MemoryPressure.shared.onMemoryWarning(
+        name: "shared defaults '\(suite)'", container: container
+      ) { [weak store] _ in store?.dropValuesIfUnused() ?? 0 }
+      store.registrations.withLock { $0.memory = registration }
     }
     return chosen
   }
@@ -161,7 +169,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// a suite name that was never written (a typo) creates nothing. Checked beneath the container's descriptor.
   /// A suite removed between the check and the open is made again: it existed, so that is no typo's doing.
   static func openExisting(suite: String, container: GroupContainer) throws(SharedDefaultsError) -> DefaultsStore? {
-    if let store = stores.withLock({ $0[container.preferencesURL.path + "/" + suite] }) { return store }
+    if let store = stores.withLock({ $0[container.preferencesURL.path + "/" + suite]?.store }) { return store }
     let root: ContainerDirectory
     do { root = try container.directory() } catch { throw .container(error) }
     for name in ["\(suite).lock", "\(suite).plist"] {
@@ -184,7 +192,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       else { return 0 }
       let bytes = s.values.reduce(0) { $0 + $1.key.utf8.count + Self.approximateSize(of: $1.value) }
       s.values = [:]
-      s.generation = .max  // `refreshIfChanged` reloads on the next access
+      s.generation = .max  // the next access reloads
       s.length = 0
       return bytes
     }
@@ -241,41 +249,60 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     if header.load(Slot.magic) != Self.magic { try initializeHeaderLocked() }
   }
 
-  deinit { lockFD.close() }
+  /// Released with the store.
+  private let registrations = Mutex<(watch: Watcher.Token?, memory: MemoryWarningRegistration?)>((nil, nil))
+
+  deinit {
+    let (watch, memory) = registrations.withLock { $0 }
+    if let watch { Watcher.shared.cancel(watch) }
+    memory?.cancel()
+    lockFD.close()
+  }
 
   // MARK: Reading
 
   /// The current value: from memory when the header says nothing changed (no system call).
   func value(forKey key: String) -> PropertyListValue? {
-    state.withLock { s in
-      refreshIfChanged(&s)
-      return s.values[key] ?? s.registered[key]
-    }
+    readCurrent { s in s.values[key] ?? s.registered[key] }
   }
 
   func snapshot(includingRegistered: Bool) -> [String: PropertyListValue] {
-    state.withLock { s in
-      refreshIfChanged(&s)
-      return includingRegistered ? s.registered.merging(s.values) { $1 } : s.values
+    readCurrent { s in includingRegistered ? s.registered.merging(s.values) { $1 } : s.values }
+  }
+
+  /// Runs `read` on the current state. Waits for the suite's lock only when this process never loaded the suite
+  /// and it cannot be read without the lock (damaged files, a compaction that did not finish) — and then without
+  /// holding `state`.
+  private func readCurrent<T: Sendable>(_ read: (State) -> T) -> T {
+    if let done = state.withLock({ s -> T? in refreshWithoutWaiting(&s) ? read(s) : nil }) { return done }
+    do { try exclusively { s throws(SharedDefaultsError) in try catchUpExclusively(&s) } } catch {
+      Self.logger.error("suite '\(suite)': could not recover: \(error)")
     }
+    return state.withLock { s in read(s) }
   }
 
   func register(_ defaults: [String: PropertyListValue]) {
     state.withLock { s in s.registered.merge(defaults) { $1 } }
   }
 
-  private func refreshIfChanged(_ s: inout State) {
+  /// Brings `s` up to date without waiting for another process: what a read needs can be read without the
+  /// suite's lock (`catchUpWithoutLock`). When that is not possible (a repair is needed), the repair is left to the
+  /// background and `s` stays the last good state — unless it was never loaded: then returns false.
+  private func refreshWithoutWaiting(_ s: inout State) -> Bool {
     guard header.load(Slot.generation) != s.generation || header.load(Slot.committed) != UInt64(s.length) else {
-      return
+      return true
     }
-    // A read does not wait for another process: what it needs can be read without the lock (below). Only a
-    // repair takes it.
-    for _ in 0..<3 where catchUpWithoutLock(&s) { return }
-    do {
-      try withLock { () throws(SharedDefaultsError) in try catchUpExclusively(&s) }
-    } catch {
-      Self.logger.error("suite '\(suite)': could not recover: \(error)")
+    for _ in 0..<3 where catchUpWithoutLock(&s) { return true }
+    guard s.generation != .max else { return false }
+    if !repairPending.exchange(true, ordering: .acquiringAndReleasing) {
+      background.async { [self] in
+        repairPending.store(false, ordering: .releasing)
+        do { try exclusively { s throws(SharedDefaultsError) in try catchUpExclusively(&s) } } catch {
+          Self.logger.error("suite '\(suite)': could not recover: \(error)")
+        }
+      }
     }
+    return true
   }
 
   // MARK: Writing
@@ -284,11 +311,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   func write(_ records: [JournalFormat.Record]) throws(SharedDefaultsError) {
     var bytes: [UInt8] = []
     for record in records { try JournalFormat.encode(record, into: &bytes) }
-    let firstWriteSinceIdle = try state.withLock { s throws(SharedDefaultsError) -> Bool in
-      try withLock { () throws(SharedDefaultsError) in
-        if needsCatchUpBeforeAppending(generation: s.generation, length: s.length) { try catchUpExclusively(&s) }
-        try append(bytes, records, &s)
-      }
+    let firstWriteSinceIdle = try exclusively { s throws(SharedDefaultsError) -> Bool in
+      if needsCatchUpBeforeAppending(generation: s.generation, length: s.length) { try catchUpExclusively(&s) }
+      try append(bytes, records, &s)
       return s.markIdleCheck()
     }
     if firstWriteSinceIdle { scheduleIdleCompaction() }
@@ -311,16 +336,14 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       records: [JournalFormat.Record], result: T
     )
   ) throws -> T {
-    let result = try state.withLock { s -> T in
-      try withLock { () throws -> T in
-        try catchUpExclusively(&s)
-        let (records, result) = try body(s.values, s.registered)
-        guard !records.isEmpty else { return result }
-        var bytes: [UInt8] = []
-        for record in records { try JournalFormat.encode(record, into: &bytes) }
-        try append(bytes, records, &s)
-        return result
-      }
+    let result = try exclusively { s throws -> T in
+      try catchUpExclusively(&s)
+      let (records, result) = try body(s.values, s.registered)
+      guard !records.isEmpty else { return result }
+      var bytes: [UInt8] = []
+      for record in records { try JournalFormat.encode(record, into: &bytes) }
+      try append(bytes, records, &s)
+      return result
     }
     if state.withLock({ $0.markIdleCheck() }) { scheduleIdleCompaction() }
     return result
@@ -328,11 +351,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
 
   /// Makes the snapshot current and durable (survives power loss).
   func synchronize() throws(SharedDefaultsError) {
-    try state.withLock { s throws(SharedDefaultsError) in
-      try withLock { () throws(SharedDefaultsError) in
-        try catchUpExclusively(&s)
-        try compact(&s, durable: true, handOver: true)
-      }
+    try exclusively { s throws(SharedDefaultsError) in
+      try catchUpExclusively(&s)
+      try compact(&s, durable: true, handOver: true)
     }
   }
 
@@ -1010,7 +1031,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
 
   /// Called after `markIdleCheck()` said so: checks again once writes have stopped for a while.
   private func scheduleIdleCompaction() {
-    background.asyncAfter(deadline: .now() + .nanoseconds(Int(Self.idleCompaction))) { [self] in
+    // Weak: a store nobody uses is released without waiting for its idle compaction (the journal keeps its writes).
+    background.asyncAfter(deadline: .now() + .nanoseconds(Int(Self.idleCompaction))) { [weak self] in
+      guard let self else { return }
       let idle = state.withLock { s -> Bool in
         s.idleCheckScheduled = false
         return MonotonicClock.nanoseconds() - s.lastWrite >= Self.idleCompaction
@@ -1021,11 +1044,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       }
       guard header.load(Slot.committed) > 0 else { return }
       do {
-        try state.withLock { s throws(SharedDefaultsError) in
-          try withLock { () throws(SharedDefaultsError) in
-            try catchUpExclusively(&s)
-            if s.length > 0 { try compact(&s, durable: false, handOver: true, housekeeping: true) }
-          }
+        try exclusively { s throws(SharedDefaultsError) in
+          try catchUpExclusively(&s)
+          if s.length > 0 { try compact(&s, durable: false, handOver: true, housekeeping: true) }
         }
       } catch {
         Self.logger.warning("suite '\(suite)': idle compaction failed: \(error)")
@@ -1091,8 +1112,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   }
 
   func addObserver(keys: Set<String>?, _ deliver: @escaping @Sendable (DefaultsChange) -> Void) -> UInt64 {
-    state.withLock { s in
-      refreshIfChanged(&s)  // start from the current state: later changes only
+    _ = readCurrent { _ in 0 }  // start from the current state: later changes only
+    return state.withLock { s in
+      _ = refreshWithoutWaiting(&s)
       s.nextObserver += 1
       s.observers[s.nextObserver] = Observer(keys: keys, deliver: deliver)
       if observerCount.add(1, ordering: .relaxed).newValue == 1 { listenForWrites(true) }
@@ -1114,10 +1136,11 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   private func startWatching() {
     let plistName = "\(suite).plist"
     do {
-      _ = try Watcher.shared.watch(directory) { [weak self] event in
+      let token = try Watcher.shared.watch(directory) { [weak self] event in
         guard let self, event.name == plistName else { return }
         self.scheduleExportCheck()
       }
+      registrations.withLock { $0.watch = token }
     } catch {
       Self.logger.warning("suite '\(suite)': cannot watch '\(directory)' (\(error)); changes are seen on access only")
     }
@@ -1133,7 +1156,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
           on
           ? signal.listen(name: "GroupContainer.SharedDefaults.\(suite)") { [weak self] in
             guard let self else { return }
-            self.state.withLock { self.refreshIfChanged(&$0) }
+            self.state.withLock { _ = self.refreshWithoutWaiting(&$0) }
           } : nil
       }
       return current
@@ -1150,26 +1173,35 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     background.asyncAfter(deadline: .now() + delay) { [self] in
       // The whole container went away (deleted): nothing to adopt.
       guard (try? root.status(Self.preferences)) ?? nil != nil else { return }
-      state.withLock { s in
-        guard s.generation != .max, (try? exportState()) != .current else { return }
-        do {
-          try withLock { () throws(SharedDefaultsError) in
-            // Under the lock: another process may have dealt with it already. Compaction applies an edit
-            // (`applyOutsideEdit`) and rewrites a stale export; a half-written one schedules this check again.
-            try catchUpExclusively(&s)
-            if (try? exportState()) != .current { try compact(&s, durable: false, housekeeping: true) }
-          }
-        } catch {
-          Self.logger.error("suite '\(suite)': could not apply the outside change: \(error)")
+      guard state.withLock({ $0.generation != .max }), (try? exportState()) != .current else { return }
+      do {
+        try exclusively { s throws(SharedDefaultsError) in
+          // Under the lock: another process may have dealt with it already. Compaction applies an edit
+          // (`applyOutsideEdit`) and rewrites a stale export; a half-written one schedules this check again.
+          try catchUpExclusively(&s)
+          if (try? exportState()) != .current { try compact(&s, durable: false, housekeeping: true) }
         }
+      } catch {
+        Self.logger.error("suite '\(suite)': could not apply the outside change: \(error)")
       }
     }
   }
 
   // MARK: Locking
 
-  /// Runs `body` holding the suite's lock (callers hold `state`, so one thread per process asks for it), then
-  /// signals other processes' observers if the committed state changed.
+  /// The lock order, in one place: this process's writer gate, then the suite's lock, then `state`. Nothing waits
+  /// for the suite's lock while holding `state`, so a reader in this process never waits behind a thread of its
+  /// own that waits for another process.
+  private func exclusively<T: Sendable, E: Error>(_ body: (inout State) throws(E) -> T) throws(E) -> T {
+    try writerGate.withLock { _ throws(E) -> T in
+      try withLock { () throws(E) -> T in
+        try state.withLock { s throws(E) -> T in try body(&s) }
+      }
+    }
+  }
+
+  /// Runs `body` holding the suite's lock (callers hold the writer gate, so one thread per process asks for it),
+  /// then signals other processes' observers if the committed state changed.
   private func withLock<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
     while true {
       let acquired = lock.lock()

@@ -267,3 +267,26 @@ import TestSupport
     #expect((0..<stored).allSatisfy { defaults.data(forKey: "k\($0)") == value })
   }
 }
+
+/// A suite that no `SharedDefaults` uses any more is released: its mappings (and their SIGBUS guard slots, 4,096
+/// for the process), descriptors, watch and registrations.
+///
+/// Mutant this suite catches: stores kept for the life of the process (0.1.0): the 2,049th suite fails to map
+/// (guard slots gone) and descriptors grow by two per suite.
+@Suite(.timeLimit(.minutes(3))) struct DefaultsManySuitesTests {
+  @Test func aProcessOpensThousandsOfSuitesOneAfterAnother() throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    func descriptors() -> Int { (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? 0 }
+    let before = descriptors()
+    for i in 0..<2_100 {
+      let defaults = try SharedDefaults(suiteName: "many\(i)", container: container)
+      try defaults.set(i, forKey: "i")
+    }
+    // A few in flight (the idle check keeps a store for 5 s): far fewer than two per suite.
+    #expect(descriptors() - before < 200, "\(descriptors() - before) more descriptors after 2,100 suites")
+    for i in stride(from: 0, to: 2_100, by: 211) {
+      #expect(try SharedDefaults(suiteName: "many\(i)", container: container).integer(forKey: "i") == i)
+    }
+  }
+}
