@@ -7,6 +7,7 @@ import SharedDefaults
 /// keep a process alive with a known state and make it act later. Steps:
 /// - `set:<key>=<integer>` (says "ack <key>" once the set returned), `remove:<key>`;
 /// - `fill:<prefix>:<count>:<bytes>` sets `<prefix><i>` to `bytes` bytes of data (`bytes` 0: the integer i);
+/// - `bgset:<key>=<integer>` sets it on a thread of its own (which may wait for the suite's lock) and goes on;
 /// - `sync` (`synchronize()`), `say:<text>`;
 /// - `wait:<name>` waits until the file `<dir>/<name>` exists (at most 60 s, then exits with status 4);
 /// - `dump`: one line per key, "<key> <integer value or data length>", then "end"; `count:<prefix>`: "count <n>",
@@ -23,6 +24,10 @@ func runDefaultsScript(_ args: [String], _ container: GroupContainer) throws -> 
       let parts = rest.split(separator: "=", maxSplits: 1).map(String.init)
       try defaults.set(Int(parts[1])!, forKey: parts[0])
       line("ack \(parts[0])")
+    case "bgset":
+      let parts = rest.split(separator: "=", maxSplits: 1).map(String.init)
+      Thread.detachNewThread { try? defaults.set(Int(parts[1])!, forKey: parts[0]) }
+      usleep(100_000)  // long enough for the thread to be waiting for the lock
     case "remove":
       try defaults.removeObject(forKey: rest)
     case "fill":

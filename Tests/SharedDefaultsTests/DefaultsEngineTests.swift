@@ -208,8 +208,10 @@ import TestSupport
 /// A read never waits for another process: a process that holds the suite's lock and stops there (Ctrl-Z, a
 /// breakpoint; here: inside an `update` that never returns) does not hold up readers, new or running.
 ///
-/// Mutant this suite catches: reads catching up under the lock whenever something changed (0.1.0):
-/// both readers hang behind the holder and the test fails at its time limit.
+/// Mutants this suite catches: reads catching up under the lock whenever something changed (0.1.0): both
+/// readers hang behind the holder (`readersGoOnWhileAnotherProcessHoldsTheLock`); a writer taking `state` before
+/// the suite's lock (0.1.0's order): a reader of the same process waits behind its own writer thread
+/// (`aReaderDoesNotWaitBehindAWriterOfItsOwnProcess`).
 @Suite(.timeLimit(.minutes(1))) struct DefaultsReadsNeverWaitTests {
   @Test func readersGoOnWhileAnotherProcessHoldsTheLock() async throws {
     let root = try TestRoot()
@@ -232,6 +234,23 @@ import TestSupport
     let fresh = try Child(["defaults-script", root.path, id, "held", root.path, "count:k", "count:late"])
     #expect(await fresh.exit() == 0)
     #expect(fresh.output == ["count 30", "count 1"])
+    withExtendedLifetime(root) {}
+  }
+
+  @Test func aReaderDoesNotWaitBehindAWriterOfItsOwnProcess() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let id = container.identifier
+    let process = try Child(
+      ["defaults-script", root.path, id, "own", root.path, "fill:k:5:0", "wait:go", "bgset:x=1", "count:k", "say:done"])
+    #expect(await process.line { $0 == "filled k 5" } != nil)
+    let holder = try Child(["defaults-hold", root.path, id, "own"])
+    defer { holder.kill() }
+    #expect(await holder.line { $0 == "holding" } != nil)
+    // One thread of the process now waits for the lock to set x; another reads.
+    FileManager.default.createFile(atPath: root.path + "/go", contents: nil)
+    #expect(await process.exit() == 0)
+    #expect(process.output == ["filled k 5", "count 5", "done"])
     withExtendedLifetime(root) {}
   }
 }
