@@ -55,6 +55,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     static let exportInode = 12, exportSize = 13, exportTime = 14
     /// Non-zero while the suite is over `snapshotLimits` (a compaction refused to write it): sets fail, removes work.
     static let overLimit = 15
+    /// The inode of the journal every process must map (a removed journal is noticed and followed).
+    static let journalInode = 16
   }
   private static let magic: UInt64 = 0x3354_4c46_4544_4347  // "GCDEFLT3"
   /// 0.1.0's header: the plist was the snapshot. Migrated in place (`initializeHeaderLocked`).
@@ -125,6 +127,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   private let repairPending = Atomic<Bool>(false)
   /// Serializes this process's threads before the suite's lock (which names a process, not a thread).
   private let writerGate = Mutex<Int>(0)
+  /// The inode of the journal file this process maps.
+  private let journalInode = Atomic<UInt64>(0)
   private let listener = Mutex<ChangeSignal.Listener?>(nil)
   /// SIGBUS faults of the mappings already dealt with (a new one means a file was truncated under us).
   private let seenHeaderFaults = Atomic<UInt32>(0)
@@ -246,7 +250,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     }
     deliveries = DispatchQueue(label: "GroupContainer.SharedDefaults.\(suite).deliveries")
     background = DispatchQueue(label: "GroupContainer.SharedDefaults.\(suite).background")
+    journalInode.store((try? journal.fileStatus().inode) ?? 0, ordering: .relaxed)
     if header.load(Slot.magic) != Self.magic { try initializeHeaderLocked() }
+    if header.load(Slot.journalInode) == 0 { header.store(Slot.journalInode, journalInode.load(ordering: .relaxed)) }
   }
 
   /// Released with the store.
@@ -955,8 +961,50 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     header.store(Slot.lock, 0)
     header.store(Slot.journalCapacity, 0)  // unknown: the next write allocates what it needs
     header.store(Slot.overLimit, 0)
+    header.store(Slot.journalInode, journalInode.load(ordering: .relaxed))
     header.increment(Slot.generation)
     header.store(Slot.magic, Self.magic)
+  }
+
+  /// With the lock held: the journal this process maps is not the one the header records — the file was removed
+  /// (`rm`) or replaced. If another process already made a new one, this one maps it too (same bytes). If this
+  /// process still maps the recorded journal, its committed records are copied into the file now at the name, so
+  /// nothing is lost. Otherwise they are gone with the file: the journal starts empty in a new generation (every
+  /// process reloads from the snapshot), and that is logged.
+  private func followJournal() {
+    let recorded = header.load(Slot.journalInode)
+    let mine = journalInode.load(ordering: .relaxed)
+    do {
+      let files = try root.openDirectory(Self.preferences)
+      defer { files.close() }
+      let fd = try files.openOrCreate("\(suite).journal", mode: fileMode, size: 0)
+      let inode = try fd.status().inode
+      if inode == recorded {
+        try journal.remap(onto: fd)
+      } else {
+        let committed = min(Int(header.load(Slot.committed)), Int(header.load(Slot.journalCapacity)))
+        let salvaged =
+          mine == recorded ? [UInt8](UnsafeRawBufferPointer(start: journal.base, count: max(committed, 0))) : nil
+        let size = max((committed + 4095) / 4096 * 4096, 64 << 10)
+        try journal.remap(onto: fd)
+        try journal.allocate(upTo: size)
+        header.store(Slot.journalCapacity, UInt64(size))
+        if let salvaged {
+          salvaged.withUnsafeBytes { journal.base.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+          Self.logger.warning("suite '\(suite)': '\(journalPath)' was removed; its records were copied into a new one")
+        } else {
+          Self.logger.error(
+            "suite '\(suite)': '\(journalPath)' was removed; the writes it held since the last compaction are lost")
+          header.store(Slot.committed, 0)
+          header.increment(Slot.generation)
+        }
+        header.store(Slot.journalInode, inode)
+      }
+      journalInode.store(inode, ordering: .relaxed)
+      seenJournalFaults.store(journal.faultCount, ordering: .relaxed)
+    } catch {
+      Self.logger.error("suite '\(suite)': cannot open '\(journalPath)' again: \(error)")
+    }
   }
 
   /// Makes the plist's bytes the snapshot (when it parses) and records both: the plist is then the current export.
@@ -1136,9 +1184,11 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   private func startWatching() {
     let plistName = "\(suite).plist"
     do {
+      let journalName = "\(suite).journal"
       let token = try Watcher.shared.watch(directory) { [weak self] event in
-        guard let self, event.name == plistName else { return }
-        self.scheduleExportCheck()
+        guard let self else { return }
+        if event.name == plistName { self.scheduleExportCheck() }
+        if event.name == journalName { self.scheduleJournalCheck() }
       }
       registrations.withLock { $0.watch = token }
     } catch {
@@ -1162,6 +1212,23 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       return current
     }
     old?.cancel()
+  }
+
+  /// The journal's name changed (removed, replaced): if it no longer leads to the file this process maps, follow
+  /// it (`followJournal`, which carries the committed records over when this process maps the recorded one).
+  private func scheduleJournalCheck() {
+    background.async { [self] in
+      let atName = (try? root.status(Self.preferences + "/\(suite).journal"))??.inode
+      guard atName != journalInode.load(ordering: .relaxed) else { return }
+      do {
+        try exclusively { s throws(SharedDefaultsError) in
+          if header.load(Slot.journalInode) == journalInode.load(ordering: .relaxed) { followJournal() }
+          try catchUpExclusively(&s)
+        }
+      } catch {
+        Self.logger.error("suite '\(suite)': could not follow the journal: \(error)")
+      }
+    }
   }
 
   /// How long a half-written export is given before it is moved aside as unusable.
@@ -1225,6 +1292,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
         try? initializeHeaderLocked()
       }
     }
+    if header.load(Slot.journalInode) != journalInode.load(ordering: .relaxed) { followJournal() }
     let before = (header.load(Slot.generation), header.load(Slot.committed))
     defer {
       let changed = before != (header.load(Slot.generation), header.load(Slot.committed))

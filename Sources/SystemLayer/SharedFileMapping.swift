@@ -73,6 +73,9 @@ package final class SharedFileMapping: @unchecked Sendable {  // immutable after
   /// The file's current size. The corresponding C function is `fstat`.
   package func fileSize() throws(FileSystemError) -> Int { Int(try fd.status().size) }
 
+  /// The mapped file's status (its inode tells whether the name still leads to it). The C function is `fstat`.
+  package func fileStatus() throws(FileSystemError) -> FileStatus { try fd.status() }
+
   /// Allocates disk blocks for the first `size` bytes, extending the file if needed. The corresponding C function
   /// is `fallocate`.
   package func allocate(upTo size: Int) throws(FileSystemError) {

@@ -309,3 +309,72 @@ import TestSupport
     }
   }
 }
+
+/// The journal removed (`rm`) while processes map it: every process ends up on one journal again (no process keeps
+/// writing into the removed file, unseen by the others); a running process that maps the removed one hears of it
+/// (inotify) and copies the committed records into a new file, so nothing is lost.
+///
+/// Mutant this suite catches: no journal check on the watcher's event (0.1.0): the long-lived process went on
+/// appending to the removed file and its later write never reached other processes
+/// (`aProcessThatStillMapsTheRemovedJournalCarriesItsRecordsOver`). `processesFollowOneJournalAfterItWasRemoved`
+/// checks that every process converges on the new journal (the watcher's check and the header's journal inode,
+/// checked under the lock, each suffice there).
+@Suite(.timeLimit(.minutes(1))) struct DefaultsRemovedJournalTests {
+  @Test func aProcessThatStillMapsTheRemovedJournalCarriesItsRecordsOver() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let id = container.identifier
+    let long = try Child([
+      "defaults-script", root.path, id, "rm", root.path, "fill:a:10:0", "wait:go1", "set:late=1", "wait:go2",
+      "count:a", "count:b", "count:late",
+    ])
+    #expect(await long.line { $0 == "filled a 10" } != nil)
+    let journal = container.preferencesURL.appendingPathComponent("rm.journal").path
+    try FileManager.default.removeItem(atPath: journal)
+    // The running process puts a journal back, with its records.
+    let deadline = Date().addingTimeInterval(20)
+    while !FileManager.default.fileExists(atPath: journal) && Date() < deadline {
+      try await Task.sleep(for: .milliseconds(10))
+    }
+    #expect(FileManager.default.fileExists(atPath: journal))
+    FileManager.default.createFile(atPath: root.path + "/go1", contents: nil)
+    #expect(await long.line { $0 == "ack late" } != nil)
+    let other = try Child(["defaults-script", root.path, id, "rm", root.path, "fill:b:5:0"])
+    #expect(await other.exit() == 0)
+    FileManager.default.createFile(atPath: root.path + "/go2", contents: nil)
+    #expect(await long.exit() == 0)
+    #expect(Array(long.output.suffix(3)) == ["count 10", "count 5", "count 1"], "\(long.errors.withLock { $0 })")
+    let fresh = try Child(["defaults-script", root.path, id, "rm", root.path, "count:a", "count:b", "count:late"])
+    #expect(await fresh.exit() == 0)
+    #expect(fresh.output == ["count 10", "count 5", "count 1"])
+    withExtendedLifetime(root) {}
+  }
+
+  @Test func processesFollowOneJournalAfterItWasRemoved() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let id = container.identifier
+    let long = try Child([
+      "defaults-script", root.path, id, "rm2", root.path, "fill:a:10:0", "sync", "wait:go1", "set:late=1",
+      "wait:go2", "count:b", "count:c",
+    ])
+    #expect(await long.line { $0 == "synced" } != nil)
+    // Removed and made again at once (as a tool that rewrites it would): the running process follows the new file.
+    let journal = container.preferencesURL.appendingPathComponent("rm2.journal").path
+    try FileManager.default.removeItem(atPath: journal)
+    let first = try Child(["defaults-script", root.path, id, "rm2", root.path, "fill:b:5:0"])
+    #expect(await first.exit() == 0)
+    FileManager.default.createFile(atPath: root.path + "/go1", contents: nil)
+    #expect(await long.line { $0 == "ack late" } != nil)
+    let second = try Child(["defaults-script", root.path, id, "rm2", root.path, "fill:c:3:0"])
+    #expect(await second.exit() == 0)
+    FileManager.default.createFile(atPath: root.path + "/go2", contents: nil)
+    #expect(await long.exit() == 0)
+    #expect(Array(long.output.suffix(2)) == ["count 5", "count 3"], "\(long.errors.withLock { $0 })")
+    // The synchronized keys were in the snapshot; what the removed journal held after them is all there too.
+    let fresh = try Child(["defaults-script", root.path, id, "rm2", root.path, "count:a", "count:b", "count:c", "count:late"])
+    #expect(await fresh.exit() == 0)
+    #expect(fresh.output == ["count 10", "count 5", "count 3", "count 1"])
+    withExtendedLifetime(root) {}
+  }
+}
