@@ -36,6 +36,10 @@ public final class SharedDefaults: Sendable {
   public let container: GroupContainer
   let store: DefaultsStore
 
+  /// The limits a suite's snapshot and its plist are written and read with (a suite past them refuses sets with
+  /// ``SharedDefaultsError/suiteTooLarge(_:_:)``); for tools that read the plist themselves.
+  public static let suiteLimits = DefaultsStore.snapshotLimits
+
   /// The longest suite name, in bytes (the file names add a suffix to it).
   public static let maxSuiteNameBytes = 200
 

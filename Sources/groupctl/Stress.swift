@@ -16,14 +16,18 @@ struct StressDefaults: ParsableCommand {
     commandName: "defaults",
     abstract: "N writer processes: writer w sets keys w<w>-k<i> and increments `counter` with update().",
     discussion: """
-      Then it checks independently, re-reading the snapshot plist with the codec, and prints as its last line \
-      keys=<found>/<expected> lost=<n> counter=<value>/<expected> writes_per_s=<x>. Exit status 0 only when \
-      nothing was lost.
+      Then it checks independently, re-reading the plist with the codec, and prints as its last line \
+      keys=<found>/<expected> lost=<n> counter=<value>/<expected> writes_per_s=<x> p999_us=<n> max_us=<n> \
+      (the latencies: over every set and update of every writer). Exit status 0 only when nothing was lost.
       """)
   @OptionGroup var container: ContainerOptions
   @Option(help: "Writer processes.") var writers = 4
   @Option(help: "Distinct keys per writer.") var keys = 1000
   @Option(help: "update() increments of `counter` per writer.") var increments = 1000
+  @Option(
+    help: "Times each writer writes its keys: more than 1 keeps the suite's size, as real suites do; 1 makes every set a new key, so the suite grows.")
+  var rounds = 1
+  @Option(help: .hidden) var testingUpdateDelayUs = 0
   @OptionGroup var suite: SuiteOptions
 
   func run() throws {
@@ -32,30 +36,39 @@ struct StressDefaults: ParsableCommand {
     try defaults.removeObject(forKey: "counter")
     let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
     let start = Date()
-    var children: [Process] = []
+    var children: [(Process, Pipe)] = []
     for w in 0..<writers {
       let child = Process()
       child.executableURL = executable
       var arguments = [
         "stress", "defaults-writer", container.groupID, "--index", "\(w)", "--keys", "\(keys)",
-        "--increments", "\(increments)", "--suite", defaults.suiteName,
+        "--increments", "\(increments)", "--suite", defaults.suiteName, "--rounds", "\(rounds)", "--latency",
+        "--testing-update-delay-us", "\(testingUpdateDelayUs)",
       ]
       if let root = container.root { arguments += ["--root", root] }
       child.arguments = arguments
+      let output = Pipe()
+      child.standardOutput = output
       try child.run()
-      children.append(child)
+      children.append((child, output))
     }
     var failed = 0
-    for child in children {
+    var latencies = LatencyHistogram()
+    for (child, output) in children {
+      // Read to the end first: a writer blocked on a full pipe would never exit.
+      let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
       child.waitUntilExit()
       if child.terminationStatus != 0 { failed += 1 }
+      for line in text.split(separator: "\n") where line.hasPrefix("latency ") {
+        if let histogram = LatencyHistogram(line: line.dropFirst("latency ".count)) { latencies.merge(histogram) }
+      }
     }
     let elapsed = Date().timeIntervalSince(start)
     // Check independently: make the snapshot current, then read the file with the codec.
     try defaults.synchronize()
     let path = group.preferencesURL.appendingPathComponent("\(defaults.suiteName).plist").path
     let bytes = try Array(Data(contentsOf: URL(fileURLWithPath: path)))
-    guard case .dictionary(let values) = try PropertyListValue(bytes: bytes) else {
+    guard case .dictionary(let values) = try PropertyListValue(bytes: bytes, limits: SharedDefaults.suiteLimits) else {
       throw CommandFailure("the snapshot '\(path)' is not a dictionary")
     }
     var found = 0
@@ -65,10 +78,11 @@ struct StressDefaults: ParsableCommand {
     let expected = writers * keys
     let counter = values["counter"]?.intValue ?? 0
     let lost = expected - found + (writers * increments - counter)
-    let rate = Double(writers * (keys + increments)) / max(elapsed, 1e-9)
+    let rate = Double(writers * (keys * rounds + increments)) / max(elapsed, 1e-9)
     if failed > 0 { Output.line("\(failed) writer process(es) failed") }
     Output.line(
-      "keys=\(found)/\(expected) lost=\(lost) counter=\(counter)/\(writers * increments) writes_per_s=\(Int(rate))")
+      "keys=\(found)/\(expected) lost=\(lost) counter=\(counter)/\(writers * increments) writes_per_s=\(Int(rate))"
+        + " p999_us=\(latencies.percentile(0.999) / 1000) max_us=\(latencies.maximum / 1000)")
     if lost != 0 || failed > 0 { throw ExitCode(1) }
   }
 }
@@ -83,6 +97,9 @@ struct StressDefaultsWriter: ParsableCommand {
   @Option var increments: Int
   @Option(help: "Times the keys are written (a suite that stays the same size, as real ones do).") var rounds = 1
   @Flag(help: "Print \"loop <start-ns> <end-ns>\" (monotonic) after the loop.") var timing = false
+  @Flag(help: "Time every set and update; print \"latency <histogram>\" (LatencyHistogram) after the loop.")
+  var latency = false
+  @Option(help: .hidden) var testingUpdateDelayUs = 0
   @OptionGroup var suite: SuiteOptions
 
   func run() throws {
@@ -90,14 +107,26 @@ struct StressDefaultsWriter: ParsableCommand {
     // Options and key names outside the loop: the loop measures the suite, not argument parsing or string building.
     let (keys, rounds, increments) = (self.keys, self.rounds, self.increments)
     let names = (0..<keys).map { "w\(index)-k\($0)" }
+    let (timed, delay) = (latency, UInt32(testingUpdateDelayUs))
+    var histogram = LatencyHistogram()
     let start = DispatchTime.now().uptimeNanoseconds
     // Interleave the two kinds of writes, so sets and updates of all writers contend.
     for i in 0..<max(keys * rounds, increments) {
-      if i < keys * rounds { try defaults.set(i % keys, forKey: names[i % keys]) }
+      if i < keys * rounds {
+        let before = timed ? DispatchTime.now().uptimeNanoseconds : 0
+        try defaults.set(i % keys, forKey: names[i % keys])
+        if timed { histogram.record(DispatchTime.now().uptimeNanoseconds &- before) }
+      }
       if i < increments {
-        try defaults.update("counter") { old in .integer(PropertyListInteger((old?.intValue ?? 0) + 1)) }
+        let before = timed ? DispatchTime.now().uptimeNanoseconds : 0
+        try defaults.update("counter") { old in
+          if delay > 0 { usleep(delay) }
+          return .integer(PropertyListInteger((old?.intValue ?? 0) + 1))
+        }
+        if timed { histogram.record(DispatchTime.now().uptimeNanoseconds &- before) }
       }
     }
+    if timed { Output.line("latency " + histogram.line) }
     // For benchmarks: when this writer's loop ran (monotonic clock, comparable across processes).
     if timing { Output.line("loop \(start) \(DispatchTime.now().uptimeNanoseconds)") }
   }
