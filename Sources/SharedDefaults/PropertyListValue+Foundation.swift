@@ -8,6 +8,19 @@ extension PropertyListValue {
   public init(foundation value: Any) throws(SharedDefaultsError) {
     switch value {
     case let v as PropertyListValue: self = v
+    case let n as NSNumber where type(of: value) is NSNumber.Type:
+      // An NSNumber object (not a Swift number bridged to one): `as Bool` would succeed for any 0 or 1. On Linux a
+      // Boolean NSNumber is one of two `__NSCFBoolean` singletons (`NSNumber(value: true)`, `true as NSNumber`,
+      // JSONSerialization's `true`); other numbers keep their kind in `objCType`.
+      if n === NSNumber(value: true) || n === NSNumber(value: false) {
+        self = .bool(n.boolValue)
+      } else {
+        switch String(cString: n.objCType) {
+        case "f", "d": self = .real(n.doubleValue)
+        case "Q", "L", "I", "S", "C": self = .integer(PropertyListInteger(n.uint64Value))
+        default: self = .integer(PropertyListInteger(n.int64Value))
+        }
+      }
     case let v as Bool: self = .bool(v)
     case let v as Int: self = .integer(PropertyListInteger(v))
     case let v as Int8: self = .integer(PropertyListInteger(Int(v)))

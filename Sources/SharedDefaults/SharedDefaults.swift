@@ -98,6 +98,11 @@ public final class SharedDefaults: Sendable {
     try set(value: value.propertyListValue, forKey: key)
   }
 
+  /// Stores a `Float` (as a real, as Apple's defaults do: `float(forKey:)` gives it back exactly).
+  public func set(_ value: Float, forKey key: String) throws(SharedDefaultsError) {
+    try set(value: .real(Double(value)), forKey: key)
+  }
+
   /// Stores a Boolean; every process reads it once this returns.
   public func set(_ value: Bool, forKey key: String) throws(SharedDefaultsError) {
     try set(value: value.propertyListValue, forKey: key)
@@ -122,6 +127,73 @@ public final class SharedDefaults: Sendable {
   /// Sets several keys in one commit: other processes see all of them or none.
   public func set(values: [String: PropertyListValue]) throws(SharedDefaultsError) {
     try store.write(values.map { JournalFormat.Record(key: $0.key, operation: .set($0.value), pid: pid) })
+  }
+
+  /// Sets `values` and removes `keys` in one commit: other processes see all of it or none (a rename is
+  /// `set(values: [new: value], removing: [old])`).
+  public func set(values: [String: PropertyListValue], removing keys: [String]) throws(SharedDefaultsError) {
+    try store.write(
+      values.map { JournalFormat.Record(key: $0.key, operation: .set($0.value), pid: pid) }
+        + keys.filter { values[$0] == nil }.map { JournalFormat.Record(key: $0, operation: .remove, pid: pid) })
+  }
+
+  // MARK: Persistent domains (Apple's names: a domain is a suite of this container)
+
+  /// Apple's `persistentDomain(forName:)`: the values of suite `domainName` in this suite's container (not
+  /// registered defaults), as Foundation types; nil when that suite does not exist (nothing is created).
+  public func persistentDomain(forName domainName: String) -> [String: Any]? {
+    propertyListDomain(forName: domainName)?.mapValues(\.foundationValue)
+  }
+
+  /// `persistentDomain(forName:)` as property-list values.
+  public func propertyListDomain(forName domainName: String) -> [String: PropertyListValue]? {
+    if domainName == suiteName { return propertyListRepresentation() }
+    guard let other = try? SharedDefaults(existingSuiteName: domainName, container: container) else { return nil }
+    return other.propertyListRepresentation()
+  }
+
+  /// Apple's `setPersistentDomain(_:forName:)`: suite `domainName` (made if missing) holds exactly `domain`
+  /// afterwards. One commit: a reader in any process sees the old contents or the new, never a mix.
+  public func setPersistentDomain(_ domain: [String: Any], forName domainName: String) throws(SharedDefaultsError) {
+    var values: [String: PropertyListValue] = [:]
+    for (key, value) in domain { values[key] = try PropertyListValue(foundation: value) }
+    try setPersistentDomain(values: values, forName: domainName)
+  }
+
+  /// `setPersistentDomain(_:forName:)` with property-list values.
+  public func setPersistentDomain(values: [String: PropertyListValue], forName domainName: String)
+    throws(SharedDefaultsError)
+  {
+    let target = domainName == suiteName ? self : try SharedDefaults(suiteName: domainName, container: container)
+    try target.replaceContents(with: values)
+  }
+
+  /// Apple's `removePersistentDomain(forName:)`: every key of suite `domainName` removed, in one commit. A suite
+  /// that does not exist stays so.
+  public func removePersistentDomain(forName domainName: String) throws(SharedDefaultsError) {
+    let target = domainName == suiteName ? self : try SharedDefaults(existingSuiteName: domainName, container: container)
+    try target?.replaceContents(with: [:])
+  }
+
+  /// The suite's contents replaced by `values` in one commit (under the suite's lock, from its current keys).
+  private func replaceContents(with values: [String: PropertyListValue]) throws(SharedDefaultsError) {
+    let pid = self.pid
+    do {
+      try store.transaction { current, _ in
+        var records: [JournalFormat.Record] = []
+        for (key, value) in values where current[key] != value {
+          records.append(JournalFormat.Record(key: key, operation: .set(value), pid: pid))
+        }
+        for key in current.keys where values[key] == nil {
+          records.append(JournalFormat.Record(key: key, operation: .remove, pid: pid))
+        }
+        return (records, 0)
+      }
+    } catch let error as SharedDefaultsError {
+      throw error
+    } catch {
+      throw .unsupportedValue("\(error)")
+    }
   }
 
   /// Apple's `removeObject(forKey:)`.
@@ -156,6 +228,8 @@ public final class SharedDefaults: Sendable {
   public func double(forKey key: String) -> Double {
     store.value(forKey: key).flatMap(Double.init(propertyListValue:)) ?? 0
   }
+  /// The value as a float (numbers, Booleans and numeric strings convert, as for `double(forKey:)`), else 0.
+  public func float(forKey key: String) -> Float { Float(double(forKey: key)) }
   /// The value as a Boolean (non-zero numbers and "YES", "true" or "1" in any case are true), else false.
   public func bool(forKey key: String) -> Bool {
     store.value(forKey: key).flatMap(Bool.init(propertyListValue:)) ?? false

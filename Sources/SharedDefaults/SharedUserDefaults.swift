@@ -171,6 +171,26 @@ public final class SharedUserDefaults: Sendable {
     surfacing("synchronize", key: nil) { () throws(SharedDefaultsError) in try shared.synchronize() }
   }
 
+  /// Apple's `persistentDomain(forName:)`: the values of suite `domainName` of this container, or nil when that
+  /// suite does not exist.
+  public func persistentDomain(forName domainName: String) -> [String: Any]? {
+    shared.persistentDomain(forName: domainName)
+  }
+
+  /// Apple's `setPersistentDomain(_:forName:)`: one commit, so readers see the old contents or the new.
+  public func setPersistentDomain(_ domain: [String: Any], forName domainName: String) {
+    surfacing("setPersistentDomain", key: nil) { () throws(SharedDefaultsError) in
+      try shared.setPersistentDomain(domain, forName: domainName)
+    }
+  }
+
+  /// Apple's `removePersistentDomain(forName:)`: every key of that suite removed, in one commit.
+  public func removePersistentDomain(forName domainName: String) {
+    surfacing("removePersistentDomain", key: nil) { () throws(SharedDefaultsError) in
+      try shared.removePersistentDomain(forName: domainName)
+    }
+  }
+
   // MARK: Getters
 
   /// The value in its Foundation form (`Int`, `Double`, `Bool`, `String`, `Data`, `Date`, `[Any]`,

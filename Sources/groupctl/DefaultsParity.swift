@@ -29,8 +29,8 @@ struct DefaultsRename: ParsableCommand {
   static let configuration = CommandConfiguration(
     commandName: "rename", abstract: "Rename a key, keeping its value.",
     discussion: """
-      Two commits: the new key is set, then the old one removed (a reader in between sees both). A missing \
-      container, suite or key is an error (exit status 1).
+      One commit: a reader sees the old key or the new one, never both or neither. A missing container, suite \
+      or key is an error (exit status 1).
       """)
   @OptionGroup var container: ContainerOptions
   @Argument(help: "The key to rename.") var oldKey: String
@@ -44,8 +44,7 @@ struct DefaultsRename: ParsableCommand {
       throw CommandFailure("the key '\(oldKey)' does not exist in suite '\(defaults.suiteName)'")
     }
     guard oldKey != newKey else { return }
-    try defaults.set(value: value, forKey: newKey)
-    try defaults.removeObject(forKey: oldKey)
+    try defaults.set(values: [newKey: value], removing: [oldKey])
   }
 }
 
@@ -144,10 +143,9 @@ struct DefaultsImport: ParsableCommand {
   static let configuration = CommandConfiguration(
     commandName: "import", abstract: "Replace a suite's contents with the dictionary of a plist file ('-': stdin).",
     discussion: """
-      The file: a binary, XML or old-style plist whose top level is a dictionary. Every key of the file is set in \
-      one commit, then each key the file lacks is removed: NOT atomic for concurrent readers, who may see the new \
-      keys next to old ones until the import returns. Creates the container and suite when missing, as macOS \
-      does.
+      The file: a binary, XML or old-style plist whose top level is a dictionary. One commit \
+      (setPersistentDomain): a reader in any process sees the suite's old contents or the file's, never a mix. \
+      Creates the container and suite when missing, as macOS does.
       """)
   @OptionGroup var container: ContainerOptions
   @Argument(help: "The suite.") var suiteName: String
@@ -174,9 +172,6 @@ struct DefaultsImport: ParsableCommand {
       throw CommandFailure("'\(path)' holds \(TypeName.of(value)), not a dictionary: import needs one")
     }
     let defaults = try SharedDefaults(suiteName: suiteName, container: try container.open())
-    try defaults.set(values: entries)
-    for key in defaults.propertyListRepresentation().keys where entries[key] == nil {
-      try defaults.removeObject(forKey: key)
-    }
+    try defaults.setPersistentDomain(values: entries, forName: suiteName)
   }
 }
