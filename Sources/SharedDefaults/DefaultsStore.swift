@@ -39,6 +39,9 @@ import SystemLayer
 /// never treated as corrupt.
 final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state` (a Mutex); files are fixed
   static let logger = Logger(label: "GroupContainer.SharedDefaults")
+  /// Lock-free reads that found committed bytes which were not records (tests check it stays 0: a writer that
+  /// published the committed length before copying its record would make it grow).
+  static let committedButUnreadable = Atomic<Int>(0)
   /// The open stores, by suite path: weak, so a suite no `SharedDefaults` uses any more is released (its mappings,
   /// descriptors, watch and registrations), and a process may open any number of suites one after another.
   private static let stores = Mutex<[String: WeakStore]>([:])
@@ -462,7 +465,11 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     guard problem == nil, header.loadAfterFence(Slot.generation) == generation else { return false }
     var records: [JournalFormat.Record] = []
     var offsets: [Int] = []
-    do { try JournalFormat.decode(bytes, base: start, into: &records, offsets: &offsets) } catch { return false }
+    do { try JournalFormat.decode(bytes, base: start, into: &records, offsets: &offsets) } catch {
+      // Committed, in an unchanged generation, and still not a record: rule 1 was broken, or the file damaged.
+      Self.committedButUnreadable.add(1, ordering: .relaxed)
+      return false
+    }
     if var values {
       for record in records { apply(record, to: &values) }
       replaceValues(with: values, in: &s)

@@ -177,6 +177,9 @@ case _ where downloadSessionModes.contains(command):  // DownloadSessions.swift
 case _ where imageCacheModes.contains(command):  // ImageCacheModes.swift
   try runImageCacheMode(command, args, container)
 
+case "seq-writer", "seq-reader":  // InvariantHelpers.swift
+  try runInvariantMode(command, args, container)
+
 case "domain-reader":  // PersistentDomainHelper.swift
   try runDomainReader(args, container)
 
