@@ -477,15 +477,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       if (try? exportState()) != .current { scheduleExportCheck() }
     } else {
       if start == 0 { s.pendingOwn = [:] }
-      if !s.pendingOwn.isEmpty {
-        // Our own pending records are applied already, and they supersede older records of the same keys.
-        let pending = s.pendingOwn
-        records = zip(records, offsets).filter { record, offset in
-          guard let own = pending[record.key] else { return true }
-          return offset >= own.end
-        }.map(\.0)
-        s.pendingOwn = [:]
-      }
+      records = withoutSuperseded(records, at: offsets, by: s.pendingOwn)
+      s.pendingOwn = [:]
       apply(records, to: &s)
     }
     s.generation = generation
@@ -514,18 +507,23 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     do { try JournalFormat.decode(bytes, base: s.length, into: &records, offsets: &offsets) } catch {
       corruption = corruption ?? error.description
     }
-    if !s.pendingOwn.isEmpty {
-      // Our own pending records are applied already, and they supersede older records of the same keys.
-      let pending = s.pendingOwn
-      records = zip(records, offsets).filter { record, offset in
-        guard let own = pending[record.key] else { return true }
-        return offset >= own.end
-      }.map(\.0)
-      if corruption == nil { s.pendingOwn = [:] }  // every pending commit ends at or before `committed`
-    }
+    records = withoutSuperseded(records, at: offsets, by: s.pendingOwn)
+    if corruption == nil { s.pendingOwn = [:] }  // every pending commit ends at or before `committed`
     apply(records, to: &s)
     if let corruption { throw .corruptJournal(corruption) }
     s.length = committed
+  }
+
+  /// `records` (at `offsets`) less those that this process's own pending commits supersede: those are applied
+  /// already, and newer than any record of the same key before them.
+  private func withoutSuperseded(
+    _ records: [JournalFormat.Record], at offsets: [Int], by pending: [String: (start: Int, end: Int)]
+  ) -> [JournalFormat.Record] {
+    guard !pending.isEmpty else { return records }
+    return zip(records, offsets).filter { record, offset in
+      guard let own = pending[record.key] else { return true }
+      return offset >= own.end
+    }.map(\.0)
   }
 
   /// The journal's bytes in `start..<end`, and why they cannot all be trusted (a length beyond the allocated

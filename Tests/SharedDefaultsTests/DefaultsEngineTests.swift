@@ -168,15 +168,6 @@ import TestSupport
     #expect(plist.dictionaryValue?["x"] == .integer(8))
     #expect(FileManager.default.fileExists(atPath: prefs.appendingPathComponent("\(kind).snapshot").path))
   }
-
-  func runPython(_ script: String, _ arguments: String...) throws {
-    let python = Process()
-    python.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    python.arguments = ["python3", "-c", script] + arguments
-    try launch(python)
-    python.waitUntilExit()
-    #expect(python.terminationStatus == 0)
-  }
 }
 
 /// The internal snapshot damaged: a new process recovers from the export (the same bytes, when the header says
@@ -302,8 +293,9 @@ import TestSupport
       let defaults = try SharedDefaults(suiteName: "many\(i)", container: container)
       try defaults.set(i, forKey: "i")
     }
-    // A few in flight (the idle check keeps a store for 5 s): far fewer than two per suite.
-    #expect(descriptors() - before < 200, "\(descriptors() - before) more descriptors after 2,100 suites")
+    // Kept stores would hold two descriptors each (4,200); tests running beside this one in the process open
+    // some of their own meanwhile, so the bound leaves room for them.
+    #expect(descriptors() - before < 1_000, "\(descriptors() - before) more descriptors after 2,100 suites")
     for i in stride(from: 0, to: 2_100, by: 211) {
       #expect(try SharedDefaults(suiteName: "many\(i)", container: container).integer(forKey: "i") == i)
     }

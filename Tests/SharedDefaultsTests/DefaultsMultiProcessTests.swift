@@ -95,14 +95,16 @@ import Testing
     #expect(head == Data("bplist00".utf8))
   }
 
-  func runPython(_ script: String, _ arguments: String...) throws {
-    let python = Process()
-    python.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    python.arguments = ["python3", "-c", script] + arguments
-    try launch(python)
-    python.waitUntilExit()
-    #expect(python.terminationStatus == 0)
-  }
+}
+
+/// Runs a Python 3 script (`python3 -c`) with `arguments`; expects it to succeed.
+func runPython(_ script: String, _ arguments: String...) throws {
+  let python = Process()
+  python.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+  python.arguments = ["python3", "-c", script] + arguments
+  try launch(python)
+  python.waitUntilExit()
+  #expect(python.terminationStatus == 0)
 }
 
 @Suite(.timeLimit(.minutes(1))) struct DefaultsCorruptionTests {
