@@ -258,7 +258,11 @@ enum JournalFormat {
 
   // MARK: Helpers
 
-  static func checksum(_ bytes: ArraySlice<UInt8>) -> UInt32 { StableHash.fnv1a32(bytes) }
+  /// Over the contiguous bytes: the generic `Sequence` form was not specialized across modules, and iterating an
+  /// `ArraySlice` generically was most of a set's cost.
+  static func checksum(_ bytes: ArraySlice<UInt8>) -> UInt32 {
+    bytes.withUnsafeBytes { StableHash.fnv1a32($0) }
+  }
 
   @inline(__always) static func append32(_ v: UInt32, to out: inout [UInt8]) {
     out.append(UInt8(truncatingIfNeeded: v))
