@@ -27,9 +27,11 @@ import SystemLayer
 /// writer killed before the commit leaves bytes past the committed length that nobody reads and the next writer
 /// overwrites; the pages live in the page cache, so a committed record survives the death of its writer.
 /// **Read**: two atomic loads of the mapped header; when they match what this process applied, no system call.
-/// Otherwise lock and apply only the new records (or reload after a compaction).
-/// **Compaction** (journal over 1 MiB, idle for 5 s, `synchronize()`): rewrite the snapshot, reset the committed
-/// length, bump the generation. The journal file is never shrunk (others map it: see SharedFileMapping).
+/// Otherwise apply only the new records (or reload after a compaction) without the lock, as a seqlock reader
+/// (`catchUpWithoutLock`); only a repair takes the lock. Lock order: `exclusively`.
+/// **Compaction** (journal over 1 MiB, idle for 5 s, `synchronize()`): rewrite the snapshot and the export, bump
+/// the generation, then reset the committed length (`compact` gives the order and why). The journal file is never
+/// shrunk (others map it: see SharedFileMapping).
 /// **Recovery** (under the lock): an export that is not what the header recorded was edited by an outside tool
 /// and its difference is committed; a snapshot that is not the recorded one was written by a compaction that died
 /// before recording it, and is complete: it is read with the journal replayed over it (replaying records the
