@@ -73,14 +73,20 @@ import Testing
       _ = attempt { try steady.synchronize() }
     }
     // The garbage snapshots: open and synchronize each until it goes through (the swap makes some tries fail).
+    // Bounded by time, not by a number of tries: a synchronize resolves many paths, each of which the swap may
+    // break, and 2,000 tries were not always enough on a loaded machine (CI failed so once).
     var repaired = 0
+    var tries = 0
+    let deadline = MonotonicClock.nanoseconds() + 30_000_000_000
     for k in 0..<Self.corrupt {
       var defaults: SharedDefaults?
-      for _ in 0..<2_000 where defaults == nil {
+      while defaults == nil && MonotonicClock.nanoseconds() < deadline {
+        tries += 1
         _ = attempt { defaults = try SharedDefaults(suiteName: "q\(k)", container: container) }
       }
-      for _ in 0..<2_000 {
-        if attempt({ try defaults?.synchronize() }) {
+      while let suite = defaults, MonotonicClock.nanoseconds() < deadline {
+        tries += 1
+        if attempt({ try suite.synchronize() }) {
           repaired += 1
           break
         }
@@ -107,7 +113,7 @@ import Testing
     let asides = inside.filter { $0.contains(".corrupt-") }.count
     print(
       "defaults swap race: \(opened)/\(Self.suites) suites opened, \(synchronized) synchronized, "
-        + "\(asides) snapshots moved aside, refused \(refused)")
+        + "\(asides) snapshots moved aside, \(tries) tries to repair them, refused \(refused)")
   }
 
   /// A helper process swaps `Library` with a symlink to outside while this process opens the container again
