@@ -18,6 +18,10 @@
 //   4 processes: raw flock+pwrite             4 forked children × N raw appends under flock
 //   4 processes: SharedDefaults set           4 `groupctl stress defaults-writer` children × N sets (process start
 //                                             included): 1,000 keys rewritten 100 times each, or all keys distinct
+//   16 processes: SharedDefaults set          the same number of sets in all, by 16 writers of 1,000 keys each
+//   … 4 observers in other processes          the 4 writers of 1,000 keys while 4 `groupctl defaults watch`
+//                                             children observe a key none of them sets
+//   (DefaultsScaleBenchmarks.swift: the rows that depend on the suite's size)
 //
 // Run from this directory: `swift package --allow-writing-to-package-directory benchmark` (or `make bench`).
 import Benchmark
@@ -124,13 +128,13 @@ let benchmarks: @Sendable () -> Void = {
   }
 
   let remoteGet = Suite(name: "remoteget", withRemote: true)
+  let remoteNext = Counter()
   Benchmark("SharedDefaults remote set + get here", configuration: fast) { benchmark in
     let (reader, writer) = (remoteGet.defaults!, remoteGet.remote!)
-    var i = 0
     for _ in benchmark.scaledIterations {
+      let i = remoteNext.advance()
       try writer.set(i, forKey: "key")
       guard reader.integer(forKey: "key") == i else { throw BenchmarkSetupError("the reader missed a write") }
-      i &+= 1
     }
   } setup: {
     try remoteGet.setUp()
@@ -152,8 +156,9 @@ let benchmarks: @Sendable () -> Void = {
 
   let observed = Suite(name: "observed", withRemote: true)
   let arrivals = Arrivals()
+  let observedNext = Counter()
   Benchmark("SharedDefaults set → observer (other store instance)", configuration: slow) { benchmark in
-    try setAndAwait(observed.remote!, benchmark) { arrivals.wait(for: $0) }
+    try setAndAwait(observed.remote!, benchmark, next: observedNext) { arrivals.wait(for: $0) }
   } setup: {
     try observed.setUp()
     observed.observation = observed.defaults!.observe(["key"]) { change in
@@ -166,8 +171,9 @@ let benchmarks: @Sendable () -> Void = {
 
   let watched = Suite(name: "watched")
   let watcher = WatchChild()
+  let watchedNext = Counter()
   Benchmark("SharedDefaults set → observer in another process", configuration: slow) { benchmark in
-    try setAndAwait(watched.defaults!, benchmark) { watcher.wait(for: $0) }
+    try setAndAwait(watched.defaults!, benchmark, next: watchedNext) { watcher.wait(for: $0) }
   } setup: {
     try watched.setUp()
     try watcher.start(
@@ -195,57 +201,92 @@ let benchmarks: @Sendable () -> Void = {
   }
 
   // A suite keeps its size in real use (the same settings rewritten): 1,000 keys per writer, 100 rounds. The
-  // second variant writes only new keys, so the suite grows to 400,000 and compactions (O(suite)) dominate.
-  for (label, keys, rounds) in [("1,000 keys each", 1_000, perProcess / 1_000), ("all keys distinct", perProcess, 1)] {
-    let four = Suite(name: "four")
-    Benchmark("4 processes: SharedDefaults set (×\(perProcess) each, \(label))", configuration: fourWriters) {
-      benchmark in
-      let groupctl = try locateGroupctl()
+  // second variant writes only new keys, so the suite grows to 400,000 and compactions (O(suite)) dominate. The
+  // issue's goals compare rows of this run: 16 writers with the same total number of sets as 4 (≥ 0.7×), the
+  // growing suite against the rewritten one (≥ 0.8×), and 4 observers in other processes (≤ 10 % slower).
+  let total = 4 * perProcess
+  for (writers, keys, rounds, observers) in [
+    (4, 1_000, perProcess / 1_000, 0), (4, perProcess, 1, 0), (16, 1_000, total / 16 / 1_000, 0),
+    (4, 1_000, perProcess / 1_000, 4),
+  ] {
+    let label = rounds == 1 ? "all keys distinct" : "1,000 keys each"
+    let watching = observers == 0 ? "" : ", \(observers) observers in other processes"
+    let suite = Suite(name: "writers")
+    let watchers = (0..<observers).map { _ in WatchChild() }
+    Benchmark(
+      "\(writers) processes: SharedDefaults set (×\(total / writers) each, \(label)\(watching))",
+      configuration: fourWriters
+    ) { benchmark in
       for _ in benchmark.scaledIterations {
-        let children = try (0..<4).map { w -> (Process, Pipe) in
-          let child = Process()
-          child.executableURL = URL(fileURLWithPath: groupctl)
-          child.arguments = [
-            "stress", "defaults-writer", four.identifier, "--index", "\(w)", "--keys", "\(keys)", "--rounds",
-            "\(rounds)", "--increments", "0", "--timing", "--root", four.root!,
-          ]
-          let output = Pipe()
-          child.standardOutput = output
-          return (child, output)
-        }
-        benchmark.startMeasurement()
-        for (child, _) in children { try child.run() }
-        for (child, _) in children { child.waitUntilExit() }
-        benchmark.stopMeasurement()
-        guard children.allSatisfy({ $0.0.terminationStatus == 0 }) else { throw BenchmarkSetupError("a writer failed") }
-        // Sets per second of the four loops together: from the first loop's start to the last one's end (process
-        // start and exit left out; the wall clock above has them).
-        let spans = children.compactMap { _, output -> (UInt64, UInt64)? in
-          let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-          let fields = text.split(separator: "\n").last { $0.hasPrefix("loop ") }?.split(separator: " ") ?? []
-          guard fields.count == 3, let start = UInt64(fields[1]), let end = UInt64(fields[2]) else { return nil }
-          return (start, end)
-        }
-        guard spans.count == 4 else { throw BenchmarkSetupError("a writer printed no loop timing") }
-        let seconds = Double(spans.map(\.1).max()! - spans.map(\.0).min()!) / 1e9
-        benchmark.measurement(aggregate, Int(Double(4 * perProcess) / seconds / 1000))
+        let loops = try runWriters(benchmark, suite, count: writers, keys: keys, rounds: rounds)
+        benchmark.measurement(aggregate, Int(Double(total) / loops / 1000))
       }
     } setup: {
-      try four.setUp()
+      try suite.setUp()
+      // Each observes a key no writer sets: what is measured is what observing costs the writers (a change
+      // signal per commit, a catch-up per wake-up), not the observers' share of two cores spent printing.
+      for watcher in watchers {
+        try watcher.start(
+          arguments: ["defaults", "watch", suite.identifier, "key", "--suite", suite.name, "--root", suite.root!])
+      }
     } teardown: {
-      four.tearDown()
+      for watcher in watchers { watcher.stop() }
+      suite.tearDown()
     }
   }
+
+  defaultsScaleBenchmarks()
+}
+
+/// Runs `count` `groupctl stress defaults-writer` processes on `suite` (each `keys` keys, `rounds` times), timed by
+/// the benchmark from the first start to the last exit. Returns the seconds from the first writer's loop start to
+/// the last one's end (process start and exit left out), and throws when a writer failed.
+func runWriters(_ benchmark: Benchmark?, _ suite: Suite, count: Int, keys: Int, rounds: Int) throws -> Double {
+  let groupctl = try locateGroupctl()
+  let children = (0..<count).map { w -> (Process, Pipe) in
+    let child = Process()
+    child.executableURL = URL(fileURLWithPath: groupctl)
+    child.arguments = [
+      "stress", "defaults-writer", suite.identifier, "--index", "\(w)", "--keys", "\(keys)", "--rounds",
+      "\(rounds)", "--increments", "0", "--timing", "--suite", suite.name, "--root", suite.root!,
+    ]
+    let output = Pipe()
+    child.standardOutput = output
+    return (child, output)
+  }
+  benchmark?.startMeasurement()
+  for (child, _) in children { try child.run() }
+  // Read each to its end before waiting: a writer blocked on a full pipe would never exit.
+  let texts = children.map { String(decoding: $0.1.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
+  for (child, _) in children { child.waitUntilExit() }
+  benchmark?.stopMeasurement()
+  guard children.allSatisfy({ $0.0.terminationStatus == 0 }) else { throw BenchmarkSetupError("a writer failed") }
+  let spans = texts.compactMap { text -> (UInt64, UInt64)? in
+    let fields = text.split(separator: "\n").last { $0.hasPrefix("loop ") }?.split(separator: " ") ?? []
+    guard fields.count == 3, let start = UInt64(fields[1]), let end = UInt64(fields[2]) else { return nil }
+    return (start, end)
+  }
+  guard spans.count == count else { throw BenchmarkSetupError("a writer printed no loop timing") }
+  return Double(spans.map(\.1).max()! - spans.map(\.0).min()!) / 1e9
 }
 
 /// The observer-latency loop: each iteration sets `key` to the next number and waits until the observer saw it.
-func setAndAwait(_ writer: SharedDefaults, _ benchmark: Benchmark, until seen: (Int) -> Void) throws {
-  var i = 1
+/// The number lives in `next`, outside the closure package-benchmark calls once per iteration: a counter started
+/// inside it would set 1 again on every call, which the observer had already seen, and time the set alone.
+func setAndAwait(
+  _ writer: SharedDefaults, _ benchmark: Benchmark, next: Counter, until seen: (Int) -> Void
+) throws {
   for _ in benchmark.scaledIterations {
+    let i = next.advance()
     try writer.set(i, forKey: "key")
     seen(i)
-    i += 1
   }
+}
+
+/// A number that keeps growing across the calls of one benchmark's closure.
+final class Counter: Sendable {
+  private let value = Mutex(0)
+  func advance() -> Int { value.withLock { $0 += 1; return $0 } }
 }
 
 /// 400 keys: a realistic suite (the trap list measured Foundation's plist encoding on 400 keys).

@@ -25,10 +25,18 @@ private struct BinaryEncoder {
     case dictionary(keys: [Int], values: [Int])
   }
 
+  /// An encoded scalar as a dictionary key, hashed in one call over its bytes (an array of bytes hashes them one
+  /// by one: a 4 KB value took 4,096 calls, and dedup dominated the encoding of large suites).
+  struct ScalarBytes: Hashable {
+    let bytes: [UInt8]
+    func hash(into hasher: inout Hasher) { bytes.withUnsafeBytes { hasher.combine(bytes: $0) } }
+  }
+
   let maxDepth: Int
   var objects: [Object] = []
   /// Index of each distinct encoded scalar, so repeated strings, numbers and keys are stored once.
-  var scalarIndex: [[UInt8]: Int] = [:]
+  var scalarIndex: [ScalarBytes: Int] = [:]
+  var integerIndex: [Int128: Int] = [:]
 
   init(maxDepth: Int) {
     self.maxDepth = maxDepth
@@ -56,29 +64,81 @@ private struct BinaryEncoder {
       }
       let index = objects.count
       objects.append(.dictionary(keys: [], values: []))
-      let sortedKeys = entries.keys.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
+      if entries.count >= 1024 {
+        // One growth for the keys, not twenty rehashes of a table that ends with one entry per key.
+        scalarIndex.reserveCapacity(scalarIndex.count + entries.count)
+        objects.reserveCapacity(objects.count + 2 * entries.count)
+      }
+      // Every key's UTF-8 in one buffer, sorted as spans of it: comparing bytes without reference counting
+      // (comparing through `String.UTF8View` was the largest cost of encoding a million keys).
+      let pairs = Array(entries)
+      var utf8: [UInt8] = []
+      var spans: [(start: Int, count: Int, pair: Int)] = []
+      spans.reserveCapacity(pairs.count)
+      for (i, pair) in pairs.enumerated() {
+        spans.append((utf8.count, pair.key.utf8.count, i))
+        utf8.append(contentsOf: pair.key.utf8)
+      }
+      utf8.withUnsafeBufferPointer { bytes in
+        spans.sort { a, b in
+          for i in 0..<min(a.count, b.count) where bytes[a.start + i] != bytes[b.start + i] {
+            return bytes[a.start + i] < bytes[b.start + i]
+          }
+          return a.count < b.count
+        }
+      }
       var keyRefs: [Int] = []
       var valueRefs: [Int] = []
-      keyRefs.reserveCapacity(sortedKeys.count)
-      valueRefs.reserveCapacity(sortedKeys.count)
-      for key in sortedKeys {
-        keyRefs.append(try flatten(.string(key), depth: depth + 1))
+      keyRefs.reserveCapacity(spans.count)
+      valueRefs.reserveCapacity(spans.count)
+      for span in spans {
+        keyRefs.append(unique(Self.encodeString(utf8: utf8[span.start..<(span.start + span.count)])))
       }
-      for key in sortedKeys {
-        // Every key came from `entries`, so the lookup always succeeds.
-        guard let element = entries[key] else { continue }
-        valueRefs.append(try flatten(element, depth: depth + 1))
+      for span in spans {
+        valueRefs.append(try flatten(pairs[span.pair].value, depth: depth + 1))
       }
       objects[index] = .dictionary(keys: keyRefs, values: valueRefs)
       return index
-    default:
-      let encoded = try Self.encodeScalar(value)
-      if let existing = scalarIndex[encoded] { return existing }
+    case .integer(let integer):
+      // Integers are most values of a suite: looked up by value, not by encoded bytes.
+      if let existing = integerIndex[integer.value] { return existing }
       let index = objects.count
-      objects.append(.scalar(encoded))
-      scalarIndex[encoded] = index
+      objects.append(.scalar(try Self.encodeScalar(value)))
+      integerIndex[integer.value] = index
       return index
+    default:
+      return unique(try Self.encodeScalar(value))
     }
+  }
+
+  /// The index of the scalar `encoded`: an existing one with the same bytes, or a new one.
+  mutating func unique(_ encoded: [UInt8]) -> Int {
+    let key = ScalarBytes(bytes: encoded)
+    if let existing = scalarIndex[key] { return existing }
+    let index = objects.count
+    objects.append(.scalar(encoded))
+    scalarIndex[key] = index
+    return index
+  }
+
+  /// A string from its UTF-8: ASCII as it is, anything else as UTF-16BE.
+  static func encodeString(utf8: ArraySlice<UInt8>) -> [UInt8] {
+    guard utf8.allSatisfy({ $0 < 0x80 }) else { return encodeUTF16(String(decoding: utf8, as: UTF8.self)) }
+    var out: [UInt8] = []
+    out.reserveCapacity(utf8.count + 10)
+    appendHeader(0x50, count: utf8.count, to: &out)
+    out.append(contentsOf: utf8)
+    return out
+  }
+
+  static func encodeUTF16(_ string: String) -> [UInt8] {
+    var out: [UInt8] = []
+    appendHeader(0x60, count: string.utf16.count, to: &out)
+    for unit in string.utf16 {
+      out.append(UInt8(unit >> 8))
+      out.append(UInt8(unit & 0xFF))
+    }
+    return out
   }
 
   static func encodeScalar(_ value: PropertyListValue) throws(PropertyListError) -> [UInt8] {
@@ -98,16 +158,7 @@ private struct BinaryEncoder {
       appendHeader(0x40, count: bytes.count, to: &out)
       out.append(contentsOf: bytes)
     case .string(let string):
-      if string.utf8.allSatisfy({ $0 < 0x80 }) {
-        appendHeader(0x50, count: string.utf8.count, to: &out)
-        out.append(contentsOf: string.utf8)
-      } else {
-        appendHeader(0x60, count: string.utf16.count, to: &out)
-        for unit in string.utf16 {
-          out.append(UInt8(unit >> 8))
-          out.append(UInt8(unit & 0xFF))
-        }
-      }
+      return encodeString(utf8: ArraySlice(string.utf8))
     case .uid:
       throw .unsupported("UID values cannot be written; they only appear in keyed archives read from elsewhere")
     case .array, .dictionary:
@@ -167,6 +218,15 @@ private struct BinaryEncoder {
   func serialize() -> [UInt8] {
     let refSize = Self.width(toHold: objects.count)
     var out = BinaryPropertyListReader.signature
+    var size = 40
+    for object in objects {
+      switch object {
+      case .scalar(let bytes): size += bytes.count + 8
+      case .array(let refs): size += 10 + (refSize + 8) * refs.count
+      case .dictionary(let keys, let values): size += 10 + (refSize + 8) * (keys.count + values.count)
+      }
+    }
+    out.reserveCapacity(size)
     var offsets: [Int] = []
     offsets.reserveCapacity(objects.count)
     for object in objects {

@@ -62,6 +62,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     static let overLimit = 15
     /// The inode of the journal every process must map (a removed journal is noticed and followed).
     static let journalInode = 16
+    /// What the last compaction read to write the snapshot (`checkLimits`' estimate, in bytes): the compaction
+    /// threshold follows it, not the snapshot's size, which dedup makes small for many identical values.
+    static let compactionInput = 17
   }
   private static let magic: UInt64 = 0x3354_4c46_4544_4347  // "GCDEFLT3"
   /// 0.1.0's header: the plist was the snapshot. Migrated in place (`initializeHeaderLocked`).
@@ -401,10 +404,12 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     }
     apply(records, to: &s)
     s.lastWrite = MonotonicClock.nanoseconds()
-    // Compaction costs O(suite); wait until the journal is as large as the snapshot, so it stays amortized O(1) —
-    // but compact before the journal's reservation is half used, or a large suite would fill it and sets fail.
-    let threshold = min(
-      max(Self.compactionThreshold, 2 * Int(header.load(Slot.snapshotSize))), journal.reservation / 2)
+    // Compaction costs O(suite); wait until the journal is twice what a compaction reads, so it stays amortized
+    // O(1) — but compact before the journal's reservation is half used, or a large suite would fill it and sets
+    // fail. What it reads, not what it writes: 10,000 keys sharing one 4 KB value are a 100 KB snapshot that takes
+    // 40 MB to encode, and were compacted every 256 sets (a set cost 20× one of distinct values).
+    let input = max(Int(header.load(Slot.snapshotSize)), Int(header.load(Slot.compactionInput)))
+    let threshold = min(max(Self.compactionThreshold, 2 * input), journal.reservation / 2)
     guard end > threshold, mayCompact else { return }
     // The write is committed whatever happens now: a compaction that fails (full disk) is retried by the next one.
     do {
@@ -808,7 +813,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     }
     // Only a plain compaction (the state is exactly the committed journal) may let readers skip the snapshot.
     let folded = (generation: header.load(Slot.generation), length: UInt64(s.length))
-    try checkLimits(s.values)
+    let input = try checkLimits(s.values)
     let bytes: [UInt8]
     do { bytes = try PropertyListValue.dictionary(s.values).encoded(as: .binary) } catch {
       throw .unsupportedValue("the suite cannot be written as a property list: \(error)")
@@ -828,6 +833,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       FaultPoint.reach("defaults.compact.snapshotWritten")
       recordSnapshotIdentity(written)
     }
+    header.store(Slot.compactionInput, UInt64(input))
     header.store(Slot.foldedGeneration, handOver && folded.generation == s.generation ? folded.generation : .max)
     header.store(Slot.foldedLength, folded.length)
     s.generation = header.increment(Slot.generation)
@@ -883,8 +889,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   }
 
   /// Refuses a state the next process could not read back (the same limits as reading), and records that the
-  /// suite is over them: sets then fail with `suiteTooLarge` until removals bring it back under.
-  private func checkLimits(_ values: [String: PropertyListValue]) throws(SharedDefaultsError) {
+  /// suite is over them: sets then fail with `suiteTooLarge` until removals bring it back under. Returns what
+  /// encoding `values` reads, in bytes: its strings and data, and 16 per value.
+  private func checkLimits(_ values: [String: PropertyListValue]) throws(SharedDefaultsError) -> Int {
     var objects = 1
     var payload = 0
     func count(_ value: PropertyListValue) {
@@ -915,6 +922,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
         "it holds \(objects) values and \(payload) bytes of strings and data; the limits are \(limits.maxObjects) and \(limits.maxBytes)"
       )
     }
+    return payload + 16 * objects
   }
 
   private func recordSnapshotIdentity(_ st: FileStatus?) {

@@ -7,6 +7,7 @@ import SharedDefaults
 /// keep a process alive with a known state and make it act later. Steps:
 /// - `set:<key>=<integer>` (says "ack <key>" once the set returned), `remove:<key>`;
 /// - `fill:<prefix>:<count>:<bytes>` sets `<prefix><i>` to `bytes` bytes of data (`bytes` 0: the integer i);
+///   `fillsame:<prefix>:<count>:<bytes>` sets them all to one value of `bytes` bytes;
 /// - `bgset:<key>=<integer>` sets it on a thread of its own (which may wait for the suite's lock) and goes on;
 /// - `sync` (`synchronize()`), `say:<text>`;
 /// - `wait:<name>` waits until the file `<dir>/<name>` exists (at most 60 s, then exits with status 4);
@@ -38,6 +39,11 @@ func runDefaultsScript(_ args: [String], _ container: GroupContainer) throws -> 
           bytes == 0 ? .integer(PropertyListInteger(i)) : .data([UInt8](repeating: UInt8(i % 251), count: bytes))
         try defaults.set(value: value, forKey: "\(prefix)\(i)")
       }
+      line("filled \(prefix) \(count)")
+    case "fillsame":
+      let parts = rest.split(separator: ":").map(String.init)
+      let (prefix, count, shared) = (parts[0], Int(parts[1])!, PropertyListValue.data(.init(repeating: 0x5A, count: Int(parts[2])!)))
+      for i in 0..<count { try defaults.set(value: shared, forKey: "\(prefix)\(i)") }
       line("filled \(prefix) \(count)")
     case "sync":
       try defaults.synchronize()

@@ -19,7 +19,9 @@ import TestSupport
 /// - `reload` throwing on a damaged journal before applying the snapshot, and `compact` accepting a state that
 ///   was never loaded: `aDamagedJournalNeverCostsTheSynchronizedSnapshot` (both arguments: the suite came back
 ///   empty);
-/// - the reading limits of 0.1.0 (1,000,000 values, 64 MiB): `suitesOverTheOldLimitsAreReadBackWhole`.
+/// - the reading limits of 0.1.0 (1,000,000 values, 64 MiB): `suitesOverTheOldLimitsAreReadBackWhole`;
+/// - the compaction threshold following the snapshot's size instead of what a compaction reads:
+///   `identicalValuesCompactNoMoreOftenThanDistinctOnes`.
 @Suite(.timeLimit(.minutes(3))) struct DefaultsEngineTests {
   /// The lines of `child`'s output after the last `synced` (what its final `dump` printed).
   func lastDump(_ child: Child) -> [String] {
@@ -141,6 +143,28 @@ import TestSupport
     let files = try FileManager.default.contentsOfDirectory(atPath: container.preferencesURL.path)
     #expect(!files.contains { $0.contains("corrupt") }, "\(files)")
     withExtendedLifetime(root) {}
+  }
+
+  /// Many keys sharing one value make a small snapshot (the value is stored once) that costs as much to encode as
+  /// distinct values: the journal may grow to twice what a compaction reads, not twice the snapshot, or sets of
+  /// identical values compact far more often than sets of distinct ones (every 256 sets of 4 KB, at 20× the
+  /// cost per set). 2,000 keys of one 4 KB value, then 600 sets more (2.4 MB of journal): no compaction.
+  @Test func identicalValuesCompactNoMoreOftenThanDistinctOnes() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let id = container.identifier
+    let seed = try Child(["defaults-script", root.path, id, "same", root.path, "fillsame:k:2000:4096", "sync"])
+    #expect(await seed.exit(timeout: 60) == 0, "stderr: \(seed.errors.withLock { $0 })")
+    let snapshot = container.preferencesURL.appendingPathComponent("same.snapshot").path
+    let before = try #require(try? FileManager.default.attributesOfItem(atPath: snapshot)[.systemFileNumber] as? UInt64)
+    let size = try #require(try? FileManager.default.attributesOfItem(atPath: snapshot)[.size] as? Int)
+    #expect(size < 1 << 20, "the value is not stored once: a \(size)-byte snapshot")
+    let writer = try Child(
+      ["defaults-script", root.path, id, "same", root.path, "fillsame:k:600:4096", "count:k"])
+    #expect(await writer.exit(timeout: 60) == 0)
+    #expect(writer.output == ["filled k 600", "count 2000"], "stderr: \(writer.errors.withLock { $0 })")
+    let after = try FileManager.default.attributesOfItem(atPath: snapshot)[.systemFileNumber] as? UInt64
+    #expect(after == before, "600 sets of 4 KB compacted a suite whose compaction reads 8 MB")
   }
 
   /// A plist put in place before the suite was first used is its starting state; a suite written by 0.1.0

@@ -1,0 +1,177 @@
+// The goals of issue #9 that depend on the suite's size, each row with its baseline in the same run:
+//
+//   set in a 1,000-key suite / set in a 1,000,000-key suite   one key overwritten again and again; the mean and
+//                                             the worst include the compactions the journal's growth triggers
+//                                             (goal: mean at 1 M ≤ 1.5× the mean at 1 k)
+//   set of an identical 4 KB value / of a distinct 4 KB value   10,000 keys that all share one 4 KB value, or
+//                                             each have their own; a key is overwritten with the shared value, or
+//                                             with a new one (goal: identical ≤ distinct)
+//   1 / 4 writers growing a suite to 1,000,000 keys   `groupctl stress defaults --rounds 1`: p99.9 and worst set
+//                                             as it reports them over every set (goals: 1 writer worst ≤ 10 ms,
+//                                             p99.9 ≤ 50 µs; 4 writers worst ≤ 50 ms); its check must find nothing
+//                                             lost
+//   first read in a new process (10 keys) / (1,000,000 keys)   `groupctl defaults read <key>` started, run and
+//                                             exited; its peak resident memory from wait4 (goals: ≤ 50 ms and
+//                                             ≤ 10 MB above the 10-key suite)
+import Benchmark
+import BenchmarkSupport
+import Foundation
+import Glibc
+import GroupContainer
+
+func defaultsScaleBenchmarks() {
+  let measured = Benchmark.Configuration(
+    metrics: [.wallClock, .throughput], timeUnits: .microseconds, warmupIterations: 100,
+    maxDuration: .seconds(10), maxIterations: 2_000_000)
+  let once = Benchmark.Configuration(
+    metrics: [.wallClock], timeUnits: .milliseconds, warmupIterations: 0, maxDuration: .seconds(300),
+    maxIterations: 1)
+
+  // Overwriting one key: with an Int record of ~40 bytes, the 1 MiB journal compacts every ~25,000 sets, so
+  // ten seconds of sets include compactions of the whole suite.
+  for size in [1_000, 1_000_000] {
+    let suite = Suite(name: "size")
+    let next = Counter()
+    Benchmark("SharedDefaults set (\(size.formatted())-key suite)", configuration: measured) { benchmark in
+      let defaults = suite.defaults!
+      for _ in benchmark.scaledIterations { try defaults.set(next.advance(), forKey: "key") }
+    } setup: {
+      try suite.setUp()
+      try suite.defaults!.set(values: numberedKeys(size) { .integer(PropertyListInteger($0)) })
+      try suite.defaults!.synchronize()
+    } teardown: {
+      suite.tearDown()
+    }
+  }
+
+  let fourKB = 4096
+  for identical in [false, true] {
+    let suite = Suite(name: "values")
+    let next = Counter()
+    let shared = PropertyListValue.data([UInt8](repeating: 0x5A, count: fourKB))
+    Benchmark(
+      "SharedDefaults set of \(identical ? "an identical" : "a distinct") 4 KB value (10,000 keys)",
+      configuration: measured
+    ) { benchmark in
+      let defaults = suite.defaults!
+      for _ in benchmark.scaledIterations {
+        let n = next.advance()
+        try defaults.set(value: identical ? shared : distinctValue(n, fourKB), forKey: "k\(n % 10_000)")
+      }
+    } setup: {
+      try suite.setUp()
+      try suite.defaults!.set(values: numberedKeys(10_000) { identical ? shared : distinctValue($0, fourKB) })
+      try suite.defaults!.synchronize()
+    } teardown: {
+      suite.tearDown()
+    }
+  }
+
+  let p999 = BenchmarkMetric.custom("p99.9 set (µs)", polarity: .prefersSmaller, useScalingFactor: false)
+  let worst = BenchmarkMetric.custom("worst set (µs)", polarity: .prefersSmaller, useScalingFactor: false)
+  var stress = once
+  stress.metrics += [p999, worst]
+  for writers in [1, 4] {
+    let suite = Suite(name: "growing")
+    Benchmark("\(writers) writer(s) growing a suite to 1,000,000 keys", configuration: stress) { benchmark in
+      for _ in benchmark.scaledIterations {
+        let last = try runStressDefaults(benchmark, suite, writers: writers, keys: 1_000_000 / writers)
+        guard last.contains(" lost=0 "), let p = field(last, "p999_us"), let w = field(last, "max_us") else {
+          throw BenchmarkSetupError("stress defaults: \(last)")
+        }
+        benchmark.measurement(p999, p)
+        benchmark.measurement(worst, w)
+      }
+    } setup: {
+      try suite.setUp()
+    } teardown: {
+      suite.tearDown()
+    }
+  }
+
+  let resident = BenchmarkMetric.custom("peak resident (KB)", polarity: .prefersSmaller, useScalingFactor: false)
+  let firstRead = Benchmark.Configuration(
+    metrics: [.wallClock, resident], timeUnits: .milliseconds, warmupIterations: 1, maxDuration: .seconds(20),
+    maxIterations: 20)
+  for size in [10, 1_000_000] {
+    let suite = Suite(name: "first")
+    Benchmark("first read in a new process (\(size.formatted())-key suite)", configuration: firstRead) { benchmark in
+      let groupctl = try locateGroupctl()
+      let arguments = ["defaults", "read", suite.identifier, "k\(size / 2)", "--suite", suite.name, "--root", suite.root!]
+      for _ in benchmark.scaledIterations {
+        benchmark.startMeasurement()
+        let (status, peakKB) = try spawnAndWait(groupctl, arguments)
+        benchmark.stopMeasurement()
+        guard status == 0 else { throw BenchmarkSetupError("groupctl defaults read exited with \(status)") }
+        benchmark.measurement(resident, peakKB)
+      }
+    } setup: {
+      try suite.setUp()
+      try suite.defaults!.set(values: numberedKeys(size) { .integer(PropertyListInteger($0)) })
+      try suite.defaults!.synchronize()
+    } teardown: {
+      suite.tearDown()
+    }
+  }
+}
+
+/// Keys `k0`…`k<count-1>` with the values `value(i)`.
+func numberedKeys(_ count: Int, _ value: (Int) -> PropertyListValue) -> [String: PropertyListValue] {
+  var values: [String: PropertyListValue] = [:]
+  values.reserveCapacity(count)
+  for i in 0..<count { values["k\(i)"] = value(i) }
+  return values
+}
+
+/// `count` bytes that differ from every other `n`'s in their first eight.
+func distinctValue(_ n: Int, _ count: Int) -> PropertyListValue {
+  var bytes = [UInt8](repeating: 0x5A, count: count)
+  withUnsafeBytes(of: UInt64(n).littleEndian) { for (i, byte) in $0.enumerated() { bytes[i] = byte } }
+  return .data(bytes)
+}
+
+/// `groupctl stress defaults` on `suite` (`writers` × `keys` new keys, no increments), timed by the benchmark;
+/// returns its last line.
+func runStressDefaults(_ benchmark: Benchmark, _ suite: Suite, writers: Int, keys: Int) throws -> String {
+  let child = Process()
+  child.executableURL = URL(fileURLWithPath: try locateGroupctl())
+  child.arguments = [
+    "stress", "defaults", suite.identifier, "--writers", "\(writers)", "--keys", "\(keys)", "--increments", "0",
+    "--rounds", "1", "--suite", suite.name, "--root", suite.root!,
+  ]
+  let output = Pipe()
+  child.standardOutput = output
+  benchmark.startMeasurement()
+  try child.run()
+  let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+  child.waitUntilExit()
+  benchmark.stopMeasurement()
+  let last = text.split(separator: "\n").last.map(String.init) ?? ""
+  guard child.terminationStatus == 0 else { throw BenchmarkSetupError("stress defaults failed: \(last)") }
+  return last
+}
+
+/// The integer after `name=` in a `key=value` line.
+func field(_ line: String, _ name: String) -> Int? {
+  guard let range = line.range(of: name + "=") else { return nil }
+  return Int(line[range.upperBound...].prefix { $0.isNumber })
+}
+
+/// Starts `path` with `arguments` (output to /dev/null) and waits; returns its exit status and its peak resident
+/// memory (KB, `ru_maxrss` of wait4: the child's own, not ours).
+func spawnAndWait(_ path: String, _ arguments: [String]) throws -> (status: Int32, peakKB: Int) {
+  var actions = posix_spawn_file_actions_t()
+  posix_spawn_file_actions_init(&actions)
+  defer { posix_spawn_file_actions_destroy(&actions) }
+  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+  let argv = ([path] + arguments).map { strdup($0) } + [nil]
+  defer { for pointer in argv { free(pointer) } }
+  var pid: pid_t = 0
+  let result = posix_spawn(&pid, path, &actions, nil, argv, environ)
+  guard result == 0 else { throw BenchmarkSetupError("posix_spawn \(path) failed: errno \(result)") }
+  var status: Int32 = 0
+  var usage = rusage()
+  while wait4(pid, &status, 0, &usage) == -1 && errno == EINTR {}
+  // Exited: the code in bits 8-15; killed: 128 + the signal, as a shell says.
+  return (status & 0x7F == 0 ? (status >> 8) & 0xFF : 128 + status & 0x7F, usage.ru_maxrss)
+}
