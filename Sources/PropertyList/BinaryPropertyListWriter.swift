@@ -2,9 +2,10 @@
 /// `PropertyListSerialization` and Python's `plistlib`.
 ///
 /// Output is deterministic: dictionary keys are sorted by their UTF-8 bytes, identical scalars
-/// (same encoded bytes) are stored once, integers use the smallest size that holds them (values
-/// beyond `Int64` use the 16-byte form, as Apple and Python do), strings are ASCII when possible
-/// and UTF-16BE otherwise, and reference/offset widths are the smallest that fit.
+/// (same encoded bytes) are stored once (integers only within ±65,535, the ones that repeat),
+/// integers use the smallest size that holds them (values beyond `Int64` use the 16-byte form, as
+/// Apple and Python do), strings are ASCII when possible and UTF-16BE otherwise, and
+/// reference/offset widths are the smallest that fit.
 public enum BinaryPropertyListWriter {
   /// Encodes `value` as `bplist00`. Throws `.unsupportedValue` for UIDs and `.limitExceeded`
   /// for nesting deeper than `limits.maxDepth`.
@@ -37,6 +38,7 @@ private struct BinaryEncoder {
   /// Index of each distinct encoded scalar, so repeated strings, numbers and keys are stored once.
   var scalarIndex: [ScalarBytes: Int] = [:]
   var integerIndex: [Int128: Int] = [:]
+  static let sharedIntegerMagnitude: UInt128 = 0xFFFF
 
   init(maxDepth: Int) {
     self.maxDepth = maxDepth
@@ -100,11 +102,14 @@ private struct BinaryEncoder {
       objects[index] = .dictionary(keys: keyRefs, values: valueRefs)
       return index
     case .integer(let integer):
-      // Integers are most values of a suite: looked up by value, not by encoded bytes.
-      if let existing = integerIndex[integer.value] { return existing }
+      // Integers are most values of a suite: looked up by value, not by encoded bytes, and only small ones (the
+      // ones that repeat: counts, flags, enumerations). A table of a million distinct large integers found
+      // nothing and cost a fifth of encoding them.
+      let small = integer.value.magnitude <= Self.sharedIntegerMagnitude
+      if small, let existing = integerIndex[integer.value] { return existing }
       let index = objects.count
       objects.append(.scalar(try Self.encodeScalar(value)))
-      integerIndex[integer.value] = index
+      if small { integerIndex[integer.value] = index }
       return index
     default:
       return unique(try Self.encodeScalar(value))
