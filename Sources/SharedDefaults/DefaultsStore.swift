@@ -44,6 +44,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// Lock-free reads that found committed bytes which were not records (tests check it stays 0: a writer that
   /// published the committed length before copying its record would make it grow).
   static let committedButUnreadable = Atomic<Int>(0)
+  /// Snapshots this process read and parsed (tests check that another process's compaction that kept the journal
+  /// costs this one none).
+  static let snapshotLoads = Atomic<Int>(0)
   /// The open stores, by suite path: weak, so a suite no `SharedDefaults` uses any more is released (its mappings,
   /// descriptors, watch and registrations), and a process may open any number of suites one after another.
   private static let stores = Mutex<[String: WeakStore]>([:])
@@ -65,6 +68,10 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     /// What the last compaction read to write the snapshot (`checkLimits`' estimate, in bytes): the compaction
     /// threshold follows it, not the snapshot's size, which dedup makes small for many identical values.
     static let compactionInput = 17
+    /// Where the snapshot stands in the journal, for a compaction that kept the journal: the generation's low 32
+    /// bits and the journal length the snapshot holds, in one word (one store, one load). Whoever loads the snapshot
+    /// replays the journal from there; a word of another generation means from 0.
+    static let snapshotAt = 18
   }
   private static let magic: UInt64 = 0x3354_4c46_4544_4347  // "GCDEFLT3"
   /// 0.1.0's header: the plist was the snapshot. Migrated in place (`initializeHeaderLocked`).
@@ -72,6 +79,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// Address space reserved for the journal mapping: the largest journal (sets past it fail with a clear error).
   static let journalReservation = 256 << 20
   static let compactionThreshold = 1 << 20
+  /// The journal's length past which a compaction also empties it (a new generation: every process reloads).
+  static let rewindThreshold = 8 << 20
   static let idleCompaction: UInt64 = 5_000_000_000
   /// One set of limits for writing and reading the snapshot and the export: a suite a compaction wrote is always
   /// one the next process can read (a million keys are two million values). Writing past them is refused.
@@ -363,11 +372,13 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     return result
   }
 
-  /// Makes the snapshot current and durable (survives power loss).
-  func synchronize() throws(SharedDefaultsError) {
+  /// Makes the snapshot current and durable (survives power loss). `emptyingJournal` (tests) forces the
+  /// compaction that starts a new generation, which otherwise waits for the journal to grow.
+  func synchronize(emptyingJournal: Bool = false) throws(SharedDefaultsError) {
     try exclusively { s throws(SharedDefaultsError) in
       try catchUpExclusively(&s)
-      try compact(&s, durable: true, handOver: true)
+      let rewind = emptyingJournal || s.length > compactionThresholds().rewind
+      try compact(&s, durable: true, handOver: true, rewind: rewind)
     }
   }
 
@@ -404,20 +415,40 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     }
     apply(records, to: &s)
     s.lastWrite = MonotonicClock.nanoseconds()
-    // Compaction costs O(suite); wait until the journal is twice what a compaction reads, so it stays amortized
-    // O(1) — but compact before the journal's reservation is half used, or a large suite would fill it and sets
-    // fail. What it reads, not what it writes: 10,000 keys sharing one 4 KB value are a 100 KB snapshot that takes
-    // 40 MB to encode, and were compacted every 256 sets (a set cost 20× one of distinct values).
-    let input = max(Int(header.load(Slot.snapshotSize)), Int(header.load(Slot.compactionInput)))
-    let threshold = min(max(Self.compactionThreshold, 2 * input), journal.reservation / 2)
-    guard end > threshold, mayCompact else { return }
+    let thresholds = compactionThresholds()
+    let start = snapshotStart(generation: s.generation, committed: end)
+    guard mayCompact, end - start > thresholds.snapshot || end > thresholds.rewind else { return }
     // The write is committed whatever happens now: a compaction that fails (full disk) is retried by the next one.
     do {
       try catchUpExclusively(&s)
-      try compact(&s, durable: false, handOver: true, housekeeping: true)
+      try compact(&s, durable: false, handOver: true, housekeeping: true, rewind: s.length > thresholds.rewind)
     } catch {
       Self.logger.warning("suite '\(suite)': compaction failed, the journal keeps growing: \(error)")
     }
+  }
+
+  /// When to compact: once the journal holds `snapshot` bytes past the snapshot, and when to empty the journal as
+  /// well: past `rewind` bytes.
+  ///
+  /// A compaction costs O(suite); waiting until the journal holds twice what it reads keeps it amortized O(1).
+  /// What it reads, not what it writes: 10,000 keys sharing one 4 KB value are a 100 KB snapshot that takes 40 MB
+  /// to encode, and were compacted every 256 sets (a set cost 20× one of distinct values). Most compactions keep
+  /// the journal (no new generation), so no other process re-reads the suite because of them; emptying it makes
+  /// every process reload, so it waits for 8 MiB or four times what a compaction reads. Both come before the
+  /// journal's reservation is half used, or a large suite would fill it and sets fail.
+  private func compactionThresholds() -> (snapshot: Int, rewind: Int) {
+    let input = max(Int(header.load(Slot.snapshotSize)), Int(header.load(Slot.compactionInput)))
+    let cap = journal.reservation / 2
+    return (min(max(Self.compactionThreshold, 2 * input), cap), min(max(Self.rewindThreshold, 4 * input), cap))
+  }
+
+  /// The journal offset from which records are not in the snapshot, in `generation` (0 unless a compaction of
+  /// this generation kept the journal).
+  private func snapshotStart(generation: UInt64, committed: Int) -> Int {
+    let word = header.load(Slot.snapshotAt)
+    guard word >> 32 == generation & 0xFFFF_FFFF else { return 0 }
+    let length = Int(word & 0xFFFF_FFFF)
+    return length <= committed ? length : 0
   }
 
   /// Makes sure the journal file has disk blocks for its first `end` bytes (a full disk fails here, cleanly).
@@ -459,13 +490,15 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       if folded {
         start = 0  // a compaction folded exactly what we have into the snapshot: skip reading it
       } else {
+        // Read before the snapshot: a compaction that keeps the journal replaces the file first, then moves this
+        // (replaying from an older point over a newer snapshot changes nothing).
+        start = snapshotStart(generation: generation, committed: committed)
         guard let (snapshot, status) = try? loadSnapshot(snapshotItem),
           header.load(Slot.snapshotInode) == (status?.inode ?? 0),
           header.load(Slot.snapshotSize) == UInt64(status?.size ?? 0),
           header.load(Slot.snapshotTime) == UInt64(bitPattern: status?.modificationNanoseconds ?? 0)
         else { return false }
         values = snapshot
-        start = 0
       }
     }
     let (bytes, problem) = readJournal(from: start, to: committed)
@@ -563,15 +596,16 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     }
     // A snapshot that is not the recorded one was written by a compaction that died before recording it: it holds
     // everything up to the journal's committed length, so replaying the journal over it changes nothing.
+    let start = snapshotStart(generation: generation, committed: committed)
     var (values, status) = try loadSnapshot(snapshotItem)
     if !recorded {
       Self.logger.warning("suite '\(suite)': adopting a snapshot whose compaction did not finish")
       recordSnapshotIdentity(status)
     }
-    let (bytes, truncated) = readJournal(from: 0, to: committed)
+    let (bytes, truncated) = readJournal(from: start, to: committed)
     var records: [JournalFormat.Record] = []
     var corruption = truncated
-    do { try JournalFormat.decode(bytes, base: 0, into: &records) } catch {
+    do { try JournalFormat.decode(bytes, base: start, into: &records) } catch {
       corruption = corruption ?? error.description
     }
     for record in records { apply(record, to: &values) }
@@ -587,6 +621,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// Reads the dictionary in `item` (the snapshot or the export) with its status; an absent file is empty.
   /// A file over `snapshotLimits` is `overLimit` (refused, left where it is); one that does not parse is corrupt.
   private func loadSnapshot(_ item: String) throws(Repair) -> ([String: PropertyListValue], FileStatus?) {
+    if item == snapshotItem { Self.snapshotLoads.add(1, ordering: .relaxed) }
     let name = (item as NSString).lastPathComponent
     let path = directory + "/" + name
     let read: (bytes: [UInt8], status: FileStatus)
@@ -777,19 +812,22 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
 
   // MARK: Compaction
 
-  /// Rewrites the snapshot and the export from `s` and empties the journal. Needs the lock and a current `s`.
+  /// Rewrites the snapshot and the export from `s`, and with `rewind` empties the journal. Needs the lock and a
+  /// current `s`.
   ///
   /// Order (each step a kill point that the others recover from): the export is marked stale; the snapshot is
   /// written (a complete state: readers that find it unrecorded replay the journal over it, which changes
-  /// nothing); its identity is recorded; the **generation** is bumped and only then the committed length set back
-  /// to 0 — a process that last saw this generation with length 0 must see the change, whatever point the
-  /// compactor died at; then the export is written and recorded.
+  /// nothing); its identity is recorded. Then, keeping the journal: `snapshotAt` moves to the length the snapshot
+  /// holds (until it does, whoever loads the snapshot replays from the older point: nothing changes); nobody else
+  /// notices — their journal goes on. Emptying it: the **generation** is bumped and only then the committed length
+  /// set back to 0 — a process that last saw this generation with length 0 must see the change, whatever point
+  /// the compactor died at. Then the export is written and recorded.
   ///
   /// A `housekeeping` compaction (journal size, idle time, export check) is skipped while the export is being
   /// edited by another tool and cannot be read yet: each compaction moves the base that edit is diffed against.
   /// `synchronize()` gives the tool `exportRetryDelay` once, then moves its file aside.
   private func compact(
-    _ s: inout State, durable: Bool, handOver: Bool = false, housekeeping: Bool = false
+    _ s: inout State, durable: Bool, handOver: Bool = false, housekeeping: Bool = false, rewind: Bool = true
   ) throws(SharedDefaultsError) {
     guard s.generation != .max else {
       // Never write a state this process did not load: that would drop the suite.
@@ -829,19 +867,25 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       do throws(FileSystemError) { try root.link(snapshotItem, to: "\(suite).snapshot.previous") } catch {
         if error.errno != .noSuchFileOrDirectory { throw error }
       }
+      if !rewind { FaultPoint.reach("defaults.snapshot.writing") }
       let written = try root.replaceFile(snapshotItem, with: bytes, mode: fileMode, durability: durability)
-      FaultPoint.reach("defaults.compact.snapshotWritten")
+      if rewind { FaultPoint.reach("defaults.compact.snapshotWritten") } else { FaultPoint.reach("defaults.snapshot.written") }
       recordSnapshotIdentity(written)
     }
     header.store(Slot.compactionInput, UInt64(input))
-    header.store(Slot.foldedGeneration, handOver && folded.generation == s.generation ? folded.generation : .max)
-    header.store(Slot.foldedLength, folded.length)
-    s.generation = header.increment(Slot.generation)
-    FaultPoint.reach("defaults.compact.generationBumped")
-    header.store(Slot.committed, 0)
+    if rewind {
+      header.store(Slot.foldedGeneration, handOver && folded.generation == s.generation ? folded.generation : .max)
+      header.store(Slot.foldedLength, folded.length)
+      s.generation = header.increment(Slot.generation)
+      FaultPoint.reach("defaults.compact.generationBumped")
+      header.store(Slot.committed, 0)
+      s.length = 0
+      s.pendingOwn = [:]
+    } else {
+      header.store(Slot.snapshotAt, (s.generation & 0xFFFF_FFFF) << 32 | folded.length)
+      FaultPoint.reach("defaults.snapshot.recorded")
+    }
     header.store(Slot.overLimit, 0)
-    s.length = 0
-    s.pendingOwn = [:]
     if exportDeferred {
       scheduleExportCheck(after: Self.exportRetryDelay)
     } else {
@@ -1105,11 +1149,14 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
         if state.withLock({ $0.markIdleCheck() }) { scheduleIdleCompaction() }
         return
       }
-      guard header.load(Slot.committed) > 0 else { return }
+      let committed = Int(header.load(Slot.committed))
+      guard committed > snapshotStart(generation: header.load(Slot.generation), committed: committed) else { return }
       do {
         try exclusively { s throws(SharedDefaultsError) in
           try catchUpExclusively(&s)
-          if s.length > 0 { try compact(&s, durable: false, handOver: true, housekeeping: true) }
+          guard s.length > snapshotStart(generation: s.generation, committed: s.length) else { return }
+          let rewind = s.length > compactionThresholds().rewind
+          try compact(&s, durable: false, handOver: true, housekeeping: true, rewind: rewind)
         }
       } catch {
         Self.logger.warning("suite '\(suite)': idle compaction failed: \(error)")
@@ -1261,7 +1308,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
           // Under the lock: another process may have dealt with it already. Compaction applies an edit
           // (`applyOutsideEdit`) and rewrites a stale export; a half-written one schedules this check again.
           try catchUpExclusively(&s)
-          if (try? exportState()) != .current { try compact(&s, durable: false, housekeeping: true) }
+          if (try? exportState()) != .current {
+            try compact(&s, durable: false, housekeeping: true, rewind: s.length > compactionThresholds().rewind)
+          }
         }
       } catch {
         Self.logger.error("suite '\(suite)': could not apply the outside change: \(error)")

@@ -1,7 +1,7 @@
 import FileCoordination
 import Foundation
 import PropertyList
-import SharedDefaults
+@testable import SharedDefaults
 
 /// `defaults-script <root> <group> <suite> <dir> <step>…`: runs the steps in order on one suite, so a test can
 /// keep a process alive with a known state and make it act later. Steps:
@@ -9,8 +9,10 @@ import SharedDefaults
 /// - `fill:<prefix>:<count>:<bytes>` sets `<prefix><i>` to `bytes` bytes of data (`bytes` 0: the integer i);
 ///   `fillsame:<prefix>:<count>:<bytes>` sets them all to one value of `bytes` bytes;
 /// - `bgset:<key>=<integer>` sets it on a thread of its own (which may wait for the suite's lock) and goes on;
-/// - `sync` (`synchronize()`), `say:<text>`;
+/// - `sync` (`synchronize()`, says "synced"), `rewind` (a synchronize whose compaction also empties the journal:
+///   a new generation; says "rewound"), `say:<text>`;
 /// - `wait:<name>` waits until the file `<dir>/<name>` exists (at most 60 s, then exits with status 4);
+/// - `loads`: "loads <n>", the snapshots this process has read and parsed;
 /// - `dump`: one line per key, "<key> <integer value or data length>", then "end"; `count:<prefix>`: "count <n>",
 ///   the number of keys with that prefix.
 func runDefaultsScript(_ args: [String], _ container: GroupContainer) throws -> Never {
@@ -48,8 +50,13 @@ func runDefaultsScript(_ args: [String], _ container: GroupContainer) throws -> 
     case "sync":
       try defaults.synchronize()
       line("synced")
+    case "rewind":
+      try defaults.store.synchronize(emptyingJournal: true)
+      line("rewound")
     case "say":
       line(rest)
+    case "loads":
+      line("loads \(DefaultsStore.snapshotLoads.load(ordering: .relaxed))")
     case "wait":
       var waited = 0
       while access(directory + "/" + rest, F_OK) != 0 {

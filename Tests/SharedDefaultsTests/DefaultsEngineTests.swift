@@ -21,7 +21,12 @@ import TestSupport
 ///   empty);
 /// - the reading limits of 0.1.0 (1,000,000 values, 64 MiB): `suitesOverTheOldLimitsAreReadBackWhole`;
 /// - the compaction threshold following the snapshot's size instead of what a compaction reads:
-///   `identicalValuesCompactNoMoreOftenThanDistinctOnes`.
+///   `identicalValuesCompactNoMoreOftenThanDistinctOnes`;
+/// - every compaction emptying the journal (a new generation, every process reloads):
+///   `anotherProcesssCompactionCostsReadersNoReload` ("loads 2");
+/// - `snapshotAt` moved before the snapshot is written: `aCompactorKilledAtAnyPointLosesNoAcknowledgedWrite(
+///   defaults.snapshot.writing)` (a, b, c lost for new processes);
+/// - `snapshotStart` not checking the generation: `theSnapshotPointOfAnOlderGenerationIsNotUsed`.
 @Suite(.timeLimit(.minutes(3))) struct DefaultsEngineTests {
   /// The lines of `child`'s output after the last `synced` (what its final `dump` printed).
   func lastDump(_ child: Child) -> [String] {
@@ -30,26 +35,34 @@ import TestSupport
     return Array(lines[start...]).filter { !$0.hasPrefix("ack ") }
   }
 
+  /// Each kill point of both kinds of compaction: the one that empties the journal (`defaults.compact.*`, a new
+  /// generation) and the one that keeps it (`defaults.snapshot.*`, what `synchronize()` and most compactions do).
   @Test(arguments: [
     "defaults.compact.snapshotWritten", "defaults.compact.generationBumped", "defaults.compact.exportWritten",
+    "defaults.snapshot.writing", "defaults.snapshot.written", "defaults.snapshot.recorded",
   ])
   func aCompactorKilledAtAnyPointLosesNoAcknowledgedWrite(point: String) async throws {
     let root = try TestRoot()
     let container = try root.container()
     let id = container.identifier
     // A long-lived process: it loads the suite and compacts it, so it last saw (generation G, length 0).
-    let long = try Child(["defaults-script", root.path, id, "w", root.path, "set:base=1", "sync", "say:loaded", "wait:go", "sync", "dump"])
+    let long = try Child(["defaults-script", root.path, id, "w", root.path, "set:base=1", "rewind", "say:loaded", "wait:go", "sync", "dump"])
     #expect(await long.line { $0 == "loaded" } != nil)
     // Another writes a, b and c (acknowledged), then dies inside its compaction.
+    let compaction = point.hasPrefix("defaults.compact.") ? "rewind" : "sync"
     let dying = try Child(
-      ["defaults-script", root.path, id, "w", root.path, "set:a=1", "set:b=2", "set:c=3", "sync", "say:survived"],
+      ["defaults-script", root.path, id, "w", root.path, "set:a=1", "set:b=2", "set:c=3", compaction, "say:survived"],
       environment: ["GROUPCONTAINER_FAULT_POINT": point])
     #expect(await dying.exit() != 0)
     #expect(dying.output == ["ack a", "ack b", "ack c"], "stderr: \(dying.errors.withLock { $0 })")
+    // A new process reads everything at once (from the files as the dead one left them).
+    let expected = ["a 1", "b 2", "base 1", "c 3", "end"]
+    let early = try Child(["defaults-script", root.path, id, "w", root.path, "dump"])
+    #expect(await early.exit() == 0)
+    #expect(early.output == expected, "stderr: \(early.errors.withLock { $0 })")
     // The long-lived process synchronizes (takes the dead process's lock over) and reads everything.
     FileManager.default.createFile(atPath: root.path + "/go", contents: nil)
     #expect(await long.exit() == 0)
-    let expected = ["a 1", "b 2", "base 1", "c 3", "end"]
     #expect(lastDump(long) == expected, "stderr: \(long.errors.withLock { $0 })")
     // So does a new process, and the export holds it too.
     let fresh = try Child(["defaults-script", root.path, id, "w", root.path, "dump"])
@@ -165,6 +178,47 @@ import TestSupport
     #expect(writer.output == ["filled k 600", "count 2000"], "stderr: \(writer.errors.withLock { $0 })")
     let after = try FileManager.default.attributesOfItem(atPath: snapshot)[.systemFileNumber] as? UInt64
     #expect(after == before, "600 sets of 4 KB compacted a suite whose compaction reads 8 MB")
+  }
+
+  /// Most compactions keep the journal: the other processes go on reading it where they were and never read the
+  /// suite again because of them (16 writers each re-parsed the snapshot after every compaction: 0.23× the
+  /// throughput of 4). A reader that loaded the suite, another process's 40,000 sets (1.5 MB of journal: a
+  /// compaction), and the reader's count: the reader has still read one snapshot, and sees every key.
+  @Test func anotherProcesssCompactionCostsReadersNoReload() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let id = container.identifier
+    let reader = try Child(
+      ["defaults-script", root.path, id, "r", root.path, "fill:k:1000:0", "sync", "loads", "wait:go", "count:x", "loads"])
+    #expect(await reader.line { $0.hasPrefix("loads ") } == "loads 1")
+    let snapshot = container.preferencesURL.appendingPathComponent("r.snapshot").path
+    let before = try FileManager.default.attributesOfItem(atPath: snapshot)[.systemFileNumber] as? UInt64
+    let writer = try Child(["defaults-script", root.path, id, "r", root.path, "fill:x:40000:0"])
+    #expect(await writer.exit(timeout: 60) == 0, "stderr: \(writer.errors.withLock { $0 })")
+    let after = try FileManager.default.attributesOfItem(atPath: snapshot)[.systemFileNumber] as? UInt64
+    #expect(after != before, "the writer did not compact")
+    FileManager.default.createFile(atPath: root.path + "/go", contents: nil)
+    #expect(await reader.exit() == 0)
+    #expect(reader.output.suffix(2) == ["count 40000", "loads 1"], "\(reader.output)")
+    // A new process reads the snapshot and the journal past it.
+    let fresh = try Child(["defaults-script", root.path, id, "r", root.path, "count:k", "count:x"])
+    #expect(await fresh.exit() == 0)
+    #expect(fresh.output == ["count 1000", "count 40000"])
+  }
+
+  /// Where a kept journal's snapshot stands belongs to its generation: after a compaction that kept the journal
+  /// (`sync`) and one that emptied it (`rewind`), the new generation's records from offset 0 are read by a new
+  /// process, though the old point lies within them.
+  @Test func theSnapshotPointOfAnOlderGenerationIsNotUsed() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let id = container.identifier
+    let writer = try Child(
+      ["defaults-script", root.path, id, "g", root.path, "fill:a:100:0", "sync", "rewind", "fill:b:300:0"])
+    #expect(await writer.exit() == 0, "stderr: \(writer.errors.withLock { $0 })")
+    let fresh = try Child(["defaults-script", root.path, id, "g", root.path, "count:a", "count:b"])
+    #expect(await fresh.exit() == 0)
+    #expect(fresh.output == ["count 100", "count 300"])
   }
 
   /// A plist put in place before the suite was first used is its starting state; a suite written by 0.1.0

@@ -168,9 +168,12 @@ func runPython(_ script: String, _ arguments: String...) throws {
   @Test func aCorruptJournalKeepsItsGoodPrefixAndIsMovedAside() throws {
     // This process does not look at the journal again (it applied "b" already): nothing to wait for here.
     let (defaults, neighbour, files, root) = try recover("journal", awaitQuarantine: false) { _, journal in
-      // Flip a byte inside the committed record: its checksum no longer matches.
+      // Flip a byte inside the record of "b": its checksum no longer matches. The record starts where the
+      // snapshot stands in the journal (header word 18's low half: `synchronize()` kept the journal).
+      let header = try Data(contentsOf: journal.deletingPathExtension().appendingPathExtension("lock"))
+      let start = header[144..<148].enumerated().reduce(0) { $0 | UInt64($1.element) << (8 * $1.offset) }
       let handle = try FileHandle(forUpdating: journal)
-      try handle.seek(toOffset: 12)
+      try handle.seek(toOffset: start + 12)
       try handle.write(contentsOf: Data([0xFF]))
       try handle.close()
       // Make the other processes' view stale, as if a writer had committed it: reopen from scratch.
