@@ -26,7 +26,8 @@ import TestSupport
 ///   `anotherProcesssCompactionCostsReadersNoReload` ("loads 2");
 /// - `snapshotAt` moved before the snapshot is written: `aCompactorKilledAtAnyPointLosesNoAcknowledgedWrite(
 ///   defaults.snapshot.writing)` (a, b, c lost for new processes);
-/// - `snapshotStart` not checking the generation: `theSnapshotPointOfAnOlderGenerationIsNotUsed`.
+/// - `snapshotStart` not checking the generation: `theSnapshotPointOfAnOlderGenerationIsNotUsed`;
+/// - `reloadIsCheaper` always false: `aProcessFarBehindReadsTheSnapshotInstead` ("loads 1").
 @Suite(.timeLimit(.minutes(3))) struct DefaultsEngineTests {
   /// The lines of `child`'s output after the last `synced` (what its final `dump` printed).
   func lastDump(_ child: Child) -> [String] {
@@ -204,6 +205,27 @@ import TestSupport
     let fresh = try Child(["defaults-script", root.path, id, "r", root.path, "count:k", "count:x"])
     #expect(await fresh.exit() == 0)
     #expect(fresh.output == ["count 1000", "count 40000"])
+  }
+
+  /// A process far behind (the journal past it over 4 times the snapshot) reads the snapshot instead: 50,000
+  /// sets of 10 keys by another process (2 MB of journal, a 200-byte suite), then the reader's count — its second
+  /// snapshot read — has every key.
+  @Test func aProcessFarBehindReadsTheSnapshotInstead() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let id = container.identifier
+    let reader = try Child(
+      ["defaults-script", root.path, id, "far", root.path, "fill:k:10:0", "sync", "loads", "wait:go", "count:w0-k",
+       "count:k", "loads"])
+    #expect(await reader.line { $0.hasPrefix("loads ") } == "loads 1")
+    let status = try runTool(
+      productsDirectory.appendingPathComponent("groupctl").path,
+      ["stress", "defaults-writer", id, "--index", "0", "--keys", "10", "--rounds", "5000", "--increments", "0",
+       "--suite", "far", "--root", root.path])
+    #expect(status == 0)
+    FileManager.default.createFile(atPath: root.path + "/go", contents: nil)
+    #expect(await reader.exit() == 0)
+    #expect(reader.output.suffix(3) == ["count 10", "count 10", "loads 2"], "\(reader.output)")
   }
 
   /// Where a kept journal's snapshot stands belongs to its generation: after a compaction that kept the journal
