@@ -17,8 +17,8 @@ import SystemLayer
 //   there: one memory-limited cgroup reclaiming raises it for the whole machine — measured: a 96 MB cgroup at its
 //   limit fired "some 200 ms in 2 s" in every other process).
 // - The level rises at once; it falls only after every signal stayed below it for `dwell` (3 s).
-// - Sampling: every second (`samplePeriodMilliseconds`; every 250 ms while a budget is set), and at once after any
-//   kernel event.
+// - Sampling: every second (`samplePeriodMilliseconds`; every 250 ms while a budget is set, every 100 ms while the
+//   level is above normal, when memory is near its limit), and at once after any kernel event.
 // - On a rise to warning the handlers run with `.warning` (memory tiers trim to `warningTrimFraction`, 50 % of their
 //   limit); on a rise to critical with `.critical` (tiers empty). Simulated levels always run them.
 // - Low disk space: available (statvfs f_bavail) below min(10 % of the file system, 1 GiB), over again above
@@ -291,6 +291,9 @@ public final class MemoryPressure: Sendable {
   /// With a budget set, the footprint is sampled this often: a process growing fast would otherwise cross the
   /// warning band between two samples.
   public static let budgetSamplePeriodMilliseconds: Int32 = 250
+  /// Above normal, everything is sampled this often: memory is near its limit, and a process growing at 25 MB/s
+  /// crossed from the critical threshold of a 96 MB cgroup to its OOM kill between two 1 s samples.
+  public static let elevatedSamplePeriodMilliseconds: Int32 = 100
   /// The file in `.coordination/` through which `send(_:to:)` reaches the processes of a group.
   static let groupFile = ".coordination/memory-pressure"
 
@@ -663,7 +666,10 @@ public final class MemoryPressure: Sendable {
     let period = UInt64(Self.samplePeriodMilliseconds) * 1_000_000
     while true {
       let ready: [Int16]
-      let timeout = budget == nil ? Self.samplePeriodMilliseconds : Self.budgetSamplePeriodMilliseconds
+      let timeout =
+        level != .normal
+        ? Self.elevatedSamplePeriodMilliseconds
+        : budget == nil ? Self.samplePeriodMilliseconds : Self.budgetSamplePeriodMilliseconds
       do { ready = try Poll.wait(descriptors, timeoutMilliseconds: timeout) } catch {
         Self.logger.error("memory pressure monitor: \(error)")
         MonotonicClock.sleep(nanoseconds: period)

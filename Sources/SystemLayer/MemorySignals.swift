@@ -65,11 +65,12 @@ package enum MemorySignals {
     return value
   }
 
-  /// `key value` lines (`memory.stat`), or `Key: value kB` lines (`/proc/meminfo`, converted to bytes).
+  /// `key value` lines (`memory.stat`), or `Key: value kB` lines (`/proc/meminfo`, `/proc/self/status`, whose
+  /// separator is a tab; converted to bytes).
   package static func readTable(_ path: String) throws(FileSystemError) -> [String: Int64] {
     var table: [String: Int64] = [:]
     for line in try readText(path).split(separator: "\n") {
-      let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+      let fields = line.split(whereSeparator: { $0 == " " || $0 == "\t" })
       guard fields.count >= 2, let value = Int64(fields[1]) else { continue }
       var key = fields[0]
       if key.hasSuffix(":") { key = key.dropLast() }
@@ -96,6 +97,16 @@ package enum MemorySignals {
       throw FileSystemError("read (unexpected format)", "/proc/self/statm", .invalidArgument)
     }
     return resident * Int64(pageSize)
+  }
+
+  /// The most memory this process has had resident since it started, in bytes (`VmHWM` of `/proc/self/status`:
+  /// this program's own, unlike `ru_maxrss` of a child started by `posix_spawn`, which counts the parent's memory
+  /// shared before the exec).
+  package static func peakResidentBytes() throws(FileSystemError) -> Int64 {
+    guard let peak = try readTable("/proc/self/status")["VmHWM"] else {
+      throw FileSystemError("read (no VmHWM)", "/proc/self/status", .invalidArgument)
+    }
+    return peak
   }
 
   /// The page size. The corresponding C function is `sysconf(_SC_PAGESIZE)`.

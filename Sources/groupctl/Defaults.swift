@@ -48,8 +48,13 @@ struct DefaultsRead: ParsableCommand {
   @Argument(help: "The key (default: every key).") var key: String?
   @OptionGroup var suite: SuiteOptions
   @Flag(help: "Print plain JSON (integers as numbers, data as base64, dates as ISO 8601).") var json = false
+  /// For the benchmarks: a last line `peak_rss_kb=<n>`, this process's own peak (see `peakResidentBytes`).
+  @Flag(help: .hidden) var printPeakMemory = false
 
   func run() throws {
+    defer {
+      if printPeakMemory { Output.line("peak_rss_kb=\(((try? MemorySignals.peakResidentBytes()) ?? 0) / 1024)") }
+    }
     let defaults = try suite.openExisting(container)
     let value: PropertyListValue
     if let key {

@@ -50,4 +50,26 @@ import TestSupport
     #expect((Int(f["max_us"] ?? "") ?? 0) >= 20_000, "\(f)")
     #expect((Int(f["p999_us"] ?? "") ?? 0) >= 20_000, "\(f)")
   }
+
+  /// The benchmarks' memory figure: `defaults read --print-peak-memory` reports the reading process's own peak
+  /// (VmHWM), which grows with what it loaded: 200,000 keys of 100 bytes (20 MB of values) against one key.
+  @Test func aReaderReportsItsOwnPeakMemory() async throws {
+    let root = try TestRoot()
+    let group = "group.com.example.stress"
+    var peaks: [Int] = []
+    for (suite, keys) in [("small", 1), ("large", 200_000)] {
+      let value = String(repeating: "x", count: 100)
+      let entries = (0..<keys).map { "\"w0-k\($0)\" = \"\(value)\";" }.joined(separator: " ")
+      let plist = root.path + "/\(suite).plist"
+      try Data("{ \(entries) }".utf8).write(to: URL(fileURLWithPath: plist))
+      let imported = try await groupctl(["defaults", "import", group, suite, plist, "--root", root.path])
+      #expect(imported.status == 0, "\(imported.err)")
+      let read = try await groupctl([
+        "defaults", "read", group, "w0-k0", "--suite", suite, "--root", root.path, "--print-peak-memory",
+      ])
+      #expect(read.status == 0, "\(read.err)")
+      peaks.append(Int(fields(read.out)["peak_rss_kb"] ?? "") ?? 0)
+    }
+    #expect(peaks[0] > 1_000 && peaks[1] > peaks[0] + 20_000, "peaks \(peaks) KB")
+  }
 }
