@@ -41,9 +41,7 @@ func defaultsScaleBenchmarks() {
         for _ in 0..<2_000_000 { try defaults.set(next.advance(), forKey: "key") }
       }
     } setup: {
-      try suite.setUp()
-      try suite.defaults!.set(values: numberedKeys(size) { .integer(PropertyListInteger($0)) })
-      try suite.defaults!.synchronize()
+      try suite.setUp(integerKeys: size)
     } teardown: {
       suite.tearDown()
     }
@@ -120,12 +118,19 @@ func defaultsScaleBenchmarks() {
         benchmark.measurement(resident, peakKB)
       }
     } setup: {
-      try suite.setUp()
-      try suite.defaults!.set(values: numberedKeys(size) { .integer(PropertyListInteger($0)) })
-      try suite.defaults!.synchronize()
+      try suite.setUp(integerKeys: size)
     } teardown: {
       suite.tearDown()
     }
+  }
+}
+
+extension Suite {
+  /// A fresh suite of `count` keys `k<i>` = i, synchronized.
+  func setUp(integerKeys count: Int) throws {
+    try setUp()
+    try defaults!.set(values: numberedKeys(count) { .integer(PropertyListInteger($0)) })
+    try defaults!.synchronize()
   }
 }
 

@@ -29,9 +29,12 @@ import SystemLayer
 /// **Read**: two atomic loads of the mapped header; when they match what this process applied, no system call.
 /// Otherwise apply only the new records (or reload after a compaction) without the lock, as a seqlock reader
 /// (`catchUpWithoutLock`); only a repair takes the lock. Lock order: `exclusively`.
-/// **Compaction** (journal over 1 MiB, idle for 5 s, `synchronize()`): rewrite the snapshot and the export, bump
-/// the generation, then reset the committed length (`compact` gives the order and why). The journal file is never
-/// shrunk (others map it: see SharedFileMapping).
+/// **Compaction** (journal twice what a compaction reads past the snapshot, at least 1 MiB; idle for 5 s;
+/// `synchronize()`): rewrite the snapshot and the export, and record where the snapshot stands in the journal
+/// (`snapshotAt`): nobody else notices, their journal goes on. Past max(8 MiB, 4× what it reads) it also empties the
+/// journal: bump the generation, then reset the committed length (every process reloads; `compact` gives the
+/// order and why). A process far behind reads the snapshot instead of the journal when that is cheaper
+/// (`reloadIsCheaper`). The journal file is never shrunk (others map it: see SharedFileMapping).
 /// **Recovery** (under the lock): an export that is not what the header recorded was edited by an outside tool
 /// and its difference is committed; a snapshot that is not the recorded one was written by a compaction that died
 /// before recording it, and is complete: it is read with the journal replayed over it (replaying records the
