@@ -486,7 +486,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     let committed = Int(header.load(Slot.committed))
     var values: [String: PropertyListValue]?
     var start = s.length
-    if generation != s.generation || committed < s.length || reloadIsCheaper(s, generation: generation, committed: committed) {
+    if generation != s.generation || committed < s.length
+      || reloadIsCheaper(s, generation: generation, committed: committed)
+    {
       let folded =
         s.generation != .max && s.pendingOwn.isEmpty && header.load(Slot.foldedGeneration) == s.generation
         && header.load(Slot.foldedLength) == UInt64(s.length)
@@ -885,7 +887,11 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       }
       if !rewind { FaultPoint.reach("defaults.snapshot.writing") }
       let written = try root.replaceFile(snapshotItem, with: bytes, mode: fileMode, durability: durability)
-      if rewind { FaultPoint.reach("defaults.compact.snapshotWritten") } else { FaultPoint.reach("defaults.snapshot.written") }
+      if rewind {
+        FaultPoint.reach("defaults.compact.snapshotWritten")
+      } else {
+        FaultPoint.reach("defaults.snapshot.written")
+      }
       recordSnapshotIdentity(written)
     }
     header.store(Slot.compactionInput, UInt64(input))
