@@ -922,7 +922,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     // The export being replaced, kept open: a tool may write into it (in place) while this compaction runs, and
     // that write must not vanish with the file's name.
     let replaced = try? root.openFile(plistItem, .readOnly)
-    defer { replaced?.close() }
+    var handedOver = false
+    defer { if !handedOver { replaced?.close() } }
     do {
       try Self.beneath(plistItem, in: containerPath) { () throws(FileSystemError) in
         // The identity of what was written, not of what is at the name by now: a tool that wrote into the new
@@ -941,16 +942,53 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       now.inode != recorded.inode || now.size != recorded.size || now.modificationNanoseconds != recorded.time
     else { return }
     // Written by a tool since it was recorded (in place, or replaced by the tool before we opened it): apply it.
-    guard let read = try? replaced.read(at: 0, count: Int(min(now.size, Int64(Self.snapshotLimits.maxBytes)))),
-      case .dictionary(let edited)? = try? PropertyListValue(bytes: read, limits: Self.snapshotLimits)
-    else {
-      Self.logger.error("suite '\(suite)': '\(plistPath)' was written by another tool while it was replaced, and cannot be read")
+    guard let edited = Self.readEdit(replaced) else {
+      // Perhaps half-written: a tool that writes in place truncates the file, encodes, then writes (plistlib
+      // takes tens of milliseconds in between). Read it again later; its write lands in this inode.
+      handedOver = true
+      applyReplacedEditLater(replaced, tries: 8)
       return
     }
     if try commitDifference(edited, &s) {
       // The export now lacks that edit: rewritten soon, in the background.
       header.store(Slot.exportInode, .max)
       scheduleExportCheck()
+    }
+  }
+
+  /// The dictionary in a tool's version of the export, open as `fd` (nil when it does not parse yet).
+  private static func readEdit(_ fd: SystemFD) -> [String: PropertyListValue]? {
+    guard let st = try? fd.status(), st.kind == .regular,
+      let read = try? fd.read(at: 0, count: Int(min(st.size, Int64(Self.snapshotLimits.maxBytes)))),
+      case .dictionary(let edited)? = try? PropertyListValue(bytes: read, limits: Self.snapshotLimits)
+    else { return nil }
+    return edited
+  }
+
+  /// Reads `replaced` (an export a tool was writing when a compaction replaced it) every `exportRetryDelay`
+  /// until it parses, then commits what it changed; closes it. After `tries` the edit is given up, and logged.
+  private func applyReplacedEditLater(_ replaced: SystemFD, tries: Int) {
+    background.asyncAfter(deadline: .now() + Self.exportRetryDelay) { [weak self] in
+      guard let self else { return replaced.close() }
+      guard let edited = Self.readEdit(replaced) else {
+        if tries > 1 { return applyReplacedEditLater(replaced, tries: tries - 1) }
+        replaced.close()
+        Self.logger.error(
+          "suite '\(suite)': '\(plistPath)' was written by another tool while it was replaced, and cannot be read")
+        return
+      }
+      replaced.close()
+      do {
+        try exclusively { s throws(SharedDefaultsError) in
+          try catchUpExclusively(&s)
+          if try commitDifference(edited, &s) {
+            header.store(Slot.exportInode, .max)
+            scheduleExportCheck()
+          }
+        }
+      } catch {
+        Self.logger.error("suite '\(suite)': could not apply the edit of '\(plistPath)' by another tool: \(error)")
+      }
     }
   }
 
