@@ -928,6 +928,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       try Self.beneath(plistItem, in: containerPath) { () throws(FileSystemError) in
         // The identity of what was written, not of what is at the name by now: a tool that wrote into the new
         // export at once must still be seen as an edit.
+        FaultPoint.pause("defaults.export.replacing")
         let written = try root.replaceFile(plistItem, with: bytes, mode: fileMode, durability: durability)
         FaultPoint.reach("defaults.compact.exportWritten")
         recordExportIdentity(written)

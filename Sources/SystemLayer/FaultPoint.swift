@@ -13,4 +13,18 @@ package enum FaultPoint {
     guard let armed else { return }
     if armed == name.description { kill(getpid(), SIGKILL) }
   }
+
+  private static let paused: String? = getenv("GROUPCONTAINER_PAUSE_POINT").map { String(cString: $0) }
+  private static let pauseDirectory: String? = getenv("GROUPCONTAINER_PAUSE_DIR").map { String(cString: $0) }
+
+  /// Stops here while a test acts, when `name` is the point armed by `GROUPCONTAINER_PAUSE_POINT` (the
+  /// directory `GROUPCONTAINER_PAUSE_DIR`): creates the file `<dir>/<name>` and waits until the test removes it
+  /// (at most 60 s). For the windows a test must act inside, such as a tool writing while a file is replaced.
+  @inline(__always)
+  package static func pause(_ name: StaticString) {
+    guard let paused, paused == name.description, let pauseDirectory else { return }
+    let path = pauseDirectory + "/" + paused
+    close(open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0o600))
+    for _ in 0..<6000 where access(path, F_OK) == 0 { usleep(10_000) }
+  }
 }

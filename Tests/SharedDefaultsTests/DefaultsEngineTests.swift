@@ -27,7 +27,9 @@ import TestSupport
 /// - `snapshotAt` moved before the snapshot is written: `aCompactorKilledAtAnyPointLosesNoAcknowledgedWrite(
 ///   defaults.snapshot.writing)` (a, b, c lost for new processes);
 /// - `snapshotStart` not checking the generation: `theSnapshotPointOfAnOlderGenerationIsNotUsed`;
-/// - `reloadIsCheaper` always false: `aProcessFarBehindReadsTheSnapshotInstead` ("loads 1").
+/// - `reloadIsCheaper` always false: `aProcessFarBehindReadsTheSnapshotInstead` ("loads 1");
+/// - `writeExport` giving up a replaced export that does not parse yet (no `applyReplacedEditLater`):
+///   `anEditWrittenIntoAnExportBeingReplacedIsApplied` (the tool's key is lost).
 @Suite(.timeLimit(.minutes(3))) struct DefaultsEngineTests {
   /// The lines of `child`'s output after the last `synced` (what its final `dump` printed).
   func lastDump(_ child: Child) -> [String] {
@@ -117,6 +119,50 @@ import TestSupport
     #expect(last.contains("counter=1200/1200"), "\(last)")
     for i in 0..<5 { #expect(defaults.integer(forKey: "edit\(i)") == i, "edit\(i)") }
     #expect(defaults.integer(forKey: "seed") == 0 && defaults.object(forKey: "seed") != nil)
+  }
+
+  /// A tool writing the export in place (plistlib: truncate, encode, write) while a compaction replaces it: the
+  /// compaction finds the replaced file empty, and the tool's bytes land in it afterwards. The compaction reads it
+  /// again until it parses and commits the edit (it used to give the edit up). Paused at
+  /// `defaults.export.replacing` (`FaultPoint.pause`) so the tool truncates inside that window.
+  @Test func anEditWrittenIntoAnExportBeingReplacedIsApplied() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let id = container.identifier
+    let seed = try Child(["defaults-script", root.path, id, "half", root.path, "set:a=1", "sync"])
+    #expect(await seed.exit() == 0)
+    let plist = container.preferencesURL.appendingPathComponent("half.plist").path
+    let pauses = root.path + "/pauses"
+    try FileManager.default.createDirectory(atPath: pauses, withIntermediateDirectories: true)
+    let point = pauses + "/defaults.export.replacing"
+    let compactor = try Child(
+      ["defaults-script", root.path, id, "half", root.path, "set:b=2", "sync", "wait:done"],
+      environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.export.replacing", "GROUPCONTAINER_PAUSE_DIR": pauses])
+    var deadline = Date().addingTimeInterval(20)
+    while !FileManager.default.fileExists(atPath: point) && Date() < deadline {
+      try await Task.sleep(for: .milliseconds(10))
+    }
+    #expect(FileManager.default.fileExists(atPath: point), "the compaction never reached the export")
+    // The tool opens the export it read, truncating it.
+    let tool = FileHandle(forWritingAtPath: plist)
+    try tool?.truncate(atOffset: 0)
+    try FileManager.default.removeItem(atPath: point)
+    #expect(await compactor.line { $0 == "synced" } != nil)
+    // Now it writes what it read, plus its key: into the file the compaction replaced.
+    try tool?.write(contentsOf: Data(PropertyListValue.dictionary(["a": 1, "tool": 7]).encoded(as: .binary)))
+    try tool?.close()
+    deadline = Date().addingTimeInterval(10)
+    var dump: [String] = []
+    while Date() < deadline {
+      let reader = try Child(["defaults-script", root.path, id, "half", root.path, "dump"])
+      #expect(await reader.exit() == 0)
+      dump = reader.output
+      if dump.contains("tool 7") { break }
+      try await Task.sleep(for: .milliseconds(100))
+    }
+    #expect(dump == ["a 1", "b 2", "tool 7", "end"], "stderr: \(compactor.errors.withLock { $0 })")
+    FileManager.default.createFile(atPath: root.path + "/done", contents: nil)
+    #expect(await compactor.exit() == 0)
   }
 
   @Test(arguments: ["truncate", "delete"])
