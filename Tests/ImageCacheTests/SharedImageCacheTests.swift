@@ -61,13 +61,15 @@ struct SharedImageCacheTests {
         #expect(image.map { TestPNG.isIntact($0.data) } == true, "round \(round): k\(key) lost its whole entry")
       }
     }
-    // Every entry on disk is whole; temp files of the killed writers are swept by the next trim.
-    for name in Self.files(Self.directory(container, "killed")) where name.hasSuffix(".entry") {
+    // Every entry on disk is whole; temp files of the killed writers are swept by the next trim. A temp file is
+    // named after its entry (`.gc-tmp-<writer>-<entry>`), so it ends in ".entry" too: it is not an entry.
+    func isEntry(_ name: String) -> Bool { name.hasSuffix(".entry") && !name.hasPrefix(".gc-tmp-") }
+    for name in Self.files(Self.directory(container, "killed")) where isEntry(name) {
       let data = try Data(contentsOf: URL(fileURLWithPath: Self.directory(container, "killed") + "/" + name))
       #expect(data.count > 56 && data.starts(with: Array("GCIMGv1\n".utf8)), "\(name) is damaged")
     }
     _ = try cache.trim()
-    let left = Self.files(Self.directory(container, "killed")).filter { !$0.hasSuffix(".entry") }
+    let left = Self.files(Self.directory(container, "killed")).filter { !isEntry($0) }
     #expect(left.isEmpty, "temp files left by dead writers: \(left)")
   }
 
