@@ -950,11 +950,15 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       applyReplacedEditLater(replaced, tries: 8)
       return
     }
-    if try commitDifference(edited, &s) {
-      // The export now lacks that edit: rewritten soon, in the background.
-      header.store(Slot.exportInode, .max)
-      scheduleExportCheck()
-    }
+    try commitReplacedEdit(edited, &s)
+  }
+
+  /// Commits the edit a tool wrote into an export that a compaction replaced; the new export lacks it, so it is
+  /// marked stale and rewritten soon, in the background.
+  private func commitReplacedEdit(_ edited: [String: PropertyListValue], _ s: inout State) throws(SharedDefaultsError) {
+    guard try commitDifference(edited, &s) else { return }
+    header.store(Slot.exportInode, .max)
+    scheduleExportCheck()
   }
 
   /// The dictionary in a tool's version of the export, open as `fd` (nil when it does not parse yet).
@@ -982,10 +986,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       do {
         try exclusively { s throws(SharedDefaultsError) in
           try catchUpExclusively(&s)
-          if try commitDifference(edited, &s) {
-            header.store(Slot.exportInode, .max)
-            scheduleExportCheck()
-          }
+          try commitReplacedEdit(edited, &s)
         }
       } catch {
         Self.logger.error("suite '\(suite)': could not apply the edit of '\(plistPath)' by another tool: \(error)")
