@@ -6,6 +6,9 @@
 //                                    resident memory (VmHWM) after it, against its resident memory before.
 //   Loopback 1 GiB: curl             curl -s -o FILE URL, same entity, same file system
 //   Loopback 1 GiB: curl, then fsync the same, then fsync(FILE): the durability the agent gives before publishing
+//   Loopback 1 GiB: agent, then curl the two above in turn in each iteration (the machine's disk and page cache vary
+//                                    from minute to minute); custom metrics: each side's time and the agent's
+//                                    throughput as a percentage of curl's in that pair
 //   200 files of 64 kB: agent        200 tasks at once (6 connections per host, the session default), until the
 //                                    200th completion event; custom metric: finished transfer → event in this
 //                                    process (p50 over the 200, from the task's completion time)
@@ -138,6 +141,12 @@ let benchmarks: @Sendable () -> Void = {
     timeUnits: .milliseconds, warmupIterations: 0, maxDuration: .seconds(120), maxIterations: 3)
   let bigCurl = Benchmark.Configuration(
     metrics: [.wallClock], timeUnits: .milliseconds, warmupIterations: 0, maxDuration: .seconds(120), maxIterations: 3)
+  let paired = Benchmark.Configuration(
+    metrics: [
+      .wallClock, .custom("agent (ms)", useScalingFactor: false), .custom("curl (ms)", useScalingFactor: false),
+      .custom("agent ÷ curl throughput (%)", useScalingFactor: false),
+    ],
+    timeUnits: .milliseconds, warmupIterations: 0, maxDuration: .seconds(120), maxIterations: 7)
   let small = Benchmark.Configuration(
     metrics: [.wallClock, .custom("finish → event p50 (µs)", useScalingFactor: false)], timeUnits: .milliseconds,
     warmupIterations: 1, maxDuration: .seconds(60), maxIterations: 5)
@@ -190,6 +199,34 @@ let benchmarks: @Sendable () -> Void = {
     }
     benchmark.stopMeasurement()
     try? FileManager.default.removeItem(atPath: file)
+  }
+
+  Benchmark("Loopback 1 GiB: agent, then curl", configuration: paired) { benchmark in
+    let f = downloadFixture
+    let session = f.session!
+    f.counter += 1
+    let destination = "Downloads/pair-\(f.counter)"
+    let file = f.container!.url.appendingPathComponent("Downloads/pair-curl-\(f.counter)").path
+    let clock = ContinuousClock()
+    benchmark.startMeasurement()
+    let agentStart = clock.now
+    let task = try session.download(
+      from: URL(string: "http://127.0.0.1:\(f.port)/gen/\(gib)?seed=\(f.counter)")!, to: destination)
+    _ = try await awaitCompletions([task.id], in: session)
+    let agentTime = clock.now - agentStart
+    let curlStart = clock.now
+    try runCurl(["-s", "-o", file, "http://127.0.0.1:\(f.port)/gen/\(gib)?seed=\(f.counter)"])
+    let curlTime = clock.now - curlStart
+    benchmark.stopMeasurement()
+    func milliseconds(_ d: Duration) -> Int { Int(d.components.seconds * 1000 + d.components.attoseconds / 1_000_000_000_000_000) }
+    benchmark.measurement(.custom("agent (ms)", useScalingFactor: false), milliseconds(agentTime))
+    benchmark.measurement(.custom("curl (ms)", useScalingFactor: false), milliseconds(curlTime))
+    benchmark.measurement(
+      .custom("agent ÷ curl throughput (%)", useScalingFactor: false), milliseconds(curlTime) * 100 / max(1, milliseconds(agentTime)))
+    try? FileManager.default.removeItem(at: f.container!.url.appendingPathComponent(destination))
+    try? FileManager.default.removeItem(atPath: file)
+  } setup: {
+    try startDownloadFixture()
   }
 
   Benchmark("Loopback 1 GiB: curl", configuration: bigCurl) { benchmark in

@@ -365,7 +365,12 @@ package final class TransferEngine: Sendable {
     let delegate = TransferDelegate(
       file: file, requestedFrom: from, resume: run.state, hasher: run.hasher, hashedUpTo: run.hashedUpTo,
       wantsHash: run.wantsHash, policy: policy, attempts: run.attempts, progress: progress)
-    let task = client.execute(request: req, delegate: delegate, logger: logger)
+    // The delegate writes each body part synchronously, so it must run on the thread that reads the socket. With
+    // `.indifferent` the delegate's loop is picked apart from the pooled connection's: every other request
+    // crossed threads on each body part, and 1 GiB took 1.6 s (1.45 s of CPU) instead of 1.0 s (0.95 s).
+    let task = client.execute(
+      request: req, delegate: delegate, eventLoop: .delegateAndChannel(on: client.eventLoopGroup.next()),
+      logger: logger)
     let stalled = Atomic<Bool>(false)
     let cancelled = Atomic<Bool>(false)
     let stallTimeout = policy.stallTimeout.nanoseconds
