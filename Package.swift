@@ -14,6 +14,7 @@ let package = Package(
     .library(name: "ImageCache", targets: ["ImageCache"]),
     .library(name: "BackgroundDownloads", targets: ["BackgroundDownloads"]),
     .library(name: "DownloadAgent", targets: ["DownloadAgent"]),
+    .library(name: "AppIntents", targets: ["AppIntents"]),
     .executable(name: "groupctl", targets: ["groupctl"]),
     .executable(name: "gc-download-agent", targets: ["gc-download-agent"]),
     // The local HTTP file server of the download tests, benchmarks and demo (not a library piece).
@@ -111,10 +112,16 @@ let package = Package(
       ]
     ),
     .executableTarget(name: "gc-download-agent", dependencies: ["DownloadAgent"]),
+    // Intents a widget asks the app to perform in the app's process (Apple's AppIntents), over the URL delivery.
+    .target(
+      name: "AppIntents",
+      dependencies: ["FileCoordination", .product(name: "Logging", package: "swift-log")]
+    ),
     .target(
       name: "GroupContainer",
       dependencies: [
         "FileCoordination", "SharedDefaults", "PropertyList", "MemoryWarnings", "ImageCache", "BackgroundDownloads",
+        "AppIntents",
       ]),
     .executableTarget(
       name: "groupctl",
@@ -144,7 +151,7 @@ let package = Package(
       name: "gc-test-helper",
       dependencies: [
         "FileCoordination", "SharedDefaults", "PropertyList", "SystemLayer", "ImageCache", "MemoryWarnings", "TestImageKit",
-        "BackgroundDownloads",
+        "BackgroundDownloads", "AppIntents",
         .product(name: "Logging", package: "swift-log"),
       ],
       path: "Tests/GCTestHelper"
@@ -213,6 +220,10 @@ let package = Package(
         "ported-widget",
         "getting-started", "tour-defaults", "tour-files", "tour-images", "tour-downloads",
       ]),
+    .testTarget(
+      name: "AppIntentsTests",
+      dependencies: ["TestSupport", "AppIntents", "FileCoordination", "SystemLayer", "gc-test-helper", "groupctl"]
+    ),
     .testTarget(
       name: "FileCoordinationTests",
       dependencies: ["TestSupport", "FileCoordination", "SystemLayer", "GroupContainer", "gc-test-helper", "groupctl"]

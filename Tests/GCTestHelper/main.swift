@@ -189,6 +189,9 @@ case "defaults-script":  // DefaultsScript.swift
 case "descriptors":  // Descriptors.swift
   runDescriptors(args)
 
+case _ where intentModes.contains(command):  // IntentModes.swift
+  try await runIntentMode(command, args, container)
+
 default:
   FileHandle.standardError.write(Data("unknown command \(command)\n".utf8))
   exit(2)
