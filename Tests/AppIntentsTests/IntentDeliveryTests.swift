@@ -212,7 +212,11 @@ struct CrashIntent: AppIntent {
   }
 
   @Test func theWireRefusesGarbage() throws {
+    // Well-formed but over the limit: refused for its size alone.
+    let oversized = Array(
+      #"{"version":1,"type":"A","parameters":"\#(Data(count: 70_000).base64EncodedString())"}"#.utf8)
     for bytes: [UInt8] in [
+      oversized,
       [], Array("null".utf8), Array(#"{"version":2,"type":"A","parameters":""}"#.utf8),
       Array(#"{"version":1,"type":"","parameters":""}"#.utf8), [UInt8](repeating: 0x7B, count: 70_000),
       Array(#"{"version":1,"type":"A","parameters":"not base64!"}"#.utf8),

@@ -10,8 +10,8 @@ import Testing
 /// Mutants seen failing (each made by hand once, then reverted):
 /// - the copy by path (`FileManager.copyItem` to `<container>/Documents/Inbox/<name>`, no temp file, no rename
 ///   beneath the descriptor): `aSymlinkedInboxOrDocumentsDoesNotLetTheCopyEscape` finds the file outside.
-/// - the Inbox opened following links (`openDirectory("Documents/Inbox")`, automatic resolution): the same test
-///   finds the copy in `Library/` through the relative link.
+/// (Opening the Inbox with `openDirectory("Documents/Inbox")`, which follows links that stay inside, is no
+/// mutant: `makeDirectory("Inbox")` before it already refuses a link there. The check lives in both.)
 /// - publishing with `renameat` (replacing) instead of `RENAME_NOREPLACE`: `aNameCollisionGetsANumberedName`
 ///   finds the first file replaced.
 /// - no Inbox refusal (`InboxRule.check` returning at once): `writesIntoTheInboxAreRefused` fails.
