@@ -129,8 +129,10 @@ extension GroupContainer {
     case .notHandled:
       throw .hostRefused(identifier, scheme: lower, reason: "the app performs no intents (registerIntents)")
     case .timedOut:
-      throw .timedOut(identifier, scheme: lower, seconds: Double(timeout.components.seconds)
-        + Double(timeout.components.attoseconds) / 1e18)
+      throw .timedOut(
+        identifier, scheme: lower,
+        seconds: Double(timeout.components.seconds)
+          + Double(timeout.components.attoseconds) / 1e18)
     case .receiverDied: throw .hostDied(identifier, scheme: lower)
     }
   }

@@ -34,7 +34,9 @@ struct DeliveryLedger {
   /// The id rule: it becomes a file name.
   static func isValid(_ id: String) -> Bool {
     (1...64).contains(id.utf8.count)
-      && id.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x41...0x5A).contains($0) || (0x61...0x7A).contains($0) || $0 == 0x2D }
+      && id.utf8.allSatisfy {
+        (0x30...0x39).contains($0) || (0x41...0x5A).contains($0) || (0x61...0x7A).contains($0) || $0 == 0x2D
+      }
   }
 
   private var directory: String { ContainerPath.privateDirectory + "/deliveries" }

@@ -53,7 +53,8 @@ enum FileHandOver {
     let name = (source as NSString).lastPathComponent
     do { _ = try ContainerPath(name) } catch { throw FileHandOverError.invalidName(name, rule: "\(error)") }
     guard !name.hasPrefix(AtomicReplace.temporaryPrefix) else {
-      throw FileHandOverError.invalidName(name, rule: "names starting with '\(AtomicReplace.temporaryPrefix)' are temp files")
+      throw FileHandOverError.invalidName(
+        name, rule: "names starting with '\(AtomicReplace.temporaryPrefix)' are temp files")
     }
     let file: SystemFD
     do { file = try SystemFD.open(source, [.readOnly, .followSymlink]) } catch {
@@ -112,7 +113,8 @@ enum FileHandOver {
   /// Renames `temp` to `name`, or the first free `name-N.ext`.
   private static func publish(_ temp: String, as name: String, in inbox: SystemFD) throws -> String {
     let ext = (name as NSString).pathExtension
-    let stem = ext.isEmpty || name.hasPrefix(".") && !name.dropFirst().contains(".")
+    let stem =
+      ext.isEmpty || name.hasPrefix(".") && !name.dropFirst().contains(".")
       ? name : String(name.dropLast(ext.count + 1))
     for n in 0...maxSuffix {
       let candidate = n == 0 ? name : stem + "-\(n)" + (stem == name ? "" : "." + ext)

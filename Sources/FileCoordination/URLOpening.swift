@@ -228,7 +228,10 @@ final class URLHandlers: @unchecked Sendable {  // `handler` and `requestHandler
   }
 
   func uninstall() {
-    removeMarkers(handler.withLock { old in defer { old = nil }; return old?.schemes }, .url)
+    removeMarkers(
+      handler.withLock { old in
+        defer { old = nil }; return old?.schemes
+      }, .url)
   }
 
   func installRequests(
@@ -240,7 +243,10 @@ final class URLHandlers: @unchecked Sendable {  // `handler` and `requestHandler
   }
 
   func uninstallRequests() {
-    removeMarkers(requestHandler.withLock { old in defer { old = nil }; return old?.schemes }, .requests)
+    removeMarkers(
+      requestHandler.withLock { old in
+        defer { old = nil }; return old?.schemes
+      }, .requests)
   }
 
   /// Removes the markers of a dead process (both channels end in `.<process>`).
@@ -286,8 +292,14 @@ final class URLHandlers: @unchecked Sendable {  // `handler` and `requestHandler
       let scheme = url.scheme?.lowercased()
     else { return false }
     if scheme == "file" {
-      guard let target = message.scheme, installed.schemes.contains(target),
-        let item = ContainerPath.lexical(url, in: space.containerPath), item.isDescendant(of: InboxRule.inbox)
+      // The byte route first; a name with escapes (`my%20notes.txt`) takes the exact one.
+      let base = space.containerPath
+      let path = url.standardizedFileURL.path
+      let item =
+        ContainerPath.lexical(url, in: base)
+        ?? (path.hasPrefix(base + "/") ? try? ContainerPath(String(path.dropFirst(base.count + 1))) : nil)
+      guard let target = message.scheme, installed.schemes.contains(target), let item,
+        item.isDescendant(of: InboxRule.inbox)
       else { return false }
     } else {
       guard installed.schemes.contains(scheme) else { return false }
@@ -342,7 +354,8 @@ final class URLHandlers: @unchecked Sendable {  // `handler` and `requestHandler
       // A program that vanished since it was registered: say so (Foundation's error would be a Cocoa dump).
       if let problem = ProcessSpawn.executableProblem(registration.executable) {
         throw OpenURLError.launchFailed(
-          what, reason: "its registered program '\(registration.executable)' cannot be started: \(problem); "
+          what,
+          reason: "its registered program '\(registration.executable)' cannot be started: \(problem); "
             + "register the scheme again (registerURLScheme) with the program's current path")
       }
       do { try child.run() } catch {
@@ -353,7 +366,8 @@ final class URLHandlers: @unchecked Sendable {  // `handler` and `requestHandler
       while target == nil {
         guard child.isRunning else {
           throw OpenURLError.launchFailed(
-            what, reason: "it exited (status \(child.terminationStatus)) before handling "
+            what,
+            reason: "it exited (status \(child.terminationStatus)) before handling "
               + (channel == .url ? "URLs" : "requests"))
         }
         guard ContinuousClock.now < deadline else {

@@ -80,7 +80,8 @@ struct CrashIntent: AppIntent {
   @Test func aHostThatIsNotRunningIsStartedAndPerformsIt() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
-    try container.registerURLScheme("gclaunch", launching: helper, arguments: ["intent-host", root.path, group, "gclaunch"])
+    try container.registerURLScheme(
+      "gclaunch", launching: helper, arguments: ["intent-host", root.path, group, "gclaunch"])
     let log = root.path + "/append.log"
     defer { for pid in hostPIDs(container, "gclaunch") { kill(pid, SIGKILL) } }
     var intent = AppendIntent()
@@ -137,7 +138,8 @@ struct CrashIntent: AppIntent {
   @Test func aHostKilledMidDeliveryDoesNotPerformItTwice() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
-    try container.registerURLScheme("gccrash", launching: helper, arguments: ["intent-host", root.path, group, "gccrash"])
+    try container.registerURLScheme(
+      "gccrash", launching: helper, arguments: ["intent-host", root.path, group, "gccrash"])
     defer { for pid in hostPIDs(container, "gccrash") { kill(pid, SIGKILL) } }
     let log = root.path + "/crash.log"
     var intent = CrashIntent()
@@ -183,7 +185,8 @@ struct CrashIntent: AppIntent {
     // Oversized parameters are refused before sending.
     let big = await #expect(throws: IntentError.self) {
       try await container.performIntent(
-        withIdentifier: "EchoIntent", parameters: Data(("{\"text\":\"" + String(repeating: "a", count: 70_000) + "\"}").utf8),
+        withIdentifier: "EchoIntent",
+        parameters: Data(("{\"text\":\"" + String(repeating: "a", count: 70_000) + "\"}").utf8),
         inAppWithScheme: "scoreboard")
     }
     guard case .invalidIntent = big else {
@@ -203,7 +206,8 @@ struct CrashIntent: AppIntent {
     }
     try plant("\(me).900.request") { try Data("{not json".utf8).write(to: URL(fileURLWithPath: $0)) }
     try plant("\(me).901.request") { _ = mkfifo($0, 0o600) }
-    let bad = #"{"version":1,"id":"\#(me).902","kind":"request","sender":"\#(me)","item":"","needsAck":true,"#
+    let bad =
+      #"{"version":1,"id":"\#(me).902","kind":"request","sender":"\#(me)","item":"","needsAck":true,"#
       + #""events":[],"scheme":"scoreboard","request":"AAAA","deliveryID":"../../x"}"#
     try plant("\(me).902.request") { try Data(bad.utf8).write(to: URL(fileURLWithPath: $0)) }
     let response = try await container.perform(EchoIntent(text: "still"), inAppWithScheme: "scoreboard")
@@ -246,7 +250,9 @@ struct CrashIntent: AppIntent {
     let root = try TestRoot()
     let (_, host, pid) = try runningHost(root, "scoreboard")
     defer { host.kill() }
-    let ok = try await groupctl(["intent", group, "scoreboard", "EchoIntent", "--json", #"{"text":"cli"}"#, "--root", root.path])
+    let ok = try await groupctl([
+      "intent", group, "scoreboard", "EchoIntent", "--json", #"{"text":"cli"}"#, "--root", root.path,
+    ])
     #expect(ok.status == 0, "\(ok.err)")
     #expect(ok.out == "\"echo:cli pid:\(pid)\"\nechoed\n")
     let failed = try await groupctl(["intent", group, "scoreboard", "FailIntent", "--root", root.path])

@@ -52,14 +52,19 @@ import Testing
     #expect(copy.path == container.path + "/Documents/Inbox/report.pdf")
     #expect(try String(contentsOf: copy, encoding: .utf8) == "quarterly")
     #expect(logLines(log) == ["opened \(copy.path) quarterly"])
-    #expect(inbox(container) == ["report.pdf"])  // no temp file left
+    // A name that the URL percent-encodes.
+    let spaced = try await container.send(file: try source(root, "my notes é.txt", "spaced"), toScheme: "docs")
+    #expect(spaced.lastPathComponent == "my notes é.txt")
+    #expect(logLines(log).last == "opened \(spaced.path) spaced")
+    #expect(inbox(container) == ["my notes é.txt", "report.pdf"])  // no temp file left
   }
 
   @Test func aReceiverThatIsNotRunningIsStartedAndGetsTheFile() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let log = root.path + "/opened.log"
-    try container.registerURLScheme("gcdocs", launching: helper, arguments: ["inbox-receiver", root.path, group, "gcdocs", log])
+    try container.registerURLScheme(
+      "gcdocs", launching: helper, arguments: ["inbox-receiver", root.path, group, "gcdocs", log])
     let copy = try await container.send(file: try source(root, "notes.txt", "hello"), toScheme: "gcdocs")
     #expect(logLines(log) == ["opened \(copy.path) hello"])
     let handlers = try FileManager.default.contentsOfDirectory(atPath: container.path + "/.coordination/handlers")
@@ -75,7 +80,8 @@ import Testing
     let second = try await container.send(file: try source(root, "report.pdf", "two"), toScheme: "docs")
     let third = try await container.send(file: try source(root, "README", "three"), toScheme: "docs")
     let fourth = try await container.send(file: try source(root, "README", "four"), toScheme: "docs")
-    #expect([first, second, third, fourth].map(\.lastPathComponent) == ["report.pdf", "report-1.pdf", "README", "README-1"])
+    #expect(
+      [first, second, third, fourth].map(\.lastPathComponent) == ["report.pdf", "report-1.pdf", "README", "README-1"])
     #expect(try String(contentsOf: first, encoding: .utf8) == "one")
     #expect(try String(contentsOf: second, encoding: .utf8) == "two")
     #expect(inbox(container) == ["README", "README-1", "report-1.pdf", "report.pdf"])
@@ -135,9 +141,11 @@ import Testing
     // Replacing the Inbox itself, or writing through a link to it.
     #expect(throws: FileCoordinatorError.self) {
       try coordinator.coordinate(
-        writingItemAt: container.documentsURL.appendingPathComponent("Inbox"), options: .forReplacing) { _ in }
+        writingItemAt: container.documentsURL.appendingPathComponent("Inbox"), options: .forReplacing
+      ) { _ in }
     }
-    try FileManager.default.createSymbolicLink(atPath: container.path + "/Documents/Alias", withDestinationPath: "Inbox")
+    try FileManager.default.createSymbolicLink(
+      atPath: container.path + "/Documents/Alias", withDestinationPath: "Inbox")
     #expect(throws: GroupContainerError.inboxIsReadOnly("Documents/Alias/a.txt")) {
       try container.write(Data("changed".utf8), to: container.documentsURL.appendingPathComponent("Alias/a.txt"))
     }
@@ -159,13 +167,17 @@ import Testing
     #expect(text == "keep me")
     #expect(try container.contents(of: first) == Data("keep me".utf8))
     let destination = container.documentsURL.appendingPathComponent("a.txt")
-    try coordinator.coordinate(writingItemAt: first, options: .forMoving, writingItemAt: destination, options: .forReplacing) {
+    try coordinator.coordinate(
+      writingItemAt: first, options: .forMoving, writingItemAt: destination, options: .forReplacing
+    ) {
       source, target in
       try FileManager.default.moveItem(at: source, to: target)
       coordinator.item(at: source, didMoveTo: target)
     }
     try container.write(Data("edited".utf8), to: destination)  // out of the Inbox, it can be changed
-    try coordinator.coordinate(writingItemAt: second, options: .forDeleting) { try FileManager.default.removeItem(at: $0) }
+    try coordinator.coordinate(writingItemAt: second, options: .forDeleting) {
+      try FileManager.default.removeItem(at: $0)
+    }
     #expect(inbox(container).isEmpty)
     #expect(try String(contentsOf: destination, encoding: .utf8) == "edited")
   }
