@@ -14,6 +14,7 @@ let package = Package(
     .library(name: "ImageCache", targets: ["ImageCache"]),
     .library(name: "BackgroundDownloads", targets: ["BackgroundDownloads"]),
     .library(name: "DownloadAgent", targets: ["DownloadAgent"]),
+    .library(name: "WidgetKit", targets: ["WidgetKit"]),
     .executable(name: "groupctl", targets: ["groupctl"]),
     .executable(name: "gc-download-agent", targets: ["gc-download-agent"]),
     // The local HTTP file server of the download tests, benchmarks and demo (not a library piece).
@@ -111,10 +112,15 @@ let package = Package(
       ]
     ),
     .executableTarget(name: "gc-download-agent", dependencies: ["DownloadAgent"]),
+    // Widget timelines and Today-widget updates, reloaded from any process (WidgetKit's model).
+    .target(
+      name: "WidgetKit",
+      dependencies: ["FileCoordination", "SharedDefaults", .product(name: "Logging", package: "swift-log")]),
     .target(
       name: "GroupContainer",
       dependencies: [
         "FileCoordination", "SharedDefaults", "PropertyList", "MemoryWarnings", "ImageCache", "BackgroundDownloads",
+        "WidgetKit",
       ]),
     .executableTarget(
       name: "groupctl",
@@ -144,7 +150,7 @@ let package = Package(
       name: "gc-test-helper",
       dependencies: [
         "FileCoordination", "SharedDefaults", "PropertyList", "SystemLayer", "ImageCache", "MemoryWarnings", "TestImageKit",
-        "BackgroundDownloads",
+        "BackgroundDownloads", "WidgetKit",
         .product(name: "Logging", package: "swift-log"),
       ],
       path: "Tests/GCTestHelper"
@@ -196,6 +202,8 @@ let package = Package(
       ],
       resources: [.copy("Fixtures")]
     ),
+    .testTarget(
+      name: "WidgetKitTests", dependencies: ["TestSupport", "WidgetKit", "SharedDefaults", "FileCoordination", "gc-test-helper"]),
     .testTarget(
       name: "BackgroundDownloadsTests",
       dependencies: [

@@ -1,8 +1,9 @@
 // The umbrella module: `import GroupContainer` gives the container, the coordinator and presenters, and (as they
-// land) shared defaults, the image cache, background downloads and live activities.
+// land) shared defaults, the image cache, background downloads, widget timelines and live activities.
 @_exported import FileCoordination
 @_exported import PropertyList
 @_exported import SharedDefaults
 @_exported import MemoryWarnings
 @_exported import ImageCache
 @_exported import BackgroundDownloads
+@_exported import WidgetKit

@@ -189,6 +189,12 @@ case "defaults-script":  // DefaultsScript.swift
 case "descriptors":  // Descriptors.swift
   runDescriptors(args)
 
+case "widget-timeline":  // WidgetModes.swift
+  try await runWidgetTimeline(args, container)
+
+case "today-widget":  // WidgetModes.swift
+  try await runTodayWidget(args, container)
+
 default:
   FileHandle.standardError.write(Data("unknown command \(command)\n".utf8))
   exit(2)
