@@ -203,7 +203,8 @@ let package = Package(
       resources: [.copy("Fixtures")]
     ),
     .testTarget(
-      name: "WidgetKitTests", dependencies: ["TestSupport", "WidgetKit", "SharedDefaults", "FileCoordination", "gc-test-helper"]),
+      name: "WidgetKitTests",
+      dependencies: ["TestSupport", "WidgetKit", "SharedDefaults", "FileCoordination", "gc-test-helper", "groupctl"]),
     .testTarget(
       name: "BackgroundDownloadsTests",
       dependencies: [

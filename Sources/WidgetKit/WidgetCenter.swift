@@ -37,19 +37,26 @@ public final class WidgetCenter: Sendable {
 
   /// Asks every widget of `kind` to get a new timeline now.
   public func reloadTimelines(ofKind kind: String) {
-    bump(Self.key(forKind: kind))
+    logFailure { try requestReload(ofKind: kind) }
   }
 
   /// Asks every widget of every kind to get a new timeline now.
   public func reloadAllTimelines() {
-    bump(Self.allKindsKey)
+    logFailure { try requestReload(ofKind: nil) }
   }
 
-  private func bump(_ key: String) {
-    do {
-      _ = try defaults.update(key) { old in .integer(.init((old?.intValue ?? 0) &+ 1)) }
-    } catch {
-      Self.logger.error("cannot ask widgets to reload ('\(key)' in \(defaults.suiteName)): \(error)")
+  /// The request behind ``reloadTimelines(ofKind:)`` (`kind`) and ``reloadAllTimelines()`` (`nil`), for tools
+  /// that must report a failure.
+  /// - Throws: the suite cannot be written (a full disk).
+  package func requestReload(ofKind kind: String?) throws {
+    _ = try defaults.update(kind.map(Self.key(forKind:)) ?? Self.allKindsKey) { old in
+      .integer(.init((old?.intValue ?? 0) &+ 1))
+    }
+  }
+
+  private func logFailure(_ request: () throws -> Void) {
+    do { try request() } catch {
+      Self.logger.error("cannot ask widgets to reload (suite \(defaults.suiteName)): \(error)")
     }
   }
 

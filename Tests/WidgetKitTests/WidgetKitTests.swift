@@ -61,6 +61,22 @@ struct WidgetKitTests {
     #expect(await widget.line { $0.hasPrefix("entry 3 0 third") } != nil)
   }
 
+  @Test("groupctl widgets reload asks one kind, or every kind")
+  func groupctlReload() async throws {
+    try defaults.set("one", forKey: "headline")
+    let widget = try timelineWidget("news", policy: "never")
+    defer { widget.kill() }
+    #expect(await widget.line { $0.hasPrefix("entry 1 0 one") } != nil)
+    try defaults.set("two", forKey: "headline")
+    let kind = try await groupctl(["widgets", "reload", container.identifier, "--root", root.path, "--kind", "news"])
+    #expect(kind.status == 0, "\(kind.err)")
+    #expect(await widget.line { $0.hasPrefix("entry 2 0 two") } != nil)
+    try defaults.set("three", forKey: "headline")
+    let all = try await groupctl(["widgets", "reload", container.identifier, "--root", root.path])
+    #expect(all.status == 0, "\(all.err)")
+    #expect(await widget.line { $0.hasPrefix("entry 3 0 three") } != nil)
+  }
+
   @Test("a reload of another kind is not heard")
   func aReloadOfAnotherKindIsNotHeard() async throws {
     try defaults.set("a", forKey: "headline")
