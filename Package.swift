@@ -15,6 +15,7 @@ let package = Package(
     .library(name: "BackgroundDownloads", targets: ["BackgroundDownloads"]),
     .library(name: "DownloadAgent", targets: ["DownloadAgent"]),
     .library(name: "AppIntents", targets: ["AppIntents"]),
+    .library(name: "WidgetKit", targets: ["WidgetKit"]),
     .executable(name: "groupctl", targets: ["groupctl"]),
     .executable(name: "gc-download-agent", targets: ["gc-download-agent"]),
     // The local HTTP file server of the download tests, benchmarks and demo (not a library piece).
@@ -117,11 +118,15 @@ let package = Package(
       name: "AppIntents",
       dependencies: ["FileCoordination", .product(name: "Logging", package: "swift-log")]
     ),
+    // Widget timelines and Today-widget updates, reloaded from any process (WidgetKit's model).
+    .target(
+      name: "WidgetKit",
+      dependencies: ["FileCoordination", "SharedDefaults", .product(name: "Logging", package: "swift-log")]),
     .target(
       name: "GroupContainer",
       dependencies: [
         "FileCoordination", "SharedDefaults", "PropertyList", "MemoryWarnings", "ImageCache", "BackgroundDownloads",
-        "AppIntents",
+        "AppIntents", "WidgetKit",
       ]),
     .executableTarget(
       name: "groupctl",
@@ -151,7 +156,7 @@ let package = Package(
       name: "gc-test-helper",
       dependencies: [
         "FileCoordination", "SharedDefaults", "PropertyList", "SystemLayer", "ImageCache", "MemoryWarnings", "TestImageKit",
-        "BackgroundDownloads", "AppIntents",
+        "BackgroundDownloads", "AppIntents", "WidgetKit",
         .product(name: "Logging", package: "swift-log"),
       ],
       path: "Tests/GCTestHelper"
@@ -203,6 +208,9 @@ let package = Package(
       ],
       resources: [.copy("Fixtures")]
     ),
+    .testTarget(
+      name: "WidgetKitTests",
+      dependencies: ["TestSupport", "WidgetKit", "SharedDefaults", "FileCoordination", "gc-test-helper", "groupctl"]),
     .testTarget(
       name: "BackgroundDownloadsTests",
       dependencies: [

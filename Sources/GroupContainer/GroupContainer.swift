@@ -1,5 +1,5 @@
 // The umbrella module: `import GroupContainer` gives the container, the coordinator and presenters, and (as they
-// land) shared defaults, the image cache, background downloads and live activities.
+// land) shared defaults, the image cache, background downloads, widget timelines and live activities.
 @_exported import FileCoordination
 @_exported import PropertyList
 @_exported import SharedDefaults
@@ -7,3 +7,4 @@
 @_exported import ImageCache
 @_exported import BackgroundDownloads
 @_exported import AppIntents
+@_exported import WidgetKit

@@ -192,6 +192,12 @@ case "descriptors":  // Descriptors.swift
 case _ where intentModes.contains(command):  // IntentModes.swift
   try await runIntentMode(command, args, container)
 
+case "widget-timeline":  // WidgetModes.swift
+  try await runWidgetTimeline(args, container)
+
+case "today-widget":  // WidgetModes.swift
+  try await runTodayWidget(args, container)
+
 default:
   FileHandle.standardError.write(Data("unknown command \(command)\n".utf8))
   exit(2)
