@@ -14,6 +14,7 @@ let package = Package(
     .library(name: "ImageCache", targets: ["ImageCache"]),
     .library(name: "BackgroundDownloads", targets: ["BackgroundDownloads"]),
     .library(name: "DownloadAgent", targets: ["DownloadAgent"]),
+    .library(name: "AppIntents", targets: ["AppIntents"]),
     .library(name: "WidgetKit", targets: ["WidgetKit"]),
     .executable(name: "groupctl", targets: ["groupctl"]),
     .executable(name: "gc-download-agent", targets: ["gc-download-agent"]),
@@ -112,6 +113,11 @@ let package = Package(
       ]
     ),
     .executableTarget(name: "gc-download-agent", dependencies: ["DownloadAgent"]),
+    // Intents a widget asks the app to perform in the app's process (Apple's AppIntents), over the URL delivery.
+    .target(
+      name: "AppIntents",
+      dependencies: ["FileCoordination", .product(name: "Logging", package: "swift-log")]
+    ),
     // Widget timelines and Today-widget updates, reloaded from any process (WidgetKit's model).
     .target(
       name: "WidgetKit",
@@ -120,7 +126,7 @@ let package = Package(
       name: "GroupContainer",
       dependencies: [
         "FileCoordination", "SharedDefaults", "PropertyList", "MemoryWarnings", "ImageCache", "BackgroundDownloads",
-        "WidgetKit",
+        "AppIntents", "WidgetKit",
       ]),
     .executableTarget(
       name: "groupctl",
@@ -150,7 +156,7 @@ let package = Package(
       name: "gc-test-helper",
       dependencies: [
         "FileCoordination", "SharedDefaults", "PropertyList", "SystemLayer", "ImageCache", "MemoryWarnings", "TestImageKit",
-        "BackgroundDownloads", "WidgetKit",
+        "BackgroundDownloads", "AppIntents", "WidgetKit",
         .product(name: "Logging", package: "swift-log"),
       ],
       path: "Tests/GCTestHelper"
@@ -222,6 +228,10 @@ let package = Package(
         "ported-widget",
         "getting-started", "tour-defaults", "tour-files", "tour-images", "tour-downloads",
       ]),
+    .testTarget(
+      name: "AppIntentsTests",
+      dependencies: ["TestSupport", "AppIntents", "FileCoordination", "SystemLayer", "gc-test-helper", "groupctl"]
+    ),
     .testTarget(
       name: "FileCoordinationTests",
       dependencies: ["TestSupport", "FileCoordination", "SystemLayer", "GroupContainer", "gc-test-helper", "groupctl"]

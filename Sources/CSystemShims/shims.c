@@ -62,6 +62,10 @@ int gc_rename_exchange(int olddirfd, const char *oldpath, int newdirfd, const ch
   return renameat2(olddirfd, oldpath, newdirfd, newpath, RENAME_EXCHANGE);
 }
 
+int gc_rename_noreplace(int dirfd, const char *oldpath, const char *newpath) {
+  return renameat2(dirfd, oldpath, dirfd, newpath, RENAME_NOREPLACE);
+}
+
 // One slot per live shared mapping (two per container a process opened, plus one or two per defaults suite);
 // the handler scans them all, which is cheap next to a page fault.
 #define GUARD_SLOTS 4096

@@ -81,6 +81,8 @@ extension GroupContainer {
   ///
   /// The file, its temp file and the rename are all reached from the container's directory descriptor, so
   /// another process swapping a directory on the way for a symlink cannot make the write land outside.
+  /// A write into `Documents/Inbox/` is refused with ``GroupContainerError/inboxIsReadOnly(_:)`` (the Inbox rule:
+  /// move a received file out before changing it).
   /// - Parameter durable: also survive power loss (fsync of the file and its directory).
   public func write(_ data: Data, to url: URL, durable: Bool = false) throws(GroupContainerError) {
     // The container's path and space once, the item by bytes where plain (`ContainerPath.lexical`): URL handling
@@ -91,6 +93,7 @@ extension GroupContainer {
     ).root
     let item: ContainerPath
     if let plain = ContainerPath.lexical(url, in: base) { item = plain } else { item = try relativePath(of: url) }
+    try InboxRule.check(writing: item)
     let mode = sharing.fileMode
     let durability: AtomicReplace.Durability = durable ? .powerLoss : .processCrash
     // No link on the way (the common case): checked on the parent's descriptor that the replace then uses.
@@ -99,7 +102,7 @@ extension GroupContainer {
       try root.replaceFileIfNoSymbolicLink(relative, with: data, mode: mode, durability: durability)
     }
     if wrote { return }
-    _ = try resolveBeneath(item, containerPath: base, root: root)
+    try InboxRule.check(writing: item, resolved: try resolveBeneath(item, containerPath: base, root: root))
     try beneath(item) { () throws(FileSystemError) in
       try root.replaceFile(relative, with: data, mode: mode, durability: durability)
     }

@@ -53,6 +53,9 @@ struct CoordinatedAccess: Sendable {
         let path = options.contains(.resolvesSymbolicLink) ? (resolved ?? lexical) : lexical
         items.append(Item(path: path, url: found.url(for: path), isWrite: false, reading: options, writing: []))
       case .writing(let options):
+        try FileCoordinatorError.wrap { () throws(GroupContainerError) in
+          try InboxRule.check(writing: lexical, resolved: resolved, options: options)
+        }
         items.append(Item(path: lexical, url: intent.url, isWrite: true, reading: [], writing: options))
       }
     }

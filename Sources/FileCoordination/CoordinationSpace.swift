@@ -54,6 +54,8 @@ struct ProcessName: Hashable, Sendable, Codable, CustomStringConvertible {
 ///   inbox/<proc>/         messages to that process (MessageProtocol.swift)
 ///   schemes/<scheme>      how to launch the app that opens <scheme>: URLs (URLOpening.swift)
 ///   handlers/<scheme>.<proc> the live process <proc> handles <scheme>: URLs
+///   handlers/@requests.<scheme>.<proc> … and performs intents sent to <scheme> (URLOpening.swift)
+///   deliveries/<id>       the claim, then the reply, of one intent delivery (DeliveryLedger.swift)
 /// ```
 final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts guard their own state
   static let logger = Logger(label: "GroupContainer.FileCoordination")

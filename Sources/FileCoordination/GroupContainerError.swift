@@ -23,6 +23,9 @@ public enum GroupContainerError: Error, CustomStringConvertible, Sendable, Equat
   /// (`kind` names it, `reason` says what breaks); set `GROUPCONTAINER_ALLOW_UNSUPPORTED_FILESYSTEM=1` or
   /// ``GroupContainer/allowsUnsupportedFileSystem`` to use it anyway.
   case unsupportedFileSystem(String, kind: String, reason: String)
+  /// A write of `Documents/Inbox/` or of a file in it, where other apps' handed-over files arrive: they may be
+  /// read, deleted and moved out, not changed in place (InboxRule).
+  case inboxIsReadOnly(String)
 
   /// What failed, on which path, and what to do.
   public var description: String {
@@ -47,6 +50,9 @@ public enum GroupContainerError: Error, CustomStringConvertible, Sendable, Equat
       return "'\(path)' is on \(kind), where the container's guarantees do not hold (\(reason)): put the container "
         + "root on a local disk (--root or GROUP_CONTAINER_ROOT), or set GROUPCONTAINER_ALLOW_UNSUPPORTED_FILESYSTEM=1 "
         + "to use it anyway"
+    case .inboxIsReadOnly(let path):
+      return "'\(path)' is in Documents/Inbox, where files handed over by other apps arrive: it can be read, deleted "
+        + "or moved out, not written; move the file out of the Inbox (e.g. to Documents/) and change it there"
     }
   }
 }

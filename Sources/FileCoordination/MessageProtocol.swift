@@ -57,7 +57,8 @@ struct PresenterEvent: Codable, Sendable, Hashable {
 /// paths validated, anything else deleted with a logged error.
 struct CoordinationMessage: Codable, Sendable {
   /// `openURL` asks a process's URL handler to open `url` (URLOpening.swift); its ack carries `opened`.
-  enum Kind: String, Codable, Sendable { case prepare, finish, ack, openURL }
+  /// `request` asks its request handler (app intents) to answer `request`; its ack carries `requestAnswer`.
+  enum Kind: String, Codable, Sendable { case prepare, finish, ack, openURL, request }
 
   static let formatVersion = 1
   static let maxBytes = 1 << 20
@@ -81,6 +82,14 @@ struct CoordinationMessage: Codable, Sendable {
   var url: String?
   /// Ack of an `openURL` only: what the handler answered.
   var opened: Bool?
+  /// `request`, and `openURL` of a handed-over `file:` URL: the scheme whose handler it is for.
+  var scheme: String?
+  /// `request` only: the request's bytes (their format is the sender's and receiver's business).
+  var request: Data?
+  /// `request` only: the delivery's id, the same on a retry (DeliveryLedger.swift).
+  var deliveryID: String?
+  /// Ack of a `request` only: what the receiver answered.
+  var requestAnswer: RequestAnswerRecord?
   /// Prepare only: where on the sender's ack board to store `ackToken` instead of sending an ack file.
   var ackSlot: Int?
   var ackToken: UInt64?
@@ -117,6 +126,18 @@ struct CoordinationMessage: Codable, Sendable {
       guard let url = message.url else { throw .corruptFile(fileName, reason: "an openURL message without a URL") }
       do { _ = try OpenURLRule.validate(url) } catch { throw .corruptFile(fileName, reason: error.description) }
     }
+    if let scheme = message.scheme {
+      do { _ = try OpenURLRule.validate(scheme: scheme) } catch {
+        throw .corruptFile(fileName, reason: error.description)
+      }
+    }
+    if message.kind == .request {
+      guard message.scheme != nil, message.request != nil, let delivery = message.deliveryID,
+        DeliveryLedger.isValid(delivery)
+      else {
+        throw .corruptFile(fileName, reason: "a request without a scheme, a body or a valid delivery id")
+      }
+    }
     for event in message.events {
       for path in [event.path, event.newPath].compactMap({ $0 }) where !path.isEmpty { _ = try ContainerPath(path) }
       guard event.presenter.split(separator: ".").count == 3 else {
@@ -130,6 +151,13 @@ struct CoordinationMessage: Codable, Sendable {
   }
 
   func encoded() -> [UInt8] { Array((try? JSONEncoder().encode(self)) ?? Data()) }
+}
+
+/// The ack of a `request`: its status and, when replied, the reply's bytes.
+struct RequestAnswerRecord: Codable, Sendable {
+  enum Status: String, Codable, Sendable { case replied, interrupted, notHandled }
+  var status: Status
+  var reply: Data?
 }
 
 /// A process's ack board: `<inbox>/.acks`, counters shared by mapping. Word 0 is a `ChangeSignal` the owner waits
@@ -318,7 +346,7 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
       CoordinationSpace.logger.error("dropping inbox entry '\(path)': \(error)")
       return
     }
-    if message.kind == .openURL {
+    if message.kind == .openURL || message.kind == .request {
       space.urlHandlers.receive(message)
     } else if message.kind == .ack {
       condition.lock()

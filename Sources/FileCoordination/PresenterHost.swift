@@ -118,7 +118,7 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
     switch message.kind {
     case .prepare: prepare(message)
     case .finish: finish(id: message.id, events: message.events, origin: origin(of: message))
-    case .ack, .openURL: break
+    case .ack, .openURL, .request: break
     }
   }
 

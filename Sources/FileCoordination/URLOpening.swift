@@ -105,11 +105,41 @@ struct SchemeRegistration: Codable, Sendable, Equatable {
   static let maxBytes = 64 * 1024
 }
 
-/// This process's URL handler and the machinery around it (one per container).
-final class URLHandlers: @unchecked Sendable {  // `handler` is a Mutex; the rest is immutable
+/// Which receiver of a process a delivery is for. Each has its own marker in `handlers/`, so a process that
+/// handles a scheme's URLs but has not installed its request handler yet (still starting) is not sent requests.
+enum DeliveryChannel: Sendable {
+  /// `onOpenURL`: `handlers/<scheme>.<proc>`.
+  case url
+  /// Requests (app intents, AppIntents module): `handlers/@requests.<scheme>.<proc>`. A scheme starts with a
+  /// letter, so no URL marker can begin with `@`.
+  case requests
+
+  var markerPrefix: String { self == .url ? "" : "@requests." }
+}
+
+/// What a request's receiver answered (`GroupContainer.sendRequest`).
+package enum RequestAnswer: Sendable, Equatable {
+  /// The handler's reply (also when the delivery id had been performed before: its recorded reply, DeliveryLedger.swift).
+  case replied([UInt8])
+  /// The delivery id (given) was claimed before by a process that died before replying: not performed again
+  /// (at most once).
+  case interrupted(String)
+  /// The receiving process has no request handler for the scheme (any more).
+  case notHandled
+  /// No answer within the timeout; the receiver is still alive.
+  case timedOut
+  /// The receiver died before answering, also after the one retry (with the same delivery id).
+  case receiverDied
+}
+
+/// This process's URL handler, request handler and the machinery around them (one per container): the one
+/// delivery path — registry, launch of the registered app, message, answer — that URLs, handed-over files and
+/// requests (app intents) share.
+final class URLHandlers: @unchecked Sendable {  // `handler` and `requestHandler` are Mutexes; the rest is immutable
   private let space: CoordinationSpace
   private let handler = Mutex<(schemes: Set<String>, body: @Sendable (URL) async -> Bool)?>(nil)
-  /// URLs received and not yet answered (a process must not exit before its answers are out).
+  private let requestHandler = Mutex<(schemes: Set<String>, body: @Sendable ([UInt8]) async -> [UInt8])?>(nil)
+  /// URLs and requests received and not yet answered (a process must not exit before its answers are out).
   private let unanswered = Atomic<Int>(0)
   private var handlersDirectory: String { space.directory + "/handlers" }
   private var schemesDirectory: String { space.directory + "/schemes" }
@@ -165,68 +195,132 @@ final class URLHandlers: @unchecked Sendable {  // `handler` is a Mutex; the res
     return record
   }
 
-  func install(schemes: Set<String>, _ body: @escaping @Sendable (URL) async -> Bool) throws(FileCoordinatorError) {
+  private static func validSchemes(_ schemes: Set<String>) throws(FileCoordinatorError) -> Set<String> {
     var valid: Set<String> = []
     for scheme in schemes {
       valid.insert(
         try FileCoordinatorError.wrap { () throws(OpenURLError) in try OpenURLRule.validate(scheme: scheme) })
     }
-    handler.withLock { $0 = (valid, body) }
-    for scheme in valid {
+    return valid
+  }
+
+  private func publishMarkers(_ schemes: Set<String>, _ channel: DeliveryChannel) throws(FileCoordinatorError) {
+    for scheme in schemes {
       try FileCoordinatorError.wrap { () throws(FileSystemError) in
         try space.root.replaceFile(
-          atPath: handlersDirectory + "/\(scheme).\(space.me)", with: [UInt8](), mode: space.fileMode)
+          atPath: handlersDirectory + "/\(channel.markerPrefix)\(scheme).\(space.me)", with: [UInt8](),
+          mode: space.fileMode)
       }
     }
   }
 
-  func uninstall() {
-    guard
-      let schemes = handler.withLock({ old -> Set<String>? in
-        defer { old = nil }
-        return old?.schemes
-      })
-    else { return }
-    for scheme in schemes {
-      try? space.root.removeFile(space.privatePath(handlersDirectory + "/\(scheme).\(space.me)"))
+  private func removeMarkers(_ schemes: Set<String>?, _ channel: DeliveryChannel) {
+    for scheme in schemes ?? [] {
+      try? space.root.removeFile(
+        space.privatePath(handlersDirectory + "/\(channel.markerPrefix)\(scheme).\(space.me)"))
     }
   }
 
+  func install(schemes: Set<String>, _ body: @escaping @Sendable (URL) async -> Bool) throws(FileCoordinatorError) {
+    let valid = try Self.validSchemes(schemes)
+    handler.withLock { $0 = (valid, body) }
+    try publishMarkers(valid, .url)
+  }
+
+  func uninstall() {
+    removeMarkers(
+      handler.withLock { old in
+        defer { old = nil }; return old?.schemes
+      }, .url)
+  }
+
+  func installRequests(
+    schemes: Set<String>, _ body: @escaping @Sendable ([UInt8]) async -> [UInt8]
+  ) throws(FileCoordinatorError) {
+    let valid = try Self.validSchemes(schemes)
+    requestHandler.withLock { $0 = (valid, body) }
+    try publishMarkers(valid, .requests)
+  }
+
+  func uninstallRequests() {
+    removeMarkers(
+      requestHandler.withLock { old in
+        defer { old = nil }; return old?.schemes
+      }, .requests)
+  }
+
+  /// Removes the markers of a dead process (both channels end in `.<process>`).
   func removeAll(of process: ProcessName) {
     for name in (try? FileSystem.listDirectory(handlersDirectory)) ?? [] where name.hasSuffix(".\(process)") {
       try? space.root.removeFile(space.privatePath(handlersDirectory + "/" + name))
     }
   }
 
-  /// Live processes handling `scheme`, reaping the dead.
-  func liveHandlers(of scheme: String) -> [ProcessName] {
-    ((try? FileSystem.listDirectory(handlersDirectory)) ?? []).compactMap { name -> ProcessName? in
-      guard name.hasPrefix(scheme + "."), let process = ProcessName(name.dropFirst(scheme.count + 1)) else {
-        return nil
-      }
+  /// Live processes handling `scheme` on `channel`, reaping the dead.
+  func liveHandlers(of scheme: String, _ channel: DeliveryChannel = .url) -> [ProcessName] {
+    let prefix = channel.markerPrefix + scheme + "."
+    return ((try? FileSystem.listDirectory(handlersDirectory)) ?? []).compactMap { name -> ProcessName? in
+      guard name.hasPrefix(prefix), let process = ProcessName(name.dropFirst(prefix.count)) else { return nil }
       return space.isAlive(process) ? process : nil
     }
   }
 
-  /// An `openURL` message for this process (watcher thread): run the handler, answer with its result.
+  /// An `openURL` or `request` message for this process (watcher thread): run the handler, answer with its result.
   func receive(_ message: CoordinationMessage) {
-    let installed = handler.withLock { $0 }
     let space = space
     unanswered.add(1, ordering: .relaxed)
     Task.detached { [self] in
       defer { unanswered.subtract(1, ordering: .releasing) }
-      var opened = false
-      if let installed, let text = message.url, let url = URL(string: text),
-        let scheme = url.scheme?.lowercased(), installed.schemes.contains(scheme)
-      {
-        opened = await installed.body(url)
-      }
       var ack = CoordinationMessage(
         id: message.id, kind: .ack, sender: space.me, item: "", needsAck: false, events: [])
-      ack.opened = opened
+      if message.kind == .request {
+        ack.requestAnswer = await answer(request: message)
+      } else {
+        ack.opened = await open(message)
+      }
       do { try space.messenger.send(ack, to: message.sender) } catch {
         CoordinationSpace.logger.debug("could not answer \(message.id): \(error)")
       }
+    }
+  }
+
+  /// Runs the URL handler on `message`'s URL. A `file:` URL (a handed-over file, FileHandOver.swift) is taken only
+  /// when it names a file in this container's `Documents/Inbox/` and the message names a scheme this process
+  /// handles; any other URL only when this process handles its scheme.
+  private func open(_ message: CoordinationMessage) async -> Bool {
+    guard let installed = handler.withLock({ $0 }), let text = message.url, let url = URL(string: text),
+      let scheme = url.scheme?.lowercased()
+    else { return false }
+    if scheme == "file" {
+      // The byte route first; a name with escapes (`my%20notes.txt`) takes the exact one.
+      let base = space.containerPath
+      let path = url.standardizedFileURL.path
+      let item =
+        ContainerPath.lexical(url, in: base)
+        ?? (path.hasPrefix(base + "/") ? try? ContainerPath(String(path.dropFirst(base.count + 1))) : nil)
+      guard let target = message.scheme, installed.schemes.contains(target), let item,
+        item.isDescendant(of: InboxRule.inbox)
+      else { return false }
+    } else {
+      guard installed.schemes.contains(scheme) else { return false }
+    }
+    return await installed.body(url)
+  }
+
+  /// Runs the request handler on `message`'s body, at most once per delivery id (DeliveryLedger.swift).
+  private func answer(request message: CoordinationMessage) async -> RequestAnswerRecord {
+    guard let installed = requestHandler.withLock({ $0 }), let scheme = message.scheme,
+      installed.schemes.contains(scheme), let body = message.request, let delivery = message.deliveryID
+    else { return RequestAnswerRecord(status: .notHandled) }
+    switch DeliveryLedger(space: space).claim(delivery) {
+    case .claimed:
+      let reply = await installed.body(Array(body))
+      DeliveryLedger(space: space).record(reply, for: delivery)
+      return RequestAnswerRecord(status: .replied, reply: Data(reply))
+    case .performed(let reply):
+      return RequestAnswerRecord(status: .replied, reply: Data(reply))
+    case .interrupted:
+      return RequestAnswerRecord(status: .interrupted)
     }
   }
 
@@ -237,42 +331,57 @@ final class URLHandlers: @unchecked Sendable {  // `handler` is a Mutex; the res
     }
   }
 
-  /// Delivers `url` to a running handler, launching the registered app first when none runs.
-  func open(_ url: URL, timeout: Duration) async throws -> Bool {
-    let text = url.absoluteString
-    let scheme = try OpenURLRule.validate(text)
+  /// How a delivery ended: the receiver's ack, or why there is none.
+  enum Delivered {
+    case answered(CoordinationMessage)
+    case timedOut
+    case receiverDied
+  }
+
+  /// The one delivery path: finds a live receiver of `scheme` on `channel` — launching the registered app first
+  /// when none runs, with `launchArguments` after the registration's own — sends `message` (its id and sender are
+  /// set here) and waits for the answer. `what` names the delivery in errors (the URL, or the request).
+  func deliver(
+    _ message: CoordinationMessage, scheme: String, channel: DeliveryChannel, launchArguments: [String],
+    what: String, timeout: Duration
+  ) async throws -> Delivered {
     guard let registration = try registration(for: scheme) else { throw OpenURLError.unknownScheme(scheme) }
-    var target = liveHandlers(of: scheme).first
+    var target = liveHandlers(of: scheme, channel).first
     if target == nil {
       let child = Process()
       child.executableURL = URL(fileURLWithPath: registration.executable)
-      child.arguments = registration.arguments + [text]
+      child.arguments = registration.arguments + launchArguments
       // A program that vanished since it was registered: say so (Foundation's error would be a Cocoa dump).
       if let problem = ProcessSpawn.executableProblem(registration.executable) {
         throw OpenURLError.launchFailed(
-          text, reason: "its registered program '\(registration.executable)' cannot be started: \(problem); "
+          what,
+          reason: "its registered program '\(registration.executable)' cannot be started: \(problem); "
             + "register the scheme again (registerURLScheme) with the program's current path")
       }
       do { try child.run() } catch {
         throw OpenURLError.launchFailed(
-          text, reason: "its registered program '\(registration.executable)' could not be started")
+          what, reason: "its registered program '\(registration.executable)' could not be started")
       }
       let deadline = ContinuousClock.now + timeout
       while target == nil {
         guard child.isRunning else {
           throw OpenURLError.launchFailed(
-            text, reason: "it exited (status \(child.terminationStatus)) before handling URLs")
+            what,
+            reason: "it exited (status \(child.terminationStatus)) before handling "
+              + (channel == .url ? "URLs" : "requests"))
         }
         guard ContinuousClock.now < deadline else {
-          throw OpenURLError.launchFailed(text, reason: "it installed no URL handler within \(timeout)")
+          throw OpenURLError.launchFailed(
+            what, reason: "it installed no \(channel == .url ? "URL" : "request") handler within \(timeout)")
         }
         try await Task.sleep(for: .milliseconds(10))
-        target = liveHandlers(of: scheme).first
+        target = liveHandlers(of: scheme, channel).first
       }
     }
-    var message = CoordinationMessage(
-      id: space.messenger.nextMessageID(), kind: .openURL, sender: space.me, item: "", needsAck: true, events: [])
-    message.url = text
+    var message = message
+    message.id = space.messenger.nextMessageID()
+    message.sender = space.me
+    message.needsAck = true
     try FileCoordinatorError.wrap { () throws(FileSystemError) in try space.messenger.send(message, to: target!) }
     let pending = [message.id: target!]
     let outcome = try await withCheckedThrowingContinuation { continuation in
@@ -283,8 +392,66 @@ final class URLHandlers: @unchecked Sendable {  // `handler` is a Mutex; the res
           })
       }
     }
-    guard let ack = outcome.acks[message.id] else { throw OpenURLError.noAnswer(text) }
-    return ack.opened ?? false
+    if let ack = outcome.acks[message.id] { return .answered(ack) }
+    if !outcome.timedOut.isEmpty {
+      space.messenger.discardAcks([message.id])
+      return .timedOut
+    }
+    return .receiverDied
+  }
+
+  /// Delivers `url` to a running handler, launching the registered app first when none runs. A `file:` URL goes
+  /// to the handler of `scheme` (a handed-over file); any other URL to the handler of its own scheme.
+  func open(_ url: URL, scheme fileScheme: String? = nil, timeout: Duration) async throws -> Bool {
+    let text = url.absoluteString
+    let urlScheme = try OpenURLRule.validate(text)
+    let scheme = try fileScheme.map { s throws(OpenURLError) in try OpenURLRule.validate(scheme: s) } ?? urlScheme
+    var message = CoordinationMessage(
+      id: "", kind: .openURL, sender: space.me, item: "", needsAck: true, events: [])
+    message.url = text
+    if fileScheme != nil { message.scheme = scheme }
+    switch try await deliver(
+      message, scheme: scheme, channel: .url, launchArguments: [text], what: text, timeout: timeout)
+    {
+    case .answered(let ack): return ack.opened ?? false
+    case .timedOut, .receiverDied: throw OpenURLError.noAnswer(text)
+    }
+  }
+
+  /// Sends a request to the request handler of `scheme`, launching the registered app first when none runs. A
+  /// receiver that dies before answering is tried once more (launched again) with the same `deliveryID`: the
+  /// ledger makes sure the second try does not perform what the first started.
+  func request(
+    _ body: [UInt8], deliveryID: String, scheme: String, timeout: Duration
+  ) async throws -> RequestAnswer {
+    let scheme = try OpenURLRule.validate(scheme: scheme)
+    guard DeliveryLedger.isValid(deliveryID) else {
+      throw OpenURLError.invalidURL(deliveryID, rule: DeliveryLedger.idRule)
+    }
+    var message = CoordinationMessage(
+      id: "", kind: .request, sender: space.me, item: "", needsAck: true, events: [])
+    message.scheme = scheme
+    message.request = Data(body)
+    message.deliveryID = deliveryID
+    let what = "a request to '\(scheme):' (delivery \(deliveryID))"
+    for attempt in 0..<2 {
+      switch try await deliver(
+        message, scheme: scheme, channel: .requests, launchArguments: [], what: what, timeout: timeout)
+      {
+      case .answered(let ack):
+        guard let record = ack.requestAnswer else { return .notHandled }
+        switch record.status {
+        case .replied: return .replied(Array(record.reply ?? Data()))
+        case .interrupted: return .interrupted(deliveryID)
+        case .notHandled: return .notHandled
+        }
+      case .timedOut: return .timedOut
+      case .receiverDied:
+        if attempt == 1 { return .receiverDied }
+        CoordinationSpace.logger.notice("the receiver of \(what) died before answering: delivering it again")
+      }
+    }
+    return .receiverDied
   }
 }
 
@@ -336,6 +503,28 @@ extension GroupContainer {
   @discardableResult
   public static func validateURL(_ text: String) throws(OpenURLError) -> String {
     try OpenURLRule.validate(text)
+  }
+
+  /// Makes this process the receiver of requests (app intents: the AppIntents module) sent to `schemes`: `body`
+  /// gets each request's bytes and returns the reply's. Each delivery id runs `body` at most once in the container
+  /// (DeliveryLedger.swift), whichever process receives it.
+  package func handleRequests(
+    schemes: Set<String>, _ body: @escaping @Sendable ([UInt8]) async -> [UInt8]
+  ) throws(FileCoordinatorError) {
+    try space().urlHandlers.installRequests(schemes: schemes, body)
+  }
+
+  /// Stops receiving requests in this process.
+  package func stopHandlingRequests() {
+    try? space().urlHandlers.uninstallRequests()
+  }
+
+  /// Sends `body` to the request handler of `scheme` — running, or its registered app started for it — and
+  /// returns the answer. Throws ``OpenURLError`` for an unknown scheme, an untrusted registration or a failed launch.
+  package func sendRequest(
+    _ body: [UInt8], deliveryID: String, toScheme scheme: String, timeout: Duration
+  ) async throws -> RequestAnswer {
+    try await space().urlHandlers.request(body, deliveryID: deliveryID, scheme: scheme, timeout: timeout)
   }
 
   func space() throws(FileCoordinatorError) -> CoordinationSpace {

@@ -6,4 +6,5 @@
 @_exported import MemoryWarnings
 @_exported import ImageCache
 @_exported import BackgroundDownloads
+@_exported import AppIntents
 @_exported import WidgetKit

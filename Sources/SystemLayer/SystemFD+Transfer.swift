@@ -16,6 +16,15 @@ extension SystemFD {
     SyscallRecorder.record(.rename, directory.path + "/" + newName)
   }
 
+  /// Renames `name` to `newName`, both in this directory, only when nothing is named `newName` yet: fails with
+  /// `EEXIST` otherwise (the caller picks another name). The corresponding C function is `renameat2` with
+  /// `RENAME_NOREPLACE`.
+  package func renameNoReplace(_ name: String, to newName: String) throws(FileSystemError) {
+    _ = try valueOrErrno { gc_rename_noreplace(rawValue, name, newName) }
+      .get("renameat2", "\(path)/\(name)' -> '\(path)/\(newName)")
+    SyscallRecorder.record(.rename, path + "/" + newName)
+  }
+
   /// Flushes the file's data (and its size, when it changed) to the device, without the other metadata: the
   /// checkpoints of a download. The corresponding C function is `fdatasync`.
   package func dataSync() throws(FileSystemError) {

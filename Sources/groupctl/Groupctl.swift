@@ -22,7 +22,7 @@ struct Groupctl: AsyncParsableCommand {
     version: "0.1.0",
     subcommands: [
       Read.self, Write.self, Present.self, Status.self, Defaults.self, Cache.self, Stress.self, Open.self,
-      Downloads.self, Widgets.self, Doctor.self,
+      Downloads.self, Widgets.self, Doctor.self, Send.self, IntentCommand.self,
     ]
   )
 

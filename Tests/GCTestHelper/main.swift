@@ -189,6 +189,9 @@ case "defaults-script":  // DefaultsScript.swift
 case "descriptors":  // Descriptors.swift
   runDescriptors(args)
 
+case _ where intentModes.contains(command):  // IntentModes.swift
+  try await runIntentMode(command, args, container)
+
 case "widget-timeline":  // WidgetModes.swift
   try await runWidgetTimeline(args, container)
 

@@ -33,6 +33,10 @@ int gc_openat_beneath_no_symlinks(int dirfd, const char *path, int directory);
 // renameat2(2) with RENAME_EXCHANGE: atomically swaps two names (tests use it to race path checks).
 int gc_rename_exchange(int olddirfd, const char *oldpath, int newdirfd, const char *newpath);
 
+// renameat2(2) with RENAME_NOREPLACE in one directory: publishes a file under a name only if the name is free
+// (a handed-over file never replaces one already in the receiver's Inbox).
+int gc_rename_noreplace(int dirfd, const char *oldpath, const char *newpath);
+
 // The SIGBUS guard. A shared mapping of a file that someone truncates raises SIGBUS on the next access to a lost
 // page. For a registered range, the handler maps a private zero page over the faulting page and counts the fault,
 // so the access completes (reads zeros, writes go nowhere) and the owner sees the count change and treats the file
