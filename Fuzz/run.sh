@@ -7,6 +7,8 @@
 #   ContainerFilesFuzz: the defaults journal, presenter records, coordination messages and download records
 #   (seeds: Fuzz/container-seeds/).
 #   ImageHeadersFuzz: the PNG/JPEG/GIF/WebP header parsers (seeds: the image test fixtures).
+#   ThumbnailDecodeFuzz: the video widget's PNG/JPEG decoding through libpng/libjpeg-turbo and its C shim (seeds:
+#   Fuzz/thumbnail-seeds/, small PNGs and JPEGs).
 #   Runs ONE fuzzing process for `seconds` (default 60) over a working corpus in Fuzz/corpus-<target>/.
 #   Crashers are written to Fuzz/artifacts/; after fixing, add them to the tests as regressions.
 #
@@ -25,6 +27,7 @@ case "$target" in
   ContainerFilesFuzz) seeds=Fuzz/container-seeds; extra=(-max_len=4096) ;;
   ImageHeadersFuzz) seeds=Tests/ImageCacheTests/Fixtures; extra=(-max_len=4096) ;;
   DownloadHeadersFuzz) seeds=Fuzz/download-seeds; extra=(-max_len=1024) ;;
+  ThumbnailDecodeFuzz) seeds=Fuzz/thumbnail-seeds; extra=(-max_len=65536) ;;
   *) echo "unknown fuzz target '$target'" >&2; exit 2 ;;
 esac
 
