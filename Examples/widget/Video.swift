@@ -4,7 +4,8 @@
 //
 // widget video [--headless] [--interval S]
 //   (no option)    the screen: the image as 24-bit half blocks when stdout is a terminal (words otherwise), one
-//                  every S seconds (5 by default); q quits
+//                  every S seconds (5 by default); l lets the download go (the widget detaches from its session,
+//                  as when it is gone: the host receives the file), d downloads the episode again, q quits
 //   --headless     a script: one full rotation in words, the peak resident memory after it, then waits for the
 //                  group's memory warning and leaves while the download goes on
 @preconcurrency import Foundation
@@ -34,12 +35,12 @@ enum VideoWidgetApp {
     Task.detached {
       for await report in MemoryPressure.shared.reports {
         let line = VideoWidget.describe(report)
-        if terminal { screen.withLock { $0.note = line } } else { console.log(line) }
+        if terminal { screen.withLock { $0.memory = line } } else { console.log(line) }
         warnings.withLock { $0 += 1 }
       }
     }
 
-    let download = startDownload(video, console)
+    let download = Locked<DownloadSession?>(startDownload(video, console))
     let progress = Locked<Double?>(nil)
     if let updates = try? DownloadSession.observe(container: video.container, session: VideoDownload.sessionIdentifier) {
       Task.detached {
@@ -57,11 +58,28 @@ enum VideoWidgetApp {
 
     if terminal {
       Keyboard.listen { key in
-        if key == "q" {
+        switch key {
+        case "l":
+          // As if the widget were gone: the session is free for the host, which attaches and gets the file.
+          download.withLock { $0?.invalidate(); $0 = nil }
+          screen.withLock { $0.download = "left the download to the app" }
+        case "d":
+          let session = download.withLock { $0 } ?? (try? VideoDownload.session(in: video.container))
+          guard let session, let url = VideoDownload.sourceURL else {
+            screen.withLock { $0.download = "cannot download: the host holds the session, or no source is set" }
+            return
+          }
+          download.withLock { $0 = session }
+          if !session.allTasks().contains(where: { $0.state != .completed }) {
+            _ = try? session.download(from: url, to: VideoDownload.destination)
+            screen.withLock { $0.download = "downloading the episode again" }
+          }
+        case "q":
           // The download goes on without us; the host gets it.
-          download?.invalidate()
+          download.withLock { $0?.invalidate() }
           FileHandle.standardOutput.write(Data("\u{1B}[0m\r\n".utf8))
           exit(0)
+        default: break
         }
       }
     }
@@ -85,11 +103,13 @@ enum VideoWidgetApp {
       let position = index % count + 1
       if terminal {
         let frame = video.frame(slide, position: position, count: count, terminal: true)
-        let (note, bar) = (screen.withLock { $0.note }, progress.withLock { $0 })
+        let (notes, bar) = (screen.withLock { $0 }, progress.withLock { $0 })
         var lines = frame
-        lines.append("Episode download \(bar.map { TerminalArt.progressBar($0, width: 16) } ?? "not started")")
-        if let note { lines.append(note) }
-        lines.append("q: quit")
+        lines.append(
+          "Episode download \(bar.map { TerminalArt.progressBar($0, width: 16) } ?? "not started")"
+            + (notes.download.map { " — \($0)" } ?? ""))
+        lines += [notes.memory, notes.peak].compactMap { $0 }
+        lines.append("l: leave the download to the app · d: download again · q: quit")
         // Home, clear, draw: one write, so the picture does not tear.
         FileHandle.standardOutput.write(Data(("\u{1B}[H\u{1B}[2J" + lines.joined(separator: "\r\n")).utf8))
       } else {
@@ -108,15 +128,18 @@ enum VideoWidgetApp {
       if index == count {
         let peak = VideoWidget.peakResidentBytes() ?? 0
         let line = "peak memory after a full rotation: VmHWM \(TerminalArt.bytes(peak)) of the 32 MB budget"
-        if terminal { screen.withLock { $0.note = line } } else { console.log(line) }
-        if headless { await leave(console, download, warnings: warnings, progress: progress) }
+        if terminal { screen.withLock { $0.peak = line } } else { console.log(line) }
+        if headless { await leave(console, download.withLock { $0 }, warnings: warnings, progress: progress) }
       }
       try? await Task.sleep(for: interval)
     }
   }
 
+  /// The lines under the picture.
   struct Screen {
-    var note: String?
+    var download: String?
+    var memory: String?
+    var peak: String?
   }
 
   /// Starts the episode's background download in the widget's session, unless one is under way or no source set.
