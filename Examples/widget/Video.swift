@@ -127,7 +127,8 @@ enum VideoWidgetApp {
       index += 1
       if index == count {
         let peak = VideoWidget.peakResidentBytes() ?? 0
-        let line = "peak memory after a full rotation: VmHWM \(TerminalArt.bytes(peak)) of the 32 MB budget"
+        let line = "peak memory after a full rotation: VmHWM " + String(format: "%.1f MiB", Double(peak) / 1_048_576)
+          + " of the 32 MiB budget"
         if terminal { screen.withLock { $0.peak = line } } else { console.log(line) }
         if headless { await leave(console, download.withLock { $0 }, warnings: warnings, progress: progress) }
       }
@@ -165,6 +166,10 @@ enum VideoWidgetApp {
     for _ in 0..<600 where warnings.withLock({ $0 }) == 0 { try? await Task.sleep(for: .milliseconds(100)) }
     let fraction = progress.withLock { $0 }
     download?.invalidate()
+    if VideoDownload.sourceURL == nil {
+      console.log("leaving (no episode to download)")
+      exit(warnings.withLock { $0 } > 0 ? 0 : 1)
+    }
     if let fraction, fraction < 1 {
       console.log("leaving with the episode at \(TerminalArt.progressBar(fraction)): the host gets it in the background")
       exit(warnings.withLock { $0 } > 0 ? 0 : 1)
