@@ -191,10 +191,10 @@ import VideoWidgetKit
     guard case .placeholder(_, let reason)? = video.slide(at: 2) else { Issue.record("a damaged image drawn"); return }
     #expect(reason.contains("damaged PNG"), "\(reason)")
     #expect(video.slide(at: 3)?.url == cached, "the rotation wraps")
-    let frame = video.frame(video.slide(at: 1)!, position: 2, count: 3, terminal: true)
+    let frame = video.frame(try #require(video.slide(at: 1)), position: 2, count: 3, terminal: true)
     #expect(frame.contains { $0.contains("not in the cache") } && frame.first == "2/3  lost.jpg")
     #expect(video.history().map(\.title) == ["B", "A"], "the host's order")
-    #expect(video.frame(video.slide(at: 0)!, position: 1, count: 3, terminal: false)[1].hasPrefix("image: 64x48"))
+    #expect(video.frame(try #require(video.slide(at: 0)), position: 1, count: 3, terminal: false)[1].hasPrefix("image: 64x48"))
   }
 
   static func meanDifference(_ a: Thumbnail, _ b: Thumbnail) -> Double {
