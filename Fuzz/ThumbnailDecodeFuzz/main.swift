@@ -1,6 +1,6 @@
 // libFuzzer harness for the video widget's decoder entry points (the C shim over libpng and libjpeg-turbo, and
-// the Swift wrapper around it). Build and run with `Fuzz/run.sh ThumbnailDecodeFuzz`; seeds are made by the
-// small PNGs and JPEGs in Fuzz/thumbnail-seeds/. A plain `swift build` compiles
+// the Swift wrapper around it). Build and run with `Fuzz/run.sh ThumbnailDecodeFuzz`; seeds are the image test
+// fixtures (Tests/ImageCacheTests/Fixtures/). A plain `swift build` compiles
 // the stub at the bottom.
 import VideoWidgetKit
 

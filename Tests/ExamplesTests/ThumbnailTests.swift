@@ -34,6 +34,20 @@ import VideoWidgetKit
     #expect(gray)
   }
 
+  /// The image cache's fixtures, made by other encoders (make-fixtures.sh): a progressive JPEG too, which libjpeg
+  /// decodes through its whole-image coefficient buffer.
+  @Test(arguments: ["baseline.jpg", "progressive.jpg", "exif-thumbnail.jpg", "still.png", "animated.png"])
+  func decodesTheImageCacheFixtures(_ name: String) throws {
+    let fixtures = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+      .appendingPathComponent("ImageCacheTests/Fixtures")
+    let data = try Data(contentsOf: fixtures.appendingPathComponent(name))
+    let info = try ImageHeaders.parse(data)
+    let image = try decoding.decode(data)
+    #expect(image.width == info.pixelWidth && image.height == info.pixelHeight)
+    let thumbnail = try decoding.thumbnail(data, maxWidth: 4, maxHeight: 4)
+    #expect(thumbnail.width <= 4 && thumbnail.height <= 4 && thumbnail.width >= 1)
+  }
+
   @Test func pngRoundTripsExactly() throws {
     let scene = DemoImages.scene(1, width: 96, height: 54)
     let decoded = try decoding.decode(try ImageEncoding.png(scene))
