@@ -402,7 +402,7 @@ done:
   if (created) jpeg_destroy_compress(info);
   if (status != GC_CODEC_OK) snprintf(message, 200, "%s", text->message[0] ? text->message : "JPEG: cannot encode");
   // Not *bytes after a failure: libjpeg's memory destination may already have freed and replaced it.
-  free(bytes);
+  free((void *)bytes);
   free(length);
   free(info);
   free(failure);

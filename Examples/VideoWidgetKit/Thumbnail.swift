@@ -201,8 +201,10 @@ public enum ImageEncoding {
 
   private static func encode(
     _ image: Thumbnail, format: String,
-    _ call: (UnsafePointer<UInt8>, UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>, UnsafeMutablePointer<Int>,
-      UnsafeMutablePointer<CChar>) -> Int32
+    _ call: (
+      UnsafePointer<UInt8>, UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>, UnsafeMutablePointer<Int>,
+      UnsafeMutablePointer<CChar>
+    ) -> Int32
   ) throws(ThumbnailError) -> Data {
     var out: UnsafeMutablePointer<UInt8>? = nil
     var size = 0
@@ -212,7 +214,9 @@ public enum ImageEncoding {
     }
     defer { gc_codec_free(out) }
     guard status == 0, let out else {
-      throw .corrupt(format: format, message: String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
+      throw .corrupt(
+        format: format,
+        message: String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
     }
     return Data(bytes: out, count: size)
   }

@@ -218,7 +218,8 @@ public enum DemoImages {
     try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
     for (index, item) in catalog.enumerated() {
       let pixels = scene(index, width: item.width, height: item.height)
-      let data = item.name.hasSuffix(".png") ? try ImageEncoding.png(pixels) : try ImageEncoding.jpeg(pixels, quality: 92)
+      let data =
+        item.name.hasSuffix(".png") ? try ImageEncoding.png(pixels) : try ImageEncoding.jpeg(pixels, quality: 92)
       try data.write(to: directory.appendingPathComponent(item.name))
     }
     return catalog.map(\.name)

@@ -11,7 +11,7 @@
 //                        goes away before the download ends (the agent relaunches it for the events)
 //   --make-images DIR    writes the demo's PNG and JPEG images into DIR (the file server serves them) and exits
 //   --download-events    started by the download agent for the widget's session: handles its events, exits
-@preconcurrency import Foundation
+import Foundation
 import GroupContainer
 import SimpleTimerKit
 import Synchronization
@@ -51,7 +51,8 @@ enum VideoHost {
 
     // Any process may follow any session's tasks: the widget's download, here, with a bar of our own.
     let progress = Locked<Double?>(nil)
-    if let updates = try? DownloadSession.observe(container: video.container, session: VideoDownload.sessionIdentifier) {
+    if let updates = try? DownloadSession.observe(container: video.container, session: VideoDownload.sessionIdentifier)
+    {
       Task.detached {
         var lastQuarter = -1
         for await task in updates {
@@ -163,7 +164,9 @@ enum VideoHost {
       default: break
       }
     }
-    console.log("Video — m: memory warning to the group (or: groupctl cache pressure warning \(SimpleTimer.groupIdentifier)), q: quit")
+    console.log(
+      "Video — m: memory warning to the group (or: groupctl cache pressure warning \(SimpleTimer.groupIdentifier)), q: quit"
+    )
     let attached = Locked(false)
     while true {
       let fraction = progress.withLock { $0 }
@@ -175,7 +178,8 @@ enum VideoHost {
         Task.detached {
           for await event in session.events {
             if case .didFinishDownloadingTo(let task, let location, _) = event {
-              console.log("the widget's episode arrived: \(location.lastPathComponent), \(task.countOfBytesReceived) bytes")
+              console.log(
+                "the widget's episode arrived: \(location.lastPathComponent), \(task.countOfBytesReceived) bytes")
             } else if case .didCompleteWithError(_, let error?, _) = event {
               console.log("the widget's episode could not be downloaded: \(error)")
             }

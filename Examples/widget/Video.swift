@@ -8,7 +8,7 @@
 //                  as when it is gone: the host receives the file), d downloads the episode again, q quits
 //   --headless     a script: one full rotation in words, the peak resident memory after it, then waits for the
 //                  group's memory warning and leaves while the download goes on
-@preconcurrency import Foundation
+import Foundation
 import GroupContainer
 import SimpleTimerKit
 import Synchronization
@@ -19,9 +19,10 @@ enum VideoWidgetApp {
     let headless = arguments.contains("--headless")
     let terminal = !headless && isatty(STDOUT_FILENO) == 1
     let console = Console(prefix: "[widget]", interactive: terminal)
-    let interval: Duration = arguments.firstIndex(of: "--interval").flatMap {
-      $0 + 1 < arguments.count ? Double(arguments[$0 + 1]) : nil
-    }.map { .milliseconds(Int($0 * 1000)) } ?? VideoWidget.rotationInterval
+    let interval: Duration =
+      arguments.firstIndex(of: "--interval").flatMap {
+        $0 + 1 < arguments.count ? Double(arguments[$0 + 1]) : nil
+      }.map { .milliseconds(Int($0 * 1000)) } ?? VideoWidget.rotationInterval
     // iOS gives an extension a memory limit; past 80 % of it the process gets a memory warning.
     MemoryPressure.shared.budget = 32 << 20
     let video: VideoWidget
@@ -42,7 +43,8 @@ enum VideoWidgetApp {
 
     let download = Locked<DownloadSession?>(startDownload(video, console))
     let progress = Locked<Double?>(nil)
-    if let updates = try? DownloadSession.observe(container: video.container, session: VideoDownload.sessionIdentifier) {
+    if let updates = try? DownloadSession.observe(container: video.container, session: VideoDownload.sessionIdentifier)
+    {
       Task.detached {
         var lastQuarter = -1
         for await task in updates {
@@ -61,7 +63,9 @@ enum VideoWidgetApp {
         switch key {
         case "l":
           // As if the widget were gone: the session is free for the host, which attaches and gets the file.
-          download.withLock { $0?.invalidate(); $0 = nil }
+          download.withLock {
+            $0?.invalidate(); $0 = nil
+          }
           screen.withLock { $0.download = "left the download to the app" }
         case "d":
           let session = download.withLock { $0 } ?? (try? VideoDownload.session(in: video.container))
@@ -120,14 +124,17 @@ enum VideoWidgetApp {
           console.log("showing \(position)/\(count): \(slide.name) — placeholder (\(reason))")
         }
         if index == 0 {
-          let history = video.history().map { "\($0.title) \(TerminalArt.progressBar(Double($0.percent) / 100, width: 10))" }
+          let history = video.history().map {
+            "\($0.title) \(TerminalArt.progressBar(Double($0.percent) / 100, width: 10))"
+          }
           console.log("history: \(history.joined(separator: "; "))")
         }
       }
       index += 1
       if index == count {
         let peak = VideoWidget.peakResidentBytes() ?? 0
-        let line = "peak memory after a full rotation: VmHWM " + String(format: "%.1f MiB", Double(peak) / 1_048_576)
+        let line =
+          "peak memory after a full rotation: VmHWM " + String(format: "%.1f MiB", Double(peak) / 1_048_576)
           + " of the 32 MiB budget"
         if terminal { screen.withLock { $0.peak = line } } else { console.log(line) }
         if headless { await leave(console, download.withLock { $0 }, warnings: warnings, progress: progress) }
@@ -171,7 +178,8 @@ enum VideoWidgetApp {
       exit(warnings.withLock { $0 } > 0 ? 0 : 1)
     }
     if let fraction, fraction < 1 {
-      console.log("leaving with the episode at \(TerminalArt.progressBar(fraction)): the host gets it in the background")
+      console.log(
+        "leaving with the episode at \(TerminalArt.progressBar(fraction)): the host gets it in the background")
       exit(warnings.withLock { $0 } > 0 ? 0 : 1)
     }
     console.log("leaving: the episode is \(fraction == nil ? "not started" : "already downloaded")")

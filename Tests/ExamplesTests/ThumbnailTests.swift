@@ -125,9 +125,13 @@ import VideoWidgetKit
     #expect(error(jpeg.prefix(jpeg.count / 2)).map { if case .corrupt("JPEG", _) = $0 { true } else { false } } == true)
     var badCRC = png
     badCRC[png.count / 2] ^= 0x55  // inside IDAT: its CRC no longer matches
-    #expect(error(badCRC).map { if case .corrupt("PNG", _) = $0 { true } else { false } } == true, "\(String(describing: error(badCRC)))")
-    #expect(error(Data("not an image at all".utf8)) == .unsupportedFormat(
-      "the bytes start with neither the PNG nor the JPEG signature"))
+    #expect(
+      error(badCRC).map { if case .corrupt("PNG", _) = $0 { true } else { false } } == true,
+      "\(String(describing: error(badCRC)))")
+    #expect(
+      error(Data("not an image at all".utf8))
+        == .unsupportedFormat(
+          "the bytes start with neither the PNG nor the JPEG signature"))
     #expect(error(Data()) != nil)
     #expect(error(Data([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A])) != nil)
     #expect(error(Data([0xFF, 0xD8, 0xFF])) != nil)
@@ -141,7 +145,8 @@ import VideoWidgetKit
     Self.put(9000, at: 16, in: &png)
     Self.put(8000, at: 20, in: &png)
     let crc = Self.crc32(png[12..<29])
-    png.replaceSubrange(29..<33, with: [UInt8(crc >> 24), UInt8(crc >> 16 & 0xff), UInt8(crc >> 8 & 0xff), UInt8(crc & 0xff)])
+    png.replaceSubrange(
+      29..<33, with: [UInt8(crc >> 24), UInt8(crc >> 16 & 0xff), UInt8(crc >> 8 & 0xff), UInt8(crc & 0xff)])
     var jpeg = [UInt8](try ImageEncoding.jpeg(DemoImages.scene(0, width: 16, height: 16)))
     let sof = try #require((0..<(jpeg.count - 1)).first { jpeg[$0] == 0xFF && jpeg[$0 + 1] == 0xC0 })
     jpeg.replaceSubrange((sof + 5)..<(sof + 9), with: [0x1F, 0x40, 0x23, 0x28])  // height 8000, width 9000
@@ -153,7 +158,9 @@ import VideoWidgetKit
     }
     // A smaller bound is honoured too.
     let small = ThumbnailDecoding(maximumPixels: 100)
-    #expect(throws: ThumbnailError.self) { try small.decode(try ImageEncoding.png(DemoImages.scene(0, width: 16, height: 16))) }
+    #expect(throws: ThumbnailError.self) {
+      try small.decode(try ImageEncoding.png(DemoImages.scene(0, width: 16, height: 16)))
+    }
   }
 
   /// A cheap fuzz of the decoder entry points: flipped bytes and cuts of real images end in an image or an error.
@@ -188,7 +195,8 @@ import VideoWidgetKit
 
   @Test func aMissingImageGivesAPlaceholder() throws {
     let root = try TestRoot()
-    let video = try VideoWidget(container: try GroupContainer(identifier: "group.com.example.simpletimer", root: root.url))
+    let video = try VideoWidget(
+      container: try GroupContainer(identifier: "group.com.example.simpletimer", root: root.url))
     let cached = "http://127.0.0.1/files/ocean.png"
     let missing = "http://127.0.0.1/files/lost.jpg"
     let damaged = "http://127.0.0.1/files/damaged.png"
@@ -208,7 +216,9 @@ import VideoWidgetKit
     let frame = video.frame(try #require(video.slide(at: 1)), position: 2, count: 3, terminal: true)
     #expect(frame.contains { $0.contains("not in the cache") } && frame.first == "2/3  lost.jpg")
     #expect(video.history().map(\.title) == ["B", "A"], "the host's order")
-    #expect(video.frame(try #require(video.slide(at: 0)), position: 1, count: 3, terminal: false)[1].hasPrefix("image: 64x48"))
+    #expect(
+      video.frame(try #require(video.slide(at: 0)), position: 1, count: 3, terminal: false)[1].hasPrefix("image: 64x48")
+    )
   }
 
   static func meanDifference(_ a: Thumbnail, _ b: Thumbnail) -> Double {
@@ -219,7 +229,8 @@ import VideoWidgetKit
 
   static func put(_ value: UInt32, at offset: Int, in bytes: inout [UInt8]) {
     bytes.replaceSubrange(
-      offset..<(offset + 4), with: [UInt8(value >> 24), UInt8(value >> 16 & 0xff), UInt8(value >> 8 & 0xff), UInt8(value & 0xff)])
+      offset..<(offset + 4),
+      with: [UInt8(value >> 24), UInt8(value >> 16 & 0xff), UInt8(value >> 8 & 0xff), UInt8(value & 0xff)])
   }
 
   static func crc32(_ bytes: ArraySlice<UInt8>) -> UInt32 {

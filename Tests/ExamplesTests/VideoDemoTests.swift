@@ -37,7 +37,8 @@ import VideoWidgetKit
     try FileManager.default.createDirectory(atPath: root.path + "/containers", withIntermediateDirectories: true)
     let host = try Child(["video", "--headless"], executable: "host", environment: env)
     await host.line(timeout: 40) { $0.hasPrefix("[host] images cached: ") }
-    #expect(host.output.contains("[host] images cached: 4 of 5 in the shared cache 'video-thumbnails'"), "\(host.output)")
+    #expect(
+      host.output.contains("[host] images cached: 4 of 5 in the shared cache 'video-thumbnails'"), "\(host.output)")
     #expect(host.output.contains { $0.hasPrefix("[host] could not fetch lost-episode.jpg: HTTP 404") })
     let widget = try Child(["video", "--headless", "--interval", "0.3"], executable: "widget", environment: env)
     await widget.line(timeout: 40) { $0.hasPrefix("[widget] peak memory after a full rotation") }
@@ -56,7 +57,9 @@ import VideoWidgetKit
     // Both gave memory back: the image cache's memory tier, in each process.
     for output in [shown, host.output] {
       #expect(
-        output.contains { $0.contains("memory warning (group): released") && $0.contains("image cache 'video-thumbnails'") },
+        output.contains {
+          $0.contains("memory warning (group): released") && $0.contains("image cache 'video-thumbnails'")
+        },
         "\(output)")
     }
     #expect(shown.contains { $0.hasPrefix("[widget] leaving with the episode at [") }, "\(shown)")
@@ -70,10 +73,12 @@ import VideoWidgetKit
       if text.contains("[host] every video download event handled") { break }
       try await Task.sleep(for: .milliseconds(50))
     }
-    #expect(text.contains("[host] relaunched for the video download session \(VideoDownload.sessionIdentifier)"), "\(text)")
+    #expect(
+      text.contains("[host] relaunched for the video download session \(VideoDownload.sessionIdentifier)"), "\(text)")
     #expect(text.contains("[host] the widget's episode arrived while the host was away: episode.video, 24000000 bytes"))
     #expect(text.contains("[host] every video download event handled"))
-    let file = FileManager.default.contents(atPath: container.url.appendingPathComponent(VideoDownload.destination).path)
+    let file = FileManager.default.contents(
+      atPath: container.url.appendingPathComponent(VideoDownload.destination).path)
     #expect(FileServer.mismatch(file.map { [UInt8]($0) }, size: 24_000_000, seed: 9) == nil)
     for process in (try? container.status().processes) ?? [] where !process.isCurrent { kill(process.pid, SIGTERM) }
   }
@@ -94,7 +99,8 @@ import VideoWidgetKit
     }
     try video.save(history: DemoImages.history, imageURLs: urls)
     let widget = try Child(
-      ["video", "--headless", "--interval", "0.2"], executable: "widget", environment: ["GROUP_CONTAINER_ROOT": root.path])
+      ["video", "--headless", "--interval", "0.2"], executable: "widget",
+      environment: ["GROUP_CONTAINER_ROOT": root.path])
     let line = await widget.line(timeout: 40) { $0.hasPrefix("[widget] peak memory after a full rotation") }
     let status = (try? String(contentsOfFile: "/proc/\(widget.pid)/status", encoding: .utf8)) ?? ""
     let peak = status.split(separator: "\n").first { $0.hasPrefix("VmHWM:") }
@@ -104,7 +110,8 @@ import VideoWidgetKit
     let shown = widget.output.filter { $0.contains(" — image ") }.count
     #expect(shown == names.count, "a full rotation: \(widget.output)")
     let measured = try #require(peak, "no VmHWM for the widget: \(status)")
-    #expect(measured <= Self.budget, "the widget's peak resident memory \(measured) bytes is over its budget (\(line ?? ""))")
+    #expect(
+      measured <= Self.budget, "the widget's peak resident memory \(measured) bytes is over its budget (\(line ?? ""))")
     print("widget VmHWM after a full rotation: \(measured) bytes (budget \(Self.budget))")
   }
 }
