@@ -39,11 +39,13 @@ enum VideoHost {
     if arguments.contains("--download-events") { await handleDownloadEvents(video, console) }
 
     // What each memory warning made this process give back (the image cache's memory tier, idle suites).
-    let warnings = Locked(0)
+    let warnings = Locked(0)  // memory warnings sent to the group
     Task.detached {
       for await report in MemoryPressure.shared.reports {
         console.log(VideoWidget.describe(report))
-        warnings.withLock { $0 += 1 }
+        // The script waits for the group's warning (what `groupctl cache pressure` sends), not for one the kernel's
+        // signals raise on a loaded machine.
+        if report.source == .group { warnings.withLock { $0 += 1 } }
       }
     }
 
