@@ -209,8 +209,8 @@ start_file_server() {
   if [ -n "$port" ]; then
     export SIMPLETIMER_ASSET_URL="http://127.0.0.1:$port/gen/1000000?seed=42&rate=1000000"
     export VIDEO_IMAGES_URL="http://127.0.0.1:$port/files/"
-    # 64 MiB at 6 MB/s: about 11 s, so it ends after the widget has left.
-    export VIDEO_DOWNLOAD_URL="http://127.0.0.1:$port/gen/67108864?seed=7&rate=6000000"
+    # 64 MiB at 4 MB/s: about 17 s, so it ends after the widget has left (about 7 s in), with room on a loaded machine.
+    export VIDEO_DOWNLOAD_URL="http://127.0.0.1:$port/gen/67108864?seed=7&rate=4000000"
   else
     echo "demo: the file server did not start: no background download" >&2
   fi

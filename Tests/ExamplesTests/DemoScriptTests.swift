@@ -80,7 +80,7 @@ import Testing
     }
   }
 
-  // The Timer's scenario and the video widget's (about 20 s alone; the video download alone is 11 s).
+  // The Timer's scenario and the video widget's (about 25 s alone; the video download alone is 17 s).
   @Test(.timeLimit(.minutes(3))) func theHeadlessDemoRunsEveryStepInOrderAndLeavesNoProcess() async throws {
     let scratch = try TestRoot()
     let pidFile = scratch.path + "/pids"
