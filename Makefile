@@ -3,14 +3,17 @@ SWIFT ?= swift
 
 .PHONY: deps build test doc-check demo bench fuzz
 
-# libinotifytools (Debian: libinotifytools0-dev) is the one system library the package links; curl and tmux are
+# libinotifytools (Debian: libinotifytools0-dev) is the one system library the package's libraries link; libpng and
+# libjpeg-turbo (libpng-dev, libjpeg62-turbo-dev) decode the video widget example's thumbnails; curl and tmux are
 # for tests (the file server's comparisons, the interactive demo's test) and the demo.
 deps:
-	@if [ ! -f /usr/include/inotifytools/inotifytools.h ] || ! command -v curl >/dev/null 2>&1 \
+	@if [ ! -f /usr/include/inotifytools/inotifytools.h ] || [ ! -f /usr/include/png.h ] \
+	  || [ ! -f /usr/include/jpeglib.h ] || ! command -v curl >/dev/null 2>&1 \
 	  || ! command -v tmux >/dev/null 2>&1; then \
-	  echo "installing libinotifytools0-dev, curl and tmux"; \
+	  echo "installing libinotifytools0-dev, libpng-dev, libjpeg62-turbo-dev, curl and tmux"; \
 	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
-	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libinotifytools0-dev curl tmux; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libinotifytools0-dev libpng-dev libjpeg62-turbo-dev \
+	    curl tmux; \
 	fi
 
 build: deps
@@ -72,3 +75,4 @@ fuzz: deps
 	bash Fuzz/run.sh ContainerFilesFuzz $(FUZZ_SECONDS)
 	bash Fuzz/run.sh ImageHeadersFuzz $(FUZZ_SECONDS)
 	bash Fuzz/run.sh DownloadHeadersFuzz $(FUZZ_SECONDS)
+	bash Fuzz/run.sh ThumbnailDecodeFuzz $(FUZZ_SECONDS)

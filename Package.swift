@@ -138,8 +138,23 @@ let package = Package(
     ),
     // The Timer app and its Today widget (`make demo`), sharing their logic through SimpleTimerKit.
     .target(name: "SimpleTimerKit", dependencies: ["GroupContainer"], path: "Examples/SimpleTimerKit"),
-    .executableTarget(name: "host", dependencies: ["SimpleTimerKit", "GroupContainer"], path: "Examples/host"),
-    .executableTarget(name: "widget", dependencies: ["SimpleTimerKit", "GroupContainer"], path: "Examples/widget"),
+    // The video widget (`host video`, `widget video`): libpng and libjpeg-turbo (Debian: libpng-dev,
+    // libjpeg62-turbo-dev) decode its thumbnails; CThumbnailCodec is the C shim that catches their longjmp errors.
+    .systemLibrary(
+      name: "CImageLibraries", path: "Examples/CImageLibraries", pkgConfig: "libpng",
+      providers: [.apt(["libpng-dev", "libjpeg62-turbo-dev"])]),
+    // The module map's `link` lines reach only modules that import it (autolinking); the shim includes the headers
+    // from C, so it names the libraries itself.
+    .target(
+      name: "CThumbnailCodec", dependencies: ["CImageLibraries"], path: "Examples/CThumbnailCodec",
+      linkerSettings: [.linkedLibrary("png"), .linkedLibrary("jpeg")]),
+    .target(
+      name: "VideoWidgetKit", dependencies: ["CThumbnailCodec", "SimpleTimerKit", "GroupContainer"],
+      path: "Examples/VideoWidgetKit"),
+    .executableTarget(
+      name: "host", dependencies: ["SimpleTimerKit", "VideoWidgetKit", "GroupContainer"], path: "Examples/host"),
+    .executableTarget(
+      name: "widget", dependencies: ["SimpleTimerKit", "VideoWidgetKit", "GroupContainer"], path: "Examples/widget"),
     // The classic iOS App Group snippet ported to Linux; Original.swift.txt is the iOS code it is diffed against.
     .executableTarget(
       name: "ported-widget", dependencies: ["GroupContainer"], path: "Examples/PortedWidget",
@@ -185,6 +200,8 @@ let package = Package(
       name: "ContainerFilesFuzz", dependencies: ["SharedDefaults", "FileCoordination", "BackgroundDownloads", "CFuzzShim"],
       path: "Fuzz/ContainerFilesFuzz"),
     .executableTarget(name: "ImageHeadersFuzz", dependencies: ["ImageCache", "CFuzzShim"], path: "Fuzz/ImageHeadersFuzz"),
+    .executableTarget(
+      name: "ThumbnailDecodeFuzz", dependencies: ["VideoWidgetKit", "CFuzzShim"], path: "Fuzz/ThumbnailDecodeFuzz"),
     // ResumePolicy.swift is compiled in (a symlink): the harness needs neither NIO nor BoringSSL.
     .executableTarget(
       name: "DownloadHeadersFuzz", dependencies: ["BackgroundDownloads", "CFuzzShim"], path: "Fuzz/DownloadHeadersFuzz"),
@@ -224,7 +241,8 @@ let package = Package(
     .testTarget(
       name: "ExamplesTests",
       dependencies: [
-        "TestSupport", "SimpleTimerKit", "host", "widget", "gc-file-server", "gc-download-agent", "groupctl",
+        "TestSupport", "SimpleTimerKit", "VideoWidgetKit", "TestImageKit", "host", "widget", "gc-file-server",
+        "gc-download-agent", "groupctl",
         "ported-widget",
         "getting-started", "tour-defaults", "tour-files", "tour-images", "tour-downloads",
       ]),
@@ -239,7 +257,9 @@ let package = Package(
   ]
 )
 
-for target in package.targets where target.type != .system && target.name != "CSystemShims" && target.name != "CFuzzShim" {
+for target in package.targets where target.type != .system && target.name != "CSystemShims" && target.name != "CFuzzShim"
+  && target.name != "CThumbnailCodec"
+{
   target.swiftSettings =
     (target.swiftSettings ?? []) + [
       .swiftLanguageMode(.v6)

@@ -7,6 +7,8 @@
 #   ContainerFilesFuzz: the defaults journal, presenter records, coordination messages and download records
 #   (seeds: Fuzz/container-seeds/).
 #   ImageHeadersFuzz: the PNG/JPEG/GIF/WebP header parsers (seeds: the image test fixtures).
+#   ThumbnailDecodeFuzz: the video widget's PNG/JPEG decoding through libpng/libjpeg-turbo and its C shim (seeds:
+#   the image test fixtures: baseline and progressive JPEG, PNG, APNG).
 #   Runs ONE fuzzing process for `seconds` (default 60) over a working corpus in Fuzz/corpus-<target>/.
 #   Crashers are written to Fuzz/artifacts/; after fixing, add them to the tests as regressions.
 #
@@ -25,6 +27,7 @@ case "$target" in
   ContainerFilesFuzz) seeds=Fuzz/container-seeds; extra=(-max_len=4096) ;;
   ImageHeadersFuzz) seeds=Tests/ImageCacheTests/Fixtures; extra=(-max_len=4096) ;;
   DownloadHeadersFuzz) seeds=Fuzz/download-seeds; extra=(-max_len=1024) ;;
+  ThumbnailDecodeFuzz) seeds=Tests/ImageCacheTests/Fixtures; extra=(-max_len=8192) ;;
   *) echo "unknown fuzz target '$target'" >&2; exit 2 ;;
 esac
 

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# `make demo`: the Timer host and its Today widget side by side, on a FRESH temporary container each run.
+# `make demo`: the Timer host and its Today widget side by side, then the video widget and its host, on a FRESH
+# temporary container each run.
 #
-#   - inside tmux ($TMUX set): a new window "simpletimer" with two panes (host left, widget right), closed at the end;
-#   - in a terminal with tmux: a new tmux session with the same two panes;
+#   - inside tmux ($TMUX set): a new window "simpletimer" with two panes (host left, widget right), and a window
+#     "simpletimer-video" with the video screens (`host video` left, `widget video` right); both closed at the end;
+#   - in a terminal with tmux: a new tmux session with the same two windows (Ctrl-b n: the other window);
 #   - in a terminal without tmux: both in this terminal, [host]/[widget] prefixes; keys go to the host;
 #   - DEMO_HEADLESS=1 (or no terminal): the scripted scenario; prints the transcript and exits 0 only if every step
 #     happened, in the order the scenario makes them happen.
 #
 # Keys. Host pane: s start/stop, b background/foreground, q quit. Widget pane: o open the app when the time is up,
-# q quit. In tmux, Ctrl-b o (or Ctrl-b ←/→) moves to the other pane (the pane borders say so too). q in either pane,
+# q quit. Video host pane: m memory warning to the group (what `groupctl cache pressure warning` sends), q quit.
+# Video widget pane: q quit (its background download goes on; the host receives it). In tmux, Ctrl-b o (or Ctrl-b ←/→) moves to the other pane (the pane borders say so too). q in either pane,
 # or Ctrl-C, ends the demo: every process it started — host, widget, the file server, a host the widget's URL
 # launched, the download agent — is stopped by its pid (never by a name pattern), and the window closes.
 #
@@ -19,6 +22,12 @@
 #   DEMO_PIDFILE=FILE    append "<pid> <start time>" for every process the demo started (tests check they are gone)
 #   DEMO_BIN=DIR         the built products (default: `swift build --show-bin-path`)
 #   GROUP_CONTAINER_ROOT is ignored: a root left from an earlier run made the demo read that run's state.
+#
+# The video widget (headless, after the Timer): the host saves a watch history and five image URLs to the suite and
+# fetches four PNG/JPEG images from the file server (made at the demo's start by `host video --make-images`; the
+# fifth is missing: the widget's placeholder) into the shared image cache; the widget rotates them, starts a
+# 64 MB throttled background download and reports its peak memory; `groupctl cache pressure warning` makes both
+# trim; both leave while the download runs, and the agent relaunches the host for its events.
 #
 # scripts/demo.sh --check FILE   checks a transcript only: exit 0 when every step is there and in order.
 set -euo pipefail
@@ -32,8 +41,13 @@ order_chains=(
   "[host] countdown started|[widget] read from the suite|[widget] time is up: opening simpletimer://finished|[host] launched by simpletimer://finished|[host] the timer finished in the widget|[widget] the host answered true"
   "[host] countdown started|[host] downloading the alarm sound in the background|[host] going to the background"
   "[host] relaunched for the background session|[host] the alarm sound arrived while the host was away|[host] every background event handled"
+  # The video widget: images cached by the host, rotated by the widget (a placeholder for the missing one), the
+  # group's memory warning in both, the widget's download handed to the relaunched host.
+  "[host] saved the watch history|[host] cached sunrise.jpg|[host] could not fetch lost-episode.jpg|[host] images cached: 4 of 5|[widget] showing 1/5: sunrise.jpg — image|[widget] showing 5/5: lost-episode.jpg — placeholder|[widget] peak memory after a full rotation|[widget] memory warning (group): released|[widget] leaving with the episode at"
+  "[host] images cached: 4 of 5|[host] memory warning (group): released|[host] leaving the video screen with the widget's episode at"
+  "[widget] downloading the episode in the background|[host] following the widget's download|[host] relaunched for the video download session|[host] the widget's episode arrived while the host was away|[host] every video download event handled"
 )
-present_steps=("[widget] time left: " "[widget] the host's alarm sound: ")
+present_steps=("[widget] time left: " "[widget] the host's alarm sound: " "[widget] history: " "[widget] episode download: [" "[host] the widget's episode: [")
 
 # Exit status 0 when every step of the scenario is in the transcript FILE and each chain in order.
 check_transcript() {
@@ -145,6 +159,7 @@ stop_tracked() {
 }
 
 tmux_target=""
+video_target=""
 tmux_session=""
 cleanup() {
   trap - EXIT INT TERM HUP
@@ -159,7 +174,9 @@ cleanup() {
     tmux kill-session -t "$tmux_session" 2>/dev/null || true
   elif [ -n "$tmux_target" ]; then
     tmux kill-window -t "$tmux_target" 2>/dev/null || true
+    [ -n "$video_target" ] && tmux kill-window -t "$video_target" 2>/dev/null
   fi
+  [ -n "${images:-}" ] && rm -rf "$images"
   if [ -z "$keep_root" ]; then
     rm -rf "$GROUP_CONTAINER_ROOT"
   else
@@ -179,7 +196,10 @@ start_file_server() {
   dir=$(mktemp -d)
   mkfifo "$dir/stdin"
   portfile="$dir/port"
-  "$bin/gc-file-server" <"$dir/stdin" >"$portfile" 2>/dev/null &
+  # The video widget's images, made now (libpng, libjpeg-turbo) and served from --root.
+  images=$(mktemp -d /tmp/simpletimer-images.XXXXXX)
+  "$bin/host" video --make-images "$images" >/dev/null || echo "demo: the video images could not be made" >&2
+  "$bin/gc-file-server" --root "$images" <"$dir/stdin" >"$portfile" 2>/dev/null &
   track "$!"
   exec 9>"$dir/stdin"
   for _ in $(seq 200); do grep -q '^listening ' "$portfile" && break; sleep 0.05; done
@@ -188,6 +208,9 @@ start_file_server() {
   rm -rf "$dir"
   if [ -n "$port" ]; then
     export SIMPLETIMER_ASSET_URL="http://127.0.0.1:$port/gen/1000000?seed=42&rate=1000000"
+    export VIDEO_IMAGES_URL="http://127.0.0.1:$port/files/"
+    # 64 MiB at 4 MB/s: about 17 s, so it ends after the widget has left (about 7 s in), with room on a loaded machine.
+    export VIDEO_DOWNLOAD_URL="http://127.0.0.1:$port/gen/67108864?seed=7&rate=4000000"
   else
     echo "demo: the file server did not start: no background download" >&2
   fi
@@ -230,6 +253,10 @@ headless() {
   local agent_log="$container/.coordination/downloads/agent.log"
   wait_for_line 150 "$agent_log" "every background event handled" || true
   track_container_processes
+  local video_status=0
+  video_headless "$transcript" || video_status=$?
+  wait_for_line 300 "$agent_log" "every video download event handled" || true
+  track_container_processes
   sleep 0.2
   grep -F "[host]" "$agent_log" >>"$transcript" 2>/dev/null || true
   cat "$transcript"
@@ -238,23 +265,70 @@ headless() {
   rm -f "$transcript"
   [ "$host_status" = 0 ] || echo "demo: the host exited with status $host_status" >&2
   [ "$widget_status" = 0 ] || echo "demo: the widget exited with status $widget_status" >&2
-  [ "$host_status" = 0 ] && [ "$widget_status" = 0 ] && [ "$ordered" = 0 ] &&
+  [ "$video_status" = 0 ] || echo "demo: the video scenario failed (status $video_status)" >&2
+  [ "$host_status" = 0 ] && [ "$widget_status" = 0 ] && [ "$video_status" = 0 ] && [ "$ordered" = 0 ] &&
     echo "demo: every step happened, in order"
 }
 
-# Returns when a pane's program has ended (remain-on-exit keeps the pane to tell) or the window is gone.
+# The video widget, scripted: host first (it lists and caches the images), then the widget (1 s a picture instead of
+# 5); once the widget has shown every picture and the host follows the download, the group's memory warning.
+video_headless() {
+  local transcript=$1 host widget host_status=0 widget_status=0
+  "$bin/host" video --headless >>"$transcript" 2>&1 &
+  host=$!
+  track "$host"
+  if ! wait_for_line 600 "$transcript" "[host] images cached: "; then
+    echo "demo: the video host did not cache its images" >&2
+    return 1
+  fi
+  "$bin/widget" video --headless --interval 1 >>"$transcript" 2>&1 &
+  widget=$!
+  track "$widget"
+  track_container_processes
+  wait_for_line 600 "$transcript" "[widget] peak memory after a full rotation" || echo "demo: the widget did not rotate" >&2
+  wait_for_line 300 "$transcript" "[host] following the widget's download" || echo "demo: the host saw no download" >&2
+  "$bin/groupctl" cache pressure warning "$group" >/dev/null 2>&1 || echo "demo: groupctl could not send the warning" >&2
+  wait "$host" || host_status=$?
+  wait "$widget" || widget_status=$?
+  track_container_processes
+  [ "$host_status" = 0 ] || echo "demo: the video host exited with status $host_status" >&2
+  [ "$widget_status" = 0 ] || echo "demo: the video widget exited with status $widget_status" >&2
+  [ "$host_status" = 0 ] && [ "$widget_status" = 0 ]
+}
+
+# Returns when a pane's program has ended (remain-on-exit keeps the pane to tell) or a window is gone.
 watch_panes() {
-  local states
-  while states=$(tmux list-panes -t "$tmux_target" -F '#{pane_dead}' 2>/dev/null); do
-    case "$states" in *1*) return 0 ;; esac
-    [ "$(printf '%s\n' "$states" | wc -l)" -ge 2 ] || return 0
+  local states window
+  while true; do
+    for window in "$tmux_target" ${video_target:+"$video_target"}; do
+      states=$(tmux list-panes -t "$window" -F '#{pane_dead}' 2>/dev/null) || return 0
+      case "$states" in *1*) return 0 ;; esac
+      [ "$(printf '%s\n' "$states" | wc -l)" -ge 2 ] || return 0
+    done
     sleep 0.3
   done
+}
+
+# The video window: `host video` left, `widget video` right, the same environment as the Timer's panes.
+video_window() {
+  local created
+  created=$(tmux new-window -d -P -F '#{window_id}' -t "$tmux_target" -a -n simpletimer-video "${env[@]}" \
+    "exec $(printf '%q' "$bin/host") video")
+  video_target=$created
+  tmux set-option -w -t "$video_target" remain-on-exit on >/dev/null
+  tmux split-window -d -h -t "$video_target" "${env[@]}" "exec $(printf '%q' "$bin/widget") video"
+  tmux set-option -w -t "$video_target" pane-border-status top >/dev/null
+  tmux set-option -w -t "$video_target" pane-border-format \
+    " #{?pane_at_left,VIDEO HOST  m memory warning · q quit,VIDEO WIDGET  q quit}  │  #{?pane_active,keys go here,Ctrl-b o to type here} · Ctrl-b p: the Timer " \
+    >/dev/null
+  local pid
+  for pid in $(tmux list-panes -t "$video_target" -F '#{pane_pid}'); do track "$pid"; done
 }
 
 in_tmux() {
   local env=(-e "GROUP_CONTAINER_ROOT=$GROUP_CONTAINER_ROOT")
   [ -n "${SIMPLETIMER_ASSET_URL:-}" ] && env+=(-e "SIMPLETIMER_ASSET_URL=$SIMPLETIMER_ASSET_URL")
+  [ -n "${VIDEO_IMAGES_URL:-}" ] && env+=(-e "VIDEO_IMAGES_URL=$VIDEO_IMAGES_URL" -e "VIDEO_DOWNLOAD_URL=$VIDEO_DOWNLOAD_URL")
   local host_command widget_command
   host_command="exec $(printf '%q' "$bin/host")"
   widget_command="exec $(printf '%q' "$bin/widget")"
@@ -265,7 +339,7 @@ in_tmux() {
     tmux_session="simpletimer-$$"
     created=$(tmux new-session -d -P -F '#{window_id} #{pane_id}' -s "$tmux_session" -n simpletimer "${env[@]}" \
       "$host_command")
-    tmux set-option -t "$tmux_session" status-right " Ctrl-b o: other pane │ q: quit " >/dev/null
+    tmux set-option -t "$tmux_session" status-right " Ctrl-b o: other pane │ Ctrl-b n: next window │ q: quit " >/dev/null
     tmux set-option -t "$tmux_session" status-right-length 60 >/dev/null
   fi
   tmux_target=${created% *}
@@ -275,10 +349,11 @@ in_tmux() {
   # Each pane's border says what it is, its keys, and how to reach the other one.
   tmux set-option -w -t "$tmux_target" pane-border-status top >/dev/null
   tmux set-option -w -t "$tmux_target" pane-border-format \
-    " #{?pane_at_left,HOST  s start/stop · b background · q quit,WIDGET  o open the app at zero · q quit}  │  #{?pane_active,keys go here,Ctrl-b o (or Ctrl-b ←/→) to type here} " \
+    " #{?pane_at_left,HOST  s start/stop · b background · q quit,WIDGET  o open the app at zero · q quit}  │  #{?pane_active,keys go here,Ctrl-b o (or Ctrl-b ←/→) to type here} · Ctrl-b n: video " \
     >/dev/null
   local pid
   for pid in $(tmux list-panes -t "$tmux_target" -F '#{pane_pid}'); do track "$pid"; done
+  video_window
   tmux select-pane -t "$host_pane"
   if [ -n "$tmux_session" ]; then
     (watch_panes && tmux kill-session -t "$tmux_session" 2>/dev/null) &

@@ -14,6 +14,8 @@ import Testing
 ///   then ends only because the container's removal makes it exit).
 /// - the script honouring a preset GROUP_CONTAINER_ROOT again: the same test fails (the preset root is used and
 ///   kept).
+/// - the video widget's chains dropped from `order_chains`: `theOrderCheckerRejectsASwappedTranscript` fails (a
+///   placeholder before the first picture, and a missing relaunch of the host, pass).
 /// - the pane watcher waiting for both panes to end, so `q` in the host leaves the widget and the window:
 ///   `inTmuxItOpensAWindowAndQEndsEveryProcess` fails (the demo does not end, the window stays, the widget runs).
 @Suite(.serialized) struct DemoScriptTests {
@@ -78,7 +80,8 @@ import Testing
     }
   }
 
-  @Test(.timeLimit(.minutes(2))) func theHeadlessDemoRunsEveryStepInOrderAndLeavesNoProcess() async throws {
+  // The Timer's scenario and the video widget's (about 25 s alone; the video download alone is 17 s).
+  @Test(.timeLimit(.minutes(3))) func theHeadlessDemoRunsEveryStepInOrderAndLeavesNoProcess() async throws {
     let scratch = try TestRoot()
     let pidFile = scratch.path + "/pids"
     let presetRoot = scratch.path + "/preset-root"
@@ -90,11 +93,12 @@ import Testing
         // A root left by an earlier run must not be used (its state made the check pass out of order).
         "GROUP_CONTAINER_ROOT": presetRoot,
       ])
-    let status = await run.finish(timeout: 100)
+    let status = await run.finish(timeout: 160)
     let output = run.output
     #expect(status == 0, "\(output)")
     #expect(output.contains("demo: every step happened, in order"), "\(output)")
     #expect(output.contains("[host] every background event handled"), "the background download: \(output)")
+    #expect(output.contains("[host] every video download event handled"), "the widget's download: \(output)")
     #expect(try FileManager.default.contentsOfDirectory(atPath: presetRoot).isEmpty, "the preset root was used")
     // The file server, the widget, the host, and what they launched (the agent, hosts launched by URL or relaunched).
     let started = ((try? String(contentsOfFile: pidFile, encoding: .utf8)) ?? "").split(separator: "\n")
@@ -131,6 +135,26 @@ import Testing
       "[host] relaunched for the background session com.example.simpletimer.alarm",
       "[host] the alarm sound arrived while the host was away: alarm.sound, 1000000 bytes",
       "[host] every background event handled",
+      // The video widget.
+      "[host] saved the watch history (4 titles) and 5 image URLs",
+      "[host] cached sunrise.jpg (1280x720 jpeg, 344 KB)",
+      "[host] could not fetch lost-episode.jpg: HTTP 404 (the widget shows a placeholder)",
+      "[host] images cached: 4 of 5 in the shared cache 'video-thumbnails'",
+      "[widget] downloading the episode in the background (task 5678abcd)",
+      "[host] following the widget's download (task 5678abcd)",
+      "[host] the widget's episode: [#####---------------]  26 %",
+      "[widget] episode download: [#####---------------]  26 %",
+      "[widget] showing 1/5: sunrise.jpg — image 1280x720, 32x18 thumbnail, mean colour #9d5544",
+      "[widget] history: Sunrise over the Bay [########--]  85 %",
+      "[widget] showing 5/5: lost-episode.jpg — placeholder (not in the cache)",
+      "[widget] peak memory after a full rotation: VmHWM 28.6 MiB of the 32 MiB budget",
+      "[widget] memory warning (group): released 854 KB — image cache 'video-thumbnails' 853 KB",
+      "[host] memory warning (group): released 850 KB — image cache 'video-thumbnails' 849 KB",
+      "[widget] leaving with the episode at [########------------]  44 %: the host gets it in the background",
+      "[host] leaving the video screen with the widget's episode at [########------------]  44 %: the agent brings the host back",
+      "[host] relaunched for the video download session com.example.simpletimer.video-widget",
+      "[host] the widget's episode arrived while the host was away: episode.video, 67108864 bytes",
+      "[host] every video download event handled",
     ]
     let scratch = try TestRoot()
     func check(_ lines: [String]) async throws -> (status: Int32?, output: String) {
@@ -154,6 +178,16 @@ import Testing
     let readEarly = try await check(early)
     #expect(readEarly.status == 1, "\(readEarly.output)")
     #expect(readEarly.output.contains("out of order"))
+
+    var placeholderFirst = good
+    placeholderFirst.swapAt(24, 26)  // the placeholder before the first picture
+    let videoOutOfOrder = try await check(placeholderFirst)
+    #expect(videoOutOfOrder.status == 1, "\(videoOutOfOrder.output)")
+    #expect(videoOutOfOrder.output.contains("out of order"))
+
+    let noRelaunch = try await check(good.filter { !$0.hasPrefix("[host] relaunched for the video download session") })
+    #expect(noRelaunch.status == 1)
+    #expect(noRelaunch.output.contains("demo: missing step: [host] relaunched for the video download session"))
 
     let missing = try await check(good.filter { !$0.hasPrefix("[widget] the host answered") })
     #expect(missing.status == 1)
