@@ -105,7 +105,11 @@ enum VideoWidgetApp {
     var index = 0
     while true {
       let count = video.imageURLs.count
-      guard let slide = video.slide(at: index) else { continue }
+      guard let slide = video.slide(at: index) else {
+        // The host emptied the list meanwhile: wait for a new one, without spinning.
+        try? await Task.sleep(for: interval)
+        continue
+      }
       let position = index % count + 1
       if terminal {
         let frame = video.frame(slide, position: position, count: count, terminal: true)
