@@ -14,6 +14,7 @@ let package = Package(
     .library(name: "ImageCache", targets: ["ImageCache"]),
     .library(name: "BackgroundDownloads", targets: ["BackgroundDownloads"]),
     .library(name: "DownloadAgent", targets: ["DownloadAgent"]),
+    .library(name: "LiveActivities", targets: ["LiveActivities"]),
     .executable(name: "groupctl", targets: ["groupctl"]),
     .executable(name: "gc-download-agent", targets: ["gc-download-agent"]),
     // The local HTTP file server of the download tests, benchmarks and demo (not a library piece).
@@ -111,21 +112,32 @@ let package = Package(
       ]
     ),
     .executableTarget(name: "gc-download-agent", dependencies: ["DownloadAgent"]),
+    // Live Activities (ActivityKit's model): one record per activity in the container, observed live by widgets.
+    .target(
+      name: "LiveActivities",
+      dependencies: [
+        "FileCoordination", "SystemLayer",
+        .product(name: "Logging", package: "swift-log"),
+      ]
+    ),
     .target(
       name: "GroupContainer",
       dependencies: [
         "FileCoordination", "SharedDefaults", "PropertyList", "MemoryWarnings", "ImageCache", "BackgroundDownloads",
+        "LiveActivities",
       ]),
     .executableTarget(
       name: "groupctl",
       dependencies: [
-        "GroupContainer", "SystemLayer", "DownloadAgent",
+        "GroupContainer", "SystemLayer", "DownloadAgent", "LiveActivities",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Logging", package: "swift-log"),
       ]
     ),
     // The Timer app and its Today widget (`make demo`), sharing their logic through SimpleTimerKit.
     .target(name: "SimpleTimerKit", dependencies: ["GroupContainer"], path: "Examples/SimpleTimerKit"),
+    // The scoreboard Live Activity the demo's host and widget share: attributes, state and its text views.
+    .target(name: "ScoreboardKit", dependencies: ["LiveActivities"], path: "Examples/ScoreboardKit"),
     .executableTarget(name: "host", dependencies: ["SimpleTimerKit", "GroupContainer"], path: "Examples/host"),
     .executableTarget(name: "widget", dependencies: ["SimpleTimerKit", "GroupContainer"], path: "Examples/widget"),
     // The classic iOS App Group snippet ported to Linux; Original.swift.txt is the iOS code it is diffed against.
@@ -144,7 +156,7 @@ let package = Package(
       name: "gc-test-helper",
       dependencies: [
         "FileCoordination", "SharedDefaults", "PropertyList", "SystemLayer", "ImageCache", "MemoryWarnings", "TestImageKit",
-        "BackgroundDownloads",
+        "BackgroundDownloads", "LiveActivities", "ScoreboardKit",
         .product(name: "Logging", package: "swift-log"),
       ],
       path: "Tests/GCTestHelper"
@@ -170,7 +182,9 @@ let package = Package(
     .executableTarget(
       name: "PropertyListFuzz", dependencies: ["PropertyList", "CFuzzShim"], path: "Fuzz/PropertyListFuzz"),
     .executableTarget(
-      name: "ContainerFilesFuzz", dependencies: ["SharedDefaults", "FileCoordination", "BackgroundDownloads", "CFuzzShim"],
+      name: "ContainerFilesFuzz", dependencies: [
+        "SharedDefaults", "FileCoordination", "BackgroundDownloads", "LiveActivities", "CFuzzShim",
+      ],
       path: "Fuzz/ContainerFilesFuzz"),
     .executableTarget(name: "ImageHeadersFuzz", dependencies: ["ImageCache", "CFuzzShim"], path: "Fuzz/ImageHeadersFuzz"),
     // ResumePolicy.swift is compiled in (a symlink): the harness needs neither NIO nor BoringSSL.
@@ -204,6 +218,12 @@ let package = Package(
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "Crypto", package: "swift-crypto"),
         .product(name: "NIOSSL", package: "swift-nio-ssl"),
+      ]
+    ),
+    .testTarget(
+      name: "LiveActivitiesTests",
+      dependencies: [
+        "TestSupport", "LiveActivities", "ScoreboardKit", "FileCoordination", "SystemLayer", "gc-test-helper", "groupctl",
       ]
     ),
     .testTarget(

@@ -6,3 +6,4 @@
 @_exported import MemoryWarnings
 @_exported import ImageCache
 @_exported import BackgroundDownloads
+@_exported import LiveActivities
