@@ -7,6 +7,12 @@ package struct ActivitySnapshot: Sendable {
   package var id: String
   package var record: ActivityRecord?
   package var state: ActivityState
+
+  package init(id: String, record: ActivityRecord?, state: ActivityState) {
+    self.id = id
+    self.record = record
+    self.state = state
+  }
 }
 
 /// Live observation of the activities' directory, from any process.
