@@ -65,6 +65,7 @@ public final class Activity<Attributes: ActivityAttributes>: Identifiable, Senda
   /// - Throws: ``ActivityError/denied(group:)`` when the user turned activities off for the group
   ///   (``ActivityAuthorizationInfo/areActivitiesEnabled``), ``ActivityError/attributesTooLarge(bytes:limit:)`` or
   ///   ``ActivityError/contentStateTooLarge(bytes:limit:)`` over 4 KB of JSON, or a failure to write the record.
+  @discardableResult
   public static func request(
     attributes: Attributes, content: ActivityContent<Attributes.ContentState>, pushType: PushType? = nil,
     in container: GroupContainer
