@@ -12,10 +12,11 @@ import Testing
 /// Mutants this suite catches (each made once by hand, seen failing, restored):
 /// - No lock around the read-modify-write (`ActivityStore.withLock` running `body` without the flock):
 ///   `concurrentLikesFromThreeProcessesLoseNothing` fails (fewer likes than given).
-/// - Records written in place (open with O_TRUNC and write, instead of `replaceFile`): readers meet empty or
-///   partial records and `concurrentLikesFromThreeProcessesLoseNothing` fails (damaged reads / lost likes).
+/// - Records written in place (open with O_TRUNC and write, instead of `replaceFile`): the likers meet empty or
+///   partial records, their updates fail as damaged and `concurrentLikesFromThreeProcessesLoseNothing` fails.
 /// - The clock file not watched by observers (`ActivityWatch` without its watch of the clock's directory):
-///   `widgetFollowsTheClockAcrossProcesses` times out waiting for `state stale`.
+///   `widgetFollowsTheClockAcrossProcesses` times out waiting for `state stale` (and
+///   `ActivityLifecycleTests.stateUpdatesFollowTheClock` hits its time limit).
 /// - The dismissal not checked by `update` (updates written to dismissed activities):
 ///   `dismissalInTheWidgetIsSeenByTheHost` fails (the content changes after the dismissal).
 @Suite(.timeLimit(.minutes(1))) struct ActivityProcessTests {

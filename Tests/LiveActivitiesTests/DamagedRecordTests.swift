@@ -10,9 +10,8 @@ import Testing
 /// another activity's record under a wrong name. Readers skip them with a logged error; nothing hangs or crashes.
 ///
 /// Mutants this suite catches (each made once by hand, seen failing, restored):
-/// - Records opened without O_NONBLOCK (`.followSymlink`-free but blocking open of a FIFO, in `SystemFD.rawFlags`
-///   for this store's reads): `plantedFilesNeitherHangNorCrash` hits its time limit.
-/// - The record's id not compared with its file name: `plantedFilesNeitherHangNorCrash` lists a duplicate.
+/// - The record's id not compared with its file name (`ActivityStore.read`): `plantedFilesNeitherHangNorCrash` lists
+///   the good activity twice (its copy under another name too).
 @Suite(.timeLimit(.minutes(1))) struct DamagedRecordTests {
   func plant(_ f: ActivityFixture) throws -> (good: Activity<ScoreboardAttributes>, names: [String]) {
     let good = try f.request()
