@@ -35,6 +35,7 @@ public final class Activity<Attributes: ActivityAttributes>: Identifiable, Senda
   public let id: String
   /// The static part, as requested.
   public let attributes: Attributes
+  /// The container's activity records this activity lives in.
   package let store: ActivityStore
   /// The last content read, for when the record is gone (a dismissed activity's record is removed later).
   private let lastContent: Mutex<ActivityContent<Attributes.ContentState>>

@@ -11,6 +11,7 @@ package enum JSONValue: Codable, Hashable, Sendable {
   case array([JSONValue])
   case object([String: JSONValue])
 
+  /// Decodes any JSON value (integers before doubles, so whole numbers stay exact).
   package init(from decoder: any Decoder) throws {
     let c = try decoder.singleValueContainer()
     if c.decodeNil() {
@@ -30,6 +31,7 @@ package enum JSONValue: Codable, Hashable, Sendable {
     }
   }
 
+  /// Encodes the value as the JSON it came from.
   package func encode(to encoder: any Encoder) throws {
     var c = encoder.singleValueContainer()
     switch self {
@@ -56,17 +58,27 @@ package enum StoredLifecycle: String, Codable, Hashable, Sendable {
 
 /// One activity as its file in the container holds it, untyped. Dates are seconds since 1970.
 package struct ActivityRecord: Codable, Hashable, Sendable {
+  /// The record format's version (``ActivityRecordFormat/version``).
   package var format: Int = ActivityRecordFormat.version
+  /// The activity's id (an upper-case UUID), also its file name.
   package var id: String
   /// ``ActivityAttributes/activityTypeName`` of the app's type.
   package var attributesType: String
+  /// The encoded attributes.
   package var attributes: JSONValue
+  /// The encoded content state (at most 4,096 bytes of JSON as the app encoded it).
   package var contentState: JSONValue
+  /// When the content goes stale; nil: never.
   package var staleDate: Double?
+  /// The content's relevance score.
   package var relevanceScore: Double
+  /// Active, ended or dismissed as written; the time rules may say more (``ActivityRules``).
   package var lifecycle: StoredLifecycle
+  /// When it was requested.
   package var startDate: Double
+  /// When it ended (nil while active).
   package var endDate: Double?
+  /// When it is (or was) dismissed (nil while active).
   package var dismissalDate: Double?
   /// `token`, `channel:<id>`, or nil.
   package var pushType: String?
@@ -77,6 +89,7 @@ package struct ActivityRecord: Codable, Hashable, Sendable {
   /// The process that wrote this revision.
   package var writerPID: Int32
 
+  /// A new, active record at revision 1.
   package init(
     id: String, attributesType: String, attributes: JSONValue, contentState: JSONValue, staleDate: Double?,
     relevanceScore: Double, startDate: Double, pushType: String?, writerPID: Int32
@@ -99,20 +112,26 @@ package struct ActivityRecord: Codable, Hashable, Sendable {
 /// The activity record file: `<id>.activity`, one JSON object (``ActivityRecord``), at most ``maxRecordBytes``.
 /// The decoder checks everything a reader relies on; whatever it accepts encodes back to the same record.
 package enum ActivityRecordFormat {
+  /// The format this code writes and the only one it reads.
   package static let version = 1
   /// A record is at most this large: attributes and state are each limited to 4 KB of JSON.
   package static let maxRecordBytes = 16 * 1024
+  /// Record files are named `<id>.activity`.
   package static let fileSuffix = ".activity"
   /// The longest attributes type name, in bytes.
   static let maxTypeNameBytes = 256
 
   /// Why bytes are not a valid record.
   package struct Invalid: Error, CustomStringConvertible, Sendable {
+    /// What is wrong, in words.
     package let reason: String
+    /// The failure `reason`.
     package init(_ reason: String) { self.reason = reason }
+    /// The reason.
     package var description: String { reason }
   }
 
+  /// Compact JSON, keys sorted, slashes unescaped: the bytes every limit is measured on.
   package static var encoder: JSONEncoder {
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
@@ -132,6 +151,7 @@ package enum ActivityRecordFormat {
     return isActivityID(id) ? String(id) : nil
   }
 
+  /// The record's file contents (JSON and a newline); refused over ``maxRecordBytes``.
   package static func encode(_ record: ActivityRecord) throws(Invalid) -> [UInt8] {
     let bytes: Data
     do { bytes = try encoder.encode(record) } catch { throw Invalid("cannot encode: \(error)") }
@@ -141,6 +161,7 @@ package enum ActivityRecordFormat {
     return Array(bytes) + [0x0A]
   }
 
+  /// Reads and checks a record file's contents.
   package static func decode(_ bytes: [UInt8]) throws(Invalid) -> ActivityRecord {
     guard bytes.count <= maxRecordBytes else { throw Invalid("\(bytes.count) bytes, over the limit of \(maxRecordBytes)") }
     guard !bytes.isEmpty else { throw Invalid("empty (truncated)") }

@@ -6,6 +6,7 @@ import Foundation
 package enum ActivityRules {
   /// What a reader sees of a record at a time.
   package struct Effective: Equatable, Sendable {
+    /// The state a reader reports.
     package var state: ActivityState
     /// When it ended (by `end`, or 8 hours after its start), nil while it runs.
     package var endDate: Double?
@@ -13,6 +14,7 @@ package enum ActivityRules {
     package var dismissalDate: Double?
   }
 
+  /// What `r` is at `now` (seconds since 1970): dismissed, ended (8 hours after its start at the latest), stale or active.
   package static func effective(_ r: ActivityRecord, now: Double) -> Effective {
     switch r.lifecycle {
     case .dismissed:

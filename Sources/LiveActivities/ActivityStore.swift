@@ -16,13 +16,19 @@ import SystemLayer
 /// opened beneath the container's directory descriptor without following links and without blocking (a FIFO
 /// planted here is a damaged record, never a hang); records are checked on every read.
 package final class ActivityStore: Sendable {
+  /// The records' directory, relative to the container.
   package static let directory = ContainerPath.privateDirectory + "/activities"
+  /// The user's switch's file name in ``directory``.
   package static let authorizationName = "authorization"
   static let lockName = "lock"
+  /// The module's logger (damaged records, ignored updates).
   package static let logger = Logger(label: "GroupContainer.LiveActivities")
 
+  /// The container whose activities these are.
   package let container: GroupContainer
+  /// The container's directory descriptor: every path is resolved beneath it.
   package let root: ContainerDirectory
+  /// The mode every created file gets (0600, or 0660 for a group-shared container).
   package let fileMode: mode_t
   /// The clock of this container's activities in this process (``ActivityClock/clock(for:)``).
   package let clock: ActivityClock
@@ -43,7 +49,9 @@ package final class ActivityStore: Sendable {
 
   /// The directory's absolute path (for inotify watches).
   package var absoluteDirectory: String { root.path + "/" + Self.directory }
+  /// The time now by this container's clock, in seconds since 1970.
   package var now: Double { clock.now.timeIntervalSince1970 }
+  /// The container-relative path of the record of `id`.
   package static func recordPath(_ id: String) -> String { directory + "/" + id + ActivityRecordFormat.fileSuffix }
 
   // MARK: Reading
@@ -54,6 +62,7 @@ package final class ActivityStore: Sendable {
     case damaged(ActivityError)
     case record(ActivityRecord)
 
+    /// The record, when one was read.
     package var record: ActivityRecord? {
       if case .record(let r) = self { return r }
       return nil

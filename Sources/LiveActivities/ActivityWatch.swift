@@ -4,10 +4,14 @@ import SystemLayer
 
 /// One activity as an observer sees it: its record (nil once removed) and its state now.
 package struct ActivitySnapshot: Sendable {
+  /// The activity's id.
   package var id: String
+  /// The record as read; nil once removed.
   package var record: ActivityRecord?
+  /// Its state now, by the container's clock (dismissed once removed).
   package var state: ActivityState
 
+  /// A snapshot of `id`.
   package init(id: String, record: ActivityRecord?, state: ActivityState) {
     self.id = id
     self.record = record
