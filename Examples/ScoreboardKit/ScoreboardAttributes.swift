@@ -47,7 +47,11 @@ public enum ScoreboardView {
     activityState: ActivityState = .active
   ) -> String {
     var line = "\(code(attributes.homeTeam)) \(state.homeScore)–\(state.awayScore) \(code(attributes.awayTeam))"
-    if state.isFinal || activityState == .ended { line += " · FT" } else if activityState == .stale { line += " · stale" }
+    if state.isFinal || activityState == .ended {
+      line += " · FT"
+    } else if activityState == .stale {
+      line += " · stale"
+    }
     return line
   }
 

@@ -54,7 +54,9 @@
       // may normalise once, 1.0 to 1); the time rules hold at any time.
       if let r = try? ActivityRecordFormat.decode(bytes) {
         guard let once = try? ActivityRecordFormat.encode(r) else { preconditionFailure("cannot encode a read record") }
-        guard let again = try? ActivityRecordFormat.decode(once) else { preconditionFailure("cannot read back our record") }
+        guard let again = try? ActivityRecordFormat.decode(once) else {
+          preconditionFailure("cannot read back our record")
+        }
         precondition((try? ActivityRecordFormat.encode(again)) == once, "activity record round trip")
         precondition(ActivityRecordFormat.isActivityID(r.id), "unchecked activity id accepted")
         for now in [r.startDate - 1, r.startDate, r.startDate + 3600 * 9, r.startDate + 3600 * 13, 0, 4e9] {

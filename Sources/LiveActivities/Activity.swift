@@ -73,8 +73,12 @@ public final class Activity<Attributes: ActivityAttributes>: Identifiable, Senda
   ) throws(ActivityError) -> Activity<Attributes> {
     let store = try ActivityStore(container: container)
     guard store.areActivitiesEnabled else { throw .denied(group: container.identifier) }
-    let attributesJSON = try encode(attributes, limit: ActivityLimits.maximumAttributesBytes) { .attributesTooLarge(bytes: $0, limit: $1) }
-    let stateJSON = try encode(content.state, limit: ActivityLimits.maximumContentStateBytes) { .contentStateTooLarge(bytes: $0, limit: $1) }
+    let attributesJSON = try encode(attributes, limit: ActivityLimits.maximumAttributesBytes) {
+      .attributesTooLarge(bytes: $0, limit: $1)
+    }
+    let stateJSON = try encode(content.state, limit: ActivityLimits.maximumContentStateBytes) {
+      .contentStateTooLarge(bytes: $0, limit: $1)
+    }
     let record = ActivityRecord(
       id: UUID().uuidString, attributesType: Attributes.activityTypeName, attributes: attributesJSON,
       contentState: stateJSON, staleDate: content.staleDate?.timeIntervalSince1970,
@@ -245,15 +249,20 @@ public final class Activity<Attributes: ActivityAttributes>: Identifiable, Senda
 
   /// Each activity of this type that starts after the call, in any process (ActivityKit's `activityUpdates`).
   /// The watch is in place when this returns: list ``activities(in:)`` after it to miss none.
-  public static func activityUpdates(in container: GroupContainer) throws(ActivityError) -> AsyncStream<Activity<Attributes>> {
+  public static func activityUpdates(in container: GroupContainer) throws(ActivityError) -> AsyncStream<
+    Activity<Attributes>
+  > {
     let store = try ActivityStore(container: container)
     let existing = Set(store.ids())
-    let snapshots = try ActivityWatch.snapshots(store: store, attributesType: Attributes.activityTypeName, includeExisting: false)
+    let snapshots = try ActivityWatch.snapshots(
+      store: store, attributesType: Attributes.activityTypeName, includeExisting: false)
     let (stream, continuation) = AsyncStream<Activity<Attributes>>.makeStream()
     let task = Task {
       var announced = existing
       for await snapshot in snapshots {
-        guard let record = snapshot.record, snapshot.state != .dismissed, !announced.contains(snapshot.id) else { continue }
+        guard let record = snapshot.record, snapshot.state != .dismissed, !announced.contains(snapshot.id) else {
+          continue
+        }
         announced.insert(snapshot.id)
         if let activity = Activity(record: record, store: store) { continuation.yield(activity) }
       }

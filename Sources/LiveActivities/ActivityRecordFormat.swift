@@ -163,7 +163,9 @@ package enum ActivityRecordFormat {
 
   /// Reads and checks a record file's contents.
   package static func decode(_ bytes: [UInt8]) throws(Invalid) -> ActivityRecord {
-    guard bytes.count <= maxRecordBytes else { throw Invalid("\(bytes.count) bytes, over the limit of \(maxRecordBytes)") }
+    guard bytes.count <= maxRecordBytes else {
+      throw Invalid("\(bytes.count) bytes, over the limit of \(maxRecordBytes)")
+    }
     guard !bytes.isEmpty else { throw Invalid("empty (truncated)") }
     let record: ActivityRecord
     do { record = try JSONDecoder().decode(ActivityRecord.self, from: Data(bytes)) } catch {
@@ -180,7 +182,9 @@ package enum ActivityRecordFormat {
     guard !r.attributesType.isEmpty, r.attributesType.utf8.count <= maxTypeNameBytes else {
       throw Invalid("the attributes type name is empty or over \(maxTypeNameBytes) bytes")
     }
-    for (name, date) in [("start", r.startDate), ("stale", r.staleDate), ("end", r.endDate), ("dismissal", r.dismissalDate)] {
+    for (name, date) in [
+      ("start", r.startDate), ("stale", r.staleDate), ("end", r.endDate), ("dismissal", r.dismissalDate),
+    ] {
       if let date, !date.isFinite { throw Invalid("the \(name) date is not a number") }
     }
     guard r.relevanceScore.isFinite else { throw Invalid("the relevance score is not a number") }

@@ -156,7 +156,8 @@ package final class ActivityStore: Sendable {
       let fd = try directory.openOrCreate(Self.lockName, mode: fileMode, size: 0)
       guard try fd.status().kind == .regular else {
         fd.close()
-        throw FileSystemError("open", directory.path + "/" + Self.lockName, .invalidArgument, reason: "not a regular file")
+        throw FileSystemError(
+          "open", directory.path + "/" + Self.lockName, .invalidArgument, reason: "not a regular file")
       }
       try fd.lock(.exclusive)
       return fd

@@ -39,7 +39,9 @@ enum ActivitiesCLI {
   /// One line of `list --json` and `watch`: keys sorted; `content_state` is the state's own JSON; absent values
   /// are left out. A removed record is `{"id":…,"state":"dismissed"}`.
   static func json(_ snapshot: ActivitySnapshot) -> String {
-    var fields: [(String, String)] = [("id", JSONScalar.string(snapshot.id).encoded), ("state", JSONScalar.string(snapshot.state.rawValue).encoded)]
+    var fields: [(String, String)] = [
+      ("id", JSONScalar.string(snapshot.id).encoded), ("state", JSONScalar.string(snapshot.state.rawValue).encoded),
+    ]
     if let r = snapshot.record {
       let scalars: [String: JSONScalar?] = [
         "attributes_type": .string(r.attributesType), "stale_date": date(r.staleDate).map { .string($0) },
@@ -51,7 +53,8 @@ enum ActivitiesCLI {
       fields.append(("content_state", r.contentState.jsonText))
       fields.append(("attributes", r.attributes.jsonText))
     }
-    return "{" + fields.sorted { $0.0 < $1.0 }.map { JSONScalar.string($0.0).encoded + ":" + $0.1 }.joined(separator: ",") + "}"
+    return "{"
+      + fields.sorted { $0.0 < $1.0 }.map { JSONScalar.string($0.0).encoded + ":" + $0.1 }.joined(separator: ",") + "}"
   }
 }
 
@@ -83,7 +86,8 @@ struct ActivitiesList: ParsableCommand {
         Output.line(ActivitiesCLI.json(ActivitySnapshot(id: record.id, record: record, state: state)))
       } else {
         let stale = ActivitiesCLI.date(record.staleDate).map { " stale at \($0)" } ?? ""
-        Output.line("\(record.id)  \(record.attributesType)  \(state.rawValue)  \(record.contentState.jsonText)\(stale)")
+        Output.line(
+          "\(record.id)  \(record.attributesType)  \(state.rawValue)  \(record.contentState.jsonText)\(stale)")
       }
     }
   }

@@ -13,7 +13,8 @@ let activityModes: Set<String> = [
 /// The content's line: `content <home> <away> <home likes> <away likes> <final> <monotonic ns when seen>`.
 func describe(_ content: ActivityContent<ScoreboardAttributes.ContentState>) -> String {
   let s = content.state
-  return "content \(s.homeScore) \(s.awayScore) \(s.homeLikes) \(s.awayLikes) \(s.isFinal) \(MonotonicClock.nanoseconds())"
+  return
+    "content \(s.homeScore) \(s.awayScore) \(s.homeLikes) \(s.awayLikes) \(s.isFinal) \(MonotonicClock.nanoseconds())"
 }
 
 func findActivity(_ id: String, _ container: GroupContainer) throws -> Activity<ScoreboardAttributes> {

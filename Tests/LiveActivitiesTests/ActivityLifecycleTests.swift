@@ -101,7 +101,9 @@ import Testing
     let a = try f.request("Lyon", "Nantes")
     let b = try f.request("Lens", "Brest")
     let c = try f.request("Nice", "Metz")
-    try Activity.request(attributes: Note(title: "other type"), content: ActivityContent(state: .init(text: ""), staleDate: nil), in: f.container)
+    try Activity.request(
+      attributes: Note(title: "other type"), content: ActivityContent(state: .init(text: ""), staleDate: nil),
+      in: f.container)
     #expect(Set([a.id, b.id, c.id]).count == 3)
     try await b.update(score(2, 2))
     try await a.end(nil, dismissalPolicy: .immediate)
@@ -125,7 +127,8 @@ import Testing
     }
     #expect(activity.content.state == exactly)
     #expect(throws: ActivityError.contentStateTooLarge(bytes: 4097, limit: 4096)) {
-      try Activity.request(attributes: Note(title: "x"), content: ActivityContent(state: over, staleDate: nil), in: f.container)
+      try Activity.request(
+        attributes: Note(title: "x"), content: ActivityContent(state: over, staleDate: nil), in: f.container)
     }
     #expect(try Activity<Note>.activities(in: f.container).count == 1)
   }

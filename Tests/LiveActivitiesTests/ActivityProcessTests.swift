@@ -36,7 +36,9 @@ import Testing
       try await activity.update(score(i, 0))
       writes.append(monotonicNow() - sent)
       guard let line = await widget.line(timeout: 20, { $0.hasPrefix("content \(i) ") }) else { return }
-      if let seen = line.split(separator: " ").last.flatMap({ UInt64($0) }), seen >= sent { latencies.append(seen - sent) }
+      if let seen = line.split(separator: " ").last.flatMap({ UInt64($0) }), seen >= sent {
+        latencies.append(seen - sent)
+      }
     }
     let contents = widget.output.filter { $0.hasPrefix("content ") }.map { Int($0.split(separator: " ")[1])! }
     #expect(contents == Array(1...count))
@@ -49,7 +51,8 @@ import Testing
         let p = { (q: Double) in Double(sorted[min(sorted.count - 1, Int(Double(sorted.count) * q))]) / 1000 }
         return "p50 \(p(0.5)) µs, p99 \(p(0.99)) µs, max \(p(1)) µs"
       }
-      let report = "over \(latencies.count): update → widget sees it \(percentiles(latencies)); "
+      let report =
+        "over \(latencies.count): update → widget sees it \(percentiles(latencies)); "
         + "the update call alone \(percentiles(writes))\n"
       FileHandle.standardError.write(Data(report.utf8))
     }
@@ -103,8 +106,12 @@ import Testing
     #expect(activity.activityState == .dismissed)
     try await activity.update(score(2, 2))  // ignored: the user dismissed it
     #expect(activity.content.state == .init(homeScore: 1, awayScore: 1))
-    #expect(try ActivityStore(container: f.container).read(activity.id).record?.contentState
-      == .object(["homeScore": .integer(1), "awayScore": .integer(1), "homeLikes": .integer(0), "awayLikes": .integer(0), "isFinal": .bool(false)]))
+    #expect(
+      try ActivityStore(container: f.container).read(activity.id).record?.contentState
+        == .object([
+          "homeScore": .integer(1), "awayScore": .integer(1), "homeLikes": .integer(0), "awayLikes": .integer(0),
+          "isFinal": .bool(false),
+        ]))
   }
 
   @Test func concurrentLikesFromThreeProcessesLoseNothing() async throws {

@@ -20,13 +20,19 @@ import Testing
     let bytes = Array(try Data(contentsOf: URL(fileURLWithPath: Self.seedPath)).dropFirst())
     var record = try ActivityRecordFormat.decode(bytes)
     record.lifecycle = .active  // an active record with an end
-    #expect(throws: ActivityRecordFormat.Invalid.self) { try ActivityRecordFormat.decode(ActivityRecordFormat.encode(record)) }
+    #expect(throws: ActivityRecordFormat.Invalid.self) {
+      try ActivityRecordFormat.decode(ActivityRecordFormat.encode(record))
+    }
     record = try ActivityRecordFormat.decode(bytes)
     record.id = "not-a-uuid"
-    #expect(throws: ActivityRecordFormat.Invalid.self) { try ActivityRecordFormat.decode(ActivityRecordFormat.encode(record)) }
+    #expect(throws: ActivityRecordFormat.Invalid.self) {
+      try ActivityRecordFormat.decode(ActivityRecordFormat.encode(record))
+    }
     record = try ActivityRecordFormat.decode(bytes)
     record.contentRevision = record.revision + 1
-    #expect(throws: ActivityRecordFormat.Invalid.self) { try ActivityRecordFormat.decode(ActivityRecordFormat.encode(record)) }
+    #expect(throws: ActivityRecordFormat.Invalid.self) {
+      try ActivityRecordFormat.decode(ActivityRecordFormat.encode(record))
+    }
     #expect(throws: ActivityRecordFormat.Invalid.self) { try ActivityRecordFormat.decode([]) }
     #expect(throws: ActivityRecordFormat.Invalid.self) { try ActivityRecordFormat.decode(Array(bytes.prefix(40))) }
   }

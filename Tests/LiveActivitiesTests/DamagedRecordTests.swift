@@ -19,7 +19,8 @@ import Testing
     let valid = try String(contentsOfFile: directory + good.id + ".activity", encoding: .utf8)
     let ids = (0..<6).map { _ in UUID().uuidString }
     #expect(mkfifo(directory + ids[0] + ".activity", 0o600) == 0)
-    try FileManager.default.createSymbolicLink(atPath: directory + ids[1] + ".activity", withDestinationPath: directory + good.id + ".activity")
+    try FileManager.default.createSymbolicLink(
+      atPath: directory + ids[1] + ".activity", withDestinationPath: directory + good.id + ".activity")
     try Data("garbage {".utf8).write(to: URL(fileURLWithPath: directory + ids[2] + ".activity"))
     try Data(valid.utf8.prefix(valid.utf8.count / 2)).write(to: URL(fileURLWithPath: directory + ids[3] + ".activity"))
     try Data(repeating: 0x20, count: 64 * 1024).write(to: URL(fileURLWithPath: directory + ids[4] + ".activity"))
@@ -52,7 +53,8 @@ import Testing
   @Test func updatingADamagedRecordFailsClearly() async throws {
     let f = try ActivityFixture()
     let activity = try f.request()
-    try Data("{}".utf8).write(to: URL(fileURLWithPath: f.container.path + "/.coordination/activities/\(activity.id).activity"))
+    try Data("{}".utf8).write(
+      to: URL(fileURLWithPath: f.container.path + "/.coordination/activities/\(activity.id).activity"))
     do {
       try await activity.update(score(1, 1))
       Issue.record("an update of a damaged record succeeded")

@@ -18,7 +18,8 @@ import Testing
   @Test func listAndListJSON() async throws {
     let f = try ActivityFixture()
     let a = try f.request("Lyon", "Nantes", staleDate: f.now.addingTimeInterval(60))
-    try await a.update(ActivityContent(state: .init(homeScore: 2, awayScore: 1), staleDate: f.now.addingTimeInterval(60)))
+    try await a.update(
+      ActivityContent(state: .init(homeScore: 2, awayScore: 1), staleDate: f.now.addingTimeInterval(60)))
     let b = try f.request("Lens", "Brest")
     let json = try await f.groupctl(["list", f.container.identifier, "--json"])
     #expect(json.status == 0)
@@ -28,7 +29,9 @@ import Testing
     #expect(first["attributes_type"] as? String == "ScoreboardAttributes")
     #expect(first["state"] as? String == "active")
     #expect((first["content_state"] as? [String: Any])?["homeScore"] as? Int == 2)
-    #expect(first["stale_date"] as? String == ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: ActivityFixture.start + 60)))
+    #expect(
+      first["stale_date"] as? String
+        == ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: ActivityFixture.start + 60)))
     #expect(objects.contains { $0["id"] as? String == b.id && $0["stale_date"] == nil })
     try f.at(61)
     let text = try await f.groupctl(["list", f.container.identifier])

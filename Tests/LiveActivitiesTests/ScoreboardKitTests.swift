@@ -17,7 +17,8 @@ import Testing
   }
 
   @Test func expandedBlock() {
-    let state = ScoreboardAttributes.ContentState(homeScore: 2, awayScore: 1, homeLikes: 14, awayLikes: 3, isFinal: true)
+    let state = ScoreboardAttributes.ContentState(
+      homeScore: 2, awayScore: 1, homeLikes: 14, awayLikes: 3, isFinal: true)
     #expect(ScoreboardView.expanded(match, state) == "Lyon    2   ♥ 14\nNantes  1   ♥ 3\nFull time")
     let live = ScoreboardAttributes.ContentState(homeScore: 0, awayScore: 0)
     #expect(ScoreboardView.expanded(match, live, activityState: .stale).hasSuffix("\nLive (not updated lately)"))
