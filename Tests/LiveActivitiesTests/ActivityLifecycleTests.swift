@@ -147,6 +147,15 @@ import Testing
     #expect(try Activity<ScoreboardAttributes>.activities(in: f.container).count == 1)
   }
 
+  @Test func enablementUpdatesFollowTheSwitch() async throws {
+    let f = try ActivityFixture()
+    var updates = try ActivityAuthorizationInfo(container: f.container).activityEnablementUpdates.makeAsyncIterator()
+    #expect(try await f.groupctl(["disable", f.container.identifier]).status == 0)
+    #expect(await updates.next() == false)
+    #expect(try await f.groupctl(["enable", f.container.identifier]).status == 0)
+    #expect(await updates.next() == true)
+  }
+
   @Test func stateUpdatesFollowTheClock() async throws {
     let f = try ActivityFixture()
     let activity = try f.request(staleDate: f.now.addingTimeInterval(60))
