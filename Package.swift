@@ -16,6 +16,7 @@ let package = Package(
     .library(name: "DownloadAgent", targets: ["DownloadAgent"]),
     .library(name: "AppIntents", targets: ["AppIntents"]),
     .library(name: "WidgetKit", targets: ["WidgetKit"]),
+    .library(name: "LiveActivities", targets: ["LiveActivities"]),
     .executable(name: "groupctl", targets: ["groupctl"]),
     .executable(name: "gc-download-agent", targets: ["gc-download-agent"]),
     // The local HTTP file server of the download tests, benchmarks and demo (not a library piece).
@@ -122,22 +123,32 @@ let package = Package(
     .target(
       name: "WidgetKit",
       dependencies: ["FileCoordination", "SharedDefaults", .product(name: "Logging", package: "swift-log")]),
+    // Live Activities (ActivityKit's model): one record per activity in the container, observed live by widgets.
+    .target(
+      name: "LiveActivities",
+      dependencies: [
+        "FileCoordination", "SystemLayer",
+        .product(name: "Logging", package: "swift-log"),
+      ]
+    ),
     .target(
       name: "GroupContainer",
       dependencies: [
         "FileCoordination", "SharedDefaults", "PropertyList", "MemoryWarnings", "ImageCache", "BackgroundDownloads",
-        "AppIntents", "WidgetKit",
+        "AppIntents", "WidgetKit", "LiveActivities",
       ]),
     .executableTarget(
       name: "groupctl",
       dependencies: [
-        "GroupContainer", "SystemLayer", "DownloadAgent",
+        "GroupContainer", "SystemLayer", "DownloadAgent", "LiveActivities",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Logging", package: "swift-log"),
       ]
     ),
     // The Timer app and its Today widget (`make demo`), sharing their logic through SimpleTimerKit.
     .target(name: "SimpleTimerKit", dependencies: ["GroupContainer"], path: "Examples/SimpleTimerKit"),
+    // The scoreboard Live Activity the demo's host and widget share: attributes, state and its text views.
+    .target(name: "ScoreboardKit", dependencies: ["LiveActivities"], path: "Examples/ScoreboardKit"),
     // The video widget (`host video`, `widget video`): libpng and libjpeg-turbo (Debian: libpng-dev,
     // libjpeg62-turbo-dev) decode its thumbnails; CThumbnailCodec is the C shim that catches their longjmp errors.
     .systemLibrary(
@@ -152,9 +163,9 @@ let package = Package(
       name: "VideoWidgetKit", dependencies: ["CThumbnailCodec", "SimpleTimerKit", "GroupContainer"],
       path: "Examples/VideoWidgetKit"),
     .executableTarget(
-      name: "host", dependencies: ["SimpleTimerKit", "VideoWidgetKit", "GroupContainer"], path: "Examples/host"),
+      name: "host", dependencies: ["SimpleTimerKit", "VideoWidgetKit", "ScoreboardKit", "GroupContainer"], path: "Examples/host"),
     .executableTarget(
-      name: "widget", dependencies: ["SimpleTimerKit", "VideoWidgetKit", "GroupContainer"], path: "Examples/widget"),
+      name: "widget", dependencies: ["SimpleTimerKit", "VideoWidgetKit", "ScoreboardKit", "GroupContainer"], path: "Examples/widget"),
     // The classic iOS App Group snippet ported to Linux; Original.swift.txt is the iOS code it is diffed against.
     .executableTarget(
       name: "ported-widget", dependencies: ["GroupContainer"], path: "Examples/PortedWidget",
@@ -171,7 +182,7 @@ let package = Package(
       name: "gc-test-helper",
       dependencies: [
         "FileCoordination", "SharedDefaults", "PropertyList", "SystemLayer", "ImageCache", "MemoryWarnings", "TestImageKit",
-        "BackgroundDownloads", "AppIntents", "WidgetKit",
+        "BackgroundDownloads", "AppIntents", "WidgetKit", "LiveActivities", "ScoreboardKit",
         .product(name: "Logging", package: "swift-log"),
       ],
       path: "Tests/GCTestHelper"
@@ -197,7 +208,9 @@ let package = Package(
     .executableTarget(
       name: "PropertyListFuzz", dependencies: ["PropertyList", "CFuzzShim"], path: "Fuzz/PropertyListFuzz"),
     .executableTarget(
-      name: "ContainerFilesFuzz", dependencies: ["SharedDefaults", "FileCoordination", "BackgroundDownloads", "CFuzzShim"],
+      name: "ContainerFilesFuzz", dependencies: [
+        "SharedDefaults", "FileCoordination", "BackgroundDownloads", "LiveActivities", "CFuzzShim",
+      ],
       path: "Fuzz/ContainerFilesFuzz"),
     .executableTarget(name: "ImageHeadersFuzz", dependencies: ["ImageCache", "CFuzzShim"], path: "Fuzz/ImageHeadersFuzz"),
     .executableTarget(
@@ -236,6 +249,12 @@ let package = Package(
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "Crypto", package: "swift-crypto"),
         .product(name: "NIOSSL", package: "swift-nio-ssl"),
+      ]
+    ),
+    .testTarget(
+      name: "LiveActivitiesTests",
+      dependencies: [
+        "TestSupport", "LiveActivities", "ScoreboardKit", "FileCoordination", "SystemLayer", "gc-test-helper", "groupctl",
       ]
     ),
     .testTarget(

@@ -1,5 +1,5 @@
 // libFuzzer harness for the parsers of the container's own files: the defaults journal, presenter records,
-// coordination messages and download records (task, control, status, event, relaunch). The first input byte picks the parser. Build and run with `Fuzz/run.sh
+// coordination messages, download records (task, control, status, event, relaunch) and activity records. The first input byte picks the parser. Build and run with `Fuzz/run.sh
 // ContainerFilesFuzz`; a plain `swift build` compiles the stub at the bottom.
 #if FUZZING
   import CFuzzShim
@@ -7,11 +7,13 @@
   @testable import FileCoordination
   @testable import SharedDefaults
   import BackgroundDownloads
+  import Foundation
+  import LiveActivities
 
   func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
     guard let data, size > 0 else { return 0 }
     let bytes = Array(UnsafeBufferPointer(start: data + 1, count: size - 1))
-    switch data[0] % 4 {
+    switch data[0] % 5 {
     case 0:
       var records: [JournalFormat.Record] = []
       do { try JournalFormat.decode(bytes, base: 0, into: &records) } catch {}
@@ -46,6 +48,22 @@
       if let a = try? DownloadRecordFormat.decodeRelaunch(bytes) {
         precondition(a.executable.hasPrefix("/"), "relative executable accepted")
         precondition((try? DownloadRecordFormat.decodeRelaunch(DownloadRecordFormat.encode(a))) == a, "relaunch round trip")
+      }
+    case 4:
+      // Activity records: what decodes re-encodes, decodes again, and re-encodes to the same bytes (JSON numbers
+      // may normalise once, 1.0 to 1); the time rules hold at any time.
+      if let r = try? ActivityRecordFormat.decode(bytes) {
+        guard let once = try? ActivityRecordFormat.encode(r) else { preconditionFailure("cannot encode a read record") }
+        guard let again = try? ActivityRecordFormat.decode(once) else {
+          preconditionFailure("cannot read back our record")
+        }
+        precondition((try? ActivityRecordFormat.encode(again)) == once, "activity record round trip")
+        precondition(ActivityRecordFormat.isActivityID(r.id), "unchecked activity id accepted")
+        for now in [r.startDate - 1, r.startDate, r.startDate + 3600 * 9, r.startDate + 3600 * 13, 0, 4e9] {
+          let effective = ActivityRules.effective(r, now: now)
+          if let next = ActivityRules.nextChange(r, now: now) { precondition(next > now, "a deadline in the past") }
+          if r.lifecycle == .dismissed { precondition(effective.state == .dismissed, "a dismissed record revived") }
+        }
       }
     default:
       for name in ["1.2.3.prepare", "1.2.3.finish", "1.2.3.ack"] {

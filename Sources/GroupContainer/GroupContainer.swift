@@ -8,3 +8,4 @@
 @_exported import BackgroundDownloads
 @_exported import AppIntents
 @_exported import WidgetKit
+@_exported import LiveActivities

@@ -12,7 +12,7 @@ struct Groupctl: AsyncParsableCommand {
       The container root comes from --root, else GROUP_CONTAINER_ROOT, else $XDG_DATA_HOME/group-containers \
       (default ~/.local/share/group-containers). Paths are relative to the container; paths that lead outside \
       it are refused. Commands that only read (read, status, defaults read/read-type/find/domains/export, cache \
-      get/list/stats, downloads list/wait/watch, doctor) never create a container, suite or cache: a missing one \
+      get/list/stats, downloads list/wait/watch, activities list/watch, doctor) never create a container, suite or cache: a missing one \
       is an error.
 
       Exit status: 0 success, 1 failure (the reason on stderr, after 'groupctl: '), 64 a usage error (with the \
@@ -22,7 +22,7 @@ struct Groupctl: AsyncParsableCommand {
     version: "0.1.0",
     subcommands: [
       Read.self, Write.self, Present.self, Status.self, Defaults.self, Cache.self, Stress.self, Open.self,
-      Downloads.self, Widgets.self, Doctor.self, Send.self, IntentCommand.self,
+      Downloads.self, Activities.self, Widgets.self, Doctor.self, Send.self, IntentCommand.self,
     ]
   )
 

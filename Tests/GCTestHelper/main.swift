@@ -171,6 +171,9 @@ case "torn-writer":  // ScaleModes.swift
 case "torn-reader":  // ScaleModes.swift
   try tornReader(container, root: args[2], item: item(args[4]), coordinated: args[5] == "coordinated")
 
+case _ where activityModes.contains(command):  // LiveActivitiesModes.swift
+  try await runActivityMode(command, args, container)
+
 case _ where downloadSessionModes.contains(command):  // DownloadSessions.swift
   try await runDownloadSessionMode(command, args, container)
 

@@ -1,0 +1,203 @@
+import Foundation
+
+/// A JSON value of any shape: an activity's attributes and content state as the record keeps them, readable by
+/// any process (and by `groupctl activities list`) without knowing their Swift types.
+package enum JSONValue: Codable, Hashable, Sendable {
+  case null
+  case bool(Bool)
+  case integer(Int64)
+  case double(Double)
+  case string(String)
+  case array([JSONValue])
+  case object([String: JSONValue])
+
+  /// Decodes any JSON value (integers before doubles, so whole numbers stay exact).
+  package init(from decoder: any Decoder) throws {
+    let c = try decoder.singleValueContainer()
+    if c.decodeNil() {
+      self = .null
+    } else if let b = try? c.decode(Bool.self) {
+      self = .bool(b)
+    } else if let i = try? c.decode(Int64.self) {
+      self = .integer(i)
+    } else if let d = try? c.decode(Double.self) {
+      self = .double(d)
+    } else if let s = try? c.decode(String.self) {
+      self = .string(s)
+    } else if let a = try? c.decode([JSONValue].self) {
+      self = .array(a)
+    } else {
+      self = .object(try c.decode([String: JSONValue].self))
+    }
+  }
+
+  /// Encodes the value as the JSON it came from.
+  package func encode(to encoder: any Encoder) throws {
+    var c = encoder.singleValueContainer()
+    switch self {
+    case .null: try c.encodeNil()
+    case .bool(let b): try c.encode(b)
+    case .integer(let i): try c.encode(i)
+    case .double(let d): try c.encode(d)
+    case .string(let s): try c.encode(s)
+    case .array(let a): try c.encode(a)
+    case .object(let o): try c.encode(o)
+    }
+  }
+
+  /// Compact JSON, keys sorted.
+  package var jsonText: String {
+    (try? ActivityRecordFormat.encoder.encode(self)).map { String(decoding: $0, as: UTF8.self) } ?? "null"
+  }
+}
+
+/// The stored lifecycle of a record; the state a reader sees also depends on the time (``ActivityRules``).
+package enum StoredLifecycle: String, Codable, Hashable, Sendable {
+  case active, ended, dismissed
+}
+
+/// One activity as its file in the container holds it, untyped. Dates are seconds since 1970.
+package struct ActivityRecord: Codable, Hashable, Sendable {
+  /// The record format's version (``ActivityRecordFormat/version``).
+  package var format: Int = ActivityRecordFormat.version
+  /// The activity's id (an upper-case UUID), also its file name.
+  package var id: String
+  /// ``ActivityAttributes/activityTypeName`` of the app's type.
+  package var attributesType: String
+  /// The encoded attributes.
+  package var attributes: JSONValue
+  /// The encoded content state (at most 4,096 bytes of JSON as the app encoded it).
+  package var contentState: JSONValue
+  /// When the content goes stale; nil: never.
+  package var staleDate: Double?
+  /// The content's relevance score.
+  package var relevanceScore: Double
+  /// Active, ended or dismissed as written; the time rules may say more (``ActivityRules``).
+  package var lifecycle: StoredLifecycle
+  /// When it was requested.
+  package var startDate: Double
+  /// When it ended (nil while active).
+  package var endDate: Double?
+  /// When it is (or was) dismissed (nil while active).
+  package var dismissalDate: Double?
+  /// `token`, `channel:<id>`, or nil.
+  package var pushType: String?
+  /// Bumped by every write of the record.
+  package var revision: UInt64
+  /// Bumped by every write that changes the content (what `contentUpdates` follows).
+  package var contentRevision: UInt64
+  /// The process that wrote this revision.
+  package var writerPID: Int32
+
+  /// A new, active record at revision 1.
+  package init(
+    id: String, attributesType: String, attributes: JSONValue, contentState: JSONValue, staleDate: Double?,
+    relevanceScore: Double, startDate: Double, pushType: String?, writerPID: Int32
+  ) {
+    self.id = id
+    self.attributesType = attributesType
+    self.attributes = attributes
+    self.contentState = contentState
+    self.staleDate = staleDate
+    self.relevanceScore = relevanceScore
+    self.lifecycle = .active
+    self.startDate = startDate
+    self.pushType = pushType
+    self.revision = 1
+    self.contentRevision = 1
+    self.writerPID = writerPID
+  }
+}
+
+/// The activity record file: `<id>.activity`, one JSON object (``ActivityRecord``), at most ``maxRecordBytes``.
+/// The decoder checks everything a reader relies on; whatever it accepts encodes back to the same record.
+package enum ActivityRecordFormat {
+  /// The format this code writes and the only one it reads.
+  package static let version = 1
+  /// A record is at most this large: attributes and state are each limited to 4 KB of JSON.
+  package static let maxRecordBytes = 16 * 1024
+  /// Record files are named `<id>.activity`.
+  package static let fileSuffix = ".activity"
+  /// The longest attributes type name, in bytes.
+  static let maxTypeNameBytes = 256
+
+  /// Why bytes are not a valid record.
+  package struct Invalid: Error, CustomStringConvertible, Sendable {
+    /// What is wrong, in words.
+    package let reason: String
+    /// The failure `reason`.
+    package init(_ reason: String) { self.reason = reason }
+    /// The reason.
+    package var description: String { reason }
+  }
+
+  /// Compact JSON, keys sorted, slashes unescaped: the bytes every limit is measured on.
+  package static var encoder: JSONEncoder {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+    return encoder
+  }
+
+  /// Whether `id` is an activity id: an upper-case UUID string, as `UUID().uuidString` makes.
+  package static func isActivityID(_ id: some StringProtocol) -> Bool {
+    guard id.utf8.count == 36, let uuid = UUID(uuidString: String(id)) else { return false }
+    return uuid.uuidString == id
+  }
+
+  /// The id in a record file's name, or nil when the name is not one (temp files, the lock, the switch).
+  package static func id(fromFileName name: String) -> String? {
+    guard name.hasSuffix(fileSuffix) else { return nil }
+    let id = name.dropLast(fileSuffix.count)
+    return isActivityID(id) ? String(id) : nil
+  }
+
+  /// The record's file contents (JSON and a newline); refused over ``maxRecordBytes``.
+  package static func encode(_ record: ActivityRecord) throws(Invalid) -> [UInt8] {
+    let bytes: Data
+    do { bytes = try encoder.encode(record) } catch { throw Invalid("cannot encode: \(error)") }
+    guard bytes.count <= maxRecordBytes else {
+      throw Invalid("the record would be \(bytes.count) bytes, over the limit of \(maxRecordBytes)")
+    }
+    return Array(bytes) + [0x0A]
+  }
+
+  /// Reads and checks a record file's contents.
+  package static func decode(_ bytes: [UInt8]) throws(Invalid) -> ActivityRecord {
+    guard bytes.count <= maxRecordBytes else {
+      throw Invalid("\(bytes.count) bytes, over the limit of \(maxRecordBytes)")
+    }
+    guard !bytes.isEmpty else { throw Invalid("empty (truncated)") }
+    let record: ActivityRecord
+    do { record = try JSONDecoder().decode(ActivityRecord.self, from: Data(bytes)) } catch {
+      throw Invalid("not a record: \(String(describing: error).prefix(200))")
+    }
+    try validate(record)
+    return record
+  }
+
+  /// The rules every record follows.
+  package static func validate(_ r: ActivityRecord) throws(Invalid) {
+    guard r.format == version else { throw Invalid("format \(r.format), expected \(version)") }
+    guard isActivityID(r.id) else { throw Invalid("'\(r.id.prefix(64))' is not an activity id") }
+    guard !r.attributesType.isEmpty, r.attributesType.utf8.count <= maxTypeNameBytes else {
+      throw Invalid("the attributes type name is empty or over \(maxTypeNameBytes) bytes")
+    }
+    for (name, date) in [
+      ("start", r.startDate), ("stale", r.staleDate), ("end", r.endDate), ("dismissal", r.dismissalDate),
+    ] {
+      if let date, !date.isFinite { throw Invalid("the \(name) date is not a number") }
+    }
+    guard r.relevanceScore.isFinite else { throw Invalid("the relevance score is not a number") }
+    guard r.revision >= 1, r.contentRevision >= 1, r.contentRevision <= r.revision else {
+      throw Invalid("revision \(r.revision) / content revision \(r.contentRevision) are inconsistent")
+    }
+    switch r.lifecycle {
+    case .active:
+      guard r.endDate == nil, r.dismissalDate == nil else { throw Invalid("an active record has an end") }
+    case .ended, .dismissed:
+      guard let end = r.endDate, let dismissal = r.dismissalDate, end >= r.startDate, dismissal >= end else {
+        throw Invalid("an ended record needs an end after its start and a dismissal after its end")
+      }
+    }
+  }
+}
