@@ -148,7 +148,9 @@ let package = Package(
     // The Timer app and its Today widget (`make demo`), sharing their logic through SimpleTimerKit.
     .target(name: "SimpleTimerKit", dependencies: ["GroupContainer"], path: "Examples/SimpleTimerKit"),
     // The scoreboard Live Activity the demo's host and widget share: attributes, state and its text views.
-    .target(name: "ScoreboardKit", dependencies: ["LiveActivities"], path: "Examples/ScoreboardKit"),
+    .target(
+      name: "ScoreboardKit", dependencies: ["LiveActivities", "AppIntents", "FileCoordination"],
+      path: "Examples/ScoreboardKit"),
     // The video widget (`host video`, `widget video`): libpng and libjpeg-turbo (Debian: libpng-dev,
     // libjpeg62-turbo-dev) decode its thumbnails; CThumbnailCodec is the C shim that catches their longjmp errors.
     .systemLibrary(

@@ -2,16 +2,20 @@
 # `make demo`: the Timer host and its Today widget side by side, then the video widget and its host, on a FRESH
 # temporary container each run.
 #
-#   - inside tmux ($TMUX set): a new window "simpletimer" with two panes (host left, widget right), and a window
-#     "simpletimer-video" with the video screens (`host video` left, `widget video` right); both closed at the end;
-#   - in a terminal with tmux: a new tmux session with the same two windows (Ctrl-b n: the other window);
+#   - inside tmux ($TMUX set): a new window "simpletimer" with two panes (host left, widget right), a window
+#     "simpletimer-video" with the video screens (`host video` left, `widget video` right) and a window
+#     "simpletimer-scoreboard" with the Live Activity (`host scoreboard` left, `widget scoreboard` right); all
+#     closed at the end;
+#   - in a terminal with tmux: a new tmux session with the same windows (Ctrl-b n: the next window);
 #   - in a terminal without tmux: both in this terminal, [host]/[widget] prefixes; keys go to the host;
 #   - DEMO_HEADLESS=1 (or no terminal): the scripted scenario; prints the transcript and exits 0 only if every step
 #     happened, in the order the scenario makes them happen.
 #
 # Keys. Host pane: s start/stop, b background/foreground, q quit. Widget pane: o open the app when the time is up,
 # q quit. Video host pane: m memory warning to the group (what `groupctl cache pressure warning` sends), q quit.
-# Video widget pane: q quit (its background download goes on; the host receives it). In tmux, Ctrl-b o (or Ctrl-b ←/→) moves to the other pane (the pane borders say so too). q in either pane,
+# Video widget pane: q quit (its background download goes on; the host receives it). Scoreboard host pane: h home
+# goal, a away goal, e end the match, q quit. Scoreboard widget pane: 1 / 2 like a team (an intent performed in the
+# host's process), x dismiss the match, q quit. In tmux, Ctrl-b o (or Ctrl-b ←/→) moves to the other pane (the pane borders say so too). q in either pane,
 # or Ctrl-C, ends the demo: every process it started — host, widget, the file server, a host the widget's URL
 # launched, the download agent — is stopped by its pid (never by a name pattern), and the window closes.
 #
@@ -28,6 +32,10 @@
 # fifth is missing: the widget's placeholder) into the shared image cache; the widget rotates them, starts a
 # 64 MB throttled background download and reports its peak memory; `groupctl cache pressure warning` makes both
 # trim; both leave while the download runs, and the agent relaunches the host for its events.
+#
+# The scoreboard (headless, after the Timer): the host starts a Live Activity and updates the score; the widget
+# follows it live, likes the teams with an intent performed in the host's process, shows the final score after the
+# host ends the match, and dismisses it; the host sees the dismissal.
 #
 # scripts/demo.sh --check FILE   checks a transcript only: exit 0 when every step is there and in order.
 set -euo pipefail
@@ -46,8 +54,11 @@ order_chains=(
   "[host] saved the watch history|[host] cached sunrise.jpg|[host] could not fetch lost-episode.jpg|[host] images cached: 4 of 5|[widget] showing 1/5: sunrise.jpg — image|[widget] showing 5/5: lost-episode.jpg — placeholder|[widget] peak memory after a full rotation|[widget] memory warning (group): released|[widget] leaving with the episode at"
   "[host] images cached: 4 of 5|[host] memory warning (group): released|[host] leaving the video screen with the widget's episode at"
   "[widget] downloading the episode in the background|[host] following the widget's download|[host] relaunched for the video download session|[host] the widget's episode arrived while the host was away|[host] every video download event handled"
+  # The scoreboard: each process's steps in order (the two print independently of each other).
+  "[host] match started: LYO 0–0 NAN|[host] score: LYO 1–0 NAN|[host] likes from the widget: Lyon ♥ 2, Nantes ♥ 1|[host] final score: LYO 2–1 NAN · FT|[host] the widget's user dismissed the match"
+  "[widget] following the match|[widget] liked Lyon: ♥ 1 (performed in the app)|[widget] liked Nantes: ♥ 1 (performed in the app)|[widget] final: LYO 2–1 NAN · FT|[widget]   Full time|[widget] dismissed the match"
 )
-present_steps=("[widget] time left: " "[widget] the host's alarm sound: " "[widget] history: " "[widget] episode download: [" "[host] the widget's episode: [")
+present_steps=("[widget] live: LYO 1–0 NAN" "[widget] time left: " "[widget] the host's alarm sound: " "[widget] history: " "[widget] episode download: [" "[host] the widget's episode: [")
 
 # Exit status 0 when every step of the scenario is in the transcript FILE and each chain in order.
 check_transcript() {
@@ -160,6 +171,7 @@ stop_tracked() {
 
 tmux_target=""
 video_target=""
+scoreboard_target=""
 tmux_session=""
 cleanup() {
   trap - EXIT INT TERM HUP
@@ -175,6 +187,7 @@ cleanup() {
   elif [ -n "$tmux_target" ]; then
     tmux kill-window -t "$tmux_target" 2>/dev/null || true
     [ -n "$video_target" ] && tmux kill-window -t "$video_target" 2>/dev/null
+    [ -n "$scoreboard_target" ] && tmux kill-window -t "$scoreboard_target" 2>/dev/null
   fi
   [ -n "${images:-}" ] && rm -rf "$images"
   if [ -z "$keep_root" ]; then
@@ -253,6 +266,8 @@ headless() {
   local agent_log="$container/.coordination/downloads/agent.log"
   wait_for_line 150 "$agent_log" "every background event handled" || true
   track_container_processes
+  local scoreboard_status=0
+  scoreboard_headless "$transcript" || scoreboard_status=$?
   local video_status=0
   video_headless "$transcript" || video_status=$?
   wait_for_line 300 "$agent_log" "every video download event handled" || true
@@ -266,12 +281,34 @@ headless() {
   [ "$host_status" = 0 ] || echo "demo: the host exited with status $host_status" >&2
   [ "$widget_status" = 0 ] || echo "demo: the widget exited with status $widget_status" >&2
   [ "$video_status" = 0 ] || echo "demo: the video scenario failed (status $video_status)" >&2
-  [ "$host_status" = 0 ] && [ "$widget_status" = 0 ] && [ "$video_status" = 0 ] && [ "$ordered" = 0 ] &&
+  [ "$scoreboard_status" = 0 ] || echo "demo: the scoreboard scenario failed (status $scoreboard_status)" >&2
+  [ "$host_status" = 0 ] && [ "$widget_status" = 0 ] && [ "$video_status" = 0 ] && [ "$scoreboard_status" = 0 ] &&
+    [ "$ordered" = 0 ] &&
     echo "demo: every step happened, in order"
 }
 
 # The video widget, scripted: host first (it lists and caches the images), then the widget (1 s a picture instead of
 # 5); once the widget has shown every picture and the host follows the download, the group's memory warning.
+scoreboard_headless() {
+  local transcript=$1 host widget host_status=0 widget_status=0
+  "$bin/widget" scoreboard --headless >>"$transcript" 2>&1 &
+  widget=$!
+  track "$widget"
+  if ! wait_for_line 300 "$transcript" "[widget] waiting for a match"; then
+    echo "demo: the scoreboard widget did not start" >&2
+    return 1
+  fi
+  "$bin/host" scoreboard --headless >>"$transcript" 2>&1 &
+  host=$!
+  track "$host"
+  wait "$host" || host_status=$?
+  wait "$widget" || widget_status=$?
+  track_container_processes
+  [ "$host_status" = 0 ] || echo "demo: the scoreboard host exited with status $host_status" >&2
+  [ "$widget_status" = 0 ] || echo "demo: the scoreboard widget exited with status $widget_status" >&2
+  [ "$host_status" = 0 ] && [ "$widget_status" = 0 ]
+}
+
 video_headless() {
   local transcript=$1 host widget host_status=0 widget_status=0
   "$bin/host" video --headless >>"$transcript" 2>&1 &
@@ -300,7 +337,7 @@ video_headless() {
 watch_panes() {
   local states window
   while true; do
-    for window in "$tmux_target" ${video_target:+"$video_target"}; do
+    for window in "$tmux_target" ${video_target:+"$video_target"} ${scoreboard_target:+"$scoreboard_target"}; do
       states=$(tmux list-panes -t "$window" -F '#{pane_dead}' 2>/dev/null) || return 0
       case "$states" in *1*) return 0 ;; esac
       [ "$(printf '%s\n' "$states" | wc -l)" -ge 2 ] || return 0
@@ -319,10 +356,25 @@ video_window() {
   tmux split-window -d -h -t "$video_target" "${env[@]}" "exec $(printf '%q' "$bin/widget") video"
   tmux set-option -w -t "$video_target" pane-border-status top >/dev/null
   tmux set-option -w -t "$video_target" pane-border-format \
-    " #{?pane_at_left,VIDEO HOST  m memory warning · q quit,VIDEO WIDGET  q quit}  │  #{?pane_active,keys go here,Ctrl-b o to type here} · Ctrl-b p: the Timer " \
+    " #{?pane_at_left,VIDEO HOST  m memory warning · q quit,VIDEO WIDGET  q quit}  │  #{?pane_active,keys go here,Ctrl-b o to type here} · Ctrl-b p: the Timer · Ctrl-b n: scoreboard " \
     >/dev/null
   local pid
   for pid in $(tmux list-panes -t "$video_target" -F '#{pane_pid}'); do track "$pid"; done
+}
+
+scoreboard_window() {
+  local created
+  created=$(tmux new-window -d -P -F '#{window_id}' -t "$video_target" -a -n simpletimer-scoreboard "${env[@]}" \
+    "exec $(printf '%q' "$bin/host") scoreboard")
+  scoreboard_target=$created
+  tmux set-option -w -t "$scoreboard_target" remain-on-exit on >/dev/null
+  tmux split-window -d -h -t "$scoreboard_target" "${env[@]}" "exec $(printf '%q' "$bin/widget") scoreboard"
+  tmux set-option -w -t "$scoreboard_target" pane-border-status top >/dev/null
+  tmux set-option -w -t "$scoreboard_target" pane-border-format \
+    " #{?pane_at_left,SCOREBOARD HOST  h/a goal · e end · q quit,SCOREBOARD WIDGET  1/2 like · x dismiss · q quit}  │  #{?pane_active,keys go here,Ctrl-b o to type here} · Ctrl-b p: video " \
+    >/dev/null
+  local pid
+  for pid in $(tmux list-panes -t "$scoreboard_target" -F '#{pane_pid}'); do track "$pid"; done
 }
 
 in_tmux() {
@@ -354,6 +406,7 @@ in_tmux() {
   local pid
   for pid in $(tmux list-panes -t "$tmux_target" -F '#{pane_pid}'); do track "$pid"; done
   video_window
+  scoreboard_window
   tmux select-pane -t "$host_pane"
   if [ -n "$tmux_session" ]; then
     (watch_panes && tmux kill-session -t "$tmux_session" 2>/dev/null) &

@@ -10,6 +10,7 @@
 //   --download-events    started by the download agent: handle the background session's events, then exit
 //   URL                  given when open(_:) launched it: handle that URL, then exit (headless) or show the UI
 // host video …           the video widget's app side (Video.swift)
+// host scoreboard …      the scoreboard Live Activity's app side (Scoreboard.swift)
 import Foundation
 import GroupContainer
 import SimpleTimerKit
@@ -17,6 +18,9 @@ import Synchronization
 
 // Modes of their own, in their own files: the Timer below is the default.
 if CommandLine.arguments.dropFirst().first == "video" { await VideoHost.run(Array(CommandLine.arguments.dropFirst(2))) }
+if CommandLine.arguments.dropFirst().first == "scoreboard" {
+  await ScoreboardHost.run(Array(CommandLine.arguments.dropFirst(2)))
+}
 
 let arguments = CommandLine.arguments.dropFirst()
 @MainActor func option(_ name: String, default value: Int) -> Int {

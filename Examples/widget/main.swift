@@ -6,12 +6,16 @@
 //   --headless   a fixed script: wait for the host's save, count down, open the host at zero, exit 0 if it answered
 //   --follow     the UI without keys: opens the host by itself at zero (for `make demo` without tmux)
 // widget video …   the video widget (Video.swift)
+// widget scoreboard …   the scoreboard Live Activity (Scoreboard.swift)
 import Foundation
 import GroupContainer
 import SimpleTimerKit
 import Synchronization
 
 // Widgets of their own, in their own files: the Timer widget below is the default.
+if CommandLine.arguments.dropFirst().first == "scoreboard" {
+  await ScoreboardWidget.run(Array(CommandLine.arguments.dropFirst(2)))
+}
 if CommandLine.arguments.dropFirst().first == "video" {
   await VideoWidgetApp.run(Array(CommandLine.arguments.dropFirst(2)))
 }

@@ -16,6 +16,8 @@ import Testing
 ///   kept).
 /// - the video widget's chains dropped from `order_chains`: `theOrderCheckerRejectsASwappedTranscript` fails (a
 ///   placeholder before the first picture, and a missing relaunch of the host, pass).
+/// - the scoreboard's chains dropped: `theOrderCheckerRejectsASwappedTranscript` fails (a final score before the
+///   match started passes).
 /// - the pane watcher waiting for both panes to end, so `q` in the host leaves the widget and the window:
 ///   `inTmuxItOpensAWindowAndQEndsEveryProcess` fails (the demo does not end, the window stays, the widget runs).
 @Suite(.serialized) struct DemoScriptTests {
@@ -80,7 +82,8 @@ import Testing
     }
   }
 
-  // The Timer's scenario and the video widget's (about 25 s alone; the video download alone is 17 s).
+  // The Timer's scenario, the scoreboard's and the video widget's (about 30 s alone; the video download alone is
+  // 17 s).
   @Test(.timeLimit(.minutes(3))) func theHeadlessDemoRunsEveryStepInOrderAndLeavesNoProcess() async throws {
     let scratch = try TestRoot()
     let pidFile = scratch.path + "/pids"
@@ -99,6 +102,8 @@ import Testing
     #expect(output.contains("demo: every step happened, in order"), "\(output)")
     #expect(output.contains("[host] every background event handled"), "the background download: \(output)")
     #expect(output.contains("[host] every video download event handled"), "the widget's download: \(output)")
+    #expect(output.contains("[widget] liked Nantes: ♥ 1 (performed in the app)"), "the scoreboard's intent: \(output)")
+    #expect(output.contains("[host] the widget's user dismissed the match"), "the scoreboard's dismissal: \(output)")
     #expect(try FileManager.default.contentsOfDirectory(atPath: presetRoot).isEmpty, "the preset root was used")
     // The file server, the widget, the host, and what they launched (the agent, hosts launched by URL or relaunched).
     let started = ((try? String(contentsOfFile: pidFile, encoding: .utf8)) ?? "").split(separator: "\n")
@@ -135,6 +140,26 @@ import Testing
       "[host] relaunched for the background session com.example.simpletimer.alarm",
       "[host] the alarm sound arrived while the host was away: alarm.sound, 1000000 bytes",
       "[host] every background event handled",
+      // The scoreboard.
+      "[widget] waiting for a match (host scoreboard)",
+      "[host] match started: LYO 0–0 NAN",
+      "[widget] following the match: LYO 0–0 NAN",
+      "[host] score: LYO 1–0 NAN",
+      "[widget] live: LYO 1–0 NAN",
+      "[widget] liked Lyon: ♥ 1 (performed in the app)",
+      "[host] likes from the widget: Lyon ♥ 1, Nantes ♥ 0",
+      "[widget] liked Lyon: ♥ 2 (performed in the app)",
+      "[widget] liked Nantes: ♥ 1 (performed in the app)",
+      "[host] likes from the widget: Lyon ♥ 2, Nantes ♥ 1",
+      "[host] score: LYO 1–1 NAN",
+      "[host] score: LYO 2–1 NAN",
+      "[host] final score: LYO 2–1 NAN · FT",
+      "[widget] final: LYO 2–1 NAN · FT",
+      "[widget]   Lyon    2   ♥ 2",
+      "[widget]   Nantes  1   ♥ 1",
+      "[widget]   Full time",
+      "[widget] dismissed the match",
+      "[host] the widget's user dismissed the match: no more updates",
       // The video widget.
       "[host] saved the watch history (4 titles) and 5 image URLs",
       "[host] cached sunrise.jpg (1280x720 jpeg, 344 KB)",
@@ -180,10 +205,19 @@ import Testing
     #expect(readEarly.output.contains("out of order"))
 
     var placeholderFirst = good
-    placeholderFirst.swapAt(24, 26)  // the placeholder before the first picture
+    placeholderFirst.swapAt(  // the placeholder before the first picture
+      good.firstIndex { $0.hasPrefix("[widget] showing 1/5") }!, good.firstIndex { $0.hasPrefix("[widget] showing 5/5") }!)
     let videoOutOfOrder = try await check(placeholderFirst)
     #expect(videoOutOfOrder.status == 1, "\(videoOutOfOrder.output)")
     #expect(videoOutOfOrder.output.contains("out of order"))
+
+    var finalFirst = good
+    let matchStarted = finalFirst.firstIndex(of: "[host] match started: LYO 0–0 NAN")!
+    let finalScore = finalFirst.firstIndex(of: "[host] final score: LYO 2–1 NAN · FT")!
+    finalFirst.swapAt(matchStarted, finalScore)
+    let scoreboardOutOfOrder = try await check(finalFirst)
+    #expect(scoreboardOutOfOrder.status == 1, "\(scoreboardOutOfOrder.output)")
+    #expect(scoreboardOutOfOrder.output.contains("out of order"))
 
     let noRelaunch = try await check(good.filter { !$0.hasPrefix("[host] relaunched for the video download session") })
     #expect(noRelaunch.status == 1)
@@ -246,8 +280,16 @@ import Testing
       if hostPane.isEmpty { try await Task.sleep(for: .milliseconds(50)) }
     }
     try #require(!hostPane.isEmpty, "no host pane in a 'simpletimer' window: \(demo.output)")
-    let windows = try await tmuxCommand(["list-windows", "-t", "user", "-F", "#{window_name} #{window_panes}"]).output
+    // The other two windows are made after the Timer's: give them a moment (bounded).
+    var windows = ""
+    for _ in 0..<200 {
+      windows = try await tmuxCommand(["list-windows", "-t", "user", "-F", "#{window_name} #{window_panes}"]).output
+      if windows.contains("simpletimer-video 2") && windows.contains("simpletimer-scoreboard 2") { break }
+      try await Task.sleep(for: .milliseconds(50))
+    }
     #expect(windows.contains("simpletimer 2"), "\(windows)")
+    #expect(windows.contains("simpletimer-video 2"), "\(windows)")
+    #expect(windows.contains("simpletimer-scoreboard 2"), "\(windows)")
     let border = try await tmuxCommand(["show-options", "-w", "-t", hostPane, "pane-border-format"]).output
     #expect(border.contains("Ctrl-b o"), "the panes do not say how to switch: \(border)")
 
