@@ -236,6 +236,7 @@ let benchmarks: @Sendable () -> Void = {
   }
 
   defaultsScaleBenchmarks()
+  activityBenchmarks(slow)
 }
 
 /// Runs `count` `groupctl stress defaults-writer` processes on `suite` (each `keys` keys, `rounds` times), timed by
@@ -416,11 +417,19 @@ final class Arrivals: Sendable {
   }
 }
 
-/// `groupctl defaults watch` in a child process; its JSON lines ("new":N) are read on a thread.
+/// A `groupctl … watch` child process; the number after `valueMarker` in its JSON lines (`"new":N` for
+/// `defaults watch`) is read on a thread, and a line containing `readyMarker` says it is watching.
 final class WatchChild: @unchecked Sendable {  // `process` is set and cleared by setUp/teardown only
   private var process: Process?
   private let latest = Arrivals()
   private let ready = DispatchSemaphore(value: 0)
+  private let valueMarker: String
+  private let readyMarker: String
+
+  init(valueMarker: String = #""new":"#, readyMarker: String = #""event":"ready""#) {
+    self.valueMarker = valueMarker
+    self.readyMarker = readyMarker
+  }
 
   func start(arguments: [String]) throws {
     let child = Process()
@@ -441,8 +450,8 @@ final class WatchChild: @unchecked Sendable {  // `process` is set and cleared b
         while let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
           let line = String(decoding: pending[..<newline], as: UTF8.self)
           pending.removeSubrange(...newline)
-          if line.contains(#""event":"ready""#) { ready.signal() }
-          if let range = line.range(of: #""new":"#) {
+          if line.contains(readyMarker) { ready.signal() }
+          if let range = line.range(of: valueMarker) {
             latest.arrived(Int(line[range.upperBound...].prefix { $0.isNumber }) ?? -1)
           }
         }
@@ -450,7 +459,7 @@ final class WatchChild: @unchecked Sendable {  // `process` is set and cleared b
     }
     guard ready.wait(timeout: .now() + 20) == .success else {
       stop()
-      throw BenchmarkSetupError("`groupctl defaults watch` did not get ready within 20 s")
+      throw BenchmarkSetupError("`groupctl \(arguments.prefix(2).joined(separator: " "))` did not get ready within 20 s")
     }
   }
 
