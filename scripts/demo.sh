@@ -346,35 +346,32 @@ watch_panes() {
   done
 }
 
-# The video window: `host video` left, `widget video` right, the same environment as the Timer's panes.
-video_window() {
+# A window of two panes named $2, after window $1: `host $3` left, `widget $3` right, the same environment as the
+# Timer's panes, with the pane borders $4; its id goes to the variable named $5 as soon as it exists (cleanup
+# closes it).
+side_window() {
   local created
-  created=$(tmux new-window -d -P -F '#{window_id}' -t "$tmux_target" -a -n simpletimer-video "${env[@]}" \
-    "exec $(printf '%q' "$bin/host") video")
-  video_target=$created
-  tmux set-option -w -t "$video_target" remain-on-exit on >/dev/null
-  tmux split-window -d -h -t "$video_target" "${env[@]}" "exec $(printf '%q' "$bin/widget") video"
-  tmux set-option -w -t "$video_target" pane-border-status top >/dev/null
-  tmux set-option -w -t "$video_target" pane-border-format \
-    " #{?pane_at_left,VIDEO HOST  m memory warning · q quit,VIDEO WIDGET  q quit}  │  #{?pane_active,keys go here,Ctrl-b o to type here} · Ctrl-b p: the Timer · Ctrl-b n: scoreboard " \
-    >/dev/null
+  created=$(tmux new-window -d -P -F '#{window_id}' -t "$1" -a -n "$2" "${env[@]}" \
+    "exec $(printf '%q' "$bin/host") $3")
+  printf -v "$5" '%s' "$created"
+  tmux set-option -w -t "$created" remain-on-exit on >/dev/null
+  tmux split-window -d -h -t "$created" "${env[@]}" "exec $(printf '%q' "$bin/widget") $3"
+  tmux set-option -w -t "$created" pane-border-status top >/dev/null
+  tmux set-option -w -t "$created" pane-border-format "$4" >/dev/null
   local pid
-  for pid in $(tmux list-panes -t "$video_target" -F '#{pane_pid}'); do track "$pid"; done
+  for pid in $(tmux list-panes -t "$created" -F '#{pane_pid}'); do track "$pid"; done
+}
+
+video_window() {
+  side_window "$tmux_target" simpletimer-video video \
+    " #{?pane_at_left,VIDEO HOST  m memory warning · q quit,VIDEO WIDGET  q quit}  │  #{?pane_active,keys go here,Ctrl-b o to type here} · Ctrl-b p: the Timer · Ctrl-b n: scoreboard " \
+    video_target
 }
 
 scoreboard_window() {
-  local created
-  created=$(tmux new-window -d -P -F '#{window_id}' -t "$video_target" -a -n simpletimer-scoreboard "${env[@]}" \
-    "exec $(printf '%q' "$bin/host") scoreboard")
-  scoreboard_target=$created
-  tmux set-option -w -t "$scoreboard_target" remain-on-exit on >/dev/null
-  tmux split-window -d -h -t "$scoreboard_target" "${env[@]}" "exec $(printf '%q' "$bin/widget") scoreboard"
-  tmux set-option -w -t "$scoreboard_target" pane-border-status top >/dev/null
-  tmux set-option -w -t "$scoreboard_target" pane-border-format \
+  side_window "$video_target" simpletimer-scoreboard scoreboard \
     " #{?pane_at_left,SCOREBOARD HOST  h/a goal · e end · q quit,SCOREBOARD WIDGET  1/2 like · x dismiss · q quit}  │  #{?pane_active,keys go here,Ctrl-b o to type here} · Ctrl-b p: video " \
-    >/dev/null
-  local pid
-  for pid in $(tmux list-panes -t "$scoreboard_target" -F '#{pane_pid}'); do track "$pid"; done
+    scoreboard_target
 }
 
 in_tmux() {

@@ -112,6 +112,10 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   private let journal: SharedFileMapping
   private let deliveries: DispatchQueue
   private let background: DispatchQueue
+  /// Edits written into a replaced export, still read again in the background (`applyReplacedEditLater`): the
+  /// replaced file is reachable only through this process's descriptor, so `synchronize()` waits for them before
+  /// the process may exit.
+  private let replacedEdits = DispatchGroup()
 
   struct Observer {
     var keys: Set<String>?
@@ -378,6 +382,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// Makes the snapshot current and durable (survives power loss). `emptyingJournal` (tests) forces the
   /// compaction that starts a new generation, which otherwise waits for the journal to grow.
   func synchronize(emptyingJournal: Bool = false) throws(SharedDefaultsError) {
+    waitForReplacedEdits()
     try exclusively { s throws(SharedDefaultsError) in
       try catchUpExclusively(&s)
       let rewind = emptyingJournal || s.length > compactionThresholds().rewind
@@ -947,7 +952,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       // Perhaps half-written: a tool that writes in place truncates the file, encodes, then writes (plistlib
       // takes tens of milliseconds in between). Read it again later; its write lands in this inode.
       handedOver = true
-      applyReplacedEditLater(replaced, tries: 8)
+      replacedEdits.enter()
+      applyReplacedEditLater(replaced, tries: Self.replacedEditTries)
       return
     }
     try commitReplacedEdit(edited, &s)
@@ -970,19 +976,34 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     return edited
   }
 
+  /// Waits (without the lock: the retries take it; bounded by their tries) until the edits a tool wrote into
+  /// exports this process replaced are committed or given up: before this process may exit.
+  func waitForReplacedEdits() {
+    _ = replacedEdits.wait(timeout: .now() + Self.exportRetryDelay * Double(Self.replacedEditTries + 2))
+  }
+
+  /// How many times a replaced export is read again (`exportRetryDelay` apart) before its edit is given up.
+  static let replacedEditTries = 8
+
   /// Reads `replaced` (an export a tool was writing when a compaction replaced it) every `exportRetryDelay`
   /// until it parses, then commits what it changed; closes it. After `tries` the edit is given up, and logged.
+  /// Entered in `replacedEdits` by the caller; leaves it when done.
   private func applyReplacedEditLater(_ replaced: SystemFD, tries: Int) {
-    background.asyncAfter(deadline: .now() + Self.exportRetryDelay) { [weak self] in
-      guard let self else { return replaced.close() }
+    background.asyncAfter(deadline: .now() + Self.exportRetryDelay) { [weak self, replacedEdits] in
+      guard let self else {
+        replaced.close()
+        return replacedEdits.leave()
+      }
       guard let edited = Self.readEdit(replaced) else {
         if tries > 1 { return applyReplacedEditLater(replaced, tries: tries - 1) }
+        defer { replacedEdits.leave() }
         replaced.close()
         Self.logger.error(
           "suite '\(suite)': '\(plistPath)' was written by another tool while it was replaced, and cannot be read")
         return
       }
       replaced.close()
+      defer { replacedEdits.leave() }
       do {
         try exclusively { s throws(SharedDefaultsError) in
           try catchUpExclusively(&s)

@@ -272,8 +272,16 @@ public final class SharedDefaults: Sendable {
     store.snapshot(includingRegistered: false)
   }
 
-  /// Writes the snapshot and makes every committed write survive power loss.
+  /// Writes the snapshot and makes every committed write survive power loss. First waits (about 2.5 s at most) for
+  /// the edits another tool wrote into exports this process replaced meanwhile: only this process can still reach
+  /// them, so call it before exiting when the plist may be edited by other tools.
   public func synchronize() throws(SharedDefaultsError) { try store.synchronize() }
+
+  /// Waits until the edits another tool wrote into exports this process replaced are committed (at most about
+  /// 2.5 s): a process that compacted while a tool rewrote the plist in place holds that edit alone. For processes
+  /// that exit right after their writes without the durable compaction of ``synchronize()`` (groupctl's stress
+  /// writers).
+  package func waitForReplacedEdits() { store.waitForReplacedEdits() }
 
   // MARK: Typed keys and Codable
 

@@ -51,20 +51,11 @@ public struct TodayWidgetUpdates<Widget: NCWidgetProviding>: AsyncSequence, Send
 
   /// The iterator: one result per update.
   public func makeAsyncIterator() -> AsyncStream<Element>.Iterator {
-    AsyncStream<Element> { continuation in
-      let wakeup = Wakeup()
-      let observation = center.observeRequests(forKind: kind) { wakeup.signal() }
-      let task = Task { [self] in
-        while !Task.isCancelled {
-          wakeup.reset()
-          continuation.yield(await update())
-          _ = await wakeup.wait(timeout: refreshInterval)
-        }
-        continuation.finish()
-      }
-      continuation.onTermination = { _ in
-        task.cancel()
-        observation.cancel()
+    center.scheduleStream(forKind: kind) { [self] wakeup, report in
+      while !Task.isCancelled {
+        wakeup.reset()
+        report(await update())
+        _ = await wakeup.wait(timeout: refreshInterval)
       }
     }.makeAsyncIterator()
   }

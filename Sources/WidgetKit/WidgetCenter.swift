@@ -64,4 +64,24 @@ public final class WidgetCenter: Sendable {
   func observeRequests(forKind kind: String, handler: @escaping @Sendable () -> Void) -> DefaultsObservation {
     defaults.observe([Self.key(forKind: kind), Self.allKindsKey]) { _ in handler() }
   }
+
+  /// A stream whose elements `run` yields while reload requests for `kind` signal its ``Wakeup``: the schedule of
+  /// a ``WidgetTimeline`` or of ``TodayWidgetUpdates``. It ends when `run` returns or the consumer goes away.
+  func scheduleStream<Element: Sendable>(
+    forKind kind: String, bufferingPolicy: AsyncStream<Element>.Continuation.BufferingPolicy = .unbounded,
+    _ run: @escaping @Sendable (Wakeup, _ yield: @escaping @Sendable (Element) -> Void) async -> Void
+  ) -> AsyncStream<Element> {
+    AsyncStream(bufferingPolicy: bufferingPolicy) { continuation in
+      let wakeup = Wakeup()
+      let observation = observeRequests(forKind: kind) { wakeup.signal() }
+      let task = Task {
+        await run(wakeup) { continuation.yield($0) }
+        continuation.finish()
+      }
+      continuation.onTermination = { _ in
+        task.cancel()
+        observation.cancel()
+      }
+    }
+  }
 }

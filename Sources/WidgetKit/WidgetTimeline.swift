@@ -45,21 +45,13 @@ public struct WidgetTimeline<Provider: TimelineProvider>: AsyncSequence, Sendabl
 
   /// The iterator: entries as they come due.
   public func makeAsyncIterator() -> AsyncStream<Element>.Iterator {
-    AsyncStream<Element>(bufferingPolicy: .bufferingNewest(1)) { continuation in
-      let wakeup = Wakeup()
-      let observation = center.observeRequests(forKind: kind) { wakeup.signal() }
-      let task = Task { [self] in
-        await run(wakeup) { continuation.yield($0) }
-        continuation.finish()
-      }
-      continuation.onTermination = { _ in
-        task.cancel()
-        observation.cancel()
-      }
+    // Only the newest entry matters to a widget that draws slower than entries come.
+    center.scheduleStream(forKind: kind, bufferingPolicy: .bufferingNewest(1)) { [self] wakeup, show in
+      await run(wakeup, show: show)
     }.makeAsyncIterator()
   }
 
-  private func run(_ wakeup: Wakeup, show: (Element) -> Void) async {
+  private func run(_ wakeup: Wakeup, show: @Sendable (Element) -> Void) async {
     let clock = ContinuousClock()
     var lastReload: ContinuousClock.Instant?
     while !Task.isCancelled {

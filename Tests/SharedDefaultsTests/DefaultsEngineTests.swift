@@ -29,7 +29,8 @@ import TestSupport
 /// - `snapshotStart` not checking the generation: `theSnapshotPointOfAnOlderGenerationIsNotUsed`;
 /// - `reloadIsCheaper` always false: `aProcessFarBehindReadsTheSnapshotInstead` ("loads 1");
 /// - `writeExport` giving up a replaced export that does not parse yet (no `applyReplacedEditLater`):
-///   `anEditWrittenIntoAnExportBeingReplacedIsApplied` (the tool's key is lost).
+///   `anEditWrittenIntoAnExportBeingReplacedIsApplied` (the tool's key is lost);
+/// - `synchronize()` not waiting for `replacedEdits`: `anEditWrittenIntoAnExportBeingReplacedSurvivesTheCompactorsExit`.
 @Suite(.timeLimit(.minutes(3))) struct DefaultsEngineTests {
   /// The lines of `child`'s output after the last `synced` (what its final `dump` printed).
   func lastDump(_ child: Child) -> [String] {
@@ -163,6 +164,39 @@ import TestSupport
     #expect(dump == ["a 1", "b 2", "tool 7", "end"], "stderr: \(compactor.errors.withLock { $0 })")
     FileManager.default.createFile(atPath: root.path + "/done", contents: nil)
     #expect(await compactor.exit() == 0)
+  }
+
+  /// The same, but the compacting process synchronizes and exits right after: the replaced file was reachable only
+  /// through its descriptor, so `synchronize()` waits for the edit (`replacedEdits`) before it returns.
+  @Test func anEditWrittenIntoAnExportBeingReplacedSurvivesTheCompactorsExit() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let id = container.identifier
+    let seed = try Child(["defaults-script", root.path, id, "half", root.path, "set:a=1", "sync"])
+    #expect(await seed.exit() == 0)
+    let plist = container.preferencesURL.appendingPathComponent("half.plist").path
+    let pauses = root.path + "/pauses"
+    try FileManager.default.createDirectory(atPath: pauses, withIntermediateDirectories: true)
+    let point = pauses + "/defaults.export.replacing"
+    let compactor = try Child(
+      ["defaults-script", root.path, id, "half", root.path, "set:b=2", "sync", "say:leaving", "sync"],
+      environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.export.replacing", "GROUPCONTAINER_PAUSE_DIR": pauses])
+    let deadline = Date().addingTimeInterval(20)
+    while !FileManager.default.fileExists(atPath: point) && Date() < deadline {
+      try await Task.sleep(for: .milliseconds(10))
+    }
+    #expect(FileManager.default.fileExists(atPath: point), "the compaction never reached the export")
+    let tool = FileHandle(forWritingAtPath: plist)
+    try tool?.truncate(atOffset: 0)
+    try FileManager.default.removeItem(atPath: point)
+    #expect(await compactor.line { $0 == "leaving" } != nil)
+    // The compactor is in its last synchronize() now, about to exit; the tool writes.
+    try tool?.write(contentsOf: Data(PropertyListValue.dictionary(["a": 1, "tool": 7]).encoded(as: .binary)))
+    try tool?.close()
+    #expect(await compactor.exit() == 0)
+    let reader = try Child(["defaults-script", root.path, id, "half", root.path, "dump"])
+    #expect(await reader.exit() == 0)
+    #expect(reader.output == ["a 1", "b 2", "tool 7", "end"], "stderr: \(compactor.errors.withLock { $0 })")
   }
 
   @Test(arguments: ["truncate", "delete"])
