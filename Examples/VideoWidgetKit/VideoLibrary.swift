@@ -157,6 +157,29 @@ public enum VideoDownload {
     return me.deletingLastPathComponent().appendingPathComponent("host")
   }
 
+  /// Follows the session's download from any process (iOS cannot; here any process of the group may): keeps the
+  /// latest fraction in `progress`, calls `first` with the task at its first report and `quarter` with the
+  /// fraction each time a new quarter is reached. Does nothing when the session cannot be observed.
+  public static func follow(
+    in container: GroupContainer, progress: Locked<Double?>,
+    first: @escaping @Sendable (DownloadTask) -> Void = { _ in },
+    quarter: @escaping @Sendable (Double) -> Void
+  ) {
+    guard let updates = try? DownloadSession.observe(container: container, session: sessionIdentifier) else { return }
+    Task.detached {
+      var lastQuarter = -1
+      for await task in updates {
+        guard let fraction = task.fractionCompleted else { continue }
+        progress.withLock { $0 = fraction }
+        if lastQuarter < 0 { first(task) }
+        if Int(fraction * 4) > lastQuarter {
+          lastQuarter = Int(fraction * 4)
+          quarter(fraction)
+        }
+      }
+    }
+  }
+
   /// Attaches to the session (one process at a time: the widget while it runs, then the host).
   public static func session(in container: GroupContainer) throws -> DownloadSession {
     var configuration = DownloadSession.Configuration()

@@ -53,22 +53,10 @@ enum VideoHost {
 
     // Any process may follow any session's tasks: the widget's download, here, with a bar of our own.
     let progress = Locked<Double?>(nil)
-    if let updates = try? DownloadSession.observe(container: video.container, session: VideoDownload.sessionIdentifier)
-    {
-      Task.detached {
-        var lastQuarter = -1
-        for await task in updates {
-          guard let fraction = task.fractionCompleted else { continue }
-          progress.withLock { $0 = fraction }
-          if lastQuarter < 0 { console.log("following the widget's download (task \(task.id.prefix(8)))") }
-          if headless, Int(fraction * 4) > lastQuarter {
-            lastQuarter = Int(fraction * 4)
-            console.log("the widget's episode: \(TerminalArt.progressBar(fraction))")
-          } else {
-            lastQuarter = max(lastQuarter, 0)
-          }
-        }
-      }
+    VideoDownload.follow(in: video.container, progress: progress) { task in
+      console.log("following the widget's download (task \(task.id.prefix(8)))")
+    } quarter: { fraction in
+      if headless { console.log("the widget's episode: \(TerminalArt.progressBar(fraction))") }
     }
 
     if headless {

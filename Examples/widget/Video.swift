@@ -45,19 +45,8 @@ enum VideoWidgetApp {
 
     let download = Locked<DownloadSession?>(startDownload(video, console))
     let progress = Locked<Double?>(nil)
-    if let updates = try? DownloadSession.observe(container: video.container, session: VideoDownload.sessionIdentifier)
-    {
-      Task.detached {
-        var lastQuarter = -1
-        for await task in updates {
-          guard let fraction = task.fractionCompleted else { continue }
-          progress.withLock { $0 = fraction }
-          if !terminal, Int(fraction * 4) > lastQuarter {
-            lastQuarter = Int(fraction * 4)
-            console.log("episode download: \(TerminalArt.progressBar(fraction))")
-          }
-        }
-      }
+    VideoDownload.follow(in: video.container, progress: progress) { fraction in
+      if !terminal { console.log("episode download: \(TerminalArt.progressBar(fraction))") }
     }
 
     if terminal {

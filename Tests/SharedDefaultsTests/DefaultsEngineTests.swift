@@ -126,33 +126,42 @@ import TestSupport
   /// compaction finds the replaced file empty, and the tool's bytes land in it afterwards. The compaction reads it
   /// again until it parses and commits the edit (it used to give the edit up). Paused at
   /// `defaults.export.replacing` (`FaultPoint.pause`) so the tool truncates inside that window.
-  @Test func anEditWrittenIntoAnExportBeingReplacedIsApplied() async throws {
-    let root = try TestRoot()
-    let container = try root.container()
-    let id = container.identifier
+  /// Suite `half` holds a=1; a child runs `set:b=2`, `sync` and then `after`, its compaction paused just before it
+  /// replaces the export; meanwhile a tool opens the export, truncating it (plistlib's `open(path, 'wb')`). Returns
+  /// the child (running on) and the tool's handle, to write into the replaced file.
+  func toolTruncatingTheExportDuringACompaction(
+    _ root: TestRoot, then after: [String]
+  ) async throws -> (compactor: Child, tool: FileHandle?) {
+    let id = try root.container().identifier
     let seed = try Child(["defaults-script", root.path, id, "half", root.path, "set:a=1", "sync"])
     #expect(await seed.exit() == 0)
-    let plist = container.preferencesURL.appendingPathComponent("half.plist").path
+    let plist = try root.container().preferencesURL.appendingPathComponent("half.plist").path
     let pauses = root.path + "/pauses"
     try FileManager.default.createDirectory(atPath: pauses, withIntermediateDirectories: true)
     let point = pauses + "/defaults.export.replacing"
     let compactor = try Child(
-      ["defaults-script", root.path, id, "half", root.path, "set:b=2", "sync", "wait:done"],
+      ["defaults-script", root.path, id, "half", root.path, "set:b=2", "sync"] + after,
       environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.export.replacing", "GROUPCONTAINER_PAUSE_DIR": pauses])
-    var deadline = Date().addingTimeInterval(20)
+    let deadline = Date().addingTimeInterval(20)
     while !FileManager.default.fileExists(atPath: point) && Date() < deadline {
       try await Task.sleep(for: .milliseconds(10))
     }
     #expect(FileManager.default.fileExists(atPath: point), "the compaction never reached the export")
-    // The tool opens the export it read, truncating it.
     let tool = FileHandle(forWritingAtPath: plist)
     try tool?.truncate(atOffset: 0)
     try FileManager.default.removeItem(atPath: point)
+    return (compactor, tool)
+  }
+
+  @Test func anEditWrittenIntoAnExportBeingReplacedIsApplied() async throws {
+    let root = try TestRoot()
+    let id = try root.container().identifier
+    let (compactor, tool) = try await toolTruncatingTheExportDuringACompaction(root, then: ["wait:done"])
     #expect(await compactor.line { $0 == "synced" } != nil)
     // Now it writes what it read, plus its key: into the file the compaction replaced.
     try tool?.write(contentsOf: Data(PropertyListValue.dictionary(["a": 1, "tool": 7]).encoded(as: .binary)))
     try tool?.close()
-    deadline = Date().addingTimeInterval(10)
+    let deadline = Date().addingTimeInterval(10)
     var dump: [String] = []
     while Date() < deadline {
       let reader = try Child(["defaults-script", root.path, id, "half", root.path, "dump"])
@@ -170,25 +179,8 @@ import TestSupport
   /// through its descriptor, so `synchronize()` waits for the edit (`replacedEdits`) before it returns.
   @Test func anEditWrittenIntoAnExportBeingReplacedSurvivesTheCompactorsExit() async throws {
     let root = try TestRoot()
-    let container = try root.container()
-    let id = container.identifier
-    let seed = try Child(["defaults-script", root.path, id, "half", root.path, "set:a=1", "sync"])
-    #expect(await seed.exit() == 0)
-    let plist = container.preferencesURL.appendingPathComponent("half.plist").path
-    let pauses = root.path + "/pauses"
-    try FileManager.default.createDirectory(atPath: pauses, withIntermediateDirectories: true)
-    let point = pauses + "/defaults.export.replacing"
-    let compactor = try Child(
-      ["defaults-script", root.path, id, "half", root.path, "set:b=2", "sync", "say:leaving", "sync"],
-      environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.export.replacing", "GROUPCONTAINER_PAUSE_DIR": pauses])
-    let deadline = Date().addingTimeInterval(20)
-    while !FileManager.default.fileExists(atPath: point) && Date() < deadline {
-      try await Task.sleep(for: .milliseconds(10))
-    }
-    #expect(FileManager.default.fileExists(atPath: point), "the compaction never reached the export")
-    let tool = FileHandle(forWritingAtPath: plist)
-    try tool?.truncate(atOffset: 0)
-    try FileManager.default.removeItem(atPath: point)
+    let id = try root.container().identifier
+    let (compactor, tool) = try await toolTruncatingTheExportDuringACompaction(root, then: ["say:leaving", "sync"])
     #expect(await compactor.line { $0 == "leaving" } != nil)
     // The compactor is in its last synchronize() now, about to exit; the tool writes.
     try tool?.write(contentsOf: Data(PropertyListValue.dictionary(["a": 1, "tool": 7]).encoded(as: .binary)))
