@@ -31,6 +31,18 @@ int gc_start_writeback(int fd, int64_t offset, int64_t length) {
   return sync_file_range(fd, offset, length, SYNC_FILE_RANGE_WRITE);
 }
 
+#ifdef SYS_openat2
+// openat2 with RESOLVE_BENEATH fails with EAGAIN when a rename or mount anywhere on the system raced a ".." of the
+// lookup (the kernel cannot prove the path stayed beneath): the call is to be retried. Bounded, so that a process
+// renaming without pause cannot keep us spinning; past the bound the EAGAIN is the caller's error.
+static int openat2_retrying(int dirfd, const char *path, struct open_how *how) {
+  for (int attempt = 0;; attempt++) {
+    int fd = (int)syscall(SYS_openat2, dirfd, path, how, sizeof *how);
+    if (fd >= 0 || errno != EAGAIN || attempt == 1000) return fd;
+  }
+}
+#endif
+
 int gc_openat_beneath(int dirfd, const char *path, int flags, unsigned int mode) {
 #ifdef SYS_openat2
   struct open_how how;
@@ -38,7 +50,7 @@ int gc_openat_beneath(int dirfd, const char *path, int flags, unsigned int mode)
   how.flags = (uint64_t)(unsigned int)flags;
   how.mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0;  // openat2 refuses a mode without O_CREAT
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
-  return (int)syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+  return openat2_retrying(dirfd, path, &how);
 #else
   errno = ENOSYS;
   return -1;
@@ -51,7 +63,7 @@ int gc_openat_beneath_no_symlinks(int dirfd, const char *path, int directory) {
   memset(&how, 0, sizeof how);
   how.flags = directory ? (O_RDONLY | O_DIRECTORY | O_CLOEXEC) : (O_PATH | O_CLOEXEC);
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
-  return (int)syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+  return openat2_retrying(dirfd, path, &how);
 #else
   errno = ENOSYS;
   return -1;

@@ -110,6 +110,38 @@ import Testing
     #expect(try String(contentsOfFile: container.path + "/Library/a.txt", encoding: .utf8) == "x")
     #expect(try String(contentsOfFile: documents + "/item", encoding: .utf8) == "new")
   }
+
+  /// openat2 fails with EAGAIN when a rename anywhere on the system races a `..` of the lookup; the shim retries
+  /// it. Here a thread renames without pause while writes go through `Documents/relative` (`../Library`): every
+  /// one lands (this test failed a CI run once, under load, with "Resource temporarily unavailable").
+  /// Mutant: the shim's `openat2_retrying` without its retry loop: EAGAIN errors here.
+  @Test func aRenameElsewhereNeverFailsALookupThroughDotDot() throws {
+    let root = try TestRoot()
+    let container = try root.container(Self.group)
+    try FileManager.default.createSymbolicLink(atPath: container.path + "/Documents/relative", withDestinationPath: "../Library")
+    let directory = try container.directory()
+    let scratch = root.path + "/scratch"
+    try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+    FileManager.default.createFile(atPath: scratch + "/a", contents: nil)
+    let stop = Atomic<Bool>(false)
+    let renamer = Thread {
+      while !stop.load(ordering: .relaxed) {
+        rename(scratch + "/a", scratch + "/b")
+        rename(scratch + "/b", scratch + "/a")
+      }
+    }
+    renamer.start()
+    defer { stop.store(true, ordering: .relaxed) }
+    var failed = 0
+    var first = ""
+    for i in 0..<20_000 {
+      do { try directory.replaceFile("Documents/relative/r.txt", with: [UInt8(i & 0xFF)], mode: 0o600) } catch {
+        if failed == 0 { first = "\(error)" }
+        failed += 1
+      }
+    }
+    #expect(failed == 0, "\(failed) of 20,000 writes failed, the first with: \(first)")
+  }
 }
 
 /// Names are bytes: the NFC and NFD spellings of `café` are two files, two locks, two items.
