@@ -289,8 +289,19 @@ headless() {
 
 # The video widget, scripted: host first (it lists and caches the images), then the widget (1 s a picture instead of
 # 5); once the widget has shown every picture and the host follows the download, the group's memory warning.
+# Waits for a scenario's host ($2) and widget ($3), named $1 in what it says of a failure; 0 when both exited 0.
+wait_pair() {
+  local host_status=0 widget_status=0
+  wait "$2" || host_status=$?
+  wait "$3" || widget_status=$?
+  track_container_processes
+  [ "$host_status" = 0 ] || echo "demo: the $1 host exited with status $host_status" >&2
+  [ "$widget_status" = 0 ] || echo "demo: the $1 widget exited with status $widget_status" >&2
+  [ "$host_status" = 0 ] && [ "$widget_status" = 0 ]
+}
+
 scoreboard_headless() {
-  local transcript=$1 host widget host_status=0 widget_status=0
+  local transcript=$1 host widget
   "$bin/widget" scoreboard --headless >>"$transcript" 2>&1 &
   widget=$!
   track "$widget"
@@ -301,16 +312,11 @@ scoreboard_headless() {
   "$bin/host" scoreboard --headless >>"$transcript" 2>&1 &
   host=$!
   track "$host"
-  wait "$host" || host_status=$?
-  wait "$widget" || widget_status=$?
-  track_container_processes
-  [ "$host_status" = 0 ] || echo "demo: the scoreboard host exited with status $host_status" >&2
-  [ "$widget_status" = 0 ] || echo "demo: the scoreboard widget exited with status $widget_status" >&2
-  [ "$host_status" = 0 ] && [ "$widget_status" = 0 ]
+  wait_pair scoreboard "$host" "$widget"
 }
 
 video_headless() {
-  local transcript=$1 host widget host_status=0 widget_status=0
+  local transcript=$1 host widget
   "$bin/host" video --headless >>"$transcript" 2>&1 &
   host=$!
   track "$host"
@@ -325,12 +331,7 @@ video_headless() {
   wait_for_line 600 "$transcript" "[widget] peak memory after a full rotation" || echo "demo: the widget did not rotate" >&2
   wait_for_line 300 "$transcript" "[host] following the widget's download" || echo "demo: the host saw no download" >&2
   "$bin/groupctl" cache pressure warning "$group" >/dev/null 2>&1 || echo "demo: groupctl could not send the warning" >&2
-  wait "$host" || host_status=$?
-  wait "$widget" || widget_status=$?
-  track_container_processes
-  [ "$host_status" = 0 ] || echo "demo: the video host exited with status $host_status" >&2
-  [ "$widget_status" = 0 ] || echo "demo: the video widget exited with status $widget_status" >&2
-  [ "$host_status" = 0 ] && [ "$widget_status" = 0 ]
+  wait_pair video "$host" "$widget"
 }
 
 # Returns when a pane's program has ended (remain-on-exit keeps the pane to tell) or a window is gone.
