@@ -25,3 +25,12 @@ public enum AlarmSound {
     return try DownloadSession(identifier: sessionIdentifier, container: container, configuration: configuration)
   }
 }
+
+extension DownloadSession {
+  /// Downloads `url` to `destination` unless a task of this session is still under way (an app started again
+  /// finds its earlier download going on): the new task, or nil.
+  public func downloadUnlessUnderWay(from url: URL, to destination: String) throws -> DownloadTask? {
+    guard !allTasks().contains(where: { $0.state != .completed }) else { return nil }
+    return try download(from: url, to: destination)
+  }
+}

@@ -67,8 +67,7 @@ func startAlarmSoundDownload() -> DownloadSession? {
   guard let url = AlarmSound.sourceURL else { return nil }
   do {
     let session = try AlarmSound.session(in: timer.container, relaunchArguments: ["--download-events"])
-    if !session.allTasks().contains(where: { $0.state != .completed }) {
-      let task = try session.download(from: url, to: AlarmSound.destination)
+    if let task = try session.downloadUnlessUnderWay(from: url, to: AlarmSound.destination) {
       console.log("downloading the alarm sound in the background (task \(task.id.prefix(8)))")
     }
     return session

@@ -150,8 +150,7 @@ enum VideoWidgetApp {
     guard let url = VideoDownload.sourceURL else { return nil }
     do {
       let session = try VideoDownload.session(in: video.container)
-      if !session.allTasks().contains(where: { $0.state != .completed }) {
-        let task = try session.download(from: url, to: VideoDownload.destination)
+      if let task = try session.downloadUnlessUnderWay(from: url, to: VideoDownload.destination) {
         console.log("downloading the episode in the background (task \(task.id.prefix(8)))")
       }
       return session

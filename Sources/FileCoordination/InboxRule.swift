@@ -26,8 +26,7 @@ enum InboxRule {
     writing item: ContainerPath, resolved: ContainerPath? = nil, options: FileCoordinator.WritingOptions = []
   ) throws(GroupContainerError) {
     guard options.isDisjoint(with: [.forDeleting, .forMoving]) else { return }
-    for path in [item, resolved].compactMap({ $0 }) where contains(path) {
-      throw .inboxIsReadOnly(item.string)
-    }
+    // No array: this runs on every coordinated write.
+    if contains(item) || resolved.map(contains) == true { throw .inboxIsReadOnly(item.string) }
   }
 }
