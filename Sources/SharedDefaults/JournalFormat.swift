@@ -76,6 +76,11 @@ enum JournalFormat {
     return out
   }
 
+  /// Appends one encoded value (the `value` production above) to `out`: the suite image stores values this way.
+  static func encodeValue(_ value: PropertyListValue, into out: inout [UInt8]) throws(SharedDefaultsError) {
+    try encode(value, into: &out, depth: 0)
+  }
+
   private static func encode(_ value: PropertyListValue, into out: inout [UInt8], depth: Int)
     throws(SharedDefaultsError)
   {
@@ -150,6 +155,16 @@ enum JournalFormat {
       offsets.append(base + offset)
       offset += headerBytes + length
     }
+  }
+
+  /// Decodes one value that must fill `bytes` exactly (offsets in errors are relative to `bytes.startIndex`).
+  static func decodeValue(_ bytes: ArraySlice<UInt8>) throws(Corruption) -> PropertyListValue {
+    var reader = Reader(bytes: bytes, base: 0)
+    let value = try reader.value(depth: 0)
+    guard reader.position == bytes.endIndex else {
+      throw Corruption(offset: reader.position - bytes.startIndex, reason: "trailing bytes after the value")
+    }
+    return value
   }
 
   struct Reader {
