@@ -4,8 +4,8 @@
 # Usage: Fuzz/run.sh [PropertyListFuzz|ContainerFilesFuzz|ImageHeadersFuzz] [seconds] [extra libFuzzer flags...]
 #   PropertyListFuzz: the plist readers and writers (seeds: Fuzz/seeds/, and Fuzz/openstep-seeds/ for the
 #   old-style text reader: the regression tests read every file of Fuzz/seeds/ as a binary or XML plist).
-#   ContainerFilesFuzz: the defaults journal, presenter records, coordination messages, download and activity records
-#   (seeds: Fuzz/container-seeds/).
+#   ContainerFilesFuzz: the defaults journal, presenter records, coordination messages, download and activity records,
+#   suite images (seeds: Fuzz/container-seeds/).
 #   ImageHeadersFuzz: the PNG/JPEG/GIF/WebP header parsers (seeds: the image test fixtures).
 #   ThumbnailDecodeFuzz: the video widget's PNG/JPEG decoding through libpng/libjpeg-turbo and its C shim (seeds:
 #   the image test fixtures: baseline and progressive JPEG, PNG, APNG).

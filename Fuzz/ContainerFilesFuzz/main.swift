@@ -1,6 +1,7 @@
-// libFuzzer harness for the parsers of the container's own files: the defaults journal, presenter records,
-// coordination messages, download records (task, control, status, event, relaunch) and activity records. The first input byte picks the parser. Build and run with `Fuzz/run.sh
-// ContainerFilesFuzz`; a plain `swift build` compiles the stub at the bottom.
+// libFuzzer harness for the parsers of the container's own files: the defaults journal (0), presenter records (1),
+// coordination messages (2), download records (3: task, control, status, event, relaunch), activity records (4)
+// and suite images (5: open, validate, look up, merge). The first input byte picks the parser (`% 6`). Build and
+// run with `Fuzz/run.sh ContainerFilesFuzz`; a plain `swift build` compiles the stub at the bottom.
 #if FUZZING
   import CFuzzShim
   import Glibc
@@ -13,7 +14,7 @@
   func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
     guard let data, size > 0 else { return 0 }
     let bytes = Array(UnsafeBufferPointer(start: data + 1, count: size - 1))
-    switch data[0] % 5 {
+    switch data[0] % 6 {
     case 0:
       var records: [JournalFormat.Record] = []
       do { try JournalFormat.decode(bytes, base: 0, into: &records) } catch {}
@@ -65,6 +66,8 @@
           if r.lifecycle == .dismissed { precondition(effective.state == .dismissed, "a dismissed record revived") }
         }
       }
+    case 5:
+      fuzzSuiteImage(bytes)
     default:
       for name in ["1.2.3.prepare", "1.2.3.finish", "1.2.3.ack"] {
         if let message = try? CoordinationMessage.decode(bytes, fileName: name) {
@@ -75,6 +78,51 @@
       }
     }
     return 0
+  }
+
+  /// Whatever opens survives `validate()` and lookups (Corruption, never a trap); an image that validates merges
+  /// into one that validates and holds the same keys with the same value bytes.
+  func fuzzSuiteImage(_ bytes: [UInt8]) {
+    guard let image = try? SuiteImage(bytes: bytes) else { return }
+    let valid = (try? image.validate()) != nil
+    var keys: [String] = []
+    try? image.forEachEntry { entry, key in
+      keys.append(key)
+      _ = try? image.value(of: entry)
+    }
+    for key in keys + ["", "a", "absent", "key.0", "\u{E9}"] { _ = try? image.value(forKey: key) }
+    guard valid else { return }
+    precondition(keys.count == image.count, "validated image enumerates \(keys.count) of \(image.count) keys")
+    for key in keys { precondition((try? image.find(key)) != nil, "validated key '\(key)' not found") }
+    func sameEntries(_ copy: SuiteImage, without changed: Set<[UInt8]>) {
+      for key in keys where !changed.contains(Array(key.utf8)) {
+        guard let a = try? image.find(key), let b = try? copy.find(key), let rawA = try? image.raw(a),
+          let rawB = try? copy.raw(b)
+        else { preconditionFailure("key '\(key)' lost by a merge") }
+        precondition(rawA.value.elementsEqual(rawB.value), "value of '\(key)' changed by a merge")
+      }
+    }
+    do {
+      let copy = try SuiteImage(
+        bytes: SuiteImage.merged(base: image, changes: [:], generation: image.generation, position: image.position))
+      try copy.validate()
+      precondition(copy.count == image.count, "a merge without changes changed the count")
+      precondition(copy.objects == image.objects && copy.payloadBytes == image.payloadBytes, "counts changed")
+      sameEntries(copy, without: [])
+      // With changes: the first key removed, one added.
+      let removed = keys.first
+      var changes: [String: PropertyListValue?] = ["fuzz.added": .bool(true)]
+      if let removed, removed != "fuzz.added" { changes[removed] = .some(nil) }
+      let changed = try SuiteImage(bytes: SuiteImage.merged(base: image, changes: changes, generation: 1, position: 2))
+      try changed.validate()
+      precondition(try changed.value(forKey: "fuzz.added") == .bool(true), "added key missing")
+      if let removed, removed != "fuzz.added" {
+        precondition(try changed.value(forKey: removed) == nil, "removed key still there")
+      }
+      sameEntries(changed, without: Set([removed, "fuzz.added"].compactMap { $0.map { Array($0.utf8) } }))
+    } catch {
+      preconditionFailure("a validated image does not merge into a valid one: \(error)")
+    }
   }
 
   let callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> Int32 = { data, size in fuzzOne(data, size) }
