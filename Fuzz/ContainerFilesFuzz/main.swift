@@ -10,6 +10,7 @@
   import BackgroundDownloads
   import Foundation
   import LiveActivities
+  import PropertyList
 
   func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
     guard let data, size > 0 else { return 0 }
@@ -115,9 +116,11 @@
       if let removed, removed != "fuzz.added" { changes[removed] = .some(nil) }
       let changed = try SuiteImage(bytes: SuiteImage.merged(base: image, changes: changes, generation: 1, position: 2))
       try changed.validate()
-      precondition(try changed.value(forKey: "fuzz.added") == .bool(true), "added key missing")
+      let added = try changed.value(forKey: "fuzz.added")
+      precondition(added == .bool(true), "added key missing")
       if let removed, removed != "fuzz.added" {
-        precondition(try changed.value(forKey: removed) == nil, "removed key still there")
+        let gone = try changed.find(removed)
+        precondition(gone == nil, "removed key still there")
       }
       sameEntries(changed, without: Set([removed, "fuzz.added"].compactMap { $0.map { Array($0.utf8) } }))
     } catch {

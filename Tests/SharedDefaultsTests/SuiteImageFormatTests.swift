@@ -10,13 +10,16 @@ import Testing
 /// mapping, `merged`, and every bound a damaged or crafted image can break.
 ///
 /// Mutants this suite catches (each tried once, then restored):
-/// - no header checksum check in `SuiteImage.init`: `everyHeaderFieldIsChecked` (a changed generation, position
-///   or count without a new checksum is accepted);
-/// - no bound check on an entry's value offset (`checkValue` accepting anything): `craftedEntriesThrow` (ASan-free
-///   debug build: a value offset in the header decodes header bytes, or reads past the end, instead of throwing);
-/// - probing without the slotCount limit: `craftedEntriesThrow` ("a lookup in a full index" never completes);
+/// - no header checksum check in `SuiteImage.init`: `everyHeaderFieldIsChecked` (a changed generation or position
+///   without a new checksum is accepted: 3 issues);
+/// - no bound check on an entry's value offset (`checkValue` checking only `valueLength >= 1`):
+///   `craftedEntriesThrow` ("a value in the header" returns `true` instead of throwing) and
+///   `aDamagedBaseFailsTheMergeWithAnError`; the offsets past the end that follow then trap the process (a debug
+///   build's bounds check), which is what the real check prevents;
+/// - probing without the slotCount limit (`while true` in `find`): `craftedEntriesThrow` ("a lookup in a full
+///   index did not complete within 20 s");
 /// - dedup turned off (`keep` never sharing): `sharedLargeValuesAreStoredOnce` and
-///   `sharedLargeValuesStaySharedThroughAMerge` (the image is 40 MB instead of under 1 MiB).
+///   `sharedLargeValuesStaySharedThroughAMerge` (41,501,114 bytes instead of under 1 MiB).
 @Suite(.timeLimit(.minutes(3))) struct SuiteImageFormatTests {
   typealias F = SuiteImageFormat
 
@@ -328,8 +331,9 @@ import Testing
   }
 
   /// One key "a" = 7: the offsets of its slot and entry.
+  /// Its generation is 5: byte 8 is a valid encoded value (`true`) outside the values region.
   func oneKeyImage() throws -> (bytes: [UInt8], slot: Int, entry: Int, hash: UInt32) {
-    let bytes = try build(["a": .integer(7)])
+    let bytes = try build(["a": .integer(7)], generation: 5)
     let slot = try #require((0..<8).map { F.headerBytes + 8 * $0 }.first { field(bytes, $0 + 4) != 0 })
     return (bytes, slot, Int(field(bytes, slot + 4)), UInt32(field(bytes, slot)))
   }
@@ -352,6 +356,8 @@ import Testing
     let valueField = entry + 4 + 1
     let values = Int(field(good, 32, width: 8))
     let entries = Int(field(good, 40, width: 8))
+    // A value in the header that decodes: only the region check refuses it.
+    try expectDamage(patched(patched(good, valueField, 8), valueField + 4, 1), "a value in the header")
     try expectDamage(patched(good, entry, 1000), "key length past the end")
     try expectDamage(patched(good, entry, 0xFFFF_FFFF), "key length 4 GiB")
     for bad in [0, 8, values - 1, entries, entries + 1, good.count, 0xFFFF_FFFF] {
@@ -386,6 +392,24 @@ import Testing
     let badKey = patched(good, entry + 4, 0xFF, width: 1)
     #expect(throws: SuiteImage.Corruption.self) { try SuiteImage(bytes: badKey).validate() }
     #expect(throws: (any Error).self) { try SuiteImage(bytes: badKey).forEachEntry { _, _ in } }
+  }
+
+  /// The fuzzer's seeds and the crashers it found (Fuzz/container-seeds/suite-image*, first byte 5 picks the image
+  /// case): each opens or throws, validates or throws, and never traps.
+  @Test func fuzzSeedsAndCrashers() throws {
+    let seeds = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../Fuzz/container-seeds")
+    let names = try FileManager.default.contentsOfDirectory(atPath: seeds.path).filter { $0.hasPrefix("suite-image") }
+    #expect(!names.isEmpty)
+    for name in names {
+      let bytes = Array(try Data(contentsOf: seeds.appendingPathComponent(name)).dropFirst())
+      guard let image = try? SuiteImage(bytes: bytes) else { continue }
+      if name == "suite-image" {
+        try image.validate()
+        #expect(try image.count == 5 && image.value(forKey: "c") == image.value(forKey: "b"))
+      }
+      _ = try? image.validate()
+      try? image.forEachEntry { entry, key in _ = try? image.value(forKey: key) }
+    }
   }
 
   @Test func aDamagedBaseFailsTheMergeWithAnError() throws {
