@@ -75,10 +75,18 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     /// bits and the journal length the snapshot holds, in one word (one store, one load). Whoever loads the snapshot
     /// replays the journal from there; a word of another generation means from 0.
     static let snapshotAt = 18
+    /// The generation the export was written in: replaying that generation's journal over the export gives the
+    /// state (`recoverState`, when the snapshot is lost).
+    static let exportGeneration = 19
+    /// The process compacting in the background (its pid; 0: none) and since when (`MonotonicClock`): the others
+    /// leave the compaction to it, for `compactionClaim` at most (a stopped or dead compactor is then replaced).
+    static let compactor = 20, compactorSince = 21
   }
-  private static let magic: UInt64 = 0x3354_4c46_4544_4347  // "GCDEFLT3"
+  private static let magic: UInt64 = 0x3454_4c46_4544_4347  // "GCDEFLT4"
   /// 0.1.0's header: the plist was the snapshot. Migrated in place (`initializeHeaderLocked`).
   private static let legacyMagic: UInt64 = 0x3254_4c46_4544_4347  // "GCDEFLT2"
+  /// 0.2's header: the snapshot was a binary plist, not an image. Converted in place (`initializeHeaderLocked`).
+  private static let plistSnapshotMagic: UInt64 = 0x3354_4c46_4544_4347  // "GCDEFLT3"
   /// Address space reserved for the journal mapping: the largest journal (sets past it fail with a clear error).
   static let journalReservation = 256 << 20
   static let compactionThreshold = 1 << 20
@@ -99,6 +107,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// The export, and the snapshot (paths relative to the container).
   private let plistItem: String
   private let snapshotItem: String
+  /// The image the export was written from (a hard link to a snapshot that was current then).
+  private let exportedItem: String
   private let root: ContainerDirectory
   /// For error messages: the container's path.
   private let containerPath: String
@@ -116,6 +126,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// replaced file is reachable only through this process's descriptor, so `synchronize()` waits for them before
   /// the process may exit.
   private let replacedEdits = DispatchGroup()
+  /// Compactions this process runs in the background (`startCompaction`): `synchronize()` and a process about to
+  /// exit wait for them (`waitForBackgroundWork`).
+  private let compactions = DispatchGroup()
 
   struct Observer {
     var keys: Set<String>?
@@ -123,7 +136,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   }
 
   private struct State {
-    var values: [String: PropertyListValue] = [:]
+    var values = SuiteValues(image: nil)
     var registered: [String: PropertyListValue] = [:]
     var generation: UInt64 = .max
     /// `values` holds the journal up to here (plus `pendingOwn`).
@@ -218,21 +231,11 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       guard s.observers.isEmpty, s.pendingOwn.isEmpty, s.generation != .max,
         MonotonicClock.nanoseconds() &- s.lastWrite >= Self.idleCompaction
       else { return 0 }
-      let bytes = s.values.reduce(0) { $0 + $1.key.utf8.count + Self.approximateSize(of: $1.value) }
-      s.values = [:]
+      let bytes = s.values.approximateBytes
+      s.values = SuiteValues(image: nil)
       s.generation = .max  // the next access reloads
       s.length = 0
       return bytes
-    }
-  }
-
-  private static func approximateSize(of value: PropertyListValue) -> Int {
-    switch value {
-    case .string(let string): return 16 + string.utf8.count
-    case .data(let bytes): return 16 + bytes.count
-    case .array(let items): return 16 + items.reduce(0) { $0 + approximateSize(of: $1) }
-    case .dictionary(let items): return 16 + items.reduce(0) { $0 + $1.key.utf8.count + approximateSize(of: $1.value) }
-    default: return 16
     }
   }
 
@@ -243,6 +246,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     self.plistPath = directory + "/\(suite).plist"
     self.plistItem = Self.preferences + "/\(suite).plist"
     self.snapshotItem = Self.preferences + "/\(suite).snapshot"
+    self.exportedItem = Self.preferences + "/\(suite).snapshot.exported"
     do { root = try container.directory() } catch { throw .container(error) }
     self.containerPath = container.path
     self.journalPath = directory + "/\(suite).journal"
@@ -297,14 +301,24 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   }
 
   func snapshot(includingRegistered: Bool) -> [String: PropertyListValue] {
-    readCurrent { s in includingRegistered ? s.registered.merging(s.values) { $1 } : s.values }
+    readCurrent { s in
+      let values = (try? s.values.dictionary()) ?? [:]
+      return includingRegistered ? s.registered.merging(values) { $1 } : values
+    }
   }
 
   /// Runs `read` on the current state. Waits for the suite's lock only when this process never loaded the suite
   /// and it cannot be read without the lock (damaged files, a compaction that did not finish) — and then without
   /// holding `state`.
   private func readCurrent<T: Sendable>(_ read: (State) -> T) -> T {
-    if let done = state.withLock({ s -> T? in refreshWithoutWaiting(&s) ? read(s) : nil }) { return done }
+    if let done = state.withLock({ s -> T? in
+      guard refreshWithoutWaiting(&s) else { return nil }
+      let result = read(s)
+      if s.values.damage != nil { scheduleRepair() }  // the image did not read: this read answered without it
+      return result
+    }) {
+      return done
+    }
     do { try exclusively { s throws(SharedDefaultsError) in try catchUpExclusively(&s) } } catch {
       Self.logger.error("suite '\(suite)': could not recover: \(error)")
     }
@@ -324,15 +338,19 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     }
     for _ in 0..<3 where catchUpWithoutLock(&s) { return true }
     guard s.generation != .max else { return false }
-    if !repairPending.exchange(true, ordering: .acquiringAndReleasing) {
-      background.async { [self] in
-        repairPending.store(false, ordering: .releasing)
-        do { try exclusively { s throws(SharedDefaultsError) in try catchUpExclusively(&s) } } catch {
-          Self.logger.error("suite '\(suite)': could not recover: \(error)")
-        }
+    scheduleRepair()
+    return true
+  }
+
+  /// Catches up under the lock in the background, repairing what needs it (reads never wait for that).
+  private func scheduleRepair() {
+    guard !repairPending.exchange(true, ordering: .acquiringAndReleasing) else { return }
+    background.async { [self] in
+      repairPending.store(false, ordering: .releasing)
+      do { try exclusively { s throws(SharedDefaultsError) in try catchUpExclusively(&s) } } catch {
+        Self.logger.error("suite '\(suite)': could not recover: \(error)")
       }
     }
-    return true
   }
 
   // MARK: Writing
@@ -362,7 +380,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// The general read-modify-write: `body` gets the current values (and the registered defaults) under the
   /// exclusive lock and returns the records to append as one commit (all visible at once, or none).
   func transaction<T: Sendable>(
-    _ body: (_ values: [String: PropertyListValue], _ registered: [String: PropertyListValue]) throws -> (
+    _ body: (_ values: SuiteValues, _ registered: [String: PropertyListValue]) throws -> (
       records: [JournalFormat.Record], result: T
     )
   ) throws -> T {
@@ -382,12 +400,13 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// Makes the snapshot current and durable (survives power loss). `emptyingJournal` (tests) forces the
   /// compaction that starts a new generation, which otherwise waits for the journal to grow.
   func synchronize(emptyingJournal: Bool = false) throws(SharedDefaultsError) {
-    waitForReplacedEdits()
+    waitForBackgroundWork()
     try exclusively { s throws(SharedDefaultsError) in
       try catchUpExclusively(&s)
       let rewind = emptyingJournal || s.length > compactionThresholds().rewind
       try compact(&s, durable: true, handOver: true, rewind: rewind)
     }
+    try writeExport(durable: true)
   }
 
   /// Whether the journal changed in a way only a full catch-up handles (a compaction, a repair, damage).
@@ -426,12 +445,115 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     let thresholds = compactionThresholds()
     let start = snapshotStart(generation: s.generation, committed: end)
     guard mayCompact, end - start > thresholds.snapshot || end > thresholds.rewind else { return }
+    // Most of the time a compaction is under way already (here or in another process): nothing to do.
+    guard end > thresholds.rewind || (s.values.frozenToken == 0 && compactionClaimIsFree()) else { return }
     // The write is committed whatever happens now: a compaction that fails (full disk) is retried by the next one.
     do {
       try catchUpExclusively(&s)
-      try compact(&s, durable: false, handOver: true, housekeeping: true, rewind: s.length > thresholds.rewind)
+      if s.length > thresholds.rewind {
+        // Rare (the journal's reservation is large): emptying the journal needs the whole state, under the lock.
+        try compact(&s, durable: false, handOver: true, rewind: true)
+      } else {
+        startCompaction(&s)
+      }
     } catch {
       Self.logger.warning("suite '\(suite)': compaction failed, the journal keeps growing: \(error)")
+    }
+  }
+
+  // MARK: Compaction in the background
+
+  /// How long a process's claim to compact holds the others back.
+  static let compactionClaim: UInt64 = 10_000_000_000
+
+  private func compactionClaimIsFree() -> Bool {
+    header.load(Slot.compactor) == 0
+      || MonotonicClock.nanoseconds() &- header.load(Slot.compactorSince) > Self.compactionClaim
+  }
+
+  /// What a compaction in the background folds: `image` + `frozen` is the state at (generation, length).
+  private struct Compaction: @unchecked Sendable {  // the image is immutable; the frozen table is a value
+    var token: UInt64
+    var values: SuiteValues
+    var generation: UInt64
+    var length: Int
+    var snapshot: Identity
+  }
+
+  /// With the lock held and `s` current: freezes the changes and builds the next snapshot from them and the image
+  /// on the background queue, without the lock (`finishCompaction`): writers go on meanwhile, into a new table.
+  private func startCompaction(_ s: inout State) {
+    guard compactionClaimIsFree(), let token = s.values.freeze() else { return }
+    header.store(Slot.compactorSince, MonotonicClock.nanoseconds())
+    header.store(Slot.compactor, UInt64(UInt32(bitPattern: getpid())))
+    let work = Compaction(
+      token: token, values: s.values, generation: s.generation, length: s.length,
+      snapshot: (header.load(Slot.snapshotInode), Int64(header.load(Slot.snapshotSize)),
+        Int64(bitPattern: header.load(Slot.snapshotTime))))
+    compactions.enter()
+    background.async { [weak self, compactions] in
+      defer { compactions.leave() }
+      self?.finishCompaction(work)
+    }
+  }
+
+  /// Builds the image of `work` and writes it beside the snapshot (no lock); then, with the lock, installs it as
+  /// the snapshot if nothing replaced the snapshot or emptied the journal meanwhile (else drops it: the state it
+  /// holds is in the journal still). Installing is a rename and three header stores: the kill points of a
+  /// compaction that keeps the journal (`defaults.snapshot.*`) hold here as in `compact`.
+  private func finishCompaction(_ work: Compaction) {
+    // A temp name of this process (`AtomicReplace`'s form): swept if it dies before the rename.
+    let next = Self.preferences + "/\(AtomicReplace.temporaryPrefix)\(AtomicReplace.writer)-next-\(suite).snapshot"
+    var built: (bytes: Int, status: FileStatus)?
+    do {
+      let bytes = try work.values.imageBytes(generation: work.generation, position: work.length)
+      guard bytes.count <= Self.snapshotLimits.maxBytes else {
+        throw SharedDefaultsError.suiteTooLarge(directory + "/\(suite).snapshot", "it would be \(bytes.count) bytes")
+      }
+      let image = try SuiteImage(bytes: bytes)
+      _ = try checkLimits(objects: image.objects, payload: image.payloadBytes)
+      let status = try Self.beneath(next, in: containerPath) { () throws(FileSystemError) in
+        try root.replaceFile(next, with: bytes, mode: fileMode, durability: .processCrash)
+      }
+      built = (bytes.count, status)
+    } catch {
+      Self.logger.warning("suite '\(suite)': compaction failed, the journal keeps growing: \(error)")
+    }
+    do {
+      try exclusively { s throws(SharedDefaultsError) in
+        defer {
+          if header.load(Slot.compactor) == UInt64(UInt32(bitPattern: getpid())) { header.store(Slot.compactor, 0) }
+        }
+        guard let built, header.load(Slot.generation) == work.generation,
+          header.load(Slot.snapshotInode) == work.snapshot.inode,
+          header.load(Slot.snapshotSize) == UInt64(work.snapshot.size),
+          header.load(Slot.snapshotTime) == UInt64(bitPattern: work.snapshot.time)
+        else {
+          try? root.removeFile(next)
+          s.values.thaw(token: work.token)
+          return
+        }
+        FaultPoint.reach("defaults.snapshot.writing")
+        try Self.beneath(snapshotItem, in: containerPath) { () throws(FileSystemError) in
+          try root.rename(next, to: "\(suite).snapshot")
+        }
+        FaultPoint.reach("defaults.snapshot.written")
+        recordSnapshotIdentity(built.status)
+        header.store(Slot.compactionInput, UInt64(built.bytes))
+        header.store(Slot.snapshotAt, (work.generation & 0xFFFF_FFFF) << 32 | UInt64(work.length))
+        FaultPoint.reach("defaults.snapshot.recorded")
+        // This process goes on from the new image (unless its state was replaced meanwhile).
+        if let fd = try? root.openFile(snapshotItem, .readOnly), let image = try? SuiteImage(mapping: fd),
+          image.status?.inode == built.status.inode, let dropped = s.values.install(image, token: work.token)
+        {
+          release(dropped)
+        } else {
+          s.values.thaw(token: work.token)
+        }
+      }
+    } catch {
+      Self.logger.warning("suite '\(suite)': could not install the compacted snapshot: \(error)")
+      state.withLock { $0.values.thaw(token: work.token) }
     }
   }
 
@@ -489,7 +611,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     else { return false }
     let generation = header.load(Slot.generation)
     let committed = Int(header.load(Slot.committed))
-    var values: [String: PropertyListValue]?
+    var values: SuiteValues?
     var start = s.length
     if generation != s.generation || committed < s.length
       || reloadIsCheaper(s, generation: generation, committed: committed)
@@ -503,12 +625,10 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
         // Read before the snapshot: a compaction that keeps the journal replaces the file first, then moves this
         // (replaying from an older point over a newer snapshot changes nothing).
         start = snapshotStart(generation: generation, committed: committed)
-        guard let (snapshot, status) = try? loadSnapshot(snapshotItem),
-          header.load(Slot.snapshotInode) == (status?.inode ?? 0),
-          header.load(Slot.snapshotSize) == UInt64(status?.size ?? 0),
-          header.load(Slot.snapshotTime) == UInt64(bitPattern: status?.modificationNanoseconds ?? 0)
-        else { return false }
-        values = snapshot
+        let image: SuiteImage?
+        do { image = try loadImage() } catch { return false }
+        guard isRecordedSnapshot(image?.status) else { return false }
+        values = SuiteValues(image: image)
       }
     }
     let (bytes, problem) = readJournal(from: start, to: committed)
@@ -543,6 +663,13 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     }
     let generation = header.load(Slot.generation)
     let committed = Int(header.load(Slot.committed))
+    if let damage = s.values.damage {
+      // A lookup found the image damaged: the snapshot is repaired if it is that image, else read again.
+      guard s.values.image?.status?.inode != header.load(Slot.snapshotInode) || !isRecordedSnapshot(s.values.image?.status)
+      else { throw .corruptSnapshot("\(suite).snapshot", damage.description) }
+      try reload(&s, generation: generation, committed: committed)
+      return
+    }
     // Shorter than what we applied, same generation: a compaction stored its generation and then set the length
     // back (or died between the two); its snapshot is complete (it was written first), so reload from it.
     if generation != s.generation || committed < s.length
@@ -620,10 +747,11 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     // A snapshot that is not the recorded one was written by a compaction that died before recording it: it holds
     // everything up to the journal's committed length, so replaying the journal over it changes nothing.
     let start = snapshotStart(generation: generation, committed: committed)
-    var (values, status) = try loadSnapshot(snapshotItem)
+    let image = try loadImage()
+    var values = SuiteValues(image: image)
     if !recorded {
       Self.logger.warning("suite '\(suite)': adopting a snapshot whose compaction did not finish")
-      recordSnapshotIdentity(status)
+      recordSnapshotIdentity(image?.status)
     }
     let (bytes, truncated) = readJournal(from: start, to: committed)
     var records: [JournalFormat.Record] = []
@@ -641,10 +769,10 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     if (try? exportState()) != .current { scheduleExportCheck() }
   }
 
-  /// Reads the dictionary in `item` (the snapshot or the export) with its status; an absent file is empty.
-  /// A file over `snapshotLimits` is `overLimit` (refused, left where it is); one that does not parse is corrupt.
-  private func loadSnapshot(_ item: String) throws(Repair) -> ([String: PropertyListValue], FileStatus?) {
-    if item == snapshotItem { Self.snapshotLoads.add(1, ordering: .relaxed) }
+  /// Reads the dictionary in the plist `item` (the export, or a tool's edit of it) with its status; an absent file
+  /// is empty. A file over `snapshotLimits` is `overLimit` (refused, left where it is); one that does not parse is
+  /// corrupt.
+  private func loadPlist(_ item: String) throws(Repair) -> ([String: PropertyListValue], FileStatus?) {
     let name = (item as NSString).lastPathComponent
     let path = directory + "/" + name
     let read: (bytes: [UInt8], status: FileStatus)
@@ -670,15 +798,46 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     return (dictionary, read.status)
   }
 
+  /// Maps the image `item` (the snapshot, or the one before it): O(1), its header checked; nil when there is none.
+  /// One that is not an image is corrupt; one over `snapshotLimits.maxBytes` is `overLimit`.
+  private func loadImage(_ item: String? = nil) throws(Repair) -> SuiteImage? {
+    let item = item ?? snapshotItem
+    if item == snapshotItem { Self.snapshotLoads.add(1, ordering: .relaxed) }
+    let name = (item as NSString).lastPathComponent
+    let fd: SystemFD
+    do {
+      fd = try root.openFile(item, .readOnly)
+    } catch {
+      switch error.errno {
+      case .noSuchFileOrDirectory: return nil
+      case .improperLink: throw .unreachable(.container(.pathEscapesContainer(item, container: containerPath)))
+      default: throw .corruptSnapshot(name, "cannot open: \(error)")
+      }
+    }
+    do { return try SuiteImage(mapping: fd) } catch {
+      switch error {
+      case .corrupt(let corruption): throw .corruptSnapshot(name, corruption.description)
+      case .system(let error) where error.errno == .fileTooLarge:
+        throw .overLimit(.suiteTooLarge(directory + "/" + name, "the file is over \(Self.snapshotLimits.maxBytes) bytes"))
+      case .system(let error): throw .corruptSnapshot(name, "cannot map: \(error)")
+      }
+    }
+  }
+
+  /// Whether `status` is the snapshot the header recorded (else a compaction died before recording it).
+  private func isRecordedSnapshot(_ st: FileStatus?) -> Bool {
+    header.load(Slot.snapshotInode) == (st?.inode ?? 0)
+      && header.load(Slot.snapshotSize) == UInt64(st?.size ?? 0)
+      && header.load(Slot.snapshotTime) == UInt64(bitPattern: st?.modificationNanoseconds ?? 0)
+  }
+
   /// Whether the snapshot on disk is the one the header recorded (else a compaction died before recording it).
   private func snapshotIsTheRecordedOne() throws(Repair) -> Bool {
     let st: FileStatus?
     do { st = try Self.beneath(snapshotItem, in: containerPath) { () throws(FileSystemError) in try root.status(snapshotItem) } } catch {
       throw .unreachable(error)
     }
-    return header.load(Slot.snapshotInode) == (st?.inode ?? 0)
-      && header.load(Slot.snapshotSize) == UInt64(st?.size ?? 0)
-      && header.load(Slot.snapshotTime) == UInt64(bitPattern: st?.modificationNanoseconds ?? 0)
+    return isRecordedSnapshot(st)
   }
 
   private enum ExportState { case current, edited, stale }
@@ -752,11 +911,14 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// After the snapshot was lost: the export when it holds the same bytes (the header says so), else the last good
   /// state in memory; plus whatever the journal still holds.
   private func recoverState(_ s: inout State) throws(SharedDefaultsError) {
-    var values = s.values
-    if s.generation == .max || s.length != 0 {
-      if (try? exportState()) == .current, let (exported, _) = try? loadSnapshot(plistItem) {
+    // The last good state in memory, unless its image is what was damaged.
+    var values = (try? s.values.dictionary()).map(SuiteValues.init(dictionary:)) ?? SuiteValues(image: nil)
+    if s.generation == .max || s.length != 0 || s.values.damage != nil {
+      if (try? exportState()) == .current, header.load(Slot.exportGeneration) == header.load(Slot.generation),
+        let (exported, _) = try? loadPlist(plistItem)
+      {
         Self.logger.notice("suite '\(suite)': recovering from the export '\(plistPath)'")
-        values = exported
+        values = SuiteValues(dictionary: exported)
       } else if s.generation == .max {
         Self.logger.error("suite '\(suite)': no good copy of the snapshot; only the journal's records are left")
       }
@@ -781,7 +943,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   private func applyOutsideEdit(_ s: inout State, final: Bool = false) throws(SharedDefaultsError) -> Bool {
     let edited: [String: PropertyListValue]?
     do {
-      let (values, status) = try loadSnapshot(plistItem)
+      let (values, status) = try loadPlist(plistItem)
       edited = status == nil ? nil : values
     } catch .unreachable(let error) {
       throw error
@@ -808,9 +970,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     _ edited: [String: PropertyListValue], _ s: inout State
   ) throws(SharedDefaultsError) -> Bool {
     var best: [JournalFormat.Record]?
-    for base in [snapshotItem, snapshotItem + ".previous"] {
+    for base in [exportedItem, exportedItem + ".previous"] {
       // No readable base: the tool's file is taken as it is, over the current state.
-      let values = (try? loadSnapshot(base).0) ?? [:]
+      let values = ((try? loadImage(base)).map { SuiteValues(image: $0) }).flatMap { try? $0.dictionary() } ?? [:]
       var records: [JournalFormat.Record] = []
       for key in Set(values.keys).union(edited.keys).sorted() where values[key] != edited[key] {
         records.append(JournalFormat.Record(key: key, operation: edited[key].map { .set($0) } ?? .remove, pid: 0))
@@ -835,23 +997,27 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
 
   // MARK: Compaction
 
-  /// Rewrites the snapshot and the export from `s`, and with `rewind` empties the journal. Needs the lock and a
-  /// current `s`.
+  /// Rewrites the snapshot from `s`, and with `rewind` empties the journal. Needs the lock and a current `s`.
+  /// Returns false when the export is being edited by another tool and cannot be read yet (not to be rewritten
+  /// now).
   ///
-  /// Order (each step a kill point that the others recover from): the export is marked stale; the snapshot is
-  /// written (a complete state: readers that find it unrecorded replay the journal over it, which changes
+  /// The snapshot is an image: the last image's entries copied as they are and the changes over them encoded,
+  /// O(bytes) with no value decoded. The export (`writeExport`) is written after, and without the lock.
+  ///
+  /// Order (each step a kill point that the others recover from): the snapshot is written (a complete state: readers that find it unrecorded replay the journal over it, which changes
   /// nothing); its identity is recorded. Then, keeping the journal: `snapshotAt` moves to the length the snapshot
   /// holds (until it does, whoever loads the snapshot replays from the older point: nothing changes); nobody else
   /// notices — their journal goes on. Emptying it: the **generation** is bumped and only then the committed length
   /// set back to 0 — a process that last saw this generation with length 0 must see the change, whatever point
-  /// the compactor died at. Then the export is written and recorded.
+  /// the compactor died at.
   ///
-  /// A `housekeeping` compaction (journal size, idle time, export check) is skipped while the export is being
-  /// edited by another tool and cannot be read yet: each compaction moves the base that edit is diffed against.
-  /// `synchronize()` gives the tool `exportRetryDelay` once, then moves its file aside.
+  /// An export being edited by another tool that cannot be read yet is left alone (its base, the image it was
+  /// written from, stays pinned as `<suite>.snapshot.exported`, whatever the snapshot becomes) and looked at again
+  /// after `exportRetryDelay`; `synchronize()` gives the tool that delay once, then moves its file aside.
+  @discardableResult
   private func compact(
-    _ s: inout State, durable: Bool, handOver: Bool = false, housekeeping: Bool = false, rewind: Bool = true
-  ) throws(SharedDefaultsError) {
+    _ s: inout State, durable: Bool, handOver: Bool = false, rewind: Bool = true
+  ) throws(SharedDefaultsError) -> Bool {
     guard s.generation != .max else {
       // Never write a state this process did not load: that would drop the suite.
       throw .system(FileSystemError("compact", directory + "/\(suite).snapshot", .ioError))
@@ -859,37 +1025,37 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     // An export edited by another tool is applied before it is overwritten; one that may be half-written is
     // left alone (not rewritten) until it can be read or its grace is over.
     var exportDeferred = false
-    let exportBefore = recordedExport()
     if (try? exportState()) == .edited, try !applyOutsideEdit(&s) {
-      if housekeeping {
-        scheduleExportCheck(after: Self.exportRetryDelay)
-        return
-      }
       if durable {
         usleep(UInt32(Self.exportRetryDelay * 1_000_000))
         _ = try applyOutsideEdit(&s, final: true)
       } else {
         exportDeferred = true
+        scheduleExportCheck(after: Self.exportRetryDelay)
       }
     }
     // Only a plain compaction (the state is exactly the committed journal) may let readers skip the snapshot.
     let folded = (generation: header.load(Slot.generation), length: UInt64(s.length))
-    let input = try checkLimits(s.values)
-    let bytes: [UInt8]
-    do { bytes = try PropertyListValue.dictionary(s.values).encoded(as: .binary) } catch {
-      throw .unsupportedValue("the suite cannot be written as a property list: \(error)")
-    }
+    // The image of the state: the last image's entries copied as they are, the changes over them encoded.
+    let bytes = try s.values.imageBytes(
+      generation: rewind ? header.load(Slot.generation) &+ 1 : s.generation, position: rewind ? 0 : s.length)
     guard bytes.count <= Self.snapshotLimits.maxBytes else {
       header.store(Slot.overLimit, 1)
       throw .suiteTooLarge(directory + "/\(suite).snapshot", "it would be \(bytes.count) bytes")
     }
+    let input: Int
+    do {
+      let built = try SuiteImage(bytes: bytes)
+      _ = try checkLimits(objects: built.objects, payload: built.payloadBytes)
+      // What the next compaction reads: this image (copied entry by entry) and the journal past it.
+      input = bytes.count
+    } catch let error as SharedDefaultsError {
+      throw error
+    } catch {
+      throw .unsupportedValue("the suite's image does not read back: \(error)")
+    }
     let durability: AtomicReplace.Durability = durable ? .powerLoss : .processCrash
-    if !exportDeferred { header.store(Slot.exportInode, .max) }
     try Self.beneath(snapshotItem, in: containerPath) { () throws(FileSystemError) in
-      // The snapshot a tool may have read the export of just before this compaction (see `applyOutsideEdit`).
-      do throws(FileSystemError) { try root.link(snapshotItem, to: "\(suite).snapshot.previous") } catch {
-        if error.errno != .noSuchFileOrDirectory { throw error }
-      }
       if !rewind { FaultPoint.reach("defaults.snapshot.writing") }
       let written = try root.replaceFile(snapshotItem, with: bytes, mode: fileMode, durability: durability)
       if rewind {
@@ -898,6 +1064,12 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
         FaultPoint.reach("defaults.snapshot.written")
       }
       recordSnapshotIdentity(written)
+      // This process goes on from the image it wrote (the changes it held are in it).
+      if let fd = try? root.openFile(snapshotItem, .readOnly), let image = try? SuiteImage(mapping: fd),
+        image.status?.inode == written.inode
+      {
+        release(s.values.rebase(onto: image))
+      }
     }
     header.store(Slot.compactionInput, UInt64(input))
     if rewind {
@@ -913,35 +1085,122 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       FaultPoint.reach("defaults.snapshot.recorded")
     }
     header.store(Slot.overLimit, 0)
-    if exportDeferred {
-      scheduleExportCheck(after: Self.exportRetryDelay)
-    } else {
-      try writeExport(bytes, durability: durability, replacing: exportBefore, &s)
-    }
     if durable { try SharedDefaultsError.wrap { () throws(FileSystemError) in try header.sync() } }
+    return !exportDeferred
   }
 
-  private func writeExport(
-    _ bytes: [UInt8], durability: AtomicReplace.Durability, replacing recorded: Identity?, _ s: inout State
+  /// Writes the export (`<suite>.plist`, a binary plist of the snapshot's state, for other tools). The costly
+  /// part — decoding every value and encoding the plist — runs without the lock: the lock is held only to pin the
+  /// snapshot the export is made from (a hard link: compactions meanwhile cannot take it away) and to publish the
+  /// export, if no tool edited it meanwhile (else that edit is applied first and the export made again). The
+  /// pinned image becomes `<suite>.snapshot.exported`, the base an edit of this export is diffed against.
+  /// `durable`: survives power loss (`synchronize()`).
+  private func writeExport(durable: Bool) throws(SharedDefaultsError) {
+    // One at a time in this process (they share their temp names); taken before any other lock.
+    try exportGate.withLock { _ throws(SharedDefaultsError) in
+      guard exportIsBehind() else { return }  // another one just wrote it
+      try writeExportAlone(durable: durable)
+    }
+  }
+
+  /// Serializes `writeExport` in this process.
+  private let exportGate = Mutex<Void>(())
+
+  private func writeExportAlone(durable: Bool) throws(SharedDefaultsError) {
+    let pinnedName = "\(AtomicReplace.temporaryPrefix)\(AtomicReplace.writer)-export-\(suite).snapshot"
+    let pinned = Self.preferences + "/" + pinnedName
+    let temp = Self.preferences + "/\(AtomicReplace.temporaryPrefix)\(AtomicReplace.writer)-export-\(suite).plist"
+    defer {
+      try? root.removeFile(pinned)
+      try? root.removeFile(temp)
+    }
+    for attempt in 0..<3 {
+      // 1. Pin the snapshot, after applying an edit of the export made since it was written.
+      let start = try exclusively { s throws(SharedDefaultsError) -> (SuiteImage?, Identity?, UInt64)? in
+        try catchUpExclusively(&s)
+        if (try? exportState()) == .edited, try !applyOutsideEdit(&s) {
+          // Being written by the tool: looked at later — or, for `synchronize()`, once more after the tool's
+          // grace, and then moved aside if it still does not parse.
+          guard durable else {
+            scheduleExportCheck(after: Self.exportRetryDelay)
+            return nil
+          }
+          usleep(UInt32(Self.exportRetryDelay * 1_000_000))
+          _ = try applyOutsideEdit(&s, final: true)
+        }
+        do throws(FileSystemError) { try root.link(snapshotItem, to: pinnedName) } catch {
+          if error.errno == .noSuchFileOrDirectory { return nil }  // no snapshot yet: nothing to export
+          if error.errno == .improperLink { throw .container(.pathEscapesContainer(pinned, container: containerPath)) }
+          throw .system(error)
+        }
+        let image: SuiteImage?
+        do { image = try loadImage(pinned) } catch {
+          if case .unreachable(let error)? = error as? Repair { throw error }
+          return nil  // damaged: repaired at the next catch-up, exported after
+        }
+        return (image, recordedExport(), header.load(Slot.generation))
+      }
+      guard let (image, recorded, generation) = start else { return }
+      // 2. Without the lock: the plist, in a temp file (durable: synced).
+      let written: FileStatus
+      do {
+        let bytes = try PropertyListValue.dictionary(SuiteValues(image: image).dictionary()).encoded(as: .binary)
+        written = try Self.beneath(temp, in: containerPath) { () throws(FileSystemError) in
+          try root.replaceFile(temp, with: bytes, mode: fileMode, durability: durable ? .powerLoss : .processCrash)
+        }
+      } catch let error as SharedDefaultsError {
+        throw error
+      } catch {
+        throw .unsupportedValue("the suite cannot be written as a property list: \(error)")
+      }
+      // 3. Publish it, unless a tool changed the export meanwhile (then start again, to apply that edit first; the
+      // last time, publish: an edit is then read from the replaced file, as one made during the rename is).
+      let published = try exclusively { s throws(SharedDefaultsError) -> Bool in
+        if let recorded, attempt < 2 {
+          let now = try? root.status(plistItem)
+          guard let now, now.inode == recorded.inode, now.size == recorded.size,
+            now.modificationNanoseconds == recorded.time
+          else { return false }
+        }
+        try publishExport(temp, written: written, pinned: pinnedName, generation: generation, replacing: recorded, &s)
+        return true
+      }
+      if published {
+        if durable { try SharedDefaultsError.wrap { () throws(FileSystemError) in try header.sync() } }
+        return
+      }
+    }
+  }
+
+  /// Whether the export does not hold the snapshot's state (stale, edited, or written from an older snapshot).
+  private func exportIsBehind() -> Bool {
+    guard (try? exportState()) == .current else { return true }
+    return (try? root.status(exportedItem))??.inode != header.load(Slot.snapshotInode)
+  }
+
+  /// With the lock: the temp file `temp` becomes the export, the pinned image its base; the export is recorded.
+  private func publishExport(
+    _ temp: String, written: FileStatus, pinned: String, generation: UInt64, replacing recorded: Identity?,
+    _ s: inout State
   ) throws(SharedDefaultsError) {
-    // The export being replaced, kept open: a tool may write into it (in place) while this compaction runs, and
-    // that write must not vanish with the file's name.
+    // The export being replaced, kept open: a tool may write into it (in place) while this runs, and that write
+    // must not vanish with the file's name.
     let replaced = try? root.openFile(plistItem, .readOnly)
     var handedOver = false
     defer { if !handedOver { replaced?.close() } }
-    do {
-      try Self.beneath(plistItem, in: containerPath) { () throws(FileSystemError) in
-        // The identity of what was written, not of what is at the name by now: a tool that wrote into the new
-        // export at once must still be seen as an edit.
-        FaultPoint.pause("defaults.export.replacing")
-        let written = try root.replaceFile(plistItem, with: bytes, mode: fileMode, durability: durability)
-        FaultPoint.reach("defaults.compact.exportWritten")
-        recordExportIdentity(written)
+    header.store(Slot.exportInode, .max)  // stale until recorded: a kill in between leaves it to be rewritten
+    try Self.beneath(plistItem, in: containerPath) { () throws(FileSystemError) in
+      FaultPoint.pause("defaults.export.replacing")
+      try root.rename(temp, to: "\(suite).plist")
+      FaultPoint.reach("defaults.compact.exportWritten")
+      do throws(FileSystemError) { try root.rename(exportedItem, to: "\(suite).snapshot.exported.previous") } catch {
+        if error.errno != .noSuchFileOrDirectory { throw error }
       }
-    } catch {
-      // The state is safe in the snapshot; the export is rewritten by the next compaction.
-      Self.logger.warning("suite '\(suite)': could not write '\(plistPath)': \(error)")
-      if durability == .powerLoss { throw error }
+      try root.rename(Self.preferences + "/" + pinned, to: "\(suite).snapshot.exported")
+      header.store(Slot.exportGeneration, generation)
+      // The identity of what was written, not of what is at the name by now: a tool that wrote into the new
+      // export at once must still be seen as an edit.
+      recordExportIdentity(written)
     }
     // Only a recorded export can be told from a tool's write (a stale one was rewritten without applying).
     guard let replaced, let recorded, let now = try? replaced.status(), now.kind == .regular,
@@ -956,6 +1215,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       applyReplacedEditLater(replaced, tries: Self.replacedEditTries)
       return
     }
+    try catchUpExclusively(&s)
     try commitReplacedEdit(edited, &s)
   }
 
@@ -976,9 +1236,11 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     return edited
   }
 
-  /// Waits (without the lock: the retries take it; bounded by their tries) until the edits a tool wrote into
-  /// exports this process replaced are committed or given up: before this process may exit.
-  func waitForReplacedEdits() {
+  /// Waits (without the lock: the work takes it) until the compactions this process runs in the background are
+  /// done, and the edits a tool wrote into exports this process replaced are committed or given up (bounded by
+  /// their tries): before this process may exit.
+  func waitForBackgroundWork() {
+    compactions.wait()
     _ = replacedEdits.wait(timeout: .now() + Self.exportRetryDelay * Double(Self.replacedEditTries + 2))
   }
 
@@ -1015,32 +1277,11 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     }
   }
 
-  /// Refuses a state the next process could not read back (the same limits as reading), and records that the
-  /// suite is over them: sets then fail with `suiteTooLarge` until removals bring it back under. Returns what
-  /// encoding `values` reads, in bytes: its strings and data, and 16 per value.
-  private func checkLimits(_ values: [String: PropertyListValue]) throws(SharedDefaultsError) -> Int {
-    var objects = 1
-    var payload = 0
-    func count(_ value: PropertyListValue) {
-      objects += 1
-      switch value {
-      case .string(let string): payload += string.utf8.count
-      case .data(let bytes): payload += bytes.count
-      case .array(let items): for item in items { count(item) }
-      case .dictionary(let items):
-        for (key, item) in items {
-          objects += 1
-          payload += key.utf8.count
-          count(item)
-        }
-      default: break
-      }
-    }
-    for (key, value) in values {
-      objects += 1
-      payload += key.utf8.count
-      count(value)
-    }
+  /// Refuses a state whose export the next process could not read back (the same limits as reading it), and
+  /// records that the suite is over them: sets then fail with `suiteTooLarge` until removals bring it back under.
+  /// `objects` and `payload` are the image's counts (its header): property-list objects, and bytes of strings,
+  /// data and keys.
+  private func checkLimits(objects: Int, payload: Int) throws(SharedDefaultsError) -> Int {
     let limits = Self.snapshotLimits
     guard objects <= limits.maxObjects, payload <= limits.maxBytes else {
       header.store(Slot.overLimit, 1)
@@ -1068,6 +1309,13 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     return (inode, Int64(header.load(Slot.exportSize)), Int64(bitPattern: header.load(Slot.exportTime)))
   }
 
+  /// Links the snapshot as `<suite>.snapshot.exported`, the image the export holds (a suite adopted from its plist,
+  /// or converted), in the current generation.
+  private func pinExportBase() throws(FileSystemError) {
+    try root.link(snapshotItem, to: "\(suite).snapshot.exported")
+    header.store(Slot.exportGeneration, header.load(Slot.generation))
+  }
+
   private func recordExportIdentity(_ st: FileStatus?) {
     header.store(Slot.exportSize, UInt64(st?.size ?? 0))
     header.store(Slot.exportTime, UInt64(bitPattern: st?.modificationNanoseconds ?? 0))
@@ -1079,6 +1327,24 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     do { try lockFD.lock(.exclusive) } catch { Self.logger.critical("suite '\(suite)': flock failed: \(error)") }
     defer { lockFD.unlock() }
     guard header.load(Slot.magic) != Self.magic else { return }
+    if header.load(Slot.magic) == Self.plistSnapshotMagic {
+      // The journal, its positions and the export stay valid: only the snapshot's format changes.
+      do {
+        let (values, status) = try loadPlist(snapshotItem)
+        if status != nil {
+          let exported = (try? exportState()) == .current
+          try writeImage(of: values)
+          try? root.removeFile(Self.preferences + "/\(suite).snapshot.previous")
+          // The export held the old snapshot's bytes: the new image is its base.
+          if exported { try SharedDefaultsError.wrap { () throws(FileSystemError) in try pinExportBase() } }
+        }
+      } catch {
+        Self.logger.error("suite '\(suite)': converting the snapshot to an image failed (\(error))")
+        throw .system(FileSystemError("convert", directory + "/\(suite).snapshot", .ioError))
+      }
+      header.store(Slot.magic, Self.magic)
+      return
+    }
     if header.load(Slot.magic) == Self.legacyMagic {
       // 0.1.0 kept the state in the plist: it becomes the snapshot; the journal and its length stay valid.
       try adoptPlistAsSnapshot(reason: "migrating from 0.1.0")
@@ -1105,6 +1371,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     header.store(Slot.overLimit, 0)
     header.store(Slot.journalInode, journalInode.load(ordering: .relaxed))
     header.increment(Slot.generation)
+    header.store(Slot.exportGeneration, header.load(Slot.generation))
     header.store(Slot.magic, Self.magic)
   }
 
@@ -1152,8 +1419,10 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// Makes the plist's bytes the snapshot (when it parses) and records both: the plist is then the current export.
   private func adoptPlistAsSnapshot(reason: String) throws(SharedDefaultsError) {
     recordExportIdentity(nil)
+    let plist: [String: PropertyListValue]
+    let status: FileStatus?
     do {
-      _ = try loadSnapshot(plistItem)
+      (plist, status) = try loadPlist(plistItem)
     } catch .unreachable(let error) {
       throw error
     } catch {
@@ -1162,16 +1431,23 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       recordSnapshotIdentity(try snapshotStatus())
       return
     }
-    guard let read = try? root.readFile(plistItem, limit: Self.snapshotLimits.maxBytes) else {
+    guard let status else {
       recordSnapshotIdentity(try snapshotStatus())
       return
     }
     Self.logger.notice("suite '\(suite)': '\(plistPath)' becomes the suite's snapshot (\(reason))")
+    try writeImage(of: plist)
+    try SharedDefaultsError.wrap { () throws(FileSystemError) in try pinExportBase() }
+    recordExportIdentity(status)
+  }
+
+  /// Replaces the snapshot with an image of `values` (a suite adopted from a plist) and records it.
+  private func writeImage(of values: [String: PropertyListValue]) throws(SharedDefaultsError) {
+    let bytes = try SuiteValues(dictionary: values).imageBytes(generation: header.load(Slot.generation), position: 0)
     try Self.beneath(snapshotItem, in: containerPath) { () throws(FileSystemError) in
-      try root.replaceFile(snapshotItem, with: read.bytes, mode: fileMode)
+      try root.replaceFile(snapshotItem, with: bytes, mode: fileMode)
     }
     recordSnapshotIdentity(try snapshotStatus())
-    recordExportIdentity(read.status)
   }
 
   /// Moves the file `name` of the suite's directory aside (`<name>.corrupt-<time>-<pid>`), renamed relative to
@@ -1232,15 +1508,19 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
         if state.withLock({ $0.markIdleCheck() }) { scheduleIdleCompaction() }
         return
       }
+      waitForBackgroundWork()
       let committed = Int(header.load(Slot.committed))
-      guard committed > snapshotStart(generation: header.load(Slot.generation), committed: committed) else { return }
       do {
-        try exclusively { s throws(SharedDefaultsError) in
-          try catchUpExclusively(&s)
-          guard s.length > snapshotStart(generation: s.generation, committed: s.length) else { return }
-          let rewind = s.length > compactionThresholds().rewind
-          try compact(&s, durable: false, handOver: true, housekeeping: true, rewind: rewind)
+        if committed > snapshotStart(generation: header.load(Slot.generation), committed: committed) {
+          try exclusively { s throws(SharedDefaultsError) in
+            try catchUpExclusively(&s)
+            guard s.length > snapshotStart(generation: s.generation, committed: s.length) else { return }
+            let rewind = s.length > compactionThresholds().rewind
+            try compact(&s, durable: false, handOver: true, rewind: rewind)
+          }
         }
+        // The export follows the snapshot once writes stop (compactions while they go on leave it behind).
+        if exportIsBehind() { try writeExport(durable: false) }
       } catch {
         Self.logger.warning("suite '\(suite)': idle compaction failed: \(error)")
       }
@@ -1249,10 +1529,10 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
 
   // MARK: Applying and events
 
-  private func apply(_ record: JournalFormat.Record, to values: inout [String: PropertyListValue]) {
+  private func apply(_ record: JournalFormat.Record, to values: inout SuiteValues) {
     switch record.operation {
-    case .set(let value): values[record.key] = value
-    case .remove: values[record.key] = nil
+    case .set(let value): values.set(value, forKey: record.key)
+    case .remove: values.set(nil, forKey: record.key)
     }
   }
 
@@ -1267,12 +1547,12 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       let new: PropertyListValue?
       switch record.operation {
       case .set(let value):
-        old = s.values.updateValue(value, forKey: record.key)
         new = value
       case .remove:
-        old = s.values.removeValue(forKey: record.key)
         new = nil
       }
+      old = s.values[record.key]
+      s.values.set(new, forKey: record.key)
       // Process id 0: an edit of the export by another tool.
       let origin = record.pid == 0 ? nil : record.pid
       changes.append(DefaultsChange(key: record.key, oldValue: old, newValue: new, originProcessID: origin))
@@ -1281,16 +1561,26 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   }
 
   /// Replaces the whole state (reload, adoption) and reports the keys whose values differ.
-  private func replaceValues(with values: [String: PropertyListValue], in s: inout State) {
+  private func replaceValues(with values: SuiteValues, in s: inout State) {
     let first = s.generation == .max
     if !first && !s.observers.isEmpty {
+      // O(suite) with observers only: what every key was and is.
+      let before = (try? s.values.dictionary()) ?? [:]
+      let after = (try? values.dictionary()) ?? [:]
       var changes: [DefaultsChange] = []
-      for key in Set(s.values.keys).union(values.keys) where s.values[key] != values[key] {
-        changes.append(DefaultsChange(key: key, oldValue: s.values[key], newValue: values[key], originProcessID: nil))
+      for key in Set(before.keys).union(after.keys) where before[key] != after[key] {
+        changes.append(DefaultsChange(key: key, oldValue: before[key], newValue: after[key], originProcessID: nil))
       }
       deliver(changes.sorted { $0.key < $1.key }, to: s.observers)
     }
+    release(s.values)
     s.values = values
+  }
+
+  /// Frees a dropped state on the background queue: a table of many values takes milliseconds to free.
+  private func release(_ values: SuiteValues) {
+    guard values.changeCount > 1024 else { return }
+    background.async { withExtendedLifetime(values) {} }
   }
 
   /// Queued in application order on one serial queue, so observers see changes in commit order.
@@ -1387,14 +1677,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       guard (try? root.status(Self.preferences)) ?? nil != nil else { return }
       guard state.withLock({ $0.generation != .max }), (try? exportState()) != .current else { return }
       do {
-        try exclusively { s throws(SharedDefaultsError) in
-          // Under the lock: another process may have dealt with it already. Compaction applies an edit
-          // (`applyOutsideEdit`) and rewrites a stale export; a half-written one schedules this check again.
-          try catchUpExclusively(&s)
-          if (try? exportState()) != .current {
-            try compact(&s, durable: false, housekeeping: true, rewind: s.length > compactionThresholds().rewind)
-          }
-        }
+        // Applies an edit (`applyOutsideEdit`; a half-written one schedules this check again) and rewrites the
+        // export (another process may have done it meanwhile: then the edit is not there any more).
+        try writeExport(durable: false)
       } catch {
         Self.logger.error("suite '\(suite)': could not apply the outside change: \(error)")
       }

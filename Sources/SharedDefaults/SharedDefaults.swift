@@ -179,7 +179,8 @@ public final class SharedDefaults: Sendable {
   private func replaceContents(with values: [String: PropertyListValue]) throws(SharedDefaultsError) {
     let pid = self.pid
     do {
-      try store.transaction { current, _ in
+      try store.transaction { state, _ in
+        let current = try state.dictionary()
         var records: [JournalFormat.Record] = []
         for (key, value) in values where current[key] != value {
           records.append(JournalFormat.Record(key: key, operation: .set(value), pid: pid))
@@ -277,11 +278,11 @@ public final class SharedDefaults: Sendable {
   /// them, so call it before exiting when the plist may be edited by other tools.
   public func synchronize() throws(SharedDefaultsError) { try store.synchronize() }
 
-  /// Waits until the edits another tool wrote into exports this process replaced are committed (at most about
-  /// 2.5 s): a process that compacted while a tool rewrote the plist in place holds that edit alone. For processes
-  /// that exit right after their writes without the durable compaction of ``synchronize()`` (groupctl's stress
-  /// writers).
-  package func waitForReplacedEdits() { store.waitForReplacedEdits() }
+  /// Waits until the compaction this process runs in the background is done, and the edits another tool wrote
+  /// into exports this process replaced are committed (at most about 2.5 s): a process that compacted while a
+  /// tool rewrote the plist in place holds that edit alone. For processes that exit right after their writes
+  /// without the durable compaction of ``synchronize()`` (groupctl's stress writers, tests).
+  package func waitForBackgroundWork() { store.waitForBackgroundWork() }
 
   // MARK: Typed keys and Codable
 

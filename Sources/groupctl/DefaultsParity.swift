@@ -173,5 +173,6 @@ struct DefaultsImport: ParsableCommand {
     }
     let defaults = try SharedDefaults(suiteName: suiteName, container: try container.open())
     try defaults.setPersistentDomain(values: entries, forName: suiteName)
+    defaults.waitForBackgroundWork()  // the compaction a large import starts: the next reader maps, not decodes
   }
 }

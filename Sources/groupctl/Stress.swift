@@ -132,6 +132,6 @@ struct StressDefaultsWriter: ParsableCommand {
     // A compaction of this writer may still be reading a tool's in-place edit of the export (it lands in the file
     // the compaction replaced, which only this process can still reach): wait for it before exiting. (Not
     // synchronize(): its durable compaction would give a tool still writing in place only 250 ms.)
-    defaults.waitForReplacedEdits()
+    defaults.waitForBackgroundWork()
   }
 }

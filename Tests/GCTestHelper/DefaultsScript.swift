@@ -12,6 +12,8 @@ import PropertyList
 /// - `sync` (`synchronize()`, says "synced"), `rewind` (a synchronize whose compaction also empties the journal:
 ///   a new generation; says "rewound"), `say:<text>`;
 /// - `wait:<name>` waits until the file `<dir>/<name>` exists (at most 60 s, then exits with status 4);
+/// - `settle`: waits for what this process does in the background (a compaction, an edit of a replaced export);
+///   says "settled";
 /// - `loads`: "loads <n>", the snapshots this process has read and parsed;
 /// - `dump`: one line per key, "<key> <integer value or data length>", then "end"; `count:<prefix>`: "count <n>",
 ///   the number of keys with that prefix.
@@ -55,6 +57,9 @@ func runDefaultsScript(_ args: [String], _ container: GroupContainer) throws -> 
       line("rewound")
     case "say":
       line(rest)
+    case "settle":
+      defaults.waitForBackgroundWork()
+      line("settled")
     case "loads":
       line("loads \(DefaultsStore.snapshotLoads.load(ordering: .relaxed))")
     case "wait":

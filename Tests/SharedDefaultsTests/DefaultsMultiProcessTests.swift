@@ -90,8 +90,14 @@ import Testing
     #expect(seen["removed"]?.newValue == nil && seen["added"]?.newValue == .string("py"))
     #expect(seen.values.allSatisfy { $0.originProcessID == nil })
     #expect(defaults.integer(forKey: "kept") == 1 && defaults.string(forKey: "added") == "py")
-    // The adopted state was rewritten as a binary snapshot.
-    let head = try FileHandle(forReadingFrom: URL(fileURLWithPath: path)).read(upToCount: 8)
+    // The export is then written again from the new state (without the lock, right after): a binary plist.
+    let deadline = Date().addingTimeInterval(10)
+    var head: Data?
+    repeat {
+      head = try? FileHandle(forReadingFrom: URL(fileURLWithPath: path)).read(upToCount: 8)
+      if head == Data("bplist00".utf8) { break }
+      try await Task.sleep(for: .milliseconds(20))
+    } while Date() < deadline
     #expect(head == Data("bplist00".utf8))
   }
 
