@@ -10,38 +10,43 @@ import SystemLayer
 /// The storage engine of one suite, shared by every `SharedDefaults` of that suite in this process.
 ///
 /// Files in `Library/Preferences/`:
-/// - `<suite>.snapshot` — the state the journal starts from, a binary plist; replaced only by atomic replace;
+/// - `<suite>.snapshot` — the state the journal starts from: an image (SuiteImageFormat.swift), mapped read-only
+///   and looked up lazily (`SuiteValues`); replaced only by atomic replace;
 /// - `<suite>.journal` — set/remove records appended since the snapshot (JournalFormat.swift), mapped shared;
-/// - `<suite>.lock` — a stable file, mapped: the header (magic, generation, committed journal length, the
-///   snapshot's and the export's identities, the journal's allocated size), the suite's lock word and its change
-///   signal;
-/// - `<suite>.plist` — the export other tools read and edit (`plutil`, `plistlib`): the snapshot's bytes, written
-///   after it. Never read as the state: an edit of it is applied as what the tool changed (its difference from the
-///   snapshot it was exported with), so a tool's stale read-modify-write cannot undo committed writes.
+/// - `<suite>.lock` — a stable file, mapped: the header (magic, generation, committed journal length, the snapshot's
+///   and the export's identities, the journal's allocated size, the compactor's claim), the suite's lock word and
+///   its change signal;
+/// - `<suite>.plist` — the export other tools read and edit (`plutil`, `plistlib`): a binary plist written from an
+///   image (`writeExport`, without the lock), whose base stays linked as `<suite>.snapshot.exported`. Never read as
+///   the state: an edit of it is applied as what the tool changed (its difference from that base), so a tool's
+///   stale read-modify-write cannot undo committed writes.
 ///
 /// **Write**: lock → copy the record into the mapped journal at the committed length → publish the new length in
 /// the header (the commit point) → unlock → signal listeners. A set does not catch up first: it comes after
 /// whatever others appended, so it is applied at once and the records it jumped over are applied later (`catchUp`
-/// skips those it supersedes), which keeps writers from decoding each other's records on every set. No system call when the lock is free and
-/// the journal has room: this is what makes a set cheaper than even one flock pair (see `SharedMemoryLock`). A
-/// writer killed before the commit leaves bytes past the committed length that nobody reads and the next writer
-/// overwrites; the pages live in the page cache, so a committed record survives the death of its writer.
+/// skips those it supersedes), which keeps writers from decoding each other's records on every set. No system call
+/// when the lock is free and the journal has room: this is what makes a set cheaper than even one flock pair (see
+/// `SharedMemoryLock`). A writer killed before the commit leaves bytes past the committed length that nobody reads
+/// and the next writer overwrites; the pages live in the page cache, so a committed record survives the death of
+/// its writer.
 /// **Read**: two atomic loads of the mapped header; when they match what this process applied, no system call.
-/// Otherwise apply only the new records (or reload after a compaction) without the lock, as a seqlock reader
-/// (`catchUpWithoutLock`); only a repair takes the lock. Lock order: `exclusively`.
-/// **Compaction** (journal twice what a compaction reads past the snapshot, at least 1 MiB; idle for 5 s;
-/// `synchronize()`): rewrite the snapshot and the export, and record where the snapshot stands in the journal
-/// (`snapshotAt`): nobody else notices, their journal goes on. Past max(8 MiB, 4× what it reads) it also empties the
-/// journal: bump the generation, then reset the committed length (every process reloads; `compact` gives the
-/// order and why). A process far behind reads the snapshot instead of the journal when that is cheaper
-/// (`reloadIsCheaper`). The journal file is never shrunk (others map it: see SharedFileMapping).
+/// Otherwise apply only the new records (or map the snapshot and replay the journal past it) without the lock, as
+/// a seqlock reader (`catchUpWithoutLock`); only a repair takes the lock. Lock order: `exclusively`.
+/// **Compaction** (journal twice the image past it, at least 1 MiB): the writer that crosses the threshold freezes
+/// its changes and builds the next image in the background without the lock (`startCompaction`,
+/// `finishCompaction`), then installs it with the lock (a rename and `snapshotAt`: where the image stands in the
+/// journal) — nobody else notices, their journal goes on. Idle for 5 s, and `synchronize()`, compact with the lock
+/// and then write the export. Past max(8 MiB, 4× the image) a compaction also empties the journal: bump the
+/// generation, then reset the committed length (every process reloads; `compact` gives the order and why). A
+/// process far behind reads the snapshot instead of the journal when that is cheaper (`reloadIsCheaper`). The
+/// journal file is never shrunk (others map it: see SharedFileMapping).
 /// **Recovery** (under the lock): an export that is not what the header recorded was edited by an outside tool
 /// and its difference is committed; a snapshot that is not the recorded one was written by a compaction that died
 /// before recording it, and is complete: it is read with the journal replayed over it (replaying records the
-/// snapshot already holds changes nothing). A snapshot that does not parse is moved aside to
-/// `<suite>.snapshot.corrupt-<time>` and rewritten from the export (the same bytes) or the last good state; a
-/// corrupt journal is moved aside the same way after applying its good prefix. A file over a limit is refused,
-/// never treated as corrupt.
+/// snapshot already holds changes nothing). A snapshot that is not a readable image is moved aside to
+/// `<suite>.snapshot.corrupt-<time>` and rewritten from the last good state (or the export); a corrupt journal is
+/// moved aside the same way after applying its good prefix. A file over a limit is refused, never treated as
+/// corrupt.
 final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state` (a Mutex); files are fixed
   static let logger = Logger(label: "GroupContainer.SharedDefaults")
   /// Lock-free reads that found committed bytes which were not records (tests check it stays 0: a writer that
@@ -444,7 +449,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     s.lastWrite = MonotonicClock.nanoseconds()
     let thresholds = compactionThresholds()
     let start = snapshotStart(generation: s.generation, committed: end)
-    guard mayCompact, end - start > thresholds.snapshot || end > thresholds.rewind else { return }
+    // Also by the number of changes held: the table grows by doubling, and growing a large one stalls a set.
+    let manyChanges = s.values.changeCount > max(Self.changesBeforeCompaction, (s.values.image?.count ?? 0) / 4)
+    guard mayCompact, end - start > thresholds.snapshot || end > thresholds.rewind || manyChanges else { return }
     // Most of the time a compaction is under way already (here or in another process): nothing to do.
     guard end > thresholds.rewind || (s.values.frozenToken == 0 && compactionClaimIsFree()) else { return }
     // The write is committed whatever happens now: a compaction that fails (full disk) is retried by the next one.
@@ -463,6 +470,10 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
 
   // MARK: Compaction in the background
 
+  /// Changes held over the image past which a set starts a compaction, whatever the journal's size (at least; a
+  /// quarter of the image's keys for large suites).
+  static let changesBeforeCompaction = 65_536
+
   /// How long a process's claim to compact holds the others back.
   static let compactionClaim: UInt64 = 10_000_000_000
 
@@ -471,10 +482,12 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       || MonotonicClock.nanoseconds() &- header.load(Slot.compactorSince) > Self.compactionClaim
   }
 
-  /// What a compaction in the background folds: `image` + `frozen` is the state at (generation, length).
+  /// What a compaction in the background folds: `image` + `frozen` is the state at (generation, length). Not the
+  /// whole `SuiteValues`: holding its `changes` would make the writer's next set copy them.
   private struct Compaction: @unchecked Sendable {  // the image is immutable; the frozen table is a value
     var token: UInt64
-    var values: SuiteValues
+    var image: SuiteImage?
+    var frozen: [String: PropertyListValue?]
     var generation: UInt64
     var length: Int
     var snapshot: Identity
@@ -487,7 +500,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     header.store(Slot.compactorSince, MonotonicClock.nanoseconds())
     header.store(Slot.compactor, UInt64(UInt32(bitPattern: getpid())))
     let work = Compaction(
-      token: token, values: s.values, generation: s.generation, length: s.length,
+      token: token, image: s.values.image, frozen: s.values.frozen, generation: s.generation, length: s.length,
       snapshot: (header.load(Slot.snapshotInode), Int64(header.load(Slot.snapshotSize)),
         Int64(bitPattern: header.load(Slot.snapshotTime))))
     compactions.enter()
@@ -506,7 +519,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     let next = Self.preferences + "/\(AtomicReplace.temporaryPrefix)\(AtomicReplace.writer)-next-\(suite).snapshot"
     var built: (bytes: Int, status: FileStatus)?
     do {
-      let bytes = try work.values.imageBytes(generation: work.generation, position: work.length)
+      let bytes = try SuiteImage.merged(
+        base: work.image, changes: work.frozen, generation: work.generation, position: UInt64(work.length))
       guard bytes.count <= Self.snapshotLimits.maxBytes else {
         throw SharedDefaultsError.suiteTooLarge(directory + "/\(suite).snapshot", "it would be \(bytes.count) bytes")
       }
@@ -1107,12 +1121,17 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   private let exportGate = Mutex<Void>(())
 
   private func writeExportAlone(durable: Bool) throws(SharedDefaultsError) {
-    let pinnedName = "\(AtomicReplace.temporaryPrefix)\(AtomicReplace.writer)-export-\(suite).snapshot"
-    let pinned = Self.preferences + "/" + pinnedName
-    let temp = Self.preferences + "/\(AtomicReplace.temporaryPrefix)\(AtomicReplace.writer)-export-\(suite).plist"
+    // One descriptor of the suite's directory for the whole export: resolved once beneath the container (a swap of
+    // a directory on the way for a symlink fails here, cleanly), every name after it relative to it.
+    let dir = try Self.beneath(Self.preferences, in: containerPath) { () throws(FileSystemError) in
+      try root.openDirectory(Self.preferences)
+    }
+    let pinned = "\(AtomicReplace.temporaryPrefix)\(AtomicReplace.writer)-export-\(suite).snapshot"
+    let temp = "\(AtomicReplace.temporaryPrefix)\(AtomicReplace.writer)-export-\(suite).plist"
     defer {
-      try? root.removeFile(pinned)
-      try? root.removeFile(temp)
+      try? dir.removeFile(pinned)
+      try? dir.removeFile(temp)
+      dir.close()
     }
     for attempt in 0..<3 {
       // 1. Pin the snapshot, after applying an edit of the export made since it was written.
@@ -1128,14 +1147,14 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
           usleep(UInt32(Self.exportRetryDelay * 1_000_000))
           _ = try applyOutsideEdit(&s, final: true)
         }
-        do throws(FileSystemError) { try root.link(snapshotItem, to: pinnedName) } catch {
+        do throws(FileSystemError) {
+          try dir.removeFile(pinned)
+          try dir.link("\(suite).snapshot", to: pinned)
+        } catch {
           if error.errno == .noSuchFileOrDirectory { return nil }  // no snapshot yet: nothing to export
-          if error.errno == .improperLink { throw .container(.pathEscapesContainer(pinned, container: containerPath)) }
           throw .system(error)
         }
-        let image: SuiteImage?
-        do { image = try loadImage(pinned) } catch {
-          if case .unreachable(let error)? = error as? Repair { throw error }
+        guard let fd = try? dir.open(pinned, .readOnly), let image = try? SuiteImage(mapping: fd) else {
           return nil  // damaged: repaired at the next catch-up, exported after
         }
         return (image, recordedExport(), header.load(Slot.generation))
@@ -1145,8 +1164,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       let written: FileStatus
       do {
         let bytes = try PropertyListValue.dictionary(SuiteValues(image: image).dictionary()).encoded(as: .binary)
-        written = try Self.beneath(temp, in: containerPath) { () throws(FileSystemError) in
-          try root.replaceFile(temp, with: bytes, mode: fileMode, durability: durable ? .powerLoss : .processCrash)
+        written = try SharedDefaultsError.wrap { () throws(FileSystemError) in
+          try AtomicReplace.write(bytes, in: dir, name: temp, mode: fileMode, durability: durable ? .powerLoss : .processCrash)
         }
       } catch let error as SharedDefaultsError {
         throw error
@@ -1157,12 +1176,14 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       // last time, publish: an edit is then read from the replaced file, as one made during the rename is).
       let published = try exclusively { s throws(SharedDefaultsError) -> Bool in
         if let recorded, attempt < 2 {
-          let now = try? root.status(plistItem)
+          let now = try? dir.status(of: "\(suite).plist")
           guard let now, now.inode == recorded.inode, now.size == recorded.size,
             now.modificationNanoseconds == recorded.time
           else { return false }
         }
-        try publishExport(temp, written: written, pinned: pinnedName, generation: generation, replacing: recorded, &s)
+        try publishExport(
+          temp, in: dir, written: written, pinned: pinned, generation: generation, durable: durable,
+          replacing: recorded, &s)
         return true
       }
       if published {
@@ -1178,25 +1199,27 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     return (try? root.status(exportedItem))??.inode != header.load(Slot.snapshotInode)
   }
 
-  /// With the lock: the temp file `temp` becomes the export, the pinned image its base; the export is recorded.
+  /// With the lock: the temp file `temp` (in `dir`, the suite's directory) becomes the export, the pinned image
+  /// its base; the export is recorded.
   private func publishExport(
-    _ temp: String, written: FileStatus, pinned: String, generation: UInt64, replacing recorded: Identity?,
-    _ s: inout State
+    _ temp: String, in dir: SystemFD, written: FileStatus, pinned: String, generation: UInt64, durable: Bool,
+    replacing recorded: Identity?, _ s: inout State
   ) throws(SharedDefaultsError) {
     // The export being replaced, kept open: a tool may write into it (in place) while this runs, and that write
     // must not vanish with the file's name.
-    let replaced = try? root.openFile(plistItem, .readOnly)
+    let replaced = try? dir.open("\(suite).plist", .readOnly)
     var handedOver = false
     defer { if !handedOver { replaced?.close() } }
     header.store(Slot.exportInode, .max)  // stale until recorded: a kill in between leaves it to be rewritten
-    try Self.beneath(plistItem, in: containerPath) { () throws(FileSystemError) in
+    try SharedDefaultsError.wrap { () throws(FileSystemError) in
       FaultPoint.pause("defaults.export.replacing")
-      try root.rename(temp, to: "\(suite).plist")
+      try dir.rename(temp, to: "\(suite).plist")
+      if durable { try dir.sync() }
       FaultPoint.reach("defaults.compact.exportWritten")
-      do throws(FileSystemError) { try root.rename(exportedItem, to: "\(suite).snapshot.exported.previous") } catch {
+      do throws(FileSystemError) { try dir.rename("\(suite).snapshot.exported", to: "\(suite).snapshot.exported.previous") } catch {
         if error.errno != .noSuchFileOrDirectory { throw error }
       }
-      try root.rename(Self.preferences + "/" + pinned, to: "\(suite).snapshot.exported")
+      try dir.rename(pinned, to: "\(suite).snapshot.exported")
       header.store(Slot.exportGeneration, generation)
       // The identity of what was written, not of what is at the name by now: a tool that wrote into the new
       // export at once must still be seen as an edit.

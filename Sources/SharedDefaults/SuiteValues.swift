@@ -137,7 +137,8 @@ struct SuiteValues: @unchecked Sendable {  // `decoded` is a box filled under th
   /// changes go to a new table, sized for as many. Returns the token, or nil when a compaction already holds it.
   mutating func freeze() -> UInt64? {
     guard frozen.isEmpty, frozenToken == 0 else { return nil }
-    let capacity = changes.count
+    // Room for twice as many as the last round: a table that grows during a set stalls it (rehashing all).
+    let capacity = 2 * changes.count
     frozen = changes
     changes = [:]
     changes.reserveCapacity(capacity)
