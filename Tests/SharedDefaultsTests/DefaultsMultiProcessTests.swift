@@ -20,6 +20,36 @@ import Testing
     #expect(summary.hasPrefix("keys=16000/16000 lost=0 counter=16000/16000 writes_per_s="), "\(summary)")
   }
 
+  /// A process that observes one key scans the other keys' records without applying them
+  /// (`catchUpForObservers`), and still hears every change of its key, in order, with the right old values —
+  /// also across a compaction that empties the journal, and when its key's record sits among thousands of
+  /// others. Mutant: the scan never matching the observed key (the watcher heard 1 change of 3).
+  @Test func anObserverOfOneKeyHearsItAmongThousandsOfOthers() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let watch = try Child(["defaults", "watch", group, "watched", "--suite", "w", "--root", root.path], executable: "groupctl")
+    watch.waitForLine { $0.contains("\"ready\"") }
+    let writer = try Child([
+      "defaults-script", root.path, group, "w", root.path, "set:watched=1", "fill:o:30000:0", "set:watched=2",
+      "rewind", "fill:p:3000:0", "set:watched=3",
+    ])
+    #expect(writer.waitForExit(timeout: 60) == 0, "\(writer.errors.withLock { $0 })")
+    let deadline = Date().addingTimeInterval(20)
+    var heard: [String] = []
+    while Date() < deadline {
+      heard = watch.output.filter { $0.contains("\"key\"") }
+      if heard.count >= 3 { break }
+      usleep(20_000)
+    }
+    watch.kill(SIGTERM)
+    #expect(heard.count == 3, "\(heard)")
+    #expect(heard.first?.contains("\"old\":null,\"new\":1,") == true, "\(heard)")
+    for (i, line) in heard.enumerated() where i > 0 {
+      #expect(line.contains("\"old\":\(i),\"new\":\(i + 1)"), "\(heard)")
+    }
+    withExtendedLifetime(container) {}
+  }
+
   @Test func everyAcknowledgedWriteSurvivesSIGKILLAtRandomPoints() throws {
     let root = try TestRoot()
     let container = try root.container(group)
