@@ -86,6 +86,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     /// The process compacting in the background (its pid; 0: none) and since when (`MonotonicClock`): the others
     /// leave the compaction to it, for `compactionClaim` at most (a stopped or dead compactor is then replaced).
     static let compactor = 20, compactorSince = 21
+    /// Listeners asleep on the change signal: a commit makes the wake-up system call only when one is.
+    static let sleepers = 22
   }
   private static let magic: UInt64 = 0x3454_4c46_4544_4347  // "GCDEFLT4"
   /// 0.1.0's header: the plist was the snapshot. Migrated in place (`initializeHeaderLocked`).
@@ -274,7 +276,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     lock = SharedMemoryLock(header, index: Slot.lock) { [container] pid, start in
       container.processIsAlive(pid: pid, startTimeLow32: start)
     }
-    signal = ChangeSignal(header, sequence: Slot.changeSequence, listeners: Slot.listeners)
+    signal = ChangeSignal(header, sequence: Slot.changeSequence, listeners: Slot.listeners, sleepers: Slot.sleepers)
     do {
       journal = try SharedDefaultsError.wrap { () throws(FileSystemError) in
         try SharedFileMapping(
@@ -1705,7 +1707,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       defer {
         current =
           on
-          ? signal.listen(name: "GroupContainer.SharedDefaults.\(suite)") { [weak self] in
+          ? signal.listen(name: "GroupContainer.SharedDefaults.\(suite)", coalesce: Self.observerCoalescing) {
+            [weak self] in
             guard let self else { return }
             self.state.withLock { self.catchUpForObservers(&$0) }
           } : nil
@@ -1714,6 +1717,10 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     }
     old?.cancel()
   }
+
+  /// How long an observing process lets commits gather when they come faster than it catches up: a flood of
+  /// commits then wakes it about 2,000 times a second, not once per commit, and costs the writers no system call.
+  static let observerCoalescing: UInt64 = 500_000
 
   /// A wake-up of the listener: when every observer names its keys, the new records' keys are scanned in the
   /// mapping (no value decoded, nothing applied) and the state catches up only if one of those keys changed —

@@ -13,21 +13,33 @@ import Glibc
 ///
 /// A process killed while listening leaves the count one too high: posts then make one futex call that wakes
 /// nobody, which costs a fraction of a microsecond and harms nothing.
+///
+/// With a `sleepers` counter, a post makes the futex call only when a listener sleeps in `FUTEX_WAIT` (a Dekker
+/// pair: the poster bumps the sequence, then reads the sleepers; a listener counts itself, then reads the sequence
+/// — each with a full fence between, so at least one sees the other). Listeners that `coalesce` pause that long
+/// after a handler call during which more posts came: a flood of posts then costs each listener a wake-up per
+/// pause, not per post, and the posters no system call — while a post after a quiet spell is handled at once.
 package struct ChangeSignal: @unchecked Sendable {  // the words are shared memory, touched only through atomics
   private let counters: MappedCounters
   private let sequence: Int
   private let listeners: Int
+  private let sleepers: Int?
 
-  package init(_ counters: MappedCounters, sequence: Int, listeners: Int) {
+  package init(_ counters: MappedCounters, sequence: Int, listeners: Int, sleepers: Int? = nil) {
     self.counters = counters
     self.sequence = sequence
     self.listeners = listeners
+    self.sleepers = sleepers
   }
 
   /// Wakes every listener in every process (none is woken when none listens).
   package func post() {
     guard counters.atomic(listeners).load(ordering: .relaxed) != 0 else { return }
     counters.increment(sequence)
+    if let sleepers {
+      atomicMemoryFence(ordering: .sequentiallyConsistent)
+      guard counters.atomic(sleepers).load(ordering: .sequentiallyConsistent) != 0 else { return }
+    }
     _ = gc_futex_wake(counters.futexWord(sequence), Int32.max)
   }
 
@@ -45,16 +57,17 @@ package struct ChangeSignal: @unchecked Sendable {  // the words are shared memo
     _ = gc_futex_wait(counters.futexWord(sequence), seen, &timeout)
   }
 
-  /// Starts a thread that calls `handler` after each post by any process, until `cancel()`.
-  package func listen(name: String, _ handler: @escaping @Sendable () -> Void) -> Listener {
-    Listener(signal: self, name: name, handler: handler)
+  /// Starts a thread that calls `handler` after each post by any process, until `cancel()`; with `coalesce`
+  /// (nanoseconds), it pauses that long after a call during which more posts came.
+  package func listen(name: String, coalesce: UInt64 = 0, _ handler: @escaping @Sendable () -> Void) -> Listener {
+    Listener(signal: self, name: name, coalesce: coalesce, handler: handler)
   }
 
   package final class Listener: Sendable {
     private let signal: ChangeSignal
     private let cancelled = ManagedAtomic<Bool>(false)
 
-    fileprivate init(signal: ChangeSignal, name: String, handler: @escaping @Sendable () -> Void) {
+    fileprivate init(signal: ChangeSignal, name: String, coalesce: UInt64, handler: @escaping @Sendable () -> Void) {
       self.signal = signal
       signal.counters.increment(signal.listeners)
       let seen = signal.counters.load(signal.sequence)
@@ -67,9 +80,22 @@ package struct ChangeSignal: @unchecked Sendable {  // the words are shared memo
           if now != last {
             last = now
             handler()
+            if coalesce > 0, UInt32(truncatingIfNeeded: signal.counters.load(signal.sequence)) != now {
+              MonotonicClock.sleep(nanoseconds: coalesce)  // busy: let posts gather
+            }
             continue
           }
-          _ = gc_futex_wait(signal.counters.futexWord(signal.sequence), now, &timeout)
+          guard let sleepers = signal.sleepers else {
+            _ = gc_futex_wait(signal.counters.futexWord(signal.sequence), now, &timeout)
+            continue
+          }
+          _ = signal.counters.increment(sleepers)
+          atomicMemoryFence(ordering: .sequentiallyConsistent)
+          let again = signal.counters.atomic(signal.sequence).load(ordering: .sequentiallyConsistent)
+          if UInt32(truncatingIfNeeded: again) == now {
+            _ = gc_futex_wait(signal.counters.futexWord(signal.sequence), now, &timeout)
+          }
+          _ = signal.counters.atomic(sleepers).loadThenWrappingDecrement(ordering: .relaxed)
         }
       }
       thread.name = name
