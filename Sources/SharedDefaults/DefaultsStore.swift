@@ -233,15 +233,16 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   }
 
   /// On a memory warning: a suite not in use (no observers, no write for `idleCompaction`, nothing of its own
-  /// pending) drops its values, which the next access reads again from the snapshot and journal (a reload, as
-  /// after another process's compaction). Registered defaults stay: nothing could read them again. Returns about
-  /// how many bytes the values held.
+  /// pending, no compaction under way) drops its values — the changes and decoded values it holds, and its mapping
+  /// of the image — which the next access reads again from the snapshot and journal (a reload, as after another
+  /// process's compaction). Registered defaults stay: nothing could read them again. Returns about how many bytes
+  /// it gave back (the image's mapped bytes counted whole).
   func dropValuesIfUnused() -> Int {
     state.withLock { s in
-      guard s.observers.isEmpty, s.pendingOwn.isEmpty, s.generation != .max,
+      guard s.observers.isEmpty, s.pendingOwn.isEmpty, s.generation != .max, s.values.frozenToken == 0,
         MonotonicClock.nanoseconds() &- s.lastWrite >= Self.idleCompaction
       else { return 0 }
-      let bytes = s.values.approximateBytes
+      let bytes = s.values.approximateBytes + (s.values.image?.bytes.count ?? 0)
       s.values = SuiteValues(image: nil)
       s.generation = .max  // the next access reloads
       s.length = 0
