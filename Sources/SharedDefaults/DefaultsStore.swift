@@ -579,6 +579,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     } catch {
       Self.logger.warning("suite '\(suite)': compaction failed, the journal keeps growing: \(error)")
     }
+    FaultPoint.pause("defaults.compaction.installing")
     do {
       try exclusively { s throws(SharedDefaultsError) in
         defer {

@@ -30,7 +30,9 @@ import TestSupport
 /// - `reloadIsCheaper` always false: `aProcessFarBehindReadsTheSnapshotInstead` ("loads 1");
 /// - `writeExport` giving up a replaced export that does not parse yet (no `applyReplacedEditLater`):
 ///   `anEditWrittenIntoAnExportBeingReplacedIsApplied` (the tool's key is lost);
-/// - `synchronize()` not waiting for `replacedEdits`: `anEditWrittenIntoAnExportBeingReplacedSurvivesTheCompactorsExit`.
+/// - `synchronize()` not waiting for `replacedEdits`: `anEditWrittenIntoAnExportBeingReplacedSurvivesTheCompactorsExit`;
+/// - a background compaction installed without checking the snapshot and the generation it was built from:
+///   `aBackgroundCompactionOvertakenByAnotherIsDropped`.
 @Suite(.timeLimit(.minutes(3))) struct DefaultsEngineTests {
   /// The lines of `child`'s output after the last `synced` (what its final `dump` printed).
   func lastDump(_ child: Child) -> [String] {
@@ -189,6 +191,35 @@ import TestSupport
     let reader = try Child(["defaults-script", root.path, id, "half", root.path, "dump"])
     #expect(await reader.exit() == 0)
     #expect(reader.output == ["a 1", "b 2", "tool 7", "end"], "stderr: \(compactor.errors.withLock { $0 })")
+  }
+
+  /// A compaction built in the background is installed only over the snapshot it was built from, in its
+  /// generation: here another process writes `x` and empties the journal (a new snapshot, a new generation) while
+  /// the first one's image — built before `x` — waits to be installed. Installed anyway (the mutant without the
+  /// check), it replaced the newer snapshot and `x` was gone for every new process.
+  @Test func aBackgroundCompactionOvertakenByAnotherIsDropped() async throws {
+    let root = try TestRoot()
+    let id = try root.container().identifier
+    let pauses = root.path + "/pauses"
+    try FileManager.default.createDirectory(atPath: pauses, withIntermediateDirectories: true)
+    let point = pauses + "/defaults.compaction.installing"
+    // 30,000 sets: over 1 MiB of journal, a compaction in the background; `settle` waits for it (paused).
+    let slow = try Child(
+      ["defaults-script", root.path, id, "bg", root.path, "fill:a:30000:0", "settle", "count:a"],
+      environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.compaction.installing", "GROUPCONTAINER_PAUSE_DIR": pauses])
+    let deadline = Date().addingTimeInterval(30)
+    while !FileManager.default.fileExists(atPath: point) && Date() < deadline {
+      try await Task.sleep(for: .milliseconds(10))
+    }
+    #expect(FileManager.default.fileExists(atPath: point), "the compaction never reached its install")
+    let other = try Child(["defaults-script", root.path, id, "bg", root.path, "set:x=1", "rewind"])
+    #expect(await other.exit() == 0, "stderr: \(other.errors.withLock { $0 })")
+    try FileManager.default.removeItem(atPath: point)
+    #expect(await slow.exit(timeout: 60) == 0)
+    #expect(slow.output.suffix(2) == ["settled", "count 30000"], "\(slow.output)")
+    let reader = try Child(["defaults-script", root.path, id, "bg", root.path, "count:x", "count:a"])
+    #expect(await reader.exit() == 0)
+    #expect(reader.output == ["count 1", "count 30000"], "stderr: \(reader.errors.withLock { $0 })")
   }
 
   @Test(arguments: ["truncate", "delete"])
