@@ -726,8 +726,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     let committed = Int(header.load(Slot.committed))
     if let damage = s.values.damage {
       // A lookup found the image damaged: the snapshot is repaired if it is that image, else read again.
-      guard s.values.image?.status?.inode != header.load(Slot.snapshotInode) || !isRecordedSnapshot(s.values.image?.status)
-      else { throw .corruptSnapshot("\(suite).snapshot", damage.description) }
+      guard !isRecordedSnapshot(s.values.image?.status) else {
+        throw .corruptSnapshot("\(suite).snapshot", damage.description)
+      }
       try reload(&s, generation: generation, committed: committed)
       return
     }
@@ -1578,7 +1579,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
         if state.withLock({ $0.markIdleCheck() }) { scheduleIdleCompaction() }
         return
       }
-      waitForBackgroundWork()
+      // (A compaction started in the background ran before this: both are on the serial `background` queue.
+      // Waiting for `compactions` here would wait for work queued behind this closure.)
       let committed = Int(header.load(Slot.committed))
       do {
         if committed > snapshotStart(generation: header.load(Slot.generation), committed: committed) {
