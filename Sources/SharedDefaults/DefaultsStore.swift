@@ -518,8 +518,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     let work = Compaction(
       token: token, image: s.values.image, frozen: token == 0 ? [:] : s.values.frozen, generation: generation,
       start: snapshotStart(generation: generation, committed: committed), length: committed,
-      snapshot: (header.load(Slot.snapshotInode), Int64(header.load(Slot.snapshotSize)),
-        Int64(bitPattern: header.load(Slot.snapshotTime))))
+      snapshot: recordedSnapshot())
     compactions.enter()
     background.async { [weak self, compactions] in
       defer { compactions.leave() }
@@ -533,10 +532,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
 
   private func snapshotAndJournal(_ work: Compaction) throws -> (SuiteImage?, [String: PropertyListValue?]) {
     let image = try loadImage(counted: false)
-    let status = image?.status
-    guard (status?.inode ?? 0) == work.snapshot.inode, Int64(status?.size ?? 0) == work.snapshot.size,
-      status?.modificationNanoseconds ?? 0 == work.snapshot.time
-    else { throw Superseded() }  // another compaction came first
+    guard Self.identity(image?.status) == work.snapshot else { throw Superseded() }  // another compaction came first
     let (bytes, problem) = readJournal(from: work.start, to: work.length)
     guard problem == nil, header.loadAfterFence(Slot.generation) == work.generation else { throw Superseded() }
     var records: [JournalFormat.Record] = []
@@ -585,11 +581,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
         defer {
           if header.load(Slot.compactor) == UInt64(UInt32(bitPattern: getpid())) { header.store(Slot.compactor, 0) }
         }
-        guard let built, header.load(Slot.generation) == work.generation,
-          header.load(Slot.snapshotInode) == work.snapshot.inode,
-          header.load(Slot.snapshotSize) == UInt64(work.snapshot.size),
-          header.load(Slot.snapshotTime) == UInt64(bitPattern: work.snapshot.time)
-        else {
+        guard let built, header.load(Slot.generation) == work.generation, recordedSnapshot() == work.snapshot else {
           try? root.removeFile(next)
           s.values.thaw(token: work.token)
           return
@@ -604,9 +596,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
         header.store(Slot.snapshotAt, (work.generation & 0xFFFF_FFFF) << 32 | UInt64(work.length))
         FaultPoint.reach("defaults.snapshot.recorded")
         // This process goes on from the new image (unless its state was replaced meanwhile).
-        if let fd = try? root.openFile(snapshotItem, .readOnly), let image = try? SuiteImage(mapping: fd),
-          image.status?.inode == built.status.inode, let dropped = s.values.install(image, token: work.token)
-        {
+        if let image = mapSnapshot(written: built.status), let dropped = s.values.install(image, token: work.token) {
           release(dropped)
         } else {
           s.values.thaw(token: work.token)
@@ -886,12 +876,16 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     }
   }
 
-  /// Whether `status` is the snapshot the header recorded (else a compaction died before recording it).
-  private func isRecordedSnapshot(_ st: FileStatus?) -> Bool {
-    header.load(Slot.snapshotInode) == (st?.inode ?? 0)
-      && header.load(Slot.snapshotSize) == UInt64(st?.size ?? 0)
-      && header.load(Slot.snapshotTime) == UInt64(bitPattern: st?.modificationNanoseconds ?? 0)
+  /// The snapshot this process just wrote (`written`), mapped; nil if the name leads elsewhere or it cannot be.
+  private func mapSnapshot(written: FileStatus) -> SuiteImage? {
+    guard let fd = try? root.openFile(snapshotItem, .readOnly), let image = try? SuiteImage(mapping: fd),
+      image.status?.inode == written.inode
+    else { return nil }
+    return image
   }
+
+  /// Whether `status` is the snapshot the header recorded (else a compaction died before recording it).
+  private func isRecordedSnapshot(_ st: FileStatus?) -> Bool { Self.identity(st) == recordedSnapshot() }
 
   /// Whether the snapshot on disk is the one the header recorded (else a compaction died before recording it).
   private func snapshotIsTheRecordedOne() throws(Repair) -> Bool {
@@ -1060,8 +1054,6 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   // MARK: Compaction
 
   /// Rewrites the snapshot from `s`, and with `rewind` empties the journal. Needs the lock and a current `s`.
-  /// Returns false when the export is being edited by another tool and cannot be read yet (not to be rewritten
-  /// now).
   ///
   /// The snapshot is an image: the last image's entries copied as they are and the changes over them encoded,
   /// O(bytes) with no value decoded. The export (`writeExport`) is written after, and without the lock.
@@ -1076,23 +1068,20 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// An export being edited by another tool that cannot be read yet is left alone (its base, the image it was
   /// written from, stays pinned as `<suite>.snapshot.exported`, whatever the snapshot becomes) and looked at again
   /// after `exportRetryDelay`; `synchronize()` gives the tool that delay once, then moves its file aside.
-  @discardableResult
   private func compact(
     _ s: inout State, durable: Bool, handOver: Bool = false, rewind: Bool = true
-  ) throws(SharedDefaultsError) -> Bool {
+  ) throws(SharedDefaultsError) {
     guard s.generation != .max else {
       // Never write a state this process did not load: that would drop the suite.
       throw .system(FileSystemError("compact", directory + "/\(suite).snapshot", .ioError))
     }
-    // An export edited by another tool is applied before it is overwritten; one that may be half-written is
-    // left alone (not rewritten) until it can be read or its grace is over.
-    var exportDeferred = false
+    // An export edited by another tool is applied first; one that may be half-written is looked at again after
+    // its grace (its base stays pinned whatever the snapshot becomes) — `synchronize()` waits that grace once.
     if (try? exportState()) == .edited, try !applyOutsideEdit(&s) {
       if durable {
         usleep(UInt32(Self.exportRetryDelay * 1_000_000))
         _ = try applyOutsideEdit(&s, final: true)
       } else {
-        exportDeferred = true  // its base stays pinned whatever the snapshot becomes
         scheduleExportCheck(after: Self.exportRetryDelay)
       }
     }
@@ -1127,11 +1116,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       }
       recordSnapshotIdentity(written)
       // This process goes on from the image it wrote (the changes it held are in it).
-      if let fd = try? root.openFile(snapshotItem, .readOnly), let image = try? SuiteImage(mapping: fd),
-        image.status?.inode == written.inode
-      {
-        release(s.values.rebase(onto: image))
-      }
+      if let image = mapSnapshot(written: written) { release(s.values.rebase(onto: image)) }
     }
     header.store(Slot.compactionInput, UInt64(input))
     if rewind {
@@ -1148,7 +1133,6 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     }
     header.store(Slot.overLimit, 0)
     if durable { try SharedDefaultsError.wrap { () throws(FileSystemError) in try header.sync() } }
-    return !exportDeferred
   }
 
   /// Writes the export (`<suite>.plist`, a binary plist of the snapshot's state, for other tools). The costly
@@ -1225,9 +1209,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       let published = try exclusively { s throws(SharedDefaultsError) -> Bool in
         if let recorded, attempt < 2 {
           let now = try? dir.status(of: "\(suite).plist")
-          guard let now, now.inode == recorded.inode, now.size == recorded.size,
-            now.modificationNanoseconds == recorded.time
-          else { return false }
+          guard let now, Self.identity(now) == recorded else { return false }
         }
         try publishExport(
           temp, in: dir, written: written, pinned: pinned, generation: generation, durable: durable,
@@ -1275,7 +1257,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     }
     // Only a recorded export can be told from a tool's write (a stale one was rewritten without applying).
     guard let replaced, let recorded, let now = try? replaced.status(), now.kind == .regular,
-      now.inode != recorded.inode || now.size != recorded.size || now.modificationNanoseconds != recorded.time
+      Self.identity(now) != recorded
     else { return }
     // Written by a tool since it was recorded (in place, or replaced by the tool before we opened it): apply it.
     guard let edited = Self.readEdit(replaced) else {
@@ -1372,6 +1354,16 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
 
   /// A file's identity as the header records it: inode, size, modification time.
   private typealias Identity = (inode: UInt64, size: Int64, time: Int64)
+
+  /// A file's identity (0s for none), to compare with one the header recorded.
+  private static func identity(_ st: FileStatus?) -> Identity {
+    (st?.inode ?? 0, st?.size ?? 0, st?.modificationNanoseconds ?? 0)
+  }
+
+  /// The snapshot's identity as the header records it.
+  private func recordedSnapshot() -> Identity {
+    (header.load(Slot.snapshotInode), Int64(header.load(Slot.snapshotSize)), Int64(bitPattern: header.load(Slot.snapshotTime)))
+  }
 
   /// The recorded export's identity (nil when none or stale).
   private func recordedExport() -> Identity? {

@@ -60,9 +60,6 @@ struct SuiteValues: @unchecked Sendable {  // `decoded` is a box filled under th
     changes.updateValue(value, forKey: key)
   }
 
-  /// Whether no change is held over the image (the state is exactly the image's).
-  var hasNoChanges: Bool { changes.isEmpty && frozen.isEmpty }
-
   /// How many changes are held over the image (what a compaction folds).
   var changeCount: Int { changes.count + frozen.count }
 
