@@ -240,7 +240,7 @@ let benchmarks: @Sendable () -> Void = {
 }
 
 /// Runs `count` `groupctl stress defaults-writer` processes on `suite` (each `keys` keys, `rounds` times), timed by
-/// the benchmark from the first start to the last exit. Returns the seconds from the first writer's loop start to
+/// the benchmark from the common start of their loops to the last exit. Returns the seconds from the first writer's loop start to
 /// the last one's end (process start and exit left out), and throws when a writer failed.
 func runWriters(_ benchmark: Benchmark?, _ suite: Suite, count: Int, keys: Int, rounds: Int) throws -> Double {
   let groupctl = try locateGroupctl()
@@ -249,14 +249,27 @@ func runWriters(_ benchmark: Benchmark?, _ suite: Suite, count: Int, keys: Int, 
     child.executableURL = URL(fileURLWithPath: groupctl)
     child.arguments = [
       "stress", "defaults-writer", suite.identifier, "--index", "\(w)", "--keys", "\(keys)", "--rounds",
-      "\(rounds)", "--increments", "0", "--timing", "--suite", suite.name, "--root", suite.root!,
+      "\(rounds)", "--increments", "0", "--timing", "--start-on-stdin-close", "--suite", suite.name, "--root",
+      suite.root!,
     ]
     let output = Pipe()
     child.standardOutput = output
+    child.standardInput = Pipe()
     return (child, output)
   }
-  benchmark?.startMeasurement()
   for (child, _) in children { try child.run() }
+  // All loops start together once every writer has opened the suite: 16 process starts on 2 cores would otherwise
+  // run inside the first writers' loops and be counted as the suite's cost.
+  for (_, output) in children {
+    var line = Data()
+    while !line.starts(with: Data("ready\n".utf8)) {
+      let chunk = output.fileHandleForReading.availableData
+      guard !chunk.isEmpty else { throw BenchmarkSetupError("a writer exited before it was ready") }
+      line += chunk
+    }
+  }
+  benchmark?.startMeasurement()
+  for (child, _) in children { try (child.standardInput as! Pipe).fileHandleForWriting.close() }
   // Read each to its end before waiting: a writer blocked on a full pipe would never exit.
   let texts = children.map { String(decoding: $0.1.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
   for (child, _) in children { child.waitUntilExit() }

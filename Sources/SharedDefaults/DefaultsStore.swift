@@ -55,6 +55,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// Snapshots this process read and parsed (tests check that another process's compaction that kept the journal
   /// costs this one none).
   static let snapshotLoads = Atomic<Int>(0)
+  /// Own writes appended behind others' and left for the next read to apply (tests: that path ran).
+  static let ownWritesLeftForTheNextRead = Atomic<Int>(0)
   /// The open stores, by suite path: weak, so a suite no `SharedDefaults` uses any more is released (its mappings,
   /// descriptors, watch and registrations), and a process may open any number of suites one after another.
   private static let stores = Mutex<[String: WeakStore]>([:])
@@ -149,8 +151,12 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     /// `values` holds the journal up to here (plus `pendingOwn`).
     var length = 0
     /// Own records appended past `length` without catching up first (their commit's start and end offsets), by
-    /// key: already in `values`, and newer than any record before them in the journal.
+    /// key: already in `values`, and newer than any record before them in the journal. Kept only while this
+    /// process has observers (they hear its own writes at once); otherwise see `ownWritesUnapplied`.
     var pendingOwn: [String: (start: Int, end: Int)] = [:]
+    /// Own records were appended past `length` and left out of `values`: the next read catches up through them,
+    /// in commit order, and waits for the lock rather than answer without them.
+    var ownWritesUnapplied = false
     var observers: [UInt64: Observer] = [:]
     var nextObserver: UInt64 = 0
     var lastWrite: UInt64 = 0
@@ -348,7 +354,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       return true
     }
     for _ in 0..<3 where catchUpWithoutLock(&s) { return true }
-    guard s.generation != .max else { return false }
+    // Never answer without this process's own writes: catch up under the lock instead.
+    guard s.generation != .max, !s.ownWritesUnapplied else { return false }
     scheduleRepair()
     return true
   }
@@ -448,10 +455,17 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     header.store(Slot.committed, UInt64(end))  // the commit point
     if offset == s.length {
       s.length = end
+      apply(records, to: &s)
+    } else if s.observers.isEmpty {
+      // Others wrote since this process caught up. Holding this write in memory now (pendingOwn) makes a process
+      // that only writes keep every key it ever wrote, and 4 writers growing a suite spent half their time growing
+      // those tables: the next read applies it with the others' records instead, from the journal.
+      s.ownWritesUnapplied = true
+      Self.ownWritesLeftForTheNextRead.add(1, ordering: .relaxed)
     } else {
       for record in records { s.pendingOwn[record.key] = (offset, end) }
+      apply(records, to: &s)
     }
-    apply(records, to: &s)
     s.lastWrite = MonotonicClock.nanoseconds()
     let thresholds = compactionThresholds()
     let start = snapshotStart(generation: s.generation, committed: end)
@@ -704,6 +718,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     }
     s.generation = generation
     s.length = committed
+    s.ownWritesUnapplied = false
     return true
   }
 
@@ -743,6 +758,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     apply(records, to: &s)
     if let corruption { throw .corruptJournal(corruption) }
     s.length = committed
+    s.ownWritesUnapplied = false
   }
 
   /// Whether reading the snapshot and the journal past it costs less than the journal from where `s` stands: a
@@ -816,6 +832,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     s.pendingOwn = [:]
     s.generation = generation
     s.length = committed
+    s.ownWritesUnapplied = false
     if let corruption { throw .corruptJournal(corruption) }
     // Checked in the background: an export edited by another tool never delays or fails this operation.
     if (try? exportState()) != .current { scheduleExportCheck() }
@@ -986,6 +1003,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     replaceValues(with: values, in: &s)
     s.generation = header.load(Slot.generation)
     s.length = Int(header.load(Slot.committed))
+    s.ownWritesUnapplied = false
     s.pendingOwn = [:]
   }
 
@@ -1126,6 +1144,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       FaultPoint.reach("defaults.compact.generationBumped")
       header.store(Slot.committed, 0)
       s.length = 0
+      s.ownWritesUnapplied = false
       s.pendingOwn = [:]
     } else {
       header.store(Slot.snapshotAt, (s.generation & 0xFFFF_FFFF) << 32 | folded.length)

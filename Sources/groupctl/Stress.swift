@@ -35,7 +35,6 @@ struct StressDefaults: ParsableCommand {
     let defaults = try SharedDefaults(suiteName: suite.suite, container: group)
     try defaults.removeObject(forKey: "counter")
     let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-    let start = Date()
     var children: [(Process, Pipe)] = []
     for w in 0..<writers {
       let child = Process()
@@ -43,15 +42,20 @@ struct StressDefaults: ParsableCommand {
       var arguments = [
         "stress", "defaults-writer", container.groupID, "--index", "\(w)", "--keys", "\(keys)",
         "--increments", "\(increments)", "--suite", defaults.suiteName, "--rounds", "\(rounds)", "--latency",
-        "--testing-update-delay-us", "\(testingUpdateDelayUs)",
+        "--testing-update-delay-us", "\(testingUpdateDelayUs)", "--start-on-stdin-close",
       ]
       if let root = container.root { arguments += ["--root", root] }
       child.arguments = arguments
       let output = Pipe()
       child.standardOutput = output
+      child.standardInput = Pipe()
       try child.run()
       children.append((child, output))
     }
+    // Start every loop at once, when all writers are ready: with 16 writers on 2 cores, the later ones' process
+    // start (exec, dynamic linking, opening the suite) would otherwise run inside the earlier ones' loops.
+    try startTogether(children)
+    let start = Date()
     var failed = 0
     var latencies = LatencyHistogram()
     for (child, output) in children {
@@ -87,6 +91,20 @@ struct StressDefaults: ParsableCommand {
   }
 }
 
+/// Waits until every child printed "ready" on its standard output, then closes all their standard inputs at once
+/// (`defaults-writer --start-on-stdin-close`). Throws when a child exited before it was ready.
+func startTogether(_ children: [(Process, Pipe)]) throws {
+  for (_, output) in children {
+    var line: [UInt8] = []
+    while !line.starts(with: Array("ready\n".utf8)) {
+      let chunk = output.fileHandleForReading.availableData  // blocks until bytes or end of file
+      guard !chunk.isEmpty else { throw CommandFailure("a writer exited before it was ready") }
+      line += chunk
+    }
+  }
+  for (child, _) in children { try (child.standardInput as? Pipe)?.fileHandleForWriting.close() }
+}
+
 struct StressDefaultsWriter: ParsableCommand {
   static let configuration = CommandConfiguration(
     commandName: "defaults-writer", abstract: "One writer of `stress defaults` (started by it).",
@@ -99,6 +117,8 @@ struct StressDefaultsWriter: ParsableCommand {
   @Flag(help: "Print \"loop <start-ns> <end-ns>\" (monotonic) after the loop.") var timing = false
   @Flag(help: "Time every set and update; print \"latency <histogram>\" (LatencyHistogram) after the loop.")
   var latency = false
+  @Flag(help: "Print \"ready\" when the suite is open, then start the loop when standard input closes.")
+  var startOnStdinClose = false
   @Option(help: .hidden) var testingUpdateDelayUs = 0
   @OptionGroup var suite: SuiteOptions
 
@@ -108,6 +128,10 @@ struct StressDefaultsWriter: ParsableCommand {
     let (keys, rounds, increments) = (self.keys, self.rounds, self.increments)
     let names = (0..<keys).map { "w\(index)-k\($0)" }
     let (timed, delay) = (latency, UInt32(testingUpdateDelayUs))
+    if startOnStdinClose {
+      Output.line("ready")
+      _ = FileHandle.standardInput.readDataToEndOfFile()
+    }
     var histogram = LatencyHistogram()
     let start = DispatchTime.now().uptimeNanoseconds
     // Interleave the two kinds of writes, so sets and updates of all writers contend.

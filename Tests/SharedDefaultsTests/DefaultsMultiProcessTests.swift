@@ -2,6 +2,7 @@ import Foundation
 import PropertyList
 import TestSupport
 import SystemLayer
+import Synchronization
 import Testing
 
 @testable import FileCoordination
@@ -48,6 +49,31 @@ import Testing
       #expect(line.contains("\"old\":\(i),\"new\":\(i + 1)"), "\(heard)")
     }
     withExtendedLifetime(container) {}
+  }
+
+  /// A write appended while others wrote since this process last caught up is not applied to its memory at once
+  /// (`ownWritesUnapplied`): the next read applies it with the others' records, in commit order. Each of 20,000
+  /// sets is read back at once while another process writes, and that process's last values are read after.
+  /// Mutant: the lazy branch moving `length` past the record without applying it (13,031 of 20,000 reads stale).
+  @Test func aWriterBehindOthersReadsItsOwnWritesBackAtOnce() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let id = container.identifier
+    let other = try Child(
+      ["stress", "defaults-writer", id, "--index", "0", "--keys", "100", "--rounds", "3000", "--increments", "0",
+       "--suite", "mixed", "--root", root.path], executable: "groupctl")
+    let defaults = try SharedDefaults(suiteName: "mixed", container: container)
+    let lazyBefore = DefaultsStore.ownWritesLeftForTheNextRead.load(ordering: .relaxed)
+    var stale = 0
+    for i in 1...20_000 {
+      try defaults.set(i, forKey: "mine")
+      if defaults.integer(forKey: "mine") != i { stale += 1 }
+    }
+    #expect(await other.exit() == 0)
+    #expect(stale == 0)
+    #expect(DefaultsStore.ownWritesLeftForTheNextRead.load(ordering: .relaxed) > lazyBefore, "the path never ran")
+    #expect((0..<100).allSatisfy { defaults.integer(forKey: "w0-k\($0)") == $0 })
+    #expect(defaults.integer(forKey: "mine") == 20_000)
   }
 
   @Test func everyAcknowledgedWriteSurvivesSIGKILLAtRandomPoints() throws {
