@@ -90,6 +90,10 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     static let compactor = 20, compactorSince = 21
     /// Listeners asleep on the change signal: a commit makes the wake-up system call only when one is.
     static let sleepers = 22
+    /// A rewind in the background (`moveTail`): the journal range it moves to the start, and the generation it
+    /// empties. `rewindTo` is non-zero while the bytes move: lock-free readers do not trust the journal then, and
+    /// the next lock holder finishes a move whose process died during it.
+    static let rewindFrom = 23, rewindTo = 24, rewindGeneration = 25
   }
   private static let magic: UInt64 = 0x3454_4c46_4544_4347  // "GCDEFLT4"
   /// 0.1.0's header: the plist was the snapshot. Migrated in place (`initializeHeaderLocked`).
@@ -378,7 +382,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     var bytes: [UInt8] = []
     for record in records { try JournalFormat.encode(record, into: &bytes) }
     let firstWriteSinceIdle = try exclusively { s throws(SharedDefaultsError) -> Bool in
-      if needsCatchUpBeforeAppending(generation: s.generation, length: s.length) { try catchUpExclusively(&s) }
+      if needsCatchUpBeforeAppending(generation: s.generation, length: s.length), !adoptSnapshotOnly(&s) {
+        try catchUpExclusively(&s)
+      }
       try append(bytes, records, &s)
       return s.markIdleCheck()
     }
@@ -433,6 +439,25 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       || header.load(Slot.generation) != generation || Int(header.load(Slot.committed)) < length
   }
 
+  /// Before a set in a new generation (another process emptied the journal), a process without observers takes
+  /// the snapshot as its state — mapped, O(1) — and leaves the journal past it to its next read: a full catch-up
+  /// here would cost every writer, under the lock, the records appended while the rewind's image was built. False
+  /// when that is not possible (observers, which need the difference; damage; a snapshot not yet recorded).
+  private func adoptSnapshotOnly(_ s: inout State) -> Bool {
+    let generation = header.load(Slot.generation)
+    let committed = Int(header.load(Slot.committed))
+    guard s.observers.isEmpty, s.generation != .max, generation != s.generation, s.values.frozenToken == 0,
+      !headerLost.load(ordering: .relaxed), journal.faultCount == seenJournalFaults.load(ordering: .relaxed),
+      header.load(Slot.rewindTo) == 0, let image = try? loadImage(), isRecordedSnapshot(image.status)
+    else { return false }
+    replaceValues(with: SuiteValues(image: image), in: &s)
+    s.generation = generation
+    s.length = snapshotStart(generation: generation, committed: committed)
+    s.pendingOwn = [:]
+    s.ownWritesUnapplied = true  // whatever it wrote in the last generation is in the snapshot or past `length`
+    return true
+  }
+
   /// Called with the lock held, in the current generation (`needsCatchUpBeforeAppending` is false).
   private func append(
     _ bytes: [UInt8], _ records: [JournalFormat.Record], _ s: inout State, mayCompact: Bool = true
@@ -472,12 +497,14 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     // Also by the number of changes held: the table grows by doubling, and growing a large one stalls a set.
     let manyChanges = s.values.changeCount > max(Self.changesBeforeCompaction, (s.values.image?.count ?? 0) / 4)
     guard mayCompact, end - start > thresholds.snapshot || end > thresholds.rewind || manyChanges else { return }
-    // Most of the time a compaction is under way already (here or in another process): nothing to do.
-    guard end > thresholds.rewind || (s.values.frozenToken == 0 && compactionClaimIsFree()) else { return }
+    // Most of the time a compaction is under way already (here or in another process): nothing to do. Past the
+    // rewind threshold it also empties the journal (`finishCompaction`); only when background compactions did not
+    // manage to (a stopped compactor holding its claim) is the journal emptied here, before it fills up.
+    let lastResort = end > journal.reservation / 4 * 3
+    guard lastResort || (s.values.frozenToken == 0 && compactionClaimIsFree()) else { return }
     // The write is committed whatever happens now: a compaction that fails (full disk) is retried by the next one.
     do {
-      if end > thresholds.rewind {
-        // Rare (the journal's reservation is large): emptying the journal needs the whole state, under the lock.
+      if lastResort {
         try catchUpExclusively(&s)
         try compact(&s, durable: false, handOver: true, rewind: true)
       } else {
@@ -548,7 +575,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     let image = try loadImage(counted: false)
     guard Self.identity(image?.status) == work.snapshot else { throw Superseded() }  // another compaction came first
     let (bytes, problem) = readJournal(from: work.start, to: work.length)
-    guard problem == nil, header.loadAfterFence(Slot.generation) == work.generation else { throw Superseded() }
+    guard problem == nil, header.loadAfterFence(Slot.generation) == work.generation, header.load(Slot.rewindTo) == 0
+    else { throw Superseded() }
     var records: [JournalFormat.Record] = []
     try JournalFormat.decode(bytes, base: work.start, into: &records)
     var changes: [String: PropertyListValue?] = [:]
@@ -607,11 +635,30 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
         FaultPoint.reach("defaults.snapshot.written")
         recordSnapshotIdentity(built.status)
         header.store(Slot.compactionInput, UInt64(built.bytes))
-        header.store(Slot.snapshotAt, (work.generation & 0xFFFF_FFFF) << 32 | UInt64(work.length))
-        FaultPoint.reach("defaults.snapshot.recorded")
-        // This process goes on from the new image (unless its state was replaced meanwhile).
-        if let image = mapSnapshot(written: built.status), let dropped = s.values.install(image, token: work.token) {
+        // Past the rewind threshold the journal is emptied too: what was appended while the image was built moves
+        // to its start, in a new generation (when it is no longer than what the image holds: see `moveTail`).
+        let committed = Int(header.load(Slot.committed))
+        let rewind = committed > compactionThresholds().rewind && committed - work.length <= work.length
+        if rewind {
+          moveTail(from: work.length, to: committed)
+        } else {
+          header.store(Slot.snapshotAt, (work.generation & 0xFFFF_FFFF) << 32 | UInt64(work.length))
+          FaultPoint.reach("defaults.snapshot.recorded")
+        }
+        // This process goes on from the new image when it holds at least what the image does (else it reloads
+        // at its next access, as other processes do after a rewind).
+        let image = mapSnapshot(written: built.status)
+        let holds = !rewind || (s.generation == work.generation && s.length >= work.length)
+        if holds, let image, let dropped = s.values.install(image, token: work.token) {
           release(dropped)
+          if rewind {
+            // The same records, `work.length` bytes earlier, in the new generation.
+            s.generation = header.load(Slot.generation)
+            s.length -= work.length
+            s.pendingOwn = s.pendingOwn.compactMapValues {
+              $0.start >= work.length ? ($0.start - work.length, $0.end - work.length) : nil
+            }
+          }
         } else {
           s.values.thaw(token: work.token)
         }
@@ -620,6 +667,49 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       Self.logger.warning("suite '\(suite)': could not install the compacted snapshot: \(error)")
       state.withLock { $0.values.thaw(token: work.token) }
     }
+  }
+
+  /// Empties the journal in the background's way (with the lock, after installing an image that holds the journal
+  /// up to `from`): the records in `from..<to`, appended while the image was built, move to the start of the
+  /// journal, in a new generation. Never longer than `from` (the caller checks), so the bytes moved never overlap
+  /// where they come from, and a move cut short can be made again from the same bytes.
+  ///
+  /// Order (each step a kill point the next lock holder finishes from, `finishMove`): the range and the generation
+  /// are stored, then the flag `rewindTo`; the bytes move; the committed length and `snapshotAt` (this generation,
+  /// from 0) are set; the generation is bumped; the flag cleared. A lock-free reader does not trust the journal
+  /// while the flag is set, and one that read before it was set sees the generation changed after its read.
+  private func moveTail(from: Int, to: Int) {
+    header.store(Slot.rewindFrom, UInt64(from))
+    header.store(Slot.rewindGeneration, header.load(Slot.generation))
+    header.store(Slot.rewindTo, UInt64(to))
+    finishMove()
+  }
+
+  /// Moves the range `moveTail` stored and completes the rewind (again, if a process died during it).
+  private func finishMove() {
+    let from = Int(header.load(Slot.rewindFrom))
+    let to = Int(header.load(Slot.rewindTo))
+    let rewound = header.load(Slot.rewindGeneration)
+    let count = to - from
+    guard from >= 0, count >= 0, count <= from, to <= Int(header.load(Slot.journalCapacity)),
+      to <= journal.reservation
+    else {
+      // Not written by `moveTail` (an outside write): the journal's own checks decide what it holds.
+      Self.logger.error("suite '\(suite)': '\(header.path)' names an impossible journal move; ignored")
+      header.store(Slot.rewindTo, 0)
+      return
+    }
+    let half = count / 2
+    memmove(journal.base, journal.base + from, half)
+    FaultPoint.reach("defaults.rewind.moving")
+    memmove(journal.base + half, journal.base + from + half, count - half)
+    header.store(Slot.committed, UInt64(count))
+    FaultPoint.reach("defaults.rewind.committed")
+    header.store(Slot.snapshotAt, ((rewound &+ 1) & 0xFFFF_FFFF) << 32)
+    header.store(Slot.foldedGeneration, .max)
+    if header.load(Slot.generation) == rewound { _ = header.increment(Slot.generation) }
+    FaultPoint.reach("defaults.rewind.bumped")
+    header.store(Slot.rewindTo, 0)
   }
 
   /// When to compact: once the journal holds `snapshot` bytes past the snapshot, and when to empty the journal as
@@ -676,6 +766,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     else { return false }
     let generation = header.load(Slot.generation)
     let committed = Int(header.load(Slot.committed))
+    guard header.load(Slot.rewindTo) == 0 else { return false }  // the journal's bytes are moving (`moveTail`)
     var values: SuiteValues?
     var start = s.length
     if generation != s.generation || committed < s.length
@@ -697,7 +788,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       }
     }
     let (bytes, problem) = readJournal(from: start, to: committed)
-    guard problem == nil, header.loadAfterFence(Slot.generation) == generation else { return false }
+    guard problem == nil, header.loadAfterFence(Slot.generation) == generation, header.load(Slot.rewindTo) == 0
+    else { return false }
     var records: [JournalFormat.Record] = []
     var offsets: [Int] = []
     do { try JournalFormat.decode(bytes, base: start, into: &records, offsets: &offsets) } catch {
@@ -1744,12 +1836,19 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// every record). Anything unusual (a new generation, damage, a record that does not scan) catches up fully.
   private func catchUpForObservers(_ s: inout State) {
     var observed: [[UInt8]] = []
+    var observedKeys = Set<String>()
     for observer in s.observers.values {
       guard let keys = observer.keys else { return _ = refreshWithoutWaiting(&s) }
-      for key in keys { observed.append(Array(key.utf8)) }
+      observedKeys.formUnion(keys)
     }
+    for key in observedKeys { observed.append(Array(key.utf8)) }
     let generation = header.load(Slot.generation)
     let committed = Int(header.load(Slot.committed))
+    // A rewind is moving the journal: its process posts again when done (catching up now would wait for its lock).
+    guard header.load(Slot.rewindTo) == 0 else { return }
+    if generation != s.generation, !followRewindForObservers(&s, observedKeys, generation, committed) {
+      return _ = refreshWithoutWaiting(&s)
+    }
     let capacity = Int(header.load(Slot.journalCapacity))
     var offset = s.scanned.generation == s.generation ? max(s.length, s.scanned.to) : s.length
     guard generation == s.generation, s.generation != .max, !headerLost.load(ordering: .relaxed),
@@ -1773,7 +1872,39 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     }
     // Scanned without the lock: good only if no compaction emptied the journal meanwhile.
     guard header.loadAfterFence(Slot.generation) == generation else { return _ = refreshWithoutWaiting(&s) }
+    guard header.load(Slot.rewindTo) == 0 else { return }  // as above: scanned again after the rewind's post
     s.scanned = (generation, committed)
+  }
+
+  /// After a rewind (a new generation), for observers that all name their keys: the new snapshot becomes this
+  /// process's image and the observed keys' values in it are compared with the old ones; the journal past it is
+  /// then scanned like any other. A full catch-up would decode everything appended since the rewind began — every
+  /// observing process, at every rewind. False when that cannot be done without the lock (then it catches up).
+  private func followRewindForObservers(
+    _ s: inout State, _ keys: Set<String>, _ generation: UInt64, _ committed: Int
+  ) -> Bool {
+    guard s.generation != .max, s.values.damage == nil, !headerLost.load(ordering: .relaxed),
+      journal.faultCount == seenJournalFaults.load(ordering: .relaxed), header.load(Slot.rewindTo) == 0,
+      let image = try? loadImage(), isRecordedSnapshot(image.status)
+    else { return false }
+    let values = SuiteValues(image: image)
+    var changes: [DefaultsChange] = []
+    for key in keys.sorted() {
+      let (old, new) = (s.values[key], values[key])
+      if old != new { changes.append(DefaultsChange(key: key, oldValue: old, newValue: new, originProcessID: nil)) }
+    }
+    // Good only if the image read is the generation's (no other rewind meanwhile) and read whole.
+    guard values.damage == nil, s.values.damage == nil, header.loadAfterFence(Slot.generation) == generation,
+      header.load(Slot.rewindTo) == 0
+    else { return false }
+    release(s.values)
+    s.values = values
+    s.ownWritesUnapplied = s.ownWritesUnapplied || !s.pendingOwn.isEmpty
+    s.pendingOwn = [:]
+    s.generation = generation
+    s.length = snapshotStart(generation: generation, committed: committed)
+    deliver(changes, to: s.observers)
+    return true
   }
 
   /// The journal's name changed (removed, replaced): if it no longer leads to the file this process maps, follow
@@ -1853,6 +1984,11 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     }
     if header.load(Slot.journalInode) != journalInode.load(ordering: .relaxed) { followJournal() }
     let before = (header.load(Slot.generation), header.load(Slot.committed))
+    if header.load(Slot.rewindTo) != 0 {
+      // Only a lock holder moves the journal, and it clears the flag before unlocking: that one died.
+      Self.logger.warning("suite '\(suite)': finishing a rewind whose process died during it")
+      finishMove()
+    }
     defer {
       let changed = before != (header.load(Slot.generation), header.load(Slot.committed))
       lock.unlock()

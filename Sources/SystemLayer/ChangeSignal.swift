@@ -14,9 +14,13 @@ import Glibc
 /// A process killed while listening leaves the count one too high: posts then make one futex call that wakes
 /// nobody, which costs a fraction of a microsecond and harms nothing.
 ///
-/// With a `sleepers` counter, a post makes the futex call only when a listener sleeps in `FUTEX_WAIT` (a Dekker
-/// pair: the poster bumps the sequence, then reads the sleepers; a listener counts itself, then reads the sequence
-/// — each with a full fence between, so at least one sees the other). Listeners that `coalesce` pause that long
+/// With a `sleepers` counter, a post makes the futex call only when a listener went to sleep in `FUTEX_WAIT` since
+/// the last post that woke them (a Dekker pair: the poster bumps the sequence, then takes the sleepers' count,
+/// setting it to 0; a listener counts itself, then reads the sequence — each with a full fence between, so at
+/// least one sees the other). Taking the count, not reading it, matters: a woken listener may wait milliseconds for
+/// a core, and 4 writers posting 2 million times a second made a futex call each until it ran (half their
+/// throughput). A listener never uncounts itself; one woken by its timeout costs the next post one call that wakes
+/// nobody. Listeners that `coalesce` pause that long
 /// after a handler call during which more posts came: a flood of posts then costs each listener a wake-up per
 /// pause, not per post, and the posters no system call — while a post after a quiet spell is handled at once.
 package struct ChangeSignal: @unchecked Sendable {  // the words are shared memory, touched only through atomics
@@ -38,7 +42,9 @@ package struct ChangeSignal: @unchecked Sendable {  // the words are shared memo
     counters.increment(sequence)
     if let sleepers {
       atomicMemoryFence(ordering: .sequentiallyConsistent)
-      guard counters.atomic(sleepers).load(ordering: .sequentiallyConsistent) != 0 else { return }
+      guard counters.atomic(sleepers).load(ordering: .sequentiallyConsistent) != 0,
+        counters.atomic(sleepers).exchange(0, ordering: .sequentiallyConsistent) != 0
+      else { return }
     }
     _ = gc_futex_wake(counters.futexWord(sequence), Int32.max)
   }
@@ -95,7 +101,6 @@ package struct ChangeSignal: @unchecked Sendable {  // the words are shared memo
           if UInt32(truncatingIfNeeded: again) == now {
             _ = gc_futex_wait(signal.counters.futexWord(signal.sequence), now, &timeout)
           }
-          _ = signal.counters.atomic(sleepers).loadThenWrappingDecrement(ordering: .relaxed)
         }
       }
       thread.name = name

@@ -7,6 +7,7 @@ import PropertyList
 /// keep a process alive with a known state and make it act later. Steps:
 /// - `set:<key>=<integer>` (says "ack <key>" once the set returned), `remove:<key>`;
 /// - `fill:<prefix>:<count>:<bytes>` sets `<prefix><i>` to `bytes` bytes of data (`bytes` 0: the integer i);
+///   `fillacked:…` the same, saying "ack <key>" after each set;
 ///   `fillsame:<prefix>:<count>:<bytes>` sets them all to one value of `bytes` bytes;
 /// - `bgset:<key>=<integer>` sets it on a thread of its own (which may wait for the suite's lock) and goes on;
 /// - `sync` (`synchronize()`, says "synced"), `rewind` (a synchronize whose compaction also empties the journal:
@@ -35,13 +36,14 @@ func runDefaultsScript(_ args: [String], _ container: GroupContainer) throws -> 
       usleep(100_000)  // long enough for the thread to be waiting for the lock
     case "remove":
       try defaults.removeObject(forKey: rest)
-    case "fill":
+    case "fill", "fillacked":
       let parts = rest.split(separator: ":").map(String.init)
       let (prefix, count, bytes) = (parts[0], Int(parts[1])!, Int(parts[2])!)
       for i in 0..<count {
         let value: PropertyListValue =
           bytes == 0 ? .integer(PropertyListInteger(i)) : .data([UInt8](repeating: UInt8(i % 251), count: bytes))
         try defaults.set(value: value, forKey: "\(prefix)\(i)")
+        if verb == "fillacked" { line("ack \(prefix)\(i)") }
       }
       line("filled \(prefix) \(count)")
     case "fillsame":

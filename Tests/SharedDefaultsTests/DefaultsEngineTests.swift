@@ -79,6 +79,47 @@ import TestSupport
     withExtendedLifetime(root) {}
   }
 
+  /// A rewind in the background (`moveTail`: the records appended while the image was built move to the start of
+  /// the journal, in a new generation) killed at each point: while the bytes move, after the committed length is
+  /// set back, after the generation is bumped. A process that last saw the old generation near its start (length
+  /// 0 after its own rewind) and new processes read every acknowledged write; the next lock holder finishes the
+  /// move. 3,000 sets of 4 KB: past the 8 MiB rewind threshold, so a background compaction empties the journal.
+  /// Mutant: the next lock holder not finishing a move (`finishMove` in `withLock` left out) — at `committed` the
+  /// long-lived process applied the moved records as if they followed its own, and lost the others.
+  @Test(arguments: ["defaults.rewind.moving", "defaults.rewind.committed", "defaults.rewind.bumped"])
+  func aRewindInTheBackgroundKilledAtAnyPointLosesNoAcknowledgedWrite(point: String) async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let id = container.identifier
+    let long = try Child(
+      ["defaults-script", root.path, id, "w", root.path, "set:base=1", "rewind", "say:loaded", "wait:go", "sync", "dump"])
+    #expect(await long.line { $0 == "loaded" } != nil)
+    let dying = try Child(
+      ["defaults-script", root.path, id, "w", root.path, "fillacked:k:3000:4000", "settle", "say:survived"],
+      environment: ["GROUPCONTAINER_FAULT_POINT": point])
+    #expect(await dying.exit(timeout: 90) != 0)
+    let acked = dying.output.filter { $0.hasPrefix("ack ") }.count
+    #expect(acked > 2000 && !dying.output.contains("survived"), "\(dying.output.suffix(3))")
+    // Every acknowledged key, and nothing but a prefix of the keys set (the journal keeps commit order).
+    func check(_ lines: [String], _ who: String) {
+      let keys = Set(lines.filter { $0.hasPrefix("k") })
+      #expect(keys.count >= acked, "\(who): \(keys.count) keys of \(acked) acknowledged")
+      let missing = (0..<keys.count).map { "k\($0) 4000" }.filter { !keys.contains($0) }
+      #expect(missing.isEmpty, "\(who): \(missing.count) missing, first \(missing.prefix(3))")
+      #expect(lines.contains("base 1") && lines.last == "end", "\(who): \(lines.suffix(2))")
+    }
+    let early = try Child(["defaults-script", root.path, id, "w", root.path, "dump"])
+    #expect(await early.exit() == 0)
+    check(early.output, "a new process")
+    FileManager.default.createFile(atPath: root.path + "/go", contents: nil)
+    #expect(await long.exit() == 0)
+    check(lastDump(long), "the long-lived process")
+    let fresh = try Child(["defaults-script", root.path, id, "w", root.path, "set:after=1", "dump"])
+    #expect(await fresh.exit() == 0)
+    check(fresh.output.filter { !$0.hasPrefix("ack ") }, "a writer after")
+    withExtendedLifetime(root) {}
+  }
+
   @Test func outsideReadModifyWritesWhileFourProcessesWriteLoseNothing() async throws {
     let root = try TestRoot()
     let container = try root.container()

@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 import PropertyList
 import TestSupport
 import SystemLayer
@@ -74,6 +75,40 @@ import Testing
     #expect(DefaultsStore.ownWritesLeftForTheNextRead.load(ordering: .relaxed) > lazyBefore, "the path never ran")
     #expect((0..<100).allSatisfy { defaults.integer(forKey: "w0-k\($0)") == $0 })
     #expect(defaults.integer(forKey: "mine") == 20_000)
+  }
+
+  /// An observer stopped while its key changed and a rewind emptied the journal learns the change from the new
+  /// snapshot (`followRewindForObservers`: its key's value there against the one it held), not from records it
+  /// never scanned. Mutant: the changes found there not delivered (heard 1 of 2).
+  @Test func anObserverHearsAChangeThatOnlyTheRewoundSnapshotHolds() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let watch = try Child(["defaults", "watch", group, "watched", "--suite", "r", "--root", root.path], executable: "groupctl")
+    watch.waitForLine { $0.contains("\"ready\"") }
+    func heard(_ count: Int) -> [String] {
+      let deadline = Date().addingTimeInterval(20)
+      var lines: [String] = []
+      while Date() < deadline {
+        lines = watch.output.filter { $0.contains("\"key\"") }
+        if lines.count >= count { break }
+        usleep(20_000)
+      }
+      return lines
+    }
+    let first = try Child(["defaults-script", root.path, group, "r", root.path, "set:watched=1"])
+    #expect(first.waitForExit(timeout: 30) == 0)
+    #expect(heard(1).count == 1)
+    Glibc.kill(watch.pid, SIGSTOP)
+    let second = try Child(
+      ["defaults-script", root.path, group, "r", root.path, "set:watched=2", "fill:o:100:0", "rewind", "fill:p:10:0"])
+    let status = second.waitForExit(timeout: 30)
+    Glibc.kill(watch.pid, SIGCONT)
+    #expect(status == 0, "\(second.errors.withLock { $0 })")
+    let lines = heard(2)
+    watch.kill(SIGTERM)
+    #expect(lines.count == 2, "\(lines)")
+    #expect(lines.last?.contains("\"old\":1,\"new\":2") == true, "\(lines)")
+    withExtendedLifetime(container) {}
   }
 
   @Test func everyAcknowledgedWriteSurvivesSIGKILLAtRandomPoints() throws {
