@@ -16,6 +16,12 @@
 #include <sys/eventfd.h>
 #include <spawn.h>
 #include <sys/statfs.h>
+#include <sched.h>
+
+int gc_sched_batch_self(void) {
+  struct sched_param parameters = {0};
+  return sched_setscheduler(0, SCHED_BATCH, &parameters);
+}
 
 int gc_futex_wait(uint32_t *word, uint32_t expected, const struct timespec *relative_timeout) {
   return (int)syscall(SYS_futex, word, FUTEX_WAIT, expected, relative_timeout, NULL, 0);

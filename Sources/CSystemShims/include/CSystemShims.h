@@ -9,6 +9,8 @@
 // futex(2) on a 32-bit word in a MAP_SHARED file mapping (shared, not FUTEX_PRIVATE: other processes wait on it).
 // Returns 0 when woken (or spuriously), -1 with errno (EAGAIN: the word was not `expected`; ETIMEDOUT; EINTR).
 int gc_futex_wait(uint32_t *word, uint32_t expected, const struct timespec *relative_timeout);
+/// Makes the calling thread SCHED_BATCH (woken, it does not preempt the running thread). 0, or -1 with errno.
+int gc_sched_batch_self(void);
 // Wakes up to `count` waiters; returns how many were woken, or -1 with errno.
 int gc_futex_wake(uint32_t *word, int count);
 
