@@ -801,7 +801,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       for record in records { apply(record, to: &values) }
       replaceValues(with: values, in: &s)
       s.pendingOwn = [:]
-      if (try? exportState()) != .current { scheduleExportCheck() }
+      if (try? exportState()) != .current || hasKeptExports() { scheduleExportCheck() }
     } else {
       if start == 0 { s.pendingOwn = [:] }
       records = withoutSuperseded(records, at: offsets, by: s.pendingOwn)
@@ -927,7 +927,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     s.ownWritesUnapplied = false
     if let corruption { throw .corruptJournal(corruption) }
     // Checked in the background: an export edited by another tool never delays or fails this operation.
-    if (try? exportState()) != .current { scheduleExportCheck() }
+    if (try? exportState()) != .current || hasKeptExports() { scheduleExportCheck() }
   }
 
   /// Reads the dictionary in the plist `item` (the export, or a tool's edit of it) with its status; an absent file
@@ -1133,10 +1133,10 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// written from, or from the one before it, whichever is smaller (the base the tool most likely read).
   @discardableResult
   private func commitDifference(
-    _ edited: [String: PropertyListValue], _ s: inout State
+    _ edited: [String: PropertyListValue], _ s: inout State, bases: [String]? = nil
   ) throws(SharedDefaultsError) -> Bool {
     var best: [JournalFormat.Record]?
-    for base in [exportedItem, exportedItem + ".previous"] {
+    for base in bases ?? [exportedItem, exportedItem + ".previous"] {
       // No readable base: the tool's file is taken as it is, over the current state.
       let values = ((try? loadImage(base)).map { SuiteValues(image: $0) }).flatMap { try? $0.dictionary() } ?? [:]
       var records: [JournalFormat.Record] = []
@@ -1280,6 +1280,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       // 1. Pin the snapshot, after applying an edit of the export made since it was written.
       let start = try exclusively { s throws(SharedDefaultsError) -> (SuiteImage?, Identity?, UInt64)? in
         try catchUpExclusively(&s)
+        try applyKeptExports(in: dir, &s)
         if (try? exportState()) == .edited, try !applyOutsideEdit(&s) {
           // Being written by the tool: looked at later — or, for `synchronize()`, once more after the tool's
           // grace, and then moved aside if it still does not parse.
@@ -1351,6 +1352,15 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     let replaced = try? dir.open("\(suite).plist", .readOnly)
     var handedOver = false
     defer { if !handedOver { replaced?.close() } }
+    // And given a second name, for any process to apply a tool's write into it later, whatever becomes of this one.
+    let keptName = recorded.map { keptExportName($0) }
+    if let keptName {
+      try? dir.removeFile(keptName)
+      try? dir.link("\(suite).plist", to: keptName)
+      // With the image it was exported from: its base, whatever later exports rotate (`commitDifference`).
+      try? dir.removeFile(Self.keptBase(keptName))
+      try? dir.link("\(suite).snapshot.exported", to: Self.keptBase(keptName))
+    }
     header.store(Slot.exportInode, .max)  // stale until recorded: a kill in between leaves it to be rewritten
     try SharedDefaultsError.wrap { () throws(FileSystemError) in
       FaultPoint.pause("defaults.export.replacing")
@@ -1369,24 +1379,111 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     // Only a recorded export can be told from a tool's write (a stale one was rewritten without applying).
     guard let replaced, let recorded, let now = try? replaced.status(), now.kind == .regular,
       Self.identity(now) != recorded
-    else { return }
+    else {
+      // Untouched so far: the second name stays for a while (`applyKeptExports`), a tool may write still.
+      if keptName != nil { scheduleExportCheck(after: Self.keptExportGrace + Self.exportRetryDelay) }
+      return
+    }
     // Written by a tool since it was recorded (in place, or replaced by the tool before we opened it): apply it.
     guard let edited = Self.readEdit(replaced) else {
       // Perhaps half-written: a tool that writes in place truncates the file, encodes, then writes (plistlib
       // takes tens of milliseconds in between). Read it again later; its write lands in this inode.
       handedOver = true
       replacedEdits.enter()
-      applyReplacedEditLater(replaced, tries: Self.replacedEditTries)
+      applyReplacedEditLater(replaced, keptAs: keptName, tries: Self.replacedEditTries)
       return
     }
     try catchUpExclusively(&s)
-    try commitReplacedEdit(edited, &s)
+    try commitReplacedEdit(edited, &s, keptAs: keptName)
+    if let keptName { Self.dropKept(keptName, in: dir) }
+  }
+
+  /// The second name of an export about to be replaced, recorded as `recorded`: `<suite>.plist.replaced-<inode>-
+  /// <size>-<modified ns>-<now, s>`. A file there that no longer has that identity was written by a tool.
+  private func keptExportName(_ recorded: Identity) -> String {
+    "\(suite).plist.replaced-\(recorded.inode)-\(recorded.size)-\(recorded.time)-\(Int(Date().timeIntervalSince1970))"
+  }
+
+  /// Whether a replaced export is kept under a second name (`keptExportName`), waiting for `applyKeptExports`.
+  private func hasKeptExports() -> Bool {
+    let prefix = "\(suite).plist.replaced-"
+    guard let dir = try? root.openDirectory(Self.preferences) else { return false }
+    defer { dir.close() }
+    return ((try? dir.entries()) ?? []).contains { $0.name.hasPrefix(prefix) }
+  }
+
+  /// The name of the image a kept export was made from (pinned beside it).
+  private static func keptBase(_ keptName: String) -> String {
+    keptName.replacingOccurrences(of: ".plist.replaced-", with: ".snapshot.replaced-")
+  }
+
+  /// Removes a kept export and its base.
+  private static func dropKept(_ keptName: String, in dir: SystemFD) {
+    try? dir.removeFile(keptName)
+    try? dir.removeFile(keptBase(keptName))
+  }
+
+  /// How long an untouched replaced export keeps its second name: a tool that read the export may write it back
+  /// that much later (plistlib's read-modify-write takes milliseconds).
+  static let keptExportGrace = 2.0
+
+  /// With the lock, `s` current: applies the tools' writes into replaced exports kept by any process
+  /// (`keptExportName`) — the replacing one may have died or exited before it could — and removes those done
+  /// with: applied, untouched past `keptExportGrace`, or written but still not a property list 10 s later (moved
+  /// aside, logged). An edit is applied as any edit of the export is: its difference from the image it was made
+  /// from (`commitDifference`). Returns whether some are left for later.
+  @discardableResult
+  private func applyKeptExports(in dir: SystemFD, _ s: inout State) throws(SharedDefaultsError) -> Bool {
+    let prefix = "\(suite).plist.replaced-"
+    let now = Date().timeIntervalSince1970
+    var left = false
+    for (name, _) in (try? dir.entries()) ?? [] where name.hasPrefix(prefix) {
+      let fields = name.dropFirst(prefix.count).split(separator: "-").compactMap { Int64($0) }
+      guard fields.count == 4, let fd = try? dir.open(name, .readOnly) else {
+        Self.dropKept(name, in: dir)
+        continue
+      }
+      defer { fd.close() }
+      guard let st = try? fd.status(), st.kind == .regular else {
+        Self.dropKept(name, in: dir)
+        continue
+      }
+      let age = now - Double(fields[3])
+      if Self.identity(st) == (UInt64(fields[0]), fields[1], fields[2]) {
+        if age > Self.keptExportGrace { Self.dropKept(name, in: dir) } else { left = true }
+        continue
+      }
+      if let edited = Self.readEdit(fd) {
+        try commitReplacedEdit(edited, &s, keptAs: name)
+        Self.dropKept(name, in: dir)
+      } else if now - Double(st.modificationNanoseconds) / 1e9 > 10 {
+        Self.logger.error(
+          "suite '\(suite)': '\(directory)/\(name)', an export another tool wrote while it was replaced, is not a property list; moved aside")
+        quarantine(name)
+        try? dir.removeFile(Self.keptBase(name))
+      } else {
+        left = true
+      }
+    }
+    // Bases whose export is gone (a process died between the two removals).
+    let kept = Set(((try? dir.entries()) ?? []).map(\.name))
+    for name in kept where name.hasPrefix("\(suite).snapshot.replaced-") {
+      if !kept.contains(name.replacingOccurrences(of: ".snapshot.replaced-", with: ".plist.replaced-")) {
+        try? dir.removeFile(name)
+      }
+    }
+    return left
   }
 
   /// Commits the edit a tool wrote into an export that a compaction replaced; the new export lacks it, so it is
   /// marked stale and rewritten soon, in the background.
-  private func commitReplacedEdit(_ edited: [String: PropertyListValue], _ s: inout State) throws(SharedDefaultsError) {
-    guard try commitDifference(edited, &s) else { return }
+  private func commitReplacedEdit(
+    _ edited: [String: PropertyListValue], _ s: inout State, keptAs keptName: String?
+  ) throws(SharedDefaultsError) {
+    // Against the image it was exported from, when pinned: the two export images rotate on.
+    let base = keptName.map { Self.preferences + "/" + Self.keptBase($0) }
+    let pinned = base.map { (try? root.status($0)) ?? nil != nil } ?? false
+    guard try commitDifference(edited, &s, bases: pinned ? [base!] : nil) else { return }
     header.store(Slot.exportInode, .max)
     scheduleExportCheck()
   }
@@ -1414,26 +1511,33 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// Reads `replaced` (an export a tool was writing when a compaction replaced it) every `exportRetryDelay`
   /// until it parses, then commits what it changed; closes it. After `tries` the edit is given up, and logged.
   /// Entered in `replacedEdits` by the caller; leaves it when done.
-  private func applyReplacedEditLater(_ replaced: SystemFD, tries: Int) {
+  private func applyReplacedEditLater(_ replaced: SystemFD, keptAs keptName: String?, tries: Int) {
     background.asyncAfter(deadline: .now() + Self.exportRetryDelay) { [weak self, replacedEdits] in
       guard let self else {
         replaced.close()
         return replacedEdits.leave()
       }
       guard let edited = Self.readEdit(replaced) else {
-        if tries > 1 { return applyReplacedEditLater(replaced, tries: tries - 1) }
+        if tries > 1 { return applyReplacedEditLater(replaced, keptAs: keptName, tries: tries - 1) }
         defer { replacedEdits.leave() }
         replaced.close()
-        Self.logger.error(
-          "suite '\(suite)': '\(plistPath)' was written by another tool while it was replaced, and cannot be read")
+        // Still kept under its second name: the next export, here or in any process, tries again.
+        Self.logger.warning(
+          "suite '\(suite)': '\(plistPath)' was written by another tool while it was replaced, and does not read yet")
         return
       }
       replaced.close()
       defer { replacedEdits.leave() }
       do {
         try exclusively { s throws(SharedDefaultsError) in
+          // Applied once: by whoever still finds its second name (another process may have applied it from there).
+          if let keptName, (try? root.status(Self.preferences + "/" + keptName)) ?? nil == nil { return }
           try catchUpExclusively(&s)
-          try commitReplacedEdit(edited, &s)
+          try commitReplacedEdit(edited, &s, keptAs: keptName)
+          if let keptName {
+            try? root.removeFile(Self.preferences + "/" + keptName)
+            try? root.removeFile(Self.preferences + "/" + Self.keptBase(keptName))
+          }
         }
       } catch {
         Self.logger.error("suite '\(suite)': could not apply the edit of '\(plistPath)' by another tool: \(error)")
@@ -1933,7 +2037,24 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     background.asyncAfter(deadline: .now() + delay) { [self] in
       // The whole container went away (deleted): nothing to adopt.
       guard (try? root.status(Self.preferences)) ?? nil != nil else { return }
-      guard state.withLock({ $0.generation != .max }), (try? exportState()) != .current else { return }
+      guard state.withLock({ $0.generation != .max }) else { return }
+      if hasKeptExports() {
+        // Replaced exports kept for a tool's late write: applied (which marks the export stale) or dropped.
+        do {
+          let dir = try Self.beneath(Self.preferences, in: containerPath) { () throws(FileSystemError) in
+            try root.openDirectory(Self.preferences)
+          }
+          defer { dir.close() }
+          let pending = try exclusively { s throws(SharedDefaultsError) -> Bool in
+            try catchUpExclusively(&s)
+            return try applyKeptExports(in: dir, &s)
+          }
+          if pending { scheduleExportCheck(after: Self.keptExportGrace) }
+        } catch {
+          Self.logger.error("suite '\(suite)': could not apply a replaced export's edit: \(error)")
+        }
+      }
+      guard (try? exportState()) != .current else { return }
       do {
         // Applies an edit (`applyOutsideEdit`; a half-written one schedules this check again) and rewrites the
         // export (another process may have done it meanwhile: then the edit is not there any more).

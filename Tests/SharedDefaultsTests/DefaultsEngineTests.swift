@@ -32,7 +32,13 @@ import TestSupport
 ///   `anEditWrittenIntoAnExportBeingReplacedIsApplied` (the tool's key is lost);
 /// - `synchronize()` not waiting for `replacedEdits`: `anEditWrittenIntoAnExportBeingReplacedSurvivesTheCompactorsExit`;
 /// - a background compaction installed without checking the snapshot and the generation it was built from:
-///   `aBackgroundCompactionOvertakenByAnotherIsDropped`.
+///   `aBackgroundCompactionOvertakenByAnotherIsDropped`;
+/// - no second name for a replaced export: `anEditWrittenIntoAnExportBeingReplacedSurvivesTheCompactorsDeath` (the
+///   tool's key lost); the in-process retry applying an edit whose second name another path had already applied:
+///   `anEditWrittenIntoAnExportBeingReplacedSurvivesTheCompactorsExit` (applied twice, the second time against
+///   rotated bases: `b` removed);
+/// - the next lock holder not finishing a background rewind's move:
+///   `aRewindInTheBackgroundKilledAtAnyPointLosesNoAcknowledgedWrite(defaults.rewind.committed)`.
 @Suite(.timeLimit(.minutes(3))) struct DefaultsEngineTests {
   /// The lines of `child`'s output after the last `synced` (what its final `dump` printed).
   func lastDump(_ child: Child) -> [String] {
@@ -173,7 +179,7 @@ import TestSupport
   /// replaces the export; meanwhile a tool opens the export, truncating it (plistlib's `open(path, 'wb')`). Returns
   /// the child (running on) and the tool's handle, to write into the replaced file.
   func toolTruncatingTheExportDuringACompaction(
-    _ root: TestRoot, then after: [String]
+    _ root: TestRoot, then after: [String], environment: [String: String] = [:]
   ) async throws -> (compactor: Child, tool: FileHandle?) {
     let id = try root.container().identifier
     let seed = try Child(["defaults-script", root.path, id, "half", root.path, "set:a=1", "sync"])
@@ -184,7 +190,8 @@ import TestSupport
     let point = pauses + "/defaults.export.replacing"
     let compactor = try Child(
       ["defaults-script", root.path, id, "half", root.path, "set:b=2", "sync"] + after,
-      environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.export.replacing", "GROUPCONTAINER_PAUSE_DIR": pauses])
+      environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.export.replacing", "GROUPCONTAINER_PAUSE_DIR": pauses]
+        .merging(environment) { $1 })
     let deadline = Date().addingTimeInterval(20)
     while !FileManager.default.fileExists(atPath: point) && Date() < deadline {
       try await Task.sleep(for: .milliseconds(10))
@@ -232,6 +239,26 @@ import TestSupport
     let reader = try Child(["defaults-script", root.path, id, "half", root.path, "dump"])
     #expect(await reader.exit() == 0)
     #expect(reader.output == ["a 1", "b 2", "tool 7", "end"], "stderr: \(compactor.errors.withLock { $0 })")
+  }
+
+  /// The same, but the compacting process is killed right after it renamed the new export over the one the tool
+  /// is writing: the replaced file keeps a second name (`<suite>.plist.replaced-…`), and the next process that
+  /// exports applies the tool's write from it. Mutant: no second name (the tool's key was lost with the file).
+  @Test func anEditWrittenIntoAnExportBeingReplacedSurvivesTheCompactorsDeath() async throws {
+    let root = try TestRoot()
+    let id = try root.container().identifier
+    let (compactor, tool) = try await toolTruncatingTheExportDuringACompaction(
+      root, then: ["say:survived"], environment: ["GROUPCONTAINER_FAULT_POINT": "defaults.compact.exportWritten"])
+    #expect(await compactor.exit() != 0)
+    #expect(!compactor.output.contains("survived"))
+    try tool?.write(contentsOf: Data(PropertyListValue.dictionary(["a": 1, "tool": 7]).encoded(as: .binary)))
+    try tool?.close()
+    let reader = try Child(["defaults-script", root.path, id, "half", root.path, "sync", "dump"])
+    #expect(await reader.exit() == 0)
+    #expect(reader.output == ["synced", "a 1", "b 2", "tool 7", "end"], "stderr: \(reader.errors.withLock { $0 })")
+    let kept = try FileManager.default.contentsOfDirectory(atPath: root.container().preferencesURL.path)
+      .filter { $0.contains(".plist.replaced-") }
+    #expect(kept.isEmpty, "\(kept)")
   }
 
   /// A compaction built in the background is installed only over the snapshot it was built from, in its
