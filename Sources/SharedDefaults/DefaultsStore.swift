@@ -1427,7 +1427,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// that much later (plistlib's read-modify-write takes milliseconds).
   static let keptExportGrace = 2.0
 
-  /// With the lock, `s` current: applies the tools' writes into replaced exports kept by any process
+  /// With the lock: applies the tools' writes into replaced exports kept by any process
   /// (`keptExportName`) — the replacing one may have died or exited before it could — and removes those done
   /// with: applied, untouched past `keptExportGrace`, or written but still not a property list 10 s later (moved
   /// aside, logged). An edit is applied as any edit of the export is: its difference from the image it was made
@@ -1454,6 +1454,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
         continue
       }
       if let edited = Self.readEdit(fd) {
+        try catchUpExclusively(&s)  // only now: a kept export left untouched costs the lock no catching up
         try commitReplacedEdit(edited, &s, keptAs: name)
         Self.dropKept(name, in: dir)
       } else if now - Double(st.modificationNanoseconds) / 1e9 > 10 {
@@ -2045,10 +2046,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
             try root.openDirectory(Self.preferences)
           }
           defer { dir.close() }
-          let pending = try exclusively { s throws(SharedDefaultsError) -> Bool in
-            try catchUpExclusively(&s)
-            return try applyKeptExports(in: dir, &s)
-          }
+          let pending = try exclusively { s throws(SharedDefaultsError) -> Bool in try applyKeptExports(in: dir, &s) }
           if pending { scheduleExportCheck(after: Self.keptExportGrace) }
         } catch {
           Self.logger.error("suite '\(suite)': could not apply a replaced export's edit: \(error)")
