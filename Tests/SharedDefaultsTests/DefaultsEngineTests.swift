@@ -551,6 +551,53 @@ import TestSupport
     #expect(stored * value.count >= left - 150_000, "stored \(stored) values of 10 KB with \(left) bytes free")
     #expect((0..<stored).allSatisfy { defaults.data(forKey: "k\($0)") == value })
   }
+
+  /// The disk fills while compactions run in the background: the images they build do not fit (each fails, is
+  /// logged, leaves no temp file), sets go on into the journal's allocated space and then fail with ENOSPC — and
+  /// every set that returned is there, here and in another process; once space is freed, compaction and
+  /// `synchronize()` work again.
+  @Test(.enabled(if: geteuid() == 0, "mounting a small tmpfs needs root"))
+  func compactionsThatDoNotFitLoseNothing() throws {
+    let root = try TestRoot()
+    guard let mounted = try SmallDisk.mount(in: root, size: "32m", name: "fills") else { return }
+    defer { withExtendedLifetime(mounted) {} }
+    let identifier = "group.com.example.tests"
+    let container = try GroupContainer(identifier: identifier, root: URL(fileURLWithPath: mounted.path))
+    let defaults = try SharedDefaults(suiteName: "fills", container: container)
+    func value(_ i: Int) -> Data { Data(repeating: UInt8(i % 251), count: 10_000) + withUnsafeBytes(of: i) { Data($0) } }
+    for i in 0..<250 { try defaults.set(value(i), forKey: "k\(i)") }
+    defaults.waitForBackgroundWork()
+    // Leave 600 KB: less than an image of the suite (2.5 MB), more than the journal still has allocated.
+    let free = (try FileManager.default.attributesOfFileSystem(forPath: mounted.path)[.systemFreeSize] as? NSNumber)?.intValue ?? 0
+    let filler = mounted.path + "/filler"
+    try Data(repeating: 1, count: max(0, free - 600_000)).write(to: URL(fileURLWithPath: filler))
+    var stored = 250
+    var failure: (any Error)?
+    while failure == nil && stored < 1_000 {
+      do {
+        try defaults.set(value(stored), forKey: "k\(stored)")
+        stored += 1
+      } catch {
+        failure = error
+      }
+    }
+    defaults.waitForBackgroundWork()
+    #expect("\(failure.map { "\($0)" } ?? "no error")".contains("No space left on device"))
+    #expect(stored > 300, "only \(stored) sets fitted")
+    #expect((0..<stored).allSatisfy { defaults.data(forKey: "k\($0)") == value($0) })
+    let preferences = container.preferencesURL.path
+    #expect(try FileManager.default.contentsOfDirectory(atPath: preferences).filter { $0.hasPrefix(".gc-tmp-") } == [])
+    let other = try Child(["defaults-keys", mounted.path, identifier, "fills"])
+    #expect(other.waitForExit() == 0)
+    #expect(other.output.count == stored + 1, "another process read \(other.output.count - 1) of \(stored) keys")
+    // Space again: sets, a compaction and synchronize() work, and nothing is missing.
+    try FileManager.default.removeItem(atPath: filler)
+    for i in stored..<(stored + 120) { try defaults.set(value(i), forKey: "k\(i)") }
+    try defaults.synchronize()
+    let after = try Child(["defaults-keys", mounted.path, identifier, "fills"])
+    #expect(after.waitForExit() == 0)
+    #expect(after.output.count == stored + 121)
+  }
 }
 
 /// A suite that no `SharedDefaults` uses any more is released: its mappings (and their SIGBUS guard slots, 4,096
