@@ -55,6 +55,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// Snapshots this process read and parsed (tests check that another process's compaction that kept the journal
   /// costs this one none).
   static let snapshotLoads = Atomic<Int>(0)
+  /// Background compactions this process installed (tests: which process compacted).
+  static let compactionsInstalled = Atomic<Int>(0)
   /// Own writes appended behind others' and left for the next read to apply (tests: that path ran).
   static let ownWritesLeftForTheNextRead = Atomic<Int>(0)
   /// The open stores, by suite path: weak, so a suite no `SharedDefaults` uses any more is released (its mappings,
@@ -635,6 +637,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
         FaultPoint.reach("defaults.snapshot.written")
         recordSnapshotIdentity(built.status)
         header.store(Slot.compactionInput, UInt64(built.bytes))
+        Self.compactionsInstalled.add(1, ordering: .relaxed)
         // Past the rewind threshold the journal is emptied too: what was appended while the image was built moves
         // to its start, in a new generation (when it is no longer than what the image holds: see `moveTail`).
         let committed = Int(header.load(Slot.committed))

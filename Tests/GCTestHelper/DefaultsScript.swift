@@ -15,7 +15,8 @@ import PropertyList
 /// - `wait:<name>` waits until the file `<dir>/<name>` exists (at most 60 s, then exits with status 4);
 /// - `settle`: waits for what this process does in the background (a compaction, an edit of a replaced export);
 ///   says "settled";
-/// - `loads`: "loads <n>", the snapshots this process has read and parsed;
+/// - `loads`: "loads <n>", the snapshots this process has read and parsed; `compactions`: "compactions <n>", the
+///   background compactions it installed;
 /// - `dump`: one line per key, "<key> <integer value or data length>", then "end"; `count:<prefix>`: "count <n>",
 ///   the number of keys with that prefix.
 func runDefaultsScript(_ args: [String], _ container: GroupContainer) throws -> Never {
@@ -64,6 +65,8 @@ func runDefaultsScript(_ args: [String], _ container: GroupContainer) throws -> 
       line("settled")
     case "loads":
       line("loads \(DefaultsStore.snapshotLoads.load(ordering: .relaxed))")
+    case "compactions":
+      line("compactions \(DefaultsStore.compactionsInstalled.load(ordering: .relaxed))")
     case "wait":
       var waited = 0
       while access(directory + "/" + rest, F_OK) != 0 {

@@ -261,6 +261,41 @@ import TestSupport
     #expect(kept.isEmpty, "\(kept)")
   }
 
+  /// A compactor stopped with its claim (here paused before its install; Ctrl-Z or a debugger do the same) holds
+  /// the others' compactions back for `compactionClaim` (10 s) only: then a writer's set claims and compacts, and
+  /// the stopped one, resumed, finds its image overtaken and drops it. Mutant: a claim that never expires (the
+  /// writer installed no compaction: the journal would grow until the last-resort rewind).
+  @Test func aStoppedCompactorsClaimExpires() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let id = container.identifier
+    let pauses = root.path + "/pauses"
+    try FileManager.default.createDirectory(atPath: pauses, withIntermediateDirectories: true)
+    let point = pauses + "/defaults.compaction.installing"
+    let stopped = try Child(
+      ["defaults-script", root.path, id, "claim", root.path, "fill:a:30000:0", "settle", "count:a"],
+      environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.compaction.installing", "GROUPCONTAINER_PAUSE_DIR": pauses])
+    let deadline = Date().addingTimeInterval(30)
+    while !FileManager.default.fileExists(atPath: point) && Date() < deadline {
+      try await Task.sleep(for: .milliseconds(10))
+    }
+    #expect(FileManager.default.fileExists(atPath: point), "the compaction never reached its install")
+    // Another writer: 2 MB of journal while the claim holds (no compaction), then more once it has expired.
+    let writer = try Child(
+      ["defaults-script", root.path, id, "claim", root.path, "fill:b:50000:0", "compactions", "wait:expired",
+       "fill:c:150000:0", "settle", "compactions"])
+    #expect(await writer.line { $0.hasPrefix("compactions ") } == "compactions 0", "a compaction ran while the claim held")
+    try await Task.sleep(for: .seconds(10.5))
+    FileManager.default.createFile(atPath: root.path + "/expired", contents: nil)
+    #expect(await writer.exit(timeout: 60) == 0, "stderr: \(writer.errors.withLock { $0 })")
+    #expect(writer.output.last != "compactions 0", "no compaction after the claim expired: \(writer.output.suffix(3))")
+    try FileManager.default.removeItem(atPath: point)
+    #expect(await stopped.exit(timeout: 60) == 0)
+    let reader = try Child(["defaults-script", root.path, id, "claim", root.path, "count:a", "count:b", "count:c"])
+    #expect(await reader.exit() == 0)
+    #expect(reader.output == ["count 30000", "count 50000", "count 150000"], "stderr: \(reader.errors.withLock { $0 })")
+  }
+
   /// A compaction built in the background is installed only over the snapshot it was built from, in its
   /// generation: here another process writes `x` and empties the journal (a new snapshot, a new generation) while
   /// the first one's image — built before `x` — waits to be installed. Installed anyway (the mutant without the
