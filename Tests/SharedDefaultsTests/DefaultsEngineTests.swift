@@ -261,25 +261,33 @@ import TestSupport
     #expect(kept.isEmpty, "\(kept)")
   }
 
-  /// A compactor stopped with its claim (here paused before its install; Ctrl-Z or a debugger do the same) holds
-  /// the others' compactions back for `compactionClaim` (10 s) only: then a writer's set claims and compacts, and
-  /// the stopped one, resumed, finds its image overtaken and drops it. Mutant: a claim that never expires (the
-  /// writer installed no compaction: the journal would grow until the last-resort rewind).
-  @Test func aStoppedCompactorsClaimExpires() async throws {
-    let root = try TestRoot()
-    let container = try root.container()
-    let id = container.identifier
+  /// A child that sets `a0`…`a29999` in `suite` (over 1 MiB of journal: a compaction in the background), then
+  /// `settle` (waits for it) and `count:a`; its compaction paused before its install (`FaultPoint.pause`) until the
+  /// returned file is removed.
+  func compactionPausedBeforeItsInstall(_ root: TestRoot, suite: String) async throws -> (Child, point: String) {
+    let id = try root.container().identifier
     let pauses = root.path + "/pauses"
     try FileManager.default.createDirectory(atPath: pauses, withIntermediateDirectories: true)
     let point = pauses + "/defaults.compaction.installing"
-    let stopped = try Child(
-      ["defaults-script", root.path, id, "claim", root.path, "fill:a:30000:0", "settle", "count:a"],
+    let child = try Child(
+      ["defaults-script", root.path, id, suite, root.path, "fill:a:30000:0", "settle", "count:a"],
       environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.compaction.installing", "GROUPCONTAINER_PAUSE_DIR": pauses])
     let deadline = Date().addingTimeInterval(30)
     while !FileManager.default.fileExists(atPath: point) && Date() < deadline {
       try await Task.sleep(for: .milliseconds(10))
     }
     #expect(FileManager.default.fileExists(atPath: point), "the compaction never reached its install")
+    return (child, point)
+  }
+
+  /// A compactor stopped with its claim (here paused before its install; Ctrl-Z or a debugger do the same) holds
+  /// the others' compactions back for `compactionClaim` (10 s) only: then a writer's set claims and compacts, and
+  /// the stopped one, resumed, finds its image overtaken and drops it. Mutant: a claim that never expires (the
+  /// writer installed no compaction: the journal would grow until the last-resort rewind).
+  @Test func aStoppedCompactorsClaimExpires() async throws {
+    let root = try TestRoot()
+    let id = try root.container().identifier
+    let (stopped, point) = try await compactionPausedBeforeItsInstall(root, suite: "claim")
     // Another writer: 2 MB of journal while the claim holds (no compaction), then more once it has expired.
     let writer = try Child(
       ["defaults-script", root.path, id, "claim", root.path, "fill:b:50000:0", "compactions", "wait:expired",
@@ -303,18 +311,7 @@ import TestSupport
   @Test func aBackgroundCompactionOvertakenByAnotherIsDropped() async throws {
     let root = try TestRoot()
     let id = try root.container().identifier
-    let pauses = root.path + "/pauses"
-    try FileManager.default.createDirectory(atPath: pauses, withIntermediateDirectories: true)
-    let point = pauses + "/defaults.compaction.installing"
-    // 30,000 sets: over 1 MiB of journal, a compaction in the background; `settle` waits for it (paused).
-    let slow = try Child(
-      ["defaults-script", root.path, id, "bg", root.path, "fill:a:30000:0", "settle", "count:a"],
-      environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.compaction.installing", "GROUPCONTAINER_PAUSE_DIR": pauses])
-    let deadline = Date().addingTimeInterval(30)
-    while !FileManager.default.fileExists(atPath: point) && Date() < deadline {
-      try await Task.sleep(for: .milliseconds(10))
-    }
-    #expect(FileManager.default.fileExists(atPath: point), "the compaction never reached its install")
+    let (slow, point) = try await compactionPausedBeforeItsInstall(root, suite: "bg")
     let other = try Child(["defaults-script", root.path, id, "bg", root.path, "set:x=1", "rewind"])
     #expect(await other.exit() == 0, "stderr: \(other.errors.withLock { $0 })")
     try FileManager.default.removeItem(atPath: point)
