@@ -814,8 +814,46 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     s.generation = generation
     s.length = committed
     s.ownWritesUnapplied = false
+    if values == nil, rebaseIsWorthIt(s) { rebase(&s) }
     return true
   }
+
+  /// Whether this process, current, holds many changes over an older image than the recorded snapshot, and taking
+  /// that snapshot and the journal past it instead — the same state — applies fewer records than it holds: a
+  /// reader of a growing suite otherwise keeps every change it applied until the next rewind, and its memory
+  /// follows what others write, not what it reads.
+  private func rebaseIsWorthIt(_ s: State) -> Bool {
+    guard s.values.changeCount > Self.changesBeforeCompaction, s.values.frozenToken == 0, s.values.damage == nil,
+      s.generation == header.load(Slot.generation), s.length == Int(header.load(Slot.committed)),
+      Self.identity(s.values.image?.status) != recordedSnapshot()
+    else { return false }
+    let start = snapshotStart(generation: s.generation, committed: s.length)
+    return (s.length - start) / 32 < s.values.changeCount  // a record takes 32 bytes or more
+  }
+
+  /// With `s` current: the recorded snapshot and the journal past it become its values (the same state, fewer
+  /// changes held), read without the suite's lock as `catchUpWithoutLock` reads; if that fails, nothing changes.
+  /// Observers hear nothing: no value changed.
+  private func rebase(_ s: inout State) {
+    let (generation, committed) = (s.generation, s.length)
+    guard header.load(Slot.rewindTo) == 0, let image = try? loadImage(counted: false),
+      isRecordedSnapshot(image.status)
+    else { return }
+    let start = snapshotStart(generation: generation, committed: committed)
+    let (bytes, problem) = readJournal(from: start, to: committed)
+    var records: [JournalFormat.Record] = []
+    guard problem == nil, header.loadAfterFence(Slot.generation) == generation, header.load(Slot.rewindTo) == 0,
+      (try? JournalFormat.decode(bytes, base: start, into: &records)) != nil
+    else { return }
+    var values = SuiteValues(image: image)
+    for record in records { apply(record, to: &values) }
+    release(s.values)
+    s.values = values
+    s.pendingOwn = [:]
+  }
+
+  /// The changes this process holds over its image (tests: memory follows what it reads).
+  func heldChanges() -> Int { state.withLock { $0.values.changeCount } }
 
   /// Brings `s` to the committed state. Needs the lock. Throws `Repair` when files need repairing first.
   private func catchUp(_ s: inout State) throws(Repair) {
@@ -854,6 +892,12 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     if let corruption { throw .corruptJournal(corruption) }
     s.length = committed
     s.ownWritesUnapplied = false
+    if rebaseIsWorthIt(s) {
+      // Not here, under the suite's lock: its reading is O(the journal past the snapshot).
+      background.async { [weak self] in
+        self?.state.withLock { s in if self?.rebaseIsWorthIt(s) == true { self?.rebase(&s) } }
+      }
+    }
   }
 
   /// Whether reading the snapshot and the journal past it costs less than the journal from where `s` stands: a

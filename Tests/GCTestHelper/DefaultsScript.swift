@@ -16,7 +16,7 @@ import PropertyList
 /// - `settle`: waits for what this process does in the background (a compaction, an edit of a replaced export);
 ///   says "settled";
 /// - `loads`: "loads <n>", the snapshots this process has read and parsed; `compactions`: "compactions <n>", the
-///   background compactions it installed;
+///   background compactions it installed; `held`: "held <n>", the changes it holds over its image;
 /// - `dump`: one line per key, "<key> <integer value or data length>", then "end"; `count:<prefix>`: "count <n>",
 ///   the number of keys with that prefix.
 func runDefaultsScript(_ args: [String], _ container: GroupContainer) throws -> Never {
@@ -65,6 +65,8 @@ func runDefaultsScript(_ args: [String], _ container: GroupContainer) throws -> 
       line("settled")
     case "loads":
       line("loads \(DefaultsStore.snapshotLoads.load(ordering: .relaxed))")
+    case "held":
+      line("held \(defaults.store.heldChanges())")
     case "compactions":
       line("compactions \(DefaultsStore.compactionsInstalled.load(ordering: .relaxed))")
     case "wait":

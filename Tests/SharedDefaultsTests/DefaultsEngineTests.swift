@@ -435,6 +435,29 @@ import TestSupport
     #expect(reader.output.suffix(3) == ["count 10", "count 10", "loads 2"], "\(reader.output)")
   }
 
+  /// A reader of a growing suite does not keep every change it applied: once current, it takes the newer snapshot
+  /// and the journal past it instead (`rebase`; the same state). 150,000 new keys by another process, read in one
+  /// catch-up: the reader then holds only what the last compaction left in the journal. Mutant: no rebase (it held
+  /// all 150,001).
+  @Test func aReaderOfAGrowingSuiteHoldsOnlyWhatIsPastTheSnapshot() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let id = container.identifier
+    let reader = try Child(
+      ["defaults-script", root.path, id, "grow", root.path, "set:seed=1", "say:ready", "wait:go", "count:w0-k", "held"])
+    #expect(await reader.line { $0 == "ready" } != nil)
+    let status = try runTool(
+      productsDirectory.appendingPathComponent("groupctl").path,
+      ["stress", "defaults-writer", id, "--index", "0", "--keys", "150000", "--rounds", "1", "--increments", "0",
+       "--suite", "grow", "--root", root.path])
+    #expect(status == 0)
+    FileManager.default.createFile(atPath: root.path + "/go", contents: nil)
+    #expect(await reader.exit() == 0)
+    #expect(reader.output.contains("count 150000"), "\(reader.output)")
+    let held = reader.output.last.flatMap { Int($0.dropFirst("held ".count)) } ?? .max
+    #expect(held < 100_000, "the reader holds \(held) changes over its image")
+  }
+
   /// Where a kept journal's snapshot stands belongs to its generation: after a compaction that kept the journal
   /// (`sync`) and one that emptied it (`rewind`), the new generation's records from offset 0 are read by a new
   /// process, though the old point lies within them.
