@@ -118,7 +118,15 @@ extension GroupContainer {
   }
 
   /// The container directory, held open by this process: reach container files beneath it (SharedDefaults does).
-  package func directory() throws(GroupContainerError) -> ContainerDirectory { try coordinationSpace().root }
+  package func directory() throws(GroupContainerError) -> ContainerDirectory {
+    do { return try coordinationSpace().root } catch .system(let error)
+      where error.errno == .readOnlyFileSystem || error.errno == .permissionDenied
+    {
+      // A container this process may only read has no coordination space here; its files are still read
+      // beneath its descriptor.
+      return try GroupContainerError.wrap { () throws(FileSystemError) in try ContainerDirectory(path: path) }
+    }
+  }
 
   /// Runs a call that resolves `item` beneath the container, saying in the container's words why it failed.
   func beneath<T>(_ item: ContainerPath, _ body: () throws(FileSystemError) -> T) throws(GroupContainerError) -> T {

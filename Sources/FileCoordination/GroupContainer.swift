@@ -59,7 +59,9 @@ public struct GroupContainer: Sendable, Hashable {
   /// missing item would). Its `.coordination/` runtime state is made if absent (a container made by hand, or
   /// emptied): coordinated reads and status need its lock files, and they live inside a container that exists.
   /// There is no check-then-create race: the existence check is followed by an open of the container directory
-  /// that never creates it, so a container removed in between fails the open instead of being made again.
+  /// that never creates it, so a container removed in between fails the open instead of being made again. A
+  /// container this process may only read (a read-only file system, or no write permission) opens too: shared
+  /// defaults are read from it; writes and coordinated access fail with the file system's error.
   /// - Parameters:
   ///   - root: the directory holding containers; `nil` means the environment's (see the type's discussion).
   /// - Throws: an invalid identifier, no determinable root, or a container path that is not a usable directory.
@@ -73,7 +75,15 @@ public struct GroupContainer: Sendable, Hashable {
       return nil
     }
     try FileSystemSupport.check(rootPath: rootPath, containerPath: path)
-    try coordinationSpace()  // opens the directory itself (O_DIRECTORY | O_NOFOLLOW), never creating it
+    do {
+      try coordinationSpace()  // opens the directory itself (O_DIRECTORY | O_NOFOLLOW), never creating it
+    } catch .system(let error) where error.errno == .readOnlyFileSystem || error.errno == .permissionDenied {
+      // A container this process may only read: its `.coordination/` state cannot be made, so coordinated
+      // access fails when asked for (with this error); reading files and shared defaults still works.
+      guard try GroupContainerError.wrap({ () throws(FileSystemError) in try FileSystem.status(path) })?.kind
+        == .directory
+      else { throw .system(error) }
+    }
   }
 
   /// The value for `identifier` in `rootPath`, validated, with nothing opened or created yet.

@@ -132,6 +132,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   private let header: MappedCounters
   /// flock'ed only to initialize the header, whose lock word cannot guard its own initialization.
   private let lockFD: SystemFD
+  /// The container may only be read here: writes fail with `EROFS`, nothing runs in the background, reads take the
+  /// lock-free path only (the header and journal are private, read-only copies: a store would change nothing).
+  let readOnly: Bool
   private let lock: SharedMemoryLock
   private let signal: ChangeSignal
   private let journal: SharedFileMapping
@@ -282,18 +285,38 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     }
     defer { files.close() }
     let lockName = "\(suite).lock"
+    // A container this process may only read (a read-only file system, or no write permission): its files are
+    // opened read-only and mapped privately, and only the lock-free reading path runs (`readOnly`).
+    var readOnly = false
     header = try Self.beneath(Self.preferences + "/" + lockName, in: container.path) { () throws(FileSystemError) in
-      try MappedCounters(fd: files.openOrCreate(lockName, mode: fileMode, size: Int64(MappedCounters.fileSize)))
+      do throws(FileSystemError) {
+        return try MappedCounters(fd: files.openOrCreate(lockName, mode: fileMode, size: Int64(MappedCounters.fileSize)))
+      } catch where error.errno == .readOnlyFileSystem || error.errno == .permissionDenied {
+        readOnly = true
+        return try MappedCounters(fd: files.open(lockName, .readOnly), readOnly: true)
+      }
     }
-    lockFD = try SharedDefaultsError.wrap { () throws(FileSystemError) in try files.open(lockName, .readWrite) }
+    self.readOnly = readOnly
+    lockFD = try SharedDefaultsError.wrap { () throws(FileSystemError) in
+      try files.open(lockName, readOnly ? .readOnly : .readWrite)
+    }
     lock = SharedMemoryLock(header, index: Slot.lock) { [container] pid, start in
       container.processIsAlive(pid: pid, startTimeLow32: start)
     }
     signal = ChangeSignal(header, sequence: Slot.changeSequence, listeners: Slot.listeners, sleepers: Slot.sleepers)
     do {
       journal = try SharedDefaultsError.wrap { () throws(FileSystemError) in
-        try SharedFileMapping(
-          name: "\(suite).journal", in: files, mode: fileMode, reservation: Self.journalReservation)
+        guard readOnly else {
+          return try SharedFileMapping(
+            name: "\(suite).journal", in: files, mode: fileMode, reservation: Self.journalReservation)
+        }
+        let fd = try files.open("\(suite).journal", .readOnly)
+        do throws(FileSystemError) {
+          return try SharedFileMapping(fd: fd, reservation: Self.journalReservation, privateCopy: true)
+        } catch {
+          fd.close()
+          throw error
+        }
       }
     } catch {
       lockFD.close()
@@ -302,6 +325,14 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     deliveries = DispatchQueue(label: "GroupContainer.SharedDefaults.\(suite).deliveries")
     background = DispatchQueue(label: "GroupContainer.SharedDefaults.\(suite).background")
     journalInode.store((try? journal.fileStatus().inode) ?? 0, ordering: .relaxed)
+    if readOnly {
+      // Nothing here may be initialized or migrated: only a suite in the current format is read.
+      guard header.load(Slot.magic) == Self.magic else {
+        lockFD.close()
+        throw .system(FileSystemError("open", directory + "/" + lockName, .readOnlyFileSystem))
+      }
+      return
+    }
     if header.load(Slot.magic) != Self.magic { try initializeHeaderLocked() }
     if header.load(Slot.journalInode) == 0 { header.store(Slot.journalInode, journalInode.load(ordering: .relaxed)) }
   }
@@ -335,7 +366,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// holding `state`.
   private func readCurrent<T: Sendable>(_ read: (State) -> T) -> T {
     if let done = state.withLock({ s -> T? in
-      guard refreshWithoutWaiting(&s) else { return nil }
+      guard refreshWithoutWaiting(&s) || readOnly else { return nil }
       let result = read(s)
       if s.values.damage != nil { scheduleRepair() }  // the image did not read: this read answered without it
       return result
@@ -368,7 +399,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
 
   /// Catches up under the lock in the background, repairing what needs it (reads never wait for that).
   private func scheduleRepair() {
-    guard !repairPending.exchange(true, ordering: .acquiringAndReleasing) else { return }
+    guard !readOnly, !repairPending.exchange(true, ordering: .acquiringAndReleasing) else { return }
     background.async { [self] in
       repairPending.store(false, ordering: .releasing)
       do { try exclusively { s throws(SharedDefaultsError) in try catchUpExclusively(&s) } } catch {
@@ -381,6 +412,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
 
   /// Appends `records` as one commit; returns after they are visible to every process.
   func write(_ records: [JournalFormat.Record]) throws(SharedDefaultsError) {
+    try refuseIfReadOnly()
     var bytes: [UInt8] = []
     for record in records { try JournalFormat.encode(record, into: &bytes) }
     let firstWriteSinceIdle = try exclusively { s throws(SharedDefaultsError) -> Bool in
@@ -410,6 +442,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       records: [JournalFormat.Record], result: T
     )
   ) throws -> T {
+    try refuseIfReadOnly()
     let result = try exclusively { s throws -> T in
       try catchUpExclusively(&s)
       let (records, result) = try body(s.values, s.registered)
@@ -426,6 +459,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// Makes the snapshot current and durable (survives power loss). `emptyingJournal` (tests) forces the
   /// compaction that starts a new generation, which otherwise waits for the journal to grow.
   func synchronize(emptyingJournal: Bool = false) throws(SharedDefaultsError) {
+    try refuseIfReadOnly()
     waitForBackgroundWork()
     try exclusively { s throws(SharedDefaultsError) in
       try catchUpExclusively(&s)
@@ -433,6 +467,12 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       try compact(&s, durable: true, handOver: true, rewind: rewind)
     }
     try writeExport(durable: true)
+  }
+
+  /// Writing to a suite of a container this process may only read.
+  private func refuseIfReadOnly() throws(SharedDefaultsError) {
+    guard readOnly else { return }
+    throw .system(FileSystemError("write", journalPath, .readOnlyFileSystem))
   }
 
   /// Whether the journal changed in a way only a full catch-up handles (a compaction, a repair, damage).
@@ -1962,6 +2002,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// suite's change signal; listened to only while this process has observers. The listener thread catches up
   /// itself: one thread hop from the writer's commit to the delivery queue.
   private func listenForWrites(_ on: Bool) {
+    // Read-only: listening counts this process in the header, which it may not write (and nothing changes there).
+    guard !readOnly else { return }
     let old = listener.withLock { current -> ChangeSignal.Listener? in
       defer {
         current =
@@ -2062,6 +2104,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// The journal's name changed (removed, replaced): if it no longer leads to the file this process maps, follow
   /// it (`followJournal`, which carries the committed records over when this process maps the recorded one).
   private func scheduleJournalCheck() {
+    guard !readOnly else { return }
     background.async { [self] in
       let atName = (try? root.status(Self.preferences + "/\(suite).journal"))??.inode
       guard atName != journalInode.load(ordering: .relaxed) else { return }
@@ -2082,6 +2125,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// Looks at the export in the background (it changed, or a reload found it edited or stale): applies an outside
   /// edit, rewrites a stale export.
   private func scheduleExportCheck(after delay: Double = 0) {
+    guard !readOnly else { return }
     background.asyncAfter(deadline: .now() + delay) { [self] in
       // The whole container went away (deleted): nothing to adopt.
       guard (try? root.status(Self.preferences)) ?? nil != nil else { return }

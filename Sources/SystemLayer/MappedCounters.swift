@@ -34,8 +34,9 @@ package final class MappedCounters: @unchecked Sendable {  // `healing` serializ
   private let healing = NSLock()
 
   /// Maps the counter file already open (read-write) as `fd`, which the counters now own: for a file opened
-  /// beneath a container's descriptor (`SystemFD.openOrCreate(_:mode:size:)` with `fileSize`).
-  package init(fd: SystemFD) throws(FileSystemError) {
+  /// beneath a container's descriptor (`SystemFD.openOrCreate(_:mode:size:)` with `fileSize`). `readOnly`: `fd` is
+  /// open read-only (a read-only container); the counters are read, never stored (see `SharedFileMapping`).
+  package init(fd: SystemFD, readOnly: Bool = false) throws(FileSystemError) {
     do throws(FileSystemError) {
       let st = try fd.status()
       guard st.kind == .regular else { throw FileSystemError("mmap", fd.path, .invalidArgument) }
@@ -49,8 +50,9 @@ package final class MappedCounters: @unchecked Sendable {  // `healing` serializ
       }
       // Still short: someone truncated it. Give it its size back (zeros: its owner sees a missing magic number).
       let truncated = size < Int64(Self.fileSize)
+      if truncated && readOnly { throw FileSystemError("mmap", fd.path, .invalidArgument) }
       if truncated { try fd.truncate(to: Int64(Self.fileSize)) }
-      mapping = try SharedFileMapping(fd: fd, reservation: Self.fileSize)
+      mapping = try SharedFileMapping(fd: fd, reservation: Self.fileSize, privateCopy: readOnly)
       seenFaults.store(mapping.faultCount, ordering: .relaxed)
       if truncated { newEpoch() }
     } catch {

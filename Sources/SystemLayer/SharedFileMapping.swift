@@ -24,13 +24,18 @@ package final class SharedFileMapping: @unchecked Sendable {  // immutable after
   private let descriptor: Atomic<Int32>
   private let retired = Mutex<[SystemFD]>([])
   private let guardSlot: Int32
+  /// `MAP_SHARED`, or `MAP_PRIVATE` for a file this process may only read (`privateCopy`).
+  private let sharing: Int32
 
-  /// Maps the regular file open as `fd`, which the mapping now owns (closed with it).
-  package init(fd: SystemFD, reservation: Int) throws(FileSystemError) {
+  /// Maps the regular file open as `fd`, which the mapping now owns (closed with it). `privateCopy`: for a file
+  /// open read-only (a read-only container) — the mapping reads the file, and a store through it would change
+  /// only this process's copy of that page (callers of a read-only file never store).
+  package init(fd: SystemFD, reservation: Int, privateCopy: Bool = false) throws(FileSystemError) {
     self.path = fd.path
     self.descriptor = Atomic(fd.rawValue)
     self.reservation = reservation
-    guard let mapped = mmap(nil, reservation, PROT_READ | PROT_WRITE, MAP_SHARED, fd.rawValue, 0),
+    self.sharing = privateCopy ? MAP_PRIVATE : MAP_SHARED
+    guard let mapped = mmap(nil, reservation, PROT_READ | PROT_WRITE, sharing, fd.rawValue, 0),
       mapped != MAP_FAILED
     else {
       throw FileSystemError("mmap", fd.path, Errno(rawValue: errno))
@@ -89,7 +94,7 @@ package final class SharedFileMapping: @unchecked Sendable {  // immutable after
   /// Maps the file again over the whole reservation, replacing the zero pages the SIGBUS guard put in.
   /// The corresponding C function is `mmap` (with `MAP_FIXED`).
   package func remap() throws(FileSystemError) {
-    let again = mmap(base, reservation, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd.rawValue, 0)
+    let again = mmap(base, reservation, PROT_READ | PROT_WRITE, sharing | MAP_FIXED, fd.rawValue, 0)
     guard again == base else { throw FileSystemError("mmap", path, Errno(rawValue: errno)) }
   }
 
@@ -97,7 +102,7 @@ package final class SharedFileMapping: @unchecked Sendable {  // immutable after
   /// `mmap(MAP_FIXED)`: a thread reading meanwhile sees the old pages or the new ones, never an unmapped hole.
   /// For a file replaced by a new one of the same role (the container removed and made again).
   package func remap(onto newFD: SystemFD) throws(FileSystemError) {
-    let again = mmap(base, reservation, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, newFD.rawValue, 0)
+    let again = mmap(base, reservation, PROT_READ | PROT_WRITE, sharing | MAP_FIXED, newFD.rawValue, 0)
     guard again == base else { throw FileSystemError("mmap", newFD.path, Errno(rawValue: errno)) }
     let old = descriptor.exchange(newFD.rawValue, ordering: .acquiringAndReleasing)
     retired.withLock { $0.append(SystemFD(rawValue: old, path: path)) }

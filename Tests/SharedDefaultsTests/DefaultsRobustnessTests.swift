@@ -127,6 +127,29 @@ import Testing
     #expect(Set(other.output) == Set((0..<stored).map { "k\($0) \(value.count)" } + ["end"]), "\(other.output)")
   }
 
+  /// A container on a read-only file system is read — the snapshot and the journal past it — by a process that
+  /// opens it now (its files opened read-only and mapped privately, the lock-free path only), and a write is a
+  /// clear error. Mutant: the store opening its header read-write only (every read failed with EROFS, as 0.2 did).
+  @Test(.enabled(if: geteuid() == 0, "mounting a tmpfs needs root"))
+  func aReadOnlyContainerIsReadAndWritesAreAClearError() async throws {
+    let root = try TestRoot()
+    guard let mounted = try SmallDisk.mount(in: root, size: "16m", name: "ro") else { return }
+    defer { withExtendedLifetime(mounted) {} }
+    let disk = mounted.path
+    // Written by processes that have exited (a file open for writing would keep the remount from happening).
+    for step in [["write", group, "a", "1"], ["sync", group], ["write", group, "b", "2"]] {
+      let done = try await groupctl(["defaults"] + step + ["--suite", "s", "--root", disk])
+      #expect(done.status == 0, "\(done)")
+    }
+    #expect(try runTool("/bin/mount", ["-o", "remount,ro", disk]) == 0)
+    for (key, value) in [("a", "1"), ("b", "2")] {
+      let read = try await groupctl(["defaults", "read", group, key, "--suite", "s", "--root", disk])
+      #expect(read.status == 0 && read.out == value + "\n", "\(read)")
+    }
+    let write = try await groupctl(["defaults", "write", group, "c", "3", "--suite", "s", "--root", disk])
+    #expect(write.status == 1 && write.err.contains("Read-only file system"), "\(write)")
+  }
+
   /// Writes word 8 of the suite's header, its lock word, as an outside program would.
   private func setLockWord(_ value: UInt64, suite: String, in container: GroupContainer) throws {
     let lockFile = try FileHandle(forUpdating: container.preferencesURL.appendingPathComponent("\(suite).lock"))
