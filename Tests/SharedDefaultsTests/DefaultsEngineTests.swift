@@ -280,6 +280,31 @@ import TestSupport
     return (child, point)
   }
 
+  /// `synchronize()` builds its image without the lock: while one process's synchronize is paused just before its
+  /// install, another process sets and exits; then the synchronize installs and both values are there. Mutant:
+  /// the image built with the lock held (as before: a set waited 272 ms behind a synchronize of 400,000 keys) — the
+  /// other process never got the lock.
+  @Test func aSynchronizeBuildsItsImageWithoutTheLock() async throws {
+    let root = try TestRoot()
+    let id = try root.container().identifier
+    let pauses = root.path + "/pauses"
+    try FileManager.default.createDirectory(atPath: pauses, withIntermediateDirectories: true)
+    let point = pauses + "/defaults.compaction.installing"
+    let syncing = try Child(
+      ["defaults-script", root.path, id, "sync", root.path, "set:a=1", "sync", "dump"],
+      environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.compaction.installing", "GROUPCONTAINER_PAUSE_DIR": pauses])
+    let deadline = Date().addingTimeInterval(30)
+    while !FileManager.default.fileExists(atPath: point) && Date() < deadline {
+      try await Task.sleep(for: .milliseconds(10))
+    }
+    #expect(FileManager.default.fileExists(atPath: point), "synchronize() never reached its install")
+    let other = try Child(["defaults-script", root.path, id, "sync", root.path, "set:b=2"])
+    #expect(await other.exit(timeout: 20) == 0, "a set waited for the synchronize's build")
+    try FileManager.default.removeItem(atPath: point)
+    #expect(await syncing.exit() == 0)
+    #expect(syncing.output.suffix(3) == ["a 1", "b 2", "end"], "\(syncing.output)")
+  }
+
   /// A compactor stopped with its claim (here paused before its install; Ctrl-Z or a debugger do the same) holds
   /// the others' compactions back for `compactionClaim` (10 s) only: then a writer's set claims and compacts, and
   /// the stopped one, resumed, finds its image overtaken and drops it. Mutant: a claim that never expires (the
