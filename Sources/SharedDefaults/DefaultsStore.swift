@@ -559,8 +559,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     guard mayCompact, end - start > thresholds.snapshot || end > thresholds.rewind || manyChanges else { return }
     // Most of the time a compaction is under way already (here or in another process): nothing to do. Past the
     // rewind threshold it also empties the journal (`finishCompaction`); only when background compactions did not
-    // manage to (a stopped compactor holding its claim) is the journal emptied here, before it fills up.
-    let lastResort = end > journal.reservation / 4 * 3
+    // manage to — writes outpacing them (what was appended during a build must be no longer than what it holds),
+    // or a stopped compactor holding its claim — is the journal emptied here, at twice the threshold.
+    let lastResort = end > min(journal.reservation / 4 * 3, 2 * thresholds.rewind)
     guard lastResort || (s.values.frozenToken == 0 && compactionClaimIsFree()) else { return }
     // The write is committed whatever happens now: a compaction that fails (full disk) is retried by the next one.
     do {
