@@ -450,14 +450,18 @@ import TestSupport
       ["defaults-script", root.path, id, "far", root.path, "fill:k:10:0", "sync", "loads", "wait:go", "count:w0-k",
        "count:k", "loads"])
     #expect(await reader.line { $0.hasPrefix("loads ") } == "loads 1")
-    let status = try runTool(
-      productsDirectory.appendingPathComponent("groupctl").path,
-      ["stress", "defaults-writer", id, "--index", "0", "--keys", "10", "--rounds", "5000", "--increments", "0",
-       "--suite", "far", "--root", root.path])
-    #expect(status == 0)
+    #expect(try writeKeysInAnotherProcess(10, rounds: 5000, suite: "far", root: root) == 0)
     FileManager.default.createFile(atPath: root.path + "/go", contents: nil)
     #expect(await reader.exit() == 0)
     #expect(reader.output.suffix(3) == ["count 10", "count 10", "loads 2"], "\(reader.output)")
+  }
+
+  /// `groupctl stress defaults-writer`, run to its end: keys `w0-k0`… of `suite`, `rounds` times. Its exit status.
+  func writeKeysInAnotherProcess(_ keys: Int, rounds: Int, suite: String, root: TestRoot) throws -> Int32? {
+    try runTool(
+      productsDirectory.appendingPathComponent("groupctl").path,
+      ["stress", "defaults-writer", root.container().identifier, "--index", "0", "--keys", "\(keys)", "--rounds",
+       "\(rounds)", "--increments", "0", "--suite", suite, "--root", root.path])
   }
 
   /// A reader of a growing suite does not keep every change it applied: once current, it takes the newer snapshot
@@ -471,11 +475,7 @@ import TestSupport
     let reader = try Child(
       ["defaults-script", root.path, id, "grow", root.path, "set:seed=1", "say:ready", "wait:go", "count:w0-k", "held"])
     #expect(await reader.line { $0 == "ready" } != nil)
-    let status = try runTool(
-      productsDirectory.appendingPathComponent("groupctl").path,
-      ["stress", "defaults-writer", id, "--index", "0", "--keys", "150000", "--rounds", "1", "--increments", "0",
-       "--suite", "grow", "--root", root.path])
-    #expect(status == 0)
+    #expect(try writeKeysInAnotherProcess(150_000, rounds: 1, suite: "grow", root: root) == 0)
     FileManager.default.createFile(atPath: root.path + "/go", contents: nil)
     #expect(await reader.exit() == 0)
     #expect(reader.output.contains("count 150000"), "\(reader.output)")
