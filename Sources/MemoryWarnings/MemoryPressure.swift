@@ -18,7 +18,8 @@ import SystemLayer
 //   limit fired "some 200 ms in 2 s" in every other process).
 // - The level rises at once; it falls only after every signal stayed below it for `dwell` (3 s).
 // - Sampling: every second (`samplePeriodMilliseconds`; every 250 ms while a budget is set, every 100 ms while the
-//   level is above normal, when memory is near its limit), and at once after any kernel event.
+//   level is above normal, when memory is near its limit), and at once after any kernel event. The process's cgroup
+//   is read again every second: a process moved to another cgroup is watched there.
 // - On a rise to warning the handlers run with `.warning` (memory tiers trim to `warningTrimFraction`, 50 % of their
 //   limit); on a rise to critical with `.critical` (tiers empty). Simulated levels always run them.
 // - Low disk space: available (statvfs f_bavail) below min(10 % of the file system, 1 GiB), over again above
@@ -557,6 +558,12 @@ public final class MemoryPressure: Sendable {
     var cgroupEvents: [(event: CgroupV1PressureEvent, level: MemoryPressureLevel)] = []
     var triggers: [(trigger: PressureTrigger, source: MemoryPressureSource, level: MemoryPressureLevel)] = []
     var notes: [String] = []
+
+    /// Ends the registrations (closing an eventfd ends its cgroup v1 event; closing a trigger's file, the trigger).
+    func close() {
+      for source in cgroupEvents { source.event.close() }
+      for source in triggers { source.trigger.close() }
+    }
   }
 
   private static func setUpKernelSources() -> KernelSources {
@@ -635,7 +642,7 @@ public final class MemoryPressure: Sendable {
   }
 
   /// Usage without the inactive file pages the kernel can drop at once (what cadvisor calls the working set).
-  private static func cgroupWorkingSet(_ cgroup: MemorySignals.Cgroup) -> Int? {
+  package static func cgroupWorkingSet(_ cgroup: MemorySignals.Cgroup) -> Int? {
     let stat = try? MemorySignals.readTable(cgroup.directory + "/memory.stat")
     switch cgroup.version {
     case .v1:
@@ -652,19 +659,37 @@ public final class MemoryPressure: Sendable {
   }
 
   private func run(kernelSignals: Bool) {
-    let sources = kernelSignals ? Self.setUpKernelSources() : KernelSources(notes: ["none: a monitor for tests"])
-    state.withLock { $0.signals = sources.notes }
-    for note in sources.notes { Self.logger.debug("memory signal \(note)") }
     guard let wake else {
       Self.logger.error("memory pressure monitor not started: no eventfd")
       return
     }
-    var descriptors: [(fd: Int32, events: Int16)] = [(wake.fd.rawValue, Poll.readable)]
-    descriptors += sources.cgroupEvents.map { ($0.event.event.fd.rawValue, Poll.readable) }
-    descriptors += sources.triggers.map { ($0.trigger.fd.rawValue, Poll.priority) }
+    var sources = kernelSignals ? Self.setUpKernelSources() : KernelSources(notes: ["none: a monitor for tests"])
+    func watch() -> [(fd: Int32, events: Int16)] {
+      state.withLock { $0.signals = sources.notes }
+      for note in sources.notes { Self.logger.debug("memory signal \(note)") }
+      return [(wake.fd.rawValue, Poll.readable)]
+        + sources.cgroupEvents.map { ($0.event.event.fd.rawValue, Poll.readable) }
+        + sources.triggers.map { ($0.trigger.fd.rawValue, Poll.priority) }
+    }
+    var descriptors = watch()
     var triggersAlive = Array(repeating: true, count: sources.triggers.count)
     let period = UInt64(Self.samplePeriodMilliseconds) * 1_000_000
+    var cgroupCheckedAt = MonotonicClock.nanoseconds()
     while true {
+      // A process moved to another cgroup (by systemd, a container runtime, its parent) is watched there: its
+      // limit and its reclaim are the new cgroup's. Checked once a period (one small read of /proc).
+      if kernelSignals, MonotonicClock.nanoseconds() &- cgroupCheckedAt >= period {
+        cgroupCheckedAt = MonotonicClock.nanoseconds()
+        let cgroup = MemorySignals.memoryCgroup()
+        if cgroup != sources.cgroup {
+          Self.logger.notice(
+            "memory pressure: this process moved to \(cgroup.map(String.init(describing:)) ?? "no memory cgroup")")
+          sources.close()
+          sources = Self.setUpKernelSources()
+          descriptors = watch()
+          triggersAlive = Array(repeating: true, count: sources.triggers.count)
+        }
+      }
       let ready: [Int16]
       let timeout =
         level != .normal

@@ -136,13 +136,15 @@ let imageCacheModes: Set<String> = [
   case "cache-cgroup":
     // cache-cgroup <root> <group> <cache> <cgroup-dir-name>: once moved into the memory cgroup, writes 24 MB of file
     // cache (what the kernel reclaims first, and measures its pressure events by), then fills the cache's memory
-    // tier (cost limit: the cgroup's limit) with 512 kB images every 20 ms — each its own copy, as decoded images
-    // would be — until the low-memory policy delivered critical. Says "limit <bytes>", "report <level> <source>
-    // cache-released <bytes> cost <bytes after>" per delivery, then "resident before=<peak while growing>
-    // after=<bytes>" and exits.
+    // tier (cost limit: the cgroup's limit) with 512 kB images every 20 ms (to within 4 MB of the limit) — each its
+    // own copy, as decoded images would be — until the low-memory policy delivered critical. Says "limit <bytes>",
+    // "report <level> <source> cache-released <bytes> cost <bytes after>" per delivery, then "resident before=<peak
+    // while growing> after=<bytes>" and exits.
     let cgroupName = args[5]
-    while !(((try? String(contentsOfFile: "/proc/self/cgroup", encoding: .utf8)) ?? "").contains(cgroupName)) {
-      MonotonicClock.sleep(nanoseconds: 10_000_000)
+    // The cache above started the monitor in the test's cgroup: it must follow the move.
+    guard awaitMonitorInCgroup(named: cgroupName, pressure: MemoryPressure.shared) else {
+      say("not followed: \(MemoryPressure.shared.signals)")
+      exit(1)
     }
     let fileCache = try container.directory().openFile("Library/Caches/file-cache", [.writeOnly, .create, .truncate])
     let megabyte = [UInt8](repeating: 0x33, count: 1 << 20)
@@ -159,11 +161,16 @@ let imageCacheModes: Set<String> = [
     let stamp = memoryCache.disk.stamp(shard: 0)
     var reports = 0
     var peak = 0
+    let cgroup = MemorySignals.memoryCgroup()
     for index in 0..<2_000 {
-      let copy = CachedImage(data: Data(template.data), info: template.info)
-      let entry = SharedImageCache.MemoryEntry(
-        image: copy, name: "k\(index)", shard: 0, stamp: stamp, expiresAt: 0, recorded: 0)
-      memoryCache.memory.setObject(entry, forKey: .init("k\(index)"), cost: copy.data.count)
+      // Never to within 4 MB of the limit (see pressure-cgroup: near it, the OOM kill races the critical delivery).
+      let used = cgroup.flatMap { MemoryPressure.cgroupWorkingSet($0) } ?? 0
+      if used + (4 << 20) < pressure.memoryLimit {
+        let copy = CachedImage(data: Data(template.data), info: template.info)
+        let entry = SharedImageCache.MemoryEntry(
+          image: copy, name: "k\(index)", shard: 0, stamp: stamp, expiresAt: 0, recorded: 0)
+        memoryCache.memory.setObject(entry, forKey: .init("k\(index)"), cost: copy.data.count)
+      }
       peak = max(peak, Int((try? MemorySignals.residentBytes()) ?? 0))
       MonotonicClock.sleep(nanoseconds: 20_000_000)
       guard pressure.reportCount > reports, let report = pressure.lastReport else { continue }

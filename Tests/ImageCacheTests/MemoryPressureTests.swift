@@ -18,7 +18,9 @@ import Testing
 /// - the cgroup v1 event fd never re-armed (`consume()` not called in the monitor loop): the child in the cgroup
 ///   never returns to normal (`aChildInAMemoryLimitedCgroupGetsWarningThenCriticalAndReleases`);
 /// - a handler registered but not called on critical (a rise delivered only when it is to `.warning`): the same
-///   child gets no critical delivery, keeps growing and is killed by the kernel's OOM killer;
+///   child gets no critical delivery (it grows to 4 MB under its limit, then waits for it) and says so;
+/// - the monitor not following a move to another cgroup (`run` never reading the cgroup again): the same child
+///   says `not followed` (its monitor watched the test's cgroup: in CI, warned by that cgroup's events, OOM-killed);
 /// - a defaults suite that drops its values without marking them for a reload (`generation` left as it was):
 ///   `anIdleDefaultsSuiteDropsWhatItCanReadAgain` reads nothing back.
 @Suite(.timeLimit(.minutes(1))) struct MemoryPressureTests {
@@ -189,8 +191,8 @@ import Testing
 
   // MARK: Real processes
 
-  /// A child process in a cgroup v1 memory cgroup limited to 96 MB (made beneath the test's own memory cgroup)
-  /// writes 24 MB of file cache, then grows a registered tier until the kernel's signals give warning, then
+  /// A child process moved, once its monitor runs, into a cgroup v1 memory cgroup limited to 96 MB (made beneath the
+  /// test's own memory cgroup) is watched there, writes 24 MB of file cache, then grows a registered tier until the kernel's signals give warning, then
   /// critical; its handler releases what it holds and its resident memory falls; afterwards the level returns to
   /// normal.
   @Test(.enabled(if: MemoryCgroupFixture.available, MemoryCgroupFixture.unavailableReason))
@@ -200,12 +202,17 @@ import Testing
     let cgroup = try MemoryCgroupFixture(limit: 96 << 20)
     defer { cgroup.remove() }
     let child = try Child(["pressure-cgroup", root.path, Self.group, cgroup.name, "24"])
+    // Moved once its monitor watches the test's cgroup: the monitor must follow the move.
+    await child.line(timeout: 20) { $0.hasPrefix("started") }
     try cgroup.add(pid: child.pid)
     await child.line(timeout: 45) { $0 == "normal" || $0.hasPrefix("still") || $0.hasPrefix("no critical") }
     let status = await child.exit()
     let lines = child.output
     #expect(status == 0, "\(lines)")
     #expect(lines.contains("limit \(96 << 20)"), "memoryLimit is not the cgroup's limit: \(lines)")
+    #expect(
+      lines.contains { $0.hasPrefix("signal cgroupUsage:") && $0.hasSuffix("/\(cgroup.name) working set against its limit") },
+      "the monitor did not follow the move: \(lines)")
     let handled = lines.filter { $0.hasPrefix("handler ") }.map { $0.split(separator: " ")[1] }
     // Warning first, critical once, at the end (a slow machine may fall back to normal and warn again between).
     #expect(handled.first == "warning" && handled.last == "critical", "\(lines)")
