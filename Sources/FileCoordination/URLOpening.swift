@@ -348,26 +348,32 @@ final class URLHandlers: @unchecked Sendable {  // `handler` and `requestHandler
     guard let registration = try registration(for: scheme) else { throw OpenURLError.unknownScheme(scheme) }
     var target = liveHandlers(of: scheme, channel).first
     if target == nil {
-      let child = Process()
-      child.executableURL = URL(fileURLWithPath: registration.executable)
-      child.arguments = registration.arguments + launchArguments
-      // A program that vanished since it was registered: say so (Foundation's error would be a Cocoa dump).
+      // A program that vanished since it was registered: say so (posix_spawn's errno alone would not say why).
       if let problem = ProcessSpawn.executableProblem(registration.executable) {
         throw OpenURLError.launchFailed(
           what,
           reason: "its registered program '\(registration.executable)' cannot be started: \(problem); "
             + "register the scheme again (registerURLScheme) with the program's current path")
       }
-      do { try child.run() } catch {
+      let child: ProcessSpawn.Reaped
+      do {
+        child = try ProcessSpawn.Reaped(
+          executable: registration.executable, arguments: registration.arguments + launchArguments)
+      } catch {
         throw OpenURLError.launchFailed(
-          what, reason: "its registered program '\(registration.executable)' could not be started")
+          what, reason: "its registered program '\(registration.executable)' could not be started (\(error))")
       }
       let deadline = ContinuousClock.now + timeout
       while target == nil {
-        guard child.isRunning else {
+        if let ended = child.termination {
+          let how: String
+          switch ended {
+          case .exited(let status): how = "status \(status)"
+          case .signaled(let signal): how = "signal \(signal)"
+          }
           throw OpenURLError.launchFailed(
             what,
-            reason: "it exited (status \(child.terminationStatus)) before handling "
+            reason: "it exited (\(how)) before handling "
               + (channel == .url ? "URLs" : "requests"))
         }
         guard ContinuousClock.now < deadline else {

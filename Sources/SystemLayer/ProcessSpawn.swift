@@ -2,6 +2,7 @@ import CInotifyTools
 import CSystemShims
 import Foundation
 import Glibc
+import Synchronization
 import SystemPackage
 
 /// Starting processes that must outlive their starter (the download agent, a relaunched app).
@@ -49,6 +50,30 @@ package enum ProcessSpawn {
       executable, argv, envp, input?.rawValue ?? -1, output.rawValue, error.rawValue, detach ? 1 : 0, &pid)
     guard rc == 0 else { throw FileSystemError("posix_spawn", executable, Errno(rawValue: rc)) }
     return pid
+  }
+
+  /// A child that shares the caller's stdout and stderr, reaped by a thread of its own: `termination` is nil while
+  /// it runs. For a program started on the caller's behalf (a registered app); Foundation's `Process.run` is not
+  /// used because it over-reads its directory buffer while closing descriptors and crashes now and then in a process
+  /// with many of them (swift-corelibs-foundation #5472).
+  package final class Reaped: Sendable {
+    package let pid: Int32
+    private let ended = Mutex<Termination?>(nil)
+
+    package init(executable: String, arguments: [String]) throws(FileSystemError) {
+      pid = try ProcessSpawn.child(
+        executable: executable, arguments: arguments, environment: ProcessInfo.processInfo.environment, input: nil,
+        output: SystemFD(rawValue: 1, path: "stdout"), error: SystemFD(rawValue: 2, path: "stderr"))
+      let pid = pid
+      let thread = Thread { [self] in
+        let termination = (try? ProcessSpawn.waitForExit(pid)) ?? .exited(-1)
+        ended.withLock { $0 = termination }
+      }
+      thread.name = "reap \(pid)"
+      thread.start()
+    }
+
+    package var termination: Termination? { ended.withLock { $0 } }
   }
 
   /// How a child ended.

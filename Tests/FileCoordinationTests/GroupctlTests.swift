@@ -9,22 +9,9 @@ import Testing
   let group = "group.com.example.cli"
 
   func run(_ arguments: [String], stdin: String? = nil) throws -> (status: Int32, out: String, err: String) {
-    let process = Process()
-    process.executableURL = productsDirectory.appendingPathComponent("groupctl")
-    process.arguments = arguments
-    let out = Pipe(), err = Pipe(), input = Pipe()
-    process.standardOutput = out
-    process.standardError = err
-    process.standardInput = input
-    try launch(process)
-    if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
-    try input.fileHandleForWriting.close()
-    let outData = out.fileHandleForReading.readDataToEndOfFile()
-    let errData = err.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return (
-      process.terminationStatus, String(decoding: outData, as: UTF8.self), String(decoding: errData, as: UTF8.self)
-    )
+    let run = try runToEnd(
+      productsDirectory.appendingPathComponent("groupctl").path, arguments, input: stdin ?? "", timeout: 50)
+    return (run.status ?? -1, run.output, run.errors)
   }
 
   @Test func writeThenReadRoundTripsThroughTheCoordinator() throws {

@@ -19,26 +19,9 @@ import Testing
 
   /// Runs a product with stdin closed; fails the test (and kills it) if it runs longer than `timeout` seconds.
   func run(_ executable: String, _ arguments: [String], timeout: Double = 20) throws -> (status: Int32?, err: String) {
-    let process = Process()
-    process.executableURL = productsDirectory.appendingPathComponent(executable)
-    process.arguments = arguments
-    let input = Pipe(), err = Pipe()
-    process.standardInput = input
-    process.standardOutput = FileHandle.nullDevice
-    process.standardError = err
-    try launch(process)
-    input.fileHandleForWriting.write(Data("x".utf8))
-    try input.fileHandleForWriting.close()
-    let deadline = Date().addingTimeInterval(timeout)
-    while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
-    if process.isRunning {
-      kill(process.processIdentifier, SIGKILL)
-      process.waitUntilExit()
-      Issue.record("\(executable) \(arguments.prefix(2)) hung for \(timeout) s")
-      return (nil, "")
-    }
-    let errText = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    return (process.terminationStatus, errText)
+    let run = try runToEnd(
+      productsDirectory.appendingPathComponent(executable).path, arguments, input: "x", timeout: timeout)
+    return (run.status, run.errors)
   }
 
   func fifo(_ path: String) throws {

@@ -80,16 +80,10 @@ import Testing
 
   /// Runs `gc-test-helper default-root` with exactly `environment` and returns what it printed.
   func defaultRoot(_ root: TestRoot, _ environment: [String: String]) throws -> String {
-    let process = Process()
-    process.executableURL = productsDirectory.appendingPathComponent("gc-test-helper")
-    process.arguments = ["default-root", root.path, group]
-    process.environment = environment
-    let pipe = Pipe()
-    process.standardOutput = pipe
-    try launch(process)
-    let output = pipe.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return String(decoding: output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    let run = try runToEnd(
+      productsDirectory.appendingPathComponent("gc-test-helper").path, ["default-root", root.path, group],
+      environment: environment)
+    return run.output.trimmingCharacters(in: .whitespacesAndNewlines)
   }
 
   @Test func theRootComesFromGroupContainerRootThenXDGDataHomeThenHome() throws {

@@ -282,11 +282,7 @@ import Testing
     let url = container.documentsURL.appendingPathComponent("shell.txt")
     let presenter = try Child(["present", root.path, group, "Documents/shell.txt"])
     presenter.waitForLine { $0.hasPrefix("ready") }
-    let shell = Process()
-    shell.executableURL = URL(fileURLWithPath: "/bin/sh")
-    shell.arguments = ["-c", "echo hello > '\(url.path)'"]
-    try launch(shell)
-    shell.waitUntilExit()
+    #expect(try runToEnd("/bin/sh", ["-c", "echo hello > '\(url.path)'"]).status == 0)
     presenter.waitForLine { $0 == "didChange uncoordinated -" }
     // A coordinated write right after is reported once, as coordinated.
     try FileCoordinator().coordinate(writingItemAt: url) { try container.write(Data("c".utf8), to: $0) }

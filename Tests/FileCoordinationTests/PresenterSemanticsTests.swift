@@ -228,12 +228,7 @@ import Testing
 
   /// `rm -rf` of the whole container, as a user would.
   func removeWithRM(_ container: GroupContainer) throws {
-    let rm = Process()
-    rm.executableURL = URL(fileURLWithPath: "/bin/rm")
-    rm.arguments = ["-rf", container.path]
-    try launch(rm)
-    rm.waitUntilExit()
-    #expect(rm.terminationStatus == 0)
+    #expect(try runToEnd("/bin/rm", ["-rf", container.path]).status == 0)
   }
 
   /// Waits (at most 20 s) until `directory` has an entry starting with `prefix`.

@@ -15,28 +15,8 @@ import Testing
   /// Runs groupctl; returns its status and stdout lines (stderr is kept for failure messages). A run that does not
   /// end within `timeout` is killed and recorded as an issue (its workers exit when they see it gone).
   func groupctl(_ arguments: [String], timeout: Double = 50) throws -> (status: Int32, lines: [String], err: String) {
-    let process = Process()
-    process.executableURL = productsDirectory.appendingPathComponent("groupctl")
-    process.arguments = arguments
-    // Output to files: nothing to drain while we wait with a deadline.
-    let base = FileManager.default.temporaryDirectory.appendingPathComponent("stress-\(UUID().uuidString)")
-    let (outPath, errPath) = (base.path + ".out", base.path + ".err")
-    for path in [outPath, errPath] { _ = FileManager.default.createFile(atPath: path, contents: nil) }
-    defer { for path in [outPath, errPath] { try? FileManager.default.removeItem(atPath: path) } }
-    process.standardOutput = FileHandle(forWritingAtPath: outPath)
-    process.standardError = FileHandle(forWritingAtPath: errPath)
-    try launch(process)
-    let deadline = Date().addingTimeInterval(timeout)
-    while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
-    if process.isRunning {
-      Issue.record("groupctl \(arguments.joined(separator: " ")) did not end within \(timeout) s")
-      kill(process.processIdentifier, SIGKILL)
-    }
-    process.waitUntilExit()
-    let out = FileManager.default.contents(atPath: outPath) ?? Data()
-    let err = FileManager.default.contents(atPath: errPath) ?? Data()
-    let lines = String(decoding: out, as: UTF8.self).split(separator: "\n").map(String.init)
-    return (process.terminationStatus, lines, String(decoding: err, as: UTF8.self))
+    let run = try runToEnd(productsDirectory.appendingPathComponent("groupctl").path, arguments, timeout: timeout)
+    return (run.status ?? -1, run.output.split(separator: "\n").map(String.init), run.errors)
   }
 
   /// The fields of the summary line, e.g. ["ops": (800, 800), "lost": (0, nil), …].

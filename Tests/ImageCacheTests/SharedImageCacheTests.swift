@@ -264,16 +264,8 @@ struct SharedImageCacheTests {
     let image = root.path + "/in.png"
     try TestPNG.make(width: 21, height: 9, seed: 7).write(to: URL(fileURLWithPath: image))
     func groupctl(_ arguments: [String]) throws -> (status: Int32, output: String) {
-      let process = Process()
-      process.executableURL = productsDirectory.appendingPathComponent("groupctl")
-      process.arguments = arguments + ["--root", root.path]
-      let out = root.path + "/out-\(UUID().uuidString)"
-      FileManager.default.createFile(atPath: out, contents: nil)
-      process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: out))
-      process.standardError = FileHandle.nullDevice
-      try launch(process)
-      process.waitUntilExit()
-      return (process.terminationStatus, (try? String(contentsOfFile: out, encoding: .utf8)) ?? "")
+      let run = try runToEnd(productsDirectory.appendingPathComponent("groupctl").path, arguments + ["--root", root.path])
+      return (run.status ?? -1, run.output)
     }
     let id = container.identifier
     #expect(try groupctl(["cache", "store", id, "https://x/y.png", image, "--cache", "thumbs"]).status == 0)

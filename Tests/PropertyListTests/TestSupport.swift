@@ -140,22 +140,11 @@ enum Python {
     """
 
   static func run(_ script: String, arguments: [String] = []) throws -> String {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    process.arguments = ["python3", "-c", script] + arguments
-    let output = Pipe()
-    let errors = Pipe()
-    process.standardOutput = output
-    process.standardError = errors
-    try launch(process)
-    let stdout = output.fileHandleForReading.readDataToEndOfFile()
-    let stderr = errors.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    guard process.terminationStatus == 0 else {
-      throw Failure(
-        description: "python3 exited \(process.terminationStatus): \(String(decoding: stderr, as: UTF8.self))")
+    let run = try runToEnd("/usr/bin/env", ["python3", "-c", script] + arguments)
+    guard run.status == 0 else {
+      throw Failure(description: "python3 exited \(run.status.map(String.init) ?? "after its time"): \(run.errors)")
     }
-    return String(decoding: stdout, as: UTF8.self)
+    return run.output
   }
 }
 

@@ -196,12 +196,8 @@ import Testing
 
 /// Runs a Python 3 script (`python3 -c`) with `arguments`; expects it to succeed.
 func runPython(_ script: String, _ arguments: String...) throws {
-  let python = Process()
-  python.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-  python.arguments = ["python3", "-c", script] + arguments
-  try launch(python)
-  python.waitUntilExit()
-  #expect(python.terminationStatus == 0)
+  let run = try runToEnd("/usr/bin/env", ["python3", "-c", script] + arguments)
+  #expect(run.status == 0, "\(run.errors)")
 }
 
 @Suite(.timeLimit(.minutes(1))) struct DefaultsCorruptionTests {

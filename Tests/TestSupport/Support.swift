@@ -192,11 +192,6 @@ public func runTool(_ tool: String, _ arguments: [String]) throws -> Int32 {
   return process.terminationStatus
 }
 
-/// One `Process.run` at a time in the test process: whole-suite runs crashed inside Foundation's `Process.run`
-/// (a bad pointer in memmove) while tests spawned children from several threads at once. Every Foundation
-/// `Process` a test starts goes through `launch(_:)`; TestSupport's own children are `SpawnedProcess`es.
-let spawnLock = NSLock()
-
 /// Appends `data` to `buffer` and returns the complete lines it now holds (the rest stays in `buffer`).
 func takeLines(_ data: Data, from buffer: inout String) -> [String] {
   buffer += String(decoding: data, as: UTF8.self)
@@ -208,11 +203,41 @@ func takeLines(_ data: Data, from buffer: inout String) -> [String] {
   return complete
 }
 
-/// `process.run()`, one at a time in the test process (see `spawnLock`). Call `waitUntilExit()` on it once it
-/// has run: a Foundation `Process` that never did stays alive (it and its run loop source retain each other) and
-/// keeps its pipes and file handles open for the rest of the run.
-public func launch(_ process: Process) throws {
-  try spawnLock.withLock { try process.run() }
+/// Runs `executable` (an absolute path) to its end with `input` on its stdin (nil: /dev/null) and returns its exit
+/// status — nil, with an issue recorded, when it ran past `timeout` seconds and was killed — and what it wrote.
+/// Started with posix_spawn like every child of the tests: Foundation's `Process.run` over-reads its directory
+/// buffer while closing descriptors and crashed about one CI run in ten (swift-corelibs-foundation #5472).
+public func runToEnd(
+  _ executable: String, _ arguments: [String], environment: [String: String] = ProcessInfo.processInfo.environment,
+  input: String? = nil, timeout: Double = 60, sourceLocation: SourceLocation = #_sourceLocation
+) throws -> (status: Int32?, output: String, errors: String) {
+  var stdin: SystemFD?
+  if let input {
+    // A file, not a pipe: nothing blocks on a child that never reads it, and no SIGPIPE when it exits first.
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("stdin-\(UUID().uuidString)").path
+    try Data(input.utf8).write(to: URL(fileURLWithPath: path))
+    stdin = try SystemFD.open(path, .readOnly)
+    try? FileManager.default.removeItem(atPath: path)
+  }
+  defer { stdin?.close() }
+  let (output, errors) = (SharedText(), SharedText())
+  let process = try SpawnedProcess(
+    executable: executable, arguments: arguments, environment: environment, input: stdin,
+    output: .pipe(output.append), error: .pipe(errors.append))
+  let deadline = Date().addingTimeInterval(timeout)
+  while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.002) }
+  var status: Int32? = nil
+  if process.isRunning {
+    Issue.record(
+      "\(executable) \(arguments.prefix(3).joined(separator: " ")) did not end within \(timeout) s",
+      sourceLocation: sourceLocation)
+    process.signal(SIGKILL)
+    process.waitUntilExit()
+  } else {
+    status = process.terminationStatus
+  }
+  process.waitForOutput(timeout: 5)
+  return (status, output.withLock { $0 }, errors.withLock { $0 })
 }
 
 /// A small tmpfs mounted in a test's root (full-disk and low-disk tests; needs root), unmounted when released.
