@@ -206,14 +206,18 @@ package struct SystemFD: Sendable, Hashable {
 
   /// Writes all of `bytes` at the current offset. The corresponding C function is `write`.
   package func writeAll(_ bytes: some Collection<UInt8>) throws(FileSystemError) {
-    let array = Array(bytes)
-    var written = 0
-    while written < array.count {
-      let result = array.withUnsafeBytes { buffer in
-        valueOrErrno { Glibc.write(rawValue, buffer.baseAddress! + written, buffer.count - written) }
-      }
-      written += try result.get("write", path)
+    // Contiguous bytes (Array, Data, their slices) are written where they are; anything else is copied once.
+    var failure: FileSystemError?
+    let done: Void? = bytes.withContiguousStorageIfAvailable { buffer in
+      do throws(FileSystemError) { try writeAll(UnsafeRawBufferPointer(buffer)) } catch { failure = error }
     }
+    if let failure { throw failure }
+    if done != nil { return }
+    let array = Array(bytes)
+    array.withUnsafeBytes { buffer in
+      do throws(FileSystemError) { try writeAll(buffer) } catch { failure = error }
+    }
+    if let failure { throw failure }
   }
 
   /// Writes all of `bytes` at `offset`. The corresponding C function is `pwrite`.
