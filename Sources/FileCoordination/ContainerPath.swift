@@ -9,6 +9,9 @@ import SystemLayer
 public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvertible {
   /// The components, in order from the container root. Empty for the container root itself.
   public let components: [String]
+  /// FNV-1a over the components' bytes, computed once: lock-table and registry lookups hash and compare paths on
+  /// every access, and a path is made once and looked up several times.
+  private let bytesHash: UInt64
 
   /// The longest path component, in bytes (Linux's `NAME_MAX`).
   public static let maxComponentBytes = 255
@@ -19,7 +22,19 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
   /// The container root.
   public static let root = ContainerPath(unchecked: [])
 
-  init(unchecked components: [String]) { self.components = components }
+  init(unchecked components: [String]) {
+    self.components = components
+    bytesHash = Self.hash(of: components)
+  }
+
+  private static func hash(of components: [String]) -> UInt64 {
+    var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+    for component in components {
+      for byte in component.utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+      hash = (hash ^ 0x2f) &* 0x100_0000_01b3  // a separator no name holds
+    }
+    return hash
+  }
 
   /// Validates a relative path such as `Library/Preferences/x.plist`. A trailing `/` is allowed.
   public init(_ relative: String) throws(GroupContainerError) {
@@ -46,6 +61,7 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
       throw .invalidPath(relative, rule: "'.coordination' is the framework's private directory")
     }
     components = parts
+    bytesHash = Self.hash(of: parts)
   }
 
   /// The path as `a/b/c` ("" for the root).
@@ -86,7 +102,7 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
 
   /// Paths are equal when their components are equal byte for byte (NFC and NFD spellings differ, as on Linux).
   public static func == (lhs: ContainerPath, rhs: ContainerPath) -> Bool {
-    lhs.components.count == rhs.components.count
+    lhs.bytesHash == rhs.bytesHash && lhs.components.count == rhs.components.count
       && zip(lhs.components, rhs.components).allSatisfy { sameBytes($0, $1) }
   }
 
@@ -102,19 +118,8 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
     return (fast ?? nil) ?? a.utf8.elementsEqual(b.utf8)
   }
 
-  /// Hashes the components' bytes, consistently with `==`.
-  public func hash(into hasher: inout Hasher) {
-    hasher.combine(components.count)
-    for component in components {
-      hasher.combine(component.utf8.count)
-      // One call per component, not per byte: lock-table lookups hash these on every access.
-      if component.utf8.withContiguousStorageIfAvailable({ hasher.combine(bytes: UnsafeRawBufferPointer($0)) })
-        == nil
-      {
-        for byte in component.utf8 { hasher.combine(byte) }
-      }
-    }
-  }
+  /// Hashes the components' bytes (their hash, computed once), consistently with `==`.
+  public func hash(into hasher: inout Hasher) { hasher.combine(bytesHash) }
 
   /// `self` with the prefix `old` replaced by `new` (for moves of an ancestor).
   func rebased(from old: ContainerPath, to new: ContainerPath) -> ContainerPath {
@@ -155,6 +160,7 @@ extension ContainerPath {
     guard end - base.count - 1 <= maxPathBytes else { return nil }
     if end == base.count + 1 { return .root }
     var components: [String] = []
+    components.reserveCapacity(path[(base.count + 1)..<end].reduce(1) { $0 + ($1 == slash ? 1 : 0) })
     var start = base.count + 1
     while start <= end {
       var stop = start

@@ -27,11 +27,12 @@ struct CoordinatedAccess: Sendable {
   private let purpose: String
   private var records: [PresenterRecord] = []
   private var sent: [Sent] = []
-  private var held: [LockOrder.Request] = []
+  private var held: [LockTable.Hold] = []
   /// Who holds `held` (set once the locks are taken).
   private(set) var owner: LockOwner?
 
-  var urls: [URL] { items.map(\.url) }
+  /// The URL of item `index`, for the accessor (no array made for the one- and two-item calls).
+  func url(_ index: Int) -> URL { items[index].url }
 
   init(intents: [FileAccessIntent], filePresenter: (any FilePresenter)?, purpose: String) throws(FileCoordinatorError) {
     var space: CoordinationSpace?
@@ -73,8 +74,10 @@ struct CoordinatedAccess: Sendable {
     timeout: Duration, policy: FileCoordinator.PresenterTimeoutPolicy, isCancelled: @Sendable () -> Bool
   ) throws(FileCoordinatorError) {
     // Only the presenters of these items, their ancestors and descendants: the cost does not grow with others.
-    records = space.registry.records(relatedTo: items.map(\.path))
-    guard !records.isEmpty else { return }  // the fast path: nobody presents anything that concerns us
+    let index = space.registry.index()
+    guard !index.isEmpty else { return }  // the fast path: nobody in the container presents anything
+    records = index.related(to: items.map(\.path))
+    guard !records.isEmpty else { return }  // nobody presents anything that concerns us
     var awaiting: [String: ProcessName] = [:]
     var lent: [String: (slot: Int, token: UInt64)] = [:]
     for (index, item) in items.enumerated() {
@@ -178,16 +181,24 @@ struct CoordinatedAccess: Sendable {
   mutating func lock(
     owner: LockOwner, timeout: Duration? = nil, isCancelled: @escaping @Sendable () -> Bool
   ) throws(FileCoordinatorError) {
-    let plan = LockOrder.plan(
-      items.map { item in
-        (item.path, !item.isWrite ? .read : item.writing.excludesContents ? .writeTree : .write)
-      })
+    func access(_ item: Item) -> LockOrder.Access {
+      !item.isWrite ? .read : item.writing.excludesContents ? .writeTree : .write
+    }
+    let plan =
+      items.count == 1
+      ? space.locks.plan(items[0].path, access(items[0])) : LockOrder.plan(items.map { ($0.path, access($0)) })
     let deadline = timeout.map { MonotonicClock.nanoseconds() + Self.nanoseconds($0) }
-    let expired: @Sendable () -> Bool = { deadline.map { MonotonicClock.nanoseconds() >= $0 } ?? false }
     do {
-      held = try space.locks.acquire(plan, owner: owner, isCancelled: { isCancelled() || expired() })
+      if let deadline {
+        held = try space.locks.acquire(
+          plan, owner: owner, isCancelled: { isCancelled() || MonotonicClock.nanoseconds() >= deadline })
+      } else {
+        held = try space.locks.acquire(plan, owner: owner, isCancelled: isCancelled)  // no closure per access
+      }
     } catch {
-      guard case .cancelled = error, !isCancelled(), let timeout, expired() else { throw error }
+      guard case .cancelled = error, !isCancelled(), let timeout, let deadline,
+        MonotonicClock.nanoseconds() >= deadline
+      else { throw error }
       throw .lockTimedOut(item: items[0].path.string, holderPID: holder(of: plan), seconds: Self.seconds(timeout))
     }
     self.owner = owner

@@ -156,7 +156,7 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
   public func coordinate<T>(
     readingItemAt url: URL, options: ReadingOptions = [], byAccessor reader: (URL) throws -> T
   ) throws -> T {
-    try perform([.readingIntent(with: url, options: options)]) { urls in try reader(urls[0]) }
+    try perform([.readingIntent(with: url, options: options)]) { try reader($0.url(0)) }
   }
 
   /// Apple's `coordinate(writingItemAt:options:error:byAccessor:)`: runs `writer` while no one else reads or
@@ -164,7 +164,7 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
   public func coordinate<T>(
     writingItemAt url: URL, options: WritingOptions = [], byAccessor writer: (URL) throws -> T
   ) throws -> T {
-    try perform([.writingIntent(with: url, options: options)]) { urls in try writer(urls[0]) }
+    try perform([.writingIntent(with: url, options: options)]) { try writer($0.url(0)) }
   }
 
   /// Reads one item and writes another in one access (e.g. a copy).
@@ -176,7 +176,7 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
     try perform([
       .readingIntent(with: readingURL, options: readingOptions),
       .writingIntent(with: writingURL, options: writingOptions),
-    ]) { urls in try readerWriter(urls[0], urls[1]) }
+    ]) { try readerWriter($0.url(0), $0.url(1)) }
   }
 
   /// Writes two items in one access (e.g. a move: `.forMoving` and `.forReplacing`).
@@ -188,7 +188,7 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
     try perform([
       .writingIntent(with: url1, options: options1),
       .writingIntent(with: url2, options: options2),
-    ]) { urls in try writer(urls[0], urls[1]) }
+    ]) { try writer($0.url(0), $0.url(1)) }
   }
 
   /// Coordinates all `intents` at once and runs `accessor` — without blocking a Swift-concurrency thread while
@@ -236,12 +236,12 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
     }
   }
 
-  private func perform<T>(_ intents: [FileAccessIntent], body: ([URL]) throws -> T) throws -> T {
+  private func perform<T>(_ intents: [FileAccessIntent], body: (CoordinatedAccess) throws -> T) throws -> T {
     let access = try begin(intents, extraCancel: { false })
     do {
       // Only a coordinator made with a presenter has an owner to lend to nested accesses.
       let result = try filePresenter == nil
-        ? body(access.urls) : Self.$nestingOwners.withValue(nesting(access)) { try body(access.urls) }
+        ? body(access) : Self.$nestingOwners.withValue(nesting(access)) { try body(access) }
       end(access)
       return result
     } catch {

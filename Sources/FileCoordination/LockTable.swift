@@ -9,6 +9,31 @@ enum LockOwner: Hashable, Sendable {
   case coordinator(UInt64)
 }
 
+/// Who in this process holds one lock, and how: a short list (one owner almost always), cheaper than a dictionary
+/// on the path of every access.
+struct Holders {
+  private var list: [(owner: LockOwner, mode: FlockMode, count: Int)] = []
+
+  var isEmpty: Bool { list.isEmpty }
+  var hasExclusive: Bool { list.contains { $0.mode == .exclusive } }
+
+  subscript(owner: LockOwner) -> (mode: FlockMode, count: Int)? {
+    get {
+      for hold in list where hold.owner == owner { return (hold.mode, hold.count) }
+      return nil
+    }
+    set {
+      let index = list.firstIndex { $0.owner == owner }
+      switch (index, newValue) {
+      case (let index?, let value?): list[index] = (owner, value.mode, value.count)
+      case (let index?, nil): list.remove(at: index)
+      case (nil, let value?): list.append((owner, value.mode, value.count))
+      case (nil, nil): break
+      }
+    }
+  }
+}
+
 /// The in-process table on top of flock.
 ///
 /// flock belongs to the open file description, so two threads of one process using one descriptor would both
@@ -18,10 +43,10 @@ enum LockOwner: Hashable, Sendable {
 /// LockOrder.swift: the generation check, revocation and the linger).
 final class LockTable: @unchecked Sendable {  // every field is guarded by `condition`
   /// A class, so an access updates it in place: one dictionary lookup per lock and no copy of `holders`.
-  private final class Entry {
+  fileprivate final class Entry {
     var fd: SystemFD?
     var osMode: FlockMode?
-    var holders: [LockOwner: (mode: FlockMode, count: Int)] = [:]
+    var holders = Holders()
     /// A thread is taking the flock for this entry; others wait for it to finish.
     var busy = false
     /// The revocation bucket of the key (`LockRevocation.bucket(of:)`).
@@ -66,15 +91,34 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     revocation?.signal.listenForever()
   }
 
+  /// The last one-item plan made here: a process tends to access one item again and again, and the plan (an array
+  /// of keys, one per depth) was two allocations of every access.
+  private let lastPlan = Mutex<(path: ContainerPath, access: LockOrder.Access, plan: [LockOrder.Request])?>(nil)
+
+  /// `LockOrder.plan(path, access)`, remembered for the next access to the same item.
+  func plan(_ path: ContainerPath, _ access: LockOrder.Access) -> [LockOrder.Request] {
+    if let last = lastPlan.withLock({ $0 }), last.access == access, last.path == path { return last.plan }
+    let plan = LockOrder.plan(path, access)
+    lastPlan.withLock { $0 = (path, access, plan) }
+    return plan
+  }
+
+  /// A lock `acquire` took, for `release`: its entry itself, so releasing looks nothing up (an entry with a
+  /// holder is never dropped from the table).
+  struct Hold: @unchecked Sendable {  // the entry is only touched under the table's `condition`
+    let request: LockOrder.Request
+    fileprivate let entry: Entry
+  }
+
   /// Takes every lock of `plan` (already in lock order) for `owner`; on failure releases what it took.
   func acquire(
     _ plan: [LockOrder.Request], owner: LockOwner, isCancelled: @Sendable () -> Bool
-  ) throws(FileCoordinatorError) -> [LockOrder.Request] {
-    var taken: [LockOrder.Request] = []
+  ) throws(FileCoordinatorError) -> [Hold] {
+    var taken: [Hold] = []
+    taken.reserveCapacity(plan.count)
     do {
       for request in plan {
-        try acquire(request, owner: owner, isCancelled: isCancelled)
-        taken.append(request)
+        taken.append(Hold(request: request, entry: try acquire(request, owner: owner, isCancelled: isCancelled)))
       }
     } catch {
       release(taken, owner: owner)
@@ -83,15 +127,16 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     return taken
   }
 
-  func release(_ held: [LockOrder.Request], owner: LockOwner) {
+  func release(_ held: [Hold], owner: LockOwner) {
     condition.lock()
     defer {
       condition.broadcast()
       condition.unlock()
     }
     var now: UInt64 = 0
-    for request in held.reversed() {
-      guard let entry = entries[request.key], var hold = entry.holders[owner] else { continue }
+    for taken in held.reversed() {
+      let (request, entry) = (taken.request, taken.entry)
+      guard var hold = entry.holders[owner] else { continue }
       hold.count -= 1
       entry.holders[owner] = hold.count > 0 ? hold : nil
       if entry.holders.isEmpty, entry.osMode != nil {
@@ -152,7 +197,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
 
   private func acquire(
     _ request: LockOrder.Request, owner: LockOwner, isCancelled: @Sendable () -> Bool
-  ) throws(FileCoordinatorError) {
+  ) throws(FileCoordinatorError) -> Entry {
     let key = request.key
     let mode = request.mode
     condition.lock()
@@ -180,7 +225,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
           entry.holders[owner] = (mode, 1)
           hits += 1
           condition.unlock()
-          return
+          return entry
         }
         drop(entry)
       }
@@ -191,10 +236,9 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
         }
         entry.holders[owner] = (held.mode, held.count + 1)
         condition.unlock()
-        return
+        return entry
       }
-      let conflict =
-        mode == .exclusive ? !entry.holders.isEmpty : entry.holders.values.contains { $0.mode == .exclusive }
+      let conflict = mode == .exclusive ? !entry.holders.isEmpty : entry.holders.hasExclusive
       if conflict {
         _ = condition.wait(until: Date(timeIntervalSinceNow: 0.05))
         continue
@@ -202,7 +246,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
       if let os = entry.osMode, os == .exclusive || mode == .shared {
         entry.holders[owner] = (mode, 1)
         condition.unlock()
-        return
+        return entry
       }
       // Nobody in this process holds it: take the flock, outside the table's lock.
       // `busy` keeps the entry in the table (trimming skips it) and everyone else off it until we are back.
@@ -234,7 +278,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
         entry.holders[owner] = (mode, 1)
         condition.broadcast()
         condition.unlock()
-        return
+        return entry
       case .failure(let error):
         condition.broadcast()
         condition.unlock()

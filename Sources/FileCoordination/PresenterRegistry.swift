@@ -176,13 +176,13 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
 
   /// Every valid record. Bad files are skipped with a logged error, never trusted and never deleted
   /// (they may belong to a newer version of the framework).
-  func records() -> [PresenterRecord] { current().records }
+  func records() -> [PresenterRecord] { index().records }
 
   /// The records that concern an access of `items` (see `PresenterIndex.related(to:)`).
-  func records(relatedTo items: [ContainerPath]) -> [PresenterRecord] { current().related(to: items) }
+  func records(relatedTo items: [ContainerPath]) -> [PresenterRecord] { index().related(to: items) }
 
   /// The index of the current generation, rebuilt only when the generation changed.
-  private func current() -> PresenterIndex {
+  func index() -> PresenterIndex {
     let generation = counters.load(Self.generationCounter) &+ counters.epoch  // a restored file starts a new epoch
     if let hit = cache.withLock({ $0.generation == generation ? $0.index : nil }) { return hit }
     let old = cache.withLock { $0.byFile }
