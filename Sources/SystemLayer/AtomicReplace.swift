@@ -6,8 +6,9 @@ import SystemPackage
 /// and a writer killed at any point leaves the old file intact.
 ///
 /// temp file in the same directory, created with `O_EXCL` → write → `fchmod` (only when the umask took bits
-/// away) → (`fsync`) → `renameat` over the target → (`fsync` of the directory). Every step is relative to the directory's descriptor, which
-/// `ContainerDirectory` opened beneath the container: a directory swapped for a symlink meanwhile changes nothing.
+/// away) → (`fsync`) → `renameat` over the target → (`fsync` of the directory). Every step is relative to the
+/// directory's descriptor, which `ContainerDirectory` opened beneath the container: a directory swapped for a
+/// symlink meanwhile changes nothing.
 /// Foundation's `Data.write(options: .atomic)` skips the directory sync, resets the mode and leaves temp files
 /// behind, so it is never used on container files.
 package enum AtomicReplace {
