@@ -85,14 +85,13 @@ extension GroupContainer {
   /// move a received file out before changing it).
   /// - Parameter durable: also survive power loss (fsync of the file and its directory).
   public func write(_ data: Data, to url: URL, durable: Bool = false) throws(GroupContainerError) {
-    // The container's path and space once, the item by bytes where plain (`ContainerPath.lexical`): URL handling
-    // was most of what a write on tmpfs cost beyond the replace itself.
+    // The container's path and space once, the item by bytes where plain (`relativePath`): URL handling was most
+    // of what a write on tmpfs cost beyond the replace itself.
     let base = path
     let root = try CoordinationSpace.open(
       containerPath: base, fileMode: sharing.fileMode, directoryMode: sharing.directoryMode
     ).root
-    let item: ContainerPath
-    if let plain = ContainerPath.lexical(url, in: base) { item = plain } else { item = try relativePath(of: url) }
+    let item = try relativePath(of: url)
     try InboxRule.check(writing: item)
     let mode = sharing.fileMode
     let durability: AtomicReplace.Durability = durable ? .powerLoss : .processCrash

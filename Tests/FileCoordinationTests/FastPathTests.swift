@@ -39,6 +39,7 @@ import Testing
     for path in plain {
       let url = URL(fileURLWithPath: path)
       let fast = try #require(ContainerPath.lexical(url, in: base), "\(path) should take the fast route")
+      #expect(fast == (try container.exactRelativePath(of: url)), "\(path)")
       #expect(fast == (try container.relativePath(of: url)), "\(path)")
       let (space, located) = try CoordinationSpace.locate(url)
       #expect(space === (try container.coordinationSpace()))
@@ -54,7 +55,7 @@ import Testing
       let url = URL(fileURLWithPath: path)
       #expect(ContainerPath.lexical(url, in: base) == nil, "\(path) should take the exact route")
       // Both routes of `locate` agree, errors included.
-      let exact = Result { () throws(GroupContainerError) in try container.relativePath(of: url) }
+      let exact = Result { () throws(GroupContainerError) in try container.exactRelativePath(of: url) }
       let located = Result { () throws(GroupContainerError) in try CoordinationSpace.locate(url).1 }
       switch (exact, located) {
       case (.success(let a), .success(let b)): #expect(a == b, "\(path)")
