@@ -99,7 +99,9 @@ struct CoordinationMessage: Codable, Sendable {
   static func decode(_ bytes: [UInt8], fileName: String) throws(GroupContainerError) -> CoordinationMessage {
     guard bytes.count <= maxBytes else { throw .corruptFile(fileName, reason: "message over \(maxBytes) bytes") }
     let message: CoordinationMessage
-    do { message = try JSONDecoder().decode(CoordinationMessage.self, from: Data(bytes)) } catch {
+    do {
+      message = try MessageJSON.decode(bytes) ?? JSONDecoder().decode(CoordinationMessage.self, from: Data(bytes))
+    } catch {
       throw .corruptFile(fileName, reason: "message is not valid JSON of the expected shape")
     }
     guard message.version == formatVersion else {
@@ -150,7 +152,260 @@ struct CoordinationMessage: Codable, Sendable {
     return message
   }
 
-  func encoded() -> [UInt8] { Array((try? JSONEncoder().encode(self)) ?? Data()) }
+  func encoded() -> [UInt8] { MessageJSON.encode(self) ?? Array((try? JSONEncoder().encode(self)) ?? Data()) }
+}
+
+/// The JSON of the messages every coordinated access sends — prepares, finishes and plain acks — written and read
+/// by hand: JSONEncoder and JSONDecoder were a fifth of a presenter process's CPU per message, and the writer
+/// encoded one prepare per presenter process before any could answer. The format is the same JSON: anything this
+/// route does not take (another field, an escape in a string, a number that is not a plain integer, a repeated
+/// key) goes to JSONDecoder, which decides, so both routes accept and refuse the same files (MessageJSONTests).
+enum MessageJSON {
+  /// The message as JSON, or nil when it has a field only JSONEncoder writes (requests, URLs, failures).
+  static func encode(_ message: CoordinationMessage) -> [UInt8]? {
+    guard message.failures == nil, message.url == nil, message.opened == nil, message.scheme == nil,
+      message.request == nil, message.deliveryID == nil, message.requestAnswer == nil
+    else { return nil }
+    var out: [UInt8] = []
+    out.reserveCapacity(192 + 96 * message.events.count)
+    func raw(_ text: StaticString) { text.withUTF8Buffer { out.append(contentsOf: $0) } }
+    func string(_ value: String) {
+      out.append(UInt8(ascii: "\""))
+      for byte in value.utf8 {
+        switch byte {
+        case UInt8(ascii: "\""), UInt8(ascii: "\\"): out += [UInt8(ascii: "\\"), byte]
+        case 0..<0x20: out += Array("\\u00".utf8) + [hex(byte >> 4), hex(byte & 0xf)]
+        default: out.append(byte)
+        }
+      }
+      out.append(UInt8(ascii: "\""))
+    }
+    func number(_ value: some BinaryInteger) { out += Array(String(value).utf8) }
+    func bool(_ value: Bool) { value ? raw("true") : raw("false") }
+    raw("{\"version\":")
+    number(message.version)
+    raw(",\"id\":")
+    string(message.id)
+    raw(",\"kind\":")
+    string(message.kind.rawValue)
+    raw(",\"sender\":")
+    string(message.sender.description)
+    if let purpose = message.purpose {
+      raw(",\"purpose\":")
+      string(purpose)
+    }
+    raw(",\"item\":")
+    string(message.item)
+    raw(",\"needsAck\":")
+    bool(message.needsAck)
+    raw(",\"isWrite\":")
+    bool(message.isWrite)
+    raw(",\"events\":[")
+    for (index, event) in message.events.enumerated() {
+      if index > 0 { raw(",") }
+      raw("{\"presenter\":")
+      string(event.presenter)
+      raw(",\"kind\":")
+      string(event.kind.rawValue)
+      if let path = event.path {
+        raw(",\"path\":")
+        string(path)
+      }
+      if let newPath = event.newPath {
+        raw(",\"newPath\":")
+        string(newPath)
+      }
+      raw("}")
+    }
+    raw("]")
+    if let slot = message.ackSlot {
+      raw(",\"ackSlot\":")
+      number(slot)
+    }
+    if let token = message.ackToken {
+      raw(",\"ackToken\":")
+      number(token)
+    }
+    raw("}")
+    return out
+  }
+
+  private static func hex(_ nibble: UInt8) -> UInt8 { nibble < 10 ? 48 + nibble : 87 + nibble }
+
+  /// The message, or nil when this route does not take the bytes (JSONDecoder then decides).
+  static func decode(_ bytes: [UInt8]) -> CoordinationMessage? {
+    bytes.withUnsafeBufferPointer { buffer in
+      var reader = Reader(bytes: buffer)
+      return reader.message()
+    }
+  }
+
+  private enum Value {
+    case string(String), integer(String), bool(Bool), null, events([PresenterEvent])
+  }
+
+  private struct Reader {
+    let bytes: UnsafeBufferPointer<UInt8>
+    var at = 0
+
+    init(bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
+
+    mutating func message() -> CoordinationMessage? {
+      guard let fields = object(events: true) else { return nil }
+      skipSpace()
+      guard at == bytes.count else { return nil }
+      let known: Set<String> = [
+        "version", "id", "kind", "sender", "purpose", "item", "needsAck", "isWrite", "events", "ackSlot", "ackToken",
+      ]
+      guard fields.keys.allSatisfy(known.contains) else { return nil }
+      guard case .integer(let versionText)? = fields["version"], let version = Int(versionText),
+        case .string(let id)? = fields["id"], case .string(let kindText)? = fields["kind"],
+        let kind = CoordinationMessage.Kind(rawValue: kindText), case .string(let senderText)? = fields["sender"],
+        let sender = ProcessName(senderText), case .string(let item)? = fields["item"],
+        case .bool(let needsAck)? = fields["needsAck"], case .bool(let isWrite)? = fields["isWrite"],
+        case .events(let events)? = fields["events"]
+      else { return nil }
+      var message = CoordinationMessage(
+        id: id, kind: kind, sender: sender, item: item, needsAck: needsAck, isWrite: isWrite, events: events)
+      message.version = version
+      switch fields["purpose"] {
+      case nil, .null?: break
+      case .string(let purpose)?: message.purpose = purpose
+      default: return nil
+      }
+      switch fields["ackSlot"] {
+      case nil, .null?: break
+      case .integer(let text)?:
+        guard let slot = Int(text) else { return nil }
+        message.ackSlot = slot
+      default: return nil
+      }
+      switch fields["ackToken"] {
+      case nil, .null?: break
+      case .integer(let text)?:
+        guard let token = UInt64(text) else { return nil }
+        message.ackToken = token
+      default: return nil
+      }
+      return message
+    }
+
+    /// An object's fields; with `events`, its `events` key holds an array of presenter events.
+    mutating func object(events: Bool) -> [String: Value]? {
+      skipSpace()
+      guard take(UInt8(ascii: "{")) else { return nil }
+      var fields: [String: Value] = [:]
+      skipSpace()
+      if take(UInt8(ascii: "}")) { return fields }
+      while true {
+        skipSpace()
+        guard let key = string() else { return nil }
+        skipSpace()
+        guard take(UInt8(ascii: ":")) else { return nil }
+        skipSpace()
+        let value: Value
+        if events && key == "events" {
+          guard let list = eventList() else { return nil }
+          value = .events(list)
+        } else {
+          guard let scalar = scalar() else { return nil }
+          value = scalar
+        }
+        guard fields.updateValue(value, forKey: key) == nil else { return nil }  // a repeated key
+        skipSpace()
+        if take(UInt8(ascii: ",")) { continue }
+        guard take(UInt8(ascii: "}")) else { return nil }
+        return fields
+      }
+    }
+
+    mutating func eventList() -> [PresenterEvent]? {
+      guard take(UInt8(ascii: "[")) else { return nil }
+      var list: [PresenterEvent] = []
+      skipSpace()
+      if take(UInt8(ascii: "]")) { return list }
+      while true {
+        guard let fields = object(events: false),
+          fields.keys.allSatisfy({ ["presenter", "kind", "path", "newPath"].contains($0) }),
+          case .string(let presenter)? = fields["presenter"], case .string(let kindText)? = fields["kind"],
+          let kind = PresenterEvent.Kind(rawValue: kindText)
+        else { return nil }
+        var event = PresenterEvent(presenter: presenter, kind: kind)
+        for (key, value) in fields where key == "path" || key == "newPath" {
+          let text: String?
+          switch value {
+          case .null: text = nil
+          case .string(let string): text = string
+          default: return nil
+          }
+          if key == "path" { event.path = text } else { event.newPath = text }
+        }
+        list.append(event)
+        skipSpace()
+        if take(UInt8(ascii: ",")) {
+          skipSpace()
+          continue
+        }
+        guard take(UInt8(ascii: "]")) else { return nil }
+        return list
+      }
+    }
+
+    mutating func scalar() -> Value? {
+      guard at < bytes.count else { return nil }
+      switch bytes[at] {
+      case UInt8(ascii: "\""): return string().map { .string($0) }
+      case UInt8(ascii: "t"): return word("true") ? .bool(true) : nil
+      case UInt8(ascii: "f"): return word("false") ? .bool(false) : nil
+      case UInt8(ascii: "n"): return word("null") ? .null : nil
+      default: return integer().map { .integer($0) }
+      }
+    }
+
+    /// A string without escapes, as valid UTF-8 (an escape sends the message to JSONDecoder).
+    mutating func string() -> String? {
+      guard take(UInt8(ascii: "\"")) else { return nil }
+      let start = at
+      while at < bytes.count, bytes[at] != UInt8(ascii: "\"") {
+        if bytes[at] == UInt8(ascii: "\\") || bytes[at] < 0x20 { return nil }
+        at += 1
+      }
+      guard at < bytes.count else { return nil }
+      defer { at += 1 }
+      return String(validating: UnsafeBufferPointer(rebasing: bytes[start..<at]), as: UTF8.self)
+    }
+
+    /// An integer as JSON writes it: an optional minus, then 0 or digits without a leading zero.
+    mutating func integer() -> String? {
+      let start = at
+      _ = take(UInt8(ascii: "-"))
+      let digits = at
+      while at < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[at]) { at += 1 }
+      guard at > digits, at - digits == 1 || bytes[digits] != UInt8(ascii: "0"), at - start <= 21 else { return nil }
+      if at < bytes.count, [UInt8(ascii: "."), UInt8(ascii: "e"), UInt8(ascii: "E")].contains(bytes[at]) {
+        return nil
+      }
+      return String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<at]), as: UTF8.self)
+    }
+
+    mutating func word(_ text: StaticString) -> Bool {
+      let count = text.utf8CodeUnitCount
+      guard at + count <= bytes.count else { return false }
+      let same = text.withUTF8Buffer { word in (0..<count).allSatisfy { bytes[at + $0] == word[$0] } }
+      if same { at += count }
+      return same
+    }
+
+    mutating func take(_ byte: UInt8) -> Bool {
+      guard at < bytes.count, bytes[at] == byte else { return false }
+      at += 1
+      return true
+    }
+
+    mutating func skipSpace() {
+      while at < bytes.count, [0x20, 0x09, 0x0a, 0x0d].contains(bytes[at]) { at += 1 }
+    }
+  }
 }
 
 /// The ack of a `request`: its status and, when replied, the reply's bytes.
