@@ -77,6 +77,14 @@
           precondition(message.ackSlot.map { AckBoard.slots.contains($0) } ?? true, "unchecked ack slot accepted")
         }
       }
+      // The hand-written reader takes only what JSONDecoder reads, and reads it the same (MessageJSON).
+      if let fast = MessageJSON.decode(bytes) {
+        let slow = try? JSONDecoder().decode(CoordinationMessage.self, from: Data(bytes))
+        precondition(slow != nil, "the hand-written message reader accepted what JSONDecoder refuses")
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        precondition((try? encoder.encode(fast)) == (try? encoder.encode(slow!)), "the two message readers disagree")
+      }
     }
     return 0
   }
