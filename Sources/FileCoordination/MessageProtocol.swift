@@ -273,20 +273,19 @@ enum MessageJSON {
       case .string(let purpose)?: message.purpose = purpose
       default: return nil
       }
-      switch fields["ackSlot"] {
-      case nil, .null?: break
-      case .integer(let text)?:
-        guard let slot = Int(text) else { return nil }
-        message.ackSlot = slot
-      default: return nil
+      /// An optional integer: `.some(nil)` when absent or null, nil when it is anything else.
+      func optional<T: FixedWidthInteger>(_ key: String, as type: T.Type) -> T?? {
+        switch fields[key] {
+        case nil, .null?: return .some(nil)
+        case .integer(let text)?: return T(text).map { .some($0) }
+        default: return nil
+        }
       }
-      switch fields["ackToken"] {
-      case nil, .null?: break
-      case .integer(let text)?:
-        guard let token = UInt64(text) else { return nil }
-        message.ackToken = token
-      default: return nil
+      guard let slot = optional("ackSlot", as: Int.self), let token = optional("ackToken", as: UInt64.self) else {
+        return nil
       }
+      message.ackSlot = slot
+      message.ackToken = token
       return message
     }
 
