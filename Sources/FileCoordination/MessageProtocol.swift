@@ -182,6 +182,17 @@ enum MessageJSON {
     }
     func number(_ value: some BinaryInteger) { out += Array(String(value).utf8) }
     func bool(_ value: Bool) { value ? raw("true") : raw("false") }
+    // An optional field is left out when nil, as JSONEncoder does; `key` is `,"name":`.
+    func optional(_ key: StaticString, _ value: String?) {
+      guard let value else { return }
+      raw(key)
+      string(value)
+    }
+    func optional(_ key: StaticString, _ value: (some BinaryInteger)?) {
+      guard let value else { return }
+      raw(key)
+      number(value)
+    }
     raw("{\"version\":")
     number(message.version)
     raw(",\"id\":")
@@ -190,10 +201,7 @@ enum MessageJSON {
     string(message.kind.rawValue)
     raw(",\"sender\":")
     string(message.sender.description)
-    if let purpose = message.purpose {
-      raw(",\"purpose\":")
-      string(purpose)
-    }
+    optional(",\"purpose\":", message.purpose)
     raw(",\"item\":")
     string(message.item)
     raw(",\"needsAck\":")
@@ -207,25 +215,13 @@ enum MessageJSON {
       string(event.presenter)
       raw(",\"kind\":")
       string(event.kind.rawValue)
-      if let path = event.path {
-        raw(",\"path\":")
-        string(path)
-      }
-      if let newPath = event.newPath {
-        raw(",\"newPath\":")
-        string(newPath)
-      }
+      optional(",\"path\":", event.path)
+      optional(",\"newPath\":", event.newPath)
       raw("}")
     }
     raw("]")
-    if let slot = message.ackSlot {
-      raw(",\"ackSlot\":")
-      number(slot)
-    }
-    if let token = message.ackToken {
-      raw(",\"ackToken\":")
-      number(token)
-    }
+    optional(",\"ackSlot\":", message.ackSlot)
+    optional(",\"ackToken\":", message.ackToken)
     raw("}")
     return out
   }
