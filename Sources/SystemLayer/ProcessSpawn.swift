@@ -52,18 +52,22 @@ package enum ProcessSpawn {
     return pid
   }
 
-  /// A child that shares the caller's stdout and stderr, reaped by a thread of its own: `termination` is nil while
-  /// it runs. For a program started on the caller's behalf (a registered app); Foundation's `Process.run` is not
-  /// used because it over-reads its directory buffer while closing descriptors and crashes now and then in a process
-  /// with many of them (swift-corelibs-foundation #5472).
+  /// A `child` reaped by a thread of its own: `termination` is nil while it runs. By default it shares the caller's
+  /// stdout and stderr (a registered app started on the caller's behalf; test children pass pipes). Foundation's
+  /// `Process.run` is not used because it over-reads its directory buffer while closing descriptors and crashes now
+  /// and then in a process with many of them (swift-corelibs-foundation #5472).
   package final class Reaped: Sendable {
     package let pid: Int32
     private let ended = Mutex<Termination?>(nil)
 
-    package init(executable: String, arguments: [String]) throws(FileSystemError) {
+    package init(
+      executable: String, arguments: [String], environment: [String: String] = ProcessInfo.processInfo.environment,
+      input: SystemFD? = nil, output: SystemFD = SystemFD(rawValue: 1, path: "stdout"),
+      error: SystemFD = SystemFD(rawValue: 2, path: "stderr")
+    ) throws(FileSystemError) {
       pid = try ProcessSpawn.child(
-        executable: executable, arguments: arguments, environment: ProcessInfo.processInfo.environment, input: nil,
-        output: SystemFD(rawValue: 1, path: "stdout"), error: SystemFD(rawValue: 2, path: "stderr"))
+        executable: executable, arguments: arguments, environment: environment, input: input, output: output,
+        error: error)
       let pid = pid
       let thread = Thread { [self] in
         let termination = (try? ProcessSpawn.waitForExit(pid)) ?? .exited(-1)

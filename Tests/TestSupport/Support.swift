@@ -281,8 +281,8 @@ public final class SpawnedProcess: Sendable {
     case inherit
   }
 
-  public let processIdentifier: Int32
-  private let state: ExitState
+  public var processIdentifier: Int32 { child.pid }
+  private let child: ProcessSpawn.Reaped
   private let readers: [PipeReader]
 
   /// Starts `executable` (an absolute path) with stdin from `input` (nil: /dev/null).
@@ -306,7 +306,7 @@ public final class SpawnedProcess: Sendable {
     do {
       let out = try childEnd(output, standard: 1)
       let err = try childEnd(error, standard: 2)
-      processIdentifier = try ProcessSpawn.child(
+      child = try ProcessSpawn.Reaped(
         executable: executable, arguments: arguments, environment: environment, input: input, output: out,
         error: err)
     } catch {
@@ -315,23 +315,14 @@ public final class SpawnedProcess: Sendable {
       throw error
     }
     for fd in parentEnds { fd.close() }
-    let state = ExitState()
-    self.state = state
-    let pid = processIdentifier
-    let reaper = Thread {
-      let termination = (try? ProcessSpawn.waitForExit(pid)) ?? .exited(-1)
-      state.termination.withLock { $0 = termination }
-    }
-    reaper.name = "reap \(pid)"
-    reaper.start()
     readers = readEnds.map { PipeReader($0.0, onData: $0.1) }
   }
 
-  public var isRunning: Bool { state.termination.withLock { $0 == nil } }
+  public var isRunning: Bool { child.termination == nil }
 
   /// The exit status, or the signal that ended it (as Foundation's `Process` says); -1 while it runs.
   public var terminationStatus: Int32 {
-    switch state.termination.withLock({ $0 }) {
+    switch child.termination {
     case .exited(let status)?: return status
     case .signaled(let signal)?: return signal
     case nil: return -1
@@ -339,7 +330,7 @@ public final class SpawnedProcess: Sendable {
   }
 
   public var terminationReason: Process.TerminationReason {
-    if case .signaled? = state.termination.withLock({ $0 }) { return .uncaughtSignal }
+    if case .signaled? = child.termination { return .uncaughtSignal }
     return .exit
   }
 
@@ -376,11 +367,6 @@ public final class SpawnedProcess: Sendable {
   deinit {
     signal(SIGKILL)
   }
-}
-
-/// How the child ended, set once by its reaper thread.
-private final class ExitState: Sendable {
-  let termination = Mutex<ProcessSpawn.Termination?>(nil)
 }
 
 /// Reads one pipe on a thread of its own until end of file, hands each chunk to `onData`, then closes the
