@@ -67,7 +67,10 @@ int gc_openat_beneath_no_symlinks(int dirfd, const char *path, int directory) {
 #ifdef SYS_openat2
   struct open_how how;
   memset(&how, 0, sizeof how);
-  how.flags = directory ? (O_RDONLY | O_DIRECTORY | O_CLOEXEC) : (O_PATH | O_CLOEXEC);
+  // 1: a directory to read or fsync; 2: a directory used only as the base of *at calls (O_PATH: no open of the
+  // directory itself, cheaper); 0: anything, as a check (O_PATH).
+  how.flags = directory == 1 ? (O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+    : directory == 2 ? (O_PATH | O_DIRECTORY | O_CLOEXEC) : (O_PATH | O_CLOEXEC);
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
   return openat2_retrying(dirfd, path, &how);
 #else
@@ -218,3 +221,15 @@ int gc_statfs(const char *path, uint64_t *type, uint64_t *block_size, uint64_t *
   *free_inodes = (uint64_t)buffer.f_ffree;
   return 0;
 }
+
+static __thread uintptr_t thread_mark_owner;
+static __thread uint64_t thread_mark_key;
+
+void gc_thread_mark_set(uintptr_t owner, uint64_t key) {
+  thread_mark_owner = owner;
+  thread_mark_key = key;
+}
+
+uintptr_t gc_thread_mark_owner(void) { return thread_mark_owner; }
+
+uint64_t gc_thread_mark_key(void) { return thread_mark_key; }

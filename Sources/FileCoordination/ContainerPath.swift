@@ -10,8 +10,8 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
   /// The components, in order from the container root. Empty for the container root itself.
   public let components: [String]
   /// FNV-1a over the components' bytes, computed once: lock-table and registry lookups hash and compare paths on
-  /// every access, and a path is made once and looked up several times.
-  private let bytesHash: UInt64
+  /// every access, and a path is made once and looked up several times (`CheckedWrite` marks an item by it too).
+  let bytesHash: UInt64
 
   /// The longest path component, in bytes (Linux's `NAME_MAX`).
   public static let maxComponentBytes = 255

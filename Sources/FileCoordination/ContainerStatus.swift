@@ -95,10 +95,13 @@ extension GroupContainer {
     try InboxRule.check(writing: item)
     let mode = sharing.fileMode
     let durability: AtomicReplace.Durability = durable ? .powerLoss : .processCrash
-    // No link on the way (the common case): checked on the parent's descriptor that the replace then uses.
+    // No link on the way (the common case): checked on the parent's descriptor that the replace then uses, the
+    // item itself too unless this thread's coordinated write just checked it (CheckedWrite.swift).
     let relative = item.string
+    let checked = CheckedWrite.vouches(for: item, root: root)
     let wrote = try beneath(item) { () throws(FileSystemError) in
-      try root.replaceFileIfNoSymbolicLink(relative, with: data, mode: mode, durability: durability)
+      try root.replaceFileIfNoSymbolicLink(
+        relative, with: data, mode: mode, durability: durability, nameChecked: checked)
     }
     if wrote { return }
     try InboxRule.check(writing: item, resolved: try resolveBeneath(item, containerPath: base, root: root))

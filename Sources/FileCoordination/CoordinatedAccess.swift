@@ -12,6 +12,8 @@ struct CoordinatedAccess: Sendable {
     var reading: FileCoordinator.ReadingOptions
     var writing: FileCoordinator.WritingOptions
     var existedBefore: Bool?
+    /// No symbolic link was on the item's path when the access was set up (`CheckedWrite`).
+    var linkFree = false
   }
 
   /// A prepare sent for item `item` to `process`.
@@ -57,7 +59,8 @@ struct CoordinatedAccess: Sendable {
         try FileCoordinatorError.wrap { () throws(GroupContainerError) in
           try InboxRule.check(writing: lexical, resolved: resolved, options: options)
         }
-        items.append(Item(path: lexical, url: intent.url, isWrite: true, reading: [], writing: options))
+        items.append(
+          Item(path: lexical, url: intent.url, isWrite: true, reading: [], writing: options, linkFree: resolved == nil))
       }
     }
     guard let space else { throw .container(.invalidPath("", rule: "an access needs at least one item")) }

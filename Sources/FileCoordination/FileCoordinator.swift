@@ -240,8 +240,10 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
     let access = try begin(intents, extraCancel: { false })
     do {
       // Only a coordinator made with a presenter has an owner to lend to nested accesses.
-      let result = try filePresenter == nil
-        ? body(access) : Self.$nestingOwners.withValue(nesting(access)) { try body(access) }
+      let result = try CheckedWrite.during(access) {
+        try filePresenter == nil
+          ? body(access) : Self.$nestingOwners.withValue(nesting(access)) { try body(access) }
+      }
       end(access)
       return result
     } catch {

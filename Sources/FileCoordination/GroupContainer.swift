@@ -33,6 +33,8 @@ public struct GroupContainer: Sendable, Hashable {
   public let identifier: String
   /// The container directory.
   public let url: URL
+  /// The container directory's path (kept: `url.path` makes a new string on every call, and every write asks).
+  public let path: String
   /// Who may use the container: this user (the default) or the directory's group.
   public let sharing: Sharing
 
@@ -92,6 +94,7 @@ public struct GroupContainer: Sendable, Hashable {
     self.identifier = identifier
     self.sharing = sharing
     self.url = URL(fileURLWithPath: rootPath, isDirectory: true).appendingPathComponent(identifier, isDirectory: true)
+    self.path = url.path
   }
 
   /// `root` as a path, else the environment's root.
@@ -162,8 +165,6 @@ public struct GroupContainer: Sendable, Hashable {
     return home + "/.local/share/group-containers"
   }
 
-  /// The container directory's path.
-  public var path: String { url.path }
   /// `Library/Preferences`: shared defaults.
   public var preferencesURL: URL { url.appendingPathComponent("Library/Preferences", isDirectory: true) }
   /// `Library/Caches`: data that may be purged.

@@ -49,8 +49,9 @@ package enum AtomicReplace {
     parts: Int, in directory: SystemFD, name: String, mode: mode_t, durability: Durability = .processCrash,
     _ writePart: (SystemFD, Int) throws(FileSystemError) -> Void
   ) throws(FileSystemError) -> FileStatus {
-    // Errors name the file the caller writes, never the temp file (an internal name the user cannot act on).
-    let target = directory.path + "/" + name
+    // Errors name the file the caller writes, never the temp file (an internal name the user cannot act on);
+    // built only for an error.
+    var target: String { directory.path + "/" + name }
     let temp: (fd: SystemFD, name: String)
     do { temp = try createTemporary(in: directory, for: name, mode: mode, exactMode: false) } catch {
       if error.errno == .noSuchFileOrDirectory {
@@ -93,8 +94,7 @@ package enum AtomicReplace {
   ) throws(FileSystemError) -> (fd: SystemFD, name: String) {
     var attempt = 0
     while true {
-      let random = String(nextTemporaryNumber(), radix: 16)
-      let temp = "\(temporaryPrefix)\(writer)-\(random)-\(prefix(of: name, bytes: maxNameBytesInTemporary))"
+      let temp = temporaryName(for: name, number: nextTemporaryNumber())
       do throws(FileSystemError) {
         let fd = try directory.open(temp, [.writeOnly, .exclusiveCreate], mode: mode)
         guard exactMode else { return (fd, temp) }
@@ -109,6 +109,25 @@ package enum AtomicReplace {
         attempt += 1
       }
     }
+  }
+
+  /// `.gc-tmp-<writer>-<number in hex>-<start of name>`, built in one string (interpolation made three).
+  package static func temporaryName(for name: String, number: UInt64) -> String {
+    let kept = prefix(of: name, bytes: maxNameBytesInTemporary)
+    var temp = ""
+    temp.reserveCapacity(temporaryPrefix.utf8.count + writer.utf8.count + 18 + kept.utf8.count)
+    temp += temporaryPrefix
+    temp += writer
+    temp += "-"
+    var digits = 16 - number.leadingZeroBitCount / 4
+    if digits == 0 { digits = 1 }
+    for shift in stride(from: (digits - 1) * 4, through: 0, by: -4) {
+      let nibble = UInt8((number >> UInt64(shift)) & 0xf)
+      temp.unicodeScalars.append(Unicode.Scalar(nibble < 10 ? 48 + nibble : 87 + nibble))
+    }
+    temp += "-"
+    temp += kept
+    return temp
   }
 
   /// Numbers for temp names: a random start, then a step, without a system call per name (`UInt32.random` costs a
@@ -131,7 +150,8 @@ package enum AtomicReplace {
 
   /// At most `bytes` UTF-8 bytes of `name`, cut at a Unicode scalar boundary (Characters can be many bytes:
   /// 64 emoji are 256 bytes).
-  static func prefix(of name: String, bytes: Int) -> String {
+  package static func prefix(of name: String, bytes: Int) -> String {
+    if name.utf8.count <= bytes { return name }
     var end = name.unicodeScalars.startIndex
     var count = 0
     for index in name.unicodeScalars.indices {

@@ -111,25 +111,32 @@ package final class ContainerDirectory: Sendable {
   /// on that descriptor, which the replace then uses — the check and the write share one descriptor. Returns false,
   /// having written nothing, when a link is there, the parent cannot be opened so, or there is no `openat2`: the
   /// caller then judges the path itself and calls `replaceFile` (which gives the errors). Errors of the replace
-  /// itself are thrown. The corresponding C functions are `openat2` and `fstatat`.
+  /// itself are thrown. With `nameChecked` the caller vouches that the name was no link a moment ago and the
+  /// `fstatat` is skipped (a link there since is replaced, never written through). The corresponding C functions
+  /// are `openat2` and `fstatat`.
   package func replaceFileIfNoSymbolicLink(
     _ relative: String, with bytes: some Collection<UInt8>, mode: mode_t,
-    durability: AtomicReplace.Durability = .processCrash
+    durability: AtomicReplace.Durability = .processCrash, nameChecked: Bool = false
   ) throws(FileSystemError) -> Bool {
     let (parent, name) = Self.split(relative)
     guard !name.isEmpty, !Self.noOpenat2.load(ordering: .relaxed) else { return false }
     let opened: Int32
-    switch valueOrErrno({ gc_openat_beneath_no_symlinks(fd.rawValue, parent.isEmpty ? "." : parent, 1) }) {
+    // Only a power-loss replace fsyncs the directory; otherwise it is only the base of *at calls (O_PATH).
+    let use: Int32 = durability == .powerLoss ? 1 : 2
+    let start = parent.isEmpty ? "." : parent
+    switch start.withCString({ start in valueOrErrno { gc_openat_beneath_no_symlinks(fd.rawValue, start, use) } }) {
     case .success(let value): opened = value
     case .failure(let e):
       if e == .noFunction { Self.noOpenat2.store(true, ordering: .relaxed) }
       return false
     }
-    let directory = SystemFD(rawValue: opened, path: parent.isEmpty ? path : path + "/" + parent)
+    let directory = SystemFD(rawValue: opened, in: path, relative: parent)
     defer { directory.close() }
-    let existing: FileStatus?
-    do { existing = try directory.status(of: name) } catch { return false }
-    guard existing?.kind != .symlink else { return false }
+    if !nameChecked {
+      let existing: FileStatus?
+      do { existing = try directory.status(of: name) } catch { return false }
+      guard existing?.kind != .symlink else { return false }
+    }
     try AtomicReplace.write(bytes, in: directory, name: name, mode: mode, durability: durability)
     return true
   }
@@ -246,7 +253,7 @@ package final class ContainerDirectory: Sendable {
   package func hasNoSymbolicLink(_ relative: String) -> Bool {
     if relative.isEmpty { return true }
     guard !Self.noOpenat2.load(ordering: .relaxed) else { return false }
-    switch valueOrErrno({ gc_openat_beneath_no_symlinks(fd.rawValue, relative, 0) }) {
+    switch relative.withCString({ relative in valueOrErrno { gc_openat_beneath_no_symlinks(fd.rawValue, relative, 0) } }) {
     case .success(let opened):
       _ = Glibc.close(opened)
       return true
@@ -285,7 +292,8 @@ package final class ContainerDirectory: Sendable {
     let full = relative.isEmpty ? path : path + "/" + relative
     let raw = SystemFD.rawFlags(followLast ? flags.union(.followSymlink) : flags)
     if resolution == .automatic && !Self.noOpenat2.load(ordering: .relaxed) {
-      switch valueOrErrno({ gc_openat_beneath(fd.rawValue, relative.isEmpty ? "." : relative, raw, UInt32(mode)) }) {
+      let start = relative.isEmpty ? "." : relative
+      switch start.withCString({ start in valueOrErrno { gc_openat_beneath(fd.rawValue, start, raw, UInt32(mode)) } }) {
       case .success(let opened):
         SyscallRecorder.record(.open, full, flags: flags)
         return SystemFD(rawValue: opened, path: full)
@@ -328,7 +336,7 @@ extension SystemFD {
   /// `mkdirat`; the mode is set with `fchmod` on the directory it made, opened without following links.
   package func makeDirectory(_ name: String, mode: mode_t) throws(FileSystemError) {
     let created: Bool
-    switch valueOrErrno({ Glibc.mkdirat(rawValue, name, mode) }) {
+    switch name.withCString({ name in valueOrErrno { Glibc.mkdirat(rawValue, name, mode) } }) {
     case .success: created = true
     case .failure(let e) where e == .fileExists: created = false
     case .failure(let e): throw FileSystemError("mkdirat", path + "/" + name, e)

@@ -47,12 +47,39 @@ package enum FlockMode: Sendable {
 /// and directories it changes nothing). Readers `fstat` what they opened and refuse anything but a regular file.
 package struct SystemFD: Sendable, Hashable {
   package let rawValue: Int32
-  /// The path it was opened with, for error messages.
-  package let path: String
+  /// The path it was opened with, for error messages: up to three parts (a directory, a path beneath it, a name in
+  /// that), joined only when asked — a write opens a parent and a temp file, and building their paths up front was
+  /// two string allocations each.
+  package var path: String {
+    var joined = base
+    for part in [middle, leaf] where !part.isEmpty { joined += "/" + part }
+    return joined
+  }
+  private let base: String
+  private let middle: String
+  private let leaf: String
 
   package init(rawValue: Int32, path: String) {
+    self.init(rawValue: rawValue, base: path, middle: "", leaf: "")
+  }
+
+  /// A descriptor of `relative`, opened beneath the directory at `directory`.
+  package init(rawValue: Int32, in directory: String, relative: String) {
+    self.init(rawValue: rawValue, base: directory, middle: relative, leaf: "")
+  }
+
+  private init(rawValue: Int32, base: String, middle: String, leaf: String) {
     self.rawValue = rawValue
-    self.path = path
+    self.base = base
+    self.middle = middle
+    self.leaf = leaf
+  }
+
+  /// A descriptor of `name`, opened in this directory.
+  private func child(_ rawValue: Int32, named name: String) -> SystemFD {
+    leaf.isEmpty
+      ? SystemFD(rawValue: rawValue, base: base, middle: middle.isEmpty ? name : middle, leaf: middle.isEmpty ? "" : name)
+      : SystemFD(rawValue: rawValue, path: path + "/" + name)
   }
 
   package struct OpenFlags: OptionSet, Sendable {
@@ -81,7 +108,7 @@ package struct SystemFD: Sendable, Hashable {
   package static func open(
     _ path: String, _ flags: OpenFlags, mode: mode_t = 0o600
   ) throws(FileSystemError) -> SystemFD {
-    let fd = try valueOrErrno { Glibc.open(path, rawFlags(flags), mode) }.get("open", path)
+    let fd = try path.withCString { raw in valueOrErrno { Glibc.open(raw, rawFlags(flags), mode) } }.get("open", path)
     SyscallRecorder.record(.open, path, flags: flags)
     return SystemFD(rawValue: fd, path: path)
   }
@@ -89,10 +116,10 @@ package struct SystemFD: Sendable, Hashable {
   /// Opens `name`, one component, in this directory (`name` never contains `/`). The corresponding C function is
   /// `openat`.
   package func open(_ name: String, _ flags: OpenFlags, mode: mode_t = 0o600) throws(FileSystemError) -> SystemFD {
-    let full = path + "/" + name
-    let fd = try valueOrErrno { Glibc.openat(rawValue, name, SystemFD.rawFlags(flags), mode) }.get("openat", full)
-    SyscallRecorder.record(.open, full, flags: flags)
-    return SystemFD(rawValue: fd, path: full)
+    let fd = try name.withCString { name in valueOrErrno { Glibc.openat(rawValue, name, SystemFD.rawFlags(flags), mode) } }
+      .get("openat", path + "/" + name)
+    SyscallRecorder.record(.open, path + "/" + name, flags: flags)
+    return child(fd, named: name)
   }
 
   /// Opens the file `name` in this directory read-write, creating it when missing with exactly `mode` (umask
@@ -119,7 +146,7 @@ package struct SystemFD: Sendable, Hashable {
   /// corresponding C function is `fstatat` with `AT_SYMLINK_NOFOLLOW`.
   package func status(of name: String) throws(FileSystemError) -> FileStatus? {
     var st = stat()
-    switch valueOrErrno({ Glibc.fstatat(rawValue, name, &st, AT_SYMLINK_NOFOLLOW) }) {
+    switch name.withCString({ name in valueOrErrno { Glibc.fstatat(rawValue, name, &st, AT_SYMLINK_NOFOLLOW) } }) {
     case .success: return FileStatus(st)
     case .failure(let e) where e == .noSuchFileOrDirectory: return nil
     case .failure(let e): throw FileSystemError("fstatat", path + "/" + name, e)
@@ -128,22 +155,27 @@ package struct SystemFD: Sendable, Hashable {
 
   /// Renames `source` to `destination`, both names in this directory. The corresponding C function is `renameat`.
   package func rename(_ source: String, to destination: String) throws(FileSystemError) {
-    _ = try valueOrErrno { Glibc.renameat(rawValue, source, rawValue, destination) }
-      .get("renameat", "\(path)/\(source)' -> '\(path)/\(destination)")
+    // Names go to C through withCString here: the implicit String-to-pointer conversion copied each to the heap
+    // (five allocations of a coordinated write's thirty).
+    _ = try source.withCString { from in
+      destination.withCString { to in valueOrErrno { Glibc.renameat(rawValue, from, rawValue, to) } }
+    }.get("renameat", "\(path)/\(source)' -> '\(path)/\(destination)")
     SyscallRecorder.record(.rename, path + "/" + destination)
   }
 
   /// Makes `destination` a second name (a hard link) of the file `source`, both in this directory; fails with
   /// EEXIST when `destination` exists. The corresponding C function is `linkat` (the source is not followed).
   package func link(_ source: String, to destination: String) throws(FileSystemError) {
-    _ = try valueOrErrno { Glibc.linkat(rawValue, source, rawValue, destination, 0) }
+    _ = try source.withCString { from in
+      destination.withCString { to in valueOrErrno { Glibc.linkat(rawValue, from, rawValue, to, 0) } }
+    }
       .get("linkat", "\(path)/\(source)' -> '\(path)/\(destination)")
   }
 
   /// Removes the file `name` in this directory; a missing file is not an error. The corresponding C function is
   /// `unlinkat`.
   package func removeFile(_ name: String) throws(FileSystemError) {
-    switch valueOrErrno({ Glibc.unlinkat(rawValue, name, 0) }) {
+    switch name.withCString({ name in valueOrErrno { Glibc.unlinkat(rawValue, name, 0) } }) {
     case .success: return
     case .failure(let e) where e == .noSuchFileOrDirectory: return
     case .failure(let e): throw FileSystemError("unlinkat", path + "/" + name, e)
@@ -153,7 +185,7 @@ package struct SystemFD: Sendable, Hashable {
   /// Removes the empty directory `name` in this directory; a missing one is not an error. The corresponding C
   /// function is `unlinkat` with `AT_REMOVEDIR`.
   package func removeDirectory(_ name: String) throws(FileSystemError) {
-    switch valueOrErrno({ Glibc.unlinkat(rawValue, name, AT_REMOVEDIR) }) {
+    switch name.withCString({ name in valueOrErrno { Glibc.unlinkat(rawValue, name, AT_REMOVEDIR) } }) {
     case .success: return
     case .failure(let e) where e == .noSuchFileOrDirectory: return
     case .failure(let e): throw FileSystemError("unlinkat", path + "/" + name, e)

@@ -79,6 +79,113 @@ import Testing
     print("swap race (\(resolution)): \(landed) landed, refused \(refused)")
   }
 
+  /// Coordinated writes, whose accessor's `container.write` skips its own look at the item (CheckedWrite.swift),
+  /// under two races: a directory on the way swapped with a link out (`directory`), and the item itself replaced by
+  /// a link to a file outside, then by a plain file, again and again (`item`). Nothing outside changes or appears;
+  /// every write lands inside or is refused as leading out.
+  ///
+  /// Mutants this test catches: a vouched write opening the parent by path, following links (`directory`: the
+  /// outside file written); a vouched write truncating and writing the item in place (`item`: the same).
+  @Test(.timeLimit(.minutes(1)), arguments: ["directory", "item"])
+  func coordinatedWritesNeverLandOutsideWhileSwapped(race: String) throws {
+    let root = try TestRoot()
+    let container = try root.container(Self.group)
+    let outside = root.path + "/outside"
+    let target = outside + "/target"
+    try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+    try Data("untouched".utf8).write(to: URL(fileURLWithPath: target))
+    try FileManager.default.createDirectory(
+      atPath: container.path + "/Documents/sub", withIntermediateDirectories: true)
+    let attacker: Child
+    let item: URL
+    if race == "directory" {
+      try FileManager.default.createSymbolicLink(
+        atPath: container.path + "/Documents/link", withDestinationPath: outside)
+      attacker = try Child(["swap", root.path, Self.group, "Documents/sub", "Documents/link"])
+      attacker.waitForLine { $0 == "swapping" }
+      item = container.documentsURL.appendingPathComponent("sub/target")
+    } else {
+      attacker = try Child(["relink", root.path, Self.group, "Documents/sub/target", target])
+      attacker.waitForLine { $0 == "relinking" }
+      item = container.documentsURL.appendingPathComponent("sub/target")
+    }
+    defer { attacker.kill() }
+    let coordinator = FileCoordinator()
+    var landed = 0
+    var refused = 0
+    var unclear: [String] = []
+    for i in 0..<Self.writes / 2 {
+      do {
+        try coordinator.coordinate(writingItemAt: item) { try container.write(Data("payload \(i)".utf8), to: $0) }
+        landed += 1
+      } catch FileCoordinatorError.container(.pathEscapesContainer) {
+        refused += 1
+      } catch GroupContainerError.pathEscapesContainer {
+        refused += 1
+      } catch {
+        unclear.append("\(error)")
+      }
+    }
+    attacker.kill()
+    #expect(try String(contentsOfFile: target, encoding: .utf8) == "untouched")
+    let escaped = try FileManager.default.contentsOfDirectory(atPath: outside).filter { $0 != "target" }
+    #expect(escaped.isEmpty, "\(escaped.count) files outside: \(escaped.prefix(4))")
+    #expect(unclear.isEmpty, "unclear failures: \(unclear.prefix(3))")
+    #expect(landed > 0 && refused > 0, "\(landed) landed, \(refused) refused")
+    print("coordinated \(race) race: \(landed) landed, \(refused) refused as leading out")
+  }
+
+  /// A coordinated write vouches for its item (CheckedWrite.swift) only to its accessor's thread, only while the
+  /// accessor runs and only for that item; an access nested inside puts the outer mark back. Seen through a link to
+  /// outside planted at the item after the coordinator's check: a vouched write replaces the link (never writing
+  /// through it), an unvouched one refuses it as leading out.
+  ///
+  /// Mutants this test catches: the mark left set after the accessor (no `defer`), put back as "none" instead of
+  /// the outer mark, or compared without the item.
+  @Test(.timeLimit(.minutes(1))) func aCoordinatedWriteVouchesOnlyForItsItemOnItsThreadWhileItRuns() throws {
+    let root = try TestRoot()
+    let container = try root.container(Self.group)
+    let outside = root.path + "/outside"
+    try Data("untouched".utf8).write(to: URL(fileURLWithPath: outside))
+    let a = container.documentsURL.appendingPathComponent("a")
+    let b = container.documentsURL.appendingPathComponent("b")
+    let c = container.documentsURL.appendingPathComponent("c")
+    for url in [a, b, c] { try container.write(Data("file".utf8), to: url) }
+    @Sendable func plantLink(_ url: URL) throws {
+      try FileManager.default.removeItem(at: url)
+      try FileManager.default.createSymbolicLink(atPath: url.path, withDestinationPath: outside)
+    }
+    /// "replaced", "refused", or the unexpected error.
+    @Sendable func write(_ url: URL) -> String {
+      do {
+        try container.write(Data("written".utf8), to: url)
+        return (try? FileManager.default.destinationOfSymbolicLink(atPath: url.path)) == nil ? "replaced" : "link kept"
+      } catch GroupContainerError.pathEscapesContainer {
+        return "refused"
+      } catch {
+        return "\(error)"
+      }
+    }
+    try FileCoordinator().coordinate(writingItemAt: a) { _ in
+      try plantLink(a)
+      let elsewhere = Mutex("")
+      let thread = Thread { elsewhere.withLock { $0 = write(a) } }
+      thread.start()
+      while elsewhere.withLock({ $0.isEmpty }) { usleep(1000) }
+      #expect(elsewhere.withLock { $0 } == "refused", "another thread")
+      try plantLink(b)
+      #expect(write(b) == "refused", "another item")
+      try FileCoordinator().coordinate(writingItemAt: c) { _ in }
+      #expect(write(a) == "replaced", "the item, after an access nested in its accessor")
+    }
+    try plantLink(a)
+    #expect(write(a) == "refused", "after the accessor")
+    try FileCoordinator().coordinate(writingItemAt: c) { _ in }
+    try plantLink(c)
+    #expect(write(c) == "refused", "after an accessor with nothing nested")
+    #expect(try String(contentsOfFile: outside, encoding: .utf8) == "untouched")
+  }
+
   /// The documented choice: with openat2, relative symlinks on the way that stay inside are followed; absolute
   /// ones (even to inside) and any that lead out are refused; the item itself is never followed. The component
   /// walk (kernels without openat2) refuses every symlink on the way.
@@ -204,6 +311,21 @@ import Testing
 /// - no sweep at container open (`tempFilesOfAKilledWriterAreSwept`).
 /// - a sweep that ignores liveness: the live writer's temp file goes too (same test).
 @Suite struct TemporaryFileTests {
+  /// Temp names are built by hand in one string: the same name as the interpolation they replace, the writer
+  /// readable back by the sweeper, never over NAME_MAX.
+  @Test func temporaryNamesAreBuiltAsBefore() {
+    let names = ["a.txt", "", String(repeating: "x", count: 255), String(repeating: "é", count: 100) + "z"]
+    for number: UInt64 in [0, 1, 0xf, 0x10, 0xabc, 0x9E37_79B9_7F4A_7C15, .max] {
+      for name in names {
+        let temp = AtomicReplace.temporaryName(for: name, number: number)
+        let kept = AtomicReplace.prefix(of: name, bytes: 64)
+        #expect(temp == "\(AtomicReplace.temporaryPrefix)\(AtomicReplace.writer)-\(String(number, radix: 16))-\(kept)")
+        #expect(AtomicReplace.writer(ofTemporary: temp) == Substring(AtomicReplace.writer))
+        #expect(temp.utf8.count <= 255)
+      }
+    }
+  }
+
   @Test func aLongNameOfEmojiWrites() throws {
     let root = try TestRoot()
     let container = try root.container(PathSafetyTests.group)

@@ -7,6 +7,9 @@ import SystemLayer
 ///
 /// - `swap <root> <group> <a> <b>`: swaps the container-relative names `a` and `b` with
 ///   `renameat2(RENAME_EXCHANGE)` in a tight loop; says "swapping" once started.
+/// - `relink <root> <group> <item> <target>`: puts a symlink to `target` in the place of `item`, then a plain file,
+///   each renamed over whatever is there, every ~20 µs (the writes under test replace either); says
+///   "relinking" once started.
 /// - `pause-write <root> <group> <item>`: starts a replace of `item` and stops after creating its temp file, as a
 ///   writer that dies there would; says "created <temp name>".
 func runPathAttack(_ args: [String], container: GroupContainer) throws -> Never {
@@ -21,6 +24,25 @@ func runPathAttack(_ args: [String], container: GroupContainer) throws -> Never 
         failures += 1
         if failures == 1 { FileHandle.standardError.write(Data("\(error)\n".utf8)) }
       }
+    }
+  case "relink":
+    let item = container.path + "/" + args[4]
+    let link = item + ".gc-test-link"
+    let file = item + ".gc-test-file"
+    FileHandle.standardOutput.write(Data("relinking\n".utf8))
+    while true {
+      // A link, then a plain file again (a write refused at its check would otherwise leave the link for good).
+      _ = unlink(link)
+      guard symlink(args[5], link) == 0, rename(link, item) == 0 else {
+        FileHandle.standardError.write(Data("relink: errno \(errno)\n".utf8))
+        exit(1)
+      }
+      usleep(20)
+      guard FileManager.default.createFile(atPath: file, contents: Data("plain".utf8)), rename(file, item) == 0 else {
+        FileHandle.standardError.write(Data("relink: errno \(errno)\n".utf8))
+        exit(1)
+      }
+      usleep(20)
     }
   case "pause-write":
     let (parent, name) = ContainerDirectory.split(args[4])

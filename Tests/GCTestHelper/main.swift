@@ -159,7 +159,7 @@ case "url-handler":
 
 case _ where presenterModes.contains(command):
   try runPresenterMode(command, args, container)
-case "swap", "pause-write":
+case "swap", "relink", "pause-write":
   try runPathAttack(args, container: container)
 case "pressure-cgroup", "pressure-budget", "pressure-listen", "pressure-defaults", "pressure-disk":  // MemoryPressure.swift
   try runMemoryPressure(args, container: container)

@@ -28,8 +28,9 @@ int gc_openat_beneath(int dirfd, const char *path, int flags, unsigned int mode)
 
 // openat2(2) of `path` with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS: fails with ELOOP at the first symbolic link on
 // the way (the last component included), so a success proves there is none. Opened O_PATH | O_CLOEXEC (nothing for
-// I/O, never blocks on a FIFO), or with `directory` O_RDONLY | O_DIRECTORY | O_CLOEXEC. -1 with errno ENOSYS before
-// Linux 5.6.
+// I/O, never blocks on a FIFO); with `directory` 1, O_RDONLY | O_DIRECTORY | O_CLOEXEC (a directory to read or
+// fsync); with 2, O_PATH | O_DIRECTORY | O_CLOEXEC (a directory only used as the base of *at calls). -1 with errno
+// ENOSYS before Linux 5.6.
 int gc_openat_beneath_no_symlinks(int dirfd, const char *path, int directory);
 
 // renameat2(2) with RENAME_EXCHANGE: atomically swaps two names (tests use it to race path checks).
@@ -58,7 +59,6 @@ int gc_malloc_trim(size_t pad);
 // block size, total blocks, blocks free to unprivileged users and free inodes.
 int gc_statfs(const char *path, uint64_t *type, uint64_t *block_size, uint64_t *blocks, uint64_t *available,
               uint64_t *free_inodes);
-#endif
 
 // Starts `path` as a detached process: its own session (setsid, so the terminal's signals and the parent's exit do
 // not reach it), stdin from /dev/null, stdout and stderr to `output_fd`, no other descriptor inherited. Returns 0
@@ -70,3 +70,11 @@ int gc_spawn_detached(const char *path, char *const argv[], char *const envp[], 
 // session (gc_spawn_detached); otherwise its own process group. Returns 0 and the pid, or an errno value.
 int gc_spawn(const char *path, char *const argv[], char *const envp[], int input_fd, int output_fd, int error_fd,
              int detach, int *pid);
+
+// A thread's mark: two words one function leaves for code it calls later on the same thread (a coordinated write's
+// checked item, CheckedWrite.swift). Thread-local storage: no lock, no allocation.
+void gc_thread_mark_set(uintptr_t owner, uint64_t key);
+uintptr_t gc_thread_mark_owner(void);
+uint64_t gc_thread_mark_key(void);
+
+#endif
