@@ -237,7 +237,7 @@ enum MessageJSON {
   }
 
   private enum Value {
-    case string(String), integer(String), bool(Bool), null, events([PresenterEvent])
+    case string(String), integer(String), bool(Bool), null
   }
 
   private struct Reader {
@@ -246,71 +246,109 @@ enum MessageJSON {
 
     init(bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
 
+    /// The message's fields read straight into their places (a dictionary of fields was most of the decoding); a
+    /// key this route does not know, or one seen twice, sends the message to JSONDecoder.
     mutating func message() -> CoordinationMessage? {
-      guard let fields = object(events: true) else { return nil }
+      var version: Int?, id: String?, kind: CoordinationMessage.Kind?, sender: ProcessName?, item: String?
+      var needsAck: Bool?, isWrite: Bool?, events: [PresenterEvent]?
+      var purpose: String?, ackSlot: Int?, ackToken: UInt64?
+      var seen: UInt16 = 0
+      let parsed = fields { key, reader -> Bool in
+        let bit: UInt16
+        switch key {
+        case "version":
+          bit = 1 << 0
+          guard case .integer(let text)? = reader.scalar(), let value = Int(text) else { return false }
+          version = value
+        case "id":
+          bit = 1 << 1
+          guard case .string(let value)? = reader.scalar() else { return false }
+          id = value
+        case "kind":
+          bit = 1 << 2
+          guard case .string(let text)? = reader.scalar(), let value = CoordinationMessage.Kind(rawValue: text)
+          else { return false }
+          kind = value
+        case "sender":
+          bit = 1 << 3
+          guard case .string(let text)? = reader.scalar(), let value = ProcessName(text) else { return false }
+          sender = value
+        case "item":
+          bit = 1 << 4
+          guard case .string(let value)? = reader.scalar() else { return false }
+          item = value
+        case "needsAck":
+          bit = 1 << 5
+          guard case .bool(let value)? = reader.scalar() else { return false }
+          needsAck = value
+        case "isWrite":
+          bit = 1 << 6
+          guard case .bool(let value)? = reader.scalar() else { return false }
+          isWrite = value
+        case "events":
+          bit = 1 << 7
+          guard let value = reader.eventList() else { return false }
+          events = value
+        case "purpose":
+          bit = 1 << 8
+          switch reader.scalar() {
+          case .null?: purpose = nil
+          case .string(let value)?: purpose = value
+          default: return false
+          }
+        case "ackSlot":
+          bit = 1 << 9
+          guard let value = reader.optionalInteger(as: Int.self) else { return false }
+          ackSlot = value
+        case "ackToken":
+          bit = 1 << 10
+          guard let value = reader.optionalInteger(as: UInt64.self) else { return false }
+          ackToken = value
+        default:
+          return false
+        }
+        guard seen & bit == 0 else { return false }  // a repeated key
+        seen |= bit
+        return true
+      }
       skipSpace()
-      guard at == bytes.count else { return nil }
-      let known: Set<String> = [
-        "version", "id", "kind", "sender", "purpose", "item", "needsAck", "isWrite", "events", "ackSlot", "ackToken",
-      ]
-      guard fields.keys.allSatisfy(known.contains) else { return nil }
-      guard case .integer(let versionText)? = fields["version"], let version = Int(versionText),
-        case .string(let id)? = fields["id"], case .string(let kindText)? = fields["kind"],
-        let kind = CoordinationMessage.Kind(rawValue: kindText), case .string(let senderText)? = fields["sender"],
-        let sender = ProcessName(senderText), case .string(let item)? = fields["item"],
-        case .bool(let needsAck)? = fields["needsAck"], case .bool(let isWrite)? = fields["isWrite"],
-        case .events(let events)? = fields["events"]
+      guard parsed, at == bytes.count, let version, let id, let kind, let sender, let item, let needsAck, let isWrite,
+        let events
       else { return nil }
       var message = CoordinationMessage(
         id: id, kind: kind, sender: sender, item: item, needsAck: needsAck, isWrite: isWrite, events: events)
       message.version = version
-      switch fields["purpose"] {
-      case nil, .null?: break
-      case .string(let purpose)?: message.purpose = purpose
-      default: return nil
-      }
-      /// An optional integer: `.some(nil)` when absent or null, nil when it is anything else.
-      func optional<T: FixedWidthInteger>(_ key: String, as type: T.Type) -> T?? {
-        switch fields[key] {
-        case nil, .null?: return .some(nil)
-        case .integer(let text)?: return T(text).map { .some($0) }
-        default: return nil
-        }
-      }
-      guard let slot = optional("ackSlot", as: Int.self), let token = optional("ackToken", as: UInt64.self) else {
-        return nil
-      }
-      message.ackSlot = slot
-      message.ackToken = token
+      message.purpose = purpose
+      message.ackSlot = ackSlot
+      message.ackToken = ackToken
       return message
     }
 
-    /// An object's fields; with `events`, its `events` key holds an array of presenter events.
-    mutating func object(events: Bool) -> [String: Value]? {
+    /// An object: `field` reads the value of each key (false: this route does not take the object).
+    mutating func fields(_ field: (String, inout Reader) -> Bool) -> Bool {
       skipSpace()
-      guard take(UInt8(ascii: "{")) else { return nil }
-      var fields: [String: Value] = [:]
+      guard take(UInt8(ascii: "{")) else { return false }
       skipSpace()
-      if take(UInt8(ascii: "}")) { return fields }
+      if take(UInt8(ascii: "}")) { return true }
       while true {
         skipSpace()
-        guard let key = string() else { return nil }
+        guard let key = string() else { return false }
         skipSpace()
-        guard take(UInt8(ascii: ":")) else { return nil }
+        guard take(UInt8(ascii: ":")) else { return false }
         skipSpace()
-        let value: Value
-        if events && key == "events" {
-          guard let list = eventList() else { return nil }
-          value = .events(list)
-        } else {
-          guard let scalar = scalar() else { return nil }
-          value = scalar
-        }
-        guard fields.updateValue(value, forKey: key) == nil else { return nil }  // a repeated key
+        guard field(key, &self) else { return false }
         skipSpace()
         if take(UInt8(ascii: ",")) { continue }
-        guard take(UInt8(ascii: "}")) else { return nil }
-        return fields
+        return take(UInt8(ascii: "}"))
+      }
+    }
+
+    /// An optional integer: `.some(nil)` for null, nil when the value is anything but null or an integer of `T`.
+    mutating func optionalInteger<T: FixedWidthInteger>(as type: T.Type) -> T?? {
+      switch scalar() {
+      case .null?: return .some(nil)
+      case .integer(let text)?: return T(text).map { .some($0) }
+      default: return nil
       }
     }
 
@@ -320,22 +358,38 @@ enum MessageJSON {
       skipSpace()
       if take(UInt8(ascii: "]")) { return list }
       while true {
-        guard let fields = object(events: false),
-          fields.keys.allSatisfy({ ["presenter", "kind", "path", "newPath"].contains($0) }),
-          case .string(let presenter)? = fields["presenter"], case .string(let kindText)? = fields["kind"],
-          let kind = PresenterEvent.Kind(rawValue: kindText)
-        else { return nil }
-        var event = PresenterEvent(presenter: presenter, kind: kind)
-        for (key, value) in fields where key == "path" || key == "newPath" {
-          let text: String?
-          switch value {
-          case .null: text = nil
-          case .string(let string): text = string
-          default: return nil
+        var presenter: String?, kind: PresenterEvent.Kind?, path: String?, newPath: String?
+        var seen: UInt8 = 0
+        let parsed = fields { key, reader -> Bool in
+          let bit: UInt8
+          switch key {
+          case "presenter":
+            bit = 1
+            guard case .string(let value)? = reader.scalar() else { return false }
+            presenter = value
+          case "kind":
+            bit = 2
+            guard case .string(let text)? = reader.scalar(), let value = PresenterEvent.Kind(rawValue: text)
+            else { return false }
+            kind = value
+          case "path", "newPath":
+            bit = key == "path" ? 4 : 8
+            let text: String?
+            switch reader.scalar() {
+            case .null?: text = nil
+            case .string(let value)?: text = value
+            default: return false
+            }
+            if key == "path" { path = text } else { newPath = text }
+          default:
+            return false
           }
-          if key == "path" { event.path = text } else { event.newPath = text }
+          guard seen & bit == 0 else { return false }
+          seen |= bit
+          return true
         }
-        list.append(event)
+        guard parsed, let presenter, let kind else { return nil }
+        list.append(PresenterEvent(presenter: presenter, kind: kind, path: path, newPath: newPath))
         skipSpace()
         if take(UInt8(ascii: ",")) {
           skipSpace()

@@ -9,8 +9,8 @@ import Testing
 /// Mutants this suite catches (each run once, watched failing, then restored):
 /// - escapes read as plain text (`string()` not refusing a backslash): `whatTheFastRouteWritesJSONDecoderReads`,
 ///   `whatJSONEncoderWritesTheFastRouteReadsTheSameOrLeaves`, `aMessageWithEscapesGoesToJSONDecoder`;
-/// - a repeated key read last-wins (`fields[key] = value`): `bothRoutesAgreeOnDamagedMessages` (JSONDecoder keeps
-///   the first; first-wins agrees with it, refusing is the safe choice);
+/// - a repeated key read last-wins (no `seen` check in `message()`, or in `eventList()`):
+///   `bothRoutesAgreeOnDamagedMessages` (JSONDecoder keeps the first; refusing is the safe choice);
 /// - quotes in a path written unescaped (`"` left to the default case of `encode`'s `string`):
 ///   `whatTheFastRouteWritesJSONDecoderReads`.
 @Suite struct MessageJSONTests {
@@ -101,6 +101,9 @@ import Testing
       #"{"version":1,"id":"1.2.3","kind":"prepare","sender":"1.2","item":"Documents/a","needsAck":true,"isWrite":false,"events":[{"presenter":"1.2.3","kind":"relinquishToWriter"}],"ackSlot":3,"ackToken":99}"#
     let handMade = [
       base.replacingOccurrences(of: #""ackToken":99"#, with: #""ackToken":99,"ackToken":98"#),  // repeated
+      base.replacingOccurrences(
+        of: #""kind":"relinquishToWriter"}"#,
+        with: #""kind":"accommodateSubitemDeletion","path":"Documents/a","path":"Documents/b"}"#),  // in an event
       base.replacingOccurrences(of: #""version":1"#, with: #""version":1.0"#),
       base.replacingOccurrences(of: #""version":1"#, with: #""version":01"#),
       base.replacingOccurrences(of: #""ackSlot":3"#, with: #""ackSlot":-3"#),
