@@ -492,6 +492,10 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
   private let outbox = DispatchQueue(label: "GroupContainer.outbox")
   private let queued = Atomic<Int>(0)
   private let inboxWatch = Mutex<Watcher.Token?>(nil)
+  /// This process's inbox, opened beneath the container when it is watched (again when the container is made anew):
+  /// each message is read and removed relative to it — one `openat` and one `unlinkat` — instead of from the
+  /// container's descriptor down (three more system calls and two path walks per message).
+  private let inboxDirectory = Mutex<SystemFD?>(nil)
   /// How long a waiting sender polls its board before sleeping: longer than a typical answer on an idle machine.
   static let spinNanoseconds: UInt64 = 500_000
 
@@ -534,6 +538,11 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
     // A watch of a removed inbox may still be in place (its deletion not yet reported): drop it, so the new one
     // watches the new directory instead of joining the old watch.
     if let old = inboxWatch.withLock({ $0.take() }) { Watcher.shared.cancel(old) }
+    let directory = try space.root.openDirectory(ContainerPath.privateDirectory + "/inbox/\(space.me)")
+    inboxDirectory.withLock { current in
+      current?.close()
+      current = directory
+    }
     // Messages arrive by rename only: asking for nothing else (but the inbox's own deletion) keeps the temp file's
     // own events from waking the watcher thread (twice per message otherwise).
     let token = try Watcher.shared.watch(inbox, mask: Watcher.movedTo | Watcher.deleteSelf) { [self] event in
@@ -634,7 +643,13 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
     let path = inbox + "/" + name
     let bytes: [UInt8]
     do {
-      bytes = try space.root.readFile(atPath: path, limit: CoordinationMessage.maxBytes)
+      // Under the lock: `watchInbox` may swap the descriptor meanwhile (the container made anew).
+      bytes = try inboxDirectory.withLock { directory throws(FileSystemError) -> [UInt8] in
+        guard let directory else { return try space.root.readFile(atPath: path, limit: CoordinationMessage.maxBytes) }
+        let file = try directory.open(name, .readOnly)
+        defer { file.close() }
+        return try file.readRegularFile(limit: CoordinationMessage.maxBytes).bytes
+      }
     } catch {
       if error.errno != .noSuchFileOrDirectory {  // gone: already handled by a scan
         CoordinationSpace.logger.error("dropping unreadable inbox entry '\(path)': \(error)")
@@ -644,7 +659,11 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
     }
     // Removed once dispatched: the unlink (a journaled metadata write) stays off the handshake's critical path.
     // Both happen on this thread, so a rescan never sees a dispatched message again.
-    defer { try? space.root.removeFile(atPath: path) }
+    defer {
+      inboxDirectory.withLock { directory in
+        if let directory { try? directory.removeFile(name) } else { try? space.root.removeFile(atPath: path) }
+      }
+    }
     let message: CoordinationMessage
     do { message = try CoordinationMessage.decode(bytes, fileName: name) } catch {
       CoordinationSpace.logger.error("dropping inbox entry '\(path)': \(error)")
