@@ -5,7 +5,7 @@ import SystemLayer
 ///
 /// Just before the accessor, the coordinator found no symbolic link anywhere on the item's path (`resolveBeneath`).
 /// The write still opens the item's parent beneath the container with no link on the way — that is what keeps it
-/// inside — and skips only its own `fstatat` of the item ("is the item itself a link?"), 1.2 µs of a 27 µs write
+/// inside — and skips only its own `fstatat` of the item ("is the item itself a link?"), 1.2 µs of a 26 µs write
 /// on tmpfs. That is safe even when a link appeared since the check: the replace renames over the link itself and
 /// never writes through it, so nothing lands outside the container or in its Inbox. The one difference: such a link
 /// is replaced, where an unvouched write first judges where it leads (and refuses a way out).

@@ -105,7 +105,7 @@ extension GroupContainer {
     }
     if wrote { return }
     try InboxRule.check(writing: item, resolved: try resolveBeneath(item, containerPath: base, root: root))
-    try beneath(item) { () throws(FileSystemError) in
+    _ = try beneath(item) { () throws(FileSystemError) in
       try root.replaceFile(relative, with: data, mode: mode, durability: durability)
     }
   }

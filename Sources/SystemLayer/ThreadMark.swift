@@ -10,8 +10,6 @@ package enum ThreadMark {
       self.owner = owner
       self.key = key
     }
-    /// No mark.
-    package static let none = Value(owner: 0, key: 0)
   }
 
   /// This thread's mark.
