@@ -463,6 +463,7 @@ final class DiskTier: Sendable {
     // their share (at worst counted twice: a later trim sets it right).
     let countedBefore = (bytes: counters.load(Slot.bytes), count: counters.load(Slot.count))
     var entries = try scan(headers: true)
+    FaultPoint.pause("imagecache.trim.scanned")  // a test stores more here (stores it will not see)
     var report = TrimReport()
     var touched: [Int] = []
     let directory = directory

@@ -439,13 +439,19 @@ public final class SharedImageCache: Sendable {
   }
 
   /// After a store that took the disk over its limit: one trim on this cache's queue (the storing call does not wait).
+  /// A store that crosses the limit while that trim runs finds it scheduled and leaves it; so once the trim is done,
+  /// the usage is checked again, and a trim that got under the limit is followed by another when stores raced past
+  /// it meanwhile (seen under load: the stores ended above the limit and no trim came). One that could not get under
+  /// the limit is not repeated.
   private func scheduleTrimIfNeeded() {
     guard disk.approximateUsage.bytes > limits.diskBytes,
       trimScheduled.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
     else { return }
     work.async { [self] in
-      defer { trimScheduled.store(false, ordering: .releasing) }
-      do { _ = try trim() } catch { Self.logger.error("trimming the image cache '\(name)' failed: \(error)") }
+      var report: TrimReport?
+      do { report = try trim() } catch { Self.logger.error("trimming the image cache '\(name)' failed: \(error)") }
+      trimScheduled.store(false, ordering: .releasing)
+      if let report, report.remainingBytes <= limits.diskBytes { scheduleTrimIfNeeded() }
     }
   }
 

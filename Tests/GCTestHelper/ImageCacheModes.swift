@@ -7,7 +7,7 @@ import TestImageKit
 
 let imageCacheModes: Set<String> = [
   "cache-writer", "cache-reader", "cache-store-loop", "cache-watch", "cache-read-all", "cache-memory", "cache-cgroup",
-  "cache-budget", "cache-disk",
+  "cache-budget", "cache-disk", "cache-trim-race",
 ]
 
 /// The image cache's "other processes" (ImageCacheCoherenceTests and friends).
@@ -17,6 +17,34 @@ let imageCacheModes: Set<String> = [
   limits.recencyGranularity = .zero
   let cache = try SharedImageCache(name: cacheName, container: container, limits: limits)
   switch command {
+  case "cache-trim-race":
+    // cache-trim-race <root> <group> <cache> <pause-dir>, with GROUPCONTAINER_PAUSE_POINT=imagecache.trim.scanned:
+    // stores 10 KB images past a 200,000-byte disk limit until the background trim they start stops after its scan;
+    // stores ten more meanwhile (they find a trim scheduled); lets it go; prints "usage <bytes>" once the disk is back
+    // under the limit, or after 10 s.
+    var limited = limits
+    limited.diskBytes = 200_000
+    let racing = try SharedImageCache(name: cacheName, container: container, limits: limited)
+    let pause = args[5] + "/imagecache.trim.scanned"
+    var index = 0
+    func store() throws {
+      try racing.store(TestPNG.make(width: 100, height: 100, seed: UInt64(index)), forKey: "k\(index)")
+      index += 1
+    }
+    while !FileManager.default.fileExists(atPath: pause) && index < 40 { try store() }
+    let stopped = MonotonicClock.nanoseconds() + 10_000_000_000
+    while !FileManager.default.fileExists(atPath: pause) && MonotonicClock.nanoseconds() < stopped { usleep(1000) }
+    guard FileManager.default.fileExists(atPath: pause) else {
+      FileHandle.standardError.write(Data("the trim never stopped at its pause point\n".utf8))
+      exit(1)
+    }
+    for _ in 0..<10 { try store() }
+    try FileManager.default.removeItem(atPath: pause)
+    let deadline = MonotonicClock.nanoseconds() + 10_000_000_000
+    while try racing.statistics().diskBytes > limited.diskBytes && MonotonicClock.nanoseconds() < deadline {
+      usleep(10_000)
+    }
+    FileHandle.standardOutput.write(Data("usage \(try racing.statistics().diskBytes)\n".utf8))
   case "cache-writer":
     // cache-writer <root> <group> <cache> <writer-id> <ops> <keys> <log>
     // Random stores (70 %) and removals of k0…k<keys-1>; logs "S|R <key> <version> <start-ns> <end-ns>" per op,
