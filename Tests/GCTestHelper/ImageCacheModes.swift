@@ -19,11 +19,11 @@ let imageCacheModes: Set<String> = [
   switch command {
   case "cache-trim-race":
     // cache-trim-race <root> <group> <cache> <pause-dir>, with GROUPCONTAINER_PAUSE_POINT=imagecache.trim.scanned:
-    // stores 10 KB images past a 200,000-byte disk limit until the background trim they start stops after its scan;
+    // stores 10 KB images past a 50,000-byte disk limit until the background trim they start stops after its scan;
     // stores ten more meanwhile (they find a trim scheduled); lets it go; prints "usage <bytes>" once the disk is back
     // under the limit, or after 10 s.
     var limited = limits
-    limited.diskBytes = 200_000
+    limited.diskBytes = 50_000  // few stores: under a full parallel test run each store can take a second
     let racing = try SharedImageCache(name: cacheName, container: container, limits: limited)
     let pause = args[5] + "/imagecache.trim.scanned"
     var index = 0
