@@ -43,19 +43,21 @@ struct Holders {
 /// LockOrder.swift: the generation check, revocation and the linger).
 final class LockTable: @unchecked Sendable {  // every field is guarded by `condition`
   /// A class, so an access updates it in place: one dictionary lookup per lock and no copy of `holders`.
+  /// Its fields are `@exclusivity(unchecked)`: every access is under the table's lock, and the runtime's checks
+  /// (a thread-local access set per read or write) were ~0.3 µs of the empty access's 5.5 µs.
   fileprivate final class Entry {
-    var fd: SystemFD?
-    var osMode: FlockMode?
-    var holders = Holders()
+    @exclusivity(unchecked) var fd: SystemFD?
+    @exclusivity(unchecked) var osMode: FlockMode?
+    @exclusivity(unchecked) var holders = Holders()
     /// A thread is taking the flock for this entry; others wait for it to finish.
-    var busy = false
+    @exclusivity(unchecked) var busy = false
     /// The revocation bucket of the key (`LockRevocation.bucket(of:)`).
     let bucket: Int
     /// The bucket's revocation generation read just before this process took the flock: a cached lock is trusted
     /// only while the generation is still this one (a revoker who found the lock taken bumped it since).
-    var generation: UInt64 = 0
+    @exclusivity(unchecked) var generation: UInt64 = 0
     /// When the last holder left a cached lock (monotonic ns); 0 when not cached.
-    var idleSince: UInt64 = 0
+    @exclusivity(unchecked) var idleSince: UInt64 = 0
 
     /// Holds the flock with no holder in the process: a cached shared tree lock.
     var isCached: Bool { osMode != nil && holders.isEmpty }
@@ -65,10 +67,10 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
 
   /// `.coordination/locks`, opened beneath the container once (again after the container was removed: `rebind`):
   /// lock files are created relative to it. Guarded by `condition`.
-  private var directory: SystemFD
+  @exclusivity(unchecked) private var directory: SystemFD
   private let fileMode: mode_t
   private let condition = NSCondition()
-  private var entries: [LockOrder.Key: Entry] = [:]
+  @exclusivity(unchecked) private var entries: [LockOrder.Key: Entry] = [:]
   /// Idle descriptors beyond this many are closed (an idle lock file holds no lock, so closing is safe; a
   /// cached one is dropped with it).
   private let idleDescriptorLimit = 256
@@ -78,9 +80,9 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
   /// block). Tests make it long, to see what revocation alone does.
   package static let lingerNanoseconds = Atomic<UInt64>(100_000_000)
   /// The sweeper thread runs (it exits when nothing is cached). Guarded by `condition`.
-  private var sweeperRunning = false
+  @exclusivity(unchecked) private var sweeperRunning = false
   /// Cached locks used again without a flock (guarded by `condition`).
-  private var hits = 0
+  @exclusivity(unchecked) private var hits = 0
 
   init(directory: SystemFD, fileMode: mode_t, revocation: LockRevocation? = nil) {
     self.directory = directory

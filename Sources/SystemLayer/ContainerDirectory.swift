@@ -245,19 +245,20 @@ package final class ContainerDirectory: Sendable {
   }
 
   /// Whether the kernel finds no symbolic link on the way to `relative` beneath the container, its last component
-  /// included: true when one `openat2(O_PATH, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` opens it, or fails because
-  /// a component is missing or not a directory (everything before it was resolved without a link). False when a
-  /// link is there (`ELOOP`), a way out (`EXDEV`), any other error, or no `openat2`: the caller must then judge the
-  /// path itself. A check, not a use: the file is still opened beneath the descriptor where it is used.
-  /// The corresponding C function is `openat2`.
+  /// included. One `openat2(O_WRONLY | O_DIRECTORY, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` that opens nothing:
+  /// true when it fails only after resolving the whole path — `EISDIR` (a directory), `ENOTDIR` (anything else, or a
+  /// component that is not a directory: everything before it was resolved without a link) — or at a missing
+  /// component (`ENOENT`). False when a link is there (`ELOOP`), a way out (`EXDEV`), any other error, or no
+  /// `openat2`: the caller must then judge the path itself. A check, not a use: the file is still opened beneath the
+  /// descriptor where it is used. The corresponding C function is `openat2`.
   package func hasNoSymbolicLink(_ relative: String) -> Bool {
     if relative.isEmpty { return true }
     guard !Self.noOpenat2.load(ordering: .relaxed) else { return false }
     switch relative.withCString({ relative in valueOrErrno { gc_openat_beneath_no_symlinks(fd.rawValue, relative, 0) } }) {
-    case .success(let opened):
+    case .success(let opened):  // never, by the flags; but a descriptor made is one to close
       _ = Glibc.close(opened)
       return true
-    case .failure(let e) where e == .noSuchFileOrDirectory || e == .notDirectory:
+    case .failure(let e) where e == .isDirectory || e == .notDirectory || e == .noSuchFileOrDirectory:
       return true
     case .failure(let e):
       if e == .noFunction { Self.noOpenat2.store(true, ordering: .relaxed) }

@@ -16,11 +16,17 @@ struct Present: AsyncParsableCommand {
   @Argument(help: "Container-relative path of the item to present.") var path: String
   @Option(help: "Seconds to wait before answering relinquish/save/accommodate requests.")
   var answerDelay: Double = 0
+  @Option(
+    help: """
+      Print only this callback (repeatable), e.g. --only reacquire: a presenter that formats and writes a line \
+      per callback adds that work to every handshake it answers (benchmarks count one event only).
+      """)
+  var only: [String] = []
 
   func run() async throws {
     let group = try container.open()
     let presenter = PrintingPresenter(
-      url: try group.url(forRelativePath: path), container: group, answerDelay: answerDelay)
+      url: try group.url(forRelativePath: path), container: group, answerDelay: answerDelay, only: Set(only))
     try FileCoordinator.addFilePresenter(presenter)
     // The cleanup is in place before "ready": a signal right after it must still unregister and exit 0.
     Interrupts.onInterrupt { FileCoordinator.removeFilePresenter(presenter) }
@@ -35,13 +41,16 @@ final class PrintingPresenter: FilePresenter, @unchecked Sendable {  // `url` is
   private var url: URL
   private let container: GroupContainer
   private let answerDelay: Double
+  /// The events to print; empty: all.
+  private let only: Set<String>
   let presentedItemOperationQueue: OperationQueue = {
     let queue = OperationQueue()
     queue.maxConcurrentOperationCount = 1
     return queue
   }()
 
-  init(url: URL, container: GroupContainer, answerDelay: Double) {
+  init(url: URL, container: GroupContainer, answerDelay: Double, only: Set<String> = []) {
+    self.only = only
     self.url = url
     self.container = container
     self.answerDelay = answerDelay
@@ -55,6 +64,7 @@ final class PrintingPresenter: FilePresenter, @unchecked Sendable {  // `url` is
   }
 
   private func emit(_ event: String, subitem: URL? = nil, to destination: URL? = nil) {
+    guard only.isEmpty || only.contains(event) else { return }
     let origin = ChangeOrigin.current
     Output.json([
       "event": .string(event),

@@ -103,6 +103,9 @@ import Testing
     #expect(directory.hasNoSymbolicLink("Documents/missing"))
     #expect(directory.hasNoSymbolicLink("Documents/missing/deeper"))
     #expect(directory.hasNoSymbolicLink("Documents/file/x"))  // ENOTDIR: nothing on the way was a link
+    // A FIFO neither blocks the check nor is opened by it (the check opens nothing: EISDIR / ENOTDIR).
+    #expect(mkfifo(documents + "/fifo", 0o600) == 0)
+    #expect(directory.hasNoSymbolicLink("Documents/fifo"))
     // A link anywhere, staying inside or not, last or not, dangling or not: the caller must judge it.
     #expect(!directory.hasNoSymbolicLink("Documents/inLink"))
     #expect(!directory.hasNoSymbolicLink("Documents/inLink/x"))

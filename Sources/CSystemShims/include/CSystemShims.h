@@ -27,9 +27,10 @@ int gc_start_writeback(int fd, int64_t offset, int64_t length);
 int gc_openat_beneath(int dirfd, const char *path, int flags, unsigned int mode);
 
 // openat2(2) of `path` with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS: fails with ELOOP at the first symbolic link on
-// the way (the last component included), so a success proves there is none. Opened O_PATH | O_CLOEXEC (nothing for
-// I/O, never blocks on a FIFO); with `directory` 1, O_RDONLY | O_DIRECTORY | O_CLOEXEC (a directory to read or
-// fsync); with 2, O_PATH | O_DIRECTORY | O_CLOEXEC (a directory only used as the base of *at calls). -1 with errno
+// the way (the last component included), so a success proves there is none. With `directory` 1, opened O_RDONLY |
+// O_DIRECTORY | O_CLOEXEC (a directory to read or fsync); with 2, O_PATH | O_DIRECTORY | O_CLOEXEC (a directory only
+// used as the base of *at calls); with 0, a check that opens nothing: it always fails, with EISDIR (a directory) or
+// ENOTDIR (anything else, never blocking on a FIFO) when the whole path resolved without a link. -1 with errno
 // ENOSYS before Linux 5.6.
 int gc_openat_beneath_no_symlinks(int dirfd, const char *path, int directory);
 
