@@ -17,6 +17,10 @@
 #include <spawn.h>
 #include <sys/statfs.h>
 #include <sched.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 
 int gc_sched_batch_self(void) {
   struct sched_param parameters = {0};
@@ -71,8 +75,10 @@ int gc_openat_beneath_no_symlinks(int dirfd, const char *path, int directory) {
   // directory itself, cheaper); 0: a check that never opens anything. O_WRONLY | O_DIRECTORY fails only once the
   // whole path is resolved: EISDIR for a directory (before any permission check), ENOTDIR for anything else, a
   // FIFO included. No descriptor is made, so none is closed: 1.73 µs here against 2.42 µs for O_PATH + close.
+  // 3: anything, as a handle only (O_PATH: a socket file to connect to).
   how.flags = directory == 1 ? (O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-    : directory == 2 ? (O_PATH | O_DIRECTORY | O_CLOEXEC) : (O_WRONLY | O_DIRECTORY | O_CLOEXEC);
+    : directory == 2 ? (O_PATH | O_DIRECTORY | O_CLOEXEC)
+    : directory == 3 ? (O_PATH | O_CLOEXEC) : (O_WRONLY | O_DIRECTORY | O_CLOEXEC);
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
   return openat2_retrying(dirfd, path, &how);
 #else
@@ -235,3 +241,80 @@ void gc_thread_mark_set(uintptr_t owner, uint64_t key) {
 uintptr_t gc_thread_mark_owner(void) { return thread_mark_owner; }
 
 uint64_t gc_thread_mark_key(void) { return thread_mark_key; }
+
+static int proc_fd_address(struct sockaddr_un *address, int fd, const char *name) {
+  memset(address, 0, sizeof *address);
+  address->sun_family = AF_UNIX;
+  int length = name ? snprintf(address->sun_path, sizeof address->sun_path, "/proc/self/fd/%d/%s", fd, name)
+                    : snprintf(address->sun_path, sizeof address->sun_path, "/proc/self/fd/%d", fd);
+  if (length < 0 || (size_t)length >= sizeof address->sun_path) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  return 0;
+}
+
+int gc_dgram_bind(int dirfd, const char *name, unsigned int mode) {
+  struct sockaddr_un address;
+  if (proc_fd_address(&address, dirfd, name) != 0) return -1;
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return -1;
+  int path = -1, saved;
+  struct stat st;
+  char proc[64];
+  int bound = bind(fd, (struct sockaddr *)&address, sizeof address);
+  if (bound != 0 && errno == EADDRINUSE) {  // left by an earlier bind: nobody receives on it any more
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISSOCK(st.st_mode)) unlinkat(dirfd, name, 0);
+    bound = bind(fd, (struct sockaddr *)&address, sizeof address);
+  }
+  if (bound != 0) goto fail;
+  path = openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (path < 0 || fstat(path, &st) != 0) goto fail;
+  if (!S_ISSOCK(st.st_mode)) {
+    errno = ENOTSOCK;
+    goto fail;
+  }
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", path);
+  if (chmod(proc, mode) != 0) goto fail;
+  close(path);
+  return fd;
+fail:
+  saved = errno;
+  if (path >= 0) close(path);
+  close(fd);
+  errno = saved;
+  return -1;
+}
+
+int gc_dgram_connect(int pathfd) {
+  struct stat st;
+  if (fstat(pathfd, &st) != 0) return -1;
+  if (!S_ISSOCK(st.st_mode)) {
+    errno = ENOTSOCK;
+    return -1;
+  }
+  struct sockaddr_un address;
+  if (proc_fd_address(&address, pathfd, NULL) != 0) return -1;
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return -1;
+  if (connect(fd, (struct sockaddr *)&address, sizeof address) != 0) {
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return -1;
+  }
+  return fd;
+}
+
+long gc_dgram_send(int fd, const void *bytes, unsigned long count) {
+  return (long)send(fd, bytes, count, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+long gc_dgram_receive(int fd, void *buffer, unsigned long capacity) {
+  return (long)recv(fd, buffer, capacity, MSG_DONTWAIT | MSG_TRUNC);
+}
+
+int gc_poll_one(int fd, short events, int timeout_ms) {
+  struct pollfd one = {.fd = fd, .events = events, .revents = 0};
+  return poll(&one, 1, timeout_ms);
+}

@@ -51,7 +51,7 @@ struct ProcessName: Hashable, Sendable, Codable, CustomStringConvertible {
 ///   locks/<hash>          one lock file per coordinated item and kind (LockOrder.swift)
 ///   processes/<proc>.lock LOCK_SH held by the live process <pid>.<start>
 ///   presenters/<id>       one record per registered presenter (PresenterRegistry.swift)
-///   inbox/<proc>/         messages to that process (MessageProtocol.swift)
+///   inbox/<proc>/         messages to that process: files, .socket (MessageTransport.swift), .acks
 ///   schemes/<scheme>      how to launch the app that opens <scheme>: URLs (URLOpening.swift)
 ///   handlers/<scheme>.<proc> the live process <proc> handles <scheme>: URLs
 ///   handlers/@requests.<scheme>.<proc> … and performs intents sent to <scheme> (URLOpening.swift)

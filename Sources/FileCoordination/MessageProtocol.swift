@@ -28,8 +28,9 @@ struct PresenterEvent: Codable, Sendable, Hashable {
 
 /// The message protocol, in one place.
 ///
-/// A coordinated access talks to every process that presents an affected item through files in that process's
-/// inbox, `.coordination/inbox/<pid>.<start>/`:
+/// A coordinated access talks to every process that presents an affected item through that process's inbox,
+/// `.coordination/inbox/<pid>.<start>/`: prepares and finishes as datagrams on its socket, everything else as files
+/// (MessageTransport.swift says how, and the order rules that let both coexist):
 ///
 /// 1. **prepare** (`<id>.prepare`), before the accessor runs: the "before" callbacks (relinquish, save,
 ///    accommodate deletion) for that process's presenters. It also tells the process that a coordinated write
@@ -52,9 +53,9 @@ struct PresenterEvent: Codable, Sendable, Hashable {
 ///    the outbox is empty, so a process always receives one access's finish before the next access's prepare, and
 ///    the outbox is emptied when the process exits normally.
 ///
-/// Every message is a JSON file written to a temp name and renamed into the inbox (atomic publish: inotify's
-/// IN_MOVED_TO means it is complete). Receivers treat inbox files as untrusted: size-limited, strictly decoded,
-/// paths validated, anything else deleted with a logged error.
+/// Every message is JSON: one datagram, or a file written to a temp name and renamed into the inbox (atomic
+/// publish: inotify's IN_MOVED_TO means it is complete). Receivers treat both as untrusted: size-limited, strictly
+/// decoded, paths validated, anything else dropped (a file deleted) with a logged error.
 struct CoordinationMessage: Codable, Sendable {
   /// `openURL` asks a process's URL handler to open `url` (URLOpening.swift); its ack carries `opened`.
   /// `request` asks its request handler (app intents) to answer `request`; its ack carries `requestAnswer`.
@@ -96,7 +97,11 @@ struct CoordinationMessage: Codable, Sendable {
 
   var fileName: String { "\(id).\(kind.rawValue)" }
 
-  static func decode(_ bytes: [UInt8], fileName: String) throws(GroupContainerError) -> CoordinationMessage {
+  /// The message in `bytes`, validated; `fileName` is the inbox file it came in (nil: a datagram of the inbox
+  /// socket, MessageTransport.swift), which must be the message's own.
+  static func decode(_ bytes: [UInt8], fileName: String?) throws(GroupContainerError) -> CoordinationMessage {
+    let fileName = fileName ?? "datagram"
+    let fromSocket = fileName == "datagram"
     guard bytes.count <= maxBytes else { throw .corruptFile(fileName, reason: "message over \(maxBytes) bytes") }
     let message: CoordinationMessage
     do {
@@ -109,7 +114,7 @@ struct CoordinationMessage: Codable, Sendable {
     }
     // An ack repeats the id of the prepare it answers, which names the prepare's sender.
     let idParts = message.id.split(separator: ".", omittingEmptySubsequences: false)
-    guard message.fileName == fileName, idParts.count == 3,
+    guard fromSocket || message.fileName == fileName, idParts.count == 3,
       ProcessName(message.id.dropLast(idParts[2].count + 1)) != nil, UInt64(idParts[2]) != nil,
       message.kind == .ack || message.id.hasPrefix("\(message.sender).")
     else {
@@ -498,9 +503,14 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
   private let inboxDirectory = Mutex<SystemFD?>(nil)
   /// How long a waiting sender polls its board before sleeping: longer than a typical answer on an idle machine.
   static let spinNanoseconds: UInt64 = 500_000
+  /// Up to how many answering processes a sender spins at all.
+  static let spinProcesses = 4
+  /// Datagrams for prepares and finishes, files for the rest (MessageTransport.swift).
+  let transport: MessageTransport
 
   init(space: CoordinationSpace) throws(FileSystemError) {
     self.space = space
+    transport = MessageTransport(space: space)
     board = try MappedCounters(fd: Self.openOwnBoard(space))
     boardSignal = ChangeSignal(board, sequence: AckBoard.sequence, listeners: AckBoard.listeners)
     boardSignal.listenForever()
@@ -543,6 +553,7 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
       current?.close()
       current = directory
     }
+    transport.bind(in: directory) { [self] bytes in receive(datagram: bytes) }
     // Messages arrive by rename only: asking for nothing else (but the inbox's own deletion) keeps the temp file's
     // own events from waking the watcher thread (twice per message otherwise).
     let token = try Watcher.shared.watch(inbox, mask: Watcher.movedTo | Watcher.deleteSelf) { [self] event in
@@ -604,8 +615,11 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
   }
 
   private func write(_ message: CoordinationMessage, to process: ProcessName) throws(FileSystemError) {
+    let bytes = message.encoded()
+    if message.kind == .prepare || message.kind == .finish, transport.send(bytes, to: process) { return }
     try space.root.replaceFile(
-      atPath: space.inbox(of: process) + "/" + message.fileName, with: message.encoded(), mode: space.fileMode)
+      atPath: space.inbox(of: process) + "/" + message.fileName, with: bytes, mode: space.fileMode)
+    transport.sentFile()
   }
 
   /// Sends `message` from the outbox queue, in order with every other message of this process.
@@ -669,6 +683,25 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
       CoordinationSpace.logger.error("dropping inbox entry '\(path)': \(error)")
       return
     }
+    dispatch(message)
+  }
+
+  /// Decodes and dispatches one datagram of the inbox socket (only prepares and finishes come so). Runs on the
+  /// watcher thread.
+  private func receive(datagram bytes: [UInt8]) {
+    let message: CoordinationMessage
+    do { message = try CoordinationMessage.decode(bytes, fileName: nil) } catch {
+      CoordinationSpace.logger.error("dropping a datagram of the inbox socket: \(error)")
+      return
+    }
+    guard message.kind == .prepare || message.kind == .finish else {
+      CoordinationSpace.logger.error("dropping a datagram of the inbox socket: a \(message.kind.rawValue) comes as a file")
+      return
+    }
+    dispatch(message)
+  }
+
+  private func dispatch(_ message: CoordinationMessage) {
     if message.kind == .openURL || message.kind == .request {
       space.urlHandlers.receive(message)
     } else if message.kind == .ack {
@@ -699,7 +732,9 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
     let deadline =
       start + UInt64(timeout.components.seconds) * 1_000_000_000
       + UInt64(timeout.components.attoseconds / 1_000_000_000)
-    let spinUntil = start + Self.spinNanoseconds
+    // Spin only for a few answers: many take longer than the spin anyway, and a spinning sender takes a core from
+    // the very processes it waits for.
+    let spinUntil = start + (Set(pending.values).count <= Self.spinProcesses ? Self.spinNanoseconds : 0)
     var nextLivenessCheck = start + 20_000_000
     while true {
       let seen = boardSignal.sequenceValue  // before looking: a post after this wakes the wait below

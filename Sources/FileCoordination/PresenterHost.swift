@@ -39,6 +39,10 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
   private var locals: [String: Local] = [:]
   private var byObject: [ObjectIdentifier: Local] = [:]
   private var pending: [String: Pending] = [:]
+  /// Items of finished coordinated writes whose own inotify events may still be queued (a finish can come on the
+  /// inbox socket before them: MessageTransport.swift), with how many such writes: still suppressed until the
+  /// watcher has handled every event queued when the finish was handled (`Watcher.afterQueuedEvents`).
+  private var finishedWrites: [ContainerPath: Int] = [:]
   private let nextPresenter = Atomic<UInt64>(0)
   /// The liveness lock published again after the container was removed (the first one is the space's).
   private var republishedLivenessLock: SystemFD?
@@ -202,9 +206,20 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
 
   /// Delivers the "after" callbacks and runs the reacquirers of message `id`.
   private func finish(id: String, events: [PresenterEvent], origin: ChangeOrigin) {
-    let (groups, reacquirers) = lock.withLock { () -> ([(Local, [PresenterEvent])], [(Local, @Sendable () -> Void)]) in
-      let reacquirers = pending.removeValue(forKey: id)?.reacquirers ?? []
-      return (group(events), reacquirers)
+    let (groups, reacquirers, written) = lock.withLock {
+      () -> ([(Local, [PresenterEvent])], [(Local, @Sendable () -> Void)], ContainerPath?) in
+      let ended = pending.removeValue(forKey: id)
+      let written = ended.flatMap { $0.isWrite ? $0.item : nil }
+      if let written { finishedWrites[written, default: 0] += 1 }
+      return (group(events), ended?.reacquirers ?? [], written)
+    }
+    if let written {
+      Watcher.shared.afterQueuedEvents { [self] in
+        lock.withLock {
+          finishedWrites[written, default: 1] -= 1
+          if finishedWrites[written] == 0 { finishedWrites[written] = nil }
+        }
+      }
     }
     for (local, events) in groups {
       for event in events { deliverAfter(event, to: local, origin: origin) }
@@ -345,7 +360,10 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
 
   /// Whether a coordinated write under way covers `path` (its events will be reported by the finish message).
   private func isSuppressed(_ path: ContainerPath) -> Bool {
-    lock.withLock { pending.values.contains { $0.isWrite && (path == $0.item || path.isDescendant(of: $0.item)) } }
+    lock.withLock {
+      pending.values.contains { $0.isWrite && (path == $0.item || path.isDescendant(of: $0.item)) }
+        || finishedWrites.keys.contains { path == $0 || path.isDescendant(of: $0) }
+    }
   }
 
   // MARK: The container removed under us

@@ -12,6 +12,12 @@ import SystemPackage
 /// writing to a pipe that it watches (inotify reports IN_MODIFY on pipes; memfds stay silent). Events are copied
 /// out before the next library call and routed by watch descriptor to handlers, which run on this thread and
 /// must return quickly (hand work to a queue).
+///
+/// The thread also serves other descriptors (`watchReadable`: the inbox's datagram socket, MessageProtocol.swift),
+/// so that what they deliver and the inotify events are handled on one thread, in causal order: before each
+/// inotify event it runs their handlers, so a datagram sent before a change is always handled before that change's
+/// event. Waiting on both needs the library's descriptor, which it keeps to itself: it is found once, in
+/// `/proc/self/fdinfo`, as the inotify descriptor that watches the wake pipe (`findInotifyDescriptor`).
 package final class Watcher: @unchecked Sendable {  // mutable state lives in `state` (a Mutex) or on the thread
   /// One inotify event, copied out of the library's static buffer.
   package struct Event: Sendable {
@@ -51,6 +57,7 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
       path: String, mask: UInt32, token: Token, handler: Handler,
       reply: @Sendable (Result<Void, FileSystemError>) -> Void)
     case remove(Token)
+    case addReadable(fd: Int32, token: Token, handler: @Sendable () -> Void)
   }
 
   private struct State {
@@ -59,6 +66,8 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
     var overflowHandlers: [Token: @Sendable () -> Void] = [:]
     var tickHandlers: [Token: @Sendable () -> Void] = [:]
     var stallUntil: UInt64 = 0
+    /// `afterQueuedEvents` bodies waiting for their marker to be queued.
+    var unmarked: [@Sendable () -> Void] = []
   }
 
   private let state = Mutex(State())
@@ -73,9 +82,18 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
   private var handlersByWD: [Int32: [Token: (mask: UInt32, handler: Handler)]] = [:]
   private var pathByWD: [Int32: String] = [:]
   private var wdByToken: [Token: Int32] = [:]
+  /// Descriptors served with inotify (`watchReadable`), in the order they were added.
+  private var readables: [(token: Token, fd: Int32, handler: @Sendable () -> Void)] = []
+  /// The library's inotify descriptor, or -1 when it could not be found (then nothing else can be served).
+  private let inotifyFD: Int32
+  /// `/proc/self/fd/<n>` of a pipe nothing else watches or writes: markers are watches of it (`afterQueuedEvents`).
+  private let markerPath: String
+  /// Bodies by the watch descriptor of their marker (owned by the watcher thread).
+  private var markers: [Int32: [@Sendable () -> Void]] = [:]
 
   private init() {
     var fds: [Int32] = [-1, -1]
+    var markerFDs: [Int32] = [-1, -1]
     var error: FileSystemError?
     // Initialise before the process opens many files: a descriptor ≥ 1024 aborts inside select().
     if Environment.value(Self.simulateNoInstanceVariable) == "1" {
@@ -84,18 +102,22 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
       error = FileSystemError("inotify_init", "", .tooManyOpenFiles)
     } else if inotifytools_initialize() == 0 {
       error = FileSystemError("inotify_init", "", Errno(rawValue: inotifytools_error()))
-    } else if gc_pipe2(&fds, O_CLOEXEC | O_NONBLOCK) != 0 {
+    } else if gc_pipe2(&fds, O_CLOEXEC | O_NONBLOCK) != 0 || gc_pipe2(&markerFDs, O_CLOEXEC | O_NONBLOCK) != 0 {
       error = FileSystemError("pipe2", "", Errno(rawValue: errno))
     } else if inotifytools_watch_file("/proc/self/fd/\(fds[0])", Int32(Self.modify)) == 0 {
       error = FileSystemError("inotify_add_watch", "wake pipe", Errno(rawValue: inotifytools_error()))
     }
     wakeRead = fds[0]
     wakeWrite = fds[1]
+    markerPath = "/proc/self/fd/\(markerFDs[0])"
     startError = error
     if let error {
       Self.logger.error("file watching is unavailable: \(error)")
+      inotifyFD = -1
       return
     }
+    inotifyFD = Self.findInotifyDescriptor(watching: fds[0])
+    if inotifyFD < 0 { Self.logger.debug("the inotify descriptor was not found: no other descriptor is served") }
     let wakeWD = inotifytools_wd_from_filename("/proc/self/fd/\(fds[0])")
     let thread = Thread { [unowned self] in
       self.threadID = pthread_self()
@@ -157,7 +179,73 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
     }
   }
 
-  /// Stops delivering events to the handler behind `token` (watch, overflow or tick).
+  /// Whether `watchReadable` works in this process (the watcher runs and its inotify descriptor is known).
+  package var servesDescriptors: Bool { startError == nil && inotifyFD >= 0 }
+
+  /// Calls `handler` on the watcher thread whenever `fd` is readable, and before every inotify event (so whatever
+  /// `fd` received before a change is handled before the change's event). The handler must read everything
+  /// waiting without blocking. Only when `servesDescriptors`; `fd` stays open until the token is cancelled.
+  package func watchReadable(_ fd: Int32, handler: @escaping @Sendable () -> Void) -> Token {
+    let token = state.withLock { s in
+      defer { s.nextToken += 1 }
+      return Token(id: s.nextToken)
+    }
+    let request = Request.addReadable(fd: fd, token: token, handler: handler)
+    if pthread_equal(pthread_self(), threadID) != 0 {
+      perform(request)
+    } else {
+      state.withLock { $0.requests.append(request) }
+      wake()
+    }
+    return token
+  }
+
+  /// Runs `body` on the watcher thread once every inotify event queued now has been handled: a marker — a watch
+  /// added to a pipe nobody else watches and removed at once — queues `IN_IGNORED` with a watch descriptor of its
+  /// own behind them (descriptors are never reused soon), and `body` runs when the loop reads it. A message
+  /// received on a datagram socket may have been sent after a change whose event is still queued; what the message
+  /// ends (a write's suppression of its own events, PresenterHost) ends only then. After a queue overflow, or when
+  /// no marker can be made, bodies run at once (the handlers rescan anyway).
+  package func afterQueuedEvents(_ body: @escaping @Sendable () -> Void) {
+    state.withLock { $0.unmarked.append(body) }
+    if pthread_equal(pthread_self(), threadID) == 0 { wake() }  // the loop marks what is unmarked on every turn
+  }
+
+  /// One marker for everything `afterQueuedEvents` got since the last (on the watcher thread).
+  private func placeMarker() {
+    let bodies = state.withLock { s in
+      defer { s.unmarked.removeAll() }
+      return s.unmarked
+    }
+    guard !bodies.isEmpty else { return }
+    var wd: Int32 = -1
+    if inotifytools_watch_file(markerPath, Int32(Self.attrib)) != 0 {
+      wd = inotifytools_wd_from_filename(markerPath)
+    }
+    guard wd >= 0, inotifytools_remove_watch_by_wd(wd) != 0 else {
+      for body in bodies { body() }
+      return
+    }
+    markers[wd, default: []] += bodies
+  }
+
+  /// The inotify descriptor whose watches include the pipe `pipeFD` (`/proc/self/fdinfo/<fd>` lists each watch's
+  /// inode as `ino:<hex>`), or -1.
+  private static func findInotifyDescriptor(watching pipeFD: Int32) -> Int32 {
+    var st = stat()
+    guard fstat(pipeFD, &st) == 0 else { return -1 }
+    let needle = " ino:" + String(UInt64(st.st_ino), radix: 16) + " "
+    for name in (try? FileSystem.listDirectory("/proc/self/fd")) ?? [] {
+      guard let fd = Int32(name), (try? FileSystem.readLink("/proc/self/fd/" + name)) == "anon_inode:inotify",
+        let info = try? FileSystem.readFile("/proc/self/fdinfo/" + name, limit: 1 << 20),
+        String(decoding: info, as: UTF8.self).contains(needle)
+      else { continue }
+      return fd
+    }
+    return -1
+  }
+
+  /// Stops delivering events to the handler behind `token` (watch, overflow, tick or readable descriptor).
   package func cancel(_ token: Token) {
     state.withLock { s in
       s.overflowHandlers[token] = nil
@@ -204,6 +292,7 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
         return (s.requests, s.stallUntil)
       }
       for request in requests { perform(request) }
+      placeMarker()
       let now = MonotonicClock.nanoseconds()
       if stallUntil > now {
         MonotonicClock.sleep(nanoseconds: min(stallUntil - now, 50_000_000))
@@ -213,19 +302,32 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
         lastTick = now
         for handler in state.withLock({ Array($0.tickHandlers.values) }) { handler() }
       }
-      // Always ask for one event: asking for more spins and ignores the timeout.
-      guard let raw = inotifytools_next_events(1, 1) else { continue }
+      // Always ask for one event: asking for more spins and ignores the timeout. With descriptors to serve, an
+      // event the library already read comes first; else wait on the kernel's queue and those descriptors at once.
+      guard let raw = inotifytools_next_events(readables.isEmpty ? 1 : 0, 1) else {
+        if !readables.isEmpty { waitForInotifyOrReadables() }
+        continue
+      }
       let wd = raw.pointee.wd
       let event = Event(
         mask: raw.pointee.mask, cookie: raw.pointee.cookie,
         name: String(cString: gc_inotify_event_name(raw)))
+      // Whatever the descriptors received before this event was read is handled before it.
+      for readable in readables { readable.handler() }
       if wd == wakeWD {
         var buffer = [UInt8](repeating: 0, count: 256)
         while Glibc.read(wakeRead, &buffer, buffer.count) > 0 {}
         continue
       }
+      if event.mask & Self.ignored != 0, let bodies = markers.removeValue(forKey: wd) {
+        for body in bodies { body() }
+        continue
+      }
       if event.mask & Self.overflow != 0 {
         Self.logger.warning("inotify queue overflowed: rescanning")
+        // Markers may have been dropped with the events: what waits for them ends now.
+        for bodies in markers.values { for body in bodies { body() } }
+        markers.removeAll()
         for handler in state.withLock({ Array($0.overflowHandlers.values) }) { handler() }
         continue
       }
@@ -245,8 +347,20 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
     }
   }
 
+  /// Blocks until the inotify queue or a served descriptor is readable (at most until the next tick), and runs the
+  /// handlers of the readable descriptors.
+  private func waitForInotifyOrReadables() {
+    var polled = [pollfd(fd: inotifyFD, events: Int16(POLLIN), revents: 0)]
+    polled += readables.map { pollfd(fd: $0.fd, events: Int16(POLLIN), revents: 0) }
+    guard case .success(let ready) = valueOrErrno({ Glibc.poll(&polled, nfds_t(polled.count), 1000) }), ready > 0
+    else { return }
+    for (readable, entry) in zip(readables, polled.dropFirst()) where entry.revents != 0 { readable.handler() }
+  }
+
   private func perform(_ request: Request) {
     switch request {
+    case .addReadable(let fd, let token, let handler):
+      readables.append((token, fd, handler))
     case .add(let path, let mask, let token, let handler, let reply):
       let existing = watchesByPath[path].flatMap { wd in handlersByWD[wd] != nil ? wd : nil }
       let wanted = (existing.map { union(of: $0) } ?? 0) | mask
@@ -268,6 +382,7 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
       wdByToken[token] = wd
       reply(.success(()))
     case .remove(let token):
+      readables.removeAll { $0.token == token }
       guard let wd = wdByToken.removeValue(forKey: token) else { return }
       let before = union(of: wd)
       handlersByWD[wd]?[token] = nil

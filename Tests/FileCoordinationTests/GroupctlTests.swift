@@ -84,6 +84,26 @@ import Testing
     #expect(try container.status().presenters.isEmpty)
   }
 
+  /// `--only` keeps the lines of the named callbacks (and "ready"): the presenter benchmarks count reacquires only.
+  @Test func presentOnlyPrintsTheNamedCallbacks() throws {
+    let root = try TestRoot()
+    _ = try root.container(group)
+    let presenter = try Child(
+      ["present", group, "Documents/o.txt", "--only", "reacquire", "--only", "didChange", "--root", root.path],
+      executable: "groupctl")
+    presenter.waitForLine { $0.contains("\"ready\"") }
+    for i in 0..<2 {
+      #expect(try run(["write", group, "Documents/o.txt", "--root", root.path], stdin: "\(i)").status == 0)
+    }
+    presenter.waitForLine { line in presenter.output.filter { $0.contains("\"reacquire\"") }.count == 2 }
+    Thread.sleep(forTimeInterval: 0.2)
+    let events = presenter.output.map { line in
+      line.range(of: "\"event\":\"").map { String(line[$0.upperBound...].prefix { $0 != "\"" }) } ?? line
+    }
+    #expect(events.filter { $0 != "ready" }.sorted() == ["didChange", "didChange", "reacquire", "reacquire"], "\(events)")
+    presenter.kill(SIGINT)
+  }
+
   /// Lines are written by hand (JSONSerialization was too slow for the handshake): any item name stays valid JSON.
   @Test func presentLinesStayValidJSONForAnyItemName() throws {
     let root = try TestRoot()

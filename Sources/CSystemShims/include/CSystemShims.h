@@ -29,7 +29,7 @@ int gc_openat_beneath(int dirfd, const char *path, int flags, unsigned int mode)
 // openat2(2) of `path` with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS: fails with ELOOP at the first symbolic link on
 // the way (the last component included), so a success proves there is none. With `directory` 1, opened O_RDONLY |
 // O_DIRECTORY | O_CLOEXEC (a directory to read or fsync); with 2, O_PATH | O_DIRECTORY | O_CLOEXEC (a directory only
-// used as the base of *at calls); with 0, a check that opens nothing: it always fails, with EISDIR (a directory) or
+// used as the base of *at calls); with 3, O_PATH | O_CLOEXEC (anything, as a handle); with 0, a check that opens nothing: it always fails, with EISDIR (a directory) or
 // ENOTDIR (anything else, never blocking on a FIFO) when the whole path resolved without a link. -1 with errno
 // ENOSYS before Linux 5.6.
 int gc_openat_beneath_no_symlinks(int dirfd, const char *path, int directory);
@@ -77,5 +77,23 @@ int gc_spawn(const char *path, char *const argv[], char *const envp[], int input
 void gc_thread_mark_set(uintptr_t owner, uint64_t key);
 uintptr_t gc_thread_mark_owner(void);
 uint64_t gc_thread_mark_key(void);
+
+
+// Unix datagram sockets: a process's inbox receives coordination messages on one (MessageProtocol.swift).
+// A socket (SOCK_CLOEXEC | SOCK_NONBLOCK) bound at `name` in the directory `dirfd`, reached through
+// /proc/self/fd (sun_path holds 108 bytes; a container's path may be longer), then given `mode` through an O_PATH
+// descriptor of what was bound (never through a link planted meanwhile). A stale socket file is replaced.
+// -1 with errno.
+int gc_dgram_bind(int dirfd, const char *name, unsigned int mode);
+// A socket connected to the socket file that the O_PATH descriptor `pathfd` refers to (through /proc/self/fd: no
+// path is resolved again, so no link is followed). ENOTSOCK when it is not a socket. -1 with errno.
+int gc_dgram_connect(int pathfd);
+// One datagram, never blocking (MSG_DONTWAIT | MSG_NOSIGNAL): -1 with EAGAIN when the receiver's queue is full.
+long gc_dgram_send(int fd, const void *bytes, unsigned long count);
+// The next datagram, never blocking: its real length (more than `capacity`: it was truncated), or -1 with EAGAIN
+// when none is waiting.
+long gc_dgram_receive(int fd, void *buffer, unsigned long capacity);
+// poll(2) of one descriptor: 1 when one of `events` is ready (or an error or hang-up), 0 on timeout, -1 with errno.
+int gc_poll_one(int fd, short events, int timeout_ms);
 
 #endif

@@ -1,0 +1,96 @@
+import CSystemShims
+import Glibc
+import SystemPackage
+
+/// A Unix datagram socket: how a process's inbox takes coordination messages without a file per message
+/// (MessageProtocol.swift). One datagram is one message, delivered whole and in send order; the kernel queues at
+/// most `net.unix.max_dgram_qlen` of them per receiver (10 by default), so a full queue is an answer the sender
+/// must handle (`send` says so), never a block.
+///
+/// The receiver binds one in its inbox directory; a sender connects to that socket file, opened beneath the
+/// container without following any link (`ContainerDirectory.openSocketFile`). Closed when the last reference
+/// goes: a sender may still be sending on a socket another thread dropped from its cache.
+package final class DatagramSocket: Sendable {
+  package let fd: Int32
+  /// What it is bound at or connected to, for errors.
+  package let path: String
+
+  private init(fd: Int32, path: String) {
+    self.fd = fd
+    self.path = path
+  }
+
+  deinit { _ = Glibc.close(fd) }
+
+  /// Binds a new socket at `name` in `directory`, readable and writable by `mode` (a stale socket file there is
+  /// replaced). The corresponding C functions are `socket`, `bind` and `chmod`.
+  package static func bind(_ name: String, in directory: SystemFD, mode: mode_t) throws(FileSystemError)
+    -> DatagramSocket
+  {
+    let fd = try name.withCString { name in valueOrErrno { gc_dgram_bind(directory.rawValue, name, mode) } }
+      .get("bind", directory.path + "/" + name)
+    return DatagramSocket(fd: fd, path: directory.path + "/" + name)
+  }
+
+  /// Connects a new socket to the socket file `file` (an `O_PATH` descriptor; `ENOTSOCK` when it is something
+  /// else). The corresponding C function is `connect`.
+  package static func connect(to file: SystemFD) throws(FileSystemError) -> DatagramSocket {
+    let fd = try valueOrErrno { gc_dgram_connect(file.rawValue) }.get("connect", file.path)
+    return DatagramSocket(fd: fd, path: file.path)
+  }
+
+  /// Sends `bytes` as one datagram. When the receiver's queue is full, waits up to `waitMilliseconds` for room;
+  /// false when there is still none (nothing was sent). Other failures throw: `ECONNREFUSED` when nobody receives
+  /// on the socket any more, `EMSGSIZE` when `bytes` is too large. The corresponding C function is `send`.
+  package func send(_ bytes: [UInt8], waitMilliseconds: Int32) throws(FileSystemError) -> Bool {
+    var waited = false
+    while true {
+      let result = bytes.withUnsafeBytes { buffer in
+        valueOrErrno { gc_dgram_send(fd, buffer.baseAddress, UInt(buffer.count)) }
+      }
+      switch result {
+      case .success: return true
+      case .failure(let e) where e == .resourceTemporarilyUnavailable:
+        if waited { return false }
+        waited = true
+        _ = valueOrErrno { gc_poll_one(fd, Int16(POLLOUT), waitMilliseconds) }
+      case .failure(let e):
+        throw FileSystemError("send", path, e)
+      }
+    }
+  }
+
+  /// Blocks until a datagram is waiting, the socket is shut down, or `timeoutMilliseconds` pass (-1: no limit).
+  /// The corresponding C function is `poll`.
+  package func waitUntilReadable(timeoutMilliseconds: Int32 = -1) {
+    _ = valueOrErrno { gc_poll_one(fd, Int16(POLLIN), timeoutMilliseconds) }
+  }
+
+  /// The next waiting datagram, copied into `buffer`: its real length (over `buffer.count`: it was truncated), or
+  /// nil when none is waiting. The corresponding C function is `recv`.
+  package func receive(into buffer: UnsafeMutableRawBufferPointer) -> Int? {
+    switch valueOrErrno({ gc_dgram_receive(fd, buffer.baseAddress, UInt(buffer.count)) }) {
+    case .success(let count): return count
+    case .failure: return nil
+    }
+  }
+
+  /// Wakes whoever waits in `waitUntilReadable` for good (it then returns at once) and refuses new datagrams.
+  /// The corresponding C function is `shutdown`.
+  package func shutDown() {
+    _ = Glibc.shutdown(fd, Int32(SHUT_RDWR))
+  }
+}
+
+extension ContainerDirectory {
+  /// Opens the socket file `relative` beneath the container as an `O_PATH` handle for `DatagramSocket.connect`,
+  /// refusing any symbolic link on the way, the last component included (`openat2` with `RESOLVE_BENEATH |
+  /// RESOLVE_NO_SYMLINKS`; `ENOSYS` without it: the caller then sends files). The corresponding C function is
+  /// `openat2`.
+  package func openSocketFile(_ relative: String) throws(FileSystemError) -> SystemFD {
+    let opened = try relative.withCString { relative in
+      valueOrErrno { gc_openat_beneath_no_symlinks(fd.rawValue, relative, 3) }
+    }.get("openat2", path + "/" + relative)
+    return SystemFD(rawValue: opened, in: path, relative: relative)
+  }
+}

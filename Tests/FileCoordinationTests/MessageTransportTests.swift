@@ -1,0 +1,154 @@
+import Foundation
+import Synchronization
+import SystemLayer
+import TestSupport
+import Testing
+
+@testable import FileCoordination
+
+/// The message transport (MessageTransport.swift) between real processes: prepares and finishes as datagrams on
+/// the receiver's inbox socket, files when the receiver has none or its queue stays full, and the order rules that
+/// let both coexist. The writer is this process; presenters are `gc-test-helper present` children, which print
+/// `<event> <coordinated|uncoordinated> <pid>` per callback.
+///
+/// Mutants these tests were watched failing with (keep the list current):
+/// - the watcher does not read the socket before an inotify event (`for readable in readables` removed from
+///   `Watcher.run`): `aFinishOnTheSocketNeverLetsItsWritesOwnEventsThrough` (the prepare comes after the write's
+///   event: "didChange uncoordinated");
+/// - a finish ends its write's suppression at once (no `finishedWrites` in PresenterHost.isSuppressed):
+///   `aFinishOnTheSocketNeverLetsItsWritesOwnEventsThrough`;
+/// - a sender goes back to datagrams after a file (`filesFromNowOn` stores nothing):
+///   `aStoppedReceiverGetsFilesAndHearsEverythingInOrder`;
+/// - datagrams are never sent (every message taken as over the size limit): `preparesAndFinishesTravelAsDatagrams`,
+///   `aStoppedReceiverGetsFilesAndHearsEverythingInOrder`.
+@Suite(.timeLimit(.minutes(2))) struct MessageTransportTests {
+  let group = "group.com.example.transport"
+
+  private func transport(_ url: URL) throws -> MessageTransport {
+    try CoordinationSpace.locate(url).0.messenger.transport
+  }
+
+  /// The events of coordinated callbacks, in the order the presenter printed them.
+  private func coordinatedEvents(_ presenter: Child) -> [String] {
+    presenter.output.filter { $0.hasSuffix(" coordinated \(getpid())") }.map { String($0.prefix { $0 != " " }) }
+  }
+
+  /// What the message order decides: each write's relinquish (its prepare) before its didChange (its finish), and
+  /// that before the next write's relinquish; and one reacquire per write. (Where a reacquire falls is the
+  /// presenter's queue's business: one handed over after its finish arrived runs when handed over.)
+  private func expectInOrder(_ presenter: Child, writes: Int, sourceLocation: SourceLocation = #_sourceLocation) {
+    let events = coordinatedEvents(presenter)
+    #expect(
+      events.filter { $0 != "reacquire" }
+        == Array(repeating: ["relinquishToWriter", "didChange"], count: writes).flatMap { $0 },
+      "\(presenter.output)", sourceLocation: sourceLocation)
+    #expect(events.filter { $0 == "reacquire" }.count == writes, sourceLocation: sourceLocation)
+    #expect(
+      !presenter.output.contains { $0.contains("uncoordinated") }, "\(presenter.output)",
+      sourceLocation: sourceLocation)
+  }
+
+  /// Waits until the presenter printed `count` reacquires (each write's last callback), then a little longer.
+  private func waitForReacquires(_ presenter: Child, _ count: Int) {
+    presenter.waitForLine(timeout: 60) { _ in
+      coordinatedEvents(presenter).filter { $0 == "reacquire" }.count >= count
+    }
+    Thread.sleep(forTimeInterval: 0.3)  // anything wrong that comes late (a callback twice, an uncoordinated one)
+  }
+
+  @Test func preparesAndFinishesTravelAsDatagrams() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let url = container.documentsURL.appendingPathComponent("d.txt")
+    let presenter = try Child(["present", root.path, group, "Documents/d.txt"])
+    presenter.waitForLine { $0.hasPrefix("ready") }
+    let transport = try transport(url)
+    let (datagrams, files) = (transport.datagramsSent.load(ordering: .relaxed), transport.filesSent.load(ordering: .relaxed))
+    let coordinator = FileCoordinator()
+    coordinator.presenterTimeoutPolicy = .fail
+    for i in 0..<20 {
+      try coordinator.coordinate(writingItemAt: url) { try container.write(Data("\(i)".utf8), to: $0) }
+    }
+    waitForReacquires(presenter, 20)
+    expectInOrder(presenter, writes: 20)
+    #expect(transport.datagramsSent.load(ordering: .relaxed) - datagrams == 40)  // a prepare and a finish per write
+    #expect(transport.filesSent.load(ordering: .relaxed) - files == 0)
+    // Nothing went through the inbox directory: only the socket and the ack board are there.
+    let child = ProcessName(pid: presenter.pid, startTime: try #require(CurrentProcess.startTime(of: presenter.pid)))
+    let inbox = try CoordinationSpace.locate(url).0.inbox(of: child)
+    #expect(Set(try FileManager.default.contentsOfDirectory(atPath: inbox)) == [MessageTransport.socketName, AckBoard.fileName])
+    presenter.kill()
+  }
+
+  /// The presenter's watcher reads nothing until the write and its finish are done, so the finish datagram waits
+  /// on the socket beside the write's own inotify events: the watcher reads the socket first (the prepare, then the
+  /// finish), and the finished write must still suppress those events — reported once, as coordinated.
+  @Test(arguments: [false, true]) func aFinishOnTheSocketNeverLetsItsWritesOwnEventsThrough(filesOnly: Bool) throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let url = container.documentsURL.appendingPathComponent("s.txt")
+    let presenter = try Child(
+      ["present", root.path, group, "Documents/s.txt", "0", "600000"],
+      environment: filesOnly ? [MessageTransport.filesOnlyVariable: "1"] : [:])
+    presenter.waitForLine { $0.hasPrefix("ready") }
+    let coordinator = FileCoordinator()
+    coordinator.presenterTimeout = .milliseconds(200)  // the stalled presenter answers nothing: go on without it
+    for i in 0..<3 {
+      try coordinator.coordinate(writingItemAt: url) { try container.write(Data("\(i)".utf8), to: $0) }
+    }
+    _ = FileManager.default.createFile(atPath: root.path + "/resume-watcher", contents: nil)
+    waitForReacquires(presenter, 3)
+    expectInOrder(presenter, writes: 3)
+    presenter.kill()
+  }
+
+  /// A stopped receiver's queue fills (the kernel keeps ~10 datagrams): the writer then sends it files, and keeps
+  /// to files, so once it runs again it hears every write once, in order — each write's prepare before its finish,
+  /// each finish before the next prepare.
+  @Test func aStoppedReceiverGetsFilesAndHearsEverythingInOrder() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let url = container.documentsURL.appendingPathComponent("stop.txt")
+    let presenter = try Child(["present", root.path, group, "Documents/stop.txt"])
+    presenter.waitForLine { $0.hasPrefix("ready") }
+    let transport = try transport(url)
+    let (datagrams, files) = (transport.datagramsSent.load(ordering: .relaxed), transport.filesSent.load(ordering: .relaxed))
+    presenter.process.signal(SIGSTOP)
+    let coordinator = FileCoordinator()
+    coordinator.presenterTimeout = .milliseconds(100)
+    let writes = 12
+    for i in 0..<writes {
+      try coordinator.coordinate(writingItemAt: url) { try container.write(Data("\(i)".utf8), to: $0) }
+    }
+    presenter.process.signal(SIGCONT)
+    // Two more while it runs: they must not overtake the files.
+    for i in writes..<(writes + 2) {
+      try coordinator.coordinate(writingItemAt: url) { try container.write(Data("\(i)".utf8), to: $0) }
+    }
+    waitForReacquires(presenter, writes + 2)
+    expectInOrder(presenter, writes: writes + 2)
+    #expect(transport.datagramsSent.load(ordering: .relaxed) > datagrams)
+    #expect(transport.filesSent.load(ordering: .relaxed) > files)
+    presenter.kill()
+  }
+
+  /// A receiver without a socket (here by the test switch; elsewhere no `/proc` or no `openat2`) gets files.
+  @Test func aReceiverWithoutASocketGetsFiles() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let url = container.documentsURL.appendingPathComponent("f.txt")
+    let presenter = try Child(
+      ["present", root.path, group, "Documents/f.txt"], environment: [MessageTransport.filesOnlyVariable: "1"])
+    presenter.waitForLine { $0.hasPrefix("ready") }
+    let transport = try transport(url)
+    let (datagrams, files) = (transport.datagramsSent.load(ordering: .relaxed), transport.filesSent.load(ordering: .relaxed))
+    for i in 0..<5 {
+      try FileCoordinator().coordinate(writingItemAt: url) { try container.write(Data("\(i)".utf8), to: $0) }
+    }
+    waitForReacquires(presenter, 5)
+    expectInOrder(presenter, writes: 5)
+    #expect(transport.datagramsSent.load(ordering: .relaxed) == datagrams)
+    #expect(transport.filesSent.load(ordering: .relaxed) - files == 10)
+    presenter.kill()
+  }
+}
