@@ -60,6 +60,7 @@ package final class DownloadStore: Sendable {
     }
   }
 
+  @discardableResult
   static func system<T>(_ body: () throws(FileSystemError) -> T) throws(DownloadError) -> T {
     do { return try body() } catch {
       if error.errno == .noSpace { throw .diskFull(path: error.path) }

@@ -695,7 +695,8 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
       return
     }
     guard message.kind == .prepare || message.kind == .finish else {
-      CoordinationSpace.logger.error("dropping a datagram of the inbox socket: a \(message.kind.rawValue) comes as a file")
+      CoordinationSpace.logger.error(
+        "dropping a datagram of the inbox socket: a \(message.kind.rawValue) comes as a file")
       return
     }
     dispatch(message)

@@ -26,7 +26,8 @@ import SystemLayer
 /// 2. Once one prepare or finish from a sender to a receiver went as a file, every later one to that receiver goes
 ///    as a file too (`Peer.files`, never forgotten while the receiver lives): a datagram sent after a file could
 ///    overtake it.
-final class MessageTransport: @unchecked Sendable {  // `buffer` is used on the watcher thread only; the rest is immutable or a Mutex
+// `buffer` is used on the watcher thread only; the rest is immutable or a Mutex.
+final class MessageTransport: @unchecked Sendable {
   static let socketName = ".socket"
   /// The largest message sent as a datagram (the socket's send buffer holds ~208 KB; most messages are ~200 bytes).
   static let maxDatagramBytes = 65_536
@@ -62,7 +63,9 @@ final class MessageTransport: @unchecked Sendable {  // `buffer` is used on the 
   /// Sends `bytes` (a prepare or finish) to `process` as a datagram; false when it must go as a file — and from
   /// then on every prepare and finish to that process (rule 2).
   func send(_ bytes: [UInt8], to process: ProcessName) -> Bool {
-    guard bytes.count <= Self.maxDatagramBytes else { return filesFromNowOn(process, "a message of \(bytes.count) bytes") }
+    guard bytes.count <= Self.maxDatagramBytes else {
+      return filesFromNowOn(process, "a message of \(bytes.count) bytes")
+    }
     for attempt in 0..<2 {
       let peer = peers.withLock { peers -> Peer in
         if let known = peers[process] { return known }
@@ -137,7 +140,11 @@ final class MessageTransport: @unchecked Sendable {  // `buffer` is used on the 
     let current = socket.map { socket in
       (socket, Watcher.shared.watchReadable(socket.fd) { [self] in drain(socket, to: deliver) })
     }
-    guard let old = inbox.withLock({ inbox in defer { inbox = current }; return inbox }) else { return }
+    guard
+      let old = inbox.withLock({ inbox in
+        defer { inbox = current }; return inbox
+      })
+    else { return }
     // Shut down first (no datagram arrives after: senders get EPIPE and connect again), then retired: the next
     // drain empties it and lets it go (a shut-down socket is always readable, so that drain comes).
     old.socket.shutDown()

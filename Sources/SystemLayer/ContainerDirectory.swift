@@ -100,7 +100,8 @@ package final class ContainerDirectory: Sendable {
     guard !name.isEmpty else { throw FileSystemError("replace", path, .isDirectory) }
     let directory: SystemFD
     do { directory = try openDirectory(parent, resolution: resolution) } catch {
-      throw Self.parentFailure(error, writing: path + "/" + relative, parent: parent.isEmpty ? path : path + "/" + parent)
+      throw Self.parentFailure(
+        error, writing: path + "/" + relative, parent: parent.isEmpty ? path : path + "/" + parent)
     }
     defer { directory.close() }
     return try AtomicReplace.write(bytes, in: directory, name: name, mode: mode, durability: durability)
@@ -254,7 +255,10 @@ package final class ContainerDirectory: Sendable {
   package func hasNoSymbolicLink(_ relative: String) -> Bool {
     if relative.isEmpty { return true }
     guard !Self.noOpenat2.load(ordering: .relaxed) else { return false }
-    switch relative.withCString({ relative in valueOrErrno { gc_openat_beneath_no_symlinks(fd.rawValue, relative, 0) } }) {
+    let checked = relative.withCString { relative in
+      valueOrErrno { gc_openat_beneath_no_symlinks(fd.rawValue, relative, 0) }
+    }
+    switch checked {
     case .success(let opened):  // never, by the flags; but a descriptor made is one to close
       _ = Glibc.close(opened)
       return true

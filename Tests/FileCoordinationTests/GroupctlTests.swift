@@ -100,7 +100,8 @@ import Testing
     let events = presenter.output.map { line in
       line.range(of: "\"event\":\"").map { String(line[$0.upperBound...].prefix { $0 != "\"" }) } ?? line
     }
-    #expect(events.filter { $0 != "ready" }.sorted() == ["didChange", "didChange", "reacquire", "reacquire"], "\(events)")
+    #expect(
+      events.filter { $0 != "ready" }.sorted() == ["didChange", "didChange", "reacquire", "reacquire"], "\(events)")
     presenter.kill(SIGINT)
   }
 

@@ -24,8 +24,40 @@ import Testing
 @Suite(.timeLimit(.minutes(2))) struct MessageTransportTests {
   let group = "group.com.example.transport"
 
-  private func transport(_ url: URL) throws -> MessageTransport {
-    try CoordinationSpace.locate(url).0.messenger.transport
+  /// A container, a presenter child of `Documents/<name>`, and this process's transport counters at the start.
+  private struct Setup {
+    let root: TestRoot
+    let container: GroupContainer
+    let url: URL
+    let presenter: Child
+    let transport: MessageTransport
+    private let start: (datagrams: Int, files: Int)
+
+    init(_ group: String, _ name: String, presenterArguments: [String] = [], environment: [String: String] = [:]) throws
+    {
+      root = try TestRoot()
+      container = try root.container(group)
+      url = container.documentsURL.appendingPathComponent(name)
+      presenter = try Child(
+        ["present", root.path, group, "Documents/" + name] + presenterArguments, environment: environment)
+      presenter.waitForLine { $0.hasPrefix("ready") }
+      transport = try CoordinationSpace.locate(url).0.messenger.transport
+      start = (transport.datagramsSent.load(ordering: .relaxed), transport.filesSent.load(ordering: .relaxed))
+    }
+
+    /// Messages this process sent since the start, each way.
+    var sent: (datagrams: Int, files: Int) {
+      (
+        transport.datagramsSent.load(ordering: .relaxed) - start.datagrams,
+        transport.filesSent.load(ordering: .relaxed) - start.files
+      )
+    }
+
+    func write(_ count: Int, from first: Int = 0, with coordinator: FileCoordinator = FileCoordinator()) throws {
+      for i in first..<(first + count) {
+        try coordinator.coordinate(writingItemAt: url) { try container.write(Data("\(i)".utf8), to: $0) }
+      }
+    }
   }
 
   /// The events of coordinated callbacks, in the order the presenter printed them.
@@ -57,98 +89,67 @@ import Testing
   }
 
   @Test func preparesAndFinishesTravelAsDatagrams() throws {
-    let root = try TestRoot()
-    let container = try root.container(group)
-    let url = container.documentsURL.appendingPathComponent("d.txt")
-    let presenter = try Child(["present", root.path, group, "Documents/d.txt"])
-    presenter.waitForLine { $0.hasPrefix("ready") }
-    let transport = try transport(url)
-    let (datagrams, files) = (transport.datagramsSent.load(ordering: .relaxed), transport.filesSent.load(ordering: .relaxed))
+    let setup = try Setup(group, "d.txt")
     let coordinator = FileCoordinator()
     coordinator.presenterTimeoutPolicy = .fail
-    for i in 0..<20 {
-      try coordinator.coordinate(writingItemAt: url) { try container.write(Data("\(i)".utf8), to: $0) }
-    }
-    waitForReacquires(presenter, 20)
-    expectInOrder(presenter, writes: 20)
-    #expect(transport.datagramsSent.load(ordering: .relaxed) - datagrams == 40)  // a prepare and a finish per write
-    #expect(transport.filesSent.load(ordering: .relaxed) - files == 0)
+    try setup.write(20, with: coordinator)
+    waitForReacquires(setup.presenter, 20)
+    expectInOrder(setup.presenter, writes: 20)
+    #expect(setup.sent.datagrams == 40)  // a prepare and a finish per write
+    #expect(setup.sent.files == 0)
     // Nothing went through the inbox directory: only the socket and the ack board are there.
-    let child = ProcessName(pid: presenter.pid, startTime: try #require(CurrentProcess.startTime(of: presenter.pid)))
-    let inbox = try CoordinationSpace.locate(url).0.inbox(of: child)
-    #expect(Set(try FileManager.default.contentsOfDirectory(atPath: inbox)) == [MessageTransport.socketName, AckBoard.fileName])
-    presenter.kill()
+    let pid = setup.presenter.pid
+    let child = ProcessName(pid: pid, startTime: try #require(CurrentProcess.startTime(of: pid)))
+    let inbox = try CoordinationSpace.locate(setup.url).0.inbox(of: child)
+    #expect(
+      Set(try FileManager.default.contentsOfDirectory(atPath: inbox)) == [
+        MessageTransport.socketName, AckBoard.fileName,
+      ])
+    setup.presenter.kill()
   }
 
   /// The presenter's watcher reads nothing until the write and its finish are done, so the finish datagram waits
   /// on the socket beside the write's own inotify events: the watcher reads the socket first (the prepare, then the
   /// finish), and the finished write must still suppress those events — reported once, as coordinated.
   @Test(arguments: [false, true]) func aFinishOnTheSocketNeverLetsItsWritesOwnEventsThrough(filesOnly: Bool) throws {
-    let root = try TestRoot()
-    let container = try root.container(group)
-    let url = container.documentsURL.appendingPathComponent("s.txt")
-    let presenter = try Child(
-      ["present", root.path, group, "Documents/s.txt", "0", "600000"],
+    let setup = try Setup(
+      group, "s.txt", presenterArguments: ["0", "600000"],
       environment: filesOnly ? [MessageTransport.filesOnlyVariable: "1"] : [:])
-    presenter.waitForLine { $0.hasPrefix("ready") }
     let coordinator = FileCoordinator()
     coordinator.presenterTimeout = .milliseconds(200)  // the stalled presenter answers nothing: go on without it
-    for i in 0..<3 {
-      try coordinator.coordinate(writingItemAt: url) { try container.write(Data("\(i)".utf8), to: $0) }
-    }
-    _ = FileManager.default.createFile(atPath: root.path + "/resume-watcher", contents: nil)
-    waitForReacquires(presenter, 3)
-    expectInOrder(presenter, writes: 3)
-    presenter.kill()
+    try setup.write(3, with: coordinator)
+    _ = FileManager.default.createFile(atPath: setup.root.path + "/resume-watcher", contents: nil)
+    waitForReacquires(setup.presenter, 3)
+    expectInOrder(setup.presenter, writes: 3)
+    setup.presenter.kill()
   }
 
   /// A stopped receiver's queue fills (the kernel keeps ~10 datagrams): the writer then sends it files, and keeps
   /// to files, so once it runs again it hears every write once, in order — each write's prepare before its finish,
   /// each finish before the next prepare.
   @Test func aStoppedReceiverGetsFilesAndHearsEverythingInOrder() throws {
-    let root = try TestRoot()
-    let container = try root.container(group)
-    let url = container.documentsURL.appendingPathComponent("stop.txt")
-    let presenter = try Child(["present", root.path, group, "Documents/stop.txt"])
-    presenter.waitForLine { $0.hasPrefix("ready") }
-    let transport = try transport(url)
-    let (datagrams, files) = (transport.datagramsSent.load(ordering: .relaxed), transport.filesSent.load(ordering: .relaxed))
-    presenter.process.signal(SIGSTOP)
+    let setup = try Setup(group, "stop.txt")
+    setup.presenter.process.signal(SIGSTOP)
     let coordinator = FileCoordinator()
     coordinator.presenterTimeout = .milliseconds(100)
-    let writes = 12
-    for i in 0..<writes {
-      try coordinator.coordinate(writingItemAt: url) { try container.write(Data("\(i)".utf8), to: $0) }
-    }
-    presenter.process.signal(SIGCONT)
-    // Two more while it runs: they must not overtake the files.
-    for i in writes..<(writes + 2) {
-      try coordinator.coordinate(writingItemAt: url) { try container.write(Data("\(i)".utf8), to: $0) }
-    }
-    waitForReacquires(presenter, writes + 2)
-    expectInOrder(presenter, writes: writes + 2)
-    #expect(transport.datagramsSent.load(ordering: .relaxed) > datagrams)
-    #expect(transport.filesSent.load(ordering: .relaxed) > files)
-    presenter.kill()
+    try setup.write(12, with: coordinator)
+    setup.presenter.process.signal(SIGCONT)
+    try setup.write(2, from: 12, with: coordinator)  // while it runs: they must not overtake the files
+    waitForReacquires(setup.presenter, 14)
+    expectInOrder(setup.presenter, writes: 14)
+    #expect(setup.sent.datagrams > 0)
+    #expect(setup.sent.files > 0)
+    setup.presenter.kill()
   }
 
   /// A receiver without a socket (here by the test switch; elsewhere no `/proc` or no `openat2`) gets files.
   @Test func aReceiverWithoutASocketGetsFiles() throws {
-    let root = try TestRoot()
-    let container = try root.container(group)
-    let url = container.documentsURL.appendingPathComponent("f.txt")
-    let presenter = try Child(
-      ["present", root.path, group, "Documents/f.txt"], environment: [MessageTransport.filesOnlyVariable: "1"])
-    presenter.waitForLine { $0.hasPrefix("ready") }
-    let transport = try transport(url)
-    let (datagrams, files) = (transport.datagramsSent.load(ordering: .relaxed), transport.filesSent.load(ordering: .relaxed))
-    for i in 0..<5 {
-      try FileCoordinator().coordinate(writingItemAt: url) { try container.write(Data("\(i)".utf8), to: $0) }
-    }
-    waitForReacquires(presenter, 5)
-    expectInOrder(presenter, writes: 5)
-    #expect(transport.datagramsSent.load(ordering: .relaxed) == datagrams)
-    #expect(transport.filesSent.load(ordering: .relaxed) - files == 10)
-    presenter.kill()
+    let setup = try Setup(group, "f.txt", environment: [MessageTransport.filesOnlyVariable: "1"])
+    try setup.write(5)
+    waitForReacquires(setup.presenter, 5)
+    expectInOrder(setup.presenter, writes: 5)
+    #expect(setup.sent.datagrams == 0)
+    #expect(setup.sent.files == 10)
+    setup.presenter.kill()
   }
 }
