@@ -151,9 +151,11 @@ final class MessageTransport: @unchecked Sendable {
     retired.withLock { $0[ObjectIdentifier(old.socket)] = old.token }
   }
 
-  /// Hands every datagram waiting on `socket` to `deliver` (on the watcher thread).
+  /// Hands every datagram waiting on `socket` to `deliver` (on the watcher thread). An empty one is dropped (only
+  /// a stranger sends one); a shut-down socket's `recv` says EAGAIN once empty, so the loop ends.
   private func drain(_ socket: DatagramSocket, to deliver: @Sendable ([UInt8]) -> Void) {
-    while let count = socket.receive(into: buffer), count > 0 {
+    while let count = socket.receive(into: buffer) {
+      guard count > 0 else { continue }
       guard count <= buffer.count else {
         CoordinationSpace.logger.error("dropping a datagram of \(count) bytes from \(socket.path): over the limit")
         continue

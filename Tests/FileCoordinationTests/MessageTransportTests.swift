@@ -153,3 +153,35 @@ import Testing
     setup.presenter.kill()
   }
 }
+
+extension MessageTransportTests {
+  /// Whatever a stranger sends to a presenter's inbox socket — nothing, garbage, a message of the wrong kind or with
+  /// a path out of the container, more than the limit — is dropped, and the presenter goes on hearing writes.
+  @Test func strangeDatagramsAreDroppedAndThePresenterGoesOn() throws {
+    let setup = try Setup(group, "h.txt")
+    let pid = setup.presenter.pid
+    let child = ProcessName(pid: pid, startTime: try #require(CurrentProcess.startTime(of: pid)))
+    let directory = try ContainerDirectory(path: setup.container.path)
+    let file = try directory.openSocketFile(".coordination/inbox/\(child)/" + MessageTransport.socketName)
+    let socket = try DatagramSocket.connect(to: file)
+    file.close()
+    let me = ProcessName.current
+    let strange: [[UInt8]] = [
+      [],
+      Array("{".utf8),
+      (0..<300).map { UInt8(truncatingIfNeeded: $0 &* 7) },
+      Array(
+        #"{"version":1,"id":"\#(me).9","kind":"ack","sender":"\#(me)","item":"","needsAck":false,"events":[]}"#.utf8),
+      Array(
+        #"{"version":1,"id":"\#(me).9","kind":"prepare","sender":"\#(me)","item":"../out","needsAck":false,"events":[]}"#
+          .utf8),
+      [UInt8](repeating: UInt8(ascii: " "), count: MessageTransport.maxDatagramBytes + 1000),
+    ]
+    for bytes in strange { #expect(try socket.send(bytes, waitMilliseconds: 1000)) }
+    try setup.write(3)
+    waitForReacquires(setup.presenter, 3)
+    expectInOrder(setup.presenter, writes: 3)
+    #expect(setup.presenter.process.isRunning)
+    setup.presenter.kill()
+  }
+}
