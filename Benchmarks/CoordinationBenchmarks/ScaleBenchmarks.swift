@@ -4,9 +4,12 @@
 //   Scale: write with 5,000 files presented elsewhere the same write while another process presents 5,000 other
 //                                                     files (`groupctl stress present-many`): should cost the same
 //   Scale: write, no presenter vs 5,000 … (paired)    both in each iteration, as custom metrics (load drift cancels)
-//   Scale: write presented by N processes (N=1/4/16/64) the same write while N `groupctl present` processes
-//                                                     present the item; measured once all have it back
+//   Scale: write presented by N processes (N=1/4/16/64) the same write while N `groupctl present --only reacquire`
+//                                                     processes present the item; measured once all have it back
 //   Scale: write presented by 64 processes (tmpfs)    the same in /dev/shm: what ext4 inode allocation costs
+//
+// The presenter rows with the message files of before: run the binary with GROUP_CONTAINER_INBOX_FILES_ONLY=1 (the
+// presenters bind no inbox socket, so every prepare and finish goes as a file: MessageTransport.swift).
 //   Scale: raw replace on tmpfs                        the flock + atomic-replace baseline, in /dev/shm
 //   Scale: write on tmpfs                              the coordinated write, in /dev/shm
 //
@@ -21,9 +24,9 @@
 //   Scale: write on tmpfs        76.8–83.7 µs → 51.5–52.3 µs   (raw replace on tmpfs 21–26 µs: 3.6× → 2.4×)
 //   GroupContainer.write alone   45–48 µs → 34–45 µs on tmpfs  (mallocs 46 → 19)
 //
-// What is left of the empty access (perf): ~35 % the six flock calls of the lock protocol (tree SH of the root and
-// of Documents, item EX; each taken and dropped — 3 × the flock pair), ~23 % the one openat2 + close that proves no
-// link is on the way, the rest Swift (lock table, task-local nesting, coordinator state). A debug run of one
+// What is left of the empty access (perf, 4.6–4.8 µs): ~35 % the one openat2 that proves no link is on the way
+// (it opens nothing: O_WRONLY | O_DIRECTORY fails once the path resolved), ~25 % the item's flock pair (the tree
+// locks stay cached), the rest Swift (lock table, access set-up, coordinator state). A debug run of one
 // binary: `.build/release/CoordinationBenchmarks --filter '^Coordinated empty access$'` prints the percentiles.
 import Benchmark
 import BenchmarkSupport
