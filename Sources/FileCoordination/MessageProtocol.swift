@@ -99,9 +99,8 @@ struct CoordinationMessage: Codable, Sendable {
 
   /// The message in `bytes`, validated; `fileName` is the inbox file it came in (nil: a datagram of the inbox
   /// socket, MessageTransport.swift), which must be the message's own.
-  static func decode(_ bytes: [UInt8], fileName: String?) throws(GroupContainerError) -> CoordinationMessage {
-    let fileName = fileName ?? "datagram"
-    let fromSocket = fileName == "datagram"
+  static func decode(_ bytes: [UInt8], fileName inbox: String?) throws(GroupContainerError) -> CoordinationMessage {
+    let fileName = inbox ?? "a datagram"  // what errors name
     guard bytes.count <= maxBytes else { throw .corruptFile(fileName, reason: "message over \(maxBytes) bytes") }
     let message: CoordinationMessage
     do {
@@ -114,7 +113,7 @@ struct CoordinationMessage: Codable, Sendable {
     }
     // An ack repeats the id of the prepare it answers, which names the prepare's sender.
     let idParts = message.id.split(separator: ".", omittingEmptySubsequences: false)
-    guard fromSocket || message.fileName == fileName, idParts.count == 3,
+    guard inbox == nil || message.fileName == inbox, idParts.count == 3,
       ProcessName(message.id.dropLast(idParts[2].count + 1)) != nil, UInt64(idParts[2]) != nil,
       message.kind == .ack || message.id.hasPrefix("\(message.sender).")
     else {

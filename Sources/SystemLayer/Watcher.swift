@@ -207,6 +207,7 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
   /// ends (a write's suppression of its own events, PresenterHost) ends only then. After a queue overflow, or when
   /// no marker can be made, bodies run at once (the handlers rescan anyway).
   package func afterQueuedEvents(_ body: @escaping @Sendable () -> Void) {
+    guard startError == nil else { return body() }  // no events to wait for
     state.withLock { $0.unmarked.append(body) }
     if pthread_equal(pthread_self(), threadID) == 0 { wake() }  // the loop marks what is unmarked on every turn
   }
