@@ -19,6 +19,8 @@ import Testing
 ///   `aFinishOnTheSocketNeverLetsItsWritesOwnEventsThrough`;
 /// - a sender goes back to datagrams after a file (`filesFromNowOn` stores nothing):
 ///   `aStoppedReceiverGetsFilesAndHearsEverythingInOrder`;
+/// - the sender opens the socket file by path, following links: `aSwappedSocketFileIsNeverFollowed` (the link case:
+///   six messages reach the stranger's socket, the presenter hears nothing);
 /// - datagrams are never sent (every message taken as over the size limit): `preparesAndFinishesTravelAsDatagrams`,
 ///   `aStoppedReceiverGetsFilesAndHearsEverythingInOrder`.
 @Suite(.timeLimit(.minutes(2))) struct MessageTransportTests {
@@ -182,6 +184,38 @@ extension MessageTransportTests {
     waitForReacquires(setup.presenter, 3)
     expectInOrder(setup.presenter, writes: 3)
     #expect(setup.presenter.process.isRunning)
+    setup.presenter.kill()
+  }
+}
+
+extension MessageTransportTests {
+  /// A group member who swaps a presenter's `.socket` for a link to a socket of theirs, or for a FIFO, gets
+  /// nothing: the writer refuses the link (`RESOLVE_NO_SYMLINKS`) and the FIFO (not a socket) without blocking, and
+  /// the presenter hears every write as files.
+  @Test(arguments: ["link", "fifo"]) func aSwappedSocketFileIsNeverFollowed(plant: String) throws {
+    let setup = try Setup(group, "p.txt")
+    let pid = setup.presenter.pid
+    let child = ProcessName(pid: pid, startTime: try #require(CurrentProcess.startTime(of: pid)))
+    let socketPath = try CoordinationSpace.locate(setup.url).0.inbox(of: child) + "/" + MessageTransport.socketName
+    // The stranger's socket, outside the container.
+    let outsideRoot = try TestRoot()
+    let outside = outsideRoot.path
+    let directory = try SystemFD.open(outside, [.readOnly, .directory])
+    let evil = try DatagramSocket.bind("evil", in: directory, mode: 0o600)
+    directory.close()
+    try FileManager.default.removeItem(atPath: socketPath)
+    if plant == "link" {
+      try FileManager.default.createSymbolicLink(atPath: socketPath, withDestinationPath: outside + "/evil")
+    } else {
+      #expect(mkfifo(socketPath, 0o600) == 0)
+    }
+    try setup.write(3)
+    waitForReacquires(setup.presenter, 3)
+    expectInOrder(setup.presenter, writes: 3)
+    #expect(setup.sent.datagrams == 0)
+    #expect(setup.sent.files == 6)
+    var buffer = [UInt8](repeating: 0, count: 1024)
+    #expect(buffer.withUnsafeMutableBytes { evil.receive(into: $0) } == nil, "a message reached the outside socket")
     setup.presenter.kill()
   }
 }
