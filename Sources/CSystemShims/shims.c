@@ -17,7 +17,6 @@
 #include <spawn.h>
 #include <sys/statfs.h>
 #include <sched.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -312,9 +311,4 @@ long gc_dgram_send(int fd, const void *bytes, unsigned long count) {
 
 long gc_dgram_receive(int fd, void *buffer, unsigned long capacity) {
   return (long)recv(fd, buffer, capacity, MSG_DONTWAIT | MSG_TRUNC);
-}
-
-int gc_poll_one(int fd, short events, int timeout_ms) {
-  struct pollfd one = {.fd = fd, .events = events, .revents = 0};
-  return poll(&one, 1, timeout_ms);
 }

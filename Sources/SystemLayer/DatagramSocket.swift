@@ -53,17 +53,12 @@ package final class DatagramSocket: Sendable {
       case .failure(let e) where e == .resourceTemporarilyUnavailable:
         if waited { return false }
         waited = true
-        _ = valueOrErrno { gc_poll_one(fd, Int16(POLLOUT), waitMilliseconds) }
+        var one = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+        _ = valueOrErrno { Glibc.poll(&one, 1, waitMilliseconds) }
       case .failure(let e):
         throw FileSystemError("send", path, e)
       }
     }
-  }
-
-  /// Blocks until a datagram is waiting, the socket is shut down, or `timeoutMilliseconds` pass (-1: no limit).
-  /// The corresponding C function is `poll`.
-  package func waitUntilReadable(timeoutMilliseconds: Int32 = -1) {
-    _ = valueOrErrno { gc_poll_one(fd, Int16(POLLIN), timeoutMilliseconds) }
   }
 
   /// The next waiting datagram, copied into `buffer`: its real length (over `buffer.count`: it was truncated), or
@@ -75,8 +70,8 @@ package final class DatagramSocket: Sendable {
     }
   }
 
-  /// Wakes whoever waits in `waitUntilReadable` for good (it then returns at once) and refuses new datagrams.
-  /// The corresponding C function is `shutdown`.
+  /// Refuses new datagrams (senders get `EPIPE`) and makes the socket readable for good, so whoever polls it wakes
+  /// and drains what it still holds. The corresponding C function is `shutdown`.
   package func shutDown() {
     _ = Glibc.shutdown(fd, Int32(SHUT_RDWR))
   }

@@ -93,7 +93,5 @@ long gc_dgram_send(int fd, const void *bytes, unsigned long count);
 // The next datagram, never blocking: its real length (more than `capacity`: it was truncated), or -1 with EAGAIN
 // when none is waiting.
 long gc_dgram_receive(int fd, void *buffer, unsigned long capacity);
-// poll(2) of one descriptor: 1 when one of `events` is ready (or an error or hang-up), 0 on timeout, -1 with errno.
-int gc_poll_one(int fd, short events, int timeout_ms);
 
 #endif
