@@ -449,9 +449,20 @@ public final class SharedImageCache: Sendable {
     else { return }
     work.async { [self] in
       var report: TrimReport?
-      do { report = try trim() } catch { Self.logger.error("trimming the image cache '\(name)' failed: \(error)") }
+      var failed = false
+      do { report = try trim() } catch {
+        failed = true
+        Self.logger.error("trimming the image cache '\(name)' failed: \(error)")
+      }
       trimScheduled.store(false, ordering: .releasing)
-      if let report, report.remainingBytes <= limits.diskBytes { scheduleTrimIfNeeded() }
+      if let report {
+        // Stores that raced past this trim's scan: their own check found it scheduled.
+        if report.remainingBytes <= limits.diskBytes { scheduleTrimIfNeeded() }
+      } else if !failed {
+        // Another trim (this process's or another's) held the cache: look again once it is likely done, or
+        // stores made while it ran would wait for the next store.
+        work.asyncAfter(deadline: .now() + .milliseconds(50)) { [self] in scheduleTrimIfNeeded() }
+      }
     }
   }
 
