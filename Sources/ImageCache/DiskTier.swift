@@ -43,7 +43,9 @@ final class DiskTier: Sendable {
   /// The counters file opened a second time, for the trimmer's flock; also tells (its link count) whether the
   /// counters file was removed with the container. Replaced when it was (`rebindCountersIfRemoved`).
   private let trimLockDescriptor: Atomic<Int32>
-  private var trimLock: SystemFD { SystemFD(rawValue: trimLockDescriptor.load(ordering: .acquiring), path: countersPath) }
+  private var trimLock: SystemFD {
+    SystemFD(rawValue: trimLockDescriptor.load(ordering: .acquiring), path: countersPath)
+  }
   private var countersPath: String { root.path + "/" + Self.privateCaches + "/" + name + ".counters" }
   private static let privateCaches = ContainerPath.privateDirectory + "/caches"
   private let trimming = Mutex(false)
@@ -310,7 +312,8 @@ final class DiskTier: Sendable {
     let data = Data(
       bytesNoCopy: buffer.baseAddress! + start, count: header.imageLength,
       deallocator: .custom { _, _ in buffer.deallocate() })
-    return .found(Found(image: CachedImage(data: data, info: info), header: header, modified: st.modificationNanoseconds))
+    return .found(
+      Found(image: CachedImage(data: data, info: info), header: header, modified: st.modificationNanoseconds))
   }
 
   /// Removes a corrupt or expired entry (it is ours: the name is an entry's).
@@ -467,33 +470,34 @@ final class DiskTier: Sendable {
     var report = TrimReport()
     var touched: [Int] = []
     let directory = directory
-    func drop(_ entry: Scanned) {
+    /// Whether the entry is gone. One not removed (replaced since the scan, or the removal failed) still counts:
+    /// the usage counters are set from what remains, and counting it gone would leave them short of the disk
+    /// (then no later store would find the cache over its limit).
+    func drop(_ entry: Scanned) -> Bool {
       // Only the file scanned: a store that replaced it since is newer than this trim's view.
-      guard let st = try? directory.status(of: entry.name), st.inode == entry.inode else { return }
-      guard (try? directory.removeFile(entry.name)) != nil else { return }
+      guard let st = try? directory.status(of: entry.name), st.inode == entry.inode else { return false }
+      guard (try? directory.removeFile(entry.name)) != nil else { return false }
       report.removedEntries += 1
       report.removedBytes += entry.size
       touched.append(CacheEntryFormat.shard(ofName: entry.name))
+      return true
     }
     entries.removeAll { entry in
       let stale =
         entry.header == nil || entry.header!.isExpired(now: now)
         || maximumAge.map { now - entry.modified > $0 } ?? false
-      if stale { drop(entry) }
-      return stale
+      return stale && drop(entry)
     }
     var total = entries.reduce(0) { $0 + $1.size }
     // A full disk: the limit was never reached, yet room is needed — shrink relative to what is there.
     let target = fraction.map { min(target, Int(Double(total) * $0)) } ?? target
     if force || total > limit {
       entries.sort { $0.modified < $1.modified }
-      var index = 0
-      while total > target, index < entries.count {
-        drop(entries[index])
-        total -= entries[index].size
-        index += 1
+      var kept: [Scanned] = []
+      for entry in entries {
+        if total > target, drop(entry) { total -= entry.size } else { kept.append(entry) }
       }
-      entries.removeFirst(index)
+      entries = kept
     }
     announce(shards: touched)
     report.remainingEntries = entries.count

@@ -1,9 +1,10 @@
 import FileCoordination
-import MemoryWarnings
 import Foundation
-@testable import ImageCache
+import MemoryWarnings
 import SystemLayer
 import TestImageKit
+
+@testable import ImageCache
 
 let imageCacheModes: Set<String> = [
   "cache-writer", "cache-reader", "cache-store-loop", "cache-watch", "cache-read-all", "cache-memory", "cache-cgroup",
@@ -18,10 +19,11 @@ let imageCacheModes: Set<String> = [
   let cache = try SharedImageCache(name: cacheName, container: container, limits: limits)
   switch command {
   case "cache-trim-race":
-    // cache-trim-race <root> <group> <cache> <pause-dir>, with GROUPCONTAINER_PAUSE_POINT=imagecache.trim.scanned:
-    // stores 10 KB images past a 50,000-byte disk limit until the background trim they start stops after its scan;
-    // stores ten more meanwhile (they find a trim scheduled); lets it go; prints "usage <bytes>" once the disk is back
-    // under the limit, or after 10 s.
+    // cache-trim-race <root> <group> <cache> <pause-dir> [replace], with
+    // GROUPCONTAINER_PAUSE_POINT=imagecache.trim.scanned: stores 10 KB images past a 50,000-byte disk limit until the
+    // background trim they start stops after its scan; stores ten more meanwhile (they find a trim scheduled) — with
+    // `replace`, stores k0 and k1 again instead (the oldest: the trim cannot drop what replaced them); lets it go;
+    // prints "usage <bytes>" once the disk is back under the limit, or after 10 s.
     var limited = limits
     limited.diskBytes = 50_000  // few stores: under a full parallel test run each store can take a second
     let racing = try SharedImageCache(name: cacheName, container: container, limits: limited)
@@ -38,7 +40,13 @@ let imageCacheModes: Set<String> = [
       FileHandle.standardError.write(Data("the trim never stopped at its pause point\n".utf8))
       exit(1)
     }
-    for _ in 0..<10 { try store() }
+    if args.count > 6, args[6] == "replace" {
+      for key in ["k0", "k1"] {
+        try racing.store(TestPNG.make(width: 100, height: 100, seed: 1_000 + UInt64(key.utf8.last!)), forKey: key)
+      }
+    } else {
+      for _ in 0..<10 { try store() }
+    }
     try FileManager.default.removeItem(atPath: pause)
     let deadline = MonotonicClock.nanoseconds() + 10_000_000_000
     while try racing.statistics().diskBytes > limited.diskBytes && MonotonicClock.nanoseconds() < deadline {
@@ -204,7 +212,8 @@ let imageCacheModes: Set<String> = [
       guard pressure.reportCount > reports, let report = pressure.lastReport else { continue }
       reports = pressure.reportCount
       let mine = report.entries.filter { $0.name.hasPrefix("image cache") }.reduce(0) { $0 + $1.bytesReleased }
-      say("report \(report.level) \(report.source.rawValue) cache-released \(mine) cost \(memoryCache.memory.totalCost)")
+      say(
+        "report \(report.level) \(report.source.rawValue) cache-released \(mine) cost \(memoryCache.memory.totalCost)")
       if report.level == .critical {
         say("resident before=\(peak) after=\((try? MemorySignals.residentBytes()) ?? 0)")
         exit(0)

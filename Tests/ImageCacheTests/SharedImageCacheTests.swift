@@ -1,10 +1,11 @@
 import FileCoordination
 import Foundation
-@testable import ImageCache
 import SystemLayer
 import TestImageKit
 import TestSupport
 import Testing
+
+@testable import ImageCache
 
 /// The disk tier against kills, trims, limits, hostile files, path-shaped keys and a full disk.
 ///
@@ -48,7 +49,9 @@ struct SharedImageCacheTests {
     let container = try root.container()
     let cache = try SharedImageCache(name: "killed", container: container)
     // Every key has a whole entry before the kills start: after any kill it must still have one, old or new.
-    for key in 0..<3 { try await cache.store(TestPNG.make(width: 64, height: 64, seed: 1_000 + UInt64(key)), forKey: "k\(key)") }
+    for key in 0..<3 {
+      try await cache.store(TestPNG.make(width: 64, height: 64, seed: 1_000 + UInt64(key)), forKey: "k\(key)")
+    }
     var generator = SplitMix64(seed: 11)
     for round in 0..<6 {
       // 1 MB images: a store takes long enough for the kill to land inside one.
@@ -84,7 +87,9 @@ struct SharedImageCacheTests {
     var unlimited = limits
     unlimited.diskBytes = .max
     let filler = try SharedImageCache(name: "trimmed", container: container, limits: unlimited)
-    for index in 0..<60 { try await filler.store(TestPNG.make(width: 200, height: 200, seed: UInt64(index)), forKey: "k\(index)") }
+    for index in 0..<60 {
+      try await filler.store(TestPNG.make(width: 200, height: 200, seed: UInt64(index)), forKey: "k\(index)")
+    }
     let readers = try (0..<2).map { _ in
       try Child(["cache-read-all", root.path, container.identifier, "trimmed", "60", "1500"])
     }
@@ -109,7 +114,9 @@ struct SharedImageCacheTests {
     limits.diskBytes = .max
     limits.recencyGranularity = .zero
     let cache = try SharedImageCache(name: "lru", container: container, limits: limits)
-    for index in 0..<20 { try cache.store(TestPNG.make(width: 100, height: 100, seed: UInt64(index)), forKey: "k\(index)") }
+    for index in 0..<20 {
+      try cache.store(TestPNG.make(width: 100, height: 100, seed: UInt64(index)), forKey: "k\(index)")
+    }
     // Make every entry an hour old, newest name first (so name order and age order disagree).
     let directory = Self.directory(container, "lru")
     for (offset, name) in Self.files(directory).reversed().enumerated() {
@@ -136,7 +143,9 @@ struct SharedImageCacheTests {
     limits.maximumAge = .seconds(86_400)
     let cache = try SharedImageCache(name: "limits", container: container, limits: limits)
     // Over the limit: a trim runs in the background after the store that crossed it.
-    for index in 0..<30 { try await cache.store(TestPNG.make(width: 100, height: 100, seed: UInt64(index)), forKey: "k\(index)") }
+    for index in 0..<30 {
+      try await cache.store(TestPNG.make(width: 100, height: 100, seed: UInt64(index)), forKey: "k\(index)")
+    }
     let deadline = Date().addingTimeInterval(20)
     while try cache.statistics().diskBytes > 200_000, Date() < deadline { try await Task.sleep(for: .milliseconds(10)) }
     #expect(try cache.statistics().diskBytes <= 200_000)
@@ -151,12 +160,14 @@ struct SharedImageCacheTests {
     try await cache.removeAll()
     try await cache.store(TestPNG.make(width: 8, height: 8, seed: 2), forKey: "old")
     try await cache.store(TestPNG.make(width: 8, height: 8, seed: 3), forKey: "new")
-    let old = try #require(Self.files(Self.directory(container, "limits")).first { name in
-      (try? Data(contentsOf: URL(fileURLWithPath: Self.directory(container, "limits") + "/" + name)))
-        .map { TestPNG.seed(of: $0.dropFirst(56 + 3)) == 2 } ?? false
-    })
+    let old = try #require(
+      Self.files(Self.directory(container, "limits")).first { name in
+        (try? Data(contentsOf: URL(fileURLWithPath: Self.directory(container, "limits") + "/" + name)))
+          .map { TestPNG.seed(of: $0.dropFirst(56 + 3)) == 2 } ?? false
+      })
     try FileManager.default.setAttributes(
-      [.modificationDate: Date().addingTimeInterval(-2 * 86_400)], ofItemAtPath: Self.directory(container, "limits") + "/" + old)
+      [.modificationDate: Date().addingTimeInterval(-2 * 86_400)],
+      ofItemAtPath: Self.directory(container, "limits") + "/" + old)
     #expect(try await cache.removeExpired() == 1)
     #expect(try cache.entries().map(\.key) == ["new"])
     // The async forms.
@@ -191,7 +202,10 @@ struct SharedImageCacheTests {
     // Nothing anywhere else in the container but what opening it made.
     let outside = FileManager.default.enumerator(atPath: container.url.path)!.compactMap { $0 as? String }
       .filter { !$0.hasPrefix(".coordination") && !$0.hasPrefix("Library/Caches/keys") }
-    #expect(outside.allSatisfy { ["Library", "Library/Preferences", "Library/Caches", "Downloads", "Documents"].contains($0) }, "\(outside)")
+    #expect(
+      outside.allSatisfy {
+        ["Library", "Library/Preferences", "Library/Caches", "Downloads", "Documents"].contains($0)
+      }, "\(outside)")
     #expect(throws: ImageCacheError.self) {
       try cache.store(TestPNG.make(width: 8, height: 2), forKey: String(repeating: "k", count: 20_000))
     }
@@ -233,8 +247,9 @@ struct SharedImageCacheTests {
     try FileManager.default.createDirectory(atPath: path("directory"), withIntermediateDirectories: false)
     let png = TestPNG.make(width: 8, height: 2, seed: 1)
     let info = ImageInfo(format: .png, pixelWidth: 8, pixelHeight: 2, frameCount: 1)
-    let whole = Data(
-      CacheEntryFormat.encodeHeader(key: "truncated", info: info, imageLength: png.count, storedAt: 1, expiresAt: 0))
+    let whole =
+      Data(
+        CacheEntryFormat.encodeHeader(key: "truncated", info: info, imageLength: png.count, storedAt: 1, expiresAt: 0))
       + png
     FileManager.default.createFile(atPath: path("truncated"), contents: whole.dropLast(5))
     FileManager.default.createFile(atPath: path("garbage"), contents: Data(repeating: 0x47, count: 500))
@@ -264,7 +279,8 @@ struct SharedImageCacheTests {
     let image = root.path + "/in.png"
     try TestPNG.make(width: 21, height: 9, seed: 7).write(to: URL(fileURLWithPath: image))
     func groupctl(_ arguments: [String]) throws -> (status: Int32, output: String) {
-      let run = try runToEnd(productsDirectory.appendingPathComponent("groupctl").path, arguments + ["--root", root.path])
+      let run = try runToEnd(
+        productsDirectory.appendingPathComponent("groupctl").path, arguments + ["--root", root.path])
       return (run.status ?? -1, run.output)
     }
     let id = container.identifier
@@ -299,11 +315,15 @@ struct SharedImageCacheTests {
     limits.diskBytes = .max  // only the disk's own size stops it
     let cache = try SharedImageCache(name: "full", container: container, limits: limits)
     // Fill the disk with 200 kB entries until a store had to make room (the cache keeps working).
-    for index in 0..<40 { try cache.store(TestPNG.make(width: 500, height: 400, seed: UInt64(index)), forKey: "k\(index)") }
+    for index in 0..<40 {
+      try cache.store(TestPNG.make(width: 500, height: 400, seed: UInt64(index)), forKey: "k\(index)")
+    }
     #expect(try cache.image(forKey: "k39") != nil, "the last store made room and succeeded")
     // An image larger than the whole disk: a clear error naming the cache, nothing half-written left.
     var failure: (any Error)?
-    do { try cache.store(TestPNG.make(width: 2000, height: 1500, seed: 1), forKey: "too-big") } catch { failure = error }
+    do { try cache.store(TestPNG.make(width: 2000, height: 1500, seed: 1), forKey: "too-big") } catch {
+      failure = error
+    }
     let message = failure.map { "\($0)" } ?? "no error"
     #expect(message.contains("No space left on device") && message.contains("Caches/full"), "\(message)")
     let left = Self.files(container.cachesURL.path + "/full").filter { !$0.hasSuffix(".entry") }
@@ -356,13 +376,18 @@ struct SharedImageCacheTests {
   ///
   /// Mutant (the code before this test): no check after the trim — the disk stays over the helper's 50,000-byte limit.
   /// `sizeAndAgeLimits` failed once so under a full parallel run (the stores outran the trim).
-  @Test func storesDuringABackgroundTrimAreTrimmedToo() async throws {
+  ///
+  /// With `replace`, the helper instead stores the two oldest keys again while the trim is stopped: the trim cannot
+  /// drop those (the files it scanned are gone), and must still count them. Mutant: a drop that failed counted as
+  /// removed (the code before this case) — the usage counters fall short of the disk, no later check finds the cache
+  /// over its limit, and the disk stays over it.
+  @Test(arguments: [false, true]) func storesDuringABackgroundTrimAreTrimmedToo(replace: Bool) async throws {
     let root = try TestRoot()
     let container = try root.container()
     let pauses = root.path + "/pauses"
     try FileManager.default.createDirectory(atPath: pauses, withIntermediateDirectories: true)
     let child = try Child(
-      ["cache-trim-race", root.path, container.identifier, "race", pauses],
+      ["cache-trim-race", root.path, container.identifier, "race", pauses] + (replace ? ["replace"] : []),
       environment: ["GROUPCONTAINER_PAUSE_POINT": "imagecache.trim.scanned", "GROUPCONTAINER_PAUSE_DIR": pauses])
     let line = try #require(await child.line(timeout: 120) { $0.hasPrefix("usage ") })
     #expect(await child.exit() == 0)
