@@ -33,6 +33,8 @@ import Testing
     let url: URL
     let presenter: Child
     let transport: MessageTransport
+    /// The presenter child's process name (`<pid>.<start>`), which names its inbox.
+    let presenterProcess: ProcessName
     private let start: (datagrams: Int, files: Int)
 
     init(_ group: String, _ name: String, presenterArguments: [String] = [], environment: [String: String] = [:]) throws
@@ -43,6 +45,8 @@ import Testing
       presenter = try Child(
         ["present", root.path, group, "Documents/" + name] + presenterArguments, environment: environment)
       presenter.waitForLine { $0.hasPrefix("ready") }
+      let pid = presenter.pid
+      presenterProcess = ProcessName(pid: pid, startTime: try #require(CurrentProcess.startTime(of: pid)))
       transport = try CoordinationSpace.locate(url).0.messenger.transport
       start = (transport.datagramsSent.load(ordering: .relaxed), transport.filesSent.load(ordering: .relaxed))
     }
@@ -100,8 +104,7 @@ import Testing
     #expect(setup.sent.datagrams == 40)  // a prepare and a finish per write
     #expect(setup.sent.files == 0)
     // Nothing went through the inbox directory: only the socket and the ack board are there.
-    let pid = setup.presenter.pid
-    let child = ProcessName(pid: pid, startTime: try #require(CurrentProcess.startTime(of: pid)))
+    let child = setup.presenterProcess
     let inbox = try CoordinationSpace.locate(setup.url).0.inbox(of: child)
     #expect(
       Set(try FileManager.default.contentsOfDirectory(atPath: inbox)) == [
@@ -161,8 +164,7 @@ extension MessageTransportTests {
   /// a path out of the container, more than the limit — is dropped, and the presenter goes on hearing writes.
   @Test func strangeDatagramsAreDroppedAndThePresenterGoesOn() throws {
     let setup = try Setup(group, "h.txt")
-    let pid = setup.presenter.pid
-    let child = ProcessName(pid: pid, startTime: try #require(CurrentProcess.startTime(of: pid)))
+    let child = setup.presenterProcess
     let directory = try ContainerDirectory(path: setup.container.path)
     let file = try directory.openSocketFile(".coordination/inbox/\(child)/" + MessageTransport.socketName)
     let socket = try DatagramSocket.connect(to: file)
@@ -194,8 +196,7 @@ extension MessageTransportTests {
   /// the presenter hears every write as files.
   @Test(arguments: ["link", "fifo"]) func aSwappedSocketFileIsNeverFollowed(plant: String) throws {
     let setup = try Setup(group, "p.txt")
-    let pid = setup.presenter.pid
-    let child = ProcessName(pid: pid, startTime: try #require(CurrentProcess.startTime(of: pid)))
+    let child = setup.presenterProcess
     let socketPath = try CoordinationSpace.locate(setup.url).0.inbox(of: child) + "/" + MessageTransport.socketName
     // The stranger's socket, outside the container.
     let outsideRoot = try TestRoot()
