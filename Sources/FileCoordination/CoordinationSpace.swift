@@ -94,6 +94,10 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
   /// A sweep is queued and has not started yet: further reaps need no other.
   private let sweepQueued = Atomic<Bool>(false)
 
+  /// Where atomic replaces in this container make their temp files (AtomicReplace.swift): watchers of the
+  /// written file's directory then hear one event per replace, not four. Swept like every other directory.
+  static let stagingDirectory = ContainerPath.privateDirectory + "/staging"
+
   var inboxDirectory: String { directory + "/inbox" }
   var processesDirectory: String { directory + "/processes" }
   func inbox(of process: ProcessName) -> String { inboxDirectory + "/\(process)" }
@@ -204,9 +208,10 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     self.fileMode = fileMode
     self.directoryMode = directoryMode
     let privateDirectory = ContainerPath.privateDirectory
-    for dir in ["", "/locks", "/processes", "/presenters", "/inbox"] {
+    for dir in ["", "/locks", "/processes", "/presenters", "/inbox", "/staging"] {
       try root.makeDirectory(privateDirectory + dir, mode: directoryMode)
     }
+    root.stageReplacements(in: Self.stagingDirectory)
     let coordination = try root.openDirectory(privateDirectory)
     defer { coordination.close() }
     counters = try MappedCounters(
@@ -253,8 +258,10 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     try FileSystem.makeDirectories(containerPath, mode: directoryMode)
     try root.reopen()  // O_NOFOLLOW | O_DIRECTORY: a symlink planted in its place is refused
     let privateDirectory = ContainerPath.privateDirectory
-    let made = GroupContainer.layout
-      + ["", "/locks", "/processes", "/presenters", "/inbox", "/inbox/\(me)", "/schemes", "/handlers"].map {
+    let made =
+      GroupContainer.layout
+      + ["", "/locks", "/processes", "/presenters", "/inbox", "/inbox/\(me)", "/schemes", "/handlers", "/staging"]
+      .map {
         privateDirectory + $0
       }
       + parents.filter { !$0.isRoot }.flatMap { parent in (parent.ancestors + [parent]).map(\.string) }

@@ -88,12 +88,13 @@ extension CoordinationSpace {
   static let sweepBudget = 20_000
 
   /// Removes temp files of atomic replaces whose writer died before its rename. Temp names carry the writer's
-  /// `<pid>.<start>`, judged by the liveness rule. `processes/` is skipped: a process publishes its liveness lock
+  /// `<pid>.<start>`, judged by the liveness rule. The staging directory, where most are, comes first (whatever the
+  /// budget). `processes/` is skipped: a process publishes its liveness lock
   /// there by renaming a temp file, and until then it has no lock to prove it alive.
   func sweepAbandonedTemporaries() {
     var verdicts: [Substring: Bool] = [:]
     let removed = root.sweepTemporaries(
-      skipping: [ContainerPath.privateDirectory + "/processes"], budget: Self.sweepBudget
+      first: Self.stagingDirectory, skipping: [ContainerPath.privateDirectory + "/processes"], budget: Self.sweepBudget
     ) { writer in
       if let known = verdicts[writer] { return known }
       guard let process = ProcessName(writer), process != me else { return false }

@@ -621,13 +621,17 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
     transport.sentFile()
   }
 
-  /// Sends `message` from the outbox queue, in order with every other message of this process.
-  func sendLater(_ message: CoordinationMessage, to process: ProcessName) {
+  /// Sends `messages` from the outbox queue, in order with every other message of this process. One block for all
+  /// of an access's finishes: the caller returns after one enqueue, not one per presenter process.
+  func sendLater(_ messages: [(CoordinationMessage, ProcessName)]) {
+    guard !messages.isEmpty else { return }
     queued.add(1, ordering: .relaxed)
     outbox.async { [self] in
       defer { queued.subtract(1, ordering: .releasing) }
-      do { try write(message, to: process) } catch {
-        CoordinationSpace.logger.debug("process \(process) did not take a message: \(error)")
+      for (message, process) in messages {
+        do { try write(message, to: process) } catch {
+          CoordinationSpace.logger.debug("process \(process) did not take a message: \(error)")
+        }
       }
     }
   }

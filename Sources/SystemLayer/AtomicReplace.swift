@@ -5,10 +5,16 @@ import SystemPackage
 /// The one atomic-replace sequence of the package: readers see the old file or the new one, never a mix,
 /// and a writer killed at any point leaves the old file intact.
 ///
-/// temp file in the same directory, created with `O_EXCL` → write → `fchmod` (only when the umask took bits
-/// away) → (`fsync`) → `renameat` over the target → (`fsync` of the directory). Every step is relative to the
-/// directory's descriptor, which `ContainerDirectory` opened beneath the container: a directory swapped for a
-/// symlink meanwhile changes nothing.
+/// temp file created with `O_EXCL` → write → `fchmod` (only when the umask took bits away) → (`fsync`) →
+/// `renameat` over the target → (`fsync` of the directory). Every step is relative to directory descriptors, which
+/// `ContainerDirectory` opened beneath the container: a directory swapped for a symlink meanwhile changes nothing.
+///
+/// The temp file is made in a staging directory when the caller has one (the container's `.coordination/staging`,
+/// as Apple's item replacement directory), else next to the target. Staged, a replace is one event
+/// (`IN_MOVED_TO`) for whoever watches the target's directory instead of four (the temp file's create,
+/// close-write and moved-from too): each woke every presenter process of the directory's items, in the middle of
+/// the writer's coordinated access. A target on another file system (a mount inside the container, `EXDEV`) or a
+/// staging directory that is gone is written next to the target instead.
 /// Foundation's `Data.write(options: .atomic)` skips the directory sync, resets the mode and leaves temp files
 /// behind, so it is never used on container files.
 package enum AtomicReplace {
@@ -30,30 +36,37 @@ package enum AtomicReplace {
   /// `<pid>.<start time>` of this process: a sweeper can tell whether a temp file's writer is still alive.
   package static let writer = "\(getpid()).\(CurrentProcess.startTime() ?? 0)"
 
-  /// Replaces the file `name` in `directory` with `bytes`. Returns the status of the file written, taken before
-  /// it was published (an identity no later writer of that name can have set).
+  /// Replaces the file `name` in `directory` with `bytes`, the temp file made in `staging` when given. Returns the
+  /// status of the file written, taken before it was published (an identity no later writer of that name can have
+  /// set).
   @discardableResult
   package static func write(
     _ bytes: some Collection<UInt8>, in directory: SystemFD, name: String, mode: mode_t,
-    durability: Durability = .processCrash
+    durability: Durability = .processCrash, staging: SystemFD? = nil
   ) throws(FileSystemError) -> FileStatus {
-    try write(parts: 1, in: directory, name: name, mode: mode, durability: durability) { (fd, _) throws(FileSystemError) in
-      try fd.writeAll(bytes)
+    try write(parts: 1, in: directory, name: name, mode: mode, durability: durability, staging: staging) {
+      (fd, _) throws(FileSystemError) in try fd.writeAll(bytes)
     }
   }
 
   /// Replaces the file `name` in `directory` with what `writePart` writes for each part in `0..<parts` (a header
-  /// and a body from their own buffers, without joining them first). Returns the written file's status.
+  /// and a body from their own buffers, without joining them first), the temp file made in `staging` when given.
+  /// Returns the written file's status. `writePart` may be called again for the same part when a staged temp file
+  /// cannot be renamed into `directory` (another file system): the replace starts over next to the target.
   @discardableResult
   package static func write(
     parts: Int, in directory: SystemFD, name: String, mode: mode_t, durability: Durability = .processCrash,
-    _ writePart: (SystemFD, Int) throws(FileSystemError) -> Void
+    staging: SystemFD? = nil, _ writePart: (SystemFD, Int) throws(FileSystemError) -> Void
   ) throws(FileSystemError) -> FileStatus {
     // Errors name the file the caller writes, never the temp file (an internal name the user cannot act on);
     // built only for an error.
     var target: String { directory.path + "/" + name }
+    let place = staging ?? directory
     let temp: (fd: SystemFD, name: String)
-    do { temp = try createTemporary(in: directory, for: name, mode: mode, exactMode: false) } catch {
+    do { temp = try createTemporary(in: place, for: name, mode: mode, exactMode: false) } catch {
+      if staging != nil {  // the staging directory is gone or full of strangers: next to the target
+        return try write(parts: parts, in: directory, name: name, mode: mode, durability: durability, writePart)
+      }
       if error.errno == .noSuchFileOrDirectory {
         throw error.about(target, reason: "its directory '\(directory.path)' was removed")
       }
@@ -76,11 +89,20 @@ package enum AtomicReplace {
       if durability != .processCrash { try temp.fd.sync() }
       written = status
     } catch {
-      try? directory.removeFile(temp.name)
+      try? place.removeFile(temp.name)
       throw error.path.contains(temporaryPrefix) ? error.about(target) : error
     }
-    do { try directory.rename(temp.name, to: name) } catch {
-      try? directory.removeFile(temp.name)
+    do {
+      if let staging {
+        try staging.rename(temp.name, into: directory, as: name)
+      } else {
+        try directory.rename(temp.name, to: name)
+      }
+    } catch {
+      try? place.removeFile(temp.name)
+      if staging != nil && (error.errno == .improperLink || error.errno == .noSuchFileOrDirectory) {
+        return try write(parts: parts, in: directory, name: name, mode: mode, durability: durability, writePart)
+      }
       throw error.about(target)
     }
     if durability == .powerLoss { try directory.sync() }

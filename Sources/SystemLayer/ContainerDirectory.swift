@@ -28,6 +28,14 @@ package final class ContainerDirectory: Sendable {
   /// to check the fallback).
   package enum Resolution: Sendable { case automatic, componentWalk }
 
+  /// Where replaces make their temp files (AtomicReplace.swift): a directory beneath the container, opened on first
+  /// use and kept open. `fd` is -1 until opened, and again after `reopen`.
+  private struct Staging {
+    var relative: String?
+    var fd: Int32 = -1
+  }
+  private let staging = Mutex(Staging())
+
   /// Whether the kernel lacks `openat2`, learnt from the first `ENOSYS`.
   private static let noOpenat2 = Atomic<Bool>(false)
 
@@ -51,12 +59,38 @@ package final class ContainerDirectory: Sendable {
   package func reopen() throws(FileSystemError) {
     let fresh = try SystemFD.open(path, [.readOnly, .directory])
     let old = descriptor.exchange(fresh.rawValue, ordering: .acquiringAndReleasing)
-    retired.withLock { $0.append(SystemFD(rawValue: old, path: path)) }
+    let oldStaging = staging.withLock { staging in
+      defer { staging.fd = -1 }
+      return staging.fd
+    }
+    retired.withLock {
+      $0.append(SystemFD(rawValue: old, path: path))
+      if oldStaging >= 0 { $0.append(SystemFD(rawValue: oldStaging, path: path)) }
+    }
   }
 
   deinit {
     fd.close()
+    staging.withLock { if $0.fd >= 0 { Glibc.close($0.fd) } }
     retired.withLock { for old in $0 { old.close() } }
+  }
+
+  /// Makes replaces stage their temp files in the directory `relative` (which the caller made): see AtomicReplace.
+  package func stageReplacements(in relative: String) {
+    staging.withLock { $0.relative = relative }
+  }
+
+  /// The staging directory's descriptor (the caller must not close it), or nil when there is none or it cannot be
+  /// opened: then the replace makes its temp file next to the target.
+  private func stagingDirectory() -> SystemFD? {
+    staging.withLock { staging -> SystemFD? in
+      guard let relative = staging.relative else { return nil }
+      if staging.fd < 0 {
+        guard let opened = try? openDirectory(relative) else { return nil }
+        staging.fd = opened.rawValue
+      }
+      return SystemFD(rawValue: staging.fd, in: path, relative: relative)
+    }
   }
 
   /// `absolute` as a path relative to this container ("" for the container itself); nil when it is not inside.
@@ -104,7 +138,8 @@ package final class ContainerDirectory: Sendable {
         error, writing: path + "/" + relative, parent: parent.isEmpty ? path : path + "/" + parent)
     }
     defer { directory.close() }
-    return try AtomicReplace.write(bytes, in: directory, name: name, mode: mode, durability: durability)
+    return try AtomicReplace.write(
+      bytes, in: directory, name: name, mode: mode, durability: durability, staging: stagingDirectory())
   }
 
   /// `replaceFile`, done only when no symbolic link is on the way to `relative`, its last component included: the
@@ -138,7 +173,8 @@ package final class ContainerDirectory: Sendable {
       do { existing = try directory.status(of: name) } catch { return false }
       guard existing?.kind != .symlink else { return false }
     }
-    try AtomicReplace.write(bytes, in: directory, name: name, mode: mode, durability: durability)
+    try AtomicReplace.write(
+      bytes, in: directory, name: name, mode: mode, durability: durability, staging: stagingDirectory())
     return true
   }
 
@@ -382,15 +418,17 @@ extension SystemFD {
 
 extension ContainerDirectory {
   /// Removes the temp files (`AtomicReplace.temporaryPrefix`) beneath the container whose writer
-  /// (`AtomicReplace.writer(ofTemporary:)`) `isAbandoned` says is dead. Never follows a symlink, skips the
-  /// directories in `skipping` (relative paths), and looks at no more than `budget` entries so that opening a
-  /// huge container stays cheap. Returns how many it removed.
+  /// (`AtomicReplace.writer(ofTemporary:)`) `isAbandoned` says is dead. Never follows a symlink, looks at the
+  /// directory `first` before the rest, skips the directories in `skipping` (relative paths), and looks at no more
+  /// than `budget` entries so that opening a huge container stays cheap. Returns how many it removed.
   package func sweepTemporaries(
-    skipping: Set<String>, budget: Int, isAbandoned: (Substring) -> Bool
+    first: String? = nil, skipping: Set<String>, budget: Int, isAbandoned: (Substring) -> Bool
   ) -> Int {
     var removed = 0
     var visited = 0
-    var pending = [""]
+    // `first` is visited once: now, and skipped when the walk reaches it.
+    var pending = [""] + (first.map { [$0] } ?? [])
+    let skipping = skipping.union(first.map { [$0] } ?? [])
     while let relative = pending.popLast(), visited < budget {
       guard let directory = try? openDirectory(relative, resolution: .componentWalk) else { continue }
       defer { directory.close() }

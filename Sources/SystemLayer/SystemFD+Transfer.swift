@@ -11,8 +11,9 @@ extension SystemFD {
   /// directory on the way swapped for a symlink meanwhile cannot move the file outside). Fails with `EXDEV` when
   /// the two are on different file systems. The corresponding C function is `renameat`.
   package func rename(_ name: String, into directory: SystemFD, as newName: String) throws(FileSystemError) {
-    _ = try valueOrErrno { Glibc.renameat(rawValue, name, directory.rawValue, newName) }
-      .get("renameat", "\(path)/\(name)' -> '\(directory.path)/\(newName)")
+    _ = try name.withCString { from in
+      newName.withCString { to in valueOrErrno { Glibc.renameat(rawValue, from, directory.rawValue, to) } }
+    }.get("renameat", "\(path)/\(name)' -> '\(directory.path)/\(newName)")
     SyscallRecorder.record(.rename, directory.path + "/" + newName)
   }
 

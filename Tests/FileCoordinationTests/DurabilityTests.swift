@@ -29,7 +29,7 @@ import Testing
     let calls = try record { try container.write(Data("durable".utf8), to: url, durable: true) }
     let directory = container.path + "/Documents"
     let temp = try #require(calls.first { $0.call == .open }?.path, "\(calls)")
-    #expect(temp.hasPrefix(directory + "/" + AtomicReplace.temporaryPrefix))
+    #expect(temp.hasPrefix(container.path + "/.coordination/staging/" + AtomicReplace.temporaryPrefix), "\(calls)")
     let syncFile = calls.firstIndex(of: .init(call: .fsync, path: temp))
     let rename = calls.firstIndex(of: .init(call: .rename, path: directory + "/d.txt"))
     let syncDirectory = calls.firstIndex(of: .init(call: .fsync, path: directory))

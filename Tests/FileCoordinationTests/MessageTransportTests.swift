@@ -22,7 +22,9 @@ import Testing
 /// - the sender opens the socket file by path, following links: `aSwappedSocketFileIsNeverFollowed` (the link case:
 ///   six messages reach the stranger's socket, the presenter hears nothing);
 /// - datagrams are never sent (every message taken as over the size limit): `preparesAndFinishesTravelAsDatagrams`,
-///   `aStoppedReceiverGetsFilesAndHearsEverythingInOrder`.
+///   `aStoppedReceiverGetsFilesAndHearsEverythingInOrder`;
+/// - a finish read after `poll` ends its suppression without looking at the kernel's queue (no `queuedBytes()` in
+///   `Watcher.afterQueuedEvents`): `finishesReadBesideTheirWritesQueuedEventsStillSuppressThem`.
 @Suite(.timeLimit(.minutes(2))) struct MessageTransportTests {
   let group = "group.com.example.transport"
 
@@ -144,6 +146,24 @@ import Testing
     expectInOrder(setup.presenter, writes: 14)
     #expect(setup.sent.datagrams > 0)
     #expect(setup.sent.files > 0)
+    setup.presenter.kill()
+  }
+
+  /// A receiver stopped while idle: when it runs again, one `poll` finds its socket and its inotify queue both
+  /// readable, and the socket is read first — each finish there while its write's event still waits in the kernel
+  /// queue. The finish must not end the suppression then (the watcher sees the queue is not empty and marks it),
+  /// or that event would be heard as an uncoordinated change. Three writes: their six datagrams fit the queue.
+  @Test func finishesReadBesideTheirWritesQueuedEventsStillSuppressThem() throws {
+    let setup = try Setup(group, "beside.txt")
+    setup.presenter.process.signal(SIGSTOP)
+    let coordinator = FileCoordinator()
+    coordinator.presenterTimeout = .milliseconds(100)
+    try setup.write(3, with: coordinator)
+    setup.presenter.process.signal(SIGCONT)
+    waitForReacquires(setup.presenter, 3)
+    expectInOrder(setup.presenter, writes: 3)
+    #expect(setup.sent.datagrams == 6)
+    #expect(setup.sent.files == 0)
     setup.presenter.kill()
   }
 

@@ -10,8 +10,9 @@ import SystemLayer
 /// - `relink <root> <group> <item> <target>`: puts a symlink to `target` in the place of `item`, then a plain file,
 ///   each renamed over whatever is there, every ~20 µs (the writes under test replace either); says
 ///   "relinking" once started.
-/// - `pause-write <root> <group> <item>`: starts a replace of `item` and stops after creating its temp file, as a
-///   writer that dies there would; says "created <temp name>".
+/// - `pause-write <root> <group> <item> [staged]`: starts a replace of `item` and stops after creating its temp
+///   file (next to the item, or with `staged` in the container's staging directory, as replaces do), as a writer
+///   that dies there would; says "created <temp name>".
 func runPathAttack(_ args: [String], container: GroupContainer) throws -> Never {
   switch args[1] {
   case "swap":
@@ -46,7 +47,7 @@ func runPathAttack(_ args: [String], container: GroupContainer) throws -> Never 
     }
   case "pause-write":
     let (parent, name) = ContainerDirectory.split(args[4])
-    let directory = try container.directory().openDirectory(parent)
+    let directory = try container.directory().openDirectory(args.count > 5 ? ".coordination/staging" : parent)
     let temp = try AtomicReplace.createTemporary(in: directory, for: name, mode: 0o600)
     try temp.fd.writeAll(Array("half".utf8))
     FileHandle.standardOutput.write(Data("created \(temp.name)\n".utf8))
