@@ -16,13 +16,28 @@ struct ProcessName: Hashable, Sendable, Codable, CustomStringConvertible {
     self.startTime = startTime
   }
 
-  /// Strict parse of `<pid>.<start>`.
+  /// Strict parse of `<pid>.<start>`: two runs of ASCII digits, one dot between them; the pid a positive `Int32`, the
+  /// start a `UInt64`. Byte by byte (every received message names two: this was a tenth of decoding one).
   init?(_ string: some StringProtocol) {
-    let parts = string.split(separator: ".", omittingEmptySubsequences: false)
-    guard parts.count == 2, parts.allSatisfy({ !$0.isEmpty && $0.utf8.count <= 20 && $0.allSatisfy(\.isASCII) }),
-      let pid = Int32(parts[0]), pid > 0, let start = UInt64(parts[1])
-    else { return nil }
-    self.init(pid: pid, startTime: start)
+    var values: (UInt64, UInt64) = (0, 0)
+    var digits = 0
+    var inStart = false
+    for byte in string.utf8 {
+      if byte == UInt8(ascii: "."), !inStart, digits > 0 {
+        inStart = true
+        digits = 0
+        continue
+      }
+      guard byte &- UInt8(ascii: "0") < 10, digits < 20 else { return nil }
+      digits += 1
+      let current = inStart ? values.1 : values.0
+      let (times10, overflow1) = current.multipliedReportingOverflow(by: 10)
+      let (next, overflow2) = times10.addingReportingOverflow(UInt64(byte &- UInt8(ascii: "0")))
+      guard !overflow1, !overflow2 else { return nil }
+      if inStart { values.1 = next } else { values.0 = next }
+    }
+    guard inStart, digits > 0, values.0 > 0, values.0 <= UInt64(Int32.max) else { return nil }
+    self.init(pid: Int32(values.0), startTime: values.1)
   }
 
   var description: String { "\(pid).\(startTime)" }

@@ -111,11 +111,10 @@ struct CoordinationMessage: Codable, Sendable {
     guard message.version == formatVersion else {
       throw .corruptFile(fileName, reason: "message version \(message.version) is not \(formatVersion)")
     }
-    // An ack repeats the id of the prepare it answers, which names the prepare's sender.
-    let idParts = message.id.split(separator: ".", omittingEmptySubsequences: false)
-    guard inbox == nil || message.fileName == inbox, idParts.count == 3,
-      ProcessName(message.id.dropLast(idParts[2].count + 1)) != nil, UInt64(idParts[2]) != nil,
-      message.kind == .ack || message.id.hasPrefix("\(message.sender).")
+    // An id is `<sender>.<number>`; an ack repeats the id of the prepare it answers, which names that prepare's
+    // sender.
+    guard inbox == nil || message.fileName == inbox, let idSender = Self.sender(inID: message.id),
+      message.kind == .ack || idSender == message.sender
     else {
       throw .corruptFile(fileName, reason: "message id '\(message.id)' does not match its file and sender")
     }
@@ -145,8 +144,9 @@ struct CoordinationMessage: Codable, Sendable {
       }
     }
     for event in message.events {
-      for path in [event.path, event.newPath].compactMap({ $0 }) where !path.isEmpty { _ = try ContainerPath(path) }
-      guard event.presenter.split(separator: ".").count == 3 else {
+      if let path = event.path, !path.isEmpty { _ = try ContainerPath(path) }
+      if let path = event.newPath, !path.isEmpty { _ = try ContainerPath(path) }
+      guard Self.sender(inID: event.presenter) != nil else {
         throw .corruptFile(fileName, reason: "message names an invalid presenter '\(event.presenter)'")
       }
       if message.kind == .prepare && !event.kind.isBefore || message.kind == .finish && event.kind.isBefore {
@@ -154,6 +154,18 @@ struct CoordinationMessage: Codable, Sendable {
       }
     }
     return message
+  }
+
+  /// The process named by an id of the form `<pid>.<start>.<number>` (a message's, or a presenter's), or nil when
+  /// `id` is not of that form.
+  static func sender(inID id: String) -> ProcessName? {
+    let utf8 = id.utf8
+    guard let dot = utf8.lastIndex(of: UInt8(ascii: ".")) else { return nil }
+    let number = utf8[utf8.index(after: dot)...]
+    guard !number.isEmpty, number.count <= 20, number.allSatisfy({ $0 &- UInt8(ascii: "0") < 10 }),
+      UInt64(Substring(number)) != nil
+    else { return nil }
+    return ProcessName(Substring(utf8[..<dot]))
   }
 
   func encoded() -> [UInt8] { MessageJSON.encode(self) ?? Array((try? JSONEncoder().encode(self)) ?? Data()) }
@@ -435,9 +447,7 @@ enum MessageJSON {
       let digits = at
       while at < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[at]) { at += 1 }
       guard at > digits, at - digits == 1 || bytes[digits] != UInt8(ascii: "0"), at - start <= 21 else { return nil }
-      if at < bytes.count, [UInt8(ascii: "."), UInt8(ascii: "e"), UInt8(ascii: "E")].contains(bytes[at]) {
-        return nil
-      }
+      if at < bytes.count, bytes[at] == UInt8(ascii: ".") || bytes[at] | 0x20 == UInt8(ascii: "e") { return nil }
       return String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<at]), as: UTF8.self)
     }
 
@@ -456,7 +466,12 @@ enum MessageJSON {
     }
 
     mutating func skipSpace() {
-      while at < bytes.count, [0x20, 0x09, 0x0a, 0x0d].contains(bytes[at]) { at += 1 }
+      while at < bytes.count {
+        switch bytes[at] {
+        case 0x20, 0x09, 0x0a, 0x0d: at += 1
+        default: return
+        }
+      }
     }
   }
 }

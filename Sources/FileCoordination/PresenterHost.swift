@@ -187,8 +187,7 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
       next()
     }
     let presenter = local.presenter
-    let url = space.url(for: local.item)
-    let subitem = event.path.flatMap { try? ContainerPath($0) }.map { space.url(for: $0) } ?? url
+    let space = space
     local.presenter.presentedItemOperationQueue.addOperation {
       ChangeOrigin.$current.withValue(origin) {
         switch event.kind {
@@ -197,6 +196,9 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
         case .save: presenter.savePresentedItemChanges(completionHandler: fail)
         case .accommodateDeletion: presenter.accommodatePresentedItemDeletion(completionHandler: fail)
         case .accommodateSubitemDeletion:
+          // Made here, for this event only: a file URL is a `stat` (is it a directory?), and every prepare came
+          // this way.
+          let subitem = space.url(for: event.path.flatMap { try? ContainerPath($0) } ?? local.item)
           presenter.accommodatePresentedSubitemDeletion(at: subitem, completionHandler: fail)
         default: next()
         }

@@ -66,6 +66,39 @@ import Testing
     }
   }
 
+  /// Process names (`<pid>.<start>`) and the ids that start with one are parsed strictly, byte by byte; a message
+  /// whose id names another process than its sender (unless it is an ack), or that names a malformed presenter, is
+  /// refused.
+  @Test func processNamesAndIDsParseStrictly() throws {
+    #expect(ProcessName("123.456") == ProcessName(pid: 123, startTime: 456))
+    #expect(ProcessName("2147483647.18446744073709551615") == ProcessName(pid: .max, startTime: .max))
+    #expect(ProcessName("7.0"[...]) == ProcessName(pid: 7, startTime: 0))
+    for bad in [
+      "", ".", "1.", ".2", "0.2", "-1.2", "+1.2", "1.+2", "1.2.3", "1..2", "2147483648.1", "1.18446744073709551616",
+      "1.2 ", " 1.2", "\u{FF11}.2", "1.2\u{0}", "123456789012345678901.2",
+    ] {
+      #expect(ProcessName(bad) == nil, "\(bad)")
+    }
+    #expect(CoordinationMessage.sender(inID: "123.456.7") == ProcessName(pid: 123, startTime: 456))
+    for bad in ["123.456", "123.456.", "123.456.x", "123.456.-7", "123..7", "x.456.7", "123.456.7.8", "123.456.+7"] {
+      #expect(CoordinationMessage.sender(inID: bad) == nil, "\(bad)")
+    }
+    var otherSender = Self.validMessage
+    otherSender.id = "124.456.9"
+    #expect(throws: GroupContainerError.self) { try CoordinationMessage.decode(otherSender.encoded(), fileName: nil) }
+    var ack = otherSender
+    ack.kind = .ack
+    ack.events = []
+    #expect(try CoordinationMessage.decode(ack.encoded(), fileName: nil).id == "124.456.9")
+    for presenter in ["9.9", "9.9.x", "a.b.c", "9.9.1.1"] {
+      var badPresenter = Self.validMessage
+      badPresenter.events = [PresenterEvent(presenter: presenter, kind: .relinquishToWriter)]
+      #expect(throws: GroupContainerError.self, "\(presenter)") {
+        try CoordinationMessage.decode(badPresenter.encoded(), fileName: nil)
+      }
+    }
+  }
+
   /// A seeded mutation fuzzer over both parsers: any bytes give a value that passed validation, or an error.
   @Test func mutatedRecordsAndMessagesNeverCrash() throws {
     var rng = SplitMix64(seed: 0x5eed)
