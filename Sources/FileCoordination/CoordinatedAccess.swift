@@ -94,13 +94,15 @@ struct CoordinatedAccess: Sendable {
         if !before.isEmpty { events[record.process, default: []] += before }
       }
       for (process, list) in events {
-        guard space.isAlive(process) else { continue }
         var message = CoordinationMessage(
           id: space.messenger.nextMessageID(), kind: .prepare, sender: space.me, purpose: purpose,
           item: item.path.string, needsAck: !list.isEmpty, isWrite: item.isWrite, events: list)
         if message.needsAck { space.messenger.reserveAck(for: &message) }
         do {
-          try space.messenger.send(message, to: process)
+          guard try space.messenger.sendUnlessDead(message, to: process) else {
+            space.messenger.returnAck(of: message)  // a dead process never answers: its slot is free again
+            continue
+          }
         } catch {
           CoordinationSpace.logger.debug("process \(process) did not take a message: \(error)")
           continue

@@ -594,6 +594,12 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
     message.ackToken = token
   }
 
+  /// Gives back the slot `reserveAck` lent to a prepare that was never sent.
+  func returnAck(of message: CoordinationMessage) {
+    guard let slot = message.ackSlot else { return }
+    freeSlots.withLock { $0.append(slot) }
+  }
+
   /// This process's board, `.coordination/inbox/<me>/.acks`, opened (created and sized when missing) beneath the
   /// container's descriptor.
   private static func openOwnBoard(_ space: CoordinationSpace) throws(FileSystemError) -> SystemFD {
@@ -625,15 +631,28 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
   /// Publishes `message` in `process`'s inbox. A missing inbox means the process is gone.
   func send(_ message: CoordinationMessage, to process: ProcessName) throws(FileSystemError) {
     flushOutbox()
-    try write(message, to: process)
+    _ = try write(message, to: process)
   }
 
-  private func write(_ message: CoordinationMessage, to process: ProcessName) throws(FileSystemError) {
+  /// Sends a prepare to `process` unless it is dead; false when it is (nothing was sent). Liveness is asked only
+  /// when the prepare cannot go as a datagram: one that the kernel took is queued on a socket its receiver holds
+  /// open, and a receiver that dies after that is found by the sender's periodic check while it waits for acks.
+  /// (Asked for every receiver, liveness was four system calls per presenter process in the writer's own time.)
+  func sendUnlessDead(_ message: CoordinationMessage, to process: ProcessName) throws(FileSystemError) -> Bool {
+    flushOutbox()
+    return try write(message, to: process, unlessDead: true)
+  }
+
+  private func write(
+    _ message: CoordinationMessage, to process: ProcessName, unlessDead: Bool = false
+  ) throws(FileSystemError) -> Bool {
     let bytes = message.encoded()
-    if message.kind == .prepare || message.kind == .finish, transport.send(bytes, to: process) { return }
+    if message.kind == .prepare || message.kind == .finish, transport.send(bytes, to: process) { return true }
+    if unlessDead && !space.isAlive(process) { return false }
     try space.root.replaceFile(
       atPath: space.inbox(of: process) + "/" + message.fileName, with: bytes, mode: space.fileMode)
     transport.sentFile()
+    return true
   }
 
   /// Sends `messages` from the outbox queue, in order with every other message of this process. One block for all
@@ -644,7 +663,7 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
     outbox.async { [self] in
       defer { queued.subtract(1, ordering: .releasing) }
       for (message, process) in messages {
-        do { try write(message, to: process) } catch {
+        do { _ = try write(message, to: process) } catch {
           CoordinationSpace.logger.debug("process \(process) did not take a message: \(error)")
         }
       }

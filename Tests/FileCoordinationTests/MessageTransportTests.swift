@@ -23,6 +23,8 @@ import Testing
 ///   six messages reach the stranger's socket, the presenter hears nothing);
 /// - datagrams are never sent (every message taken as over the size limit): `preparesAndFinishesTravelAsDatagrams`,
 ///   `aStoppedReceiverGetsFilesAndHearsEverythingInOrder`;
+/// - a prepare to a process whose socket refuses goes as a file without a liveness check (`unlessDead` ignored in
+///   `Messenger.write`): `aKilledPresenterIsFoundDeadWhenItsSocketRefusesAndIsSentNothing`;
 /// - a finish read after `poll` ends its suppression without looking at the kernel's queue (no `queuedBytes()` in
 ///   `Watcher.afterQueuedEvents`): `finishesReadBesideTheirWritesQueuedEventsStillSuppressThem`.
 @Suite(.timeLimit(.minutes(2))) struct MessageTransportTests {
@@ -165,6 +167,27 @@ import Testing
     #expect(setup.sent.datagrams == 6)
     #expect(setup.sent.files == 0)
     setup.presenter.kill()
+  }
+
+  /// A presenter process killed with SIGKILL leaves its record, inbox and socket file behind. The next write's
+  /// prepare cannot be sent to it (the socket refuses), so its liveness is checked then: it is dead, reaped, and sent
+  /// nothing — no file is written into its inbox for an ack that would never come. A live presenter whose datagram
+  /// was taken is never checked (`sendUnlessDead`).
+  @Test func aKilledPresenterIsFoundDeadWhenItsSocketRefusesAndIsSentNothing() throws {
+    let setup = try Setup(group, "killed.txt")
+    try setup.write(1)
+    waitForReacquires(setup.presenter, 1)
+    setup.presenter.kill()
+    _ = setup.presenter.waitForExit()
+    let space = try CoordinationSpace.locate(setup.url).0
+    let inbox = space.inbox(of: setup.presenterProcess)
+    #expect(FileManager.default.fileExists(atPath: inbox))
+    let before = setup.sent
+    try setup.write(1, from: 1)
+    #expect(setup.sent.datagrams == before.datagrams)
+    #expect(setup.sent.files == before.files, "a file went to the dead process")
+    #expect(!FileManager.default.fileExists(atPath: inbox), "the dead process was not reaped")
+    #expect(try setup.container.contents(of: setup.url) == Data("1".utf8))
   }
 
   /// A receiver without a socket (here by the test switch; elsewhere no `/proc` or no `openat2`) gets files.
