@@ -45,23 +45,25 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
     guard !relative.hasPrefix("/") else {
       throw .invalidPath(relative, rule: "absolute paths are not allowed; give a path relative to the container")
     }
-    var parts = relative.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
-    if parts.count > 1 && parts.last == "" { parts.removeLast() }
+    var parts = relative.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false)
+    if parts.count > 1 && parts.last!.isEmpty { parts.removeLast() }
+    // Checked on the bytes (each path of every message comes here; `String` comparison and Character iteration
+    // were most of it), and the bytes are what the kernel sees.
     for part in parts {
       if part.isEmpty { throw .invalidPath(relative, rule: "it has an empty component ('//')") }
-      if part == "." || part == ".." {
+      if part.count <= 2 && part.allSatisfy({ $0 == UInt8(ascii: ".") }) {
         throw .invalidPath(relative, rule: "'.' and '..' components are not allowed")
       }
-      if part.utf8.contains(0) { throw .invalidPath(relative, rule: "it contains a NUL byte") }
-      if part.utf8.count > Self.maxComponentBytes {
+      if part.contains(0) { throw .invalidPath(relative, rule: "it contains a NUL byte") }
+      if part.count > Self.maxComponentBytes {
         throw .invalidPath(relative, rule: "a component is longer than \(Self.maxComponentBytes) bytes")
       }
     }
-    if parts.first == Self.privateDirectory {
+    if parts[0].elementsEqual(Self.privateDirectory.utf8) {
       throw .invalidPath(relative, rule: "'.coordination' is the framework's private directory")
     }
-    components = parts
-    bytesHash = Self.hash(of: parts)
+    components = parts.map { String(Substring($0)) }
+    bytesHash = Self.hash(of: components)
   }
 
   /// The path as `a/b/c` ("" for the root).
