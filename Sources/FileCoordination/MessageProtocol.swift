@@ -36,7 +36,9 @@ struct PresenterEvent: Codable, Sendable, Hashable {
 ///    accommodate deletion) for that process's presenters. It also tells the process that a coordinated write
 ///    of the item is under way, so inotify events it causes are not reported a second time as uncoordinated.
 ///    When it carries callbacks the receiver answers with **ack** (`<id>.ack` in the sender's inbox) once every
-///    callback called its completion handler, listing any errors the presenters gave.
+///    callback called its completion handler, listing any errors the presenters gave. The sender checks a
+///    receiver's liveness before a prepare only when the prepare cannot go as a datagram: a dead receiver's socket
+///    refuses, and a dead one is reaped and sent nothing (`Messenger.sendUnlessDead`).
 ///    An ack that carries nothing (no presenter failed) skips the file: the prepare names a slot of the sender's
 ///    **ack board** (`.acks` in its inbox, a shared mapping) and a token; the receiver stores the token in the slot
 ///    and posts the board's futex, which wakes the waiting thread itself — two thread hops and five file system
