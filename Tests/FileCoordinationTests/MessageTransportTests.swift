@@ -63,6 +63,17 @@ import Testing
       )
     }
 
+    /// Stops the presenter (SIGSTOP), makes `count` writes that wait 100 ms for it, and lets it run again: what
+    /// they sent waits in its socket and inbox. Returns the coordinator, for writes that follow.
+    func writeWhileStopped(_ count: Int) throws -> FileCoordinator {
+      presenter.process.signal(SIGSTOP)
+      let coordinator = FileCoordinator()
+      coordinator.presenterTimeout = .milliseconds(100)
+      try write(count, with: coordinator)
+      presenter.process.signal(SIGCONT)
+      return coordinator
+    }
+
     func write(_ count: Int, from first: Int = 0, with coordinator: FileCoordinator = FileCoordinator()) throws {
       for i in first..<(first + count) {
         try coordinator.coordinate(writingItemAt: url) { try container.write(Data("\(i)".utf8), to: $0) }
@@ -138,11 +149,7 @@ import Testing
   /// each finish before the next prepare.
   @Test func aStoppedReceiverGetsFilesAndHearsEverythingInOrder() throws {
     let setup = try Setup(group, "stop.txt")
-    setup.presenter.process.signal(SIGSTOP)
-    let coordinator = FileCoordinator()
-    coordinator.presenterTimeout = .milliseconds(100)
-    try setup.write(12, with: coordinator)
-    setup.presenter.process.signal(SIGCONT)
+    let coordinator = try setup.writeWhileStopped(12)
     try setup.write(2, from: 12, with: coordinator)  // while it runs: they must not overtake the files
     waitForReacquires(setup.presenter, 14)
     expectInOrder(setup.presenter, writes: 14)
@@ -157,11 +164,7 @@ import Testing
   /// or that event would be heard as an uncoordinated change. Three writes: their six datagrams fit the queue.
   @Test func finishesReadBesideTheirWritesQueuedEventsStillSuppressThem() throws {
     let setup = try Setup(group, "beside.txt")
-    setup.presenter.process.signal(SIGSTOP)
-    let coordinator = FileCoordinator()
-    coordinator.presenterTimeout = .milliseconds(100)
-    try setup.write(3, with: coordinator)
-    setup.presenter.process.signal(SIGCONT)
+    _ = try setup.writeWhileStopped(3)
     waitForReacquires(setup.presenter, 3)
     expectInOrder(setup.presenter, writes: 3)
     #expect(setup.sent.datagrams == 6)

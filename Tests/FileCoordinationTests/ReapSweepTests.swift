@@ -30,11 +30,7 @@ import Testing
     // Listing the live processes reaps the dead one; the sweep it queues runs in the background.
     let live = try container.status().processes
     #expect(!live.contains { $0.pid == killed.process.processIdentifier })
-    var swept = false
-    for _ in 0..<1_000 where !swept {  // a bounded wait for the background sweep (10 s), not a timing check
-      swept = !FileManager.default.fileExists(atPath: killedPath)
-      if !swept { Thread.sleep(forTimeInterval: 0.01) }
-    }
+    let swept = becomesTrue { !FileManager.default.fileExists(atPath: killedPath) }
     #expect(swept, "the dead writer's temp file was not swept after reaping it")
     #expect(FileManager.default.fileExists(atPath: alivePath), "a live writer's temp file was swept")
   }

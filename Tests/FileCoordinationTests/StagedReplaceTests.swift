@@ -115,11 +115,7 @@ import Testing
     killed.kill()
     _ = killed.waitForExit()
     _ = try container.status()  // reaps the dead writer; the sweep it queues runs in the background
-    var swept = false
-    for _ in 0..<1_000 where !swept {  // a bounded wait for the background sweep (10 s), not a timing check
-      swept = !FileManager.default.fileExists(atPath: killedTemp)
-      if !swept { Thread.sleep(forTimeInterval: 0.01) }
-    }
+    let swept = becomesTrue { !FileManager.default.fileExists(atPath: killedTemp) }
     #expect(swept, "the dead writer's staged temp file was not swept")
     #expect(FileManager.default.fileExists(atPath: aliveTemp), "a live writer's temp file was swept")
   }

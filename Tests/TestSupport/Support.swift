@@ -422,3 +422,14 @@ final class LineCollector: Sendable {
   /// The first line that satisfies `predicate`, run outside the lock (it may read the child's output itself).
   func first(where predicate: (String) -> Bool) -> String? { all.first(where: predicate) }
 }
+
+/// Whether `condition` became true within `seconds`, looking every 10 ms: a bounded wait for something another
+/// thread or process does in the background (never a timing check: the bound only keeps a broken test from hanging).
+public func becomesTrue(within seconds: Double = 10, _ condition: () -> Bool) -> Bool {
+  let deadline = Date().addingTimeInterval(seconds)
+  while !condition() {
+    if Date() > deadline { return false }
+    Thread.sleep(forTimeInterval: 0.01)
+  }
+  return true
+}
