@@ -223,10 +223,10 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     self.fileMode = fileMode
     self.directoryMode = directoryMode
     let privateDirectory = ContainerPath.privateDirectory
-    for dir in ["", "/locks", "/processes", "/presenters", "/inbox", "/staging"] {
+    for dir in ["", "/locks", "/processes", "/presenters", "/inbox"] {
       try root.makeDirectory(privateDirectory + dir, mode: directoryMode)
     }
-    root.stageReplacements(in: Self.stagingDirectory)
+    Self.stageReplacements(root: root, directoryMode: directoryMode)
     let coordination = try root.openDirectory(privateDirectory)
     defer { coordination.close() }
     counters = try MappedCounters(
@@ -239,6 +239,17 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     processLock = try Self.publishLivenessLock(of: me, root: root, mode: fileMode)
     // The inbox comes after the lock: a reaper that finds an inbox always finds its owner's lock file.
     try root.makeDirectory(ContainerPath.privateDirectory + "/inbox/\(me)", mode: directoryMode)
+  }
+
+  /// Makes the staging directory and has replaces use it. It is an optimisation only: when something else is in
+  /// its place (a link, a FIFO, a file), replaces make their temp files next to their targets, as without it.
+  private static func stageReplacements(root: ContainerDirectory, directoryMode: mode_t) {
+    do {
+      try root.makeDirectory(stagingDirectory, mode: directoryMode)
+      root.stageReplacements(in: stagingDirectory)
+    } catch {
+      logger.warning("replaces make their temp files next to their targets: \(error)")
+    }
   }
 
   /// Publishes `process`'s liveness lock, held `LOCK_SH`, in `.coordination/processes` (also again after the
@@ -275,12 +286,12 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     let privateDirectory = ContainerPath.privateDirectory
     let made =
       GroupContainer.layout
-      + ["", "/locks", "/processes", "/presenters", "/inbox", "/inbox/\(me)", "/schemes", "/handlers", "/staging"]
-      .map {
+      + ["", "/locks", "/processes", "/presenters", "/inbox", "/inbox/\(me)", "/schemes", "/handlers"].map {
         privateDirectory + $0
       }
       + parents.filter { !$0.isRoot }.flatMap { parent in (parent.ancestors + [parent]).map(\.string) }
     for dir in made { try root.makeDirectory(dir, mode: directoryMode) }
+    Self.stageReplacements(root: root, directoryMode: directoryMode)
     locks.rebind(directory: try root.openDirectory(privateDirectory + "/locks"))
     // The mappings of the deleted counters and ack board: the same addresses, the new files.
     let coordination = try root.openDirectory(privateDirectory)

@@ -86,7 +86,8 @@ package final class ContainerDirectory: Sendable {
     staging.withLock { staging -> SystemFD? in
       guard let relative = staging.relative else { return nil }
       if staging.fd < 0 {
-        guard let opened = try? openDirectory(relative) else { return nil }
+        // Never through a link in its place (`O_NOFOLLOW`), nor anything but a directory.
+        guard let opened = try? openFile(relative, [.readOnly, .directory], mode: 0) else { return nil }
         staging.fd = opened.rawValue
       }
       return SystemFD(rawValue: staging.fd, in: path, relative: relative)

@@ -14,7 +14,10 @@ import Testing
 /// - `AtomicReplace.write` without its fallback on `EXDEV`: `aTargetOnAnotherFileSystemIsWrittenNextToIt`.
 /// - `AtomicReplace.write` without its fallback when the temp file cannot be made in staging:
 ///   `aRemovedStagingDirectoryIsNoError`.
-/// - the sweep skipping the staging directory: `aDeadWritersStagedTempFileIsSwept`.
+/// - the sweep skipping the staging directory: `aDeadWritersStagedTempFileIsSwept`;
+/// - the staging directory made like the other private directories, where anything else in its place is an error
+///   (here: `fatalError` in place of the warning in `CoordinationSpace.stageReplacements`):
+///   `aPlantedStagingDirectoryIsNeverUsed` (both cases: the writing process fails).
 @Suite(.timeLimit(.minutes(1))) struct StagedReplaceTests {
   static let group = "group.com.example.staged"
 
@@ -97,6 +100,30 @@ import Testing
     try FileManager.default.removeItem(atPath: container.path + "/.coordination/staging")
     try container.write(Data("2".utf8), to: url)
     #expect(try container.contents(of: url) == Data("2".utf8))
+    #expect(temporaries(in: container.path + "/Documents") == [])
+  }
+
+  /// Something else planted where the staging directory goes — a link to a directory outside the container, a
+  /// FIFO — before a process opens the container: its writes still succeed, with their temp files next to their
+  /// targets, and nothing lands outside.
+  @Test(arguments: ["link", "fifo"]) func aPlantedStagingDirectoryIsNeverUsed(plant: String) throws {
+    let root = try TestRoot()
+    let container = try root.container(Self.group)
+    let staging = container.path + "/.coordination/staging"
+    let outside = root.path + "/outside"
+    try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+    try FileManager.default.removeItem(atPath: staging)
+    if plant == "link" {
+      try FileManager.default.createSymbolicLink(atPath: staging, withDestinationPath: outside)
+    } else {
+      try #require(mkfifo(staging, 0o600) == 0)
+    }
+    let written = try runToEnd(
+      productsDirectory.appendingPathComponent("groupctl").path,
+      ["write", Self.group, "Documents/planted.txt", "--root", root.path], input: "still written", timeout: 50)
+    #expect(written.status == 0, "\(written.errors)")
+    #expect(try String(contentsOfFile: container.path + "/Documents/planted.txt", encoding: .utf8) == "still written")
+    #expect(try FileManager.default.contentsOfDirectory(atPath: outside) == [])
     #expect(temporaries(in: container.path + "/Documents") == [])
   }
 
