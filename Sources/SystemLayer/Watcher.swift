@@ -83,7 +83,9 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
   private var pathByWD: [Int32: String] = [:]
   private var wdByToken: [Token: Int32] = [:]
   /// Descriptors served with inotify (`watchReadable`), in the order they were added.
-  private var readables: [(token: Token, fd: Int32, handler: @Sendable () -> Void)] = []
+  private var readables: [(token: Token, fd: Int32, handler: @Sendable () -> Void)] = [] {
+    didSet { polled = [] }  // made again from `readables` on the next wait (a swap keeps the count)
+  }
   /// The library's inotify descriptor, or -1 when it could not be found (then nothing else can be served).
   private let inotifyFD: Int32
   /// `/proc/self/fd/<n>` of a pipe nothing else watches or writes: markers are watches of it (`afterQueuedEvents`).
@@ -380,7 +382,7 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
   /// Blocks until the inotify queue or a served descriptor is readable (at most until the next tick), and runs the
   /// handlers of the readable descriptors.
   private func waitForInotifyOrReadables() {
-    if polled.count != readables.count + 1 {
+    if polled.isEmpty {
       polled = [pollfd(fd: inotifyFD, events: Int16(POLLIN), revents: 0)]
       polled += readables.map { pollfd(fd: $0.fd, events: Int16(POLLIN), revents: 0) }
     }
