@@ -34,7 +34,8 @@ struct PresenterEvent: Codable, Sendable, Hashable {
 ///
 /// 1. **prepare** (`<id>.prepare`), before the accessor runs: the "before" callbacks (relinquish, save,
 ///    accommodate deletion) for that process's presenters. It also tells the process that a coordinated write
-///    of the item is under way, so inotify events it causes are not reported a second time as uncoordinated.
+///    of the item is under way, so inotify events it causes are not reported a second time as uncoordinated (and
+///    its watcher need not wake for them: `Watcher.beginQuiet`).
 ///    When it carries callbacks the receiver answers with **ack** (`<id>.ack` in the sender's inbox) once every
 ///    callback called its completion handler, listing any errors the presenters gave. The sender checks a
 ///    receiver's liveness before a prepare only when the prepare cannot go as a datagram: a dead receiver's socket

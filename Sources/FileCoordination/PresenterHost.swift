@@ -132,11 +132,15 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
 
   private func prepare(_ message: CoordinationMessage) {
     let item = (try? ContainerPath(message.item)) ?? .root
-    let groups = lock.withLock { () -> [(Local, [PresenterEvent])] in
-      pending[message.id] = Pending(
-        item: item, sender: message.sender, purpose: message.purpose, isWrite: message.isWrite)
-      return group(message.events)
+    let (groups, replaced) = lock.withLock { () -> ([(Local, [PresenterEvent])], Pending?) in
+      let old = pending.updateValue(
+        Pending(item: item, sender: message.sender, purpose: message.purpose, isWrite: message.isWrite),
+        forKey: message.id)
+      return (group(message.events), old)
     }
+    // The write's own events will be swallowed: the watcher need not wake for them (its finish ends the quiet).
+    if replaced?.isWrite == true { Watcher.shared.endQuiet() }
+    if message.isWrite { Watcher.shared.beginQuiet() }
     guard message.needsAck else { return }
     let failures = FailureList(remaining: groups.count)
     let origin = origin(of: message)
@@ -216,6 +220,7 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
       return (group(events), ended?.reacquirers ?? [], written)
     }
     if let written {
+      Watcher.shared.endQuiet()
       Watcher.shared.afterQueuedEvents { [self] in
         lock.withLock {
           finishedWrites[written, default: 1] -= 1

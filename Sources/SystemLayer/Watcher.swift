@@ -68,6 +68,9 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
     var stallUntil: UInt64 = 0
     /// `afterQueuedEvents` bodies waiting for their marker to be queued.
     var unmarked: [@Sendable () -> Void] = []
+    /// Quiets begun and not ended (`beginQuiet`), and when the current one stops holding back the queue.
+    var quiets = 0
+    var quietUntil: UInt64 = 0
   }
 
   private let state = Mutex(State())
@@ -95,7 +98,8 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
   /// The library holds no event it has read and not returned (its last `next_events` returned none), and the
   /// kernel queue was empty when the loop last looked; false once an event came (more may be buffered).
   private var libraryDrained = false
-  /// The inotify descriptor was readable when `poll` last returned (or may be: it was not polled since).
+  /// The inotify descriptor was readable when `poll` last returned (or may be: it was not polled since). False
+  /// after a poll in a quiet, which leaves it out.
   private var inotifyReadable = true
   /// `poll`'s array, kept between turns (one allocation per wake-up was measurable at 64 presenter processes).
   private var polled: [pollfd] = []
@@ -226,6 +230,31 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
     state.withLock { $0.unmarked.append(body) }
     if pthread_equal(pthread_self(), threadID) == 0 { wake() }  // the loop marks what is unmarked on every turn
   }
+
+  /// The longest a quiet holds back the inotify queue, from its beginning.
+  package static let quietLimit: UInt64 = 10_000_000
+
+  /// Leaves the inotify queue unread while descriptors are served, until every quiet has ended or `quietLimit`
+  /// has passed since the first began. For a coordinated write announced to this process (its prepare): the
+  /// write's own events will be swallowed, and waking for them in the middle of the writer's access is waste — with
+  /// 64 presenter processes, the rename woke 64 watcher threads, and their turns took the writer's CPUs for as long
+  /// as the rest of its write. They are read after the finish, in the same wake-up. A quiet never extends
+  /// itself: under overlapping writes it lapses, and events are read as they come. Datagrams and this watcher's own
+  /// requests are served throughout.
+  package func beginQuiet() {
+    state.withLock { s in
+      if s.quiets == 0 { s.quietUntil = MonotonicClock.nanoseconds() + Self.quietLimit }
+      s.quiets += 1
+    }
+  }
+
+  /// Ends a quiet begun with `beginQuiet`. Events queued meanwhile are read on the loop's next turn.
+  package func endQuiet() {
+    state.withLock { s in s.quiets = max(0, s.quiets - 1) }
+  }
+
+  /// Quiets begun and not ended (for tests).
+  package var quietsUnderWay: Int { state.withLock { $0.quiets } }
 
   /// The bytes of events in the kernel's inotify queue (-1 when that cannot be told). The corresponding C function
   /// is `ioctl` with `FIONREAD`.
@@ -380,17 +409,31 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
   }
 
   /// Blocks until the inotify queue or a served descriptor is readable (at most until the next tick), and runs the
-  /// handlers of the readable descriptors.
+  /// handlers of the readable descriptors. In a quiet, the inotify queue is left out, and the wake pipe — which
+  /// otherwise wakes this thread through inotify — is polled itself (until the quiet lapses, at most).
   private func waitForInotifyOrReadables() {
     if polled.isEmpty {
-      polled = [pollfd(fd: inotifyFD, events: Int16(POLLIN), revents: 0)]
-      polled += readables.map { pollfd(fd: $0.fd, events: Int16(POLLIN), revents: 0) }
+      polled = readables.map { pollfd(fd: $0.fd, events: Int16(POLLIN), revents: 0) }
+      polled.append(pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0))
+      polled.append(pollfd(fd: inotifyFD, events: Int16(POLLIN), revents: 0))
     }
     for index in polled.indices { polled[index].revents = 0 }
-    guard case .success(let ready) = valueOrErrno({ Glibc.poll(&polled, nfds_t(polled.count), 1000) }), ready > 0
+    let quietUntil = state.withLock { $0.quiets > 0 ? $0.quietUntil : 0 }
+    let now = MonotonicClock.nanoseconds()
+    let quiet = quietUntil > now
+    let (pipe, queue) = (polled.count - 2, polled.count - 1)
+    polled[pipe].fd = quiet ? wakeRead : -1  // poll skips negative descriptors
+    polled[queue].fd = quiet ? -1 : inotifyFD
+    let timeout = quiet ? Int32((quietUntil - now) / 1_000_000 + 1) : 1000
+    guard case .success(let ready) = valueOrErrno({ Glibc.poll(&polled, nfds_t(polled.count), timeout) }), ready > 0
     else { return }
-    inotifyReadable = polled[0].revents != 0
-    for (readable, entry) in zip(readables, polled.dropFirst()) where entry.revents != 0 { readable.handler() }
+    inotifyReadable = polled[queue].revents != 0
+    if polled[pipe].revents != 0 {
+      // Drained here, the pipe stops waking the quiet poll; its queued IN_MODIFY later finds it empty.
+      var buffer = [UInt8](repeating: 0, count: 256)
+      while Glibc.read(wakeRead, &buffer, buffer.count) > 0 {}
+    }
+    for (readable, entry) in zip(readables, polled) where entry.revents != 0 { readable.handler() }
   }
 
   private func perform(_ request: Request) {

@@ -266,3 +266,44 @@ extension MessageTransportTests {
     setup.presenter.kill()
   }
 }
+
+extension MessageTransportTests {
+  /// A coordinated write announced to a process quiets its watcher: the inotify queue is left unread until the
+  /// write's finish (its own events are swallowed anyway), but only for `Watcher.quietLimit`. A writer that holds
+  /// its access longer must not hold back the process's other items: here another process holds a write of
+  /// `a.txt`, which this process presents, and this process must still hear an uncoordinated change of `b.txt`,
+  /// and must still be able to add a presenter (a watch request to the watcher thread, served through its wake
+  /// pipe) and hear a change of that item too — all while the write is held.
+  ///
+  /// Mutants: the quiet never lapses (`quietUntil` ignored in `Watcher.waitForInotifyOrReadables`): neither `b.txt`'s
+  /// nor `c.txt`'s change is heard while the write is held. No quiet begun by a write's prepare: `quietsUnderWay`
+  /// stays 0. (The wake pipe in the quiet poll only shortens a request's wait: every turn of the loop, a lapsed
+  /// poll's too, serves requests, so leaving it out delays them by up to `quietLimit` — not something a test without
+  /// timing can tell.)
+  @Test func aWriteHeldElsewhereNeverHoldsBackOtherItems() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let urls = ["a.txt", "b.txt", "c.txt"].map { container.documentsURL.appendingPathComponent($0) }
+    for url in urls { try Data("0".utf8).write(to: url) }
+    let (a, b, c) = (RecordingPresenter(url: urls[0]), RecordingPresenter(url: urls[1]), RecordingPresenter(url: urls[2]))
+    try FileCoordinator.addFilePresenter(a)
+    try FileCoordinator.addFilePresenter(b)
+    defer { for presenter in [a, b, c] { FileCoordinator.removeFilePresenter(presenter) } }
+    let holder = try Child(["hold", root.path, group, "write", "Documents/a.txt"])
+    defer { holder.kill() }
+    holder.waitForLine { $0 == "locked" }
+    #expect(a.events == ["relinquishToWriter coordinated"])
+    #expect(Watcher.shared.quietsUnderWay >= 1, "the write's prepare began no quiet")
+
+    try Data("1".utf8).write(to: urls[1])
+    #expect(b.waitFor(["didChange uncoordinated"]), "a change of another item was held back by the quiet")
+    try FileCoordinator.addFilePresenter(c)
+    try Data("1".utf8).write(to: urls[2])
+    #expect(c.waitFor(["didChange uncoordinated"]), "a presenter added during the quiet heard nothing")
+    #expect(holder.process.isRunning, "the write was no longer held: the test proves nothing")
+    #expect(a.events == ["relinquishToWriter coordinated"])
+    // The holder dies: the liveness tick finishes its access here, and `a.txt`'s presenter gets its item back.
+    holder.kill()
+    #expect(a.waitFor(["reacquire coordinated"]))
+  }
+}
