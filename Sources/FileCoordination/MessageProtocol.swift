@@ -619,10 +619,10 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
   func postAck(for prepare: CoordinationMessage) -> Bool {
     guard let slot = prepare.ackSlot, let token = prepare.ackToken else { return false }
     let sender = prepare.sender
-    let relative = ContainerPath.privateDirectory + "/inbox/\(sender)/" + AckBoard.fileName
     let remote = boards.withLock { boards -> MappedCounters? in
       if let known = boards[sender] { return known }
       // Only an existing board, beneath the container (never created here); MappedCounters refuses non-files.
+      let relative = ContainerPath.privateDirectory + "/inbox/\(sender)/" + AckBoard.fileName
       guard let fd = try? space.root.openFile(relative, .readWrite), let opened = try? MappedCounters(fd: fd)
       else { return nil }
       if boards.count >= 64 { boards.removeAll() }  // bounded: senders come and go

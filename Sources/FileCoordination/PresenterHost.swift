@@ -267,6 +267,10 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
 
   /// Called with `lock` held: the events for presenters this process still has, grouped, in order.
   private func group(_ events: [PresenterEvent]) -> [(Local, [PresenterEvent])] {
+    // The usual message is for one presenter: no dictionary then (one per message was measurable at 64 processes).
+    if let first = events.first?.presenter, events.allSatisfy({ $0.presenter == first }) {
+      return locals[first].map { [($0, events)] } ?? []
+    }
     var order: [String] = []
     var byID: [String: [PresenterEvent]] = [:]
     for event in events where locals[event.presenter] != nil {
