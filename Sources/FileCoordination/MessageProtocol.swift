@@ -743,10 +743,10 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
         "dropping a datagram of the inbox socket: a \(message.kind.rawValue) comes as a file")
       return
     }
-    dispatch(message)
+    dispatch(message, asDatagram: true)
   }
 
-  private func dispatch(_ message: CoordinationMessage) {
+  private func dispatch(_ message: CoordinationMessage, asDatagram: Bool = false) {
     if message.kind == .openURL || message.kind == .request {
       space.urlHandlers.receive(message)
     } else if message.kind == .ack {
@@ -755,7 +755,7 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
       condition.unlock()
       boardSignal.post()  // wakes the waiting sender
     } else {
-      space.host.receive(message)
+      space.host.receive(message, asDatagram: asDatagram)
     }
   }
 

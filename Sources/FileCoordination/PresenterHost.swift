@@ -31,6 +31,8 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
     var sender: ProcessName
     var purpose: String?
     var isWrite: Bool
+    /// Its prepare quieted the watcher (`Watcher.beginQuiet`): a write's, come as a datagram.
+    var quiets = false
     var reacquirers: [(Local, @Sendable () -> Void)] = []
   }
 
@@ -118,9 +120,10 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
 
   // MARK: Coordinated messages (watcher thread)
 
-  func receive(_ message: CoordinationMessage) {
+  /// `asDatagram`: it came on the inbox socket (its finish will too, unless the sender turns to files meanwhile).
+  func receive(_ message: CoordinationMessage, asDatagram: Bool) {
     switch message.kind {
-    case .prepare: prepare(message)
+    case .prepare: prepare(message, asDatagram: asDatagram)
     case .finish: finish(id: message.id, events: message.events, origin: origin(of: message))
     case .ack, .openURL, .request: break
     }
@@ -130,17 +133,20 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
     ChangeOrigin(processID: message.sender.pid, isCoordinated: true, purposeIdentifier: message.purpose)
   }
 
-  private func prepare(_ message: CoordinationMessage) {
+  private func prepare(_ message: CoordinationMessage, asDatagram: Bool) {
     let item = (try? ContainerPath(message.item)) ?? .root
+    // The write's own events will be swallowed: the watcher need not wake for them (its finish ends the quiet).
+    // Not for a prepare that came as a file: its finish will too, and files are read only from the inotify queue.
+    let quiets = message.isWrite && asDatagram
     let (groups, replaced) = lock.withLock { () -> ([(Local, [PresenterEvent])], Pending?) in
       let old = pending.updateValue(
-        Pending(item: item, sender: message.sender, purpose: message.purpose, isWrite: message.isWrite),
+        Pending(
+          item: item, sender: message.sender, purpose: message.purpose, isWrite: message.isWrite, quiets: quiets),
         forKey: message.id)
       return (group(message.events), old)
     }
-    // The write's own events will be swallowed: the watcher need not wake for them (its finish ends the quiet).
-    if replaced?.isWrite == true { Watcher.shared.endQuiet() }
-    if message.isWrite { Watcher.shared.beginQuiet() }
+    if replaced?.quiets == true { Watcher.shared.endQuiet() }
+    if quiets { Watcher.shared.beginQuiet() }
     guard message.needsAck else { return }
     let failures = FailureList(remaining: groups.count)
     let origin = origin(of: message)
@@ -212,15 +218,15 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
 
   /// Delivers the "after" callbacks and runs the reacquirers of message `id`.
   private func finish(id: String, events: [PresenterEvent], origin: ChangeOrigin) {
-    let (groups, reacquirers, written) = lock.withLock {
-      () -> ([(Local, [PresenterEvent])], [(Local, @Sendable () -> Void)], ContainerPath?) in
+    let (groups, reacquirers, written, quieted) = lock.withLock {
+      () -> ([(Local, [PresenterEvent])], [(Local, @Sendable () -> Void)], ContainerPath?, Bool) in
       let ended = pending.removeValue(forKey: id)
       let written = ended.flatMap { $0.isWrite ? $0.item : nil }
       if let written { finishedWrites[written, default: 0] += 1 }
-      return (group(events), ended?.reacquirers ?? [], written)
+      return (group(events), ended?.reacquirers ?? [], written, ended?.quiets == true)
     }
+    if quieted { Watcher.shared.endQuiet() }
     if let written {
-      Watcher.shared.endQuiet()
       Watcher.shared.afterQueuedEvents { [self] in
         lock.withLock {
           finishedWrites[written, default: 1] -= 1

@@ -285,7 +285,9 @@ extension MessageTransportTests {
     let container = try root.container(group)
     let urls = ["a.txt", "b.txt", "c.txt"].map { container.documentsURL.appendingPathComponent($0) }
     for url in urls { try Data("0".utf8).write(to: url) }
-    let (a, b, c) = (RecordingPresenter(url: urls[0]), RecordingPresenter(url: urls[1]), RecordingPresenter(url: urls[2]))
+    let (a, b, c) = (
+      RecordingPresenter(url: urls[0]), RecordingPresenter(url: urls[1]), RecordingPresenter(url: urls[2])
+    )
     try FileCoordinator.addFilePresenter(a)
     try FileCoordinator.addFilePresenter(b)
     defer { for presenter in [a, b, c] { FileCoordinator.removeFilePresenter(presenter) } }
@@ -305,5 +307,28 @@ extension MessageTransportTests {
     // The holder dies: the liveness tick finishes its access here, and `a.txt`'s presenter gets its item back.
     holder.kill()
     #expect(a.waitFor(["reacquire coordinated"]))
+  }
+
+  /// A write's prepare quiets the receiver's watcher only when it came on the socket. One that came as a file has a
+  /// finish that comes as a file too, and files are read from the inotify queue: a quiet would hold that finish
+  /// back until it lapsed. The presenter child prints how many quiets its watcher is in when it relinquishes.
+  ///
+  /// Mutant: every write's prepare quiets (`asDatagram` ignored in PresenterHost.prepare): the second write's
+  /// relinquish reports `quiets=1`.
+  @Test func onlyAPrepareOnTheSocketQuietsTheWatcher() throws {
+    let setup = try Setup(group, "q.txt", environment: ["GC_TEST_REPORT_QUIETS": "1"])
+    try setup.write(1)
+    let coordinator = FileCoordinator()
+    // Over the datagram limit: this write's prepare and finish go as files.
+    coordinator.purposeIdentifier = String(repeating: "p", count: MessageTransport.maxDatagramBytes)
+    try setup.write(1, from: 1, with: coordinator)
+    setup.presenter.waitForLine { _ in setup.presenter.output.filter { $0.hasPrefix("reacquire") }.count == 2 }
+    // Each write's prepare and finish (a finish was sent before its reacquire ran).
+    #expect(setup.sent == (datagrams: 2, files: 2))
+    let reported = setup.presenter.output.filter { $0.hasPrefix("relinquishToWriter") }.map {
+      $0.split(separator: " ").last
+    }
+    #expect(reported == ["quiets=1", "quiets=0"], "\(setup.presenter.output)")
+    setup.presenter.kill()
   }
 }

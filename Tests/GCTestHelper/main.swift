@@ -237,7 +237,9 @@ final class LinePresenter: FilePresenter, @unchecked Sendable {  // immutable
     reader { self.report("reacquire") }
   }
   func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
-    report("relinquishToWriter")
+    // With GC_TEST_REPORT_QUIETS set: how many quiets this process's watcher is in (the prepare began its own).
+    let quiets = getenv("GC_TEST_REPORT_QUIETS") != nil ? "quiets=\(Watcher.shared.quietsUnderWay)" : ""
+    report("relinquishToWriter", quiets)
     wait()
     writer { self.report("reacquire") }
   }
