@@ -71,6 +71,8 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
     /// Quiets begun and not ended (`beginQuiet`), and when the current one stops holding back the queue.
     var quiets = 0
     var quietUntil: UInt64 = 0
+    /// The inotify queue was polled since the last quiet began: only then may another begin.
+    var queuePolled = true
   }
 
   private let state = Mutex(State())
@@ -239,11 +241,16 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
   /// write's own events will be swallowed, and waking for them in the middle of the writer's access is waste — with
   /// 64 presenter processes, the rename woke 64 watcher threads, and their turns took the writer's CPUs for as long
   /// as the rest of its write. They are read after the finish, in the same wake-up. A quiet never extends
-  /// itself: under overlapping writes it lapses, and events are read as they come. Datagrams and this watcher's own
-  /// requests are served throughout.
+  /// itself: under overlapping writes it lapses, and events are read as they come. Nor does one begin before the
+  /// queue was polled since the last began: back-to-back writes bring one's finish and the next one's prepare in
+  /// the same turn, and quiet after quiet would leave the queue unread for as long as the writes go on. Datagrams
+  /// and this watcher's own requests are served throughout.
   package func beginQuiet() {
     state.withLock { s in
-      if s.quiets == 0 { s.quietUntil = MonotonicClock.nanoseconds() + Self.quietLimit }
+      if s.quiets == 0 && s.queuePolled {
+        s.quietUntil = MonotonicClock.nanoseconds() + Self.quietLimit
+        s.queuePolled = false
+      }
       s.quiets += 1
     }
   }
@@ -418,8 +425,14 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
       polled.append(pollfd(fd: inotifyFD, events: Int16(POLLIN), revents: 0))
     }
     for index in polled.indices { polled[index].revents = 0 }
-    let quietUntil = state.withLock { $0.quiets > 0 ? $0.quietUntil : 0 }
     let now = MonotonicClock.nanoseconds()
+    let quietUntil = state.withLock { s -> UInt64 in
+      guard s.quiets > 0 && s.quietUntil > now else {
+        s.queuePolled = true
+        return 0
+      }
+      return s.quietUntil
+    }
     let quiet = quietUntil > now
     let (pipe, queue) = (polled.count - 2, polled.count - 1)
     polled[pipe].fd = quiet ? wakeRead : -1  // poll skips negative descriptors

@@ -331,4 +331,30 @@ extension MessageTransportTests {
     #expect(reported == ["quiets=1", "quiets=0"], "\(setup.presenter.output)")
     setup.presenter.kill()
   }
+
+  /// Back-to-back writes bring one write's finish and the next one's prepare to the watcher in the same turn: a
+  /// quiet ends and the next begins without the inotify queue ever being polled. So a quiet begins only once the
+  /// queue was polled since the last began, and a process presenting an item that another process writes without
+  /// pause still hears an uncoordinated change of its other items while those writes go on.
+  ///
+  /// Whether a finish and the next prepare meet in one turn depends on timing here: a quiet begun whatever was
+  /// polled (no `queuePolled` in `Watcher.beginQuiet`) passed on this machine. The mutant is caught where the pairs
+  /// are made to meet: `WatcherReadablesTests.quietAfterQuietStillPollsTheQueue`.
+  @Test func backToBackWritesNeverStarveTheQueue() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let urls = ["a.txt", "b.txt"].map { container.documentsURL.appendingPathComponent($0) }
+    for url in urls { try Data("0".utf8).write(to: url) }
+    let (a, b) = (RecordingPresenter(url: urls[0]), RecordingPresenter(url: urls[1]))
+    try FileCoordinator.addFilePresenter(a)
+    try FileCoordinator.addFilePresenter(b)
+    defer { for presenter in [a, b] { FileCoordinator.removeFilePresenter(presenter) } }
+    let log = root.path + "/writes.log"
+    let writer = try Child(["access", root.path, group, "write", "Documents/a.txt", "1000000", "0", log])
+    defer { writer.kill() }
+    #expect(a.waitFor(Array(repeating: "relinquishToWriter coordinated", count: 20)), "the writes did not start")
+    try Data("1".utf8).write(to: urls[1])
+    #expect(b.waitFor(["didChange uncoordinated"]), "back-to-back writes of another item kept the queue unread")
+    #expect(writer.process.isRunning, "the writes stopped: the test proves nothing")
+  }
 }

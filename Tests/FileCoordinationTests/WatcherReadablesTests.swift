@@ -9,8 +9,9 @@ import Testing
 /// array is kept between turns, so it must follow every change of the served set — also a swap that keeps the count
 /// (the container made anew: a new inbox socket replaces the old one).
 ///
-/// Mutant this suite catches: the kept array made again only when the number of descriptors changes (no `didSet`
-/// on `Watcher.readables`): `aSwappedDescriptorIsServed`.
+/// Mutants this suite catches: the kept array made again only when the number of descriptors changes (no `didSet`
+/// on `Watcher.readables`): `aSwappedDescriptorIsServed`; a quiet begun whatever was polled since the last (no
+/// `queuePolled` in `Watcher.beginQuiet`): `quietAfterQuietStillPollsTheQueue`.
 @Suite(.timeLimit(.minutes(1))) struct WatcherReadablesTests {
   /// A non-blocking pipe whose read end counts what its handler read.
   final class Pipe: Sendable {
@@ -30,6 +31,11 @@ import Testing
     func drain() {
       var byte: UInt8 = 0
       while Glibc.read(read, &byte, 1) == 1 { got.withLock { $0 += 1 } }
+    }
+    /// Bytes written and not read yet (-1 when that cannot be told).
+    var unread: Int32 {
+      var bytes: Int32 = 0
+      return ioctl(read, UInt(FIONREAD), &bytes) == 0 ? bytes : -1
     }
     func send() {
       var byte: UInt8 = 1
@@ -58,5 +64,55 @@ import Testing
     #expect(
       becomesTrue { second.got.withLock { $0 } == 1 }, "the descriptor that took the first one's place was not served")
     withExtendedLifetime(first) {}
+  }
+
+  /// Back-to-back writes bring one write's finish and the next one's prepare to the watcher in the same turn: a
+  /// quiet ends and the next begins with the inotify queue unpolled in between. Here a served pipe plays the
+  /// inbox socket: every 2 ms it receives "fp" in one write (its handler ends a quiet, then begins one), while a
+  /// file is created in a watched directory. The event must still be heard while the pairs go on.
+  ///
+  /// Mutant: a quiet begins whatever was polled (no `queuePolled` in `Watcher.beginQuiet`): quiet after quiet,
+  /// each starting anew, and the event is not heard until the pairs stop.
+  @Test func quietAfterQuietStillPollsTheQueue() throws {
+    try Watcher.shared.start()
+    let root = try TestRoot()
+    let heard = Flag()
+    let watch = try Watcher.shared.watch(root.path) { event in
+      if event.name == "created" { heard.set() }
+    }
+    defer { Watcher.shared.cancel(watch) }
+    let inbox = try Pipe()
+    let token = Watcher.shared.watchReadable(inbox.read) {
+      var byte: UInt8 = 0
+      while Glibc.read(inbox.read, &byte, 1) == 1 {
+        if byte == UInt8(ascii: "p") { Watcher.shared.beginQuiet() } else { Watcher.shared.endQuiet() }
+      }
+    }
+    defer { Watcher.shared.cancel(token) }
+    let (stop, stopped) = (Flag(), Flag())
+    let feeder = Thread {
+      var pair: [UInt8] = Array("fp".utf8)
+      _ = Glibc.write(inbox.write, &pair[1], 1)
+      while !stop.isSet {
+        _ = Glibc.write(inbox.write, &pair, 2)
+        usleep(2_000)
+      }
+      _ = Glibc.write(inbox.write, &pair, 1)  // ends the last quiet
+      stopped.set()
+    }
+    feeder.start()
+    Thread.sleep(forTimeInterval: 0.1)
+    #expect(FileManager.default.createFile(atPath: root.path + "/created", contents: Data()))
+    #expect(becomesTrue(within: 5) { heard.isSet }, "quiet after quiet left the inotify queue unread")
+    stop.set()
+    #expect(becomesTrue { stopped.isSet })
+    // The last "f" is read before the pipe goes: every quiet this test began is ended.
+    #expect(becomesTrue { inbox.unread == 0 })
+  }
+
+  final class Flag: Sendable {
+    private let value = Mutex(false)
+    func set() { value.withLock { $0 = true } }
+    var isSet: Bool { value.withLock { $0 } }
   }
 }
