@@ -88,7 +88,6 @@ import Testing
         if byte == UInt8(ascii: "p") { Watcher.shared.beginQuiet() } else { Watcher.shared.endQuiet() }
       }
     }
-    defer { Watcher.shared.cancel(token) }
     let (stop, stopped) = (Flag(), Flag())
     let feeder = Thread {
       var pair: [UInt8] = Array("fp".utf8)
@@ -108,6 +107,11 @@ import Testing
     #expect(becomesTrue { stopped.isSet })
     // The last "f" is read before the pipe goes: every quiet this test began is ended.
     #expect(becomesTrue { inbox.unread == 0 })
+    // Cancelling is served on the watcher's next turn: the pipe stays open until then, so its descriptor number is
+    // not reused (and read by this handler) meanwhile.
+    Watcher.shared.cancel(token)
+    Thread.sleep(forTimeInterval: 0.2)
+    withExtendedLifetime(inbox) {}
   }
 
   final class Flag: Sendable {
