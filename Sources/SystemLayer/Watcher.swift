@@ -343,6 +343,12 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
     _ = Glibc.write(wakeWrite, &byte, 1)  // EAGAIN means a wake-up is already pending: fine.
   }
 
+  /// Reads whatever `wake()` wrote (the requests it announced are taken at the top of the loop).
+  private func drainWakePipe() {
+    var buffer = [UInt8](repeating: 0, count: 256)
+    while Glibc.read(wakeRead, &buffer, buffer.count) > 0 {}
+  }
+
   private func run(wakeWD: Int32) {
     var lastTick = MonotonicClock.nanoseconds()
     while true {
@@ -383,8 +389,7 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
       // Whatever the descriptors received before this event was read is handled before it.
       for readable in readables { readable.handler() }
       if wd == wakeWD {
-        var buffer = [UInt8](repeating: 0, count: 256)
-        while Glibc.read(wakeRead, &buffer, buffer.count) > 0 {}
+        drainWakePipe()
         continue
       }
       if event.mask & Self.ignored != 0, let bodies = markers.removeValue(forKey: wd) {
@@ -441,11 +446,8 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
     guard case .success(let ready) = valueOrErrno({ Glibc.poll(&polled, nfds_t(polled.count), timeout) }), ready > 0
     else { return }
     inotifyReadable = polled[queue].revents != 0
-    if polled[pipe].revents != 0 {
-      // Drained here, the pipe stops waking the quiet poll; its queued IN_MODIFY later finds it empty.
-      var buffer = [UInt8](repeating: 0, count: 256)
-      while Glibc.read(wakeRead, &buffer, buffer.count) > 0 {}
-    }
+    // Drained here, the pipe stops waking the quiet poll; its queued IN_MODIFY later finds it empty.
+    if polled[pipe].revents != 0 { drainWakePipe() }
     for (readable, entry) in zip(readables, polled) where entry.revents != 0 { readable.handler() }
   }
 
