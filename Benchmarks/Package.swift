@@ -32,11 +32,15 @@ let package = Package(
         // Not imported: listed so the benchmark build also builds `groupctl` (same configuration, same
         // directory), which the handshake benchmark runs as "the other process".
         .product(name: "groupctl", package: rootIdentity),
+        // Not imported either: the processes of the 64-process baseline, built beside the benchmark.
+        "gc-bench-answerer",
       ],
       path: "CoordinationBenchmarks",
       swiftSettings: [.swiftLanguageMode(.v6)],
       plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
     ),
+    // The other side of the 64-process baseline (BenchAnswerer/main.swift): no framework, Foundation only.
+    .executableTarget(name: "gc-bench-answerer", path: "BenchAnswerer", swiftSettings: [.swiftLanguageMode(.v6)]),
     .executableTarget(
       name: "DefaultsBenchmarks",
       dependencies: [

@@ -394,10 +394,13 @@ final class ChildFixture: @unchecked Sendable {  // vars: start/stop only (the r
   private static let registerExitHandler: Void = { atexit { killLeftoverChildren() } }()
 
   /// Starts `groupctl present <group> <item>`, or `groupctl <command…> --root <root>` (a command that prints
-  /// {"event":"ready","pid":…} once set up).
-  func start(group: String, item: String, root: String, command: [String]? = nil, quiet: Bool = false) throws {
+  /// {"event":"ready","pid":…} once set up); with `executable`, that program instead of `groupctl`.
+  func start(
+    group: String, item: String, root: String, command: [String]? = nil, quiet: Bool = false,
+    executable: String? = nil
+  ) throws {
     _ = Self.registerExitHandler
-    let groupctl = try locateGroupctl()
+    let groupctl = try executable ?? locateGroupctl()
     self.quiet = quiet
     if !quiet { FileHandle.standardError.write(Data("handshake: presenter is \(groupctl)\n".utf8)) }
     let script = """

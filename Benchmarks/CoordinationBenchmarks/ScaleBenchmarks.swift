@@ -7,6 +7,9 @@
 //   Scale: write presented by N processes (N=1/4/16/64) the same write while N `groupctl present --only reacquire`
 //                                                     processes present the item; measured once all have it back
 //   Scale: write presented by 64 processes (tmpfs)    the same in /dev/shm: what ext4 inode allocation costs
+//   Scale: 64 presenter processes vs the floor (paired) (and tmpfs)
+//                                                     the 64-process write and its floor without the framework
+//                                                     (`gc-bench-answerer`), both in each iteration
 //
 // The presenter rows with the message files of before: run the binary with GROUP_CONTAINER_INBOX_FILES_ONLY=1 (the
 // presenters bind no inbox socket, so every prepare and finish goes as a file: MessageTransport.swift).
@@ -154,6 +157,77 @@ func scaleBenchmarks(fast: Benchmark.Configuration, slow: Benchmark.Configuratio
     }
   }
 
+  // MARK: The 64-process handshake against its floor, paired
+
+  // The floor: what any implementation of Apple's API pays on this machine for the 64-process write. The writer asks
+  // 64 processes at once (one datagram each) and waits for all; each answers from an `OperationQueue`, as a
+  // presenter must (`presentedItemOperationQueue`), through a thread of its own that polls its socket
+  // (`gc-bench-answerer`); then the writer replaces the file under a flock. No messages to decode, no presenter
+  // records, no coordination state. Each iteration runs the floor and the framework's write (64 `groupctl present`
+  // processes, as above) one after the other, in alternating order, as custom metrics: this machine's speed swings
+  // by 2× within an hour, and paired the swing cancels out of the ratio.
+  for base in [nil, "/dev/shm"] as [String?] {
+    let crowd = RawCrowd(processes: 64, base: base)
+    let presented = ContainerFixture(
+      identifier: "group.bench.floor64", item: "Documents/p.txt", base: base)
+    let children = (0..<64).map { _ in ChildFixture() }
+    let floor = BenchmarkMetric.custom("floor (ns)", useScalingFactor: false)
+    let framework = BenchmarkMetric.custom("framework (ns)", useScalingFactor: false)
+    var pairedFloor = slow
+    pairedFloor.metrics += [floor, framework]
+    let name = "Scale: 64 presenter processes vs the floor (paired)" + (base == nil ? "" : " (tmpfs)")
+    Benchmark(name, configuration: pairedFloor) { benchmark in
+      let (coordinator, container, url) = try presented.parts()
+      var floorFirst = false
+      for _ in benchmark.scaledIterations {
+        floorFirst.toggle()
+        var floorTime = 0
+        var frameworkTime = 0
+        for step in floorFirst ? [0, 1] : [1, 0] {
+          if step == 0 {
+            let reacquired = crowd.children.map { $0.count("reacquire") }
+            let start = monotonicNanoseconds()
+            try crowd.askAllThenReplace()
+            floorTime = elapsed(start, monotonicNanoseconds())
+            try crowd.finish()
+            for (child, count) in zip(crowd.children, reacquired) {
+              try child.wait(for: "reacquire", count: count + 1)
+            }
+          } else {
+            let reacquired = children.map { $0.count("reacquire") }
+            let start = monotonicNanoseconds()
+            try coordinator.coordinate(writingItemAt: url) { try container.write(payload, to: $0) }
+            frameworkTime = elapsed(start, monotonicNanoseconds())
+            for (child, count) in zip(children, reacquired) { try child.wait(for: "reacquire", count: count + 1) }
+          }
+        }
+        benchmark.measurement(floor, floorTime)
+        benchmark.measurement(framework, frameworkTime)
+      }
+    } setup: {
+      try crowd.setUp()
+      try presented.setUp()
+      presented.coordinator?.presenterTimeout = .seconds(2)
+      presented.coordinator?.presenterTimeoutPolicy = .fail
+      do {
+        for child in children {
+          try child.start(
+            group: presented.identifier, item: presented.item, root: presented.root!,
+            command: ["present", presented.identifier, presented.item, "--only", "reacquire"], quiet: true)
+        }
+      } catch {
+        for child in children { child.stop() }
+        presented.tearDown()
+        crowd.tearDown()
+        throw error
+      }
+    } teardown: {
+      for child in children { child.stop() }
+      presented.tearDown()
+      crowd.tearDown()
+    }
+  }
+
   // MARK: tmpfs: the framework's own cost, without ext4's writeback
 
   let rawShm = RawFixture(base: "/dev/shm")
@@ -178,4 +252,125 @@ func scaleBenchmarks(fast: Benchmark.Configuration, slow: Benchmark.Configuratio
   } teardown: {
     shm.tearDown()
   }
+}
+
+/// The writer's side of the 64-process baseline: a datagram socket of its own, one connected socket per
+/// `gc-bench-answerer` process, and a `RawFixture` for the replace.
+final class RawCrowd: @unchecked Sendable {  // vars: set up, used and torn down by the runner in turn
+  let children: [ChildFixture]
+  private let base: String?
+  private let replace: RawFixture
+  private var root: String?
+  private var inbox: Int32 = -1
+  private var peers: [Int32] = []
+  private var token: UInt64 = 0
+
+  init(processes: Int, base: String?) {
+    children = (0..<processes).map { _ in ChildFixture() }
+    self.base = base
+    replace = RawFixture(base: base)
+  }
+
+  func setUp() throws {
+    do { try start() } catch {
+      tearDown()
+      throw error
+    }
+  }
+
+  private func start() throws {
+    try replace.setUp()
+    let root = try makeTemporaryRoot(base: base)
+    self.root = root
+    inbox = try Self.socket(bound: root + "/writer.sock")
+    // An answer missing for 2 s fails the benchmark instead of hanging it.
+    var timeout = timeval(tv_sec: 2, tv_usec: 0)
+    setsockopt(inbox, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    let answerer = try locateBesideBenchmark("gc-bench-answerer")
+    for (index, child) in children.enumerated() {
+      try child.start(group: "", item: "", root: root, command: ["\(index)"], quiet: true, executable: answerer)
+      peers.append(try Self.socket(connectedTo: root + "/a\(index).sock"))
+    }
+  }
+
+  func tearDown() {
+    for child in children { child.stop() }
+    for fd in peers + [inbox] where fd >= 0 { close(fd) }
+    peers = []
+    inbox = -1
+    replace.tearDown()
+    removeTree(root)
+    root = nil
+  }
+
+  /// Sends every process a prepare, waits until all have answered it, then replaces the file.
+  func askAllThenReplace() throws {
+    token += 1
+    try sendAll(kind: 1)
+    var answered = 0
+    var answer: UInt64 = 0
+    while answered < peers.count {
+      let count = recv(inbox, &answer, 8, 0)
+      if count == 8 && answer == token { answered += 1 }
+      if count < 0 && errno != EINTR {
+        throw BenchmarkSetupError("\(answered) of \(peers.count) answered: errno \(errno)")
+      }
+    }
+    try replace.lockedReplace()
+  }
+
+  /// Sends every process a finish (each prints "reacquire" from its queue).
+  func finish() throws { try sendAll(kind: 2) }
+
+  private func sendAll(kind: UInt8) throws {
+    var message = [UInt8](repeating: 0, count: 9)
+    withUnsafeBytes(of: token.littleEndian) { message.replaceSubrange(0..<8, with: $0) }
+    message[8] = kind
+    for peer in peers where send(peer, message, message.count, 0) != message.count {
+      throw BenchmarkSetupError("send: errno \(errno)")
+    }
+  }
+
+  private static func socket(bound path: String) throws -> Int32 {
+    let fd = Glibc.socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+    guard fd >= 0 else { throw BenchmarkSetupError("socket: errno \(errno)") }
+    guard withAddress(path, { bind(fd, $0, $1) }) == 0 else {
+      close(fd)
+      throw BenchmarkSetupError("bind \(path): errno \(errno)")
+    }
+    return fd
+  }
+
+  private static func socket(connectedTo path: String) throws -> Int32 {
+    let fd = Glibc.socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+    guard fd >= 0 else { throw BenchmarkSetupError("socket: errno \(errno)") }
+    guard withAddress(path, { connect(fd, $0, $1) }) == 0 else {
+      close(fd)
+      throw BenchmarkSetupError("connect \(path): errno \(errno)")
+    }
+    return fd
+  }
+
+  private static func withAddress<R>(_ path: String, _ body: (UnsafePointer<sockaddr>, socklen_t) -> R) -> R {
+    var address = sockaddr_un()
+    address.sun_family = sa_family_t(AF_UNIX)
+    withUnsafeMutableBytes(of: &address.sun_path) { raw in
+      for (offset, byte) in path.utf8.prefix(raw.count - 1).enumerated() { raw[offset] = byte }
+    }
+    return withUnsafePointer(to: &address) {
+      $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+    }
+  }
+}
+
+/// An executable built beside this benchmark (a dependency of its target, so the same configuration).
+func locateBesideBenchmark(_ name: String) throws -> String {
+  guard let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") else {
+    throw BenchmarkSetupError("cannot read /proc/self/exe")
+  }
+  let path = (exe as NSString).deletingLastPathComponent + "/" + name
+  guard FileManager.default.isExecutableFile(atPath: path) else {
+    throw BenchmarkSetupError("\(path) not found: build the benchmark package (its target depends on it)")
+  }
+  return path
 }
