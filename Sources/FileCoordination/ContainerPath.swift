@@ -38,6 +38,21 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
 
   /// Validates a relative path such as `Library/Preferences/x.plist`. A trailing `/` is allowed.
   public init(_ relative: String) throws(GroupContainerError) {
+    try Self.check(relative)
+    var components: [String] = []
+    var start = relative.utf8.startIndex
+    for index in relative.utf8.indices where relative.utf8[index] == UInt8(ascii: "/") {
+      components.append(String(Substring(relative.utf8[start..<index])))
+      start = relative.utf8.index(after: index)
+    }
+    if start != relative.utf8.endIndex { components.append(String(Substring(relative.utf8[start...]))) }
+    self.components = components
+    bytesHash = Self.hash(of: components)
+  }
+
+  /// Throws unless `relative` is a valid path (see `init(_:)`), without making one: a message's paths are checked
+  /// when it is decoded, and only those its receiver uses are made.
+  static func check(_ relative: String) throws(GroupContainerError) {
     guard !relative.isEmpty else { throw .invalidPath(relative, rule: "it is empty") }
     guard relative.utf8.count <= Self.maxPathBytes else {
       throw .invalidPath(String(relative.prefix(64)) + "…", rule: "it is longer than \(Self.maxPathBytes) bytes")
@@ -45,11 +60,14 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
     guard !relative.hasPrefix("/") else {
       throw .invalidPath(relative, rule: "absolute paths are not allowed; give a path relative to the container")
     }
-    var parts = relative.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false)
-    if parts.count > 1 && parts.last!.isEmpty { parts.removeLast() }
     // Checked on the bytes (each path of every message comes here; `String` comparison and Character iteration
-    // were most of it), and the bytes are what the kernel sees.
-    for part in parts {
+    // were most of it), and the bytes are what the kernel sees. A trailing `/` ends the last component.
+    let utf8 = relative.utf8
+    var start = utf8.startIndex
+    var first: Substring.UTF8View?
+    while start != utf8.endIndex {
+      let end = utf8[start...].firstIndex(of: UInt8(ascii: "/")) ?? utf8.endIndex
+      let part = utf8[start..<end]
       if part.isEmpty { throw .invalidPath(relative, rule: "it has an empty component ('//')") }
       if part.count <= 2 && part.allSatisfy({ $0 == UInt8(ascii: ".") }) {
         throw .invalidPath(relative, rule: "'.' and '..' components are not allowed")
@@ -58,12 +76,12 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
       if part.count > Self.maxComponentBytes {
         throw .invalidPath(relative, rule: "a component is longer than \(Self.maxComponentBytes) bytes")
       }
+      if first == nil { first = part }
+      start = end == utf8.endIndex ? end : utf8.index(after: end)
     }
-    if parts[0].elementsEqual(Self.privateDirectory.utf8) {
+    if let first, first.elementsEqual(Self.privateDirectory.utf8) {
       throw .invalidPath(relative, rule: "'.coordination' is the framework's private directory")
     }
-    components = parts.map { String(Substring($0)) }
-    bytesHash = Self.hash(of: components)
   }
 
   /// The path as `a/b/c` ("" for the root).

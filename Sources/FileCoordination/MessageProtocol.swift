@@ -4,7 +4,7 @@ import SystemLayer
 
 /// One callback a process must run on one of its presenters.
 struct PresenterEvent: Codable, Sendable, Hashable {
-  enum Kind: String, Codable, Sendable {
+  enum Kind: String, Codable, Sendable, CaseIterable {
     // Before the access (the sender waits for the ack).
     case relinquishToReader, relinquishToWriter, save, accommodateDeletion, accommodateSubitemDeletion
     // After it.
@@ -62,7 +62,7 @@ struct PresenterEvent: Codable, Sendable, Hashable {
 struct CoordinationMessage: Codable, Sendable {
   /// `openURL` asks a process's URL handler to open `url` (URLOpening.swift); its ack carries `opened`.
   /// `request` asks its request handler (app intents) to answer `request`; its ack carries `requestAnswer`.
-  enum Kind: String, Codable, Sendable { case prepare, finish, ack, openURL, request }
+  enum Kind: String, Codable, Sendable, CaseIterable { case prepare, finish, ack, openURL, request }
 
   static let formatVersion = 1
   static let maxBytes = 1 << 20
@@ -103,11 +103,24 @@ struct CoordinationMessage: Codable, Sendable {
   /// The message in `bytes`, validated; `fileName` is the inbox file it came in (nil: a datagram of the inbox
   /// socket, MessageTransport.swift), which must be the message's own.
   static func decode(_ bytes: [UInt8], fileName inbox: String?) throws(GroupContainerError) -> CoordinationMessage {
+    let decoded = bytes.withUnsafeBufferPointer { bytes in
+      Result { () throws(GroupContainerError) in
+        try decode(bytes, fileName: inbox)
+      }
+    }
+    return try decoded.get()
+  }
+
+  /// `decode(_:fileName:)` on bytes in place (a datagram, in the receive buffer).
+  static func decode(
+    _ bytes: UnsafeBufferPointer<UInt8>, fileName inbox: String?
+  ) throws(GroupContainerError) -> CoordinationMessage {
     let fileName = inbox ?? "a datagram"  // what errors name
     guard bytes.count <= maxBytes else { throw .corruptFile(fileName, reason: "message over \(maxBytes) bytes") }
     let message: CoordinationMessage
     do {
-      message = try MessageJSON.decode(bytes) ?? JSONDecoder().decode(CoordinationMessage.self, from: Data(bytes))
+      message =
+        try MessageJSON.decode(bytes) ?? JSONDecoder().decode(CoordinationMessage.self, from: Data(buffer: bytes))
     } catch {
       throw .corruptFile(fileName, reason: "message is not valid JSON of the expected shape")
     }
@@ -129,7 +142,7 @@ struct CoordinationMessage: Codable, Sendable {
         throw .corruptFile(fileName, reason: "ack slot \(slot) or its token is out of range")
       }
     }
-    if !message.item.isEmpty { _ = try ContainerPath(message.item) }
+    if !message.item.isEmpty { try ContainerPath.check(message.item) }
     if message.kind == .openURL {
       guard let url = message.url else { throw .corruptFile(fileName, reason: "an openURL message without a URL") }
       do { _ = try OpenURLRule.validate(url) } catch { throw .corruptFile(fileName, reason: error.description) }
@@ -147,8 +160,8 @@ struct CoordinationMessage: Codable, Sendable {
       }
     }
     for event in message.events {
-      if let path = event.path, !path.isEmpty { _ = try ContainerPath(path) }
-      if let path = event.newPath, !path.isEmpty { _ = try ContainerPath(path) }
+      if let path = event.path, !path.isEmpty { try ContainerPath.check(path) }
+      if let path = event.newPath, !path.isEmpty { try ContainerPath.check(path) }
       guard Self.sender(inID: event.presenter) != nil else {
         throw .corruptFile(fileName, reason: "message names an invalid presenter '\(event.presenter)'")
       }
@@ -248,12 +261,12 @@ enum MessageJSON {
   private static func hex(_ nibble: UInt8) -> UInt8 { nibble < 10 ? 48 + nibble : 87 + nibble }
 
   /// The message, or nil when this route does not take the bytes (JSONDecoder then decides).
-  static func decode(_ bytes: [UInt8]) -> CoordinationMessage? {
-    bytes.withUnsafeBufferPointer { buffer in
-      var reader = Reader(bytes: buffer)
-      return reader.message()
-    }
+  static func decode(_ bytes: UnsafeBufferPointer<UInt8>) -> CoordinationMessage? {
+    var reader = Reader(bytes: bytes)
+    return reader.message()
   }
+
+  static func decode(_ bytes: [UInt8]) -> CoordinationMessage? { bytes.withUnsafeBufferPointer { decode($0) } }
 
   private enum Value {
     case string(String), integer(String), bool(Bool), null
@@ -285,8 +298,7 @@ enum MessageJSON {
           id = value
         case "kind":
           bit = 1 << 2
-          guard case .string(let text)? = reader.scalar(), let value = CoordinationMessage.Kind(rawValue: text)
-          else { return false }
+          guard let value = reader.enumeration(CoordinationMessage.Kind.self) else { return false }
           kind = value
         case "sender":
           bit = 1 << 3
@@ -388,8 +400,7 @@ enum MessageJSON {
             presenter = value
           case "kind":
             bit = 2
-            guard case .string(let text)? = reader.scalar(), let value = PresenterEvent.Kind(rawValue: text)
-            else { return false }
+            guard let value = reader.enumeration(PresenterEvent.Kind.self) else { return false }
             kind = value
           case "path", "newPath":
             bit = key == "path" ? 4 : 8
@@ -430,8 +441,23 @@ enum MessageJSON {
       }
     }
 
+    /// A string naming a case of `T`, matched on its bytes (no `String` made); nil for any other value.
+    mutating func enumeration<T: CaseIterable & RawRepresentable>(_ type: T.Type) -> T? where T.RawValue == String {
+      guard let text = stringBytes() else { return nil }
+      return T.allCases.first { $0.rawValue.utf8.elementsEqual(text) }
+    }
+
     /// A string without escapes, as valid UTF-8 (an escape sends the message to JSONDecoder).
     mutating func string() -> String? {
+      guard let text = stringBytes() else { return nil }
+      // ASCII (nearly every string of a message) is valid UTF-8 as it stands; `String(validating:)` is generic over
+      // the encoding and was a sixth of decoding.
+      if text.allSatisfy({ $0 < 0x80 }) { return String(decoding: text, as: UTF8.self) }
+      return String(validating: text, as: UTF8.self)
+    }
+
+    /// The bytes of a string without escapes or control characters, between its quotes.
+    mutating func stringBytes() -> UnsafeBufferPointer<UInt8>? {
       guard take(UInt8(ascii: "\"")) else { return nil }
       let start = at
       while at < bytes.count, bytes[at] != UInt8(ascii: "\"") {
@@ -439,12 +465,8 @@ enum MessageJSON {
         at += 1
       }
       guard at < bytes.count else { return nil }
-      defer { at += 1 }
-      let text = UnsafeBufferPointer(rebasing: bytes[start..<at])
-      // ASCII (nearly every string of a message) is valid UTF-8 as it stands; `String(validating:)` is generic over
-      // the encoding and was a sixth of decoding.
-      if text.allSatisfy({ $0 < 0x80 }) { return String(decoding: text, as: UTF8.self) }
-      return String(validating: text, as: UTF8.self)
+      at += 1
+      return UnsafeBufferPointer(rebasing: bytes[start..<(at - 1)])
     }
 
     /// An integer as JSON writes it: an optional minus, then 0 or digits without a leading zero.
@@ -732,7 +754,7 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
 
   /// Decodes and dispatches one datagram of the inbox socket (only prepares and finishes come so). Runs on the
   /// watcher thread.
-  private func receive(datagram bytes: [UInt8]) {
+  private func receive(datagram bytes: UnsafeBufferPointer<UInt8>) {
     let message: CoordinationMessage
     do { message = try CoordinationMessage.decode(bytes, fileName: nil) } catch {
       CoordinationSpace.logger.error("dropping a datagram of the inbox socket: \(error)")

@@ -130,7 +130,7 @@ final class MessageTransport: @unchecked Sendable {
   /// gets each datagram's bytes there. A socket bound before (the container was made anew) is shut down — senders
   /// then connect again — and drained of what it already holds. Without a watcher that serves descriptors, or when
   /// binding fails, the process takes files.
-  func bind(in directory: SystemFD, deliver: @escaping @Sendable ([UInt8]) -> Void) {
+  func bind(in directory: SystemFD, deliver: @escaping @Sendable (UnsafeBufferPointer<UInt8>) -> Void) {
     guard Watcher.shared.servesDescriptors, Environment.value(Self.filesOnlyVariable) != "1" else { return }
     let socket: DatagramSocket?
     do { socket = try DatagramSocket.bind(Self.socketName, in: directory, mode: space.fileMode) } catch {
@@ -151,16 +151,17 @@ final class MessageTransport: @unchecked Sendable {
     retired.withLock { $0[ObjectIdentifier(old.socket)] = old.token }
   }
 
-  /// Hands every datagram waiting on `socket` to `deliver` (on the watcher thread). An empty one is dropped (only
+  /// Hands every datagram waiting on `socket` to `deliver` (on the watcher thread), in place in the receive
+  /// buffer. All of them before anything else: the order rules above count on it. An empty one is dropped (only
   /// a stranger sends one); a shut-down socket's `recv` says EAGAIN once empty, so the loop ends.
-  private func drain(_ socket: DatagramSocket, to deliver: @Sendable ([UInt8]) -> Void) {
+  private func drain(_ socket: DatagramSocket, to deliver: @Sendable (UnsafeBufferPointer<UInt8>) -> Void) {
     while let count = socket.receive(into: buffer) {
       guard count > 0 else { continue }
       guard count <= buffer.count else {
         CoordinationSpace.logger.error("dropping a datagram of \(count) bytes from \(socket.path): over the limit")
         continue
       }
-      deliver(Array(UnsafeRawBufferPointer(rebasing: buffer[..<count])))
+      deliver(UnsafeRawBufferPointer(rebasing: buffer[..<count]).assumingMemoryBound(to: UInt8.self))
     }
     if let token = retired.withLock({ $0.removeValue(forKey: ObjectIdentifier(socket)) }) {
       Watcher.shared.cancel(token)

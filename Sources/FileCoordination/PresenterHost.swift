@@ -176,43 +176,62 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
   ) {
     guard let event = events.first else { return done() }
     let rest = events.dropFirst()
-    let next: @Sendable () -> Void = { [self] in
-      runBefore(rest, on: local, messageID: messageID, origin: origin, failures: failures, done: done)
+    // The usual prepare has one event: its completion is the prepare's.
+    let next: @Sendable () -> Void
+    if rest.isEmpty {
+      next = done
+    } else {
+      next = { [self] in
+        runBefore(rest, on: local, messageID: messageID, origin: origin, failures: failures, done: done)
+      }
     }
-    let fail: @Sendable ((any Error)?) -> Void = { error in
+    let presenter = local.presenter
+    let space = space
+    local.presenter.presentedItemOperationQueue.addOperation { [self] in
+      ChangeOrigin.$current.withValue(origin) {
+        // Each completion handler is made only for the callback that takes it.
+        switch event.kind {
+        case .relinquishToReader:
+          presenter.relinquishPresentedItem(toReader: keeper(local, messageID: messageID, origin: origin, next: next))
+        case .relinquishToWriter:
+          presenter.relinquishPresentedItem(toWriter: keeper(local, messageID: messageID, origin: origin, next: next))
+        case .save: presenter.savePresentedItemChanges(completionHandler: Self.failer(failures, next: next))
+        case .accommodateDeletion:
+          presenter.accommodatePresentedItemDeletion(completionHandler: Self.failer(failures, next: next))
+        case .accommodateSubitemDeletion:
+          // Made here, for this event only: a file URL is a `stat` (is it a directory?), and every prepare came
+          // this way.
+          let subitem = space.url(for: event.path.flatMap { try? ContainerPath($0) } ?? local.item)
+          presenter.accommodatePresentedSubitemDeletion(
+            at: subitem, completionHandler: Self.failer(failures, next: next))
+        default: next()
+        }
+      }
+    }
+  }
+
+  /// The completion handler of a save or an accommodation: notes the error, if any, then `next`.
+  private static func failer(
+    _ failures: FailureList, next: @escaping @Sendable () -> Void
+  ) -> @Sendable ((any Error)?) -> Void {
+    { error in
       if let error { failures.list.withLock { $0.append(String(describing: error)) } }
       next()
     }
-    let keep: @Sendable ((@Sendable () -> Void)?) -> Void = { [self] reacquirer in
+  }
+
+  /// The completion handler of a relinquish: keeps the reacquirer for the finish of `messageID`, then `next`.
+  private func keeper(
+    _ local: Local, messageID: String, origin: ChangeOrigin, next: @escaping @Sendable () -> Void
+  ) -> @Sendable ((@Sendable () -> Void)?) -> Void {
+    { [self] reacquirer in
       if let reacquirer {
-        let stored = lock.withLock { () -> Bool in
-          guard pending[messageID] != nil else { return false }
-          pending[messageID]!.reacquirers.append((local, reacquirer))
-          return true
-        }
+        let stored = lock.withLock { pending[messageID]?.reacquirers.append((local, reacquirer)) != nil }
         // An answer after the sender's timeout can come after its finish: the access is over, so the
         // reacquirer runs now (Apple always runs it; a presenter paused until it reacquires would stay paused).
         if !stored { runReacquirers([(local, reacquirer)], origin: origin) }
       }
       next()
-    }
-    let presenter = local.presenter
-    let space = space
-    local.presenter.presentedItemOperationQueue.addOperation {
-      ChangeOrigin.$current.withValue(origin) {
-        switch event.kind {
-        case .relinquishToReader: presenter.relinquishPresentedItem(toReader: keep)
-        case .relinquishToWriter: presenter.relinquishPresentedItem(toWriter: keep)
-        case .save: presenter.savePresentedItemChanges(completionHandler: fail)
-        case .accommodateDeletion: presenter.accommodatePresentedItemDeletion(completionHandler: fail)
-        case .accommodateSubitemDeletion:
-          // Made here, for this event only: a file URL is a `stat` (is it a directory?), and every prepare came
-          // this way.
-          let subitem = space.url(for: event.path.flatMap { try? ContainerPath($0) } ?? local.item)
-          presenter.accommodatePresentedSubitemDeletion(at: subitem, completionHandler: fail)
-        default: next()
-        }
-      }
     }
   }
 

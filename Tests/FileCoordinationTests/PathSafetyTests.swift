@@ -225,7 +225,8 @@ import Testing
   @Test func aRenameElsewhereNeverFailsALookupThroughDotDot() throws {
     let root = try TestRoot()
     let container = try root.container(Self.group)
-    try FileManager.default.createSymbolicLink(atPath: container.path + "/Documents/relative", withDestinationPath: "../Library")
+    try FileManager.default.createSymbolicLink(
+      atPath: container.path + "/Documents/relative", withDestinationPath: "../Library")
     let directory = try container.directory()
     let scratch = root.path + "/scratch"
     try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
@@ -310,6 +311,43 @@ import Testing
 ///   (`aLongNameOfEmojiWrites`).
 /// - no sweep at container open (`tempFilesOfAKilledWriterAreSwept`).
 /// - a sweep that ignores liveness: the live writer's temp file goes too (same test).
+/// The path rule, read on bytes in one pass (`ContainerPath.check`, which `init` and message decoding use), against
+/// a plain statement of it over every string of up to five of `a`, `.`, `/`, NUL and `é`, and a few long ones.
+///
+/// Mutants this suite catches: `check` without its `.`/`..` test, or checking `.coordination` on every component;
+/// `init` dropping the last component. `check` without its empty-component test lives (an equivalent mutant: the
+/// `.`/`..` test refuses an empty component too, with a worse message).
+@Suite struct PathRuleTests {
+  /// The rule as the docs state it, component by component on `String`s.
+  static func reference(_ path: String) -> [String]? {
+    guard !path.isEmpty, path.utf8.count <= ContainerPath.maxPathBytes, !path.hasPrefix("/") else { return nil }
+    var parts = path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+    if parts.count > 1 && parts.last == "" { parts.removeLast() }
+    let valid = parts.allSatisfy {
+      !$0.isEmpty && $0 != "." && $0 != ".." && !$0.utf8.contains(0)
+        && $0.utf8.count <= ContainerPath.maxComponentBytes
+    }
+    return valid && parts[0] != ".coordination" ? parts : nil
+  }
+
+  @Test func theOnePassReadingIsTheRule() {
+    var paths = [""]
+    for _ in 0..<5 { paths += paths.flatMap { path in ["a", ".", "/", "\0", "é"].map { path + $0 } } }
+    paths += [
+      ".coordination", ".coordination/x", "a/.coordination", ".coordinationx/y", String(repeating: "x", count: 255),
+      String(repeating: "x", count: 256), "a/" + String(repeating: "é", count: 128),
+      String(repeating: "a/", count: 2048),
+      String(repeating: "a/", count: 2049),
+    ]
+    for path in Set(paths) {
+      let expected = Self.reference(path)
+      let parsed = try? ContainerPath(path)
+      #expect(parsed?.components == expected, "\(path.debugDescription)")
+      #expect(((try? ContainerPath.check(path)) != nil) == (expected != nil), "\(path.debugDescription)")
+    }
+  }
+}
+
 @Suite struct TemporaryFileTests {
   /// Temp names are built by hand in one string: the same name as the interpolation they replace, the writer
   /// readable back by the sweeper, never over NAME_MAX.
