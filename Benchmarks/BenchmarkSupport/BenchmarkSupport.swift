@@ -1,6 +1,7 @@
 // What both benchmark targets share: temp roots, errors, and finding groupctl.
 import Foundation
 import Glibc
+import Synchronization
 
 public struct BenchmarkSetupError: Error, CustomStringConvertible {
   public var description: String
@@ -14,15 +15,25 @@ public let temporaryBase: String = {
   return base.hasPrefix("/") ? base : "/tmp"
 }()
 
-/// A fresh directory `<base>/gc-bench-XXXXXX` (`base` defaults to `temporaryBase`).
+/// A fresh directory `<base>/gc-bench-XXXXXX` (`base` defaults to `temporaryBase`), removed again when this
+/// process exits.
 public func makeTemporaryRoot(base: String? = nil) throws -> String {
   let base = base ?? temporaryBase
   var template = Array("\(base)/gc-bench-XXXXXX".utf8CString)
   guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
     throw BenchmarkSetupError("mkdtemp in \(base) failed: errno \(errno)")
   }
-  return String(cString: made)
+  let root = String(cString: made)
+  _ = removeRootsAtExit
+  madeRoots.withLock { $0.append(root) }
+  return root
 }
+
+/// Every root made, for the exit handler: a teardown's removal does not last while this process still has the
+/// container open — the framework makes a removed container's layout again (its liveness tick notices), which
+/// left hundreds of `gc-bench-*` directories in /tmp.
+private let madeRoots = Mutex<[String]>([])
+private let removeRootsAtExit: Void = { atexit { for root in madeRoots.withLock({ $0 }) { removeTree(root) } } }()
 
 public func removeTree(_ path: String?) {
   guard let path, path.hasPrefix(temporaryBase + "/gc-bench-") || path.hasPrefix("/dev/shm/gc-bench-") else { return }
