@@ -135,22 +135,7 @@ func scaleBenchmarks(fast: Benchmark.Configuration, slow: Benchmark.Configuratio
         for (child, count) in zip(children, reacquired) { try child.wait(for: "reacquire", count: count + 1) }
       }
     } setup: {
-      try presented.setUp()
-      presented.coordinator?.presenterTimeout = .seconds(2)
-      presented.coordinator?.presenterTimeoutPolicy = .fail
-      do {
-        for child in children {
-          // Each prints only its "reacquire" lines (what the loop counts): a line per callback would put the
-          // formatting and 64 pipe reads of this process inside the measured handshake.
-          try child.start(
-            group: presented.identifier, item: presented.item, root: presented.root!,
-            command: ["present", presented.identifier, presented.item, "--only", "reacquire"], quiet: true)
-        }
-      } catch {
-        for child in children { child.stop() }
-        presented.tearDown()
-        throw error
-      }
+      try present(presented, by: children)
     } teardown: {
       for child in children { child.stop() }
       presented.tearDown()
@@ -206,18 +191,7 @@ func scaleBenchmarks(fast: Benchmark.Configuration, slow: Benchmark.Configuratio
       }
     } setup: {
       try crowd.setUp()
-      try presented.setUp()
-      presented.coordinator?.presenterTimeout = .seconds(2)
-      presented.coordinator?.presenterTimeoutPolicy = .fail
-      do {
-        for child in children {
-          try child.start(
-            group: presented.identifier, item: presented.item, root: presented.root!,
-            command: ["present", presented.identifier, presented.item, "--only", "reacquire"], quiet: true)
-        }
-      } catch {
-        for child in children { child.stop() }
-        presented.tearDown()
+      do { try present(presented, by: children) } catch {
         crowd.tearDown()
         throw error
       }
@@ -254,6 +228,27 @@ func scaleBenchmarks(fast: Benchmark.Configuration, slow: Benchmark.Configuratio
   }
 }
 
+/// Sets up `presented` and starts `children` presenting its item, each a `groupctl present` that answers at once;
+/// on failure, stops them and tears it down.
+func present(_ presented: ContainerFixture, by children: [ChildFixture]) throws {
+  try presented.setUp()
+  presented.coordinator?.presenterTimeout = .seconds(2)
+  presented.coordinator?.presenterTimeoutPolicy = .fail
+  do {
+    for child in children {
+      // Each prints only its "reacquire" lines (what the loops count): a line per callback would put the
+      // formatting and 64 pipe reads of this process inside the measured handshake.
+      try child.start(
+        group: presented.identifier, item: presented.item, root: presented.root!,
+        command: ["present", presented.identifier, presented.item, "--only", "reacquire"], quiet: true)
+    }
+  } catch {
+    for child in children { child.stop() }
+    presented.tearDown()
+    throw error
+  }
+}
+
 /// The writer's side of the 64-process baseline: a datagram socket of its own, one connected socket per
 /// `gc-bench-answerer` process, and a `RawFixture` for the replace.
 final class RawCrowd: @unchecked Sendable {  // vars: set up, used and torn down by the runner in turn
@@ -282,14 +277,14 @@ final class RawCrowd: @unchecked Sendable {  // vars: set up, used and torn down
     try replace.setUp()
     let root = try makeTemporaryRoot(base: base)
     self.root = root
-    inbox = try Self.socket(bound: root + "/writer.sock")
+    inbox = try Self.socket(root + "/writer.sock")
     // An answer missing for 2 s fails the benchmark instead of hanging it.
     var timeout = timeval(tv_sec: 2, tv_usec: 0)
     setsockopt(inbox, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
     let answerer = try locateBesideBenchmark("gc-bench-answerer")
     for (index, child) in children.enumerated() {
       try child.start(group: "", item: "", root: root, command: ["\(index)"], quiet: true, executable: answerer)
-      peers.append(try Self.socket(connectedTo: root + "/a\(index).sock"))
+      peers.append(try Self.socket(root + "/a\(index).sock", connect: true))
     }
   }
 
@@ -331,22 +326,13 @@ final class RawCrowd: @unchecked Sendable {  // vars: set up, used and torn down
     }
   }
 
-  private static func socket(bound path: String) throws -> Int32 {
+  /// A datagram socket bound to `path` (`connect` false) or connected to it.
+  private static func socket(_ path: String, connect: Bool = false) throws -> Int32 {
     let fd = Glibc.socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
     guard fd >= 0 else { throw BenchmarkSetupError("socket: errno \(errno)") }
-    guard withAddress(path, { bind(fd, $0, $1) }) == 0 else {
+    guard withAddress(path, { connect ? Glibc.connect(fd, $0, $1) : bind(fd, $0, $1) }) == 0 else {
       close(fd)
-      throw BenchmarkSetupError("bind \(path): errno \(errno)")
-    }
-    return fd
-  }
-
-  private static func socket(connectedTo path: String) throws -> Int32 {
-    let fd = Glibc.socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-    guard fd >= 0 else { throw BenchmarkSetupError("socket: errno \(errno)") }
-    guard withAddress(path, { connect(fd, $0, $1) }) == 0 else {
-      close(fd)
-      throw BenchmarkSetupError("connect \(path): errno \(errno)")
+      throw BenchmarkSetupError("\(connect ? "connect" : "bind") \(path): errno \(errno)")
     }
     return fd
   }
