@@ -39,8 +39,11 @@ let package = Package(
       swiftSettings: [.swiftLanguageMode(.v6)],
       plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
     ),
-    // The other side of the 64-process baseline (BenchAnswerer/main.swift): no framework, Foundation only.
-    .executableTarget(name: "gc-bench-answerer", path: "BenchAnswerer", swiftSettings: [.swiftLanguageMode(.v6)]),
+    // The other side of the 64-process baseline (BenchAnswerer/main.swift): no framework, Foundation only (and
+    // BenchmarkSupport for its socket address).
+    .executableTarget(
+      name: "gc-bench-answerer", dependencies: ["BenchmarkSupport"], path: "BenchAnswerer",
+      swiftSettings: [.swiftLanguageMode(.v6)]),
     .executableTarget(
       name: "DefaultsBenchmarks",
       dependencies: [

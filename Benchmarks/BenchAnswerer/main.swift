@@ -8,6 +8,7 @@
 // is answered from an `OperationQueue` of one operation at a time, the hop Apple's API requires of a presenter
 // (`presentedItemOperationQueue`): the token goes back to the writer's socket. A finish (kind 2) prints
 // {"event":"reacquire"} from that queue, the line the framework's benchmark presenters print. Runs until killed.
+import BenchmarkSupport
 import Foundation
 
 #if canImport(Glibc)
@@ -19,24 +20,6 @@ func fail(_ message: String) -> Never {
   exit(1)
 }
 
-func address(_ path: String) -> sockaddr_un {
-  var address = sockaddr_un()
-  address.sun_family = sa_family_t(AF_UNIX)
-  let bytes = Array(path.utf8)
-  guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { fail("socket path too long: \(path)") }
-  withUnsafeMutableBytes(of: &address.sun_path) { raw in
-    for (offset, byte) in bytes.enumerated() { raw[offset] = byte }
-  }
-  return address
-}
-
-func withAddress<R>(_ path: String, _ body: (UnsafePointer<sockaddr>, socklen_t) -> R) -> R {
-  var address = address(path)
-  return withUnsafePointer(to: &address) {
-    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-  }
-}
-
 let arguments = CommandLine.arguments
 guard arguments.count == 4, arguments[2] == "--root", let index = Int(arguments[1]) else {
   fail("usage: gc-bench-answerer <index> --root <directory>")
@@ -45,8 +28,10 @@ let directory = arguments[3]
 let inbox = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
 let reply = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
 guard inbox >= 0, reply >= 0 else { fail("socket: errno \(errno)") }
-guard withAddress(directory + "/a\(index).sock", { bind(inbox, $0, $1) }) == 0 else { fail("bind: errno \(errno)") }
-guard withAddress(directory + "/writer.sock", { connect(reply, $0, $1) }) == 0 else {
+guard withUnixSocketAddress(directory + "/a\(index).sock", { bind(inbox, $0, $1) }) == 0 else {
+  fail("bind: errno \(errno)")
+}
+guard withUnixSocketAddress(directory + "/writer.sock", { connect(reply, $0, $1) }) == 0 else {
   fail("connect: errno \(errno)")
 }
 

@@ -62,3 +62,17 @@ public func locateGroupctl() throws -> String {
   }
   return found
 }
+
+/// Calls `body` with the Unix socket address of `path` (for `bind` and `connect`); nil when `path` does not fit.
+public func withUnixSocketAddress<R>(_ path: String, _ body: (UnsafePointer<sockaddr>, socklen_t) -> R) -> R? {
+  var address = sockaddr_un()
+  address.sun_family = sa_family_t(AF_UNIX)
+  let bytes = Array(path.utf8)
+  guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return nil }
+  withUnsafeMutableBytes(of: &address.sun_path) { raw in
+    for (offset, byte) in bytes.enumerated() { raw[offset] = byte }
+  }
+  return withUnsafePointer(to: &address) {
+    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+  }
+}

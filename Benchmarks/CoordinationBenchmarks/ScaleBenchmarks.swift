@@ -330,22 +330,11 @@ final class RawCrowd: @unchecked Sendable {  // vars: set up, used and torn down
   private static func socket(_ path: String, connect: Bool = false) throws -> Int32 {
     let fd = Glibc.socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
     guard fd >= 0 else { throw BenchmarkSetupError("socket: errno \(errno)") }
-    guard withAddress(path, { connect ? Glibc.connect(fd, $0, $1) : bind(fd, $0, $1) }) == 0 else {
+    guard withUnixSocketAddress(path, { connect ? Glibc.connect(fd, $0, $1) : bind(fd, $0, $1) }) == 0 else {
       close(fd)
       throw BenchmarkSetupError("\(connect ? "connect" : "bind") \(path): errno \(errno)")
     }
     return fd
-  }
-
-  private static func withAddress<R>(_ path: String, _ body: (UnsafePointer<sockaddr>, socklen_t) -> R) -> R {
-    var address = sockaddr_un()
-    address.sun_family = sa_family_t(AF_UNIX)
-    withUnsafeMutableBytes(of: &address.sun_path) { raw in
-      for (offset, byte) in path.utf8.prefix(raw.count - 1).enumerated() { raw[offset] = byte }
-    }
-    return withUnsafePointer(to: &address) {
-      $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-    }
   }
 }
 
