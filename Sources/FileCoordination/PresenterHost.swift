@@ -253,40 +253,49 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
         }
       }
     }
-    for (local, events) in groups {
-      for event in events { deliverAfter(event, to: local, origin: origin) }
+    // One operation per presenter: its "after" callbacks, then its reacquirers (an operation each was a twentieth
+    // of a presenter process's CPU with 64 of them).
+    var work: [(Local, [@Sendable () -> Void])] = groups.map { local, events in
+      (local, events.compactMap { afterCallback($0, to: local) })
     }
-    runReacquirers(reacquirers, origin: origin)
+    for (local, reacquirer) in reacquirers {
+      if let index = work.firstIndex(where: { $0.0 === local }) {
+        work[index].1.append(reacquirer)
+      } else {
+        work.append((local, [reacquirer]))
+      }
+    }
+    for (local, bodies) in work where !bodies.isEmpty { run(bodies, on: local, origin: origin) }
   }
 
   private func runReacquirers(_ reacquirers: [(Local, @Sendable () -> Void)], origin: ChangeOrigin) {
-    for (local, reacquirer) in reacquirers {
-      local.presenter.presentedItemOperationQueue.addOperation {
-        ChangeOrigin.$current.withValue(origin) { reacquirer() }
-      }
+    for (local, reacquirer) in reacquirers { run([reacquirer], on: local, origin: origin) }
+  }
+
+  /// Runs `bodies` in order, in one operation of the presenter's queue, as coordinated by `origin`.
+  private func run(_ bodies: [@Sendable () -> Void], on local: Local, origin: ChangeOrigin) {
+    local.presenter.presentedItemOperationQueue.addOperation {
+      ChangeOrigin.$current.withValue(origin) { for body in bodies { body() } }
     }
   }
 
-  private func deliverAfter(_ event: PresenterEvent, to local: Local, origin: ChangeOrigin) {
+  /// The "after" callback `event` asks of `local`'s presenter (a `didMove` moves its record now).
+  private func afterCallback(_ event: PresenterEvent, to local: Local) -> (@Sendable () -> Void)? {
     let presenter = local.presenter
     let path = event.path.flatMap { try? ContainerPath($0) }
     let newPath = event.newPath.flatMap { try? ContainerPath($0) }
     if event.kind == .didMove, let path { move(local, to: path) }
     let space = space
-    presenter.presentedItemOperationQueue.addOperation {
-      ChangeOrigin.$current.withValue(origin) {
-        switch event.kind {
-        case .didChange: presenter.presentedItemDidChange()
-        case .didMove: if let path { presenter.presentedItemDidMove(to: space.url(for: path)) }
-        case .subitemDidAppear: if let path { presenter.presentedSubitemDidAppear(at: space.url(for: path)) }
-        case .subitemDidChange: if let path { presenter.presentedSubitemDidChange(at: space.url(for: path)) }
-        case .subitemDidMove:
-          if let path, let newPath {
-            presenter.presentedSubitem(at: space.url(for: path), didMoveTo: space.url(for: newPath))
-          }
-        default: break
-        }
-      }
+    if event.kind == .didChange { return { presenter.presentedItemDidChange() } }
+    guard let path else { return nil }
+    switch event.kind {
+    case .didMove: return { presenter.presentedItemDidMove(to: space.url(for: path)) }
+    case .subitemDidAppear: return { presenter.presentedSubitemDidAppear(at: space.url(for: path)) }
+    case .subitemDidChange: return { presenter.presentedSubitemDidChange(at: space.url(for: path)) }
+    case .subitemDidMove:
+      guard let newPath else { return nil }
+      return { presenter.presentedSubitem(at: space.url(for: path), didMoveTo: space.url(for: newPath)) }
+    default: return nil
     }
   }
 

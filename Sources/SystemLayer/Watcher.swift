@@ -66,7 +66,7 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
     var overflowHandlers: [Token: @Sendable () -> Void] = [:]
     var tickHandlers: [Token: @Sendable () -> Void] = [:]
     var stallUntil: UInt64 = 0
-    /// `afterQueuedEvents` bodies waiting for their marker to be queued.
+    /// `afterQueuedEvents` bodies not yet taken by the watcher thread.
     var unmarked: [@Sendable () -> Void] = []
     /// Quiets begun and not ended (`beginQuiet`), and when the current one stops holding back the queue.
     var quiets = 0
@@ -97,6 +97,10 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
   private let markerPath: String
   /// Bodies by the watch descriptor of their marker (owned by the watcher thread).
   private var markers: [Int32: [@Sendable () -> Void]] = [:]
+  /// `afterQueuedEvents` bodies taken by the watcher thread, waiting to see the queue empty (or for their marker,
+  /// once `markerDelay` has passed since the first was taken).
+  private var drainWaiters: [@Sendable () -> Void] = []
+  private var drainWaitersSince: UInt64 = 0
   /// The library holds no event it has read and not returned (its last `next_events` returned none), and the
   /// kernel queue was empty when the loop last looked; false once an event came (more may be buffered).
   private var libraryDrained = false
@@ -215,22 +219,26 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
     return token
   }
 
-  /// Runs `body` on the watcher thread once every inotify event queued now has been handled: a marker — a watch
-  /// added to a pipe nobody else watches and removed at once — queues `IN_IGNORED` with a watch descriptor of its
-  /// own behind them (descriptors are never reused soon), and `body` runs when the loop reads it. A message
-  /// received on a datagram socket may have been sent after a change whose event is still queued; what the message
-  /// ends (a write's suppression of its own events, PresenterHost) ends only then. After a queue overflow, or when
-  /// no marker can be made, bodies run at once (the handlers rescan anyway).
+  /// Runs `body` on the watcher thread once every inotify event queued now has been handled. The loop then reads
+  /// the queue until it finds it empty — the library's buffer drained and nothing in the kernel's queue — and runs
+  /// `body`: every event queued before has been handled by then. Should the queue not empty for `markerDelay` (a
+  /// steady stream of events), a marker — a watch added to a pipe nobody else watches and removed at once —
+  /// queues `IN_IGNORED` with a watch descriptor of its own behind them (descriptors are never reused soon), and
+  /// `body` runs when the loop reads it. (A marker per write's finish, two system calls that walk `/proc`, was a
+  /// tenth of a presenter process's CPU with 64 of them.) A message received on a datagram socket may have been
+  /// sent after a change whose event is still queued; what the message ends (a write's suppression of its own
+  /// events, PresenterHost) ends only then. After a queue overflow, or when no marker can be made, bodies run at
+  /// once (the handlers rescan anyway).
   package func afterQueuedEvents(_ body: @escaping @Sendable () -> Void) {
     guard startError == nil else { return body() }  // no events to wait for
     // Called from a descriptor's handler after `poll` (the usual case: the events of the write a finish ends woke
     // this thread before the finish came), with nothing buffered in the library and nothing in the kernel's queue:
-    // every event queued so far has been handled, so no marker is needed.
+    // every event queued so far has been handled: nothing to wait for.
     if pthread_equal(pthread_self(), threadID) != 0 && libraryDrained && inotifyFD >= 0 && queuedBytes() == 0 {
       return body()
     }
     state.withLock { $0.unmarked.append(body) }
-    if pthread_equal(pthread_self(), threadID) == 0 { wake() }  // the loop marks what is unmarked on every turn
+    if pthread_equal(pthread_self(), threadID) == 0 { wake() }  // the loop takes it on its next turn
   }
 
   /// The longest a quiet holds back the inotify queue, from its beginning.
@@ -270,13 +278,37 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
     return ioctl(inotifyFD, UInt(FIONREAD), &bytes) == 0 ? bytes : -1
   }
 
-  /// One marker for everything `afterQueuedEvents` got since the last (on the watcher thread).
-  private func placeMarker() {
+  /// How long `afterQueuedEvents` bodies wait for the queue to be seen empty before they get a marker.
+  static let markerDelay: UInt64 = 5_000_000
+
+  /// Takes what `afterQueuedEvents` got since the last turn, before the queue is next looked at (on the watcher
+  /// thread); bodies that waited `markerDelay` get a marker.
+  private func takeDrainWaiters(now: UInt64) {
     let bodies = state.withLock { s in
       defer { s.unmarked.removeAll() }
       return s.unmarked
     }
-    guard !bodies.isEmpty else { return }
+    if !bodies.isEmpty {
+      if drainWaiters.isEmpty { drainWaitersSince = now }
+      drainWaiters += bodies
+    }
+    if !drainWaiters.isEmpty && now &- drainWaitersSince >= Self.markerDelay {
+      placeMarker(for: drainWaiters)
+      drainWaiters = []
+    }
+  }
+
+  /// Runs the waiting bodies if the kernel's queue is empty; call only when the library holds no event
+  /// (`libraryDrained`): then every event queued before they were taken has been handled.
+  private func queueSeenEmpty() {
+    guard !drainWaiters.isEmpty, queuedBytes() == 0 else { return }
+    let bodies = drainWaiters
+    drainWaiters = []
+    for body in bodies { body() }
+  }
+
+  /// One marker for `bodies` (on the watcher thread).
+  private func placeMarker(for bodies: [@Sendable () -> Void]) {
     var wd: Int32 = -1
     if inotifytools_watch_file(markerPath, Int32(Self.attrib)) != 0 {
       wd = inotifytools_wd_from_filename(markerPath)
@@ -357,8 +389,9 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
         return (s.requests, s.stallUntil)
       }
       for request in requests { perform(request) }
-      placeMarker()
       let now = MonotonicClock.nanoseconds()
+      takeDrainWaiters(now: now)
+      if libraryDrained { queueSeenEmpty() }
       if stallUntil > now {
         MonotonicClock.sleep(nanoseconds: min(stallUntil - now, 50_000_000))
         continue
@@ -375,9 +408,11 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
         waitForInotifyOrReadables()
         continue
       }
-      guard let raw = inotifytools_next_events(readables.isEmpty ? 1 : 0, 1) else {
+      // Bodies waiting for an empty queue: look without waiting.
+      guard let raw = inotifytools_next_events(readables.isEmpty && drainWaiters.isEmpty ? 1 : 0, 1) else {
         libraryDrained = true
         inotifyReadable = false
+        queueSeenEmpty()
         if !readables.isEmpty { waitForInotifyOrReadables() }
         continue
       }
@@ -401,6 +436,8 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
         // Markers may have been dropped with the events: what waits for them ends now.
         for bodies in markers.values { for body in bodies { body() } }
         markers.removeAll()
+        for body in drainWaiters { body() }
+        drainWaiters = []
         for handler in state.withLock({ Array($0.overflowHandlers.values) }) { handler() }
         continue
       }

@@ -26,7 +26,10 @@ import Testing
 /// - a prepare to a process whose socket refuses goes as a file without a liveness check (`unlessDead` ignored in
 ///   `Messenger.write`): `aKilledPresenterIsFoundDeadWhenItsSocketRefusesAndIsSentNothing`;
 /// - a finish read after `poll` ends its suppression without looking at the kernel's queue (no `queuedBytes()` in
-///   `Watcher.afterQueuedEvents`): `finishesReadBesideTheirWritesQueuedEventsStillSuppressThem`.
+///   `Watcher.afterQueuedEvents`): `finishesReadBesideTheirWritesQueuedEventsStillSuppressThem`;
+/// - the watcher runs a finish's `afterQueuedEvents` body once its library is drained, without asking the kernel
+///   whether events are still queued (no `queuedBytes()` in `Watcher.queueSeenEmpty`):
+///   `preparesAndFinishesTravelAsDatagrams`, `strangeDatagramsAreDroppedAndThePresenterGoesOn` ("uncoordinated").
 @Suite(.timeLimit(.minutes(2))) struct MessageTransportTests {
   let group = "group.com.example.transport"
 
