@@ -269,7 +269,55 @@ enum MessageJSON {
   static func decode(_ bytes: [UInt8]) -> CoordinationMessage? { bytes.withUnsafeBufferPointer { decode($0) } }
 
   private enum Value {
-    case string(String), integer(String), bool(Bool), null
+    case string(String), integer(Integer), bool(Bool), null
+  }
+
+  /// An integer as JSON wrote it, read without making a string of it.
+  private struct Integer {
+    var negative: Bool
+    var magnitude: UInt64
+
+    /// The value as `T`, or nil when it does not fit (as `T(text)` of its text).
+    func `as`<T: FixedWidthInteger>(_ type: T.Type) -> T? {
+      guard negative && magnitude != 0 else { return T(exactly: magnitude) }
+      guard T.isSigned, magnitude - 1 <= UInt64(T.max) else { return nil }
+      return T(truncatingIfNeeded: 0 &- magnitude)
+    }
+  }
+
+  /// A field name of a message or an event, matched on its bytes.
+  private enum Key: CaseIterable {
+    case version, id, kind, sender, item, needsAck, isWrite, events, purpose, ackSlot, ackToken
+    case presenter, path, newPath
+
+    var name: StaticString {
+      switch self {
+      case .version: "version"
+      case .id: "id"
+      case .kind: "kind"
+      case .sender: "sender"
+      case .item: "item"
+      case .needsAck: "needsAck"
+      case .isWrite: "isWrite"
+      case .events: "events"
+      case .purpose: "purpose"
+      case .ackSlot: "ackSlot"
+      case .ackToken: "ackToken"
+      case .presenter: "presenter"
+      case .path: "path"
+      case .newPath: "newPath"
+      }
+    }
+
+    /// The key spelled by `bytes`, or nil (an unknown key: JSONDecoder decides).
+    init?(_ bytes: UnsafeBufferPointer<UInt8>) {
+      guard let found = Self.names.first(where: { $0.0.count == bytes.count && $0.0.elementsEqual(bytes) }) else {
+        return nil
+      }
+      self = found.1
+    }
+
+    private static let names = allCases.map { (Array(Reader.bytes(of: $0.name)), $0) }
   }
 
   private struct Reader {
@@ -288,50 +336,50 @@ enum MessageJSON {
       let parsed = fields { key, reader -> Bool in
         let bit: UInt16
         switch key {
-        case "version":
+        case .version:
           bit = 1 << 0
-          guard case .integer(let text)? = reader.scalar(), let value = Int(text) else { return false }
+          guard case .integer(let number)? = reader.scalar(), let value = number.as(Int.self) else { return false }
           version = value
-        case "id":
+        case .id:
           bit = 1 << 1
           guard case .string(let value)? = reader.scalar() else { return false }
           id = value
-        case "kind":
+        case .kind:
           bit = 1 << 2
-          guard let value = reader.enumeration(CoordinationMessage.Kind.self) else { return false }
+          guard let value = reader.enumeration(Self.messageKinds) else { return false }
           kind = value
-        case "sender":
+        case .sender:
           bit = 1 << 3
           guard case .string(let text)? = reader.scalar(), let value = ProcessName(text) else { return false }
           sender = value
-        case "item":
+        case .item:
           bit = 1 << 4
           guard case .string(let value)? = reader.scalar() else { return false }
           item = value
-        case "needsAck":
+        case .needsAck:
           bit = 1 << 5
           guard case .bool(let value)? = reader.scalar() else { return false }
           needsAck = value
-        case "isWrite":
+        case .isWrite:
           bit = 1 << 6
           guard case .bool(let value)? = reader.scalar() else { return false }
           isWrite = value
-        case "events":
+        case .events:
           bit = 1 << 7
           guard let value = reader.eventList() else { return false }
           events = value
-        case "purpose":
+        case .purpose:
           bit = 1 << 8
           switch reader.scalar() {
           case .null?: purpose = nil
           case .string(let value)?: purpose = value
           default: return false
           }
-        case "ackSlot":
+        case .ackSlot:
           bit = 1 << 9
           guard let value = reader.optionalInteger(as: Int.self) else { return false }
           ackSlot = value
-        case "ackToken":
+        case .ackToken:
           bit = 1 << 10
           guard let value = reader.optionalInteger(as: UInt64.self) else { return false }
           ackToken = value
@@ -356,14 +404,14 @@ enum MessageJSON {
     }
 
     /// An object: `field` reads the value of each key (false: this route does not take the object).
-    mutating func fields(_ field: (String, inout Reader) -> Bool) -> Bool {
+    mutating func fields(_ field: (Key, inout Reader) -> Bool) -> Bool {
       skipSpace()
       guard take(UInt8(ascii: "{")) else { return false }
       skipSpace()
       if take(UInt8(ascii: "}")) { return true }
       while true {
         skipSpace()
-        guard let key = string() else { return false }
+        guard let name = stringBytes(), let key = Key(name) else { return false }
         skipSpace()
         guard take(UInt8(ascii: ":")) else { return false }
         skipSpace()
@@ -378,7 +426,7 @@ enum MessageJSON {
     mutating func optionalInteger<T: FixedWidthInteger>(as type: T.Type) -> T?? {
       switch scalar() {
       case .null?: return .some(nil)
-      case .integer(let text)?: return T(text).map { .some($0) }
+      case .integer(let number)?: return number.as(T.self).map { .some($0) }
       default: return nil
       }
     }
@@ -394,23 +442,23 @@ enum MessageJSON {
         let parsed = fields { key, reader -> Bool in
           let bit: UInt8
           switch key {
-          case "presenter":
+          case .presenter:
             bit = 1
             guard case .string(let value)? = reader.scalar() else { return false }
             presenter = value
-          case "kind":
+          case .kind:
             bit = 2
-            guard let value = reader.enumeration(PresenterEvent.Kind.self) else { return false }
+            guard let value = reader.enumeration(Self.eventKinds) else { return false }
             kind = value
-          case "path", "newPath":
-            bit = key == "path" ? 4 : 8
+          case .path, .newPath:
+            bit = key == .path ? 4 : 8
             let text: String?
             switch reader.scalar() {
             case .null?: text = nil
             case .string(let value)?: text = value
             default: return false
             }
-            if key == "path" { path = text } else { newPath = text }
+            if key == .path { path = text } else { newPath = text }
           default:
             return false
           }
@@ -441,10 +489,22 @@ enum MessageJSON {
       }
     }
 
-    /// A string naming a case of `T`, matched on its bytes (no `String` made); nil for any other value.
-    mutating func enumeration<T: CaseIterable & RawRepresentable>(_ type: T.Type) -> T? where T.RawValue == String {
+    /// Each case of `T` by the bytes of its raw value (made once per type: `allCases` is an array made anew).
+    static func names<T: CaseIterable & RawRepresentable>(_ type: T.Type) -> [([UInt8], T)] where T.RawValue == String {
+      T.allCases.map { (Array($0.rawValue.utf8), $0) }
+    }
+    static let messageKinds = names(CoordinationMessage.Kind.self)
+    static let eventKinds = names(PresenterEvent.Kind.self)
+
+    /// A string naming a case in `names`, matched on its bytes (no `String` made); nil for any other value.
+    mutating func enumeration<T>(_ names: [([UInt8], T)]) -> T? {
       guard let text = stringBytes() else { return nil }
-      return T.allCases.first { $0.rawValue.utf8.elementsEqual(text) }
+      return names.first { $0.0.elementsEqual(text) }?.1
+    }
+
+    /// The bytes of a static string (immortal: valid for the life of the process).
+    static func bytes(of text: StaticString) -> UnsafeBufferPointer<UInt8> {
+      UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount)
     }
 
     /// A string without escapes, as valid UTF-8 (an escape sends the message to JSONDecoder).
@@ -469,15 +529,22 @@ enum MessageJSON {
       return UnsafeBufferPointer(rebasing: bytes[start..<(at - 1)])
     }
 
-    /// An integer as JSON writes it: an optional minus, then 0 or digits without a leading zero.
-    mutating func integer() -> String? {
+    /// An integer as JSON writes it: an optional minus, then 0 or digits without a leading zero; nil past 64 bits.
+    mutating func integer() -> Integer? {
       let start = at
-      _ = take(UInt8(ascii: "-"))
+      let negative = take(UInt8(ascii: "-"))
       let digits = at
-      while at < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[at]) { at += 1 }
+      var magnitude: UInt64 = 0
+      while at < bytes.count, case let digit = bytes[at] &- UInt8(ascii: "0"), digit < 10 {
+        let (times10, o1) = magnitude.multipliedReportingOverflow(by: 10)
+        let (sum, o2) = times10.addingReportingOverflow(UInt64(digit))
+        guard !o1, !o2 else { return nil }
+        magnitude = sum
+        at += 1
+      }
       guard at > digits, at - digits == 1 || bytes[digits] != UInt8(ascii: "0"), at - start <= 21 else { return nil }
       if at < bytes.count, bytes[at] == UInt8(ascii: ".") || bytes[at] | 0x20 == UInt8(ascii: "e") { return nil }
-      return String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<at]), as: UTF8.self)
+      return Integer(negative: negative, magnitude: magnitude)
     }
 
     mutating func word(_ text: StaticString) -> Bool {

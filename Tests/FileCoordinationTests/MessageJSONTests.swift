@@ -99,7 +99,20 @@ import Testing
   @Test func bothRoutesAgreeOnDamagedMessages() throws {
     let base =
       #"{"version":1,"id":"1.2.3","kind":"prepare","sender":"1.2","item":"Documents/a","needsAck":true,"isWrite":false,"events":[{"presenter":"1.2.3","kind":"relinquishToWriter"}],"ackSlot":3,"ackToken":99}"#
-    let handMade = [
+    func replacing(_ old: String, _ new: String) -> String { base.replacingOccurrences(of: old, with: new) }
+    // Integers are read in place (no string made): the edges of each type, and -0. Field names are matched on
+    // their bytes: a known name with a byte more or less, or escaped.
+    let edges: [String] = [
+      replacing(#""ackToken":99"#, #""ackToken":18446744073709551615"#),
+      replacing(#""ackToken":99"#, #""ackToken":-0"#), replacing(#""version":1"#, #""version":-0"#),
+      replacing(#""ackSlot":3"#, #""ackSlot":-9223372036854775808"#),
+      replacing(#""ackSlot":3"#, #""ackSlot":-9223372036854775809"#),
+      replacing(#""ackSlot":3"#, #""ackSlot":9223372036854775807"#),
+      replacing(#""ackSlot":3"#, #""ackSlot":99999999999999999999999"#),
+      replacing(#""ackSlot":3"#, #""ackSlots":3"#), replacing(#""ackSlot":3"#, #""ackSlo":3"#),
+      replacing(#""item":"#, #""\u0069tem":"#),
+    ]
+    let handMade: [String] = edges + [
       base.replacingOccurrences(of: #""ackToken":99"#, with: #""ackToken":99,"ackToken":98"#),  // repeated
       base.replacingOccurrences(
         of: #""kind":"relinquishToWriter"}"#,
