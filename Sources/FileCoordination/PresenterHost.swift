@@ -27,7 +27,10 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
 
   /// A coordinated write in progress somewhere: inotify events under `item` belong to it.
   private struct Pending {
-    var item: ContainerPath
+    /// The accessed item as the message gave it (checked when decoded); made a `ContainerPath` only when used —
+    /// after the handshake, not during it.
+    var itemString: String
+    var item: ContainerPath { (try? ContainerPath(itemString)) ?? .root }
     var sender: ProcessName
     var purpose: String?
     var isWrite: Bool
@@ -134,14 +137,14 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
   }
 
   private func prepare(_ message: CoordinationMessage, asDatagram: Bool) {
-    let item = (try? ContainerPath(message.item)) ?? .root
     // The write's own events will be swallowed: the watcher need not wake for them (its finish ends the quiet).
     // Not for a prepare that came as a file: its finish will too, and files are read only from the inotify queue.
     let quiets = message.isWrite && asDatagram
     let (groups, replaced) = lock.withLock { () -> ([(Local, [PresenterEvent])], Pending?) in
       let old = pending.updateValue(
         Pending(
-          item: item, sender: message.sender, purpose: message.purpose, isWrite: message.isWrite, quiets: quiets),
+          itemString: message.item, sender: message.sender, purpose: message.purpose, isWrite: message.isWrite,
+          quiets: quiets),
         forKey: message.id)
       return (group(message.events), old)
     }
@@ -406,7 +409,11 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
   /// Whether a coordinated write under way covers `path` (its events will be reported by the finish message).
   private func isSuppressed(_ path: ContainerPath) -> Bool {
     lock.withLock {
-      pending.values.contains { $0.isWrite && (path == $0.item || path.isDescendant(of: $0.item)) }
+      pending.values.contains { pending in
+        guard pending.isWrite else { return false }
+        let item = pending.item
+        return path == item || path.isDescendant(of: item)
+      }
         || finishedWrites.keys.contains { path == $0 || path.isDescendant(of: $0) }
     }
   }
