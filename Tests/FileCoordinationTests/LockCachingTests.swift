@@ -21,7 +21,9 @@ import Testing
 /// - a cached lock kept after revocation (`LockTable.release` caching without `mayCache`):
 ///   `anAccessInFlightStillExcludesADeleteOfItsDirectory`;
 /// - the sweeper dropping locks an access is using (`entry.osMode != nil` instead of `entry.isCached`): the
-///   delete runs inside the child's access, `anAccessInFlightStillExcludesADeleteOfItsDirectory`.
+///   delete runs inside the child's access, `anAccessInFlightStillExcludesADeleteOfItsDirectory`;
+/// - the sweeper exiting when the locks it would keep are in use, not cached (no `cacheableInUse` in
+///   `LockTable.sweep`): a thread started for every few writes, `backToBackWritesKeepOneSweeper`.
 @Suite(.timeLimit(.minutes(1))) struct LockCachingTests {
   let group = "group.com.example.tests"
   static let longLinger = "600000"
@@ -71,6 +73,31 @@ import Testing
   static func cached(_ line: String?) -> [String]? {
     guard let field = line?.split(separator: " ").last, field.hasPrefix("cached=") else { return nil }
     return field.dropFirst(7).split(separator: ",").map(String.init)
+  }
+
+  /// Writes one after another keep their tree locks cached between them, and one sweeper watches them: it must not
+  /// exit when it finds them in use by the next write (it did: in release builds a thread was started for every
+  /// 2.4 writes on tmpfs). Each write here holds its locks for 4 ms, so whenever the sweeper looks (at least every
+  /// linger, 100 ms), it almost surely finds them in use: for 1.2 s of writes, one sweeper, not one per look.
+  @Test func backToBackWritesKeepOneSweeper() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let space = try container.coordinationSpace()
+    let url = container.documentsURL.appendingPathComponent("w.txt")
+    let coordinator = FileCoordinator()
+    let before = space.locks.sweepersStarted.load(ordering: .relaxed)
+    let start = Date()
+    var index = 0
+    while Date().timeIntervalSince(start) < 1.2 {
+      try coordinator.coordinate(writingItemAt: url) { url in
+        try container.write(Data("\(index)".utf8), to: url)
+        Thread.sleep(forTimeInterval: 0.004)
+      }
+      index += 1
+    }
+    let started = space.locks.sweepersStarted.load(ordering: .relaxed) - before
+    #expect(started >= 1, "the writes cached no lock: this test proves nothing")
+    #expect(started <= 2, "\(started) sweeper threads for \(index) writes")
   }
 
   @Test func anIdleProcessWithCachedLocksDoesNotBlockADeleteOfTheDirectory() throws {
