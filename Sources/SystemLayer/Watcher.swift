@@ -282,7 +282,8 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
   static let markerDelay: UInt64 = 5_000_000
 
   /// Takes what `afterQueuedEvents` got since the last turn, before the queue is next looked at (on the watcher
-  /// thread); bodies that waited `markerDelay` get a marker.
+  /// thread); bodies that waited `markerDelay` get a marker — at once when the kernel's queue cannot be measured
+  /// (no inotify descriptor found), where waiting to see it empty would spin the loop.
   private func takeDrainWaiters(now: UInt64) {
     let bodies = state.withLock { s in
       defer { s.unmarked.removeAll() }
@@ -292,7 +293,7 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
       if drainWaiters.isEmpty { drainWaitersSince = now }
       drainWaiters += bodies
     }
-    if !drainWaiters.isEmpty && now &- drainWaitersSince >= Self.markerDelay {
+    if !drainWaiters.isEmpty && (inotifyFD < 0 || now &- drainWaitersSince >= Self.markerDelay) {
       placeMarker(for: drainWaiters)
       drainWaiters = []
     }
