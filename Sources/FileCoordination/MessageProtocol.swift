@@ -285,39 +285,10 @@ enum MessageJSON {
     }
   }
 
-  /// A field name of a message or an event, matched on its bytes.
-  private enum Key: CaseIterable {
+  /// A field name of a message or an event, matched on its bytes (`Reader.enumeration`).
+  private enum Key: String, CaseIterable {
     case version, id, kind, sender, item, needsAck, isWrite, events, purpose, ackSlot, ackToken
     case presenter, path, newPath
-
-    var name: StaticString {
-      switch self {
-      case .version: "version"
-      case .id: "id"
-      case .kind: "kind"
-      case .sender: "sender"
-      case .item: "item"
-      case .needsAck: "needsAck"
-      case .isWrite: "isWrite"
-      case .events: "events"
-      case .purpose: "purpose"
-      case .ackSlot: "ackSlot"
-      case .ackToken: "ackToken"
-      case .presenter: "presenter"
-      case .path: "path"
-      case .newPath: "newPath"
-      }
-    }
-
-    /// The key spelled by `bytes`, or nil (an unknown key: JSONDecoder decides).
-    init?(_ bytes: UnsafeBufferPointer<UInt8>) {
-      guard let found = Self.names.first(where: { $0.0.count == bytes.count && $0.0.elementsEqual(bytes) }) else {
-        return nil
-      }
-      self = found.1
-    }
-
-    private static let names = allCases.map { (Array(Reader.bytes(of: $0.name)), $0) }
   }
 
   private struct Reader {
@@ -411,7 +382,7 @@ enum MessageJSON {
       if take(UInt8(ascii: "}")) { return true }
       while true {
         skipSpace()
-        guard let name = stringBytes(), let key = Key(name) else { return false }
+        guard let key = enumeration(Self.keys) else { return false }
         skipSpace()
         guard take(UInt8(ascii: ":")) else { return false }
         skipSpace()
@@ -495,16 +466,12 @@ enum MessageJSON {
     }
     static let messageKinds = names(CoordinationMessage.Kind.self)
     static let eventKinds = names(PresenterEvent.Kind.self)
+    static let keys = names(Key.self)
 
     /// A string naming a case in `names`, matched on its bytes (no `String` made); nil for any other value.
     mutating func enumeration<T>(_ names: [([UInt8], T)]) -> T? {
       guard let text = stringBytes() else { return nil }
-      return names.first { $0.0.elementsEqual(text) }?.1
-    }
-
-    /// The bytes of a static string (immortal: valid for the life of the process).
-    static func bytes(of text: StaticString) -> UnsafeBufferPointer<UInt8> {
-      UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount)
+      return names.first { $0.0.count == text.count && $0.0.elementsEqual(text) }?.1
     }
 
     /// A string without escapes, as valid UTF-8 (an escape sends the message to JSONDecoder).
