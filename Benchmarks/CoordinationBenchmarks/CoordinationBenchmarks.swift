@@ -5,6 +5,7 @@
 //   GroupContainer.write alone (uncoordinated) the same write without the coordinator (splits 1 → 2)
 //   Baseline: flock pair                      flock(LOCK_EX) → flock(LOCK_UN)
 //   Coordinated empty access                  coordinate(writingItemAt:) with an empty accessor
+//   Coordinated empty access vs flock pair (paired)  both, batch after batch in each iteration (the ratio to use)
 //   Handshake with one remote presenter       coordinated write while `groupctl present` presents the item, once
 //                                             the presenter has its item back from the previous one
 //   Handshake …, back to back                 the same, the next write starting at once (pays the last one's tail)
@@ -111,6 +112,44 @@ let benchmarks: @Sendable () -> Void = {
     try empty.setUp()
   } teardown: {
     empty.tearDown()
+  }
+
+  // The two above, paired: each iteration times a batch of 200 flock pairs and a batch of 200 empty accesses, one
+  // right after the other, in alternating order. This machine's syscall speed swings by 1.5× within minutes, so the
+  // two separate benchmarks' ratio depends on when each ran; paired, the swing cancels out of it. Custom metrics
+  // in ns per operation: "flock pair (ns)", "empty access (ns)".
+  let flockMetric = BenchmarkMetric.custom("flock pair (ns)", useScalingFactor: false)
+  let emptyMetric = BenchmarkMetric.custom("empty access (ns)", useScalingFactor: false)
+  var pairedFast = slow
+  pairedFast.metrics = [flockMetric, emptyMetric]
+  pairedFast.maxIterations = 2_000
+  let pairedEmpty = ContainerFixture(identifier: "group.bench.empty2", item: "Documents/e.txt")
+  let pairedLock = RawFixture()
+  Benchmark("Coordinated empty access vs flock pair (paired)", configuration: pairedFast) { benchmark in
+    let (coordinator, _, url) = try pairedEmpty.parts()
+    let batch = 200
+    var emptyFirst = false
+    for _ in benchmark.scaledIterations {
+      emptyFirst.toggle()
+      var times = [0, 0]
+      for step in emptyFirst ? [1, 0] : [0, 1] {
+        let start = monotonicNanoseconds()
+        if step == 0 {
+          for _ in 0..<batch { try pairedLock.lockPair() }
+        } else {
+          for _ in 0..<batch { try coordinator.coordinate(writingItemAt: url) { _ in } }
+        }
+        times[step] = elapsed(start, monotonicNanoseconds()) / batch
+      }
+      benchmark.measurement(flockMetric, times[0])
+      benchmark.measurement(emptyMetric, times[1])
+    }
+  } setup: {
+    try pairedEmpty.setUp()
+    try pairedLock.setUp()
+  } teardown: {
+    pairedEmpty.tearDown()
+    pairedLock.tearDown()
   }
 
   // MARK: 4. Full prepare/ack/finish handshake with a presenter in another process

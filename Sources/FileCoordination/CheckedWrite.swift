@@ -15,10 +15,9 @@ import SystemLayer
 enum CheckedWrite {
   /// Runs `body`, the accessor of `access`, with its item marked when it is one written item found free of links.
   static func during<T>(_ access: CoordinatedAccess, _ body: () throws -> T) rethrows -> T {
-    guard access.items.count == 1, let item = access.items.first, item.isWrite, item.linkFree else {
-      return try body()
-    }
-    let previous = ThreadMark.set(mark(item.path, access.space.root))
+    // The item's fields read in place: copying the whole `Item` (a URL, a path) cost more than the check.
+    guard access.items.count == 1, access.items[0].isWrite, access.items[0].linkFree else { return try body() }
+    let previous = ThreadMark.set(mark(access.items[0].path, access.space.root))
     defer { ThreadMark.set(previous) }
     return try body()
   }

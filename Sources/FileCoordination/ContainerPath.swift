@@ -86,6 +86,28 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
 
   /// The path as `a/b/c` ("" for the root).
   public var string: String { components.joined(separator: "/") }
+
+  /// Calls `body` with `string` as a C string, built on the stack (no `String` made: every access's link check
+  /// passes its item this way, and `joined` was a twentieth of an empty access).
+  func withCString<R>(_ body: (UnsafePointer<CChar>) throws -> R) rethrows -> R {
+    let count = components.reduce(components.count) { $0 + $1.utf8.count }  // the bytes, the `/`s and the NUL
+    return try withUnsafeTemporaryAllocation(of: CChar.self, capacity: max(count, 1)) { buffer in
+      var at = 0
+      for component in components {
+        if at > 0 {
+          buffer[at] = CChar(bitPattern: UInt8(ascii: "/"))
+          at += 1
+        }
+        for byte in component.utf8 {
+          buffer[at] = CChar(bitPattern: byte)
+          at += 1
+        }
+      }
+      buffer[at] = 0
+      return try body(buffer.baseAddress!)
+    }
+  }
+
   /// The path as `string`.
   public var description: String { string }
   /// The number of components (0 for the container root).
@@ -219,7 +241,7 @@ func resolveBeneath(
   _ item: ContainerPath, containerPath: String, root: ContainerDirectory? = nil, depth: Int = 0
 ) throws(GroupContainerError) -> ContainerPath? {
   guard depth < 40 else { throw .invalidPath(item.string, rule: "too many levels of symbolic links") }
-  if depth == 0, let root, root.hasNoSymbolicLink(item.string) { return nil }
+  if depth == 0, let root, item.withCString({ root.hasNoSymbolicLink(cString: $0) }) { return nil }
   var current = containerPath
   for (index, component) in item.components.enumerated() {
     current += "/" + component

@@ -78,7 +78,12 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
   /// opened under — a symlinked root and the real path must not make two spaces whose presenter ids collide.
   private struct Spaces {
     var byIdentity: [String: CoordinationSpace] = [:]
-    var byPath: [String: CoordinationSpace] = [:]
+    var byPath: [String: CoordinationSpace] = [:] {
+      didSet { lastLocated = nil }  // a container opened inside another takes the paths beneath it
+    }
+    /// The last URL `locateFast` placed (its string, by bytes) and where: a process accesses one item again and
+    /// again, and parsing the URL, finding the container and splitting the path were a fifth of an empty access.
+    var lastLocated: (url: String, space: CoordinationSpace, item: ContainerPath)?
   }
   private static let spaces = Mutex(Spaces())
   /// Held while a space is made and started: a space is listed (`all`, `locate`, `open`) only once it is whole —
@@ -156,6 +161,7 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
   /// The space and container-relative path for an item URL: a container opened in this process, or the
   /// nearest ancestor directory that has a `.coordination/` directory.
   static func locate(_ url: URL) throws(GroupContainerError) -> (CoordinationSpace, ContainerPath) {
+    if let found = locateAgain(url) { return found }  // only file URLs are remembered
     guard url.isFileURL else { throw .notInContainer(url.absoluteString) }
     if let found = locateFast(url) { return found }
     let path = url.standardizedFileURL.path
@@ -185,7 +191,7 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
   private static func locateFast(_ url: URL) -> (CoordinationSpace, ContainerPath)? {
     guard url.baseURL == nil else { return nil }
     var path = url.path(percentEncoded: true)
-    return path.withUTF8 { path -> (CoordinationSpace, ContainerPath)? in
+    let found = path.withUTF8 { path -> (CoordinationSpace, ContainerPath)? in
       let best = spaces.withLock { spaces -> (base: String, space: CoordinationSpace)? in
         var best: (base: String, space: CoordinationSpace)?
         for (base, space) in spaces.byPath where base.utf8.count > best?.base.utf8.count ?? 0 {
@@ -198,6 +204,23 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
         let item = base.withUTF8({ ContainerPath.lexical(path: path, base: $0) })
       else { return nil }
       return (space, item)
+    }
+    if let (space, item) = found {
+      let string = url.relativeString
+      spaces.withLock { $0.lastLocated = (string, space, item) }
+    }
+    return found
+  }
+
+  /// `locateFast`'s answer for the URL it placed last, when `url` is that URL byte for byte (with no base: its
+  /// string is all of it). Bytes, not `String ==`, which equates NFC and NFD spellings (two files on Linux,
+  /// ContainerPath.swift) — Foundation escapes non-ASCII bytes in URL strings today, but this does not lean on it.
+  private static func locateAgain(_ url: URL) -> (CoordinationSpace, ContainerPath)? {
+    guard url.baseURL == nil else { return nil }
+    let string = url.relativeString
+    return spaces.withLock { spaces in
+      guard let last = spaces.lastLocated, ContainerPath.sameBytes(last.url, string) else { return nil }
+      return (last.space, last.item)
     }
   }
 

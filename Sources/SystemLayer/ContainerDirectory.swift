@@ -290,11 +290,14 @@ package final class ContainerDirectory: Sendable {
   /// `openat2`: the caller must then judge the path itself. A check, not a use: the file is still opened beneath the
   /// descriptor where it is used. The corresponding C function is `openat2`.
   package func hasNoSymbolicLink(_ relative: String) -> Bool {
-    if relative.isEmpty { return true }
+    relative.withCString { hasNoSymbolicLink(cString: $0) }
+  }
+
+  /// `hasNoSymbolicLink` for a relative path given as a C string (the caller may build it without a `String`).
+  package func hasNoSymbolicLink(cString relative: UnsafePointer<CChar>) -> Bool {
+    if relative.pointee == 0 { return true }
     guard !Self.noOpenat2.load(ordering: .relaxed) else { return false }
-    let checked = relative.withCString { relative in
-      valueOrErrno { gc_openat_beneath_no_symlinks(fd.rawValue, relative, 0) }
-    }
+    let checked = valueOrErrno { gc_openat_beneath_no_symlinks(fd.rawValue, relative, 0) }
     switch checked {
     case .success(let opened):  // never, by the flags; but a descriptor made is one to close
       _ = Glibc.close(opened)

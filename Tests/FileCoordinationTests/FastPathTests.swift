@@ -23,7 +23,11 @@ import Testing
 ///   (`writeTakesTheFastRouteOnlyWithoutLinks`: `Documents/fileLink` is replaced by the fast route);
 /// - the one-item plan with the item lock before the tree lock, or without the root's tree lock
 ///   (`oneItemPlanIsTheGeneralPlan`);
-/// - `LockTable.release` not writing the decremented count back (`lockTableCountsHoldsInPlace`).
+/// - `LockTable.release` not writing the decremented count back (`lockTableCountsHoldsInPlace`);
+/// - `locateAgain` answering without comparing the URL, or `byPath` not forgetting the remembered URL when it changes
+///   (`locateRemembersOnlyTheSameURL`);
+/// - `ContainerPath.withCString` without the `/` between components (`noLinkCheck` through `resolveBeneath`:
+///   `resolveBeneathWithRootAgrees`).
 @Suite struct FastPathTests {
   static let group = "group.com.example.fastpath"
 
@@ -84,6 +88,40 @@ import Testing
     #expect(a.lastComponent.utf8.elementsEqual("caf\u{E9}".utf8))
     #expect(b.lastComponent.utf8.elementsEqual("cafe\u{301}".utf8))
     #expect(a != b)
+  }
+
+  /// `locate` remembers the last URL it placed; it answers again only for the same bytes, and forgets when a
+  /// container is opened (one opened inside another takes the paths beneath it).
+  @Test func locateRemembersOnlyTheSameURL() throws {
+    let root = try TestRoot()
+    let outer = try root.container(Self.group)
+    let outerSpace = try outer.coordinationSpace()
+    // Each URL gets its own answer, asked again right away (from memory) or after another URL.
+    let a = URL(fileURLWithPath: outer.path + "/Documents/a.txt")
+    let b = URL(fileURLWithPath: outer.path + "/Documents/b.txt")
+    for (url, name) in [(a, "a.txt"), (b, "b.txt"), (a, "a.txt"), (a, "a.txt"), (b, "b.txt")] {
+      let (space, item) = try CoordinationSpace.locate(url)
+      #expect(space === outerSpace)
+      #expect(item == (try ContainerPath("Documents/" + name)))
+    }
+    // Canonically equivalent spellings: Foundation escapes non-ASCII bytes, so these take the exact route and are
+    // never remembered; each still gets its own bytes (the memory compares bytes all the same).
+    let nfc = URL(fileURLWithPath: outer.path + "/Documents/caf\u{E9}")
+    let nfd = URL(fileURLWithPath: outer.path + "/Documents/cafe\u{301}")
+    for (url, name) in [(nfc, "caf\u{E9}"), (nfd, "cafe\u{301}"), (nfc, "caf\u{E9}")] {
+      let item = try CoordinationSpace.locate(url).1
+      #expect(item.components.count == 2 && item.lastComponent.utf8.elementsEqual(name.utf8), "\(item)")
+    }
+
+    // Placed in the outer container, then a container opened at `Documents/inner`: the same URL is the inner one's.
+    let url = URL(fileURLWithPath: outer.path + "/Documents/inner/a.txt")
+    #expect(try CoordinationSpace.locate(url).1 == (try ContainerPath("Documents/inner/a.txt")))
+    try FileManager.default.createDirectory(atPath: outer.path + "/Documents/inner", withIntermediateDirectories: true)
+    let inner = try CoordinationSpace.open(
+      containerPath: outer.path + "/Documents/inner", fileMode: 0o600, directoryMode: 0o700)
+    let (space, item) = try CoordinationSpace.locate(url)
+    #expect(space === inner)
+    #expect(item == (try ContainerPath("a.txt")))
   }
 
   /// The kernel's "no link on the way" answer, for each kind of path.
