@@ -27,10 +27,13 @@
 //   Scale: write on tmpfs        76.8–83.7 µs → 51.5–52.3 µs   (raw replace on tmpfs 21–26 µs: 3.6× → 2.4×)
 //   GroupContainer.write alone   45–48 µs → 34–45 µs on tmpfs  (mallocs 46 → 19)
 //
-// What is left of the empty access (perf, 4.6–4.8 µs): ~35 % the one openat2 that proves no link is on the way
-// (it opens nothing: O_WRONLY | O_DIRECTORY fails once the path resolved), ~25 % the item's flock pair (the tree
-// locks stay cached), the rest Swift (lock table, access set-up, coordinator state). A debug run of one
-// binary: `.build/release/CoordinationBenchmarks --filter '^Coordinated empty access$'` prints the percentiles.
+// What is left of the empty access (2026-11-27, `Coordinated empty access vs flock pair (paired)`: 5.4–5.8 µs at a
+// 1.14–1.19 µs flock pair, 4.7–4.95×): its system calls alone are the flock pair and the one openat2 that proves no
+// link is on the way (it opens nothing: O_WRONLY | O_DIRECTORY fails once the path resolved) — in C on the same
+// machine 1.0 + 1.9 µs, 2.9× a flock pair (a null system call costs 0.22 µs here, an fstat 0.5 µs, a path fstatat
+// 1.24 µs). The rest, ~45 %, is Swift spread thin: the lock table (half of it the entries' dictionary lookups), the
+// access's set-up and teardown, retain/release. A debug run of one binary:
+// `.build/release/CoordinationBenchmarks --filter '^Coordinated empty access$'` prints the percentiles.
 import Benchmark
 import BenchmarkSupport
 import Foundation
