@@ -161,9 +161,11 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
   /// The space and container-relative path for an item URL: a container opened in this process, or the
   /// nearest ancestor directory that has a `.coordination/` directory.
   static func locate(_ url: URL) throws(GroupContainerError) -> (CoordinationSpace, ContainerPath) {
-    if let found = locateAgain(url) { return found }  // only file URLs are remembered
+    // With no base, the URL's string is all of it: the key of the last URL placed (only file URLs are).
+    let string = url.baseURL == nil ? url.relativeString : nil
+    if let string, let found = locateAgain(string) { return found }
     guard url.isFileURL else { throw .notInContainer(url.absoluteString) }
-    if let found = locateFast(url) { return found }
+    if let string, let found = locateFast(url, string: string) { return found }
     let path = url.standardizedFileURL.path
     let known = spaces.withLock { $0.byPath }
     if let (base, space) = known.filter({ path == $0.key || path.hasPrefix($0.key + "/") })
@@ -188,8 +190,8 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
 
   /// `locate` for a plain file URL inside a container opened in this process, by bytes (`ContainerPath.lexical`):
   /// the longest container path the URL's path lies in wins, as on the exact route. nil: take the exact route.
-  private static func locateFast(_ url: URL) -> (CoordinationSpace, ContainerPath)? {
-    guard url.baseURL == nil else { return nil }
+  /// `string` is the URL's (it has no base), remembered with the answer for `locateAgain`.
+  private static func locateFast(_ url: URL, string: String) -> (CoordinationSpace, ContainerPath)? {
     var path = url.path(percentEncoded: true)
     let found = path.withUTF8 { path -> (CoordinationSpace, ContainerPath)? in
       let best = spaces.withLock { spaces -> (base: String, space: CoordinationSpace)? in
@@ -205,20 +207,15 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
       else { return nil }
       return (space, item)
     }
-    if let (space, item) = found {
-      let string = url.relativeString
-      spaces.withLock { $0.lastLocated = (string, space, item) }
-    }
+    if let (space, item) = found { spaces.withLock { $0.lastLocated = (string, space, item) } }
     return found
   }
 
-  /// `locateFast`'s answer for the URL it placed last, when `url` is that URL byte for byte (with no base: its
-  /// string is all of it). Bytes, not `String ==`, which equates NFC and NFD spellings (two files on Linux,
-  /// ContainerPath.swift) — Foundation escapes non-ASCII bytes in URL strings today, but this does not lean on it.
-  private static func locateAgain(_ url: URL) -> (CoordinationSpace, ContainerPath)? {
-    guard url.baseURL == nil else { return nil }
-    let string = url.relativeString
-    return spaces.withLock { spaces in
+  /// `locateFast`'s answer for the URL it placed last, when `string` is that URL's byte for byte. Bytes, not
+  /// `String ==`, which equates NFC and NFD spellings (two files on Linux, ContainerPath.swift) — Foundation
+  /// escapes non-ASCII bytes in URL strings today, but this does not lean on it.
+  private static func locateAgain(_ string: String) -> (CoordinationSpace, ContainerPath)? {
+    spaces.withLock { spaces in
       guard let last = spaces.lastLocated, ContainerPath.sameBytes(last.url, string) else { return nil }
       return (last.space, last.item)
     }
