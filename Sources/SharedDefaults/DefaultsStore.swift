@@ -1842,7 +1842,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// Replaces the snapshot with an image of `values` (a suite adopted from a plist) and records it.
   private func writeImage(of values: [String: PropertyListValue]) throws(SharedDefaultsError) {
     let bytes = try SuiteValues(dictionary: values).imageBytes(generation: header.load(Slot.generation), position: 0)
-    try Self.beneath(snapshotItem, in: containerPath) { () throws(FileSystemError) in
+    _ = try Self.beneath(snapshotItem, in: containerPath) { () throws(FileSystemError) in
       try root.replaceFile(snapshotItem, with: bytes, mode: fileMode)
     }
     recordSnapshotIdentity(try snapshotStatus())
@@ -1880,7 +1880,13 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     if committed > 0 {
       let bytes = [UInt8](UnsafeRawBufferPointer(start: journal.base, count: committed))
       let aside = journalPath + ".corrupt-\(Int(Date().timeIntervalSince1970))-\(getpid())"
-      try? root.replaceFile("Library/Preferences/" + (aside as NSString).lastPathComponent, with: bytes, mode: fileMode)
+      do {
+        let name = (aside as NSString).lastPathComponent
+        try root.replaceFile("Library/Preferences/" + name, with: bytes, mode: fileMode)
+      } catch {
+        // The copy is for whoever investigates; the suite recovers without it.
+        Self.logger.warning("suite '\(suite)': could not keep the damaged journal aside as '\(aside)': \(error)")
+      }
     }
     header.store(Slot.committed, 0)
     // If the file was truncated, map it again and believe only the blocks it still has.

@@ -179,7 +179,7 @@ public final class SharedDefaults: Sendable {
   private func replaceContents(with values: [String: PropertyListValue]) throws(SharedDefaultsError) {
     let pid = self.pid
     do {
-      try store.transaction { state, _ in
+      _ = try store.transaction { state, _ in
         let current = try state.dictionary()
         var records: [JournalFormat.Record] = []
         for (key, value) in values where current[key] != value {

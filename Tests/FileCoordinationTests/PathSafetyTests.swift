@@ -230,7 +230,7 @@ import Testing
     let directory = try container.directory()
     let scratch = root.path + "/scratch"
     try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
-    FileManager.default.createFile(atPath: scratch + "/a", contents: nil)
+    #expect(FileManager.default.createFile(atPath: scratch + "/a", contents: nil))
     let stop = Atomic<Bool>(false)
     let renamer = Thread {
       while !stop.load(ordering: .relaxed) {

@@ -19,7 +19,7 @@ import TestSupport
     for reader in readers { #expect(await reader.line { $0 == "ready" } != nil) }
     let writers = try (0..<3).map { w in try Child(["seq-writer", root.path, id, "order", "\(w)", "2500", "3000"]) }
     for writer in writers { #expect(await writer.exit(timeout: 90) == 0, "\(writer.errors.withLock { $0 })") }
-    FileManager.default.createFile(atPath: root.path + "/stop", contents: nil)
+    #expect(FileManager.default.createFile(atPath: root.path + "/stop", contents: nil))
     for reader in readers {
       #expect(await reader.exit() == 0)
       let line = reader.output.last ?? ""

@@ -237,7 +237,7 @@ import Testing
     var values: [String: PropertyListValue] = [:]
     for i in 0..<20_000 { values["key.\(i)"] = .string("value \(i)") }
     let bytes = try build(values)
-    FileManager.default.createFile(atPath: path, contents: Data(bytes))
+    #expect(FileManager.default.createFile(atPath: path, contents: Data(bytes)))
     let image = try SuiteImage(mapping: SystemFD.open(path, .readOnly))
     #expect(image.status?.size == Int64(bytes.count))
     let check = try SystemFD.open(path, .readOnly)
