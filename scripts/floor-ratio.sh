@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Compares builds on the 64-process write against its floor (`Scale: 64 presenter processes vs the floor
-# (paired)` and its tmpfs twin, Benchmarks/CoordinationBenchmarks/ScaleBenchmarks.swift). This machine's speed
+# Compares builds on the paired benchmarks: the 64-process write against its floor (`Scale: 64 presenter processes vs
+# the floor (paired)` and its tmpfs twin, Benchmarks/CoordinationBenchmarks/ScaleBenchmarks.swift), and the empty
+# access against a flock pair (CoordinationBenchmarks.swift). This machine's speed
 # swings by 2x within minutes, so two builds' absolute p50s compare only by luck; their ratios to the floor, measured
 # in the same iterations, do. Run the builds alternately and compare medians.
 #
@@ -9,6 +10,8 @@
 #                                               CoordinationBenchmarks)
 #   scripts/floor-ratio.sh compare ROUNDS DIR…  ROUNDS times, one run of each DIR in turn; prints the p50 of the
 #                                               framework and of the floor (ms) and their ratio, ext4 then tmpfs
+#   scripts/floor-ratio.sh empty ROUNDS DIR…    the same for `Coordinated empty access vs flock pair (paired)`:
+#                                               the p50 of the flock pair and of the empty access (ns), their ratio
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,8 +43,26 @@ case "${1:-}" in
       done
     done
     ;;
+  empty)
+    rounds="${2:?usage: floor-ratio.sh empty ROUNDS DIR...}"
+    shift 2
+    for _ in $(seq 1 "$rounds"); do
+      for dir in "$@"; do
+        printf '%s ' "$(basename "$dir")"
+        (cd "$dir" && ./CoordinationBenchmarks --filter '.*vs flock pair.*' 2>&1) | awk '
+          /^flock pair \(ns\):$/ { metric = "flock" }
+          /^empty access \(ns\):$/ { metric = "empty" }
+          metric != "" && / 0\.500000000000 / { value[metric] = $1; metric = "" }
+          END {
+            if (value["flock"] > 0) printf "flock pair %d ns, empty access %d ns = %.2f", value["flock"], value["empty"],
+              value["empty"] / value["flock"]
+            print ""
+          }'
+      done
+    done
+    ;;
   *)
-    sed -n '2,11p' "$0"
+    sed -n '2,13p' "$0"
     exit 2
     ;;
 esac

@@ -117,7 +117,7 @@ let benchmarks: @Sendable () -> Void = {
   // The two above, paired: each iteration times a batch of 200 flock pairs and a batch of 200 empty accesses, one
   // right after the other, in alternating order. This machine's syscall speed swings by 1.5× within minutes, so the
   // two separate benchmarks' ratio depends on when each ran; paired, the swing cancels out of it. Custom metrics
-  // in ns per operation: "flock pair (ns)", "empty access (ns)".
+  // in ns per operation: "flock pair (ns)", "empty access (ns)". `scripts/floor-ratio.sh empty` compares builds on it.
   let flockMetric = BenchmarkMetric.custom("flock pair (ns)", useScalingFactor: false)
   let emptyMetric = BenchmarkMetric.custom("empty access (ns)", useScalingFactor: false)
   var pairedFast = slow
