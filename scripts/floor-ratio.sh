@@ -15,6 +15,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# ROUNDS times, each DIR in turn: its benchmarks matching FILTER, their output read by the awk PROGRAM.
+alternate() {
+  local rounds="$1" filter="$2" program="$3"
+  shift 3
+  for _ in $(seq 1 "$rounds"); do
+    for dir in "$@"; do
+      printf '%s ' "$(basename "$dir")"
+      (cd "$dir" && ./CoordinationBenchmarks --filter "$filter" 2>&1) | awk "$program"
+    done
+  done
+}
+
 case "${1:-}" in
   snapshot)
     dir="${2:?usage: floor-ratio.sh snapshot DIR}"
@@ -25,44 +37,34 @@ case "${1:-}" in
   compare)
     rounds="${2:?usage: floor-ratio.sh compare ROUNDS DIR...}"
     shift 2
-    for _ in $(seq 1 "$rounds"); do
-      for dir in "$@"; do
-        printf '%s ' "$(basename "$dir")"
-        # The p50 line of the custom metrics "framework (ns)" and "floor (ns)" of each benchmark, in order.
-        (cd "$dir" && ./CoordinationBenchmarks --filter '.*vs the floor.*' 2>&1) | awk '
-          /Debug results for/ { metric = "" }
-          /^framework \(ns\):$/ { metric = "framework" }
-          /^floor \(ns\):$/ { metric = "floor" }
-          metric != "" && / 0\.500000000000 / { value[metric] = $1; metric = "" }
-          /Debug results for .*tmpfs/ { if ("framework" in value) report("ext4"); delete value }
-          function report(name) {
-            printf "%s: %.2f / %.2f ms = %.3f  ", name, value["framework"] / 1e6, value["floor"] / 1e6,
-              value["framework"] / value["floor"]
-          }
-          END { if ("framework" in value) report("tmpfs"); print "" }'
-      done
-    done
+    # The p50 line of the custom metrics "framework (ns)" and "floor (ns)" of each benchmark, in order.
+    alternate "$rounds" '.*vs the floor.*' '
+      /Debug results for/ { metric = "" }
+      /^framework \(ns\):$/ { metric = "framework" }
+      /^floor \(ns\):$/ { metric = "floor" }
+      metric != "" && / 0\.500000000000 / { value[metric] = $1; metric = "" }
+      /Debug results for .*tmpfs/ { if ("framework" in value) report("ext4"); delete value }
+      function report(name) {
+        printf "%s: %.2f / %.2f ms = %.3f  ", name, value["framework"] / 1e6, value["floor"] / 1e6,
+          value["framework"] / value["floor"]
+      }
+      END { if ("framework" in value) report("tmpfs"); print "" }' "$@"
     ;;
   empty)
     rounds="${2:?usage: floor-ratio.sh empty ROUNDS DIR...}"
     shift 2
-    for _ in $(seq 1 "$rounds"); do
-      for dir in "$@"; do
-        printf '%s ' "$(basename "$dir")"
-        (cd "$dir" && ./CoordinationBenchmarks --filter '.*vs flock pair.*' 2>&1) | awk '
-          /^flock pair \(ns\):$/ { metric = "flock" }
-          /^empty access \(ns\):$/ { metric = "empty" }
-          metric != "" && / 0\.500000000000 / { value[metric] = $1; metric = "" }
-          END {
-            if (value["flock"] > 0) printf "flock pair %d ns, empty access %d ns = %.2f", value["flock"], value["empty"],
-              value["empty"] / value["flock"]
-            print ""
-          }'
-      done
-    done
+    alternate "$rounds" '.*vs flock pair.*' '
+      /^flock pair \(ns\):$/ { metric = "flock" }
+      /^empty access \(ns\):$/ { metric = "empty" }
+      metric != "" && / 0\.500000000000 / { value[metric] = $1; metric = "" }
+      END {
+        if (value["flock"] > 0) printf "flock pair %d ns, empty access %d ns = %.2f", value["flock"], value["empty"],
+          value["empty"] / value["flock"]
+        print ""
+      }' "$@"
     ;;
   *)
-    sed -n '2,13p' "$0"
+    sed -n '2,14p' "$0"
     exit 2
     ;;
 esac
