@@ -47,10 +47,14 @@ struct CoordinatedAccess: Sendable {
         throw .container(.invalidPath(intent.url.path, rule: "all items of one access must be in one container"))
       }
       space = found
-      // Nothing may lead outside the container, whatever the options.
-      let resolved = try FileCoordinatorError.wrap { () throws(GroupContainerError) in
-        try resolveBeneath(lexical, containerPath: found.containerPath, root: found.root)
-      }
+      // Nothing may lead outside the container, whatever the options. Most paths have no link on the way: the
+      // kernel says so in one call, or less with the space's memory (LinkFreePaths.swift); then there is no walk.
+      let resolved =
+        found.linkFreePaths.isLinkFree(lexical)
+        ? nil
+        : try FileCoordinatorError.wrap { () throws(GroupContainerError) in
+          try resolveBeneath(lexical, containerPath: found.containerPath)
+        }
       switch intent.kind {
       case .reading(let options):
         let path = options.contains(.resolvesSymbolicLink) ? (resolved ?? lexical) : lexical

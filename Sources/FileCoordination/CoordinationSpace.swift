@@ -103,6 +103,8 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
   let counters: MappedCounters
   let locks: LockTable
   let registry: PresenterRegistry
+  /// Items seen with no symbolic link on their way, while nothing changed there (LinkFreePaths.swift).
+  let linkFreePaths: LinkFreePaths
   private(set) var messenger: Messenger!
   private(set) var host: PresenterHost!
   private(set) var urlHandlers: URLHandlers!
@@ -254,6 +256,7 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     locks = LockTable(
       directory: try root.openDirectory(ContainerPath.privateDirectory + "/locks"), fileMode: fileMode,
       revocation: LockRevocation(counters: counters))
+    linkFreePaths = LinkFreePaths(containerPath: containerPath, root: root)
     registry = PresenterRegistry(
       directory: directory + "/presenters", root: root, counters: counters, fileMode: fileMode)
     processLock = try Self.publishLivenessLock(of: me, root: root, mode: fileMode)
@@ -303,6 +306,7 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
   func recreateAfterRemoval(parents: [ContainerPath]) throws(FileSystemError) {
     try FileSystem.makeDirectories(containerPath, mode: directoryMode)
     try root.reopen()  // O_NOFOLLOW | O_DIRECTORY: a symlink planted in its place is refused
+    linkFreePaths.forgetAll()  // its watches were on the deleted directories
     let privateDirectory = ContainerPath.privateDirectory
     let made =
       GroupContainer.layout

@@ -310,6 +310,16 @@ package final class ContainerDirectory: Sendable {
     }
   }
 
+  /// Whether the last component of `relative` is not a symbolic link (one `readlinkat`, about half an `openat2`):
+  /// for a caller that knows the directories on the way are not links (LinkFreePaths), which this follows.
+  /// A missing item is no link; anything the kernel cannot say is answered false.
+  package func lastComponentIsNoSymbolicLink(cString relative: UnsafePointer<CChar>) -> Bool {
+    if relative.pointee == 0 { return true }
+    var byte: CChar = 0
+    guard Glibc.readlinkat(fd.rawValue, relative, &byte, 1) < 0 else { return false }
+    return errno == EINVAL || errno == ENOENT || errno == ENOTDIR
+  }
+
   /// A failure to open the parent directory of a file being written, told about the file the caller named, with
   /// what is wrong on the way ("its parent directory '…' does not exist").
   static func parentFailure(_ error: FileSystemError, writing target: String, parent: String) -> FileSystemError {

@@ -10,6 +10,12 @@ import SystemLayer
 /// - `relink <root> <group> <item> <target>`: puts a symlink to `target` in the place of `item`, then a plain file,
 ///   each renamed over whatever is there, every ~20 µs (the writes under test replace either); says
 ///   "relinking" once started.
+/// - `exchange <root> <group> <a> <b>`: swaps `a` and `b` once (`renameat2(RENAME_EXCHANGE)`), says "exchanged"
+///   and exits.
+/// - `plant-link <root> <group> <item> <target>`: renames a symlink to `target` over `item` once, says "planted"
+///   and exits.
+/// - `remake <root> <group> <directory>`: moves `directory` aside and makes it again with an empty directory
+///   `deeper` in it, says "remade" and exits.
 /// - `pause-write <root> <group> <item> [staged]`: starts a replace of `item` and stops after creating its temp
 ///   file (next to the item, or with `staged` in the container's staging directory, as replaces do), as a writer
 ///   that dies there would; says "created <temp name>".
@@ -45,6 +51,28 @@ func runPathAttack(_ args: [String], container: GroupContainer) throws -> Never 
       }
       usleep(20)
     }
+  case "exchange":
+    try FileSystem.exchange(container.path + "/" + args[4], container.path + "/" + args[5])
+    FileHandle.standardOutput.write(Data("exchanged\n".utf8))
+    exit(0)
+  case "plant-link":
+    let item = container.path + "/" + args[4]
+    guard symlink(args[5], item + ".gc-test-link") == 0, rename(item + ".gc-test-link", item) == 0 else {
+      FileHandle.standardError.write(Data("plant-link: errno \(errno)\n".utf8))
+      exit(1)
+    }
+    FileHandle.standardOutput.write(Data("planted\n".utf8))
+    exit(0)
+  case "remake":
+    let directory = container.path + "/" + args[4]
+    guard rename(directory, directory + ".gc-test-old") == 0, mkdir(directory, 0o700) == 0,
+      mkdir(directory + "/deeper", 0o700) == 0
+    else {
+      FileHandle.standardError.write(Data("remake: errno \(errno)\n".utf8))
+      exit(1)
+    }
+    FileHandle.standardOutput.write(Data("remade\n".utf8))
+    exit(0)
   case "pause-write":
     let (parent, name) = ContainerDirectory.split(args[4])
     let directory = try container.directory().openDirectory(args.count > 5 ? ".coordination/staging" : parent)

@@ -159,7 +159,7 @@ case "url-handler":
 
 case _ where presenterModes.contains(command):
   try runPresenterMode(command, args, container)
-case "swap", "relink", "pause-write":
+case "swap", "relink", "pause-write", "exchange", "plant-link", "remake":
   try runPathAttack(args, container: container)
 case "pressure-cgroup", "pressure-budget", "pressure-listen", "pressure-defaults", "pressure-disk":  // MemoryPressure.swift
   try runMemoryPressure(args, container: container)

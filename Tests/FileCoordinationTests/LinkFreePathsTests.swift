@@ -1,0 +1,149 @@
+import Foundation
+import SystemLayer
+import TestSupport
+import Testing
+
+@testable import FileCoordination
+
+/// The memory of link-free paths (LinkFreePaths.swift): an access set up from memory must refuse a path whose way
+/// another process changed, exactly as the kernel's answer would. Each test first makes sure the memory answers
+/// (its counts move), then has a helper process change the way once, then expects the next access to be refused
+/// as leading out of the container.
+///
+/// Mutants these tests catch (each run once, the suite then failing):
+/// - the event handler ignoring `IN_CREATE` / `IN_MOVED_TO` (nothing forgotten): every test;
+/// - `Watcher.hasHandledEveryEvent` answering true without looking at the queue (`unhandledEventBlocksTheMemory`:
+///   the watcher is stalled, so the change's event waits unread);
+/// - a path in a busy directory answered from its parent without asking its own name
+///   (`busyDirectoryStillAsksTheItemsName`);
+/// - a dropped directory's watch kept for the directories beneath it (`remadeDirectoryIsWatchedAgain`: the deeper
+///   watch stays on the directory moved aside, and a link planted in the new one goes unheard).
+/// Not caught, being races of microseconds: a check's result remembered although an event came during it; the
+/// watcher's `reading` count left out (an event read and not yet handled).
+@Suite(.serialized) struct LinkFreePathsTests {
+  static let group = "group.com.example.linkfree"
+
+  struct Fixture: CustomStringConvertible {
+    let root: TestRoot
+    let container: GroupContainer
+    let space: CoordinationSpace
+    let outside: String
+    let coordinator = FileCoordinator()
+
+    init() throws {
+      root = try TestRoot()
+      container = try root.container(LinkFreePathsTests.group)
+      space = try CoordinationSpace.locate(container.documentsURL).0
+      outside = root.path + "/outside"
+      try FileManager.default.createDirectory(atPath: outside + "/deeper", withIntermediateDirectories: true)
+      #expect(FileManager.default.createFile(atPath: outside + "/file", contents: Data("outside".utf8)))
+    }
+
+    var description: String { "the container at \(container.path)" }
+
+    func url(_ relative: String) -> URL { container.documentsURL.appendingPathComponent(relative) }
+
+    /// Makes `Documents/<relative>` (and what leads to it).
+    func makeDirectory(_ relative: String) throws {
+      try FileManager.default.createDirectory(
+        atPath: container.path + "/Documents/" + relative, withIntermediateDirectories: true)
+    }
+
+    /// `Documents/link`, a symlink to the directory outside.
+    func makeLinkOut() throws {
+      try FileManager.default.createSymbolicLink(
+        atPath: container.path + "/Documents/link", withDestinationPath: outside)
+    }
+
+    /// Accesses `relative` until the memory answers (`counted` moves), at most 10 s (other tests' events on the
+    /// process's inotify queue can keep it from answering for a while).
+    func warm(_ relative: String, counted: KeyPath<LinkFreePaths.Counts, Int>) throws -> Bool {
+      let before = space.linkFreePaths.counts[keyPath: counted]
+      let deadline = Date().addingTimeInterval(10)
+      while Date() < deadline {
+        try coordinator.coordinate(writingItemAt: url(relative)) { _ in }
+        if space.linkFreePaths.counts[keyPath: counted] > before { return true }
+        Thread.sleep(forTimeInterval: 0.002)
+      }
+      return false
+    }
+
+    /// Runs a one-shot helper (PathAttacks.swift) and waits for it.
+    func attack(_ arguments: [String]) {
+      let child = try? Child([arguments[0], root.path, LinkFreePathsTests.group] + arguments.dropFirst())
+      #expect(child?.waitForExit(timeout: 20) == 0, "\(arguments): \(child?.errors.withLock { $0 } ?? "")")
+    }
+
+    /// Whether an access to `relative` is refused as leading out of the container.
+    func isRefused(_ relative: String) -> Bool {
+      do {
+        try coordinator.coordinate(writingItemAt: url(relative)) { _ in }
+        return false
+      } catch FileCoordinatorError.container(.pathEscapesContainer) {
+        return true
+      } catch {
+        Issue.record("unexpected: \(error)")
+        return false
+      }
+    }
+  }
+
+  /// A directory on the way swapped with a link out (`renameat2(RENAME_EXCHANGE)`, as the swap attack does).
+  @Test(.timeLimit(.minutes(1))) func exchangedDirectoryIsNoticed() throws {
+    let f = try Fixture()
+    try f.makeDirectory("sub")
+    try f.makeLinkOut()
+    try #require(try f.warm("sub/x", counted: \.remembered), "the memory never answered")
+    f.attack(["exchange", "Documents/sub", "Documents/link"])
+    #expect(f.isRefused("sub/x"))
+  }
+
+  /// The item itself replaced by a link to a file outside.
+  @Test(.timeLimit(.minutes(1))) func itemReplacedByALinkIsNoticed() throws {
+    let f = try Fixture()
+    try f.makeDirectory("sub")
+    #expect(FileManager.default.createFile(atPath: f.container.path + "/Documents/sub/target", contents: Data()))
+    try #require(try f.warm("sub/target", counted: \.remembered), "the memory never answered")
+    f.attack(["plant-link", "Documents/sub/target", f.outside + "/file"])
+    #expect(f.isRefused("sub/target"))
+  }
+
+  /// The same change while the watcher reads nothing: its event waits in the queue, and the memory must not answer.
+  @Test(.timeLimit(.minutes(1))) func unhandledEventBlocksTheMemory() throws {
+    let f = try Fixture()
+    try f.makeDirectory("sub")
+    try f.makeLinkOut()
+    try #require(try f.warm("sub/x", counted: \.remembered), "the memory never answered")
+    Watcher.shared.stall(nanoseconds: 3_000_000_000)
+    defer { Watcher.shared.stall(nanoseconds: 0) }
+    f.attack(["exchange", "Documents/sub", "Documents/link"])
+    #expect(f.isRefused("sub/x"))
+  }
+
+  /// A directory on the way moved aside and made again, then a link planted in the new one: the watches beneath
+  /// the old one must go with it, or the new directory is never watched.
+  @Test(.timeLimit(.minutes(1))) func remadeDirectoryIsWatchedAgain() throws {
+    let f = try Fixture()
+    try f.makeDirectory("sub/deeper")
+    try #require(try f.warm("sub/deeper/x", counted: \.remembered), "the memory never answered")
+    f.attack(["remake", "Documents/sub"])
+    try #require(try f.warm("sub/deeper/x", counted: \.remembered), "the memory never answered again")
+    f.attack(["plant-link", "Documents/sub/deeper/x", f.outside + "/file"])
+    #expect(f.isRefused("sub/deeper/x"))
+  }
+
+  /// A directory written to many times a second is not watched (each event would wake the watcher, at the
+  /// writer's cost): its items are answered from their parent's memory, and their own name is still asked.
+  @Test(.timeLimit(.minutes(1))) func busyDirectoryStillAsksTheItemsName() throws {
+    let f = try Fixture()
+    try f.makeDirectory("busy")
+    for i in 0..<(LinkFreePaths.busyEvents * 3) {
+      try f.coordinator.coordinate(writingItemAt: f.url("busy/f")) { url in
+        try f.container.write(Data("\(i)".utf8), to: url)
+      }
+    }
+    try #require(try f.warm("busy/f", counted: \.parentRemembered), "the parent's memory never answered")
+    f.attack(["plant-link", "Documents/busy/f", f.outside + "/file"])
+    #expect(f.isRefused("busy/f"))
+  }
+}
