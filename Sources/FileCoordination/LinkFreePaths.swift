@@ -16,9 +16,9 @@ import SystemLayer
 ///   drops the watches of that directory and of those beneath it: they may watch a directory that is no longer on
 ///   the way, so they are made again, by path, when next needed. So does `IN_IGNORED` (a watched directory was
 ///   deleted) and a queue overflow.
-/// - A path is put down as being checked before its watches are placed and becomes link-free only if no event
-///   touched it, and no directory was dropped, until its check ended: a change racing with the check is never
-///   remembered as its result.
+/// - A path is put down as being checked (with a ticket of its own) before its watches are looked at, and becomes
+///   link-free only if no event touched it, and no directory was dropped, until that check ended: a change racing
+///   with the check is never remembered as its result.
 /// - Busy directories are not watched. Each event wakes the watcher thread, and the writer pays for the wake-up
 ///   (13 µs more per coordinated write on tmpfs when the written file's directory was watched). A directory with
 ///   more than `busyEvents` events in a second is dropped and left unwatched for `busyPause`; an item in it is then
@@ -34,6 +34,8 @@ final class LinkFreePaths: Sendable {
   private struct Entry {
     var state: State
     var epoch: UInt64
+    /// Which check put it down: another thread's check of the same path must not finish this one's.
+    var ticket: UInt64 = 0
   }
   /// A watched directory; `token` is nil while its watch is being placed.
   private struct Watch {
@@ -51,6 +53,7 @@ final class LinkFreePaths: Sendable {
     /// Moves on whenever a watched directory is dropped: every entry checked before is then forgotten.
     var epoch: UInt64 = 0
     var nextWatch: UInt64 = 0
+    var nextTicket: UInt64 = 0
     var counts = Counts()
   }
 
@@ -85,7 +88,7 @@ final class LinkFreePaths: Sendable {
   /// the way since it was last checked, else the kernel's answer, after which the path (or, if its directory is
   /// busy, its parent) is remembered.
   func isLinkFree(_ path: ContainerPath) -> Bool {
-    guard let parent = path.parent else { return true }
+    guard !path.isRoot else { return true }
     let root = root
     let settled = Watcher.shared.hasHandledEveryEvent()
     let answer = table.withLock { t -> Answer in
@@ -96,6 +99,8 @@ final class LinkFreePaths: Sendable {
         t.counts.remembered += 1
         return .remembered
       }
+      guard !t.busy.isEmpty else { return .unknown(busy: false) }
+      let parent = path.parent!  // made only here: an allocation
       var busy = false
       if let until = t.busy[parent] {
         if until > MonotonicClock.nanoseconds() { busy = true } else { t.busy[parent] = nil }
@@ -114,7 +119,7 @@ final class LinkFreePaths: Sendable {
     case .unknown(let busy):
       guard Watcher.shared.servesDescriptors else { return check() }
       // Remember the item itself, unless its directory may not be watched: then its parent.
-      return remember(busy ? parent : path, check: check)
+      return remember(busy ? path.parent! : path, check: check)
     }
   }
 
@@ -130,18 +135,19 @@ final class LinkFreePaths: Sendable {
     guard !target.isRoot else { return check() }
     // Put down first, the watches looked at next: a directory dropped in between is missing, one dropped later
     // moves the epoch on.
-    let epoch = table.withLock { t in
+    let (epoch, ticket) = table.withLock { t in
       if t.entries.count >= Self.entryLimit { t.entries.removeAll(keepingCapacity: true) }
-      t.entries[target] = Entry(state: .checking, epoch: t.epoch)
-      return t.epoch
+      t.nextTicket += 1
+      t.entries[target] = Entry(state: .checking, epoch: t.epoch, ticket: t.nextTicket)
+      return (t.epoch, t.nextTicket)
     }
     guard watchWay(to: target) else {
-      table.withLock { t in if t.entries[target]?.state == .checking { t.entries[target] = nil } }
+      table.withLock { t in if t.entries[target]?.ticket == ticket { t.entries[target] = nil } }
       return check()
     }
     let free = check()
     table.withLock { t in
-      guard let entry = t.entries[target], entry.state == .checking, entry.epoch == epoch else { return }
+      guard let entry = t.entries[target], entry.state == .checking, entry.ticket == ticket else { return }
       t.entries[target] = free && t.epoch == epoch ? Entry(state: .linkFree, epoch: epoch) : nil
     }
     return free
