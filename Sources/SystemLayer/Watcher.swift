@@ -177,29 +177,40 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
   }
 
   /// `watch` without waiting for the watcher thread: returns the token at once, and `placed` runs on the watcher
-  /// thread (with the token) once the watch is in place or could not be, before any of its events is handled. Watches asked for
-  /// one after the other are placed in that order. For callers that may hold a lock that some handler takes: a
-  /// waiting `watch` would then wait for a thread that waits for it.
+  /// thread (with the token) once the watch is in place or could not be, before any of its events is handled.
+  /// Watches asked for one after the other are placed in that order. For callers that may hold a lock that some
+  /// handler takes: a waiting `watch` would then wait for a thread that waits for it.
   package func watchLater(
     _ path: String, mask: UInt32 = Watcher.changeMask, handler: @escaping Handler,
     placed: @escaping @Sendable (Token, Result<Void, FileSystemError>) -> Void
   ) -> Token {
-    let token = state.withLock { s in
-      defer { s.nextToken += 1 }
-      return Token(id: s.nextToken)
-    }
+    let token = newToken()
     if let startError {
       placed(token, .failure(startError))
       return token
     }
-    let request = Request.add(path: path, mask: mask, token: token, handler: handler) { placed(token, $0) }
-    if pthread_equal(pthread_self(), threadID) != 0 {
-      perform(request)
-    } else {
-      state.withLock { $0.requests.append(request) }
-      wake()
-    }
+    submit(Request.add(path: path, mask: mask, token: token, handler: handler) { placed(token, $0) })
     return token
+  }
+
+  private func newToken() -> Token {
+    state.withLock { s in
+      defer { s.nextToken += 1 }
+      return Token(id: s.nextToken)
+    }
+  }
+
+  /// Performs `request` at once on the watcher thread; from another thread, queues it and wakes the watcher thread
+  /// (then answers true: it is performed on the thread's next turn, in the order queued).
+  @discardableResult
+  private func submit(_ request: Request) -> Bool {
+    guard pthread_equal(pthread_self(), threadID) == 0 else {
+      perform(request)
+      return false
+    }
+    state.withLock { $0.requests.append(request) }
+    wake()
+    return true
   }
 
   /// Watches `path` (a directory, or a file) and calls `handler` on the watcher thread for each event in `mask`.
@@ -208,23 +219,14 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
     _ path: String, mask: UInt32 = Watcher.changeMask, handler: @escaping Handler
   ) throws(FileSystemError) -> Token {
     try start()
-    let token = state.withLock { s in
-      defer { s.nextToken += 1 }
-      return Token(id: s.nextToken)
-    }
+    let token = newToken()
     let result = Mutex<Result<Void, FileSystemError>?>(nil)
     let done = DispatchSemaphore(value: 0)
     let request = Request.add(path: path, mask: mask, token: token, handler: handler) { r in
       result.withLock { $0 = r }
       done.signal()
     }
-    if pthread_equal(pthread_self(), threadID) != 0 {
-      perform(request)
-    } else {
-      state.withLock { $0.requests.append(request) }
-      wake()
-      done.wait()
-    }
+    if submit(request) { done.wait() }
     switch result.withLock({ $0 })! {
     case .success: return token
     case .failure(let e): throw e
@@ -238,17 +240,8 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
   /// `fd` received before a change is handled before the change's event). The handler must read everything
   /// waiting without blocking. Only when `servesDescriptors`; `fd` stays open until the token is cancelled.
   package func watchReadable(_ fd: Int32, handler: @escaping @Sendable () -> Void) -> Token {
-    let token = state.withLock { s in
-      defer { s.nextToken += 1 }
-      return Token(id: s.nextToken)
-    }
-    let request = Request.addReadable(fd: fd, token: token, handler: handler)
-    if pthread_equal(pthread_self(), threadID) != 0 {
-      perform(request)
-    } else {
-      state.withLock { $0.requests.append(request) }
-      wake()
-    }
+    let token = newToken()
+    submit(Request.addReadable(fd: fd, token: token, handler: handler))
     return token
   }
 
