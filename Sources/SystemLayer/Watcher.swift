@@ -46,6 +46,8 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
   /// Watch flags: fail unless the path is a directory; do not follow a symlink in its last component.
   package static let onlyDirectory: UInt32 = 0x0100_0000
   package static let dontFollow: UInt32 = 0x0200_0000
+  /// Add to the inode's mask instead of replacing it (`IN_MASK_ADD`).
+  static let maskAdd: UInt32 = 0x2000_0000
   /// What a watch asks for unless told otherwise: every change but IN_MODIFY, which fires on each write(2) and
   /// would wake this thread (in every process watching) once per append.
   package static let changeMask: UInt32 =
@@ -57,7 +59,7 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
 
   private enum Request {
     case add(
-      path: String, mask: UInt32, token: Token, handler: Handler,
+      path: String, mask: UInt32, token: Token, handler: Handler, resolvedNow: Bool = false,
       reply: @Sendable (Result<Void, FileSystemError>) -> Void)
     case remove(Token)
     case addReadable(fd: Int32, token: Token, handler: @Sendable () -> Void)
@@ -179,7 +181,9 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
   /// `watch` without waiting for the watcher thread: returns the token at once, and `placed` runs on the watcher
   /// thread (with the token) once the watch is in place or could not be, before any of its events is handled.
   /// Watches asked for one after the other are placed in that order. For callers that may hold a lock that some
-  /// handler takes: a waiting `watch` would then wait for a thread that waits for it.
+  /// handler takes: a waiting `watch` would then wait for a thread that waits for it. The path is resolved when the
+  /// watch is placed, always: `watch` answers a path watched before with that watch, which follows its directory
+  /// wherever it was moved since (LinkFreePaths needs the directory the path names now).
   package func watchLater(
     _ path: String, mask: UInt32 = Watcher.changeMask, handler: @escaping Handler,
     placed: @escaping @Sendable (Token, Result<Void, FileSystemError>) -> Void
@@ -189,7 +193,7 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
       placed(token, .failure(startError))
       return token
     }
-    submit(Request.add(path: path, mask: mask, token: token, handler: handler) { placed(token, $0) })
+    submit(Request.add(path: path, mask: mask, token: token, handler: handler, resolvedNow: true) { placed(token, $0) })
     return token
   }
 
@@ -536,9 +540,22 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
     switch request {
     case .addReadable(let fd, let token, let handler):
       readables.append((token, fd, handler))
-    case .add(let path, let mask, let token, let handler, let reply):
+    case .add(let path, let mask, let token, let handler, true, let reply) where inotifyFD >= 0:
+      // The kernel resolves the path now and answers with the watch of the inode it names now; `IN_MASK_ADD`
+      // keeps what others asked of that inode. The library is not told (see `.remove`).
+      let wd = Glibc.inotify_add_watch(inotifyFD, path, mask | Self.maskAdd)
+      guard wd >= 0 else {
+        reply(.failure(FileSystemError("inotify_add_watch", path, Errno(rawValue: errno))))
+        return
+      }
+      if pathByWD[wd] == nil { pathByWD[wd] = path }
+      handlersByWD[wd, default: [:]][token] = (mask, handler)
+      wdByToken[token] = wd
+      reply(.success(()))
+    case .add(let path, let mask, let token, let handler, _, let reply):
       let existing = watchesByPath[path].flatMap { wd in handlersByWD[wd] != nil ? wd : nil }
-      let wanted = (existing.map { union(of: $0) } ?? 0) | mask
+      // A path not watched yet may name an inode watched under another path: add to its mask, never replace it.
+      let wanted = (existing.map { union(of: $0) } ?? Self.maskAdd) | mask
       if existing == nil || wanted != union(of: existing!) {
         guard inotifytools_watch_file(path, Int32(bitPattern: wanted)) != 0 else {
           reply(.failure(FileSystemError("inotify_add_watch", path, Errno(rawValue: inotifytools_error()))))
@@ -565,13 +582,21 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
         handlersByWD[wd] = nil
         pathByWD[wd] = nil
         watchesByPath = watchesByPath.filter { $0.value != wd }
-        _ = inotifytools_remove_watch_by_wd(wd)
-      } else if let path = pathByWD[wd], union(of: wd) != before {
+        // A watch only `watchLater` placed is unknown to the library, which then removes nothing.
+        if libraryKnows(wd) {
+          _ = inotifytools_remove_watch_by_wd(wd)
+        } else {
+          _ = Glibc.inotify_rm_watch(inotifyFD, wd)
+        }
+      } else if libraryKnows(wd), let path = pathByWD[wd], union(of: wd) != before {
         // Narrow the watch again (say, drop IN_MODIFY when its last handler left).
         _ = inotifytools_watch_file(path, Int32(bitPattern: union(of: wd)))
       }
     }
   }
+
+  /// Whether the library watches `wd` (for one it does not, it names the empty string).
+  private func libraryKnows(_ wd: Int32) -> Bool { (inotifytools_filename_from_wd(wd)?.pointee ?? 0) != 0 }
 
   private func union(of wd: Int32) -> UInt32 {
     handlersByWD[wd]?.values.reduce(0) { $0 | $1.mask } ?? 0

@@ -17,7 +17,11 @@ import Testing
 /// - a path in a busy directory answered from its parent without asking its own name
 ///   (`busyDirectoryStillAsksTheItemsName`);
 /// - a dropped directory's watch kept for the directories beneath it (`remadeDirectoryIsWatchedAgain`: the deeper
-///   watch stays on the directory moved aside, and a link planted in the new one goes unheard).
+///   watch stays on the directory moved aside, and a link planted in the new one goes unheard);
+/// - `Watcher.watchLater` answering a path watched before with that watch, as `watch` does
+///   (`pathWatchedBeforeIsResolvedAgain`: that watch follows the directory moved aside);
+/// - `Watcher.watch` of a path not watched yet replacing the inode's mask instead of adding to it
+///   (`anotherWatchOfTheDirectoryKeepsTheMask`).
 /// Not caught, being races of microseconds: a check's result remembered although an event came during it; the
 /// watcher's `reading` count left out (an event read and not yet handled).
 @Suite(.serialized) struct LinkFreePathsTests {
@@ -134,6 +138,32 @@ import Testing
     try #require(try f.warm("sub/deeper/x", counted: \.remembered), "the memory never answered again")
     f.attack(["plant-link", "Documents/sub/deeper/x", f.outside + "/file"])
     #expect(f.isRefused("sub/deeper/x"))
+  }
+
+  /// A directory another part of this process watches by path, moved aside and made again: that watch follows the
+  /// old directory, and the memory must watch the one the path names now, not reuse that watch.
+  @Test(.timeLimit(.minutes(1))) func pathWatchedBeforeIsResolvedAgain() throws {
+    let f = try Fixture()
+    try f.makeDirectory("sub/deeper")
+    let other = try Watcher.shared.watch(f.container.path + "/Documents/sub") { _ in }
+    defer { Watcher.shared.cancel(other) }
+    f.attack(["remake", "Documents/sub"])
+    try #require(try f.warm("sub/x", counted: \.remembered), "the memory never answered")
+    f.attack(["plant-link", "Documents/sub/x", f.outside + "/file"])
+    #expect(f.isRefused("sub/x"))
+  }
+
+  /// Another part of this process watching a directory on the way under another spelling of its path, for other
+  /// events: its watch must add to the directory's mask, not replace the memory's.
+  @Test(.timeLimit(.minutes(1))) func anotherWatchOfTheDirectoryKeepsTheMask() throws {
+    let f = try Fixture()
+    try f.makeDirectory("sub")
+    try f.makeLinkOut()
+    try #require(try f.warm("sub/x", counted: \.remembered), "the memory never answered")
+    let other = try Watcher.shared.watch(f.container.path + "/Documents/", mask: Watcher.delete) { _ in }
+    defer { Watcher.shared.cancel(other) }
+    f.attack(["exchange", "Documents/sub", "Documents/link"])
+    #expect(f.isRefused("sub/x"))
   }
 
   /// A directory written to many times a second is not watched (each event would wake the watcher, at the
