@@ -76,6 +76,13 @@ import Testing
       return false
     }
 
+    /// `Documents/sub` with `Documents/link`, a link out, beside it; then `sub/x` accessed until remembered.
+    func subBesideALinkOut() throws {
+      try makeDirectory("sub")
+      try makeLinkOut()
+      try #require(try warm("sub/x", counted: \.remembered), "the memory never answered")
+    }
+
     /// Runs a one-shot helper (PathAttacks.swift) and waits for it.
     func attack(_ arguments: [String]) {
       let child = try? Child([arguments[0], root.path, LinkFreePathsTests.group] + arguments.dropFirst())
@@ -99,9 +106,7 @@ import Testing
   /// A directory on the way swapped with a link out (`renameat2(RENAME_EXCHANGE)`, as the swap attack does).
   @Test(.timeLimit(.minutes(1))) func exchangedDirectoryIsNoticed() throws {
     let f = try Fixture()
-    try f.makeDirectory("sub")
-    try f.makeLinkOut()
-    try #require(try f.warm("sub/x", counted: \.remembered), "the memory never answered")
+    try f.subBesideALinkOut()
     f.attack(["exchange", "Documents/sub", "Documents/link"])
     #expect(f.isRefused("sub/x"))
   }
@@ -119,9 +124,7 @@ import Testing
   /// The same change while the watcher reads nothing: its event waits in the queue, and the memory must not answer.
   @Test(.timeLimit(.minutes(1))) func unhandledEventBlocksTheMemory() throws {
     let f = try Fixture()
-    try f.makeDirectory("sub")
-    try f.makeLinkOut()
-    try #require(try f.warm("sub/x", counted: \.remembered), "the memory never answered")
+    try f.subBesideALinkOut()
     Watcher.shared.stall(nanoseconds: 3_000_000_000)
     defer { Watcher.shared.stall(nanoseconds: 0) }
     f.attack(["exchange", "Documents/sub", "Documents/link"])
@@ -157,9 +160,7 @@ import Testing
   /// events: its watch must add to the directory's mask, not replace the memory's.
   @Test(.timeLimit(.minutes(1))) func anotherWatchOfTheDirectoryKeepsTheMask() throws {
     let f = try Fixture()
-    try f.makeDirectory("sub")
-    try f.makeLinkOut()
-    try #require(try f.warm("sub/x", counted: \.remembered), "the memory never answered")
+    try f.subBesideALinkOut()
     let other = try Watcher.shared.watch(f.container.path + "/Documents/", mask: Watcher.delete) { _ in }
     defer { Watcher.shared.cancel(other) }
     f.attack(["exchange", "Documents/sub", "Documents/link"])
