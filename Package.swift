@@ -184,7 +184,7 @@ let package = Package(
       name: "gc-test-helper",
       dependencies: [
         "FileCoordination", "SharedDefaults", "PropertyList", "SystemLayer", "ImageCache", "MemoryWarnings", "TestImageKit",
-        "BackgroundDownloads", "AppIntents", "WidgetKit", "LiveActivities", "ScoreboardKit",
+        "BackgroundDownloads", "AppIntents", "WidgetKit", "LiveActivities", "ScoreboardKit", "HelperCommand",
         .product(name: "Logging", package: "swift-log"),
       ],
       path: "Tests/GCTestHelper"
@@ -223,8 +223,11 @@ let package = Package(
     .testTarget(name: "PropertyListTests", dependencies: ["PropertyList", "TestSupport"], exclude: ["Regressions"]),
     // Real images of any size for tests, the test helper and benchmarks.
     .target(name: "TestImageKit", path: "Tests/TestImageKit"),
+    // The helper's commands (one Codable enum), shared by gc-test-helper and the tests that start it.
+    .target(name: "HelperCommand", path: "Tests/HelperCommand"),
     // What every test target shares: temp container roots, child processes.
-    .target(name: "TestSupport", dependencies: ["FileCoordination", "SystemLayer"], path: "Tests/TestSupport"),
+    .target(
+      name: "TestSupport", dependencies: ["FileCoordination", "SystemLayer", "HelperCommand"], path: "Tests/TestSupport"),
     .testTarget(
       name: "SharedDefaultsTests",
       dependencies: [

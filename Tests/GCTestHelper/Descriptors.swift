@@ -1,10 +1,9 @@
 // Helper sub-command that reports what this process inherited (ChildProcessTests).
 import Foundation
+import HelperCommand
 
-/// `descriptors <root> <group> <exit|stay>`: prints "fd <n> <target>" for each open descriptor (the target of
-/// /proc/self/fd/<n>, e.g. `pipe:[1234]`), then "done"; with `stay`, waits until killed (or until its parent is
-/// gone, like every helper).
-func runDescriptors(_ args: [String]) -> Never {
+/// `HelperCommand.descriptors(stay:)`.
+func runDescriptors(stay: Bool) -> Never {
   let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
   var lines: [String] = []
   for entry in entries.compactMap(Int.init).sorted() {
@@ -14,7 +13,7 @@ func runDescriptors(_ args: [String]) -> Never {
     }
   }
   FileHandle.standardOutput.write(Data((lines + ["done"]).map { $0 + "\n" }.joined().utf8))
-  if args[4] == "stay" {
+  if stay {
     while true { Thread.sleep(forTimeInterval: 60) }
   }
   exit(0)

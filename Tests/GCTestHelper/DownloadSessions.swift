@@ -3,8 +3,7 @@
 import BackgroundDownloads
 import FileCoordination
 import Foundation
-
-let downloadSessionModes: Set<String> = ["dl-start", "dl-attach", "dl-relaunched"]
+import HelperCommand
 
 /// Every event as one line: `event <kind> <task id> <event id or -> <error or ->`.
 func describe(_ event: DownloadEvent) -> String {
@@ -17,32 +16,28 @@ func describe(_ event: DownloadEvent) -> String {
   }
 }
 
-func runDownloadSessionMode(_ command: String, _ args: [String], _ container: GroupContainer) async throws {
+/// Runs `.dlStart`, `.dlAttach` and `.dlRelaunched` (HelperCommand.swift says what each does and prints).
+func runDownloadSessionMode(_ invocation: HelperInvocation, _ container: GroupContainer) async throws {
   var configuration = DownloadSession.Configuration()
   configuration.agentIdleTimeout = .seconds(2)
-  switch command {
-  case "dl-start":
-    // dl-start <root> <group> <session> <url> [destination|-] [relaunch-log]: starts a download, prints its id, and
-    // stays until killed. With a relaunch log, registers this helper as the app to relaunch (mode dl-relaunched).
-    let session = args[4]
-    if args.count > 7 {
-      configuration.relaunch = .currentExecutable(arguments: ["dl-relaunched", args[2], args[3], args[7]])
+  switch invocation.command {
+  case .dlStart(let session, let url, let destination, let relaunchLog):
+    if let relaunchLog {
+      let relaunched = HelperInvocation(
+        root: invocation.root, group: invocation.group, command: .dlRelaunched(log: relaunchLog))
+      configuration.relaunch = .currentExecutable(arguments: relaunched.arguments)
     } else {
       configuration.relaunch = .none
     }
     let s = try DownloadSession(identifier: session, container: container, configuration: configuration)
-    let destination = args.count > 6 && args[6] != "-" ? args[6] : nil
-    let task = try s.download(from: URL(string: args[5])!, to: destination)
+    let task = try s.download(from: url, to: destination)
     await say("task \(task.id)")
     while true { try await Task.sleep(for: .seconds(60)) }
 
-  case "dl-attach":
-    // dl-attach <root> <group> <session> <count>: attaches, prints `attached`, then each queued event and
-    // didFinishEvents, acknowledging each; exits after <count> queued events (0: after the backlog's didFinishEvents).
+  case .dlAttach(let session, let wanted):
     configuration.relaunch = .none
-    let s = try DownloadSession(identifier: args[4], container: container, configuration: configuration)
+    let s = try DownloadSession(identifier: session, container: container, configuration: configuration)
     await say("attached")
-    let wanted = Int(args[5]) ?? 0
     var seen = 0
     for await event in s.events {
       if case .didWriteData = event { continue }
@@ -57,9 +52,7 @@ func runDownloadSessionMode(_ command: String, _ args: [String], _ container: Gr
     s.invalidate()
     exit(0)
 
-  case "dl-relaunched":
-    // Started by the agent: attaches to the session it names and logs its events until didFinishEvents.
-    let log = args[4]
+  case .dlRelaunched(let log):
     guard let session = DownloadSession.launchedForEvents else {
       FileHandle.standardError.write(Data("dl-relaunched: not started for a session\n".utf8))
       exit(2)

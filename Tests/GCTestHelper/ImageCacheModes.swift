@@ -1,33 +1,26 @@
 import FileCoordination
 import Foundation
+import HelperCommand
 import MemoryWarnings
 import SystemLayer
 import TestImageKit
 
 @testable import ImageCache
 
-let imageCacheModes: Set<String> = [
-  "cache-writer", "cache-reader", "cache-store-loop", "cache-watch", "cache-read-all", "cache-memory", "cache-cgroup",
-  "cache-budget", "cache-disk", "cache-trim-race",
-]
-
-/// The image cache's "other processes" (ImageCacheCoherenceTests and friends).
-@MainActor func runImageCacheMode(_ command: String, _ args: [String], _ container: GroupContainer) throws {
-  let cacheName = args[4]
+/// The image cache's "other processes" (ImageCacheCoherenceTests and friends): the `.cache…` commands on the cache
+/// named `cacheName` (HelperCommand.swift says what each does and prints).
+@MainActor func runImageCacheMode(_ command: HelperCommand, cacheName: String, _ container: GroupContainer) throws {
   var limits = SharedImageCache.Limits()
   limits.recencyGranularity = .zero
   let cache = try SharedImageCache(name: cacheName, container: container, limits: limits)
   switch command {
-  case "cache-trim-race":
-    // cache-trim-race <root> <group> <cache> <pause-dir> [replace], with
-    // GROUPCONTAINER_PAUSE_POINT=imagecache.trim.scanned: stores 10 KB images past a 50,000-byte disk limit until the
-    // background trim they start stops after its scan; stores ten more meanwhile (they find a trim scheduled) — with
-    // `replace`, stores k0 and k1 again instead (the oldest: the trim cannot drop what replaced them); lets it go;
-    // prints "usage <bytes>" once the disk is back under the limit, or after 10 s.
+  case .cacheTrimRace(_, let pauseDirectory, let replace):
+    // The ten stores meanwhile find a trim scheduled; with `replace`, k0 and k1 are the oldest: the trim cannot drop
+    // what replaced them.
     var limited = limits
     limited.diskBytes = 50_000  // few stores: under a full parallel test run each store can take a second
     let racing = try SharedImageCache(name: cacheName, container: container, limits: limited)
-    let pause = args[5] + "/imagecache.trim.scanned"
+    let pause = pauseDirectory + "/imagecache.trim.scanned"
     var index = 0
     func store() throws {
       try racing.store(TestPNG.make(width: 100, height: 100, seed: UInt64(index)), forKey: "k\(index)")
@@ -40,7 +33,7 @@ let imageCacheModes: Set<String> = [
       FileHandle.standardError.write(Data("the trim never stopped at its pause point\n".utf8))
       exit(1)
     }
-    if args.count > 6, args[6] == "replace" {
+    if replace {
       for key in ["k0", "k1"] {
         try racing.store(TestPNG.make(width: 100, height: 100, seed: 1_000 + UInt64(key.utf8.last!)), forKey: key)
       }
@@ -53,11 +46,7 @@ let imageCacheModes: Set<String> = [
       usleep(10_000)
     }
     FileHandle.standardOutput.write(Data("usage \(try racing.statistics().diskBytes)\n".utf8))
-  case "cache-writer":
-    // cache-writer <root> <group> <cache> <writer-id> <ops> <keys> <log>
-    // Random stores (70 %) and removals of k0…k<keys-1>; logs "S|R <key> <version> <start-ns> <end-ns>" per op,
-    // the interval around the call (CLOCK_MONOTONIC is one clock for every process).
-    let (writer, ops, keys, logFile) = (UInt64(args[5])!, Int(args[6])!, Int(args[7])!, args[8])
+  case .cacheWriter(_, let writer, let ops, let keys, let logFile):
     var generator = SplitMix64(seed: writer &* 7919)
     var lines: [String] = []
     for sequence in 1...ops {
@@ -77,10 +66,7 @@ let imageCacheModes: Set<String> = [
     try lines.joined(separator: "\n").write(toFile: logFile, atomically: false, encoding: .utf8)
     say("done")
 
-  case "cache-reader":
-    // cache-reader <root> <group> <cache> <milliseconds> <keys> <log>
-    // Reads random keys until the time is up; logs "G <key> <version|0 for a miss|bad> <start-ns> <end-ns>".
-    let (milliseconds, keys, logFile) = (UInt64(args[5])!, Int(args[6])!, args[7])
+  case .cacheReader(_, let milliseconds, let keys, let logFile):
     var generator = SplitMix64(seed: UInt64(getpid()))
     var lines: [String] = []
     let end = MonotonicClock.nanoseconds() + milliseconds * 1_000_000
@@ -102,11 +88,8 @@ let imageCacheModes: Set<String> = [
     try lines.joined(separator: "\n").write(toFile: logFile, atomically: false, encoding: .utf8)
     say("done memoryHits=\(stats.memoryHits) diskHits=\(stats.diskHits) misses=\(stats.misses)")
 
-  case "cache-store-loop":
-    // cache-store-loop <root> <group> <cache> <keys> <width> <height>: stores new versions of k0…k<keys-1> until
-    // killed; says "stored <n>" after each store.
+  case .cacheStoreLoop(_, let keys, let width, let height):
     // The images are made once: the loop's time goes to the stores, where the kills must land.
-    let (keys, width, height) = (Int(args[5])!, Int(args[6])!, Int(args[7])!)
     let images = try (1...4).map { try CachedImage(data: TestPNG.make(width: width, height: height, seed: UInt64($0))) }
     var version = 0
     while true {
@@ -115,9 +98,7 @@ let imageCacheModes: Set<String> = [
       version += 1
     }
 
-  case "cache-watch":
-    // cache-watch <root> <group> <cache> <key>: reads the key every 5 ms and says "now <version|nil>" at each change.
-    let key = args[5]
+  case .cacheWatch(_, let key):
     var last = "none"
     while true {
       let image = try cache.image(forKey: key)
@@ -129,10 +110,7 @@ let imageCacheModes: Set<String> = [
       Thread.sleep(forTimeInterval: 0.005)
     }
 
-  case "cache-read-all":
-    // cache-read-all <root> <group> <cache> <keys> <milliseconds>: reads every key in turn until the time is up;
-    // says "bad <key>" for an image that is not whole, "error <description>" for a thrown error, then "done <n>".
-    let (keys, milliseconds) = (Int(args[5])!, UInt64(args[6])!)
+  case .cacheReadAll(_, let keys, let milliseconds):
     let end = MonotonicClock.nanoseconds() + milliseconds * 1_000_000
     var reads = 0
     say("reading")
@@ -148,14 +126,11 @@ let imageCacheModes: Set<String> = [
     }
     say("done \(reads)")
 
-  case "cache-memory":
-    // cache-memory <root> <group> <cache> <images>: fills its memory tier with <images> 100 kB images (limit: 16 MB),
-    // says "filled <cost> <limit>", then "cost <n>" at each change of the tier's cost (memory warnings sent to the
-    // group trim it); runs until killed.
+  case .cacheMemory(_, let images):
     var limits = SharedImageCache.Limits()
     limits.memoryCost = 16 << 20
     let memoryCache = try SharedImageCache(name: cacheName, container: container, limits: limits)
-    for index in 0..<Int(args[5])! {
+    for index in 0..<images {
       try memoryCache.store(TestPNG.make(width: 320, height: 320, seed: UInt64(index)), forKey: "k\(index)")
     }
     var last = try memoryCache.statistics().memoryCost
@@ -169,14 +144,9 @@ let imageCacheModes: Set<String> = [
       Thread.sleep(forTimeInterval: 0.01)
     }
 
-  case "cache-cgroup":
-    // cache-cgroup <root> <group> <cache> <cgroup-dir-name>: once moved into the memory cgroup, writes 24 MB of file
-    // cache (what the kernel reclaims first, and measures its pressure events by), then fills the cache's memory
-    // tier (cost limit: the cgroup's limit) with 512 kB images every 20 ms (to within 4 MB of the limit) — each its
-    // own copy, as decoded images would be — until the low-memory policy delivered critical. Says "limit <bytes>",
-    // "report <level> <source> cache-released <bytes> cost <bytes after>" per delivery, then "resident before=<peak
-    // while growing> after=<bytes>" and exits.
-    let cgroupName = args[5]
+  case .cacheCgroup(_, let cgroupName):
+    // The file cache is what the kernel reclaims first, and measures its pressure events by; each image is its own
+    // copy, as decoded images would be.
     // The cache above started the monitor in the test's cgroup: it must follow the move.
     guard awaitMonitorInCgroup(named: cgroupName, pressure: MemoryPressure.shared) else {
       say("not followed: \(MemoryPressure.shared.signals)")
@@ -222,9 +192,7 @@ let imageCacheModes: Set<String> = [
     say("no critical: cost \(memoryCache.memory.totalCost)")
     exit(1)
 
-  case "cache-disk":
-    // cache-disk <root> <group> <cache>: holds the cache open (its low-disk-space handler registered), says "ready",
-    // then "entries <n>" at each change of the number of entries on disk; runs until killed.
+  case .cacheDisk:
     let directory = container.cachesURL.path + "/" + cacheName
     say("ready")
     var last = -1
@@ -240,16 +208,13 @@ let imageCacheModes: Set<String> = [
       withExtendedLifetime(cache) {}
     }
 
-  case "cache-budget":
-    // cache-budget <root> <group> <cache> <budget-MB> <offered-MB>: a process with a memory budget (a widget's)
-    // and a cache with the default limits is offered <offered-MB> of distinct 1 MB images (stored, then read back);
-    // says "peak=<footprint bytes> budget=<bytes> tier=<memory tier cost limit>" at the end.
-    let budget = Int(args[5])! << 20
+  case .cacheBudget(_, let budgetMB, let offeredMB):
+    let budget = budgetMB << 20
     MemoryPressure.shared.budget = budget
     let budgetCache = try SharedImageCache(name: cacheName, container: container)
     var peak = 0
     let images = (0..<4).map { TestPNG.make(width: 1024, height: 1000, seed: UInt64($0)) }
-    for index in 0..<Int(args[6])! {
+    for index in 0..<offeredMB {
       try budgetCache.store(images[index % images.count], forKey: "k\(index)")
       _ = try budgetCache.image(forKey: "k\(index / 2)")
       peak = max(peak, MemoryPressure.shared.footprint)

@@ -2,9 +2,8 @@
 import AppIntents
 import FileCoordination
 import Foundation
+import HelperCommand
 import SystemLayer
-
-let intentModes: Set<String> = ["intent-host", "inbox-receiver"]
 
 /// Echoes its text with the pid of the process that performed it.
 struct EchoIntent: AppIntent {
@@ -61,18 +60,16 @@ struct CrashIntent: AppIntent {
   }
 }
 
-func runIntentMode(_ command: String, _ args: [String], _ container: GroupContainer) async throws {
+/// Runs `.intentHost` and `.inboxReceiver` (HelperCommand.swift says what they do and print). Started by the
+/// library for a URL, the helper gets the URL as an appended argument: these ignore it (they receive it as a message).
+func runIntentMode(_ command: HelperCommand, _ container: GroupContainer) async throws {
   switch command {
-  case "intent-host":
-    // intent-host <root> <group> <scheme>: performs the intents above for <scheme>; prints "ready <pid>".
+  case .intentHost(let scheme):
     try container.registerIntents(
-      [EchoIntent.self, AppendIntent.self, FailIntent.self, HangIntent.self, CrashIntent.self], forScheme: args[4])
+      [EchoIntent.self, AppendIntent.self, FailIntent.self, HangIntent.self, CrashIntent.self], forScheme: scheme)
     FileHandle.standardOutput.write(Data("ready \(getpid())\n".utf8))
-  case "inbox-receiver":
-    // inbox-receiver <root> <group> <scheme> <log>: handles <scheme> (and handed-over file) URLs; appends
-    // "opened <path> <contents>" to <log> for each file URL (launched receivers' output reaches no test).
-    let log = args[5]
-    try container.onOpenURL(schemes: [args[4]]) { url in
+  case .inboxReceiver(let scheme, let log):
+    try container.onOpenURL(schemes: [scheme]) { url in
       let contents = (try? String(contentsOf: url, encoding: .utf8)) ?? "<unreadable>"
       let fd = try? SystemFD.open(log, [.writeOnly, .create, .append], mode: 0o600)
       try? fd?.writeAll(Array("opened \(url.path) \(contents)\n".utf8))

@@ -1,5 +1,6 @@
 import FileCoordination
 import Foundation
+import HelperCommand
 import PropertyList
 @testable import SharedDefaults
 import Synchronization
@@ -19,24 +20,33 @@ func checkedSequence(_ bytes: [UInt8], key: String) -> UInt64? {
   return selfCheckingValue(key: key, sequence: sequence, size: bytes.count) == bytes ? sequence : nil
 }
 
-/// `seq-writer <root> <group> <suite> <writer> <count> <size>`: sets `w<writer>-k<i % 8>` to self-checking values
-/// with rising sequence numbers, sizes varying around `size` so records straddle pages. Says "done".
-/// `seq-reader <root> <group> <suite> <dir> <writers>`: until `<dir>/stop` exists, reads every key (plain gets)
-/// and follows every change (an observer), checking each value and that no key's sequence goes back. Prints
-/// "checked <n> bad <m>" with the first problems.
-func runInvariantMode(_ command: String, _ args: [String], _ container: GroupContainer) throws -> Never {
-  let defaults = try SharedDefaults(suiteName: args[4], container: container)
-  if command == "seq-writer" {
-    let (writer, count, size) = (args[5], Int(args[6])!, Int(args[7])!)
-    for i in 0..<count {
-      let key = "w\(writer)-k\(i % 8)"
-      try defaults.set(value: .data(selfCheckingValue(key: key, sequence: UInt64(i), size: size + (i * 97) % size)), forKey: key)
-    }
-    FileHandle.standardOutput.write(Data("done\n".utf8))
-    exit(0)
+/// Runs `.seqWriter` and `.seqReader` (HelperCommand.swift says what they do and print).
+func runInvariantMode(_ command: HelperCommand, root: String, _ container: GroupContainer) throws -> Never {
+  switch command {
+  case .seqWriter(let suite, let writer, let count, let size):
+    let defaults = try SharedDefaults(suiteName: suite, container: container)
+    try sequenceWriter(defaults, writer: writer, count: count, size: size)
+  case .seqReader(let suite, let writers):
+    let defaults = try SharedDefaults(suiteName: suite, container: container)
+    try sequenceReader(defaults, directory: root, writers: writers)
+  default:
+    FileHandle.standardError.write(Data("not an invariant command: \(command)\n".utf8))
+    exit(2)
   }
-  let stop = args[5] + "/stop"
-  let keys = (0..<Int(args[6])!).flatMap { w in (0..<8).map { "w\(w)-k\($0)" } }
+}
+
+func sequenceWriter(_ defaults: SharedDefaults, writer: Int, count: Int, size: Int) throws -> Never {
+  for i in 0..<count {
+    let key = "w\(writer)-k\(i % 8)"
+    try defaults.set(value: .data(selfCheckingValue(key: key, sequence: UInt64(i), size: size + (i * 97) % size)), forKey: key)
+  }
+  FileHandle.standardOutput.write(Data("done\n".utf8))
+  exit(0)
+}
+
+func sequenceReader(_ defaults: SharedDefaults, directory: String, writers: Int) throws -> Never {
+  let stop = directory + "/stop"
+  let keys = (0..<writers).flatMap { w in (0..<8).map { "w\(w)-k\($0)" } }
   let getter = SequenceChecker(source: "get")
   let observer = SequenceChecker(source: "observer")
   let observation = defaults.observe { change in observer.check(change.key, change.newValue) }

@@ -2,13 +2,10 @@
 // who dismisses. Times come from GROUPCONTAINER_ACTIVITY_CLOCK_FILE when the test sets it.
 import FileCoordination
 import Foundation
+import HelperCommand
 import LiveActivities
 import ScoreboardKit
 import SystemLayer
-
-let activityModes: Set<String> = [
-  "act-request", "act-observe", "act-observe-new", "act-update", "act-like", "act-dismiss", "act-state",
-]
 
 /// The content's line: `content <home> <away> <home likes> <away likes> <final> <monotonic ns when seen>`.
 func describe(_ content: ActivityContent<ScoreboardAttributes.ContentState>) -> String {
@@ -25,22 +22,19 @@ func findActivity(_ id: String, _ container: GroupContainer) throws -> Activity<
   return activity
 }
 
-func runActivityMode(_ command: String, _ args: [String], _ container: GroupContainer) async throws {
+/// Runs the `.act…` commands (HelperCommand.swift says what each does and prints).
+func runActivityMode(_ command: HelperCommand, _ container: GroupContainer) async throws {
   switch command {
-  case "act-request":
-    // act-request <root> <group> <home team> <away team> [count]: requests count activities, prints `id <id>` each.
-    let count = args.count > 6 ? Int(args[6])! : 1
+  case .actRequest(let homeTeam, let awayTeam, let count):
     for _ in 0..<count {
       let activity = try Activity.request(
-        attributes: ScoreboardAttributes(homeTeam: args[4], awayTeam: args[5]),
+        attributes: ScoreboardAttributes(homeTeam: homeTeam, awayTeam: awayTeam),
         content: ActivityContent(state: .init(), staleDate: nil), in: container)
       await say("id \(activity.id)")
     }
 
-  case "act-observe":
-    // act-observe <root> <group> <id>: the widget. Prints `ready`, then a `content …` line per new content and a
-    // `state <state>` line per new state, until the activity is dismissed (`done`).
-    let activity = try findActivity(args[4], container)
+  case .actObserve(let id):
+    let activity = try findActivity(id, container)
     let contents = activity.contentUpdates
     let states = activity.activityStateUpdates
     await say("ready \(activity.activityState.rawValue)")
@@ -49,27 +43,24 @@ func runActivityMode(_ command: String, _ args: [String], _ container: GroupCont
     contentTask.cancel()
     await say("done")
 
-  case "act-observe-new":
-    // act-observe-new <root> <group>: prints `ready`, then `new <id> <home> <away>` per activity started later.
+  case .actObserveNew:
     let updates = try Activity<ScoreboardAttributes>.activityUpdates(in: container)
     await say("ready")
     for await activity in updates {
       await say("new \(activity.id) \(activity.attributes.homeTeam) \(activity.attributes.awayTeam)")
     }
 
-  case "act-update":
-    // act-update <root> <group> <id> <home score> <away score>: one update; prints `updated`.
-    let activity = try findActivity(args[4], container)
+  case .actUpdate(let id, let homeScore, let awayScore):
+    let activity = try findActivity(id, container)
     var content = activity.content
-    content.state.homeScore = Int(args[5])!
-    content.state.awayScore = Int(args[6])!
+    content.state.homeScore = homeScore
+    content.state.awayScore = awayScore
     try await activity.update(content)
     await say("updated")
 
-  case "act-like":
-    // act-like <root> <group> <id> <count> <home|away>: count atomic read-modify-writes adding a like; `done`.
-    let activity = try findActivity(args[4], container)
-    let (count, home) = (Int(args[5])!, args[6] == "home")
+  case .actLike(let id, let count, let side):
+    let activity = try findActivity(id, container)
+    let home = side == .home
     await say("ready")
     for _ in 0..<count {
       try await activity.update { content in
@@ -78,16 +69,14 @@ func runActivityMode(_ command: String, _ args: [String], _ container: GroupCont
     }
     await say("done")
 
-  case "act-dismiss":
-    // act-dismiss <root> <group> <id>: the user's swipe in the widget.
-    try await findActivity(args[4], container).dismiss()
+  case .actDismiss(let id):
+    try await findActivity(id, container).dismiss()
     await say("dismissed")
 
-  case "act-state":
-    // act-state <root> <group> <id>: `state <state>` by this process's clock.
+  case .actState(let id):
     // Read through the store: a dismissed activity is not among `activities(in:)`.
     let store = try ActivityStore(container: container)
-    let state = store.read(args[4]).record.map { ActivityRules.effective($0, now: store.now).state } ?? .dismissed
+    let state = store.read(id).record.map { ActivityRules.effective($0, now: store.now).state } ?? .dismissed
     await say("state \(state.rawValue)")
 
   default:

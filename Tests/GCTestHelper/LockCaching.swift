@@ -2,28 +2,25 @@
 // one whose access is in flight when another process wants the directory.
 import FileCoordination
 import Foundation
+import HelperCommand
 import SystemLayer
 
-let lockCachingModes: Set<String> = ["cache-idle", "cache-hold"]
-
-/// cache-idle <root> <group> <item> <linger-ms>: one coordinated write of <item>, then "accessed cached=<dirs>"
-/// (the directories whose tree locks it keeps cached, comma-separated, the root as "."); "cached=<dirs>" at each
-/// change, and "dropped" once none is left (revoked or lingered out); then waits to be killed.
-///
-/// cache-hold <root> <group> <item> <linger-ms> <go-file>: a coordinated write of <item>, then another that says
-/// "locked" and holds until <go-file> exists, then "released <monotonic ns> cached=<dirs>", then as cache-idle.
-@MainActor func runLockCachingMode(_ command: String, _ args: [String], _ container: GroupContainer) throws {
-  GroupContainer.setLockCacheLinger(milliseconds: UInt64(args[5])!)
-  let url = container.url.appendingPathComponent(args[4])
+/// Runs `.cacheIdle` and `.cacheHold` (HelperCommand.swift says what they print).
+@MainActor func runLockCachingMode(_ command: HelperCommand, _ container: GroupContainer) throws {
+  let (path, linger, goFile): (String, UInt64, String?)
+  switch command {
+  case .cacheIdle(let item, let lingerMS): (path, linger, goFile) = (item, lingerMS, nil)
+  case .cacheHold(let item, let lingerMS, let go): (path, linger, goFile) = (item, lingerMS, go)
+  default:
+    FileHandle.standardError.write(Data("not a lock caching command: \(command)\n".utf8))
+    exit(2)
+  }
+  GroupContainer.setLockCacheLinger(milliseconds: linger)
+  let url = container.url.appendingPathComponent(path)
   let coordinator = FileCoordinator()
   // What the first line says is what later lines compare with: a change in between is never missed.
   var last: [String]
-  if command == "cache-idle" {
-    try coordinator.coordinate(writingItemAt: url) { _ in }
-    last = container.cachedTreeLocks()
-    say("accessed cached=\(last.joined(separator: ","))")
-  } else {
-    let go = args[6]
+  if let go = goFile {
     var released: UInt64 = 0
     // First an access that leaves the tree locks cached (and the sweeper running), so the held access below
     // runs on cached locks: the case where dropping a lock in use would break exclusion.
@@ -35,6 +32,10 @@ let lockCachingModes: Set<String> = ["cache-idle", "cache-hold"]
     }
     last = container.cachedTreeLocks()
     say("released \(released) cached=\(last.joined(separator: ","))")
+  } else {
+    try coordinator.coordinate(writingItemAt: url) { _ in }
+    last = container.cachedTreeLocks()
+    say("accessed cached=\(last.joined(separator: ","))")
   }
   while !last.isEmpty {
     usleep(2_000)

@@ -2,6 +2,7 @@
 // levels sent to the group, or watch the disk.
 import FileCoordination
 import Foundation
+import HelperCommand
 import MemoryWarnings
 import SharedDefaults
 import Synchronization
@@ -42,25 +43,6 @@ private final class ChunkTier: Sendable {
   }
 }
 
-/// Runs a memory-pressure sub-command; exits when done.
-///
-/// - `pressure-cgroup <root> <group> <cgroup-dir-name> <file-cache-MB>`: says `started <signal>` once its monitor
-///   watches its first cgroup, waits until the test moved it into the memory cgroup named `<cgroup-dir-name>` and
-///   the monitor followed (`moved`; `not followed` and exit 1 after 10 s), writes and syncs `<file-cache-MB>` of files (page cache the kernel can
-///   reclaim, which is what its pressure events measure), then grows a registered tier (512 KB every 20 ms, to within 4 MB of the
-///   limit) until the critical delivery. Says `handler <level> released <bytes> resident <bytes>` per handler call and
-///   `report <level> <source> released <bytes>` per delivery, then
-///   `resident before=<bytes> after=<bytes>` around the critical release, then `normal` once the level fell back.
-/// - `pressure-budget <root> <group> <budget-MB>`: sets the budget and grows until the first delivery; says
-///   `handler <level> <source> footprint <bytes> budget <bytes>` and exits.
-/// - `pressure-listen <root> <group> <name>`: registers a handler with the container; says `ready`, then
-///   `got <level>` per handler call and `report <level> <source>` per delivery; runs until killed.
-/// - `pressure-defaults <root> <group> <suite>`: sets `key` in the suite and stays idle; says `ready`, then for each
-///   delivery `report <level> <source> <handler>=<bytes>,… value <length of the key's value, read again>`; runs
-///   until killed.
-/// - `pressure-disk <root> <group> <cache-dir>`: registers a low-disk-space handler for the container-relative
-///   `<cache-dir>` that removes its files until the space recovered; says `ready`, then `low <available> <size>
-///   removed <bytes>`; runs until killed.
 /// Waits until this process is in the memory cgroup named `name` (the test moves it) and the monitor watches that
 /// cgroup (it reads the process's cgroup again every second); false after 10 s.
 func awaitMonitorInCgroup(named name: String, pressure: MemoryPressure) -> Bool {
@@ -72,11 +54,12 @@ func awaitMonitorInCgroup(named name: String, pressure: MemoryPressure) -> Bool 
   return false
 }
 
-func runMemoryPressure(_ args: [String], container: GroupContainer) throws -> Never {
+/// Runs a memory-pressure command (`.pressureCgroup`, `.pressureBudget`, `.pressureListen`, `.pressureDefaults`,
+/// `.pressureDisk`: HelperCommand.swift says what each does and prints); exits when done.
+func runMemoryPressure(_ command: HelperCommand, container: GroupContainer) throws -> Never {
   let pressure = MemoryPressure.shared
-  switch args[1] {
-  case "pressure-cgroup":
-    let (cgroupName, fileMB) = (args[4], Int(args[5])!)
+  switch command {
+  case .pressureCgroup(let cgroupName, let fileMB):
     // The monitor starts in the test's cgroup (`started`); the test then moves this process, and the monitor must
     // follow it (in CI it once kept watching the old cgroup: warned by its events, never critical, OOM-killed).
     while pressure.signals.isEmpty { MonotonicClock.sleep(nanoseconds: 10_000_000) }
@@ -137,8 +120,8 @@ func runMemoryPressure(_ args: [String], container: GroupContainer) throws -> Ne
     registration.cancel()
     exit(0)
 
-  case "pressure-budget":
-    let budget = Int(args[4])! << 20
+  case .pressureBudget(let budgetMB):
+    let budget = budgetMB << 20
     pressure.budget = budget
     let tier = ChunkTier(limit: budget)
     let registration = pressure.onMemoryWarning(name: "chunks") { level in tier.release(level) }
@@ -146,7 +129,7 @@ func runMemoryPressure(_ args: [String], container: GroupContainer) throws -> Ne
     // Quickly to 60 % of the budget, then 128 KB every 50 ms: slow enough that the 250 ms samples see the footprint
     // inside the warning band (80–92 %) even on a loaded machine.
     while pressure.footprint < budget * 6 / 10 { tier.grow() }
-    for _ in 0..<(32 * Int(args[4])!) {
+    for _ in 0..<(32 * budgetMB) {
       tier.grow(by: 128 << 10)
       MonotonicClock.sleep(nanoseconds: 50_000_000)
       if let report = pressure.lastReport {
@@ -158,8 +141,7 @@ func runMemoryPressure(_ args: [String], container: GroupContainer) throws -> Ne
     out("no warning: footprint \(pressure.footprint) budget \(budget)")
     exit(1)
 
-  case "pressure-listen":
-    let name = args[4]
+  case .pressureListen(let name):
     _ = pressure.onMemoryWarning(name: name, container: container) { level in
       out("got \(level)")
       return 0
@@ -174,8 +156,8 @@ func runMemoryPressure(_ args: [String], container: GroupContainer) throws -> Ne
       }
     }
 
-  case "pressure-defaults":
-    let defaults = try SharedDefaults(suiteName: args[4], container: container)
+  case .pressureDefaults(let suite):
+    let defaults = try SharedDefaults(suiteName: suite, container: container)
     try defaults.set(String(repeating: "v", count: 1000), forKey: "key")
     out("ready")
     var seen = 0
@@ -190,8 +172,8 @@ func runMemoryPressure(_ args: [String], container: GroupContainer) throws -> Ne
       }
     }
 
-  case "pressure-disk":
-    let directory = container.url.appendingPathComponent(args[4])
+  case .pressureDisk(let cacheDirectory):
+    let directory = container.url.appendingPathComponent(cacheDirectory)
     _ = pressure.onLowDiskSpace(name: "disk-tier", directory: directory) { space in
       // Oldest first (by name here: the test names them in order), until the space is no longer low.
       var removed = 0
@@ -209,7 +191,7 @@ func runMemoryPressure(_ args: [String], container: GroupContainer) throws -> Ne
     while true { sleep(60) }
 
   default:
-    FileHandle.standardError.write(Data("unknown memory pressure command \(args[1])\n".utf8))
+    FileHandle.standardError.write(Data("not a memory pressure command: \(command)\n".utf8))
     exit(2)
   }
 }

@@ -1,29 +1,16 @@
 // Helper sub-commands that attack container paths (PathSafetyTests, HostileFilesTests).
 import FileCoordination
 import Foundation
+import HelperCommand
 import SystemLayer
 
-/// Runs a path-attack sub-command; never returns (the test kills the helper).
-///
-/// - `swap <root> <group> <a> <b>`: swaps the container-relative names `a` and `b` with
-///   `renameat2(RENAME_EXCHANGE)` in a tight loop; says "swapping" once started.
-/// - `relink <root> <group> <item> <target>`: puts a symlink to `target` in the place of `item`, then a plain file,
-///   each renamed over whatever is there, every ~20 µs (the writes under test replace either); says
-///   "relinking" once started.
-/// - `exchange <root> <group> <a> <b>`: swaps `a` and `b` once (`renameat2(RENAME_EXCHANGE)`), says "exchanged"
-///   and exits.
-/// - `plant-link <root> <group> <item> <target>`: renames a symlink to `target` over `item` once, says "planted"
-///   and exits.
-/// - `remake <root> <group> <directory>`: moves `directory` aside and makes it again with an empty directory
-///   `deeper` in it, says "remade" and exits.
-/// - `pause-write <root> <group> <item> [staged]`: starts a replace of `item` and stops after creating its temp
-///   file (next to the item, or with `staged` in the container's staging directory, as replaces do), as a writer
-///   that dies there would; says "created <temp name>".
-func runPathAttack(_ args: [String], container: GroupContainer) throws -> Never {
-  switch args[1] {
-  case "swap":
-    let a = container.path + "/" + args[4]
-    let b = container.path + "/" + args[5]
+/// Runs a path attack (`.swap`, `.relink`, `.exchange`, `.plantLink`, `.remake`, `.pauseWrite`: HelperCommand.swift
+/// says what each does and prints).
+func runPathAttack(_ command: HelperCommand, container: GroupContainer) throws -> Never {
+  switch command {
+  case .swap(let a, let b):
+    let a = container.path + "/" + a
+    let b = container.path + "/" + b
     FileHandle.standardOutput.write(Data("swapping\n".utf8))
     var failures = 0
     while true {
@@ -32,15 +19,15 @@ func runPathAttack(_ args: [String], container: GroupContainer) throws -> Never 
         if failures == 1 { FileHandle.standardError.write(Data("\(error)\n".utf8)) }
       }
     }
-  case "relink":
-    let item = container.path + "/" + args[4]
+  case .relink(let item, let target):
+    let item = container.path + "/" + item
     let link = item + ".gc-test-link"
     let file = item + ".gc-test-file"
     FileHandle.standardOutput.write(Data("relinking\n".utf8))
     while true {
       // A link, then a plain file again (a write refused at its check would otherwise leave the link for good).
       _ = unlink(link)
-      guard symlink(args[5], link) == 0, rename(link, item) == 0 else {
+      guard symlink(target, link) == 0, rename(link, item) == 0 else {
         FileHandle.standardError.write(Data("relink: errno \(errno)\n".utf8))
         exit(1)
       }
@@ -51,20 +38,20 @@ func runPathAttack(_ args: [String], container: GroupContainer) throws -> Never 
       }
       usleep(20)
     }
-  case "exchange":
-    try FileSystem.exchange(container.path + "/" + args[4], container.path + "/" + args[5])
+  case .exchange(let a, let b):
+    try FileSystem.exchange(container.path + "/" + a, container.path + "/" + b)
     FileHandle.standardOutput.write(Data("exchanged\n".utf8))
     exit(0)
-  case "plant-link":
-    let item = container.path + "/" + args[4]
-    guard symlink(args[5], item + ".gc-test-link") == 0, rename(item + ".gc-test-link", item) == 0 else {
+  case .plantLink(let item, let target):
+    let item = container.path + "/" + item
+    guard symlink(target, item + ".gc-test-link") == 0, rename(item + ".gc-test-link", item) == 0 else {
       FileHandle.standardError.write(Data("plant-link: errno \(errno)\n".utf8))
       exit(1)
     }
     FileHandle.standardOutput.write(Data("planted\n".utf8))
     exit(0)
-  case "remake":
-    let directory = container.path + "/" + args[4]
+  case .remake(let directory):
+    let directory = container.path + "/" + directory
     guard rename(directory, directory + ".gc-test-old") == 0, mkdir(directory, 0o700) == 0,
       mkdir(directory + "/deeper", 0o700) == 0
     else {
@@ -73,15 +60,15 @@ func runPathAttack(_ args: [String], container: GroupContainer) throws -> Never 
     }
     FileHandle.standardOutput.write(Data("remade\n".utf8))
     exit(0)
-  case "pause-write":
-    let (parent, name) = ContainerDirectory.split(args[4])
-    let directory = try container.directory().openDirectory(args.count > 5 ? ".coordination/staging" : parent)
+  case .pauseWrite(let item, let staged):
+    let (parent, name) = ContainerDirectory.split(item)
+    let directory = try container.directory().openDirectory(staged ? ".coordination/staging" : parent)
     let temp = try AtomicReplace.createTemporary(in: directory, for: name, mode: 0o600)
     try temp.fd.writeAll(Array("half".utf8))
     FileHandle.standardOutput.write(Data("created \(temp.name)\n".utf8))
     while true { sleep(60) }
   default:
-    FileHandle.standardError.write(Data("unknown path attack \(args[1])\n".utf8))
+    FileHandle.standardError.write(Data("not a path attack: \(command)\n".utf8))
     exit(2)
   }
 }

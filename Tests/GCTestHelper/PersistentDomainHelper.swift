@@ -1,15 +1,13 @@
 import FileCoordination
 import Foundation
+import HelperCommand
 import PropertyList
 import SharedDefaults
 
-/// `domain-reader <root> <group> <suite> <dir>`: reads the whole suite in a loop until the file `<dir>/stop`
-/// exists. Each domain the test writes tags every value with its name ("A" or "B") and has a known key count; a
-/// read that shows values of both, or a key count that is neither, is a mix. Prints "ready", then at the end
-/// "seen A=<n> B=<n> empty=<n> mixed=<n>".
-func runDomainReader(_ args: [String], _ container: GroupContainer) throws -> Never {
-  let defaults = try SharedDefaults(suiteName: args[4], container: container)
-  let stop = args[5] + "/stop"
+/// `HelperCommand.domainReader(suite:)`; `directory` holds the stop file.
+func runDomainReader(suite: String, directory: String, _ container: GroupContainer) throws -> Never {
+  let defaults = try SharedDefaults(suiteName: suite, container: container)
+  let stop = directory + "/stop"
   var seen = ["A": 0, "B": 0, "empty": 0, "mixed": 0]
   FileHandle.standardOutput.write(Data("ready\n".utf8))
   while access(stop, F_OK) != 0 {

@@ -1,24 +1,18 @@
 // gc-test-helper sub-commands for presenter semantics, robustness and environment tests (issue #8).
 import FileCoordination
 import Foundation
+import HelperCommand
 import SystemLayer
 
-/// The sub-commands this file handles.
-let presenterModes: Set<String> = ["default-root", "no-inotify"]
-
-func runPresenterMode(_ command: String, _ args: [String], _ container: GroupContainer) throws {
+/// Runs `.defaultRoot` and `.noInotify` (HelperCommand.swift says what they print).
+func runPresenterMode(_ command: HelperCommand, _ container: GroupContainer) throws {
   let out = FileHandle.standardOutput
   switch command {
-  case "default-root":
-    // default-root <root> <group>: prints "root <GroupContainer.defaultRoot()>" or "error <description>".
+  case .defaultRoot:
     do { out.write(Data("root \(try GroupContainer.defaultRoot())\n".utf8)) } catch {
       out.write(Data("error \(error)\n".utf8))
     }
-  case "no-inotify":
-    // no-inotify <root> <group> <item> <count>, run with GROUP_CONTAINER_SIMULATE_NO_INOTIFY=1: <count> coordinated
-    // increments of the integer in <item> (a presenter that does not ack within 20 s fails them), then tries to
-    // add a presenter. Prints "incremented <count>", then "presenter-error <description>" or "presenter-added".
-    let (path, count) = (args[4], Int(args[5])!)
+  case .noInotify(let path, let count):
     let url = container.url.appendingPathComponent(path)
     let coordinator = FileCoordinator()
     coordinator.presenterTimeout = .seconds(20)

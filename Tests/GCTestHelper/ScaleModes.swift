@@ -46,8 +46,7 @@ enum SelfCheckingDocument {
   }
 }
 
-/// torn-writer <root> <group> <item> <bytes>: coordinated `.forReplacing` writes of generation 1, 2, … through
-/// `container.write`; says "wrote <g>" after each, "done <g>" once <root>/stop exists.
+/// `HelperCommand.tornWriter(item:bytes:)`.
 func tornWriter(_ container: GroupContainer, root: String, item: URL, bytes: Int) throws {
   let coordinator = FileCoordinator()
   var generation: UInt64 = 0
@@ -62,9 +61,7 @@ func tornWriter(_ container: GroupContainer, root: String, item: URL, bytes: Int
   FileHandle.standardOutput.write(Data("done \(generation)\n".utf8))
 }
 
-/// torn-reader <root> <group> <item> <plain|coordinated>: reads the document again and again (plainly, as a tool
-/// that does not coordinate, or in a coordinated read) and checks each read. Says "seen <k>" when it has seen k
-/// distinct generations, and at the end "reads <n> torn <t> seen <k>[ first: <what>]".
+/// `HelperCommand.tornReader(item:coordinated:)`.
 func tornReader(_ container: GroupContainer, root: String, item: URL, coordinated: Bool) throws {
   let coordinator = FileCoordinator()
   var reads = 0, torn = 0

@@ -2,6 +2,7 @@
 // print what they would draw.
 import FileCoordination
 import Foundation
+import HelperCommand
 import SharedDefaults
 import Synchronization
 import WidgetKit
@@ -50,20 +51,19 @@ final class HelperProvider: TimelineProvider {
   }
 }
 
-/// `widget-timeline <root> <group> <kind> <atEnd|never|after-ms:N> <entries> <spacing-ms>`: prints
-/// "entry <call> <index> <headline> <late-ms>" for each entry it shows (late-ms: how long after the entry's date
-/// it was shown, negative if early), until killed.
-func runWidgetTimeline(_ args: [String], _ container: GroupContainer) async throws -> Never {
-  let kind = args[4]
-  let policyText = args[5]
+/// `HelperCommand.widgetTimeline`: prints "entry <call> <index> <headline> <late-ms>" for each entry it shows
+/// (late-ms: how long after the entry's date it was shown, negative if early), until killed.
+func runWidgetTimeline(
+  kind: String, policy reload: HelperCommand.ReloadPolicy, entries: Int, spacingMS: Int, _ container: GroupContainer
+) async throws -> Never {
   let policy: @Sendable (Date) -> TimelineReloadPolicy =
-    switch policyText {
-    case "atEnd": { _ in .atEnd }
-    case "never": { _ in .never }
-    default: { last in .after(last.addingTimeInterval(Double(policyText.dropFirst("after-ms:".count))! / 1000)) }
+    switch reload {
+    case .atEnd: { _ in .atEnd }
+    case .never: { _ in .never }
+    case .afterMS(let ms): { last in .after(last.addingTimeInterval(Double(ms) / 1000)) }
     }
   let provider = HelperProvider(
-    defaults: try SharedDefaults(container: container), count: Int(args[6])!, spacing: Double(args[7])! / 1000,
+    defaults: try SharedDefaults(container: container), count: entries, spacing: Double(spacingMS) / 1000,
     policy: policy)
   let center = try WidgetCenter(container: container)
   for await entry in WidgetTimeline(kind: kind, provider: provider, center: center, minimumReloadInterval: .milliseconds(50)) {
@@ -93,14 +93,16 @@ final class HelperTodayWidget: NCWidgetProviding {
   }
 }
 
-/// `today-widget <root> <group> <kind> <refresh-ms> <update-timeout-ms>`: prints "update newData <headline>",
-/// "update noData" or "update failed" for each update, until killed.
-func runTodayWidget(_ args: [String], _ container: GroupContainer) async throws -> Never {
+/// `HelperCommand.todayWidget`: prints "update newData <headline>", "update noData" or "update failed" for each
+/// update, until killed.
+func runTodayWidget(kind: String, refreshMS: Int64, updateTimeoutMS: Int64, _ container: GroupContainer) async throws
+  -> Never
+{
   let defaults = try SharedDefaults(container: container)
   let widget = HelperTodayWidget(defaults: defaults)
   let updates = TodayWidgetUpdates(
-    kind: args[4], widget: widget, center: try WidgetCenter(container: container),
-    refreshInterval: .milliseconds(Int64(args[5])!), updateTimeout: .milliseconds(Int64(args[6])!))
+    kind: kind, widget: widget, center: try WidgetCenter(container: container),
+    refreshInterval: .milliseconds(refreshMS), updateTimeout: .milliseconds(updateTimeoutMS))
   for await result in updates {
     let line =
       switch result {

@@ -1,7 +1,9 @@
 // "The other process" of the multi-process tests: a lock holder, a contender, a presenter, a crasher.
-// Usage: gc-test-helper <command> <container-root> <group-id> [arguments…]; see each case below.
+// Usage: gc-test-helper <HelperInvocation JSON> [what the library appended…] (tests: `Child(.command…, root:, group:)`);
+// the commands and what they print: Tests/HelperCommand/HelperCommand.swift.
 import FileCoordination
 import Foundation
+import HelperCommand
 import PropertyList
 import SharedDefaults
 import SystemLayer
@@ -19,13 +21,15 @@ if ProcessInfo.processInfo.environment["GROUPCONTAINER_BACKGROUND_SESSION"] == n
   exit(3)
 } }
 
-let args = CommandLine.arguments
-guard args.count >= 4 else {
-  FileHandle.standardError.write(Data("usage: gc-test-helper <command> <root> <group> …\n".utf8))
+let invocation: HelperInvocation
+do {
+  invocation = try HelperInvocation(arguments: Array(CommandLine.arguments.dropFirst()))
+} catch {
+  FileHandle.standardError.write(Data("gc-test-helper: \(error)\n".utf8))
   exit(2)
 }
-let command = args[1]
-let container = try GroupContainer(identifier: args[3], root: URL(fileURLWithPath: args[2]))
+let root = invocation.root
+let container = try GroupContainer(identifier: invocation.group, root: URL(fileURLWithPath: root))
 func item(_ path: String) -> URL { container.url.appendingPathComponent(path) }
 
 /// Appends one line with O_APPEND (atomic for small writes), so several processes can share a log.
@@ -35,29 +39,27 @@ func log(_ file: String, _ line: String) {
   fd.close()
 }
 
-func writingOptions(_ mode: String) -> FileCoordinator.WritingOptions {
+func writingOptions(_ mode: HelperCommand.AccessMode) -> FileCoordinator.WritingOptions {
   switch mode {
-  case "delete": .forDeleting
-  case "replace": .forReplacing
-  case "merge": .forMerging
-  default: []
+  case .delete: .forDeleting
+  case .replace: .forReplacing
+  case .merge: .forMerging
+  case .read, .write: []
   }
 }
 
-switch command {
-case "access":
-  // access <root> <group> <read|write|delete|replace> <item> <count> <hold-ms> <log>
-  // Logs "B <pid> <mode> <ns>" / "E <pid> <mode> <ns>" (CLOCK_MONOTONIC) around each accessor.
-  let (mode, path, count, hold, logFile) = (args[4], args[5], Int(args[6])!, UInt64(args[7])!, args[8])
+// What each command does and prints: HelperCommand.swift.
+switch invocation.command {
+case .access(let mode, let path, let count, let hold, let logFile):
   let coordinator = FileCoordinator()
   let pid = getpid()
   for _ in 0..<count {
     let body: (URL) throws -> Void = { _ in
-      log(logFile, "B \(pid) \(mode) \(MonotonicClock.nanoseconds())")
+      log(logFile, "B \(pid) \(mode.rawValue) \(MonotonicClock.nanoseconds())")
       MonotonicClock.sleep(nanoseconds: hold * 1_000_000)
-      log(logFile, "E \(pid) \(mode) \(MonotonicClock.nanoseconds())")
+      log(logFile, "E \(pid) \(mode.rawValue) \(MonotonicClock.nanoseconds())")
     }
-    if mode == "read" {
+    if mode == .read {
       try coordinator.coordinate(readingItemAt: item(path), byAccessor: body)
     } else {
       try coordinator.coordinate(writingItemAt: item(path), options: writingOptions(mode), byAccessor: body)
@@ -65,22 +67,18 @@ case "access":
   }
   say("done")
 
-case "hold":
-  // hold <root> <group> <read|write|delete> <item>: takes the access, says "locked", then waits to be killed.
-  let (mode, path) = (args[4], args[5])
+case .hold(let mode, let path):
   let body: (URL) throws -> Void = { _ in
     say("locked")
     while true { sleep(60) }
   }
-  if mode == "read" {
+  if mode == .read {
     try FileCoordinator().coordinate(readingItemAt: item(path), byAccessor: body)
   } else {
     try FileCoordinator().coordinate(writingItemAt: item(path), options: writingOptions(mode), byAccessor: body)
   }
 
-case "pair":
-  // pair <root> <group> <item-a> <item-b> <count>: write+write of both items in the given order, count times.
-  let (a, b, count) = (args[4], args[5], Int(args[6])!)
+case .pair(let a, let b, let count):
   let coordinator = FileCoordinator()
   for i in 0..<count {
     try coordinator.coordinate(writingItemAt: item(a), writingItemAt: item(b)) { urlA, urlB in
@@ -90,25 +88,16 @@ case "pair":
   }
   say("done \(count)")
 
-case "present":
-  // present <root> <group> <item> [answer-delay-seconds] [stall-ms]: a presenter printing
-  // "<event> <coordinated|uncoordinated> <pid|-> [resync]" per callback. With stall-ms the watcher thread reads
-  // no events for that long (so the kernel queue overflows), or until the file <root>/resume-watcher appears.
-  let path = args[4]
-  let delay = args.count > 5 ? Double(args[5])! : 0
-  let stall = args.count > 6 ? UInt64(args[6])! : 0
+case .present(let path, let delay, let stall):
   let presenter = LinePresenter(url: item(path), delay: delay)
   try FileCoordinator.addFilePresenter(presenter)
   if stall > 0 { Watcher.shared.stall(nanoseconds: stall * 1_000_000) }
   say("ready \(getpid())")
-  while stall > 0 && access(args[2] + "/resume-watcher", F_OK) != 0 { usleep(20_000) }
+  while stall > 0 && access(root + "/resume-watcher", F_OK) != 0 { usleep(20_000) }
   Watcher.shared.stall(nanoseconds: 0)
   while true { sleep(60) }
 
-case "defaults-set":
-  // defaults-set <root> <group> <suite> <count> <value-bytes>: sets k<i> = data of value-bytes bytes (byte i%256)
-  // and says "ack <i>" once each set returned — everything acked must survive a kill -9.
-  let (suite, count, size) = (args[4], Int(args[5])!, Int(args[6])!)
+case .defaultsSet(let suite, let count, let size):
   let defaults = try SharedDefaults(suiteName: suite, container: container)
   for i in 0..<count {
     try defaults.set(value: .data([UInt8](repeating: UInt8(i % 256), count: size)), forKey: "k\(i)")
@@ -116,26 +105,23 @@ case "defaults-set":
   }
   say("done")
 
-case "defaults-keys":
-  // defaults-keys <root> <group> <suite>: one line per key, "<key> <integer value or data length>", then "end".
-  let defaults = try SharedDefaults(suiteName: args[4], container: container)
+case .defaultsKeys(let suite):
+  let defaults = try SharedDefaults(suiteName: suite, container: container)
   for (key, value) in defaults.dictionaryRepresentation().sorted(by: { $0.key < $1.key }) {
     let shown = (value as? Data).map { "\($0.count)" } ?? (value as? Int).map { "\($0)" } ?? "?"
     say("\(key) \(shown)")
   }
   say("end")
 
-case "defaults-hold":
-  // defaults-hold <root> <group> <suite>: holds the suite's lock forever, inside an update; says "holding".
-  let defaults = try SharedDefaults(suiteName: args[4], container: container)
+case .defaultsHold(let suite):
+  let defaults = try SharedDefaults(suiteName: suite, container: container)
   try defaults.update("held") { _ in
     FileHandle.standardOutput.write(Data("holding\n".utf8))
     while true { sleep(60) }
   }
 
-case "defaults-observe":
-  // defaults-observe <root> <group> <suite>: prints "change <key> <old> <new> <pid>" per change.
-  let defaults = try SharedDefaults(suiteName: args[4], container: container)
+case .defaultsObserve(let suite):
+  let defaults = try SharedDefaults(suiteName: suite, container: container)
   let observation = defaults.observe { change in
     let describe: (PropertyListValue?) -> String = { $0.map { "\($0.intValue ?? -1)" } ?? "nil" }
     let line =
@@ -146,64 +132,65 @@ case "defaults-observe":
   while true { sleep(60) }
   _ = observation
 
-case "url-handler":
-  // url-handler <root> <group> <scheme> [launch-url]: handles <scheme> URLs, answering true unless the URL's
-  // host is "refuse"; prints "opened <url>" per URL. Started by open(_:) it gets the URL as last argument.
-  let scheme = args[4]
+case .urlHandler(let scheme):
+  // Started by open(_:), it gets the URL as the argument after the invocation's.
   try container.onOpenURL(schemes: [scheme]) { url in
     FileHandle.standardOutput.write(Data("opened \(url.absoluteString)\n".utf8))
     return url.host != "refuse"
   }
-  say("ready \(getpid())\(args.count > 5 ? " launched-with " + args[5] : "")")
+  say("ready \(getpid())\(invocation.appended.last.map { " launched-with " + $0 } ?? "")")
   while true { sleep(60) }
 
-case _ where presenterModes.contains(command):
-  try runPresenterMode(command, args, container)
-case "swap", "relink", "pause-write", "exchange", "plant-link", "remake":
-  try runPathAttack(args, container: container)
-case "pressure-cgroup", "pressure-budget", "pressure-listen", "pressure-defaults", "pressure-disk":  // MemoryPressure.swift
-  try runMemoryPressure(args, container: container)
-case _ where lockCachingModes.contains(command):  // LockCaching.swift
-  try runLockCachingMode(command, args, container)
-case "torn-writer":  // ScaleModes.swift
-  try tornWriter(container, root: args[2], item: item(args[4]), bytes: Int(args[5])!)
+case .defaultRoot, .noInotify:  // PresenterModes.swift
+  try runPresenterMode(invocation.command, container)
 
-case "torn-reader":  // ScaleModes.swift
-  try tornReader(container, root: args[2], item: item(args[4]), coordinated: args[5] == "coordinated")
+case .swap, .relink, .exchange, .plantLink, .remake, .pauseWrite:  // PathAttacks.swift
+  try runPathAttack(invocation.command, container: container)
 
-case _ where activityModes.contains(command):  // LiveActivitiesModes.swift
-  try await runActivityMode(command, args, container)
+case .pressureCgroup, .pressureBudget, .pressureListen, .pressureDefaults, .pressureDisk:  // MemoryPressure.swift
+  try runMemoryPressure(invocation.command, container: container)
 
-case _ where downloadSessionModes.contains(command):  // DownloadSessions.swift
-  try await runDownloadSessionMode(command, args, container)
+case .cacheIdle, .cacheHold:  // LockCaching.swift
+  try runLockCachingMode(invocation.command, container)
 
-case _ where imageCacheModes.contains(command):  // ImageCacheModes.swift
-  try runImageCacheMode(command, args, container)
+case .tornWriter(let path, let bytes):  // ScaleModes.swift
+  try tornWriter(container, root: root, item: item(path), bytes: bytes)
 
-case "seq-writer", "seq-reader":  // InvariantHelpers.swift
-  try runInvariantMode(command, args, container)
+case .tornReader(let path, let coordinated):  // ScaleModes.swift
+  try tornReader(container, root: root, item: item(path), coordinated: coordinated)
 
-case "domain-reader":  // PersistentDomainHelper.swift
-  try runDomainReader(args, container)
+// LiveActivitiesModes.swift
+case .actRequest, .actObserve, .actObserveNew, .actUpdate, .actLike, .actDismiss, .actState:
+  try await runActivityMode(invocation.command, container)
 
-case "defaults-script":  // DefaultsScript.swift
-  try runDefaultsScript(args, container)
+case .dlStart, .dlAttach, .dlRelaunched:  // DownloadSessions.swift
+  try await runDownloadSessionMode(invocation, container)
 
-case "descriptors":  // Descriptors.swift
-  runDescriptors(args)
+case .cacheWriter(let cache, _, _, _, _), .cacheReader(let cache, _, _, _), .cacheStoreLoop(let cache, _, _, _),
+  .cacheWatch(let cache, _), .cacheReadAll(let cache, _, _), .cacheMemory(let cache, _), .cacheCgroup(let cache, _),
+  .cacheBudget(let cache, _, _), .cacheDisk(let cache), .cacheTrimRace(let cache, _, _):  // ImageCacheModes.swift
+  try runImageCacheMode(invocation.command, cacheName: cache, container)
 
-case _ where intentModes.contains(command):  // IntentModes.swift
-  try await runIntentMode(command, args, container)
+case .seqWriter, .seqReader:  // InvariantHelpers.swift
+  try runInvariantMode(invocation.command, root: root, container)
 
-case "widget-timeline":  // WidgetModes.swift
-  try await runWidgetTimeline(args, container)
+case .domainReader(let suite):  // PersistentDomainHelper.swift
+  try runDomainReader(suite: suite, directory: root, container)
 
-case "today-widget":  // WidgetModes.swift
-  try await runTodayWidget(args, container)
+case .defaultsScript(let suite, let steps):  // DefaultsScript.swift
+  try runDefaultsScript(suite: suite, directory: root, steps: steps, container)
 
-default:
-  FileHandle.standardError.write(Data("unknown command \(command)\n".utf8))
-  exit(2)
+case .descriptors(let stay):  // Descriptors.swift
+  runDescriptors(stay: stay)
+
+case .intentHost, .inboxReceiver:  // IntentModes.swift
+  try await runIntentMode(invocation.command, container)
+
+case .widgetTimeline(let kind, let policy, let entries, let spacing):  // WidgetModes.swift
+  try await runWidgetTimeline(kind: kind, policy: policy, entries: entries, spacingMS: spacing, container)
+
+case .todayWidget(let kind, let refresh, let timeout):  // WidgetModes.swift
+  try await runTodayWidget(kind: kind, refreshMS: refresh, updateTimeoutMS: timeout, container)
 }
 
 final class LinePresenter: FilePresenter, @unchecked Sendable {  // immutable
