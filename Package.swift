@@ -224,7 +224,10 @@ let package = Package(
     // Real images of any size for tests, the test helper and benchmarks.
     .target(name: "TestImageKit", path: "Tests/TestImageKit"),
     // What every test target shares: temp container roots, child processes.
-    .target(name: "TestSupport", dependencies: ["FileCoordination", "SystemLayer"], path: "Tests/TestSupport"),
+    .target(
+      name: "TestSupport",
+      dependencies: ["FileCoordination", "SystemLayer", .product(name: "Logging", package: "swift-log")],
+      path: "Tests/TestSupport"),
     .testTarget(
       name: "SharedDefaultsTests",
       dependencies: [

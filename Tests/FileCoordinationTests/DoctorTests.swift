@@ -19,7 +19,7 @@ import Testing
 /// - doctor's registration check skipped: `aStaleRegistrationIsReported` fails (exit 0).
 /// - doctor's temp-file walk treating every writer as alive: `aTempFileOfADeadProcessIsReported` fails.
 /// - doctor's permissions check comparing only the owner: `aWrongModeIsReported` fails.
-@Suite(.serialized, .timeLimit(.minutes(1))) struct DoctorTests {
+@Suite(.serialized, .runSlot(.minutes(3))) struct DoctorTests {
   static let group = "group.com.example.doctor"
 
   func doctor(_ root: TestRoot, _ extra: [String] = []) async throws -> (status: Int32?, out: String, err: String) {

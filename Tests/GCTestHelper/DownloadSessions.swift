@@ -34,7 +34,7 @@ func runDownloadSessionMode(_ command: String, _ args: [String], _ container: Gr
     let destination = args.count > 6 && args[6] != "-" ? args[6] : nil
     let task = try s.download(from: URL(string: args[5])!, to: destination)
     await say("task \(task.id)")
-    while true { try await Task.sleep(for: .seconds(60)) }
+    while true { try? await Task.sleep(for: .seconds(60)) }
 
   case "dl-attach":
     // dl-attach <root> <group> <session> <count>: attaches, prints `attached`, then each queued event and

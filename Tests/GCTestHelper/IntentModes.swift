@@ -83,5 +83,5 @@ func runIntentMode(_ command: String, _ args: [String], _ container: GroupContai
   default:
     exit(2)
   }
-  while true { try await Task.sleep(for: .seconds(60)) }
+  while true { try? await Task.sleep(for: .seconds(60)) }
 }
