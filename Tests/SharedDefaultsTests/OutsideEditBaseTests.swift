@@ -110,7 +110,7 @@ import Testing
     #expect(!files(root).contains { $0.contains(".corrupt-") }, "\(files(root))")
     if exports == 0 {
       #expect(values["counter"] as? Int == 100 && values["outside"] as? Int == 1, "\(values)")
-      #expect(try unapplied(root).isEmpty && notice.isEmpty, "\(notice)")
+      #expect(try unapplied(root).isEmpty && !notice.contains("note: "), "\(notice)")
     } else {
       #expect(values["counter"] as? Int == 200 + exports - 1, "rolled back: \(values)")
       #expect(values["outside"] == nil, "\(values)")
@@ -157,7 +157,8 @@ import Testing
     let b = try await defaults("read", ["b"], root: root)
     #expect(b.out == "2\n")
     let (values, notice) = try await read(root)
-    #expect(values.count == 1 && values["b"] as? Int == 2 && notice.isEmpty, "\(values) \(notice)")
+    // (stderr may hold other processes' log lines: only the notice matters)
+    #expect(values.count == 1 && values["b"] as? Int == 2 && !notice.contains("note: "), "\(values) \(notice)")
     withExtendedLifetime(root) {}
   }
 
