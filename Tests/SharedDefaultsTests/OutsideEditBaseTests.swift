@@ -236,7 +236,8 @@ import Testing
 
   /// Under load, with a history: three writer processes increment `counter` with `update()` and log every
   /// acknowledged result, while one tool (python3 plistlib) edits the plist by all three ways in turn, each edit
-  /// adding its own key (`tool<i> = i`) to whatever it read — stale counters included. Fails on any writer's
+  /// adding its own key (`tool<i> = i`) to whatever it read 0.3 s before — stale counters included — and a shell
+  /// loop synchronizes (exports) every 0.2 s. Fails on any writer's
   /// counter going back, any `update()` result handed out twice, and any tool edit neither applied nor kept aside.
   @Test func aToolEditingUnderLoadNeverRollsBackAndLosesNothing() async throws {
     let root = try TestRoot()
@@ -265,6 +266,7 @@ import Testing
                       break
                   except Exception:
                       time.sleep(0.01)
+              time.sleep(0.3)  # holding its copy while the app exports: often stale when written
               d['tool%d' % i] = i
               way = i % 3
               if way == 0:
@@ -278,7 +280,14 @@ import Testing
           """,
           plist(root), root.path + "/scratch.plist", "\(edits)",
         ]))
+    // An app that synchronizes now and then: each export makes the copy the tool holds stale.
+    let ctl = productsDirectory.appendingPathComponent("groupctl").path
+    let exporter = try #require(
+      try ToolRun(
+        "sh",
+        ["-c", "for i in $(seq 25); do \"$0\" defaults sync \(group) --suite \(suite) --root \"$1\"; sleep 0.2; done", ctl, root.path]))
     #expect(await tool.exit(timeout: 120) == 0, "\(tool.errors)")
+    #expect(await exporter.exit(timeout: 120) == 0, "\(exporter.errors)")
     for writer in writers { #expect(await writer.exit(timeout: 120) == 0, "\(writer.errors.withLock { $0 })") }
     // Whatever is still pending (an in-place write into a replaced export) is judged by the next export.
     try await defaults("sync", root: root)
