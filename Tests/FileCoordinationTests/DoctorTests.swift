@@ -32,7 +32,7 @@ import Testing
     let result = try await doctor(root)
     #expect(result.status == 0, "\(result.out)\(result.err)")
     let lines = result.out.split(separator: "\n")
-    for check in ["filesystem", "inotify", "permissions", "registrations", "temp files", "disk space"] {
+    for check in ["filesystem", "inotify", "permissions", "registrations", "temp files", "outside edits", "disk space"] {
       #expect(lines.contains { $0.hasPrefix("ok    \(check): ") }, "no ok line for \(check) in \(result.out)")
     }
     let json = try await doctor(root, ["--json"])
@@ -40,7 +40,7 @@ import Testing
     #expect(json.out.split(separator: "\n").count == 1, "not one compact line: \(json.out)")
     let object = try JSONSerialization.jsonObject(with: Data(json.out.utf8)) as? [String: Any]
     #expect(object?["healthy"] as? Bool == true)
-    #expect((object?["checks"] as? [[String: Any]])?.count == 6)
+    #expect((object?["checks"] as? [[String: Any]])?.count == 7)
   }
 
   @Test func aMissingContainerIsNotCreated() async throws {
