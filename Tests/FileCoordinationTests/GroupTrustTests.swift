@@ -154,7 +154,7 @@ struct GroupTrustTests {
     return FileStatus(st)
   }
 
-  @Test func theRule() {
+  @Test func theRule() async {
     #expect(OwnerOnlyWritable.problem(Self.status(), reader: 1000) == nil)
     #expect(OwnerOnlyWritable.problem(Self.status(mode: 0o600, owner: 0), reader: 1000) == nil)
     #expect(OwnerOnlyWritable.problem(Self.status(owner: 1001), reader: 1000)?.contains("belongs to uid 1001") == true)
