@@ -114,12 +114,12 @@ import Testing
       _ = try await container.open(URL(string: "gcowner://x")!, timeout: .seconds(5))
       Issue.record("open followed another user's registration")
     } catch let error as OpenURLError {
-      guard case .untrustedRegistration(let scheme, _, let owner) = error else {
+      guard case .untrustedRegistration(let scheme, _, let owner, _) = error else {
         Issue.record("unexpected error \(error)")
         return
       }
       #expect(scheme == "gcowner" && owner == 65534)
-      #expect(error.description.contains("uid 65534"))
+      #expect(error.description.contains("belongs to uid 65534"))
     }
     #expect(!FileManager.default.fileExists(atPath: marker), "the untrusted program ran")
     // Control: once the file is ours again, the registration is followed (touch runs, then installs no handler).
