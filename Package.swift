@@ -227,7 +227,11 @@ let package = Package(
     .target(name: "HelperCommand", path: "Tests/HelperCommand"),
     // What every test target shares: temp container roots, child processes.
     .target(
-      name: "TestSupport", dependencies: ["FileCoordination", "SystemLayer", "HelperCommand"], path: "Tests/TestSupport"),
+      name: "TestSupport",
+      dependencies: [
+        "FileCoordination", "SystemLayer", "HelperCommand", .product(name: "Logging", package: "swift-log"),
+      ],
+      path: "Tests/TestSupport"),
     .testTarget(
       name: "SharedDefaultsTests",
       dependencies: [

@@ -223,19 +223,42 @@ package final class DownloadStore: Sendable {
     for name in names(in: directory) where name.hasSuffix(suffix) { try? root.removeFile(directory + "/" + name) }
   }
 
+  /// Writes the session's relaunch registration: a new file by rename, writable by nobody but this user even in
+  /// a group container (OwnerOnlyWritable): the agent starts the program it names.
   package func register(_ relaunch: RelaunchRecord, for sid: String) throws(DownloadError) {
     try makeSessionDirectories(sid)
     let bytes = DownloadRecordFormat.encode(relaunch)
     try Self.system { () throws(FileSystemError) in
-      try root.replaceFile(Self.sessionPath(sid) + "/app", with: bytes, mode: fileMode)
+      try root.replaceFile(
+        Self.sessionPath(sid) + "/app", with: bytes, mode: OwnerOnlyWritable.mode(from: fileMode))
     }
   }
 
-  /// The session's relaunch registration and the uid that owns its file (only our own user's or root's is run).
-  package func relaunch(_ sid: String) -> (record: RelaunchRecord, owner: UInt32)? {
+  /// What a session's relaunch registration holds, as this process may use it.
+  package enum Relaunch: Sendable, Equatable {
+    /// The registration keeps the owner-only-writable rule: its program may be started.
+    case trusted(RelaunchRecord)
+    /// The registration (`path`, container-relative) breaks the rule and is not run: `problem` says how.
+    case untrusted(path: String, owner: UInt32, problem: String)
+  }
+
+  /// The session's relaunch registration, checked on the descriptor it is read from against the owner-only-writable
+  /// rule for this process's user (OwnerOnlyWritable, SystemLayer); nil when there is none or it is damaged (logged).
+  package func relaunch(_ sid: String) -> Relaunch? {
     let path = Self.sessionPath(sid) + "/app"
-    guard let (bytes, status) = readBytes(path) else { return nil }
-    do { return (try DownloadRecordFormat.decodeRelaunch(bytes), status.owner) } catch {
+    let bytes: [UInt8]
+    do {
+      switch try root.readOwnerOnlyWritable(path, limit: DownloadRecordFormat.maxRecordBytes) {
+      case .trusted(let read): bytes = read
+      case .untrusted(let owner, let problem): return .untrusted(path: path, owner: owner, problem: problem)
+      }
+    } catch {
+      if error.errno != .noSuchFileOrDirectory {
+        Self.logger.error("cannot read the relaunch registration '\(path)': \(error)")
+      }
+      return nil
+    }
+    do { return .trusted(try DownloadRecordFormat.decodeRelaunch(bytes)) } catch {
       Self.logger.error("damaged relaunch registration '\(path)': \(error)")
       return nil
     }

@@ -490,10 +490,16 @@ package final class DownloadAgent: Sendable {
     for sid in store.sessionIdentifiers() {
       let events = store.names(in: DownloadStore.sessionPath(sid) + "/events").filter { $0.hasSuffix(".event") }
       guard !events.isEmpty, !store.isHeld(DownloadStore.attachLockPath(sid)) else { continue }
-      guard let (record, owner) = store.relaunch(sid) else { continue }
-      guard owner == CurrentProcess.userID || owner == 0 else {
-        logger.error(
-          "session '\(sid)': its app registration belongs to uid \(owner), neither this user nor root: not started")
+      let record: RelaunchRecord
+      switch store.relaunch(sid) {
+      case nil: continue
+      case .trusted(let trusted): record = trusted
+      case .untrusted(let path, _, let problem):
+        let message =
+          "session '\(sid)': its app registration '\(store.container.path)/\(path)' is not started: \(problem); "
+          + "only a registration nobody but this user (uid \(CurrentProcess.userID)) or root can write is run. "
+          + "Start the session again from its app (DownloadSession with a relaunch configuration) to write a new one"
+        logger.error("\(message)")
         continue
       }
       let now = MonotonicClock.nanoseconds()

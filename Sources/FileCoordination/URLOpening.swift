@@ -12,8 +12,10 @@ public enum OpenURLError: Error, CustomStringConvertible, Sendable, Equatable {
   case launchFailed(String, reason: String)
   /// The handler's process died, or did not answer in time.
   case noAnswer(String)
-  /// The scheme's registration file was written by another user (only your own or root's are followed).
-  case untrustedRegistration(String, path: String, owner: UInt32)
+  /// The scheme's registration file may have been written by someone else: it is not owned by you or root, or its
+  /// group or others may write it, or it has more than one link, or it is not a regular file (`problem` says
+  /// which). Its program is not started.
+  case untrustedRegistration(String, path: String, owner: UInt32, problem: String)
   /// `registerURLScheme` was given a program that cannot be started (missing, not a regular file, or not
   /// executable); `reason` says which.
   case invalidExecutable(String, reason: String)
@@ -26,9 +28,10 @@ public enum OpenURLError: Error, CustomStringConvertible, Sendable, Equatable {
       "no app handles '\(scheme):' URLs in this container: register one with registerURLScheme(_:launching:)"
     case .launchFailed(let url, let reason): "could not start the app for '\(url)': \(reason)"
     case .noAnswer(let url): "the app handling '\(url)' did not answer"
-    case .untrustedRegistration(let scheme, let path, let owner):
-      "the registration of '\(scheme):' ('\(path)') belongs to uid \(owner), neither you nor root: its program is not "
-        + "started; register the scheme again yourself (registerURLScheme) if you trust that app"
+    case .untrustedRegistration(let scheme, let path, _, let problem):
+      "the registration of '\(scheme):' ('\(path)') is not followed, its program not started: \(problem); only a "
+        + "registration nobody but you (or root) can write is followed. Register the scheme again yourself "
+        + "(registerURLScheme) if you trust that program: that writes a new file only you can change"
     case .invalidExecutable(let path, let reason):
       "cannot register '\(path)' to open URLs: \(reason)"
     }
@@ -161,23 +164,26 @@ final class URLHandlers: @unchecked Sendable {  // `handler` and `requestHandler
     }
     let record = SchemeRegistration(scheme: scheme, executable: executable, arguments: arguments)
     let bytes = Array((try? JSONEncoder().encode(record)) ?? Data())
+    // A new file by rename, writable by nobody but us even in a group container (OwnerOnlyWritable): it names the
+    // program openers start as themselves. Replacing also drops any other member's file or extra link there.
     try FileCoordinatorError.wrap { () throws(FileSystemError) in
-      try space.root.replaceFile(atPath: schemesDirectory + "/" + scheme, with: bytes, mode: space.fileMode)
+      try space.root.replaceFile(
+        atPath: schemesDirectory + "/" + scheme, with: bytes, mode: OwnerOnlyWritable.mode(from: space.fileMode))
     }
   }
 
   /// The registration of `scheme`, nil when there is none (or it is unusable, logged). In group mode any member
-  /// can write `schemes/`, and the opener would run the program it names as itself: only a file owned by the
-  /// opener's user or by root (`fstat` of the opened file) is followed.
+  /// can write `schemes/`, and the opener would run the program it names as itself: it is followed only when it
+  /// keeps the owner-only-writable rule on the descriptor it is read from (OwnerOnlyWritable, SystemLayer).
   func registration(for scheme: String) throws(OpenURLError) -> SchemeRegistration? {
     let path = schemesDirectory + "/" + scheme
     let bytes: [UInt8]
     do {
-      let file = try space.root.readFile(try relative(path), limit: SchemeRegistration.maxBytes)
-      guard file.status.owner == CurrentProcess.userID || file.status.owner == 0 else {
-        throw OpenURLError.untrustedRegistration(scheme, path: path, owner: file.status.owner)
+      switch try space.root.readOwnerOnlyWritable(try relative(path), limit: SchemeRegistration.maxBytes) {
+      case .trusted(let read): bytes = read
+      case .untrusted(let owner, let problem):
+        throw OpenURLError.untrustedRegistration(scheme, path: path, owner: owner, problem: problem)
       }
-      bytes = file.bytes
     } catch let error as OpenURLError {
       throw error
     } catch {
@@ -465,9 +471,12 @@ extension GroupContainer {
   /// Registers the app that opens `scheme:` URLs in this container: when `open(_:)` finds no running handler, it
   /// starts `executable` with `arguments` followed by the URL. Apple's `CFBundleURLTypes`, at run time.
   ///
-  /// The registration is a file in the container, owned by the user who registered. `open(_:)` follows only a
-  /// registration owned by its own user or by root: in a group-shared container another member's registration
-  /// would otherwise make your process start their program as you (``OpenURLError/untrustedRegistration(_:path:owner:)``).
+  /// The registration is a file in the container, owned by the user who registered and writable by nobody else
+  /// (mode 0640 in a group-shared container, 0600 otherwise; registering again replaces it with a new file).
+  /// `open(_:)` follows a registration only when, checked on the descriptor it reads, it is a regular file with one
+  /// link, no group or other write permission, and owned by the opener's own user or by root: in a group-shared
+  /// container another member could otherwise make your process start their program as you
+  /// (``OpenURLError/untrustedRegistration(_:path:owner:problem:)``).
   ///
   /// - Throws: ``FileCoordinatorError/openURL(_:)`` with ``OpenURLError/invalidExecutable(_:reason:)`` when
   ///   `executable` does not exist, is not a regular file or is not executable.
@@ -498,7 +507,8 @@ extension GroupContainer {
 
   /// Opens `url` in the app registered for its scheme — running, or started for it — and returns what its
   /// handler answered. Throws ``OpenURLError`` for unknown schemes, malformed or oversized URLs, characters
-  /// outside RFC 3986, and registrations written by another user (only your own user's or root's are followed).
+  /// outside RFC 3986, and registrations someone else could have written (only a file owned by your own user or
+  /// root, with one link and no group or other write permission, is followed).
   public func open(_ url: URL, timeout: Duration = .seconds(10)) async throws -> Bool {
     try await space().urlHandlers.open(url, timeout: timeout)
   }

@@ -96,6 +96,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     /// empties. `rewindTo` is non-zero while the bytes move: lock-free readers do not trust the journal then, and
     /// the next lock holder finishes a move whose process died during it.
     static let rewindFrom = 23, rewindTo = 24, rewindGeneration = 25
+    /// The identity of the last tool's file at the export's name that was judged (`judgeExportAtName`): applied or
+    /// kept aside once, never again.
+    static let judgedInode = 26, judgedSize = 27, judgedTime = 28
   }
   private static let magic: UInt64 = 0x3454_4c46_4544_4347  // "GCDEFLT4"
   /// 0.1.0's header: the plist was the snapshot. Migrated in place (`initializeHeaderLocked`).
@@ -170,8 +173,6 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     var nextObserver: UInt64 = 0
     var lastWrite: UInt64 = 0
     var idleCheckScheduled = false
-    /// An export that did not parse when last looked at (it may have been half-written).
-    var unusableExport: FileStatus?
     /// The journal up to here (in that generation, past `length`) was scanned by `catchUpForObservers` and changes
     /// no observed key: not applied yet, and not scanned again.
     var scanned = (generation: UInt64.max, to: 0)
@@ -227,8 +228,30 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
         name: "shared defaults '\(suite)'", container: container
       ) { [weak store] _ in store?.dropValuesIfUnused() ?? 0 }
       store.registrations.withLock { $0.memory = registration }
+      store.judgePendingEdit()
     }
     return chosen
+  }
+
+  /// A tool's file at the export's name, or written into a replaced export, that no process judged yet is judged
+  /// before this process's first read: a process started after a tool's edit reads it (running ones hear of it
+  /// through inotify).
+  private func judgePendingEdit() {
+    guard !readOnly else { return }
+    let kept = hasKeptExports()
+    guard kept || (try? exportState()) == .edited else { return }
+    do {
+      try exclusively { s throws(SharedDefaultsError) in
+        try catchUpExclusively(&s)
+        if kept, let dir = try? root.openDirectory(Self.preferences) {
+          defer { dir.close() }
+          try applyKeptExports(in: dir, &s)
+        }
+        if (try? exportState()) == .edited { _ = try judgeExportAtName(&s, durable: false) }
+      }
+    } catch {
+      Self.logger.error("suite '\(suite)': could not apply the outside change: \(error)")
+    }
   }
 
   /// The store of a suite that exists (its lock file or its snapshot plist is in `Library/Preferences`), or nil:
@@ -1139,7 +1162,12 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     let same =
       recorded == st.inode && header.load(Slot.exportSize) == UInt64(st.size)
       && header.load(Slot.exportTime) == UInt64(bitPattern: st.modificationNanoseconds)
-    return same ? .current : .edited
+    if same { return .current }
+    // A tool's file already judged (applied or kept aside): rewritten, never judged again.
+    let judged =
+      header.load(Slot.judgedInode) == st.inode && header.load(Slot.judgedSize) == UInt64(st.size)
+      && header.load(Slot.judgedTime) == UInt64(bitPattern: st.modificationNanoseconds)
+    return judged ? .stale : .edited
   }
 
   /// With the lock held: catch up, repairing whatever needs it.
@@ -1218,66 +1246,124 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     s.pendingOwn = [:]
   }
 
-  /// Another tool edited the export: what it changed — its difference from the image it was exported from — is
-  /// committed as one set of records (no process id), so values committed since, which the tool never saw, stay.
-  /// The tool may have read the export before the last one replaced it: the base is whichever of the two images
-  /// (`<suite>.snapshot.exported` and `.previous`) the file differs from least. An export that does not parse may
-  /// be half-written: it is left for `exportRetryDelay` and moved aside only if it has not changed by then.
-  /// Returns false when it is left for later. Called with the lock and `s` current, by `compact` and
-  /// `writeExport`, which then rewrites the export.
-  private func applyOutsideEdit(_ s: inout State, final: Bool = false) throws(SharedDefaultsError) -> Bool {
-    let edited: [String: PropertyListValue]?
+  /// What became of a tool's file at the export's name (`judgeExportAtName`).
+  private enum Judged { case none, applied, keptAside, later }
+
+  /// With the lock and `s` current: a tool's file at the export's name is judged once (ExportMirror's rule) —
+  /// its change committed, or the file kept aside — and its identity recorded as judged, so that neither this
+  /// process nor another judges it again (`exportState` calls it `stale`: rewritten, never applied twice). A file
+  /// that does not parse but may be one being written (`ExportMirror.mayBeUnfinished`) is left `later`
+  /// (`durable`: not waited for — a later write lands in the file the export replaces, `publishExport`); any other
+  /// is moved aside as corrupt.
+  private func judgeExportAtName(_ s: inout State, durable: Bool) throws(SharedDefaultsError) -> Judged {
+    let read: (bytes: [UInt8], status: FileStatus)
+    let fd: SystemFD
     do {
-      let (values, status) = try loadPlist(plistItem)
-      edited = status == nil ? nil : values
-    } catch .unreachable(let error) {
-      throw error
+      fd = try root.openFile(plistItem, .readOnly)
     } catch {
-      let identity = try? Self.beneath(plistItem, in: containerPath) { () throws(FileSystemError) in try root.status(plistItem) }
-      if !final, let identity, s.unusableExport != identity {
-        s.unusableExport = identity
-        return false
-      }
-      Self.logger.error(
-        "suite '\(suite)': '\(plistPath)' written by another tool cannot be used (\(error)); moved aside")
+      if error.errno == .noSuchFileOrDirectory { return .none }
+      if error.errno == .improperLink { throw .container(.pathEscapesContainer(plistItem, container: containerPath)) }
+      Self.logger.error("suite '\(suite)': '\(plistPath)' written by another tool cannot be read (\(error)); moved aside")
       quarantine("\(suite).plist")
-      edited = nil
+      return .none
     }
-    s.unusableExport = nil
-    if let edited { try commitDifference(edited, &s) }
-    return true
+    defer { fd.close() }
+    do { read = try fd.readRegularFile(limit: Self.snapshotLimits.maxBytes) } catch {
+      Self.logger.error("suite '\(suite)': '\(plistPath)' written by another tool cannot be read (\(error)); moved aside")
+      quarantine("\(suite).plist")
+      return .none
+    }
+    guard let edited = Self.parseEdit(read.bytes) else {
+      if ExportMirror.mayBeUnfinished(read.bytes, fd, modified: read.status.modificationNanoseconds) {
+        if !durable { scheduleExportCheck(after: Self.exportRetryDelay) }
+        return .later
+      }
+      Self.logger.error("suite '\(suite)': '\(plistPath)' written by another tool is not a property list; moved aside")
+      quarantine("\(suite).plist")
+      return .none
+    }
+    // Recorded first: judging compacts, which looks at the name again. Forgotten if judging fails (retried).
+    recordJudged(read.status)
+    do { return try judgeEdit(edited, bytes: read.bytes, base: try? loadImage(exportedItem), &s) } catch {
+      recordJudged(nil)
+      throw error
+    }
   }
 
-  /// Commits what `edited` (a tool's version of the export) changed: its difference from the image the export was
-  /// written from, or from the one before it, whichever is smaller (the base the tool most likely read).
-  @discardableResult
-  private func commitDifference(
-    _ edited: [String: PropertyListValue], _ s: inout State, bases: [String]? = nil
-  ) throws(SharedDefaultsError) -> Bool {
-    var best: [JournalFormat.Record]?
-    for base in bases ?? [exportedItem, exportedItem + ".previous"] {
-      // No readable base: the tool's file is taken as it is, over the current state.
-      let values = ((try? loadImage(base)).map { SuiteValues(image: $0) }).flatMap { try? $0.dictionary() } ?? [:]
-      var records: [JournalFormat.Record] = []
-      for key in Set(values.keys).union(edited.keys).sorted() where values[key] != edited[key] {
-        records.append(JournalFormat.Record(key: key, operation: edited[key].map { .set($0) } ?? .remove, pid: 0))
+  private func recordJudged(_ st: FileStatus?) {
+    header.store(Slot.judgedSize, UInt64(st?.size ?? 0))
+    header.store(Slot.judgedTime, UInt64(bitPattern: st?.modificationNanoseconds ?? 0))
+    header.store(Slot.judgedInode, st?.inode ?? 0)
+  }
+
+  /// With the lock and `s` current: applies `edited` (a tool's version of the export, `bytes` as read) as what it
+  /// changed against `base` (the image of the export it replaced or was written into) when ExportMirror's rule
+  /// says that is certain; else keeps it aside as `<suite>.plist.unapplied-…` and reports it (error log, `groupctl
+  /// defaults read`, `groupctl doctor`). Either way the history learns the pairs it showed.
+  private func judgeEdit(
+    _ edited: [String: PropertyListValue], bytes: [UInt8], base: SuiteImage?, _ s: inout State
+  ) throws(SharedDefaultsError) -> Judged {
+    let baseValues = base.flatMap { try? SuiteValues(image: $0).dictionary() } ?? [:]
+    var history = loadHistory()
+    let (judgement, learned) = ExportMirror.judge(edited, base: baseValues, history: history)
+    history.insert(learned)
+    try saveHistory(history)  // first: a kill after it leaves pairs learned, never an edit judged without them
+    switch judgement {
+    case .keepAside(let keys):
+      let name =
+        ExportMirror.unappliedPrefix(suite) + "\(Int(Date().timeIntervalSince1970 * 1000))-\(getpid())-\(UInt16.random(in: 0...0xFFFF))"
+      _ = try Self.beneath(Self.preferences + "/" + name, in: containerPath) { () throws(FileSystemError) in
+        try root.replaceFile(Self.preferences + "/" + name, with: bytes, mode: fileMode)
       }
-      if best == nil || records.count < best!.count { best = records }
-    }
-    // What already holds the tool's value needs no record (and observers no event).
-    let records = best!.filter { record in
-      switch record.operation {
-      case .set(let value): s.values[record.key] != value
-      case .remove: s.values[record.key] != nil
+      Self.logger.error(
+        "suite '\(suite)': an edit of '\(plistPath)' by another tool was not applied: \(keys.prefix(5).joined(separator: ", ")) hold values the export showed before (the tool may have read an older export); kept as '\(directory)/\(name)'"
+      )
+      return .keptAside
+    case .apply(let changes):
+      // What already holds the tool's value needs no record (and observers no event).
+      let records = changes.keys.sorted().compactMap { key -> JournalFormat.Record? in
+        let value = changes[key]!
+        guard s.values[key] != value else { return nil }
+        return JournalFormat.Record(key: key, operation: value.map { .set($0) } ?? .remove, pid: 0)
       }
+      Self.logger.info("suite '\(suite)': applying \(records.count) change(s) made to '\(plistPath)' by another tool")
+      guard !records.isEmpty else { return .applied }
+      var encoded: [UInt8] = []
+      for record in records { try JournalFormat.encode(record, into: &encoded) }
+      try append(encoded, records, &s, mayCompact: false)
+      try catchUpOrThrow(&s)
+      // Into the snapshot at once: exports are made from it, and the next one must show the change.
+      try compact(&s, durable: false, handOver: true, rewind: s.length > compactionThresholds().rewind)
+      return .applied
     }
-    Self.logger.info("suite '\(suite)': applying \(records.count) change(s) made to '\(plistPath)' by another tool")
-    guard !records.isEmpty else { return false }
-    var bytes: [UInt8] = []
-    for record in records { try JournalFormat.encode(record, into: &bytes) }
-    try append(bytes, records, &s, mayCompact: false)
-    try catchUpOrThrow(&s)
-    return true
+  }
+
+  /// The history of what the export's name showed (`ExportMirror`); empty when there is none.
+  private func loadHistory() -> ExportHistory {
+    ExportHistory(bytes: try? root.readFile(Self.preferences + "/" + ExportMirror.historyName(suite), limit: 1 << 24).bytes)
+  }
+
+  private func saveHistory(_ history: ExportHistory) throws(SharedDefaultsError) {
+    guard history.changed else { return }
+    let item = Self.preferences + "/" + ExportMirror.historyName(suite)
+    _ = try Self.beneath(item, in: containerPath) { () throws(FileSystemError) in
+      try root.replaceFile(item, with: history.bytes, mode: fileMode)
+    }
+  }
+
+  /// The names of this suite's outside edits that were kept aside, not applied (`ExportMirror`).
+  func unappliedEdits() -> [String] {
+    guard let dir = try? root.openDirectory(Self.preferences) else { return [] }
+    defer { dir.close() }
+    return ExportMirror.unapplied(suite, in: dir).map { directory + "/" + $0 }
+  }
+
+  /// The dictionary in a tool's version of the export (nil when it does not parse, or is not a dictionary).
+  private static func parseEdit(_ bytes: [UInt8]) -> [String: PropertyListValue]? {
+    guard case .dictionary(let edited)? = try? PropertyListValue(bytes: bytes, limits: Self.snapshotLimits) else {
+      return nil
+    }
+    return edited
   }
 
   // MARK: Compaction
@@ -1295,8 +1381,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// the compactor died at.
   ///
   /// An export being edited by another tool that cannot be read yet is left alone (its base, the image it was
-  /// written from, stays pinned as `<suite>.snapshot.exported`, whatever the snapshot becomes) and looked at again
-  /// after `exportRetryDelay`; `synchronize()` gives the tool that delay once, then moves its file aside.
+  /// written from, stays pinned as `<suite>.snapshot.exported`, whatever the snapshot becomes) and looked at again.
   private func compact(
     _ s: inout State, durable: Bool, handOver: Bool = false, rewind: Bool = true
   ) throws(SharedDefaultsError) {
@@ -1304,16 +1389,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       // Never write a state this process did not load: that would drop the suite.
       throw .system(FileSystemError("compact", directory + "/\(suite).snapshot", .ioError))
     }
-    // An export edited by another tool is applied first; one that may be half-written is looked at again after
-    // its grace (its base stays pinned whatever the snapshot becomes) — `synchronize()` waits that grace once.
-    if (try? exportState()) == .edited, try !applyOutsideEdit(&s) {
-      if durable {
-        usleep(UInt32(Self.exportRetryDelay * 1_000_000))
-        _ = try applyOutsideEdit(&s, final: true)
-      } else {
-        scheduleExportCheck(after: Self.exportRetryDelay)
-      }
-    }
+    // An export edited by another tool is judged first (one that may be half-written is looked at again later).
+    if (try? exportState()) == .edited { _ = try judgeExportAtName(&s, durable: durable) }
     // Only a plain compaction (the state is exactly the committed journal) may let readers skip the snapshot.
     let folded = (generation: header.load(Slot.generation), length: UInt64(s.length))
     // The image of the state: the last image's entries copied as they are, the changes over them encoded.
@@ -1395,20 +1472,14 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       try? dir.removeFile(temp)
       dir.close()
     }
-    for attempt in 0..<3 {
-      // 1. Pin the snapshot, after applying an edit of the export made since it was written.
-      let start = try exclusively { s throws(SharedDefaultsError) -> (SuiteImage?, Identity?, UInt64)? in
+    for _ in 0..<3 {
+      // 1. Pin the snapshot, after judging a tool's file at the name (an applied one is compacted into the
+      // snapshot: the export shows it); with the image of the export it replaces, whose pairs it stops showing.
+      let start = try exclusively { s throws(SharedDefaultsError) -> (SuiteImage, SuiteImage?, UInt64)? in
         try catchUpExclusively(&s)
         try applyKeptExports(in: dir, &s)
-        if (try? exportState()) == .edited, try !applyOutsideEdit(&s) {
-          // Being written by the tool: looked at later — or, for `synchronize()`, once more after the tool's
-          // grace, and then moved aside if it still does not parse.
-          guard durable else {
-            scheduleExportCheck(after: Self.exportRetryDelay)
-            return nil
-          }
-          usleep(UInt32(Self.exportRetryDelay * 1_000_000))
-          _ = try applyOutsideEdit(&s, final: true)
+        if (try? exportState()) == .edited, try judgeExportAtName(&s, durable: durable) == .later, !durable {
+          return nil  // being written by the tool: looked at again later
         }
         do throws(FileSystemError) {
           try dir.removeFile(pinned)
@@ -1420,10 +1491,11 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
         guard let fd = try? dir.open(pinned, .readOnly), let image = try? SuiteImage(mapping: fd) else {
           return nil  // damaged: repaired at the next catch-up, exported after
         }
-        return (image, recordedExport(), header.load(Slot.generation))
+        let previous = (try? dir.open("\(suite).snapshot.exported", .readOnly)).flatMap { try? SuiteImage(mapping: $0) }
+        return (image, previous, header.load(Slot.generation))
       }
-      guard let (image, recorded, generation) = start else { return }
-      // 2. Without the lock: the plist, in a temp file (durable: synced).
+      guard let (image, previous, generation) = start else { return }
+      // 2. Without the lock: the plist, in a temp file (durable: synced); the pairs the name stops showing.
       let written: FileStatus
       do {
         let bytes = try PropertyListValue.dictionary(SuiteValues(image: image).dictionary()).encoded(as: .binary)
@@ -1435,16 +1507,26 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       } catch {
         throw .unsupportedValue("the suite cannot be written as a property list: \(error)")
       }
-      // 3. Publish it, unless a tool changed the export meanwhile (then start again, to apply that edit first; the
-      // last time, publish: an edit is then read from the replaced file, as one made during the rename is).
+      let superseded = previous.flatMap { ExportMirror.superseded(from: $0, to: image) }
+      if previous != nil, superseded == nil {
+        Self.logger.warning("suite '\(suite)': the image of the last export does not read; its values are not remembered")
+      }
+      // 3. Publish it — unless another process exported meanwhile (the pairs are not of the export at the name),
+      // or a tool's file there, judged now, changed the state (this export lacks it): then start again.
       let published = try exclusively { s throws(SharedDefaultsError) -> Bool in
-        if let recorded, attempt < 2 {
-          let now = try? dir.status(of: "\(suite).plist")
-          guard let now, Self.identity(now) == recorded else { return false }
+        guard (try? dir.status(of: "\(suite).snapshot.exported"))??.inode == previous?.status?.inode else { return false }
+        var unfinished = false
+        if (try? exportState()) == .edited {
+          try catchUpExclusively(&s)
+          switch try judgeExportAtName(&s, durable: durable) {
+          case .applied: return false
+          case .later: unfinished = true  // durable only: the tool's write lands in the replaced file
+          case .none, .keptAside: break
+          }
         }
         try publishExport(
           temp, in: dir, written: written, pinned: pinned, generation: generation, durable: durable,
-          replacing: recorded, &s)
+          accounted: unfinished ? (0, 0, 0) : accountedAtName(dir), superseded: superseded ?? [], &s)
         return true
       }
       if published {
@@ -1452,6 +1534,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
         return
       }
     }
+    scheduleExportCheck(after: Self.exportRetryDelay)  // overtaken three times: later
   }
 
   /// Whether the export does not hold the snapshot's state (stale, edited, or written from an older snapshot).
@@ -1460,23 +1543,40 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     return (try? root.status(exportedItem))??.inode != header.load(Slot.snapshotInode)
   }
 
+  /// The identity of the file at the export's name when it is accounted for — the recorded export, or a tool's
+  /// file already judged — else nil (none, or an export whose recording a kill interrupted: never a tool's).
+  private func accountedAtName(_ dir: SystemFD) -> Identity? {
+    guard let st = try? dir.status(of: "\(suite).plist") else { return nil }
+    let identity = Self.identity(st)
+    if let recorded = recordedExport(), identity == recorded { return identity }
+    let judged = (header.load(Slot.judgedInode), Int64(header.load(Slot.judgedSize)),
+      Int64(bitPattern: header.load(Slot.judgedTime)))
+    return identity == judged ? identity : nil
+  }
+
   /// With the lock: the temp file `temp` (in `dir`, the suite's directory) becomes the export, the pinned image
-  /// its base; the export is recorded.
+  /// its base; the export is recorded, and the history learns the pairs the name stops showing (`superseded`).
+  /// The file it replaces, `accounted` for as that identity, is kept under a second name for a tool's write
+  /// into it (a tool that opened it before the rename writes there).
   private func publishExport(
     _ temp: String, in dir: SystemFD, written: FileStatus, pinned: String, generation: UInt64, durable: Bool,
-    replacing recorded: Identity?, _ s: inout State
+    accounted: Identity?, superseded: [UInt128], _ s: inout State
   ) throws(SharedDefaultsError) {
-    // The export being replaced, kept open: a tool may write into it (in place) while this runs, and that write
+    // First: a kill after it leaves pairs learned, never an export shown without its predecessor's pairs.
+    var history = loadHistory()
+    history.insert(superseded)
+    try saveHistory(history)
+    // The file being replaced, kept open: a tool may write into it (in place) while this runs, and that write
     // must not vanish with the file's name.
     let replaced = try? dir.open("\(suite).plist", .readOnly)
     var handedOver = false
     defer { if !handedOver { replaced?.close() } }
     // And given a second name, for any process to apply a tool's write into it later, whatever becomes of this one.
-    let keptName = recorded.map { keptExportName($0) }
+    let keptName = accounted.map { keptExportName($0) }
     if let keptName {
       try? dir.removeFile(keptName)
       try? dir.link("\(suite).plist", to: keptName)
-      // With the image it was exported from: its base, whatever later exports rotate (`commitDifference`).
+      // With the image of the export it shows or replaced: the base of a write into it, whatever exports follow.
       try? dir.removeFile(Self.keptBase(keptName))
       try? dir.link("\(suite).snapshot.exported", to: Self.keptBase(keptName))
     }
@@ -1486,25 +1586,21 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       try dir.rename(temp, to: "\(suite).plist")
       if durable { try dir.sync() }
       FaultPoint.reach("defaults.compact.exportWritten")
-      do throws(FileSystemError) { try dir.rename("\(suite).snapshot.exported", to: "\(suite).snapshot.exported.previous") } catch {
-        if error.errno != .noSuchFileOrDirectory { throw error }
-      }
       try dir.rename(pinned, to: "\(suite).snapshot.exported")
       header.store(Slot.exportGeneration, generation)
       // The identity of what was written, not of what is at the name by now: a tool that wrote into the new
       // export at once must still be seen as an edit.
       recordExportIdentity(written)
     }
-    // Only a recorded export can be told from a tool's write (a stale one was rewritten without applying).
-    guard let replaced, let recorded, let now = try? replaced.status(), now.kind == .regular,
-      Self.identity(now) != recorded
+    guard let replaced, let accounted, let now = try? replaced.status(), now.kind == .regular,
+      Self.identity(now) != accounted
     else {
       // Untouched so far: the second name stays for a while (`applyKeptExports`), a tool may write still.
       if keptName != nil { scheduleExportCheck(after: Self.keptExportGrace + Self.exportRetryDelay) }
       return
     }
-    // Written by a tool since it was recorded (in place, or replaced by the tool before we opened it): apply it.
-    guard let edited = Self.readEdit(replaced) else {
+    // Written by a tool since it was accounted for (in place, during this rename): judged against its base.
+    guard let (edited, bytes) = Self.readEdit(replaced) else {
       // Perhaps half-written: a tool that writes in place truncates the file, encodes, then writes (plistlib
       // takes tens of milliseconds in between). Read it again later; its write lands in this inode.
       handedOver = true
@@ -1513,14 +1609,15 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       return
     }
     try catchUpExclusively(&s)
-    try commitReplacedEdit(edited, &s, keptAs: keptName)
+    try commitReplacedEdit(edited, bytes: bytes, &s, keptAs: keptName)
     if let keptName { Self.dropKept(keptName, in: dir) }
   }
 
-  /// The second name of an export about to be replaced, recorded as `recorded`: `<suite>.plist.replaced-<inode>-
-  /// <size>-<modified ns>-<now, s>`. A file there that no longer has that identity was written by a tool.
-  private func keptExportName(_ recorded: Identity) -> String {
-    "\(suite).plist.replaced-\(recorded.inode)-\(recorded.size)-\(recorded.time)-\(Int(Date().timeIntervalSince1970))"
+  /// The second name of a file about to be replaced by an export, accounted for as `identity`:
+  /// `<suite>.plist.replaced-<inode>-<size>-<modified ns>-<now, s>`. A file there that no longer has that identity
+  /// was written by a tool.
+  private func keptExportName(_ identity: Identity) -> String {
+    "\(suite).plist.replaced-\(identity.inode)-\(identity.size)-\(identity.time)-\(Int(Date().timeIntervalSince1970))"
   }
 
   /// Whether a replaced export is kept under a second name (`keptExportName`), waiting for `applyKeptExports`.
@@ -1542,15 +1639,17 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     try? dir.removeFile(keptBase(keptName))
   }
 
-  /// How long an untouched replaced export keeps its second name: a tool that read the export may write it back
-  /// that much later (plistlib's read-modify-write takes milliseconds).
+  /// How long an untouched replaced export keeps its second name at least: a tool that opened the export before
+  /// it was replaced writes into it (plistlib's read-modify-write takes milliseconds; a loaded machine, seconds).
+  /// It is kept longer while any process still has it open (`SystemFD.isOpenElsewhere`).
   static let keptExportGrace = 2.0
+  /// Where it cannot be told whether a file is open elsewhere (leases refused): how long it is kept instead.
+  static let keptExportLimit = 120.0
 
   /// With the lock: applies the tools' writes into replaced exports kept by any process
   /// (`keptExportName`) — the replacing one may have died or exited before it could — and removes those done
-  /// with: applied, untouched past `keptExportGrace`, or written but still not a property list 10 s later (moved
-  /// aside, logged). An edit is applied as any edit of the export is: its difference from the image it was made
-  /// from (`commitDifference`). Returns whether some are left for later.
+  /// with: judged (applied or kept aside), untouched past `keptExportGrace` and open nowhere, or written but not
+  /// a property list and no longer being written (moved aside, logged). Returns whether some are left for later.
   @discardableResult
   private func applyKeptExports(in dir: SystemFD, _ s: inout State) throws(SharedDefaultsError) -> Bool {
     let prefix = "\(suite).plist.replaced-"
@@ -1567,16 +1666,22 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
         Self.dropKept(name, in: dir)
         continue
       }
-      let age = now - Double(fields[3])
       if Self.identity(st) == (UInt64(fields[0]), fields[1], fields[2]) {
-        if age > Self.keptExportGrace { Self.dropKept(name, in: dir) } else { left = true }
+        // Untouched: dropped once no tool can write into it any more (nobody else has it open).
+        let age = now - Double(fields[3])
+        let openElsewhere = fd.isOpenElsewhere() ?? (age < Self.keptExportLimit)
+        if age > Self.keptExportGrace, !openElsewhere {
+          Self.dropKept(name, in: dir)
+        } else {
+          left = true
+        }
         continue
       }
-      if let edited = Self.readEdit(fd) {
+      if let (edited, bytes) = Self.readEdit(fd) {
         try catchUpExclusively(&s)  // only now: a kept export left untouched costs the lock no catching up
-        try commitReplacedEdit(edited, &s, keptAs: name)
+        try commitReplacedEdit(edited, bytes: bytes, &s, keptAs: name)
         Self.dropKept(name, in: dir)
-      } else if now - Double(st.modificationNanoseconds) / 1e9 > 10 {
+      } else if !ExportMirror.mayBeUnfinished([], fd, modified: st.modificationNanoseconds) {
         Self.logger.error(
           "suite '\(suite)': '\(directory)/\(name)', an export another tool wrote while it was replaced, is not a property list; moved aside")
         quarantine(name)
@@ -1595,26 +1700,24 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     return left
   }
 
-  /// Commits the edit a tool wrote into an export that a compaction replaced; the new export lacks it, so it is
-  /// marked stale and rewritten soon, in the background.
+  /// Judges the edit a tool wrote into an export that was replaced, against the image that export was made from
+  /// (pinned beside its second name; else the last export's — then any value it shows that changed since keeps
+  /// it aside). An applied one is compacted into the snapshot, and the export, which lacks it, rewritten soon.
   private func commitReplacedEdit(
-    _ edited: [String: PropertyListValue], _ s: inout State, keptAs keptName: String?
+    _ edited: [String: PropertyListValue], bytes: [UInt8], _ s: inout State, keptAs keptName: String?
   ) throws(SharedDefaultsError) {
-    // Against the image it was exported from, when pinned: the two export images rotate on.
-    let base = keptName.map { Self.preferences + "/" + Self.keptBase($0) }
-    let pinned = base.map { (try? root.status($0)) ?? nil != nil } ?? false
-    guard try commitDifference(edited, &s, bases: pinned ? [base!] : nil) else { return }
-    header.store(Slot.exportInode, .max)
+    let base = keptName.flatMap { try? loadImage(Self.preferences + "/" + Self.keptBase($0)) } ?? (try? loadImage(exportedItem))
+    guard try judgeEdit(edited, bytes: bytes, base: base, &s) == .applied else { return }
     scheduleExportCheck()
   }
 
-  /// The dictionary in a tool's version of the export, open as `fd` (nil when it does not parse yet).
-  private static func readEdit(_ fd: SystemFD) -> [String: PropertyListValue]? {
+  /// The dictionary in a tool's version of the export, open as `fd`, and its bytes (nil when it does not parse yet).
+  private static func readEdit(_ fd: SystemFD) -> ([String: PropertyListValue], [UInt8])? {
     guard let st = try? fd.status(), st.kind == .regular,
       let read = try? fd.read(at: 0, count: Int(min(st.size, Int64(Self.snapshotLimits.maxBytes)))),
-      case .dictionary(let edited)? = try? PropertyListValue(bytes: read, limits: Self.snapshotLimits)
+      let edited = parseEdit(read)
     else { return nil }
-    return edited
+    return (edited, read)
   }
 
   /// Waits (without the lock: the work takes it) until the compactions this process runs in the background are
@@ -1625,11 +1728,12 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     _ = replacedEdits.wait(timeout: .now() + Self.exportRetryDelay * Double(Self.replacedEditTries + 2))
   }
 
-  /// How many times a replaced export is read again (`exportRetryDelay` apart) before its edit is given up.
+  /// How many times a replaced export is read again (`exportRetryDelay` apart) before it is left to its second
+  /// name (`applyKeptExports`, in any process).
   static let replacedEditTries = 8
 
   /// Reads `replaced` (an export a tool was writing when a compaction replaced it) every `exportRetryDelay`
-  /// until it parses, then commits what it changed; closes it. After `tries` the edit is given up, and logged.
+  /// until it parses, then judges it; closes it. After `tries` it is left under its second name, and logged.
   /// Entered in `replacedEdits` by the caller; leaves it when done.
   private func applyReplacedEditLater(_ replaced: SystemFD, keptAs keptName: String?, tries: Int) {
     background.asyncAfter(deadline: .now() + Self.exportRetryDelay) { [weak self, replacedEdits] in
@@ -1637,23 +1741,24 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
         replaced.close()
         return replacedEdits.leave()
       }
-      guard let edited = Self.readEdit(replaced) else {
+      guard let (edited, bytes) = Self.readEdit(replaced) else {
         if tries > 1 { return applyReplacedEditLater(replaced, keptAs: keptName, tries: tries - 1) }
         defer { replacedEdits.leave() }
         replaced.close()
         // Still kept under its second name: the next export, here or in any process, tries again.
         Self.logger.warning(
           "suite '\(suite)': '\(plistPath)' was written by another tool while it was replaced, and does not read yet")
+        if keptName != nil { scheduleExportCheck(after: Self.keptExportGrace) }
         return
       }
       replaced.close()
       defer { replacedEdits.leave() }
       do {
         try exclusively { s throws(SharedDefaultsError) in
-          // Applied once: by whoever still finds its second name (another process may have applied it from there).
+          // Judged once: by whoever still finds its second name (another process may have judged it from there).
           if let keptName, (try? root.status(Self.preferences + "/" + keptName)) ?? nil == nil { return }
           try catchUpExclusively(&s)
-          try commitReplacedEdit(edited, &s, keptAs: keptName)
+          try commitReplacedEdit(edited, bytes: bytes, &s, keptAs: keptName)
           if let keptName {
             try? root.removeFile(Self.preferences + "/" + keptName)
             try? root.removeFile(Self.preferences + "/" + Self.keptBase(keptName))

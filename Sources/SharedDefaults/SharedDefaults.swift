@@ -65,6 +65,12 @@ public final class SharedDefaults: Sendable {
     self.store = store
   }
 
+  /// Edits of the suite's plist by another tool that were kept aside instead of applied, as paths
+  /// (`<suite>.plist.unapplied-…`, oldest first): each held a value the plist showed before, so the tool may have
+  /// read an older export, and applying it could have undone newer writes. Look at them, re-apply what is wanted
+  /// (`groupctl defaults write`, or edit the current plist), then delete them.
+  public var unappliedOutsideEdits: [String] { store.unappliedEdits() }
+
   /// Suite names follow the container identifier rule: `A-Z a-z 0-9 . -`, starting with a letter or digit.
   public static func validate(suiteName: String) throws(SharedDefaultsError) {
     do { try GroupContainer.validate(identifier: suiteName) } catch {

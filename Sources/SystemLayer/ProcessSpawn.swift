@@ -52,7 +52,8 @@ package enum ProcessSpawn {
     return pid
   }
 
-  /// A `child` reaped by a thread of its own: `termination` is nil while it runs. By default it shares the caller's
+  /// A `child` reaped by a thread of its own: `termination` is nil while it runs, and `onExit` is called on that
+  /// thread once it is set (so a waiter needs no polling). By default it shares the caller's
   /// stdout and stderr (a registered app started on the caller's behalf; test children pass pipes). Foundation's
   /// `Process.run` is not used because it over-reads its directory buffer while closing descriptors and crashes now
   /// and then in a process with many of them (swift-corelibs-foundation #5472).
@@ -63,7 +64,8 @@ package enum ProcessSpawn {
     package init(
       executable: String, arguments: [String], environment: [String: String] = ProcessInfo.processInfo.environment,
       input: SystemFD? = nil, output: SystemFD = SystemFD(rawValue: 1, path: "stdout"),
-      error: SystemFD = SystemFD(rawValue: 2, path: "stderr")
+      error: SystemFD = SystemFD(rawValue: 2, path: "stderr"),
+      onExit: (@Sendable (Termination) -> Void)? = nil
     ) throws(FileSystemError) {
       pid = try ProcessSpawn.child(
         executable: executable, arguments: arguments, environment: environment, input: input, output: output,
@@ -72,6 +74,7 @@ package enum ProcessSpawn {
       let thread = Thread { [self] in
         let termination = (try? ProcessSpawn.waitForExit(pid)) ?? .exited(-1)
         ended.withLock { $0 = termination }
+        onExit?(termination)
       }
       thread.name = "reap \(pid)"
       thread.start()

@@ -229,6 +229,22 @@ package struct SystemFD: Sendable, Hashable {
     _ = valueOrErrno { gc_flock(rawValue, LOCK_UN) }
   }
 
+  /// Whether another open file description (in any process, or another of this one's) has this file open: a
+  /// write lease is granted only when none has, and is given back at once. Nil when that cannot be told (a file
+  /// this user does not own, a file system without leases). The corresponding C function is `fcntl(F_SETLEASE)`.
+  package func isOpenElsewhere() -> Bool? {
+    // An open by someone else while the lease is held signals this process (SIGIO by default, which kills it):
+    // SIGURG instead, ignored unless handled.
+    _ = valueOrErrno { fcntl(rawValue, F_SETSIG, SIGURG) }
+    switch valueOrErrno({ fcntl(rawValue, F_SETLEASE, F_WRLCK) }) {
+    case .success:
+      _ = valueOrErrno { fcntl(rawValue, F_SETLEASE, F_UNLCK) }
+      return false
+    case .failure(let e) where e == .wouldBlock || e == .resourceBusy: return true
+    case .failure: return nil
+    }
+  }
+
   /// The corresponding C function is `fstat`.
   package func status() throws(FileSystemError) -> FileStatus {
     var st = stat()

@@ -66,6 +66,12 @@ struct DefaultsRead: ParsableCommand {
       value = .dictionary(defaults.propertyListRepresentation())
     }
     Output.line(json ? PlainJSON.render(value) : OldStylePlist.render(value))
+    let unapplied = defaults.unappliedOutsideEdits
+    if let last = unapplied.last {
+      Output.error(
+        "note: \(unapplied.count) outside edit(s) of '\(defaults.suiteName).plist' were kept aside, not applied (they may hold values read before newer writes); latest: \(last)"
+      )
+    }
   }
 }
 

@@ -14,7 +14,7 @@ struct Doctor: ParsableCommand {
       One line per check: `ok|warn|fail  <check>: <finding> — fix: <what to do>` (--json: one JSON object). \
       Checks the file system (NFS, CIFS/SMB, FUSE and overlay break flock or inotify), inotify limits against \
       what this user and the group use, directory owners and modes, URL scheme registrations whose program is \
-      gone, temp files left by dead processes, and free space. Exit status 0 when every check is ok, 1 otherwise.
+      gone, temp files left by dead processes, outside edits of a suite's plist kept aside, and free space. Exit status 0 when every check is ok, 1 otherwise.
       """)
 
   @OptionGroup var container: ContainerOptions
@@ -47,7 +47,7 @@ struct Doctor: ParsableCommand {
       let inspector = Inspector(path: path)
       checks = [
         inspector.fileSystem(), inspector.inotify(), inspector.permissions(), inspector.registrations(),
-        inspector.temporaries(), inspector.diskSpace(),
+        inspector.temporaries(), inspector.unappliedEdits(), inspector.diskSpace(),
       ]
     }
     let healthy = checks.allSatisfy { $0.status == .ok }
@@ -311,6 +311,23 @@ private struct Inspector {
         fix: "open the container once (e.g. groupctl status <group-id>), which removes them, or delete them")
     }
     return Doctor.Check(.ok, "temp files", "none left by dead processes\(scope)")
+  }
+
+  // MARK: outside edits kept aside
+
+  /// Edits of a suite's plist by another tool that SharedDefaults kept aside instead of applying
+  /// (`<suite>.plist.unapplied-…`: they held values the plist showed before, so applying them could have undone
+  /// newer writes).
+  func unappliedEdits() -> Doctor.Check {
+    let preferences = path + "/Library/Preferences"
+    let kept = ((try? FileSystem.listDirectory(preferences)) ?? []).filter { $0.contains(".plist.unapplied-") }.sorted()
+    guard kept.isEmpty else {
+      let shown = kept.prefix(5).joined(separator: ", ") + (kept.count > 5 ? ", …" : "")
+      return Doctor.Check(
+        .warn, "outside edits", "\(kept.count) edit(s) of a suite's plist kept aside, not applied: \(shown)",
+        fix: "compare each with the current plist (groupctl defaults read), re-apply what is wanted, then delete it")
+    }
+    return Doctor.Check(.ok, "outside edits", "no edit of a suite's plist kept aside")
   }
 
   // MARK: disk space

@@ -120,6 +120,8 @@ struct StressDefaultsWriter: ParsableCommand {
   @Flag(help: "Print \"ready\" when the suite is open, then start the loop when standard input closes.")
   var startOnStdinClose = false
   @Option(help: .hidden) var testingUpdateDelayUs = 0
+  /// For the tests' histories: "update <value>" after each update() returned (acknowledged), in order.
+  @Flag(help: .hidden) var printUpdates = false
   @OptionGroup var suite: SuiteOptions
 
   func run() throws {
@@ -143,10 +145,11 @@ struct StressDefaultsWriter: ParsableCommand {
       }
       if i < increments {
         let before = timed ? DispatchTime.now().uptimeNanoseconds : 0
-        try defaults.update("counter") { old in
+        let new = try defaults.update("counter") { old in
           if delay > 0 { usleep(delay) }
           return .integer(PropertyListInteger((old?.intValue ?? 0) + 1))
         }
+        if printUpdates { Output.line("update \(new?.intValue ?? -1)") }
         if timed { histogram.record(DispatchTime.now().uptimeNanoseconds &- before) }
       }
     }

@@ -47,7 +47,7 @@ struct CrashIntent: AppIntent {
 /// - no retry after the receiver died (`URLHandlers.request` one attempt): the same test gets `hostDied`.
 /// - the request's size not checked by the receiver (`IntentWire.decodeRequest` without the size guard):
 ///   `theWireRefusesGarbage` fails on the oversized request.
-@Suite(.timeLimit(.minutes(1))) struct IntentDeliveryTests {
+@Suite(.runSlot(.minutes(3))) struct IntentDeliveryTests {
   let group = "group.com.example.intents"
   let helper = productsDirectory.appendingPathComponent("gc-test-helper")
 
@@ -59,17 +59,17 @@ struct CrashIntent: AppIntent {
     }
   }
 
-  func runningHost(_ root: TestRoot, _ scheme: String) throws -> (GroupContainer, Child, Int32) {
+  func runningHost(_ root: TestRoot, _ scheme: String) async throws -> (GroupContainer, Child, Int32) {
     let container = try root.container(group)
     try container.registerURLScheme(scheme, launching: URL(fileURLWithPath: "/bin/false"))
     let host = try Child(["intent-host", root.path, group, scheme])
-    let ready = host.waitForLine { $0.hasPrefix("ready ") }
+    let ready = await host.line { $0.hasPrefix("ready ") }
     return (container, host, Int32(ready?.dropFirst(6) ?? "") ?? -1)
   }
 
   @Test func aRunningHostPerformsTheIntentInItsProcess() async throws {
     let root = try TestRoot()
-    let (container, host, pid) = try runningHost(root, "scoreboard")
+    let (container, host, pid) = try await runningHost(root, "scoreboard")
     defer { host.kill() }
     let response = try await container.perform(EchoIntent(text: "like"), inAppWithScheme: "scoreboard")
     #expect(try response.value(as: String.self) == "echo:like pid:\(pid)")
@@ -96,7 +96,7 @@ struct CrashIntent: AppIntent {
 
   @Test func anUnknownIntentTypeIsReported() async throws {
     let root = try TestRoot()
-    let (container, host, _) = try runningHost(root, "scoreboard")
+    let (container, host, _) = try await runningHost(root, "scoreboard")
     defer { host.kill() }
     let error = await #expect(throws: IntentError.self) {
       try await container.performIntent(withIdentifier: "NoSuchIntent", inAppWithScheme: "scoreboard")
@@ -106,7 +106,7 @@ struct CrashIntent: AppIntent {
 
   @Test func aPerformThatThrowsIsReported() async throws {
     let root = try TestRoot()
-    let (container, host, _) = try runningHost(root, "scoreboard")
+    let (container, host, _) = try await runningHost(root, "scoreboard")
     defer { host.kill() }
     let error = await #expect(throws: IntentError.self) {
       try await container.perform(FailIntent(), inAppWithScheme: "scoreboard")
@@ -116,7 +116,7 @@ struct CrashIntent: AppIntent {
 
   @Test func aHostThatNeverAnswersTimesOut() async throws {
     let root = try TestRoot()
-    let (container, host, _) = try runningHost(root, "scoreboard")
+    let (container, host, _) = try await runningHost(root, "scoreboard")
     defer { host.kill() }
     let error = await #expect(throws: IntentError.self) {
       try await container.perform(HangIntent(), inAppWithScheme: "scoreboard", timeout: .seconds(1))
@@ -162,7 +162,7 @@ struct CrashIntent: AppIntent {
   /// host keeps performing.
   @Test func garbageRequestsAndFilesAreRefusedWithoutCrashingTheHost() async throws {
     let root = try TestRoot()
-    let (container, host, pid) = try runningHost(root, "scoreboard")
+    let (container, host, pid) = try await runningHost(root, "scoreboard")
     defer { host.kill() }
     // Parameters that are not the intent's.
     let wrong = await #expect(throws: IntentError.self) {
@@ -248,7 +248,7 @@ struct CrashIntent: AppIntent {
 
   @Test func groupctlPerformsAnIntent() async throws {
     let root = try TestRoot()
-    let (_, host, pid) = try runningHost(root, "scoreboard")
+    let (_, host, pid) = try await runningHost(root, "scoreboard")
     defer { host.kill() }
     let ok = try await groupctl([
       "intent", group, "scoreboard", "EchoIntent", "--json", #"{"text":"cli"}"#, "--root", root.path,

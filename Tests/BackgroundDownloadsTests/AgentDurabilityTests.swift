@@ -20,7 +20,7 @@ import DownloadAgent
 /// It also caught, in a loaded run, a pass queueing a task's events a second time while `finish` was still
 /// writing them (8 event fsyncs instead of 6): the pass now leaves finishing tasks alone. That race is timing
 /// dependent: the test fails only when it hits.
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.runSlot(.minutes(3)))
 struct AgentDurabilityTests {
   @Test func newRequestsAndEventsAreMadeDurableInGroups() async throws {
     let root = try TestRoot()

@@ -11,7 +11,7 @@ import Testing
 /// taken blocking (`theAgentIsASingleton`); the agent not watching its container (`theAgentExitsWhenItsContainer
 /// IsRemoved`); a record decoder that skips a check (`damagedRecordsAreRefused`); a FIFO read with a blocking open
 /// (`plantedFIFOsNeverHang`).
-@Suite("Download sessions")
+@Suite("Download sessions", .runSlot(.minutes(10)))
 struct DownloadSessionTests {
   @Test("session identifiers name directories: the rule is checked")
   func sessionIdentifierRule() throws {
@@ -59,7 +59,7 @@ struct DownloadSessionTests {
     #expect(tasks.isEmpty)
   }
 
-  @Test("one process per session identifier: a second gets sessionInUse naming the first", .timeLimit(.minutes(1)))
+  @Test("one process per session identifier: a second gets sessionInUse naming the first", .runSlot(.minutes(3)))
   func oneProcessPerSession() async throws {
     let root = try TestRoot()
     let container = try root.container()
@@ -125,7 +125,7 @@ struct DownloadSessionTests {
     }
   }
 
-  @Test("FIFOs, directories and symlinks planted as records are damaged records, never a hang", .timeLimit(.minutes(1)))
+  @Test("FIFOs, directories and symlinks planted as records are damaged records, never a hang", .runSlot(.minutes(3)))
   func plantedFIFOsNeverHang() async throws {
     let root = try TestRoot()
     let container = try root.container()
@@ -137,7 +137,7 @@ struct DownloadSessionTests {
     try FileManager.default.createDirectory(atPath: tasks + "/\(id2).task", withIntermediateDirectories: false)
     let id3 = DownloadRecordFormat.newTaskID()
     try FileManager.default.createSymbolicLink(atPath: tasks + "/\(id3).task", withDestinationPath: "/etc/passwd")
-    let found = expectCompletes(within: 10, "reading planted records") {
+    let found = await expectCompletes(within: 10, "reading planted records") {
       [store.task(id), store.task(id2), store.task(id3)].compactMap { $0 }.count + store.tasks().count
     }
     #expect(found == 0)
@@ -145,14 +145,14 @@ struct DownloadSessionTests {
     try store.makeSessionDirectories("s")
     let events = container.url.appendingPathComponent(".coordination/downloads/sessions/s/events").path
     #expect(mkfifo(events + "/00000000000000000001-\(id)-completed.event", 0o600) == 0)
-    let queued = expectCompletes(within: 10, "reading a planted event") { store.queuedEvents("s").count }
+    let queued = await expectCompletes(within: 10, "reading a planted event") { store.queuedEvents("s").count }
     #expect(queued == 0)
     var configuration = DownloadSession.Configuration()
     configuration.relaunch = .none
     try DownloadSession(identifier: "s", container: container, configuration: configuration).invalidate()
   }
 
-  @Test("the agent is a singleton per container: a second one exits 3", .timeLimit(.minutes(1)))
+  @Test("the agent is a singleton per container: a second one exits 3", .runSlot(.minutes(3)))
   func theAgentIsASingleton() async throws {
     let root = try TestRoot()
     let container = try root.container()
@@ -172,7 +172,7 @@ struct DownloadSessionTests {
     #expect(!store.isHeld(DownloadStore.agentLockPath))
   }
 
-  @Test("the agent exits when idle, and when its container is removed", .timeLimit(.minutes(1)))
+  @Test("the agent exits when idle, and when its container is removed", .runSlot(.minutes(3)))
   func theAgentExitsWhenIdleOrRemoved() async throws {
     let root = try TestRoot()
     let container = try root.container()

@@ -20,7 +20,7 @@ import Testing
 /// - etag=rotate keeping the same ETag → etagRotateMakesEveryRequestANewEntity
 /// - EOF on stdin not ending the server → serverExitsWhenTheWriterOfItsStdinDies
 /// - chunks written without waiting for writability (no backpressure) → aGibibyteStreamsInSmallMemory
-@Suite("gc-file-server")
+@Suite("gc-file-server", .runSlot(.minutes(10)))
 struct FileServerTests {
   /// One answer, its body read to the end or to the error that cut it.
   struct Reply {
@@ -63,7 +63,7 @@ struct FileServerTests {
     Bytes(FileServer.expectedBytes(size: size, seed: seed, range: range))
   }
 
-  @Test(.timeLimit(.minutes(1)))
+  @Test(.runSlot(.minutes(3)))
   func fullBodyMatchesTheGenerator() async throws {
     let server = try await FileServer.start()
     let reply = try await fetch(server.url("/gen/100003?seed=7"))
@@ -87,7 +87,7 @@ struct FileServerTests {
     #expect(empty.status == 200 && empty.body.isEmpty && empty.header("Content-Length") == "0")
   }
 
-  @Test(.timeLimit(.minutes(1)))
+  @Test(.runSlot(.minutes(3)))
   func rangesAnswer206WithTheirBytes() async throws {
     let server = try await FileServer.start()
     let url = server.url("/gen/10000?seed=3")
@@ -114,12 +114,12 @@ struct FileServerTests {
       #expect(reply.header("Content-Range") == nil)
       #expect(reply.bytes == expected(10_000, 3), "\(range)")
     }
-    let stats = try server.stats(for: "/gen/10000?seed=3")
+    let stats = try await server.stats(for: "/gen/10000?seed=3")
     #expect(stats.requests == cases.count + ignored.count)
     #expect(stats.ranges == cases.map(\.0) + ignored)
   }
 
-  @Test(.timeLimit(.minutes(1)))
+  @Test(.runSlot(.minutes(3)))
   func startAtOrPastTheEndIs416() async throws {
     let server = try await FileServer.start()
     for range in ["bytes=10000-", "bytes=10000-10005", "bytes=20000-", "bytes=-0"] {
@@ -131,7 +131,7 @@ struct FileServerTests {
     #expect(last.status == 206 && last.body.count == 1)
   }
 
-  @Test(.timeLimit(.minutes(1)))
+  @Test(.runSlot(.minutes(3)))
   func ifRangeMatchesStrongETagsAndExactDatesOnly() async throws {
     let server = try await FileServer.start()
     let url = server.url("/gen/5000?seed=11")
@@ -163,7 +163,7 @@ struct FileServerTests {
     #expect(late.status == 200 && late.body.count == 5000)
   }
 
-  @Test(.timeLimit(.minutes(1)))
+  @Test(.runSlot(.minutes(3)))
   func headSendsTheHeadersOnly() async throws {
     let server = try await FileServer.start()
     let get = try await fetch(server.url("/gen/4096?seed=2"))
@@ -179,18 +179,18 @@ struct FileServerTests {
     let after = try await fetch(server.url("/gen/4096?seed=2"))
     #expect(after.bytes == get.bytes)
     // The server counts a body once its write completed, which may be just after the client has the bytes.
-    var stats = try server.stats()
+    var stats = try await server.stats()
     let deadline = Date().addingTimeInterval(10)
     while stats["/gen/4096?seed=2"]?.bodyBytes != 8192 && Date() < deadline {
       try await Task.sleep(for: .milliseconds(10))
-      stats = try server.stats()
+      stats = try await server.stats()
     }
     #expect(
       stats["/gen/4096?seed=2"]
         == FileServer.Stats(requests: 4, bodyBytes: 8192, ranges: ["bytes=-96"], versions: .init(repeating: "HTTP/1.1", count: 4)))
   }
 
-  @Test(.timeLimit(.minutes(1)))
+  @Test(.runSlot(.minutes(3)))
   func filesFromTheRootAndNothingElse() async throws {
     let root = try TestRoot()
     let dir = root.url.appendingPathComponent("served")
@@ -230,7 +230,7 @@ struct FileServerTests {
     #expect(changed.status == 200 && changed.bytes == Bytes(content.reversed()) && changed.header("ETag") != tag)
   }
 
-  @Test(.timeLimit(.minutes(1)))
+  @Test(.runSlot(.minutes(3)))
   func dropClosesAfterExactlyNBytes() async throws {
     let server = try await FileServer.start()
     let target = "/gen/1000000?seed=5&drop=300000"
@@ -239,20 +239,20 @@ struct FileServerTests {
     #expect(reply.error != nil, "the body must end in an error, not look complete")
     // The server wrote exactly N bytes (its count is taken when each write completes); the client may hand over
     // fewer: AsyncHTTPClient's body sequence can drop what it buffered when the connection ends in an error.
-    #expect(try server.stats(for: target).bodyBytes == 300_000)
+    #expect(try await server.stats(for: target).bodyBytes == 300_000)
     #expect(reply.body.count <= 300_000)
     #expect(reply.bytes == expected(1_000_000, 5, 0..<reply.body.count))
     // Inside a range: N counts body bytes of this response.
     let ranged = try await fetch(server.url(target), headers: [("Range", "bytes=500000-")])
     #expect(ranged.status == 206 && ranged.error != nil && ranged.body.count <= 300_000)
     #expect(ranged.bytes == expected(1_000_000, 5, 500_000..<(500_000 + ranged.body.count)))
-    #expect(try server.stats(for: target).bodyBytes == 600_000)
+    #expect(try await server.stats(for: target).bodyBytes == 600_000)
     // drop=0: the head, then the close.
     let none = try await fetch(server.url("/gen/1000?seed=5&drop=0"))
     #expect(none.status == 200 && none.body.isEmpty && none.error != nil)
   }
 
-  @Test(.timeLimit(.minutes(1)))
+  @Test(.runSlot(.minutes(3)))
   func stallKeepsTheConnectionOpenWithNothingMore() async throws {
     let server = try await FileServer.start(verbose: true)
     let target = "/gen/500000?seed=9&stall=200000"
@@ -271,7 +271,7 @@ struct FileServerTests {
     #expect(received.withLock { $0.count } == 200_000)
     #expect(!finished.withLock { $0 })
     #expect(Bytes(received.withLock { $0 }) == expected(500_000, 9, 0..<200_000))
-    #expect(try server.stats(for: target).bodyBytes == 200_000)
+    #expect(try await server.stats(for: target).bodyBytes == 200_000)
     #expect(server.errors.contains("\(target) range=- 200 200000 stalling"))
     #expect(!server.errors.contains("closed by the client"))
     // The server holds the connection until the client gives up.
@@ -285,7 +285,7 @@ struct FileServerTests {
     #expect(logged, "server log: \(server.errors)")
   }
 
-  @Test(.timeLimit(.minutes(1)))
+  @Test(.runSlot(.minutes(3)))
   func rateThrottlesTheBody() async throws {
     let server = try await FileServer.start()
     // 30 000 bytes at 50 000 B/s cannot arrive in less than 0.6 s. Only this lower bound is checked: a loaded
@@ -297,7 +297,7 @@ struct FileServerTests {
     #expect(elapsed >= .milliseconds(550), "took \(elapsed)")
   }
 
-  @Test(.timeLimit(.minutes(1)))
+  @Test(.runSlot(.minutes(3)))
   func delayHoldsTheHeadBack() async throws {
     let server = try await FileServer.start()
     let started = ContinuousClock.now
@@ -307,7 +307,7 @@ struct FileServerTests {
     #expect(elapsed >= .milliseconds(390), "took \(elapsed) (a lower bound only: load cannot make it early)")
   }
 
-  @Test(.timeLimit(.minutes(1)))
+  @Test(.runSlot(.minutes(3)))
   func noRangeAnswersTheWholeBody() async throws {
     let server = try await FileServer.start()
     let url = server.url("/gen/8000?seed=4&norange=1")
@@ -318,10 +318,10 @@ struct FileServerTests {
     #expect(reply.bytes == expected(8000, 4))
     let past = try await fetch(url, headers: [("Range", "bytes=9000-")])
     #expect(past.status == 200 && past.body.count == 8000)
-    #expect(try server.stats(for: "/gen/8000?seed=4&norange=1").ranges == ["bytes=1000-", "bytes=9000-"])
+    #expect(try await server.stats(for: "/gen/8000?seed=4&norange=1").ranges == ["bytes=1000-", "bytes=9000-"])
   }
 
-  @Test(.timeLimit(.minutes(1)))
+  @Test(.runSlot(.minutes(3)))
   func etagRotateMakesEveryRequestANewEntity() async throws {
     let server = try await FileServer.start()
     let url = server.url("/gen/3000?seed=20&etag=rotate")
@@ -349,7 +349,7 @@ struct FileServerTests {
     #expect(third.status == 206 && third.bytes == expected(3000, 20, 100..<3000))
   }
 
-  @Test(.timeLimit(.minutes(1)))
+  @Test(.runSlot(.minutes(3)))
   func validatorSwitches() async throws {
     let server = try await FileServer.start()
     let noTag = try await fetch(server.url("/gen/100?seed=1&noetag=1"))
@@ -361,7 +361,7 @@ struct FileServerTests {
     #expect(weak.header("ETag") == "W/\"g-100-1\"")
   }
 
-  @Test(.timeLimit(.minutes(1)))
+  @Test(.runSlot(.minutes(3)))
   func statusAnswersWithAShortText() async throws {
     let server = try await FileServer.start()
     for (code, reason) in [(404, "Not Found"), (500, "Internal Server Error"), (503, "Service Unavailable")] {
@@ -377,7 +377,7 @@ struct FileServerTests {
     #expect(String(decoding: bad.body, as: UTF8.self).contains("drop=lots"))
   }
 
-  @Test(.timeLimit(.minutes(1)))
+  @Test(.runSlot(.minutes(3)))
   func chunkedSendsNoContentLength() async throws {
     let server = try await FileServer.start()
     let reply = try await fetch(server.url("/gen/200000?seed=6&chunked=1"))
@@ -389,7 +389,7 @@ struct FileServerTests {
     #expect(ranged.status == 206 && ranged.bytes == expected(200_000, 6, 199_990..<200_000))
   }
 
-  @Test(.timeLimit(.minutes(1)))
+  @Test(.runSlot(.minutes(3)))
   func lengthClaimsALongerBodyThanItSends() async throws {
     let server = try await FileServer.start()
     let reply = try await fetch(server.url("/gen/1000?seed=6&length=2000"))
@@ -398,7 +398,7 @@ struct FileServerTests {
     #expect(reply.error != nil, "1000 of 2000 claimed bytes, then the close: a client must see a short body")
   }
 
-  @Test(.timeLimit(.minutes(1)))
+  @Test(.runSlot(.minutes(3)))
   func faultsApplyToTheFirstKRequestsOnly() async throws {
     let server = try await FileServer.start()
     let target = "/gen/100000?seed=2&drop=1000&faults=2"
@@ -412,15 +412,15 @@ struct FileServerTests {
     #expect(try await fetch(server.url(status)).status == 503)
     #expect(try await fetch(server.url(status)).status == 200)
     #expect(
-      try server.stats(for: target)
+      try await server.stats(for: target)
         == FileServer.Stats(requests: 3, bodyBytes: 102_000, ranges: [], versions: .init(repeating: "HTTP/1.1", count: 3)))
     // A reset starts the count again.
-    try server.resetStats()
-    #expect(try server.stats().isEmpty)
+    try await server.resetStats()
+    #expect(try await server.stats().isEmpty)
     #expect(try await fetch(server.url(status)).status == 503)
   }
 
-  @Test(.timeLimit(.minutes(1)))
+  @Test(.runSlot(.minutes(3)))
   func statsOverHTTPMatchTheHandle() async throws {
     let server = try await FileServer.start()
     _ = try await fetch(server.url("/gen/10?seed=1"), headers: [("Range", "bytes=2-")])
@@ -428,16 +428,16 @@ struct FileServerTests {
     let reply = try await fetch(server.url("/stats"))
     #expect(reply.status == 200 && reply.header("Content-Type") == "application/json")
     let decoded = try JSONDecoder().decode([String: FileServer.Stats].self, from: Data(reply.body))
-    #expect(decoded == (try server.stats()))
+    #expect(decoded == (try await server.stats()))
     #expect(
       decoded["/gen/10?seed=1"] == FileServer.Stats(requests: 1, bodyBytes: 8, ranges: ["bytes=2-"], versions: ["HTTP/1.1"]))
     #expect(decoded["/gen/10?seed=1&x=%22q%22"]?.requests == 1)
     #expect(decoded["/stats"] == nil)
     #expect(try await fetch(server.url("/stats/reset")).status == 200)
-    #expect(try server.stats().isEmpty)
+    #expect(try await server.stats().isEmpty)
   }
 
-  @Test(.timeLimit(.minutes(1)))
+  @Test(.runSlot(.minutes(3)))
   func keepAliveServesSeveralRequestsOnOneConnection() async throws {
     let server = try await FileServer.start()
     guard
@@ -455,7 +455,7 @@ struct FileServerTests {
     #expect(curl.output == "200 1\n200 0\n", "stderr: \(curl.errors)")
   }
 
-  @Test(.timeLimit(.minutes(1)))
+  @Test(.runSlot(.minutes(3)))
   func aGibibyteStreamsInSmallMemory() async throws {
     let server = try await FileServer.start()
     let size = 1 << 30
@@ -475,7 +475,7 @@ struct FileServerTests {
     #expect(await curl.exit() == 0)
     #expect(curl.output == "200 \(size)", "stderr: \(curl.errors)")
     #expect(peak > 0 && peak < 100 * 1024, "peak VmRSS \(peak) kB")
-    #expect(try server.stats(for: "/gen/\(size)?seed=1").bodyBytes == Int64(size))
+    #expect(try await server.stats(for: "/gen/\(size)?seed=1").bodyBytes == Int64(size))
   }
 
   func residentKilobytes(_ pid: Int32) -> Int? {
@@ -484,10 +484,10 @@ struct FileServerTests {
     return Int(line.split(separator: " ").dropFirst().first ?? "")
   }
 
-  @Test(.timeLimit(.minutes(1)))
+  @Test(.runSlot(.minutes(3)))
   func stopsWithStatusZero() async throws {
     let closed = try await FileServer.start()
-    #expect(closed.stop() == 0)
+    await #expect(closed.stop() == 0)
     for signal in [SIGTERM, SIGINT] {
       let server = try await FileServer.start()
       kill(server.pid, signal)
@@ -502,7 +502,7 @@ struct FileServerTests {
   }
 
   /// The test process dying is its stdin's writer dying: here a `sleep` feeding the server's stdin, SIGKILLed.
-  @Test(.timeLimit(.minutes(1)))
+  @Test(.runSlot(.minutes(3)))
   func serverExitsWhenTheWriterOfItsStdinDies() async throws {
     let root = try TestRoot()
     let server = productsDirectory.appendingPathComponent("gc-file-server").path

@@ -18,7 +18,7 @@ import Testing
 ///   (watchUntilDoneEndsWhenEveryTaskCompleted).
 /// - `wait` exiting 0 for a failed task (waitOnAFailedTaskExitsOneWithTheReason).
 /// - task id validation skipped: a malformed id exits 2 "no task" instead of 64 with the rule (argumentErrors).
-@Suite(.timeLimit(.minutes(1))) struct GroupctlDownloadsTests {
+@Suite(.runSlot(.minutes(3))) struct GroupctlDownloadsTests {
   let group = "group.com.example.downloads"
   /// No agent: sessions "start" /bin/true, so tasks stay queued.
   static let noAgent = ["GROUPCONTAINER_DOWNLOAD_AGENT": "/bin/true"]
@@ -38,7 +38,7 @@ import Testing
     let child = try Child(
       ["downloads"] + arguments + ["--root", root.path], executable: "groupctl", environment: environment)
     let status = await child.exit()
-    return Run(status: status, out: child.output, err: child.errors.withLock { $0 })
+    return Run(status: status, out: child.output, err: child.errors.text)
   }
 
   static func isTaskID(_ s: String) -> Bool {
@@ -256,7 +256,7 @@ import Testing
         environment: [:]).out.first)
     // Cancel once the transfer is under way (the server has counted the request).
     let deadline = Date().addingTimeInterval(30)
-    while (try? server.stats(for: target).requests) ?? 0 == 0, Date() < deadline { try await Task.sleep(for: .milliseconds(50)) }
+    while await (try? server.stats(for: target).requests) ?? 0 == 0, Date() < deadline { try await Task.sleep(for: .milliseconds(50)) }
     let cancel = try await groupctl(["cancel", group, id], root, environment: [:])
     #expect(cancel.status == 0, "\(cancel)")
     let waited = try await groupctl(["wait", group, id, "--timeout", "40"], root, environment: [:])
@@ -331,7 +331,7 @@ import Testing
     store.updates.post()  // as the agent does after queuing
     await follower.line { $0.contains("\(id).finished") }
     follower.kill(SIGINT)
-    #expect(follower.process.terminationStatus == 0, "\(follower.errors.withLock { $0 })")
+    #expect(follower.process.terminationStatus == 0, "\(follower.errors.text)")
     #expect(store.queuedEvents("app").isEmpty)
   }
 
@@ -358,7 +358,7 @@ import Testing
     try store.write(progressed, for: b, durable: false)
     await watch.line { $0.contains(b) && $0.contains(#""received":7"#) }
     try store.write(done, for: b, durable: false)
-    #expect(await watch.exit() == 0, "\(watch.errors.withLock { $0 })")
+    #expect(await watch.exit() == 0, "\(watch.errors.text)")
     let last = watch.output.last ?? ""
     #expect(last.contains(b) && last.contains(#""state":"completed""#) && last.contains(#""received":10"#), "\(last)")
   }
@@ -407,7 +407,7 @@ import Testing
     done.resume.receivedBytes = 1 << 20
     done.finished = Self.now
     try store.write(done, for: id, durable: false)
-    #expect(await watch.exit() == 0, "\(watch.errors.withLock { $0 })")
+    #expect(await watch.exit() == 0, "\(watch.errors.text)")
     let text = shown()
     #expect(text.contains("\u{1B}[?25l") && text.contains("\u{1B}[J"), "no cursor control: \(text.debugDescription)")
     #expect(text.contains("\(id.prefix(8)) big.bin  done  1.0 MiB"), "\(text.debugDescription)")

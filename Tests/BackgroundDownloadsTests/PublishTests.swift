@@ -19,7 +19,7 @@ import DownloadAgent
 ///   hears an uncoordinated change) and `symlinkPlantedAtTheDestinationIsNotFollowed`.
 /// Not caught here: the copy written in place at the destination with its cleanup kept (a full disk then leaves
 /// nothing either; only a reader racing the copy would see it).
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.runSlot(.minutes(3)))
 struct PublishTests {
   static let group = "group.com.example.downloads"
 
@@ -87,7 +87,7 @@ struct PublishTests {
       }
     }
     #expect(!FileManager.default.fileExists(atPath: env.testRoot.path + "/escaped.bin"))
-    #expect(try env.server.stats(for: "/gen/1000?seed=23").requests == 0, "refused before any byte is fetched")
+    await #expect(try env.server.stats(for: "/gen/1000?seed=23").requests == 0, "refused before any byte is fetched")
     try await env.close()
   }
 

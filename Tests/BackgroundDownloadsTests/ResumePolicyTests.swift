@@ -1,5 +1,6 @@
 import BackgroundDownloads
 import Testing
+import TestSupport
 
 import DownloadAgent
 
@@ -9,7 +10,7 @@ import DownloadAgent
 /// (`resumeSendsRangeAndStrongETag`, `lastModifiedWhenNoETag`); every non-2xx status taken as a whole entity
 /// (`errorStatusesAreNotDownloads`); a 206 with other validators appended (`sameEntity` always true:
 /// `contradicting206Restarts`).
-@Suite struct ResumePolicyTests {
+@Suite(.runSlot(.minutes(10))) struct ResumePolicyTests {
   let etag = "\"g-100-1\""
   let date = "Sat, 01 Jan 2022 00:00:00 GMT"
 

@@ -35,7 +35,7 @@ import Testing
 ///
 /// Serialized, and the 8 MB bodies throttled: its debug-built agents and TLS servers load the machine, and the
 /// timing-sensitive suites that run beside it (BackgroundSessionTests) failed in most whole-target runs without.
-@Suite("Secure transport and redirects", .serialized, .timeLimit(.minutes(1)))
+@Suite("Secure transport and redirects", .serialized, .runSlot(.minutes(3)))
 struct SecureTransportTests {
   /// A download started by a helper process (killed once it printed the task id: the agent carries on).
   struct Started {
@@ -95,7 +95,7 @@ struct SecureTransportTests {
     let task = await Self.finished(started)
     #expect(task?.succeeded == true, "\(String(describing: task))")
     #expect(FileServer.mismatch(Self.content(started, "Downloads/h2.bin"), size: size, seed: 41) == nil)
-    let stats = try server.stats(for: target)
+    let stats = try await server.stats(for: target)
     #expect(stats.requests >= 1)
     #expect(!stats.versions.isEmpty && stats.versions.allSatisfy { $0 == "HTTP/2.0" }, "\(stats.versions)")
   }
@@ -110,7 +110,7 @@ struct SecureTransportTests {
     let task = await Self.finished(started)
     #expect(task?.succeeded == true, "\(String(describing: task))")
     #expect(FileServer.mismatch(Self.content(started, "Downloads/h1.bin"), size: size, seed: 42) == nil)
-    let stats = try server.stats(for: target)
+    let stats = try await server.stats(for: target)
     #expect(!stats.versions.isEmpty && stats.versions.allSatisfy { $0 == "HTTP/1.1" }, "\(stats.versions)")
   }
 
@@ -125,7 +125,7 @@ struct SecureTransportTests {
     let task = await Self.finished(started)
     #expect(task?.succeeded == true, "\(String(describing: task))")
     #expect(FileServer.mismatch(Self.content(started, "Downloads/r.bin"), size: size, seed: 43) == nil)
-    let stats = try server.stats(for: target)
+    let stats = try await server.stats(for: target)
     #expect(stats.requests >= 2)
     #expect(stats.versions.allSatisfy { $0 == "HTTP/2.0" }, "\(stats.versions)")
     // A resume, not a restart: some request asked for the rest only.
@@ -149,7 +149,7 @@ struct SecureTransportTests {
     #expect(!Self.exists(started, "Downloads/u.bin"))
     #expect(!Self.partialExists(started))
     // No request got past the handshake.
-    #expect(try server.stats().isEmpty)
+    #expect(try await server.stats().isEmpty)
   }
 
   @Test("a CA file that cannot be used is reported once by the agent, which goes on with the system's roots")
@@ -231,8 +231,8 @@ struct SecureTransportTests {
     let task = await Self.finished(started)
     #expect(task?.succeeded == true, "\(String(describing: task))")
     #expect(FileServer.mismatch(Self.content(started, "Downloads/moved.bin"), size: size, seed: 46) == nil)
-    #expect(try server.stats(for: redirect).requests == 1)
-    #expect(try server.stats(for: "/gen/\(size)?seed=46").requests == 1)
+    #expect(try await server.stats(for: redirect).requests == 1)
+    #expect(try await server.stats(for: "/gen/\(size)?seed=46").requests == 1)
   }
 
   @Test(
@@ -255,7 +255,7 @@ struct SecureTransportTests {
     let error = task?.error.map { "\($0)" } ?? ""
     #expect(error.contains("redirect"), "\(error)")
     #expect(task?.attempts == 1, "a redirect error is retried: \(String(describing: task))")
-    #expect(try server.stats(for: final).requests == 0)
+    #expect(try await server.stats(for: final).requests == 0)
     #expect(!Self.exists(started, "Downloads/chain.bin"))
     #expect(!Self.partialExists(started))
   }
@@ -314,9 +314,9 @@ struct SecureTransportTests {
         ]))
     _ = await reused.exit()
     #expect(reused.output == "200 1000 1\n200 100 0\n", "curl: \(reused.errors)")
-    #expect(try h2.stats(for: "/gen/70000?seed=1").versions == ["HTTP/2.0", "HTTP/1.1"])
-    #expect(try h1.stats(for: "/gen/70000?seed=1").versions == ["HTTP/1.1"])
-    #expect(try h2.stats(for: "/redirect/1?to=%2Fgen%2F10%3Fseed%3D1").requests == 1)
+    #expect(try await h2.stats(for: "/gen/70000?seed=1").versions == ["HTTP/2.0", "HTTP/1.1"])
+    #expect(try await h1.stats(for: "/gen/70000?seed=1").versions == ["HTTP/1.1"])
+    #expect(try await h2.stats(for: "/redirect/1?to=%2Fgen%2F10%3Fseed%3D1").requests == 1)
     // The CA is the server's own: without it, curl refuses the certificate (exit 60).
     let untrusted = try #require(
       try ToolRun("curl", ["-s", "-o", "/dev/null", h2.url("/gen/1?seed=1").absoluteString]))

@@ -28,7 +28,7 @@ import DownloadAgent
 /// - no checkpoint during the body (only the final fsync): `checkpointsMakeBytesDurableWhileTheBodyStreams`;
 /// - the body kept in memory (each ByteBuffer retained): `residentMemoryDoesNotGrowWithTheFile` (for 512 MiB:
 ///   519 MiB growth instead of 6).
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.runSlot(.minutes(3)))
 struct TransferTests {
   static let partial = ".coordination/downloads/tasks/t.partial"
 
@@ -59,7 +59,7 @@ struct TransferTests {
     }
     #expect(status == 206)
     #expect(try env.holds("Downloads/drop.bin", FileServer.expectedBytes(size: size, seed: 2)))
-    let stats = try env.server.stats(for: target)
+    let stats = try await env.server.stats(for: target)
     #expect(stats.requests == 2)
     #expect(stats.ranges.count == 1 && stats.ranges.first?.hasPrefix("bytes=") == true)
     // Bytes fetched twice: at most one checkpoint's worth (in process, none: every written byte is kept).
@@ -83,7 +83,7 @@ struct TransferTests {
     }
     #expect(status == 200 && state.receivedBytes == Int64(size))
     #expect(try env.holds("Downloads/norange.bin", FileServer.expectedBytes(size: size, seed: 3)))
-    let stats = try env.server.stats(for: target)
+    let stats = try await env.server.stats(for: target)
     #expect(stats.requests == 1 && stats.ranges == ["bytes=700000-"] && stats.bodyBytes == Int64(size))
     try await env.close()
   }
@@ -102,7 +102,7 @@ struct TransferTests {
       return
     }
     #expect(status == 200 && state.entityTag == nil)
-    #expect(try env.server.stats(for: target).ranges == [], "no Range without a validator")
+    await #expect(try env.server.stats(for: target).ranges == [], "no Range without a validator")
     #expect(try env.holds("Downloads/weak.bin", FileServer.expectedBytes(size: size, seed: 15)))
     try await env.close()
   }
@@ -123,7 +123,7 @@ struct TransferTests {
     #expect(try env.holds("Downloads/rotate.bin", FileServer.expectedBytes(size: size, seed: 4)))
     // With If-Range, the second request is answered 200 at once (without it: a 206 for the other entity, then
     // a third request).
-    #expect(try env.server.stats(for: target).requests == 2)
+    await #expect(try env.server.stats(for: target).requests == 2)
     try await env.close()
   }
 
@@ -139,7 +139,7 @@ struct TransferTests {
     #expect(error == .httpStatus(status) && http == status)
     #expect(try env.root.status("Downloads/error.bin") == nil, "nothing at the destination")
     #expect(try env.root.status(Self.partial) == nil, "the partial is gone")
-    #expect(try env.server.stats(for: target).requests == 1, "an error status is not retried")
+    await #expect(try env.server.stats(for: target).requests == 1, "an error status is not retried")
     try await env.close()
   }
 
@@ -158,7 +158,7 @@ struct TransferTests {
       return
     }
     #expect(error == .stalled(seconds: 1))
-    #expect(try env.server.stats(for: target).requests == 2)
+    await #expect(try env.server.stats(for: target).requests == 2)
     // The partial is kept for a later resume: two attempts of 50,000 bytes each.
     #expect(state.receivedBytes == 100_000 && state.durableBytes == 100_000)
     #expect(try env.root.status(Self.partial)?.size == 100_000)
@@ -200,7 +200,7 @@ struct TransferTests {
       return
     }
     #expect(status == 206)
-    #expect(try env.server.stats(for: "/gen/\(size)?seed=9").ranges == ["bytes=300000-"])
+    await #expect(try env.server.stats(for: "/gen/\(size)?seed=9").ranges == ["bytes=300000-"])
     #expect(try env.holds("Downloads/resumed.bin", expected))
     try await env.close()
   }
@@ -247,7 +247,7 @@ struct TransferTests {
       return
     }
     #expect(status == 206)
-    #expect(try env.server.stats(for: target).ranges == ["bytes=\(state.receivedBytes)-"])
+    await #expect(try env.server.stats(for: target).ranges == ["bytes=\(state.receivedBytes)-"])
     #expect(try env.holds("Downloads/cancel.bin", FileServer.expectedBytes(size: size, seed: 11)))
     try await env.close()
   }
@@ -266,7 +266,7 @@ struct TransferTests {
       return
     }
     #expect(state.receivedBytes == Int64(size))
-    let stats = try env.server.stats(for: "/gen/\(size)?seed=12")
+    let stats = try await env.server.stats(for: "/gen/\(size)?seed=12")
     #expect(stats.ranges == ["bytes=\(size)-"] && stats.bodyBytes < 200, "nothing fetched again (416's text only)")
     #expect(try env.holds("Downloads/416.bin", bytes))
     try await env.close()
@@ -286,7 +286,7 @@ struct TransferTests {
       Issue.record("expected published, got \(outcome)")
       return
     }
-    #expect(try env.server.stats(for: "/gen/\(size)?seed=13").ranges == ["bytes=60000-"])
+    await #expect(try env.server.stats(for: "/gen/\(size)?seed=13").ranges == ["bytes=60000-"])
     #expect(try env.holds("Downloads/reboot.bin", bytes))
     try await env.close()
   }
@@ -305,7 +305,7 @@ struct TransferTests {
       Issue.record("expected published, got \(outcome)")
       return
     }
-    #expect(try env.server.stats(for: "/gen/\(size)?seed=14").ranges == ["bytes=100000-"])
+    await #expect(try env.server.stats(for: "/gen/\(size)?seed=14").ranges == ["bytes=100000-"])
     #expect(try env.holds("Downloads/killed.bin", bytes))
     try await env.close()
   }
@@ -466,7 +466,7 @@ final class TransferEnvironment: Sendable {
   func close() async throws {
     guard !closed.exchange(true, ordering: .relaxed) else { return }
     try await client.shutdown()
-    server.stop()
+    await server.stop()
   }
 
   // A test that returned early (a failed expectation) did not call `close()`: a client dropped unshut traps.

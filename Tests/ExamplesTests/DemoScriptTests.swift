@@ -20,7 +20,7 @@ import Testing
 ///   match started passes).
 /// - the pane watcher waiting for both panes to end, so `q` in the host leaves the widget and the window:
 ///   `inTmuxItOpensAWindowAndQEndsEveryProcess` fails (the demo does not end, the window stays, the widget runs).
-@Suite(.serialized) struct DemoScriptTests {
+@Suite(.runSlot(.minutes(10)), .serialized) struct DemoScriptTests {
   /// The repository (this file is Tests/ExamplesTests/DemoScriptTests.swift).
   static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
     .deletingLastPathComponent()
@@ -39,13 +39,13 @@ import Testing
         environment: environment)
     }
 
-    /// Waits for the exit (polling, holding no test thread) and returns the status; kills it after `timeout`.
-    func finish(timeout: Double = 50) async -> Int32? {
+    /// Waits for the exit (holding no test thread) and returns the status; kills it after `timeout`.
+    func finish(timeout: Double = Wait.exit) async -> Int32? {
       await child.exit(timeout: timeout)
     }
 
     /// stdout, then stderr.
-    var output: String { (child.output + [child.errors.withLock { $0 }]).joined(separator: "\n") }
+    var output: String { (child.output + [child.errors.text]).joined(separator: "\n") }
   }
 
   /// "<pid> <start time>" lines of a pid file, each still the same running process.
@@ -84,7 +84,7 @@ import Testing
 
   // The Timer's scenario, the scoreboard's and the video widget's (about 30 s alone; the video download alone is
   // 17 s).
-  @Test(.timeLimit(.minutes(3))) func theHeadlessDemoRunsEveryStepInOrderAndLeavesNoProcess() async throws {
+  @Test(.runSlot(.minutes(8))) func theHeadlessDemoRunsEveryStepInOrderAndLeavesNoProcess() async throws {
     let scratch = try TestRoot()
     let pidFile = scratch.path + "/pids"
     let presetRoot = scratch.path + "/preset-root"
@@ -122,7 +122,7 @@ import Testing
   }
 
   /// A transcript in the scenario's order passes; the same with two steps swapped, or one missing, fails.
-  @Test(.timeLimit(.minutes(1))) func theOrderCheckerRejectsASwappedTranscript() async throws {
+  @Test(.runSlot(.minutes(3))) func theOrderCheckerRejectsASwappedTranscript() async throws {
     let good = [
       "[widget] waiting for the host's countdown",
       "[host] countdown started: 4 s",
@@ -231,7 +231,7 @@ import Testing
   /// The interactive path in tmux: $TMUX names a private server the test started, as if the user ran `make demo`
   /// inside tmux. The demo opens its own window with two panes; `q` in the host pane ends it: the window closes and
   /// every process it started is gone.
-  @Test(.timeLimit(.minutes(1))) func inTmuxItOpensAWindowAndQEndsEveryProcess() async throws {
+  @Test(.runSlot(.minutes(3))) func inTmuxItOpensAWindowAndQEndsEveryProcess() async throws {
     guard let tmux = ["/usr/bin/tmux", "/usr/local/bin/tmux", "/bin/tmux"].first(where: {
       FileManager.default.isExecutableFile(atPath: $0)
     }) else {
@@ -248,7 +248,7 @@ import Testing
     #expect(try await tmuxCommand(["-f", "/dev/null", "new-session", "-d", "-s", "user", "-x", "160", "-y", "40"]).status == 0)
     defer {
       // The private server goes, whatever happened (synchronously: defer cannot await).
-      if let kill = try? Run(tmux, ["-L", server, "kill-server"], environment: ["TMUX": ""]) { kill.child.waitForExit() }
+      _ = try? runTool(tmux, ["-L", server, "kill-server"])
     }
     let socket = try await tmuxCommand(["display-message", "-p", "#{socket_path},#{pid},0"]).output
       .trimmingCharacters(in: .whitespacesAndNewlines)

@@ -10,7 +10,7 @@ import Testing
 /// Mutants this suite catches (each tried): a fourth changed line in the port (`try` added before the
 /// `coordinate(writingItemAt:…error:…)` call: 4 > 3); the `error:` write overload not running its accessor (no
 /// "notes: Buy milk", no notes.txt); the `error:` overloads dropping the failure instead of setting `&error`.
-@Suite(.timeLimit(.minutes(1))) struct PortedWidgetTests {
+@Suite(.runSlot(.minutes(3))) struct PortedWidgetTests {
   static let exampleDirectory = URL(fileURLWithPath: #filePath)
     .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
     .appendingPathComponent("Examples/PortedWidget", isDirectory: true)
@@ -42,10 +42,10 @@ import Testing
     #expect(changed > 0)
   }
 
-  @Test func thePortRunsToCompletionInTheGroupContainer() throws {
+  @Test func thePortRunsToCompletionInTheGroupContainer() async throws {
     let root = try TestRoot()
     let widget = try Child([], executable: "ported-widget", environment: ["GROUP_CONTAINER_ROOT": root.path])
-    #expect(widget.waitForExit() == 0, "stderr: \(widget.errors.withLock { $0 })")
+    #expect(await widget.exit() == 0, "stderr: \(widget.errors.text)")
     let output = widget.output
     #expect(output.contains("unread: 42, title: Groceries"), "\(output)")
     #expect(output.contains("notes: Buy milk"), "\(output)")

@@ -18,7 +18,7 @@ import Testing
 /// CHANGELOG's newest version differing from the installation line ("0.2.0") →
 /// `theInstallationSnippetMatchesTheManifestAndTheChangelog` (and `groupctlVersionIsTheNewestChangelogVersion`); the
 /// watcher printing its own pid instead of the setter's → `gettingStartedSharesAValueBetweenTwoProcesses`.
-@Suite(.timeLimit(.minutes(1))) struct ReadmeTests {
+@Suite(.runSlot(.minutes(3))) struct ReadmeTests {
   static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
     .deletingLastPathComponent()
 
@@ -88,7 +88,7 @@ import Testing
         "TOUR_DOWNLOAD_URL": server.url("/gen/65536?seed=1").absoluteString,
       ])
     let status = await child.exit()
-    #expect(status == 0, "\(executable) exited \(String(describing: status)); stderr: \(child.errors.withLock { $0 })")
+    #expect(status == 0, "\(executable) exited \(String(describing: status)); stderr: \(child.errors.text)")
     let lines = child.output
     #expect(lines.count == expected.count, "\(executable) printed \(lines), README.md shows \(expected)")
     for (line, pattern) in zip(lines, expected) {
@@ -113,7 +113,7 @@ import Testing
   @Test func groupctlVersionIsTheNewestChangelogVersion() async throws {
     let version = try Self.newestChangelogVersion()
     let groupctl = try Child(["--version"], executable: "groupctl")
-    #expect(await groupctl.exit() == 0, "stderr: \(groupctl.errors.withLock { $0 })")
+    #expect(await groupctl.exit() == 0, "stderr: \(groupctl.errors.text)")
     #expect(groupctl.output.map { $0.trimmingCharacters(in: .whitespaces) } == [version])
   }
 

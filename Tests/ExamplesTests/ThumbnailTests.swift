@@ -14,7 +14,7 @@ import VideoWidgetKit
 /// - the half block with foreground and background swapped: `halfBlocksPutTheUpperPixelInTheForeground` fails.
 /// - `VideoWidget.slide(at:)` returning nil instead of a placeholder on a cache miss: `aMissingImageGivesAPlaceholder`
 ///   fails.
-@Suite(.timeLimit(.minutes(1))) struct ThumbnailTests {
+@Suite(.runSlot(.minutes(3))) struct ThumbnailTests {
   let decoding = ThumbnailDecoding()
 
   @Test func decodesATestImageKitPNG() throws {

@@ -5,19 +5,19 @@ import TestSupport
 import Testing
 
 /// The Timer host and widget as a newcomer runs them (`DEMO_HEADLESS=1 make demo`), and the host's URL rules.
-@Suite(.timeLimit(.minutes(1))) struct TimerDemoTests {
-  @Test func theHeadlessScenarioRunsEveryStep() throws {
+@Suite(.runSlot(.minutes(3))) struct TimerDemoTests {
+  @Test func theHeadlessScenarioRunsEveryStep() async throws {
     let root = try TestRoot()
     let env = ["GROUP_CONTAINER_ROOT": root.path]
     let widget = try Child(["--headless"], executable: "widget", environment: env)
-    widget.waitForLine { $0.contains("waiting for the host") }
+    await widget.line { $0.contains("waiting for the host") }
     let host = try Child(
       ["--headless", "--seconds", "3", "--background-after", "1"], executable: "host", environment: env)
-    #expect(host.waitForExit() == 0)
+    #expect(await host.exit() == 0)
     #expect(host.output.contains("[host] going to the background with 2 s left (saved to the suite)"), "\(host.output)")
-    #expect(widget.waitForExit() == 0, "\(widget.output)")
+    #expect(await widget.exit() == 0, "\(widget.output)")
     // The host launched by the URL writes into the widget's output (it inherited it).
-    widget.waitForLine { $0.hasPrefix("[host] the timer finished in the widget") }
+    await widget.line { $0.hasPrefix("[host] the timer finished in the widget") }
     let lines = widget.output
     for step in [
       "[widget] read from the suite: 2 s left when the host went away", "[widget] time left: ",
@@ -35,7 +35,7 @@ import Testing
   @Test func theHostOpensOnlyTheURLItExpects() async throws {
     let root = try TestRoot()
     let host = try Child(["--serve"], executable: "host", environment: ["GROUP_CONTAINER_ROOT": root.path])
-    host.waitForLine { $0.contains("ready") }
+    await host.line { $0.contains("ready") }
     let container = try GroupContainer(identifier: SimpleTimer.groupIdentifier, root: root.url)
     #expect(try await container.open(URL(string: "simpletimer://finished?source=widget")!))
     for refused in [

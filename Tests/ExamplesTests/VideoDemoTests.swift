@@ -15,7 +15,7 @@ import VideoWidgetKit
 /// - the host without its HTTP status check (FoundationNetworking hands a 404 body over as data):
 ///   `theVideoScenarioRunsEveryStep` fails (no "could not fetch lost-episode.jpg: HTTP 404"; the cache refuses the
 ///   body as an image instead).
-@Suite struct VideoDemoTests {
+@Suite(.runSlot(.minutes(10))) struct VideoDemoTests {
   static let budget = 32 << 20
 
   /// Serves the demo's images, as `make demo` does.
@@ -26,7 +26,7 @@ import VideoWidgetKit
   }
 
   // Four processes and a 10 s download (plus the agent): two minutes under a loaded machine.
-  @Test(.timeLimit(.minutes(2))) func theVideoScenarioRunsEveryStep() async throws {
+  @Test(.runSlot(.minutes(5))) func theVideoScenarioRunsEveryStep() async throws {
     let root = try TestRoot()
     let server = try await Self.imageServer(root)
     let env = [
@@ -86,7 +86,7 @@ import VideoWidgetKit
 
   /// The widget's resident memory (VmHWM, read from /proc by this test) stays within its 32 MB budget over a full
   /// rotation of the demo's images, the largest a 1920x1080 JPEG. A bound on memory, not on time.
-  @Test(.timeLimit(.minutes(1))) func theWidgetStaysWithinItsBudgetAcrossARotation() async throws {
+  @Test(.runSlot(.minutes(3))) func theWidgetStaysWithinItsBudgetAcrossARotation() async throws {
     let root = try TestRoot()
     let container = try GroupContainer(identifier: SimpleTimer.groupIdentifier, root: root.url)
     let video = try VideoWidget(container: container)

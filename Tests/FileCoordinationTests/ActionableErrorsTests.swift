@@ -15,7 +15,7 @@ import Testing
 /// - `URLHandlers.register` not checking the program: `registeringAMissingOrNonExecutableProgramIsRefused` fails.
 /// - `URLHandlers.open` launching a vanished program without checking it first (no "does not exist", no
 ///   "registerURLScheme" advice): `openingARegistrationWhoseProgramVanishedSaysSo` fails.
-@Suite(.timeLimit(.minutes(1))) struct ActionableErrorsTests {
+@Suite(.runSlot(.minutes(3))) struct ActionableErrorsTests {
   static let group = "group.com.example.errors"
 
   /// What every error here must be: it names `path`, says `meaning`, shows no temp name and no Cocoa dump.

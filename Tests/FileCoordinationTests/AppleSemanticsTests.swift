@@ -13,12 +13,12 @@ import Testing
 /// (32 overlapping writes of 80); a move that tells the parent's presenter both "moved" and "appeared"; a resolved
 /// read that ignores `.resolvesSymbolicLink`. The lock-wait bound (``FileCoordinator/lockTimeout``) is tested in
 /// `PresenterSemanticsTests.aLockTimeoutFailsAnAccessBehindAStoppedHolder`.
-@Suite(.timeLimit(.minutes(1))) struct AppleSemanticsTests {
+@Suite(.runSlot(.minutes(3))) struct AppleSemanticsTests {
   let group = "group.com.example.tests"
 
   /// Apple: reading an item messages presenters of that item (and of file packages around it), not of what is
   /// inside a directory; a directory read does not lock its contents either.
-  @Test func aDirectoryReadAsksOnlyThePresentersOfTheDirectory() throws {
+  @Test func aDirectoryReadAsksOnlyThePresentersOfTheDirectory() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let dir = container.documentsURL.appendingPathComponent("album")
@@ -27,13 +27,13 @@ import Testing
     try container.write(Data("a".utf8), to: inner)
     let dirPresenter = try Child(["present", root.path, group, "Documents/album"])
     let itemPresenter = try Child(["present", root.path, group, "Documents/album/a.txt"])
-    dirPresenter.waitForLine { $0.hasPrefix("ready") }
-    itemPresenter.waitForLine { $0.hasPrefix("ready") }
+    await dirPresenter.line { $0.hasPrefix("ready") }
+    await itemPresenter.line { $0.hasPrefix("ready") }
     try FileCoordinator().coordinate(readingItemAt: dir, options: .withoutChanges) { _ in }
-    dirPresenter.waitForLine { $0 == "relinquishToReader coordinated \(getpid())" }
+    await dirPresenter.line { $0 == "relinquishToReader coordinated \(getpid())" }
     // A fence: messages to one process arrive in order, so a relinquish for the directory read would come first.
     try FileCoordinator().coordinate(writingItemAt: inner) { try container.write(Data("b".utf8), to: $0) }
-    itemPresenter.waitForLine { $0 == "didChange coordinated \(getpid())" }
+    await itemPresenter.line { $0 == "didChange coordinated \(getpid())" }
     #expect(!itemPresenter.output.contains { $0.hasPrefix("relinquishToReader") }, "\(itemPresenter.output)")
     dirPresenter.kill()
     itemPresenter.kill()
@@ -41,7 +41,7 @@ import Testing
 
   /// Apple: `init(filePresenter:)` exempts that presenter from messages; it does not make two coordinators one.
   /// Two threads writing one file through coordinators made with one presenter exclude each other.
-  @Test func coordinatorsMadeWithOnePresenterExcludeEachOtherAcrossThreads() throws {
+  @Test func coordinatorsMadeWithOnePresenterExcludeEachOtherAcrossThreads() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let url = container.documentsURL.appendingPathComponent("one-presenter")
@@ -65,7 +65,7 @@ import Testing
         done.add(1, ordering: .sequentiallyConsistent)
       }.start()
     }
-    while done.load(ordering: .sequentiallyConsistent) < 2 { usleep(1000) }
+    while done.load(ordering: .sequentiallyConsistent) < 2 { try? await Task.sleep(for: .microseconds(1000)) }
     #expect(overlaps.load(ordering: .relaxed) == 0, "two coordinators of one presenter wrote at the same time")
   }
 
@@ -86,7 +86,7 @@ import Testing
 
   /// A move inside a presented directory: its presenter hears `presentedSubitem(at:didMoveTo:)` once, and no
   /// "appeared" for the destination; a move into it from elsewhere is an "appeared".
-  @Test func aMoveTellsTheDirectoryPresenterOnce() throws {
+  @Test func aMoveTellsTheDirectoryPresenterOnce() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let box = container.documentsURL.appendingPathComponent("box")
@@ -98,7 +98,7 @@ import Testing
     try container.write(Data("a".utf8), to: a)
     try container.write(Data("o".utf8), to: outside)
     let presenter = try Child(["present", root.path, group, "Documents/box"])
-    presenter.waitForLine { $0.hasPrefix("ready") }
+    await presenter.line { $0.hasPrefix("ready") }
     for (from, to) in [(a, b), (outside, c)] {
       let coordinator = FileCoordinator()
       try coordinator.coordinate(writingItemAt: from, options: .forMoving, writingItemAt: to, options: .forReplacing) {
@@ -107,7 +107,7 @@ import Testing
         coordinator.item(at: source, didMoveTo: destination)
       }
     }
-    presenter.waitForLine { $0 == "subitemDidAppear coordinated \(getpid()) c.txt" }
+    await presenter.line { $0 == "subitemDidAppear coordinated \(getpid()) c.txt" }
     let events = presenter.output.filter { $0.hasPrefix("subitem") }
     #expect(
       events == [
@@ -118,7 +118,7 @@ import Testing
 
   /// Items are paths, as Apple's are URLs: a hard link and a symlink are items of their own. Reading a symlink
   /// with `.resolvesSymbolicLink` coordinates its target instead.
-  @Test func linksAreItemsOfTheirOwnUnlessResolved() throws {
+  @Test func linksAreItemsOfTheirOwnUnlessResolved() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let target = container.documentsURL.appendingPathComponent("target.txt")
@@ -128,7 +128,7 @@ import Testing
     try FileManager.default.linkItem(at: target, to: hard)
     try FileManager.default.createSymbolicLink(atPath: soft.path, withDestinationPath: "target.txt")
     let holder = try Child(["hold", root.path, group, "write", "Documents/target.txt"])
-    holder.waitForLine { $0 == "locked" }
+    await holder.line { $0 == "locked" }
     // The other process holds a write of target.txt: its hard link and the symlink itself are free.
     #expect(try FileCoordinator().coordinate(writingItemAt: hard) { _ in true })
     #expect(try FileCoordinator().coordinate(readingItemAt: soft) { _ in true })
@@ -141,10 +141,10 @@ import Testing
       }
     }
     waiter.start()
-    Thread.sleep(forTimeInterval: 0.3)
+    try? await Task.sleep(for: .seconds(0.3))
     #expect(resolved.withLock { $0 } == nil, "a resolved read of the symlink ran while its target was held")
     holder.kill()
-    for _ in 0..<3000 where resolved.withLock({ $0 == nil }) { Thread.sleep(forTimeInterval: 0.01) }
+    for _ in 0..<3000 where resolved.withLock({ $0 == nil }) { try? await Task.sleep(for: .seconds(0.01)) }
     #expect(resolved.withLock { $0?.lastPathComponent } == "target.txt")
   }
 }

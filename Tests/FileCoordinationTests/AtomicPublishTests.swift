@@ -9,30 +9,30 @@ import Testing
 ///
 /// Mutants this suite catches: `AtomicReplace.write` writing in place (open with O_TRUNC + write) instead of
 /// temp + rename — the plain readers see short and mixed documents.
-@Suite struct AtomicPublishTests {
+@Suite(.runSlot(.minutes(10))) struct AtomicPublishTests {
   let group = "group.com.example.atomic"
 
-  @Test(.timeLimit(.minutes(1)))
-  func readersInOtherProcessesNeverSeeAPartialDocument() throws {
+  @Test(.runSlot(.minutes(3)))
+  func readersInOtherProcessesNeverSeeAPartialDocument() async throws {
     let root = try TestRoot()
     _ = try root.container(group)
     let item = "Documents/large.bin"
     let writer = try Child(["torn-writer", root.path, group, item, "\(4 << 20)"])
     defer { writer.kill() }
-    writer.waitForLine { $0 == "wrote 1" }
+    await writer.line { $0 == "wrote 1" }
     let readers = try ["plain", "plain", "coordinated"].map { mode in
       try Child(["torn-reader", root.path, group, item, mode])
     }
     defer { for reader in readers { reader.kill() } }
     // Each reader must have seen many generations come and go: its reads really overlapped the replaces.
-    for reader in readers { reader.waitForLine(timeout: 45) { $0 == "seen 20" } }
+    for reader in readers { await reader.line(timeout: 45) { $0 == "seen 20" } }
     _ = FileManager.default.createFile(atPath: root.path + "/stop", contents: nil)
     for reader in readers {
-      let summary = reader.waitForLine(timeout: 10) { $0.hasPrefix("reads ") }
+      let summary = await reader.line(timeout: 10) { $0.hasPrefix("reads ") }
       let fields = (summary ?? "").split(separator: " ")
       #expect(fields.count >= 6 && fields[3] == "0", "a reader saw a partial document: \(summary ?? "no summary")")
       #expect(fields.count >= 6 && (Int(fields[5]) ?? 0) >= 20, "\(summary ?? "no summary")")
     }
-    #expect(writer.waitForLine(timeout: 10) { $0.hasPrefix("done ") } != nil)
+    #expect(await writer.line(timeout: 10) { $0.hasPrefix("done ") } != nil)
   }
 }

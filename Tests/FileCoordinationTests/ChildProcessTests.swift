@@ -14,7 +14,7 @@ import TestSupport
 ///   (`anExitedChildsPipesAreClosed`);
 /// - `SpawnedProcess.deinit` not killing a running child: it runs on, pipes open
 ///   (`aReleasedHandleKillsItsChildAndClosesItsPipes`).
-@Suite(.timeLimit(.minutes(1))) struct ChildProcessTests {
+@Suite(.runSlot(.minutes(3))) struct ChildProcessTests {
   static let group = "group.com.example.children"
 
   /// The targets of this process's open descriptors (`pipe:[1234]`, paths…).

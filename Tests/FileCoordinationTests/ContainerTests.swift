@@ -4,7 +4,7 @@ import Testing
 
 @testable import FileCoordination
 
-@Suite struct ContainerTests {
+@Suite(.runSlot(.minutes(10))) struct ContainerTests {
   @Test func createsTheLayoutWithPrivatePermissions() throws {
     let root = try TestRoot()
     let container = try root.container("group.com.example.layout")
@@ -117,7 +117,7 @@ import Testing
   }
 }
 
-@Suite struct LockOrderTests {
+@Suite(.runSlot(.minutes(10))) struct LockOrderTests {
   @Test func plansAncestorsSharedAndItemExclusiveInOrder() throws {
     let plan = LockOrder.plan([(try ContainerPath("Documents/a/b.txt"), .write)])
     #expect(

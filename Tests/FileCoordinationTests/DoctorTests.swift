@@ -19,7 +19,7 @@ import Testing
 /// - doctor's registration check skipped: `aStaleRegistrationIsReported` fails (exit 0).
 /// - doctor's temp-file walk treating every writer as alive: `aTempFileOfADeadProcessIsReported` fails.
 /// - doctor's permissions check comparing only the owner: `aWrongModeIsReported` fails.
-@Suite(.serialized, .timeLimit(.minutes(1))) struct DoctorTests {
+@Suite(.serialized, .runSlot(.minutes(3))) struct DoctorTests {
   static let group = "group.com.example.doctor"
 
   func doctor(_ root: TestRoot, _ extra: [String] = []) async throws -> (status: Int32?, out: String, err: String) {
@@ -32,7 +32,7 @@ import Testing
     let result = try await doctor(root)
     #expect(result.status == 0, "\(result.out)\(result.err)")
     let lines = result.out.split(separator: "\n")
-    for check in ["filesystem", "inotify", "permissions", "registrations", "temp files", "disk space"] {
+    for check in ["filesystem", "inotify", "permissions", "registrations", "temp files", "outside edits", "disk space"] {
       #expect(lines.contains { $0.hasPrefix("ok    \(check): ") }, "no ok line for \(check) in \(result.out)")
     }
     let json = try await doctor(root, ["--json"])
@@ -40,7 +40,7 @@ import Testing
     #expect(json.out.split(separator: "\n").count == 1, "not one compact line: \(json.out)")
     let object = try JSONSerialization.jsonObject(with: Data(json.out.utf8)) as? [String: Any]
     #expect(object?["healthy"] as? Bool == true)
-    #expect((object?["checks"] as? [[String: Any]])?.count == 6)
+    #expect((object?["checks"] as? [[String: Any]])?.count == 7)
   }
 
   @Test func aMissingContainerIsNotCreated() async throws {

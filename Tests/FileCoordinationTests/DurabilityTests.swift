@@ -13,7 +13,7 @@ import Testing
 /// - `AtomicReplace.write` without the directory's `fsync` (same test).
 /// - the directory synced before the rename (same test).
 /// - a plain write that syncs anyway (`aPlainWriteSyncsNothing`).
-@Suite struct DurabilityTests {
+@Suite(.runSlot(.minutes(10))) struct DurabilityTests {
   static let group = "group.com.example.durable"
 
   func record(_ body: () throws -> Void) rethrows -> [SyscallRecorder.Entry] {
@@ -61,8 +61,8 @@ import Testing
 
 /// A full disk: the replace fails with an error naming the file, the old contents stay whole for every process,
 /// and no temp file is left behind. Mutant: `AtomicReplace.write` not removing its temp file on a failed write.
-@Suite(.timeLimit(.minutes(1))) struct FullDiskTests {
-  @Test func aWriteOnAFullDiskFailsClearlyAndKeepsTheOldFile() throws {
+@Suite(.runSlot(.minutes(3))) struct FullDiskTests {
+  @Test func aWriteOnAFullDiskFailsClearlyAndKeepsTheOldFile() async throws {
     let root = try TestRoot()
     guard let mounted = try SmallDisk.mount(in: root, size: "1m", name: "small") else { return }
     defer { withExtendedLifetime(mounted) {} }  // unmounted when released: not before the test ends
@@ -84,7 +84,7 @@ import Testing
     #expect(names == ["big.txt"], "a temp file was left behind: \(names)")
     #expect(try container.contents(of: url) == Data(old.utf8))
     // Another process reads the old contents, whole (runToEnd reads its output to end of file).
-    let reader = try runToEnd(
+    let reader = try await runToEnd(
       productsDirectory.appendingPathComponent("groupctl").path, ["read", group, "Documents/big.txt", "--root", disk])
     #expect(reader.status == 0)
     #expect(reader.output == old)

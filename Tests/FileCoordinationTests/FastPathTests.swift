@@ -28,7 +28,7 @@ import Testing
 ///   (`locateRemembersOnlyTheSameURL`);
 /// - `ContainerPath.withCString` without the `/` between components (`noLinkCheck` through `resolveBeneath`:
 ///   `resolveBeneathWithRootAgrees`).
-@Suite struct FastPathTests {
+@Suite(.runSlot(.minutes(10))) struct FastPathTests {
   static let group = "group.com.example.fastpath"
 
   /// Every URL either takes the exact route (nil) or gets the exact route's answer; plain ones take the fast one.
@@ -237,7 +237,7 @@ import Testing
   }
 
   /// Holds of one owner are counted in place: the lock is free for others only after the last release.
-  @Test(.timeLimit(.minutes(1))) func lockTableCountsHoldsInPlace() throws {
+  @Test(.runSlot(.minutes(3))) func lockTableCountsHoldsInPlace() throws {
     let root = try TestRoot()
     let container = try root.container(Self.group)
     let table = try container.coordinationSpace().locks

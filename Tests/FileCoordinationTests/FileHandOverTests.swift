@@ -15,7 +15,7 @@ import Testing
 /// - publishing with `renameat` (replacing) instead of `RENAME_NOREPLACE`: `aNameCollisionGetsANumberedName`
 ///   finds the first file replaced.
 /// - no Inbox refusal (`InboxRule.check` returning at once): `writesIntoTheInboxAreRefused` fails.
-@Suite(.timeLimit(.minutes(1))) struct FileHandOverTests {
+@Suite(.runSlot(.minutes(3))) struct FileHandOverTests {
   let group = "group.com.example.handover"
   let helper = productsDirectory.appendingPathComponent("gc-test-helper")
 
@@ -35,18 +35,18 @@ import Testing
     ((try? String(contentsOfFile: path, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
   }
 
-  func runningReceiver(_ root: TestRoot, _ scheme: String, log: String) throws -> (GroupContainer, Child) {
+  func runningReceiver(_ root: TestRoot, _ scheme: String, log: String) async throws -> (GroupContainer, Child) {
     let container = try root.container(group)
     try container.registerURLScheme(scheme, launching: URL(fileURLWithPath: "/bin/false"))
     let receiver = try Child(["inbox-receiver", root.path, group, scheme, log])
-    receiver.waitForLine { $0.hasPrefix("ready ") }
+    await receiver.line { $0.hasPrefix("ready ") }
     return (container, receiver)
   }
 
   @Test func aSentFileLandsInTheInboxAndTheReceiverOpensIt() async throws {
     let root = try TestRoot()
     let log = root.path + "/opened.log"
-    let (container, receiver) = try runningReceiver(root, "docs", log: log)
+    let (container, receiver) = try await runningReceiver(root, "docs", log: log)
     defer { receiver.kill() }
     let copy = try await container.send(file: try source(root, "report.pdf", "quarterly"), toScheme: "docs")
     #expect(copy.path == container.path + "/Documents/Inbox/report.pdf")
@@ -74,7 +74,7 @@ import Testing
   @Test func aNameCollisionGetsANumberedName() async throws {
     let root = try TestRoot()
     let log = root.path + "/opened.log"
-    let (container, receiver) = try runningReceiver(root, "docs", log: log)
+    let (container, receiver) = try await runningReceiver(root, "docs", log: log)
     defer { receiver.kill() }
     let first = try await container.send(file: try source(root, "report.pdf", "one"), toScheme: "docs")
     let second = try await container.send(file: try source(root, "report.pdf", "two"), toScheme: "docs")
@@ -90,7 +90,7 @@ import Testing
   @Test func aFIFODirectoryOrMissingSourceIsRefused() async throws {
     let root = try TestRoot()
     let log = root.path + "/opened.log"
-    let (container, receiver) = try runningReceiver(root, "docs", log: log)
+    let (container, receiver) = try await runningReceiver(root, "docs", log: log)
     defer { receiver.kill() }
     let fifo = root.path + "/pipe"
     #expect(mkfifo(fifo, 0o600) == 0)
@@ -117,7 +117,7 @@ import Testing
   @Test func writesIntoTheInboxAreRefused() async throws {
     let root = try TestRoot()
     let log = root.path + "/opened.log"
-    let (container, receiver) = try runningReceiver(root, "docs", log: log)
+    let (container, receiver) = try await runningReceiver(root, "docs", log: log)
     defer { receiver.kill() }
     let copy = try await container.send(file: try source(root, "a.txt", "original"), toScheme: "docs")
     let coordinator = FileCoordinator()
@@ -158,7 +158,7 @@ import Testing
   @Test func readingDeletingAndMovingOutAreAllowed() async throws {
     let root = try TestRoot()
     let log = root.path + "/opened.log"
-    let (container, receiver) = try runningReceiver(root, "docs", log: log)
+    let (container, receiver) = try await runningReceiver(root, "docs", log: log)
     defer { receiver.kill() }
     let first = try await container.send(file: try source(root, "a.txt", "keep me"), toScheme: "docs")
     let second = try await container.send(file: try source(root, "b.txt", "delete me"), toScheme: "docs")
@@ -185,7 +185,7 @@ import Testing
   @Test func aSymlinkedInboxOrDocumentsDoesNotLetTheCopyEscape() async throws {
     let root = try TestRoot()
     let log = root.path + "/opened.log"
-    let (container, receiver) = try runningReceiver(root, "docs", log: log)
+    let (container, receiver) = try await runningReceiver(root, "docs", log: log)
     defer { receiver.kill() }
     let outside = root.path + "/outside-target"
     try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
@@ -215,7 +215,7 @@ import Testing
   @Test func groupctlSendsAFile() async throws {
     let root = try TestRoot()
     let log = root.path + "/opened.log"
-    let (container, receiver) = try runningReceiver(root, "docs", log: log)
+    let (container, receiver) = try await runningReceiver(root, "docs", log: log)
     defer { receiver.kill() }
     let file = try source(root, "cli.txt", "from the shell")
     let sent = try await groupctl(["send", group, file.path, "docs", "--root", root.path])

@@ -21,7 +21,7 @@ import Testing
 /// - `status --json` with `.prettyPrinted`: the one-line test fails.
 /// - `Groupctl.exit(command:)` printing every error as a failure (no pass-through for ArgumentParser's own):
 ///   `helpExits0WithTheSubcommandsHelp` fails (the `help` subcommand throws its help from run()).
-@Suite(.timeLimit(.minutes(1))) struct GroupctlReadOnlyTests {
+@Suite(.runSlot(.minutes(3))) struct GroupctlReadOnlyTests {
   static let group = "group.com.example.readonly"
   static let task = String(repeating: "ab", count: 16)
 

@@ -14,12 +14,12 @@ import Testing
 ///   `open` of processes/<pid>.<start>.lock, the presenter's watcher thread on its inbox FIFO (each test then
 ///   fails on its bound, and the time limit ends the rest).
 /// - `LockTable.openLockFile` without the `fstat` check: the write through a FIFO lock file succeeds.
-@Suite struct HostileFilesTests {
+@Suite(.runSlot(.minutes(10))) struct HostileFilesTests {
   static let group = "group.com.example.hostile"
 
   /// Runs a product with stdin closed; fails the test (and kills it) if it runs longer than `timeout` seconds.
-  func run(_ executable: String, _ arguments: [String], timeout: Double = 20) throws -> (status: Int32?, err: String) {
-    let run = try runToEnd(
+  func run(_ executable: String, _ arguments: [String], timeout: Double = 20) async throws -> (status: Int32?, err: String) {
+    let run = try await runToEnd(
       productsDirectory.appendingPathComponent(executable).path, arguments, input: "x", timeout: timeout)
     return (run.status, run.errors)
   }
@@ -28,36 +28,36 @@ import Testing
     guard mkfifo(path, 0o600) == 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
   }
 
-  @Test(.timeLimit(.minutes(1))) func groupctlWriteAndStatusIgnoreAFIFOInPresenters() throws {
+  @Test(.runSlot(.minutes(3))) func groupctlWriteAndStatusIgnoreAFIFOInPresenters() async throws {
     let root = try TestRoot()
     let container = try root.container(Self.group)
     try fifo(container.path + "/.coordination/presenters/1.2.3")
-    let write = try run("groupctl", ["write", Self.group, "Documents/a.txt", "--root", root.path])
+    let write = try await run("groupctl", ["write", Self.group, "Documents/a.txt", "--root", root.path])
     #expect(write.status == 0, "\(write.err)")
-    let status = try run("groupctl", ["status", Self.group, "--root", root.path])
+    let status = try await run("groupctl", ["status", Self.group, "--root", root.path])
     #expect(status.status == 0, "\(status.err)")
     #expect(try container.contents(of: container.documentsURL.appendingPathComponent("a.txt")) == Data("x".utf8))
   }
 
-  @Test(.timeLimit(.minutes(1))) func aNewProcessOpensTheContainerPastAFIFOLivenessLock() throws {
+  @Test(.runSlot(.minutes(3))) func aNewProcessOpensTheContainerPastAFIFOLivenessLock() async throws {
     let root = try TestRoot()
     let container = try root.container(Self.group)
     let planted = container.path + "/.coordination/processes/99999.12345.lock"
     try fifo(planted)
     let log = root.path + "/log"
     let child = try Child(["access", root.path, Self.group, "write", "Documents/b.txt", "1", "0", log])
-    child.waitForLine(timeout: 20) { $0 == "done" }
-    #expect(child.waitForExit(timeout: 20) == 0)
+    await child.line(timeout: 20) { $0 == "done" }
+    #expect(await child.exit(timeout: 20) == 0)
     // Dropped: a FIFO is nobody's liveness lock.
     #expect(!FileManager.default.fileExists(atPath: planted))
   }
 
-  @Test(.timeLimit(.minutes(1))) func aFIFOInAPresentersInboxDoesNotSilenceIt() throws {
+  @Test(.runSlot(.minutes(3))) func aFIFOInAPresentersInboxDoesNotSilenceIt() async throws {
     let root = try TestRoot()
     let container = try root.container(Self.group)
     let presenter = try Child(["present", root.path, Self.group, "Documents/p.txt"])
     defer { presenter.kill() }
-    presenter.waitForLine { $0.hasPrefix("ready") }
+    await presenter.line { $0.hasPrefix("ready") }
     let inboxes = container.path + "/.coordination/inbox"
     let inbox = try #require(
       try FileManager.default.contentsOfDirectory(atPath: inboxes).first { $0.hasPrefix("\(presenter.pid).") })
@@ -69,24 +69,24 @@ import Testing
       try FileCoordinator().coordinate(writingItemAt: url) { try container.write(Data("\(round)".utf8), to: $0) }
     }
     // Its watcher thread is not stuck: every coordinated write reached it.
-    presenter.waitForLine(timeout: 20) { _ in
+    await presenter.line(timeout: 20) { _ in
       presenter.output.filter { $0.hasPrefix("didChange coordinated") }.count == 3
     }
     #expect(presenter.output.filter { $0.hasPrefix("relinquishToWriter") }.count == 3)
     #expect(!FileManager.default.fileExists(atPath: "\(inboxes)/\(inbox)/1.1.1.prepare"))
   }
 
-  @Test(.timeLimit(.minutes(1))) func aFIFOLockFileIsRefusedWithAClearError() throws {
+  @Test(.runSlot(.minutes(3))) func aFIFOLockFileIsRefusedWithAClearError() async throws {
     let root = try TestRoot()
     let container = try root.container(Self.group)
     let key = LockOrder.Key(path: try ContainerPath("Documents/c.txt"), kind: .item)
     try fifo(container.path + "/.coordination/locks/" + key.fileName)
-    let write = try run("groupctl", ["write", Self.group, "Documents/c.txt", "--root", root.path])
+    let write = try await run("groupctl", ["write", Self.group, "Documents/c.txt", "--root", root.path])
     #expect(write.status != nil && write.status != 0)
     #expect(write.err.contains("not a regular file"), "\(write.err)")
   }
 
-  @Test(.timeLimit(.minutes(1))) func aFIFOSchemeRegistrationIsRefused() async throws {
+  @Test(.runSlot(.minutes(3))) func aFIFOSchemeRegistrationIsRefused() async throws {
     let root = try TestRoot()
     let container = try root.container(Self.group)
     try fifo(container.path + "/.coordination/schemes/evil")
@@ -101,8 +101,8 @@ import Testing
 /// Mutants this suite catches:
 /// - `URLHandlers.registration(for:)` without the owner check: the program of another user's registration runs
 ///   (`anotherUsersRegistrationIsNotFollowed`).
-@Suite struct SchemeOwnerTests {
-  @Test(.timeLimit(.minutes(1)), .enabled(if: geteuid() == 0, "needs root to give a file to another user"))
+@Suite(.runSlot(.minutes(10))) struct SchemeOwnerTests {
+  @Test(.runSlot(.minutes(3)), .enabled(if: geteuid() == 0, "needs root to give a file to another user"))
   func anotherUsersRegistrationIsNotFollowed() async throws {
     let root = try TestRoot()
     let container = try root.container(HostileFilesTests.group)
@@ -114,12 +114,12 @@ import Testing
       _ = try await container.open(URL(string: "gcowner://x")!, timeout: .seconds(5))
       Issue.record("open followed another user's registration")
     } catch let error as OpenURLError {
-      guard case .untrustedRegistration(let scheme, _, let owner) = error else {
+      guard case .untrustedRegistration(let scheme, _, let owner, _) = error else {
         Issue.record("unexpected error \(error)")
         return
       }
       #expect(scheme == "gcowner" && owner == 65534)
-      #expect(error.description.contains("uid 65534"))
+      #expect(error.description.contains("belongs to uid 65534"))
     }
     #expect(!FileManager.default.fileExists(atPath: marker), "the untrusted program ran")
     // Control: once the file is ours again, the registration is followed (touch runs, then installs no handler).

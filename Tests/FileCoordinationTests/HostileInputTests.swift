@@ -6,7 +6,7 @@ import Testing
 @testable import FileCoordination
 
 /// Every file under `.coordination/` is untrusted input: garbage, oversized, planted symlinks.
-@Suite(.timeLimit(.minutes(1))) struct HostileInputTests {
+@Suite(.runSlot(.minutes(3))) struct HostileInputTests {
   static let validRecord = PresenterRecord(
     id: "123.456.7", process: ProcessName(pid: 123, startTime: 456), item: "Documents/a.txt", isDirectory: false)
   static let validMessage = CoordinationMessage(
@@ -135,7 +135,7 @@ import Testing
     #expect(accepted < 20_000)
   }
 
-  @Test func plantedGarbageInTheMachineryDoesNotStopCoordination() throws {
+  @Test func plantedGarbageInTheMachineryDoesNotStopCoordination() async throws {
     let root = try TestRoot()
     let container = try root.container()
     let coordination = container.path + "/.coordination"
@@ -145,7 +145,7 @@ import Testing
       atPath: coordination + "/presenters/1.2.4", withDestinationPath: "/etc/passwd")
     try FileManager.default.createDirectory(atPath: coordination + "/inbox/77777.1", withIntermediateDirectories: true)
     let presenter = try Child(["present", root.path, "group.com.example.tests", "Documents/h.txt"])
-    presenter.waitForLine { $0.hasPrefix("ready") }
+    await presenter.line { $0.hasPrefix("ready") }
     let inbox = try FileManager.default.contentsOfDirectory(atPath: coordination + "/inbox").first {
       $0.hasPrefix("\(presenter.pid).")
     }!
@@ -154,7 +154,7 @@ import Testing
       atPath: coordination + "/inbox/\(inbox)/1.1.2.prepare", withDestinationPath: "/etc/shadow")
     let url = container.documentsURL.appendingPathComponent("h.txt")
     try FileCoordinator().coordinate(writingItemAt: url) { try container.write(Data("ok".utf8), to: $0) }
-    presenter.waitForLine { $0.hasPrefix("didChange coordinated") }
+    await presenter.line { $0.hasPrefix("didChange coordinated") }
     let status = try container.status()
     #expect(status.presenters.map(\.pid) == [presenter.pid])
     // The dead process's leftovers were reaped; the target of the planted link is untouched.

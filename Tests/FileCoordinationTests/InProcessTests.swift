@@ -6,7 +6,7 @@ import Testing
 @testable import FileCoordination
 
 /// Coordination between threads of one process (flock alone cannot do this: one descriptor, one lock).
-@Suite(.timeLimit(.minutes(1))) struct InProcessTests {
+@Suite(.runSlot(.minutes(3))) struct InProcessTests {
   @Test func writersExcludeEachOtherAcrossCoordinatorsOfOneProcess() async throws {
     let root = try TestRoot()
     let container = try root.container()
@@ -28,12 +28,12 @@ import Testing
     #expect(String(decoding: try container.contents(of: url), as: UTF8.self) == "200")
   }
 
-  @Test func theSameCoordinatorNeverBlocksItself() throws {
+  @Test func theSameCoordinatorNeverBlocksItself() async throws {
     let root = try TestRoot()
     let container = try root.container()
     let url = container.documentsURL.appendingPathComponent("nested")
     let coordinator = FileCoordinator()
-    let ran = expectCompletes("a write, read and write nested in one coordinator") {
+    let ran = await expectCompletes("a write, read and write nested in one coordinator") {
       try coordinator.coordinate(writingItemAt: url) { _ in
         try coordinator.coordinate(readingItemAt: url) { _ in
           try coordinator.coordinate(writingItemAt: url) { _ in true }
@@ -43,14 +43,14 @@ import Testing
     #expect(ran == true)
   }
 
-  @Test func coordinatorsWithTheSamePresenterShareTheirLocks() throws {
+  @Test func coordinatorsWithTheSamePresenterShareTheirLocks() async throws {
     let root = try TestRoot()
     let container = try root.container()
     let url = container.documentsURL.appendingPathComponent("shared")
     let presenter = QuietPresenter(url: url)
     try FileCoordinator.addFilePresenter(presenter)
     defer { FileCoordinator.removeFilePresenter(presenter) }
-    let ran = expectCompletes("a write nested in a write of another coordinator with the same presenter") {
+    let ran = await expectCompletes("a write nested in a write of another coordinator with the same presenter") {
       try FileCoordinator(filePresenter: presenter).coordinate(writingItemAt: url) { _ in
         try FileCoordinator(filePresenter: presenter).coordinate(writingItemAt: url) { _ in true }
       }
@@ -109,7 +109,7 @@ import Testing
     let container = try root.container()
     let url = container.documentsURL.appendingPathComponent("task")
     let holder = try Child(["hold", root.path, "group.com.example.tests", "write", "Documents/task"])
-    holder.waitForLine { $0 == "locked" }
+    await holder.line { $0 == "locked" }
     let task = Task {
       try await FileCoordinator().coordinate(with: [.writingIntent(with: url)]) {
         Issue.record("accessor ran while another process held the lock")
@@ -121,7 +121,7 @@ import Testing
     holder.kill()
   }
 
-  @Test func presentersInThisProcessHearOtherCoordinatorsButNotTheirOwn() throws {
+  @Test func presentersInThisProcessHearOtherCoordinatorsButNotTheirOwn() async throws {
     let root = try TestRoot()
     let container = try root.container()
     let url = container.documentsURL.appendingPathComponent("local.txt")
@@ -134,8 +134,8 @@ import Testing
     try FileCoordinator().coordinate(writingItemAt: url) { url in
       try container.write(Data("theirs".utf8), to: url)
     }
-    #expect(presenter.waitFor(["relinquishToWriter coordinated", "didChange coordinated", "reacquire coordinated"]))
-    Thread.sleep(forTimeInterval: 0.3)
+    #expect(await presenter.waitFor(["relinquishToWriter coordinated", "didChange coordinated", "reacquire coordinated"]))
+    try? await Task.sleep(for: .seconds(0.3))
     // Exactly one write was reported: the presenter's own write was neither messaged nor seen through inotify.
     #expect(presenter.events.filter { $0.hasPrefix("didChange") }.count == 1, "\(presenter.events)")
   }
@@ -168,13 +168,13 @@ final class RecordingPresenter: FilePresenter, @unchecked Sendable {  // `log` i
   }
 
   /// Waits until `expected` appear in order (other events may interleave).
-  func waitFor(_ expected: [String], timeout: Double = 10) -> Bool {
+  func waitFor(_ expected: [String], timeout: Double = 10) async -> Bool {
     let deadline = Date().addingTimeInterval(timeout)
     while Date() < deadline {
       var remaining = expected[...]
       for event in events where event == remaining.first { remaining = remaining.dropFirst() }
       if remaining.isEmpty { return true }
-      Thread.sleep(forTimeInterval: 0.01)
+      try? await Task.sleep(for: .seconds(0.01))
     }
     return false
   }

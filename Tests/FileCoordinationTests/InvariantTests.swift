@@ -26,23 +26,23 @@ import Testing
 /// - dropped reacquirers (`finish` runs none): the handshake test, PresenterSemanticsTests;
 /// - no takeover of a dead lock owner (`SharedMemoryLock` never takes over): DefaultsRobustnessTests
 ///   `aProcessKilledHoldingTheLockNeverBlocksOthers`, `garbageInTheLockWordIsTakenOver`.
-@Suite(.timeLimit(.minutes(1))) struct InvariantTests {
+@Suite(.runSlot(.minutes(3))) struct InvariantTests {
   let group = "group.com.example.tests"
 
-  @Test func aBurstOfWritesReachesAPresenterInOrder() throws {
+  @Test func aBurstOfWritesReachesAPresenterInOrder() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let url = container.documentsURL.appendingPathComponent("burst.txt")
     try container.write(Data("0".utf8), to: url)
     let presenter = try Child(["present", root.path, group, "Documents/burst.txt"])
-    presenter.waitForLine { $0.hasPrefix("ready") }
+    await presenter.line { $0.hasPrefix("ready") }
     let writes = 60
     let coordinator = FileCoordinator()
     for i in 1...writes {
       try coordinator.coordinate(writingItemAt: url) { try container.write(Data("\(i)".utf8), to: $0) }
     }
-    guard PresenterSemanticsTests.waitFor("didChange", writes, presenter),
-      PresenterSemanticsTests.waitFor("reacquire", writes, presenter)
+    guard await PresenterSemanticsTests.waitFor("didChange", writes, presenter),
+      await PresenterSemanticsTests.waitFor("reacquire", writes, presenter)
     else { return }
     let order = PresenterSemanticsTests.events(presenter).filter { $0 == "relinquishToWriter" || $0 == "didChange" }
     let expected = Array(repeating: ["relinquishToWriter", "didChange"], count: writes).flatMap { $0 }
@@ -50,7 +50,7 @@ import Testing
     presenter.kill()
   }
 
-  @Test func theFlockStaysHeldUntilTheLastHolderInTheProcessReleases() throws {
+  @Test func theFlockStaysHeldUntilTheLastHolderInTheProcessReleases() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let url = container.documentsURL.appendingPathComponent("shared.txt")
@@ -70,7 +70,7 @@ import Testing
       }
       releasedAt = monotonicNow()
     }
-    #expect(writer?.waitForExit(timeout: 30) == 0)
+    #expect(await writer?.exit(timeout: 30) == 0)
     let intervals = Interval.parse((try? String(contentsOfFile: log, encoding: .utf8)) ?? "")
     #expect(intervals.count == 1)
     #expect(
@@ -79,29 +79,29 @@ import Testing
   }
 
   /// Runs `gc-test-helper default-root` with exactly `environment` and returns what it printed.
-  func defaultRoot(_ root: TestRoot, _ environment: [String: String]) throws -> String {
-    let run = try runToEnd(
+  func defaultRoot(_ root: TestRoot, _ environment: [String: String]) async throws -> String {
+    let run = try await runToEnd(
       productsDirectory.appendingPathComponent("gc-test-helper").path, ["default-root", root.path, group],
       environment: environment)
     return run.output.trimmingCharacters(in: .whitespacesAndNewlines)
   }
 
-  @Test func theRootComesFromGroupContainerRootThenXDGDataHomeThenHome() throws {
+  @Test func theRootComesFromGroupContainerRootThenXDGDataHomeThenHome() async throws {
     let root = try TestRoot()
     let all = ["GROUP_CONTAINER_ROOT": "/g/root", "XDG_DATA_HOME": "/x/data", "HOME": "/h/me"]
-    #expect(try defaultRoot(root, all) == "root /g/root")
+    await #expect(try defaultRoot(root, all) == "root /g/root")
     var env = all
     env["GROUP_CONTAINER_ROOT"] = nil
-    #expect(try defaultRoot(root, env) == "root /x/data/group-containers")
+    await #expect(try defaultRoot(root, env) == "root /x/data/group-containers")
     env["XDG_DATA_HOME"] = nil
-    #expect(try defaultRoot(root, env) == "root /h/me/.local/share/group-containers")
+    await #expect(try defaultRoot(root, env) == "root /h/me/.local/share/group-containers")
     // Empty means unset; a relative XDG_DATA_HOME is ignored (XDG Base Directory rule); a relative root is an error.
-    #expect(
+    await #expect(
       try defaultRoot(root, ["GROUP_CONTAINER_ROOT": "", "XDG_DATA_HOME": "/x/data", "HOME": "/h/me"])
         == "root /x/data/group-containers")
-    #expect(
+    await #expect(
       try defaultRoot(root, ["XDG_DATA_HOME": "data", "HOME": "/h/me"])
         == "root /h/me/.local/share/group-containers")
-    #expect(try defaultRoot(root, ["GROUP_CONTAINER_ROOT": "g/root", "HOME": "/h/me"]).hasPrefix("error "))
+    await #expect(try defaultRoot(root, ["GROUP_CONTAINER_ROOT": "g/root", "HOME": "/h/me"]).hasPrefix("error "))
   }
 }

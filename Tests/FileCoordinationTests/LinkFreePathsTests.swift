@@ -24,7 +24,7 @@ import Testing
 ///   (`anotherWatchOfTheDirectoryKeepsTheMask`).
 /// Not caught, being races of microseconds: a check's result remembered although an event came during it; the
 /// watcher's `reading` count left out (an event read and not yet handled).
-@Suite(.serialized) struct LinkFreePathsTests {
+@Suite(.runSlot(.minutes(10)), .serialized) struct LinkFreePathsTests {
   static let group = "group.com.example.linkfree"
 
   struct Fixture: CustomStringConvertible {
@@ -61,7 +61,7 @@ import Testing
 
     /// Accesses `relative` until the memory answers (`counted` moves), at most 10 s (other tests' events on the
     /// process's inotify queue can keep it from answering for a while); with `writing`, each access writes it.
-    func warm(_ relative: String, counted: KeyPath<LinkFreePaths.Counts, Int>, writing: Bool = false) throws -> Bool {
+    func warm(_ relative: String, counted: KeyPath<LinkFreePaths.Counts, Int>, writing: Bool = false) async throws -> Bool {
       let before = space.linkFreePaths.counts[keyPath: counted]
       let deadline = Date().addingTimeInterval(10)
       var i = 0
@@ -71,22 +71,22 @@ import Testing
         }
         if space.linkFreePaths.counts[keyPath: counted] > before { return true }
         i += 1
-        if !writing { Thread.sleep(forTimeInterval: 0.002) }
+        if !writing { try? await Task.sleep(for: .seconds(0.002)) }
       }
       return false
     }
 
     /// `Documents/sub` with `Documents/link`, a link out, beside it; then `sub/x` accessed until remembered.
-    func subBesideALinkOut() throws {
+    func subBesideALinkOut() async throws {
       try makeDirectory("sub")
       try makeLinkOut()
-      try #require(try warm("sub/x", counted: \.remembered), "the memory never answered")
+      try await #require(try warm("sub/x", counted: \.remembered), "the memory never answered")
     }
 
     /// Runs a one-shot helper (PathAttacks.swift) and waits for it.
-    func attack(_ arguments: [String]) {
+    func attack(_ arguments: [String]) async {
       let child = try? Child([arguments[0], root.path, LinkFreePathsTests.group] + arguments.dropFirst())
-      #expect(child?.waitForExit(timeout: 20) == 0, "\(arguments): \(child?.errors.withLock { $0 } ?? "")")
+      #expect(await child?.exit(timeout: 20) == 0, "\(arguments): \(child?.errors.text ?? "")")
     }
 
     /// Whether an access to `relative` is refused as leading out of the container.
@@ -104,78 +104,78 @@ import Testing
   }
 
   /// A directory on the way swapped with a link out (`renameat2(RENAME_EXCHANGE)`, as the swap attack does).
-  @Test(.timeLimit(.minutes(1))) func exchangedDirectoryIsNoticed() throws {
+  @Test(.runSlot(.minutes(3))) func exchangedDirectoryIsNoticed() async throws {
     let f = try Fixture()
-    try f.subBesideALinkOut()
-    f.attack(["exchange", "Documents/sub", "Documents/link"])
+    try await f.subBesideALinkOut()
+    await f.attack(["exchange", "Documents/sub", "Documents/link"])
     #expect(f.isRefused("sub/x"))
   }
 
   /// The item itself replaced by a link to a file outside.
-  @Test(.timeLimit(.minutes(1))) func itemReplacedByALinkIsNoticed() throws {
+  @Test(.runSlot(.minutes(3))) func itemReplacedByALinkIsNoticed() async throws {
     let f = try Fixture()
     try f.makeDirectory("sub")
     #expect(FileManager.default.createFile(atPath: f.container.path + "/Documents/sub/target", contents: Data()))
-    try #require(try f.warm("sub/target", counted: \.remembered), "the memory never answered")
-    f.attack(["plant-link", "Documents/sub/target", f.outside + "/file"])
+    try await #require(try await f.warm("sub/target", counted: \.remembered), "the memory never answered")
+    await f.attack(["plant-link", "Documents/sub/target", f.outside + "/file"])
     #expect(f.isRefused("sub/target"))
   }
 
   /// The same change while the watcher reads nothing: its event waits in the queue, and the memory must not answer.
-  @Test(.timeLimit(.minutes(1))) func unhandledEventBlocksTheMemory() throws {
+  @Test(.runSlot(.minutes(3))) func unhandledEventBlocksTheMemory() async throws {
     let f = try Fixture()
-    try f.subBesideALinkOut()
+    try await f.subBesideALinkOut()
     Watcher.shared.stall(nanoseconds: 3_000_000_000)
     defer { Watcher.shared.stall(nanoseconds: 0) }
-    f.attack(["exchange", "Documents/sub", "Documents/link"])
+    await f.attack(["exchange", "Documents/sub", "Documents/link"])
     #expect(f.isRefused("sub/x"))
   }
 
   /// A directory on the way moved aside and made again, then a link planted in the new one: the watches beneath
   /// the old one must go with it, or the new directory is never watched.
-  @Test(.timeLimit(.minutes(1))) func remadeDirectoryIsWatchedAgain() throws {
+  @Test(.runSlot(.minutes(3))) func remadeDirectoryIsWatchedAgain() async throws {
     let f = try Fixture()
     try f.makeDirectory("sub/deeper")
-    try #require(try f.warm("sub/deeper/x", counted: \.remembered), "the memory never answered")
-    f.attack(["remake", "Documents/sub"])
-    try #require(try f.warm("sub/deeper/x", counted: \.remembered), "the memory never answered again")
-    f.attack(["plant-link", "Documents/sub/deeper/x", f.outside + "/file"])
+    try await #require(try await f.warm("sub/deeper/x", counted: \.remembered), "the memory never answered")
+    await f.attack(["remake", "Documents/sub"])
+    try await #require(try await f.warm("sub/deeper/x", counted: \.remembered), "the memory never answered again")
+    await f.attack(["plant-link", "Documents/sub/deeper/x", f.outside + "/file"])
     #expect(f.isRefused("sub/deeper/x"))
   }
 
   /// A directory another part of this process watches by path, moved aside and made again: that watch follows the
   /// old directory, and the memory must watch the one the path names now, not reuse that watch.
-  @Test(.timeLimit(.minutes(1))) func pathWatchedBeforeIsResolvedAgain() throws {
+  @Test(.runSlot(.minutes(3))) func pathWatchedBeforeIsResolvedAgain() async throws {
     let f = try Fixture()
     try f.makeDirectory("sub/deeper")
     let other = try Watcher.shared.watch(f.container.path + "/Documents/sub") { _ in }
     defer { Watcher.shared.cancel(other) }
-    f.attack(["remake", "Documents/sub"])
-    try #require(try f.warm("sub/x", counted: \.remembered), "the memory never answered")
-    f.attack(["plant-link", "Documents/sub/x", f.outside + "/file"])
+    await f.attack(["remake", "Documents/sub"])
+    try await #require(try await f.warm("sub/x", counted: \.remembered), "the memory never answered")
+    await f.attack(["plant-link", "Documents/sub/x", f.outside + "/file"])
     #expect(f.isRefused("sub/x"))
   }
 
   /// Another part of this process watching a directory on the way under another spelling of its path, for other
   /// events: its watch must add to the directory's mask, not replace the memory's.
-  @Test(.timeLimit(.minutes(1))) func anotherWatchOfTheDirectoryKeepsTheMask() throws {
+  @Test(.runSlot(.minutes(3))) func anotherWatchOfTheDirectoryKeepsTheMask() async throws {
     let f = try Fixture()
-    try f.subBesideALinkOut()
+    try await f.subBesideALinkOut()
     let other = try Watcher.shared.watch(f.container.path + "/Documents/", mask: Watcher.delete) { _ in }
     defer { Watcher.shared.cancel(other) }
-    f.attack(["exchange", "Documents/sub", "Documents/link"])
+    await f.attack(["exchange", "Documents/sub", "Documents/link"])
     #expect(f.isRefused("sub/x"))
   }
 
   /// A directory written to many times a second is not watched (each event would wake the watcher, at the
   /// writer's cost): its items are answered from their parent's memory, and their own name is still asked.
-  @Test(.timeLimit(.minutes(1))) func busyDirectoryStillAsksTheItemsName() throws {
+  @Test(.runSlot(.minutes(3))) func busyDirectoryStillAsksTheItemsName() async throws {
     let f = try Fixture()
     try f.makeDirectory("busy")
     // Written until the directory is found busy (its watch may be placed only after the first writes).
     try #require(
-      try f.warm("busy/f", counted: \.parentRemembered, writing: true), "the parent's memory never answered")
-    f.attack(["plant-link", "Documents/busy/f", f.outside + "/file"])
+      try await f.warm("busy/f", counted: \.parentRemembered, writing: true), "the parent's memory never answered")
+    await f.attack(["plant-link", "Documents/busy/f", f.outside + "/file"])
     #expect(f.isRefused("busy/f"))
   }
 }

@@ -24,7 +24,7 @@ import Testing
 ///   delete runs inside the child's access, `anAccessInFlightStillExcludesADeleteOfItsDirectory`;
 /// - the sweeper exiting when the locks it would keep are in use, not cached (no `cacheableInUse` in
 ///   `LockTable.sweep`): a thread started for every few writes, `backToBackWritesKeepOneSweeper`.
-@Suite(.timeLimit(.minutes(1))) struct LockCachingTests {
+@Suite(.runSlot(.minutes(3))) struct LockCachingTests {
   let group = "group.com.example.tests"
   static let longLinger = "600000"
 
@@ -32,8 +32,8 @@ import Testing
   /// accessor began (monotonic ns), or the error.
   static func deleteDocuments(
     _ container: GroupContainer, lockTimeout: Duration
-  ) -> Result<UInt64, FileCoordinatorError>? {
-    expectCompletes(within: 45, "a coordinated delete of Documents") { () -> Result<UInt64, FileCoordinatorError> in
+  ) async -> Result<UInt64, FileCoordinatorError>? {
+    await expectCompletes(within: 45, "a coordinated delete of Documents") { () -> Result<UInt64, FileCoordinatorError> in
       let coordinator = FileCoordinator()
       coordinator.lockTimeout = lockTimeout
       do {
@@ -52,7 +52,7 @@ import Testing
 
   /// Sends SIGSTOP and waits until every thread of `pid` is stopped: the group stop spreads thread by thread, and
   /// a sweeper woken by the revocation before it stops would give the locks back.
-  static func stop(_ pid: Int32) {
+  static func stop(_ pid: Int32) async {
     kill(pid, SIGSTOP)
     let deadline = Date().addingTimeInterval(20)
     while Date() < deadline {
@@ -64,7 +64,7 @@ import Testing
         return stat[stat.index(close, offsetBy: 2)] == "T"
       }
       if !tasks.isEmpty && stopped { return }
-      Thread.sleep(forTimeInterval: 0.002)
+      try? await Task.sleep(for: .seconds(0.002))
     }
     Issue.record("process \(pid) did not stop")
   }
@@ -100,15 +100,15 @@ import Testing
     #expect(started <= 2, "\(started) sweeper threads for \(index) writes")
   }
 
-  @Test func anIdleProcessWithCachedLocksDoesNotBlockADeleteOfTheDirectory() throws {
+  @Test func anIdleProcessWithCachedLocksDoesNotBlockADeleteOfTheDirectory() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let idle = try Child(["cache-idle", root.path, group, "Documents/a.txt", Self.longLinger])
     defer { idle.kill() }
-    let accessed = idle.waitForLine { $0.hasPrefix("accessed") }
+    let accessed = await idle.line { $0.hasPrefix("accessed") }
     // The root's and Documents' tree locks: otherwise this test proves nothing.
     #expect(Self.cached(accessed) == [".", "Documents"], "the child should keep two tree locks cached")
-    let outcome = Self.deleteDocuments(container, lockTimeout: .seconds(20))
+    let outcome = await Self.deleteDocuments(container, lockTimeout: .seconds(20))
     guard case .success? = outcome else {
       Issue.record("the delete should get its lock from an idle process: \(String(describing: outcome))")
       return
@@ -116,37 +116,36 @@ import Testing
     #expect(!FileManager.default.fileExists(atPath: container.documentsURL.path))
     // Documents' lock dropped by the revocation (the child's linger is ten minutes); the root's, which the delete
     // takes shared, stays.
-    #expect(idle.waitForLine(timeout: 10) { $0 == "cached=." } != nil)
+    #expect(await idle.line(timeout: 10) { $0 == "cached=." } != nil)
   }
 
-  @Test func anAccessInFlightStillExcludesADeleteOfItsDirectory() throws {
+  @Test func anAccessInFlightStillExcludesADeleteOfItsDirectory() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let space = try container.coordinationSpace()
     let go = root.path + "/go"
     let holder = try Child(["cache-hold", root.path, group, "Documents/b.txt", Self.longLinger, go])
     defer { holder.kill() }
-    guard holder.waitForLine(timeout: 20, { $0 == "locked" }) != nil else { return }
+    guard await holder.line(timeout: 20, { $0 == "locked" }) != nil else { return }
     let before = space.counters.load(LockRevocation.wakeCounter)
     let delete = Mutex<Result<UInt64, FileCoordinatorError>??>(nil)
-    let thread = Thread {
-      let outcome = Self.deleteDocuments(container, lockTimeout: .seconds(20))
+    Task {
+      let outcome = await Self.deleteDocuments(container, lockTimeout: .seconds(20))
       delete.withLock { $0 = outcome }
     }
-    thread.start()
     // The delete found the lock taken and revoked (the wake word moved): it now waits for the access.
     let deadline = Date().addingTimeInterval(20)
     while space.counters.load(LockRevocation.wakeCounter) == before && Date() < deadline {
-      Thread.sleep(forTimeInterval: 0.002)
+      try? await Task.sleep(for: .seconds(0.002))
     }
     #expect(space.counters.load(LockRevocation.wakeCounter) != before, "the delete never revoked")
     #expect(delete.withLock { $0 == nil }, "the delete ran while an access below Documents was in flight")
     #expect(FileManager.default.createFile(atPath: go, contents: nil))
-    let released = holder.waitForLine(timeout: 20) { $0.hasPrefix("released") }
+    let released = await holder.line(timeout: 20) { $0.hasPrefix("released") }
     // Released during the revocation: Documents' lock may not stay cached (the child's linger is ten minutes).
     #expect(Self.cached(released)?.contains("Documents") == false, "kept during a revocation: \(released ?? "-")")
     let waitUntil = Date().addingTimeInterval(45)
-    while delete.withLock({ $0 }) == nil && Date() < waitUntil { Thread.sleep(forTimeInterval: 0.005) }
+    while delete.withLock({ $0 }) == nil && Date() < waitUntil { try? await Task.sleep(for: .seconds(0.005)) }
     guard case .success(let began)?? = delete.withLock({ $0 }) else {
       Issue.record("the delete should run once the access ended: \(String(describing: delete.withLock { $0 }))")
       return
@@ -155,14 +154,14 @@ import Testing
     #expect(began > releasedAt, "the delete's accessor began before the access below Documents ended")
   }
 
-  @Test func aHolderKilledWithSIGKILLBlocksNoOne() throws {
+  @Test func aHolderKilledWithSIGKILLBlocksNoOne() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let idle = try Child(["cache-idle", root.path, group, "Documents/c.txt", Self.longLinger])
-    let accessed = idle.waitForLine { $0.hasPrefix("accessed") }
+    let accessed = await idle.line { $0.hasPrefix("accessed") }
     #expect(Self.cached(accessed) == [".", "Documents"])
     idle.kill(SIGKILL)
-    let outcome = Self.deleteDocuments(container, lockTimeout: .seconds(20))
+    let outcome = await Self.deleteDocuments(container, lockTimeout: .seconds(20))
     guard case .success? = outcome else {
       Issue.record("a dead process's cached locks must block no one: \(String(describing: outcome))")
       return
@@ -172,26 +171,26 @@ import Testing
   /// What CoordinationSemantics documents: a process stopped (SIGSTOP) while it keeps cached locks — within the
   /// linger after its last access — blocks delete/move/replace of the directories above that access until it
   /// runs again (with a lock timeout: fails naming it); stopped after the linger, it blocks nothing.
-  @Test func aStoppedProcessBlocksTreeWritesOnlyWhileItsLocksAreCached() throws {
+  @Test func aStoppedProcessBlocksTreeWritesOnlyWhileItsLocksAreCached() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     // Stopped with its locks cached: the delete times out, naming it; resumed, it gives them back.
     let cached = try Child(["cache-idle", root.path, group, "Documents/d.txt", Self.longLinger])
     defer { cached.kill() }
-    #expect(Self.cached(cached.waitForLine { $0.hasPrefix("accessed") }) == [".", "Documents"])
-    Self.stop(cached.pid)
-    let blocked = Self.deleteDocuments(container, lockTimeout: .milliseconds(500))
+    #expect(Self.cached(await cached.line { $0.hasPrefix("accessed") }) == [".", "Documents"])
+    await Self.stop(cached.pid)
+    let blocked = await Self.deleteDocuments(container, lockTimeout: .milliseconds(500))
     if case .failure(.lockTimedOut(_, let pid, _))? = blocked {
       #expect(pid == cached.pid, "the error should name the stopped process")
     } else {
-      let stderr: String = cached.errors.withLock { $0 }
+      let stderr: String = cached.errors.text
       let outcome = String(describing: blocked)
       let said = "it said \(cached.output), \(stderr)"
       Issue.record("a stopped process with cached locks should block the delete: \(outcome); \(said)")
     }
     kill(cached.pid, SIGCONT)
-    #expect(cached.waitForLine(timeout: 20) { $0 == "cached=." } != nil, "resumed, it should drop Documents' lock")
-    guard case .success? = Self.deleteDocuments(container, lockTimeout: .seconds(20)) else {
+    #expect(await cached.line(timeout: 20) { $0 == "cached=." } != nil, "resumed, it should drop Documents' lock")
+    guard case .success? = await Self.deleteDocuments(container, lockTimeout: .seconds(20)) else {
       Issue.record("the delete should succeed once the process ran again")
       return
     }
@@ -199,10 +198,10 @@ import Testing
     try FileManager.default.createDirectory(at: container.documentsURL, withIntermediateDirectories: true)
     let lingered = try Child(["cache-idle", root.path, group, "Documents/e.txt", "100"])
     defer { lingered.kill() }
-    guard lingered.waitForLine(timeout: 20, { $0 == "dropped" }) != nil else { return }
-    Self.stop(lingered.pid)
+    guard await lingered.line(timeout: 20, { $0 == "dropped" }) != nil else { return }
+    await Self.stop(lingered.pid)
     defer { kill(lingered.pid, SIGCONT) }
-    let outcome = Self.deleteDocuments(container, lockTimeout: .seconds(20))
+    let outcome = await Self.deleteDocuments(container, lockTimeout: .seconds(20))
     guard case .success? = outcome else {
       Issue.record("a process stopped after its linger must block nothing: \(String(describing: outcome))")
       return
@@ -212,7 +211,7 @@ import Testing
   /// In one process (real flocks): a cached lock is used again only while the generation it was taken at is
   /// current. The generations of both cached locks' buckets are bumped without waking the sweeper (it sleeps out
   /// its linger), so only the access's own check stands between a stale lock and its reuse.
-  @Test func aCachedLockIsNotTrustedOnceTheGenerationChanged() throws {
+  @Test func aCachedLockIsNotTrustedOnceTheGenerationChanged() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let space = try container.coordinationSpace()
@@ -222,7 +221,7 @@ import Testing
     let hits = space.locks.cacheHits
     try coordinator.coordinate(writingItemAt: url) { _ in }
     #expect(space.locks.cacheHits == hits + 2, "the second access should reuse both cached tree locks")
-    Thread.sleep(forTimeInterval: 0.01)  // let the sweeper go to sleep on the generation it saw
+    try? await Task.sleep(for: .seconds(0.01))  // let the sweeper go to sleep on the generation it saw
     for path in [ContainerPath.root, try ContainerPath("Documents")] {
       let bucket = LockRevocation.bucket(of: LockOrder.Key(path: path, kind: .tree))
       space.counters.atomic(LockRevocation.generationBase + bucket).wrappingIncrement(ordering: .sequentiallyConsistent)

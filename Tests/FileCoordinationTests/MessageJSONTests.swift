@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 @testable import FileCoordination
 
@@ -13,7 +14,7 @@ import Testing
 ///   `bothRoutesAgreeOnDamagedMessages` (JSONDecoder keeps the first; refusing is the safe choice);
 /// - quotes in a path written unescaped (`"` left to the default case of `encode`'s `string`):
 ///   `whatTheFastRouteWritesJSONDecoderReads`.
-@Suite struct MessageJSONTests {
+@Suite(.runSlot(.minutes(10))) struct MessageJSONTests {
   /// One message of each shape the fast route writes, with names that need escaping and some that do not.
   static func samples() -> [CoordinationMessage] {
     let sender = ProcessName(pid: 4242, startTime: 1_732_000_000_123)

@@ -30,7 +30,7 @@ import Testing
 /// - the watcher runs a finish's `afterQueuedEvents` body once its library is drained, without asking the kernel
 ///   whether events are still queued (no `queuedBytes()` in `Watcher.queueSeenEmpty`):
 ///   `preparesAndFinishesTravelAsDatagrams`, `strangeDatagramsAreDroppedAndThePresenterGoesOn` ("uncoordinated").
-@Suite(.timeLimit(.minutes(2))) struct MessageTransportTests {
+@Suite(.runSlot(.minutes(5))) struct MessageTransportTests {
   let group = "group.com.example.transport"
 
   /// A container, a presenter child of `Documents/<name>`, and this process's transport counters at the start.
@@ -44,14 +44,14 @@ import Testing
     let presenterProcess: ProcessName
     private let start: (datagrams: Int, files: Int)
 
-    init(_ group: String, _ name: String, presenterArguments: [String] = [], environment: [String: String] = [:]) throws
+    init(_ group: String, _ name: String, presenterArguments: [String] = [], environment: [String: String] = [:]) async throws
     {
       root = try TestRoot()
       container = try root.container(group)
       url = container.documentsURL.appendingPathComponent(name)
       presenter = try Child(
         ["present", root.path, group, "Documents/" + name] + presenterArguments, environment: environment)
-      presenter.waitForLine { $0.hasPrefix("ready") }
+      await presenter.line { $0.hasPrefix("ready") }
       let pid = presenter.pid
       presenterProcess = ProcessName(pid: pid, startTime: try #require(CurrentProcess.startTime(of: pid)))
       transport = try CoordinationSpace.locate(url).0.messenger.transport
@@ -105,19 +105,19 @@ import Testing
   }
 
   /// Waits until the presenter printed `count` reacquires (each write's last callback), then a little longer.
-  private func waitForReacquires(_ presenter: Child, _ count: Int) {
-    presenter.waitForLine(timeout: 60) { _ in
+  private func waitForReacquires(_ presenter: Child, _ count: Int) async {
+    await presenter.line(timeout: 60) { _ in
       coordinatedEvents(presenter).filter { $0 == "reacquire" }.count >= count
     }
-    Thread.sleep(forTimeInterval: 0.3)  // anything wrong that comes late (a callback twice, an uncoordinated one)
+    try? await Task.sleep(for: .seconds(0.3))  // anything wrong that comes late (a callback twice, an uncoordinated one)
   }
 
-  @Test func preparesAndFinishesTravelAsDatagrams() throws {
-    let setup = try Setup(group, "d.txt")
+  @Test func preparesAndFinishesTravelAsDatagrams() async throws {
+    let setup = try await Setup(group, "d.txt")
     let coordinator = FileCoordinator()
     coordinator.presenterTimeoutPolicy = .fail
     try setup.write(20, with: coordinator)
-    waitForReacquires(setup.presenter, 20)
+    await waitForReacquires(setup.presenter, 20)
     expectInOrder(setup.presenter, writes: 20)
     #expect(setup.sent.datagrams == 40)  // a prepare and a finish per write
     #expect(setup.sent.files == 0)
@@ -134,15 +134,15 @@ import Testing
   /// The presenter's watcher reads nothing until the write and its finish are done, so the finish datagram waits
   /// on the socket beside the write's own inotify events: the watcher reads the socket first (the prepare, then the
   /// finish), and the finished write must still suppress those events — reported once, as coordinated.
-  @Test(arguments: [false, true]) func aFinishOnTheSocketNeverLetsItsWritesOwnEventsThrough(filesOnly: Bool) throws {
-    let setup = try Setup(
+  @Test(arguments: [false, true]) func aFinishOnTheSocketNeverLetsItsWritesOwnEventsThrough(filesOnly: Bool) async throws {
+    let setup = try await Setup(
       group, "s.txt", presenterArguments: ["0", "600000"],
       environment: filesOnly ? [MessageTransport.filesOnlyVariable: "1"] : [:])
     let coordinator = FileCoordinator()
     coordinator.presenterTimeout = .milliseconds(200)  // the stalled presenter answers nothing: go on without it
     try setup.write(3, with: coordinator)
     _ = FileManager.default.createFile(atPath: setup.root.path + "/resume-watcher", contents: nil)
-    waitForReacquires(setup.presenter, 3)
+    await waitForReacquires(setup.presenter, 3)
     expectInOrder(setup.presenter, writes: 3)
     setup.presenter.kill()
   }
@@ -150,11 +150,11 @@ import Testing
   /// A stopped receiver's queue fills (the kernel keeps ~10 datagrams): the writer then sends it files, and keeps
   /// to files, so once it runs again it hears every write once, in order — each write's prepare before its finish,
   /// each finish before the next prepare.
-  @Test func aStoppedReceiverGetsFilesAndHearsEverythingInOrder() throws {
-    let setup = try Setup(group, "stop.txt")
+  @Test func aStoppedReceiverGetsFilesAndHearsEverythingInOrder() async throws {
+    let setup = try await Setup(group, "stop.txt")
     let coordinator = try setup.writeWhileStopped(12)
     try setup.write(2, from: 12, with: coordinator)  // while it runs: they must not overtake the files
-    waitForReacquires(setup.presenter, 14)
+    await waitForReacquires(setup.presenter, 14)
     expectInOrder(setup.presenter, writes: 14)
     #expect(setup.sent.datagrams > 0)
     #expect(setup.sent.files > 0)
@@ -165,10 +165,10 @@ import Testing
   /// readable, and the socket is read first — each finish there while its write's event still waits in the kernel
   /// queue. The finish must not end the suppression then (the watcher sees the queue is not empty and marks it),
   /// or that event would be heard as an uncoordinated change. Three writes: their six datagrams fit the queue.
-  @Test func finishesReadBesideTheirWritesQueuedEventsStillSuppressThem() throws {
-    let setup = try Setup(group, "beside.txt")
+  @Test func finishesReadBesideTheirWritesQueuedEventsStillSuppressThem() async throws {
+    let setup = try await Setup(group, "beside.txt")
     _ = try setup.writeWhileStopped(3)
-    waitForReacquires(setup.presenter, 3)
+    await waitForReacquires(setup.presenter, 3)
     expectInOrder(setup.presenter, writes: 3)
     #expect(setup.sent.datagrams == 6)
     #expect(setup.sent.files == 0)
@@ -179,12 +179,12 @@ import Testing
   /// prepare cannot be sent to it (the socket refuses), so its liveness is checked then: it is dead, reaped, and sent
   /// nothing — no file is written into its inbox for an ack that would never come. A live presenter whose datagram
   /// was taken is never checked (`sendUnlessDead`).
-  @Test func aKilledPresenterIsFoundDeadWhenItsSocketRefusesAndIsSentNothing() throws {
-    let setup = try Setup(group, "killed.txt")
+  @Test func aKilledPresenterIsFoundDeadWhenItsSocketRefusesAndIsSentNothing() async throws {
+    let setup = try await Setup(group, "killed.txt")
     try setup.write(1)
-    waitForReacquires(setup.presenter, 1)
+    await waitForReacquires(setup.presenter, 1)
     setup.presenter.kill()
-    _ = setup.presenter.waitForExit()
+    _ = await setup.presenter.exit()
     let space = try CoordinationSpace.locate(setup.url).0
     let inbox = space.inbox(of: setup.presenterProcess)
     #expect(FileManager.default.fileExists(atPath: inbox))
@@ -197,10 +197,10 @@ import Testing
   }
 
   /// A receiver without a socket (here by the test switch; elsewhere no `/proc` or no `openat2`) gets files.
-  @Test func aReceiverWithoutASocketGetsFiles() throws {
-    let setup = try Setup(group, "f.txt", environment: [MessageTransport.filesOnlyVariable: "1"])
+  @Test func aReceiverWithoutASocketGetsFiles() async throws {
+    let setup = try await Setup(group, "f.txt", environment: [MessageTransport.filesOnlyVariable: "1"])
     try setup.write(5)
-    waitForReacquires(setup.presenter, 5)
+    await waitForReacquires(setup.presenter, 5)
     expectInOrder(setup.presenter, writes: 5)
     #expect(setup.sent.datagrams == 0)
     #expect(setup.sent.files == 10)
@@ -211,8 +211,8 @@ import Testing
 extension MessageTransportTests {
   /// Whatever a stranger sends to a presenter's inbox socket — nothing, garbage, a message of the wrong kind or with
   /// a path out of the container, more than the limit — is dropped, and the presenter goes on hearing writes.
-  @Test func strangeDatagramsAreDroppedAndThePresenterGoesOn() throws {
-    let setup = try Setup(group, "h.txt")
+  @Test func strangeDatagramsAreDroppedAndThePresenterGoesOn() async throws {
+    let setup = try await Setup(group, "h.txt")
     let child = setup.presenterProcess
     let directory = try ContainerDirectory(path: setup.container.path)
     let file = try directory.openSocketFile(".coordination/inbox/\(child)/" + MessageTransport.socketName)
@@ -232,7 +232,7 @@ extension MessageTransportTests {
     ]
     for bytes in strange { #expect(try socket.send(bytes, waitMilliseconds: 1000)) }
     try setup.write(3)
-    waitForReacquires(setup.presenter, 3)
+    await waitForReacquires(setup.presenter, 3)
     expectInOrder(setup.presenter, writes: 3)
     #expect(setup.presenter.process.isRunning)
     setup.presenter.kill()
@@ -243,8 +243,8 @@ extension MessageTransportTests {
   /// A group member who swaps a presenter's `.socket` for a link to a socket of theirs, or for a FIFO, gets
   /// nothing: the writer refuses the link (`RESOLVE_NO_SYMLINKS`) and the FIFO (not a socket) without blocking, and
   /// the presenter hears every write as files.
-  @Test(arguments: ["link", "fifo"]) func aSwappedSocketFileIsNeverFollowed(plant: String) throws {
-    let setup = try Setup(group, "p.txt")
+  @Test(arguments: ["link", "fifo"]) func aSwappedSocketFileIsNeverFollowed(plant: String) async throws {
+    let setup = try await Setup(group, "p.txt")
     let child = setup.presenterProcess
     let socketPath = try CoordinationSpace.locate(setup.url).0.inbox(of: child) + "/" + MessageTransport.socketName
     // The stranger's socket, outside the container.
@@ -260,7 +260,7 @@ extension MessageTransportTests {
       #expect(mkfifo(socketPath, 0o600) == 0)
     }
     try setup.write(3)
-    waitForReacquires(setup.presenter, 3)
+    await waitForReacquires(setup.presenter, 3)
     expectInOrder(setup.presenter, writes: 3)
     #expect(setup.sent.datagrams == 0)
     #expect(setup.sent.files == 6)
@@ -283,7 +283,7 @@ extension MessageTransportTests {
   /// stays 0. (The wake pipe in the quiet poll only shortens a request's wait: every turn of the loop, a lapsed
   /// poll's too, serves requests, so leaving it out delays them by up to `quietLimit` — not something a test without
   /// timing can tell.)
-  @Test func aWriteHeldElsewhereNeverHoldsBackOtherItems() throws {
+  @Test func aWriteHeldElsewhereNeverHoldsBackOtherItems() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let urls = ["a.txt", "b.txt", "c.txt"].map { container.documentsURL.appendingPathComponent($0) }
@@ -296,20 +296,20 @@ extension MessageTransportTests {
     defer { for presenter in [a, b, c] { FileCoordinator.removeFilePresenter(presenter) } }
     let holder = try Child(["hold", root.path, group, "write", "Documents/a.txt"])
     defer { holder.kill() }
-    holder.waitForLine { $0 == "locked" }
+    await holder.line { $0 == "locked" }
     #expect(a.events == ["relinquishToWriter coordinated"])
     #expect(Watcher.shared.quietsUnderWay >= 1, "the write's prepare began no quiet")
 
     try Data("1".utf8).write(to: urls[1])
-    #expect(b.waitFor(["didChange uncoordinated"]), "a change of another item was held back by the quiet")
+    #expect(await b.waitFor(["didChange uncoordinated"]), "a change of another item was held back by the quiet")
     try FileCoordinator.addFilePresenter(c)
     try Data("1".utf8).write(to: urls[2])
-    #expect(c.waitFor(["didChange uncoordinated"]), "a presenter added during the quiet heard nothing")
+    #expect(await c.waitFor(["didChange uncoordinated"]), "a presenter added during the quiet heard nothing")
     #expect(holder.process.isRunning, "the write was no longer held: the test proves nothing")
     #expect(a.events == ["relinquishToWriter coordinated"])
     // The holder dies: the liveness tick finishes its access here, and `a.txt`'s presenter gets its item back.
     holder.kill()
-    #expect(a.waitFor(["reacquire coordinated"]))
+    #expect(await a.waitFor(["reacquire coordinated"]))
   }
 
   /// A write's prepare quiets the receiver's watcher only when it came on the socket. One that came as a file has a
@@ -318,14 +318,14 @@ extension MessageTransportTests {
   ///
   /// Mutant: every write's prepare quiets (`asDatagram` ignored in PresenterHost.prepare): the second write's
   /// relinquish reports `quiets=1`.
-  @Test func onlyAPrepareOnTheSocketQuietsTheWatcher() throws {
-    let setup = try Setup(group, "q.txt", environment: ["GC_TEST_REPORT_QUIETS": "1"])
+  @Test func onlyAPrepareOnTheSocketQuietsTheWatcher() async throws {
+    let setup = try await Setup(group, "q.txt", environment: ["GC_TEST_REPORT_QUIETS": "1"])
     try setup.write(1)
     let coordinator = FileCoordinator()
     // Over the datagram limit: this write's prepare and finish go as files.
     coordinator.purposeIdentifier = String(repeating: "p", count: MessageTransport.maxDatagramBytes)
     try setup.write(1, from: 1, with: coordinator)
-    setup.presenter.waitForLine { _ in setup.presenter.output.filter { $0.hasPrefix("reacquire") }.count == 2 }
+    await setup.presenter.line { _ in setup.presenter.output.filter { $0.hasPrefix("reacquire") }.count == 2 }
     // Each write's prepare and finish (a finish was sent before its reacquire ran).
     #expect(setup.sent == (datagrams: 2, files: 2))
     let reported = setup.presenter.output.filter { $0.hasPrefix("relinquishToWriter") }.map {
@@ -343,7 +343,7 @@ extension MessageTransportTests {
   /// Whether a finish and the next prepare meet in one turn depends on timing here: a quiet begun whatever was
   /// polled (no `queuePolled` in `Watcher.beginQuiet`) passed on this machine. The mutant is caught where the pairs
   /// are made to meet: `WatcherReadablesTests.quietAfterQuietStillPollsTheQueue`.
-  @Test func backToBackWritesNeverStarveTheQueue() throws {
+  @Test func backToBackWritesNeverStarveTheQueue() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let urls = ["a.txt", "b.txt"].map { container.documentsURL.appendingPathComponent($0) }
@@ -355,9 +355,9 @@ extension MessageTransportTests {
     let log = root.path + "/writes.log"
     let writer = try Child(["access", root.path, group, "write", "Documents/a.txt", "1000000", "0", log])
     defer { writer.kill() }
-    #expect(a.waitFor(Array(repeating: "relinquishToWriter coordinated", count: 20)), "the writes did not start")
+    #expect(await a.waitFor(Array(repeating: "relinquishToWriter coordinated", count: 20)), "the writes did not start")
     try Data("1".utf8).write(to: urls[1])
-    #expect(b.waitFor(["didChange uncoordinated"]), "back-to-back writes of another item kept the queue unread")
+    #expect(await b.waitFor(["didChange uncoordinated"]), "back-to-back writes of another item kept the queue unread")
     #expect(writer.process.isRunning, "the writes stopped: the test proves nothing")
   }
 }

@@ -6,19 +6,19 @@ import Testing
 @testable import FileCoordination
 
 /// Coordination between real processes: the test process and `gc-test-helper` / `groupctl` children.
-@Suite(.timeLimit(.minutes(1))) struct MultiProcessTests {
+@Suite(.runSlot(.minutes(3))) struct MultiProcessTests {
   let group = "group.com.example.tests"
 
-  @Test func writersNeverOverlapAnyoneAndReadersOverlapEachOther() throws {
+  @Test func writersNeverOverlapAnyoneAndReadersOverlapEachOther() async throws {
     let root = try TestRoot()
     _ = try root.container(group)
     let log = root.path + "/intervals.log"
     var children: [Child] = []
     for _ in 0..<2 { children.append(try Child(["access", root.path, group, "write", "Documents/x", "15", "5", log])) }
     for _ in 0..<3 { children.append(try Child(["access", root.path, group, "read", "Documents/x", "6", "40", log])) }
-    for child in children { #expect(child.waitForExit() == 0) }
+    for child in children { #expect(await child.exit() == 0) }
     let intervals = Interval.parse(try String(contentsOfFile: log, encoding: .utf8))
-    #expect(intervals.count == 2 * 15 + 3 * 6)
+    #expect(intervals.count == 48)  // 2 writers × 15 + 3 readers × 6
     for (i, a) in intervals.enumerated() {
       for b in intervals[(i + 1)...] where (a.mode == "write" || b.mode == "write") && a.overlaps(b) {
         Issue.record("a \(a.mode) of \(a.pid) overlapped a \(b.mode) of \(b.pid)")
@@ -31,13 +31,13 @@ import Testing
     #expect(overlappingReads, "readers in different processes never shared the item")
   }
 
-  @Test func presenterHandshakeAcrossProcessesFollowsTheDocumentedOrder() throws {
+  @Test func presenterHandshakeAcrossProcessesFollowsTheDocumentedOrder() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let url = container.documentsURL.appendingPathComponent("doc.txt")
     try container.write(Data("v1".utf8), to: url)
     let presenter = try Child(["present", group, "Documents/doc.txt", "--root", root.path], executable: "groupctl")
-    presenter.waitForLine { $0.contains("\"ready\"") }
+    await presenter.line { $0.contains("\"ready\"") }
     let coordinator = FileCoordinator()
     coordinator.purposeIdentifier = "handshake-test"
     var entered = 0.0
@@ -45,8 +45,8 @@ import Testing
       entered = Date().timeIntervalSince1970
       try container.write(Data("v2".utf8), to: url)
     }
-    presenter.waitForLine { $0.contains("\"reacquire\"") }
-    Thread.sleep(forTimeInterval: 0.2)
+    await presenter.line { $0.contains("\"reacquire\"") }
+    try? await Task.sleep(for: .seconds(0.2))
     let lines = presenter.output
     #expect(lines.compactMap(Self.event) == ["ready", "relinquishToWriter", "save", "didChange", "reacquire"])
     // The accessor ran only after the other process relinquished and saved, and before it heard didChange (the
@@ -65,7 +65,7 @@ import Testing
     }
     // A read asks the presenter to save unless .withoutChanges.
     _ = try FileCoordinator().coordinate(readingItemAt: url) { try container.contents(of: $0) }
-    presenter.waitForLine { $0.contains("\"relinquishToReader\"") }
+    await presenter.line { $0.contains("\"relinquishToReader\"") }
     _ = try FileCoordinator().coordinate(readingItemAt: url, options: .withoutChanges) {
       try container.contents(of: $0)
     }
@@ -74,22 +74,22 @@ import Testing
     while presenter.output.compactMap(Self.event).filter({ $0 == "relinquishToReader" }).count < 2
       && Date() < deadline
     {
-      Thread.sleep(forTimeInterval: 0.01)
+      try? await Task.sleep(for: .seconds(0.01))
     }
-    Thread.sleep(forTimeInterval: 0.3)
+    try? await Task.sleep(for: .seconds(0.3))
     #expect(presenter.output.compactMap(Self.event).filter { $0 == "save" }.count == 2)
     presenter.kill(SIGTERM)
   }
 
   /// A presenter that fails to save fails the access (its answer travels as an ack file with the error), and the
   /// next access, answered without a file on the sender's ack board, goes through.
-  @Test func aPresenterThatCannotSaveFailsTheAccessWithItsError() throws {
+  @Test func aPresenterThatCannotSaveFailsTheAccessWithItsError() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let url = container.documentsURL.appendingPathComponent("failsave.txt")
     try container.write(Data("v1".utf8), to: url)
     let presenter = try Child(["present", root.path, group, "Documents/failsave.txt"])
-    presenter.waitForLine { $0.hasPrefix("ready") }
+    await presenter.line { $0.hasPrefix("ready") }
     var ran = false
     let error = #expect(throws: FileCoordinatorError.self) {
       try FileCoordinator().coordinate(writingItemAt: url, options: .forMerging) { _ in ran = true }
@@ -99,7 +99,7 @@ import Testing
     #expect("\(error.map { "\($0)" } ?? "")".contains("\(presenter.pid)"))
     // No save asked: a relinquish only, acked on the board.
     try FileCoordinator().coordinate(writingItemAt: url) { try container.write(Data("v2".utf8), to: $0) }
-    presenter.waitForLine { $0.hasPrefix("reacquire") }
+    await presenter.line { $0.hasPrefix("reacquire") }
     #expect(try container.contents(of: url) == Data("v2".utf8))
     presenter.kill(SIGKILL)
   }
@@ -118,54 +118,54 @@ import Testing
     return object["event"] as? String
   }
 
-  @Test func directoryPresentersHearSubitemEventsAndDeletion() throws {
+  @Test func directoryPresentersHearSubitemEventsAndDeletion() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     try FileManager.default.createDirectory(
       at: container.documentsURL.appendingPathComponent("box"), withIntermediateDirectories: true)
     let presenter = try Child(["present", root.path, group, "Documents/box"])
-    presenter.waitForLine { $0.hasPrefix("ready") }
+    await presenter.line { $0.hasPrefix("ready") }
     let item = container.documentsURL.appendingPathComponent("box/new.txt")
     try FileCoordinator().coordinate(writingItemAt: item) { try container.write(Data("1".utf8), to: $0) }
-    presenter.waitForLine { $0 == "subitemDidAppear coordinated \(getpid()) new.txt" }
+    await presenter.line { $0 == "subitemDidAppear coordinated \(getpid()) new.txt" }
     try FileCoordinator().coordinate(writingItemAt: item) { try container.write(Data("2".utf8), to: $0) }
-    presenter.waitForLine { $0 == "subitemDidChange coordinated \(getpid()) new.txt" }
+    await presenter.line { $0 == "subitemDidChange coordinated \(getpid()) new.txt" }
     try FileCoordinator().coordinate(writingItemAt: item, options: .forDeleting) {
       try FileManager.default.removeItem(at: $0)
     }
-    presenter.waitForLine { $0 == "accommodateSubitemDeletion coordinated \(getpid()) new.txt" }
+    await presenter.line { $0 == "accommodateSubitemDeletion coordinated \(getpid()) new.txt" }
     // Deleting the directory itself: the presenter accommodates, and hears nothing uncoordinated.
     try FileCoordinator().coordinate(
       writingItemAt: container.documentsURL.appendingPathComponent("box"), options: .forDeleting
     ) { try FileManager.default.removeItem(at: $0) }
-    presenter.waitForLine { $0 == "accommodateDeletion coordinated \(getpid())" }
-    Thread.sleep(forTimeInterval: 0.3)
+    await presenter.line { $0 == "accommodateDeletion coordinated \(getpid())" }
+    try? await Task.sleep(for: .seconds(0.3))
     #expect(!presenter.output.contains { $0.contains("uncoordinated") }, "\(presenter.output)")
     presenter.kill()
   }
 
-  @Test func coordinatedMoveTellsPresentersWhereTheirItemWent() throws {
+  @Test func coordinatedMoveTellsPresentersWhereTheirItemWent() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let from = container.documentsURL.appendingPathComponent("old.txt")
     let to = container.documentsURL.appendingPathComponent("new.txt")
     try container.write(Data("x".utf8), to: from)
     let presenter = try Child(["present", root.path, group, "Documents/old.txt"])
-    presenter.waitForLine { $0.hasPrefix("ready") }
+    await presenter.line { $0.hasPrefix("ready") }
     let coordinator = FileCoordinator()
     try coordinator.coordinate(writingItemAt: from, options: .forMoving, writingItemAt: to, options: .forReplacing) {
       source, destination in
       try FileManager.default.moveItem(at: source, to: destination)
       coordinator.item(at: source, didMoveTo: destination)
     }
-    presenter.waitForLine { $0 == "didMove coordinated \(getpid()) new.txt" }
+    await presenter.line { $0 == "didMove coordinated \(getpid()) new.txt" }
     // The presenter now follows the new location.
     try FileCoordinator().coordinate(writingItemAt: to) { try container.write(Data("y".utf8), to: $0) }
-    presenter.waitForLine { $0 == "didChange coordinated \(getpid())" }
+    await presenter.line { $0 == "didChange coordinated \(getpid())" }
     presenter.kill()
   }
 
-  @Test func directoryDeleteExcludesWritersOfItemsInside() throws {
+  @Test func directoryDeleteExcludesWritersOfItemsInside() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let dir = container.documentsURL.appendingPathComponent("tree")
@@ -183,7 +183,7 @@ import Testing
         _ = write(fd, end, end.utf8.count)
       }
     }
-    #expect(child.waitForExit() == 0)
+    #expect(await child.exit() == 0)
     let intervals = Interval.parse(try String(contentsOfFile: log, encoding: .utf8))
     let deletes = intervals.filter { $0.mode == "delete" }
     let writes = intervals.filter { $0.mode == "write" }
@@ -191,14 +191,14 @@ import Testing
     for d in deletes { for w in writes { #expect(!d.overlaps(w), "directory delete overlapped a child write") } }
   }
 
-  @Test func plainWritesOfADirectoryDoNotLockItsContents() throws {
+  @Test func plainWritesOfADirectoryDoNotLockItsContents() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let holder = try Child(["hold", root.path, group, "write", "Documents"])
-    holder.waitForLine { $0 == "locked" }
+    await holder.line { $0 == "locked" }
     // Another process holds a plain write of Documents: an item inside is still free.
     let url = container.documentsURL.appendingPathComponent("free.txt")
-    let wrote = expectCompletes("a write inside a directory another process writes") {
+    let wrote = await expectCompletes("a write inside a directory another process writes") {
       try FileCoordinator().coordinate(writingItemAt: url) { try container.write(Data("ok".utf8), to: $0) }
       return true
     }
@@ -207,7 +207,7 @@ import Testing
     holder.kill()
   }
 
-  @Test func writeWriteInOppositeOrdersFromTwoProcessesNeverDeadlocks() throws {
+  @Test func writeWriteInOppositeOrdersFromTwoProcessesNeverDeadlocks() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     try FileManager.default.createDirectory(
@@ -215,17 +215,17 @@ import Testing
     let a = try Child(["pair", root.path, group, "Documents/A", "Documents/B", "300"])
     let b = try Child(["pair", root.path, group, "Documents/B", "Documents/A", "300"])
     let c = try Child(["pair", root.path, group, "Documents/sub/C", "Documents/A", "150"])
-    #expect(a.waitForExit(timeout: 45) == 0)
-    #expect(b.waitForExit(timeout: 45) == 0)
-    #expect(c.waitForExit(timeout: 45) == 0)
+    #expect(await a.exit(timeout: 45) == 0)
+    #expect(await b.exit(timeout: 45) == 0)
+    #expect(await c.exit(timeout: 45) == 0)
     #expect(a.output.last == "done 300" && b.output.last == "done 300")
   }
 
-  @Test func aLockHolderKilledWithSIGKILLBlocksNobody() throws {
+  @Test func aLockHolderKilledWithSIGKILLBlocksNobody() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let holder = try Child(["hold", root.path, group, "write", "Documents/held.txt"])
-    holder.waitForLine { $0 == "locked" }
+    await holder.line { $0 == "locked" }
     #expect(
       try container.status().locks.contains { $0.pid == holder.pid && $0.item == "Documents/held.txt" && $0.exclusive })
     holder.kill(SIGKILL)
@@ -236,15 +236,15 @@ import Testing
     #expect(try !container.status().processes.contains { $0.pid == holder.pid })
   }
 
-  @Test func aPresenterKilledMidHandshakeIsNotWaitedFor() throws {
+  @Test func aPresenterKilledMidHandshakeIsNotWaitedFor() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let url = container.documentsURL.appendingPathComponent("victim.txt")
     // Answers relinquish requests only after 600 s: only liveness can release the writer.
     let presenter = try Child(["present", root.path, group, "Documents/victim.txt", "600"])
-    presenter.waitForLine { $0.hasPrefix("ready") }
+    await presenter.line { $0.hasPrefix("ready") }
     let killer = Thread {
-      presenter.waitForLine { $0.hasPrefix("relinquishToWriter") }
+      presenter.lineBlocking { $0.hasPrefix("relinquishToWriter") }
       presenter.kill(SIGKILL)
     }
     killer.start()
@@ -257,12 +257,12 @@ import Testing
     #expect(try container.status().presenters.isEmpty)
   }
 
-  @Test func anUnresponsivePresenterIsSkippedOrFailsAfterTheTimeout() throws {
+  @Test func anUnresponsivePresenterIsSkippedOrFailsAfterTheTimeout() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let url = container.documentsURL.appendingPathComponent("slow.txt")
     let presenter = try Child(["present", root.path, group, "Documents/slow.txt", "600"])
-    presenter.waitForLine { $0.hasPrefix("ready") }
+    await presenter.line { $0.hasPrefix("ready") }
     let strict = FileCoordinator()
     strict.presenterTimeout = .milliseconds(300)
     strict.presenterTimeoutPolicy = .fail
@@ -276,18 +276,18 @@ import Testing
     presenter.kill()
   }
 
-  @Test func uncoordinatedWritesReachPresentersInOtherProcesses() throws {
+  @Test func uncoordinatedWritesReachPresentersInOtherProcesses() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let url = container.documentsURL.appendingPathComponent("shell.txt")
     let presenter = try Child(["present", root.path, group, "Documents/shell.txt"])
-    presenter.waitForLine { $0.hasPrefix("ready") }
-    #expect(try runToEnd("/bin/sh", ["-c", "echo hello > '\(url.path)'"]).status == 0)
-    presenter.waitForLine { $0 == "didChange uncoordinated -" }
+    await presenter.line { $0.hasPrefix("ready") }
+    #expect(try await runToEnd("/bin/sh", ["-c", "echo hello > '\(url.path)'"]).status == 0)
+    await presenter.line { $0 == "didChange uncoordinated -" }
     // A coordinated write right after is reported once, as coordinated.
     try FileCoordinator().coordinate(writingItemAt: url) { try container.write(Data("c".utf8), to: $0) }
-    presenter.waitForLine { $0 == "didChange coordinated \(getpid())" }
-    Thread.sleep(forTimeInterval: 0.3)
+    await presenter.line { $0 == "didChange coordinated \(getpid())" }
+    try? await Task.sleep(for: .seconds(0.3))
     // The shell's create and close may reach it as one or two uncoordinated changes (coalescing is best effort),
     // but the coordinated write is reported exactly once, and never a second time as uncoordinated.
     let lines = presenter.output
@@ -297,13 +297,13 @@ import Testing
     presenter.kill()
   }
 
-  @Test func inotifyOverflowTriggersAResyncAndNoMessageIsLost() throws {
+  @Test func inotifyOverflowTriggersAResyncAndNoMessageIsLost() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let file = container.documentsURL.appendingPathComponent("flood.txt")
     // The presenter's watcher reads no events until resume-watcher appears, so the kernel queue overflows.
     let presenter = try Child(["present", root.path, group, "Documents/flood.txt", "0", "600000"])
-    presenter.waitForLine { $0.hasPrefix("ready") }
+    await presenter.line { $0.hasPrefix("ready") }
     let limit =
       (try? String(contentsOfFile: "/proc/sys/fs/inotify/max_queued_events", encoding: .utf8))
       .flatMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) } ?? 16384
@@ -324,13 +324,13 @@ import Testing
       done.withLock { $0 = result }
     }
     writer.start()
-    Thread.sleep(forTimeInterval: 0.2)
+    try? await Task.sleep(for: .seconds(0.2))
     _ = FileManager.default.createFile(atPath: root.path + "/resume-watcher", contents: nil)
-    for _ in 0..<12_000 where done.withLock({ $0 == nil }) { Thread.sleep(forTimeInterval: 0.01) }
+    for _ in 0..<12_000 where done.withLock({ $0 == nil }) { try? await Task.sleep(for: .seconds(0.01)) }
     #expect(throws: Never.self) { try done.withLock { $0 }?.get() }
-    presenter.waitForLine { $0 == "didChange uncoordinated - resync" }
-    presenter.waitForLine { $0 == "relinquishToWriter coordinated \(getpid())" }
-    presenter.waitForLine { $0 == "reacquire coordinated \(getpid())" }
+    await presenter.line { $0 == "didChange uncoordinated - resync" }
+    await presenter.line { $0 == "relinquishToWriter coordinated \(getpid())" }
+    await presenter.line { $0 == "reacquire coordinated \(getpid())" }
     presenter.kill()
   }
 }

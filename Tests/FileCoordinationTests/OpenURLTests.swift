@@ -4,7 +4,7 @@ import Testing
 
 @testable import FileCoordination
 
-@Suite(.timeLimit(.minutes(1))) struct OpenURLTests {
+@Suite(.runSlot(.minutes(3))) struct OpenURLTests {
   let group = "group.com.example.urls"
 
   @Test func aRunningHandlerAnswers() async throws {
@@ -12,10 +12,10 @@ import Testing
     let container = try root.container(group)
     try container.registerURLScheme("gctest", launching: URL(fileURLWithPath: "/bin/false"))
     let handler = try Child(["url-handler", root.path, group, "gctest"])
-    handler.waitForLine { $0.hasPrefix("ready") }
+    await handler.line { $0.hasPrefix("ready") }
     #expect(try await container.open(URL(string: "gctest://finished?source=widget")!))
     #expect(try await !container.open(URL(string: "gctest://refuse")!))
-    handler.waitForLine { $0 == "opened gctest://finished?source=widget" }
+    await handler.line { $0 == "opened gctest://finished?source=widget" }
     handler.kill()
   }
 

@@ -15,15 +15,15 @@ import Testing
 ///   The fixed code: 0 outside, ~1,000–4,800 writes landed and the rest refused as leading outside.
 /// - `ContainerDirectory`'s component walk opening the directories on the way without `O_NOFOLLOW` (same test,
 ///   `walk`).
-@Suite struct PathSafetyTests {
+@Suite(.runSlot(.minutes(10))) struct PathSafetyTests {
   static let group = "group.com.example.paths"
   static let writes = 20_000
 
   /// A helper process swaps `Documents/sub` (a directory) with `Documents/link` (a symlink to a directory outside
   /// the container) in a tight loop while this process writes into `Documents/sub`. Nothing may appear outside:
   /// every write lands inside or fails saying the path leads outside.
-  @Test(.timeLimit(.minutes(1)), arguments: ["openat2", "walk"])
-  func writesNeverLandOutsideWhileSwapped(resolution: String) throws {
+  @Test(.runSlot(.minutes(3)), arguments: ["openat2", "walk"])
+  func writesNeverLandOutsideWhileSwapped(resolution: String) async throws {
     let root = try TestRoot()
     let container = try root.container(Self.group)
     let outside = root.path + "/outside"
@@ -34,7 +34,7 @@ import Testing
     try FileManager.default.createSymbolicLink(atPath: container.path + "/Documents/link", withDestinationPath: outside)
     let swapper = try Child(["swap", root.path, Self.group, "Documents/sub", "Documents/link"])
     defer { swapper.kill() }
-    swapper.waitForLine { $0 == "swapping" }
+    await swapper.line { $0 == "swapping" }
     let directory = try container.directory()
     let bytes = Array("payload".utf8)
     var landed = 0
@@ -86,8 +86,8 @@ import Testing
   ///
   /// Mutants this test catches: a vouched write opening the parent by path, following links (`directory`: the
   /// outside file written); a vouched write truncating and writing the item in place (`item`: the same).
-  @Test(.timeLimit(.minutes(1)), arguments: ["directory", "item"])
-  func coordinatedWritesNeverLandOutsideWhileSwapped(race: String) throws {
+  @Test(.runSlot(.minutes(3)), arguments: ["directory", "item"])
+  func coordinatedWritesNeverLandOutsideWhileSwapped(race: String) async throws {
     let root = try TestRoot()
     let container = try root.container(Self.group)
     let outside = root.path + "/outside"
@@ -102,11 +102,11 @@ import Testing
       try FileManager.default.createSymbolicLink(
         atPath: container.path + "/Documents/link", withDestinationPath: outside)
       attacker = try Child(["swap", root.path, Self.group, "Documents/sub", "Documents/link"])
-      attacker.waitForLine { $0 == "swapping" }
+      await attacker.line { $0 == "swapping" }
       item = container.documentsURL.appendingPathComponent("sub/target")
     } else {
       attacker = try Child(["relink", root.path, Self.group, "Documents/sub/target", target])
-      attacker.waitForLine { $0 == "relinking" }
+      await attacker.line { $0 == "relinking" }
       item = container.documentsURL.appendingPathComponent("sub/target")
     }
     defer { attacker.kill() }
@@ -142,7 +142,7 @@ import Testing
   ///
   /// Mutants this test catches: the mark left set after the accessor (no `defer`), put back as "none" instead of
   /// the outer mark, or compared without the item.
-  @Test(.timeLimit(.minutes(1))) func aCoordinatedWriteVouchesOnlyForItsItemOnItsThreadWhileItRuns() throws {
+  @Test(.runSlot(.minutes(3))) func aCoordinatedWriteVouchesOnlyForItsItemOnItsThreadWhileItRuns() throws {
     let root = try TestRoot()
     let container = try root.container(Self.group)
     let outside = root.path + "/outside"
@@ -258,7 +258,7 @@ import Testing
 /// - `ContainerPath` equality and hashing by `String` (canonical equivalence): after writing the NFC spelling, the
 ///   NFD write reuses its lock file and runs while another process holds the NFD item
 ///   (`canonicallyEquivalentNamesAreDifferentItems`), and the unit test sees them equal.
-@Suite struct NameBytesTests {
+@Suite(.runSlot(.minutes(10))) struct NameBytesTests {
   static let nfd = "Documents/cafe\u{301}"
   static let nfc = "Documents/caf\u{E9}"
 
@@ -271,12 +271,12 @@ import Testing
     #expect(LockOrder.Key(path: a, kind: .item).fileName != LockOrder.Key(path: b, kind: .item).fileName)
   }
 
-  @Test(.timeLimit(.minutes(1))) func canonicallyEquivalentNamesAreDifferentItems() throws {
+  @Test(.runSlot(.minutes(3))) func canonicallyEquivalentNamesAreDifferentItems() async throws {
     let root = try TestRoot()
     let container = try root.container(PathSafetyTests.group)
     let holder = try Child(["hold", root.path, PathSafetyTests.group, "write", Self.nfd])
     defer { holder.kill() }
-    holder.waitForLine { $0 == "locked" }
+    await holder.line { $0 == "locked" }
     let nfc = container.url.appendingPathComponent(Self.nfc)
     let nfd = container.url.appendingPathComponent(Self.nfd)
     // Not excluded by the other spelling: this returns while the holder keeps the NFD item.
@@ -291,12 +291,12 @@ import Testing
       done.withLock { $0 = true }
     }
     writer.start()
-    Thread.sleep(forTimeInterval: 0.5)
+    try? await Task.sleep(for: .seconds(0.5))
     #expect(entered.withLock { $0 } == nil, "the NFD write ran while another process held the NFD item")
     let killed = monotonicNow()
     holder.kill()
     let deadline = Date().addingTimeInterval(20)
-    while !done.withLock({ $0 }) && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+    while !done.withLock({ $0 }) && Date() < deadline { try? await Task.sleep(for: .seconds(0.01)) }
     let at = try #require(entered.withLock { $0 }, "the NFD write never ran after the holder died")
     #expect(at > killed)
     let names = try FileManager.default.contentsOfDirectory(atPath: container.documentsURL.path)
@@ -317,7 +317,7 @@ import Testing
 /// Mutants this suite catches: `check` without its `.`/`..` test, or checking `.coordination` on every component;
 /// `init` dropping the last component. `check` without its empty-component test lives (an equivalent mutant: the
 /// `.`/`..` test refuses an empty component too, with a worse message).
-@Suite struct PathRuleTests {
+@Suite(.runSlot(.minutes(10))) struct PathRuleTests {
   /// The rule as the docs state it, component by component on `String`s.
   static func reference(_ path: String) -> [String]? {
     guard !path.isEmpty, path.utf8.count <= ContainerPath.maxPathBytes, !path.hasPrefix("/") else { return nil }
@@ -348,7 +348,7 @@ import Testing
   }
 }
 
-@Suite struct TemporaryFileTests {
+@Suite(.runSlot(.minutes(10))) struct TemporaryFileTests {
   /// Temp names are built by hand in one string: the same name as the interpolation they replace, the writer
   /// readable back by the sweeper, never over NAME_MAX.
   @Test func temporaryNamesAreBuiltAsBefore() {
@@ -376,7 +376,7 @@ import Testing
     #expect(try container.contents(of: url) == Data("durable".utf8))
   }
 
-  @Test(.timeLimit(.minutes(1))) func tempFilesOfAKilledWriterAreSwept() throws {
+  @Test(.runSlot(.minutes(3))) func tempFilesOfAKilledWriterAreSwept() async throws {
     let root = try TestRoot()
     let container = try root.container(PathSafetyTests.group)
     let group = PathSafetyTests.group
@@ -385,15 +385,15 @@ import Testing
     let killed = try Child(["pause-write", root.path, group, "Documents/deep/er/k.txt"])
     let alive = try Child(["pause-write", root.path, group, "Documents/l.txt"])
     defer { alive.kill() }
-    let killedTemp = try #require(killed.waitForLine { $0.hasPrefix("created ") }).dropFirst(8)
-    let aliveTemp = try #require(alive.waitForLine { $0.hasPrefix("created ") }).dropFirst(8)
+    let killedTemp = try #require(await killed.line { $0.hasPrefix("created ") }).dropFirst(8)
+    let aliveTemp = try #require(await alive.line { $0.hasPrefix("created ") }).dropFirst(8)
     let killedPath = container.path + "/Documents/deep/er/" + killedTemp
     let alivePath = container.path + "/Documents/" + aliveTemp
     #expect(FileManager.default.fileExists(atPath: killedPath))
     killed.kill()
     // The next process to open the container sweeps what the dead writer left, and only that.
     let next = try Child(["access", root.path, group, "read", "Documents/x", "1", "0", root.path + "/log"])
-    #expect(next.waitForExit(timeout: 30) == 0)
+    #expect(await next.exit(timeout: 30) == 0)
     #expect(!FileManager.default.fileExists(atPath: killedPath), "the dead writer's temp file was not swept")
     #expect(FileManager.default.fileExists(atPath: alivePath), "a live writer's temp file was swept")
   }
@@ -404,8 +404,8 @@ import Testing
 /// Mutants this suite catches:
 /// - spaces keyed by the container's path instead of its device and inode: two spaces, and presenters registered
 ///   through each path get colliding ids (`oneContainerUnderTwoPathsIsOneSpace`).
-@Suite struct ContainerIdentityTests {
-  @Test(.timeLimit(.minutes(1))) func oneContainerUnderTwoPathsIsOneSpace() throws {
+@Suite(.runSlot(.minutes(10))) struct ContainerIdentityTests {
+  @Test(.runSlot(.minutes(3))) func oneContainerUnderTwoPathsIsOneSpace() async throws {
     let root = try TestRoot()
     let real = root.path + "/real"
     let alias = root.path + "/alias"
@@ -425,9 +425,9 @@ import Testing
     let records = try viaReal.status().presenters
     #expect(records.count == 2 && Set(records.map(\.id)).count == 2, "\(records)")
     let writer = try Child(["access", real, group, "write", "Documents/n.txt", "1", "0", root.path + "/log"])
-    #expect(writer.waitForExit(timeout: 30) == 0)
-    #expect(first.waitFor(["relinquishToWriter coordinated"]), "\(first.events)")
-    #expect(second.waitFor(["relinquishToWriter coordinated"]), "\(second.events)")
+    #expect(await writer.exit(timeout: 30) == 0)
+    #expect(await first.waitFor(["relinquishToWriter coordinated"]), "\(first.events)")
+    #expect(await second.waitFor(["relinquishToWriter coordinated"]), "\(second.events)")
   }
 }
 
@@ -436,8 +436,8 @@ import Testing
 /// Mutants this suite catches:
 /// - `ContainerDirectory.removeTree` following a symlink to a directory: the outside file goes
 ///   (`reapingNeverFollowsLinks`).
-@Suite struct ReapTests {
-  @Test(.timeLimit(.minutes(1))) func reapingNeverFollowsLinks() throws {
+@Suite(.runSlot(.minutes(10))) struct ReapTests {
+  @Test(.runSlot(.minutes(3))) func reapingNeverFollowsLinks() async throws {
     let root = try TestRoot()
     let container = try root.container(PathSafetyTests.group)
     let outside = root.path + "/outside"
@@ -450,7 +450,7 @@ import Testing
     let next = try Child([
       "access", root.path, PathSafetyTests.group, "read", "Documents/x", "1", "0", root.path + "/log",
     ])
-    #expect(next.waitForExit(timeout: 30) == 0)
+    #expect(await next.exit(timeout: 30) == 0)
     #expect(!FileManager.default.fileExists(atPath: inbox), "the dead process's inbox was not reaped")
     #expect(FileManager.default.fileExists(atPath: outside + "/d/keep.txt"))
   }

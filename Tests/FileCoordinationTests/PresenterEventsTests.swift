@@ -9,14 +9,14 @@ import FileCoordination
 /// Mutants this suite catches (each tried): no `onTermination` removal (cancelling the task, or leaving the loop,
 /// leaves the presenter listed by `groupctl status --json`); `relinquishPresentedItem(toWriter:)` answered but not
 /// yielded (the writer's relinquish event is missing before its didChange).
-@Suite(.timeLimit(.minutes(1))) struct PresenterEventsTests {
+@Suite(.runSlot(.minutes(3))) struct PresenterEventsTests {
   let group = "group.com.example.events"
 
   /// The presenters `groupctl status --json` (another process) lists for the container.
-  func listedPresenters(_ root: TestRoot) throws -> [ContainerStatus.Presenter] {
+  func listedPresenters(_ root: TestRoot) async throws -> [ContainerStatus.Presenter] {
     let status = try Child(["status", group, "--json", "--root", root.path], executable: "groupctl")
-    guard status.waitForExit() == 0 else {
-      Issue.record("groupctl status failed: \(status.errors.withLock { $0 })")
+    guard await status.exit() == 0 else {
+      Issue.record("groupctl status failed: \(status.errors.text)")
       return []
     }
     return try JSONDecoder().decode(ContainerStatus.self, from: Data(status.output.joined(separator: "\n").utf8))
@@ -24,11 +24,11 @@ import FileCoordination
   }
 
   /// Polls `listedPresenters` until it is empty; false (the test then fails) if it never becomes so.
-  func waitUntilNoPresenterIsListed(_ root: TestRoot) throws -> Bool {
+  func waitUntilNoPresenterIsListed(_ root: TestRoot) async throws -> Bool {
     let deadline = Date().addingTimeInterval(20)
     while Date() < deadline {
-      if try listedPresenters(root).isEmpty { return true }
-      Thread.sleep(forTimeInterval: 0.05)
+      if try await listedPresenters(root).isEmpty { return true }
+      try? await Task.sleep(for: .seconds(0.05))
     }
     return false
   }
@@ -41,7 +41,7 @@ import FileCoordination
     // The sequence lives in this closure only, as in `for await event in try FileCoordinator.events(…)`.
     let (seen, writer) = try await { () async throws -> ([PresentedItemEvent], Child) in
       let events = try FileCoordinator.events(presentedItemAt: url)
-      #expect(try listedPresenters(root).map(\.item) == ["Documents/e.txt"])
+      await #expect(try listedPresenters(root).map(\.item) == ["Documents/e.txt"])
       let log = root.url.appendingPathComponent("access.log").path
       let writer = try Child(["access", root.path, group, "write", "Documents/e.txt", "1", "0", log])
       var seen: [PresentedItemEvent] = []
@@ -59,10 +59,10 @@ import FileCoordination
     // The writer was asked first, and the stream answered at once (the write went ahead).
     #expect(
       seen.contains { $0.kind == .relinquishToWriter && $0.origin?.processID == writer.pid }, "\(seen)")
-    #expect(writer.waitForExit() == 0)
+    #expect(await writer.exit() == 0)
     #expect(writer.output.contains("done"))
     // Leaving the loop with `break` (and the sequence with it) ended it: no process lists the presenter any more.
-    #expect(try waitUntilNoPresenterIsListed(root))
+    await #expect(try waitUntilNoPresenterIsListed(root))
   }
 
   @Test func cancellingTheIteratingTaskUnregistersThePresenter() async throws {
@@ -76,10 +76,10 @@ import FileCoordination
       for await _ in events { count += 1 }
       return count
     }
-    #expect(try listedPresenters(root).map(\.item) == ["Documents/c.txt"])
+    await #expect(try listedPresenters(root).map(\.item) == ["Documents/c.txt"])
     loop.cancel()
     _ = await loop.value  // the loop ends: cancellation finishes the sequence
-    #expect(try waitUntilNoPresenterIsListed(root))
+    await #expect(try waitUntilNoPresenterIsListed(root))
   }
 
   @Test func anItemOutsideEveryContainerThrowsInsteadOfYieldingNothing() throws {

@@ -10,7 +10,7 @@ import Testing
 ///
 /// Mutants this suite catches: the descendant run not scanned (a directory write misses presenters inside it);
 /// the container root's presenters skipped.
-@Suite struct PresenterIndexTests {
+@Suite(.runSlot(.minutes(10))) struct PresenterIndexTests {
   /// What `CoordinatedAccess` did before the index: compare the item with every record.
   func bruteForce(_ records: [PresenterRecord], _ items: [ContainerPath]) -> [PresenterRecord] {
     records.filter { record in

@@ -18,7 +18,7 @@ import Testing
 ///   `presentersHearCoordinatedWritesAgainAfterTheContainerWasRemoved`;
 /// - the lock timeout ignored (`CoordinatedAccess.lock` never expires): `aLockTimeoutFailsAnAccessBehindAStoppedHolder`
 ///   (the access is abandoned after 20 s and the test fails, instead of waiting forever).
-@Suite(.timeLimit(.minutes(1))) struct PresenterSemanticsTests {
+@Suite(.runSlot(.minutes(3))) struct PresenterSemanticsTests {
   let group = "group.com.example.tests"
 
   /// The event names a `present` helper printed, in order ("ready" left out).
@@ -33,48 +33,48 @@ import Testing
   @discardableResult
   static func waitFor(
     _ event: String, _ n: Int, _ child: Child, sourceLocation: SourceLocation = #_sourceLocation
-  ) -> Bool {
+  ) async -> Bool {
     let deadline = Date().addingTimeInterval(20)
     while count(event, child) < n && Date() < deadline && child.process.isRunning {
-      Thread.sleep(forTimeInterval: 0.01)
+      try? await Task.sleep(for: .seconds(0.01))
     }
     let seen = count(event, child) >= n
     #expect(seen, "waited for \(n) × \(event), got \(child.output)", sourceLocation: sourceLocation)
     return seen
   }
 
-  func presenter(_ root: TestRoot, _ path: String, delay: Double = 0) throws -> Child {
+  func presenter(_ root: TestRoot, _ path: String, delay: Double = 0) async throws -> Child {
     let child = try Child(["present", root.path, group, path, "\(delay)"])
-    child.waitForLine { $0.hasPrefix("ready") }
+    await child.line { $0.hasPrefix("ready") }
     return child
   }
 
   // MARK: Item 4: late answers
 
-  @Test func aPresenterThatAnswersAfterTheTimeoutStillGetsItsReacquirer() throws {
+  @Test func aPresenterThatAnswersAfterTheTimeoutStillGetsItsReacquirer() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let url = container.documentsURL.appendingPathComponent("late.txt")
     try container.write(Data("v0".utf8), to: url)
     // Relinquishes for 1.5 s; the coordinator waits 0.2 s and goes on without it.
-    let child = try presenter(root, "Documents/late.txt", delay: 1.5)
+    let child = try await presenter(root, "Documents/late.txt", delay: 1.5)
     let coordinator = FileCoordinator()
     coordinator.presenterTimeout = .milliseconds(200)
     for i in 1...2 {
       try coordinator.coordinate(writingItemAt: url) { try container.write(Data("v\(i)".utf8), to: $0) }
     }
-    guard Self.waitFor("reacquire", 2, child) else { return }
+    guard await Self.waitFor("reacquire", 2, child) else { return }
     #expect(Self.count("relinquishToWriter", child) == 2)
     #expect(Self.count("reacquire", child) == 2, "\(child.output)")
     child.kill()
   }
 
-  @Test func aStoppedPresenterGetsEveryReacquirerWhenItResumes() throws {
+  @Test func aStoppedPresenterGetsEveryReacquirerWhenItResumes() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let url = container.documentsURL.appendingPathComponent("stopped.txt")
     try container.write(Data("v0".utf8), to: url)
-    let child = try presenter(root, "Documents/stopped.txt")
+    let child = try await presenter(root, "Documents/stopped.txt")
     kill(child.pid, SIGSTOP)
     let coordinator = FileCoordinator()
     coordinator.presenterTimeout = .milliseconds(200)
@@ -82,7 +82,7 @@ import Testing
       try coordinator.coordinate(writingItemAt: url) { try container.write(Data("v\(i)".utf8), to: $0) }
     }
     kill(child.pid, SIGCONT)
-    guard Self.waitFor("reacquire", 3, child) else { return }
+    guard await Self.waitFor("reacquire", 3, child) else { return }
     #expect(Self.count("relinquishToWriter", child) == 3)
     #expect(Self.count("reacquire", child) == 3, "\(child.output)")
     child.kill()
@@ -93,11 +93,11 @@ import Testing
   /// After an access that failed, a successful write of the same item: its didChange must be the only one, and
   /// it must come after that write's relinquish (finishes reach a presenter in order, so a didChange of the
   /// failed access would come first).
-  func expectOnlyTheSentinelChanged(_ child: Child, url: URL, container: GroupContainer) throws {
-    guard Self.waitFor("reacquire", 1, child) else { return }
+  func expectOnlyTheSentinelChanged(_ child: Child, url: URL, container: GroupContainer) async throws {
+    guard await Self.waitFor("reacquire", 1, child) else { return }
     let relinquishesBefore = Self.count("relinquishToWriter", child)
     try FileCoordinator().coordinate(writingItemAt: url) { try container.write(Data("sentinel".utf8), to: $0) }
-    guard Self.waitFor("didChange", 1, child), Self.waitFor("reacquire", 2, child) else { return }
+    guard await Self.waitFor("didChange", 1, child), await Self.waitFor("reacquire", 2, child) else { return }
     let events = Self.events(child)
     let relinquishes = events.indices.filter { events[$0] == "relinquishToWriter" }
     let sentinelStart = relinquishes.count > relinquishesBefore ? relinquishes[relinquishesBefore] : nil
@@ -107,40 +107,40 @@ import Testing
     #expect(events.filter { $0 == "didChange" }.count == 1, "\(events)")
   }
 
-  @Test func aRefusedSaveOnAMergingWriteChangesNothing() throws {
+  @Test func aRefusedSaveOnAMergingWriteChangesNothing() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let url = container.documentsURL.appendingPathComponent("failsave.txt")
     try container.write(Data("v0".utf8), to: url)
-    let child = try presenter(root, "Documents/failsave.txt")
+    let child = try await presenter(root, "Documents/failsave.txt")
     #expect(throws: FileCoordinatorError.self) {
       try FileCoordinator().coordinate(writingItemAt: url, options: .forMerging) { _ in
         Issue.record("accessor ran after a refused save")
       }
     }
-    try expectOnlyTheSentinelChanged(child, url: url, container: container)
+    try await expectOnlyTheSentinelChanged(child, url: url, container: container)
     child.kill()
   }
 
-  @Test func anAccessFailedByTheTimeoutPolicyChangesNothing() throws {
+  @Test func anAccessFailedByTheTimeoutPolicyChangesNothing() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let url = container.documentsURL.appendingPathComponent("strict.txt")
     try container.write(Data("v0".utf8), to: url)
-    let child = try presenter(root, "Documents/strict.txt", delay: 1)
+    let child = try await presenter(root, "Documents/strict.txt", delay: 1)
     let strict = FileCoordinator()
     strict.presenterTimeout = .milliseconds(200)
     strict.presenterTimeoutPolicy = .fail
     #expect(throws: FileCoordinatorError.self) {
       try strict.coordinate(writingItemAt: url) { _ in Issue.record("accessor ran after a timeout under .fail") }
     }
-    try expectOnlyTheSentinelChanged(child, url: url, container: container)
+    try await expectOnlyTheSentinelChanged(child, url: url, container: container)
     child.kill()
   }
 
   /// Runs a write of `url` on another thread, cancels it once `cancelWhen` says so (then again until it ends), and
   /// returns what it threw.
-  func cancelledWrite(_ url: URL, timeout: Duration = .seconds(30), cancelWhen: () -> Void) -> (any Error)? {
+  func cancelledWrite(_ url: URL, timeout: Duration = .seconds(30), cancelWhen: () async -> Void) async -> (any Error)? {
     let coordinator = FileCoordinator()
     coordinator.presenterTimeout = timeout
     let result = Mutex<(any Error)??>(nil)
@@ -151,67 +151,67 @@ import Testing
       } catch { result.withLock { $0 = .some(error) } }
     }
     thread.start()
-    cancelWhen()
-    let deadline = Date().addingTimeInterval(30)
+    await cancelWhen()
+    let deadline = Date().addingTimeInterval(Wait.condition)
     while result.withLock({ $0 == nil }) && Date() < deadline {
       coordinator.cancel()
-      Thread.sleep(forTimeInterval: 0.01)
+      try? await Task.sleep(for: .seconds(0.01))
     }
     return result.withLock { $0 } ?? nil
   }
 
-  @Test func anAccessCancelledWhileWaitingForAPresenterChangesNothing() throws {
+  @Test func anAccessCancelledWhileWaitingForAPresenterChangesNothing() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let url = container.documentsURL.appendingPathComponent("cancel1.txt")
     try container.write(Data("v0".utf8), to: url)
-    let child = try presenter(root, "Documents/cancel1.txt", delay: 1)
-    let error = cancelledWrite(url) { child.waitForLine { $0.hasPrefix("relinquishToWriter") } }
+    let child = try await presenter(root, "Documents/cancel1.txt", delay: 1)
+    let error = await cancelledWrite(url) { await child.line { $0.hasPrefix("relinquishToWriter") } }
     guard case .cancelled? = error as? FileCoordinatorError else {
       Issue.record("expected cancelled, got \(String(describing: error))")
       return
     }
-    try expectOnlyTheSentinelChanged(child, url: url, container: container)
+    try await expectOnlyTheSentinelChanged(child, url: url, container: container)
     child.kill()
   }
 
-  @Test func anAccessCancelledWhileWaitingForTheLockChangesNothing() throws {
+  @Test func anAccessCancelledWhileWaitingForTheLockChangesNothing() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let url = container.documentsURL.appendingPathComponent("cancel2.txt")
     try container.write(Data("v0".utf8), to: url)
     // The holder takes its lock before the presenter exists, so it never messages it.
     let holder = try Child(["hold", root.path, group, "write", "Documents/cancel2.txt"])
-    holder.waitForLine { $0 == "locked" }
-    let child = try presenter(root, "Documents/cancel2.txt")
-    let error = cancelledWrite(url) {
-      child.waitForLine { $0.hasPrefix("relinquishToWriter") }
-      Thread.sleep(forTimeInterval: 0.2)  // most likely waiting for the lock by now (either wait is a valid case)
+    await holder.line { $0 == "locked" }
+    let child = try await presenter(root, "Documents/cancel2.txt")
+    let error = await cancelledWrite(url) {
+      await child.line { $0.hasPrefix("relinquishToWriter") }
+      try? await Task.sleep(for: .seconds(0.2))  // most likely waiting for the lock by now (either wait is a valid case)
     }
     guard case .cancelled? = error as? FileCoordinatorError else {
       Issue.record("expected cancelled, got \(String(describing: error))")
       return
     }
     holder.kill()
-    try expectOnlyTheSentinelChanged(child, url: url, container: container)
+    try await expectOnlyTheSentinelChanged(child, url: url, container: container)
     child.kill()
   }
 
   // MARK: Item 9: no inotify instance
 
-  @Test func coordinationWorksWithoutInotifyOnlyPresentersNeedIt() throws {
+  @Test func coordinationWorksWithoutInotifyOnlyPresentersNeedIt() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let url = container.documentsURL.appendingPathComponent("count.txt")
     try container.write(Data("0".utf8), to: url)
-    let presenter = try presenter(root, "Documents/count.txt")
+    let presenter = try await presenter(root, "Documents/count.txt")
     // Two processes with no inotify instance increment one counter: exclusion, messages and acks without inotify.
     let env = ["GROUP_CONTAINER_SIMULATE_NO_INOTIFY": "1"]
     let writers = try (0..<2).map { _ in
       try Child(["no-inotify", root.path, group, "Documents/count.txt", "20"], environment: env)
     }
     for writer in writers {
-      #expect(writer.waitForExit() == 0, "\(writer.output) \(writer.errors.withLock { $0 })")
+      #expect(await writer.exit() == 0, "\(writer.output) \(writer.errors.text)")
       #expect(writer.output.contains("incremented 20"))
       let refusal = writer.output.first { $0.hasPrefix("presenter-") } ?? "none"
       #expect(refusal.hasPrefix("presenter-error"), "\(refusal)")
@@ -219,7 +219,7 @@ import Testing
     }
     #expect(try container.contents(of: url) == Data("40".utf8))
     // The presenter in a process that has inotify heard every one of those writes.
-    #expect(Self.waitFor("didChange", 40, presenter))
+    #expect(await Self.waitFor("didChange", 40, presenter))
     #expect(Self.count("relinquishToWriter", presenter) == 40)
     presenter.kill()
   }
@@ -227,72 +227,72 @@ import Testing
   // MARK: Item 8: the container removed under running presenters
 
   /// `rm -rf` of the whole container, as a user would.
-  func removeWithRM(_ container: GroupContainer) throws {
-    #expect(try runToEnd("/bin/rm", ["-rf", container.path]).status == 0)
+  func removeWithRM(_ container: GroupContainer) async throws {
+    #expect(try await runToEnd("/bin/rm", ["-rf", container.path]).status == 0)
   }
 
   /// Waits (at most 20 s) until `directory` has an entry starting with `prefix`.
-  func waitForEntry(in directory: String, prefix: String) -> Bool {
+  func waitForEntry(in directory: String, prefix: String) async -> Bool {
     let deadline = Date().addingTimeInterval(20)
     func found() -> Bool {
       ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).contains { $0.hasPrefix(prefix) }
     }
-    while !found() && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+    while !found() && Date() < deadline { try? await Task.sleep(for: .seconds(0.02)) }
     return found()
   }
 
-  @Test func presentersHearCoordinatedWritesAgainAfterTheContainerWasRemoved() throws {
+  @Test func presentersHearCoordinatedWritesAgainAfterTheContainerWasRemoved() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let url = container.documentsURL.appendingPathComponent("kept.txt")
     try container.write(Data("v0".utf8), to: url)
-    let child = try presenter(root, "Documents/kept.txt")
-    try removeWithRM(container)
+    let child = try await presenter(root, "Documents/kept.txt")
+    try await removeWithRM(container)
     // The presenter's process re-registers it once the removal is over.
     let presenters = container.url.appendingPathComponent(".coordination/presenters").path
-    guard waitForEntry(in: presenters, prefix: "\(child.pid).") else {
+    guard await waitForEntry(in: presenters, prefix: "\(child.pid).") else {
       Issue.record("the presenter was not registered again after the container was removed")
       return
     }
     // A coordinated write of the recreated item from another process reaches it.
     let writer = try Child(["access", root.path, group, "write", "Documents/kept.txt", "1", "0", root.path + "/w.log"])
-    #expect(writer.waitForExit() == 0, "\(writer.errors.withLock { $0 })")
-    let fromWriter = { (line: String) in line.hasSuffix("coordinated \(writer.pid)") }
-    #expect(child.waitForLine { $0.hasPrefix("relinquishToWriter") && fromWriter($0) } != nil)
-    #expect(child.waitForLine { $0.hasPrefix("didChange") && fromWriter($0) } != nil)
+    #expect(await writer.exit() == 0, "\(writer.errors.text)")
+    let fromWriter: @Sendable (String) -> Bool = { line in line.hasSuffix("coordinated \(writer.pid)") }
+    #expect(await child.line { $0.hasPrefix("relinquishToWriter") && fromWriter($0) } != nil)
+    #expect(await child.line { $0.hasPrefix("didChange") && fromWriter($0) } != nil)
     child.kill()
   }
 
   /// The process that lived through the removal keeps coordinating: its counters and ack board are mapped onto the
   /// new files, so it messages a presenter registered after the removal and gets its ack (under `.fail`, a lost ack
   /// fails the access). Mutant: no rebind of the mappings (`CoordinationSpace.recreateAfterRemoval`).
-  @Test func aProcessThatLivedThroughTheRemovalMessagesPresentersRegisteredAfterIt() throws {
+  @Test func aProcessThatLivedThroughTheRemovalMessagesPresentersRegisteredAfterIt() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let url = container.documentsURL.appendingPathComponent("late.txt")
     try FileCoordinator().coordinate(writingItemAt: url) { try container.write(Data("v0".utf8), to: $0) }
-    try removeWithRM(container)
+    try await removeWithRM(container)
     // This process publishes its liveness lock again once it has recreated what it needs.
     let processes = container.url.appendingPathComponent(".coordination/processes").path
     #expect(
-      waitForEntry(in: processes, prefix: "\(getpid())."), "this process did not recover from the removal")
-    let late = try presenter(root, "Documents/late.txt")
+      await waitForEntry(in: processes, prefix: "\(getpid())."), "this process did not recover from the removal")
+    let late = try await presenter(root, "Documents/late.txt")
     let coordinator = FileCoordinator()
     coordinator.presenterTimeout = .seconds(20)
     coordinator.presenterTimeoutPolicy = .fail
     try coordinator.coordinate(writingItemAt: url) { try container.write(Data("v1".utf8), to: $0) }
-    #expect(late.waitForLine { $0.hasPrefix("relinquishToWriter") } != nil, "the late presenter was not asked")
+    #expect(await late.line { $0.hasPrefix("relinquishToWriter") } != nil, "the late presenter was not asked")
     late.kill()
   }
 
   // MARK: A bound on lock waits
 
-  @Test func aLockTimeoutFailsAnAccessBehindAStoppedHolder() throws {
+  @Test func aLockTimeoutFailsAnAccessBehindAStoppedHolder() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let url = container.documentsURL.appendingPathComponent("stuck.txt")
     let holder = try Child(["hold", root.path, group, "write", "Documents/stuck.txt"])
-    holder.waitForLine { $0 == "locked" }
+    await holder.line { $0 == "locked" }
     kill(holder.pid, SIGSTOP)
     defer {
       kill(holder.pid, SIGCONT)
@@ -300,7 +300,7 @@ import Testing
     }
     let coordinator = FileCoordinator()
     coordinator.lockTimeout = .milliseconds(300)
-    let outcome = expectCompletes(within: 20, "an access with a lock timeout behind a stopped holder") {
+    let outcome = await expectCompletes(within: 20, "an access with a lock timeout behind a stopped holder") {
       () -> FileCoordinatorError? in
       do {
         _ = try coordinator.coordinate(writingItemAt: url) { _ in

@@ -8,29 +8,29 @@ import Testing
 /// Mutants this suite catches:
 /// - the `sweepAfterReaping()` line removed from `reap(_:)` (Liveness.swift): the dead writer's temp file stays
 ///   (`reapingADeadWriterSweepsItsTempFile`).
-@Suite struct ReapSweepTests {
+@Suite(.runSlot(.minutes(10))) struct ReapSweepTests {
   static let group = "group.com.example.reap-sweep"
 
   /// Two writers stop after creating their temp files; one is killed. This process, which opened the container
   /// before (so no open sweeps again), reaps the dead one through `status()`: its temp file goes, the live
   /// writer's stays.
-  @Test(.timeLimit(.minutes(1))) func reapingADeadWriterSweepsItsTempFile() throws {
+  @Test(.runSlot(.minutes(3))) func reapingADeadWriterSweepsItsTempFile() async throws {
     let root = try TestRoot()
     let container = try root.container(Self.group)
     let killed = try Child(["pause-write", root.path, Self.group, "Documents/k.txt"])
     let alive = try Child(["pause-write", root.path, Self.group, "Documents/l.txt"])
     defer { alive.kill() }
-    let killedTemp = try #require(killed.waitForLine { $0.hasPrefix("created ") }).dropFirst(8)
-    let aliveTemp = try #require(alive.waitForLine { $0.hasPrefix("created ") }).dropFirst(8)
+    let killedTemp = try #require(await killed.line { $0.hasPrefix("created ") }).dropFirst(8)
+    let aliveTemp = try #require(await alive.line { $0.hasPrefix("created ") }).dropFirst(8)
     let killedPath = container.path + "/Documents/" + killedTemp
     let alivePath = container.path + "/Documents/" + aliveTemp
     #expect(FileManager.default.fileExists(atPath: killedPath))
     killed.kill()
-    _ = killed.waitForExit()
+    _ = await killed.exit()
     // Listing the live processes reaps the dead one; the sweep it queues runs in the background.
     let live = try container.status().processes
     #expect(!live.contains { $0.pid == killed.process.processIdentifier })
-    let swept = becomesTrue { !FileManager.default.fileExists(atPath: killedPath) }
+    let swept = await eventually { !FileManager.default.fileExists(atPath: killedPath) }
     #expect(swept, "the dead writer's temp file was not swept after reaping it")
     #expect(FileManager.default.fileExists(atPath: alivePath), "a live writer's temp file was swept")
   }

@@ -13,24 +13,24 @@ import Testing
 ///   messages the presenter registered later; the board's acks land on zero pages and the handshake times out;
 /// - no new epoch on restore (`newEpoch()` does nothing): `aWriterNoticesACountersFileRestoredByAnotherProcess`,
 ///   where the generation counted up again after the reset equals the one the writer cached.
-@Suite(.timeLimit(.minutes(1))) struct RobustMappingTests {
+@Suite(.runSlot(.minutes(3))) struct RobustMappingTests {
   let group = "group.com.example.tests"
 
-  func presenter(_ root: TestRoot, _ path: String) throws -> Child {
+  func presenter(_ root: TestRoot, _ path: String) async throws -> Child {
     let child = try Child(["present", root.path, group, path])
-    child.waitForLine { $0.hasPrefix("ready") }
+    await child.line { $0.hasPrefix("ready") }
     return child
   }
 
   func size(_ path: String) -> Int { ((try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int) ?? -1 }
 
-  @Test func aWriterMessagesPresentersRegisteredAfterTheCountersFileWasTruncated() throws {
+  @Test func aWriterMessagesPresentersRegisteredAfterTheCountersFileWasTruncated() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let url = container.documentsURL.appendingPathComponent("counted.txt")
     try container.write(Data("v0".utf8), to: url)
     // One presenter registered and gone: the writer caches generation 2 (register, unregister).
-    let early = try presenter(root, "Documents/other.txt")
+    let early = try await presenter(root, "Documents/other.txt")
     early.kill()
     let coordinator = FileCoordinator()
     let write = { (i: Int) in
@@ -41,40 +41,40 @@ import Testing
     #expect(truncate(counters, 0) == 0)
     try write(2)  // touches the truncated mapping: the guard catches the SIGBUS
     #expect(size(counters) == 4096, "the counters file was not given its size back")
-    let late = try presenter(root, "Documents/counted.txt")
+    let late = try await presenter(root, "Documents/counted.txt")
     try write(3)
     #expect(
-      late.waitForLine { $0.hasPrefix("relinquishToWriter") } != nil, "the presenter registered later was not asked")
-    #expect(late.waitForLine { $0.hasPrefix("didChange") } != nil)
+      await late.line { $0.hasPrefix("relinquishToWriter") } != nil, "the presenter registered later was not asked")
+    #expect(await late.line { $0.hasPrefix("didChange") } != nil)
     late.kill()
   }
 
   /// The writer never touches the file while it is short (no SIGBUS here): the process that registers next gives
   /// it its size back and counts the generation up to the very value the writer cached.
-  @Test func aWriterNoticesACountersFileRestoredByAnotherProcess() throws {
+  @Test func aWriterNoticesACountersFileRestoredByAnotherProcess() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let url = container.documentsURL.appendingPathComponent("epoch.txt")
     try container.write(Data("v0".utf8), to: url)
-    let first = try presenter(root, "Documents/other.txt")  // generation 1, and it stays
+    let first = try await presenter(root, "Documents/other.txt")  // generation 1, and it stays
     let coordinator = FileCoordinator()
     try coordinator.coordinate(writingItemAt: url) { try container.write(Data("v1".utf8), to: $0) }  // caches 1
     let counters = container.url.appendingPathComponent(".coordination/counters").path
     #expect(truncate(counters, 0) == 0)
-    let late = try presenter(root, "Documents/epoch.txt")  // restores the file: generation 0, then 1 again
+    let late = try await presenter(root, "Documents/epoch.txt")  // restores the file: generation 0, then 1 again
     try coordinator.coordinate(writingItemAt: url) { try container.write(Data("v2".utf8), to: $0) }
     #expect(
-      late.waitForLine { $0.hasPrefix("relinquishToWriter") } != nil, "the presenter registered later was not asked")
+      await late.line { $0.hasPrefix("relinquishToWriter") } != nil, "the presenter registered later was not asked")
     late.kill()
     first.kill()
   }
 
-  @Test func aHandshakeAfterTheAckBoardWasTruncatedGetsItsAck() throws {
+  @Test func aHandshakeAfterTheAckBoardWasTruncatedGetsItsAck() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let url = container.documentsURL.appendingPathComponent("acked.txt")
     try container.write(Data("v0".utf8), to: url)
-    let child = try presenter(root, "Documents/acked.txt")
+    let child = try await presenter(root, "Documents/acked.txt")
     // Generous, and fatal: an ack that never arrives fails the access instead of being skipped.
     let coordinator = FileCoordinator()
     coordinator.presenterTimeout = .seconds(20)
@@ -94,7 +94,7 @@ import Testing
       }
     }
     #expect(size(board) == 4096, "the ack board was not given its size back")
-    #expect(PresenterSemanticsTests.waitFor("relinquishToWriter", 3, child))
+    #expect(await PresenterSemanticsTests.waitFor("relinquishToWriter", 3, child))
     child.kill()
   }
 }

@@ -10,7 +10,7 @@ import Testing
 /// - a space listed (`CoordinationSpace.all`) before its presenter host exists: `presenterCallsWhileContainersOpen`
 ///   (the process traps on the nil host; seen in a whole-suite run, `removeFilePresenter` in one test while another
 ///   test opened its container).
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.runSlot(.minutes(3)))
 struct SpaceOpeningTests {
   @Test func presenterCallsWhileContainersOpen() throws {
     let roots = try (0..<40).map { _ in try TestRoot() }

@@ -18,7 +18,7 @@ import Testing
 /// - the staging directory made like the other private directories, where anything else in its place is an error
 ///   (here: `fatalError` in place of the warning in `CoordinationSpace.stageReplacements`):
 ///   `aPlantedStagingDirectoryIsNeverUsed` (both cases: the writing process fails).
-@Suite(.timeLimit(.minutes(1))) struct StagedReplaceTests {
+@Suite(.runSlot(.minutes(3))) struct StagedReplaceTests {
   static let group = "group.com.example.staged"
 
   /// The events an inotify watch of `directory` queued, as (mask, name).
@@ -65,7 +65,7 @@ import Testing
     let events = try DirectoryEvents(documents)
     var seen: [(mask: UInt32, name: String)] = []
     for text in ["one", "two", "three"] {
-      let written = try runToEnd(
+      let written = try await runToEnd(
         productsDirectory.appendingPathComponent("groupctl").path,
         ["write", Self.group, "Documents/note.txt", "--root", root.path], input: text, timeout: 50)
       #expect(written.status == 0, "\(written.errors)")
@@ -106,7 +106,7 @@ import Testing
   /// Something else planted where the staging directory goes — a link to a directory outside the container, a
   /// FIFO — before a process opens the container: its writes still succeed, with their temp files next to their
   /// targets, and nothing lands outside.
-  @Test(arguments: ["link", "fifo"]) func aPlantedStagingDirectoryIsNeverUsed(plant: String) throws {
+  @Test(arguments: ["link", "fifo"]) func aPlantedStagingDirectoryIsNeverUsed(plant: String) async throws {
     let root = try TestRoot()
     let container = try root.container(Self.group)
     let staging = container.path + "/.coordination/staging"
@@ -118,7 +118,7 @@ import Testing
     } else {
       try #require(mkfifo(staging, 0o600) == 0)
     }
-    let written = try runToEnd(
+    let written = try await runToEnd(
       productsDirectory.appendingPathComponent("groupctl").path,
       ["write", Self.group, "Documents/planted.txt", "--root", root.path], input: "still written", timeout: 50)
     #expect(written.status == 0, "\(written.errors)")
@@ -129,20 +129,20 @@ import Testing
 
   /// A writer killed after making its temp file in the staging directory: reaping it sweeps that file, and a live
   /// writer's stays.
-  @Test func aDeadWritersStagedTempFileIsSwept() throws {
+  @Test func aDeadWritersStagedTempFileIsSwept() async throws {
     let root = try TestRoot()
     let container = try root.container(Self.group)
     let staging = container.path + "/.coordination/staging/"
     let killed = try Child(["pause-write", root.path, Self.group, "Documents/k.txt", "staged"])
     let alive = try Child(["pause-write", root.path, Self.group, "Documents/l.txt", "staged"])
     defer { alive.kill() }
-    let killedTemp = staging + (try #require(killed.waitForLine { $0.hasPrefix("created ") }).dropFirst(8))
-    let aliveTemp = staging + (try #require(alive.waitForLine { $0.hasPrefix("created ") }).dropFirst(8))
+    let killedTemp = staging + (try #require(await killed.line { $0.hasPrefix("created ") }).dropFirst(8))
+    let aliveTemp = staging + (try #require(await alive.line { $0.hasPrefix("created ") }).dropFirst(8))
     #expect(FileManager.default.fileExists(atPath: killedTemp))
     killed.kill()
-    _ = killed.waitForExit()
+    _ = await killed.exit()
     _ = try container.status()  // reaps the dead writer; the sweep it queues runs in the background
-    let swept = becomesTrue { !FileManager.default.fileExists(atPath: killedTemp) }
+    let swept = await eventually { !FileManager.default.fileExists(atPath: killedTemp) }
     #expect(swept, "the dead writer's staged temp file was not swept")
     #expect(FileManager.default.fileExists(atPath: aliveTemp), "a live writer's temp file was swept")
   }

@@ -9,13 +9,13 @@ import Testing
 /// temp + rename (torn reads by writers and presenters); the write lock not taken (`LockTable` granting every
 /// exclusive request at once: lost increments); finishes not sent (`CoordinatedAccess.finish` returning at once:
 /// the first test's callback count falls short).
-@Suite struct StressFilesTests {
+@Suite(.runSlot(.minutes(10))) struct StressFilesTests {
   let group = "group.com.example.stress"
 
   /// Runs groupctl; returns its status and stdout lines (stderr is kept for failure messages). A run that does not
   /// end within `timeout` is killed and recorded as an issue (its workers exit when they see it gone).
-  func groupctl(_ arguments: [String], timeout: Double = 50) throws -> (status: Int32, lines: [String], err: String) {
-    let run = try runToEnd(productsDirectory.appendingPathComponent("groupctl").path, arguments, timeout: timeout)
+  func groupctl(_ arguments: [String], timeout: Double = 50) async throws -> (status: Int32, lines: [String], err: String) {
+    let run = try await runToEnd(productsDirectory.appendingPathComponent("groupctl").path, arguments, timeout: timeout)
     return (run.status ?? -1, run.output.split(separator: "\n").map(String.init), run.errors)
   }
 
@@ -32,10 +32,10 @@ import Testing
     return fields
   }
 
-  @Test(.timeLimit(.minutes(1)))
-  func writersLoseNothingAndPresentersHearEveryWrite() throws {
+  @Test(.runSlot(.minutes(3)))
+  func writersLoseNothingAndPresentersHearEveryWrite() async throws {
     let root = try TestRoot()
-    let result = try groupctl([
+    let result = try await groupctl([
       "stress", "files", group, "--root", root.path, "--writers", "4", "--ops", "200", "--presenters", "2",
     ])
     let fields = summary(result.lines.last)
@@ -48,10 +48,10 @@ import Testing
     #expect(fields["writes_per_s"] != nil, "\(result.lines)")
   }
 
-  @Test(.timeLimit(.minutes(1)))
-  func randomKillsOfWritersLoseNothingAcknowledged() throws {
+  @Test(.runSlot(.minutes(3)))
+  func randomKillsOfWritersLoseNothingAcknowledged() async throws {
     let root = try TestRoot()
-    let result = try groupctl([
+    let result = try await groupctl([
       "stress", "files", group, "--root", root.path, "--writers", "4", "--ops", "200", "--presenters", "1",
       "--kill-random", "--kills", "8", "--seed", "42",
     ])

@@ -12,7 +12,7 @@ import Testing
 /// Mutants this suite catches: the kept array made again only when the number of descriptors changes (no `didSet`
 /// on `Watcher.readables`): `aSwappedDescriptorIsServed`; a quiet begun whatever was polled since the last (no
 /// `queuePolled` in `Watcher.beginQuiet`): `quietAfterQuietStillPollsTheQueue`.
-@Suite(.timeLimit(.minutes(1))) struct WatcherReadablesTests {
+@Suite(.runSlot(.minutes(3))) struct WatcherReadablesTests {
   /// A non-blocking pipe whose read end counts what its handler read.
   final class Pipe: Sendable {
     let read: Int32
@@ -43,26 +43,26 @@ import Testing
     }
   }
 
-  @Test func aSwappedDescriptorIsServed() throws {
+  @Test func aSwappedDescriptorIsServed() async throws {
     try Watcher.shared.start()
     let first = try Pipe()
     let firstToken = Watcher.shared.watchReadable(first.read) { first.drain() }
     first.send()
-    #expect(becomesTrue { first.got.withLock { $0 } == 1 }, "the first descriptor was not served")
+    #expect(await eventually { first.got.withLock { $0 } == 1 }, "the first descriptor was not served")
     // Swapped in one turn of the watcher's loop (it sleeps through a short stall, so both requests wait for the
     // same turn): the number of served descriptors stays the same. The first pipe stays open and silent.
     Watcher.shared.stall(nanoseconds: 150_000_000)
-    Thread.sleep(forTimeInterval: 0.02)
+    try? await Task.sleep(for: .seconds(0.02))
     Watcher.shared.cancel(firstToken)
     let second = try Pipe()
     let secondToken = Watcher.shared.watchReadable(second.read) { second.drain() }
     defer { Watcher.shared.cancel(secondToken) }
     // Sent once the loop is back in `poll` (every descriptor is also drained before each inotify event, and the
     // requests' wake-ups are such events): only `poll` can deliver this byte.
-    Thread.sleep(forTimeInterval: 0.4)
+    try? await Task.sleep(for: .seconds(0.4))
     second.send()
     #expect(
-      becomesTrue { second.got.withLock { $0 } == 1 }, "the descriptor that took the first one's place was not served")
+      await eventually { second.got.withLock { $0 } == 1 }, "the descriptor that took the first one's place was not served")
     withExtendedLifetime(first) {}
   }
 
@@ -73,7 +73,7 @@ import Testing
   ///
   /// Mutant: a quiet begins whatever was polled (no `queuePolled` in `Watcher.beginQuiet`): quiet after quiet,
   /// each starting anew, and the event is not heard until the pairs stop.
-  @Test func quietAfterQuietStillPollsTheQueue() throws {
+  @Test func quietAfterQuietStillPollsTheQueue() async throws {
     try Watcher.shared.start()
     let root = try TestRoot()
     let heard = Flag()
@@ -100,17 +100,17 @@ import Testing
       stopped.set()
     }
     feeder.start()
-    Thread.sleep(forTimeInterval: 0.1)
+    try? await Task.sleep(for: .seconds(0.1))
     #expect(FileManager.default.createFile(atPath: root.path + "/created", contents: Data()))
-    #expect(becomesTrue(within: 5) { heard.isSet }, "quiet after quiet left the inotify queue unread")
+    #expect(await eventually(within: 5) { heard.isSet }, "quiet after quiet left the inotify queue unread")
     stop.set()
-    #expect(becomesTrue { stopped.isSet })
+    #expect(await eventually { stopped.isSet })
     // The last "f" is read before the pipe goes: every quiet this test began is ended.
-    #expect(becomesTrue { inbox.unread == 0 })
+    #expect(await eventually { inbox.unread == 0 })
     // Cancelling is served on the watcher's next turn: the pipe stays open until then, so its descriptor number is
     // not reused (and read by this handler) meanwhile.
     Watcher.shared.cancel(token)
-    Thread.sleep(forTimeInterval: 0.2)
+    try? await Task.sleep(for: .seconds(0.2))
     withExtendedLifetime(inbox) {}
   }
 

@@ -32,7 +32,7 @@ func runDownloadSessionMode(_ invocation: HelperInvocation, _ container: GroupCo
     let s = try DownloadSession(identifier: session, container: container, configuration: configuration)
     let task = try s.download(from: url, to: destination)
     await say("task \(task.id)")
-    while true { try await Task.sleep(for: .seconds(60)) }
+    while true { try? await Task.sleep(for: .seconds(60)) }
 
   case .dlAttach(let session, let wanted):
     configuration.relaunch = .none

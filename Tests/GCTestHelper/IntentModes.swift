@@ -80,5 +80,5 @@ func runIntentMode(_ command: HelperCommand, _ container: GroupContainer) async 
   default:
     exit(2)
   }
-  while true { try await Task.sleep(for: .seconds(60)) }
+  while true { try? await Task.sleep(for: .seconds(60)) }
 }

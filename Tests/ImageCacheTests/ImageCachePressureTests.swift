@@ -17,7 +17,7 @@ import Testing
 /// - the default memory tier sized from the host's RAM instead of `MemoryPressure.memoryLimit`
 ///   (`aProcessWithAWidgetsBudgetStaysWithinIt`: the footprint passes the budget);
 /// - the low-disk-space handler watching another directory (`lowDiskSpaceTrimsTheDiskTier` times out).
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.runSlot(.minutes(3)))
 struct ImageCachePressureTests {
   static func numbers(_ line: String) -> [Int] {
     line.split(whereSeparator: { $0 == " " || $0 == "=" }).compactMap { Int($0) }
@@ -47,7 +47,7 @@ struct ImageCachePressureTests {
     defer { cgroup.remove() }
     let child = try Child(["cache-cgroup", root.path, container.identifier, "cgroup", cgroup.name])
     try cgroup.add(pid: child.pid)
-    #expect(await child.exit(timeout: 50) == 0, "\(child.output) \(child.errors.withLock { $0 })")
+    #expect(await child.exit(timeout: 50) == 0, "\(child.output) \(child.errors.text)")
     let lines = child.output
     #expect(lines.contains("limit \(96 << 20)"), "\(lines)")
     let reports = lines.filter { $0.hasPrefix("report ") }
@@ -66,7 +66,7 @@ struct ImageCachePressureTests {
     let container = try root.container()
     // 200 MB of images offered to a process with a 32 MB budget (the example widget's).
     let child = try Child(["cache-budget", root.path, container.identifier, "budget", "32", "200"])
-    #expect(await child.exit(timeout: 55) == 0, "\(child.errors.withLock { $0 })")
+    #expect(await child.exit(timeout: 55) == 0, "\(child.errors.text)")
     let line = try #require(child.output.first { $0.hasPrefix("peak=") })
     let (peak, budget, tier) = (Self.numbers(line)[0], Self.numbers(line)[1], Self.numbers(line)[2])
     #expect(tier == budget / 8, "the tier's limit derives from the budget: \(line)")

@@ -1,8 +1,9 @@
 import Foundation
 import ImageCache
 import Testing
+import TestSupport
 
-@Suite struct ImageFormatTests {
+@Suite(.runSlot(.minutes(10))) struct ImageFormatTests {
   @Test func refusesBytesThatAreNoImage() {
     #expect(throws: ImageCacheError.self) { try CachedImage(data: Data("hello".utf8)) }
   }

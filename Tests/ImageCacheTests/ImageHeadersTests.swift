@@ -1,6 +1,7 @@
 import Foundation
 import ImageCache
 import Testing
+import TestSupport
 
 /// The real files of Fixtures/ (made by Fixtures/make-fixtures.sh), each with its own pixel size.
 struct Fixture: Sendable, CustomStringConvertible {
@@ -55,7 +56,7 @@ func malformedReason(_ bytes: [UInt8], format: ImageFormat) -> String? {
 ///   `everyTruncationIsRefused` (lossy.webp cut short).
 /// - VP8X animated with no ANMF accepted as 0 frames: `webpAnimatedWithoutFrames`.
 /// - APNG frame count taken from acTL without comparing it with the fcTL chunks: `apngFrameCountMismatch`.
-@Suite struct ImageHeadersTests {
+@Suite(.runSlot(.minutes(10))) struct ImageHeadersTests {
   @Test(arguments: Fixture.all)
   func fixturesParse(_ fixture: Fixture) throws {
     let info = try ImageHeaders.parse(try fixture.data())

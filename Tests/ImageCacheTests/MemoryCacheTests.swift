@@ -3,6 +3,7 @@ import ImageCache
 import Synchronization
 import SystemLayer  // SplitMix64: a failing random run replays from its seed
 import Testing
+import TestSupport
 
 
 /// The simplest LRU that can be right: an array, most recently used first, every operation O(n).
@@ -60,7 +61,7 @@ struct ReferenceLRU {
 ///   Mutex" trap).
 /// - Lowering `countLimit` without evicting: `loweringLimitsEvicts`.
 /// - `trim(toCost:)` evicting the most recently used end: `trimReleasesLeastRecentlyUsedFirst`.
-@Suite struct MemoryCacheTests {
+@Suite(.runSlot(.minutes(10))) struct MemoryCacheTests {
   @Test func lruOrder() {
     let cache = MemoryCache<String, Int>(countLimit: 3)
     cache.setObject(1, forKey: "a")
@@ -173,7 +174,7 @@ struct ReferenceLRU {
 
   /// The handler sees every eviction (by limit and by trim), not removals, and may call back into the cache: it
   /// runs after the lock is released (inside it, this test would deadlock and fail at its time limit).
-  @Test(.timeLimit(.minutes(1)))
+  @Test(.runSlot(.minutes(3)))
   func evictionHandlerRunsOutsideTheLock() {
     let seen = Mutex<[Int]>([])
     let box = Mutex<MemoryCache<Int, Int>?>(nil)
@@ -195,7 +196,7 @@ struct ReferenceLRU {
 
   /// Many tasks setting, reading, removing and trimming the same keys: every internal invariant holds after, the
   /// limits hold, and the statistics count every lookup exactly once.
-  @Test(.timeLimit(.minutes(1)))
+  @Test(.runSlot(.minutes(3)))
   func concurrentHammering() async {
     let cache = MemoryCache<Int, [Int]>(totalCostLimit: 5_000, countLimit: 150)
     let tasks = 16

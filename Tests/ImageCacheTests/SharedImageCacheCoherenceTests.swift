@@ -15,7 +15,7 @@ import Testing
 /// - a memory hit that does not check the stamp: stale reads there, and `outsideRemovalReachesMemoryTiers` times out;
 /// - the reader takes the stamp after reading the entry instead of before: stale reads;
 /// - the storing process keeps its image in memory even when another store of the shard came between: stale reads.
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.runSlot(.minutes(3)))
 struct SharedImageCacheCoherenceTests {
   struct Op {
     var kind: Character
@@ -62,7 +62,7 @@ struct SharedImageCacheCoherenceTests {
     let readers = try (2...3).map { index in
       try Child(["cache-reader", root.path, container.identifier, "coherence", "2500", "\(keys)", logs[index]])
     }
-    for child in writers + readers { #expect(await child.exit() == 0, "\(child.errors.withLock { $0 })") }
+    for child in writers + readers { #expect(await child.exit() == 0, "\(child.errors.text)") }
     let writes = try (0..<2).flatMap { Self.parse(try String(contentsOfFile: logs[$0], encoding: .utf8)) }
     let reads = try (2..<4).flatMap { Self.parse(try String(contentsOfFile: logs[$0], encoding: .utf8)) }
     #expect(writes.count == 800)
@@ -106,7 +106,7 @@ struct SharedImageCacheCoherenceTests {
     #expect(try await cache.image(forKey: "k") == nil)
     try await cache.store(TestPNG.make(width: 16, height: 4, seed: 44), forKey: "k")
     await watcher.line { $0 == "now 44" }
-    #expect(watcher.process.isRunning, "the watching process failed: \(watcher.errors.withLock { $0 })")
+    #expect(watcher.process.isRunning, "the watching process failed: \(watcher.errors.text)")
   }
 
   @Test func aStoreInOneProcessReplacesTheMemoryImageOfAnother() async throws {

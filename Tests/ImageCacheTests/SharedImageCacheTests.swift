@@ -15,7 +15,7 @@ import Testing
 /// - the trimmer ordering by name instead of last use (`trimRemovesTheLeastRecentlyUsedFirst`);
 /// - the read not checking the stored key (`anotherKeysEntryIsAMiss`);
 /// - a FIFO entry opened without O_NONBLOCK (`hostileEntriesAreMissesNeverHangs` times out).
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.runSlot(.minutes(3)))
 struct SharedImageCacheTests {
   static func directory(_ container: GroupContainer, _ name: String) -> String {
     container.cachesURL.path + "/" + name
@@ -230,7 +230,7 @@ struct SharedImageCacheTests {
     #expect(try fresh.image(forKey: "a").flatMap { TestPNG.seed(of: $0.data) } == 1)
   }
 
-  @Test func hostileEntriesAreMissesNeverHangs() throws {
+  @Test func hostileEntriesAreMissesNeverHangs() async throws {
     let root = try TestRoot()
     let container = try root.container()
     let cache = try SharedImageCache(name: "hostile", container: container)
@@ -238,7 +238,7 @@ struct SharedImageCacheTests {
     let secret = root.path + "/secret.png"
     try TestPNG.make(width: 8, height: 2, seed: 99).write(to: URL(fileURLWithPath: secret))
     let keys = ["fifo", "symlink", "directory", "truncated", "garbage", "empty", "huge-header", "gigabyte"]
-    for key in keys { try cache.store(TestPNG.make(width: 8, height: 2, seed: 1), forKey: key) }
+    for key in keys { try await cache.store(TestPNG.make(width: 8, height: 2, seed: 1), forKey: key) }
     let fresh = try SharedImageCache(name: "hostile", container: container)
     func path(_ key: String) -> String { directory + "/" + CacheEntryFormat.fileName(forKey: key) }
     for key in keys { try FileManager.default.removeItem(atPath: path(key)) }
@@ -262,7 +262,7 @@ struct SharedImageCacheTests {
     let gigabyte = try FileHandle(forWritingTo: URL(fileURLWithPath: path("gigabyte")))
     try gigabyte.truncate(atOffset: 1 << 30)
     try gigabyte.close()
-    let results = expectCompletes(within: 20, "reading hostile entries") {
+    let results = await expectCompletes(within: 20, "reading hostile entries") {
       try keys.map { try fresh.image(forKey: $0) == nil }
     }
     #expect(results == Array(repeating: true, count: keys.count))
@@ -273,23 +273,23 @@ struct SharedImageCacheTests {
     #expect(try fresh.entries().isEmpty)
   }
 
-  @Test func groupctlCacheCommands() throws {
+  @Test func groupctlCacheCommands() async throws {
     let root = try TestRoot()
     let container = try root.container()
     let image = root.path + "/in.png"
     try TestPNG.make(width: 21, height: 9, seed: 7).write(to: URL(fileURLWithPath: image))
-    func groupctl(_ arguments: [String]) throws -> (status: Int32, output: String) {
-      let run = try runToEnd(
+    func groupctl(_ arguments: [String]) async throws -> (status: Int32, output: String) {
+      let run = try await runToEnd(
         productsDirectory.appendingPathComponent("groupctl").path, arguments + ["--root", root.path])
       return (run.status ?? -1, run.output)
     }
     let id = container.identifier
-    #expect(try groupctl(["cache", "store", id, "https://x/y.png", image, "--cache", "thumbs"]).status == 0)
+    await #expect(try groupctl(["cache", "store", id, "https://x/y.png", image, "--cache", "thumbs"]).status == 0)
     let copy = root.path + "/copy.png"
-    #expect(try groupctl(["cache", "get", id, "https://x/y.png", "-o", copy, "--cache", "thumbs"]).status == 0)
+    await #expect(try groupctl(["cache", "get", id, "https://x/y.png", "-o", copy, "--cache", "thumbs"]).status == 0)
     #expect(FileManager.default.contents(atPath: copy) == TestPNG.make(width: 21, height: 9, seed: 7))
-    #expect(try groupctl(["cache", "get", id, "https://x/missing.png", "--cache", "thumbs"]).status == 1)
-    let list = try groupctl(["cache", "list", id, "--json", "--cache", "thumbs"])
+    await #expect(try groupctl(["cache", "get", id, "https://x/missing.png", "--cache", "thumbs"]).status == 1)
+    let list = try await groupctl(["cache", "list", id, "--json", "--cache", "thumbs"])
     let line = try #require(list.output.split(separator: "\n").first)
     let object = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
     #expect(object["key"] as? String == "https://x/y.png")
@@ -297,11 +297,11 @@ struct SharedImageCacheTests {
     #expect(object["width"] as? Int == 21 && object["height"] as? Int == 9)
     #expect(object["bytes"] as? Int == TestPNG.make(width: 21, height: 9, seed: 7).count)
     #expect(object["lastAccess"] is String)
-    #expect(try groupctl(["cache", "stats", id, "--cache", "thumbs"]).output.hasPrefix("1 entries"))
-    #expect(try groupctl(["cache", "trim", id, "--cache", "thumbs"]).status == 0)
-    #expect(try groupctl(["cache", "clear", id, "--cache", "thumbs"]).status == 0)
-    #expect(try groupctl(["cache", "stats", id, "--cache", "thumbs"]).output.hasPrefix("0 entries"))
-    let refused = try groupctl(["cache", "store", id, "k", root.path + "/copy.png.missing"])
+    await #expect(try groupctl(["cache", "stats", id, "--cache", "thumbs"]).output.hasPrefix("1 entries"))
+    await #expect(try groupctl(["cache", "trim", id, "--cache", "thumbs"]).status == 0)
+    await #expect(try groupctl(["cache", "clear", id, "--cache", "thumbs"]).status == 0)
+    await #expect(try groupctl(["cache", "stats", id, "--cache", "thumbs"]).output.hasPrefix("0 entries"))
+    let refused = try await groupctl(["cache", "store", id, "k", root.path + "/copy.png.missing"])
     #expect(refused.status != 0)
   }
 
@@ -334,7 +334,7 @@ struct SharedImageCacheTests {
 
 /// A decoder the app plugs in: the memory tier keeps what it made, at the cost it reports.
 /// Mutant: the decoded value's cost not counted (`decodedImagesCountAtTheirCost` fails on totalCost).
-@Suite struct ImageDecoderTests {
+@Suite(.runSlot(.minutes(10))) struct ImageDecoderTests {
   struct Bitmap: Sendable, Equatable {
     var pixels: [UInt8]
   }
@@ -369,7 +369,7 @@ struct SharedImageCacheTests {
 
 /// A background trim and the stores that race it (its own suite: under a full parallel run the helper took 69 s, past
 /// the one-minute limit of `SharedImageCacheTests`).
-@Suite(.timeLimit(.minutes(3))) struct ImageCacheTrimRaceTests {
+@Suite(.runSlot(.minutes(8))) struct ImageCacheTrimRaceTests {
   /// Stores that cross the disk limit while a background trim runs find it scheduled and start none; once it is done
   /// the usage is checked again and another trim follows. A helper process stops its first trim after the scan
   /// (pause point `imagecache.trim.scanned`), stores ten more images, then lets it go.

@@ -14,7 +14,7 @@ import Testing
 ///   `endWithDefaultPolicyStaysFourHours` fails (the content changes after the end).
 /// - The 8 hour rule dropped from `ActivityRules.effective`: `endsByItselfAfterEightHours` fails.
 /// - `.after(date)` not capped at 4 hours in `ActivityRules.end`: `endAfterDateIsCappedAtFourHours` fails.
-@Suite(.timeLimit(.minutes(1))) struct ActivityLifecycleTests {
+@Suite(.runSlot(.minutes(3))) struct ActivityLifecycleTests {
   @Test func requestUpdateAndRead() async throws {
     let f = try ActivityFixture()
     let activity = try f.request()

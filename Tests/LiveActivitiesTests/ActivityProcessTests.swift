@@ -19,7 +19,7 @@ import Testing
 ///   `ActivityLifecycleTests.stateUpdatesFollowTheClock` hits its time limit).
 /// - The dismissal not checked by `update` (updates written to dismissed activities):
 ///   `dismissalInTheWidgetIsSeenByTheHost` fails (the content changes after the dismissal).
-@Suite(.timeLimit(.minutes(1))) struct ActivityProcessTests {
+@Suite(.runSlot(.minutes(3))) struct ActivityProcessTests {
   @Test func widgetSeesEachUpdateInOrder() async throws {
     let f = try ActivityFixture()
     let activity = try f.request()

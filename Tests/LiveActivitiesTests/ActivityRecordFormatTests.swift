@@ -1,9 +1,10 @@
 import Foundation
 import LiveActivities
 import Testing
+import TestSupport
 
 /// The record codec: the fuzz seed reads, round-trips, and the checks refuse what readers must not trust.
-@Suite struct ActivityRecordFormatTests {
+@Suite(.runSlot(.minutes(10))) struct ActivityRecordFormatTests {
   static let seedPath = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
     .appendingPathComponent("../../Fuzz/container-seeds/activity-record").standardizedFileURL.path
 

@@ -12,7 +12,7 @@ import Testing
 /// Mutants this suite catches (each made once by hand, seen failing, restored):
 /// - The record's id not compared with its file name (`ActivityStore.read`): `plantedFilesNeitherHangNorCrash` lists
 ///   the good activity twice (its copy under another name too).
-@Suite(.timeLimit(.minutes(1))) struct DamagedRecordTests {
+@Suite(.runSlot(.minutes(3))) struct DamagedRecordTests {
   func plant(_ f: ActivityFixture) throws -> (good: Activity<ScoreboardAttributes>, names: [String]) {
     let good = try f.request()
     let directory = f.container.path + "/.coordination/activities/"

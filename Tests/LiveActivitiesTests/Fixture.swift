@@ -44,7 +44,7 @@ final class ActivityFixture: Sendable {
     let child = try Child(
       ["activities"] + arguments + ["--root", root.path], executable: "groupctl", environment: environment)
     let status = await child.exit()
-    return (status, child.output, child.errors.withLock { $0 })
+    return (status, child.output, child.errors.text)
   }
 
   func request(_ home: String = "Lyon", _ away: String = "Nantes", staleDate: Date? = nil) throws

@@ -10,7 +10,7 @@ import Testing
 /// Mutants this suite catches (each made once by hand, seen failing, restored):
 /// - `end` ignoring `--immediate` (always `.default`): `endAndEndImmediate` fails (ended, not dismissed).
 /// - `watch` started without `includeExisting`: `watchPrintsEveryChange` waits in vain for the first line.
-@Suite(.timeLimit(.minutes(1))) struct GroupctlActivitiesTests {
+@Suite(.runSlot(.minutes(3))) struct GroupctlActivitiesTests {
   static func object(_ line: String) -> [String: Any]? {
     try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
   }
@@ -65,7 +65,7 @@ import Testing
     #expect(throws: ActivityError.denied(group: f.container.identifier)) { try f.request() }
     let refused = try f.helper("act-request", ["Lyon", "Nantes"])
     #expect(await refused.exit() != 0)
-    #expect(refused.errors.withLock { $0 }.contains("turned off"))
+    #expect(refused.errors.text.contains("turned off"))
     #expect(try await f.groupctl(["enable", f.container.identifier]).status == 0)
     let allowed = try f.helper("act-request", ["Lyon", "Nantes"])
     #expect(await allowed.exit() == 0)

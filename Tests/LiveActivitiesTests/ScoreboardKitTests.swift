@@ -2,9 +2,10 @@ import Foundation
 import LiveActivities
 import ScoreboardKit
 import Testing
+import TestSupport
 
 /// The scoreboard's text views (pure functions: no container).
-@Suite struct ScoreboardKitTests {
+@Suite(.runSlot(.minutes(10))) struct ScoreboardKitTests {
   let match = ScoreboardAttributes(homeTeam: "Lyon", awayTeam: "Nantes")
 
   @Test func compactLine() {

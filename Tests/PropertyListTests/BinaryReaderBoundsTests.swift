@@ -1,4 +1,5 @@
 import Testing
+import TestSupport
 
 @testable import PropertyList
 
@@ -10,7 +11,7 @@ import Testing
 /// - `objectOffset` accepting offsets up to the file size: `anObjectInTheOffsetTableIsRefused` (the table's first
 ///   byte, 0x08, parsed as `false`) and `anObjectInTheTrailerIsRefused`;
 /// - `readUnsigned` reading up to the file size: `contentRunningIntoTheOffsetTableIsRefused`.
-@Suite("Binary reader: the object area's bounds")
+@Suite("Binary reader: the object area's bounds", .runSlot(.minutes(10)))
 struct BinaryReaderBoundsTests {
   @Test func anObjectInTheOffsetTableIsRefused() {
     // [obj1] with object 1 placed at the offset table, whose first byte (8, object 0's offset) reads as `false`.

@@ -1,10 +1,11 @@
 import Foundation
 import Testing
+import TestSupport
 
 @testable import PropertyList
 
 /// Hostile and malformed `bplist00` input: every case must throw `PropertyListError`.
-@Suite("Binary reader hardening")
+@Suite("Binary reader hardening", .runSlot(.minutes(10)))
 struct BinaryReaderTests {
   /// A small valid file covering every object kind.
   static let valid: [UInt8] = {

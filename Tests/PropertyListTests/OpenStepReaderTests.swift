@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 @testable import PropertyList
 
@@ -10,7 +11,7 @@ import Testing
 /// - surrogate pairs not combined (each `\U` unit taken alone): `quotedStringEscapes` fails.
 /// - the odd-digit check at `>` removed: `everyErrorPathNamesItsOffset` fails for `<abc>`.
 /// - the value count check removed: `valueCountIsBounded` fails.
-@Suite("OpenStep reader")
+@Suite("OpenStep reader", .runSlot(.minutes(10)))
 struct OpenStepReaderTests {
   func read(_ text: String, limits: PropertyListLimits = .default) throws(PropertyListError) -> PropertyListValue {
     try OpenStepPropertyListReader.read(text, limits: limits)

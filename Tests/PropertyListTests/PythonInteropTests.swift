@@ -1,12 +1,13 @@
 import Foundation
 import Testing
+import TestSupport
 
 @testable import PropertyList
 
 /// Files we write must load in Python's plistlib, and files plistlib writes must load here.
 @Suite(
   "Python plistlib interoperability", .enabled(if: Python.available, "python3 is not installed"),
-  .timeLimit(.minutes(1)))
+  .runSlot(.minutes(3)))
 struct PythonInteropTests {
   static let pythonWritable: PropertyListValue = [
     "string": "hello", "unicode": "héllo 中文 😀", "empty": "",
@@ -27,7 +28,7 @@ struct PythonInteropTests {
   ]
 
   @Test("Python reads what we write", arguments: PropertyListFormat.allCases)
-  func pythonReadsOurs(format: PropertyListFormat) throws {
+  func pythonReadsOurs(format: PropertyListFormat) async throws {
     var rng = SeededGenerator(state: 99)
     var values: [PropertyListValue] = [Self.pythonWritable, "top-level string", 7, [], [:]]
     values.append(.array((0..<300).map { .integer(PropertyListInteger($0 * 1_000)) }))  // 2-byte refs
@@ -39,7 +40,7 @@ struct PythonInteropTests {
       let file = temporaryFile(format == .xml ? ".xml" : ".bplist")
       defer { try? FileManager.default.removeItem(at: file) }
       try Data(value.encoded(as: format)).write(to: file)
-      let seen = try Python.run(
+      let seen = try await Python.run(
         Python.canonicalFunction + "print(canon(plistlib.load(open(sys.argv[1], 'rb'))))",
         arguments: [file.path])
       #expect(seen == canonical(value) + "\n")
@@ -47,7 +48,7 @@ struct PythonInteropTests {
   }
 
   @Test("we read what Python writes", arguments: ["FMT_BINARY", "FMT_XML"])
-  func weReadPythons(format: String) throws {
+  func weReadPythons(format: String) async throws {
     let script =
       Python.canonicalFunction + """
         value = {
@@ -71,7 +72,7 @@ struct PythonInteropTests {
         """
     let file = temporaryFile(".plist")
     defer { try? FileManager.default.removeItem(at: file) }
-    let expected = try Python.run(script, arguments: [file.path, format])
+    let expected = try await Python.run(script, arguments: [file.path, format])
     let value = try PropertyListValue(bytes: [UInt8](Data(contentsOf: file)))
     let ours = canonical(value) + "\n"
     // Report a short window around the first difference rather than the whole dump.

@@ -1,10 +1,11 @@
 import Foundation
 import Testing
+import TestSupport
 
 @testable import PropertyList
 
 /// Replays inputs found by fuzzing (Tests/PropertyListTests/Regressions/) and the fuzz seeds.
-@Suite("Regression corpus")
+@Suite("Regression corpus", .runSlot(.minutes(10)))
 struct RegressionTests {
   static func files(in directory: URL) -> [URL] {
     let names = (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []

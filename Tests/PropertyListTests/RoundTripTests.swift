@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 @testable import PropertyList
 
@@ -26,7 +27,7 @@ let portableSamples: [PropertyListValue] = [
   .array(Array(repeating: "shared", count: 100)),
 ]
 
-@Suite("Round trips")
+@Suite("Round trips", .runSlot(.minutes(10)))
 struct RoundTripTests {
   @Test("every sample survives a round trip", arguments: portableSamples, PropertyListFormat.allCases)
   func roundTrip(value: PropertyListValue, format: PropertyListFormat) throws {

@@ -115,7 +115,8 @@ enum Python {
     var description: String
   }
 
-  static let available: Bool = (try? run("print('ok')")) == "ok\n"
+  static let available: Bool = (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin").split(separator: ":")
+    .contains { FileManager.default.isExecutableFile(atPath: "\($0)/python3") }
 
   /// Python function producing the same text as `canonical(_:)`.
   static let canonicalFunction = """
@@ -139,8 +140,8 @@ enum Python {
 
     """
 
-  static func run(_ script: String, arguments: [String] = []) throws -> String {
-    let run = try runToEnd("/usr/bin/env", ["python3", "-c", script] + arguments)
+  static func run(_ script: String, arguments: [String] = []) async throws -> String {
+    let run = try await runToEnd("/usr/bin/env", ["python3", "-c", script] + arguments)
     guard run.status == 0 else {
       throw Failure(description: "python3 exited \(run.status.map(String.init) ?? "after its time"): \(run.errors)")
     }

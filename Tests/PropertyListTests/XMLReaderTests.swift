@@ -1,10 +1,11 @@
 import Foundation
 import Testing
+import TestSupport
 
 @testable import PropertyList
 
 /// XML tokenizer features and malformed XML.
-@Suite("XML reader")
+@Suite("XML reader", .runSlot(.minutes(10)))
 struct XMLReaderTests {
   func parse(_ text: String, limits: PropertyListLimits = .default) throws -> PropertyListValue {
     try PropertyListValue(bytes: Array(text.utf8), limits: limits)

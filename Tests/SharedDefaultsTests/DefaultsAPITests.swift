@@ -7,7 +7,7 @@ import Testing
 @testable import FileCoordination
 @testable import SharedDefaults
 
-@Suite(.timeLimit(.minutes(1))) struct DefaultsAPITests {
+@Suite(.runSlot(.minutes(3))) struct DefaultsAPITests {
   @Test func storesEveryPropertyListTypeAndReadsItBackWithApplesAccessors() throws {
     let root = try TestRoot()
     let defaults = try SharedDefaults(container: try root.container())
@@ -96,7 +96,7 @@ import Testing
     #expect(throws: SharedDefaultsError.self) { try SharedDefaults(suiteName: "", container: try root.container()) }
   }
 
-  @Test func snapshotIsABinaryPlistPythonReads() throws {
+  @Test func snapshotIsABinaryPlistPythonReads() async throws {
     let root = try TestRoot()
     let container = try root.container()
     let defaults = try SharedDefaults(suiteName: "py", container: container)
@@ -104,7 +104,7 @@ import Testing
     try defaults.set(UInt64.max, forKey: "huge")
     try defaults.synchronize()
     let path = container.preferencesURL.appendingPathComponent("py.plist").path
-    let python = try runToEnd(
+    let python = try await runToEnd(
       "/usr/bin/env",
       [
         "python3", "-c",

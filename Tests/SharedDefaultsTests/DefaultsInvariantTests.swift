@@ -10,7 +10,7 @@ import TestSupport
 /// 50 µs gap between the two): the readers' lock-free catch-up found committed bytes that were not records yet
 /// ("torn" > 0). Readers never applied them — the checksum refused them and the read was redone — which is why
 /// 0.1.0's suite missed this break: the count of such reads (`committedButUnreadable`) is what shows it.
-@Suite(.timeLimit(.minutes(2))) struct DefaultsInvariantTests {
+@Suite(.runSlot(.minutes(5))) struct DefaultsInvariantTests {
   @Test func readersInOtherProcessesNeverSeeARecordBeforeItIsThere() async throws {
     let root = try TestRoot()
     let container = try root.container()
@@ -18,7 +18,7 @@ import TestSupport
     let readers = try (0..<2).map { _ in try Child(["seq-reader", root.path, id, "order", root.path, "3"]) }
     for reader in readers { #expect(await reader.line { $0 == "ready" } != nil) }
     let writers = try (0..<3).map { w in try Child(["seq-writer", root.path, id, "order", "\(w)", "2500", "3000"]) }
-    for writer in writers { #expect(await writer.exit(timeout: 90) == 0, "\(writer.errors.withLock { $0 })") }
+    for writer in writers { #expect(await writer.exit(timeout: 90) == 0, "\(writer.errors.text)") }
     #expect(FileManager.default.createFile(atPath: root.path + "/stop", contents: nil))
     for reader in readers {
       #expect(await reader.exit() == 0)

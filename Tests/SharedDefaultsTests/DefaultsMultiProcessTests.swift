@@ -9,15 +9,15 @@ import Testing
 @testable import FileCoordination
 @testable import SharedDefaults
 
-@Suite(.timeLimit(.minutes(1))) struct DefaultsMultiProcessTests {
+@Suite(.runSlot(.minutes(3))) struct DefaultsMultiProcessTests {
   let group = "group.com.example.tests"
 
-  @Test func sixteenWritersLoseNothingAndTheCounterIsExact() throws {
+  @Test func sixteenWritersLoseNothingAndTheCounterIsExact() async throws {
     let root = try TestRoot()
     let stress = try Child(
       ["stress", "defaults", group, "--writers", "16", "--keys", "1000", "--increments", "1000", "--root", root.path],
       executable: "groupctl")
-    #expect(stress.waitForExit(timeout: 45) == 0, "\(stress.output) \(stress.errors.withLock { $0 })")
+    #expect(await stress.exit(timeout: 45) == 0, "\(stress.output) \(stress.errors.text)")
     let summary = stress.output.last ?? ""
     #expect(summary.hasPrefix("keys=16000/16000 lost=0 counter=16000/16000 writes_per_s="), "\(summary)")
   }
@@ -26,22 +26,22 @@ import Testing
   /// (`catchUpForObservers`), and still hears every change of its key, in order, with the right old values —
   /// also across a compaction that empties the journal, and when its key's record sits among thousands of
   /// others. Mutant: the scan never matching the observed key (the watcher heard 1 change of 3).
-  @Test func anObserverOfOneKeyHearsItAmongThousandsOfOthers() throws {
+  @Test func anObserverOfOneKeyHearsItAmongThousandsOfOthers() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let watch = try Child(["defaults", "watch", group, "watched", "--suite", "w", "--root", root.path], executable: "groupctl")
-    watch.waitForLine { $0.contains("\"ready\"") }
+    await watch.line { $0.contains("\"ready\"") }
     let writer = try Child([
       "defaults-script", root.path, group, "w", root.path, "set:watched=1", "fill:o:30000:0", "set:watched=2",
       "rewind", "fill:p:3000:0", "set:watched=3",
     ])
-    #expect(writer.waitForExit(timeout: 60) == 0, "\(writer.errors.withLock { $0 })")
+    #expect(await writer.exit(timeout: 60) == 0, "\(writer.errors.text)")
     let deadline = Date().addingTimeInterval(20)
     var heard: [String] = []
     while Date() < deadline {
       heard = watch.output.filter { $0.contains("\"key\"") }
       if heard.count >= 3 { break }
-      usleep(20_000)
+      try? await Task.sleep(for: .microseconds(20_000))
     }
     watch.kill(SIGTERM)
     #expect(heard.count == 3, "\(heard)")
@@ -80,38 +80,38 @@ import Testing
   /// An observer stopped while its key changed and a rewind emptied the journal learns the change from the new
   /// snapshot (`followRewindForObservers`: its key's value there against the one it held), not from records it
   /// never scanned. Mutant: the changes found there not delivered (heard 1 of 2).
-  @Test func anObserverHearsAChangeThatOnlyTheRewoundSnapshotHolds() throws {
+  @Test func anObserverHearsAChangeThatOnlyTheRewoundSnapshotHolds() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let watch = try Child(["defaults", "watch", group, "watched", "--suite", "r", "--root", root.path], executable: "groupctl")
-    watch.waitForLine { $0.contains("\"ready\"") }
-    func heard(_ count: Int) -> [String] {
+    await watch.line { $0.contains("\"ready\"") }
+    func heard(_ count: Int) async -> [String] {
       let deadline = Date().addingTimeInterval(20)
       var lines: [String] = []
       while Date() < deadline {
         lines = watch.output.filter { $0.contains("\"key\"") }
         if lines.count >= count { break }
-        usleep(20_000)
+        try? await Task.sleep(for: .microseconds(20_000))
       }
       return lines
     }
     let first = try Child(["defaults-script", root.path, group, "r", root.path, "set:watched=1"])
-    #expect(first.waitForExit(timeout: 30) == 0)
-    #expect(heard(1).count == 1)
+    #expect(await first.exit(timeout: 30) == 0)
+    await #expect(heard(1).count == 1)
     Glibc.kill(watch.pid, SIGSTOP)
     let second = try Child(
       ["defaults-script", root.path, group, "r", root.path, "set:watched=2", "fill:o:100:0", "rewind", "fill:p:10:0"])
-    let status = second.waitForExit(timeout: 30)
+    let status = await second.exit(timeout: 30)
     Glibc.kill(watch.pid, SIGCONT)
-    #expect(status == 0, "\(second.errors.withLock { $0 })")
-    let lines = heard(2)
+    #expect(status == 0, "\(second.errors.text)")
+    let lines = await heard(2)
     watch.kill(SIGTERM)
     #expect(lines.count == 2, "\(lines)")
     #expect(lines.last?.contains("\"old\":1,\"new\":2") == true, "\(lines)")
     withExtendedLifetime(container) {}
   }
 
-  @Test func everyAcknowledgedWriteSurvivesSIGKILLAtRandomPoints() throws {
+  @Test func everyAcknowledgedWriteSurvivesSIGKILLAtRandomPoints() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     var rng = SplitMix64(seed: 42)
@@ -119,8 +119,8 @@ import Testing
     for round in 0..<12 {
       // 40 KB values: a compaction every ~26 writes, so kills also land inside compactions.
       let writer = try Child(["defaults-set", root.path, group, "killed", "100000", "40000"])
-      writer.waitForLine { $0.hasPrefix("ack") }
-      usleep(UInt32(2_000 + rng.next() % 60_000))
+      await writer.line { $0.hasPrefix("ack") }
+      try? await Task.sleep(for: .microseconds(UInt32(2_000 + rng.next()) % 60_000))
       writer.kill(SIGKILL)
       let acks = writer.output.compactMap { $0.hasPrefix("ack ") ? Int($0.dropFirst(4)) : nil }
       acknowledged = max(acknowledged, acks.max() ?? -1)
@@ -141,17 +141,17 @@ import Testing
     #expect(!leftovers.contains { $0.contains("corrupt") }, "\(leftovers)")
   }
 
-  @Test func aChangeInOneProcessReachesAnObserverInAnother() throws {
+  @Test func aChangeInOneProcessReachesAnObserverInAnother() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let defaults = try SharedDefaults(suiteName: "observed", container: container)
     try defaults.set(1, forKey: "countdown")
     let observer = try Child(["defaults-observe", root.path, group, "observed"])
-    observer.waitForLine { $0.hasPrefix("ready") }
+    await observer.line { $0.hasPrefix("ready") }
     try defaults.set(2, forKey: "countdown")
     try defaults.update("countdown") { .integer(PropertyListInteger(($0?.intValue ?? 0) * 10)) }
-    observer.waitForLine { $0 == "change countdown 1 2 \(getpid())" }
-    observer.waitForLine { $0 == "change countdown 2 20 \(getpid())" }
+    await observer.line { $0 == "change countdown 1 2 \(getpid())" }
+    await observer.line { $0 == "change countdown 2 20 \(getpid())" }
     observer.kill()
   }
 
@@ -165,7 +165,7 @@ import Testing
     try defaults.synchronize()
     let stream = defaults.changes()
     let path = container.preferencesURL.appendingPathComponent("outside.plist").path
-    try runPython(
+    try await runPython(
       """
       import plistlib, sys
       d = plistlib.load(open(sys.argv[1], 'rb'))
@@ -195,16 +195,16 @@ import Testing
 }
 
 /// Runs a Python 3 script (`python3 -c`) with `arguments`; expects it to succeed.
-func runPython(_ script: String, _ arguments: String...) throws {
-  let run = try runToEnd("/usr/bin/env", ["python3", "-c", script] + arguments)
+func runPython(_ script: String, _ arguments: String...) async throws {
+  let run = try await runToEnd("/usr/bin/env", ["python3", "-c", script] + arguments)
   #expect(run.status == 0, "\(run.errors)")
 }
 
-@Suite(.timeLimit(.minutes(1))) struct DefaultsCorruptionTests {
+@Suite(.runSlot(.minutes(3))) struct DefaultsCorruptionTests {
   /// Sets up suite `suite` with a known state plus an untouched neighbour suite, then lets `damage` hit the files.
   func recover(
-    _ suite: String, awaitQuarantine: Bool = true, damage: (_ plist: URL, _ journal: URL) throws -> Void
-  ) throws -> (SharedDefaults, SharedDefaults, [String], TestRoot) {
+    _ suite: String, awaitQuarantine: Bool = true, damage: (_ plist: URL, _ journal: URL) async throws -> Void
+  ) async throws -> (SharedDefaults, SharedDefaults, [String], TestRoot) {
     let root = try TestRoot()
     let container = try root.container()
     let defaults = try SharedDefaults(suiteName: suite, container: container)
@@ -214,17 +214,15 @@ func runPython(_ script: String, _ arguments: String...) throws {
     try defaults.synchronize()
     try defaults.set(2, forKey: "b")  // in the journal only
     let prefs = container.preferencesURL
-    try damage(prefs.appendingPathComponent("\(suite).plist"), prefs.appendingPathComponent("\(suite).journal"))
+    try await damage(prefs.appendingPathComponent("\(suite).plist"), prefs.appendingPathComponent("\(suite).journal"))
     // The watcher's check runs in the background (and gives an unreadable plist `exportRetryDelay`, as it may be
     // half-written): wait for the damaged file to be moved aside.
-    let deadline = Date().addingTimeInterval(10)
     var files: [String] = []
-    repeat {
+    _ = try await eventually {
       _ = defaults.integer(forKey: "a")
       files = try FileManager.default.contentsOfDirectory(atPath: prefs.path)
-      if !awaitQuarantine || files.contains(where: { $0.hasPrefix(suite + ".") && $0.contains(".corrupt-") }) { break }
-      Thread.sleep(forTimeInterval: 0.02)
-    } while Date() < deadline
+      return !awaitQuarantine || files.contains(where: { $0.hasPrefix(suite + ".") && $0.contains(".corrupt-") })
+    }
     return (defaults, neighbour, files, root)
   }
 
@@ -234,8 +232,8 @@ func runPython(_ script: String, _ arguments: String...) throws {
     ("deep", Data(("<?xml version=\"1.0\"?><plist version=\"1.0\">" + String(repeating: "<array>", count: 5000)).utf8)),
     ("array", Data("<plist version=\"1.0\"><array><string>x</string></array></plist>".utf8)),
   ])
-  func aCorruptSnapshotIsMovedAsideAndTheLastGoodStateRecovered(name: String, bytes: Data) throws {
-    let (defaults, neighbour, files, root) = try recover("s-\(name)") { plist, _ in try bytes.write(to: plist) }
+  func aCorruptSnapshotIsMovedAsideAndTheLastGoodStateRecovered(name: String, bytes: Data) async throws {
+    let (defaults, neighbour, files, root) = try await recover("s-\(name)") { plist, _ in try bytes.write(to: plist) }
     #expect(defaults.integer(forKey: "a") == 1 && defaults.integer(forKey: "b") == 2)
     #expect(files.contains { $0.hasPrefix("s-\(name).plist.corrupt-") }, "\(files)")
     #expect(neighbour.string(forKey: "n") == "safe")
@@ -246,8 +244,8 @@ func runPython(_ script: String, _ arguments: String...) throws {
     withExtendedLifetime(root) {}
   }
 
-  @Test func aHugeSnapshotIsRefusedNotLoaded() throws {
-    let (defaults, _, files, root) = try recover("huge") { plist, _ in
+  @Test func aHugeSnapshotIsRefusedNotLoaded() async throws {
+    let (defaults, _, files, root) = try await recover("huge") { plist, _ in
       let handle = try FileHandle(forWritingTo: plist)
       try handle.seek(toOffset: 600 << 20)  // sparse: 600 MB, over the 512 MiB limit
       try handle.write(contentsOf: Data([0]))
@@ -258,9 +256,9 @@ func runPython(_ script: String, _ arguments: String...) throws {
     withExtendedLifetime(root) {}
   }
 
-  @Test func aCorruptJournalKeepsItsGoodPrefixAndIsMovedAside() throws {
+  @Test func aCorruptJournalKeepsItsGoodPrefixAndIsMovedAside() async throws {
     // This process does not look at the journal again (it applied "b" already): nothing to wait for here.
-    let (defaults, neighbour, files, root) = try recover("journal", awaitQuarantine: false) { _, journal in
+    let (defaults, neighbour, files, root) = try await recover("journal", awaitQuarantine: false) { _, journal in
       // Flip a byte inside the record of "b": its checksum no longer matches. The record starts where the
       // snapshot stands in the journal (header word 18's low half: `synchronize()` kept the journal).
       let header = try Data(contentsOf: journal.deletingPathExtension().appendingPathExtension("lock"))
@@ -273,7 +271,7 @@ func runPython(_ script: String, _ arguments: String...) throws {
     }
     // This process already applied "b" before the damage; a fresh process must not crash on it.
     let fresh = try Child(["defaults-observe", root.path, defaults.container.identifier, "journal"])
-    fresh.waitForLine { $0.hasPrefix("ready") }
+    await fresh.line { $0.hasPrefix("ready") }
     fresh.kill()
     let after = try FileManager.default.contentsOfDirectory(atPath: defaults.container.preferencesURL.path)
     #expect(after.contains { $0.hasPrefix("journal.journal.corrupt-") }, "\(after)")
@@ -283,11 +281,11 @@ func runPython(_ script: String, _ arguments: String...) throws {
   }
 
   @Test(arguments: ["truncated", "garbage"])
-  func aDamagedJournalIsSetAsideInAFreshProcess(kind: String) throws {
+  func aDamagedJournalIsSetAsideInAFreshProcess(kind: String) async throws {
     let root = try TestRoot()
     let container = try root.container()
     let writer = try Child(["defaults-set", root.path, container.identifier, "damaged", "3", "10"])
-    #expect(writer.waitForExit() == 0)
+    #expect(await writer.exit() == 0)
     let journal = container.preferencesURL.appendingPathComponent("damaged.journal")
     let handle = try FileHandle(forUpdating: journal)
     if kind == "truncated" {

@@ -16,7 +16,7 @@ import Testing
 /// - the journal opened by path (`SharedFileMapping(path:)`, as before): journals appear outside (same test);
 /// - `GroupContainer.createLayout` making the layout by path (`mkdir` + `chmod`, as before): `Preferences`,
 ///   `Caches` appear outside (`layoutNeverReachesOutsideWhileSwapped`).
-@Suite(.timeLimit(.minutes(1))) struct DefaultsPathSafetyTests {
+@Suite(.runSlot(.minutes(3))) struct DefaultsPathSafetyTests {
   static let group = "group.com.example.defaults-paths"
   static let suites = 200
   static let corrupt = 8
@@ -25,7 +25,7 @@ import Testing
   /// container) in a tight loop while this process opens suites, sets keys and synchronizes, and suites whose
   /// snapshot is garbage are repaired (moved aside). Nothing may appear outside; every failure says the path leads
   /// outside the container.
-  @Test func suitesNeverReachOutsideWhileSwapped() throws {
+  @Test func suitesNeverReachOutsideWhileSwapped() async throws {
     let root = try TestRoot()
     let container = try root.container(Self.group)
     let outside = root.path + "/outside"
@@ -40,7 +40,7 @@ import Testing
     }
     let swapper = try Child(["swap", root.path, Self.group, "Library/Preferences", "Library/link"])
     defer { swapper.kill() }
-    swapper.waitForLine { $0 == "swapping" }
+    await swapper.line { $0 == "swapping" }
 
     var refused: [String: Int] = [:]
     var opened = 0
@@ -100,7 +100,7 @@ import Testing
       }
     }
     swapper.kill()
-    _ = swapper.waitForExit()
+    _ = await swapper.exit()
 
     let escaped = try FileManager.default.subpathsOfDirectory(atPath: outside)
     #expect(escaped.isEmpty, "\(escaped.count) files outside: \(escaped.prefix(8))")
@@ -125,7 +125,7 @@ import Testing
 
   /// A helper process swaps `Library` with a symlink to outside while this process opens the container again
   /// and again (each open makes the layout): every open succeeds or fails clearly, and nothing is made outside.
-  @Test func layoutNeverReachesOutsideWhileSwapped() throws {
+  @Test func layoutNeverReachesOutsideWhileSwapped() async throws {
     let root = try TestRoot()
     let container = try root.container(Self.group)
     let outside = root.path + "/outside"
@@ -133,7 +133,7 @@ import Testing
     try FileManager.default.createSymbolicLink(atPath: container.path + "/link", withDestinationPath: outside)
     let swapper = try Child(["swap", root.path, Self.group, "Library", "link"])
     defer { swapper.kill() }
-    swapper.waitForLine { $0 == "swapping" }
+    await swapper.line { $0 == "swapping" }
     var opened = 0
     var refused: [String: Int] = [:]
     for _ in 0..<5_000 {
@@ -149,7 +149,7 @@ import Testing
       }
     }
     swapper.kill()
-    _ = swapper.waitForExit()
+    _ = await swapper.exit()
     let escaped = try FileManager.default.subpathsOfDirectory(atPath: outside)
     #expect(escaped.isEmpty, "\(escaped.count) made outside: \(escaped.prefix(8))")
     #expect(Set(refused.keys).isSubset(of: ["escapes", "Library is a link"]), "unclear failures: \(refused)")

@@ -10,18 +10,18 @@ import Testing
 
 /// The suite's lock and journal live in shared mappings: what happens when their owners die or their files are
 /// damaged under them.
-@Suite(.timeLimit(.minutes(1))) struct DefaultsRobustnessTests {
+@Suite(.runSlot(.minutes(3))) struct DefaultsRobustnessTests {
   let group = "group.com.example.tests"
 
-  @Test func aProcessKilledHoldingTheLockNeverBlocksOthers() throws {
+  @Test func aProcessKilledHoldingTheLockNeverBlocksOthers() async throws {
     let root = try TestRoot()
     let defaults = try SharedDefaults(suiteName: "held", container: try root.container(group))
     try defaults.set(1, forKey: "before")
     let holder = try Child(["defaults-hold", root.path, group, "held"])
-    holder.waitForLine { $0 == "holding" }
+    await holder.line { $0 == "holding" }
     let write = BlockingWrite { try defaults.set(2, forKey: "after") }
     // While the holder lives, the write cannot go through. (No read here: it would wait for the pending write.)
-    Thread.sleep(forTimeInterval: 0.3)
+    try? await Task.sleep(for: .seconds(0.3))
     #expect(!write.finished)
     holder.kill(SIGKILL)
     guard try write.wait() else { return }
@@ -31,7 +31,7 @@ import Testing
 
   /// The lock word names its owner by pid, which means nothing in another pid namespace: a process registered in
   /// the container (its liveness flock held) is trusted to be alive whatever `/proc` says here.
-  @Test func anOwnerAliveByItsLivenessLockIsWaitedForEvenIfProcDoesNotKnowIt() throws {
+  @Test func anOwnerAliveByItsLivenessLockIsWaitedForEvenIfProcDoesNotKnowIt() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let defaults = try SharedDefaults(suiteName: "ns", container: container)
@@ -43,21 +43,21 @@ import Testing
     try held.lock(.shared)
     try setLockWord(UInt64(start) << 32 | UInt64(pid), suite: "ns", in: container)
     let write = BlockingWrite { try defaults.set(2, forKey: "b") }
-    Thread.sleep(forTimeInterval: 0.3)
+    try? await Task.sleep(for: .seconds(0.3))
     #expect(!write.finished, "the lock was taken from an owner whose liveness lock is held")
     held.close()  // the owner "dies"
     guard try write.wait() else { return }
     #expect(defaults.integer(forKey: "b") == 2)
   }
 
-  @Test func garbageInTheLockWordIsTakenOver() throws {
+  @Test func garbageInTheLockWordIsTakenOver() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let defaults = try SharedDefaults(suiteName: "garbage", container: container)
     try defaults.set(1, forKey: "a")
     // An outside write makes the lock word name a process that does not exist.
     try setLockWord(0x7856_3412_3FFF_FFFE, suite: "garbage", in: container)
-    let took = expectCompletes("a write behind a lock word naming no process") {
+    let took = await expectCompletes("a write behind a lock word naming no process") {
       try defaults.set(2, forKey: "b")
       return true
     }
@@ -65,7 +65,7 @@ import Testing
     #expect(defaults.integer(forKey: "a") == 1 && defaults.integer(forKey: "b") == 2)
   }
 
-  @Test func truncatingTheJournalUnderAnOpenSuiteLosesNothingAndNeverCrashes() throws {
+  @Test func truncatingTheJournalUnderAnOpenSuiteLosesNothingAndNeverCrashes() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let defaults = try SharedDefaults(suiteName: "cut", container: container)
@@ -76,7 +76,7 @@ import Testing
     try defaults.set(200, forKey: "k200")
     #expect((0...200).allSatisfy { defaults.integer(forKey: "k\($0)") == $0 })
     // Another instance (own mappings, as another process has) and the snapshot agree.
-    let other = try readInAnotherProcess(root.path, suite: "cut")
+    let other = try await readInAnotherProcess(root.path, suite: "cut")
     #expect((0...200).filter { (other["k\($0)"] as? NSNumber)?.intValue != $0 } == [])
     try defaults.synchronize()
     let plist = try Array(Data(contentsOf: container.preferencesURL.appendingPathComponent("cut.plist")))
@@ -85,7 +85,7 @@ import Testing
     #expect(names.contains { $0.hasPrefix("cut.journal.corrupt-") }, "\(names)")
   }
 
-  @Test func truncatingTheLockFileUnderAnOpenSuiteRecoversTheLastGoodState() throws {
+  @Test func truncatingTheLockFileUnderAnOpenSuiteRecoversTheLastGoodState() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let defaults = try SharedDefaults(suiteName: "cutlock", container: container)
@@ -93,12 +93,12 @@ import Testing
     #expect(truncate(container.preferencesURL.appendingPathComponent("cutlock.lock").path, 0) == 0)
     try defaults.set(50, forKey: "k50")
     #expect((0...50).allSatisfy { defaults.integer(forKey: "k\($0)") == $0 })
-    let other = try readInAnotherProcess(root.path, suite: "cutlock")
+    let other = try await readInAnotherProcess(root.path, suite: "cutlock")
     #expect((0...50).filter { (other["k\($0)"] as? NSNumber)?.intValue != $0 } == [])
   }
 
   @Test(.enabled(if: geteuid() == 0, "mounting a small tmpfs needs root"))
-  func aFullDiskIsAClearErrorAndLosesNothing() throws {
+  func aFullDiskIsAClearErrorAndLosesNothing() async throws {
     let root = try TestRoot()
     guard let mounted = try SmallDisk.mount(in: root, size: "1m", name: "small") else { return }
     defer { withExtendedLifetime(mounted) {} }  // unmounted when released: not before the test ends
@@ -123,7 +123,7 @@ import Testing
     #expect((0..<stored).allSatisfy { defaults.data(forKey: "k\($0)") == value })
     // Another process's view is intact too.
     let other = try Child(["defaults-keys", disk, group, "full"])
-    #expect(other.waitForExit() == 0)
+    #expect(await other.exit() == 0)
     #expect(Set(other.output) == Set((0..<stored).map { "k\($0) \(value.count)" } + ["end"]), "\(other.output)")
   }
 
@@ -159,10 +159,10 @@ import Testing
   }
 
   /// `groupctl defaults read --json`: the suite as a fresh process sees it.
-  private func readInAnotherProcess(_ root: String, suite: String) throws -> [String: Any] {
+  private func readInAnotherProcess(_ root: String, suite: String) async throws -> [String: Any] {
     let child = try Child(
       ["defaults", "read", group, "--suite", suite, "--json", "--root", root], executable: "groupctl")
-    #expect(child.waitForExit() == 0, "\(child.errors.withLock { $0 })")
+    #expect(await child.exit() == 0, "\(child.errors.text)")
     let json = Data(child.output.joined(separator: "\n").utf8)
     return try JSONSerialization.jsonObject(with: json) as? [String: Any] ?? [:]
   }
@@ -171,8 +171,8 @@ import Testing
 /// Sets skip catching up (the records they jump over are applied later): two store instances of one suite (each
 /// with its own state and mappings, as two processes have) interleave random writes; every read agrees with the
 /// commit order and an observer sees each key's values as one unbroken chain, in order, without going back.
-@Suite struct DefaultsInterleavingTests {
-  @Test func interleavedWritersAgreeWithCommitOrder() throws {
+@Suite(.runSlot(.minutes(10))) struct DefaultsInterleavingTests {
+  @Test func interleavedWritersAgreeWithCommitOrder() async throws {
     let root = try TestRoot()
     let alias = root.path + "/alias"
     try FileManager.default.createSymbolicLink(atPath: alias, withDestinationPath: root.path)
@@ -212,7 +212,7 @@ import Testing
     // Let the observer's queue drain: its last value per key must be the model's.
     let deadline = Date().addingTimeInterval(10)
     while Date() < deadline, seen.withLock({ s in model.keys.contains { s[$0]?.last != model[$0] } }) {
-      Thread.sleep(forTimeInterval: 0.01)
+      try? await Task.sleep(for: .seconds(0.01))
     }
     let chains = seen.withLock { $0 }
     for (key, values) in chains {

@@ -9,7 +9,7 @@ import TestSupport
 /// Mutants this suite catches: `Any` → value trying `as Bool` first (0.1.0: `NSNumber(value: 1)` stored `true`):
 /// `numbersKeepTheirKind`; `setPersistentDomain` as two commits (remove, then set): a reader in another process
 /// saw a mix or an empty suite (`setPersistentDomainIsOneCommitForReadersInAnotherProcess`).
-@Suite(.timeLimit(.minutes(1))) struct DefaultsSurfaceTests {
+@Suite(.runSlot(.minutes(3))) struct DefaultsSurfaceTests {
   @Test func numbersKeepTheirKind() throws {
     let root = try TestRoot()
     let defaults = try SharedDefaults(suiteName: "numbers", container: try root.container())

@@ -16,7 +16,7 @@ import Testing
 /// - a bare plist value stored as a string (`ValueSyntax.bare` not parsing): `oldStylePlistValues` fails.
 /// - `import` without removing the keys the file lacks: `importReplacesTheSuite` fails.
 /// - `rename` without removing the old key: `renameMovesTheValue` fails.
-@Suite(.timeLimit(.minutes(1))) struct GroupctlDefaultsParityTests {
+@Suite(.runSlot(.minutes(3))) struct GroupctlDefaultsParityTests {
   let group = "group.com.example.parity"
 
   /// `groupctl defaults <verb> <group> <rest…> --root <root>`, expected to succeed.

@@ -13,7 +13,7 @@ import TestSupport
 ///   the next process opened was `{}`: every key written since the last compaction was gone):
 ///   `anUnparsableOutsidePlistKeepsTheJournalsWrites` fails for each argument. (Since the plist became an export
 ///   that is never read as the state, the same test guards that an unusable export costs nothing.)
-@Suite(.timeLimit(.minutes(1))) struct OutsideSnapshotTests {
+@Suite(.runSlot(.minutes(3))) struct OutsideSnapshotTests {
   @Test(arguments: ["garbage", "fifo", "directory"])
   func anUnparsableOutsidePlistKeepsTheJournalsWrites(kind: String) async throws {
     let root = try TestRoot()
@@ -32,7 +32,7 @@ import TestSupport
     // A fresh process reads the suite: every acknowledged key is there.
     let reader = try Child(["defaults-keys", root.path, container.identifier, "outside"])
     #expect(await reader.exit() == 0)
-    #expect(reader.output == ["k0 8", "k1 8", "k2 8", "k3 8", "k4 8", "end"], "stderr: \(reader.errors.withLock { $0 })")
+    #expect(reader.output == ["k0 8", "k1 8", "k2 8", "k3 8", "k4 8", "end"], "stderr: \(reader.errors.text)")
     // When the export is next written, the outside file is moved aside (a file that does not parse may be
     // half-written: it is given `exportRetryDelay` first), and the plist holds the suite again.
     let defaults = try SharedDefaults(suiteName: "outside", container: container)

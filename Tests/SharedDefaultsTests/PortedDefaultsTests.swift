@@ -13,7 +13,7 @@ import FileCoordination
 /// Mutants this suite catches (each tried): a failed set not kept in `lastError`; a failed set not handed to
 /// `errorHandler`; `PropertyListValue.description` printing `integer(42)` for 42; the quoted string form not
 /// escaping `"`; `DefaultsChange.value(as:)` (so `integerValue` …) reading `oldValue`.
-@Suite(.timeLimit(.minutes(1))) struct PortedDefaultsTests {
+@Suite(.runSlot(.minutes(3))) struct PortedDefaultsTests {
   struct NotAPropertyList {}
   /// What the error handler was given: (error description, key).
   final class Calls: Sendable {

@@ -7,7 +7,7 @@ import TestSupport
 ///
 /// Mutant this suite catches: the writers timing only their sets (an update's 20 ms is missing from max_us and
 /// p999_us: `latenciesCoverEveryUpdateOfEveryWriter`).
-@Suite(.timeLimit(.minutes(2))) struct StressDefaultsTests {
+@Suite(.runSlot(.minutes(5))) struct StressDefaultsTests {
   /// The fields of the last line, by name.
   func fields(_ out: String) -> [String: String] {
     let last = out.split(separator: "\n").last.map(String.init) ?? ""

@@ -20,7 +20,7 @@ import Testing
 ///   index did not complete within 20 s");
 /// - dedup turned off (`keep` never sharing): `sharedLargeValuesAreStoredOnce` and
 ///   `sharedLargeValuesStaySharedThroughAMerge` (41,501,114 bytes instead of under 1 MiB).
-@Suite(.timeLimit(.minutes(3))) struct SuiteImageFormatTests {
+@Suite(.runSlot(.minutes(8))) struct SuiteImageFormatTests {
   typealias F = SuiteImageFormat
 
   func build(
@@ -349,7 +349,7 @@ import Testing
     }
   }
 
-  @Test func craftedEntriesThrow() throws {
+  @Test func craftedEntriesThrow() async throws {
     let (good, slot, entry, hash) = try oneKeyImage()
     let image = try SuiteImage(bytes: good)
     #expect(try image.value(forKey: "a") == .integer(7))
@@ -382,7 +382,7 @@ import Testing
         full = patched(full, F.headerBytes + 8 * s + 4, UInt64(entry))
       }
       let crafted = try SuiteImage(bytes: full)
-      let found = expectCompletes(within: 20, "a lookup in a full index") {
+      let found = await expectCompletes(within: 20, "a lookup in a full index") {
         try crafted.value(forKey: "b") == nil
       }
       #expect(found == true)

@@ -62,35 +62,31 @@ public final class FileServer: Sendable {
   private let lines = LineCollector()
   private let stderrText = SharedText()
   private let nextID = Mutex<Int>(0)
-  private let listeningPort = ListeningPort()
+  private let listeningPort = Latch<Int>()
 
   /// Starts the server and waits (at most `startupTimeout` seconds) until it listens.
   /// - Parameters:
   ///   - root: the directory `/files/<name>` serves.
   ///   - verbose: the server logs one line per request to stderr (`errors`).
   ///   - transport: plain HTTP (the default) or HTTPS.
-  public convenience init(
-    root: String? = nil, verbose: Bool = false, transport: Transport = .http, startupTimeout: Double = 20
-  ) throws {
-    try self.init(spawning: root, verbose: verbose, transport: transport)
-    let deadline = Date().addingTimeInterval(startupTimeout)
-    while listeningPort.value == nil {
-      try checkStartup(deadline: deadline, timeout: startupTimeout)
-      Thread.sleep(forTimeInterval: 0.005)
-    }
-  }
-
-  /// `init` for async tests: waits with `Task.sleep`, holding none of the test pool's few threads.
   public static func start(
-    root: String? = nil, verbose: Bool = false, transport: Transport = .http, startupTimeout: Double = 20
+    root: String? = nil, verbose: Bool = false, transport: Transport = .http, startupTimeout: Double = Wait.line
   ) async throws -> FileServer {
     let server = try FileServer(spawning: root, verbose: verbose, transport: transport)
-    let deadline = Date().addingTimeInterval(startupTimeout)
-    while server.listeningPort.value == nil {
-      try server.checkStartup(deadline: deadline, timeout: startupTimeout)
-      try await Task.sleep(for: .milliseconds(5))
+    // Resolved by the stdout reader: the port, or 0 when the output ended (the server exited) before it.
+    switch await server.listeningPort.wait(seconds: startupTimeout) {
+    case let port? where port > 0: return server
+    case _?:
+      _ = await server.process.exited(within: 10)
+      await server.process.output()
+      throw Failure(
+        description:
+          "gc-file-server exited (status \(server.process.terminationStatus)) before listening; stderr: \(server.errors)")
+    case nil:
+      server.kill()
+      throw Failure(
+        description: "gc-file-server did not print `listening <port>` within \(startupTimeout) s; stderr: \(server.errors)")
     }
-    return server
   }
 
   private init(spawning root: String?, verbose: Bool, transport: Transport) throws {
@@ -115,8 +111,11 @@ public final class FileServer: Sendable {
         input: stdin.read,
         output: .pipe { bytes in
           for line in lines.append(bytes) where line.hasPrefix("listening ") {
-            if let number = Int(line.dropFirst("listening ".count)) { port.value = number }
+            if let number = Int(line.dropFirst("listening ".count)) { port.resolve(number) }
           }
+        } end: {
+          lines.finish()
+          port.resolve(0)
         }, error: .pipe { [stderrText] in stderrText.append($0) })
     } catch {
       stdin.read.close()
@@ -128,23 +127,11 @@ public final class FileServer: Sendable {
     input = Mutex(stdin.write)
   }
 
-  private func checkStartup(deadline: Date, timeout: Double) throws {
-    if !process.isRunning {
-      process.waitForOutput()
-      throw Failure(
-        description: "gc-file-server exited (status \(process.terminationStatus)) before listening; stderr: \(errors)")
-    }
-    if Date() > deadline {
-      kill()
-      throw Failure(description: "gc-file-server did not print `listening <port>` within \(timeout) s; stderr: \(errors)")
-    }
-  }
-
   /// The port on 127.0.0.1 the server listens on.
   public var port: Int { listeningPort.value ?? 0 }
   public var pid: Int32 { process.processIdentifier }
   /// What the server wrote to stderr so far (its request log with `verbose`).
-  public var errors: String { stderrText.withLock { $0 } }
+  public var errors: String { stderrText.text }
 
   /// Closes our end of the server's stdin, once (a second close could hit a descriptor that reused the number).
   private func closeInput() {
@@ -160,8 +147,8 @@ public final class FileServer: Sendable {
   }
 
   /// The counts per request target (exactly as sent, query included) since start or `resetStats()`.
-  public func stats(timeout: Double = 20) throws -> [String: Stats] {
-    let reply = try command("stats", timeout: timeout)
+  public func stats(timeout: Double = Wait.line) async throws -> [String: Stats] {
+    let reply = try await command("stats", timeout: timeout)
     do {
       return try JSONDecoder().decode([String: Stats].self, from: Data(reply.utf8))
     } catch {
@@ -170,17 +157,17 @@ public final class FileServer: Sendable {
   }
 
   /// The counts of one target (zeros when it was never requested).
-  public func stats(for target: String, timeout: Double = 20) throws -> Stats {
-    try stats(timeout: timeout)[target] ?? Stats()
+  public func stats(for target: String, timeout: Double = Wait.line) async throws -> Stats {
+    try await stats(timeout: timeout)[target] ?? Stats()
   }
 
   /// Clears the counts and the per-target request numbers that `faults=K` and `etag=rotate` go by.
-  public func resetStats(timeout: Double = 20) throws {
-    _ = try command("reset", timeout: timeout)
+  public func resetStats(timeout: Double = Wait.line) async throws {
+    _ = try await command("reset", timeout: timeout)
   }
 
   /// Sends `<verb> <id>` on the server's stdin and returns what follows `<verb> <id> ` in its answer line.
-  private func command(_ verb: String, timeout: Double) throws -> String {
+  private func command(_ verb: String, timeout: Double) async throws -> String {
     let id = nextID.withLock { id in
       id += 1
       return id
@@ -194,14 +181,16 @@ public final class FileServer: Sendable {
     } catch {
       throw Failure(description: "cannot send `\(verb)` to gc-file-server (stopped? status \(status.map(String.init) ?? "running")): \(error)")
     }
-    let deadline = Date().addingTimeInterval(timeout)
-    while Date() < deadline {
-      if let line = lines.first(where: { $0 == prefix || $0.hasPrefix(prefix + " ") }) {
-        return String(line.dropFirst(prefix.count)).trimmingCharacters(in: .whitespaces)
+    let answer = Latch<String?>()
+    let reader = Task { [lines] in
+      for await line in lines.stream() where line == prefix || line.hasPrefix(prefix + " ") {
+        answer.resolve(String(line.dropFirst(prefix.count)).trimmingCharacters(in: .whitespaces))
+        return
       }
-      if !process.isRunning { break }
-      Thread.sleep(forTimeInterval: 0.002)
+      answer.resolve(nil)  // the server's output ended
     }
+    defer { reader.cancel() }
+    if case let reply?? = await answer.wait(seconds: timeout) { return reply }
     throw Failure(description: "gc-file-server did not answer `\(verb)` within \(timeout) s; stderr: \(errors)")
   }
 
@@ -211,18 +200,16 @@ public final class FileServer: Sendable {
   /// Closes the server's stdin and waits for it to exit (SIGKILL after `timeout` s); returns its exit status
   /// (0 when it stopped as asked).
   @discardableResult
-  public func stop(timeout: Double = 10) -> Int32 {
+  public func stop(timeout: Double = Wait.line) async -> Int32 {
     closeInput()
-    let deadline = Date().addingTimeInterval(timeout)
-    while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
-    if process.isRunning { kill() }
-    process.waitUntilExit()
+    if await !process.exited(within: timeout) { kill() }
     return process.terminationStatus
   }
 
+  /// Sends `signal`; for SIGKILL, returns once the server has been reaped.
   public func kill(_ signal: Int32 = SIGKILL) {
     process.signal(signal)
-    process.waitUntilExit()
+    if signal == SIGKILL { process.waitForReapAfterKill() }
   }
 
   deinit {
@@ -279,14 +266,12 @@ public final class ToolRun: Sendable {
   public var output: String { (try? String(contentsOf: outURL, encoding: .utf8)) ?? "" }
   public var errors: String { (try? String(contentsOf: errURL, encoding: .utf8)) ?? "" }
 
-  /// Waits (polling with `Task.sleep`) for the tool to exit and returns its status; nil, after killing it, when it
-  /// runs longer than `timeout` seconds (a hang detector, not a performance check).
-  public func exit(timeout: Double = 45) async -> Int32? {
-    let deadline = Date().addingTimeInterval(timeout)
-    while process.isRunning && Date() < deadline { try? await Task.sleep(for: .milliseconds(10)) }
-    if process.isRunning {
+  /// Waits for the tool to exit and returns its status; nil, after killing it, when it runs longer than `timeout`
+  /// seconds (a hang detector, not a performance check).
+  public func exit(timeout: Double = Wait.exit) async -> Int32? {
+    guard await process.exited(within: timeout) else {
       process.signal(SIGKILL)
-      process.waitUntilExit()
+      process.waitForReapAfterKill()
       return nil
     }
     return process.terminationStatus
@@ -299,11 +284,3 @@ public final class ToolRun: Sendable {
   }
 }
 
-/// The port the server said it listens on, set by the stdout reader thread.
-private final class ListeningPort: Sendable {
-  private let port = Mutex<Int?>(nil)
-  var value: Int? {
-    get { port.withLock { $0 } }
-    set { port.withLock { $0 = newValue } }
-  }
-}

@@ -18,7 +18,7 @@ import Testing
 /// - `Wakeup.signal` dropped when nobody waits (a request during `getTimeline` lost): `aRequestDuringAnUpdateIsNotLost`.
 /// - `TodayWidgetUpdates` without its update time-out: `aStuckUpdateFailsAndTheScheduleGoesOn`.
 /// - `OneAnswer` resuming twice: `aProviderAnsweringTwiceIsHeardOnce` traps.
-@Suite("Widget timelines and Today widgets across processes", .timeLimit(.minutes(1)))
+@Suite("Widget timelines and Today widgets across processes", .runSlot(.minutes(3)))
 struct WidgetKitTests {
   let root: TestRoot
   let container: GroupContainer

@@ -1,0 +1,185 @@
+import Foundation
+import Logging
+import Synchronization
+import Testing
+
+/// A test's turn to run, and its time limit counted from that turn.
+///
+/// Swift Testing starts every test at once, and its `.timeLimit` runs from that start: on two cores, tests that
+/// start processes or loop for seconds made others run out of time before they ran. A test or suite with
+/// `.runSlot(.minutes(2))` waits for one of `RunSlots.width` slots, then has its limit; the wait does not count.
+/// The limit catches hangs only: size it for the test's work on a machine kept busy by other programs (`make
+/// test-under-load`).
+///
+/// The slot also captures what the library logs during the test (swift-log, in this process) and prints it only
+/// when the test records an issue.
+public struct RunSlot: TestTrait, SuiteTrait, TestScoping {
+  public let limit: Duration
+
+  public var isRecursive: Bool { true }
+
+  public func scopeProvider(for test: Test, testCase: Test.Case?) -> RunSlot? {
+    // Suites get nothing of their own: each test case of theirs takes a slot.
+    testCase == nil ? nil : self
+  }
+
+  public func provideScope(
+    for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
+  ) async throws {
+    // A suite's trait and the test's own: the outermost takes the slot and gives the test the longest limit
+    // among them (a test that says it needs longer than its suite gets it).
+    if RunSlots.held != nil { return try await function() }
+    let limit = test.traits.compactMap { ($0 as? RunSlot)?.limit }.max() ?? limit
+    await RunSlots.shared.acquire()
+    defer { RunSlots.shared.release() }
+    let log = CapturedLog()
+    let failed = Atomic(false)
+    let noteFailure = IssueHandlingTrait.compactMapIssues { issue in
+      failed.store(true, ordering: .relaxed)
+      return issue
+    }
+    try await RunSlots.$held.withValue(Held(limit: limit, log: log)) {
+      try await noteFailure.provideScope(for: test, testCase: testCase) {
+        try await withLimit(limit, test: test, function)
+      }
+    }
+    if failed.load(ordering: .relaxed) { log.print(for: test) }
+  }
+
+  struct Held: Sendable {
+    var limit: Duration
+    var log: CapturedLog
+  }
+}
+
+extension Trait where Self == RunSlot {
+  /// Runs the test (each test of the suite) in one of `RunSlots.width` slots, with `limit` counted from when it
+  /// gets one.
+  public static func runSlot(_ limit: Duration) -> RunSlot { RunSlot(limit: limit) }
+}
+
+/// Runs `function`; when it has not returned within `limit`, records the hang and cancels it (every wait of the
+/// tests ends on cancellation).
+private func withLimit(
+  _ limit: Duration, test: Test, _ function: @Sendable () async throws -> Void
+) async throws {
+  try await withoutActuallyEscaping(function) { function in
+    try await withThrowingTaskGroup(of: Bool.self) { group in
+      group.addTask {
+        try await function()
+        return true
+      }
+      group.addTask {
+        try await Task.sleep(for: limit)
+        return false
+      }
+      defer { group.cancelAll() }
+      while let finished = try await group.next() {
+        if finished { return }
+        Issue.record("'\(test.name)' did not finish within \(limit) of getting its run slot (a hang)")
+        group.cancelAll()
+      }
+    }
+  }
+}
+
+/// The run slots of the test process: at most `width` tests run at a time.
+public final class RunSlots: Sendable {
+  /// Twice the processors, at least 4: tests mostly wait on child processes, so a few more than the cores keep
+  /// them busy without making every test's wall time the whole run's.
+  public static let width = max(4, 2 * ProcessInfo.processInfo.activeProcessorCount)
+  static let shared = RunSlots()
+
+  @TaskLocal static var held: RunSlot.Held?
+
+  private struct State {
+    var free = RunSlots.width
+    var waiting: [CheckedContinuation<Void, Never>] = []
+  }
+  private let state = Mutex(State())
+
+  private init() {
+    CapturedLog.bootstrapOnce
+  }
+
+  func acquire() async {
+    await withCheckedContinuation { continuation in
+      let now = state.withLock { s -> Bool in
+        if s.free > 0 {
+          s.free -= 1
+          return true
+        }
+        s.waiting.append(continuation)
+        return false
+      }
+      if now { continuation.resume() }
+    }
+  }
+
+  func release() {
+    let next = state.withLock { s -> CheckedContinuation<Void, Never>? in
+      if s.waiting.isEmpty {
+        s.free += 1
+        return nil
+      }
+      return s.waiting.removeFirst()
+    }
+    next?.resume()
+  }
+}
+
+/// What the library logged (swift-log) during one test, kept in memory and printed only if the test fails. Messages
+/// logged on the library's own threads belong to no test: the last of them are kept process-wide and printed with
+/// a failure too, marked as such.
+final class CapturedLog: Sendable {
+  private let lines = Mutex<[String]>([])
+  private static let limit = 400
+  /// Messages from threads outside any test's task (the library's watcher, sweepers, timers).
+  static let unattributed = CapturedLog()
+
+  /// Makes every logger of the test process write here (once; the first test's slot does it).
+  static let bootstrapOnce: Void = {
+    LoggingSystem.bootstrap { label in CapturingLogHandler(label: label) }
+  }()
+
+  func append(_ line: String) {
+    lines.withLock {
+      $0.append(line)
+      if $0.count > Self.limit { $0.removeFirst($0.count - Self.limit) }
+    }
+  }
+
+  func print(for test: Test) {
+    let own = lines.withLock { $0 }
+    let other = Self.unattributed.lines.withLock { $0.suffix(60) }
+    var text = "--- library log of '\(test.name)' (\(own.count) lines) ---\n"
+    for line in own { text += line + "\n" }
+    if !other.isEmpty {
+      text += "--- the last \(other.count) lines the library logged outside any test's task ---\n"
+      for line in other { text += line + "\n" }
+    }
+    FileHandle.standardError.write(Data(text.utf8))
+  }
+}
+
+/// Sends each message to the running test's `CapturedLog` (or the unattributed one).
+struct CapturingLogHandler: LogHandler {
+  let label: String
+  var logLevel: Logger.Level = .info
+  var metadata: Logger.Metadata = [:]
+
+  subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+    get { metadata[key] }
+    set { metadata[key] = newValue }
+  }
+
+  func log(event: LogEvent) {
+    let line = "\(Date()) \(event.level) \(label): \(event.message)"
+    (RunSlots.held?.log ?? CapturedLog.unattributed).append(line)
+  }
+}
+
+extension Duration {
+  /// `n` minutes (as `TimeLimitTrait.Duration.minutes` reads).
+  public static func minutes(_ n: Int) -> Duration { .seconds(n * 60) }
+}
