@@ -19,6 +19,10 @@ import Testing
 /// - the low-disk-space handler watching another directory (`lowDiskSpaceTrimsTheDiskTier` times out).
 @Suite(.runSlot(.minutes(3)))
 struct ImageCachePressureTests {
+  // Children measure their resident size: with this glibc threshold the chunks they release are mmapped and
+  // leave the process when freed (inherited by every child this suite starts; it runs in a process of its own).
+  init() { _ = mmapThresholdForChildren }
+
   static func numbers(_ line: String) -> [Int] {
     line.split(whereSeparator: { $0 == " " || $0 == "=" }).compactMap { Int($0) }
   }

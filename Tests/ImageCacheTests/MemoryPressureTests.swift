@@ -24,6 +24,10 @@ import Testing
 /// - a defaults suite that drops its values without marking them for a reload (`generation` left as it was):
 ///   `anIdleDefaultsSuiteDropsWhatItCanReadAgain` reads nothing back.
 @Suite(.runSlot(.minutes(3))) struct MemoryPressureTests {
+  // Children measure their resident size: with this glibc threshold the chunks they release are mmapped and
+  // leave the process when freed (inherited by every child this suite starts; it runs in a process of its own).
+  init() { _ = mmapThresholdForChildren }
+
   static let group = "group.com.example.pressure"
   static let second: UInt64 = 1_000_000_000
   /// The dwell of the monitors that delivery tests make: a simulated level stays until they set another.
@@ -370,3 +374,6 @@ struct MemoryCgroupFixture {
     }
   }
 }
+
+/// Set once, before the pressure suites' first child starts (see the suites' `init`).
+let mmapThresholdForChildren: Void = { setenv("MALLOC_MMAP_THRESHOLD_", "16384", 1) }()

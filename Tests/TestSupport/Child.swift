@@ -116,6 +116,8 @@ public final class SpawnedProcess: Sendable {
   public var processIdentifier: Int32 { child.pid }
   private let child: ProcessSpawn.Reaped
   private let ended = Latch<ProcessSpawn.Termination>()
+  /// Left by the reaper thread: a thread may block on it (never on a task, which needs the test pool's threads).
+  private let reaped = DispatchGroup()
   private let readers: [Latch<Void>]
 
   /// Starts `executable` (an absolute path) with stdin from `input` (nil: /dev/null).
@@ -136,14 +138,20 @@ public final class SpawnedProcess: Sendable {
         return write
       }
     }
-    let ended = ended
+    let ended = ended, reaped = reaped
+    reaped.enter()
     do {
       let out = try childEnd(output, standard: 1)
       let err = try childEnd(error, standard: 2)
       child = try ProcessSpawn.Reaped(
         executable: executable, arguments: arguments, environment: environment, input: input, output: out,
-        error: err, onExit: { ended.resolve($0) })
+        error: err,
+        onExit: {
+          ended.resolve($0)
+          reaped.leave()
+        })
     } catch {
+      reaped.leave()
       for fd in parentEnds { fd.close() }
       for (fd, _, _) in readEnds { fd.close() }
       throw error
@@ -191,12 +199,7 @@ public final class SpawnedProcess: Sendable {
 
   /// Blocks until a child sent SIGKILL has been reaped (bounded: a stuck reap is reported by the caller's checks).
   func waitForReapAfterKill() {
-    let reaped = DispatchSemaphore(value: 0)
-    Task { [ended] in
-      _ = await ended.wait(seconds: 30)
-      reaped.signal()
-    }
-    reaped.wait()
+    _ = reaped.wait(timeout: .now() + 30)
   }
 
   deinit {
