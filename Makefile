@@ -20,14 +20,15 @@ build: deps
 	$(SWIFT) build
 
 # Each run gets its own temp directory (TMPDIR: every test root, tool output and child lives there), removed at the
-# end; a process of the run still alive afterwards fails the run (and is killed). The memory-pressure suites run in
+# end (0711: the group-trust tests run as other users beneath it); a process of the run still alive afterwards fails
+# the run (and is killed). The memory-pressure suites run in
 # a process of their own: the rest of the suite's memory use makes the system-wide PSI warning fire inside their
 # cgroup scenarios.
 PRESSURE_SUITES = ImageCachePressureTests|MemoryPressureTests
 test: deps
 	$(SWIFT) build --build-tests
 	$(MAKE) doc-check
-	@run=$$(mktemp -d /tmp/gc-test-run.XXXXXX); status=0; \
+	@run=$$(mktemp -d /tmp/gc-test-run.XXXXXX); chmod 0711 "$$run"; status=0; \
 	  TMPDIR=$$run $(SWIFT) test --skip-build --disable-xctest --skip '$(PRESSURE_SUITES)' || status=1; \
 	  TMPDIR=$$run $(SWIFT) test --skip-build --disable-xctest --filter '$(PRESSURE_SUITES)' || status=1; \
 	  bash scripts/test-leftovers.sh "$$run" || status=1; \

@@ -55,6 +55,13 @@ package struct SharedMemoryLock: @unchecked Sendable {  // the word is shared me
     return lockContended()
   }
 
+  /// Takes the lock only when nobody holds it (one atomic instruction, no wait); nil when another process does,
+  /// alive or not (a caller that must not wait leaves the takeover of a dead owner's lock to one that may).
+  package func tryLock() -> Acquired? {
+    counters.atomic(index).compareExchange(expected: 0, desired: Self.me, ordering: .acquiring).exchanged
+      ? .normally : nil
+  }
+
   package func unlock() {
     let previous = counters.atomic(index).exchange(0, ordering: .releasing)
     if previous & Self.waitingBit != 0 { _ = gc_futex_wake(counters.futexWord(index), 1) }

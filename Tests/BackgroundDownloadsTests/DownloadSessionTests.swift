@@ -167,7 +167,7 @@ struct DownloadSessionTests {
     #expect(await second.exit() == 3)
     #expect(first.process.isRunning)
     // SIGTERM ends the first cleanly.
-    first.kill(SIGTERM)
+    await first.stop(SIGTERM)
     #expect(first.process.terminationStatus == 0)
     #expect(!store.isHeld(DownloadStore.agentLockPath))
   }

@@ -202,7 +202,7 @@ import Testing
     #expect(list.out.isEmpty, "a refused start created a task: \(list)")
     let events = try await groupctl(["events", group, "app"], root)
     #expect(events.status == 1 && events.err.contains("pid \(holder.pid)"), "\(events)")
-    holder.kill(SIGINT)
+    await holder.stop(SIGINT)
     let after = try await groupctl(["start", group, "http://127.0.0.1:1/a", "--session", "app"], root)
     #expect(after.status == 0, "the session stayed taken after its holder ended: \(after)")
   }
@@ -330,7 +330,7 @@ import Testing
       status: TaskStatus(phase: .completed, eventsQueued: true, finished: Self.now), events: [.finished])
     store.updates.post()  // as the agent does after queuing
     await follower.line { $0.contains("\(id).finished") }
-    follower.kill(SIGINT)
+    await follower.stop(SIGINT)
     #expect(follower.process.terminationStatus == 0, "\(follower.errors.text)")
     #expect(store.queuedEvents("app").isEmpty)
   }

@@ -78,7 +78,7 @@ import Testing
     }
     try? await Task.sleep(for: .seconds(0.3))
     #expect(presenter.output.compactMap(Self.event).filter { $0 == "save" }.count == 2)
-    presenter.kill(SIGTERM)
+    await presenter.stop(SIGTERM)
   }
 
   /// A presenter that fails to save fails the access (its answer travels as an ack file with the error), and the

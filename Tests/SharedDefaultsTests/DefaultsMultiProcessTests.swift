@@ -43,7 +43,7 @@ import Testing
       if heard.count >= 3 { break }
       try? await Task.sleep(for: .microseconds(20_000))
     }
-    watch.kill(SIGTERM)
+    await watch.stop(SIGTERM)
     #expect(heard.count == 3, "\(heard)")
     #expect(heard.first?.contains("\"old\":null,\"new\":1,") == true, "\(heard)")
     for (i, line) in heard.enumerated() where i > 0 {
@@ -105,7 +105,7 @@ import Testing
     Glibc.kill(watch.pid, SIGCONT)
     #expect(status == 0, "\(second.errors.text)")
     let lines = await heard(2)
-    watch.kill(SIGTERM)
+    await watch.stop(SIGTERM)
     #expect(lines.count == 2, "\(lines)")
     #expect(lines.last?.contains("\"old\":1,\"new\":2") == true, "\(lines)")
     withExtendedLifetime(container) {}
@@ -120,7 +120,7 @@ import Testing
       // 40 KB values: a compaction every ~26 writes, so kills also land inside compactions.
       let writer = try Child(["defaults-set", root.path, group, "killed", "100000", "40000"])
       await writer.line { $0.hasPrefix("ack") }
-      try? await Task.sleep(for: .microseconds(UInt32(2_000 + rng.next()) % 60_000))
+      try? await Task.sleep(for: .microseconds(2_000 + rng.next() % 60_000))
       writer.kill(SIGKILL)
       let acks = writer.output.compactMap { $0.hasPrefix("ack ") ? Int($0.dropFirst(4)) : nil }
       acknowledged = max(acknowledged, acks.max() ?? -1)

@@ -89,6 +89,15 @@ public final class Child: Sendable {
     return process.terminationStatus
   }
 
+  /// Sends `signal` (a request to end: SIGTERM, SIGINT) and waits for the child to exit, as `exit` does.
+  @discardableResult
+  public func stop(
+    _ signal: Int32 = SIGTERM, timeout: Double = Wait.exit, sourceLocation: SourceLocation = #_sourceLocation
+  ) async -> Int32? {
+    process.signal(signal)
+    return await exit(timeout: timeout, sourceLocation: sourceLocation)
+  }
+
   /// Sends `signal` and, for SIGKILL, returns once the child has been reaped (a killed process ends at once; this
   /// blocks for that moment only).
   public func kill(_ signal: Int32 = SIGKILL) {
