@@ -255,7 +255,7 @@ import Testing
       try await groupctl(["start", group, server.url(target).absoluteString, "--to", "Documents/s.bin"], root,
         environment: [:]).out.first)
     // Cancel once the transfer is under way (the server has counted the request).
-    let deadline = Date().addingTimeInterval(30)
+    let deadline = Date().addingTimeInterval(Wait.condition)
     while await (try? server.stats(for: target).requests) ?? 0 == 0, Date() < deadline { try await Task.sleep(for: .milliseconds(50)) }
     let cancel = try await groupctl(["cancel", group, id], root, environment: [:])
     #expect(cancel.status == 0, "\(cancel)")
@@ -391,7 +391,7 @@ import Testing
       ["-qfec", "\(groupctl) downloads watch \(group) --until-done --root \(root.path)", typescript],
       executable: script, environment: Self.noAgent)
     let shown = { (try? String(contentsOfFile: typescript, encoding: .utf8)) ?? "" }
-    let deadline = Date().addingTimeInterval(20)
+    let deadline = Date().addingTimeInterval(Wait.condition)
     while !shown().contains(" 50%"), Date() < deadline, watch.process.isRunning {
       try await Task.sleep(for: .milliseconds(20))
     }

@@ -10,7 +10,7 @@ import Testing
 
   func run(_ arguments: [String], stdin: String? = nil) async throws -> (status: Int32, out: String, err: String) {
     let run = try await runToEnd(
-      productsDirectory.appendingPathComponent("groupctl").path, arguments, input: stdin ?? "", timeout: 50)
+      productsDirectory.appendingPathComponent("groupctl").path, arguments, input: stdin ?? "")
     return (run.status ?? -1, run.output, run.errors)
   }
 

@@ -207,9 +207,9 @@ import Testing
     defer { cgroup.remove() }
     let child = try Child(["pressure-cgroup", root.path, Self.group, cgroup.name, "24"])
     // Moved once its monitor watches the test's cgroup: the monitor must follow the move.
-    await child.line(timeout: 20) { $0.hasPrefix("started") }
+    await child.line() { $0.hasPrefix("started") }
     try cgroup.add(pid: child.pid)
-    await child.line(timeout: 45) { $0 == "normal" || $0.hasPrefix("still") || $0.hasPrefix("no critical") }
+    await child.line() { $0 == "normal" || $0.hasPrefix("still") || $0.hasPrefix("no critical") }
     let status = await child.exit()
     let lines = child.output
     #expect(status == 0, "\(lines)")
@@ -234,7 +234,7 @@ import Testing
     let root = try TestRoot()
     _ = try root.container(Self.group)
     let child = try Child(["pressure-budget", root.path, Self.group, "32"])
-    let line = await child.line(timeout: 40) { $0.hasPrefix("handler ") || $0.hasPrefix("no warning") }
+    let line = await child.line() { $0.hasPrefix("handler ") || $0.hasPrefix("no warning") }
     #expect(await child.exit() == 0, "\(child.output)")
     #expect(line?.hasPrefix("handler warning footprint ") == true, "\(child.output)")
     if let numbers = line.map(Self.numbers), numbers.count == 2 {
