@@ -29,8 +29,10 @@ test: deps
 	$(SWIFT) build --build-tests
 	$(MAKE) doc-check
 	@run=$$(mktemp -d /tmp/gc-test-run.XXXXXX); chmod 0711 "$$run"; status=0; \
-	  TMPDIR=$$run $(SWIFT) test --skip-build --disable-xctest --skip '$(PRESSURE_SUITES)' || status=1; \
-	  TMPDIR=$$run $(SWIFT) test --skip-build --disable-xctest --filter '$(PRESSURE_SUITES)' || status=1; \
+	  export TMPDIR=$$run GC_TEST_TIMES=$$run/times; \
+	  $(SWIFT) test --skip-build --disable-xctest --skip '$(PRESSURE_SUITES)' || status=1; \
+	  $(SWIFT) test --skip-build --disable-xctest --filter '$(PRESSURE_SUITES)' || status=1; \
+	  echo "slowest tests (seconds in their run slot):"; sort -rn $$run/times 2>/dev/null | head -10 | sed 's/^/  /'; \
 	  bash scripts/test-leftovers.sh "$$run" || status=1; \
 	  exit $$status
 
@@ -43,7 +45,7 @@ test-under-load: deps
 	  trap 'kill $$pids 2>/dev/null' EXIT; status=0; \
 	  for n in $$(seq 1 $(LOAD_RUNS)); do \
 	    start=$$(date +%s); $(MAKE) --no-print-directory test > /tmp/gc-test-under-load.$$n.log 2>&1 || status=1; \
-	    echo "run $$n: $$(tail -3 /tmp/gc-test-under-load.$$n.log | grep -o 'passed after.*\|failed after.*' | tail -1) \
+	    echo "run $$n: $$(grep -o 'Test run with.*' /tmp/gc-test-under-load.$$n.log | tr '\n' ';') \
 	      wall $$(( $$(date +%s) - start )) s, load $$(cut -d' ' -f1-3 /proc/loadavg)"; \
 	  done; exit $$status
 

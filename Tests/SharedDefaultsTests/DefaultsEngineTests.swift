@@ -695,7 +695,7 @@ import TestSupport
 /// Mutant this suite catches: stores kept for the life of the process (0.1.0): the 2,049th suite fails to map
 /// (guard slots gone) and descriptors grow by two per suite.
 @Suite(.runSlot(.minutes(8))) struct DefaultsManySuitesTests {
-  @Test func aProcessOpensThousandsOfSuitesOneAfterAnother() throws {
+  @Test func aProcessOpensThousandsOfSuitesOneAfterAnother() async throws {
     let root = try TestRoot()
     let container = try root.container()
     func descriptors() -> Int { (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? 0 }
@@ -705,8 +705,11 @@ import TestSupport
       try defaults.set(i, forKey: "i")
     }
     // Kept stores would hold two descriptors each (4,200); tests running beside this one in the process open
-    // some of their own meanwhile, so the bound leaves room for them.
-    #expect(descriptors() - before < 1_000, "\(descriptors() - before) more descriptors after 2,100 suites")
+    // some of their own meanwhile, so the bound leaves room for them. Unused stores are released in the background,
+    // which a loaded machine runs late: the bound has to hold once it has caught up.
+    #expect(
+      await eventually { descriptors() - before < 1_000 },
+      "\(descriptors() - before) more descriptors after 2,100 suites")
     for i in stride(from: 0, to: 2_100, by: 211) {
       #expect(try SharedDefaults(suiteName: "many\(i)", container: container).integer(forKey: "i") == i)
     }
