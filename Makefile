@@ -1,7 +1,7 @@
 # The two commands of the README: `make demo` and `make test`. `make bench` runs the benchmarks.
 SWIFT ?= swift
 
-.PHONY: deps build test doc-check demo bench fuzz
+.PHONY: deps build test test-under-load doc-check demo bench fuzz
 
 # libinotifytools (Debian: libinotifytools0-dev) is the one system library the package's libraries link; libpng and
 # libjpeg-turbo (libpng-dev, libjpeg62-turbo-dev) decode the video widget example's thumbnails; curl and tmux are
@@ -19,35 +19,35 @@ deps:
 build: deps
 	$(SWIFT) build
 
-# The main test process runs at most 4 tests at a time (SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH, read by
-# Swift Testing 6.3).
-# Unbounded, Swift Testing starts every test at once and each test's time limit runs from its start; the tests
-# share the cooperative pool, two threads on two cores, and long synchronous tests (PathSafetyTests'
-# 2 x 20,000 writes, the property-list fuzz loops) held both threads for about two minutes: ~110-180 tests that
-# had started, trivial ones too, exceeded their minute before they ran (the "stall" of agents and servers started
-# late; 148 s runs with 116-205 issues). With the width bounded, a test's clock starts when it gets a slot.
-# Two test processes: the memory-pressure suites run alone, unbounded. Their reason is not the stall: the whole
-# suite's load makes the system's PSI trigger fire, and a system warning landing in their cgroup scenario breaks
-# its expected sequence (aCacheInAMemoryLimitedCgroupGivesMemoryBack failed so in two of three single-process
-# runs). Bounded to 4 they failed 3 runs in 3 (a system warning reached aChildGrowingPastItsBudgetGetsAWarning,
-# one cgroup scenario's reclaim landing in the next test); unbounded, all at once, they passed 3 in 3.
-# MALLOC_MMAP_THRESHOLD_: Foundation's Process.run (tests that start their own Process) copies the whole 256-byte
-# d_name of each /proc/self/fd entry, reading past the end of glibc's DIR buffer; in a test process with over
-# ~1,360 descriptors the last entry of a full buffer sits at its end, and when the buffer ends at the edge of a
-# thread heap the read faults. With the threshold under the buffer's 32 KiB the buffer is mmapped with slack behind
-# it. The test process still reaches ~2,600 descriptors: the library keeps each container's coordination space
-# (5 descriptors) for the process's life, and the suite opens ~430 containers. Since then every child of the tests
-# and of the library starts with posix_spawn (`runToEnd`, `SpawnedProcess`, `ProcessSpawn.Reaped`): the crash still
-# came about one CI run in ten. The setting stays for the pressure suites' children, which inherit it (their
-# released chunks are mmapped, so freeing them lowers the resident size the tests measure).
-TEST_ENV = MALLOC_MMAP_THRESHOLD_=16384
+# Each run gets its own temp directory (TMPDIR: every test root, tool output and child lives there), removed at the
+# end (0711: the group-trust tests run as other users beneath it); a process of the run still alive afterwards fails
+# the run (and is killed). The memory-pressure suites run in
+# a process of their own: the rest of the suite's memory use makes the system-wide PSI warning fire inside their
+# cgroup scenarios.
 PRESSURE_SUITES = ImageCachePressureTests|MemoryPressureTests
 test: deps
 	$(SWIFT) build --build-tests
 	$(MAKE) doc-check
-	$(TEST_ENV) SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=4 $(SWIFT) test --skip-build --disable-xctest \
-	  --skip 'ImageCachePressureTests' --skip 'MemoryPressureTests'
-	$(TEST_ENV) $(SWIFT) test --skip-build --disable-xctest --filter '$(PRESSURE_SUITES)'
+	@run=$$(mktemp -d /tmp/gc-test-run.XXXXXX); chmod 0711 "$$run"; status=0; \
+	  export TMPDIR=$$run GC_TEST_TIMES=$$run/times; \
+	  $(SWIFT) test --skip-build --disable-xctest --skip '$(PRESSURE_SUITES)' || status=1; \
+	  $(SWIFT) test --skip-build --disable-xctest --filter '$(PRESSURE_SUITES)' || status=1; \
+	  echo "slowest tests (seconds in their run slot):"; sort -rn $$run/times 2>/dev/null | head -10 | sed 's/^/  /'; \
+	  bash scripts/test-leftovers.sh "$$run" || status=1; \
+	  exit $$status
+
+# `make test` while four CPU-bound processes keep the machine busy (started and stopped by pid here), as on a
+# laptop mid-build or a shared CI runner. LOAD_RUNS runs in a row (default 1).
+LOAD_RUNS ?= 1
+test-under-load: deps
+	$(SWIFT) build --build-tests
+	@pids=""; for i in 1 2 3 4; do yes > /dev/null & pids="$$pids $$!"; done; \
+	  trap 'kill $$pids 2>/dev/null' EXIT; status=0; \
+	  for n in $$(seq 1 $(LOAD_RUNS)); do \
+	    start=$$(date +%s); $(MAKE) --no-print-directory test > /tmp/gc-test-under-load.$$n.log 2>&1 || status=1; \
+	    echo "run $$n: $$(grep -o 'Test run with.*' /tmp/gc-test-under-load.$$n.log | tr '\n' ';') \
+	      wall $$(( $$(date +%s) - start )) s, load $$(cut -d' ' -f1-3 /proc/loadavg)"; \
+	  done; exit $$status
 
 # Every public declaration of the libraries has a doc comment (issue #12): the symbol graphs, then a checker that
 # lists the undocumented ones and fails above zero. A step of its own, outside `swift test`: a test running

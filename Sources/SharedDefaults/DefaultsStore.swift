@@ -234,21 +234,27 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   }
 
   /// A tool's file at the export's name, or written into a replaced export, that no process judged yet is judged
-  /// before this process's first read: a process started after a tool's edit reads it (running ones hear of it
-  /// through inotify).
+  /// before this process's first read when the suite's lock is free: a process started after a tool's edit reads it
+  /// (running ones hear of it through inotify). With the lock held elsewhere it is judged in the background.
   private func judgePendingEdit() {
     guard !readOnly else { return }
     let kept = hasKeptExports()
     guard kept || (try? exportState()) == .edited else { return }
     do {
-      try exclusively { s throws(SharedDefaultsError) in
-        try catchUpExclusively(&s)
-        if kept, let dir = try? root.openDirectory(Self.preferences) {
-          defer { dir.close() }
-          try applyKeptExports(in: dir, &s)
+      // Never waits for another process (a reader must not): with the lock taken, the background check judges it.
+      let judged = try writerGate.withLock { _ throws(SharedDefaultsError) -> Void? in
+        try withLockIfFree { () throws(SharedDefaultsError) -> Void in
+          try state.withLock { s throws(SharedDefaultsError) -> Void in
+            try catchUpExclusively(&s)
+            if kept, let dir = try? root.openDirectory(Self.preferences) {
+              defer { dir.close() }
+              try applyKeptExports(in: dir, &s)
+            }
+            if (try? exportState()) == .edited { _ = try judgeExportAtName(&s, durable: false) }
+          }
         }
-        if (try? exportState()) == .edited { _ = try judgeExportAtName(&s, durable: false) }
       }
+      if judged == nil { scheduleExportCheck() }
     } catch {
       Self.logger.error("suite '\(suite)': could not apply the outside change: \(error)")
     }
@@ -2313,8 +2319,20 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// Runs `body` holding the suite's lock (callers hold the writer gate, so one thread per process asks for it),
   /// then signals other processes' observers if the committed state changed.
   private func withLock<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
+    try locked(lock.lock(), body)
+  }
+
+  /// `withLock` when no other process holds the lock; nil, with nothing run, when one does (for work a reader may
+  /// do on its way but must never wait for).
+  private func withLockIfFree<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T? {
+    guard let acquired = lock.tryLock() else { return nil }
+    return try locked(acquired, body)
+  }
+
+  /// The rest of `withLock` once the lock is `acquired`.
+  private func locked<T, E: Error>(_ first: SharedMemoryLock.Acquired, _ body: () throws(E) -> T) throws(E) -> T {
+    var acquired = first
     while true {
-      let acquired = lock.lock()
       let faults = header.faultCount
       if faults == seenHeaderFaults.load(ordering: .relaxed) {
         if case .fromDeadOwner(let pid) = acquired {
@@ -2334,6 +2352,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
         headerLost.store(true, ordering: .relaxed)
         try? initializeHeaderLocked()
       }
+      acquired = lock.lock()
     }
     if header.load(Slot.journalInode) != journalInode.load(ordering: .relaxed) { followJournal() }
     let before = (header.load(Slot.generation), header.load(Slot.committed))

@@ -55,6 +55,21 @@ package struct SharedMemoryLock: @unchecked Sendable {  // the word is shared me
     return lockContended()
   }
 
+  /// Takes the lock without waiting: when it is free, or held by a process that is gone (taken over, as `lock()`
+  /// would after its wait); nil when a live process holds it.
+  package func tryLock() -> Acquired? {
+    let word = counters.atomic(index)
+    if word.compareExchange(expected: 0, desired: Self.me, ordering: .acquiring).exchanged { return .normally }
+    let owner = word.load(ordering: .relaxed)
+    // Taken over marked "waiting": others may sleep on it, and our unlock must wake them.
+    if owner != 0 && !isAlive(owner)
+      && word.compareExchange(expected: owner, desired: Self.me | Self.waitingBit, ordering: .acquiring).exchanged
+    {
+      return .fromDeadOwner(pid: Int32(truncatingIfNeeded: owner & Self.pidMask))
+    }
+    return nil
+  }
+
   package func unlock() {
     let previous = counters.atomic(index).exchange(0, ordering: .releasing)
     if previous & Self.waitingBit != 0 { _ = gc_futex_wake(counters.futexWord(index), 1) }

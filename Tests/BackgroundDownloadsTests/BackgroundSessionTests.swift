@@ -131,7 +131,7 @@ struct BackgroundSessionTests {
     try store.queue([EventRecord(sequence: 2, taskID: id, kind: .completed, error: .cancelled)], for: "s")
     let agent = try Child(
       ["--identifier", container.identifier, "--root", root.path, "--idle", "1.5"], executable: "gc-download-agent")
-    #expect(await agent.exit(timeout: 30) == 0)
+    #expect(await agent.exit() == 0)
     #expect(!FileManager.default.fileExists(atPath: root.path + "/ran"))
     #expect(agent.errors.text.contains("belongs to uid 65534, neither you (uid \(geteuid())) nor root"))
   }
@@ -250,7 +250,7 @@ struct BackgroundSessionTests {
     let maxRunning = await withCheckedContinuation { (done: CheckedContinuation<Int, Never>) in
       Thread.detachNewThread {
         var most = 0
-        let deadline = Date().addingTimeInterval(60)
+        let deadline = Date().addingTimeInterval(Wait.condition)
         while session.allTasks().contains(where: { $0.state != .completed }) && Date() < deadline {
           most = max(most, session.allTasks().filter { $0.state == .running }.count)
           usleep(5_000)  // a sampler thread's pace, not a wait

@@ -159,7 +159,7 @@ struct DownloadSessionTests {
     let arguments = ["--identifier", container.identifier, "--root", root.path, "--idle", "30"]
     let first = try Child(arguments, executable: "gc-download-agent")
     let store = try DownloadStore(container: container)
-    let deadline = Date().addingTimeInterval(45)
+    let deadline = Date().addingTimeInterval(Wait.condition)
     while !store.isHeld(DownloadStore.agentLockPath) && Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
     #expect(store.isHeld(DownloadStore.agentLockPath))
     #expect(store.holderPID(DownloadStore.agentLockPath) == first.process.processIdentifier)
@@ -167,7 +167,7 @@ struct DownloadSessionTests {
     #expect(await second.exit() == 3)
     #expect(first.process.isRunning)
     // SIGTERM ends the first cleanly.
-    first.kill(SIGTERM)
+    await first.stop(SIGTERM)
     #expect(first.process.terminationStatus == 0)
     #expect(!store.isHeld(DownloadStore.agentLockPath))
   }
@@ -178,15 +178,15 @@ struct DownloadSessionTests {
     let container = try root.container()
     let idle = try Child(
       ["--identifier", container.identifier, "--root", root.path, "--idle", "0.3"], executable: "gc-download-agent")
-    #expect(await idle.exit(timeout: 20) == 0)
+    #expect(await idle.exit() == 0)
     let root2 = try TestRoot()
     let container2 = try root2.container()
     let forever = try Child(
       ["--identifier", container2.identifier, "--root", root2.path, "--idle", "600"], executable: "gc-download-agent")
     let store = try DownloadStore(container: container2)
-    let deadline = Date().addingTimeInterval(45)
+    let deadline = Date().addingTimeInterval(Wait.condition)
     while !store.isHeld(DownloadStore.agentLockPath) && Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
     try FileManager.default.removeItem(at: container2.url)
-    #expect(await forever.exit(timeout: 20) == 0)
+    #expect(await forever.exit() == 0)
   }
 }

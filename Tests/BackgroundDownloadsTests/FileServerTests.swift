@@ -180,7 +180,7 @@ struct FileServerTests {
     #expect(after.bytes == get.bytes)
     // The server counts a body once its write completed, which may be just after the client has the bytes.
     var stats = try await server.stats()
-    let deadline = Date().addingTimeInterval(10)
+    let deadline = Date().addingTimeInterval(Wait.condition)
     while stats["/gen/4096?seed=2"]?.bodyBytes != 8192 && Date() < deadline {
       try await Task.sleep(for: .milliseconds(10))
       stats = try await server.stats()

@@ -17,7 +17,7 @@ import Testing
 /// Mutants this suite catches (OwnerOnlyWritable.problem, SystemLayer): without the owner check (`.replace`),
 /// without the link-count check (`.secondLinkToAsFile`), without the mode check (`.groupWritableThenEdited`); the
 /// registration written with the container's 0660 again (`anInPlaceEditIsDeniedAndAsAppIsRelaunched`).
-@Suite(.timeLimit(.minutes(3)), .enabled(if: GroupMembers.available, "needs root, setpriv, useradd and groupadd"))
+@Suite(.runSlot(.minutes(8)), .enabled(if: GroupMembers.available, "needs root, setpriv, useradd and groupadd"))
 struct GroupTrustRelaunchTests {
   struct World {
     let users: GroupMembers

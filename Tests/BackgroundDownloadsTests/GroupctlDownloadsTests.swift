@@ -202,7 +202,7 @@ import Testing
     #expect(list.out.isEmpty, "a refused start created a task: \(list)")
     let events = try await groupctl(["events", group, "app"], root)
     #expect(events.status == 1 && events.err.contains("pid \(holder.pid)"), "\(events)")
-    holder.kill(SIGINT)
+    await holder.stop(SIGINT)
     let after = try await groupctl(["start", group, "http://127.0.0.1:1/a", "--session", "app"], root)
     #expect(after.status == 0, "the session stayed taken after its holder ended: \(after)")
   }
@@ -255,7 +255,7 @@ import Testing
       try await groupctl(["start", group, server.url(target).absoluteString, "--to", "Documents/s.bin"], root,
         environment: [:]).out.first)
     // Cancel once the transfer is under way (the server has counted the request).
-    let deadline = Date().addingTimeInterval(30)
+    let deadline = Date().addingTimeInterval(Wait.condition)
     while await (try? server.stats(for: target).requests) ?? 0 == 0, Date() < deadline { try await Task.sleep(for: .milliseconds(50)) }
     let cancel = try await groupctl(["cancel", group, id], root, environment: [:])
     #expect(cancel.status == 0, "\(cancel)")
@@ -330,7 +330,7 @@ import Testing
       status: TaskStatus(phase: .completed, eventsQueued: true, finished: Self.now), events: [.finished])
     store.updates.post()  // as the agent does after queuing
     await follower.line { $0.contains("\(id).finished") }
-    follower.kill(SIGINT)
+    await follower.stop(SIGINT)
     #expect(follower.process.terminationStatus == 0, "\(follower.errors.text)")
     #expect(store.queuedEvents("app").isEmpty)
   }
@@ -391,7 +391,7 @@ import Testing
       ["-qfec", "\(groupctl) downloads watch \(group) --until-done --root \(root.path)", typescript],
       executable: script, environment: Self.noAgent)
     let shown = { (try? String(contentsOfFile: typescript, encoding: .utf8)) ?? "" }
-    let deadline = Date().addingTimeInterval(20)
+    let deadline = Date().addingTimeInterval(Wait.condition)
     while !shown().contains(" 50%"), Date() < deadline, watch.process.isRunning {
       try await Task.sleep(for: .milliseconds(20))
     }

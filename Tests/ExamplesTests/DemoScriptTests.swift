@@ -96,7 +96,7 @@ import Testing
         // A root left by an earlier run must not be used (its state made the check pass out of order).
         "GROUP_CONTAINER_ROOT": presetRoot,
       ])
-    let status = await run.finish(timeout: 160)
+    let status = await run.finish()
     let output = run.output
     #expect(status == 0, "\(output)")
     #expect(output.contains("demo: every step happened, in order"), "\(output)")
@@ -243,7 +243,7 @@ import Testing
     let server = "gc-demo-test-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
     func tmuxCommand(_ arguments: [String]) async throws -> (status: Int32?, output: String) {
       let run = try Run(tmux, ["-L", server] + arguments, environment: ["TMUX": ""])
-      return (await run.finish(timeout: 20), run.output)
+      return (await run.finish(), run.output)
     }
     #expect(try await tmuxCommand(["-f", "/dev/null", "new-session", "-d", "-s", "user", "-x", "160", "-y", "40"]).status == 0)
     defer {
@@ -294,7 +294,7 @@ import Testing
     #expect(border.contains("Ctrl-b o"), "the panes do not say how to switch: \(border)")
 
     _ = try await tmuxCommand(["send-keys", "-t", hostPane, "q"])
-    #expect(await demo.finish(timeout: 30) == 0, "\(demo.output)")
+    #expect(await demo.finish() == 0, "\(demo.output)")
     let after = try await tmuxCommand(["list-windows", "-t", "user", "-F", "#{window_name}"]).output
     #expect(!after.contains("simpletimer"), "the demo's window is still open: \(after)")
     let left = await Self.waitForNoSurvivors(pidFile)

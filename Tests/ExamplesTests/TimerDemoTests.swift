@@ -66,7 +66,7 @@ import Testing
     #expect(await widget.exit() == 0, "\(widget.output)")
     let container = try GroupContainer(identifier: SimpleTimer.groupIdentifier, root: root.url)
     let log = container.url.appendingPathComponent(".coordination/downloads/agent.log").path
-    let deadline = Date().addingTimeInterval(30)
+    let deadline = Date().addingTimeInterval(Wait.condition)
     var text = ""
     while Date() < deadline {
       text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""

@@ -37,13 +37,13 @@ import VideoWidgetKit
     ]
     try FileManager.default.createDirectory(atPath: root.path + "/containers", withIntermediateDirectories: true)
     let host = try Child(["video", "--headless"], executable: "host", environment: env)
-    await host.line(timeout: 40) { $0.hasPrefix("[host] images cached: ") }
+    await host.line() { $0.hasPrefix("[host] images cached: ") }
     #expect(
       host.output.contains("[host] images cached: 4 of 5 in the shared cache 'video-thumbnails'"), "\(host.output)")
     #expect(host.output.contains { $0.hasPrefix("[host] could not fetch lost-episode.jpg: HTTP 404") })
     let widget = try Child(["video", "--headless", "--interval", "0.3"], executable: "widget", environment: env)
-    await widget.line(timeout: 40) { $0.hasPrefix("[widget] peak memory after a full rotation") }
-    await host.line(timeout: 40) { $0.hasPrefix("[host] following the widget's download") }
+    await widget.line() { $0.hasPrefix("[widget] peak memory after a full rotation") }
+    await host.line() { $0.hasPrefix("[host] following the widget's download") }
     let container = try GroupContainer(
       identifier: SimpleTimer.groupIdentifier, root: URL(fileURLWithPath: root.path + "/containers"))
     try MemoryPressure.send(.warning, to: container)
@@ -102,7 +102,7 @@ import VideoWidgetKit
     let widget = try Child(
       ["video", "--headless", "--interval", "0.2"], executable: "widget",
       environment: ["GROUP_CONTAINER_ROOT": root.path])
-    let line = await widget.line(timeout: 40) { $0.hasPrefix("[widget] peak memory after a full rotation") }
+    let line = await widget.line() { $0.hasPrefix("[widget] peak memory after a full rotation") }
     let status = (try? String(contentsOfFile: "/proc/\(widget.pid)/status", encoding: .utf8)) ?? ""
     let peak = status.split(separator: "\n").first { $0.hasPrefix("VmHWM:") }
       .flatMap { $0.split(separator: " ").dropFirst().first }.flatMap { Int($0) }.map { $0 * 1024 }

@@ -25,14 +25,14 @@ import Testing
     }
     defer { for reader in readers { reader.kill() } }
     // Each reader must have seen many generations come and go: its reads really overlapped the replaces.
-    for reader in readers { await reader.line(timeout: 45) { $0 == "seen 20" } }
+    for reader in readers { await reader.line() { $0 == "seen 20" } }
     _ = FileManager.default.createFile(atPath: root.path + "/stop", contents: nil)
     for reader in readers {
-      let summary = await reader.line(timeout: 10) { $0.hasPrefix("reads ") }
+      let summary = await reader.line() { $0.hasPrefix("reads ") }
       let fields = (summary ?? "").split(separator: " ")
       #expect(fields.count >= 6 && fields[3] == "0", "a reader saw a partial document: \(summary ?? "no summary")")
       #expect(fields.count >= 6 && (Int(fields[5]) ?? 0) >= 20, "\(summary ?? "no summary")")
     }
-    #expect(await writer.line(timeout: 10) { $0.hasPrefix("done ") } != nil)
+    #expect(await writer.line() { $0.hasPrefix("done ") } != nil)
   }
 }

@@ -21,7 +21,7 @@ import Testing
 ///   (`.groupWritableThenEdited`);
 /// - registrations written with the container's 0660 again: B's in-place edit succeeds
 ///   (`anInPlaceEditIsDeniedToOtherMembers`, `aRegistrationIsWrittenOwnerOnlyWritable`).
-@Suite(.timeLimit(.minutes(3)), .enabled(if: GroupMembers.available, "needs root, setpriv, useradd and groupadd"))
+@Suite(.runSlot(.minutes(8)), .enabled(if: GroupMembers.available, "needs root, setpriv, useradd and groupadd"))
 struct GroupTrustTests {
   /// Which of A's deliveries starts the registered program.
   enum Delivery: String, CaseIterable, Sendable, CustomTestStringConvertible {
@@ -143,7 +143,7 @@ struct GroupTrustTests {
 }
 
 /// The rule itself, on statuses (every condition alone, and each named).
-@Suite struct OwnerOnlyWritableRuleTests {
+@Suite(.runSlot(.minutes(3))) struct OwnerOnlyWritableRuleTests {
   static func status(mode: mode_t = 0o640, links: UInt64 = 1, owner: UInt32 = 1000, kind: FileStatus.Kind = .regular)
     -> FileStatus
   {

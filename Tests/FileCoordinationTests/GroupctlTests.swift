@@ -10,7 +10,7 @@ import Testing
 
   func run(_ arguments: [String], stdin: String? = nil) async throws -> (status: Int32, out: String, err: String) {
     let run = try await runToEnd(
-      productsDirectory.appendingPathComponent("groupctl").path, arguments, input: stdin ?? "", timeout: 50)
+      productsDirectory.appendingPathComponent("groupctl").path, arguments, input: stdin ?? "")
     return (run.status ?? -1, run.output, run.errors)
   }
 
@@ -78,7 +78,7 @@ import Testing
     try Data("2".utf8).write(to: container.documentsURL.appendingPathComponent("j.txt"))
     let line = await presenter.line { $0.contains("\"coordinated\":false") }
     #expect(line?.contains("\"event\":\"didChange\"") == true)
-    presenter.kill(SIGINT)
+    await presenter.stop(SIGINT)
     #expect(presenter.process.terminationStatus == 0)
     // It unregistered on SIGINT.
     #expect(try container.status().presenters.isEmpty)
@@ -102,7 +102,7 @@ import Testing
     }
     #expect(
       events.filter { $0 != "ready" }.sorted() == ["didChange", "didChange", "reacquire", "reacquire"], "\(events)")
-    presenter.kill(SIGINT)
+    await presenter.stop(SIGINT)
   }
 
   /// Lines are written by hand (JSONSerialization was too slow for the handshake): any item name stays valid JSON.
@@ -125,8 +125,8 @@ import Testing
     let watch = try Child(["defaults", "watch", group, "--root", root.path], executable: "groupctl")
     await present.line { $0.contains("\"ready\"") }
     await watch.line { $0.contains("\"ready\"") }
-    present.kill(signal)
-    watch.kill(signal)
+    await present.stop(signal)
+    await watch.stop(signal)
     #expect(present.process.terminationStatus == 0 && present.process.terminationReason == .exit)
     #expect(watch.process.terminationStatus == 0 && watch.process.terminationReason == .exit)
     // The presenter removed its own registration on the way out (no liveness reaping needed).

@@ -46,8 +46,8 @@ import Testing
     try fifo(planted)
     let log = root.path + "/log"
     let child = try Child(["access", root.path, Self.group, "write", "Documents/b.txt", "1", "0", log])
-    await child.line(timeout: 20) { $0 == "done" }
-    #expect(await child.exit(timeout: 20) == 0)
+    await child.line() { $0 == "done" }
+    #expect(await child.exit() == 0)
     // Dropped: a FIFO is nobody's liveness lock.
     #expect(!FileManager.default.fileExists(atPath: planted))
   }
@@ -69,7 +69,7 @@ import Testing
       try FileCoordinator().coordinate(writingItemAt: url) { try container.write(Data("\(round)".utf8), to: $0) }
     }
     // Its watcher thread is not stuck: every coordinated write reached it.
-    await presenter.line(timeout: 20) { _ in
+    await presenter.line() { _ in
       presenter.output.filter { $0.hasPrefix("didChange coordinated") }.count == 3
     }
     #expect(presenter.output.filter { $0.hasPrefix("relinquishToWriter") }.count == 3)

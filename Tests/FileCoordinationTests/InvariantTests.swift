@@ -64,13 +64,13 @@ import Testing
       // One holder left: another process's write must still wait.
       writer = try Child(["access", root.path, group, "write", "Documents/shared.txt", "1", "0", log])
       // Room for a wrongly admitted writer to get in; the check below is on order, not on time.
-      let deadline = Date().addingTimeInterval(2)
+      let deadline = Date().addingTimeInterval(Wait.condition)
       while Date() < deadline, !((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("B ") {
         Thread.sleep(forTimeInterval: 0.01)
       }
       releasedAt = monotonicNow()
     }
-    #expect(await writer?.exit(timeout: 30) == 0)
+    #expect(await writer?.exit() == 0)
     let intervals = Interval.parse((try? String(contentsOfFile: log, encoding: .utf8)) ?? "")
     #expect(intervals.count == 1)
     #expect(

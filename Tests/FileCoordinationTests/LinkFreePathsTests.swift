@@ -63,7 +63,7 @@ import Testing
     /// process's inotify queue can keep it from answering for a while); with `writing`, each access writes it.
     func warm(_ relative: String, counted: KeyPath<LinkFreePaths.Counts, Int>, writing: Bool = false) async throws -> Bool {
       let before = space.linkFreePaths.counts[keyPath: counted]
-      let deadline = Date().addingTimeInterval(10)
+      let deadline = Date().addingTimeInterval(Wait.condition)
       var i = 0
       while Date() < deadline {
         try coordinator.coordinate(writingItemAt: url(relative)) { url in
@@ -86,7 +86,7 @@ import Testing
     /// Runs a one-shot helper (PathAttacks.swift) and waits for it.
     func attack(_ arguments: [String]) async {
       let child = try? Child([arguments[0], root.path, LinkFreePathsTests.group] + arguments.dropFirst())
-      #expect(await child?.exit(timeout: 20) == 0, "\(arguments): \(child?.errors.text ?? "")")
+      #expect(await child?.exit() == 0, "\(arguments): \(child?.errors.text ?? "")")
     }
 
     /// Whether an access to `relative` is refused as leading out of the container.

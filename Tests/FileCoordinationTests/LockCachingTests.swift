@@ -54,7 +54,7 @@ import Testing
   /// a sweeper woken by the revocation before it stops would give the locks back.
   static func stop(_ pid: Int32) async {
     kill(pid, SIGSTOP)
-    let deadline = Date().addingTimeInterval(20)
+    let deadline = Date().addingTimeInterval(Wait.condition)
     while Date() < deadline {
       let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
       let stopped = tasks.allSatisfy { task in
@@ -116,7 +116,7 @@ import Testing
     #expect(!FileManager.default.fileExists(atPath: container.documentsURL.path))
     // Documents' lock dropped by the revocation (the child's linger is ten minutes); the root's, which the delete
     // takes shared, stays.
-    #expect(await idle.line(timeout: 10) { $0 == "cached=." } != nil)
+    #expect(await idle.line() { $0 == "cached=." } != nil)
   }
 
   @Test func anAccessInFlightStillExcludesADeleteOfItsDirectory() async throws {
@@ -126,7 +126,7 @@ import Testing
     let go = root.path + "/go"
     let holder = try Child(["cache-hold", root.path, group, "Documents/b.txt", Self.longLinger, go])
     defer { holder.kill() }
-    guard await holder.line(timeout: 20, { $0 == "locked" }) != nil else { return }
+    guard await holder.line({ $0 == "locked" }) != nil else { return }
     let before = space.counters.load(LockRevocation.wakeCounter)
     let delete = Mutex<Result<UInt64, FileCoordinatorError>??>(nil)
     Task {
@@ -134,17 +134,17 @@ import Testing
       delete.withLock { $0 = outcome }
     }
     // The delete found the lock taken and revoked (the wake word moved): it now waits for the access.
-    let deadline = Date().addingTimeInterval(20)
+    let deadline = Date().addingTimeInterval(Wait.condition)
     while space.counters.load(LockRevocation.wakeCounter) == before && Date() < deadline {
       try? await Task.sleep(for: .seconds(0.002))
     }
     #expect(space.counters.load(LockRevocation.wakeCounter) != before, "the delete never revoked")
     #expect(delete.withLock { $0 == nil }, "the delete ran while an access below Documents was in flight")
     #expect(FileManager.default.createFile(atPath: go, contents: nil))
-    let released = await holder.line(timeout: 20) { $0.hasPrefix("released") }
+    let released = await holder.line() { $0.hasPrefix("released") }
     // Released during the revocation: Documents' lock may not stay cached (the child's linger is ten minutes).
     #expect(Self.cached(released)?.contains("Documents") == false, "kept during a revocation: \(released ?? "-")")
-    let waitUntil = Date().addingTimeInterval(45)
+    let waitUntil = Date().addingTimeInterval(Wait.condition)
     while delete.withLock({ $0 }) == nil && Date() < waitUntil { try? await Task.sleep(for: .seconds(0.005)) }
     guard case .success(let began)?? = delete.withLock({ $0 }) else {
       Issue.record("the delete should run once the access ended: \(String(describing: delete.withLock { $0 }))")
@@ -189,7 +189,7 @@ import Testing
       Issue.record("a stopped process with cached locks should block the delete: \(outcome); \(said)")
     }
     kill(cached.pid, SIGCONT)
-    #expect(await cached.line(timeout: 20) { $0 == "cached=." } != nil, "resumed, it should drop Documents' lock")
+    #expect(await cached.line() { $0 == "cached=." } != nil, "resumed, it should drop Documents' lock")
     guard case .success? = await Self.deleteDocuments(container, lockTimeout: .seconds(20)) else {
       Issue.record("the delete should succeed once the process ran again")
       return
@@ -198,7 +198,7 @@ import Testing
     try FileManager.default.createDirectory(at: container.documentsURL, withIntermediateDirectories: true)
     let lingered = try Child(["cache-idle", root.path, group, "Documents/e.txt", "100"])
     defer { lingered.kill() }
-    guard await lingered.line(timeout: 20, { $0 == "dropped" }) != nil else { return }
+    guard await lingered.line({ $0 == "dropped" }) != nil else { return }
     await Self.stop(lingered.pid)
     defer { kill(lingered.pid, SIGCONT) }
     let outcome = await Self.deleteDocuments(container, lockTimeout: .seconds(20))

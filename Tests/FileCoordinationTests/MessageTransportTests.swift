@@ -106,7 +106,7 @@ import Testing
 
   /// Waits until the presenter printed `count` reacquires (each write's last callback), then a little longer.
   private func waitForReacquires(_ presenter: Child, _ count: Int) async {
-    await presenter.line(timeout: 60) { _ in
+    await presenter.line() { _ in
       coordinatedEvents(presenter).filter { $0 == "reacquire" }.count >= count
     }
     try? await Task.sleep(for: .seconds(0.3))  // anything wrong that comes late (a callback twice, an uncoordinated one)

@@ -70,7 +70,7 @@ import Testing
       try container.contents(of: $0)
     }
     // Its relinquish line, then time for any save line printed with it to reach our pipe reader.
-    let deadline = Date().addingTimeInterval(10)
+    let deadline = Date().addingTimeInterval(Wait.condition)
     while presenter.output.compactMap(Self.event).filter({ $0 == "relinquishToReader" }).count < 2
       && Date() < deadline
     {
@@ -78,7 +78,7 @@ import Testing
     }
     try? await Task.sleep(for: .seconds(0.3))
     #expect(presenter.output.compactMap(Self.event).filter { $0 == "save" }.count == 2)
-    presenter.kill(SIGTERM)
+    await presenter.stop(SIGTERM)
   }
 
   /// A presenter that fails to save fails the access (its answer travels as an ack file with the error), and the
@@ -215,9 +215,9 @@ import Testing
     let a = try Child(["pair", root.path, group, "Documents/A", "Documents/B", "300"])
     let b = try Child(["pair", root.path, group, "Documents/B", "Documents/A", "300"])
     let c = try Child(["pair", root.path, group, "Documents/sub/C", "Documents/A", "150"])
-    #expect(await a.exit(timeout: 45) == 0)
-    #expect(await b.exit(timeout: 45) == 0)
-    #expect(await c.exit(timeout: 45) == 0)
+    #expect(await a.exit() == 0)
+    #expect(await b.exit() == 0)
+    #expect(await c.exit() == 0)
     #expect(a.output.last == "done 300" && b.output.last == "done 300")
   }
 

@@ -295,7 +295,7 @@ import Testing
     #expect(entered.withLock { $0 } == nil, "the NFD write ran while another process held the NFD item")
     let killed = monotonicNow()
     holder.kill()
-    let deadline = Date().addingTimeInterval(20)
+    let deadline = Date().addingTimeInterval(Wait.condition)
     while !done.withLock({ $0 }) && Date() < deadline { try? await Task.sleep(for: .seconds(0.01)) }
     let at = try #require(entered.withLock { $0 }, "the NFD write never ran after the holder died")
     #expect(at > killed)
@@ -393,7 +393,7 @@ import Testing
     killed.kill()
     // The next process to open the container sweeps what the dead writer left, and only that.
     let next = try Child(["access", root.path, group, "read", "Documents/x", "1", "0", root.path + "/log"])
-    #expect(await next.exit(timeout: 30) == 0)
+    #expect(await next.exit() == 0)
     #expect(!FileManager.default.fileExists(atPath: killedPath), "the dead writer's temp file was not swept")
     #expect(FileManager.default.fileExists(atPath: alivePath), "a live writer's temp file was swept")
   }
@@ -425,7 +425,7 @@ import Testing
     let records = try viaReal.status().presenters
     #expect(records.count == 2 && Set(records.map(\.id)).count == 2, "\(records)")
     let writer = try Child(["access", real, group, "write", "Documents/n.txt", "1", "0", root.path + "/log"])
-    #expect(await writer.exit(timeout: 30) == 0)
+    #expect(await writer.exit() == 0)
     #expect(await first.waitFor(["relinquishToWriter coordinated"]), "\(first.events)")
     #expect(await second.waitFor(["relinquishToWriter coordinated"]), "\(second.events)")
   }
@@ -450,7 +450,7 @@ import Testing
     let next = try Child([
       "access", root.path, PathSafetyTests.group, "read", "Documents/x", "1", "0", root.path + "/log",
     ])
-    #expect(await next.exit(timeout: 30) == 0)
+    #expect(await next.exit() == 0)
     #expect(!FileManager.default.fileExists(atPath: inbox), "the dead process's inbox was not reaped")
     #expect(FileManager.default.fileExists(atPath: outside + "/d/keep.txt"))
   }

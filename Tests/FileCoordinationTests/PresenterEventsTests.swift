@@ -25,7 +25,7 @@ import FileCoordination
 
   /// Polls `listedPresenters` until it is empty; false (the test then fails) if it never becomes so.
   func waitUntilNoPresenterIsListed(_ root: TestRoot) async throws -> Bool {
-    let deadline = Date().addingTimeInterval(20)
+    let deadline = Date().addingTimeInterval(Wait.condition)
     while Date() < deadline {
       if try await listedPresenters(root).isEmpty { return true }
       try? await Task.sleep(for: .seconds(0.05))

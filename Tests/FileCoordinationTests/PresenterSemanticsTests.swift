@@ -34,7 +34,7 @@ import Testing
   static func waitFor(
     _ event: String, _ n: Int, _ child: Child, sourceLocation: SourceLocation = #_sourceLocation
   ) async -> Bool {
-    let deadline = Date().addingTimeInterval(20)
+    let deadline = Date().addingTimeInterval(Wait.condition)
     while count(event, child) < n && Date() < deadline && child.process.isRunning {
       try? await Task.sleep(for: .seconds(0.01))
     }
@@ -233,7 +233,7 @@ import Testing
 
   /// Waits (at most 20 s) until `directory` has an entry starting with `prefix`.
   func waitForEntry(in directory: String, prefix: String) async -> Bool {
-    let deadline = Date().addingTimeInterval(20)
+    let deadline = Date().addingTimeInterval(Wait.condition)
     func found() -> Bool {
       ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).contains { $0.hasPrefix(prefix) }
     }

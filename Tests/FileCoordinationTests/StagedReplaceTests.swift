@@ -67,7 +67,7 @@ import Testing
     for text in ["one", "two", "three"] {
       let written = try await runToEnd(
         productsDirectory.appendingPathComponent("groupctl").path,
-        ["write", Self.group, "Documents/note.txt", "--root", root.path], input: text, timeout: 50)
+        ["write", Self.group, "Documents/note.txt", "--root", root.path], input: text)
       #expect(written.status == 0, "\(written.errors)")
       seen += events.drain()  // after each write: inotify merges an event with an identical one still queued
     }
@@ -120,7 +120,7 @@ import Testing
     }
     let written = try await runToEnd(
       productsDirectory.appendingPathComponent("groupctl").path,
-      ["write", Self.group, "Documents/planted.txt", "--root", root.path], input: "still written", timeout: 50)
+      ["write", Self.group, "Documents/planted.txt", "--root", root.path], input: "still written")
     #expect(written.status == 0, "\(written.errors)")
     #expect(try String(contentsOfFile: container.path + "/Documents/planted.txt", encoding: .utf8) == "still written")
     #expect(try FileManager.default.contentsOfDirectory(atPath: outside) == [])

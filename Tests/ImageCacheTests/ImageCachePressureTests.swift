@@ -19,6 +19,10 @@ import Testing
 /// - the low-disk-space handler watching another directory (`lowDiskSpaceTrimsTheDiskTier` times out).
 @Suite(.runSlot(.minutes(3)))
 struct ImageCachePressureTests {
+  // Children measure their resident size: with this glibc threshold the chunks they release are mmapped and
+  // leave the process when freed (inherited by every child this suite starts; it runs in a process of its own).
+  init() { _ = mmapThresholdForChildren }
+
   static func numbers(_ line: String) -> [Int] {
     line.split(whereSeparator: { $0 == " " || $0 == "=" }).compactMap { Int($0) }
   }
@@ -28,7 +32,7 @@ struct ImageCachePressureTests {
     let container = try root.container()
     let child = try Child(["cache-memory", root.path, container.identifier, "pressure", "200"])
     defer { child.kill() }
-    let filled = try #require(await child.line(timeout: 40) { $0.hasPrefix("filled") })
+    let filled = try #require(await child.line() { $0.hasPrefix("filled") })
     let (cost, limit) = (Self.numbers(filled)[0], Self.numbers(filled)[1])
     #expect(cost > limit / 2, "the tier must hold more than a warning keeps: \(filled)")
     let groupctl = productsDirectory.appendingPathComponent("groupctl").path
@@ -47,7 +51,7 @@ struct ImageCachePressureTests {
     defer { cgroup.remove() }
     let child = try Child(["cache-cgroup", root.path, container.identifier, "cgroup", cgroup.name])
     try cgroup.add(pid: child.pid)
-    #expect(await child.exit(timeout: 50) == 0, "\(child.output) \(child.errors.text)")
+    #expect(await child.exit() == 0, "\(child.output) \(child.errors.text)")
     let lines = child.output
     #expect(lines.contains("limit \(96 << 20)"), "\(lines)")
     let reports = lines.filter { $0.hasPrefix("report ") }
@@ -66,7 +70,7 @@ struct ImageCachePressureTests {
     let container = try root.container()
     // 200 MB of images offered to a process with a 32 MB budget (the example widget's).
     let child = try Child(["cache-budget", root.path, container.identifier, "budget", "32", "200"])
-    #expect(await child.exit(timeout: 55) == 0, "\(child.errors.text)")
+    #expect(await child.exit() == 0, "\(child.errors.text)")
     let line = try #require(child.output.first { $0.hasPrefix("peak=") })
     let (peak, budget, tier) = (Self.numbers(line)[0], Self.numbers(line)[1], Self.numbers(line)[2])
     #expect(tier == budget / 8, "the tier's limit derives from the budget: \(line)")
@@ -98,7 +102,7 @@ struct ImageCachePressureTests {
     let keep = container.documentsURL.appendingPathComponent("keep")
     try Data(repeating: 0x55, count: space.available - (512 << 10)).write(to: keep)
     #expect(MemoryPressure.isLow(try DiskSpace(of: container.documentsURL), wasLow: false))
-    let trimmed = await child.line(timeout: 30) { line in Self.numbers(line).first.map { $0 < 20 } ?? false }
+    let trimmed = await child.line() { line in Self.numbers(line).first.map { $0 < 20 } ?? false }
     #expect(trimmed != nil, "\(child.output)")
     #expect(FileManager.default.contents(atPath: keep.path)?.count == space.available - (512 << 10))
   }

@@ -101,7 +101,7 @@ struct SharedImageCacheCoherenceTests {
     try FileManager.default.removeItem(atPath: container.cachesURL.path)
     await watcher.line { $0 == "now nil" }
     // This process learns of it through its own inotify watch, as asynchronously: wait (bounded) for the miss.
-    let deadline = Date().addingTimeInterval(10)
+    let deadline = Date().addingTimeInterval(Wait.condition)
     while try await cache.image(forKey: "k") != nil, Date() < deadline { try await Task.sleep(for: .milliseconds(5)) }
     #expect(try await cache.image(forKey: "k") == nil)
     try await cache.store(TestPNG.make(width: 16, height: 4, seed: 44), forKey: "k")

@@ -146,7 +146,7 @@ struct SharedImageCacheTests {
     for index in 0..<30 {
       try await cache.store(TestPNG.make(width: 100, height: 100, seed: UInt64(index)), forKey: "k\(index)")
     }
-    let deadline = Date().addingTimeInterval(20)
+    let deadline = Date().addingTimeInterval(Wait.condition)
     while try cache.statistics().diskBytes > 200_000, Date() < deadline { try await Task.sleep(for: .milliseconds(10)) }
     #expect(try cache.statistics().diskBytes <= 200_000)
     // An explicit expiry.
@@ -389,7 +389,7 @@ struct SharedImageCacheTests {
     let child = try Child(
       ["cache-trim-race", root.path, container.identifier, "race", pauses] + (replace ? ["replace"] : []),
       environment: ["GROUPCONTAINER_PAUSE_POINT": "imagecache.trim.scanned", "GROUPCONTAINER_PAUSE_DIR": pauses])
-    let line = try #require(await child.line(timeout: 120) { $0.hasPrefix("usage ") })
+    let line = try #require(await child.line() { $0.hasPrefix("usage ") })
     #expect(await child.exit() == 0)
     let usage = try #require(Int(line.dropFirst("usage ".count)))
     #expect(usage <= 50_000, "the disk stayed at \(usage) bytes after the trim")

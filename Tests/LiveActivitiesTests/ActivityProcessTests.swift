@@ -35,7 +35,7 @@ import Testing
       let sent = monotonicNow()
       try await activity.update(score(i, 0))
       writes.append(monotonicNow() - sent)
-      guard let line = await widget.line(timeout: 20, { $0.hasPrefix("content \(i) ") }) else { return }
+      guard let line = await widget.line({ $0.hasPrefix("content \(i) ") }) else { return }
       if let seen = line.split(separator: " ").last.flatMap({ UInt64($0) }), seen >= sent {
         latencies.append(seen - sent)
       }

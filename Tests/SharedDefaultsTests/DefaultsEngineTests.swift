@@ -103,7 +103,7 @@ import TestSupport
     let dying = try Child(
       ["defaults-script", root.path, id, "w", root.path, "fillacked:k:3000:4000", "settle", "say:survived"],
       environment: ["GROUPCONTAINER_FAULT_POINT": point])
-    #expect(await dying.exit(timeout: 90) != 0)
+    #expect(await dying.exit() != 0)
     let acked = dying.output.filter { $0.hasPrefix("ack ") }.count
     #expect(acked > 2000 && !dying.output.contains("survived"), "\(dying.output.suffix(3))")
     // Every acknowledged key, and nothing but a prefix of the keys set (the journal keeps commit order).
@@ -152,7 +152,7 @@ import TestSupport
         """, plist, "\(i)")
       // Python wrote in place; the suite's export replaces the file (a new inode) once it has applied the edit.
       let edited = try FileManager.default.attributesOfItem(atPath: plist)[.systemFileNumber] as? Int
-      let deadline = Date().addingTimeInterval(20)
+      let deadline = Date().addingTimeInterval(Wait.condition)
       while Date() < deadline {
         let inode = try? FileManager.default.attributesOfItem(atPath: plist)[.systemFileNumber] as? Int
         let exported = (try? Data(contentsOf: URL(fileURLWithPath: plist))).flatMap { try? PropertyListValue(bytes: Array($0)) }
@@ -192,7 +192,7 @@ import TestSupport
       ["defaults-script", root.path, id, "half", root.path, "set:b=2", "sync"] + after,
       environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.export.replacing", "GROUPCONTAINER_PAUSE_DIR": pauses]
         .merging(environment) { $1 })
-    let deadline = Date().addingTimeInterval(20)
+    let deadline = Date().addingTimeInterval(Wait.condition)
     while !FileManager.default.fileExists(atPath: point) && Date() < deadline {
       try await Task.sleep(for: .milliseconds(10))
     }
@@ -211,7 +211,7 @@ import TestSupport
     // Now it writes what it read, plus its key: into the file the compaction replaced.
     try tool?.write(contentsOf: Data(PropertyListValue.dictionary(["a": 1, "tool": 7]).encoded(as: .binary)))
     try tool?.close()
-    let deadline = Date().addingTimeInterval(10)
+    let deadline = Date().addingTimeInterval(Wait.condition)
     var dump: [String] = []
     while Date() < deadline {
       let reader = try Child(["defaults-script", root.path, id, "half", root.path, "dump"])
@@ -281,7 +281,7 @@ import TestSupport
     let child = try Child(
       ["defaults-script", root.path, id, suite, root.path, "fill:a:30000:0", "settle", "count:a"],
       environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.compaction.installing", "GROUPCONTAINER_PAUSE_DIR": pauses])
-    let deadline = Date().addingTimeInterval(30)
+    let deadline = Date().addingTimeInterval(Wait.condition)
     while !FileManager.default.fileExists(atPath: point) && Date() < deadline {
       try await Task.sleep(for: .milliseconds(10))
     }
@@ -302,13 +302,13 @@ import TestSupport
     let syncing = try Child(
       ["defaults-script", root.path, id, "sync", root.path, "set:a=1", "sync", "dump"],
       environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.compaction.installing", "GROUPCONTAINER_PAUSE_DIR": pauses])
-    let deadline = Date().addingTimeInterval(30)
+    let deadline = Date().addingTimeInterval(Wait.condition)
     while !FileManager.default.fileExists(atPath: point) && Date() < deadline {
       try await Task.sleep(for: .milliseconds(10))
     }
     #expect(FileManager.default.fileExists(atPath: point), "synchronize() never reached its install")
     let other = try Child(["defaults-script", root.path, id, "sync", root.path, "set:b=2"])
-    #expect(await other.exit(timeout: 20) == 0, "a set waited for the synchronize's build")
+    #expect(await other.exit() == 0, "a set waited for the synchronize's build")
     try FileManager.default.removeItem(atPath: point)
     #expect(await syncing.exit() == 0)
     #expect(syncing.output.suffix(3) == ["a 1", "b 2", "end"], "\(syncing.output)")
@@ -329,10 +329,10 @@ import TestSupport
     #expect(await writer.line { $0.hasPrefix("compactions ") } == "compactions 0", "a compaction ran while the claim held")
     try? await Task.sleep(for: .seconds(10.5))
     #expect(FileManager.default.createFile(atPath: root.path + "/expired", contents: nil))
-    #expect(await writer.exit(timeout: 60) == 0, "stderr: \(writer.errors.text)")
+    #expect(await writer.exit() == 0, "stderr: \(writer.errors.text)")
     #expect(writer.output.last != "compactions 0", "no compaction after the claim expired: \(writer.output.suffix(3))")
     try FileManager.default.removeItem(atPath: point)
-    #expect(await stopped.exit(timeout: 60) == 0)
+    #expect(await stopped.exit() == 0)
     let reader = try Child(["defaults-script", root.path, id, "claim", root.path, "count:a", "count:b", "count:c"])
     #expect(await reader.exit() == 0)
     #expect(reader.output == ["count 30000", "count 50000", "count 150000"], "stderr: \(reader.errors.text)")
@@ -349,7 +349,7 @@ import TestSupport
     let other = try Child(["defaults-script", root.path, id, "bg", root.path, "set:x=1", "rewind"])
     #expect(await other.exit() == 0, "stderr: \(other.errors.text)")
     try FileManager.default.removeItem(atPath: point)
-    #expect(await slow.exit(timeout: 60) == 0)
+    #expect(await slow.exit() == 0)
     #expect(slow.output.suffix(2) == ["settled", "count 30000"], "\(slow.output)")
     let reader = try Child(["defaults-script", root.path, id, "bg", root.path, "count:x", "count:a"])
     #expect(await reader.exit() == 0)
@@ -387,9 +387,9 @@ import TestSupport
     let container = try root.container()
     let id = container.identifier
     let writer = try Child(["defaults-script", root.path, id, "big", root.path, "fill:k:\(keys):\(bytes)", "sync"])
-    #expect(await writer.exit(timeout: 150) == 0, "stderr: \(writer.errors.text)")
+    #expect(await writer.exit() == 0, "stderr: \(writer.errors.text)")
     let reader = try Child(["defaults-script", root.path, id, "big", root.path, "count:k"])
-    #expect(await reader.exit(timeout: 150) == 0)
+    #expect(await reader.exit() == 0)
     #expect(reader.output == ["count \(keys)"], "stderr: \(reader.errors.text)")
     let files = try FileManager.default.contentsOfDirectory(atPath: container.preferencesURL.path)
     #expect(!files.contains { $0.contains("corrupt") }, "\(files)")
@@ -407,14 +407,14 @@ import TestSupport
     let container = try root.container()
     let id = container.identifier
     let seed = try Child(["defaults-script", root.path, id, "same", root.path, "fillsame:k:2000:4096", "sync"])
-    #expect(await seed.exit(timeout: 60) == 0, "stderr: \(seed.errors.text)")
+    #expect(await seed.exit() == 0, "stderr: \(seed.errors.text)")
     let snapshot = container.preferencesURL.appendingPathComponent("same.snapshot").path
     let before = try #require(try? FileManager.default.attributesOfItem(atPath: snapshot)[.systemFileNumber] as? UInt64)
     let size = try #require(try? FileManager.default.attributesOfItem(atPath: snapshot)[.size] as? Int)
     #expect(size < 1 << 20, "the value is not stored once: a \(size)-byte snapshot")
     let writer = try Child(
       ["defaults-script", root.path, id, "same", root.path, "fillsame:k:600:4096", "settle", "count:k"])
-    #expect(await writer.exit(timeout: 60) == 0)
+    #expect(await writer.exit() == 0)
     #expect(writer.output == ["filled k 600", "settled", "count 2000"], "stderr: \(writer.errors.text)")
     let after = try FileManager.default.attributesOfItem(atPath: snapshot)
     #expect(after[.systemFileNumber] as? UInt64 != before, "600 sets of 4 KB did not compact")
@@ -436,7 +436,7 @@ import TestSupport
     let snapshot = container.preferencesURL.appendingPathComponent("r.snapshot").path
     let before = try FileManager.default.attributesOfItem(atPath: snapshot)[.systemFileNumber] as? UInt64
     let writer = try Child(["defaults-script", root.path, id, "r", root.path, "fill:x:40000:0", "settle"])
-    #expect(await writer.exit(timeout: 60) == 0, "stderr: \(writer.errors.text)")
+    #expect(await writer.exit() == 0, "stderr: \(writer.errors.text)")
     let after = try FileManager.default.attributesOfItem(atPath: snapshot)[.systemFileNumber] as? UInt64
     #expect(after != before, "the writer did not compact")
     #expect(FileManager.default.createFile(atPath: root.path + "/go", contents: nil))
@@ -695,7 +695,7 @@ import TestSupport
 /// Mutant this suite catches: stores kept for the life of the process (0.1.0): the 2,049th suite fails to map
 /// (guard slots gone) and descriptors grow by two per suite.
 @Suite(.runSlot(.minutes(8))) struct DefaultsManySuitesTests {
-  @Test func aProcessOpensThousandsOfSuitesOneAfterAnother() throws {
+  @Test func aProcessOpensThousandsOfSuitesOneAfterAnother() async throws {
     let root = try TestRoot()
     let container = try root.container()
     func descriptors() -> Int { (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? 0 }
@@ -705,8 +705,11 @@ import TestSupport
       try defaults.set(i, forKey: "i")
     }
     // Kept stores would hold two descriptors each (4,200); tests running beside this one in the process open
-    // some of their own meanwhile, so the bound leaves room for them.
-    #expect(descriptors() - before < 1_000, "\(descriptors() - before) more descriptors after 2,100 suites")
+    // some of their own meanwhile, so the bound leaves room for them. Unused stores are released in the background,
+    // which a loaded machine runs late: the bound has to hold once it has caught up.
+    #expect(
+      await eventually { descriptors() - before < 1_000 },
+      "\(descriptors() - before) more descriptors after 2,100 suites")
     for i in stride(from: 0, to: 2_100, by: 211) {
       #expect(try SharedDefaults(suiteName: "many\(i)", container: container).integer(forKey: "i") == i)
     }
@@ -735,7 +738,7 @@ import TestSupport
     let journal = container.preferencesURL.appendingPathComponent("rm.journal").path
     try FileManager.default.removeItem(atPath: journal)
     // The running process puts a journal back, with its records.
-    let deadline = Date().addingTimeInterval(20)
+    let deadline = Date().addingTimeInterval(Wait.condition)
     while !FileManager.default.fileExists(atPath: journal) && Date() < deadline {
       try await Task.sleep(for: .milliseconds(10))
     }

@@ -18,7 +18,7 @@ import TestSupport
     let readers = try (0..<2).map { _ in try Child(["seq-reader", root.path, id, "order", root.path, "3"]) }
     for reader in readers { #expect(await reader.line { $0 == "ready" } != nil) }
     let writers = try (0..<3).map { w in try Child(["seq-writer", root.path, id, "order", "\(w)", "2500", "3000"]) }
-    for writer in writers { #expect(await writer.exit(timeout: 90) == 0, "\(writer.errors.text)") }
+    for writer in writers { #expect(await writer.exit() == 0, "\(writer.errors.text)") }
     #expect(FileManager.default.createFile(atPath: root.path + "/stop", contents: nil))
     for reader in readers {
       #expect(await reader.exit() == 0)

@@ -17,7 +17,7 @@ import Testing
     let stress = try Child(
       ["stress", "defaults", group, "--writers", "16", "--keys", "1000", "--increments", "1000", "--root", root.path],
       executable: "groupctl")
-    #expect(await stress.exit(timeout: 45) == 0, "\(stress.output) \(stress.errors.text)")
+    #expect(await stress.exit() == 0, "\(stress.output) \(stress.errors.text)")
     let summary = stress.output.last ?? ""
     #expect(summary.hasPrefix("keys=16000/16000 lost=0 counter=16000/16000 writes_per_s="), "\(summary)")
   }
@@ -35,15 +35,15 @@ import Testing
       "defaults-script", root.path, group, "w", root.path, "set:watched=1", "fill:o:30000:0", "set:watched=2",
       "rewind", "fill:p:3000:0", "set:watched=3",
     ])
-    #expect(await writer.exit(timeout: 60) == 0, "\(writer.errors.text)")
-    let deadline = Date().addingTimeInterval(20)
+    #expect(await writer.exit() == 0, "\(writer.errors.text)")
+    let deadline = Date().addingTimeInterval(Wait.condition)
     var heard: [String] = []
     while Date() < deadline {
       heard = watch.output.filter { $0.contains("\"key\"") }
       if heard.count >= 3 { break }
       try? await Task.sleep(for: .microseconds(20_000))
     }
-    watch.kill(SIGTERM)
+    await watch.stop(SIGTERM)
     #expect(heard.count == 3, "\(heard)")
     #expect(heard.first?.contains("\"old\":null,\"new\":1,") == true, "\(heard)")
     for (i, line) in heard.enumerated() where i > 0 {
@@ -86,7 +86,7 @@ import Testing
     let watch = try Child(["defaults", "watch", group, "watched", "--suite", "r", "--root", root.path], executable: "groupctl")
     await watch.line { $0.contains("\"ready\"") }
     func heard(_ count: Int) async -> [String] {
-      let deadline = Date().addingTimeInterval(20)
+      let deadline = Date().addingTimeInterval(Wait.condition)
       var lines: [String] = []
       while Date() < deadline {
         lines = watch.output.filter { $0.contains("\"key\"") }
@@ -96,16 +96,16 @@ import Testing
       return lines
     }
     let first = try Child(["defaults-script", root.path, group, "r", root.path, "set:watched=1"])
-    #expect(await first.exit(timeout: 30) == 0)
+    #expect(await first.exit() == 0)
     await #expect(heard(1).count == 1)
     Glibc.kill(watch.pid, SIGSTOP)
     let second = try Child(
       ["defaults-script", root.path, group, "r", root.path, "set:watched=2", "fill:o:100:0", "rewind", "fill:p:10:0"])
-    let status = await second.exit(timeout: 30)
+    let status = await second.exit()
     Glibc.kill(watch.pid, SIGCONT)
     #expect(status == 0, "\(second.errors.text)")
     let lines = await heard(2)
-    watch.kill(SIGTERM)
+    await watch.stop(SIGTERM)
     #expect(lines.count == 2, "\(lines)")
     #expect(lines.last?.contains("\"old\":1,\"new\":2") == true, "\(lines)")
     withExtendedLifetime(container) {}
@@ -120,7 +120,7 @@ import Testing
       // 40 KB values: a compaction every ~26 writes, so kills also land inside compactions.
       let writer = try Child(["defaults-set", root.path, group, "killed", "100000", "40000"])
       await writer.line { $0.hasPrefix("ack") }
-      try? await Task.sleep(for: .microseconds(UInt32(2_000 + rng.next()) % 60_000))
+      try? await Task.sleep(for: .microseconds(2_000 + rng.next() % 60_000))
       writer.kill(SIGKILL)
       let acks = writer.output.compactMap { $0.hasPrefix("ack ") ? Int($0.dropFirst(4)) : nil }
       acknowledged = max(acknowledged, acks.max() ?? -1)
@@ -182,7 +182,7 @@ import Testing
     #expect(seen.values.allSatisfy { $0.originProcessID == nil })
     #expect(defaults.integer(forKey: "kept") == 1 && defaults.string(forKey: "added") == "py")
     // The export is then written again from the new state (without the lock, right after): a binary plist.
-    let deadline = Date().addingTimeInterval(10)
+    let deadline = Date().addingTimeInterval(Wait.condition)
     var head: Data?
     repeat {
       head = try? FileHandle(forReadingFrom: URL(fileURLWithPath: path)).read(upToCount: 8)

@@ -89,6 +89,15 @@ public final class Child: Sendable {
     return process.terminationStatus
   }
 
+  /// Sends `signal` (a request to end: SIGTERM, SIGINT) and waits for the child to exit, as `exit` does.
+  @discardableResult
+  public func stop(
+    _ signal: Int32 = SIGTERM, timeout: Double = Wait.exit, sourceLocation: SourceLocation = #_sourceLocation
+  ) async -> Int32? {
+    process.signal(signal)
+    return await exit(timeout: timeout, sourceLocation: sourceLocation)
+  }
+
   /// Sends `signal` and, for SIGKILL, returns once the child has been reaped (a killed process ends at once; this
   /// blocks for that moment only).
   public func kill(_ signal: Int32 = SIGKILL) {
@@ -116,6 +125,8 @@ public final class SpawnedProcess: Sendable {
   public var processIdentifier: Int32 { child.pid }
   private let child: ProcessSpawn.Reaped
   private let ended = Latch<ProcessSpawn.Termination>()
+  /// Left by the reaper thread: a thread may block on it (never on a task, which needs the test pool's threads).
+  private let reaped = DispatchGroup()
   private let readers: [Latch<Void>]
 
   /// Starts `executable` (an absolute path) with stdin from `input` (nil: /dev/null).
@@ -136,14 +147,20 @@ public final class SpawnedProcess: Sendable {
         return write
       }
     }
-    let ended = ended
+    let ended = ended, reaped = reaped
+    reaped.enter()
     do {
       let out = try childEnd(output, standard: 1)
       let err = try childEnd(error, standard: 2)
       child = try ProcessSpawn.Reaped(
         executable: executable, arguments: arguments, environment: environment, input: input, output: out,
-        error: err, onExit: { ended.resolve($0) })
+        error: err,
+        onExit: {
+          ended.resolve($0)
+          reaped.leave()
+        })
     } catch {
+      reaped.leave()
       for fd in parentEnds { fd.close() }
       for (fd, _, _) in readEnds { fd.close() }
       throw error
@@ -191,12 +208,7 @@ public final class SpawnedProcess: Sendable {
 
   /// Blocks until a child sent SIGKILL has been reaped (bounded: a stuck reap is reported by the caller's checks).
   func waitForReapAfterKill() {
-    let reaped = DispatchSemaphore(value: 0)
-    Task { [ended] in
-      _ = await ended.wait(seconds: 30)
-      reaped.signal()
-    }
-    reaped.wait()
+    _ = reaped.wait(timeout: .now() + 30)
   }
 
   deinit {

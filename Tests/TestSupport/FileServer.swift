@@ -6,7 +6,7 @@ import SystemLayer
 /// faults), running as a child of the test process on a free port of 127.0.0.1.
 ///
 /// ```swift
-/// let server = try FileServer()
+/// let server = try await FileServer.start()
 /// let url = server.url("/gen/1048576?seed=7&drop=1000&faults=1")
 /// // … download it …
 /// #expect(try server.stats(for: "/gen/1048576?seed=7&drop=1000&faults=1").requests == 2)

@@ -38,6 +38,8 @@ public struct RunSlot: TestTrait, SuiteTrait, TestScoping {
       failed.store(true, ordering: .relaxed)
       return issue
     }
+    let start = ContinuousClock.now
+    defer { RunSlots.record(ContinuousClock.now - start, of: test) }
     try await RunSlots.$held.withValue(Held(limit: limit, log: log)) {
       try await noteFailure.provideScope(for: test, testCase: testCase) {
         try await withLimit(limit, test: test, function)
@@ -101,6 +103,24 @@ public final class RunSlots: Sendable {
   private init() {
     CapturedLog.bootstrapOnce
   }
+
+  /// With `GC_TEST_TIMES=<file>`: one line per test case, "<seconds in its slot>\t<suite/test>", appended (what
+  /// `make test` reports as the slowest tests; Swift Testing's own durations include the wait for a slot).
+  static func record(_ duration: Duration, of test: Test) {
+    guard let path = ProcessInfo.processInfo.environment["GC_TEST_TIMES"] else { return }
+    let seconds = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+    let line = String(format: "%.3f\t%@\n", seconds, test.id.description)
+    guard let handle = FileHandle(forWritingAtPath: path) ?? {
+      FileManager.default.createFile(atPath: path, contents: nil)
+      return FileHandle(forWritingAtPath: path)
+    }() else { return }
+    timesLock.withLock { _ in
+      handle.seekToEndOfFile()
+      handle.write(Data(line.utf8))
+      try? handle.close()
+    }
+  }
+  private static let timesLock = Mutex(())
 
   func acquire() async {
     await withCheckedContinuation { continuation in

@@ -50,7 +50,7 @@ public final class Latch<Value: Sendable>: Sendable {
     }
     let timer = Task {
       do {
-        try? await Task.sleep(for: .seconds(seconds))
+        try await Task.sleep(for: .seconds(seconds))
         self.giveUp(id)
       } catch {}  // cancelled: the wait ended first
     }
