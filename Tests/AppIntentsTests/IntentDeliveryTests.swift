@@ -38,7 +38,7 @@ struct CrashIntent: AppIntent {
   func perform() async throws -> some IntentResult { .result() }
 }
 
-/// Intents performed in the host's process (a real second process, gc-test-helper `intent-host`), delivered over
+/// Intents performed in the host's process (a real second process, gc-test-helper `.intentHost`), delivered over
 /// the URL-opening machinery.
 ///
 /// Mutants seen failing (each made by hand once, then reverted):
@@ -49,7 +49,6 @@ struct CrashIntent: AppIntent {
 ///   `theWireRefusesGarbage` fails on the oversized request.
 @Suite(.runSlot(.minutes(3))) struct IntentDeliveryTests {
   let group = "group.com.example.intents"
-  let helper = productsDirectory.appendingPathComponent("gc-test-helper")
 
   /// The pids of the live processes performing intents for `scheme` (their markers in `handlers/`).
   func hostPIDs(_ container: GroupContainer, _ scheme: String) -> [Int32] {
@@ -62,7 +61,7 @@ struct CrashIntent: AppIntent {
   func runningHost(_ root: TestRoot, _ scheme: String) async throws -> (GroupContainer, Child, Int32) {
     let container = try root.container(group)
     try container.registerURLScheme(scheme, launching: URL(fileURLWithPath: "/bin/false"))
-    let host = try Child(["intent-host", root.path, group, scheme])
+    let host = try Child(.intentHost(scheme: scheme), root: root.path, group: group)
     let ready = await host.line { $0.hasPrefix("ready ") }
     return (container, host, Int32(ready?.dropFirst(6) ?? "") ?? -1)
   }
@@ -81,7 +80,8 @@ struct CrashIntent: AppIntent {
     let root = try TestRoot()
     let container = try root.container(group)
     try container.registerURLScheme(
-      "gclaunch", launching: helper, arguments: ["intent-host", root.path, group, "gclaunch"])
+      "gclaunch", launching: helperExecutable,
+      arguments: helperArguments(.intentHost(scheme: "gclaunch"), root: root.path, group: group))
     let log = root.path + "/append.log"
     defer { for pid in hostPIDs(container, "gclaunch") { kill(pid, SIGKILL) } }
     var intent = AppendIntent()
@@ -139,7 +139,8 @@ struct CrashIntent: AppIntent {
     let root = try TestRoot()
     let container = try root.container(group)
     try container.registerURLScheme(
-      "gccrash", launching: helper, arguments: ["intent-host", root.path, group, "gccrash"])
+      "gccrash", launching: helperExecutable,
+      arguments: helperArguments(.intentHost(scheme: "gccrash"), root: root.path, group: group))
     defer { for pid in hostPIDs(container, "gccrash") { kill(pid, SIGKILL) } }
     let log = root.path + "/crash.log"
     var intent = CrashIntent()

@@ -44,7 +44,8 @@ struct BackgroundSessionTests {
     let server = try await FileServer.start()
     let size = 600_000
     let url = server.url("/gen/\(size)?seed=7&rate=400000")
-    let starter = try Child(["dl-start", root.path, container.identifier, "app", url.absoluteString, "Downloads/a.bin"])
+    let starter = try Child(
+      .dlStart(session: "app", url: url, destination: "Downloads/a.bin"), root: root.path, group: container.identifier)
     let line = await starter.line { $0.hasPrefix("task ") }
     let id = String(try #require(line).dropFirst(5))
     starter.kill()
@@ -55,7 +56,7 @@ struct BackgroundSessionTests {
     // Both events wait in the container for the session (queued just after the final status is durable).
     #expect(await Self.eventually { store.queuedEvents("app").count == 2 })
     #expect(store.queuedEvents("app").map(\.kind) == [.finished, .completed])
-    let attach = try Child(["dl-attach", root.path, container.identifier, "app", "0"])
+    let attach = try Child(.dlAttach(session: "app", count: 0), root: root.path, group: container.identifier)
     #expect(await attach.exit() == 0)
     let events = attach.output.filter { $0.hasPrefix("event ") }
     #expect(events.count == 3)
@@ -84,7 +85,7 @@ struct BackgroundSessionTests {
     #expect(first?.id == "\(task.id).finished")
     // The process "dies" while handling it: detach without asking for the next one.
     session.invalidate()
-    let again = try Child(["dl-attach", root.path, container.identifier, "s", "0"])
+    let again = try Child(.dlAttach(session: "s", count: 0), root: root.path, group: container.identifier)
     #expect(await again.exit() == 0)
     let events = again.output.filter { $0.hasPrefix("event ") }
     #expect(events.first?.hasPrefix("event finished \(task.id) \(task.id).finished") == true)
@@ -98,9 +99,9 @@ struct BackgroundSessionTests {
     let server = try await FileServer.start()
     let log = root.path + "/relaunch.log"
     let url = server.url("/gen/200000?seed=3&rate=400000")
-    let starter = try Child([
-      "dl-start", root.path, container.identifier, "widget", url.absoluteString, "Downloads/w.bin", log,
-    ])
+    let starter = try Child(
+      .dlStart(session: "widget", url: url, destination: "Downloads/w.bin", relaunchLog: log), root: root.path,
+      group: container.identifier)
     let line = await starter.line { $0.hasPrefix("task ") }
     let id = String(try #require(line).dropFirst(5))
     starter.kill()
@@ -169,14 +170,13 @@ struct BackgroundSessionTests {
     let root = try TestRoot()
     let container = try root.container()
     let server = try await FileServer.start()
-    let a = try Child([
-      "dl-start", root.path, container.identifier, "host", server.url("/gen/300000?seed=21&rate=600000").absoluteString,
-      "Downloads/host.bin",
-    ])
-    let b = try Child([
-      "dl-start", root.path, container.identifier, "widget",
-      server.url("/gen/300000?seed=22&rate=600000").absoluteString, "Downloads/widget.bin",
-    ])
+    let a = try Child(
+      .dlStart(session: "host", url: server.url("/gen/300000?seed=21&rate=600000"), destination: "Downloads/host.bin"),
+      root: root.path, group: container.identifier)
+    let b = try Child(
+      .dlStart(
+        session: "widget", url: server.url("/gen/300000?seed=22&rate=600000"), destination: "Downloads/widget.bin"),
+      root: root.path, group: container.identifier)
     let idA = String(try #require(await a.line { $0.hasPrefix("task ") }).dropFirst(5))
     let idB = String(try #require(await b.line { $0.hasPrefix("task ") }).dropFirst(5))
     a.kill()
@@ -273,9 +273,9 @@ struct BackgroundSessionTests {
     let container = try root.container()
     let server = try await FileServer.start()
     let size = 800_000
-    let starter = try Child([
-      "dl-start", root.path, container.identifier, "app", server.url("/gen/\(size)?seed=9&rate=200000").absoluteString,
-    ])
+    let starter = try Child(
+      .dlStart(session: "app", url: server.url("/gen/\(size)?seed=9&rate=200000")), root: root.path,
+      group: container.identifier)
     let id = String(try #require(await starter.line { $0.hasPrefix("task ") }).dropFirst(5))
     var seen: [Int64] = []
     var final: DownloadTask?

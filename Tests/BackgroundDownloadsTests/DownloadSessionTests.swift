@@ -63,7 +63,7 @@ struct DownloadSessionTests {
   func oneProcessPerSession() async throws {
     let root = try TestRoot()
     let container = try root.container()
-    let other = try Child(["dl-attach", root.path, container.identifier, "shared", "1000"])
+    let other = try Child(.dlAttach(session: "shared", count: 1000), root: root.path, group: container.identifier)
     await other.line { $0 == "attached" }
     var configuration = DownloadSession.Configuration()
     configuration.relaunch = .none

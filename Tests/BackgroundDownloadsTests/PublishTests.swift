@@ -48,7 +48,7 @@ struct PublishTests {
 
   @Test func presenterInAnotherProcessHearsTheFileAppear() async throws {
     let env = try await TransferEnvironment()
-    let presenter = try Child(["present", env.testRoot.path, Self.group, "Downloads"])
+    let presenter = try Child(.present(item: "Downloads"), root: env.testRoot.path, group: Self.group)
     #expect(await presenter.line { $0.hasPrefix("ready") } != nil)
     let outcome = await env.run(url: "/gen/300000?seed=21", destination: "Downloads/seen.bin")
     guard case .published = outcome else {

@@ -8,7 +8,7 @@ import TestSupport
 import Testing
 
 /// HTTPS (HTTP/2 and HTTP/1.1), the agent's extra certificate authority, and redirects, across real processes:
-/// every download is started by a `gc-test-helper` child (`dl-start`) whose session starts the agent with the
+/// every download is started by a `gc-test-helper` child (`.dlStart`) whose session starts the agent with the
 /// child's environment — the only way `GROUPCONTAINER_DOWNLOAD_CA_FILE` reaches an agent, as in an app — and is
 /// served by `gc-file-server` (`--tls`: a CA made at its start, ALPN h2 + http/1.1), whose stats prove the
 /// protocol each request came on.
@@ -52,7 +52,8 @@ struct SecureTransportTests {
     let container = try root.container()
     let environment = caFile.map { [TrustRoots.caFileEnvironmentKey: $0] } ?? [:]
     let starter = try Child(
-      ["dl-start", root.path, container.identifier, "app", url.absoluteString, destination], environment: environment)
+      .dlStart(session: "app", url: url, destination: destination), root: root.path, group: container.identifier,
+      environment: environment)
     let line = await starter.line { $0.hasPrefix("task ") }
     starter.kill()
     return Started(

@@ -25,8 +25,8 @@ import Testing
     try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
     let inner = dir.appendingPathComponent("a.txt")
     try container.write(Data("a".utf8), to: inner)
-    let dirPresenter = try Child(["present", root.path, group, "Documents/album"])
-    let itemPresenter = try Child(["present", root.path, group, "Documents/album/a.txt"])
+    let dirPresenter = try Child(.present(item: "Documents/album"), root: root.path, group: group)
+    let itemPresenter = try Child(.present(item: "Documents/album/a.txt"), root: root.path, group: group)
     await dirPresenter.line { $0.hasPrefix("ready") }
     await itemPresenter.line { $0.hasPrefix("ready") }
     try FileCoordinator().coordinate(readingItemAt: dir, options: .withoutChanges) { _ in }
@@ -97,7 +97,7 @@ import Testing
     let c = box.appendingPathComponent("c.txt")
     try container.write(Data("a".utf8), to: a)
     try container.write(Data("o".utf8), to: outside)
-    let presenter = try Child(["present", root.path, group, "Documents/box"])
+    let presenter = try Child(.present(item: "Documents/box"), root: root.path, group: group)
     await presenter.line { $0.hasPrefix("ready") }
     for (from, to) in [(a, b), (outside, c)] {
       let coordinator = FileCoordinator()
@@ -127,7 +127,7 @@ import Testing
     try container.write(Data("t".utf8), to: target)
     try FileManager.default.linkItem(at: target, to: hard)
     try FileManager.default.createSymbolicLink(atPath: soft.path, withDestinationPath: "target.txt")
-    let holder = try Child(["hold", root.path, group, "write", "Documents/target.txt"])
+    let holder = try Child(.hold(mode: .write, item: "Documents/target.txt"), root: root.path, group: group)
     await holder.line { $0 == "locked" }
     // The other process holds a write of target.txt: its hard link and the symlink itself are free.
     #expect(try FileCoordinator().coordinate(writingItemAt: hard) { _ in true })

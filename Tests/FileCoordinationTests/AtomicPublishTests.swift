@@ -17,11 +17,11 @@ import Testing
     let root = try TestRoot()
     _ = try root.container(group)
     let item = "Documents/large.bin"
-    let writer = try Child(["torn-writer", root.path, group, item, "\(4 << 20)"])
+    let writer = try Child(.tornWriter(item: item, bytes: 4 << 20), root: root.path, group: group)
     defer { writer.kill() }
     await writer.line { $0 == "wrote 1" }
-    let readers = try ["plain", "plain", "coordinated"].map { mode in
-      try Child(["torn-reader", root.path, group, item, mode])
+    let readers = try [false, false, true].map { coordinated in
+      try Child(.tornReader(item: item, coordinated: coordinated), root: root.path, group: group)
     }
     defer { for reader in readers { reader.kill() } }
     // Each reader must have seen many generations come and go: its reads really overlapped the replaces.

@@ -45,10 +45,10 @@ import TestSupport
 
   @Test func noChildInheritsAnotherChildsPipes() async throws {
     let root = try TestRoot()
-    let first = try Child(["descriptors", root.path, Self.group, "stay"])
+    let first = try Child(.descriptors(stay: true), root: root.path, group: Self.group)
     #expect(await first.line { $0 == "done" } != nil)
     let firstPipe = try #require(Self.descriptors(of: first)[1])
-    let second = try Child(["descriptors", root.path, Self.group, "exit"])
+    let second = try Child(.descriptors(stay: false), root: root.path, group: Self.group)
     #expect(await second.exit() == 0)
     let inherited = Self.descriptors(of: second).filter { $0.key > 2 && $0.value.hasPrefix("pipe:") }.map(\.value)
     #expect(!inherited.contains(firstPipe), "the second child holds the first one's stdout pipe")
@@ -60,7 +60,7 @@ import TestSupport
 
   @Test func anExitedChildsPipesAreClosed() async throws {
     let root = try TestRoot()
-    let child = try Child(["descriptors", root.path, Self.group, "exit"])
+    let child = try Child(.descriptors(stay: false), root: root.path, group: Self.group)
     #expect(await child.exit() == 0)
     #expect(child.process.outputComplete)
     let pipes = [1, 2].compactMap { Self.descriptors(of: child)[$0] }
@@ -70,7 +70,7 @@ import TestSupport
 
   @Test func aReleasedHandleKillsItsChildAndClosesItsPipes() async throws {
     let root = try TestRoot()
-    var child: Child? = try Child(["descriptors", root.path, Self.group, "stay"])
+    var child: Child? = try Child(.descriptors(stay: true), root: root.path, group: Self.group)
     #expect(await child?.line { $0 == "done" } != nil)
     let pid = try #require(child?.pid)
     let pipes = [1, 2].compactMap { child.map(Self.descriptors(of:))?[$0] }

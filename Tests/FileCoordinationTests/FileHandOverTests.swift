@@ -5,7 +5,7 @@ import Testing
 @testable import FileCoordination
 
 /// File hand-over into the receiver's `Documents/Inbox/` (FileHandOver.swift) and the Inbox rule
-/// (InboxRule.swift), with the receiver a real second process (gc-test-helper `inbox-receiver`).
+/// (InboxRule.swift), with the receiver a real second process (gc-test-helper `.inboxReceiver`).
 ///
 /// Mutants seen failing (each made by hand once, then reverted):
 /// - the copy by path (`FileManager.copyItem` to `<container>/Documents/Inbox/<name>`, no temp file, no rename
@@ -17,7 +17,6 @@ import Testing
 /// - no Inbox refusal (`InboxRule.check` returning at once): `writesIntoTheInboxAreRefused` fails.
 @Suite(.runSlot(.minutes(3))) struct FileHandOverTests {
   let group = "group.com.example.handover"
-  let helper = productsDirectory.appendingPathComponent("gc-test-helper")
 
   func source(_ root: TestRoot, _ name: String, _ text: String) throws -> URL {
     let dir = root.url.appendingPathComponent("outside-\(UUID().uuidString)")
@@ -38,7 +37,7 @@ import Testing
   func runningReceiver(_ root: TestRoot, _ scheme: String, log: String) async throws -> (GroupContainer, Child) {
     let container = try root.container(group)
     try container.registerURLScheme(scheme, launching: URL(fileURLWithPath: "/bin/false"))
-    let receiver = try Child(["inbox-receiver", root.path, group, scheme, log])
+    let receiver = try Child(.inboxReceiver(scheme: scheme, log: log), root: root.path, group: group)
     await receiver.line { $0.hasPrefix("ready ") }
     return (container, receiver)
   }
@@ -64,7 +63,8 @@ import Testing
     let container = try root.container(group)
     let log = root.path + "/opened.log"
     try container.registerURLScheme(
-      "gcdocs", launching: helper, arguments: ["inbox-receiver", root.path, group, "gcdocs", log])
+      "gcdocs", launching: helperExecutable,
+      arguments: helperArguments(.inboxReceiver(scheme: "gcdocs", log: log), root: root.path, group: group))
     let copy = try await container.send(file: try source(root, "notes.txt", "hello"), toScheme: "gcdocs")
     #expect(logLines(log) == ["opened \(copy.path) hello"])
     let handlers = try FileManager.default.contentsOfDirectory(atPath: container.path + "/.coordination/handlers")

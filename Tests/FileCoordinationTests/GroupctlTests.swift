@@ -49,9 +49,9 @@ import Testing
   @Test func statusListsProcessesPresentersAndLocks() async throws {
     let root = try TestRoot()
     _ = try root.container(group)
-    let presenter = try Child(["present", root.path, group, "Documents/p.txt"])
+    let presenter = try Child(.present(item: "Documents/p.txt"), root: root.path, group: group)
     await presenter.line { $0.hasPrefix("ready") }
-    let holder = try Child(["hold", root.path, group, "write", "Documents/p.txt"])
+    let holder = try Child(.hold(mode: .write, item: "Documents/p.txt"), root: root.path, group: group)
     await holder.line { $0 == "locked" }
     let result = try await run(["status", group, "--json", "--root", root.path])
     #expect(result.status == 0)

@@ -45,7 +45,8 @@ import Testing
     let planted = container.path + "/.coordination/processes/99999.12345.lock"
     try fifo(planted)
     let log = root.path + "/log"
-    let child = try Child(["access", root.path, Self.group, "write", "Documents/b.txt", "1", "0", log])
+    let child = try Child(
+      .access(mode: .write, item: "Documents/b.txt", count: 1, holdMS: 0, log: log), root: root.path, group: Self.group)
     await child.line() { $0 == "done" }
     #expect(await child.exit() == 0)
     // Dropped: a FIFO is nobody's liveness lock.
@@ -55,7 +56,7 @@ import Testing
   @Test(.runSlot(.minutes(3))) func aFIFOInAPresentersInboxDoesNotSilenceIt() async throws {
     let root = try TestRoot()
     let container = try root.container(Self.group)
-    let presenter = try Child(["present", root.path, Self.group, "Documents/p.txt"])
+    let presenter = try Child(.present(item: "Documents/p.txt"), root: root.path, group: Self.group)
     defer { presenter.kill() }
     await presenter.line { $0.hasPrefix("ready") }
     let inboxes = container.path + "/.coordination/inbox"

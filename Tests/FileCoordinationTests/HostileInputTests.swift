@@ -144,7 +144,7 @@ import Testing
     try FileManager.default.createSymbolicLink(
       atPath: coordination + "/presenters/1.2.4", withDestinationPath: "/etc/passwd")
     try FileManager.default.createDirectory(atPath: coordination + "/inbox/77777.1", withIntermediateDirectories: true)
-    let presenter = try Child(["present", root.path, "group.com.example.tests", "Documents/h.txt"])
+    let presenter = try Child(.present(item: "Documents/h.txt"), root: root.path, group: "group.com.example.tests")
     await presenter.line { $0.hasPrefix("ready") }
     let inbox = try FileManager.default.contentsOfDirectory(atPath: coordination + "/inbox").first {
       $0.hasPrefix("\(presenter.pid).")

@@ -108,7 +108,8 @@ import Testing
     let root = try TestRoot()
     let container = try root.container()
     let url = container.documentsURL.appendingPathComponent("task")
-    let holder = try Child(["hold", root.path, "group.com.example.tests", "write", "Documents/task"])
+    let holder = try Child(
+      .hold(mode: .write, item: "Documents/task"), root: root.path, group: "group.com.example.tests")
     await holder.line { $0 == "locked" }
     let task = Task {
       try await FileCoordinator().coordinate(with: [.writingIntent(with: url)]) {

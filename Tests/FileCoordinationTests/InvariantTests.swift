@@ -34,7 +34,7 @@ import Testing
     let container = try root.container(group)
     let url = container.documentsURL.appendingPathComponent("burst.txt")
     try container.write(Data("0".utf8), to: url)
-    let presenter = try Child(["present", root.path, group, "Documents/burst.txt"])
+    let presenter = try Child(.present(item: "Documents/burst.txt"), root: root.path, group: group)
     await presenter.line { $0.hasPrefix("ready") }
     let writes = 60
     let coordinator = FileCoordinator()
@@ -62,7 +62,9 @@ import Testing
     try FileCoordinator().coordinate(readingItemAt: url) { _ in
       try FileCoordinator().coordinate(readingItemAt: url) { _ in }
       // One holder left: another process's write must still wait.
-      writer = try Child(["access", root.path, group, "write", "Documents/shared.txt", "1", "0", log])
+      writer = try Child(
+        .access(mode: .write, item: "Documents/shared.txt", count: 1, holdMS: 0, log: log), root: root.path,
+        group: group)
       // Room for a wrongly admitted writer to get in; the check below is on order, not on time.
       let deadline = Date().addingTimeInterval(Wait.condition)
       while Date() < deadline, !((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("B ") {
@@ -78,11 +80,9 @@ import Testing
       "another process wrote while a reader of this process still held the item")
   }
 
-  /// Runs `gc-test-helper default-root` with exactly `environment` and returns what it printed.
+  /// Runs gc-test-helper `.defaultRoot` with exactly `environment` and returns what it printed.
   func defaultRoot(_ root: TestRoot, _ environment: [String: String]) async throws -> String {
-    let run = try await runToEnd(
-      productsDirectory.appendingPathComponent("gc-test-helper").path, ["default-root", root.path, group],
-      environment: environment)
+    let run = try await runHelperToEnd(.defaultRoot, root: root.path, group: group, environment: environment)
     return run.output.trimmingCharacters(in: .whitespacesAndNewlines)
   }
 

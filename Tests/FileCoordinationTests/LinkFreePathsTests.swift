@@ -84,9 +84,9 @@ import Testing
     }
 
     /// Runs a one-shot helper (PathAttacks.swift) and waits for it.
-    func attack(_ arguments: [String]) async {
-      let child = try? Child([arguments[0], root.path, LinkFreePathsTests.group] + arguments.dropFirst())
-      #expect(await child?.exit() == 0, "\(arguments): \(child?.errors.text ?? "")")
+    func attack(_ command: HelperCommand) async {
+      let child = try? Child(command, root: root.path, group: LinkFreePathsTests.group)
+      #expect(await child?.exit() == 0, "\(command): \(child?.errors.text ?? "")")
     }
 
     /// Whether an access to `relative` is refused as leading out of the container.
@@ -107,7 +107,7 @@ import Testing
   @Test(.runSlot(.minutes(3))) func exchangedDirectoryIsNoticed() async throws {
     let f = try Fixture()
     try await f.subBesideALinkOut()
-    await f.attack(["exchange", "Documents/sub", "Documents/link"])
+    await f.attack(.exchange(a: "Documents/sub", b: "Documents/link"))
     #expect(f.isRefused("sub/x"))
   }
 
@@ -117,7 +117,7 @@ import Testing
     try f.makeDirectory("sub")
     #expect(FileManager.default.createFile(atPath: f.container.path + "/Documents/sub/target", contents: Data()))
     try await #require(try await f.warm("sub/target", counted: \.remembered), "the memory never answered")
-    await f.attack(["plant-link", "Documents/sub/target", f.outside + "/file"])
+    await f.attack(.plantLink(item: "Documents/sub/target", target: f.outside + "/file"))
     #expect(f.isRefused("sub/target"))
   }
 
@@ -127,7 +127,7 @@ import Testing
     try await f.subBesideALinkOut()
     Watcher.shared.stall(nanoseconds: 3_000_000_000)
     defer { Watcher.shared.stall(nanoseconds: 0) }
-    await f.attack(["exchange", "Documents/sub", "Documents/link"])
+    await f.attack(.exchange(a: "Documents/sub", b: "Documents/link"))
     #expect(f.isRefused("sub/x"))
   }
 
@@ -137,9 +137,9 @@ import Testing
     let f = try Fixture()
     try f.makeDirectory("sub/deeper")
     try await #require(try await f.warm("sub/deeper/x", counted: \.remembered), "the memory never answered")
-    await f.attack(["remake", "Documents/sub"])
+    await f.attack(.remake(directory: "Documents/sub"))
     try await #require(try await f.warm("sub/deeper/x", counted: \.remembered), "the memory never answered again")
-    await f.attack(["plant-link", "Documents/sub/deeper/x", f.outside + "/file"])
+    await f.attack(.plantLink(item: "Documents/sub/deeper/x", target: f.outside + "/file"))
     #expect(f.isRefused("sub/deeper/x"))
   }
 
@@ -150,9 +150,9 @@ import Testing
     try f.makeDirectory("sub/deeper")
     let other = try Watcher.shared.watch(f.container.path + "/Documents/sub") { _ in }
     defer { Watcher.shared.cancel(other) }
-    await f.attack(["remake", "Documents/sub"])
+    await f.attack(.remake(directory: "Documents/sub"))
     try await #require(try await f.warm("sub/x", counted: \.remembered), "the memory never answered")
-    await f.attack(["plant-link", "Documents/sub/x", f.outside + "/file"])
+    await f.attack(.plantLink(item: "Documents/sub/x", target: f.outside + "/file"))
     #expect(f.isRefused("sub/x"))
   }
 
@@ -163,7 +163,7 @@ import Testing
     try await f.subBesideALinkOut()
     let other = try Watcher.shared.watch(f.container.path + "/Documents/", mask: Watcher.delete) { _ in }
     defer { Watcher.shared.cancel(other) }
-    await f.attack(["exchange", "Documents/sub", "Documents/link"])
+    await f.attack(.exchange(a: "Documents/sub", b: "Documents/link"))
     #expect(f.isRefused("sub/x"))
   }
 
@@ -175,7 +175,7 @@ import Testing
     // Written until the directory is found busy (its watch may be placed only after the first writes).
     try #require(
       try await f.warm("busy/f", counted: \.parentRemembered, writing: true), "the parent's memory never answered")
-    await f.attack(["plant-link", "Documents/busy/f", f.outside + "/file"])
+    await f.attack(.plantLink(item: "Documents/busy/f", target: f.outside + "/file"))
     #expect(f.isRefused("busy/f"))
   }
 }

@@ -26,7 +26,7 @@ import Testing
 ///   `LockTable.sweep`): a thread started for every few writes, `backToBackWritesKeepOneSweeper`.
 @Suite(.runSlot(.minutes(3))) struct LockCachingTests {
   let group = "group.com.example.tests"
-  static let longLinger = "600000"
+  static let longLinger: UInt64 = 600_000
 
   /// Deletes `Documents` with a coordinated `.forDeleting` write, bounded by `lockTimeout`; returns when its
   /// accessor began (monotonic ns), or the error.
@@ -103,7 +103,7 @@ import Testing
   @Test func anIdleProcessWithCachedLocksDoesNotBlockADeleteOfTheDirectory() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
-    let idle = try Child(["cache-idle", root.path, group, "Documents/a.txt", Self.longLinger])
+    let idle = try Child(.cacheIdle(item: "Documents/a.txt", lingerMS: Self.longLinger), root: root.path, group: group)
     defer { idle.kill() }
     let accessed = await idle.line { $0.hasPrefix("accessed") }
     // The root's and Documents' tree locks: otherwise this test proves nothing.
@@ -124,7 +124,8 @@ import Testing
     let container = try root.container(group)
     let space = try container.coordinationSpace()
     let go = root.path + "/go"
-    let holder = try Child(["cache-hold", root.path, group, "Documents/b.txt", Self.longLinger, go])
+    let holder = try Child(
+      .cacheHold(item: "Documents/b.txt", lingerMS: Self.longLinger, goFile: go), root: root.path, group: group)
     defer { holder.kill() }
     guard await holder.line({ $0 == "locked" }) != nil else { return }
     let before = space.counters.load(LockRevocation.wakeCounter)
@@ -157,7 +158,7 @@ import Testing
   @Test func aHolderKilledWithSIGKILLBlocksNoOne() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
-    let idle = try Child(["cache-idle", root.path, group, "Documents/c.txt", Self.longLinger])
+    let idle = try Child(.cacheIdle(item: "Documents/c.txt", lingerMS: Self.longLinger), root: root.path, group: group)
     let accessed = await idle.line { $0.hasPrefix("accessed") }
     #expect(Self.cached(accessed) == [".", "Documents"])
     idle.kill(SIGKILL)
@@ -175,7 +176,8 @@ import Testing
     let root = try TestRoot()
     let container = try root.container(group)
     // Stopped with its locks cached: the delete times out, naming it; resumed, it gives them back.
-    let cached = try Child(["cache-idle", root.path, group, "Documents/d.txt", Self.longLinger])
+    let cached = try Child(
+      .cacheIdle(item: "Documents/d.txt", lingerMS: Self.longLinger), root: root.path, group: group)
     defer { cached.kill() }
     #expect(Self.cached(await cached.line { $0.hasPrefix("accessed") }) == [".", "Documents"])
     await Self.stop(cached.pid)
@@ -196,7 +198,7 @@ import Testing
     }
     // Stopped after the linger (the default 100 ms) dropped its locks: it blocks nothing.
     try FileManager.default.createDirectory(at: container.documentsURL, withIntermediateDirectories: true)
-    let lingered = try Child(["cache-idle", root.path, group, "Documents/e.txt", "100"])
+    let lingered = try Child(.cacheIdle(item: "Documents/e.txt", lingerMS: 100), root: root.path, group: group)
     defer { lingered.kill() }
     guard await lingered.line({ $0 == "dropped" }) != nil else { return }
     await Self.stop(lingered.pid)

@@ -8,7 +8,7 @@ import Testing
 
 /// The message transport (MessageTransport.swift) between real processes: prepares and finishes as datagrams on
 /// the receiver's inbox socket, files when the receiver has none or its queue stays full, and the order rules that
-/// let both coexist. The writer is this process; presenters are `gc-test-helper present` children, which print
+/// let both coexist. The writer is this process; presenters are gc-test-helper `.present` children, which print
 /// `<event> <coordinated|uncoordinated> <pid>` per callback.
 ///
 /// Mutants these tests were watched failing with (keep the list current):
@@ -44,13 +44,12 @@ import Testing
     let presenterProcess: ProcessName
     private let start: (datagrams: Int, files: Int)
 
-    init(_ group: String, _ name: String, presenterArguments: [String] = [], environment: [String: String] = [:]) async throws
-    {
+    init(_ group: String, _ name: String, stallMS: UInt64 = 0, environment: [String: String] = [:]) async throws {
       root = try TestRoot()
       container = try root.container(group)
       url = container.documentsURL.appendingPathComponent(name)
       presenter = try Child(
-        ["present", root.path, group, "Documents/" + name] + presenterArguments, environment: environment)
+        .present(item: "Documents/" + name, stallMS: stallMS), root: root.path, group: group, environment: environment)
       await presenter.line { $0.hasPrefix("ready") }
       let pid = presenter.pid
       presenterProcess = ProcessName(pid: pid, startTime: try #require(CurrentProcess.startTime(of: pid)))
@@ -136,7 +135,7 @@ import Testing
   /// finish), and the finished write must still suppress those events — reported once, as coordinated.
   @Test(arguments: [false, true]) func aFinishOnTheSocketNeverLetsItsWritesOwnEventsThrough(filesOnly: Bool) async throws {
     let setup = try await Setup(
-      group, "s.txt", presenterArguments: ["0", "600000"],
+      group, "s.txt", stallMS: 600_000,
       environment: filesOnly ? [MessageTransport.filesOnlyVariable: "1"] : [:])
     let coordinator = FileCoordinator()
     coordinator.presenterTimeout = .milliseconds(200)  // the stalled presenter answers nothing: go on without it
@@ -294,7 +293,7 @@ extension MessageTransportTests {
     try FileCoordinator.addFilePresenter(a)
     try FileCoordinator.addFilePresenter(b)
     defer { for presenter in [a, b, c] { FileCoordinator.removeFilePresenter(presenter) } }
-    let holder = try Child(["hold", root.path, group, "write", "Documents/a.txt"])
+    let holder = try Child(.hold(mode: .write, item: "Documents/a.txt"), root: root.path, group: group)
     defer { holder.kill() }
     await holder.line { $0 == "locked" }
     #expect(a.events == ["relinquishToWriter coordinated"])
@@ -353,7 +352,9 @@ extension MessageTransportTests {
     try FileCoordinator.addFilePresenter(b)
     defer { for presenter in [a, b] { FileCoordinator.removeFilePresenter(presenter) } }
     let log = root.path + "/writes.log"
-    let writer = try Child(["access", root.path, group, "write", "Documents/a.txt", "1000000", "0", log])
+    let writer = try Child(
+      .access(mode: .write, item: "Documents/a.txt", count: 1000000, holdMS: 0, log: log), root: root.path,
+      group: group)
     defer { writer.kill() }
     #expect(await a.waitFor(Array(repeating: "relinquishToWriter coordinated", count: 20)), "the writes did not start")
     try Data("1".utf8).write(to: urls[1])

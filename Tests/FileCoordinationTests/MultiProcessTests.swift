@@ -14,8 +14,10 @@ import Testing
     _ = try root.container(group)
     let log = root.path + "/intervals.log"
     var children: [Child] = []
-    for _ in 0..<2 { children.append(try Child(["access", root.path, group, "write", "Documents/x", "15", "5", log])) }
-    for _ in 0..<3 { children.append(try Child(["access", root.path, group, "read", "Documents/x", "6", "40", log])) }
+    let write = HelperCommand.access(mode: .write, item: "Documents/x", count: 15, holdMS: 5, log: log)
+    let read = HelperCommand.access(mode: .read, item: "Documents/x", count: 6, holdMS: 40, log: log)
+    for _ in 0..<2 { children.append(try Child(write, root: root.path, group: group)) }
+    for _ in 0..<3 { children.append(try Child(read, root: root.path, group: group)) }
     for child in children { #expect(await child.exit() == 0) }
     let intervals = Interval.parse(try String(contentsOfFile: log, encoding: .utf8))
     #expect(intervals.count == 48)  // 2 writers × 15 + 3 readers × 6
@@ -88,7 +90,7 @@ import Testing
     let container = try root.container(group)
     let url = container.documentsURL.appendingPathComponent("failsave.txt")
     try container.write(Data("v1".utf8), to: url)
-    let presenter = try Child(["present", root.path, group, "Documents/failsave.txt"])
+    let presenter = try Child(.present(item: "Documents/failsave.txt"), root: root.path, group: group)
     await presenter.line { $0.hasPrefix("ready") }
     var ran = false
     let error = #expect(throws: FileCoordinatorError.self) {
@@ -123,7 +125,7 @@ import Testing
     let container = try root.container(group)
     try FileManager.default.createDirectory(
       at: container.documentsURL.appendingPathComponent("box"), withIntermediateDirectories: true)
-    let presenter = try Child(["present", root.path, group, "Documents/box"])
+    let presenter = try Child(.present(item: "Documents/box"), root: root.path, group: group)
     await presenter.line { $0.hasPrefix("ready") }
     let item = container.documentsURL.appendingPathComponent("box/new.txt")
     try FileCoordinator().coordinate(writingItemAt: item) { try container.write(Data("1".utf8), to: $0) }
@@ -150,7 +152,7 @@ import Testing
     let from = container.documentsURL.appendingPathComponent("old.txt")
     let to = container.documentsURL.appendingPathComponent("new.txt")
     try container.write(Data("x".utf8), to: from)
-    let presenter = try Child(["present", root.path, group, "Documents/old.txt"])
+    let presenter = try Child(.present(item: "Documents/old.txt"), root: root.path, group: group)
     await presenter.line { $0.hasPrefix("ready") }
     let coordinator = FileCoordinator()
     try coordinator.coordinate(writingItemAt: from, options: .forMoving, writingItemAt: to, options: .forReplacing) {
@@ -171,7 +173,9 @@ import Testing
     let dir = container.documentsURL.appendingPathComponent("tree")
     try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
     let log = root.path + "/tree.log"
-    let child = try Child(["access", root.path, group, "write", "Documents/tree/leaf.txt", "20", "10", log])
+    let child = try Child(
+      .access(mode: .write, item: "Documents/tree/leaf.txt", count: 20, holdMS: 10, log: log), root: root.path,
+      group: group)
     for _ in 0..<10 {
       try FileCoordinator().coordinate(writingItemAt: dir, options: .forDeleting) { _ in
         let fd = open(log, O_WRONLY | O_APPEND | O_CREAT, 0o600)
@@ -194,7 +198,7 @@ import Testing
   @Test func plainWritesOfADirectoryDoNotLockItsContents() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
-    let holder = try Child(["hold", root.path, group, "write", "Documents"])
+    let holder = try Child(.hold(mode: .write, item: "Documents"), root: root.path, group: group)
     await holder.line { $0 == "locked" }
     // Another process holds a plain write of Documents: an item inside is still free.
     let url = container.documentsURL.appendingPathComponent("free.txt")
@@ -212,9 +216,9 @@ import Testing
     let container = try root.container(group)
     try FileManager.default.createDirectory(
       at: container.documentsURL.appendingPathComponent("sub"), withIntermediateDirectories: true)
-    let a = try Child(["pair", root.path, group, "Documents/A", "Documents/B", "300"])
-    let b = try Child(["pair", root.path, group, "Documents/B", "Documents/A", "300"])
-    let c = try Child(["pair", root.path, group, "Documents/sub/C", "Documents/A", "150"])
+    let a = try Child(.pair(first: "Documents/A", second: "Documents/B", count: 300), root: root.path, group: group)
+    let b = try Child(.pair(first: "Documents/B", second: "Documents/A", count: 300), root: root.path, group: group)
+    let c = try Child(.pair(first: "Documents/sub/C", second: "Documents/A", count: 150), root: root.path, group: group)
     #expect(await a.exit() == 0)
     #expect(await b.exit() == 0)
     #expect(await c.exit() == 0)
@@ -224,7 +228,7 @@ import Testing
   @Test func aLockHolderKilledWithSIGKILLBlocksNobody() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
-    let holder = try Child(["hold", root.path, group, "write", "Documents/held.txt"])
+    let holder = try Child(.hold(mode: .write, item: "Documents/held.txt"), root: root.path, group: group)
     await holder.line { $0 == "locked" }
     #expect(
       try container.status().locks.contains { $0.pid == holder.pid && $0.item == "Documents/held.txt" && $0.exclusive })
@@ -241,7 +245,7 @@ import Testing
     let container = try root.container(group)
     let url = container.documentsURL.appendingPathComponent("victim.txt")
     // Answers relinquish requests only after 600 s: only liveness can release the writer.
-    let presenter = try Child(["present", root.path, group, "Documents/victim.txt", "600"])
+    let presenter = try Child(.present(item: "Documents/victim.txt", answerDelay: 600), root: root.path, group: group)
     await presenter.line { $0.hasPrefix("ready") }
     let killer = Thread {
       presenter.lineBlocking { $0.hasPrefix("relinquishToWriter") }
@@ -261,7 +265,7 @@ import Testing
     let root = try TestRoot()
     let container = try root.container(group)
     let url = container.documentsURL.appendingPathComponent("slow.txt")
-    let presenter = try Child(["present", root.path, group, "Documents/slow.txt", "600"])
+    let presenter = try Child(.present(item: "Documents/slow.txt", answerDelay: 600), root: root.path, group: group)
     await presenter.line { $0.hasPrefix("ready") }
     let strict = FileCoordinator()
     strict.presenterTimeout = .milliseconds(300)
@@ -280,7 +284,7 @@ import Testing
     let root = try TestRoot()
     let container = try root.container(group)
     let url = container.documentsURL.appendingPathComponent("shell.txt")
-    let presenter = try Child(["present", root.path, group, "Documents/shell.txt"])
+    let presenter = try Child(.present(item: "Documents/shell.txt"), root: root.path, group: group)
     await presenter.line { $0.hasPrefix("ready") }
     #expect(try await runToEnd("/bin/sh", ["-c", "echo hello > '\(url.path)'"]).status == 0)
     await presenter.line { $0 == "didChange uncoordinated -" }
@@ -302,7 +306,8 @@ import Testing
     let container = try root.container(group)
     let file = container.documentsURL.appendingPathComponent("flood.txt")
     // The presenter's watcher reads no events until resume-watcher appears, so the kernel queue overflows.
-    let presenter = try Child(["present", root.path, group, "Documents/flood.txt", "0", "600000"])
+    let presenter = try Child(
+      .present(item: "Documents/flood.txt", answerDelay: 0, stallMS: 600_000), root: root.path, group: group)
     await presenter.line { $0.hasPrefix("ready") }
     let limit =
       (try? String(contentsOfFile: "/proc/sys/fs/inotify/max_queued_events", encoding: .utf8))

@@ -11,7 +11,7 @@ import Testing
     let root = try TestRoot()
     let container = try root.container(group)
     try container.registerURLScheme("gctest", launching: URL(fileURLWithPath: "/bin/false"))
-    let handler = try Child(["url-handler", root.path, group, "gctest"])
+    let handler = try Child(.urlHandler(scheme: "gctest"), root: root.path, group: group)
     await handler.line { $0.hasPrefix("ready") }
     #expect(try await container.open(URL(string: "gctest://finished?source=widget")!))
     #expect(try await !container.open(URL(string: "gctest://refuse")!))
@@ -22,9 +22,9 @@ import Testing
   @Test func theRegisteredAppIsLaunchedWhenNoneRuns() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
-    let helper = productsDirectory.appendingPathComponent("gc-test-helper")
     try container.registerURLScheme(
-      "gclaunch", launching: helper, arguments: ["url-handler", root.path, group, "gclaunch"])
+      "gclaunch", launching: helperExecutable,
+      arguments: helperArguments(.urlHandler(scheme: "gclaunch"), root: root.path, group: group))
     #expect(try await container.open(URL(string: "gclaunch://finished")!))
     // The launched process is now the running handler.
     let status = try container.status()

@@ -32,7 +32,7 @@ import Testing
     try FileManager.default.createDirectory(
       atPath: container.path + "/Documents/sub/d", withIntermediateDirectories: true)
     try FileManager.default.createSymbolicLink(atPath: container.path + "/Documents/link", withDestinationPath: outside)
-    let swapper = try Child(["swap", root.path, Self.group, "Documents/sub", "Documents/link"])
+    let swapper = try Child(.swap(a: "Documents/sub", b: "Documents/link"), root: root.path, group: Self.group)
     defer { swapper.kill() }
     await swapper.line { $0 == "swapping" }
     let directory = try container.directory()
@@ -101,11 +101,11 @@ import Testing
     if race == "directory" {
       try FileManager.default.createSymbolicLink(
         atPath: container.path + "/Documents/link", withDestinationPath: outside)
-      attacker = try Child(["swap", root.path, Self.group, "Documents/sub", "Documents/link"])
+      attacker = try Child(.swap(a: "Documents/sub", b: "Documents/link"), root: root.path, group: Self.group)
       await attacker.line { $0 == "swapping" }
       item = container.documentsURL.appendingPathComponent("sub/target")
     } else {
-      attacker = try Child(["relink", root.path, Self.group, "Documents/sub/target", target])
+      attacker = try Child(.relink(item: "Documents/sub/target", target: target), root: root.path, group: Self.group)
       await attacker.line { $0 == "relinking" }
       item = container.documentsURL.appendingPathComponent("sub/target")
     }
@@ -274,7 +274,7 @@ import Testing
   @Test(.runSlot(.minutes(3))) func canonicallyEquivalentNamesAreDifferentItems() async throws {
     let root = try TestRoot()
     let container = try root.container(PathSafetyTests.group)
-    let holder = try Child(["hold", root.path, PathSafetyTests.group, "write", Self.nfd])
+    let holder = try Child(.hold(mode: .write, item: Self.nfd), root: root.path, group: PathSafetyTests.group)
     defer { holder.kill() }
     await holder.line { $0 == "locked" }
     let nfc = container.url.appendingPathComponent(Self.nfc)
@@ -382,8 +382,8 @@ import Testing
     let group = PathSafetyTests.group
     try FileManager.default.createDirectory(
       atPath: container.path + "/Documents/deep/er", withIntermediateDirectories: true)
-    let killed = try Child(["pause-write", root.path, group, "Documents/deep/er/k.txt"])
-    let alive = try Child(["pause-write", root.path, group, "Documents/l.txt"])
+    let killed = try Child(.pauseWrite(item: "Documents/deep/er/k.txt"), root: root.path, group: group)
+    let alive = try Child(.pauseWrite(item: "Documents/l.txt"), root: root.path, group: group)
     defer { alive.kill() }
     let killedTemp = try #require(await killed.line { $0.hasPrefix("created ") }).dropFirst(8)
     let aliveTemp = try #require(await alive.line { $0.hasPrefix("created ") }).dropFirst(8)
@@ -392,7 +392,9 @@ import Testing
     #expect(FileManager.default.fileExists(atPath: killedPath))
     killed.kill()
     // The next process to open the container sweeps what the dead writer left, and only that.
-    let next = try Child(["access", root.path, group, "read", "Documents/x", "1", "0", root.path + "/log"])
+    let next = try Child(
+      .access(mode: .read, item: "Documents/x", count: 1, holdMS: 0, log: root.path + "/log"), root: root.path,
+      group: group)
     #expect(await next.exit() == 0)
     #expect(!FileManager.default.fileExists(atPath: killedPath), "the dead writer's temp file was not swept")
     #expect(FileManager.default.fileExists(atPath: alivePath), "a live writer's temp file was swept")
@@ -424,7 +426,9 @@ import Testing
     defer { FileCoordinator.removeFilePresenter(second) }
     let records = try viaReal.status().presenters
     #expect(records.count == 2 && Set(records.map(\.id)).count == 2, "\(records)")
-    let writer = try Child(["access", real, group, "write", "Documents/n.txt", "1", "0", root.path + "/log"])
+    let writer = try Child(
+      .access(mode: .write, item: "Documents/n.txt", count: 1, holdMS: 0, log: root.path + "/log"), root: real,
+      group: group)
     #expect(await writer.exit() == 0)
     #expect(await first.waitFor(["relinquishToWriter coordinated"]), "\(first.events)")
     #expect(await second.waitFor(["relinquishToWriter coordinated"]), "\(second.events)")
@@ -447,9 +451,9 @@ import Testing
     try FileManager.default.createDirectory(atPath: inbox + "/sub", withIntermediateDirectories: true)
     try FileManager.default.createSymbolicLink(atPath: inbox + "/link", withDestinationPath: outside)
     try FileManager.default.createSymbolicLink(atPath: inbox + "/sub/d", withDestinationPath: outside + "/d")
-    let next = try Child([
-      "access", root.path, PathSafetyTests.group, "read", "Documents/x", "1", "0", root.path + "/log",
-    ])
+    let next = try Child(
+      .access(mode: .read, item: "Documents/x", count: 1, holdMS: 0, log: root.path + "/log"), root: root.path,
+      group: PathSafetyTests.group)
     #expect(await next.exit() == 0)
     #expect(!FileManager.default.fileExists(atPath: inbox), "the dead process's inbox was not reaped")
     #expect(FileManager.default.fileExists(atPath: outside + "/d/keep.txt"))

@@ -43,7 +43,8 @@ import FileCoordination
       let events = try FileCoordinator.events(presentedItemAt: url)
       await #expect(try listedPresenters(root).map(\.item) == ["Documents/e.txt"])
       let log = root.url.appendingPathComponent("access.log").path
-      let writer = try Child(["access", root.path, group, "write", "Documents/e.txt", "1", "0", log])
+      let writer = try Child(
+        .access(mode: .write, item: "Documents/e.txt", count: 1, holdMS: 0, log: log), root: root.path, group: group)
       var seen: [PresentedItemEvent] = []
       for await event in events {
         seen.append(event)

@@ -44,7 +44,7 @@ import Testing
   }
 
   func presenter(_ root: TestRoot, _ path: String, delay: Double = 0) async throws -> Child {
-    let child = try Child(["present", root.path, group, path, "\(delay)"])
+    let child = try Child(.present(item: path, answerDelay: delay), root: root.path, group: group)
     await child.line { $0.hasPrefix("ready") }
     return child
   }
@@ -181,7 +181,7 @@ import Testing
     let url = container.documentsURL.appendingPathComponent("cancel2.txt")
     try container.write(Data("v0".utf8), to: url)
     // The holder takes its lock before the presenter exists, so it never messages it.
-    let holder = try Child(["hold", root.path, group, "write", "Documents/cancel2.txt"])
+    let holder = try Child(.hold(mode: .write, item: "Documents/cancel2.txt"), root: root.path, group: group)
     await holder.line { $0 == "locked" }
     let child = try await presenter(root, "Documents/cancel2.txt")
     let error = await cancelledWrite(url) {
@@ -208,7 +208,7 @@ import Testing
     // Two processes with no inotify instance increment one counter: exclusion, messages and acks without inotify.
     let env = ["GROUP_CONTAINER_SIMULATE_NO_INOTIFY": "1"]
     let writers = try (0..<2).map { _ in
-      try Child(["no-inotify", root.path, group, "Documents/count.txt", "20"], environment: env)
+      try Child(.noInotify(item: "Documents/count.txt", count: 20), root: root.path, group: group, environment: env)
     }
     for writer in writers {
       #expect(await writer.exit() == 0, "\(writer.output) \(writer.errors.text)")
@@ -255,7 +255,9 @@ import Testing
       return
     }
     // A coordinated write of the recreated item from another process reaches it.
-    let writer = try Child(["access", root.path, group, "write", "Documents/kept.txt", "1", "0", root.path + "/w.log"])
+    let writer = try Child(
+      .access(mode: .write, item: "Documents/kept.txt", count: 1, holdMS: 0, log: root.path + "/w.log"),
+      root: root.path, group: group)
     #expect(await writer.exit() == 0, "\(writer.errors.text)")
     let fromWriter: @Sendable (String) -> Bool = { line in line.hasSuffix("coordinated \(writer.pid)") }
     #expect(await child.line { $0.hasPrefix("relinquishToWriter") && fromWriter($0) } != nil)
@@ -291,7 +293,7 @@ import Testing
     let root = try TestRoot()
     let container = try root.container(group)
     let url = container.documentsURL.appendingPathComponent("stuck.txt")
-    let holder = try Child(["hold", root.path, group, "write", "Documents/stuck.txt"])
+    let holder = try Child(.hold(mode: .write, item: "Documents/stuck.txt"), root: root.path, group: group)
     await holder.line { $0 == "locked" }
     kill(holder.pid, SIGSTOP)
     defer {

@@ -17,8 +17,8 @@ import Testing
   @Test(.runSlot(.minutes(3))) func reapingADeadWriterSweepsItsTempFile() async throws {
     let root = try TestRoot()
     let container = try root.container(Self.group)
-    let killed = try Child(["pause-write", root.path, Self.group, "Documents/k.txt"])
-    let alive = try Child(["pause-write", root.path, Self.group, "Documents/l.txt"])
+    let killed = try Child(.pauseWrite(item: "Documents/k.txt"), root: root.path, group: Self.group)
+    let alive = try Child(.pauseWrite(item: "Documents/l.txt"), root: root.path, group: Self.group)
     defer { alive.kill() }
     let killedTemp = try #require(await killed.line { $0.hasPrefix("created ") }).dropFirst(8)
     let aliveTemp = try #require(await alive.line { $0.hasPrefix("created ") }).dropFirst(8)

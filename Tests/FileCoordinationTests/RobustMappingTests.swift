@@ -17,7 +17,7 @@ import Testing
   let group = "group.com.example.tests"
 
   func presenter(_ root: TestRoot, _ path: String) async throws -> Child {
-    let child = try Child(["present", root.path, group, path])
+    let child = try Child(.present(item: path), root: root.path, group: group)
     await child.line { $0.hasPrefix("ready") }
     return child
   }

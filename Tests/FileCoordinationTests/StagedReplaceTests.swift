@@ -133,8 +133,8 @@ import Testing
     let root = try TestRoot()
     let container = try root.container(Self.group)
     let staging = container.path + "/.coordination/staging/"
-    let killed = try Child(["pause-write", root.path, Self.group, "Documents/k.txt", "staged"])
-    let alive = try Child(["pause-write", root.path, Self.group, "Documents/l.txt", "staged"])
+    let killed = try Child(.pauseWrite(item: "Documents/k.txt", staged: true), root: root.path, group: Self.group)
+    let alive = try Child(.pauseWrite(item: "Documents/l.txt", staged: true), root: root.path, group: Self.group)
     defer { alive.kill() }
     let killedTemp = staging + (try #require(await killed.line { $0.hasPrefix("created ") }).dropFirst(8))
     let aliveTemp = staging + (try #require(await alive.line { $0.hasPrefix("created ") }).dropFirst(8))

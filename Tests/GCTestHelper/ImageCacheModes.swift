@@ -46,7 +46,8 @@ import TestImageKit
       usleep(10_000)
     }
     FileHandle.standardOutput.write(Data("usage \(try racing.statistics().diskBytes)\n".utf8))
-  case .cacheWriter(_, let writer, let ops, let keys, let logFile):
+  case .cacheWriter(_, let writerID, let ops, let keys, let logFile):
+    let writer = UInt64(writerID)
     var generator = SplitMix64(seed: writer &* 7919)
     var lines: [String] = []
     for sequence in 1...ops {

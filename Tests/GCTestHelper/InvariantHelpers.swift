@@ -38,7 +38,8 @@ func runInvariantMode(_ command: HelperCommand, root: String, _ container: Group
 func sequenceWriter(_ defaults: SharedDefaults, writer: Int, count: Int, size: Int) throws -> Never {
   for i in 0..<count {
     let key = "w\(writer)-k\(i % 8)"
-    try defaults.set(value: .data(selfCheckingValue(key: key, sequence: UInt64(i), size: size + (i * 97) % size)), forKey: key)
+    let value = selfCheckingValue(key: key, sequence: UInt64(i), size: size + (i * 97) % size)
+    try defaults.set(value: .data(value), forKey: key)
   }
   FileHandle.standardOutput.write(Data("done\n".utf8))
   exit(0)

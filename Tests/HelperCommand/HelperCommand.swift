@@ -256,7 +256,7 @@ public enum HelperCommand: Codable, Sendable, Equatable {
   /// Random stores (70 %) and removals of k0…k<keys-1>, `operations` of them, seeded by `writer`; writes
   /// "S|R <key> <version> <start-ns> <end-ns>" per op to `log` (CLOCK_MONOTONIC, one clock for every process),
   /// then prints "done".
-  case cacheWriter(cache: String, writer: UInt64, operations: Int, keys: Int, log: String)
+  case cacheWriter(cache: String, writer: Int, operations: Int, keys: Int, log: String)
   /// Prints "reading", reads random keys for `milliseconds` ms; writes "G <key> <version|0 for a miss|bad>
   /// <start-ns> <end-ns>" per read to `log`, then prints "done memoryHits=<n> diskHits=<n> misses=<n>".
   case cacheReader(cache: String, milliseconds: UInt64, keys: Int, log: String)

@@ -30,7 +30,7 @@ struct ImageCachePressureTests {
   @Test func groupLevelsTrimTheMemoryTier() async throws {
     let root = try TestRoot()
     let container = try root.container()
-    let child = try Child(["cache-memory", root.path, container.identifier, "pressure", "200"])
+    let child = try Child(.cacheMemory(cache: "pressure", images: 200), root: root.path, group: container.identifier)
     defer { child.kill() }
     let filled = try #require(await child.line() { $0.hasPrefix("filled") })
     let (cost, limit) = (Self.numbers(filled)[0], Self.numbers(filled)[1])
@@ -49,7 +49,8 @@ struct ImageCachePressureTests {
     let container = try root.container()
     let cgroup = try MemoryCgroupFixture(limit: 96 << 20)
     defer { cgroup.remove() }
-    let child = try Child(["cache-cgroup", root.path, container.identifier, "cgroup", cgroup.name])
+    let child = try Child(
+      .cacheCgroup(cache: "cgroup", cgroup: cgroup.name), root: root.path, group: container.identifier)
     try cgroup.add(pid: child.pid)
     #expect(await child.exit() == 0, "\(child.output) \(child.errors.text)")
     let lines = child.output
@@ -69,7 +70,8 @@ struct ImageCachePressureTests {
     let root = try TestRoot()
     let container = try root.container()
     // 200 MB of images offered to a process with a 32 MB budget (the example widget's).
-    let child = try Child(["cache-budget", root.path, container.identifier, "budget", "32", "200"])
+    let child = try Child(
+      .cacheBudget(cache: "budget", budgetMB: 32, offeredMB: 200), root: root.path, group: container.identifier)
     #expect(await child.exit() == 0, "\(child.errors.text)")
     let line = try #require(child.output.first { $0.hasPrefix("peak=") })
     let (peak, budget, tier) = (Self.numbers(line)[0], Self.numbers(line)[1], Self.numbers(line)[2])
@@ -95,7 +97,7 @@ struct ImageCachePressureTests {
         try await filler.store(TestPNG.make(width: 450, height: 450, seed: UInt64(index)), forKey: "k\(index)")
       }
     }
-    let child = try Child(["cache-disk", disk, "group.lowdisk", "images"])
+    let child = try Child(.cacheDisk(cache: "images"), root: disk, group: "group.lowdisk")
     defer { child.kill() }
     #expect(await child.line { $0 == "entries 20" } != nil)
     let space = try DiskSpace(of: container.documentsURL)

@@ -205,7 +205,7 @@ import Testing
     _ = try root.container(Self.group)
     let cgroup = try MemoryCgroupFixture(limit: 96 << 20)
     defer { cgroup.remove() }
-    let child = try Child(["pressure-cgroup", root.path, Self.group, cgroup.name, "24"])
+    let child = try Child(.pressureCgroup(cgroup: cgroup.name, fileCacheMB: 24), root: root.path, group: Self.group)
     // Moved once its monitor watches the test's cgroup: the monitor must follow the move.
     await child.line() { $0.hasPrefix("started") }
     try cgroup.add(pid: child.pid)
@@ -233,7 +233,7 @@ import Testing
   @Test func aChildGrowingPastItsBudgetGetsAWarning() async throws {
     let root = try TestRoot()
     _ = try root.container(Self.group)
-    let child = try Child(["pressure-budget", root.path, Self.group, "32"])
+    let child = try Child(.pressureBudget(budgetMB: 32), root: root.path, group: Self.group)
     let line = await child.line() { $0.hasPrefix("handler ") || $0.hasPrefix("no warning") }
     #expect(await child.exit() == 0, "\(child.output)")
     #expect(line?.hasPrefix("handler warning footprint ") == true, "\(child.output)")
@@ -246,7 +246,7 @@ import Testing
   @Test func groupctlCachePressureReachesEveryProcessOfTheGroup() async throws {
     let root = try TestRoot()
     _ = try root.container(Self.group)
-    let listeners = try ["a", "b"].map { try Child(["pressure-listen", root.path, Self.group, $0]) }
+    let listeners = try ["a", "b"].map { try Child(.pressureListen(name: $0), root: root.path, group: Self.group) }
     for listener in listeners { await listener.line { $0 == "ready" } }
     for level in ["warning", "critical"] {
       let status = try runTool(
@@ -271,7 +271,7 @@ import Testing
   @Test func anIdleDefaultsSuiteDropsWhatItCanReadAgain() async throws {
     let root = try TestRoot()
     let container = try root.container(Self.group)
-    let child = try Child(["pressure-defaults", root.path, Self.group, "idle-suite"])
+    let child = try Child(.pressureDefaults(suite: "idle-suite"), root: root.path, group: Self.group)
     await child.line { $0 == "ready" }
     // The suite's idle time (no write for 5 s), without holding a thread of the test pool.
     try await Task.sleep(for: .milliseconds(5500))
@@ -305,7 +305,7 @@ import Testing
     let container = try GroupContainer(identifier: Self.group, root: URL(fileURLWithPath: disk))
     let images = container.cachesURL.appendingPathComponent("images")
     try FileManager.default.createDirectory(at: images, withIntermediateDirectories: true)
-    let child = try Child(["pressure-disk", disk, Self.group, "Library/Caches/images"])
+    let child = try Child(.pressureDisk(cacheDirectory: "Library/Caches/images"), root: disk, group: Self.group)
     await child.line { $0 == "ready" }
     let keep = container.documentsURL.appendingPathComponent("keep")
     try Data(repeating: 0x55, count: 2 << 20).write(to: keep)

@@ -55,12 +55,14 @@ struct SharedImageCacheCoherenceTests {
     let keys = 6
     let logs = (0..<4).map { root.path + "/log\($0)" }
     let writers = try (1...2).map { writer in
-      try Child([
-        "cache-writer", root.path, container.identifier, "coherence", "\(writer)", "400", "\(keys)", logs[writer - 1],
-      ])
+      try Child(
+        .cacheWriter(cache: "coherence", writer: writer, operations: 400, keys: keys, log: logs[writer - 1]),
+        root: root.path, group: container.identifier)
     }
     let readers = try (2...3).map { index in
-      try Child(["cache-reader", root.path, container.identifier, "coherence", "2500", "\(keys)", logs[index]])
+      try Child(
+        .cacheReader(cache: "coherence", milliseconds: 2500, keys: keys, log: logs[index]), root: root.path,
+        group: container.identifier)
     }
     for child in writers + readers { #expect(await child.exit() == 0, "\(child.errors.text)") }
     let writes = try (0..<2).flatMap { Self.parse(try String(contentsOfFile: logs[$0], encoding: .utf8)) }
@@ -85,7 +87,7 @@ struct SharedImageCacheCoherenceTests {
     let container = try root.container()
     let cache = try SharedImageCache(name: "outside", container: container)
     try await cache.store(TestPNG.make(width: 16, height: 4, seed: 42), forKey: "k")
-    let watcher = try Child(["cache-watch", root.path, container.identifier, "outside", "k"])
+    let watcher = try Child(.cacheWatch(cache: "outside", key: "k"), root: root.path, group: container.identifier)
     defer { watcher.kill() }
     await watcher.line { $0 == "now 42" }
     // `rm` of the entry: nobody announced it; the other process's memory tier must let go.
@@ -114,7 +116,7 @@ struct SharedImageCacheCoherenceTests {
     let container = try root.container()
     let cache = try SharedImageCache(name: "replace", container: container)
     try await cache.store(TestPNG.make(width: 16, height: 4, seed: 1), forKey: "k")
-    let watcher = try Child(["cache-watch", root.path, container.identifier, "replace", "k"])
+    let watcher = try Child(.cacheWatch(cache: "replace", key: "k"), root: root.path, group: container.identifier)
     defer { watcher.kill() }
     await watcher.line { $0 == "now 1" }
     for version in 2...20 as ClosedRange<UInt64> {
@@ -135,7 +137,7 @@ struct SharedImageCacheCoherenceTests {
       let cache = try SharedImageCache(name: "whole", container: container)
       try await cache.store(TestPNG.make(width: 16, height: 4, seed: 44), forKey: "k")
     }
-    let watcher = try Child(["cache-watch", root.path, container.identifier, "whole", "k"])
+    let watcher = try Child(.cacheWatch(cache: "whole", key: "k"), root: root.path, group: container.identifier)
     defer { watcher.kill() }
     #expect(await watcher.line { $0 == "now 44" } != nil)
     try FileManager.default.removeItem(at: container.url)

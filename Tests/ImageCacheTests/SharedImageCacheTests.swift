@@ -55,7 +55,9 @@ struct SharedImageCacheTests {
     var generator = SplitMix64(seed: 11)
     for round in 0..<6 {
       // 1 MB images: a store takes long enough for the kill to land inside one.
-      let child = try Child(["cache-store-loop", root.path, container.identifier, "killed", "3", "1024", "1024"])
+      let child = try Child(
+        .cacheStoreLoop(cache: "killed", keys: 3, width: 1024, height: 1024), root: root.path,
+        group: container.identifier)
       await child.line { $0.hasPrefix("stored") }
       try await Task.sleep(for: .milliseconds(generator.next() % 20))
       child.kill()
@@ -91,7 +93,8 @@ struct SharedImageCacheTests {
       try await filler.store(TestPNG.make(width: 200, height: 200, seed: UInt64(index)), forKey: "k\(index)")
     }
     let readers = try (0..<2).map { _ in
-      try Child(["cache-read-all", root.path, container.identifier, "trimmed", "60", "1500"])
+      try Child(
+        .cacheReadAll(cache: "trimmed", keys: 60, milliseconds: 1500), root: root.path, group: container.identifier)
     }
     for reader in readers { await reader.line { $0 == "reading" } }
     let report = try #require(try cache.trim())
@@ -387,7 +390,8 @@ struct SharedImageCacheTests {
     let pauses = root.path + "/pauses"
     try FileManager.default.createDirectory(atPath: pauses, withIntermediateDirectories: true)
     let child = try Child(
-      ["cache-trim-race", root.path, container.identifier, "race", pauses] + (replace ? ["replace"] : []),
+      .cacheTrimRace(cache: "race", pauseDirectory: pauses, replace: replace), root: root.path,
+      group: container.identifier,
       environment: ["GROUPCONTAINER_PAUSE_POINT": "imagecache.trim.scanned", "GROUPCONTAINER_PAUSE_DIR": pauses])
     let line = try #require(await child.line() { $0.hasPrefix("usage ") })
     #expect(await child.exit() == 0)

@@ -23,7 +23,7 @@ import Testing
   @Test func widgetSeesEachUpdateInOrder() async throws {
     let f = try ActivityFixture()
     let activity = try f.request()
-    let widget = try f.helper("act-observe", [activity.id])
+    let widget = try f.helper(.actObserve(id: activity.id))
     defer { widget.kill() }
     #expect(await widget.line { $0 == "ready active" } != nil)
     var latencies: [UInt64] = []
@@ -61,7 +61,7 @@ import Testing
   @Test func widgetSeesABurstInOrder() async throws {
     let f = try ActivityFixture()
     let activity = try f.request()
-    let widget = try f.helper("act-observe", [activity.id])
+    let widget = try f.helper(.actObserve(id: activity.id))
     defer { widget.kill() }
     #expect(await widget.line { $0.hasPrefix("ready") } != nil)
     for i in 1...100 { try await activity.update(score(i, 0)) }
@@ -73,7 +73,7 @@ import Testing
 
   @Test func widgetSeesNewActivities() async throws {
     let f = try ActivityFixture()
-    let widget = try f.helper("act-observe-new")
+    let widget = try f.helper(.actObserveNew)
     defer { widget.kill() }
     #expect(await widget.line { $0 == "ready" } != nil)
     let a = try f.request("Lyon", "Nantes")
@@ -85,7 +85,7 @@ import Testing
   @Test func hostSeesActivitiesAWidgetRequested() async throws {
     let f = try ActivityFixture()
     let updates = try Activity<ScoreboardAttributes>.activityUpdates(in: f.container)
-    let app = try f.helper("act-request", ["Nice", "Metz", "2"])
+    let app = try f.helper(.actRequest(homeTeam: "Nice", awayTeam: "Metz", count: 2))
     #expect(await app.exit() == 0)
     var iterator = updates.makeAsyncIterator()
     let first = await iterator.next()
@@ -100,7 +100,7 @@ import Testing
     let activity = try f.request()
     try await activity.update(score(1, 1))
     var states = activity.activityStateUpdates.makeAsyncIterator()
-    let widget = try f.helper("act-dismiss", [activity.id])
+    let widget = try f.helper(.actDismiss(id: activity.id))
     #expect(await widget.exit() == 0)
     #expect(await states.next() == .dismissed)
     #expect(activity.activityState == .dismissed)
@@ -117,7 +117,9 @@ import Testing
   @Test func concurrentLikesFromThreeProcessesLoseNothing() async throws {
     let f = try ActivityFixture()
     let activity = try f.request()
-    let likers = try (0..<3).map { i in try f.helper("act-like", [activity.id, "40", i == 2 ? "away" : "home"]) }
+    let likers = try (0..<3).map { i in
+      try f.helper(.actLike(id: activity.id, count: 40, side: i == 2 ? .away : .home))
+    }
     defer { for l in likers { l.kill() } }
     // Meanwhile this process updates the score and reads: no read may meet a torn record.
     let store = try ActivityStore(container: f.container)
@@ -137,14 +139,14 @@ import Testing
   @Test func widgetFollowsTheClockAcrossProcesses() async throws {
     let f = try ActivityFixture()
     let activity = try f.request(staleDate: f.now.addingTimeInterval(300))
-    let widget = try f.helper("act-observe", [activity.id])
+    let widget = try f.helper(.actObserve(id: activity.id))
     defer { widget.kill() }
     #expect(await widget.line { $0 == "ready active" } != nil)
     try f.at(301)
     #expect(await widget.line { $0 == "state stale" } != nil)
     try f.at(8 * 3600)
     #expect(await widget.line { $0 == "state ended" } != nil)
-    let state = try f.helper("act-state", [activity.id])
+    let state = try f.helper(.actState(id: activity.id))
     #expect(await state.line { $0 == "state ended" } != nil)
     try f.at(12 * 3600)
     #expect(await widget.line { $0 == "state dismissed" } != nil)

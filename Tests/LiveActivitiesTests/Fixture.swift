@@ -34,9 +34,9 @@ final class ActivityFixture: Sendable {
   /// The environment of helper processes: the same clock.
   var environment: [String: String] { [ActivityClock.environmentVariable: clockPath] }
 
-  /// gc-test-helper `mode` on this container.
-  func helper(_ mode: String, _ arguments: [String] = []) throws -> Child {
-    try Child([mode, root.path, container.identifier] + arguments, environment: environment)
+  /// gc-test-helper's `command` on this container.
+  func helper(_ command: HelperCommand) throws -> Child {
+    try Child(command, root: root.path, group: container.identifier, environment: environment)
   }
 
   /// groupctl `activities …` on this container's root.

@@ -63,11 +63,11 @@ import Testing
     let f = try ActivityFixture()
     #expect(try await f.groupctl(["disable", f.container.identifier]).status == 0)
     #expect(throws: ActivityError.denied(group: f.container.identifier)) { try f.request() }
-    let refused = try f.helper("act-request", ["Lyon", "Nantes"])
+    let refused = try f.helper(.actRequest(homeTeam: "Lyon", awayTeam: "Nantes"))
     #expect(await refused.exit() != 0)
     #expect(refused.errors.text.contains("turned off"))
     #expect(try await f.groupctl(["enable", f.container.identifier]).status == 0)
-    let allowed = try f.helper("act-request", ["Lyon", "Nantes"])
+    let allowed = try f.helper(.actRequest(homeTeam: "Lyon", awayTeam: "Nantes"))
     #expect(await allowed.exit() == 0)
   }
 

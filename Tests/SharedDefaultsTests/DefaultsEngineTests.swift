@@ -58,18 +58,21 @@ import TestSupport
     let container = try root.container()
     let id = container.identifier
     // A long-lived process: it loads the suite and compacts it, so it last saw (generation G, length 0).
-    let long = try Child(["defaults-script", root.path, id, "w", root.path, "set:base=1", "rewind", "say:loaded", "wait:go", "sync", "dump"])
+    let long = try Child(
+      .defaultsScript(suite: "w", steps: [.set("base", 1), .rewind, .say("loaded"), .wait("go"), .sync, .dump]),
+      root: root.path, group: id)
     #expect(await long.line { $0 == "loaded" } != nil)
     // Another writes a, b and c (acknowledged), then dies inside its compaction.
-    let compaction = point.hasPrefix("defaults.compact.") ? "rewind" : "sync"
+    let compaction: DefaultsStep = point.hasPrefix("defaults.compact.") ? .rewind : .sync
     let dying = try Child(
-      ["defaults-script", root.path, id, "w", root.path, "set:a=1", "set:b=2", "set:c=3", compaction, "say:survived"],
+      .defaultsScript(suite: "w", steps: [.set("a", 1), .set("b", 2), .set("c", 3), compaction, .say("survived")]),
+      root: root.path, group: id,
       environment: ["GROUPCONTAINER_FAULT_POINT": point])
     #expect(await dying.exit() != 0)
     #expect(dying.output == ["ack a", "ack b", "ack c"], "stderr: \(dying.errors.text)")
     // A new process reads everything at once (from the files as the dead one left them).
     let expected = ["a 1", "b 2", "base 1", "c 3", "end"]
-    let early = try Child(["defaults-script", root.path, id, "w", root.path, "dump"])
+    let early = try Child(.defaultsScript(suite: "w", steps: [.dump]), root: root.path, group: id)
     #expect(await early.exit() == 0)
     #expect(early.output == expected, "stderr: \(early.errors.text)")
     // The long-lived process synchronizes (takes the dead process's lock over) and reads everything.
@@ -77,7 +80,7 @@ import TestSupport
     #expect(await long.exit() == 0)
     #expect(lastDump(long) == expected, "stderr: \(long.errors.text)")
     // So does a new process, and the export holds it too.
-    let fresh = try Child(["defaults-script", root.path, id, "w", root.path, "dump"])
+    let fresh = try Child(.defaultsScript(suite: "w", steps: [.dump]), root: root.path, group: id)
     #expect(await fresh.exit() == 0)
     #expect(fresh.output == expected)
     let plist = try PropertyListValue(bytes: Array(Data(contentsOf: container.preferencesURL.appendingPathComponent("w.plist"))))
@@ -98,11 +101,12 @@ import TestSupport
     let container = try root.container()
     let id = container.identifier
     let long = try Child(
-      ["defaults-script", root.path, id, "w", root.path, "set:base=1", "rewind", "say:loaded", "wait:go", "sync", "dump"])
+      .defaultsScript(suite: "w", steps: [.set("base", 1), .rewind, .say("loaded"), .wait("go"), .sync, .dump]),
+      root: root.path, group: id)
     #expect(await long.line { $0 == "loaded" } != nil)
     let dying = try Child(
-      ["defaults-script", root.path, id, "w", root.path, "fillacked:k:3000:4000", "settle", "say:survived"],
-      environment: ["GROUPCONTAINER_FAULT_POINT": point])
+      .defaultsScript(suite: "w", steps: [.fillAcked("k", count: 3000, bytes: 4000), .settle, .say("survived")]),
+      root: root.path, group: id, environment: ["GROUPCONTAINER_FAULT_POINT": point])
     #expect(await dying.exit() != 0)
     let acked = dying.output.filter { $0.hasPrefix("ack ") }.count
     #expect(acked > 2000 && !dying.output.contains("survived"), "\(dying.output.suffix(3))")
@@ -114,13 +118,13 @@ import TestSupport
       #expect(missing.isEmpty, "\(who): \(missing.count) missing, first \(missing.prefix(3))")
       #expect(lines.contains("base 1") && lines.last == "end", "\(who): \(lines.suffix(2))")
     }
-    let early = try Child(["defaults-script", root.path, id, "w", root.path, "dump"])
+    let early = try Child(.defaultsScript(suite: "w", steps: [.dump]), root: root.path, group: id)
     #expect(await early.exit() == 0)
     check(early.output, "a new process")
     #expect(FileManager.default.createFile(atPath: root.path + "/go", contents: nil))
     #expect(await long.exit() == 0)
     check(lastDump(long), "the long-lived process")
-    let fresh = try Child(["defaults-script", root.path, id, "w", root.path, "set:after=1", "dump"])
+    let fresh = try Child(.defaultsScript(suite: "w", steps: [.set("after", 1), .dump]), root: root.path, group: id)
     #expect(await fresh.exit() == 0)
     check(fresh.output.filter { !$0.hasPrefix("ack ") }, "a writer after")
     withExtendedLifetime(root) {}
@@ -179,17 +183,17 @@ import TestSupport
   /// replaces the export; meanwhile a tool opens the export, truncating it (plistlib's `open(path, 'wb')`). Returns
   /// the child (running on) and the tool's handle, to write into the replaced file.
   func toolTruncatingTheExportDuringACompaction(
-    _ root: TestRoot, then after: [String], environment: [String: String] = [:]
+    _ root: TestRoot, then after: [DefaultsStep], environment: [String: String] = [:]
   ) async throws -> (compactor: Child, tool: FileHandle?) {
     let id = try root.container().identifier
-    let seed = try Child(["defaults-script", root.path, id, "half", root.path, "set:a=1", "sync"])
+    let seed = try Child(.defaultsScript(suite: "half", steps: [.set("a", 1), .sync]), root: root.path, group: id)
     #expect(await seed.exit() == 0)
     let plist = try root.container().preferencesURL.appendingPathComponent("half.plist").path
     let pauses = root.path + "/pauses"
     try FileManager.default.createDirectory(atPath: pauses, withIntermediateDirectories: true)
     let point = pauses + "/defaults.export.replacing"
     let compactor = try Child(
-      ["defaults-script", root.path, id, "half", root.path, "set:b=2", "sync"] + after,
+      .defaultsScript(suite: "half", steps: [.set("b", 2), .sync] + after), root: root.path, group: id,
       environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.export.replacing", "GROUPCONTAINER_PAUSE_DIR": pauses]
         .merging(environment) { $1 })
     let deadline = Date().addingTimeInterval(Wait.condition)
@@ -206,7 +210,7 @@ import TestSupport
   @Test func anEditWrittenIntoAnExportBeingReplacedIsApplied() async throws {
     let root = try TestRoot()
     let id = try root.container().identifier
-    let (compactor, tool) = try await toolTruncatingTheExportDuringACompaction(root, then: ["wait:done"])
+    let (compactor, tool) = try await toolTruncatingTheExportDuringACompaction(root, then: [.wait("done")])
     #expect(await compactor.line { $0 == "synced" } != nil)
     // Now it writes what it read, plus its key: into the file the compaction replaced.
     try tool?.write(contentsOf: Data(PropertyListValue.dictionary(["a": 1, "tool": 7]).encoded(as: .binary)))
@@ -214,7 +218,7 @@ import TestSupport
     let deadline = Date().addingTimeInterval(Wait.condition)
     var dump: [String] = []
     while Date() < deadline {
-      let reader = try Child(["defaults-script", root.path, id, "half", root.path, "dump"])
+      let reader = try Child(.defaultsScript(suite: "half", steps: [.dump]), root: root.path, group: id)
       #expect(await reader.exit() == 0)
       dump = reader.output
       if dump.contains("tool 7") { break }
@@ -230,13 +234,13 @@ import TestSupport
   @Test func anEditWrittenIntoAnExportBeingReplacedSurvivesTheCompactorsExit() async throws {
     let root = try TestRoot()
     let id = try root.container().identifier
-    let (compactor, tool) = try await toolTruncatingTheExportDuringACompaction(root, then: ["say:leaving", "sync"])
+    let (compactor, tool) = try await toolTruncatingTheExportDuringACompaction(root, then: [.say("leaving"), .sync])
     #expect(await compactor.line { $0 == "leaving" } != nil)
     // The compactor is in its last synchronize() now, about to exit; the tool writes.
     try tool?.write(contentsOf: Data(PropertyListValue.dictionary(["a": 1, "tool": 7]).encoded(as: .binary)))
     try tool?.close()
     #expect(await compactor.exit() == 0)
-    let reader = try Child(["defaults-script", root.path, id, "half", root.path, "dump"])
+    let reader = try Child(.defaultsScript(suite: "half", steps: [.dump]), root: root.path, group: id)
     #expect(await reader.exit() == 0)
     #expect(reader.output == ["a 1", "b 2", "tool 7", "end"], "stderr: \(compactor.errors.text)")
   }
@@ -248,12 +252,12 @@ import TestSupport
     let root = try TestRoot()
     let id = try root.container().identifier
     let (compactor, tool) = try await toolTruncatingTheExportDuringACompaction(
-      root, then: ["say:survived"], environment: ["GROUPCONTAINER_FAULT_POINT": "defaults.compact.exportWritten"])
+      root, then: [.say("survived")], environment: ["GROUPCONTAINER_FAULT_POINT": "defaults.compact.exportWritten"])
     #expect(await compactor.exit() != 0)
     #expect(!compactor.output.contains("survived"))
     try tool?.write(contentsOf: Data(PropertyListValue.dictionary(["a": 1, "tool": 7]).encoded(as: .binary)))
     try tool?.close()
-    let reader = try Child(["defaults-script", root.path, id, "half", root.path, "sync", "dump"])
+    let reader = try Child(.defaultsScript(suite: "half", steps: [.sync, .dump]), root: root.path, group: id)
     #expect(await reader.exit() == 0)
     #expect(reader.output == ["synced", "a 1", "b 2", "tool 7", "end"], "stderr: \(reader.errors.text)")
     // The tool's write was taken from its second name (removed once judged). What may be left are second names of
@@ -279,7 +283,8 @@ import TestSupport
     try FileManager.default.createDirectory(atPath: pauses, withIntermediateDirectories: true)
     let point = pauses + "/defaults.compaction.installing"
     let child = try Child(
-      ["defaults-script", root.path, id, suite, root.path, "fill:a:30000:0", "settle", "count:a"],
+      .defaultsScript(suite: suite, steps: [.fill("a", count: 30000, bytes: 0), .settle, .count("a")]), root: root.path,
+      group: id,
       environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.compaction.installing", "GROUPCONTAINER_PAUSE_DIR": pauses])
     let deadline = Date().addingTimeInterval(Wait.condition)
     while !FileManager.default.fileExists(atPath: point) && Date() < deadline {
@@ -300,14 +305,14 @@ import TestSupport
     try FileManager.default.createDirectory(atPath: pauses, withIntermediateDirectories: true)
     let point = pauses + "/defaults.compaction.installing"
     let syncing = try Child(
-      ["defaults-script", root.path, id, "sync", root.path, "set:a=1", "sync", "dump"],
+      .defaultsScript(suite: "sync", steps: [.set("a", 1), .sync, .dump]), root: root.path, group: id,
       environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.compaction.installing", "GROUPCONTAINER_PAUSE_DIR": pauses])
     let deadline = Date().addingTimeInterval(Wait.condition)
     while !FileManager.default.fileExists(atPath: point) && Date() < deadline {
       try await Task.sleep(for: .milliseconds(10))
     }
     #expect(FileManager.default.fileExists(atPath: point), "synchronize() never reached its install")
-    let other = try Child(["defaults-script", root.path, id, "sync", root.path, "set:b=2"])
+    let other = try Child(.defaultsScript(suite: "sync", steps: [.set("b", 2)]), root: root.path, group: id)
     #expect(await other.exit() == 0, "a set waited for the synchronize's build")
     try FileManager.default.removeItem(atPath: point)
     #expect(await syncing.exit() == 0)
@@ -324,8 +329,13 @@ import TestSupport
     let (stopped, point) = try await compactionPausedBeforeItsInstall(root, suite: "claim")
     // Another writer: 2 MB of journal while the claim holds (no compaction), then more once it has expired.
     let writer = try Child(
-      ["defaults-script", root.path, id, "claim", root.path, "fill:b:50000:0", "compactions", "wait:expired",
-       "fill:c:150000:0", "settle", "compactions"])
+      .defaultsScript(
+        suite: "claim",
+        steps: [
+          .fill("b", count: 50000, bytes: 0), .compactions, .wait("expired"), .fill("c", count: 150000, bytes: 0),
+          .settle, .compactions,
+        ]),
+      root: root.path, group: id)
     #expect(await writer.line { $0.hasPrefix("compactions ") } == "compactions 0", "a compaction ran while the claim held")
     try? await Task.sleep(for: .seconds(10.5))
     #expect(FileManager.default.createFile(atPath: root.path + "/expired", contents: nil))
@@ -333,7 +343,8 @@ import TestSupport
     #expect(writer.output.last != "compactions 0", "no compaction after the claim expired: \(writer.output.suffix(3))")
     try FileManager.default.removeItem(atPath: point)
     #expect(await stopped.exit() == 0)
-    let reader = try Child(["defaults-script", root.path, id, "claim", root.path, "count:a", "count:b", "count:c"])
+    let reader = try Child(
+      .defaultsScript(suite: "claim", steps: [.count("a"), .count("b"), .count("c")]), root: root.path, group: id)
     #expect(await reader.exit() == 0)
     #expect(reader.output == ["count 30000", "count 50000", "count 150000"], "stderr: \(reader.errors.text)")
   }
@@ -346,12 +357,12 @@ import TestSupport
     let root = try TestRoot()
     let id = try root.container().identifier
     let (slow, point) = try await compactionPausedBeforeItsInstall(root, suite: "bg")
-    let other = try Child(["defaults-script", root.path, id, "bg", root.path, "set:x=1", "rewind"])
+    let other = try Child(.defaultsScript(suite: "bg", steps: [.set("x", 1), .rewind]), root: root.path, group: id)
     #expect(await other.exit() == 0, "stderr: \(other.errors.text)")
     try FileManager.default.removeItem(atPath: point)
     #expect(await slow.exit() == 0)
     #expect(slow.output.suffix(2) == ["settled", "count 30000"], "\(slow.output)")
-    let reader = try Child(["defaults-script", root.path, id, "bg", root.path, "count:x", "count:a"])
+    let reader = try Child(.defaultsScript(suite: "bg", steps: [.count("x"), .count("a")]), root: root.path, group: id)
     #expect(await reader.exit() == 0)
     #expect(reader.output == ["count 1", "count 30000"], "stderr: \(reader.errors.text)")
   }
@@ -361,7 +372,9 @@ import TestSupport
     let root = try TestRoot()
     let container = try root.container()
     let id = container.identifier
-    let writer = try Child(["defaults-script", root.path, id, "j", root.path, "fill:s:100:0", "sync", "fill:t:50:0"])
+    let writer = try Child(
+      .defaultsScript(suite: "j", steps: [.fill("s", count: 100, bytes: 0), .sync, .fill("t", count: 50, bytes: 0)]),
+      root: root.path, group: id)
     #expect(await writer.exit() == 0)
     let journal = container.preferencesURL.appendingPathComponent("j.journal").path
     if damage == "truncate" {
@@ -370,11 +383,12 @@ import TestSupport
       try FileManager.default.removeItem(atPath: journal)
     }
     // A new process opens the suite: the synchronized keys are all there (the journal's may be gone with it).
-    let reader = try Child(["defaults-script", root.path, id, "j", root.path, "count:s", "set:after=1", "count:after"])
+    let reader = try Child(
+      .defaultsScript(suite: "j", steps: [.count("s"), .set("after", 1), .count("after")]), root: root.path, group: id)
     #expect(await reader.exit() == 0)
     #expect(reader.output == ["count 100", "ack after", "count 1"], "stderr: \(reader.errors.text)")
     // And it stays so for the next one.
-    let next = try Child(["defaults-script", root.path, id, "j", root.path, "count:s", "count:after"])
+    let next = try Child(.defaultsScript(suite: "j", steps: [.count("s"), .count("after")]), root: root.path, group: id)
     #expect(await next.exit() == 0)
     #expect(next.output == ["count 100", "count 1"])
     withExtendedLifetime(root) {}
@@ -386,9 +400,10 @@ import TestSupport
     let root = try TestRoot()
     let container = try root.container()
     let id = container.identifier
-    let writer = try Child(["defaults-script", root.path, id, "big", root.path, "fill:k:\(keys):\(bytes)", "sync"])
+    let writer = try Child(
+      .defaultsScript(suite: "big", steps: [.fill("k", count: keys, bytes: bytes), .sync]), root: root.path, group: id)
     #expect(await writer.exit() == 0, "stderr: \(writer.errors.text)")
-    let reader = try Child(["defaults-script", root.path, id, "big", root.path, "count:k"])
+    let reader = try Child(.defaultsScript(suite: "big", steps: [.count("k")]), root: root.path, group: id)
     #expect(await reader.exit() == 0)
     #expect(reader.output == ["count \(keys)"], "stderr: \(reader.errors.text)")
     let files = try FileManager.default.contentsOfDirectory(atPath: container.preferencesURL.path)
@@ -406,14 +421,17 @@ import TestSupport
     let root = try TestRoot()
     let container = try root.container()
     let id = container.identifier
-    let seed = try Child(["defaults-script", root.path, id, "same", root.path, "fillsame:k:2000:4096", "sync"])
+    let seed = try Child(
+      .defaultsScript(suite: "same", steps: [.fillSame("k", count: 2000, bytes: 4096), .sync]), root: root.path,
+      group: id)
     #expect(await seed.exit() == 0, "stderr: \(seed.errors.text)")
     let snapshot = container.preferencesURL.appendingPathComponent("same.snapshot").path
     let before = try #require(try? FileManager.default.attributesOfItem(atPath: snapshot)[.systemFileNumber] as? UInt64)
     let size = try #require(try? FileManager.default.attributesOfItem(atPath: snapshot)[.size] as? Int)
     #expect(size < 1 << 20, "the value is not stored once: a \(size)-byte snapshot")
     let writer = try Child(
-      ["defaults-script", root.path, id, "same", root.path, "fillsame:k:600:4096", "settle", "count:k"])
+      .defaultsScript(suite: "same", steps: [.fillSame("k", count: 600, bytes: 4096), .settle, .count("k")]),
+      root: root.path, group: id)
     #expect(await writer.exit() == 0)
     #expect(writer.output == ["filled k 600", "settled", "count 2000"], "stderr: \(writer.errors.text)")
     let after = try FileManager.default.attributesOfItem(atPath: snapshot)
@@ -431,11 +449,14 @@ import TestSupport
     let container = try root.container()
     let id = container.identifier
     let reader = try Child(
-      ["defaults-script", root.path, id, "r", root.path, "fill:k:1000:0", "sync", "loads", "wait:go", "count:x", "loads"])
+      .defaultsScript(
+        suite: "r", steps: [.fill("k", count: 1000, bytes: 0), .sync, .loads, .wait("go"), .count("x"), .loads]),
+      root: root.path, group: id)
     #expect(await reader.line { $0.hasPrefix("loads ") } == "loads 1")
     let snapshot = container.preferencesURL.appendingPathComponent("r.snapshot").path
     let before = try FileManager.default.attributesOfItem(atPath: snapshot)[.systemFileNumber] as? UInt64
-    let writer = try Child(["defaults-script", root.path, id, "r", root.path, "fill:x:40000:0", "settle"])
+    let writer = try Child(
+      .defaultsScript(suite: "r", steps: [.fill("x", count: 40000, bytes: 0), .settle]), root: root.path, group: id)
     #expect(await writer.exit() == 0, "stderr: \(writer.errors.text)")
     let after = try FileManager.default.attributesOfItem(atPath: snapshot)[.systemFileNumber] as? UInt64
     #expect(after != before, "the writer did not compact")
@@ -443,7 +464,7 @@ import TestSupport
     #expect(await reader.exit() == 0)
     #expect(reader.output.suffix(2) == ["count 40000", "loads 1"], "\(reader.output)")
     // A new process reads the snapshot and the journal past it.
-    let fresh = try Child(["defaults-script", root.path, id, "r", root.path, "count:k", "count:x"])
+    let fresh = try Child(.defaultsScript(suite: "r", steps: [.count("k"), .count("x")]), root: root.path, group: id)
     #expect(await fresh.exit() == 0)
     #expect(fresh.output == ["count 1000", "count 40000"])
   }
@@ -456,8 +477,10 @@ import TestSupport
     let container = try root.container()
     let id = container.identifier
     let reader = try Child(
-      ["defaults-script", root.path, id, "far", root.path, "fill:k:10:0", "sync", "loads", "wait:go", "count:w0-k",
-       "count:k", "loads"])
+      .defaultsScript(
+        suite: "far",
+        steps: [.fill("k", count: 10, bytes: 0), .sync, .loads, .wait("go"), .count("w0-k"), .count("k"), .loads]),
+      root: root.path, group: id)
     #expect(await reader.line { $0.hasPrefix("loads ") } == "loads 1")
     #expect(try writeKeysInAnotherProcess(10, rounds: 5000, suite: "far", root: root) == 0)
     #expect(FileManager.default.createFile(atPath: root.path + "/go", contents: nil))
@@ -482,7 +505,8 @@ import TestSupport
     let container = try root.container()
     let id = container.identifier
     let reader = try Child(
-      ["defaults-script", root.path, id, "grow", root.path, "set:seed=1", "say:ready", "wait:go", "count:w0-k", "held"])
+      .defaultsScript(suite: "grow", steps: [.set("seed", 1), .say("ready"), .wait("go"), .count("w0-k"), .held]),
+      root: root.path, group: id)
     #expect(await reader.line { $0 == "ready" } != nil)
     #expect(try writeKeysInAnotherProcess(150_000, rounds: 1, suite: "grow", root: root) == 0)
     #expect(FileManager.default.createFile(atPath: root.path + "/go", contents: nil))
@@ -500,9 +524,11 @@ import TestSupport
     let container = try root.container()
     let id = container.identifier
     let writer = try Child(
-      ["defaults-script", root.path, id, "g", root.path, "fill:a:100:0", "sync", "rewind", "fill:b:300:0"])
+      .defaultsScript(
+        suite: "g", steps: [.fill("a", count: 100, bytes: 0), .sync, .rewind, .fill("b", count: 300, bytes: 0)]),
+      root: root.path, group: id)
     #expect(await writer.exit() == 0, "stderr: \(writer.errors.text)")
-    let fresh = try Child(["defaults-script", root.path, id, "g", root.path, "count:a", "count:b"])
+    let fresh = try Child(.defaultsScript(suite: "g", steps: [.count("a"), .count("b")]), root: root.path, group: id)
     #expect(await fresh.exit() == 0)
     #expect(fresh.output == ["count 100", "count 300"])
   }
@@ -542,7 +568,9 @@ import TestSupport
     let root = try TestRoot()
     let container = try root.container()
     let id = container.identifier
-    let writer = try Child(["defaults-script", root.path, id, "d", root.path, "fill:s:20:0", "sync", "set:late=5"])
+    let writer = try Child(
+      .defaultsScript(suite: "d", steps: [.fill("s", count: 20, bytes: 0), .sync, .set("late", 5)]), root: root.path,
+      group: id)
     #expect(await writer.exit() == 0)
     let snapshot = container.preferencesURL.appendingPathComponent("d.snapshot").path
     try FileManager.default.removeItem(atPath: snapshot)
@@ -551,7 +579,8 @@ import TestSupport
     case "fifo": #expect(mkfifo(snapshot, 0o600) == 0)
     default: try FileManager.default.createDirectory(atPath: snapshot, withIntermediateDirectories: false)
     }
-    let reader = try Child(["defaults-script", root.path, id, "d", root.path, "count:s", "count:late"])
+    let reader = try Child(
+      .defaultsScript(suite: "d", steps: [.count("s"), .count("late")]), root: root.path, group: id)
     #expect(await reader.exit() == 0)
     #expect(reader.output == ["count 20", "count 1"], "stderr: \(reader.errors.text)")
     let files = try FileManager.default.contentsOfDirectory(atPath: container.preferencesURL.path)
@@ -573,20 +602,26 @@ import TestSupport
     let container = try root.container()
     let id = container.identifier
     // A running reader, current at first.
-    let running = try Child(["defaults-script", root.path, id, "held", root.path, "fill:k:10:0", "count:k", "wait:go", "count:k", "count:late"])
+    let running = try Child(
+      .defaultsScript(
+        suite: "held", steps: [.fill("k", count: 10, bytes: 0), .count("k"), .wait("go"), .count("k"), .count("late")]),
+      root: root.path, group: id)
     #expect(await running.line { $0 == "count 10" } != nil)
     // Another process commits more, and compacts (a new generation for the running reader to reload).
-    let writer = try Child(["defaults-script", root.path, id, "held", root.path, "fill:k:30:0", "sync", "set:late=1"])
+    let writer = try Child(
+      .defaultsScript(suite: "held", steps: [.fill("k", count: 30, bytes: 0), .sync, .set("late", 1)]), root: root.path,
+      group: id)
     #expect(await writer.exit() == 0)
     // A third takes the lock and stays there.
-    let holder = try Child(["defaults-hold", root.path, id, "held"])
+    let holder = try Child(.defaultsHold(suite: "held"), root: root.path, group: id)
     defer { holder.kill() }
     #expect(await holder.line { $0 == "holding" } != nil)
     // The running reader catches up, and a new process reads the whole suite.
     #expect(FileManager.default.createFile(atPath: root.path + "/go", contents: nil))
     #expect(await running.exit() == 0)
     #expect(running.output == ["filled k 10", "count 10", "count 30", "count 1"], "\(running.errors.text)")
-    let fresh = try Child(["defaults-script", root.path, id, "held", root.path, "count:k", "count:late"])
+    let fresh = try Child(
+      .defaultsScript(suite: "held", steps: [.count("k"), .count("late")]), root: root.path, group: id)
     #expect(await fresh.exit() == 0)
     #expect(fresh.output == ["count 30", "count 1"])
     withExtendedLifetime(root) {}
@@ -597,9 +632,12 @@ import TestSupport
     let container = try root.container()
     let id = container.identifier
     let process = try Child(
-      ["defaults-script", root.path, id, "own", root.path, "fill:k:5:0", "wait:go", "bgset:x=1", "count:k", "say:done"])
+      .defaultsScript(
+        suite: "own",
+        steps: [.fill("k", count: 5, bytes: 0), .wait("go"), .backgroundSet("x", 1), .count("k"), .say("done")]),
+      root: root.path, group: id)
     #expect(await process.line { $0 == "filled k 5" } != nil)
-    let holder = try Child(["defaults-hold", root.path, id, "own"])
+    let holder = try Child(.defaultsHold(suite: "own"), root: root.path, group: id)
     defer { holder.kill() }
     #expect(await holder.line { $0 == "holding" } != nil)
     // One thread of the process now waits for the lock to set x; another reads.
@@ -676,14 +714,14 @@ import TestSupport
     #expect((0..<stored).allSatisfy { defaults.data(forKey: "k\($0)") == value($0) })
     let preferences = container.preferencesURL.path
     #expect(try FileManager.default.contentsOfDirectory(atPath: preferences).filter { $0.hasPrefix(".gc-tmp-") } == [])
-    let other = try Child(["defaults-keys", mounted.path, identifier, "fills"])
+    let other = try Child(.defaultsKeys(suite: "fills"), root: mounted.path, group: identifier)
     #expect(await other.exit() == 0)
     #expect(other.output.count == stored + 1, "another process read \(other.output.count - 1) of \(stored) keys")
     // Space again: sets, a compaction and synchronize() work, and nothing is missing.
     try FileManager.default.removeItem(atPath: filler)
     for i in stored..<(stored + 120) { try defaults.set(value(i), forKey: "k\(i)") }
     try defaults.synchronize()
-    let after = try Child(["defaults-keys", mounted.path, identifier, "fills"])
+    let after = try Child(.defaultsKeys(suite: "fills"), root: mounted.path, group: identifier)
     #expect(await after.exit() == 0)
     #expect(after.output.count == stored + 121)
   }
@@ -730,10 +768,14 @@ import TestSupport
     let root = try TestRoot()
     let container = try root.container()
     let id = container.identifier
-    let long = try Child([
-      "defaults-script", root.path, id, "rm", root.path, "fill:a:10:0", "wait:go1", "set:late=1", "wait:go2",
-      "count:a", "count:b", "count:late",
-    ])
+    let long = try Child(
+      .defaultsScript(
+        suite: "rm",
+        steps: [
+          .fill("a", count: 10, bytes: 0), .wait("go1"), .set("late", 1), .wait("go2"), .count("a"), .count("b"),
+          .count("late"),
+        ]),
+      root: root.path, group: id)
     #expect(await long.line { $0 == "filled a 10" } != nil)
     let journal = container.preferencesURL.appendingPathComponent("rm.journal").path
     try FileManager.default.removeItem(atPath: journal)
@@ -745,12 +787,14 @@ import TestSupport
     #expect(FileManager.default.fileExists(atPath: journal))
     #expect(FileManager.default.createFile(atPath: root.path + "/go1", contents: nil))
     #expect(await long.line { $0 == "ack late" } != nil)
-    let other = try Child(["defaults-script", root.path, id, "rm", root.path, "fill:b:5:0"])
+    let other = try Child(
+      .defaultsScript(suite: "rm", steps: [.fill("b", count: 5, bytes: 0)]), root: root.path, group: id)
     #expect(await other.exit() == 0)
     #expect(FileManager.default.createFile(atPath: root.path + "/go2", contents: nil))
     #expect(await long.exit() == 0)
     #expect(Array(long.output.suffix(3)) == ["count 10", "count 5", "count 1"], "\(long.errors.text)")
-    let fresh = try Child(["defaults-script", root.path, id, "rm", root.path, "count:a", "count:b", "count:late"])
+    let fresh = try Child(
+      .defaultsScript(suite: "rm", steps: [.count("a"), .count("b"), .count("late")]), root: root.path, group: id)
     #expect(await fresh.exit() == 0)
     #expect(fresh.output == ["count 10", "count 5", "count 1"])
     withExtendedLifetime(root) {}
@@ -760,25 +804,33 @@ import TestSupport
     let root = try TestRoot()
     let container = try root.container()
     let id = container.identifier
-    let long = try Child([
-      "defaults-script", root.path, id, "rm2", root.path, "fill:a:10:0", "sync", "wait:go1", "set:late=1",
-      "wait:go2", "count:b", "count:c",
-    ])
+    let long = try Child(
+      .defaultsScript(
+        suite: "rm2",
+        steps: [
+          .fill("a", count: 10, bytes: 0), .sync, .wait("go1"), .set("late", 1), .wait("go2"), .count("b"),
+          .count("c"),
+        ]),
+      root: root.path, group: id)
     #expect(await long.line { $0 == "synced" } != nil)
     // Removed and made again at once (as a tool that rewrites it would): the running process follows the new file.
     let journal = container.preferencesURL.appendingPathComponent("rm2.journal").path
     try FileManager.default.removeItem(atPath: journal)
-    let first = try Child(["defaults-script", root.path, id, "rm2", root.path, "fill:b:5:0"])
+    let first = try Child(
+      .defaultsScript(suite: "rm2", steps: [.fill("b", count: 5, bytes: 0)]), root: root.path, group: id)
     #expect(await first.exit() == 0)
     #expect(FileManager.default.createFile(atPath: root.path + "/go1", contents: nil))
     #expect(await long.line { $0 == "ack late" } != nil)
-    let second = try Child(["defaults-script", root.path, id, "rm2", root.path, "fill:c:3:0"])
+    let second = try Child(
+      .defaultsScript(suite: "rm2", steps: [.fill("c", count: 3, bytes: 0)]), root: root.path, group: id)
     #expect(await second.exit() == 0)
     #expect(FileManager.default.createFile(atPath: root.path + "/go2", contents: nil))
     #expect(await long.exit() == 0)
     #expect(Array(long.output.suffix(2)) == ["count 5", "count 3"], "\(long.errors.text)")
     // The synchronized keys were in the snapshot; what the removed journal held after them is all there too.
-    let fresh = try Child(["defaults-script", root.path, id, "rm2", root.path, "count:a", "count:b", "count:c", "count:late"])
+    let fresh = try Child(
+      .defaultsScript(suite: "rm2", steps: [.count("a"), .count("b"), .count("c"), .count("late")]), root: root.path,
+      group: id)
     #expect(await fresh.exit() == 0)
     #expect(fresh.output == ["count 10", "count 5", "count 3", "count 1"])
     withExtendedLifetime(root) {}

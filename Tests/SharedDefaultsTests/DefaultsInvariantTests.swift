@@ -15,9 +15,11 @@ import TestSupport
     let root = try TestRoot()
     let container = try root.container()
     let id = container.identifier
-    let readers = try (0..<2).map { _ in try Child(["seq-reader", root.path, id, "order", root.path, "3"]) }
+    let readers = try (0..<2).map { _ in try Child(.seqReader(suite: "order", writers: 3), root: root.path, group: id) }
     for reader in readers { #expect(await reader.line { $0 == "ready" } != nil) }
-    let writers = try (0..<3).map { w in try Child(["seq-writer", root.path, id, "order", "\(w)", "2500", "3000"]) }
+    let writers = try (0..<3).map { w in
+      try Child(.seqWriter(suite: "order", writer: w, count: 2500, size: 3000), root: root.path, group: id)
+    }
     for writer in writers { #expect(await writer.exit() == 0, "\(writer.errors.text)") }
     #expect(FileManager.default.createFile(atPath: root.path + "/stop", contents: nil))
     for reader in readers {

@@ -31,10 +31,14 @@ import Testing
     let container = try root.container(group)
     let watch = try Child(["defaults", "watch", group, "watched", "--suite", "w", "--root", root.path], executable: "groupctl")
     await watch.line { $0.contains("\"ready\"") }
-    let writer = try Child([
-      "defaults-script", root.path, group, "w", root.path, "set:watched=1", "fill:o:30000:0", "set:watched=2",
-      "rewind", "fill:p:3000:0", "set:watched=3",
-    ])
+    let writer = try Child(
+      .defaultsScript(
+        suite: "w",
+        steps: [
+          .set("watched", 1), .fill("o", count: 30000, bytes: 0), .set("watched", 2), .rewind,
+          .fill("p", count: 3000, bytes: 0), .set("watched", 3),
+        ]),
+      root: root.path, group: group)
     #expect(await writer.exit() == 0, "\(writer.errors.text)")
     let deadline = Date().addingTimeInterval(Wait.condition)
     var heard: [String] = []
@@ -95,12 +99,15 @@ import Testing
       }
       return lines
     }
-    let first = try Child(["defaults-script", root.path, group, "r", root.path, "set:watched=1"])
+    let first = try Child(.defaultsScript(suite: "r", steps: [.set("watched", 1)]), root: root.path, group: group)
     #expect(await first.exit() == 0)
     await #expect(heard(1).count == 1)
     Glibc.kill(watch.pid, SIGSTOP)
     let second = try Child(
-      ["defaults-script", root.path, group, "r", root.path, "set:watched=2", "fill:o:100:0", "rewind", "fill:p:10:0"])
+      .defaultsScript(
+        suite: "r",
+        steps: [.set("watched", 2), .fill("o", count: 100, bytes: 0), .rewind, .fill("p", count: 10, bytes: 0)]),
+      root: root.path, group: group)
     let status = await second.exit()
     Glibc.kill(watch.pid, SIGCONT)
     #expect(status == 0, "\(second.errors.text)")
@@ -118,7 +125,8 @@ import Testing
     var acknowledged = -1
     for round in 0..<12 {
       // 40 KB values: a compaction every ~26 writes, so kills also land inside compactions.
-      let writer = try Child(["defaults-set", root.path, group, "killed", "100000", "40000"])
+      let writer = try Child(
+        .defaultsSet(suite: "killed", count: 100000, valueBytes: 40000), root: root.path, group: group)
       await writer.line { $0.hasPrefix("ack") }
       try? await Task.sleep(for: .microseconds(2_000 + rng.next() % 60_000))
       writer.kill(SIGKILL)
@@ -146,7 +154,7 @@ import Testing
     let container = try root.container(group)
     let defaults = try SharedDefaults(suiteName: "observed", container: container)
     try defaults.set(1, forKey: "countdown")
-    let observer = try Child(["defaults-observe", root.path, group, "observed"])
+    let observer = try Child(.defaultsObserve(suite: "observed"), root: root.path, group: group)
     await observer.line { $0.hasPrefix("ready") }
     try defaults.set(2, forKey: "countdown")
     try defaults.update("countdown") { .integer(PropertyListInteger(($0?.intValue ?? 0) * 10)) }
@@ -270,7 +278,7 @@ func runPython(_ script: String, _ arguments: String...) async throws {
       // Make the other processes' view stale, as if a writer had committed it: reopen from scratch.
     }
     // This process already applied "b" before the damage; a fresh process must not crash on it.
-    let fresh = try Child(["defaults-observe", root.path, defaults.container.identifier, "journal"])
+    let fresh = try Child(.defaultsObserve(suite: "journal"), root: root.path, group: defaults.container.identifier)
     await fresh.line { $0.hasPrefix("ready") }
     fresh.kill()
     let after = try FileManager.default.contentsOfDirectory(atPath: defaults.container.preferencesURL.path)
@@ -284,7 +292,8 @@ func runPython(_ script: String, _ arguments: String...) async throws {
   func aDamagedJournalIsSetAsideInAFreshProcess(kind: String) async throws {
     let root = try TestRoot()
     let container = try root.container()
-    let writer = try Child(["defaults-set", root.path, container.identifier, "damaged", "3", "10"])
+    let writer = try Child(
+      .defaultsSet(suite: "damaged", count: 3, valueBytes: 10), root: root.path, group: container.identifier)
     #expect(await writer.exit() == 0)
     let journal = container.preferencesURL.appendingPathComponent("damaged.journal")
     let handle = try FileHandle(forUpdating: journal)

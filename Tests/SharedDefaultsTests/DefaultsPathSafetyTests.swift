@@ -38,7 +38,7 @@ import Testing
     for k in 0..<Self.corrupt {
       try Data("not a plist \(k)".utf8).write(to: container.preferencesURL.appendingPathComponent("q\(k).plist"))
     }
-    let swapper = try Child(["swap", root.path, Self.group, "Library/Preferences", "Library/link"])
+    let swapper = try Child(.swap(a: "Library/Preferences", b: "Library/link"), root: root.path, group: Self.group)
     defer { swapper.kill() }
     await swapper.line { $0 == "swapping" }
 
@@ -131,7 +131,7 @@ import Testing
     let outside = root.path + "/outside"
     try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
     try FileManager.default.createSymbolicLink(atPath: container.path + "/link", withDestinationPath: outside)
-    let swapper = try Child(["swap", root.path, Self.group, "Library", "link"])
+    let swapper = try Child(.swap(a: "Library", b: "link"), root: root.path, group: Self.group)
     defer { swapper.kill() }
     await swapper.line { $0 == "swapping" }
     var opened = 0

@@ -17,7 +17,7 @@ import Testing
     let root = try TestRoot()
     let defaults = try SharedDefaults(suiteName: "held", container: try root.container(group))
     try defaults.set(1, forKey: "before")
-    let holder = try Child(["defaults-hold", root.path, group, "held"])
+    let holder = try Child(.defaultsHold(suite: "held"), root: root.path, group: group)
     await holder.line { $0 == "holding" }
     let write = BlockingWrite { try defaults.set(2, forKey: "after") }
     // While the holder lives, the write cannot go through. (No read here: it would wait for the pending write.)
@@ -122,7 +122,7 @@ import Testing
     #expect(stored > 0)
     #expect((0..<stored).allSatisfy { defaults.data(forKey: "k\($0)") == value })
     // Another process's view is intact too.
-    let other = try Child(["defaults-keys", disk, group, "full"])
+    let other = try Child(.defaultsKeys(suite: "full"), root: disk, group: group)
     #expect(await other.exit() == 0)
     #expect(Set(other.output) == Set((0..<stored).map { "k\($0) \(value.count)" } + ["end"]), "\(other.output)")
   }

@@ -67,7 +67,7 @@ import TestSupport
     let a = Dictionary(uniqueKeysWithValues: ((0..<200).map { "a\($0)" } + shared).map { ($0, PropertyListValue.string("A")) })
     let b = Dictionary(uniqueKeysWithValues: ((0..<100).map { "b\($0)" } + shared).map { ($0, PropertyListValue.string("B")) })
     try defaults.setPersistentDomain(values: a, forName: "domains")
-    let reader = try Child(["domain-reader", root.path, container.identifier, "domains", root.path])
+    let reader = try Child(.domainReader(suite: "domains"), root: root.path, group: container.identifier)
     #expect(await reader.line { $0 == "ready" } != nil)
     for round in 0..<300 { try defaults.setPersistentDomain(values: round % 2 == 0 ? b : a, forName: "domains") }
     #expect(FileManager.default.createFile(atPath: root.path + "/stop", contents: nil))

@@ -4,7 +4,7 @@ import TestSupport
 import Testing
 
 /// Another tool's edit of `<suite>.plist`, read at one moment and written back later, across real processes (the
-/// built `groupctl` and `gc-test-helper defaults-script`; this process never opens the suite, so it never judges
+/// built `groupctl` and gc-test-helper `.defaultsScript`; this process never opens the suite, so it never judges
 /// an edit itself): a committed value is never rolled back by a stale copy, an edit is never lost silently
 /// (applied as the tool's change when that is certain, else kept aside as `<suite>.plist.unapplied-…` and
 /// reported), and a process started after the edit reads it.
@@ -124,10 +124,14 @@ import Testing
   /// judge it first): one judgement, the same outcome.
   @Test(arguments: Way.allCases) func aStaleEditWhileTheExporterLives(way: Way) async throws {
     let root = try TestRoot()
-    let exporter = try Child([
-      "defaults-script", root.path, group, suite, root.path, "set:counter=100", "sync", "say:first", "wait:read",
-      "set:counter=200", "sync", "say:second", "wait:written", "settle", "dump",
-    ])
+    let exporter = try Child(
+      .defaultsScript(
+        suite: suite,
+        steps: [
+          .set("counter", 100), .sync, .say("first"), .wait("read"), .set("counter", 200), .sync, .say("second"),
+          .wait("written"), .settle, .dump,
+        ]),
+      root: root.path, group: group)
     #expect(await exporter.line { $0 == "first" } != nil)
     var copy = try toolReads(root)
     copy["outside"] = .integer(1)

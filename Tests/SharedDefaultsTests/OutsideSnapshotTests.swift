@@ -19,7 +19,8 @@ import TestSupport
     let root = try TestRoot()
     let container = try root.container()
     // Another process writes five keys and exits: short-lived, it never compacts, so they are in the journal only.
-    let writer = try Child(["defaults-set", root.path, container.identifier, "outside", "5", "8"])
+    let writer = try Child(
+      .defaultsSet(suite: "outside", count: 5, valueBytes: 8), root: root.path, group: container.identifier)
     #expect(await writer.exit() == 0)
     let plist = container.preferencesURL.appendingPathComponent("outside.plist").path
     try? FileManager.default.removeItem(atPath: plist)
@@ -30,7 +31,7 @@ import TestSupport
     }
 
     // A fresh process reads the suite: every acknowledged key is there.
-    let reader = try Child(["defaults-keys", root.path, container.identifier, "outside"])
+    let reader = try Child(.defaultsKeys(suite: "outside"), root: root.path, group: container.identifier)
     #expect(await reader.exit() == 0)
     #expect(reader.output == ["k0 8", "k1 8", "k2 8", "k3 8", "k4 8", "end"], "stderr: \(reader.errors.text)")
     // When the export is next written, the outside file is moved aside (a file that does not parse may be

@@ -27,10 +27,10 @@ extension Child {
 /// status (nil when it ran past `timeout` seconds and was killed) and what it wrote.
 public func runHelperToEnd(
   _ command: HelperCommand, root: String, group: String,
-  environment: [String: String] = ProcessInfo.processInfo.environment, timeout: Double = 60,
+  environment: [String: String] = ProcessInfo.processInfo.environment, timeout: Double = Wait.exit,
   sourceLocation: SourceLocation = #_sourceLocation
-) throws -> (status: Int32?, output: String, errors: String) {
-  try runToEnd(
+) async throws -> (status: Int32?, output: String, errors: String) {
+  try await runToEnd(
     helperExecutable.path, helperArguments(command, root: root, group: group), environment: environment,
     timeout: timeout, sourceLocation: sourceLocation)
 }

@@ -8,7 +8,7 @@ import Testing
 @testable import WidgetKit
 
 /// Widget timelines and Today-widget updates, with the widget in another process (gc-test-helper's
-/// `widget-timeline` and `today-widget`) and the app in this one.
+/// `.widgetTimeline` and `.todayWidget`) and the app in this one.
 ///
 /// Mutants seen failing (break one, run the suite):
 /// - `WidgetCenter.observeRequests` also listening to every other kind's key: `aReloadOfAnotherKindIsNotHeard`.
@@ -32,8 +32,12 @@ struct WidgetKitTests {
     center = try WidgetCenter(container: container)
   }
 
-  func timelineWidget(_ kind: String, policy: String, entries: Int = 1, spacingMs: Int = 0) throws -> Child {
-    try Child(["widget-timeline", root.path, container.identifier, kind, policy, "\(entries)", "\(spacingMs)"])
+  func timelineWidget(
+    _ kind: String, policy: HelperCommand.ReloadPolicy, entries: Int = 1, spacingMs: Int = 0
+  ) throws -> Child {
+    try Child(
+      .widgetTimeline(kind: kind, policy: policy, entries: entries, spacingMS: spacingMs), root: root.path,
+      group: container.identifier)
   }
 
   /// The parsed "entry <call> <index> <headline> <late-ms>" lines so far.
@@ -50,7 +54,7 @@ struct WidgetKitTests {
   @Test("the app's reloadTimelines(ofKind:) in this process makes the widget process get a new timeline at once")
   func aReloadFromAnotherProcessReachesTheWidget() async throws {
     try defaults.set("first", forKey: "headline")
-    let widget = try timelineWidget("news", policy: "never")
+    let widget = try timelineWidget("news", policy: .never)
     defer { widget.kill() }
     #expect(await widget.line { $0.hasPrefix("entry 1 0 first") } != nil)
     try defaults.set("second", forKey: "headline")
@@ -64,7 +68,7 @@ struct WidgetKitTests {
   @Test("groupctl widgets reload asks one kind, or every kind")
   func groupctlReload() async throws {
     try defaults.set("one", forKey: "headline")
-    let widget = try timelineWidget("news", policy: "never")
+    let widget = try timelineWidget("news", policy: .never)
     defer { widget.kill() }
     #expect(await widget.line { $0.hasPrefix("entry 1 0 one") } != nil)
     try defaults.set("two", forKey: "headline")
@@ -80,7 +84,7 @@ struct WidgetKitTests {
   @Test("a reload of another kind is not heard")
   func aReloadOfAnotherKindIsNotHeard() async throws {
     try defaults.set("a", forKey: "headline")
-    let widget = try timelineWidget("news", policy: "never")
+    let widget = try timelineWidget("news", policy: .never)
     defer { widget.kill() }
     #expect(await widget.line { $0.hasPrefix("entry 1 0 a") } != nil)
     center.reloadTimelines(ofKind: "weather")
@@ -95,7 +99,7 @@ struct WidgetKitTests {
   @Test("with .never the widget waits for a request, however long")
   func neverWaitsForARequest() async throws {
     try defaults.set("x", forKey: "headline")
-    let widget = try timelineWidget("news", policy: "never", entries: 2, spacingMs: 50)
+    let widget = try timelineWidget("news", policy: .never, entries: 2, spacingMs: 50)
     defer { widget.kill() }
     #expect(await widget.line { $0.hasPrefix("entry 1 1 x") } != nil)
     try await Task.sleep(for: .milliseconds(400))  // 8 reload floors: a wrong reload would have come by now
@@ -109,9 +113,9 @@ struct WidgetKitTests {
   @Test("with .atEnd the widget asks for the next timeline once the last entry is shown; .after(date) at the date")
   func atEndAsksForTheNextTimeline() async throws {
     try defaults.set("x", forKey: "headline")
-    let atEnd = try timelineWidget("a", policy: "atEnd", entries: 3, spacingMs: 40)
+    let atEnd = try timelineWidget("a", policy: .atEnd, entries: 3, spacingMs: 40)
     defer { atEnd.kill() }
-    let after = try timelineWidget("b", policy: "after-ms:200", entries: 2, spacingMs: 40)
+    let after = try timelineWidget("b", policy: .afterMS(200), entries: 2, spacingMs: 40)
     defer { after.kill() }
     #expect(await atEnd.line { $0.hasPrefix("entry 3 2 x") } != nil)
     #expect(await after.line { $0.hasPrefix("entry 3 1 x") } != nil)
@@ -126,7 +130,7 @@ struct WidgetKitTests {
 
   @Test("entries are shown when their dates come, never before")
   func entriesAreShownAtTheirDates() async throws {
-    let widget = try timelineWidget("news", policy: "never", entries: 4, spacingMs: 150)
+    let widget = try timelineWidget("news", policy: .never, entries: 4, spacingMs: 150)
     defer { widget.kill() }
     #expect(await widget.line { $0.hasPrefix("entry 1 3 ") } != nil)
     let seen = entries(widget)
@@ -159,7 +163,7 @@ struct WidgetKitTests {
   func aProviderAnsweringTwiceIsHeardOnce() async throws {
     try defaults.set(true, forKey: "answerTwice")
     try defaults.set("once", forKey: "headline")
-    let widget = try timelineWidget("news", policy: "never")
+    let widget = try timelineWidget("news", policy: .never)
     defer { widget.kill() }
     #expect(await widget.line { $0.hasPrefix("entry 1 0 once") } != nil)
     try defaults.set("again", forKey: "headline")
@@ -168,8 +172,10 @@ struct WidgetKitTests {
     #expect(widget.process.isRunning)
   }
 
-  func todayWidget(refreshMs: Int, timeoutMs: Int = 30_000) throws -> Child {
-    try Child(["today-widget", root.path, container.identifier, "today", "\(refreshMs)", "\(timeoutMs)"])
+  func todayWidget(refreshMs: Int64, timeoutMs: Int64 = 30_000) throws -> Child {
+    try Child(
+      .todayWidget(kind: "today", refreshMS: refreshMs, updateTimeoutMS: timeoutMs), root: root.path,
+      group: container.identifier)
   }
 
   @Test("a Today widget updates on request and says newData only when something changed")
