@@ -117,8 +117,9 @@ import Testing
     var rng = SplitMix64(seed: 42)
     var acknowledged = -1
     for round in 0..<12 {
-      // 40 KB values: a compaction every ~26 writes, so kills also land inside compactions.
-      let writer = try Child(["defaults-set", root.path, group, "killed", "100000", "40000"])
+      // 40 KB values: a compaction every ~26 writes, so kills also land inside compactions. At most 1,200 keys
+      // (48 MB, under the plist reader's 64 MiB): on a loaded machine the kill may come late.
+      let writer = try Child(["defaults-set", root.path, group, "killed", "1200", "40000"])
       await writer.line { $0.hasPrefix("ack") }
       try? await Task.sleep(for: .microseconds(2_000 + rng.next() % 60_000))
       writer.kill(SIGKILL)
