@@ -11,8 +11,9 @@ public final class Child: Sendable {
   private let collector = LineCollector()
   public let errors = SharedText()
 
-  /// Starts `gc-test-helper` (or another product) with `arguments`.
-  public init(_ arguments: [String], executable: String = "gc-test-helper", environment: [String: String] = [:]) throws
+  /// Starts the product `executable` (groupctl, gc-download-agent, …) with `arguments`. gc-test-helper is started
+  /// with a typed command instead (`Child(_:root:group:)` in HelperChild.swift).
+  public init(_ arguments: [String], executable: String, environment: [String: String] = [:]) throws
   {
     var env = ProcessInfo.processInfo.environment
     for (k, v) in environment { env[k] = v }

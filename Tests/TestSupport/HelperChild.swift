@@ -19,7 +19,8 @@ extension Child {
   public convenience init(
     _ command: HelperCommand, root: String, group: String, environment: [String: String] = [:]
   ) throws {
-    try self.init(helperArguments(command, root: root, group: group), environment: environment)
+    try self.init(
+      helperArguments(command, root: root, group: group), executable: "gc-test-helper", environment: environment)
   }
 }
 
