@@ -65,8 +65,9 @@ import Testing
       writer = try Child(
         .access(mode: .write, item: "Documents/shared.txt", count: 1, holdMS: 0, log: log), root: root.path,
         group: group)
-      // Room for a wrongly admitted writer to get in; the check below is on order, not on time.
-      let deadline = Date().addingTimeInterval(Wait.condition)
+      // Room for a wrongly admitted writer to get in (an observation window, not a wait for success); the check
+      // below is on order, not on time.
+      let deadline = Date().addingTimeInterval(2)
       while Date() < deadline, !((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("B ") {
         Thread.sleep(forTimeInterval: 0.01)
       }
