@@ -100,7 +100,7 @@ struct SharedImageCacheCoherenceTests {
     // Stored again, then the whole cache directory removed: misses, never errors, and stores work again.
     try await cache.store(TestPNG.make(width: 16, height: 4, seed: 43), forKey: "k")
     await watcher.line { $0 == "now 43" }
-    try FileManager.default.removeItem(atPath: container.cachesURL.path)
+    try await removeTree(container.cachesURL.path)
     await watcher.line { $0 == "now nil" }
     // This process learns of it through its own inotify watch, as asynchronously: wait (bounded) for the miss.
     let deadline = Date().addingTimeInterval(Wait.condition)
@@ -140,7 +140,7 @@ struct SharedImageCacheCoherenceTests {
     let watcher = try Child(.cacheWatch(cache: "whole", key: "k"), root: root.path, group: container.identifier)
     defer { watcher.kill() }
     #expect(await watcher.line { $0 == "now 44" } != nil)
-    try FileManager.default.removeItem(at: container.url)
+    try await removeTree(container.url.path)
     #expect(await watcher.line { $0 == "now nil" } != nil)
     // New processes (each `groupctl cache store`) map the new counters file; the watcher mapped the old one.
     let groupctl = productsDirectory.appendingPathComponent("groupctl").path

@@ -24,6 +24,23 @@ public final class TestRoot: Sendable {
   deinit { try? FileManager.default.removeItem(at: url) }
 }
 
+/// `rm -rf` of a tree that live processes may be writing into (a container a watcher rebinds, a cache a child
+/// stores to): FileManager's walk fails when an entry appears or changes type under it (seen on CI as EPERM on the
+/// container itself), and a user would run `rm -rf` again. Retries until the path is gone; the bound is for a hang.
+public func removeTree(_ path: String) async throws {
+  var lastError: (any Error)?
+  let gone = await eventually {
+    do {
+      try FileManager.default.removeItem(atPath: path)
+    } catch {
+      lastError = error
+    }
+    var info = stat()
+    return lstat(path, &info) != 0 && errno == ENOENT
+  }
+  if !gone { throw lastError ?? CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: path]) }
+}
+
 /// The directory of the built products (the test bundle sits beside the executables).
 public let productsDirectory: URL = {
   let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
