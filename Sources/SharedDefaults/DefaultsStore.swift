@@ -891,6 +891,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
         values = SuiteValues(image: image)
       }
     }
+    // Between the header's load and the journal's read: another process may empty the journal and write over it
+    // here, which only the generation's second load below tells (tests pause here).
+    if values == nil { FaultPoint.pause("defaults.read.headerLoaded") }
     let (bytes, problem) = readJournal(from: start, to: committed)
     guard problem == nil, header.loadAfterFence(Slot.generation) == generation, header.load(Slot.rewindTo) == 0
     else { return false }

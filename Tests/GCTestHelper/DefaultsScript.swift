@@ -50,6 +50,8 @@ func runDefaultsScript(suite: String, directory: String, steps: [DefaultsStep], 
       line("held \(defaults.store.heldChanges())")
     case .compactions:
       line("compactions \(DefaultsStore.compactionsInstalled.load(ordering: .relaxed))")
+    case .unreadable:
+      line("unreadable \(DefaultsStore.committedButUnreadable.load(ordering: .relaxed))")
     case .wait(let name):
       var waited = 0
       while access(directory + "/" + name, F_OK) != 0 {

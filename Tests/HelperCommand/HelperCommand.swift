@@ -354,6 +354,8 @@ public enum DefaultsStep: Codable, Sendable, Equatable {
   case held
   /// Prints "compactions <n>": the background compactions it installed.
   case compactions
+  /// Prints "unreadable <n>": lock-free reads that found committed bytes which were not records.
+  case unreadable
   /// Prints one line per key, "<key> <integer value or data length>", then "end".
   case dump
   /// Prints "count <n>": the number of keys with `prefix`.

@@ -13,7 +13,10 @@ import TestSupport
 /// Mutants this suite catches:
 /// - compaction storing the committed length 0 before bumping the generation (0.1.0's order; the fault point
 ///   between the two): `aCompactorKilledAtAnyPointLosesNoAcknowledgedWrite(generationBumped)` — the long-lived
-///   process saw (generation, 0) again and its `synchronize()` wrote its stale state;
+///   process saw (generation, 0) again and read `base 1` alone without the lock (its `synchronize()` repairs it,
+///   so the read before it is what fails);
+/// - the lock-free reader not loading the generation again after reading the journal (no seqlock check):
+///   `aReaderPausedWhileAnotherEmptiesAndOverwritesTheJournalNeverTrustsThoseBytes` ("unreadable 1");
 /// - an outside edit adopted as the whole state (0.1.0) instead of its difference from the snapshot:
 ///   `outsideReadModifyWritesWhileFourProcessesWriteLoseNothing` (stress reports lost keys, the counter drops);
 /// - `reload` throwing on a damaged journal before applying the snapshot, and `compact` accepting a state that
@@ -57,9 +60,11 @@ import TestSupport
     let root = try TestRoot()
     let container = try root.container()
     let id = container.identifier
-    // A long-lived process: it loads the suite and compacts it, so it last saw (generation G, length 0).
+    // A long-lived process: it loads the suite and compacts it, so it last saw (generation G, length 0). It reads
+    // first without the lock (the header alone tells it what changed), then synchronizes and reads again.
     let long = try Child(
-      .defaultsScript(suite: "w", steps: [.set("base", 1), .rewind, .say("loaded"), .wait("go"), .sync, .dump]),
+      .defaultsScript(
+        suite: "w", steps: [.set("base", 1), .rewind, .say("loaded"), .wait("go"), .dump, .sync, .dump]),
       root: root.path, group: id)
     #expect(await long.line { $0 == "loaded" } != nil)
     // Another writes a, b and c (acknowledged), then dies inside its compaction.
@@ -78,6 +83,8 @@ import TestSupport
     // The long-lived process synchronizes (takes the dead process's lock over) and reads everything.
     #expect(FileManager.default.createFile(atPath: root.path + "/go", contents: nil))
     #expect(await long.exit() == 0)
+    let loaded = (long.output.firstIndex(of: "loaded") ?? 0) + 1
+    #expect(Array(long.output[loaded...].prefix(expected.count)) == expected, "read without the lock")
     #expect(lastDump(long) == expected, "stderr: \(long.errors.text)")
     // So does a new process, and the export holds it too.
     let fresh = try Child(.defaultsScript(suite: "w", steps: [.dump]), root: root.path, group: id)
@@ -86,6 +93,35 @@ import TestSupport
     let plist = try PropertyListValue(bytes: Array(Data(contentsOf: container.preferencesURL.appendingPathComponent("w.plist"))))
     #expect(plist.dictionaryValue?.keys.sorted() == ["a", "b", "base", "c"])
     withExtendedLifetime(root) {}
+  }
+
+  /// A seqlock reader: a long-lived process loads (generation G, committed C) from the header and pauses before it
+  /// reads the journal (`defaults.read.headerLoaded`); meanwhile another process empties the journal (G + 1) and
+  /// writes an 8 KB record over its start. The reader's bytes are then the middle of that record: only loading the
+  /// generation again tells it, and it reads again from the snapshot, never decoding them as records.
+  @Test func aReaderPausedWhileAnotherEmptiesAndOverwritesTheJournalNeverTrustsThoseBytes() async throws {
+    let root = try TestRoot()
+    let id = try root.container().identifier
+    let seed = try Child(.defaultsScript(suite: "seq", steps: [.set("a", 1), .set("b", 2), .sync]), root: root.path, group: id)
+    #expect(await seed.exit() == 0)
+    let pauses = root.path + "/pauses"
+    try FileManager.default.createDirectory(atPath: pauses, withIntermediateDirectories: true)
+    let point = pauses + "/defaults.read.headerLoaded"
+    let reader = try Child(
+      .defaultsScript(suite: "seq", steps: [.dump, .wait("next"), .dump, .unreadable]), root: root.path, group: id,
+      environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.read.headerLoaded", "GROUPCONTAINER_PAUSE_DIR": pauses])
+    #expect(await reader.line { $0 == "end" } != nil)
+    let appender = try Child(.defaultsScript(suite: "seq", steps: [.set("k", 1)]), root: root.path, group: id)
+    #expect(await appender.exit() == 0)
+    #expect(FileManager.default.createFile(atPath: root.path + "/next", contents: nil))
+    #expect(await eventually { FileManager.default.fileExists(atPath: point) }, "the reader never paused")
+    let rewinder = try Child(
+      .defaultsScript(suite: "seq", steps: [.rewind, .fill("big", count: 1, bytes: 8192)]), root: root.path, group: id)
+    #expect(await rewinder.exit() == 0)
+    try FileManager.default.removeItem(atPath: point)
+    #expect(await reader.exit() == 0)
+    #expect(Array(reader.output.suffix(6)) == ["a 1", "b 2", "big0 8192", "k 1", "end", "unreadable 0"],
+      "stderr: \(reader.errors.text)")
   }
 
   /// A rewind in the background (`moveTail`: the records appended while the image was built move to the start of
