@@ -137,7 +137,7 @@ struct ExportHistory {
   /// The pair's hash: FNV-1a over the key and a canonical encoding of the value (nil: absent).
   static func pair(_ key: String, _ value: PropertyListValue?) -> UInt128 {
     var out: [UInt8] = []
-    appendBytes(Array(key.utf8), to: &out)
+    appendBytes(Array(key.normalizedKey.utf8), to: &out)  // a tool may write the other spelling of a key
     if let value { append(value, to: &out) } else { out.append(0xFF) }
     return StableHash.fnv1a128(out)
   }

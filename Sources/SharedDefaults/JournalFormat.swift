@@ -30,6 +30,13 @@ enum JournalFormat {
     var key: String
     var operation: Operation
     var pid: Int32
+
+    /// A record of `key` in NFC (KeyNormalization.swift): what is written, and what is read back from a journal.
+    init(key: String, operation: Operation, pid: Int32) {
+      self.key = key.normalizedKey
+      self.operation = operation
+      self.pid = pid
+    }
   }
 
   struct Corruption: Error, CustomStringConvertible {

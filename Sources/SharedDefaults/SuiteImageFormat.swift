@@ -28,7 +28,8 @@ import SystemLayer
 /// entries region [entriesOffset, fileLength): entryCount entries, back to back
 ///   entry := u32 keyLength | key (UTF-8) | u32 valueOffset (absolute) | u32 valueLength
 /// ```
-/// Keys are compared as bytes (an NFC and an NFD spelling are two keys, as they are two file names). Offsets are
+/// Keys are compared as bytes, and are in NFC: the engine normalizes every key before it reaches an image
+/// (KeyNormalization.swift), so an NFC and an NFD spelling find the same entry. Offsets are
 /// absolute; a reader checks each one against its region before using it, so a damaged or crafted image throws
 /// `SuiteImage.Corruption` and never reads outside the file.
 enum SuiteImageFormat {

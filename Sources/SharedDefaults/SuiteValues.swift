@@ -27,7 +27,7 @@ struct SuiteValues: @unchecked Sendable {  // `decoded` is a box filled under th
   init(dictionary: [String: PropertyListValue]) {
     self.init(image: nil)
     changes.reserveCapacity(dictionary.count)
-    for (key, value) in dictionary { changes[key] = .some(value) }
+    for (key, value) in dictionary { changes[key.normalizedKey] = .some(value) }
   }
 
   /// The current value (nil when absent or removed). An image that cannot be read (damaged since it was checked,
@@ -39,7 +39,7 @@ struct SuiteValues: @unchecked Sendable {  // `decoded` is a box filled under th
     if let value = decoded.values[key] { return value }
     let faults = image.faultCount
     do {
-      let value = try image.value(forKey: key)
+      let value = try image.value(forKey: key.normalizedKey)  // the image's index compares bytes
       guard image.faultCount == faults else {
         decoded.damage = decoded.damage ?? SuiteImage.Corruption(offset: 0, reason: "the file was truncated")
         return nil
@@ -55,9 +55,10 @@ struct SuiteValues: @unchecked Sendable {  // `decoded` is a box filled under th
   /// Why the image could not be read, if a lookup found it damaged.
   var damage: SuiteImage.Corruption? { decoded.damage }
 
-  /// Sets (or with nil removes) `key`.
+  /// Sets (or with nil removes) `key`. In NFC: a table keeps the spelling it first held, and the next image is
+  /// written from these keys' bytes.
   mutating func set(_ value: PropertyListValue?, forKey key: String) {
-    changes.updateValue(value, forKey: key)
+    changes.updateValue(value, forKey: key.normalizedKey)
   }
 
   /// How many changes are held over the image (what a compaction folds).
