@@ -103,8 +103,6 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   private static let magic: UInt64 = 0x3454_4c46_4544_4347  // "GCDEFLT4"
   /// 0.1.0's header: the plist was the snapshot. Migrated in place (`initializeHeaderLocked`).
   private static let legacyMagic: UInt64 = 0x3254_4c46_4544_4347  // "GCDEFLT2"
-  /// 0.2's header: the snapshot was a binary plist, not an image. Converted in place (`initializeHeaderLocked`).
-  private static let plistSnapshotMagic: UInt64 = 0x3354_4c46_4544_4347  // "GCDEFLT3"
   /// Address space reserved for the journal mapping: the largest journal (sets past it fail with a clear error).
   static let journalReservation = 256 << 20
   static let compactionThreshold = 1 << 20
@@ -1839,24 +1837,6 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     do { try lockFD.lock(.exclusive) } catch { Self.logger.critical("suite '\(suite)': flock failed: \(error)") }
     defer { lockFD.unlock() }
     guard header.load(Slot.magic) != Self.magic else { return }
-    if header.load(Slot.magic) == Self.plistSnapshotMagic {
-      // The journal, its positions and the export stay valid: only the snapshot's format changes.
-      do {
-        let (values, status) = try loadPlist(snapshotItem)
-        if status != nil {
-          let exported = (try? exportState()) == .current
-          try writeImage(of: values)
-          try? root.removeFile(Self.preferences + "/\(suite).snapshot.previous")
-          // The export held the old snapshot's bytes: the new image is its base.
-          if exported { try SharedDefaultsError.wrap { () throws(FileSystemError) in try pinExportBase() } }
-        }
-      } catch {
-        Self.logger.error("suite '\(suite)': converting the snapshot to an image failed (\(error))")
-        throw .system(FileSystemError("convert", directory + "/\(suite).snapshot", .ioError))
-      }
-      header.store(Slot.magic, Self.magic)
-      return
-    }
     if header.load(Slot.magic) == Self.legacyMagic {
       // 0.1.0 kept the state in the plist: it becomes the snapshot; the journal and its length stay valid.
       try adoptPlistAsSnapshot(reason: "migrating from 0.1.0")
