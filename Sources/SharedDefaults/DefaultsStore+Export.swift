@@ -1,0 +1,229 @@
+import Dispatch
+import FileCoordination
+import Foundation
+import Logging
+import MemoryWarnings
+import PropertyList
+import Synchronization
+import SystemLayer
+
+/// The export (`<suite>.plist`, a binary plist other tools read): written from a pinned snapshot without the lock and
+/// published with it, unless a tool's edit came first (judged, then the export made again). Its base stays linked as
+/// `<suite>.snapshot.exported`: the image an edit is compared with (ExportMirror.swift).
+extension DefaultsStore {
+  enum ExportState { case current, edited, stale }
+  /// Whether `<suite>.plist` is what the last compaction exported (`current`), was changed by another tool since
+  /// (`edited`), or was not rewritten with the current snapshot (`stale`: a compaction died, or the disk was full).
+  func exportState() throws(Repair) -> ExportState {
+    let recorded = header.load(Slot.exportInode)
+    if recorded == .max { return .stale }
+    let st: FileStatus?
+    do { st = try Self.beneath(plistItem, in: containerPath) { () throws(FileSystemError) in try root.status(plistItem) } } catch {
+      throw .unreachable(error)
+    }
+    guard let st else { return recorded == 0 ? .current : .edited }
+    let same =
+      recorded == st.inode && header.load(Slot.exportSize) == UInt64(st.size)
+      && header.load(Slot.exportTime) == UInt64(bitPattern: st.modificationNanoseconds)
+    if same { return .current }
+    // A tool's file already judged (applied or kept aside): rewritten, never judged again.
+    let judged =
+      header.load(Slot.judgedInode) == st.inode && header.load(Slot.judgedSize) == UInt64(st.size)
+      && header.load(Slot.judgedTime) == UInt64(bitPattern: st.modificationNanoseconds)
+    return judged ? .stale : .edited
+  }
+  /// Writes the export (`<suite>.plist`, a binary plist of the snapshot's state, for other tools). The costly
+  /// part — decoding every value and encoding the plist — runs without the lock: the lock is held only to pin the
+  /// snapshot the export is made from (a hard link: compactions meanwhile cannot take it away) and to publish the
+  /// export, if no tool edited it meanwhile (else that edit is applied first and the export made again). The
+  /// pinned image becomes `<suite>.snapshot.exported`, the base an edit of this export is diffed against.
+  /// `durable`: survives power loss (`synchronize()`).
+  func writeExport(durable: Bool) throws(SharedDefaultsError) {
+    // One at a time in this process (they share their temp names); taken before any other lock.
+    try exportGate.withLock { _ throws(SharedDefaultsError) in
+      guard exportIsBehind() else { return }  // another one just wrote it
+      try writeExportAlone(durable: durable)
+    }
+  }
+  func writeExportAlone(durable: Bool) throws(SharedDefaultsError) {
+    // One descriptor of the suite's directory for the whole export: resolved once beneath the container (a swap of
+    // a directory on the way for a symlink fails here, cleanly), every name after it relative to it.
+    let dir = try Self.beneath(Self.preferences, in: containerPath) { () throws(FileSystemError) in
+      try root.openDirectory(Self.preferences)
+    }
+    let pinned = "\(AtomicReplace.temporaryPrefix)\(AtomicReplace.writer)-export-\(suite).snapshot"
+    let temp = "\(AtomicReplace.temporaryPrefix)\(AtomicReplace.writer)-export-\(suite).plist"
+    defer {
+      try? dir.removeFile(pinned)
+      try? dir.removeFile(temp)
+      dir.close()
+    }
+    for _ in 0..<3 {
+      // 1. Pin the snapshot, after judging a tool's file at the name (an applied one is compacted into the
+      // snapshot: the export shows it); with the image of the export it replaces, whose pairs it stops showing.
+      let start = try exclusively { s throws(SharedDefaultsError) -> (SuiteImage, SuiteImage?, UInt64)? in
+        try catchUpExclusively(&s)
+        try applyKeptExports(in: dir, &s)
+        if (try? exportState()) == .edited, try judgeExportAtName(&s, durable: durable) == .later, !durable {
+          return nil  // being written by the tool: looked at again later
+        }
+        do throws(FileSystemError) {
+          try dir.removeFile(pinned)
+          try dir.link("\(suite).snapshot", to: pinned)
+        } catch {
+          if error.errno == .noSuchFileOrDirectory { return nil }  // no snapshot yet: nothing to export
+          throw .system(error)
+        }
+        guard let fd = try? dir.open(pinned, .readOnly), let image = try? SuiteImage(mapping: fd) else {
+          return nil  // damaged: repaired at the next catch-up, exported after
+        }
+        let previous = (try? dir.open("\(suite).snapshot.exported", .readOnly)).flatMap { try? SuiteImage(mapping: $0) }
+        return (image, previous, header.load(Slot.generation))
+      }
+      guard let (image, previous, generation) = start else { return }
+      // 2. Without the lock: the plist, in a temp file (durable: synced); the pairs the name stops showing.
+      let written: FileStatus
+      do {
+        let bytes = try PropertyListValue.dictionary(SuiteValues(image: image).dictionary()).encoded(as: .binary)
+        written = try SharedDefaultsError.wrap { () throws(FileSystemError) in
+          try AtomicReplace.write(bytes, in: dir, name: temp, mode: fileMode, durability: durable ? .powerLoss : .processCrash)
+        }
+      } catch let error as SharedDefaultsError {
+        throw error
+      } catch {
+        throw .unsupportedValue("the suite cannot be written as a property list: \(error)")
+      }
+      let superseded = previous.flatMap { ExportMirror.superseded(from: $0, to: image) }
+      if previous != nil, superseded == nil {
+        Self.logger.warning("suite '\(suite)': the image of the last export does not read; its values are not remembered")
+      }
+      // 3. Publish it — unless another process exported meanwhile (the pairs are not of the export at the name),
+      // or a tool's file there, judged now, changed the state (this export lacks it): then start again.
+      let published = try exclusively { s throws(SharedDefaultsError) -> Bool in
+        guard (try? dir.status(of: "\(suite).snapshot.exported"))??.inode == previous?.status?.inode else { return false }
+        var unfinished = false
+        if (try? exportState()) == .edited {
+          try catchUpExclusively(&s)
+          switch try judgeExportAtName(&s, durable: durable) {
+          case .applied: return false
+          case .later: unfinished = true  // durable only: the tool's write lands in the replaced file
+          case .none, .keptAside: break
+          }
+        }
+        try publishExport(
+          temp, in: dir, written: written, pinned: pinned, generation: generation, durable: durable,
+          accounted: unfinished ? (0, 0, 0) : accountedAtName(dir), superseded: superseded ?? [], &s)
+        return true
+      }
+      if published {
+        if durable { try SharedDefaultsError.wrap { () throws(FileSystemError) in try header.sync() } }
+        return
+      }
+    }
+    scheduleExportCheck(after: Self.exportRetryDelay)  // overtaken three times: later
+  }
+  /// Whether the export does not hold the snapshot's state (stale, edited, or written from an older snapshot).
+  func exportIsBehind() -> Bool {
+    guard (try? exportState()) == .current else { return true }
+    return (try? root.status(exportedItem))??.inode != header.load(Slot.snapshotInode)
+  }
+  /// The identity of the file at the export's name when it is accounted for — the recorded export, or a tool's
+  /// file already judged — else nil (none, or an export whose recording a kill interrupted: never a tool's).
+  func accountedAtName(_ dir: SystemFD) -> Identity? {
+    guard let st = try? dir.status(of: "\(suite).plist") else { return nil }
+    let identity = SuiteHeader.identity(st)
+    if let recorded = header.recordedExport(), identity == recorded { return identity }
+    return identity == header.judged() ? identity : nil
+  }
+  /// With the lock: the temp file `temp` (in `dir`, the suite's directory) becomes the export, the pinned image
+  /// its base; the export is recorded, and the history learns the pairs the name stops showing (`superseded`).
+  /// The file it replaces, `accounted` for as that identity, is kept under a second name for a tool's write
+  /// into it (a tool that opened it before the rename writes there).
+  func publishExport(
+    _ temp: String, in dir: SystemFD, written: FileStatus, pinned: String, generation: UInt64, durable: Bool,
+    accounted: Identity?, superseded: [UInt128], _ s: inout State
+  ) throws(SharedDefaultsError) {
+    // First: a kill after it leaves pairs learned, never an export shown without its predecessor's pairs.
+    var history = loadHistory()
+    history.insert(superseded)
+    try saveHistory(history)
+    // The file being replaced, kept open: a tool may write into it (in place) while this runs, and that write
+    // must not vanish with the file's name.
+    let replaced = try? dir.open("\(suite).plist", .readOnly)
+    var handedOver = false
+    defer { if !handedOver { replaced?.close() } }
+    // And given a second name, for any process to apply a tool's write into it later, whatever becomes of this one.
+    let keptName = accounted.map { keptExportName($0) }
+    if let keptName {
+      try? dir.removeFile(keptName)
+      try? dir.link("\(suite).plist", to: keptName)
+      // With the image of the export it shows or replaced: the base of a write into it, whatever exports follow.
+      try? dir.removeFile(Self.keptBase(keptName))
+      try? dir.link("\(suite).snapshot.exported", to: Self.keptBase(keptName))
+    }
+    header.store(Slot.exportInode, .max)  // stale until recorded: a kill in between leaves it to be rewritten
+    try SharedDefaultsError.wrap { () throws(FileSystemError) in
+      FaultPoint.pause("defaults.export.replacing")
+      try dir.rename(temp, to: "\(suite).plist")
+      if durable { try dir.sync() }
+      FaultPoint.reach("defaults.compact.exportWritten")
+      try dir.rename(pinned, to: "\(suite).snapshot.exported")
+      header.store(Slot.exportGeneration, generation)
+      // The identity of what was written, not of what is at the name by now: a tool that wrote into the new
+      // export at once must still be seen as an edit.
+      header.recordExport(written)
+    }
+    guard let replaced, let accounted, let now = try? replaced.status(), now.kind == .regular,
+      SuiteHeader.identity(now) != accounted
+    else {
+      // Untouched so far: the second name stays for a while (`applyKeptExports`), a tool may write still.
+      if keptName != nil { scheduleExportCheck(after: Self.keptExportGrace + Self.exportRetryDelay) }
+      return
+    }
+    // Written by a tool since it was accounted for (in place, during this rename): judged against its base.
+    guard let (edited, bytes) = Self.readEdit(replaced) else {
+      // Perhaps half-written: a tool that writes in place truncates the file, encodes, then writes (plistlib
+      // takes tens of milliseconds in between). Read it again later; its write lands in this inode.
+      handedOver = true
+      replacedEdits.enter()
+      applyReplacedEditLater(replaced, keptAs: keptName, tries: Self.replacedEditTries)
+      return
+    }
+    try catchUpExclusively(&s)
+    try commitReplacedEdit(edited, bytes: bytes, &s, keptAs: keptName)
+    if let keptName { Self.dropKept(keptName, in: dir) }
+  }
+  /// How long a half-written export is given before it is moved aside as unusable.
+  static let exportRetryDelay = 0.25
+  /// Looks at the export in the background (it changed, or a reload found it edited or stale): applies an outside
+  /// edit, rewrites a stale export.
+  func scheduleExportCheck(after delay: Double = 0) {
+    guard !readOnly else { return }
+    background.asyncAfter(deadline: .now() + delay) { [self] in
+      // The whole container went away (deleted): nothing to adopt.
+      guard (try? root.status(Self.preferences)) ?? nil != nil else { return }
+      guard state.withLock({ $0.generation != .max }) else { return }
+      if hasKeptExports() {
+        // Replaced exports kept for a tool's late write: applied (which marks the export stale) or dropped.
+        do {
+          let dir = try Self.beneath(Self.preferences, in: containerPath) { () throws(FileSystemError) in
+            try root.openDirectory(Self.preferences)
+          }
+          defer { dir.close() }
+          let pending = try exclusively { s throws(SharedDefaultsError) -> Bool in try applyKeptExports(in: dir, &s) }
+          if pending { scheduleExportCheck(after: Self.keptExportGrace) }
+        } catch {
+          Self.logger.error("suite '\(suite)': could not apply a replaced export's edit: \(error)")
+        }
+      }
+      guard (try? exportState()) != .current else { return }
+      do {
+        // Applies an edit (`applyOutsideEdit`; a half-written one schedules this check again) and rewrites the
+        // export (another process may have done it meanwhile: then the edit is not there any more).
+        try writeExport(durable: false)
+      } catch {
+        Self.logger.error("suite '\(suite)': could not apply the outside change: \(error)")
+      }
+    }
+  }
+}

@@ -1,0 +1,117 @@
+import SystemLayer
+
+/// The header of a suite: `<suite>.lock`, a 4 KiB file every process maps shared (`MappedCounters`). Its words are
+/// declared here once, with what each means; the rules that order their stores are where they are stored
+/// (`compact`, `moveTail`, `append`). Identities of files (inode, size, modification time) are recorded here so that
+/// every process can tell whether the snapshot or the export at a name is the one the suite wrote.
+struct SuiteHeader: @unchecked Sendable {  // the memory is atomics (MappedCounters)
+  let counters: MappedCounters
+
+  /// The words of the header, by index.
+  enum Slot {
+    static let magic = 0, generation = 1, committed = 2, snapshotInode = 3, snapshotSize = 4, snapshotTime = 5
+    /// Set by a plain compaction: the generation and committed length it folded into the snapshot. A reader
+    /// that had applied exactly that much already holds the snapshot's contents and need not read it.
+    static let foldedGeneration = 6, foldedLength = 7
+    /// The lock word (SharedMemoryLock); bytes of the journal file allocated so far; the change signal.
+    static let lock = 8, journalCapacity = 9, changeSequence = 10, listeners = 11
+    /// The export's identity (`<suite>.plist`, 0 when none was written with the current snapshot).
+    static let exportInode = 12, exportSize = 13, exportTime = 14
+    /// Non-zero while the suite is over `snapshotLimits` (a compaction refused to write it): sets fail, removes work.
+    static let overLimit = 15
+    /// The inode of the journal every process must map (a removed journal is noticed and followed).
+    static let journalInode = 16
+    /// What the last compaction read to write the snapshot (`checkLimits`' estimate, in bytes): the compaction
+    /// threshold follows it, not the snapshot's size, which dedup makes small for many identical values.
+    static let compactionInput = 17
+    /// Where the snapshot stands in the journal, for a compaction that kept the journal: the generation's low 32
+    /// bits and the journal length the snapshot holds, in one word (one store, one load). Whoever loads the snapshot
+    /// replays the journal from there; a word of another generation means from 0.
+    static let snapshotAt = 18
+    /// The generation the export was written in: replaying that generation's journal over the export gives the
+    /// state (`recoverState`, when the snapshot is lost).
+    static let exportGeneration = 19
+    /// The process compacting in the background (its pid; 0: none) and since when (`MonotonicClock`): the others
+    /// leave the compaction to it, for `compactionClaim` at most (a stopped or dead compactor is then replaced).
+    static let compactor = 20, compactorSince = 21
+    /// Listeners asleep on the change signal: a commit makes the wake-up system call only when one is.
+    static let sleepers = 22
+    /// A rewind in the background (`moveTail`): the journal range it moves to the start, and the generation it
+    /// empties. `rewindTo` is non-zero while the bytes move: lock-free readers do not trust the journal then, and
+    /// the next lock holder finishes a move whose process died during it.
+    static let rewindFrom = 23, rewindTo = 24, rewindGeneration = 25
+    /// The identity of the last tool's file at the export's name that was judged (`judgeExportAtName`): applied or
+    /// kept aside once, never again.
+    static let judgedInode = 26, judgedSize = 27, judgedTime = 28
+  }
+
+  static let magic: UInt64 = 0x3454_4c46_4544_4347  // "GCDEFLT4"
+  /// 0.1.0's header: the plist was the snapshot. Migrated in place (`initializeHeaderLocked`).
+  static let legacyMagic: UInt64 = 0x3254_4c46_4544_4347  // "GCDEFLT2"
+
+  // MARK: Words
+
+  func load(_ slot: Int) -> UInt64 { counters.load(slot) }
+  /// The second load of a seqlock read (see `MappedCounters.loadAfterFence`).
+  func loadAfterFence(_ slot: Int) -> UInt64 { counters.loadAfterFence(slot) }
+  func store(_ slot: Int, _ value: UInt64) { counters.store(slot, value) }
+  @discardableResult func increment(_ slot: Int) -> UInt64 { counters.increment(slot) }
+  func sync() throws(FileSystemError) { try counters.sync() }
+  var faultCount: UInt32 { counters.faultCount }
+  var path: String { counters.path }
+  func restore() throws(FileSystemError) { try counters.restore() }
+
+  // MARK: Identities and positions
+
+  /// A file's identity as the header records it: inode, size, modification time.
+  typealias Identity = (inode: UInt64, size: Int64, time: Int64)
+
+  /// A file's identity (0s for none), to compare with one the header recorded.
+  static func identity(_ st: FileStatus?) -> Identity {
+    (st?.inode ?? 0, st?.size ?? 0, st?.modificationNanoseconds ?? 0)
+  }
+
+  func recordSnapshot(_ st: FileStatus?) {
+    store(Slot.snapshotInode, st?.inode ?? 0)
+    store(Slot.snapshotSize, UInt64(st?.size ?? 0))
+    store(Slot.snapshotTime, UInt64(bitPattern: st?.modificationNanoseconds ?? 0))
+  }
+
+  /// The snapshot's identity as the header records it.
+  func recordedSnapshot() -> Identity {
+    (load(Slot.snapshotInode), Int64(load(Slot.snapshotSize)), Int64(bitPattern: load(Slot.snapshotTime)))
+  }
+
+  func recordExport(_ st: FileStatus?) {
+    store(Slot.exportSize, UInt64(st?.size ?? 0))
+    store(Slot.exportTime, UInt64(bitPattern: st?.modificationNanoseconds ?? 0))
+    store(Slot.exportInode, st?.inode ?? 0)
+  }
+
+  /// The recorded export's identity (nil when none or stale).
+  func recordedExport() -> Identity? {
+    let inode = load(Slot.exportInode)
+    guard inode != 0 && inode != .max else { return nil }
+    return (inode, Int64(load(Slot.exportSize)), Int64(bitPattern: load(Slot.exportTime)))
+  }
+
+  func recordJudged(_ st: FileStatus?) {
+    store(Slot.judgedSize, UInt64(st?.size ?? 0))
+    store(Slot.judgedTime, UInt64(bitPattern: st?.modificationNanoseconds ?? 0))
+    store(Slot.judgedInode, st?.inode ?? 0)
+  }
+
+  /// The identity of the last tool's file that was judged.
+  func judged() -> Identity {
+    (load(Slot.judgedInode), Int64(load(Slot.judgedSize)), Int64(bitPattern: load(Slot.judgedTime)))
+  }
+
+  /// The journal offset from which records are not in the snapshot, in `generation` (0 unless a compaction of
+  /// this generation kept the journal).
+  func snapshotStart(generation: UInt64, committed: Int) -> Int {
+    let word = load(Slot.snapshotAt)
+    guard word >> 32 == generation & 0xFFFF_FFFF else { return 0 }
+    let length = Int(word & 0xFFFF_FFFF)
+    return length <= committed ? length : 0
+  }
+}
