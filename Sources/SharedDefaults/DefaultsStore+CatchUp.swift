@@ -30,6 +30,7 @@ extension DefaultsStore {
     }
     return state.withLock { s in read(s) }
   }
+
   /// Brings `s` up to date without waiting for another process: what a read needs can be read without the
   /// suite's lock (`catchUpWithoutLock`). When that is not possible (a repair is needed), the repair is left to the
   /// background and `s` stays the last good state — unless it was never loaded: then returns false.
@@ -43,6 +44,7 @@ extension DefaultsStore {
     scheduleRepair()
     return true
   }
+
   /// Catches up under the lock in the background, repairing what needs it (reads never wait for that).
   func scheduleRepair() {
     guard !readOnly, !repairPending.exchange(true, ordering: .acquiringAndReleasing) else { return }
@@ -53,11 +55,13 @@ extension DefaultsStore {
       }
     }
   }
+
   /// Whether the journal changed in a way only a full catch-up handles (a compaction, a repair, damage).
   func needsCatchUpBeforeAppending(generation: UInt64, length: Int) -> Bool {
     headerLost.load(ordering: .relaxed) || journal.faultCount != seenJournalFaults.load(ordering: .relaxed)
       || header.load(Slot.generation) != generation || Int(header.load(Slot.committed)) < length
   }
+
   /// Before a set in a new generation (another process emptied the journal), a process without observers takes
   /// the snapshot as its state — mapped, O(1) — and leaves the journal past it to its next read: a full catch-up
   /// here would cost every writer, under the lock, the records appended while the rewind's image was built. False
@@ -76,6 +80,7 @@ extension DefaultsStore {
     s.ownWritesUnapplied = true  // whatever it wrote in the last generation is in the snapshot or past `length`
     return true
   }
+
   // MARK: Catching up
 
   /// Catches up without the suite's lock, as a seqlock reader: a writer only writes past the committed length,
@@ -139,6 +144,7 @@ extension DefaultsStore {
     if values == nil, rebaseIsWorthIt(s) { rebase(&s) }
     return true
   }
+
   /// Whether this process, current, holds many changes over an older image than the recorded snapshot, and taking
   /// that snapshot and the journal past it instead — the same state — applies fewer records than it holds: a
   /// reader of a growing suite otherwise keeps every change it applied until the next rewind, and its memory
@@ -151,6 +157,7 @@ extension DefaultsStore {
     let start = header.snapshotStart(generation: s.generation, committed: s.length)
     return (s.length - start) / 32 < s.values.changeCount  // a record takes 32 bytes or more
   }
+
   /// With `s` current: the recorded snapshot and the journal past it become its values (the same state, fewer
   /// changes held), read without the suite's lock as `catchUpWithoutLock` reads; if that fails, nothing changes.
   /// Observers hear nothing: no value changed.
@@ -171,6 +178,7 @@ extension DefaultsStore {
     s.values = values
     s.pendingOwn = [:]
   }
+
   /// Brings `s` to the committed state. Needs the lock. Throws `Repair` when files need repairing first.
   func catchUp(_ s: inout State) throws(Repair) {
     if journal.faultCount != seenJournalFaults.load(ordering: .relaxed) {
@@ -215,6 +223,7 @@ extension DefaultsStore {
       }
     }
   }
+
   /// Whether reading the snapshot and the journal past it costs less than the journal from where `s` stands: a
   /// process that only writes catches up only when it compacts, and 4 writers decoding megabytes of each other's
   /// records under the lock ran at 0.7× the speed of reloading their 60 KB snapshot. Per value, parsing the
@@ -225,6 +234,7 @@ extension DefaultsStore {
     let start = header.snapshotStart(generation: generation, committed: committed)
     return start > s.length && 4 * Int(header.load(Slot.snapshotSize)) < start - s.length
   }
+
   /// `records` (at `offsets`) less those that this process's own pending commits supersede: those are applied
   /// already, and newer than any record of the same key before them.
   func withoutSuperseded(
@@ -236,6 +246,7 @@ extension DefaultsStore {
       return offset >= own.end
     }.map(\.0)
   }
+
   /// Reads the snapshot and the whole journal (after a compaction somewhere, or on first use). The snapshot and
   /// the journal's good records are applied even when the journal is damaged: the repair that follows then
   /// starts from everything that can still be read, never from an empty state.

@@ -43,17 +43,21 @@ extension DefaultsStore {
     }
     try writeExport(durable: true)
   }
+
   // MARK: Compaction in the background
 
   /// Changes held over the image past which a set starts a compaction, whatever the journal's size (at least; a
   /// quarter of the image's keys for large suites).
   static let changesBeforeCompaction = 65_536
+
   /// How long a process's claim to compact holds the others back.
   static let compactionClaim: UInt64 = 10_000_000_000
+
   func compactionClaimIsFree() -> Bool {
     header.load(Slot.compactor) == 0
       || MonotonicClock.nanoseconds() &- header.load(Slot.compactorSince) > Self.compactionClaim
   }
+
   /// What a compaction in the background folds, into the state at (generation, length): this process's frozen
   /// changes over its image (`token` non-zero), or else the journal from `start` over the snapshot. Not the whole
   /// `SuiteValues`: holding its `changes` would make the writer's next set copy them.
@@ -66,6 +70,7 @@ extension DefaultsStore {
     var length: Int
     var snapshot: Identity
   }
+
   /// With the lock held: builds the next snapshot on the background queue, without the lock (`finishCompaction`).
   /// When this process holds the committed state (a lone writer), from its changes, frozen — writers go on into a
   /// new table, and the process goes on from the new image; otherwise from the snapshot and the journal past it,
@@ -90,9 +95,11 @@ extension DefaultsStore {
       self?.finishCompaction(work)
     }
   }
+
   /// The recorded snapshot of `work` and the journal's records from `work.start` to `work.length`, as changes
   /// (last one wins), read without the lock: a seqlock read, checked against the generation after.
   struct Superseded: Error {}
+
   func snapshotAndJournal(_ work: Compaction) throws -> (SuiteImage?, [String: PropertyListValue?]) {
     let image = try loadImage(counted: false)
     guard SuiteHeader.identity(image?.status) == work.snapshot else { throw Superseded() }  // another compaction came first
@@ -111,6 +118,7 @@ extension DefaultsStore {
     }
     return (image, changes)
   }
+
   /// Builds the image of `work` and writes it beside the snapshot (no lock); then, with the lock, installs it as
   /// the snapshot if nothing replaced the snapshot or emptied the journal meanwhile (else drops it: the state it
   /// holds is in the journal still). Installing is a rename and three header stores: the kill points of a
@@ -202,6 +210,7 @@ extension DefaultsStore {
     }
     return installed
   }
+
   /// When to compact: once the journal holds `snapshot` bytes past the snapshot, and when to empty the journal as
   /// well: past `rewind` bytes.
   ///
@@ -216,6 +225,7 @@ extension DefaultsStore {
     let cap = journal.reservation / 2
     return (min(max(Self.compactionThreshold, 2 * input), cap), min(max(Self.rewindThreshold, 4 * input), cap))
   }
+
   // MARK: Compaction
 
   /// Rewrites the snapshot from `s`, and with `rewind` empties the journal. Needs the lock and a current `s`.
@@ -291,6 +301,7 @@ extension DefaultsStore {
     header.store(Slot.overLimit, 0)
     if durable { try SharedDefaultsError.wrap { () throws(FileSystemError) in try header.sync() } }
   }
+
   /// Refuses a state whose export the next process could not read back (the same limits as reading it), and
   /// records that the suite is over them: sets then fail with `suiteTooLarge` until removals bring it back under.
   /// `objects` and `payload` are the image's counts (its header): property-list objects, and bytes of strings,
@@ -306,6 +317,7 @@ extension DefaultsStore {
     }
     return payload + 16 * objects
   }
+
   /// Called after `markIdleCheck()` said so: checks again once writes have stopped for a while.
   func scheduleIdleCompaction() {
     // Weak: a store nobody uses is released without waiting for its idle compaction (the journal keeps its writes).

@@ -12,6 +12,7 @@ import SystemLayer
 /// `<suite>.snapshot.exported`: the image an edit is compared with (ExportMirror.swift).
 extension DefaultsStore {
   enum ExportState { case current, edited, stale }
+
   /// Whether `<suite>.plist` is what the last compaction exported (`current`), was changed by another tool since
   /// (`edited`), or was not rewritten with the current snapshot (`stale`: a compaction died, or the disk was full).
   func exportState() throws(Repair) -> ExportState {
@@ -32,6 +33,7 @@ extension DefaultsStore {
       && header.load(Slot.judgedTime) == UInt64(bitPattern: st.modificationNanoseconds)
     return judged ? .stale : .edited
   }
+
   /// Writes the export (`<suite>.plist`, a binary plist of the snapshot's state, for other tools). The costly
   /// part — decoding every value and encoding the plist — runs without the lock: the lock is held only to pin the
   /// snapshot the export is made from (a hard link: compactions meanwhile cannot take it away) and to publish the
@@ -45,6 +47,7 @@ extension DefaultsStore {
       try writeExportAlone(durable: durable)
     }
   }
+
   func writeExportAlone(durable: Bool) throws(SharedDefaultsError) {
     // One descriptor of the suite's directory for the whole export: resolved once beneath the container (a swap of
     // a directory on the way for a symlink fails here, cleanly), every name after it relative to it.
@@ -122,11 +125,13 @@ extension DefaultsStore {
     }
     scheduleExportCheck(after: Self.exportRetryDelay)  // overtaken three times: later
   }
+
   /// Whether the export does not hold the snapshot's state (stale, edited, or written from an older snapshot).
   func exportIsBehind() -> Bool {
     guard (try? exportState()) == .current else { return true }
     return (try? root.status(exportedItem))??.inode != header.load(Slot.snapshotInode)
   }
+
   /// The identity of the file at the export's name when it is accounted for — the recorded export, or a tool's
   /// file already judged — else nil (none, or an export whose recording a kill interrupted: never a tool's).
   func accountedAtName(_ dir: SystemFD) -> Identity? {
@@ -135,6 +140,7 @@ extension DefaultsStore {
     if let recorded = header.recordedExport(), identity == recorded { return identity }
     return identity == header.judged() ? identity : nil
   }
+
   /// With the lock: the temp file `temp` (in `dir`, the suite's directory) becomes the export, the pinned image
   /// its base; the export is recorded, and the history learns the pairs the name stops showing (`superseded`).
   /// The file it replaces, `accounted` for as that identity, is kept under a second name for a tool's write
@@ -193,8 +199,10 @@ extension DefaultsStore {
     try commitReplacedEdit(edited, bytes: bytes, &s, keptAs: keptName)
     if let keptName { Self.dropKept(keptName, in: dir) }
   }
+
   /// How long a half-written export is given before it is moved aside as unusable.
   static let exportRetryDelay = 0.25
+
   /// Looks at the export in the background (it changed, or a reload found it edited or stale): applies an outside
   /// edit, rewrites a stale export.
   func scheduleExportCheck(after delay: Double = 0) {

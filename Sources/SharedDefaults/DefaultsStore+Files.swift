@@ -39,6 +39,7 @@ extension DefaultsStore {
     }
     return (dictionary, read.status)
   }
+
   /// Maps the image `item` (the snapshot, or the one before it): O(1), its header checked; nil when there is none.
   /// One that is not an image is corrupt; one over `snapshotLimits.maxBytes` is `overLimit`.
   func loadImage(_ item: String? = nil, counted: Bool = true) throws(Repair) -> SuiteImage? {
@@ -64,6 +65,7 @@ extension DefaultsStore {
       }
     }
   }
+
   /// The snapshot this process just wrote (`written`), mapped; nil if the name leads elsewhere or it cannot be.
   func mapSnapshot(written: FileStatus) -> SuiteImage? {
     guard let fd = try? root.openFile(snapshotItem, .readOnly), let image = try? SuiteImage(mapping: fd),
@@ -71,8 +73,10 @@ extension DefaultsStore {
     else { return nil }
     return image
   }
+
   /// Whether `status` is the snapshot the header recorded (else a compaction died before recording it).
   func isRecordedSnapshot(_ st: FileStatus?) -> Bool { SuiteHeader.identity(st) == header.recordedSnapshot() }
+
   /// Whether the snapshot on disk is the one the header recorded (else a compaction died before recording it).
   func snapshotIsTheRecordedOne() throws(Repair) -> Bool {
     let st: FileStatus?
@@ -81,12 +85,14 @@ extension DefaultsStore {
     }
     return isRecordedSnapshot(st)
   }
+
   /// Links the snapshot as `<suite>.snapshot.exported`, the image the export holds (a suite adopted from its plist,
   /// or converted), in the current generation.
   func pinExportBase() throws(FileSystemError) {
     try root.link(snapshotItem, to: "\(suite).snapshot.exported")
     header.store(Slot.exportGeneration, header.load(Slot.generation))
   }
+
   /// Replaces the snapshot with an image of `values` (a suite adopted from a plist) and records it.
   func writeImage(of values: [String: PropertyListValue]) throws(SharedDefaultsError) {
     let bytes = try SuiteValues(dictionary: values).imageBytes(generation: header.load(Slot.generation), position: 0)
@@ -95,6 +101,7 @@ extension DefaultsStore {
     }
     header.recordSnapshot(try snapshotStatus())
   }
+
   /// Moves the file `name` of the suite's directory aside (`<name>.corrupt-<time>-<pid>`), renamed relative to
   /// the directory's descriptor.
   func quarantine(_ name: String) {
@@ -105,10 +112,12 @@ extension DefaultsStore {
       }
     }
   }
+
   /// The snapshot's status (nil when there is none), read beneath the container's descriptor.
   func snapshotStatus() throws(SharedDefaultsError) -> FileStatus? {
     try Self.beneath(snapshotItem, in: containerPath) { () throws(FileSystemError) in try root.status(snapshotItem) }
   }
+
   /// Runs a call that reaches `item` beneath the container; a way out (a directory on the way swapped for a
   /// symlink that leads outside, which `RESOLVE_BENEATH` refuses with `EXDEV`) is `pathEscapesContainer`.
   static func beneath<T>(

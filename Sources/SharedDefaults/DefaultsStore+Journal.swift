@@ -27,6 +27,7 @@ extension DefaultsStore {
     header.store(Slot.rewindTo, UInt64(to))
     finishMove()
   }
+
   /// Moves the range `moveTail` stored and completes the rewind (again, if a process died during it).
   func finishMove() {
     let from = Int(header.load(Slot.rewindFrom))
@@ -53,6 +54,7 @@ extension DefaultsStore {
     FaultPoint.reach("defaults.rewind.bumped")
     header.store(Slot.rewindTo, 0)
   }
+
   /// Makes sure the journal file has disk blocks for its first `end` bytes (a full disk fails here, cleanly).
   func reserveJournal(upTo end: Int) throws(SharedDefaultsError) {
     let capacity = Int(header.load(Slot.journalCapacity))
@@ -70,6 +72,7 @@ extension DefaultsStore {
     }
     header.store(Slot.journalCapacity, UInt64(size))
   }
+
   /// The journal's bytes in `start..<end`, and why they cannot all be trusted (a length beyond the allocated
   /// bytes, or pages lost to an outside truncation, which read as zeros and fail their checksums), if so.
   func readJournal(from start: Int, to end: Int) -> (bytes: [UInt8], problem: String?) {
@@ -83,6 +86,7 @@ extension DefaultsStore {
     }
     return (bytes, nil)
   }
+
   /// With the lock held: the journal this process maps is not the one the header records — the file was removed
   /// (`rm`) or replaced. If another process already made a new one, this one maps it too (same bytes). If this
   /// process still maps the recorded journal, its committed records are copied into the file now at the name, so
@@ -123,6 +127,7 @@ extension DefaultsStore {
       Self.logger.error("suite '\(suite)': cannot open '\(journalPath)' again: \(error)")
     }
   }
+
   func quarantineJournal() {
     let committed = min(Int(header.load(Slot.committed)), Int(header.load(Slot.journalCapacity)), journal.reservation)
     if committed > 0 {
@@ -146,6 +151,7 @@ extension DefaultsStore {
     let size = ((try? journal.fileSize()) ?? 0) / 4096 * 4096
     header.store(Slot.journalCapacity, min(header.load(Slot.journalCapacity), UInt64(size)))
   }
+
   /// The journal's name changed (removed, replaced): if it no longer leads to the file this process maps, follow
   /// it (`followJournal`, which carries the committed records over when this process maps the recorded one).
   func scheduleJournalCheck() {

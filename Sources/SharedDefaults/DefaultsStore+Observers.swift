@@ -19,6 +19,7 @@ extension DefaultsStore {
     case .remove: values.set(nil, forKey: record.key)
     }
   }
+
   func apply(_ records: [JournalFormat.Record], to s: inout State) {
     guard !s.observers.isEmpty else {
       for record in records { apply(record, to: &s.values) }
@@ -42,6 +43,7 @@ extension DefaultsStore {
     }
     deliver(changes, to: s.observers)
   }
+
   /// Replaces the whole state (reload, adoption) and reports the keys whose values differ.
   func replaceValues(with values: SuiteValues, in s: inout State) {
     let first = s.generation == .max
@@ -58,11 +60,13 @@ extension DefaultsStore {
     release(s.values)
     s.values = values
   }
+
   /// Frees a dropped state on the background queue: a table of many values takes milliseconds to free.
   func release(_ values: SuiteValues) {
     guard values.changeCount > 1024 else { return }
     background.async { withExtendedLifetime(values) {} }
   }
+
   /// Queued in application order on one serial queue, so observers see changes in commit order.
   func deliver(_ changes: [DefaultsChange], to observers: [UInt64: Observer]) {
     guard !changes.isEmpty, !observers.isEmpty else { return }
@@ -73,6 +77,7 @@ extension DefaultsStore {
       }
     }
   }
+
   func addObserver(keys: Set<String>?, _ deliver: @escaping @Sendable (DefaultsChange) -> Void) -> UInt64 {
     _ = readCurrent { _ in 0 }  // start from the current state: later changes only
     return state.withLock { s in
@@ -83,6 +88,7 @@ extension DefaultsStore {
       return s.nextObserver
     }
   }
+
   func removeObserver(_ id: UInt64) {
     if state.withLock({ $0.observers.removeValue(forKey: id) }) != nil,
       observerCount.subtract(1, ordering: .relaxed).newValue == 0
@@ -90,6 +96,7 @@ extension DefaultsStore {
       listenForWrites(false)
     }
   }
+
   // MARK: Other processes' writes
 
   /// inotify on `Library/Preferences`: a snapshot replaced (compaction, or an outside tool) — always watched.
@@ -107,6 +114,7 @@ extension DefaultsStore {
       Self.logger.warning("suite '\(suite)': cannot watch '\(directory)' (\(error)); changes are seen on access only")
     }
   }
+
   /// Commits by any process (written through the mapping, so inotify never sees them) arrive through the
   /// suite's change signal; listened to only while this process has observers. The listener thread catches up
   /// itself: one thread hop from the writer's commit to the delivery queue.
@@ -127,9 +135,11 @@ extension DefaultsStore {
     }
     old?.cancel()
   }
+
   /// How long an observing process lets commits gather when they come faster than it catches up: a flood of
   /// commits then wakes it about 2,000 times a second, not once per commit, and costs the writers no system call.
   static let observerCoalescing: UInt64 = 500_000
+
   /// A wake-up of the listener: when every observer names its keys, the new records' keys are scanned in the
   /// mapping (no value decoded, nothing applied) and the state catches up only if one of those keys changed —
   /// otherwise it stays behind until something reads it. A process that observes one key of a busy suite then
@@ -176,6 +186,7 @@ extension DefaultsStore {
     guard header.load(Slot.rewindTo) == 0 else { return }  // as above: scanned again after the rewind's post
     s.scanned = (generation, committed)
   }
+
   /// After a rewind (a new generation), for observers that all name their keys: the new snapshot becomes this
   /// process's image and the observed keys' values in it are compared with the old ones; the journal past it is
   /// then scanned like any other. A full catch-up would decode everything appended since the rewind began — every

@@ -38,8 +38,10 @@ extension DefaultsStore {
       Self.logger.error("suite '\(suite)': could not apply the outside change: \(error)")
     }
   }
+
   /// What became of a tool's file at the export's name (`judgeExportAtName`).
   enum Judged { case none, applied, keptAside, later }
+
   /// With the lock and `s` current: a tool's file at the export's name is judged once (ExportMirror's rule) —
   /// its change committed, or the file kept aside — and its identity recorded as judged, so that neither this
   /// process nor another judges it again (`exportState` calls it `stale`: rewritten, never applied twice). A file
@@ -80,6 +82,7 @@ extension DefaultsStore {
       throw error
     }
   }
+
   /// With the lock and `s` current: applies `edited` (a tool's version of the export, `bytes` as read) as what it
   /// changed against `base` (the image of the export it replaced or was written into) when ExportMirror's rule
   /// says that is certain; else keeps it aside as `<suite>.plist.unapplied-…` and reports it (error log, `groupctl
@@ -121,10 +124,12 @@ extension DefaultsStore {
       return .applied
     }
   }
+
   /// The history of what the export's name showed (`ExportMirror`); empty when there is none.
   func loadHistory() -> ExportHistory {
     ExportHistory(bytes: try? root.readFile(Self.preferences + "/" + ExportMirror.historyName(suite), limit: 1 << 24).bytes)
   }
+
   func saveHistory(_ history: ExportHistory) throws(SharedDefaultsError) {
     guard history.changed else { return }
     let item = Self.preferences + "/" + ExportMirror.historyName(suite)
@@ -132,12 +137,14 @@ extension DefaultsStore {
       try root.replaceFile(item, with: history.bytes, mode: fileMode)
     }
   }
+
   /// The names of this suite's outside edits that were kept aside, not applied (`ExportMirror`).
   func unappliedEdits() -> [String] {
     guard let dir = try? root.openDirectory(Self.preferences) else { return [] }
     defer { dir.close() }
     return ExportMirror.unapplied(suite, in: dir).map { directory + "/" + $0 }
   }
+
   /// The dictionary in a tool's version of the export (nil when it does not parse, or is not a dictionary).
   static func parseEdit(_ bytes: [UInt8]) -> [String: PropertyListValue]? {
     guard case .dictionary(let edited)? = try? PropertyListValue(bytes: bytes, limits: Self.snapshotLimits) else {
@@ -145,12 +152,14 @@ extension DefaultsStore {
     }
     return edited
   }
+
   /// The second name of a file about to be replaced by an export, accounted for as `identity`:
   /// `<suite>.plist.replaced-<inode>-<size>-<modified ns>-<now, s>`. A file there that no longer has that identity
   /// was written by a tool.
   func keptExportName(_ identity: Identity) -> String {
     "\(suite).plist.replaced-\(identity.inode)-\(identity.size)-\(identity.time)-\(Int(Date().timeIntervalSince1970))"
   }
+
   /// Whether a replaced export is kept under a second name (`keptExportName`), waiting for `applyKeptExports`.
   func hasKeptExports() -> Bool {
     let prefix = "\(suite).plist.replaced-"
@@ -158,21 +167,26 @@ extension DefaultsStore {
     defer { dir.close() }
     return ((try? dir.entries()) ?? []).contains { $0.name.hasPrefix(prefix) }
   }
+
   /// The name of the image a kept export was made from (pinned beside it).
   static func keptBase(_ keptName: String) -> String {
     keptName.replacingOccurrences(of: ".plist.replaced-", with: ".snapshot.replaced-")
   }
+
   /// Removes a kept export and its base.
   static func dropKept(_ keptName: String, in dir: SystemFD) {
     try? dir.removeFile(keptName)
     try? dir.removeFile(keptBase(keptName))
   }
+
   /// How long an untouched replaced export keeps its second name at least: a tool that opened the export before
   /// it was replaced writes into it (plistlib's read-modify-write takes milliseconds; a loaded machine, seconds).
   /// It is kept longer while any process still has it open (`SystemFD.isOpenElsewhere`).
   static let keptExportGrace = 2.0
+
   /// Where it cannot be told whether a file is open elsewhere (leases refused): how long it is kept instead.
   static let keptExportLimit = 120.0
+
   /// With the lock: applies the tools' writes into replaced exports kept by any process
   /// (`keptExportName`) — the replacing one may have died or exited before it could — and removes those done
   /// with: judged (applied or kept aside), untouched past `keptExportGrace` and open nowhere, or written but not
@@ -226,6 +240,7 @@ extension DefaultsStore {
     }
     return left
   }
+
   /// Judges the edit a tool wrote into an export that was replaced, against the image that export was made from
   /// (pinned beside its second name; else the last export's — then any value it shows that changed since keeps
   /// it aside). An applied one is compacted into the snapshot, and the export, which lacks it, rewritten soon.
@@ -236,6 +251,7 @@ extension DefaultsStore {
     guard try judgeEdit(edited, bytes: bytes, base: base, &s) == .applied else { return }
     scheduleExportCheck()
   }
+
   /// The dictionary in a tool's version of the export, open as `fd`, and its bytes (nil when it does not parse yet).
   static func readEdit(_ fd: SystemFD) -> ([String: PropertyListValue], [UInt8])? {
     guard let st = try? fd.status(), st.kind == .regular,
@@ -244,9 +260,11 @@ extension DefaultsStore {
     else { return nil }
     return (edited, read)
   }
+
   /// How many times a replaced export is read again (`exportRetryDelay` apart) before it is left to its second
   /// name (`applyKeptExports`, in any process).
   static let replacedEditTries = 8
+
   /// Reads `replaced` (an export a tool was writing when a compaction replaced it) every `exportRetryDelay`
   /// until it parses, then judges it; closes it. After `tries` it is left under its second name, and logged.
   /// Entered in `replacedEdits` by the caller; leaves it when done.

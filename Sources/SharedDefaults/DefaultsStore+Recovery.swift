@@ -21,11 +21,13 @@ extension DefaultsStore {
     /// The suite's directory cannot be reached beneath the container (no repair: the operation fails with this).
     case unreachable(SharedDefaultsError)
   }
+
   /// With the lock held: catch up, repairing whatever needs it.
   func catchUpExclusively(_ s: inout State) throws(SharedDefaultsError) {
     if headerLost.exchange(false, ordering: .relaxed) && s.generation != .max { try compact(&s, durable: false) }
     do { try catchUp(&s) } catch { try repairAndCatchUp(&s, error) }
   }
+
   func repairAndCatchUp(_ s: inout State, _ first: Repair) throws(SharedDefaultsError) {
     var problem: Repair? = first
     for _ in 0..<4 {
@@ -62,12 +64,14 @@ extension DefaultsStore {
     }
     try catchUpOrThrow(&s)
   }
+
   func catchUpOrThrow(_ s: inout State) throws(SharedDefaultsError) {
     do { try catchUp(&s) } catch {
       if case .overLimit(let error) = error { throw error }
       throw .system(FileSystemError("recover", plistPath, .ioError))
     }
   }
+
   /// After the snapshot was lost: the export when it holds the same bytes (the header says so), else the last good
   /// state in memory; plus whatever the journal still holds.
   func recoverState(_ s: inout State) throws(SharedDefaultsError) {
@@ -93,6 +97,7 @@ extension DefaultsStore {
     s.ownWritesUnapplied = false
     s.pendingOwn = [:]
   }
+
   /// A new or damaged header, set up under flock: its lock word cannot guard its own initialization.
   func initializeHeaderLocked() throws(SharedDefaultsError) {
     do { try lockFD.lock(.exclusive) } catch { Self.logger.critical("suite '\(suite)': flock failed: \(error)") }
@@ -127,6 +132,7 @@ extension DefaultsStore {
     header.store(Slot.exportGeneration, header.load(Slot.generation))
     header.store(Slot.magic, SuiteHeader.magic)
   }
+
   /// Makes the plist's bytes the snapshot (when it parses) and records both: the plist is then the current export.
   func adoptPlistAsSnapshot(reason: String) throws(SharedDefaultsError) {
     header.recordExport(nil)
