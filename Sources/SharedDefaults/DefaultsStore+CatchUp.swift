@@ -141,7 +141,7 @@ extension DefaultsStore {
     s.generation = generation
     s.length = committed
     s.ownWritesUnapplied = false
-    if values == nil, rebaseIsWorthIt(s) { rebase(&s) }
+    if values == nil, rebaseIsWorthIt(s) { scheduleRebase() }  // O(the journal past the snapshot): not on a read
     return true
   }
 
@@ -158,25 +158,56 @@ extension DefaultsStore {
     return (s.length - start) / 32 < s.values.changeCount  // a record takes 32 bytes or more
   }
 
-  /// With `s` current: the recorded snapshot and the journal past it become its values (the same state, fewer
-  /// changes held), read without the suite's lock as `catchUpWithoutLock` reads; if that fails, nothing changes.
-  /// Observers hear nothing: no value changed.
-  func rebase(_ s: inout State) {
-    let (generation, committed) = (s.generation, s.length)
+  /// In the background: the recorded snapshot and the journal past it become this process's values (the same
+  /// state, fewer changes held). Read without the suite's lock and without `state` (reads go on meanwhile; a
+  /// reader following a fast-growing suite stalled 1.15 s doing this itself), as `catchUpWithoutLock` reads;
+  /// installed if `state` is still in that generation, with the few records reads applied meanwhile replayed over
+  /// it (else dropped: the next catch-up asks again). Observers hear nothing: no value changed.
+  /// `waitForBackgroundWork` waits for it.
+  func scheduleRebase() {
+    guard !rebasePending.exchange(true, ordering: .acquiringAndReleasing) else { return }
+    compactions.enter()
+    background.async { [weak self, compactions] in
+      defer { compactions.leave() }
+      guard let self else { return }
+      rebasePending.store(false, ordering: .releasing)
+      let at = state.withLock { s in rebaseIsWorthIt(s) ? (s.generation, s.length) : nil }
+      guard let (generation, committed) = at, var values = rebased(generation: generation, committed: committed)
+      else { return }
+      state.withLock { s in
+        guard s.generation == generation, s.length >= committed, s.pendingOwn.isEmpty, !s.ownWritesUnapplied,
+          s.values.frozenToken == 0, s.values.damage == nil
+        else { return }
+        if s.length > committed {
+          // Reads went on meanwhile: the records they applied since (a few) are applied here too.
+          let (bytes, problem) = readJournal(from: committed, to: s.length)
+          var records: [JournalFormat.Record] = []
+          guard problem == nil, header.loadAfterFence(Slot.generation) == generation, header.load(Slot.rewindTo) == 0,
+            (try? JournalFormat.decode(bytes, base: committed, into: &records)) != nil
+          else { return }
+          for record in records { apply(record, to: &values) }
+        }
+        release(s.values)
+        s.values = values
+      }
+    }
+  }
+
+  /// The state at (generation, committed) read from the recorded snapshot and the journal past it; nil if that
+  /// cannot be read without the lock (the files changed meanwhile, damage).
+  private func rebased(generation: UInt64, committed: Int) -> SuiteValues? {
     guard header.load(Slot.rewindTo) == 0, let image = try? loadImage(counted: false),
       isRecordedSnapshot(image.status)
-    else { return }
+    else { return nil }
     let start = header.snapshotStart(generation: generation, committed: committed)
     let (bytes, problem) = readJournal(from: start, to: committed)
     var records: [JournalFormat.Record] = []
     guard problem == nil, header.loadAfterFence(Slot.generation) == generation, header.load(Slot.rewindTo) == 0,
       (try? JournalFormat.decode(bytes, base: start, into: &records)) != nil
-    else { return }
+    else { return nil }
     var values = SuiteValues(image: image)
     for record in records { apply(record, to: &values) }
-    release(s.values)
-    s.values = values
-    s.pendingOwn = [:]
+    return values
   }
 
   /// Brings `s` to the committed state. Needs the lock. Throws `Repair` when files need repairing first.
@@ -216,12 +247,8 @@ extension DefaultsStore {
     if let corruption { throw .corruptJournal(corruption) }
     s.length = committed
     s.ownWritesUnapplied = false
-    if rebaseIsWorthIt(s) {
-      // Not here, under the suite's lock: its reading is O(the journal past the snapshot).
-      background.async { [weak self] in
-        self?.state.withLock { s in if self?.rebaseIsWorthIt(s) == true { self?.rebase(&s) } }
-      }
-    }
+    // Not here, under the suite's lock: its reading is O(the journal past the snapshot).
+    if rebaseIsWorthIt(s) { scheduleRebase() }
   }
 
   /// Whether reading the snapshot and the journal past it costs less than the journal from where `s` stands: a

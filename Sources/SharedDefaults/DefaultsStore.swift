@@ -155,6 +155,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   let observerCount = Atomic<Int>(0)
   /// A repair is queued on `background` (reads never wait for it).
   let repairPending = Atomic<Bool>(false)
+  /// A rebase is queued on `background` (`scheduleRebase`).
+  let rebasePending = Atomic<Bool>(false)
   /// Serializes this process's threads before the suite's lock (which names a process, not a thread).
   let writerGate = Mutex<Int>(0)
   /// The inode of the journal file this process maps.
