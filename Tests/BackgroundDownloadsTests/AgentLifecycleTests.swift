@@ -64,8 +64,10 @@ import Testing
     // The first answer stalls after 600 kB, whatever the machine's load: the agent is killed there.
     let target = "/gen/\(size)?seed=31&stall=600000&faults=1"
     let start = try Child(
-      ["downloads", "start", Self.group, server.url(target).absoluteString, "--to", "Downloads/w.bin", "--root",
-        root.path], executable: "groupctl")
+      [
+        "downloads", "start", Self.group, server.url(target).absoluteString, "--to", "Downloads/w.bin", "--root",
+        root.path,
+      ], executable: "groupctl")
     #expect(await start.exit() == 0, "\(start.errors.text)")
     let id = try #require(start.output.first)
     let store = try DownloadStore(container: container)
@@ -97,8 +99,10 @@ import Testing
     let paused = pauses + "/downloads.agent.idle"
     #expect(await eventually { FileManager.default.fileExists(atPath: paused) })
     let start = try Child(
-      ["downloads", "start", Self.group, server.url("/gen/300000?seed=41").absoluteString, "--to", "Downloads/i.bin",
-        "--root", root.path], executable: "groupctl", environment: ["GROUPCONTAINER_DOWNLOAD_AGENT": "/bin/true"])
+      [
+        "downloads", "start", Self.group, server.url("/gen/300000?seed=41").absoluteString, "--to", "Downloads/i.bin",
+        "--root", root.path,
+      ], executable: "groupctl", environment: ["GROUPCONTAINER_DOWNLOAD_AGENT": "/bin/true"])
     #expect(await start.exit() == 0, "\(start.errors.text)")
     let id = try #require(start.output.first)
     try FileManager.default.removeItem(atPath: paused)

@@ -144,9 +144,10 @@ import DownloadAgent
 
   @Test func lastModifiedIsAValidatorOnlyASecondBeforeDate() {
     func kept(_ lastModified: String, _ date: String?) -> String? {
-      guard case .replace(let next) = ResumePolicy.decide(
-        .init(status: 200, contentLength: "100", lastModified: lastModified, date: date), requestedFrom: 0,
-        state: ResumeState())
+      guard
+        case .replace(let next) = ResumePolicy.decide(
+          .init(status: 200, contentLength: "100", lastModified: lastModified, date: date), requestedFrom: 0,
+          state: ResumeState())
       else { return "not a replace" }
       return next.lastModified
     }
@@ -157,9 +158,10 @@ import DownloadAgent
     #expect(kept(date, nil) == nil)  // no Date: nothing to judge by
     #expect(kept(date, "yesterday") == nil)
     // A 206 from 0 keeps it by the same rule.
-    guard case .append(_, let next) = ResumePolicy.decide(
-      .init(status: 206, contentRange: "bytes 0-99/100", lastModified: date, date: date), requestedFrom: 0,
-      state: ResumeState())
+    guard
+      case .append(_, let next) = ResumePolicy.decide(
+        .init(status: 206, contentRange: "bytes 0-99/100", lastModified: date, date: date), requestedFrom: 0,
+        state: ResumeState())
     else {
       Issue.record("expected append")
       return
