@@ -288,7 +288,9 @@ struct DownloadsResume: ParsableCommand {
 struct DownloadsAgent: AsyncParsableCommand {
   static let configuration = CommandConfiguration(
     commandName: "agent", abstract: "Run the download agent of the container in the foreground (logs on stderr).",
-    discussion: "Exit status 3 when another agent already runs for the container.")
+    discussion: """
+      Exit status 3 when another agent already runs for the container, or took over after agent.lock was removed.
+      """)
   @OptionGroup var container: ContainerOptions
   @Option(help: "Exit after this many seconds with nothing to do (default: run until interrupted).") var idle: Double?
   @Flag(help: "Log at debug level.") var verbose = false
