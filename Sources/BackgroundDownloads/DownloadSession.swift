@@ -149,6 +149,10 @@ public final class DownloadSession: Sendable {
     else { throw .unsupportedURL(text) }
     let id = DownloadRecordFormat.newTaskID()
     let path = try Self.checkedDestination(destination ?? Self.defaultDestination(for: url, id: id))
+    // Refused now, not after the whole transfer when the publish would refuse it.
+    do { try container.checkWritable(ContainerPath(path)) } catch {
+      throw .invalidDestination(path, rule: "\(error)")
+    }
     var sha: String?
     if let expectedSHA256 {
       let lower = expectedSHA256.lowercased()

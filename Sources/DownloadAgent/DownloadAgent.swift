@@ -9,15 +9,17 @@ import SystemLayer
 /// The download agent of one container: the only process that runs transfers and writes task statuses.
 ///
 /// A singleton by its exclusive flock on `agent.lock` (a killed agent's lock is released by the kernel, and the
-/// next session or observer that sees work waiting starts another). Its loop, on every request signal and at
-/// least once a second:
+/// next session, or `groupctl downloads wait`, that sees work waiting starts another), held only while the name
+/// leads to the locked file (`AgentLock`: an agent whose file was removed takes the name again, or stops writing
+/// and exits 3). Its loop, on every request signal and at least once a second:
 /// 1. applies what sessions asked (`<id>.control`: suspend, resume, cancel, priority), each generation once;
 /// 2. starts waiting tasks, highest priority first, oldest first, at most `connectionsPerHost` per session and host;
 /// 3. turns each finished transfer into a final status (durable) and then the session's queued events;
 /// 4. starts the registered app of a session whose events wait while no process is attached (iOS's relaunch);
 /// 5. forgets finished tasks once their events were handled and `retention` passed;
-/// 6. exits after `idleTimeout` with nothing to do — releasing the lock first, then looking once more, so a task
-///    created in between is never stranded (its session saw the lock held, or this look sees the task).
+/// 6. exits after `idleTimeout` with nothing to do — releasing the lock first, then looking once more (reading
+///    only), so a task created in between is never stranded (its session saw the lock held, or this look sees the
+///    task and the agent takes the lock again to run it; if another agent took it meanwhile, that one runs it).
 package final class DownloadAgent: Sendable {
   package struct Settings: Sendable {
     /// nil: never exit for idleness (the foreground agent).
@@ -63,6 +65,8 @@ package final class DownloadAgent: Sendable {
     /// Transfers that ended and whose final status and events are being written (`finish`): a pass leaves them
     /// alone, or it would queue their events a second time.
     var finishing: Set<String> = []
+    /// Another agent holds the name `agent.lock` (ours was removed): nothing more is written, the loop ends.
+    var deposed = false
   }
 
   let store: DownloadStore
@@ -72,39 +76,32 @@ package final class DownloadAgent: Sendable {
   private let state = Mutex(State())
   private let doorbell = Doorbell()
   private let logger: Logger
+  private let lock: AgentLock
 
   package init(container: GroupContainer, settings: Settings, logger: Logger) throws(DownloadError) {
     store = try DownloadStore(container: container)
     self.settings = settings
     self.logger = logger
+    lock = AgentLock(store: store)
     client = TransferEngine.makeClient(maxConnectionsPerHost: 64, policy: settings.policy)
     engine = TransferEngine(container: container, client: client, policy: settings.policy, logger: logger)
   }
 
-  /// Runs until idle (or shut down). Returns 0, or 3 when another agent holds the container's agent lock.
+  /// Runs until idle (or shut down). Returns 0, or 3 when another agent holds the container's agent lock (at the
+  /// start, or later: its lock file was removed and another agent locked the new one).
   package func run() async -> Int32 {
-    let lock: SystemFD
-    do { lock = try store.openLock(DownloadStore.agentLockPath) } catch {
+    let locked: Bool
+    do { locked = try await lock.acquire() } catch {
       logger.error("cannot open the agent lock: \(error)")
       try? await client.shutdown()
       return 1
-    }
-    defer { lock.close() }
-    // A session probing the lock holds it shared for a moment: only a lock held for a whole second is an agent.
-    var locked = false
-    for _ in 0..<50 {
-      if (try? lock.lock(.exclusive, nonBlocking: true)) == true {
-        locked = true
-        break
-      }
-      try? await Task.sleep(for: .milliseconds(20))
     }
     guard locked else {
       logger.info("another download agent runs for \(store.container.path)")
       try? await client.shutdown()
       return 3
     }
-    store.writeHolder(lock)
+    defer { lock.release() }
     logger.info("download agent \(CurrentProcess.id) started for \(store.container.path)")
     let doorbell = doorbell
     let listener = store.requests.listen(name: "download agent") { doorbell.ring() }
@@ -115,24 +112,34 @@ package final class DownloadAgent: Sendable {
         logger.info("the container \(store.container.path) is gone: the agent exits")
         break
       }
+      guard stillTheAgent() else { break }
       let busy = pass()
-      if state.withLock({ $0.shuttingDown }) { break }
+      if state.withLock({ $0.shuttingDown || $0.deposed }) { break }
       if busy {
         idleSince = nil
       } else if let idle = settings.idleTimeout {
         let now = MonotonicClock.nanoseconds()
         if let since = idleSince, now &- since >= idle.nanoseconds {
-          // Release first, then look again: a session that saw the lock held relies on this look.
-          lock.unlock()
-          if !pass() { break }
-          guard (try? lock.lock(.exclusive, nonBlocking: true)) == true else { break }
-          store.writeHolder(lock)
+          FaultPoint.pause("downloads.agent.idle")  // a test creates a task here, the lock still held
+          // Release first, then look again: a session that saw the lock held relies on this look. The look only
+          // reads: without the lock another agent may be running, and only the holder acts.
+          lock.release()
+          FaultPoint.pause("downloads.agent.released")  // a test takes the lock here, as another agent would
+          if !hasWork() { break }
+          let again: Bool
+          do { again = try await lock.acquire() } catch {
+            logger.error("cannot open the agent lock again: \(error)")
+            break
+          }
+          // Not taken: another agent holds it, and it sees the work.
+          guard again else { break }
           // Another agent may have run while the lock was free: read the files again.
           state.withLock { s in
             s.statuses = [:]
             s.controls = [:]
           }
           idleSince = nil
+          continue
         } else if idleSince == nil {
           idleSince = now
         }
@@ -142,8 +149,47 @@ package final class DownloadAgent: Sendable {
     listener.cancel()
     await stopAll(.shutdown)
     try? await client.shutdown()
+    if state.withLock({ $0.deposed }) {
+      logger.info("download agent \(CurrentProcess.id) exits: another agent runs the container's downloads")
+      return 3
+    }
     logger.info("download agent \(CurrentProcess.id) exits")
     return 0
+  }
+
+  /// Whether this process is still the container's agent: its locked file still has the name `agent.lock`, or
+  /// it took the name again. Once another agent holds the name, this one is deposed for good: it writes nothing
+  /// more (a status written now could overwrite the other's), its transfers stop and the loop ends.
+  private func stillTheAgent() -> Bool {
+    if state.withLock({ $0.deposed }) { return false }
+    switch lock.check() {
+    case .named: return true
+    case .released: return false
+    case .lost:
+      if lock.retake() {
+        logger.info("agent.lock of \(store.container.path) was removed: this agent took the name again")
+        // Another agent may have run meanwhile: read the files again.
+        state.withLock { s in
+          s.statuses = [:]
+          s.controls = [:]
+        }
+        return true
+      }
+      state.withLock { $0.deposed = true }
+      logger.error(
+        "agent.lock of \(store.container.path) was removed and another agent locked the new one: this agent stops")
+      doorbell.ring()
+      return false
+    }
+  }
+
+  /// The last look before an idle exit, made after releasing the lock: whether a task needs an agent (new, not
+  /// final, or final with its events not queued). It only reads: without the lock, this process may not act.
+  private func hasWork() -> Bool {
+    for id in store.taskIDs() where store.request(id) != nil {
+      guard let status = store.status(id), status.phase.isFinal, status.eventsQueued else { return true }
+    }
+    return false
   }
 
   /// Stops every transfer (their statuses say where to resume) and ends the loop: SIGTERM, SIGINT.
@@ -344,6 +390,8 @@ package final class DownloadAgent: Sendable {
     guard
       let running = state.withLock({ s -> Running? in
         guard let r = s.running.removeValue(forKey: request.id) else { return nil }
+        // Deposed: the task and its partial are the other agent's now; touch nothing.
+        if s.deposed { return nil }
         s.finishing.insert(request.id)
         return r
       })
@@ -401,6 +449,9 @@ package final class DownloadAgent: Sendable {
 
   /// Writes a status and remembers it (only once it is written: the memory never runs ahead of the file).
   private func record(_ status: TaskStatus, for id: String, durable: Bool) throws(DownloadError) {
+    guard stillTheAgent() else {
+      throw .other("not written: another download agent holds agent.lock (this one stops)")
+    }
     try store.write(status, for: id, durable: durable)
     state.withLock { $0.statuses[id] = .some(status) }
   }

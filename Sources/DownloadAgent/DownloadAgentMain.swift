@@ -52,8 +52,8 @@ public enum DownloadAgentMain {
   }
 
   /// Runs the agent for `container` in this process. Returns 0 after it exited idle (`idleTimeout`; nil = never
-  /// idle: until SIGINT/SIGTERM), 3 when another agent already runs for the container. SIGINT and SIGTERM stop the
-  /// transfers (resumable) and end it with status 0.
+  /// idle: until SIGINT/SIGTERM), 3 when another agent already runs for the container (or took over after
+  /// `agent.lock` was removed). SIGINT and SIGTERM stop the transfers (resumable) and end it with status 0.
   public static func run(container: GroupContainer, idleTimeout: Duration?) async throws(DownloadError) -> Int32 {
     var settings = DownloadAgent.Settings()
     settings.idleTimeout = idleTimeout

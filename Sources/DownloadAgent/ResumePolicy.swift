@@ -36,15 +36,18 @@ package enum ResumePolicy {
     package var contentLength: String?
     package var etag: String?
     package var lastModified: String?
+    /// The `Date` header: only with it can a Last-Modified be a strong validator.
+    package var date: String?
     package init(
       status: Int, contentRange: String? = nil, contentLength: String? = nil, etag: String? = nil,
-      lastModified: String? = nil
+      lastModified: String? = nil, date: String? = nil
     ) {
       self.status = status
       self.contentRange = contentRange
       self.contentLength = contentLength
       self.etag = etag
       self.lastModified = lastModified
+      self.date = date
     }
   }
 
@@ -93,7 +96,7 @@ package enum ResumePolicy {
       next.expectedBytes = total ?? (requestedFrom > 0 ? state.expectedBytes : nil)
       if requestedFrom == 0 {
         next.entityTag = strongETag(head.etag)
-        next.lastModified = httpDate(head.lastModified)
+        next.lastModified = strongLastModified(head)
       }
       return .append(from: requestedFrom, state: next)
     case 416:
@@ -109,24 +112,34 @@ package enum ResumePolicy {
       var next = ResumeState(bootID: state.bootID)
       next.expectedBytes = head.contentLength.flatMap(parseLength)
       next.entityTag = strongETag(head.etag)
-      next.lastModified = httpDate(head.lastModified)
+      next.lastModified = strongLastModified(head)
       return .replace(state: next)
     default:
       return .httpError(head.status)
     }
   }
 
-  /// Whether a 206 answer is for the entity the partial holds: its strong ETag equals ours when we sent one; its
-  /// Last-Modified equals ours when that was our validator. A server that answers 206 to a failed `If-Range`
-  /// breaks RFC 9110, and appending would splice two versions.
+  /// Whether a 206 answer proves it is for the entity the partial holds: it echoes our strong ETag when that was
+  /// our validator, else our (strong) Last-Modified. A 206 that proves nothing is not trusted: a server that
+  /// ignores a failed `If-Range` (breaking RFC 9110) would otherwise splice two versions into one file.
   static func sameEntity(_ head: Head, _ state: ResumeState) -> Bool {
     if let ours = state.entityTag {
       return strongETag(head.etag) == ours
     }
-    if let ours = state.lastModified, let theirs = head.lastModified {
-      return theirs == ours
+    if let ours = state.lastModified {
+      return httpDate(head.lastModified) == ours
     }
-    return true
+    return false
+  }
+
+  /// The head's Last-Modified when it is a strong validator (RFC 9110 §8.8.2.2): at least one second before the
+  /// head's `Date`. Else nil: an entity changed twice within its Last-Modified second keeps the same date, so a
+  /// range validated by it could splice two versions (and §13.1.5 forbids sending it in `If-Range`).
+  package static func strongLastModified(_ head: Head) -> String? {
+    guard let value = httpDate(head.lastModified), let modified = HTTPDate.seconds(value),
+      let date = head.date.flatMap({ HTTPDate.seconds($0) }), modified <= date - 1
+    else { return nil }
+    return value
   }
 
   // MARK: Header parsing

@@ -84,7 +84,7 @@ final class TransferDelegate: HTTPClientResponseDelegate {
     let fields = ResumePolicy.Head(
       status: Int(head.status.code), contentRange: head.headers.first(name: "content-range"),
       contentLength: head.headers.first(name: "content-length"), etag: head.headers.first(name: "etag"),
-      lastModified: head.headers.first(name: "last-modified"))
+      lastModified: head.headers.first(name: "last-modified"), date: head.headers.first(name: "date"))
     let report: (ResumeState, Int?)? = state.withLock { s in
       s.httpStatus = fields.status
       let decision = ResumePolicy.decide(fields, requestedFrom: requestedFrom, state: s.resume)

@@ -231,4 +231,12 @@ public struct GroupContainer: Sendable, Hashable {
   func checkBeneath(_ item: ContainerPath) throws(GroupContainerError) {
     _ = try resolveBeneath(item, containerPath: path)
   }
+
+  /// Refuses now what a container write of `item` would refuse when it happens: a path whose existing part leads
+  /// out of the container or into its private directory through a symbolic link, and an item in the Inbox, as
+  /// written or where a link on the way leads (InboxRule). For work that writes much later (a download's
+  /// destination, checked when the task is created): the write itself judges the links again.
+  package func checkWritable(_ item: ContainerPath) throws(GroupContainerError) {
+    try InboxRule.check(writing: item, resolved: try resolveBeneath(item, containerPath: path))
+  }
 }

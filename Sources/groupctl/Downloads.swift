@@ -121,7 +121,10 @@ struct DownloadsStart: ParsableCommand {
 struct DownloadsWait: AsyncParsableCommand {
   static let configuration = CommandConfiguration(
     commandName: "wait", abstract: "Wait until a task completes; print its file's path.",
-    discussion: "Exit status 0 when it succeeded, 1 when it failed (the reason on stderr), 2 on timeout or no such task.")
+    discussion: """
+      While the task is unfinished and no download agent runs, wait starts one (as iOS restarts its download \
+      daemon). Exit status 0 when it succeeded, 1 when it failed (the reason on stderr), 2 on timeout or no such task.
+      """)
   @OptionGroup var container: ContainerOptions
   @OptionGroup var task: TaskIDArgument
   @Option(help: "Give up after this many seconds (default: never).") var timeout: Double?
@@ -154,12 +157,17 @@ struct DownloadsWait: AsyncParsableCommand {
           return nil
         }
         // The agent forgets a task only long after it completed; a task gone before we saw it end is "unknown".
+        // While it is unfinished, an agent that died (killed, crashed) is started again, at once and every second.
+        let store = try? DownloadStore(container: group)
         waiting.addTask {
           while !Task.isCancelled {
+            let tasks = try? DownloadSession.allTasks(in: group, session: first.sessionIdentifier)
+            if let tasks, !tasks.contains(where: { $0.id == id }) { return .vanished }
+            if let store, tasks?.first(where: { $0.id == id })?.state != .completed {
+              try? AgentLauncher.ensureRunning(
+                store: store, executable: nil, idleTimeout: DownloadSession.Configuration().agentIdleTimeout)
+            }
             try? await Task.sleep(for: .seconds(1))
-            if (try? DownloadSession.allTasks(in: group, session: first.sessionIdentifier))?.contains(where: {
-              $0.id == id
-            }) == false { return .vanished }
           }
           return nil
         }
@@ -280,7 +288,9 @@ struct DownloadsResume: ParsableCommand {
 struct DownloadsAgent: AsyncParsableCommand {
   static let configuration = CommandConfiguration(
     commandName: "agent", abstract: "Run the download agent of the container in the foreground (logs on stderr).",
-    discussion: "Exit status 3 when another agent already runs for the container.")
+    discussion: """
+      Exit status 3 when another agent already runs for the container, or took over after agent.lock was removed.
+      """)
   @OptionGroup var container: ContainerOptions
   @Option(help: "Exit after this many seconds with nothing to do (default: run until interrupted).") var idle: Double?
   @Flag(help: "Log at debug level.") var verbose = false

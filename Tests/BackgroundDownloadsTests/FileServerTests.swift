@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import DownloadAgent
 import Foundation
 import NIOCore
 import NIOHTTP1
@@ -20,6 +21,8 @@ import Testing
 /// - etag=rotate keeping the same ETag → etagRotateMakesEveryRequestANewEntity
 /// - EOF on stdin not ending the server → serverExitsWhenTheWriterOfItsStdinDies
 /// - chunks written without waiting for writability (no backpressure) → aGibibyteStreamsInSmallMemory
+/// - ifrange=ignore still comparing If-Range, bare206 keeping the validators, or faults=K ending them →
+///   ifRangeIgnoredAndBare206OutliveFaults
 @Suite("gc-file-server", .runSlot(.minutes(10)))
 struct FileServerTests {
   /// One answer, its body read to the end or to the error that cut it.
@@ -347,6 +350,35 @@ struct FileServerTests {
     #expect(second.status == 200 && second.header("ETag") == "\"g-3000-20\"" && second.bytes == expected(3000, 20))
     let third = try await fetch(limited, headers: [("Range", "bytes=100-"), ("If-Range", "\"g-3000-20\"")])
     #expect(third.status == 206 && third.bytes == expected(3000, 20, 100..<3000))
+  }
+
+  /// The misbehaving server of issue #33 item 2: a Range served whatever If-Range says, its 206 without a validator,
+  /// also past `faults=K`; every answer dated, and a Last-Modified never later than the Date.
+  @Test(.runSlot(.minutes(3)))
+  func ifRangeIgnoredAndBare206OutliveFaults() async throws {
+    let server = try await FileServer.start()
+    let url = server.url("/gen/5000?seed=11&ifrange=ignore&bare206=1&faults=1&drop=10")
+    let headers = [("Range", "bytes=1000-"), ("If-Range", "\"another-version\"")]
+    for _ in 0..<2 {  // the first request is within faults=1, the second past it
+      let reply = try await fetch(url, headers: headers)
+      #expect(reply.status == 206)
+      #expect(reply.header("ETag") == nil && reply.header("Last-Modified") == nil)
+      #expect(reply.header("Date").flatMap { HTTPDate.seconds($0) } != nil)
+    }
+    let whole = try await fetch(url)
+    #expect(whole.status == 200 && whole.header("ETag") != nil && whole.header("Last-Modified") != nil)
+    let plain = try await fetch(server.url("/gen/5000?seed=11"), headers: headers)
+    #expect(plain.status == 200)
+
+    let served = FileManager.default.temporaryDirectory.appendingPathComponent("gc-served-\(UUID().uuidString)")
+    try FileManager.default.createDirectory(at: served, withIntermediateDirectories: false)
+    defer { try? FileManager.default.removeItem(at: served) }
+    try Data("future".utf8).write(to: served.appendingPathComponent("f"))
+    try FileManager.default.setAttributes(
+      [.modificationDate: Date().addingTimeInterval(86_400)], ofItemAtPath: served.appendingPathComponent("f").path)
+    let files = try await FileServer.start(root: served.path)
+    let future = try await fetch(files.url("/files/f"))
+    #expect(future.header("Last-Modified") != nil && future.header("Last-Modified") == future.header("Date"))
   }
 
   @Test(.runSlot(.minutes(3)))

@@ -18,6 +18,8 @@ import Testing
 ///   (watchUntilDoneEndsWhenEveryTaskCompleted).
 /// - `wait` exiting 0 for a failed task (waitOnAFailedTaskExitsOneWithTheReason).
 /// - task id validation skipped: a malformed id exits 2 "no task" instead of 64 with the rule (argumentErrors).
+/// - the `checkWritable` call left out of `DownloadSession.download`: a destination in the Inbox or behind a link
+///   leading out is accepted, and refused only after the whole transfer (unpublishableDestinationsAreRefusedAtStart).
 @Suite(.runSlot(.minutes(3))) struct GroupctlDownloadsTests {
   let group = "group.com.example.downloads"
   /// No agent: sessions "start" /bin/true, so tasks stay queued.
@@ -121,6 +123,32 @@ import Testing
   }
 
   // MARK: Tasks without an agent
+
+  /// A destination the publish would refuse is refused when the task is created, with the reason, not after the
+  /// whole transfer: in `Documents/Inbox/`, under a directory link leading out of the container, under a link
+  /// into the Inbox. No task is created and the server is never asked.
+  @Test(arguments: [
+    ("Documents/Inbox/x.bin", "is in Documents/Inbox"), ("Out/x.bin", "leads outside the container"),
+    ("ToInbox/x.bin", "is in Documents/Inbox"),
+  ])
+  func unpublishableDestinationsAreRefusedAtStart(destination: String, reason: String) async throws {
+    let root = try TestRoot()
+    let container = try root.container(group).path
+    let outside = root.path + "/outside"
+    try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: false)
+    try FileManager.default.createDirectory(atPath: container + "/Documents/Inbox", withIntermediateDirectories: true)
+    try FileManager.default.createSymbolicLink(atPath: container + "/Out", withDestinationPath: outside)
+    try FileManager.default.createSymbolicLink(atPath: container + "/ToInbox", withDestinationPath: "Documents/Inbox")
+    let server = try await FileServer.start()
+    let target = "/gen/1000?seed=3"
+    let run = try await groupctl(["start", group, server.url(target).absoluteString, "--to", destination], root)
+    #expect(run.status == 1, "\(run)")
+    #expect(run.err.contains("download destination '\(destination)' is refused") && run.err.contains(reason), "\(run)")
+    let list = try await groupctl(["list", group, "--json"], root)
+    #expect(list.status == 0 && list.out.isEmpty, "\(list)")
+    #expect(try await server.stats(for: target).requests == 0)
+    #expect(try FileManager.default.contentsOfDirectory(atPath: outside).isEmpty)
+  }
 
   @Test func startRegistersNoApp() async throws {
     let root = try TestRoot()

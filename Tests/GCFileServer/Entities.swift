@@ -84,11 +84,15 @@ final class OpenFile {
   }
 }
 
+/// The wall clock in seconds: the Date of every response.
+func currentSeconds() -> Int64 { Int64(time(nil)) }
+
 /// What a GET or HEAD of a resource answers: its size, validators and bytes.
 struct Entity {
   var size: Int64
   var etag: String?
-  var lastModified: String?
+  /// Seconds since 1970 (sent clamped to the response's Date).
+  var lastModified: Int64?
   var body: BodySource
 }
 
@@ -111,7 +115,7 @@ func generatedEntity(sizeText: Substring, seedText: String?, rotation: Int?) thr
     tag += "-r\(rotation)"
   }
   return Entity(
-    size: size, etag: "\"\(tag)\"", lastModified: httpDate(1_600_000_000 + Int64(seed % 100_000_000)),
+    size: size, etag: "\"\(tag)\"", lastModified: 1_600_000_000 + Int64(seed % 100_000_000),
     body: .generated(seed: seed))
 }
 
@@ -122,5 +126,5 @@ func fileEntity(root: String, encodedName: Substring) -> Entity? {
   else { return nil }
   let tag = "f-\(String(file.inode, radix: 16))-\(String(file.size, radix: 16))-\(String(file.modifiedNanoseconds, radix: 16))"
   let seconds = file.modifiedNanoseconds >= 0 ? file.modifiedNanoseconds / 1_000_000_000 : (file.modifiedNanoseconds - 999_999_999) / 1_000_000_000
-  return Entity(size: file.size, etag: "\"\(tag)\"", lastModified: httpDate(seconds), body: .file(file))
+  return Entity(size: file.size, etag: "\"\(tag)\"", lastModified: seconds, body: .file(file))
 }

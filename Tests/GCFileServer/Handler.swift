@@ -84,7 +84,7 @@ final class FileServerHandler: ChannelInboundHandler, RemovableChannelHandler {
     throws(BadRequest) -> ResponsePlan
   {
     var faults = try Faults(target)
-    if let limit = faults.limit, number > limit { faults = Faults() }
+    if let limit = faults.limit, number > limit { faults = faults.pastLimit }
 
     guard head.method == .GET || head.method == .HEAD else {
       var plan = textPlan(
@@ -132,17 +132,22 @@ final class FileServerHandler: ChannelInboundHandler, RemovableChannelHandler {
     if faults.weak, let tag = entity.etag { entity.etag = "W/" + tag }
     if faults.noLastModified { entity.lastModified = nil }
 
+    // RFC 9110: an origin server with a clock sends Date (§6.6.1), and a Last-Modified later than it is sent as
+    // it (§8.8.2.1) — so a file modified this second has a Last-Modified that is no strong validator.
+    let now = currentSeconds()
+    let lastModified = entity.lastModified.map { httpDate(min($0, now)) }
     var headers = HTTPHeaders()
     headers.add(name: "Content-Type", value: "application/octet-stream")
     headers.add(name: "Accept-Ranges", value: "bytes")
+    headers.add(name: "Date", value: httpDate(now))
     if let tag = entity.etag { headers.add(name: "ETag", value: tag) }
-    if let date = entity.lastModified { headers.add(name: "Last-Modified", value: date) }
+    if let lastModified { headers.add(name: "Last-Modified", value: lastModified) }
 
     var range = RangeRequest.whole
     if !faults.noRange {
       range = RangeRequest(header: head.headers.first(name: "range"), size: entity.size)
-      if range != .whole, let validator = head.headers.first(name: "if-range"),
-        !ifRangeMatches(validator, entity: entity)
+      if range != .whole, !faults.ignoreIfRange, let validator = head.headers.first(name: "if-range"),
+        !ifRangeMatches(validator, etag: entity.etag, lastModified: lastModified)
       {
         range = .whole
       }
@@ -152,6 +157,10 @@ final class FileServerHandler: ChannelInboundHandler, RemovableChannelHandler {
     case .whole:
       plan = ResponsePlan(status: .ok, headers: headers, body: entity.body, offset: 0, length: entity.size)
     case .partial(let lower, let upper):
+      if faults.bare206 {
+        headers.remove(name: "ETag")
+        headers.remove(name: "Last-Modified")
+      }
       headers.add(name: "Content-Range", value: "bytes \(lower)-\(upper)/\(entity.size)")
       plan = ResponsePlan(
         status: .partialContent, headers: headers, body: entity.body, offset: lower, length: upper - lower + 1)
@@ -202,13 +211,13 @@ final class FileServerHandler: ChannelInboundHandler, RemovableChannelHandler {
 
   /// If-Range (RFC 9110 13.1.5): an entity tag matches by strong comparison only, a date only when it is exactly
   /// the Last-Modified sent.
-  private func ifRangeMatches(_ validator: String, entity: Entity) -> Bool {
+  private func ifRangeMatches(_ validator: String, etag: String?, lastModified: String?) -> Bool {
     let value = validator.trimmingSpaces
     if value.hasPrefix("\"") || value.hasPrefix("W/") {
-      guard let tag = entity.etag, !tag.hasPrefix("W/"), !value.hasPrefix("W/") else { return false }
+      guard let tag = etag, !tag.hasPrefix("W/"), !value.hasPrefix("W/") else { return false }
       return value == tag
     }
-    return entity.lastModified == value
+    return lastModified == value
   }
 
   private func textPlan(

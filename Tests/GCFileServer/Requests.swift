@@ -63,12 +63,23 @@ struct Faults {
   var weak = false
   var noETag = false
   var noLastModified = false
+  var ignoreIfRange = false
+  var bare206 = false
   var status: Int?
   var delayMilliseconds: Int64?
   var chunked = false
   var claimedLength: Int64?
 
   init() {}
+
+  /// What a request past the first K of `faults=K` gets: no faults, but the server's own misbehaviour
+  /// (`ifrange=ignore`, `bare206=1`) stays — it is how this server answers, not a passing fault.
+  var pastLimit: Faults {
+    var kept = Faults()
+    kept.ignoreIfRange = ignoreIfRange
+    kept.bare206 = bare206
+    return kept
+  }
 
   init(_ target: Target) throws(BadRequest) {
     func number(_ key: String, _ range: ClosedRange<Int64> = 0...Int64.max) throws(BadRequest) -> Int64? {
@@ -100,6 +111,12 @@ struct Faults {
     weak = try flag("weak")
     noETag = try flag("noetag")
     noLastModified = try flag("nolm")
+    switch target.value("ifrange") {
+    case nil: break
+    case "ignore": ignoreIfRange = true
+    case let other?: throw BadRequest(message: "bad query parameter ifrange=\(other): the only value is ignore")
+    }
+    bare206 = try flag("bare206")
     status = try number("status", 100...599).map { Int($0) }
     delayMilliseconds = try number("delay")
     chunked = try flag("chunked")

@@ -29,6 +29,8 @@
 //   /stats/reset        clears the counts (and the per-target request numbers faults go by)
 // Range: one range (bytes=a-, a-b, -n) → 206; several → 200; start ≥ size → 416 (Content-Range: bytes */size);
 // If-Range with an ETag (strong comparison) or the exact Last-Modified date, else 200.
+// Every resource's answer carries Date (the server's clock); a Last-Modified later than it is sent as it (RFC 9110
+// §8.8.2.1), so a file modified in the current second has a Last-Modified that is no strong validator.
 //
 // Faults (query parameters, combinable, part of the target):
 //   faults=K     only the first K requests of this target get the faults below (all of them otherwise)
@@ -39,6 +41,9 @@
 //   etag=rotate  request k of the target sees entity k: ETag "g-<size>-<seed>-r<k>", content of seed+k, its own
 //                Last-Modified; with faults=K, requests after the K-th see the plain entity (rotation stops)
 //   weak=1       weak ETag (W/"…");  noetag=1, nolm=1: no ETag / no Last-Modified
+//   ifrange=ignore  serve a Range whatever its If-Range says (a server breaking RFC 9110 §13.1.5)
+//   bare206=1    a 206 carries no ETag and no Last-Modified
+//                (these two are how the server behaves: faults=K does not end them)
 //   status=C     answer C with the body "C <reason>\n" instead of the resource
 //   delay=MS     wait MS ms before sending the head
 //   chunked=1    Transfer-Encoding: chunked, no Content-Length

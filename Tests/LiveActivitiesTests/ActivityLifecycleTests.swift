@@ -9,6 +9,8 @@ import Testing
 ///
 /// Mutants this suite catches (each made once by hand, seen failing, restored):
 /// - The 4 KB check skipped in `Activity.encode` (the limit not compared): `contentStateLimit` fails (4097 accepted).
+/// - The 4 KB check left out of `end(_:dismissalPolicy:)` alone, or of `update(using:)` alone (`limit: .max` in
+///   its encode): `contentStateLimitOnEndAndTransform` fails (the 4,097 bytes are written).
 /// - The switch ignored in `request` (no `areActivitiesEnabled` guard): `disabledSwitchRefusesRequest` fails.
 /// - Updates applied to ended activities (the `.active || .stale` guard of `update` removed):
 ///   `endWithDefaultPolicyStaysFourHours` fails (the content changes after the end).
@@ -131,6 +133,35 @@ import Testing
         attributes: Note(title: "x"), content: ActivityContent(state: over, staleDate: nil), in: f.container)
     }
     #expect(try Activity<Note>.activities(in: f.container).count == 1)
+  }
+
+  /// The cap holds on every write of a state, not only `request` and `update(_:)`: an over-limit final content of
+  /// `end` and an over-limit result of `update(using:)` are refused, and nothing is written (the activity stays
+  /// active with its content, as another handle reads it).
+  /// Mutants: `limit: .max` in `end`'s encode — the activity ends with 4,097 bytes; the same in `update(using:)` —
+  /// the transform's 4,097 bytes are written. Each seen failing here.
+  @Test func contentStateLimitOnEndAndTransform() async throws {
+    let f = try ActivityFixture()
+    let overhead = try JSONEncoder().encode(Note.ContentState(text: "")).count
+    let exactly = Note.ContentState(text: String(repeating: "a", count: 4096 - overhead))
+    let over = Note.ContentState(text: String(repeating: "a", count: 4097 - overhead))
+    let activity = try Activity.request(
+      attributes: Note(title: "limit"), content: ActivityContent(state: exactly, staleDate: nil), in: f.container)
+    await #expect(throws: ActivityError.contentStateTooLarge(bytes: 4097, limit: 4096)) {
+      try await activity.update(using: { $0.state = over })
+    }
+    await #expect(throws: ActivityError.contentStateTooLarge(bytes: 4097, limit: 4096)) {
+      try await activity.end(ActivityContent(state: over, staleDate: nil))
+    }
+    let listed = try #require(try Activity<Note>.activities(in: f.container).first)
+    #expect(listed.activityState == .active)
+    #expect(listed.content.state == exactly)
+    // At the limit both are written.
+    let written = try await activity.update(using: { $0.state.text = "b" + $0.state.text.dropFirst() })
+    #expect(written?.state.text.first == "b")
+    try await activity.end(ActivityContent(state: exactly, staleDate: nil))
+    #expect(activity.activityState == .ended)
+    #expect(activity.content.state == exactly)
   }
 
   @Test func disabledSwitchRefusesRequest() async throws {

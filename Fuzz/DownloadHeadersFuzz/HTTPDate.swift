@@ -1,0 +1,1 @@
+../../Sources/DownloadAgent/HTTPDate.swift

@@ -1,0 +1,96 @@
+import BackgroundDownloads
+import Synchronization
+import SystemLayer
+
+/// The agent's hold on `agent.lock`: an exclusive flock that counts only while the name `agent.lock` leads to the
+/// locked file (same device and inode). Whoever removes the file (`rm`) lets the next agent create and lock a new
+/// one, and both would run — two writers of every status, two transfers into one partial. So the lock is kept
+/// only once the name is seen to lead to it after locking (a file removed between open and flock is given up),
+/// and the holder looks again at every tick of its loop and before every status write (`DownloadAgent`): the
+/// agent whose file lost its name takes the name again when nobody holds it, or stops writing and exits.
+final class AgentLock: Sendable {
+  private let store: DownloadStore
+  /// The locked file; nil while not held (before `acquire`, after `release`).
+  private let held = Mutex<SystemFD?>(nil)
+  private static let path = DownloadStore.agentLockPath
+
+  init(store: DownloadStore) { self.store = store }
+
+  /// What holding the lock looks like now.
+  enum Check {
+    /// Held, and the name leads to the locked file.
+    case named
+    /// Held, but the name leads elsewhere or nowhere: another agent may hold the file the name leads to.
+    case lost
+    /// Not held.
+    case released
+  }
+
+  /// Takes the lock, trying for about a second (a session probing it holds it shared for a moment: only a lock held
+  /// for a whole second is another agent). False when another agent holds it; throws when it cannot be opened.
+  func acquire() async throws(DownloadError) -> Bool {
+    var tries = 0
+    while tries < 50 {
+      switch try attempt() {
+      case .locked: return true
+      case .renamed: continue  // the file lost its name between open and flock: open the name again
+      case .busy:
+        tries += 1
+        try? await Task.sleep(for: .milliseconds(20))
+      }
+    }
+    return false
+  }
+
+  /// Whether the lock is held and still named `agent.lock`.
+  func check() -> Check {
+    held.withLock { fd in
+      guard let fd else { return .released }
+      return Self.isNamed(fd, store: store) ? .named : .lost
+    }
+  }
+
+  /// After `.lost`: takes the name again with one try (the file the name leads to now, created if missing). True
+  /// when this process holds the named lock again; false when another agent holds it (the old file is kept
+  /// locked: a moment later the caller stops).
+  func retake() -> Bool {
+    (try? attempt()) == .locked
+  }
+
+  /// Unlocks and closes: another agent may take it from now on.
+  func release() {
+    held.withLock { fd in
+      fd?.unlock()
+      fd?.close()
+      fd = nil
+    }
+  }
+
+  private enum Attempt { case locked, busy, renamed }
+
+  /// One non-blocking try: open (creating) the name, flock it, keep it only if the name still leads to it.
+  private func attempt() throws(DownloadError) -> Attempt {
+    let fd = try store.openLock(Self.path)
+    guard (try? fd.lock(.exclusive, nonBlocking: true)) == true else {
+      fd.close()
+      return .busy
+    }
+    guard Self.isNamed(fd, store: store) else {
+      fd.close()
+      return .renamed
+    }
+    store.writeHolder(fd)
+    held.withLock { old in
+      old?.close()
+      old = fd
+    }
+    return .locked
+  }
+
+  /// Whether the name `agent.lock` leads to the file `fd` is open on (fstat of the descriptor against fstatat of
+  /// the name; a symlink at the name is another inode).
+  private static func isNamed(_ fd: SystemFD, store: DownloadStore) -> Bool {
+    guard let mine = try? fd.status(), let named = (try? store.root.status(path)) ?? nil else { return false }
+    return mine.device == named.device && mine.inode == named.inode
+  }
+}
