@@ -152,7 +152,7 @@ extension DefaultsStore {
       guard let keys = observer.keys else { return _ = refreshWithoutWaiting(&s) }
       observedKeys.formUnion(keys)
     }
-    for key in observedKeys { observed.append(Array(key.utf8)) }
+    for key in observedKeys { observed.append(Array(key.normalizedKey.utf8)) }  // the journal holds NFC
     let generation = header.load(Slot.generation)
     let committed = Int(header.load(Slot.committed))
     // A rewind is moving the journal: its process posts again when done (catching up now would wait for its lock).

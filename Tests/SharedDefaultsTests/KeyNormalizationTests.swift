@@ -12,6 +12,8 @@ import Testing
 /// Mutants this suite catches (each run by hand):
 /// - `normalizedKey` returning the key as it is (no normalization anywhere): the dump shows the NFD spelling's
 ///   bytes, and after the compaction a new process reads 1 for the NFC spelling;
+/// - the observers' journal scan comparing the observed key's bytes as given: `anObserverOfOneSpellingHearsTheOther`
+///   (the watcher of the NFD spelling heard nothing);
 /// - `ExportHistory.pair` hashing the key's bytes as written: the stale copy that spells the removed key NFD is
 ///   applied (the removal rolled back) instead of kept aside.
 @Suite(.runSlot(.minutes(6))) struct KeyNormalizationTests {
@@ -97,5 +99,21 @@ import Testing
       .filter { $0.hasPrefix("\(suite).plist.unapplied-") } ?? []
     #expect(kept.count == 1, "\(kept)")
     withExtendedLifetime(root) {}
+  }
+
+  /// A process that observes the key in one spelling hears writes in the other: its scan of the journal, which
+  /// matches observed keys by bytes without decoding records (`catchUpForObservers`), compares NFC with NFC.
+  @Test func anObserverOfOneSpellingHearsTheOther() async throws {
+    let root = try TestRoot()
+    let watch = try Child(
+      ["defaults", "watch", group, Self.nfd, "--suite", suite, "--root", root.path], executable: "groupctl")
+    #expect(await watch.line { $0.contains("\"ready\"") } != nil)
+    let writer = try Child(
+      .defaultsScript(suite: suite, steps: [.fill("o", count: 100, bytes: 0), .set(Self.nfc, 5)]),
+      root: root.path, group: group)
+    #expect(await writer.exit() == 0, "\(writer.errors.text)")
+    let heard = await eventually { watch.output.contains { $0.contains("\"new\":5") } }
+    await watch.stop(SIGTERM)
+    #expect(heard, "\(watch.output)")
   }
 }
