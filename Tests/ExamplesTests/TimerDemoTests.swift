@@ -66,13 +66,10 @@ import Testing
     #expect(await widget.exit() == 0, "\(widget.output)")
     let container = try GroupContainer(identifier: SimpleTimer.groupIdentifier, root: root.url)
     let log = container.url.appendingPathComponent(".coordination/downloads/agent.log").path
-    let deadline = Date().addingTimeInterval(Wait.condition)
-    var text = ""
-    while Date() < deadline {
-      text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
-      if text.contains("[host] every background event handled") { break }
-      try await Task.sleep(for: .milliseconds(50))
+    _ = await eventually {
+      ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("[host] every background event handled")
     }
+    let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
     #expect(text.contains("[host] relaunched for the background session \(AlarmSound.sessionIdentifier)"), "\(text)")
     #expect(text.contains("[host] the alarm sound arrived while the host was away: alarm.sound, 300000 bytes"))
     #expect(text.contains("[host] every background event handled"))

@@ -192,12 +192,10 @@ import TestSupport
         """, plist, "\(i)")
       // Python wrote in place; the suite's export replaces the file (a new inode) once it has applied the edit.
       let edited = try FileManager.default.attributesOfItem(atPath: plist)[.systemFileNumber] as? Int
-      let deadline = Date().addingTimeInterval(Wait.condition)
-      while Date() < deadline {
+      _ = await eventually {
         let inode = try? FileManager.default.attributesOfItem(atPath: plist)[.systemFileNumber] as? Int
         let exported = (try? Data(contentsOf: URL(fileURLWithPath: plist))).flatMap { try? PropertyListValue(bytes: Array($0)) }
-        if inode != edited, exported?.dictionaryValue?["edit\(i)"] == .integer(PropertyListInteger(i)) { break }
-        try await Task.sleep(for: .milliseconds(10))
+        return inode != edited && exported?.dictionaryValue?["edit\(i)"] == .integer(PropertyListInteger(i))
       }
       #expect(defaults.integer(forKey: "edit\(i)") == i, "edit\(i) was not applied")
     }
@@ -232,11 +230,7 @@ import TestSupport
       .defaultsScript(suite: "half", steps: [.set("b", 2), .sync] + after), root: root.path, group: id,
       environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.export.replacing", "GROUPCONTAINER_PAUSE_DIR": pauses]
         .merging(environment) { $1 })
-    let deadline = Date().addingTimeInterval(Wait.condition)
-    while !FileManager.default.fileExists(atPath: point) && Date() < deadline {
-      try await Task.sleep(for: .milliseconds(10))
-    }
-    #expect(FileManager.default.fileExists(atPath: point), "the compaction never reached the export")
+    #expect(await eventually { FileManager.default.fileExists(atPath: point) }, "the compaction never reached the export")
     let tool = FileHandle(forWritingAtPath: plist)
     try tool?.truncate(atOffset: 0)
     try FileManager.default.removeItem(atPath: point)
@@ -251,9 +245,10 @@ import TestSupport
     // Now it writes what it read, plus its key: into the file the compaction replaced.
     try tool?.write(contentsOf: Data(PropertyListValue.dictionary(["a": 1, "tool": 7]).encoded(as: .binary)))
     try tool?.close()
-    let deadline = Date().addingTimeInterval(Wait.condition)
+    // Each look is a new process reading the suite (a reader that exits).
     var dump: [String] = []
-    while Date() < deadline {
+    let deadline = ContinuousClock.now + .seconds(Wait.condition)
+    while ContinuousClock.now < deadline {
       let reader = try Child(.defaultsScript(suite: "half", steps: [.dump]), root: root.path, group: id)
       #expect(await reader.exit() == 0)
       dump = reader.output
@@ -322,11 +317,7 @@ import TestSupport
       .defaultsScript(suite: suite, steps: [.fill("a", count: 30000, bytes: 0), .settle, .count("a")]), root: root.path,
       group: id,
       environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.compaction.installing", "GROUPCONTAINER_PAUSE_DIR": pauses])
-    let deadline = Date().addingTimeInterval(Wait.condition)
-    while !FileManager.default.fileExists(atPath: point) && Date() < deadline {
-      try await Task.sleep(for: .milliseconds(10))
-    }
-    #expect(FileManager.default.fileExists(atPath: point), "the compaction never reached its install")
+    #expect(await eventually { FileManager.default.fileExists(atPath: point) }, "the compaction never reached its install")
     return (child, point)
   }
 
@@ -343,11 +334,7 @@ import TestSupport
     let syncing = try Child(
       .defaultsScript(suite: "sync", steps: [.set("a", 1), .sync, .dump]), root: root.path, group: id,
       environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.compaction.installing", "GROUPCONTAINER_PAUSE_DIR": pauses])
-    let deadline = Date().addingTimeInterval(Wait.condition)
-    while !FileManager.default.fileExists(atPath: point) && Date() < deadline {
-      try await Task.sleep(for: .milliseconds(10))
-    }
-    #expect(FileManager.default.fileExists(atPath: point), "synchronize() never reached its install")
+    #expect(await eventually { FileManager.default.fileExists(atPath: point) }, "synchronize() never reached its install")
     let other = try Child(.defaultsScript(suite: "sync", steps: [.set("b", 2)]), root: root.path, group: id)
     #expect(await other.exit() == 0, "a set waited for the synchronize's build")
     try FileManager.default.removeItem(atPath: point)
@@ -819,11 +806,7 @@ import TestSupport
     let journal = container.preferencesURL.appendingPathComponent("rm.journal").path
     try FileManager.default.removeItem(atPath: journal)
     // The running process puts a journal back, with its records.
-    let deadline = Date().addingTimeInterval(Wait.condition)
-    while !FileManager.default.fileExists(atPath: journal) && Date() < deadline {
-      try await Task.sleep(for: .milliseconds(10))
-    }
-    #expect(FileManager.default.fileExists(atPath: journal))
+    #expect(await eventually { FileManager.default.fileExists(atPath: journal) })
     #expect(FileManager.default.createFile(atPath: root.path + "/go1", contents: nil))
     #expect(await long.line { $0 == "ack late" } != nil)
     let other = try Child(

@@ -40,13 +40,8 @@ import Testing
         ]),
       root: root.path, group: group)
     #expect(await writer.exit() == 0, "\(writer.errors.text)")
-    let deadline = Date().addingTimeInterval(Wait.condition)
-    var heard: [String] = []
-    while Date() < deadline {
-      heard = watch.output.filter { $0.contains("\"key\"") }
-      if heard.count >= 3 { break }
-      try? await Task.sleep(for: .microseconds(20_000))
-    }
+    _ = await eventually { watch.output.filter { $0.contains("\"key\"") }.count >= 3 }
+    let heard = watch.output.filter { $0.contains("\"key\"") }
     await watch.stop(SIGTERM)
     #expect(heard.count == 3, "\(heard)")
     #expect(heard.first?.contains("\"old\":null,\"new\":1,") == true, "\(heard)")
@@ -90,13 +85,8 @@ import Testing
     let watch = try Child(["defaults", "watch", group, "watched", "--suite", "r", "--root", root.path], executable: "groupctl")
     await watch.line { $0.contains("\"ready\"") }
     func heard(_ count: Int) async -> [String] {
-      let deadline = Date().addingTimeInterval(Wait.condition)
-      var lines: [String] = []
-      while Date() < deadline {
-        lines = watch.output.filter { $0.contains("\"key\"") }
-        if lines.count >= count { break }
-        try? await Task.sleep(for: .microseconds(20_000))
-      }
+      _ = await eventually { watch.output.filter { $0.contains("\"key\"") }.count >= count }
+      let lines = watch.output.filter { $0.contains("\"key\"") }
       return lines
     }
     let first = try Child(.defaultsScript(suite: "r", steps: [.set("watched", 1)]), root: root.path, group: group)
@@ -191,14 +181,9 @@ import Testing
     #expect(seen.values.allSatisfy { $0.originProcessID == nil })
     #expect(defaults.integer(forKey: "kept") == 1 && defaults.string(forKey: "added") == "py")
     // The export is then written again from the new state (without the lock, right after): a binary plist.
-    let deadline = Date().addingTimeInterval(Wait.condition)
-    var head: Data?
-    repeat {
-      head = try? FileHandle(forReadingFrom: URL(fileURLWithPath: path)).read(upToCount: 8)
-      if head == Data("bplist00".utf8) { break }
-      try await Task.sleep(for: .milliseconds(20))
-    } while Date() < deadline
-    #expect(head == Data("bplist00".utf8))
+    #expect(await eventually {
+      (try? FileHandle(forReadingFrom: URL(fileURLWithPath: path)).read(upToCount: 8)) == Data("bplist00".utf8)
+    })
   }
 
 }

@@ -210,10 +210,7 @@ import Testing
       #expect(Set(store.dictionaryRepresentation().keys) == Set(model.keys))
     }
     // Let the observer's queue drain: its last value per key must be the model's.
-    let deadline = Date().addingTimeInterval(Wait.condition)
-    while Date() < deadline, seen.withLock({ s in model.keys.contains { s[$0]?.last != model[$0] } }) {
-      try? await Task.sleep(for: .seconds(0.01))
-    }
+    _ = await eventually { !seen.withLock { s in model.keys.contains { s[$0]?.last != model[$0] } } }
     let chains = seen.withLock { $0 }
     for (key, values) in chains {
       #expect(values.last.flatMap { $0 } == model[key], "\(key)")
