@@ -23,16 +23,6 @@ struct BackgroundSessionTests {
     return c
   }
 
-  /// Waits (polling) until `condition` holds; false after `timeout` seconds.
-  static func eventually(_ timeout: Double = 30, _ condition: () throws -> Bool) async rethrows -> Bool {
-    let deadline = Date().addingTimeInterval(timeout)
-    while Date() < deadline {
-      if try condition() { return true }
-      try? await Task.sleep(for: .milliseconds(20))
-    }
-    return try condition()
-  }
-
   static func content(_ container: GroupContainer, _ path: String) -> [UInt8]? {
     FileManager.default.contents(atPath: container.url.appendingPathComponent(path).path).map { [UInt8]($0) }
   }
@@ -50,11 +40,11 @@ struct BackgroundSessionTests {
     let id = String(try #require(line).dropFirst(5))
     starter.kill()
     let store = try DownloadStore(container: container)
-    #expect(await Self.eventually { store.task(id)?.state == .completed })
+    #expect(await eventually { store.task(id)?.state == .completed })
     #expect(store.task(id)?.succeeded == true)
     #expect(FileServer.mismatch(Self.content(container, "Downloads/a.bin"), size: size, seed: 7) == nil)
     // Both events wait in the container for the session (queued just after the final status is durable).
-    #expect(await Self.eventually { store.queuedEvents("app").count == 2 })
+    #expect(await eventually { store.queuedEvents("app").count == 2 })
     #expect(store.queuedEvents("app").map(\.kind) == [.finished, .completed])
     let attach = try Child(.dlAttach(session: "app", count: 0), root: root.path, group: container.identifier)
     #expect(await attach.exit() == 0)
@@ -106,7 +96,7 @@ struct BackgroundSessionTests {
     let id = String(try #require(line).dropFirst(5))
     starter.kill()
     let text = { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
-    #expect(await Self.eventually(45) { text().contains("didFinishEvents") })
+    #expect(await eventually { text().contains("didFinishEvents") })
     let lines = text().split(separator: "\n").map(String.init)
     #expect(lines.first?.hasPrefix("relaunched widget ") == true)
     #expect(lines.dropFirst().first?.hasPrefix("event finished \(id) ") == true)
@@ -150,10 +140,10 @@ struct BackgroundSessionTests {
     defer { session.invalidate() }
     let task = try session.download(from: server.url(target), to: "Downloads/big")
     let store = try DownloadStore(container: container)
-    #expect(await Self.eventually { (store.task(task.id)?.countOfBytesReceived ?? 0) >= 600_000 })
+    #expect(await eventually { (store.task(task.id)?.countOfBytesReceived ?? 0) >= 600_000 })
     let pid = try #require(store.holderPID(DownloadStore.agentLockPath))
     #expect(kill(pid, SIGKILL) == 0)
-    #expect(await Self.eventually(60) { store.task(task.id)?.state == .completed })
+    #expect(await eventually { store.task(task.id)?.state == .completed })
     #expect(store.task(task.id)?.succeeded == true)
     #expect(store.holderPID(DownloadStore.agentLockPath) != pid)
     #expect(FileServer.mismatch(Self.content(container, "Downloads/big"), size: size, seed: 11) == nil)
@@ -184,7 +174,7 @@ struct BackgroundSessionTests {
     let store = try DownloadStore(container: container)
     // A final status is written (durably) before its events are queued: wait for both.
     #expect(
-      await Self.eventually {
+      await eventually {
         store.task(idA)?.state == .completed && store.task(idB)?.state == .completed
           && store.queuedEvents("host").count == 2 && store.queuedEvents("widget").count == 2
       })
@@ -205,22 +195,22 @@ struct BackgroundSessionTests {
     let session = try DownloadSession(identifier: "s", container: container, configuration: Self.configuration())
     defer { session.invalidate() }
     let task = try session.download(from: server.url(target), to: "Downloads/s.bin")
-    #expect(try await Self.eventually { (try task.refreshed()).countOfBytesReceived >= 300_000 })
+    #expect(try await eventually { (try task.refreshed()).countOfBytesReceived >= 300_000 })
     try task.suspend()
-    #expect(try await Self.eventually { try task.refreshed().state == .suspended })
+    #expect(try await eventually { try task.refreshed().state == .suspended })
     let kept = try task.refreshed().countOfBytesReceived
     try await Task.sleep(for: .milliseconds(500))
     #expect(try task.refreshed().countOfBytesReceived == kept)
     try task.resume()
-    #expect(try await Self.eventually { try task.refreshed().state == .completed })
+    #expect(try await eventually { try task.refreshed().state == .completed })
     #expect(try task.refreshed().succeeded)
     #expect(FileServer.mismatch(Self.content(container, "Downloads/s.bin"), size: size, seed: 5) == nil)
     #expect(try await server.stats(for: target).ranges.contains("bytes=\(kept)-"))
 
     let doomed = try session.download(from: server.url("/gen/\(size)?seed=6&stall=100000"), to: "Downloads/c.bin")
-    #expect(try await Self.eventually { (try doomed.refreshed()).countOfBytesReceived >= 100_000 })
+    #expect(try await eventually { (try doomed.refreshed()).countOfBytesReceived >= 100_000 })
     try doomed.cancel()
-    #expect(try await Self.eventually { try doomed.refreshed().state == .completed })
+    #expect(try await eventually { try doomed.refreshed().state == .completed })
     #expect(try doomed.refreshed().error == .cancelled)
     #expect(!FileManager.default.fileExists(atPath: container.url.appendingPathComponent("Downloads/c.bin").path))
     let partial = container.url.appendingPathComponent(".coordination/downloads/tasks/\(doomed.id).partial").path

@@ -62,8 +62,8 @@ struct SecureTransportTests {
   }
 
   /// Waits until the task reached a final state, and returns it.
-  static func finished(_ started: Started, timeout: Double = 50) async -> DownloadTask? {
-    _ = await BackgroundSessionTests.eventually(timeout) { started.store.task(started.id)?.state == .completed }
+  static func finished(_ started: Started) async -> DownloadTask? {
+    _ = await eventually { started.store.task(started.id)?.state == .completed }
     return started.store.task(started.id)
   }
 

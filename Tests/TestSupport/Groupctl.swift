@@ -1,7 +1,7 @@
 import Foundation
 
 /// Runs the built `groupctl` with `arguments` (through `ToolRun`) until it exits, for the CLI tests that compare
-/// stdout, stderr and the exit status. `status` is nil when it ran past the hang detector's 45 s and was killed.
+/// stdout, stderr and the exit status. `status` is nil when it ran past `Wait.exit` (a hang) and was killed.
 /// `environment` is added to this process's.
 public func groupctl(
   _ arguments: [String], environment: [String: String] = [:]
