@@ -137,7 +137,7 @@ struct DownloadSessionTests {
     try FileManager.default.createDirectory(atPath: tasks + "/\(id2).task", withIntermediateDirectories: false)
     let id3 = DownloadRecordFormat.newTaskID()
     try FileManager.default.createSymbolicLink(atPath: tasks + "/\(id3).task", withDestinationPath: "/etc/passwd")
-    let found = await expectCompletes(within: 10, "reading planted records") {
+    let found = await expectCompletes("reading planted records") {
       [store.task(id), store.task(id2), store.task(id3)].compactMap { $0 }.count + store.tasks().count
     }
     #expect(found == 0)
@@ -145,7 +145,7 @@ struct DownloadSessionTests {
     try store.makeSessionDirectories("s")
     let events = container.url.appendingPathComponent(".coordination/downloads/sessions/s/events").path
     #expect(mkfifo(events + "/00000000000000000001-\(id)-completed.event", 0o600) == 0)
-    let queued = await expectCompletes(within: 10, "reading a planted event") { store.queuedEvents("s").count }
+    let queued = await expectCompletes("reading a planted event") { store.queuedEvents("s").count }
     #expect(queued == 0)
     var configuration = DownloadSession.Configuration()
     configuration.relaunch = .none

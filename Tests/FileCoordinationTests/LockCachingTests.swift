@@ -33,7 +33,7 @@ import Testing
   static func deleteDocuments(
     _ container: GroupContainer, lockTimeout: Duration
   ) async -> Result<UInt64, FileCoordinatorError>? {
-    await expectCompletes(within: 45, "a coordinated delete of Documents") { () -> Result<UInt64, FileCoordinatorError> in
+    await expectCompletes("a coordinated delete of Documents") { () -> Result<UInt64, FileCoordinatorError> in
       let coordinator = FileCoordinator()
       coordinator.lockTimeout = lockTimeout
       do {

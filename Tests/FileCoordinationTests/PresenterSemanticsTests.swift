@@ -302,7 +302,7 @@ import Testing
     }
     let coordinator = FileCoordinator()
     coordinator.lockTimeout = .milliseconds(300)
-    let outcome = await expectCompletes(within: 20, "an access with a lock timeout behind a stopped holder") {
+    let outcome = await expectCompletes("an access with a lock timeout behind a stopped holder") {
       () -> FileCoordinatorError? in
       do {
         _ = try coordinator.coordinate(writingItemAt: url) { _ in
