@@ -159,9 +159,7 @@ struct DownloadSessionTests {
     let arguments = ["--identifier", container.identifier, "--root", root.path, "--idle", "30"]
     let first = try Child(arguments, executable: "gc-download-agent")
     let store = try DownloadStore(container: container)
-    let deadline = Date().addingTimeInterval(Wait.condition)
-    while !store.isHeld(DownloadStore.agentLockPath) && Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
-    #expect(store.isHeld(DownloadStore.agentLockPath))
+    #expect(await eventually { store.isHeld(DownloadStore.agentLockPath) })
     #expect(store.holderPID(DownloadStore.agentLockPath) == first.process.processIdentifier)
     let second = try Child(arguments, executable: "gc-download-agent")
     #expect(await second.exit() == 3)
@@ -184,8 +182,7 @@ struct DownloadSessionTests {
     let forever = try Child(
       ["--identifier", container2.identifier, "--root", root2.path, "--idle", "600"], executable: "gc-download-agent")
     let store = try DownloadStore(container: container2)
-    let deadline = Date().addingTimeInterval(Wait.condition)
-    while !store.isHeld(DownloadStore.agentLockPath) && Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
+    #expect(await eventually { store.isHeld(DownloadStore.agentLockPath) })
     try FileManager.default.removeItem(at: container2.url)
     #expect(await forever.exit() == 0)
   }

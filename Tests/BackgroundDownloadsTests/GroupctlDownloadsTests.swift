@@ -419,10 +419,7 @@ import Testing
       ["-qfec", "\(groupctl) downloads watch \(group) --until-done --root \(root.path)", typescript],
       executable: script, environment: Self.noAgent)
     let shown = { (try? String(contentsOfFile: typescript, encoding: .utf8)) ?? "" }
-    let deadline = Date().addingTimeInterval(Wait.condition)
-    while !shown().contains(" 50%"), Date() < deadline, watch.process.isRunning {
-      try await Task.sleep(for: .milliseconds(20))
-    }
+    _ = await eventually { shown().contains(" 50%") || !watch.process.isRunning }
     // A frame: after the erase (ESC [J), up to the line's end.
     let frame = try #require(shown().components(separatedBy: "\u{1B}[J").first { $0.contains(" 50%") })
     let bar = try #require(frame.components(separatedBy: "\r\n").first, "\(shown().debugDescription)")

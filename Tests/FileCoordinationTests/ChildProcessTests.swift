@@ -33,15 +33,6 @@ import TestSupport
     return result
   }
 
-  /// Polls `condition` (a hang detector, not a timing check); false if it never held within `timeout` seconds.
-  static func eventually(_ timeout: Double = 20, _ condition: () -> Bool) async -> Bool {
-    let deadline = Date().addingTimeInterval(timeout)
-    while Date() < deadline {
-      if condition() { return true }
-      try? await Task.sleep(for: .milliseconds(20))
-    }
-    return condition()
-  }
 
   @Test func noChildInheritsAnotherChildsPipes() async throws {
     let root = try TestRoot()
@@ -77,7 +68,7 @@ import TestSupport
     #expect(pipes.count == 2)
     child = nil
     // Signal 0 only asks whether the pid exists: once the child is killed and reaped, it does not.
-    #expect(await Self.eventually { !Signals.send(0, to: pid) }, "the child \(pid) runs on after its handle went")
-    #expect(await Self.eventually { Self.openTargets().isDisjoint(with: pipes) }, "its pipes are still open here")
+    #expect(await eventually { !Signals.send(0, to: pid) }, "the child \(pid) runs on after its handle went")
+    #expect(await eventually { Self.openTargets().isDisjoint(with: pipes) }, "its pipes are still open here")
   }
 }

@@ -169,7 +169,7 @@ final class RecordingPresenter: FilePresenter, @unchecked Sendable {  // `log` i
   }
 
   /// Waits until `expected` appear in order (other events may interleave).
-  func waitFor(_ expected: [String], timeout: Double = 10) async -> Bool {
+  func waitFor(_ expected: [String], timeout: Double = Wait.condition) async -> Bool {
     let deadline = Date().addingTimeInterval(timeout)
     while Date() < deadline {
       var remaining = expected[...]

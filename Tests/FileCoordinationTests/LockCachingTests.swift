@@ -135,11 +135,7 @@ import Testing
       delete.withLock { $0 = outcome }
     }
     // The delete found the lock taken and revoked (the wake word moved): it now waits for the access.
-    let deadline = Date().addingTimeInterval(Wait.condition)
-    while space.counters.load(LockRevocation.wakeCounter) == before && Date() < deadline {
-      try? await Task.sleep(for: .seconds(0.002))
-    }
-    #expect(space.counters.load(LockRevocation.wakeCounter) != before, "the delete never revoked")
+    #expect(await eventually { space.counters.load(LockRevocation.wakeCounter) != before }, "the delete never revoked")
     #expect(delete.withLock { $0 == nil }, "the delete ran while an access below Documents was in flight")
     #expect(FileManager.default.createFile(atPath: go, contents: nil))
     let released = await holder.line() { $0.hasPrefix("released") }

@@ -72,12 +72,7 @@ import Testing
       try container.contents(of: $0)
     }
     // Its relinquish line, then time for any save line printed with it to reach our pipe reader.
-    let deadline = Date().addingTimeInterval(Wait.condition)
-    while presenter.output.compactMap(Self.event).filter({ $0 == "relinquishToReader" }).count < 2
-      && Date() < deadline
-    {
-      try? await Task.sleep(for: .seconds(0.01))
-    }
+    _ = await eventually { presenter.output.compactMap(Self.event).filter { $0 == "relinquishToReader" }.count >= 2 }
     try? await Task.sleep(for: .seconds(0.3))
     #expect(presenter.output.compactMap(Self.event).filter { $0 == "save" }.count == 2)
     await presenter.stop(SIGTERM)

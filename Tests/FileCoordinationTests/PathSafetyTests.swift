@@ -295,8 +295,7 @@ import Testing
     #expect(entered.withLock { $0 } == nil, "the NFD write ran while another process held the NFD item")
     let killed = monotonicNow()
     holder.kill()
-    let deadline = Date().addingTimeInterval(Wait.condition)
-    while !done.withLock({ $0 }) && Date() < deadline { try? await Task.sleep(for: .seconds(0.01)) }
+    _ = await eventually { done.withLock { $0 } }
     let at = try #require(entered.withLock { $0 }, "the NFD write never ran after the holder died")
     #expect(at > killed)
     let names = try FileManager.default.contentsOfDirectory(atPath: container.documentsURL.path)
