@@ -13,12 +13,12 @@ import SystemLayer
 /// read, and a different one means they may have been written over (`catchUpWithoutLock`). Only a repair takes the
 /// lock (`catchUp`, `reload`, in the background for a reader that already has a state).
 extension DefaultsStore {
-  /// Runs `read` on the current state. Waits for the suite's lock only when this process never loaded the suite
-  /// and it cannot be read without the lock (damaged files, a compaction that did not finish) — and then without
-  /// holding `state`.
+  /// Runs `read` on the current, whole state (a lazy tail applied). Waits for the suite's lock only when this
+  /// process never loaded the suite and it cannot be read without the lock (damaged files, a compaction that did not
+  /// finish) — and then without holding `state`.
   func readCurrent<T: Sendable>(_ read: (State) -> T) -> T {
     if let done = state.withLock({ s -> T? in
-      guard refreshWithoutWaiting(&s) || readOnly else { return nil }
+      guard refreshWithoutWaiting(&s, lazy: false) || readOnly, s.tail == nil else { return nil }
       let result = read(s)
       if s.values.damage != nil { scheduleRepair() }  // the image did not read: this read answered without it
       return result
@@ -34,11 +34,14 @@ extension DefaultsStore {
   /// Brings `s` up to date without waiting for another process: what a read needs can be read without the
   /// suite's lock (`catchUpWithoutLock`). When that is not possible (a repair is needed), the repair is left to the
   /// background and `s` stays the last good state — unless it was never loaded: then returns false.
-  func refreshWithoutWaiting(_ s: inout State) -> Bool {
+  /// `lazy`: a load may leave a long journal past the snapshot unread (DefaultsStore+LazyTail.swift); false applies
+  /// a tail left earlier.
+  func refreshWithoutWaiting(_ s: inout State, lazy: Bool = true) -> Bool {
+    if !lazy { applyTail(&s) }
     guard header.load(Slot.generation) != s.generation || header.load(Slot.committed) != UInt64(s.length) else {
       return true
     }
-    for _ in 0..<3 where catchUpWithoutLock(&s) { return true }
+    for _ in 0..<3 where catchUpWithoutLock(&s, lazy: lazy) { return true }
     // Never answer without this process's own writes: catch up under the lock instead.
     guard s.generation != .max, !s.ownWritesUnapplied else { return false }
     scheduleRepair()
@@ -88,7 +91,7 @@ extension DefaultsStore {
   /// changes), so what was read is good if the generation is the same after reading it (`loadAfterFence`).
   /// Returns false when it must be tried again or done under the lock (the files changed meanwhile, or need a
   /// repair: damage, a snapshot whose compaction did not finish).
-  func catchUpWithoutLock(_ s: inout State) -> Bool {
+  func catchUpWithoutLock(_ s: inout State, lazy: Bool = true) -> Bool {
     guard !headerLost.load(ordering: .relaxed), journal.faultCount == seenJournalFaults.load(ordering: .relaxed)
     else { return false }
     let generation = header.load(Slot.generation)
@@ -100,7 +103,7 @@ extension DefaultsStore {
       || reloadIsCheaper(s, generation: generation, committed: committed)
     {
       let folded =
-        s.generation != .max && s.pendingOwn.isEmpty && header.load(Slot.foldedGeneration) == s.generation
+        s.generation != .max && s.pendingOwn.isEmpty && s.tail == nil && header.load(Slot.foldedGeneration) == s.generation
         && header.load(Slot.foldedLength) == UInt64(s.length)
       if folded {
         start = 0  // a compaction folded exactly what we have into the snapshot: skip reading it
@@ -113,6 +116,18 @@ extension DefaultsStore {
         guard isRecordedSnapshot(image?.status) else { return false }
         values = SuiteValues(image: image)
       }
+    }
+    if lazy, let image = values, s.observers.isEmpty, committed - start >= Self.lazyTailBytes {
+      // A long journal past the snapshot (its writer never compacted): left unread, for point reads to scan.
+      guard header.loadAfterFence(Slot.generation) == generation, header.load(Slot.rewindTo) == 0 else { return false }
+      replaceValues(with: image, in: &s)
+      s.tail = LazyTail(range: start..<committed)
+      s.pendingOwn = [:]
+      s.generation = generation
+      s.length = committed
+      s.ownWritesUnapplied = false
+      if (try? exportState()) != .current || hasKeptExports() { scheduleExportCheck() }
+      return true
     }
     // Between the header's load and the journal's read: another process may empty the journal and write over it
     // here, which only the generation's second load below tells (tests pause here).
@@ -189,6 +204,7 @@ extension DefaultsStore {
         }
         release(s.values)
         s.values = values
+        s.tail = nil  // the rebased values are the whole state
       }
     }
   }

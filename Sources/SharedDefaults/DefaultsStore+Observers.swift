@@ -59,6 +59,7 @@ extension DefaultsStore {
     }
     release(s.values)
     s.values = values
+    s.tail = nil
   }
 
   /// Frees a dropped state on the background queue: a table of many values takes milliseconds to free.
@@ -81,7 +82,7 @@ extension DefaultsStore {
   func addObserver(keys: Set<String>?, _ deliver: @escaping @Sendable (DefaultsChange) -> Void) -> UInt64 {
     _ = readCurrent { _ in 0 }  // start from the current state: later changes only
     return state.withLock { s in
-      _ = refreshWithoutWaiting(&s)
+      _ = refreshWithoutWaiting(&s, lazy: false)  // observers compare old values: the whole state
       s.nextObserver += 1
       s.observers[s.nextObserver] = Observer(keys: keys, deliver: deliver)
       if observerCount.add(1, ordering: .relaxed).newValue == 1 { listenForWrites(true) }

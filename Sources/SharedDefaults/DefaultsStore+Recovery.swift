@@ -24,6 +24,7 @@ extension DefaultsStore {
 
   /// With the lock held: catch up, repairing whatever needs it.
   func catchUpExclusively(_ s: inout State) throws(SharedDefaultsError) {
+    applyTail(&s)
     if headerLost.exchange(false, ordering: .relaxed) && s.generation != .max { try compact(&s, durable: false) }
     do { try catchUp(&s) } catch { try repairAndCatchUp(&s, error) }
   }

@@ -143,6 +143,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     /// The journal up to here (in that generation, past `length`) was scanned by `catchUpForObservers` and changes
     /// no observed key: not applied yet, and not scanned again.
     var scanned = (generation: UInt64.max, to: 0)
+    /// Journal records a load left unread (DefaultsStore+LazyTail.swift): `values` holds the image and what came
+    /// after them; nil when `values` is the whole state.
+    var tail: LazyTail?
 
     /// True when no idle check is scheduled yet (the caller schedules one).
     mutating func markIdleCheck() -> Bool {
@@ -219,6 +222,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       else { return 0 }
       let bytes = s.values.approximateBytes + (s.values.image?.bytes.count ?? 0)
       s.values = SuiteValues(image: nil)
+      s.tail = nil
       s.generation = .max  // the next access reloads
       s.length = 0
       return bytes
@@ -313,7 +317,15 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
 
   /// The current value: from memory when the header says nothing changed (no system call).
   func value(forKey key: String) -> PropertyListValue? {
-    readCurrent { s in s.values[key] ?? s.registered[key] }
+    for _ in 0..<3 {
+      let answer = state.withLock { s -> PropertyListValue?? in
+        guard refreshWithoutWaiting(&s) || readOnly else { return nil }
+        guard s.tail != nil else { return .some(s.values[key] ?? s.registered[key]) }
+        return lookUp(key, in: &s).map { $0 ?? s.registered[key] }
+      }
+      if let answer { return answer }
+    }
+    return readCurrent { s in s.values[key] ?? s.registered[key] }
   }
 
   func snapshot(includingRegistered: Bool) -> [String: PropertyListValue] {
@@ -462,7 +474,10 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   func exclusively<T: Sendable, E: Error>(_ body: (inout State) throws(E) -> T) throws(E) -> T {
     try writerGate.withLock { _ throws(E) -> T in
       try withLock { () throws(E) -> T in
-        try state.withLock { s throws(E) -> T in try body(&s) }
+        try state.withLock { s throws(E) -> T in
+          applyTail(&s)  // what runs with the lock works on the whole state
+          return try body(&s)
+        }
       }
     }
   }

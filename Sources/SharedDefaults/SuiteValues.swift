@@ -52,6 +52,13 @@ struct SuiteValues: @unchecked Sendable {  // `decoded` is a box filled under th
     }
   }
 
+  /// The value `key` was changed to over the image (nil inside: removed); nil when it was not changed.
+  func change(forKey key: String) -> PropertyListValue?? {
+    if let change = changes[key] { return change }
+    if !frozen.isEmpty, let change = frozen[key] { return change }
+    return nil
+  }
+
   /// Why the image could not be read, if a lookup found it damaged.
   var damage: SuiteImage.Corruption? { decoded.damage }
 

@@ -112,6 +112,17 @@ package final class SharedFileMapping: @unchecked Sendable {  // immutable after
   /// is `fsync`.
   package func sync() throws(FileSystemError) { try fd.sync() }
 
+  /// Gives back this process's resident pages of `range` (whole pages inside it): the data stays in the page
+  /// cache and the next touch maps it again. For bytes read once, such as a scan. The corresponding C function is
+  /// `madvise` (`MADV_DONTNEED`, which keeps a shared mapping's data).
+  package func releaseResidentPages(in range: Range<Int>) {
+    let page = Int(sysconf(Int32(_SC_PAGESIZE)))
+    let start = (max(range.lowerBound, 0) + page - 1) / page * page
+    let end = min(range.upperBound, reservation) / page * page
+    guard end > start else { return }
+    _ = madvise(base + start, end - start, MADV_DONTNEED)
+  }
+
   /// The 64-bit word at `offset` (8-aligned), for atomics shared by every process.
   package func word(at offset: Int) -> UnsafeMutablePointer<UInt64> {
     precondition(offset >= 0 && offset % 8 == 0 && offset + 8 <= reservation, "word offset out of range")

@@ -72,6 +72,10 @@ func runDefaultsScript(suite: String, directory: String, steps: [DefaultsStep], 
       line("end")
     case .count(let prefix):
       line("count \(defaults.propertyListRepresentation().keys.filter { $0.hasPrefix(prefix) }.count)")
+    case .read(let key):
+      line("read \(key) \(defaults.value(forKey: key).map { "\($0.intValue ?? -999)" } ?? "nil")")
+    case .tailScans:
+      line("scans \(DefaultsStore.tailScans.load(ordering: .relaxed))")
     }
   }
   exit(0)

@@ -360,4 +360,8 @@ public enum DefaultsStep: Codable, Sendable, Equatable {
   case dump
   /// Prints "count <n>": the number of keys with `prefix`.
   case count(_ prefix: String)
+  /// Prints "read <key> <integer value, or nil>": one point read (`value(forKey:)`).
+  case read(_ key: String)
+  /// Prints "scans <n>": the scans of a lazy tail this process made (DefaultsStore+LazyTail.swift).
+  case tailScans
 }

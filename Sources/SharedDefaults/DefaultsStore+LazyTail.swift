@@ -1,0 +1,138 @@
+import PropertyList
+import Synchronization
+import SystemLayer
+
+/// A lazy tail (rule: a new process's first read does not depend on how the last writer left). A writer that exits or
+/// is killed before it compacts leaves the journal past the snapshot long: a process that loaded the suite by
+/// decoding it all paid 1.2–3.5 s and 190 MB for a first read of one key of a million-key suite. So a load that
+/// finds `lazyTailBytes` or more past the snapshot maps the snapshot and leaves those records unread: a point read
+/// (`value(forKey:)`) scans them for its key alone — record headers and key bytes, no value decoded but the one it
+/// finds, the pages given back after — and anything that needs the whole state (a write, any locked operation,
+/// the whole dictionary, an observer) applies them first (`applyTail`), once. The scan reads without the lock, as
+/// the seqlock reader does: good only if the generation is the same after it.
+///
+/// Lookups go: changes read or written since the load → the tail (its last record of the key) → the image.
+extension DefaultsStore {
+  /// Journal bytes past the snapshot from which a load leaves them unread.
+  static let lazyTailBytes = 1 << 20
+  /// Scans a process makes of its tail before it applies it instead (a process that reads many keys pays the
+  /// whole replay once, as before, and every read after is O(1)).
+  static let lazyTailScans = 16
+  /// Tail scans this process made (tests: which path a read took).
+  static let tailScans = Atomic<Int>(0)
+
+  /// The records `range` of the journal left unread by a load, and what point reads found there.
+  final class LazyTail: @unchecked Sendable {  // used under the store's `state` lock only
+    let range: Range<Int>
+    /// Key (NFC) → its last record in the tail: the value, nil when it removes the key; absent when not looked up.
+    /// A key the tail does not hold maps to `.none` in `absent`.
+    var found: [String: PropertyListValue?] = [:]
+    var absent: Set<String> = []
+    var scans = 0
+
+    init(range: Range<Int>) { self.range = range }
+  }
+
+  enum TailLookup {
+    /// The key's last record in the tail: its value, or nil when it removes the key.
+    case found(PropertyListValue?)
+    /// No record of the key in the tail.
+    case absent
+    /// The journal changed under the scan (another generation), or does not read: catch up again.
+    case failed
+  }
+
+  /// The current value of `key` in `s`, which has a tail: from the changes, the tail or the image. Nil when the
+  /// tail could not be read (the caller catches up again).
+  func lookUp(_ key: String, in s: inout State) -> PropertyListValue?? {
+    guard let tail = s.tail else { return .some(s.values[key]) }
+    if let change = s.values.change(forKey: key) { return .some(change) }
+    let normalized = key.normalizedKey
+    if let value = tail.found[normalized] { return .some(value) }
+    if tail.absent.contains(normalized) { return .some(s.values[key]) }
+    if tail.scans >= Self.lazyTailScans {
+      applyTail(&s)
+      return s.tail == nil && s.generation != .max ? .some(s.values[key]) : nil
+    }
+    switch scan(tail, for: normalized, generation: s.generation) {
+    case .found(let value):
+      tail.found[normalized] = value
+      return .some(value)
+    case .absent:
+      tail.absent.insert(normalized)
+      return .some(s.values[key])
+    case .failed:
+      return nil
+    }
+  }
+
+  /// The last record of `key` (NFC) in the tail's journal range, read without the lock.
+  private func scan(_ tail: LazyTail, for key: String, generation: UInt64) -> TailLookup {
+    tail.scans += 1
+    Self.tailScans.add(1, ordering: .relaxed)
+    let range = tail.range
+    let capacity = Int(header.load(Slot.journalCapacity))
+    guard range.upperBound <= capacity, capacity <= journal.reservation, header.load(Slot.rewindTo) == 0 else {
+      return .failed
+    }
+    FaultPoint.pause("defaults.read.tailScan")
+    let wanted = Array(key.utf8)
+    let base = UnsafeRawPointer(journal.base)
+    let end = range.upperBound
+    var offset = range.lowerBound
+    var last: (offset: Int, length: Int)?
+    // A record: u32 length, u32 checksum, then op (1 byte), pid (4), key length (4), key (JournalFormat).
+    while offset < end {
+      guard end - offset >= JournalFormat.headerBytes + 9 else { return .failed }
+      let length = Int(base.loadUnaligned(fromByteOffset: offset, as: UInt32.self).littleEndian)
+      let keyLength = Int(base.loadUnaligned(fromByteOffset: offset + 13, as: UInt32.self).littleEndian)
+      guard length >= 9 + keyLength, length <= end - offset - JournalFormat.headerBytes else { return .failed }
+      if keyLength == wanted.count,
+        UnsafeRawBufferPointer(start: base + offset + 17, count: keyLength).elementsEqual(wanted)
+      {
+        last = (offset, length)
+      }
+      offset += JournalFormat.headerBytes + length
+    }
+    var result = TailLookup.absent
+    if let last {
+      let bytes = [UInt8](UnsafeRawBufferPointer(start: base + last.offset, count: JournalFormat.headerBytes + last.length))
+      var records: [JournalFormat.Record] = []
+      guard (try? JournalFormat.decode(bytes, base: last.offset, into: &records)) != nil, let record = records.first
+      else { return .failed }
+      switch record.operation {
+      case .set(let value): result = .found(value)
+      case .remove: result = .found(nil)
+      }
+    }
+    // Read as a seqlock reader: good only if nothing emptied the journal (a new generation) or truncated it.
+    guard journal.faultCount == seenJournalFaults.load(ordering: .relaxed),
+      header.loadAfterFence(Slot.generation) == generation, header.load(Slot.rewindTo) == 0
+    else { return .failed }
+    journal.releaseResidentPages(in: range)  // the page cache keeps them; this process's memory does not
+    return result
+  }
+
+  /// Applies the tail's records under the changes read or written since the load: `s` then holds the whole state.
+  /// Read without the lock (a seqlock read); if the journal changed meanwhile or does not read, `s` is left to be
+  /// loaded again (generation `.max`), whole.
+  func applyTail(_ s: inout State) {
+    guard let tail = s.tail else { return }
+    s.tail = nil
+    let (bytes, problem) = readJournal(from: tail.range.lowerBound, to: tail.range.upperBound)
+    var records: [JournalFormat.Record] = []
+    guard problem == nil, header.loadAfterFence(Slot.generation) == s.generation, header.load(Slot.rewindTo) == 0,
+      (try? JournalFormat.decode(bytes, base: tail.range.lowerBound, into: &records)) != nil
+    else {
+      s.generation = .max
+      s.length = 0
+      return
+    }
+    var values = SuiteValues(image: s.values.image)
+    for record in records { apply(record, to: &values) }
+    for (key, change) in s.values.frozen where s.values.changes[key] == nil { values.set(change, forKey: key) }
+    for (key, change) in s.values.changes { values.set(change, forKey: key) }
+    release(s.values)
+    s.values = values
+  }
+}
