@@ -83,6 +83,7 @@ struct CoordinatedAccess: Sendable {
     // Only the presenters of these items, their ancestors and descendants: the cost does not grow with others.
     let index = space.registry.index()
     guard !index.isEmpty else { return }  // the fast path: nobody in the container presents anything
+    if !index.damaged.isEmpty { try cannotAsk(index.damaged, policy: policy) }
     records = index.related(to: items.map(\.path))
     guard !records.isEmpty else { return }  // nobody presents anything that concerns us
     var awaiting: [String: ProcessName] = [:]
@@ -141,6 +142,20 @@ struct CoordinatedAccess: Sendable {
     if let (process, message) = outcome.failures.first {
       finish(moves: [], accessorRan: false)
       throw .presenterFailed(item: item, processID: process.pid, message: message)
+    }
+  }
+
+  /// Damaged records (PresenterRegistry): each may be a presenter of these items that cannot be asked — treated as
+  /// one that did not answer (its item is unknown, so it concerns every access): skipped (the registry logged it
+  /// as an error) or, under `.fail`, the access fails. A record of a dead process is no presenter (reaped here).
+  private func cannotAsk(
+    _ damaged: [DamagedRecord], policy: FileCoordinator.PresenterTimeoutPolicy
+  ) throws(FileCoordinatorError) {
+    guard policy == .fail else { return }
+    for record in damaged {
+      if let process = record.process, !space.isAlive(process) { continue }
+      throw .presenterUnreachable(
+        item: items[0].path.string, record: record.name, processID: record.process?.pid, reason: record.reason)
     }
   }
 

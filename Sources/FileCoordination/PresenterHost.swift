@@ -52,6 +52,8 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
   /// The liveness lock published again after the container was removed (the first one is the space's).
   private var republishedLivenessLock: SystemFD?
   private let rearming = Atomic<Bool>(false)
+  /// The watch on `presenters/` through which this process notices its own records removed or damaged.
+  private var recordsWatch: Watcher.Token?
 
   init(space: CoordinationSpace) {
     self.space = space
@@ -71,6 +73,7 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
       byObject[ObjectIdentifier(presenter)] = local
     }
     watch(local)
+    watchRecords()
     do {
       try FileCoordinatorError.wrap { () throws(FileSystemError) in
         try space.registry.register(record(of: local))
@@ -119,6 +122,37 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
     for token in local.watches { Watcher.shared.cancel(token) }
     local.watches = []
     watch(local)
+  }
+
+  // MARK: Own records kept intact
+
+  /// Watches `presenters/` once: a record of ours removed, truncated or edited by someone else would silently end
+  /// coordination with our presenter (writers would no longer ask it), so it is written again at once.
+  private func watchRecords() {
+    guard lock.withLock({ recordsWatch == nil }) else { return }
+    let prefix = "\(space.me)."
+    let mask = Watcher.modify | Watcher.closeWrite | Watcher.delete | Watcher.movedFrom | Watcher.movedTo | Watcher.attrib
+    let token = try? Watcher.shared.watch(space.registry.path, mask: mask) { [weak self] event in
+      guard let self, event.name.hasPrefix(prefix) else { return }
+      guard let local = self.lock.withLock({ self.locals[event.name] }) else { return }
+      // Off the watcher thread: checking and rewriting is file work.
+      DispatchQueue.global().async { self.keepRecord(of: local) }
+    }
+    lock.withLock {
+      if let recordsWatch { Watcher.shared.cancel(recordsWatch) }
+      recordsWatch = token
+    }
+  }
+
+  /// Writes the record of `local` again unless its file holds exactly it.
+  private func keepRecord(of local: Local) {
+    let current: PresenterRecord? = lock.withLock { locals[local.id] === local ? self.record(of: local) : nil }
+    guard let record = current, !space.registry.isIntact(record) else { return }
+    CoordinationSpace.logger.error(
+      "the presenter record '\(space.registry.path)/\(record.id)' was removed or damaged by someone else: writing it again")
+    do { try space.registry.register(record) } catch {
+      CoordinationSpace.logger.critical("cannot write the presenter record '\(record.id)' again: \(error)")
+    }
   }
 
   // MARK: Coordinated messages (watcher thread)
@@ -460,6 +494,11 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
       republishedLivenessLock = lockFD
     }
     try space.messenger.watchInbox()
+    lock.withLock {
+      if let recordsWatch { Watcher.shared.cancel(recordsWatch) }
+      recordsWatch = nil
+    }
+    watchRecords()
     for local in all {
       try? space.registry.register(record(of: local))
       for token in local.watches { Watcher.shared.cancel(token) }
@@ -467,9 +506,11 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
     }
   }
 
-  /// After an inotify overflow: events may be lost, so every presenter hears that its item may have changed.
+  /// After an inotify overflow: events may be lost, so every presenter hears that its item may have changed, and
+  /// every record of ours is checked (an event that would have shown it damaged may be among those lost).
   private func resync() {
     let all = lock.withLock { Array(locals.values) }
+    DispatchQueue.global().async { [self] in for local in all { keepRecord(of: local) } }
     for local in all {
       queueChange(local, origin: ChangeOrigin(processID: nil, isCoordinated: false, isResync: true))
     }

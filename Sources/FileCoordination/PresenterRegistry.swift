@@ -69,11 +69,45 @@ struct PresenterRecord: Codable, Sendable, Hashable {
   }
 }
 
+/// The presenter record rule for tools that only look (`groupctl doctor`): where records are and whether a file
+/// is one.
+package enum PresenterRecordCheck {
+  /// The records' directory, relative to the container.
+  package static let directory = ContainerPath.privateDirectory + "/presenters"
+  /// The largest record.
+  package static let maximumBytes = PresenterRecord.maxBytes
+
+  /// Why `bytes`, read from the record file `fileName`, are not a valid presenter record; nil when they are.
+  package static func problem(_ bytes: [UInt8], fileName: String) -> String? {
+    do { _ = try PresenterRecord.decode(bytes, fileName: fileName) } catch { return "\(error)" }
+    return nil
+  }
+}
+
+/// A file in `presenters/` that is not a valid record (truncated, edited, not a regular file). Its presenter, if its
+/// process lives, is a presenter nobody can ask: its item is unknown, so it concerns every access (issue #33 item 4).
+struct DamagedRecord: Sendable, Hashable {
+  /// The file's name.
+  var name: String
+  /// The owning process, from the name when it has the shape of a record id (`<pid>.<start>.<n>`).
+  var process: ProcessName?
+  var reason: String
+
+  init(name: String, reason: String) {
+    self.name = name
+    self.reason = reason
+    let parts = name.split(separator: ".", omittingEmptySubsequences: false)
+    process = parts.count == 3 && UInt64(parts[2]) != nil ? ProcessName(parts[0] + "." + parts[1]) : nil
+  }
+}
+
 /// The records of one registry generation, indexed by item path, so an access looks up only the presenters of its
 /// items, of their ancestors and of their descendants — its cost does not grow with presenters of other items.
 struct PresenterIndex: Sendable {
   /// Every record, by id.
   let records: [PresenterRecord]
+  /// Files that should be records and are not: presenters that cannot be asked (never "no presenter").
+  let damaged: [DamagedRecord]
   private let byPath: [ContainerPath: [Int]]
   /// Indexes into `records`, sorted by path component by component: the records inside a directory are a
   /// contiguous run right after the directory's own path.
@@ -81,8 +115,9 @@ struct PresenterIndex: Sendable {
 
   static let empty = PresenterIndex(records: [])
 
-  init(records: [PresenterRecord]) {
+  init(records: [PresenterRecord], damaged: [DamagedRecord] = []) {
     self.records = records
+    self.damaged = damaged
     var byPath: [ContainerPath: [Int]] = [:]
     for (index, record) in records.enumerated() { byPath[record.path, default: []].append(index) }
     self.byPath = byPath
@@ -91,7 +126,7 @@ struct PresenterIndex: Sendable {
     }
   }
 
-  var isEmpty: Bool { records.isEmpty }
+  var isEmpty: Bool { records.isEmpty && damaged.isEmpty }
 
   /// The records presenting one of `items`, an ancestor of one (the container root included) or something inside
   /// one; each once, in id order.
@@ -147,6 +182,9 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
   }
   private let cache = Mutex(Cache())
 
+  /// The directory of the records (its owner watches its own records there: PresenterHost).
+  var path: String { directory }
+
   init(directory: String, root: ContainerDirectory, counters: MappedCounters, fileMode: mode_t) {
     self.directory = directory
     self.root = root
@@ -175,8 +213,16 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
   }
 
   /// Every valid record. Bad files are skipped with a logged error, never trusted and never deleted
-  /// (they may belong to a newer version of the framework).
+  /// (they may belong to a newer version of the framework); `index().damaged` lists them.
   func records() -> [PresenterRecord] { index().records }
+
+  /// Whether the file of `record` holds exactly `record` (its owner checks after an inotify event on it).
+  func isIntact(_ record: PresenterRecord) -> Bool {
+    guard let bytes = try? root.readFile(atPath: directory + "/" + record.id, limit: PresenterRecord.maxBytes),
+      let stored = try? PresenterRecord.decode(bytes, fileName: record.id)
+    else { return false }
+    return stored == record
+  }
 
   /// The records that concern an access of `items` (see `PresenterIndex.related(to:)`).
   func records(relatedTo items: [ContainerPath]) -> [PresenterRecord] { index().related(to: items) }
@@ -187,6 +233,7 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
     if let hit = cache.withLock({ $0.generation == generation ? $0.index : nil }) { return hit }
     let old = cache.withLock { $0.byFile }
     var byFile: [String: PresenterRecord] = [:]
+    var damaged: [DamagedRecord] = []
     for name in (try? FileSystem.listDirectory(directory)) ?? [] where !name.hasPrefix(".") {
       if let known = old[name] {
         byFile[name] = known  // records are immutable: a change is a new file
@@ -198,10 +245,18 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
       } catch let error as FileSystemError where error.errno == .noSuchFileOrDirectory {
         continue
       } catch {
-        CoordinationSpace.logger.error("skipping presenter record '\(directory)/\(name)': \(error)")
+        // Logged once per generation (an index is rebuilt only when the generation changes).
+        let bad = DamagedRecord(name: name, reason: "\(error)")
+        damaged.append(bad)
+        CoordinationSpace.logger.error(
+          """
+          presenter record '\(directory)/\(name)' is damaged (\(error)): its presenter\(bad.process.map { " in process \($0.pid)" } ?? "") \
+          cannot be asked, so accesses go on without it, or fail under presenterTimeoutPolicy .fail; its process \
+          writes it again when it notices (groupctl doctor names it)
+          """)
       }
     }
-    let index = PresenterIndex(records: byFile.values.sorted { $0.id < $1.id })
+    let index = PresenterIndex(records: byFile.values.sorted { $0.id < $1.id }, damaged: damaged)
     cache.withLock { $0 = Cache(generation: generation, index: index, byFile: byFile) }
     return index
   }

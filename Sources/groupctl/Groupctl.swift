@@ -204,6 +204,12 @@ struct Status: ParsableCommand {
     for p in status.presenters {
       Output.line("  pid \(p.pid) \(p.item.isEmpty ? "/" : p.item)\(p.isDirectory ? "/" : "")")
     }
+    if !status.damagedPresenters.isEmpty {
+      Output.line("damaged presenter records (\(status.damagedPresenters.count)): presenters that cannot be asked")
+      for d in status.damagedPresenters {
+        Output.line("  \(d.pid.map { "pid \($0)" } ?? "pid ?") \(d.record): \(d.reason)")
+      }
+    }
     Output.line("locks (\(status.locks.count)):")
     for l in status.locks {
       Output.line("  pid \(l.pid) \(l.exclusive ? "EX" : "SH") \(l.kind) \(l.item.isEmpty ? "/" : l.item)")
