@@ -288,7 +288,7 @@ final class DiskTier: Sendable {
     switch CacheEntryFormat.decodeHeader(bytes) {
     case .success(let decoded): header = decoded
     case .failure(let corruption):
-      discard(name, because: corruption.description)
+      discard(name, because: corruption.isPreviousFormat ? nil : corruption.description)
       return .missing
     }
     guard header.fileSize == size, CacheEntryFormat.checksumMatches(bytes, keyLength: header.keyLength) else {
@@ -304,6 +304,11 @@ final class DiskTier: Sendable {
     let start = CacheEntryFormat.headerSize + header.keyLength
     // The entry's image header is parsed again: a file edited in place by someone else is caught here.
     let image = UnsafeRawBufferPointer(rebasing: bytes[start..<(start + header.imageLength)])
+    // Every byte of the image: an edit the header parse cannot see (a PNG's text chunk) is a miss too.
+    guard CacheEntryFormat.imageMatches(image, header) else {
+      discard(name, because: "its image does not match its checksum (edited in place?)")
+      return .missing
+    }
     guard let info = try? ImageHeaders.parse(bytes: image), info == header.info else {
       discard(name, because: "its image does not match its header")
       return .missing
@@ -330,8 +335,10 @@ final class DiskTier: Sendable {
     throws(ImageCacheError) -> (before: Stamp, after: UInt64)
   {
     let shard = CacheEntryFormat.shard(ofName: name)
+    let imageChecksum = image.data.withUnsafeBytes { StableHash.checksum64($0) }
     let header = CacheEntryFormat.encodeHeader(
-      key: key, info: image.info, imageLength: image.data.count, storedAt: storedAt, expiresAt: expiresAt)
+      key: key, info: image.info, imageLength: image.data.count, storedAt: storedAt, expiresAt: expiresAt,
+      imageChecksum: imageChecksum)
     var attempt = 0
     while true {
       let before = stamp(shard: shard)
