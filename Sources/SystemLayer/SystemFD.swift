@@ -37,6 +37,9 @@ package struct FileStatus: Sendable, Equatable {
   /// Bytes the file system allocated for it (`st_blocks` × 512): less than `size` for a sparse file.
   package var allocatedBytes: Int64
   package var modificationNanoseconds: Int64
+  /// The inode's last change (`st_ctim`), which no one but the kernel sets: every write, truncation, rename or
+  /// `utimensat` moves it.
+  package var changeNanoseconds: Int64
 
   init(_ st: stat) {
     switch st.st_mode & S_IFMT {
@@ -55,6 +58,7 @@ package struct FileStatus: Sendable, Equatable {
     type = st.st_mode & S_IFMT
     allocatedBytes = Int64(st.st_blocks) * 512
     modificationNanoseconds = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
+    changeNanoseconds = Int64(st.st_ctim.tv_sec) * 1_000_000_000 + Int64(st.st_ctim.tv_nsec)
   }
 }
 
