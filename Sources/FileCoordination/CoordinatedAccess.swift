@@ -81,11 +81,14 @@ struct CoordinatedAccess: Sendable {
     timeout: Duration, policy: FileCoordinator.PresenterTimeoutPolicy, isCancelled: @Sendable () -> Bool
   ) throws(FileCoordinatorError) {
     // Only the presenters of these items, their ancestors and descendants: the cost does not grow with others.
-    let index = space.registry.index()
-    guard !index.isEmpty else { return }  // the fast path: nobody in the container presents anything
-    if !index.damaged.isEmpty { try cannotAsk(index.damaged, policy: policy) }
-    records = index.related(to: items.map(\.path))
-    guard !records.isEmpty else { return }  // nobody presents anything that concerns us
+    // Only the buckets of these items and their ancestors (and the items' `below`): the cost does not grow with
+    // presenters of other items, in a new process either (PresenterRegistry).
+    let found = space.registry.lookup(items.map(\.path))
+    if !found.damaged.isEmpty { try cannotAsk(found.damaged, policy: policy) }
+    guard !found.records.isEmpty else { return }  // nobody presents anything that concerns us
+    // A bucket also holds paths that share its hash: keep the related records only.
+    records = found.records.filter { record in items.contains { Relation(record.path, $0.path) != .unrelated } }
+    guard !records.isEmpty else { return }
     var awaiting: [String: ProcessName] = [:]
     var lent: [String: (slot: Int, token: UInt64)] = [:]
     for (index, item) in items.enumerated() {

@@ -542,8 +542,9 @@ extension Inspector {
     var problems: [Problem] = []
     var count = 0
     let prefix = PresenterRecordCheck.directory + "/"
-    for entry in walk.entries where entry.relative.hasPrefix(prefix) && !entry.name.hasPrefix(".") {
-      guard !entry.relative.dropFirst(prefix.count).contains("/") else { continue }
+    // Every file beneath `presenters/` is a record (a bucket's, a `below` copy, a process's copy: PresenterRegistry).
+    for entry in walk.entries
+    where entry.relative.hasPrefix(prefix) && !entry.name.hasPrefix(".") && entry.status.kind != .directory {
       count += 1
       let problem: String?
       if entry.status.kind != .regular {

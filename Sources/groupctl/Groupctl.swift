@@ -170,14 +170,18 @@ struct Write: ParsableCommand {
   @OptionGroup var container: ContainerOptions
   @Argument(help: "Container-relative path.") var path: String
   @Flag(help: "Also survive power loss (fsync file and directory).") var durable = false
+  @Flag(help: "Print how long the coordinated write took: 'coordinated write <ns> ns' (the benchmarks' first write).")
+  var printDuration = false
 
   func run() throws {
     let group = try container.open()
     let url = try group.url(forRelativePath: path)
     let data = FileHandle.standardInput.readDataToEndOfFile()
+    let start = MonotonicClock.nanoseconds()
     try FileCoordinator().coordinate(writingItemAt: url, options: .forReplacing) { url in
       try group.write(data, to: url, durable: durable)
     }
+    if printDuration { Output.line("coordinated write \(MonotonicClock.nanoseconds() - start) ns") }
   }
 }
 

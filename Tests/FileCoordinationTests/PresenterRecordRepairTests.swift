@@ -9,19 +9,23 @@ import Testing
 @Suite(.runSlot(.minutes(3))) struct PresenterRecordRepairTests {
   let group = "group.com.example.records"
 
-  /// The presenter directory of the container under `root`.
-  func presenters(_ root: TestRoot) -> String { root.path + "/" + group + "/.coordination/presenters" }
+  /// The directory of the records presenting `item` (its bucket) in the container under `root`.
+  func bucket(_ root: TestRoot, _ item: String) throws -> String {
+    root.path + "/" + group + "/.coordination/presenters/"
+      + PresenterRegistry.bucketName(try ContainerPath(item).bytesHash)
+  }
 
-  /// The record names of process `pid` (`<pid>.<start>.<n>`).
-  func records(of pid: Int32, _ root: TestRoot) -> [String] {
-    ((try? FileManager.default.contentsOfDirectory(atPath: presenters(root))) ?? []).filter {
+  /// The record names of process `pid` (`<pid>.<start>.<n>`) presenting `item`.
+  func records(of pid: Int32, presenting item: String, _ root: TestRoot) throws -> [String] {
+    ((try? FileManager.default.contentsOfDirectory(atPath: try bucket(root, item))) ?? []).filter {
       $0.hasPrefix("\(pid).")
     }
   }
 
-  /// Whether the file `name` is a valid record presenting `item`.
+  /// Whether the file `name` in `item`'s bucket is a valid record presenting `item`.
   func isRecord(_ name: String, presenting item: String, _ root: TestRoot) -> Bool {
-    guard let data = FileManager.default.contents(atPath: presenters(root) + "/" + name),
+    guard let directory = try? bucket(root, item),
+      let data = FileManager.default.contents(atPath: directory + "/" + name),
       let record = try? PresenterRecord.decode(Array(data), fileName: name)
     else { return false }
     return record.item == item
@@ -39,16 +43,17 @@ import Testing
     try container.write(Data("v1".utf8), to: url)
     let presenter = try Child(.present(item: "Documents/doc.txt"), root: root.path, group: group)
     await presenter.line { $0.hasPrefix("ready") }
-    let names = records(of: presenter.pid, root)
+    let names = try records(of: presenter.pid, presenting: "Documents/doc.txt", root)
     try #require(names.count == 1, "\(names)")
     let name = names[0]
+    let file = try bucket(root, "Documents/doc.txt") + "/" + name
 
-    #expect(truncate(presenters(root) + "/" + name, 0) == 0)
+    #expect(truncate(file, 0) == 0)
     try #require(await eventually { isRecord(name, presenting: "Documents/doc.txt", root) }, "never written again")
     try FileCoordinator().coordinate(writingItemAt: url) { try container.write(Data("v2".utf8), to: $0) }
     await presenter.line { $0.hasPrefix("relinquishToWriter coordinated \(getpid())") }
 
-    try FileManager.default.removeItem(atPath: presenters(root) + "/" + name)
+    try FileManager.default.removeItem(atPath: file)
     try #require(await eventually { isRecord(name, presenting: "Documents/doc.txt", root) }, "never written again")
     #expect(try container.status().presenters.map(\.pid) == [presenter.pid])
     try FileCoordinator().coordinate(writingItemAt: url) { try container.write(Data("v3".utf8), to: $0) }
@@ -57,12 +62,12 @@ import Testing
     presenter.kill()
   }
 
-  /// A record nobody repairs — junk, and a FIFO, under the name of a live process — is a presenter that cannot be
-  /// asked: `status` lists it, an access under `.fail` fails naming it, under `.skip` goes on (the registry logs
-  /// it as an error). Never "no presenter".
+  /// A record nobody repairs — junk, and a FIFO, under the name of a live process, in the bucket of the item written
+  /// — is a presenter that cannot be asked: `status` lists it, an access under `.fail` fails naming it, under
+  /// `.skip` goes on (the registry logs it as an error). Never "no presenter".
   ///
   /// Mutants: `CoordinatedAccess.cannotAsk` returning at once — the `.fail` access runs and this test fails;
-  /// `PresenterRegistry.index()` dropping damaged files (as before) — `status` shows none and the test fails.
+  /// `PresenterRegistry.listing` dropping damaged files (as before) — the `.fail` access runs and the test fails.
   @Test func aDamagedRecordIsAPresenterThatCannotBeAsked() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
@@ -76,8 +81,10 @@ import Testing
     let process = String(lockName.dropLast(5))
     let junk = "\(process).901"
     let fifo = "\(process).902"
-    try Data("{\"version\":1,\"id\":".utf8).write(to: URL(fileURLWithPath: presenters(root) + "/" + junk))
-    #expect(mkfifo(presenters(root) + "/" + fifo, 0o600) == 0)
+    let directory = try bucket(root, "Documents/other.txt")
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    try Data("{\"version\":1,\"id\":".utf8).write(to: URL(fileURLWithPath: directory + "/" + junk))
+    #expect(mkfifo(directory + "/" + fifo, 0o600) == 0)
 
     let status = try container.status()
     #expect(Set(status.damagedPresenters.map(\.record)) == [junk, fifo], "\(status.damagedPresenters)")
