@@ -4,6 +4,11 @@
 //   Scale: write with 5,000 files presented elsewhere the same write while another process presents 5,000 other
 //                                                     files (`groupctl stress present-many`): should cost the same
 //   Scale: write, no presenter vs 5,000 … (paired)    both in each iteration, as custom metrics (load drift cancels)
+//   Scale: first write of a new process, none vs 5,000 presented elsewhere (paired)
+//                                                     each iteration runs `groupctl write --print-duration` in a
+//                                                     container nobody presents in and in one where another process
+//                                                     presents 5,000 files: the first coordinated write of a new
+//                                                     process, as it reports it (issue #33 item 5: ≤ 1.5×)
 //   Scale: write presented by N processes (N=1/4/16/64) the same write while N `groupctl present --only reacquire`
 //                                                     processes present the item; measured once all have it back
 //   Scale: write presented by 64 processes (tmpfs)    the same in /dev/shm: what ext4 inode allocation costs
@@ -116,6 +121,58 @@ func scaleBenchmarks(fast: Benchmark.Configuration, slow: Benchmark.Configuratio
     pairedCrowd.stop()
     pairedCrowded.tearDown()
     quiet.tearDown()
+  }
+
+  // A new process's first coordinated write: it has no listing of the registry cached, so what it reads is what
+  // its path costs — the buckets of the item and its ancestors (PresenterRegistry), not every record.
+  let firstQuiet = ContainerFixture(identifier: "group.bench.firstquiet", item: "Documents/w.txt")
+  let firstCrowded = ContainerFixture(identifier: "group.bench.firstcrowded", item: "Documents/w.txt")
+  let firstCrowd = ChildFixture()
+  let firstWithout = BenchmarkMetric.custom("first write, no presenter (ns)", useScalingFactor: false)
+  let firstWith = BenchmarkMetric.custom("first write, 5,000 presented elsewhere (ns)", useScalingFactor: false)
+  var firstPaired = slow
+  firstPaired.metrics = [firstWithout, firstWith]
+  firstPaired.maxIterations = 60
+  /// `groupctl write <group> Documents/w.txt --print-duration` in a new process: the ns it reports.
+  func firstWrite(_ fixture: ContainerFixture) throws -> Int {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: try locateGroupctl())
+    process.arguments = ["write", fixture.identifier, "Documents/w.txt", "--root", fixture.root!, "--print-duration"]
+    let output = Pipe()
+    process.standardOutput = output
+    process.standardInput = FileHandle.nullDevice
+    try process.run()
+    let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    process.waitUntilExit()
+    let words = text.split(separator: " ")
+    guard process.terminationStatus == 0, words.count == 4, let ns = Int(words[2]) else {
+      throw BenchmarkSetupError("groupctl write --print-duration printed '\(text)' (status \(process.terminationStatus))")
+    }
+    return ns
+  }
+  Benchmark("Scale: first write of a new process, none vs 5,000 presented elsewhere (paired)", configuration: firstPaired) {
+    benchmark in
+    for _ in benchmark.scaledIterations {
+      benchmark.measurement(firstWithout, try firstWrite(firstQuiet))
+      benchmark.measurement(firstWith, try firstWrite(firstCrowded))
+    }
+  } setup: {
+    try firstQuiet.setUp()
+    try firstCrowded.setUp()
+    do {
+      try firstCrowd.start(
+        group: firstCrowded.identifier, item: "", root: firstCrowded.root!,
+        command: ["stress", "present-many", firstCrowded.identifier, "--count", "5000"], quiet: true)
+    } catch {
+      firstCrowd.stop()
+      firstCrowded.tearDown()
+      firstQuiet.tearDown()
+      throw error
+    }
+  } teardown: {
+    firstCrowd.stop()
+    firstCrowded.tearDown()
+    firstQuiet.tearDown()
   }
 
   // MARK: Presenter processes of the written item

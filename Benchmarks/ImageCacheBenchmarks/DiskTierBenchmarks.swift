@@ -5,6 +5,10 @@
 //   Disk hit                            image(forKey:) with a memory tier too small to keep it: open, fstat, read,
 //                                       header, key and image checks
 //   Baseline: open + read               open, fstat, read of the same entry file, close (Glibc)
+//   Disk hit vs open + read (paired)    both in each iteration, as custom metrics (issue #33 item 6: ≤ 1.3×); the
+//                                       entry was verified before, so the hit skips its checksum (DiskTier.verified)
+//   First disk hit vs open + read       the same, the entry's change time moved before each iteration (futimens,
+//                                       not timed): every hit checks every byte (StableHash.checksum64)
 //   Store                               store(_:forKey:) of a checked image: atomic replace + generation
 //   Baseline: atomic replace            open(O_CREAT|O_EXCL) temp, write, rename (Glibc), same bytes
 //   Trim: 10,000 entries, half removed  trim(toLowWatermark:) of a cache of 10,000 1 kB entries down to half
@@ -102,6 +106,82 @@ func diskTierBenchmarks() {
       close(fd)
       guard n == Int(st.st_size) else { throw BenchmarkSetupError("short read") }
       blackHole(buffer)
+    }
+  } setup: {
+    try setUp()
+  } teardown: {
+    removeTree(fixture.root)
+  }
+
+  // Paired: a hit and the raw read in each iteration, so the load of a shared machine drifting between two
+  // benchmarks cancels out of the ratio.
+  let hitTime = BenchmarkMetric.custom("disk hit (ns)", useScalingFactor: false)
+  let rawTime = BenchmarkMetric.custom("open + read (ns)", useScalingFactor: false)
+  var paired = perOperation
+  paired.metrics = [hitTime, rawTime]
+  Benchmark("Disk hit vs open + read (64 kB, paired)", configuration: paired) { benchmark in
+    let cache = fixture.diskOnly!
+    func now() -> Int {
+      var time = timespec()
+      clock_gettime(CLOCK_MONOTONIC, &time)
+      return time.tv_sec * 1_000_000_000 + time.tv_nsec
+    }
+    for _ in benchmark.scaledIterations {
+      let start = now()
+      guard let image = try cache.image(forKey: "https://images.example.com/64k.jpg") else {
+        throw BenchmarkSetupError("the entry is gone")
+      }
+      blackHole(image)
+      let middle = now()
+      let fd = open(fixture.entryPath, O_RDONLY | O_CLOEXEC)
+      var st = stat()
+      fstat(fd, &st)
+      var buffer = Data(count: Int(st.st_size))
+      let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+      close(fd)
+      guard n == Int(st.st_size) else { throw BenchmarkSetupError("short read") }
+      blackHole(buffer)
+      let end = now()
+      benchmark.measurement(hitTime, middle - start)
+      benchmark.measurement(rawTime, end - middle)
+    }
+  } setup: {
+    try setUp()
+  } teardown: {
+    removeTree(fixture.root)
+  }
+
+  Benchmark("First disk hit vs open + read (64 kB, paired)", configuration: paired) { benchmark in
+    let cache = fixture.diskOnly!
+    func now() -> Int {
+      var time = timespec()
+      clock_gettime(CLOCK_MONOTONIC, &time)
+      return time.tv_sec * 1_000_000_000 + time.tv_nsec
+    }
+    for _ in benchmark.scaledIterations {
+      // A new change time: the hit cannot rely on an earlier verification.
+      let touched = open(fixture.entryPath, O_RDONLY | O_CLOEXEC)
+      let utimeNow = (1 << 30) - 1  // UTIME_NOW (the C macro is not imported)
+      var times = [timespec(tv_sec: 0, tv_nsec: utimeNow), timespec(tv_sec: 0, tv_nsec: utimeNow)]
+      futimens(touched, &times)
+      close(touched)
+      let start = now()
+      guard let image = try cache.image(forKey: "https://images.example.com/64k.jpg") else {
+        throw BenchmarkSetupError("the entry is gone")
+      }
+      blackHole(image)
+      let middle = now()
+      let fd = open(fixture.entryPath, O_RDONLY | O_CLOEXEC)
+      var st = stat()
+      fstat(fd, &st)
+      var buffer = Data(count: Int(st.st_size))
+      let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+      close(fd)
+      guard n == Int(st.st_size) else { throw BenchmarkSetupError("short read") }
+      blackHole(buffer)
+      let end = now()
+      benchmark.measurement(hitTime, middle - start)
+      benchmark.measurement(rawTime, end - middle)
     }
   } setup: {
     try setUp()

@@ -36,6 +36,20 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
     return hash
   }
 
+  /// `bytesHash` of the container root, of each ancestor from the top, and of this path last (`depth + 1` values,
+  /// in one pass): the presenter registry's buckets on the way (PresenterRegistry.swift).
+  var prefixHashes: [UInt64] {
+    var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+    var hashes = [hash]
+    hashes.reserveCapacity(components.count + 1)
+    for component in components {
+      for byte in component.utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+      hash = (hash ^ 0x2f) &* 0x100_0000_01b3
+      hashes.append(hash)
+    }
+    return hashes
+  }
+
   /// Validates a relative path such as `Library/Preferences/x.plist`. A trailing `/` is allowed.
   public init(_ relative: String) throws(GroupContainerError) {
     try Self.check(relative)

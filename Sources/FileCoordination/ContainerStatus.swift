@@ -25,6 +25,17 @@ public struct ContainerStatus: Sendable, Codable {
     public var isDirectory: Bool
   }
 
+  /// A presenter record that cannot be read: a presenter nobody can ask (its item is unknown). Its process writes
+  /// it again when it notices; one of a process that is gone is removed when the process is found dead.
+  public struct DamagedPresenter: Sendable, Codable, Hashable {
+    /// The record's file name in `.coordination/presenters/`.
+    public var record: String
+    /// The process the record names, if its name has a record's shape.
+    public var pid: Int32?
+    /// What is wrong with it.
+    public var reason: String
+  }
+
   /// A coordination lock held or waited for.
   public struct Lock: Sendable, Codable, Hashable {
     /// The process holding it.
@@ -43,6 +54,8 @@ public struct ContainerStatus: Sendable, Codable {
   public var processes: [Process]
   /// Presenters registered in it.
   public var presenters: [Presenter]
+  /// Presenter records that cannot be read (each counts as a presenter that cannot be asked).
+  public var damagedPresenters: [DamagedPresenter]
   /// Locks held on its items.
   public var locks: [Lock]
 }
@@ -54,8 +67,12 @@ extension GroupContainer {
     let processes = space.liveProcesses().map {
       ContainerStatus.Process(pid: $0.pid, startTime: $0.startTime, isCurrent: $0 == space.me)
     }
-    let presenters = space.registry.records().map {
+    let index = space.registry.index()
+    let presenters = index.records.map {
       ContainerStatus.Presenter(id: $0.id, pid: $0.process.pid, item: $0.item, isDirectory: $0.isDirectory)
+    }
+    let damaged = index.damaged.filter { $0.process.map { space.isAlive($0) } ?? true }.map {
+      ContainerStatus.DamagedPresenter(record: $0.name, pid: $0.process?.pid, reason: $0.reason)
     }
     // Lock files are named by hash; the kernel's /proc/locks says which inode is held by whom.
     let lockDirectory = space.directory + "/locks"
@@ -72,7 +89,7 @@ extension GroupContainer {
       return ContainerStatus.Lock(pid: lock.pid, item: entry.item, kind: entry.kind, exclusive: lock.exclusive)
     }
     return ContainerStatus(
-      container: path, processes: processes, presenters: presenters,
+      container: path, processes: processes, presenters: presenters, damagedPresenters: damaged,
       locks: locks.sorted { ($0.item, $0.kind, $0.pid) < ($1.item, $1.kind, $1.pid) })
   }
 

@@ -81,10 +81,14 @@ struct CoordinatedAccess: Sendable {
     timeout: Duration, policy: FileCoordinator.PresenterTimeoutPolicy, isCancelled: @Sendable () -> Bool
   ) throws(FileCoordinatorError) {
     // Only the presenters of these items, their ancestors and descendants: the cost does not grow with others.
-    let index = space.registry.index()
-    guard !index.isEmpty else { return }  // the fast path: nobody in the container presents anything
-    records = index.related(to: items.map(\.path))
-    guard !records.isEmpty else { return }  // nobody presents anything that concerns us
+    // Only the buckets of these items and their ancestors (and the items' `below`): the cost does not grow with
+    // presenters of other items, in a new process either (PresenterRegistry).
+    let found = space.registry.lookup(items.map(\.path))
+    if !found.damaged.isEmpty { try cannotAsk(found.damaged, policy: policy) }
+    guard !found.records.isEmpty else { return }  // nobody presents anything that concerns us
+    // A bucket also holds paths that share its hash: keep the related records only.
+    records = found.records.filter { record in items.contains { Relation(record.path, $0.path) != .unrelated } }
+    guard !records.isEmpty else { return }
     var awaiting: [String: ProcessName] = [:]
     var lent: [String: (slot: Int, token: UInt64)] = [:]
     for (index, item) in items.enumerated() {
@@ -141,6 +145,20 @@ struct CoordinatedAccess: Sendable {
     if let (process, message) = outcome.failures.first {
       finish(moves: [], accessorRan: false)
       throw .presenterFailed(item: item, processID: process.pid, message: message)
+    }
+  }
+
+  /// Damaged records (PresenterRegistry): each may be a presenter of these items that cannot be asked — treated as
+  /// one that did not answer (its item is unknown, so it concerns every access): skipped (the registry logged it
+  /// as an error) or, under `.fail`, the access fails. A record of a dead process is no presenter (reaped here).
+  private func cannotAsk(
+    _ damaged: [DamagedRecord], policy: FileCoordinator.PresenterTimeoutPolicy
+  ) throws(FileCoordinatorError) {
+    guard policy == .fail else { return }
+    for record in damaged {
+      if let process = record.process, !space.isAlive(process) { continue }
+      throw .presenterUnreachable(
+        item: items[0].path.string, record: record.name, processID: record.process?.pid, reason: record.reason)
     }
   }
 

@@ -65,7 +65,7 @@ struct ProcessName: Hashable, Sendable, Codable, CustomStringConvertible {
 ///   counters              mapped 64-bit counters (presenter registry generation)
 ///   locks/<hash>          one lock file per coordinated item and kind (LockOrder.swift)
 ///   processes/<proc>.lock LOCK_SH held by the live process <pid>.<start>
-///   presenters/<id>       one record per registered presenter (PresenterRegistry.swift)
+///   presenters/<h>/<id>   one record per registered presenter, by a hash of its item (PresenterRegistry.swift)
 ///   inbox/<proc>/         messages to that process: files, .socket (MessageTransport.swift), .acks
 ///   schemes/<scheme>      how to launch the app that opens <scheme>: URLs (URLOpening.swift)
 ///   handlers/<scheme>.<proc> the live process <proc> handles <scheme>: URLs
@@ -258,7 +258,8 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
       revocation: LockRevocation(counters: counters))
     linkFreePaths = LinkFreePaths(containerPath: containerPath, root: root)
     registry = PresenterRegistry(
-      directory: directory + "/presenters", root: root, counters: counters, fileMode: fileMode)
+      directory: directory + "/presenters", root: root, counters: counters, fileMode: fileMode,
+      directoryMode: directoryMode)
     processLock = try Self.publishLivenessLock(of: me, root: root, mode: fileMode)
     // The inbox comes after the lock: a reaper that finds an inbox always finds its owner's lock file.
     try root.makeDirectory(ContainerPath.privateDirectory + "/inbox/\(me)", mode: directoryMode)

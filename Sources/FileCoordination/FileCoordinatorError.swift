@@ -13,6 +13,11 @@ public enum FileCoordinatorError: Error, CustomStringConvertible, Sendable {
   /// The access's locks were not free within ``FileCoordinator/lockTimeout``; `holderPID` is a process that held
   /// one of them then, when the kernel says.
   case lockTimedOut(item: String, holderPID: Int32?, seconds: Double)
+  /// A presenter record in the container is damaged (truncated, edited, not a regular file), so its presenter —
+  /// whose item is unknown — cannot be asked, and the coordinator's policy is
+  /// ``FileCoordinator/PresenterTimeoutPolicy/fail``. `processID` is its owner, when the record's name tells.
+  /// The owner writes its record again when it notices; `groupctl doctor` names records nobody repairs.
+  case presenterUnreachable(item: String, record: String, processID: Int32?, reason: String)
   /// A presenter answered `savePresentedItemChanges`/`accommodate…Deletion` with an error.
   case presenterFailed(item: String, processID: Int32, message: String)
   /// The item or container was refused.
@@ -39,6 +44,10 @@ public enum FileCoordinatorError: Error, CustomStringConvertible, Sendable {
       return "could not lock '\(item)' within \(seconds) s: "
         + (pid.map { "process \($0) holds it (stopped or hung?)" } ?? "another access holds it")
         + "; stop that process or raise FileCoordinator.lockTimeout"
+    case .presenterUnreachable(let item, let record, let pid, let reason):
+      return "cannot ask the presenter of record '\(record)'"
+        + (pid.map { " in process \($0)" } ?? "") + " before accessing '\(item)': the record is damaged (\(reason)); "
+        + "its process writes it again when it notices: retry, or run groupctl doctor"
     case .presenterFailed(let item, let pid, let message):
       return "a presenter of '\(item)' in process \(pid) refused: \(message)"
     case .container(let error):

@@ -90,12 +90,14 @@ extension CoordinationSpace {
   /// Removes temp files of atomic replaces whose writer died before its rename. Temp names carry the writer's
   /// `<pid>.<start>`, judged by the liveness rule. The staging directory, where most are, comes first (whatever the
   /// budget). `processes/` is skipped: a process publishes its liveness lock
-  /// there by renaming a temp file, and until then it has no lock to prove it alive.
+  /// there by renaming a temp file, and until then it has no lock to prove it alive. `presenters/` too: its records
+  /// are replaced through the staging directory, and its thousands of bucket directories (PresenterRegistry) would
+  /// make every process's start walk them.
   func sweepAbandonedTemporaries() {
     var verdicts: [Substring: Bool] = [:]
-    let removed = root.sweepTemporaries(
-      first: Self.stagingDirectory, skipping: [ContainerPath.privateDirectory + "/processes"], budget: Self.sweepBudget
-    ) { writer in
+    let skipped: Set<String> = [ContainerPath.privateDirectory + "/processes", ContainerPath.privateDirectory + "/presenters"]
+    let removed = root.sweepTemporaries(first: Self.stagingDirectory, skipping: skipped, budget: Self.sweepBudget) {
+      writer in
       if let known = verdicts[writer] { return known }
       guard let process = ProcessName(writer), process != me else { return false }
       let dead = !isAlive(process)

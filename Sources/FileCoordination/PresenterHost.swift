@@ -12,6 +12,8 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
     var item: ContainerPath
     let isDirectory: Bool
     var watches: [Watcher.Token] = []
+    /// The watch on the directory of its record (`watchRecord`).
+    var recordWatch: Watcher.Token?
     /// Coalescing: a queued "did change" absorbs later events until it runs.
     var changeQueued = false
     /// Coalescing keys by bytes: NFC and NFD spellings are two files on Linux (String `==` would merge them).
@@ -75,6 +77,7 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
       try FileCoordinatorError.wrap { () throws(FileSystemError) in
         try space.registry.register(record(of: local))
       }
+      watchRecord(local)
     } catch {
       remove(presenter)
       throw error
@@ -88,8 +91,8 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
       return local
     }
     guard let local else { return }
-    space.registry.unregister(id: local.id)
-    for token in local.watches { Watcher.shared.cancel(token) }
+    space.registry.unregister(record(of: local))
+    for token in local.watches + [local.recordWatch].compactMap({ $0 }) { Watcher.shared.cancel(token) }
   }
 
   func id(of presenter: any FilePresenter) -> String? {
@@ -106,19 +109,64 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
 
   /// After a coordinated move: the presenter follows its item under a new record (records are immutable).
   private func move(_ local: Local, to newItem: ContainerPath) {
-    let oldID = lock.withLock { () -> String in
-      let old = local.id
-      locals[old] = nil
+    let old = lock.withLock { () -> PresenterRecord in
+      let old = record(of: local)
+      locals[old.id] = nil
       local.id = newID()
       local.item = newItem
       locals[local.id] = local
       return old
     }
     try? space.registry.register(record(of: local))
-    space.registry.unregister(id: oldID)
+    watchRecord(local)
+    space.registry.unregister(old)
     for token in local.watches { Watcher.shared.cancel(token) }
     local.watches = []
     watch(local)
+  }
+
+  // MARK: Own records kept intact
+
+  /// Watches the directory of the record of `local` (its bucket): a record removed, truncated or edited by someone
+  /// else would silently end coordination with the presenter (writers would no longer ask it), so it is written
+  /// again at once. Presenters of one item share the directory and its watch descriptor.
+  private func watchRecord(_ local: Local) {
+    let prefix = "\(space.me)."
+    let mask = Watcher.modify | Watcher.closeWrite | Watcher.delete | Watcher.movedFrom | Watcher.movedTo | Watcher.attrib
+    let bucket = lock.withLock { space.registry.bucketPath(of: local.item) }
+    // Called once the record is written (its directory exists); returns once the watch is in place.
+    let token = try? Watcher.shared.watch(bucket, mask: mask) { [weak self, weak local] event in
+      guard let self, let local, event.name.hasPrefix(prefix) else { return }
+      guard self.lock.withLock({ self.locals[event.name] === local }) else { return }
+      // Off the watcher thread (checking and rewriting is file work), and a little later: `rm -rf` of the whole
+      // container removes the record first, and writing it again at once would make rm fail on a directory no
+      // longer empty (that removal is `containerRemoved`'s to handle).
+      DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(100)) { self.keepRecord(of: local) }
+    }
+    let old = lock.withLock { () -> Watcher.Token? in
+      defer { local.recordWatch = token }
+      return local.recordWatch
+    }
+    if let old { Watcher.shared.cancel(old) }
+  }
+
+  /// Writes the record of `local` again unless its file holds exactly it — not while the container is being
+  /// removed (this process's liveness lock or inbox gone: `containerRemoved` makes everything again after).
+  private func keepRecord(of local: Local) {
+    let current: PresenterRecord? = lock.withLock { locals[local.id] === local ? self.record(of: local) : nil }
+    guard let record = current, !space.registry.isIntact(record) else { return }
+    guard (try? FileSystem.status(space.processLockPath(space.me))) ?? nil != nil,
+      (try? FileSystem.status(space.inbox(of: space.me))) ?? nil != nil
+    else { return }
+    CoordinationSpace.logger.error(
+      """
+      the presenter record '\(space.registry.bucketPath(of: record.path))/\(record.id)' was removed or damaged by \
+      someone else: writing it again
+      """)
+    do { try space.registry.register(record) } catch {
+      CoordinationSpace.logger.critical("cannot write the presenter record '\(record.id)' again: \(error)")
+    }
+    watchRecord(local)  // its directory may have been removed and made again: watch the new one
   }
 
   // MARK: Coordinated messages (watcher thread)
@@ -462,14 +510,17 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
     try space.messenger.watchInbox()
     for local in all {
       try? space.registry.register(record(of: local))
+      watchRecord(local)
       for token in local.watches { Watcher.shared.cancel(token) }
       watch(local)
     }
   }
 
-  /// After an inotify overflow: events may be lost, so every presenter hears that its item may have changed.
+  /// After an inotify overflow: events may be lost, so every presenter hears that its item may have changed, and
+  /// every record of ours is checked (an event that would have shown it damaged may be among those lost).
   private func resync() {
     let all = lock.withLock { Array(locals.values) }
+    DispatchQueue.global().async { [self] in for local in all { keepRecord(of: local) } }
     for local in all {
       queueChange(local, origin: ChangeOrigin(processID: nil, isCoordinated: false, isResync: true))
     }

@@ -10,22 +10,29 @@ import SystemLayer
 /// miss, never as their image.
 ///
 ///     offset  size  field
-///          0     8  magic "GCIMGv1\n"
+///          0     8  magic "GCIMGv2\n"
 ///          8     4  key length K (UInt32, little-endian)
 ///         12     4  format (ImageFormat's index in allCases)
 ///         16     8  image length N (UInt64)
 ///         24     8  stored at (nanoseconds since 1970, Int64)
 ///         32     8  expires at (nanoseconds since 1970; 0 = never)
 ///         40     4  pixel width      44  4  pixel height      48  4  frame count
-///         52     4  FNV-1a-32 of bytes 0..<52 and the key
-///         56     K  key (UTF-8)
-///       56+K     N  the image's bytes, as stored
+///         52     4  FNV-1a-32 of bytes 0..<52, 56..<64 and the key (the header's checksum)
+///         56     8  `StableHash.checksum64` of the image's bytes (the image's checksum)
+///         64     K  key (UTF-8)
+///       64+K     N  the image's bytes, as stored
 ///
-/// The file's size must be exactly 56 + K + N. The modification time is the entry's last use, kept coarse (see
+/// The file's size must be exactly 64 + K + N. Both checksums cover every byte of the entry but their own fields:
+/// a truncated or edited file — 100 bytes changed in a PNG's text chunk, which the image's header parse would not
+/// notice — is a miss. A reader checks both; a trim, which reads only headers, checks the header's. Entries of the
+/// first format (`GCIMGv1`, whose checksum covered the header and key only) are misses, removed without a logged
+/// error. The modification time is the entry's last use, kept coarse (see
 /// `SharedImageCache.Limits.recencyGranularity`): trimming removes the least recently used first.
 enum CacheEntryFormat {
-  static let magic: [UInt8] = Array("GCIMGv1\n".utf8)
-  static let headerSize = 56
+  static let magic: [UInt8] = Array("GCIMGv2\n".utf8)
+  /// The first format's magic: its entries are misses, removed quietly (an upgrade is no corruption).
+  static let previousMagic: [UInt8] = Array("GCIMGv1\n".utf8)
+  static let headerSize = 64
   static let fileExtension = ".entry"
   /// Keys are any strings; this bounds what one entry's key can cost a reader.
   static let maximumKeyBytes = 16 * 1024
@@ -36,6 +43,8 @@ enum CacheEntryFormat {
     var imageLength: Int
     var storedAt: Int64
     var expiresAt: Int64
+    /// `StableHash.checksum64` of the image's bytes.
+    var imageChecksum: UInt64
 
     var fileSize: Int { CacheEntryFormat.headerSize + keyLength + imageLength }
 
@@ -71,9 +80,9 @@ enum CacheEntryFormat {
   }
 
   /// The header and key of a new entry (the image's bytes follow them in the file).
-  static func encodeHeader(key: String, info: ImageInfo, imageLength: Int, storedAt: Int64, expiresAt: Int64)
-    -> [UInt8]
-  {
+  static func encodeHeader(
+    key: String, info: ImageInfo, imageLength: Int, storedAt: Int64, expiresAt: Int64, imageChecksum: UInt64
+  ) -> [UInt8] {
     var out: [UInt8] = magic
     out.reserveCapacity(headerSize + key.utf8.count)
     func append<T: FixedWidthInteger>(_ value: T) { withUnsafeBytes(of: value.littleEndian) { out.append(contentsOf: $0) } }
@@ -85,7 +94,8 @@ enum CacheEntryFormat {
     append(UInt32(clamping: info.pixelWidth))
     append(UInt32(clamping: info.pixelHeight))
     append(UInt32(clamping: info.frameCount))
-    append(UInt32(0))  // the checksum's place, filled below (not covered by it)
+    append(UInt32(0))  // the header checksum's place, filled below (not covered by it)
+    append(imageChecksum)
     out.append(contentsOf: key.utf8)
     let sum = out.withUnsafeBytes { Self.checksum($0, keyLength: key.utf8.count) }
     for index in 0..<4 { out[52 + index] = UInt8(truncatingIfNeeded: sum >> (8 * index)) }
@@ -97,6 +107,9 @@ enum CacheEntryFormat {
   static func decodeHeader(_ bytes: UnsafeRawBufferPointer) -> Result<Header, Corruption> {
     guard bytes.count >= headerSize else { return .failure(.init("shorter than the 56-byte header")) }
     guard (0..<8).allSatisfy({ bytes[$0] == magic[$0] }) else {
+      if (0..<8).allSatisfy({ bytes[$0] == previousMagic[$0] }) {
+        return .failure(.init("an entry of the previous format", isPreviousFormat: true))
+      }
       return .failure(.init("no entry magic number"))
     }
     func read<T: FixedWidthInteger>(_ offset: Int, _: T.Type) -> T {
@@ -114,7 +127,7 @@ enum CacheEntryFormat {
     return .success(
       Header(
         keyLength: keyLength, info: info, imageLength: Int(imageLength), storedAt: read(24, Int64.self),
-        expiresAt: read(32, Int64.self)))
+        expiresAt: read(32, Int64.self), imageChecksum: read(56, UInt64.self)))
   }
 
   /// Checks the header's checksum against the stored key bytes (which follow the header in `bytes`).
@@ -124,11 +137,18 @@ enum CacheEntryFormat {
     return stored == checksum(bytes, keyLength: keyLength)
   }
 
-  /// FNV-1a-32 of the first 52 header bytes and the key, from an entry's bytes (the key starts at `headerSize`;
-  /// the checksum field itself is not covered).
+  /// FNV-1a-32 of the header bytes 0..<52 and 56..<64 and the key, from an entry's bytes (the key starts at
+  /// `headerSize`; the checksum field itself is not covered).
   private static func checksum(_ bytes: UnsafeRawBufferPointer, keyLength: Int) -> UInt32 {
     let key = UnsafeRawBufferPointer(rebasing: bytes[headerSize..<(headerSize + keyLength)])
-    return StableHash.fnv1a32(key, continuing: StableHash.fnv1a32(UnsafeRawBufferPointer(rebasing: bytes[0..<52])))
+    let fields = StableHash.fnv1a32(UnsafeRawBufferPointer(rebasing: bytes[0..<52]))
+    let imageSum = StableHash.fnv1a32(UnsafeRawBufferPointer(rebasing: bytes[56..<64]), continuing: fields)
+    return StableHash.fnv1a32(key, continuing: imageSum)
+  }
+
+  /// Whether the image's bytes (`image`, as read) match the image checksum of `header`.
+  static func imageMatches(_ image: UnsafeRawBufferPointer, _ header: Header) -> Bool {
+    StableHash.checksum64(image) == header.imageChecksum
   }
 
   /// Whether the key stored at `headerSize` is `key`, byte for byte.
@@ -143,6 +163,11 @@ enum CacheEntryFormat {
 
   struct Corruption: Error, CustomStringConvertible {
     var description: String
-    init(_ description: String) { self.description = description }
+    /// An entry of the first format: a miss, but nothing to log.
+    var isPreviousFormat = false
+    init(_ description: String, isPreviousFormat: Bool = false) {
+      self.description = description
+      self.isPreviousFormat = isPreviousFormat
+    }
   }
 }

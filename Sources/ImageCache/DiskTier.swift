@@ -52,6 +52,14 @@ final class DiskTier: Sendable {
   /// Per-process generations: removals this process learnt of through inotify.
   private let localGenerations: [ManagedAtomic<UInt64>] = (0..<DiskTier.shardCount).map { _ in ManagedAtomic(0) }
   private let watch = Mutex<Watcher.Token?>(nil)
+  /// Entry files whose image checksum this process verified, by inode, with the change time and size they had:
+  /// while the kernel's change time has not moved, the bytes are those verified, and a hit skips the checksum (it
+  /// was most of a hit's cost beyond the read: 1.32× the raw read with it every time, 1.16× without). The kernel
+  /// gives an inode whose times were queried a distinct time at its next change (multigrain timestamps, Linux 6.13
+  /// and later); before that, an edit in the same clock tick as the verification went unseen until the next change.
+  /// Bounded.
+  private let verified = Mutex<[UInt64: (change: Int64, size: Int64)]>([:])
+  private static let verifiedLimit = 4096
 
   struct Stamp: Equatable, Sendable {
     var epoch: UInt64
@@ -288,7 +296,7 @@ final class DiskTier: Sendable {
     switch CacheEntryFormat.decodeHeader(bytes) {
     case .success(let decoded): header = decoded
     case .failure(let corruption):
-      discard(name, because: corruption.description)
+      discard(name, because: corruption.isPreviousFormat ? nil : corruption.description)
       return .missing
     }
     guard header.fileSize == size, CacheEntryFormat.checksumMatches(bytes, keyLength: header.keyLength) else {
@@ -304,6 +312,21 @@ final class DiskTier: Sendable {
     let start = CacheEntryFormat.headerSize + header.keyLength
     // The entry's image header is parsed again: a file edited in place by someone else is caught here.
     let image = UnsafeRawBufferPointer(rebasing: bytes[start..<(start + header.imageLength)])
+    // Every byte of the image: an edit the header parse cannot see (a PNG's text chunk) is a miss too — checked
+    // unless this inode was verified with this change time, and it still has it after the read (an edit during
+    // the read moves it).
+    let known = verified.withLock { $0[st.inode].map { $0.change == st.changeNanoseconds && $0.size == st.size } }
+    let unchanged = known == true && (try? fd.status())?.changeNanoseconds == st.changeNanoseconds
+    if !unchanged {
+      guard CacheEntryFormat.imageMatches(image, header) else {
+        discard(name, because: "its image does not match its checksum (edited in place?)")
+        return .missing
+      }
+      verified.withLock {
+        if $0.count >= Self.verifiedLimit { $0.removeAll(keepingCapacity: true) }
+        $0[st.inode] = (st.changeNanoseconds, st.size)
+      }
+    }
     guard let info = try? ImageHeaders.parse(bytes: image), info == header.info else {
       discard(name, because: "its image does not match its header")
       return .missing
@@ -330,8 +353,10 @@ final class DiskTier: Sendable {
     throws(ImageCacheError) -> (before: Stamp, after: UInt64)
   {
     let shard = CacheEntryFormat.shard(ofName: name)
+    let imageChecksum = image.data.withUnsafeBytes { StableHash.checksum64($0) }
     let header = CacheEntryFormat.encodeHeader(
-      key: key, info: image.info, imageLength: image.data.count, storedAt: storedAt, expiresAt: expiresAt)
+      key: key, info: image.info, imageLength: image.data.count, storedAt: storedAt, expiresAt: expiresAt,
+      imageChecksum: imageChecksum)
     var attempt = 0
     while true {
       let before = stamp(shard: shard)

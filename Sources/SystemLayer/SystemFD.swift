@@ -4,6 +4,23 @@ import SystemPackage
 
 /// What `fstat`/`lstat` tell us about a file.
 package struct FileStatus: Sendable, Equatable {
+  /// What `type` names, in words ("FIFO", "socket"…).
+  package var typeName: String {
+    switch type {
+    case S_IFREG: "regular file"
+    case S_IFDIR: "directory"
+    case S_IFLNK: "symbolic link"
+    case S_IFIFO: "FIFO"
+    case S_IFSOCK: "socket"
+    case S_IFCHR: "character device"
+    case S_IFBLK: "block device"
+    default: "file of type \(String(type, radix: 8))"
+    }
+  }
+
+  /// Whether it is a socket (an inbox's datagram socket is one).
+  package var isSocket: Bool { type == S_IFSOCK }
+
   package enum Kind: Sendable { case regular, directory, symlink, other }
   package var kind: Kind
   package var size: Int64
@@ -13,7 +30,16 @@ package struct FileStatus: Sendable, Equatable {
   package var linkCount: UInt64
   /// The owner's user id.
   package var owner: UInt32
+  /// The group id.
+  package var group: UInt32
+  /// The type bits (`st_mode & S_IFMT`): tells a FIFO, a socket and a device apart where `kind` says `other`.
+  package var type: mode_t
+  /// Bytes the file system allocated for it (`st_blocks` × 512): less than `size` for a sparse file.
+  package var allocatedBytes: Int64
   package var modificationNanoseconds: Int64
+  /// The inode's last change (`st_ctim`), which no one but the kernel sets: every write, truncation, rename or
+  /// `utimensat` moves it.
+  package var changeNanoseconds: Int64
 
   init(_ st: stat) {
     switch st.st_mode & S_IFMT {
@@ -28,7 +54,11 @@ package struct FileStatus: Sendable, Equatable {
     inode = UInt64(st.st_ino)
     linkCount = UInt64(st.st_nlink)
     owner = UInt32(st.st_uid)
+    group = UInt32(st.st_gid)
+    type = st.st_mode & S_IFMT
+    allocatedBytes = Int64(st.st_blocks) * 512
     modificationNanoseconds = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
+    changeNanoseconds = Int64(st.st_ctim.tv_sec) * 1_000_000_000 + Int64(st.st_ctim.tv_nsec)
   }
 }
 

@@ -5,9 +5,12 @@ import SystemLayer
 
 struct CacheOptions: ParsableArguments {
   @Option(help: "The cache's name (a directory of Library/Caches).") var cache = "images"
+  @Option(help: "Bytes on disk above which a store trims the cache (default 256 MiB).") var diskLimit: Int?
 
   func open(_ container: ContainerOptions) throws -> SharedImageCache {
-    try SharedImageCache(name: cache, container: try container.open())
+    var limits = SharedImageCache.Limits()
+    if let diskLimit { limits.diskBytes = diskLimit }
+    return try SharedImageCache(name: cache, container: try container.open(), limits: limits)
   }
 
   /// The cache if the container and its `Library/Caches/<name>` exist; else exit status 1 with nothing created.

@@ -1,4 +1,5 @@
 import ArgumentParser
+import FileCoordination
 import Foundation
 import GroupContainer
 import SystemLayer
@@ -14,7 +15,10 @@ struct Doctor: ParsableCommand {
       One line per check: `ok|warn|fail  <check>: <finding> — fix: <what to do>` (--json: one JSON object). \
       Checks the file system (NFS, CIFS/SMB, FUSE and overlay break flock or inotify), inotify limits against \
       what this user and the group use, directory owners and modes, URL scheme registrations whose program is \
-      gone, temp files left by dead processes, outside edits of a suite's plist kept aside, and free space. Exit status 0 when every check is ok, 1 otherwise.
+      gone, temp files left by dead processes, outside edits of a suite's plist kept aside, free space, and every \
+      file of the container: FIFOs, sockets, devices and links where only regular files belong, foreign owners, \
+      files that decide what runs but others may write, oversize or sparse files in .coordination, damaged \
+      presenter records (--json lists each with its fix). Exit status 0 when every check is ok, 1 otherwise.
       """)
 
   @OptionGroup var container: ContainerOptions
@@ -45,9 +49,12 @@ struct Doctor: ParsableCommand {
       ]
     } else {
       let inspector = Inspector(path: path)
+      let walk = inspector.walk()
       checks = [
         inspector.fileSystem(), inspector.inotify(), inspector.permissions(), inspector.registrations(),
-        inspector.temporaries(), inspector.unappliedEdits(), inspector.diskSpace(),
+        inspector.temporaries(walk), inspector.unappliedEdits(), inspector.diskSpace(), inspector.fileTypes(walk),
+        inspector.owners(walk), inspector.trustedFiles(walk), inspector.coordinationSizes(walk),
+        inspector.presenterRecords(walk),
       ]
     }
     let healthy = checks.allSatisfy { $0.status == .ok }
@@ -76,12 +83,38 @@ struct Doctor: ParsableCommand {
     var check: String
     var finding: String
     var fix: String?
+    /// Each file found wrong, with its own fix (the checks that walk the container).
+    var problems: [Problem]?
 
-    init(_ status: Status, _ check: String, _ finding: String, fix: String? = nil) {
+    init(_ status: Status, _ check: String, _ finding: String, fix: String? = nil, problems: [Problem]? = nil) {
       self.status = status
       self.check = check
       self.finding = finding
       self.fix = status == .ok ? nil : fix
+      self.problems = problems
+    }
+
+    /// A check over files: ok when `problems` is empty, else `status` with the first few shown.
+    init(_ status: Status, _ check: String, _ problems: [Problem], ok: String, scope: String) {
+      guard !problems.isEmpty else {
+        self.init(.ok, check, ok + scope, problems: [])
+        return
+      }
+      let shown = problems.prefix(5)
+      let more = problems.count > 5 ? "; … (\(problems.count - 5) more: --json lists them)" : ""
+      self.init(
+        status, check,
+        "\(problems.count) found\(scope): " + shown.map { "'\($0.path)' \($0.problem)" }.joined(separator: "; ") + more,
+        fix: shown.map(\.fix).joined(separator: "; ") + (problems.count > 5 ? "; …" : ""), problems: problems)
+    }
+
+    /// One file found wrong.
+    struct Problem: Encodable {
+      /// The file's path relative to the container.
+      var path: String
+      var problem: String
+      /// The command that fixes it.
+      var fix: String
     }
 
     var line: String {
@@ -286,24 +319,48 @@ private struct Inspector {
 
   // MARK: temp files
 
-  func temporaries() -> Doctor.Check {
-    var left: [String] = []
-    var visited = 0
+  /// One entry of the container as the walk saw it (`lstat`: a link is looked at, never followed).
+  struct Entry {
+    /// The path relative to the container.
+    var relative: String
+    var name: String
+    var status: FileStatus
+  }
+
+  /// Every entry of the container, depth first, up to `Doctor.walkBudget` entries.
+  struct Walk {
+    var entries: [Entry] = []
+    var complete = true
+    var scope: String { complete ? "" : " (looked at the first \(Doctor.walkBudget) entries)" }
+  }
+
+  func walk() -> Walk {
+    var walk = Walk()
     var pending = [""]
-    while let relative = pending.popLast(), visited < Doctor.walkBudget {
+    while let relative = pending.popLast() {
       let full = relative.isEmpty ? path : path + "/" + relative
       for name in (try? FileSystem.listDirectory(full)) ?? [] {
-        visited += 1
+        guard walk.entries.count < Doctor.walkBudget else {
+          walk.complete = false
+          return walk
+        }
         let child = relative.isEmpty ? name : relative + "/" + name
         guard let status = try? FileSystem.status(full + "/" + name) else { continue }
-        if status.kind == .directory {
-          pending.append(child)
-        } else if let writer = AtomicReplace.writer(ofTemporary: name), Self.liveWriter(writer) == nil {
-          left.append(child)
-        }
+        walk.entries.append(Entry(relative: child, name: name, status: status))
+        if status.kind == .directory { pending.append(child) }
       }
     }
-    let scope = visited >= Doctor.walkBudget ? " (looked at the first \(Doctor.walkBudget) entries)" : ""
+    return walk
+  }
+
+  func temporaries(_ walk: Walk) -> Doctor.Check {
+    var left: [String] = []
+    for entry in walk.entries where entry.status.kind != .directory {
+      if let writer = AtomicReplace.writer(ofTemporary: entry.name), Self.liveWriter(writer) == nil {
+        left.append(entry.relative)
+      }
+    }
+    let scope = walk.scope
     guard left.isEmpty else {
       let shown = left.sorted().prefix(5).joined(separator: ", ") + (left.count > 5 ? ", …" : "")
       return Doctor.Check(
@@ -349,5 +406,162 @@ private struct Inspector {
         fix: "free space on the file system of '\(path)' (at least \(Doctor.minimumFreeBytes >> 20) MiB)")
     }
     return Doctor.Check(.ok, "disk space", finding)
+  }
+}
+
+// MARK: - Every file of the container (issue #33 item 7)
+
+extension Inspector {
+  typealias Problem = Doctor.Check.Problem
+
+  /// `rm` of an entry, quoted for a shell.
+  func remove(_ entry: Entry) -> String { "rm '\(path)/\(entry.relative)'" }
+
+  static let coordinationPrefix = ".coordination/"
+
+  /// Where only regular files (and directories) belong — everywhere, but for the inbox sockets the framework
+  /// makes — nothing else: a FIFO blocks whoever opens it for reading, a device or socket is nobody's data, and a
+  /// link in `.coordination/` is never the framework's. Links elsewhere are the user's business.
+  func fileTypes(_ walk: Walk) -> Doctor.Check {
+    var problems: [Problem] = []
+    for entry in walk.entries where entry.status.kind != .regular && entry.status.kind != .directory {
+      let private_ = entry.relative.hasPrefix(Self.coordinationPrefix)
+      let parts = entry.relative.split(separator: "/")
+      if entry.status.isSocket && parts.count == 4 && parts[1] == "inbox" && entry.name == ".socket" { continue }
+      if entry.status.kind == .symlink && !private_ { continue }
+      problems.append(
+        Problem(
+          path: entry.relative,
+          problem: "is a \(entry.status.typeName) where only regular files belong", fix: remove(entry)))
+    }
+    return Doctor.Check(
+      .fail, "file types", problems, ok: "only regular files and directories (and inbox sockets)", scope: walk.scope)
+  }
+
+  /// Owners: one user's container holds only its owner's files; a group container only files of the group's
+  /// members (or root), in its group (anyone else's file there is one no member can fix, or one a stranger controls).
+  func owners(_ walk: Walk) -> Doctor.Check {
+    guard let top = try? FileSystem.status(path) else {
+      return Doctor.Check(.warn, "owners", "cannot examine '\(path)'", fix: "run doctor as the container's owner")
+    }
+    let group = top.mode & 0o2000 != 0
+    var members: [UInt32: Bool] = [:]
+    var problems: [Problem] = []
+    for entry in walk.entries {
+      let st = entry.status
+      let full = "'\(path)/\(entry.relative)'"
+      if !group {
+        if st.owner != top.owner {
+          problems.append(
+            Problem(
+              path: entry.relative, problem: "belongs to uid \(st.owner), not the container's owner (uid \(top.owner))",
+              fix: "chown \(top.owner) \(full)"))
+        }
+        continue
+      }
+      // Root is no stranger (it could change anything anyway; the library trusts it as an owner too).
+      let member = members[st.owner] ?? (st.owner == 0 || GroupMembership.contains(uid: st.owner, gid: top.group))
+      members[st.owner] = member
+      if !member {
+        problems.append(
+          Problem(
+            path: entry.relative, problem: "belongs to uid \(st.owner), who is not a member of group \(top.group)",
+            fix: "chown \(top.owner) \(full)"))
+      } else if st.group != top.group {
+        problems.append(
+          Problem(
+            path: entry.relative, problem: "has group \(st.group), not the container's group \(top.group)",
+            fix: "chgrp \(top.group) \(full)"))
+      }
+    }
+    let ok = group ? "every file belongs to a member of group \(top.group), in that group" : "every file is the owner's"
+    return Doctor.Check(.fail, "owners", problems, ok: ok, scope: walk.scope)
+  }
+
+  /// Files whose content decides what runs (URL scheme registrations, download sessions' relaunch records) keep
+  /// the owner-only-writable rule (OwnerOnlyWritable): readers refuse them otherwise, so an app would not open.
+  func trustedFiles(_ walk: Walk) -> Doctor.Check {
+    var problems: [Problem] = []
+    var count = 0
+    for entry in walk.entries where entry.status.kind != .directory {
+      let parts = entry.relative.split(separator: "/")
+      let scheme = parts.count == 3 && parts[0] == ".coordination" && parts[1] == "schemes" && !entry.name.hasPrefix(".")
+      let relaunch =
+        parts.count == 5 && parts[0] == ".coordination" && parts[1] == "downloads" && parts[2] == "sessions"
+        && entry.name == "app"
+      guard scheme || relaunch else { continue }
+      count += 1
+      guard let problem = OwnerOnlyWritable.problem(entry.status, reader: CurrentProcess.userID) else { continue }
+      let fix =
+        entry.status.mode & 0o022 != 0 && entry.status.linkCount == 1 && entry.status.kind == .regular
+        ? "chmod go-w '\(path)/\(entry.relative)'"
+        : remove(entry) + (scheme ? " (then register the scheme again)" : " (then attach the session again)")
+      problems.append(Problem(path: entry.relative, problem: problem, fix: fix))
+    }
+    return Doctor.Check(
+      .fail, "trusted files", problems, ok: "\(count) files that decide what runs, writable by their owner only",
+      scope: walk.scope)
+  }
+
+  /// The most a file of `.coordination/` may hold, by directory; nil: no limit (the bytes of a download in flight,
+  /// temp files of atomic replaces of the user's files, the agent's log).
+  static func sizeLimit(_ parts: [Substring]) -> Int64? {
+    guard parts.count >= 2 else { return 16 << 20 }
+    switch parts[1] {
+    case "locks", "processes": return 4096
+    case "presenters": return Int64(PresenterRecordCheck.maximumBytes)
+    case "staging": return nil
+    case "downloads" where parts.last?.hasSuffix(".partial") == true || parts.last == "agent.log": return nil
+    default: return 16 << 20
+    }
+  }
+
+  /// Oversize files in `.coordination/` (every process reads or maps them) and sparse ones (a file that claims more
+  /// than it holds: a 10 GB hole in a lock file is someone's doing, and reading it would cost 10 GB).
+  func coordinationSizes(_ walk: Walk) -> Doctor.Check {
+    var problems: [Problem] = []
+    for entry in walk.entries where entry.status.kind == .regular && entry.relative.hasPrefix(Self.coordinationPrefix) {
+      let parts = entry.relative.split(separator: "/")
+      let st = entry.status
+      let full = "'\(path)/\(entry.relative)'"
+      // A lock file's inode must stay (others may hold it locked): empty it rather than remove it.
+      let fix = parts.count > 1 && parts[1] == "locks" ? "truncate -s 0 \(full)" : remove(entry)
+      if let limit = Self.sizeLimit(parts), st.size > limit {
+        problems.append(Problem(path: entry.relative, problem: "holds \(st.size) bytes (at most \(limit) belong there)", fix: fix))
+      } else if st.size >= 1 << 20 && st.allocatedBytes < st.size / 2 {
+        problems.append(
+          Problem(path: entry.relative, problem: "is sparse: \(st.size) bytes, \(st.allocatedBytes) allocated", fix: fix))
+      }
+    }
+    return Doctor.Check(.fail, "coordination sizes", problems, ok: "no oversize or sparse file in .coordination", scope: walk.scope)
+  }
+
+  /// Presenter records that are not records: each is a presenter no coordinator can ask (its item is unknown).
+  /// A live owner writes its own records again when it notices; what stays is junk or a dead process's.
+  func presenterRecords(_ walk: Walk) -> Doctor.Check {
+    var problems: [Problem] = []
+    var count = 0
+    let prefix = PresenterRecordCheck.directory + "/"
+    // Every file beneath `presenters/` is a record (a bucket's, a `below` copy, a process's copy: PresenterRegistry).
+    for entry in walk.entries
+    where entry.relative.hasPrefix(prefix) && !entry.name.hasPrefix(".") && entry.status.kind != .directory {
+      count += 1
+      let problem: String?
+      if entry.status.kind != .regular {
+        problem = "is a \(entry.status.typeName), not a record"
+      } else {
+        do {
+          let bytes = try FileSystem.readFile(path + "/" + entry.relative, limit: PresenterRecordCheck.maximumBytes)
+          problem = PresenterRecordCheck.problem(bytes, fileName: entry.name)
+        } catch {
+          problem = "cannot be read: \(error)"
+        }
+      }
+      guard let problem else { continue }
+      let owner = entry.name.split(separator: ".").prefix(2).joined(separator: ".")
+      let alive = Self.liveWriter(Substring(owner)).map { " (its process \($0) is alive: it writes its own records again)" } ?? ""
+      problems.append(Problem(path: entry.relative, problem: "is a damaged presenter record: \(problem)\(alive)", fix: remove(entry)))
+    }
+    return Doctor.Check(.fail, "presenter records", problems, ok: "\(count) presenter records, all valid", scope: walk.scope)
   }
 }

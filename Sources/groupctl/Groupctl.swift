@@ -170,14 +170,18 @@ struct Write: ParsableCommand {
   @OptionGroup var container: ContainerOptions
   @Argument(help: "Container-relative path.") var path: String
   @Flag(help: "Also survive power loss (fsync file and directory).") var durable = false
+  @Flag(help: "Print how long the coordinated write took: 'coordinated write <ns> ns' (the benchmarks' first write).")
+  var printDuration = false
 
   func run() throws {
     let group = try container.open()
     let url = try group.url(forRelativePath: path)
     let data = FileHandle.standardInput.readDataToEndOfFile()
+    let start = MonotonicClock.nanoseconds()
     try FileCoordinator().coordinate(writingItemAt: url, options: .forReplacing) { url in
       try group.write(data, to: url, durable: durable)
     }
+    if printDuration { Output.line("coordinated write \(MonotonicClock.nanoseconds() - start) ns") }
   }
 }
 
@@ -203,6 +207,12 @@ struct Status: ParsableCommand {
     Output.line("presenters (\(status.presenters.count)):")
     for p in status.presenters {
       Output.line("  pid \(p.pid) \(p.item.isEmpty ? "/" : p.item)\(p.isDirectory ? "/" : "")")
+    }
+    if !status.damagedPresenters.isEmpty {
+      Output.line("damaged presenter records (\(status.damagedPresenters.count)): presenters that cannot be asked")
+      for d in status.damagedPresenters {
+        Output.line("  \(d.pid.map { "pid \($0)" } ?? "pid ?") \(d.record): \(d.reason)")
+      }
     }
     Output.line("locks (\(status.locks.count)):")
     for l in status.locks {

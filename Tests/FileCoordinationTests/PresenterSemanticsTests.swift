@@ -248,8 +248,9 @@ import Testing
     try container.write(Data("v0".utf8), to: url)
     let child = try await presenter(root, "Documents/kept.txt")
     try await removeWithRM(container)
-    // The presenter's process re-registers it once the removal is over.
-    let presenters = container.url.appendingPathComponent(".coordination/presenters").path
+    // The presenter's process re-registers it once the removal is over (in the bucket of its item).
+    let presenters = container.url.appendingPathComponent(
+      ".coordination/presenters/" + PresenterRegistry.bucketName(try ContainerPath("Documents/kept.txt").bytesHash)).path
     guard await waitForEntry(in: presenters, prefix: "\(child.pid).") else {
       Issue.record("the presenter was not registered again after the container was removed")
       return

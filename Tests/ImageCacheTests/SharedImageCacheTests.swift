@@ -71,7 +71,8 @@ struct SharedImageCacheTests {
     func isEntry(_ name: String) -> Bool { name.hasSuffix(".entry") && !name.hasPrefix(".gc-tmp-") }
     for name in Self.files(Self.directory(container, "killed")) where isEntry(name) {
       let data = try Data(contentsOf: URL(fileURLWithPath: Self.directory(container, "killed") + "/" + name))
-      #expect(data.count > 56 && data.starts(with: Array("GCIMGv1\n".utf8)), "\(name) is damaged")
+      #expect(
+        data.count > CacheEntryFormat.headerSize && data.starts(with: CacheEntryFormat.magic), "\(name) is damaged")
     }
     _ = try cache.trim()
     let left = Self.files(Self.directory(container, "killed")).filter { !isEntry($0) }
@@ -131,7 +132,7 @@ struct SharedImageCacheTests {
     let used = [3, 7, 11, 15, 19]
     for index in used { #expect(try reader.image(forKey: "k\(index)") != nil) }
     var trimming = limits
-    trimming.diskBytes = 5 * 10_300  // an entry: 10,166 bytes of PNG + key + 56
+    trimming.diskBytes = 5 * 10_300  // an entry: 10,166 bytes of PNG + key + 64
     trimming.lowWatermark = 1
     let report = try #require(try SharedImageCache(name: "lru", container: container, limits: trimming).trim())
     #expect(report.remainingEntries == 5, "\(report)")
@@ -166,7 +167,7 @@ struct SharedImageCacheTests {
     let old = try #require(
       Self.files(Self.directory(container, "limits")).first { name in
         (try? Data(contentsOf: URL(fileURLWithPath: Self.directory(container, "limits") + "/" + name)))
-          .map { TestPNG.seed(of: $0.dropFirst(56 + 3)) == 2 } ?? false
+          .map { TestPNG.seed(of: $0.dropFirst(CacheEntryFormat.headerSize + 3)) == 2 } ?? false
       })
     try FileManager.default.setAttributes(
       [.modificationDate: Date().addingTimeInterval(-2 * 86_400)],
@@ -252,7 +253,9 @@ struct SharedImageCacheTests {
     let info = ImageInfo(format: .png, pixelWidth: 8, pixelHeight: 2, frameCount: 1)
     let whole =
       Data(
-        CacheEntryFormat.encodeHeader(key: "truncated", info: info, imageLength: png.count, storedAt: 1, expiresAt: 0))
+        CacheEntryFormat.encodeHeader(
+          key: "truncated", info: info, imageLength: png.count, storedAt: 1, expiresAt: 0,
+          imageChecksum: png.withUnsafeBytes { StableHash.checksum64($0) }))
       + png
     #expect(FileManager.default.createFile(atPath: path("truncated"), contents: whole.dropLast(5)))
     #expect(FileManager.default.createFile(atPath: path("garbage"), contents: Data(repeating: 0x47, count: 500)))

@@ -8,7 +8,8 @@ public enum TestPNG {
   /// Where the first pixel lies: signature 8 + IHDR 25 + IDAT length and type 8 + zlib 2 + block header 5 + filter 1.
   static let firstPixel = 49
 
-  public static func make(width: Int, height: Int, seed: UInt64 = 0) -> Data {
+  /// `text`: a `tEXt` chunk ("Comment") after the pixels, whose bytes no header parse looks at.
+  public static func make(width: Int, height: Int, seed: UInt64 = 0, text: String? = nil) -> Data {
     precondition(width >= 8 && height >= 1, "a test PNG is at least 8 pixels wide")
     var raw: [UInt8] = []
     raw.reserveCapacity((width + 1) * height)
@@ -27,6 +28,7 @@ public enum TestPNG {
     ihdr += [8, 0, 0, 0, 0]  // depth 8, grayscale, deflate, filter 0, no interlace
     chunk("IHDR", ihdr, into: &png)
     chunk("IDAT", zlibStored(raw), into: &png)
+    if let text { chunk("tEXt", Array("Comment".utf8) + [0] + Array(text.utf8), into: &png) }
     chunk("IEND", [], into: &png)
     return Data(png)
   }
