@@ -304,8 +304,7 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
   /// A dead process's records (and the files naming them): found through `by-process/<p>/`.
   func removeAll(of process: ProcessName) {
     let mine = relative + "/" + Self.byProcessDirectory + "/\(process)"
-    guard let fd = try? root.openDirectory(mine), let names = try? fd.entries() else { return }
-    fd.close()
+    guard let names = try? root.entries(of: mine) else { return }
     var removed = false
     for (name, _) in names {
       if let bytes = try? root.readFile(mine + "/" + name, limit: PresenterRecord.maxBytes).bytes,
@@ -452,12 +451,10 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
   func index() -> PresenterIndex {
     var records: [String: PresenterRecord] = [:]
     var damaged: [DamagedRecord] = []
-    guard let top = try? root.openDirectory(relative), let names = try? top.entries() else { return .empty }
-    top.close()
+    guard let names = try? root.entries(of: relative) else { return .empty }
     for (name, isDirectory) in names where isDirectory && name.utf8.count == 16 && UInt64(name, radix: 16) != nil {
       let bucket = relative + "/" + name
-      guard let fd = try? root.openDirectory(bucket), let files = try? fd.entries() else { continue }
-      fd.close()
+      guard let files = try? root.entries(of: bucket) else { continue }
       for (file, isDirectory) in files where !isDirectory && !file.hasPrefix(".") {
         switch read(bucket, file) {
         case .record(let record): records[record.id] = record

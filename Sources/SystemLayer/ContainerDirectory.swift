@@ -108,6 +108,14 @@ package final class ContainerDirectory: Sendable {
     try open(relative, [.readOnly, .directory], mode: 0, resolution: resolution, followLast: true)
   }
 
+  /// The entries of the directory `relative` beneath the container (`SystemFD.entries()`), its descriptor closed
+  /// whatever happens.
+  package func entries(of relative: String) throws(FileSystemError) -> [(name: String, isDirectory: Bool)] {
+    let fd = try openDirectory(relative)
+    defer { fd.close() }
+    return try fd.entries()
+  }
+
   /// Opens the file `relative` beneath the container; its last component is never followed.
   package func openFile(
     _ relative: String, _ flags: SystemFD.OpenFlags, mode: mode_t = 0o600, resolution: Resolution = .automatic
