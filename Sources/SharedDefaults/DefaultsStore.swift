@@ -315,13 +315,16 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
 
   // MARK: Reading
 
-  /// The current value: from memory when the header says nothing changed (no system call).
+  /// The current value: from memory when the header says nothing changed (no system call); after a load that left
+  /// a lazy tail, from a scan of it for this key (DefaultsStore+LazyTail.swift).
   func value(forKey key: String) -> PropertyListValue? {
     for _ in 0..<3 {
       let answer = state.withLock { s -> PropertyListValue?? in
         guard refreshWithoutWaiting(&s) || readOnly else { return nil }
-        guard s.tail != nil else { return .some(s.values[key] ?? s.registered[key]) }
-        return lookUp(key, in: &s).map { $0 ?? s.registered[key] }
+        let answer =
+          s.tail == nil ? .some(s.values[key] ?? s.registered[key]) : lookUp(key, in: &s).map { $0 ?? s.registered[key] }
+        if s.values.damage != nil { scheduleRepair() }  // the image did not read: this read answered without it
+        return answer
       }
       if let answer { return answer }
     }
