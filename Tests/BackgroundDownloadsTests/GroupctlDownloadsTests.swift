@@ -358,9 +358,10 @@ import Testing
       status: TaskStatus(phase: .completed, eventsQueued: true, finished: Self.now), events: [.finished])
     store.updates.post()  // as the agent does after queuing
     await follower.line { $0.contains("\(id).finished") }
+    // Acknowledged after it is printed (at least once: a follower stopped in between prints it again next time).
+    #expect(await eventually { store.queuedEvents("app").isEmpty }, "a printed event was never acknowledged")
     await follower.stop(SIGINT)
     #expect(follower.process.terminationStatus == 0, "\(follower.errors.text)")
-    #expect(store.queuedEvents("app").isEmpty)
   }
 
   @Test func watchUntilDoneEndsWhenEveryTaskCompleted() async throws {
