@@ -2,6 +2,7 @@ import FileCoordination
 import Foundation
 import HelperCommand
 import MemoryWarnings
+import Synchronization
 import SystemLayer
 import TestImageKit
 
@@ -15,19 +16,21 @@ import TestImageKit
   let cache = try SharedImageCache(name: cacheName, container: container, limits: limits)
   switch command {
   case .cacheTrimRace(_, let pauseDirectory, let replace):
-    // The ten stores meanwhile find a trim scheduled; with `replace`, k0 and k1 are the oldest: the trim cannot drop
-    // what replaced them.
+    // A store that takes the cache over its limit trims before it returns: the storing thread stops in that trim
+    // (after its scan), and the stores made meanwhile, from this thread, find the trim lock held. With `replace`,
+    // k0 and k1 are the oldest: the trim cannot drop what replaced them.
     var limited = limits
     limited.diskBytes = 50_000  // few stores: under a full parallel test run each store can take a second
     let racing = try SharedImageCache(name: cacheName, container: container, limits: limited)
     let pause = pauseDirectory + "/imagecache.trim.scanned"
-    var index = 0
-    func store() throws {
-      try racing.store(TestPNG.make(width: 100, height: 100, seed: UInt64(index)), forKey: "k\(index)")
-      index += 1
+    let raced = Mutex(false)  // the racing stores are made: the storing thread stores no more (only the checks count)
+    let storer = Thread {
+      for index in 0..<40 where !FileManager.default.fileExists(atPath: pause) && !raced.withLock({ $0 }) {
+        try? racing.store(TestPNG.make(width: 100, height: 100, seed: UInt64(index)), forKey: "k\(index)")
+      }
     }
-    while !FileManager.default.fileExists(atPath: pause) && index < 40 { try store() }
-    let stopped = MonotonicClock.nanoseconds() + 10_000_000_000
+    storer.start()
+    let stopped = MonotonicClock.nanoseconds() + 120_000_000_000  // a hang bound, not a timing
     while !FileManager.default.fileExists(atPath: pause) && MonotonicClock.nanoseconds() < stopped { usleep(1000) }
     guard FileManager.default.fileExists(atPath: pause) else {
       FileHandle.standardError.write(Data("the trim never stopped at its pause point\n".utf8))
@@ -38,10 +41,14 @@ import TestImageKit
         try racing.store(TestPNG.make(width: 100, height: 100, seed: 1_000 + UInt64(key.utf8.last!)), forKey: key)
       }
     } else {
-      for _ in 0..<10 { try store() }
+      for index in 100..<110 {
+        try racing.store(TestPNG.make(width: 100, height: 100, seed: UInt64(index)), forKey: "k\(index)")
+      }
     }
+    raced.withLock { $0 = true }
     try FileManager.default.removeItem(atPath: pause)
-    let deadline = MonotonicClock.nanoseconds() + 10_000_000_000
+    while !storer.isFinished { usleep(1000) }
+    let deadline = MonotonicClock.nanoseconds() + 120_000_000_000
     while try racing.statistics().diskBytes > limited.diskBytes && MonotonicClock.nanoseconds() < deadline {
       usleep(10_000)
     }

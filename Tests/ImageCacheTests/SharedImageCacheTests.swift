@@ -376,12 +376,14 @@ struct SharedImageCacheTests {
 /// A background trim and the stores that race it (its own suite: under a full parallel run the helper took 69 s, past
 /// the one-minute limit of `SharedImageCacheTests`).
 @Suite(.runSlot(.minutes(8))) struct ImageCacheTrimRaceTests {
-  /// Stores that cross the disk limit while a background trim runs find it scheduled and start none; once it is done
-  /// the usage is checked again and another trim follows. A helper process stops its first trim after the scan
-  /// (pause point `imagecache.trim.scanned`), stores ten more images, then lets it go.
+  /// Stores that cross the disk limit while a trim runs find its lock held and leave the work to it; once it is done
+  /// the usage is checked again and another trim follows. A helper process's storing thread stops in its first trim
+  /// after the scan (pause point `imagecache.trim.scanned`: a store over the limit trims before it returns), its main
+  /// thread stores ten more images, then lets it go.
   ///
-  /// Mutant (the code before this test): no check after the trim — the disk stays over the helper's 50,000-byte limit.
-  /// `sizeAndAgeLimits` failed once so under a full parallel run (the stores outran the trim).
+  /// Mutant: a store whose trim found the lock held not looking again (`trimIfOverLimit` scheduling nothing when
+  /// `trim()` returned nil) — the disk stayed at 133,062 bytes over the helper's 50,000-byte limit. (Before the
+  /// stores trimmed themselves, this test stopped the storing thread itself and waited out the pause's 60 s.)
   ///
   /// With `replace`, the helper instead stores the two oldest keys again while the trim is stopped: the trim cannot
   /// drop those (the files it scanned are gone), and must still count them. Mutant: a drop that failed counted as
