@@ -78,22 +78,13 @@ extension DefaultsStore {
     FaultPoint.pause("defaults.read.tailScan")
     let wanted = Array(key.utf8)
     let base = UnsafeRawPointer(journal.base)
-    let end = range.upperBound
-    var offset = range.lowerBound
     var last: (offset: Int, length: Int)?
-    // A record: u32 length, u32 checksum, then op (1 byte), pid (4), key length (4), key (JournalFormat).
-    while offset < end {
-      guard end - offset >= JournalFormat.headerBytes + 9 else { return .failed }
-      let length = Int(base.loadUnaligned(fromByteOffset: offset, as: UInt32.self).littleEndian)
-      let keyLength = Int(base.loadUnaligned(fromByteOffset: offset + 13, as: UInt32.self).littleEndian)
-      guard length >= 9 + keyLength, length <= end - offset - JournalFormat.headerBytes else { return .failed }
-      if keyLength == wanted.count,
-        UnsafeRawBufferPointer(start: base + offset + 17, count: keyLength).elementsEqual(wanted)
-      {
-        last = (offset, length)
-      }
-      offset += JournalFormat.headerBytes + length
+    let readable = JournalFormat.forEachKey(in: base, from: range.lowerBound, to: range.upperBound) {
+      offset, length, key in
+      if key.count == wanted.count, key.elementsEqual(wanted) { last = (offset, length) }
+      return true
     }
+    guard readable else { return .failed }
     var result = TailLookup.absent
     if let last {
       let bytes = [UInt8](UnsafeRawBufferPointer(start: base + last.offset, count: JournalFormat.headerBytes + last.length))

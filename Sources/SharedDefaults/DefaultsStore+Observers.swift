@@ -162,26 +162,18 @@ extension DefaultsStore {
       return _ = refreshWithoutWaiting(&s)
     }
     let capacity = Int(header.load(Slot.journalCapacity))
-    var offset = s.scanned.generation == s.generation ? max(s.length, s.scanned.to) : s.length
+    let offset = s.scanned.generation == s.generation ? max(s.length, s.scanned.to) : s.length
     guard generation == s.generation, s.generation != .max, !headerLost.load(ordering: .relaxed),
       journal.faultCount == seenJournalFaults.load(ordering: .relaxed), offset <= committed,
       committed <= capacity, capacity <= journal.reservation
     else { return _ = refreshWithoutWaiting(&s) }
-    let base = UnsafeRawPointer(journal.base)
-    // A record: u32 length, u32 checksum, then op (1 byte), pid (4), key length (4), key.
-    while offset < committed {
-      guard committed - offset >= JournalFormat.headerBytes + 9 else { return _ = refreshWithoutWaiting(&s) }
-      let length = Int(base.loadUnaligned(fromByteOffset: offset, as: UInt32.self).littleEndian)
-      let keyLength = Int(base.loadUnaligned(fromByteOffset: offset + 13, as: UInt32.self).littleEndian)
-      guard length >= 9 + keyLength, length <= committed - offset - JournalFormat.headerBytes else {
-        return _ = refreshWithoutWaiting(&s)
-      }
-      let key = UnsafeRawBufferPointer(start: base + offset + 17, count: keyLength)
-      if observed.contains(where: { $0.count == keyLength && $0.withUnsafeBytes { $0.elementsEqual(key) } }) {
-        return _ = refreshWithoutWaiting(&s)
-      }
-      offset += JournalFormat.headerBytes + length
+    var touched = false
+    let readable = JournalFormat.forEachKey(in: UnsafeRawPointer(journal.base), from: offset, to: committed) {
+      _, _, key in
+      touched = observed.contains { $0.count == key.count && $0.withUnsafeBytes { $0.elementsEqual(key) } }
+      return !touched
     }
+    guard readable, !touched else { return _ = refreshWithoutWaiting(&s) }
     // Scanned without the lock: good only if no compaction emptied the journal meanwhile.
     guard header.loadAfterFence(Slot.generation) == generation else { return _ = refreshWithoutWaiting(&s) }
     guard header.load(Slot.rewindTo) == 0 else { return }  // as above: scanned again after the rewind's post

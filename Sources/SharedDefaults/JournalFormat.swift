@@ -164,6 +164,28 @@ enum JournalFormat {
     }
   }
 
+  /// Walks the records in `start..<end` of mapped journal bytes at `base`, reading only each header and key (no
+  /// checksum, no value): `body` gets each record's offset, payload length and key bytes, and returns false to stop.
+  /// False when the bytes are not records (a length that runs past `end`): the caller reads them properly instead.
+  /// For scans that must not decode (observers' keys, a lazy tail's lookup).
+  static func forEachKey(
+    in base: UnsafeRawPointer, from start: Int, to end: Int,
+    _ body: (_ offset: Int, _ length: Int, _ key: UnsafeRawBufferPointer) -> Bool
+  ) -> Bool {
+    var offset = start
+    // A record: u32 length, u32 checksum, then op (1 byte), pid (4), key length (4), key.
+    while offset < end {
+      guard end - offset >= headerBytes + 9 else { return false }
+      let length = Int(base.loadUnaligned(fromByteOffset: offset, as: UInt32.self).littleEndian)
+      let keyLength = Int(base.loadUnaligned(fromByteOffset: offset + headerBytes + 5, as: UInt32.self).littleEndian)
+      guard length >= 9 + keyLength, length <= end - offset - headerBytes else { return false }
+      guard body(offset, length, UnsafeRawBufferPointer(start: base + offset + headerBytes + 9, count: keyLength))
+      else { return true }
+      offset += headerBytes + length
+    }
+    return true
+  }
+
   /// Decodes one value that must fill `bytes` exactly (offsets in errors are relative to `bytes.startIndex`).
   static func decodeValue(_ bytes: ArraySlice<UInt8>) throws(Corruption) -> PropertyListValue {
     var reader = Reader(bytes: bytes, base: 0)
