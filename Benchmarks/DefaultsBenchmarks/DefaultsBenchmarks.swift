@@ -21,7 +21,8 @@
 //   16 processes: SharedDefaults set          the same number of sets in all, by 16 writers of 1,000 keys each
 //   … 4 observers in other processes          the 4 writers of 1,000 keys while 4 `groupctl defaults watch`
 //                                             children observe a key none of them sets
-//   (DefaultsScaleBenchmarks.swift: the rows that depend on the suite's size)
+//   (DefaultsScaleBenchmarks.swift: the rows that depend on the suite's size; DefaultsMemoryBenchmarks.swift: a new
+//   process's first read, memory, big values, reads while a suite grows)
 //
 // Run from this directory: `swift package --allow-writing-to-package-directory benchmark` (or `make bench`).
 import Benchmark
@@ -240,6 +241,7 @@ let benchmarks: @Sendable () -> Void = {
   }
 
   defaultsScaleBenchmarks()
+  defaultsMemoryBenchmarks()
   activityBenchmarks(slow)
 }
 

@@ -134,17 +134,10 @@ extension DefaultsStore {
     do {
       var (image, changes) = (work.image, work.frozen)
       if work.token == 0 { (image, changes) = try snapshotAndJournal(work) }
-      let bytes = try SuiteImage.merged(
-        base: image, changes: changes, generation: work.generation, position: UInt64(work.length))
-      guard bytes.count <= Self.snapshotLimits.maxBytes else {
-        throw SharedDefaultsError.suiteTooLarge(directory + "/\(suite).snapshot", "it would be \(bytes.count) bytes")
-      }
-      let check = try SuiteImage(bytes: bytes)
-      _ = try checkLimits(objects: check.objects, payload: check.payloadBytes)
-      let status = try Self.beneath(next, in: containerPath) { () throws(FileSystemError) in
-        try root.replaceFile(next, with: bytes, mode: fileMode, durability: durable ? .powerLoss : .processCrash)
-      }
-      built = (bytes.count, status)
+      let written = try writeImageFile(
+        next, base: image, changes: changes, generation: work.generation, position: work.length,
+        durability: durable ? .powerLoss : .processCrash)
+      built = (written.built.length, written.status)
     } catch is Superseded {
       // Another compaction came first: nothing to do.
     } catch {
@@ -253,37 +246,25 @@ extension DefaultsStore {
     if (try? exportState()) == .edited { _ = try judgeExportAtName(&s, durable: durable) }
     // Only a plain compaction (the state is exactly the committed journal) may let readers skip the snapshot.
     let folded = (generation: header.load(Slot.generation), length: UInt64(s.length))
-    // The image of the state: the last image's entries copied as they are, the changes over them encoded.
-    let bytes = try s.values.imageBytes(
-      generation: rewind ? header.load(Slot.generation) &+ 1 : s.generation, position: rewind ? 0 : s.length)
-    guard bytes.count <= Self.snapshotLimits.maxBytes else {
-      header.store(Slot.overLimit, 1)
-      throw .suiteTooLarge(directory + "/\(suite).snapshot", "it would be \(bytes.count) bytes")
-    }
-    let input: Int
-    do {
-      let built = try SuiteImage(bytes: bytes)
-      _ = try checkLimits(objects: built.objects, payload: built.payloadBytes)
-      // What the next compaction reads: this image (copied entry by entry) and the journal past it.
-      input = bytes.count
-    } catch let error as SharedDefaultsError {
-      throw error
-    } catch {
-      throw .unsupportedValue("the suite's image does not read back: \(error)")
-    }
+    // The image of the state: the last image's entries copied as they are, the changes over them encoded,
+    // written straight to the snapshot's temp file.
+    let (base, changes) = s.values.imageParts
     let durability: AtomicReplace.Durability = durable ? .powerLoss : .processCrash
-    try Self.beneath(snapshotItem, in: containerPath) { () throws(FileSystemError) in
-      if !rewind { FaultPoint.reach("defaults.snapshot.writing") }
-      let written = try root.replaceFile(snapshotItem, with: bytes, mode: fileMode, durability: durability)
-      if rewind {
-        FaultPoint.reach("defaults.compact.snapshotWritten")
-      } else {
-        FaultPoint.reach("defaults.snapshot.written")
-      }
-      header.recordSnapshot(written)
-      // This process goes on from the image it wrote (the changes it held are in it).
-      if let image = mapSnapshot(written: written) { release(s.values.rebase(onto: image)) }
+    if !rewind { FaultPoint.reach("defaults.snapshot.writing") }
+    let written = try writeImageFile(
+      snapshotItem, base: base, changes: changes,
+      generation: rewind ? header.load(Slot.generation) &+ 1 : s.generation, position: rewind ? 0 : s.length,
+      durability: durability)
+    if rewind {
+      FaultPoint.reach("defaults.compact.snapshotWritten")
+    } else {
+      FaultPoint.reach("defaults.snapshot.written")
     }
+    header.recordSnapshot(written.status)
+    // This process goes on from the image it wrote (the changes it held are in it).
+    if let image = mapSnapshot(written: written.status) { release(s.values.rebase(onto: image)) }
+    // What the next compaction reads: this image (copied entry by entry) and the journal past it.
+    let input = written.built.length
     header.store(Slot.compactionInput, UInt64(input))
     if rewind {
       header.store(Slot.foldedGeneration, handOver && folded.generation == s.generation ? folded.generation : .max)

@@ -95,11 +95,46 @@ extension DefaultsStore {
 
   /// Replaces the snapshot with an image of `values` (a suite adopted from a plist) and records it.
   func writeImage(of values: [String: PropertyListValue]) throws(SharedDefaultsError) {
-    let bytes = try SuiteValues(dictionary: values).imageBytes(generation: header.load(Slot.generation), position: 0)
-    _ = try Self.beneath(snapshotItem, in: containerPath) { () throws(FileSystemError) in
-      try root.replaceFile(snapshotItem, with: bytes, mode: fileMode)
+    let (base, changes) = SuiteValues(dictionary: values).imageParts
+    let written = try writeImageFile(
+      snapshotItem, base: base, changes: changes, generation: header.load(Slot.generation), position: 0)
+    header.recordSnapshot(written.status)
+  }
+
+  /// Writes the image of `base` with `changes` over it as the file `item` (replaced atomically, streamed: no copy
+  /// of the image is held in memory), refusing it before it is published when it is over the suite's limits
+  /// (`checkLimits`). Returns what was built and the file's status.
+  func writeImageFile(
+    _ item: String, base: SuiteImage?, changes: [String: PropertyListValue?], generation: UInt64, position: Int,
+    durability: AtomicReplace.Durability = .processCrash
+  ) throws(SharedDefaultsError) -> (built: SuiteImageBuilder.Built, status: FileStatus) {
+    // The builder's errors cross the replace's closure, which throws FileSystemError, kept aside.
+    var refused: SharedDefaultsError?
+    var built: SuiteImageBuilder.Built?
+    let status: FileStatus
+    do {
+      status = try Self.beneath(item, in: containerPath) { () throws(FileSystemError) in
+        try root.replaceFile(item, mode: fileMode, durability: durability) { (fd) throws(FileSystemError) in
+          do throws(SharedDefaultsError) {
+            let (made, _) = try SuiteImage.merge(
+              base: base, changes: changes, generation: generation, position: UInt64(position), into: .file(fd))
+            guard made.length <= Self.snapshotLimits.maxBytes else {
+              header.store(Slot.overLimit, 1)
+              throw .suiteTooLarge(directory + "/\(suite).snapshot", "it would be \(made.length) bytes")
+            }
+            _ = try checkLimits(objects: made.objects, payload: made.payload)
+            built = made
+          } catch {
+            refused = error
+            throw FileSystemError("write", item, .canceled)
+          }
+        }
+      }
+    } catch {
+      throw refused ?? error
     }
-    header.recordSnapshot(try snapshotStatus())
+    guard let built else { throw refused ?? .system(FileSystemError("write", item, .ioError)) }
+    return (built, status)
   }
 
   /// Moves the file `name` of the suite's directory aside (`<name>.corrupt-<time>-<pid>`), renamed relative to

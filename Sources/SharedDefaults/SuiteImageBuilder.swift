@@ -4,12 +4,46 @@ import SystemLayer
 
 // MARK: - Writer
 
-/// Builds an image: values and entries are gathered in two buffers, the index is laid out by `finish()` once the
-/// entry count is known.
+/// Where a builder writes an image: a file (the suite's next snapshot, written where it will be read: a value is
+/// never held twice in memory, which for 60 MB values cost gigabytes) or memory (tests, the fuzzer).
+enum SuiteImageOutput {
+  case file(SystemFD)
+  case memory([UInt8])
+
+  mutating func write(_ bytes: [UInt8], at offset: Int) throws(SharedDefaultsError) {
+    guard !bytes.isEmpty else { return }
+    switch self {
+    case .file(let fd):
+      let result = bytes.withUnsafeBytes { raw in
+        Result { () throws(FileSystemError) in try fd.writeAll(raw, at: Int64(offset)) }
+      }
+      if case .failure(let error) = result { throw .system(error) }
+    case .memory(var out):
+      self = .memory([])  // out stays unique while it grows
+      if out.count < offset + bytes.count { out += [UInt8](repeating: 0, count: offset + bytes.count - out.count) }
+      out.replaceSubrange(offset..<(offset + bytes.count), with: bytes)
+      self = .memory(out)
+    }
+  }
+
+  /// `count` bytes written at `offset` before.
+  func read(at offset: Int, count: Int) throws(SharedDefaultsError) -> [UInt8] {
+    switch self {
+    case .file(let fd):
+      do { return try fd.read(at: Int64(offset), count: count) } catch { throw .system(error) }
+    case .memory(let out):
+      return Array(out[offset..<(offset + count)])
+    }
+  }
+}
+
+/// Builds an image of exactly `count` entries (known first, so the index's size, and where the values start, are
+/// too): values go to `output` at their final offsets as they come, in chunks; the entries and the index, which
+/// are small beside them, are gathered in memory and written by `finish()`.
 struct SuiteImageBuilder {
   private typealias F = SuiteImageFormat
   private struct StoredValue {
-    var offset: Int  // relative to the values region
+    var offset: Int  // absolute
     var length: Int
     var objects: Int
     var payload: Int
@@ -19,9 +53,23 @@ struct SuiteImageBuilder {
     var entry: UInt32  // relative to the entries region
   }
 
+  /// What `finish()` wrote.
+  struct Built {
+    var length: Int
+    /// The header's counts (see `SuiteImageFormat`).
+    var objects: Int
+    var payload: Int
+  }
+
   let generation: UInt64
   let position: UInt64
-  private var values: [UInt8] = []
+  private(set) var output: SuiteImageOutput
+  private let count: Int
+  private let slotCount: Int
+  private let valuesOffset: Int
+  /// Values not yet written, which start at `valuesOffset + flushed`.
+  private var chunk: [UInt8] = []
+  private var flushed = 0
   private var entries: [UInt8] = []
   private var pending: [Pending] = []
   private var objects = 1  // the root dictionary
@@ -31,26 +79,35 @@ struct SuiteImageBuilder {
   /// Large values of `source` already copied, by their offset there (a raw copy keeps them shared, unhashed).
   private var copied: [Int: StoredValue] = [:]
   private var source: SuiteImage?
+  private static let chunkBytes = 1 << 20
 
-  /// A builder for about `capacity` entries (a hint) of the image at (generation, position).
-  init(generation: UInt64, position: UInt64, capacity: Int) {
+  /// A builder for an image of `count` entries at (generation, position), written to `output`.
+  init(generation: UInt64, position: UInt64, count: Int, output: SuiteImageOutput = .memory([])) {
     self.generation = generation
     self.position = position
-    pending.reserveCapacity(max(capacity, 0))
-    entries.reserveCapacity(max(capacity, 0) * 24)
+    self.output = output
+    self.count = max(count, 0)
+    slotCount = F.slotCount(for: self.count)
+    valuesOffset = F.headerBytes + F.slotBytes * slotCount
+    pending.reserveCapacity(self.count)
+    entries.reserveCapacity(self.count * 24)
   }
+
+  /// Where the next value starts.
+  private var valuesEnd: Int { valuesOffset + flushed + chunk.count }
 
   /// Adds a key with a value given as a PropertyListValue (encoded here). The caller never adds a key twice.
   mutating func add(key: String, value: PropertyListValue) throws(SharedDefaultsError) {
-    let start = values.count
+    let start = chunk.count
     do throws(SharedDefaultsError) {
-      try JournalFormat.encodeValue(value, into: &values)
+      try JournalFormat.encodeValue(value, into: &chunk)
     } catch {
-      values.removeSubrange(start...)
+      chunk.removeSubrange(start...)
       throw error
     }
     let stored = try keep(from: start)
     try appendEntry(key: key, value: stored)
+    try flushIfFull()
   }
 
   /// Adds `entry` of `image` by copying its key and value bytes without decoding them; values shared by several
@@ -73,40 +130,62 @@ struct SuiteImageBuilder {
     if value.count >= F.dedupMinBytes, let known = copied[valueOffset], known.length == value.count {
       stored = known
     } else {
-      let start = values.count
-      values.append(contentsOf: value)
+      let start = chunk.count
+      chunk.append(contentsOf: value)
       stored = try keep(from: start)
       if value.count >= F.dedupMinBytes { copied[valueOffset] = stored }
     }
     try appendEntry(rawKey: rawKey, value: stored)
+    try flushIfFull()
   }
 
-  /// Measures the value just appended at `start`, and drops it for an identical large one already stored.
+  /// Measures the value just appended to `chunk` at `start`, and drops it for an identical large one already
+  /// stored (compared byte for byte, read back when already written).
   private mutating func keep(from start: Int) throws(SharedDefaultsError) -> StoredValue {
-    let length = values.count - start
-    let measured = values.withUnsafeBytes { all in
+    let length = chunk.count - start
+    let measured = chunk.withUnsafeBytes { all in
       Result { () throws(SuiteImage.Corruption) in try F.measure(all, from: start, count: length) }
     }
     let counts: (objects: Int, payload: Int)
     switch measured {
     case .success(let value): counts = value
     case .failure(let error):
-      values.removeSubrange(start...)
+      chunk.removeSubrange(start...)
       throw Self.damaged(error)
     }
-    let stored = StoredValue(offset: start, length: length, objects: counts.objects, payload: counts.payload)
+    let stored = StoredValue(
+      offset: valuesOffset + flushed + start, length: length, objects: counts.objects, payload: counts.payload)
     guard length >= F.dedupMinBytes else { return stored }
-    let hash = values.withUnsafeBytes { F.contentHash(UnsafeRawBufferPointer(rebasing: $0[start...])) }
+    let hash = chunk.withUnsafeBytes { F.contentHash(UnsafeRawBufferPointer(rebasing: $0[start...])) }
     if let known = shared[hash], known.length == length {
-      let same = values.withUnsafeBytes { memcmp($0.baseAddress! + known.offset, $0.baseAddress! + start, length) == 0 }
+      let inChunk = known.offset - valuesOffset - flushed
+      let earlier = inChunk >= 0 ? Array(chunk[inChunk..<(inChunk + length)]) : try output.read(at: known.offset, count: length)
+      let same = earlier.withUnsafeBytes { a in chunk.withUnsafeBytes { memcmp(a.baseAddress!, $0.baseAddress! + start, length) == 0 } }
       if same {
-        values.removeSubrange(start...)
+        chunk.removeSubrange(start...)
         return known
       }
       return stored  // a hash collision: stored twice, which is only a missed saving
     }
     shared[hash] = stored
     return stored
+  }
+
+  /// Writes the values gathered once they pass a chunk (a large value right away), and lets a large buffer go.
+  private mutating func flushIfFull(force: Bool = false) throws(SharedDefaultsError) {
+    guard chunk.count >= Self.chunkBytes || (force && !chunk.isEmpty) else { return }
+    let at = valuesOffset + flushed
+    let large = chunk.count > 2 * Self.chunkBytes
+    var taken = chunk
+    chunk = []
+    try output.write(taken, at: at)
+    flushed += taken.count
+    if large {
+      chunk.reserveCapacity(Self.chunkBytes)
+    } else {
+      taken.removeAll(keepingCapacity: true)
+      chunk = taken
+    }
   }
 
   private mutating func appendEntry(key: String, value: StoredValue) throws(SharedDefaultsError) {
@@ -120,19 +199,18 @@ struct SuiteImageBuilder {
   private mutating func appendEntry(rawKey key: UnsafeRawBufferPointer, value: StoredValue)
     throws(SharedDefaultsError)
   {
+    guard pending.count < count else {
+      throw .system(FileSystemError("build", "suite image", .invalidArgument, reason: "more entries than the \(count) announced"))
+    }
     // Checked as it grows, so a huge suite fails at the entry that passes 4 GiB, not after building it all.
-    let data = values.count + entries.count + F.entryFixedBytes + key.count
-    // 8 x slotCount <= 64 + 32 x entries: the exact index size only near the limit.
-    if F.headerBytes + 64 + 32 * (pending.count + 1) + data > F.maxFileLength {
-      let total = F.headerBytes + F.slotBytes * F.slotCount(for: pending.count + 1) + data
-      guard total <= F.maxFileLength else {
-        throw .suiteTooLarge("suite image", "it would be over 4 GiB (\(total) bytes at \(pending.count + 1) keys)")
-      }
+    let total = valuesEnd + entries.count + F.entryFixedBytes + key.count
+    guard total <= F.maxFileLength else {
+      throw .suiteTooLarge("suite image", "it would be over 4 GiB (\(total) bytes at \(pending.count + 1) keys)")
     }
     pending.append(Pending(hash: F.hash(key), entry: UInt32(entries.count)))
     JournalFormat.append32(UInt32(key.count), to: &entries)
     entries.append(contentsOf: key)
-    JournalFormat.append32(UInt32(value.offset), to: &entries)  // relative: `finish()` adds valuesOffset
+    JournalFormat.append32(UInt32(value.offset), to: &entries)
     JournalFormat.append32(UInt32(value.length), to: &entries)
     objects += 1 + value.objects
     payload += key.count + value.payload
@@ -142,17 +220,28 @@ struct SuiteImageBuilder {
     .system(FileSystemError("read", "suite image", .badMessage, reason: "the image is damaged: \(error)"))
   }
 
-  /// The whole image file's bytes.
-  func finish() throws(SharedDefaultsError) -> [UInt8] {
-    let slotCount = F.slotCount(for: pending.count)
-    let valuesOffset = F.headerBytes + F.slotBytes * slotCount
-    let entriesOffset = valuesOffset + values.count
+  /// Writes the rest (the last values, the entries, the index, the header last).
+  mutating func finish() throws(SharedDefaultsError) -> Built {
+    try flushIfFull(force: true)
+    let entriesOffset = valuesOffset + flushed
     let fileLength = entriesOffset + entries.count
     guard fileLength <= F.maxFileLength else {
       throw .suiteTooLarge("suite image", "it would be \(fileLength) bytes; an image holds at most 4 GiB")
     }
-    var out = [UInt8](repeating: 0, count: fileLength)
-    out.withUnsafeMutableBytes { out in
+    try output.write(entries, at: entriesOffset)
+    var index = [UInt8](repeating: 0, count: F.slotBytes * slotCount)
+    index.withUnsafeMutableBytes { index in
+      let mask = slotCount - 1
+      for item in pending {
+        var slot = Int(item.hash) & mask
+        while F.load32(UnsafeRawBufferPointer(index), F.slotBytes * slot + 4) != 0 { slot = (slot + 1) & mask }
+        F.store32(item.hash, index, F.slotBytes * slot)
+        F.store32(UInt32(entriesOffset + Int(item.entry)), index, F.slotBytes * slot + 4)
+      }
+    }
+    try output.write(index, at: F.headerBytes)
+    var header = [UInt8](repeating: 0, count: F.headerBytes)
+    header.withUnsafeMutableBytes { out in
       F.store64(F.magic, out, 0)
       F.store64(generation, out, 8)
       F.store64(position, out, 16)
@@ -164,37 +253,34 @@ struct SuiteImageBuilder {
       F.store64(UInt64(objects), out, 56)
       F.store64(UInt64(payload), out, 64)
       F.store32(StableHash.fnv1a32(UnsafeRawBufferPointer(rebasing: out[0..<72])), out, 72)
-      values.withUnsafeBytes { if !$0.isEmpty { memcpy(out.baseAddress! + valuesOffset, $0.baseAddress!, $0.count) } }
-      entries.withUnsafeBytes {
-        if !$0.isEmpty { memcpy(out.baseAddress! + entriesOffset, $0.baseAddress!, $0.count) }
-      }
-      let mask = slotCount - 1
-      for item in pending {
-        let entry = entriesOffset + Int(item.entry)
-        // The value offset becomes absolute.
-        let field = entry + 4 + Int(F.load32(UnsafeRawBufferPointer(out), entry))
-        F.store32(F.load32(UnsafeRawBufferPointer(out), field) + UInt32(valuesOffset), out, field)
-        var slot = Int(item.hash) & mask
-        while F.load32(UnsafeRawBufferPointer(out), F.headerBytes + F.slotBytes * slot + 4) != 0 { slot = (slot + 1) & mask }
-        F.store32(item.hash, out, F.headerBytes + F.slotBytes * slot)
-        F.store32(UInt32(entry), out, F.headerBytes + F.slotBytes * slot + 4)
-      }
     }
-    return out
+    try output.write(header, at: 0)
+    return Built(length: fileLength, objects: objects, payload: payload)
   }
 }
 
 // MARK: - Merge
 
 extension SuiteImage {
-  /// The image of `base` (nil: empty) with `changes` applied (a nil value removes the key), at (generation,
-  /// position). Entries of `base` whose keys are not in `changes` are copied as raw bytes (no value is decoded,
-  /// no key becomes a String). Keys match by bytes (see `SuiteImageFormat`; they are in NFC).
-  static func merged(
-    base: SuiteImage?, changes: [String: PropertyListValue?], generation: UInt64, position: UInt64
-  ) throws(SharedDefaultsError) -> [UInt8] {
-    var builder = SuiteImageBuilder(
-      generation: generation, position: position, capacity: (base?.count ?? 0) + changes.count)
+  /// Writes to `output` the image of `base` (nil: empty) with `changes` applied (a nil value removes the key), at
+  /// (generation, position). Entries of `base` whose keys are not in `changes` are copied as raw bytes (no value
+  /// is decoded, no key becomes a String). Keys match by bytes (see `SuiteImageFormat`; they are in NFC).
+  static func merge(
+    base: SuiteImage?, changes: [String: PropertyListValue?], generation: UInt64, position: UInt64,
+    into output: SuiteImageOutput
+  ) throws(SharedDefaultsError) -> (built: SuiteImageBuilder.Built, output: SuiteImageOutput) {
+    // The entry count first (it sizes the index, which comes before the values): the base's, less the changed
+    // keys it holds, plus the changed keys that keep a value.
+    var count = base?.count ?? 0
+    for (key, value) in changes {
+      if let base {
+        do { if try base.find(key) != nil { count -= 1 } } catch {
+          throw .system(FileSystemError("read", "suite image", .badMessage, reason: "the image is damaged: \(error)"))
+        }
+      }
+      if value != nil { count += 1 }
+    }
+    var builder = SuiteImageBuilder(generation: generation, position: position, count: count, output: output)
     if let base {
       let changed = ChangedKeys(changes.keys)
       let corruption = try base.forEachRawEntry { (entry, key) throws(SharedDefaultsError) in
@@ -210,7 +296,17 @@ extension SuiteImage {
     for (key, value) in changes {
       if let value { try builder.add(key: key, value: value) }
     }
-    return try builder.finish()
+    let built = try builder.finish()
+    return (built, builder.output)
+  }
+
+  /// `merge` into memory: the image's bytes.
+  static func merged(
+    base: SuiteImage?, changes: [String: PropertyListValue?], generation: UInt64, position: UInt64
+  ) throws(SharedDefaultsError) -> [UInt8] {
+    let (_, output) = try merge(base: base, changes: changes, generation: generation, position: position, into: .memory([]))
+    guard case .memory(let bytes) = output else { return [] }
+    return bytes
   }
 }
 

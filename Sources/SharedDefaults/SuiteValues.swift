@@ -115,11 +115,10 @@ struct SuiteValues: @unchecked Sendable {  // `decoded` is a box filled under th
     return all
   }
 
-  /// The bytes of an image holding this state, at (generation, position): the image's entries copied as they are,
-  /// the changes encoded over them.
-  func imageBytes(generation: UInt64, position: Int) throws(SharedDefaultsError) -> [UInt8] {
-    let all = frozen.isEmpty ? changes : frozen.merging(changes) { $1 }
-    return try SuiteImage.merged(base: image, changes: all, generation: generation, position: UInt64(position))
+  /// What an image holding this state is made of: the image's entries, copied as they are, with the changes
+  /// encoded over them (`SuiteImage.merge`).
+  var imageParts: (base: SuiteImage?, changes: [String: PropertyListValue?]) {
+    (image, frozen.isEmpty ? changes : frozen.merging(changes) { $1 })
   }
 
   /// The state as `replacement` (an image holding exactly this state) — the changes and decoded values are no

@@ -118,7 +118,8 @@ package enum AtomicReplace {
     while true {
       let temp = temporaryName(for: name, number: nextTemporaryNumber())
       do throws(FileSystemError) {
-        let fd = try directory.open(temp, [.writeOnly, .exclusiveCreate], mode: mode)
+        // Readable too: a writer that streams a file may read back what it wrote (the suite image's dedup).
+        let fd = try directory.open(temp, [.readWrite, .exclusiveCreate], mode: mode)
         guard exactMode else { return (fd, temp) }
         do { try fd.setPermissions(mode) } catch {
           fd.close()

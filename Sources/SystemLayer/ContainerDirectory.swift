@@ -139,6 +139,19 @@ package final class ContainerDirectory: Sendable {
     _ relative: String, with bytes: some Collection<UInt8>, mode: mode_t,
     durability: AtomicReplace.Durability = .processCrash, resolution: Resolution = .automatic
   ) throws(FileSystemError) -> FileStatus {
+    try replaceFile(relative, mode: mode, durability: durability, resolution: resolution) {
+      (fd) throws(FileSystemError) in try fd.writeAll(bytes)
+    }
+  }
+
+  /// `replaceFile` with what `write` writes into the temp file (open for reading too), for a file too large to
+  /// gather in memory first. `write` may run again, on a fresh temp file, when the staged one cannot be renamed
+  /// into place (see `AtomicReplace.write(parts:)`).
+  @discardableResult
+  package func replaceFile(
+    _ relative: String, mode: mode_t, durability: AtomicReplace.Durability = .processCrash,
+    resolution: Resolution = .automatic, writing write: (SystemFD) throws(FileSystemError) -> Void
+  ) throws(FileSystemError) -> FileStatus {
     let (parent, name) = Self.split(relative)
     guard !name.isEmpty else { throw FileSystemError("replace", path, .isDirectory) }
     let directory: SystemFD
@@ -148,7 +161,8 @@ package final class ContainerDirectory: Sendable {
     }
     defer { directory.close() }
     return try AtomicReplace.write(
-      bytes, in: directory, name: name, mode: mode, durability: durability, staging: stagingDirectory())
+      parts: 1, in: directory, name: name, mode: mode, durability: durability, staging: stagingDirectory()
+    ) { (fd, _) throws(FileSystemError) in try write(fd) }
   }
 
   /// `replaceFile`, done only when no symbolic link is on the way to `relative`, its last component included: the

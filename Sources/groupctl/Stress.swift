@@ -1,12 +1,13 @@
 import ArgumentParser
 import Foundation
 import GroupContainer
+import SystemLayer
 
 struct Stress: ParsableCommand {
   static let configuration = CommandConfiguration(
     abstract: "Run many writer processes against the container and check that nothing was lost.",
     subcommands: [
-      StressDefaults.self, StressDefaultsWriter.self, StressFiles.self, StressFilesWriter.self,
+      StressDefaults.self, StressDefaultsWriter.self, StressDefaultsReader.self, StressFiles.self, StressFilesWriter.self,
       StressFilesPresenter.self, PresentMany.self,
     ])
 }
@@ -122,6 +123,12 @@ struct StressDefaultsWriter: ParsableCommand {
   @Option(help: .hidden) var testingUpdateDelayUs = 0
   /// For the tests' histories: "update <value>" after each update() returned (acknowledged), in order.
   @Flag(help: .hidden) var printUpdates = false
+  /// For the benchmarks' big-value rows: each set writes a distinct data value of this many bytes, not an integer.
+  @Option(help: .hidden) var valueBytes = 0
+  /// For the benchmarks: a last line `peak_rss_kb=<n>`, this process's own peak.
+  @Flag(help: .hidden) var printPeakMemory = false
+  /// For the benchmarks: synchronize() after the loop (the export written and everything durable).
+  @Flag(help: .hidden) var synchronize = false
   @OptionGroup var suite: SuiteOptions
 
   func run() throws {
@@ -129,7 +136,8 @@ struct StressDefaultsWriter: ParsableCommand {
     // Options and key names outside the loop: the loop measures the suite, not argument parsing or string building.
     let (keys, rounds, increments) = (self.keys, self.rounds, self.increments)
     let names = (0..<keys).map { "w\(index)-k\($0)" }
-    let (timed, delay) = (latency, UInt32(testingUpdateDelayUs))
+    let (timed, delay, valueBytes) = (latency, UInt32(testingUpdateDelayUs), self.valueBytes)
+    var big = Data(count: valueBytes)
     if startOnStdinClose {
       Output.line("ready")
       _ = FileHandle.standardInput.readDataToEndOfFile()
@@ -140,7 +148,13 @@ struct StressDefaultsWriter: ParsableCommand {
     for i in 0..<max(keys * rounds, increments) {
       if i < keys * rounds {
         let before = timed ? DispatchTime.now().uptimeNanoseconds : 0
-        try defaults.set(i % keys, forKey: names[i % keys])
+        if valueBytes > 0 {
+          // Distinct values: the first eight bytes are the set's number.
+          big.withUnsafeMutableBytes { out in withUnsafeBytes(of: UInt64(i).littleEndian) { out.copyMemory(from: $0) } }
+          try defaults.set(big, forKey: names[i % keys])
+        } else {
+          try defaults.set(i % keys, forKey: names[i % keys])
+        }
         if timed { histogram.record(DispatchTime.now().uptimeNanoseconds &- before) }
       }
       if i < increments {
@@ -160,5 +174,66 @@ struct StressDefaultsWriter: ParsableCommand {
     // the compaction replaced, which only this process can still reach): wait for it before exiting. (Not
     // synchronize(): its durable compaction would give a tool still writing in place only 250 ms.)
     defaults.waitForBackgroundWork()
+    if synchronize { try defaults.synchronize() }
+    if printPeakMemory { Output.line("peak_rss_kb=\(((try? MemorySignals.peakResidentBytes()) ?? 0) / 1024)") }
   }
+}
+
+/// A reader beside `stress defaults`' writers, for the benchmarks: reads the keys a writer `w<index>` writes
+/// (`w<index>-k<i>`, random i below --keys), each read timed, until standard input closes (or once each with
+/// --once); then prints "latency <histogram>", "p999_us=<n> max_us=<n> reads=<n>" and, with --print-peak-memory,
+/// "peak_rss_kb=<n>".
+struct StressDefaultsReader: ParsableCommand {
+  static let configuration = CommandConfiguration(
+    commandName: "defaults-reader", abstract: "A timed reader of a suite (for the benchmarks).", shouldDisplay: false)
+  @OptionGroup var container: ContainerOptions
+  @Option var index = 0
+  @Option var keys: Int
+  @Flag(help: "Read --reads keys once, then exit (a new process's reads); else read until standard input closes.")
+  var once = false
+  @Option(help: "With --once: how many keys.") var reads = 10
+  @Flag(help: "Also read the whole suite (dictionaryRepresentation) once.") var whole = false
+  @Flag var printPeakMemory = false
+  @OptionGroup var suite: SuiteOptions
+
+  func run() throws {
+    let defaults = try suite.open(container)
+    let (keys, index) = (max(self.keys, 1), self.index)
+    var histogram = LatencyHistogram()
+    var generator = SystemRandomNumberGenerator()
+    var reads = 0
+    var found = 0
+    func readOne() {
+      let name = "w\(index)-k\(Int.random(in: 0..<keys, using: &generator))"
+      let before = DispatchTime.now().uptimeNanoseconds
+      if defaults.value(forKey: name) != nil { found += 1 }
+      histogram.record(DispatchTime.now().uptimeNanoseconds &- before)
+      reads += 1
+    }
+    if once {
+      for _ in 0..<self.reads { readOne() }
+    } else {
+      Output.line("ready")
+      // Standard input closing is the stop: a thread waits for it while this one reads.
+      let stop = StopFlag()
+      Thread.detachNewThread {
+        _ = FileHandle.standardInput.readDataToEndOfFile()
+        stop.set()
+      }
+      while !stop.isSet { readOne() }
+    }
+    if whole { found += defaults.dictionaryRepresentation().isEmpty ? 0 : 1 }
+    Output.line("latency " + histogram.line)
+    Output.line(
+      "p999_us=\(histogram.percentile(0.999) / 1000) max_us=\(histogram.maximum / 1000) reads=\(reads) found=\(found)")
+    if printPeakMemory { Output.line("peak_rss_kb=\(((try? MemorySignals.peakResidentBytes()) ?? 0) / 1024)") }
+  }
+}
+
+/// A flag one thread sets and another polls.
+final class StopFlag: @unchecked Sendable {
+  private let lock = NSLock()
+  private var value = false
+  func set() { lock.withLock { value = true } }
+  var isSet: Bool { lock.withLock { value } }
 }

@@ -26,9 +26,11 @@ import Testing
   func build(
     _ values: [String: PropertyListValue], generation: UInt64 = 7, position: UInt64 = 42
   ) throws -> [UInt8] {
-    var builder = SuiteImageBuilder(generation: generation, position: position, capacity: values.count)
+    var builder = SuiteImageBuilder(generation: generation, position: position, count: values.count)
     for (key, value) in values { try builder.add(key: key, value: value) }
-    return try builder.finish()
+    _ = try builder.finish()
+    guard case .memory(let bytes) = builder.output else { return [] }
+    return bytes
   }
 
   /// Equality that holds for NaN too (reals compared by bits).
