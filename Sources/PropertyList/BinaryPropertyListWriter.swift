@@ -16,6 +16,44 @@ public enum BinaryPropertyListWriter {
     _ = try encoder.flatten(value, depth: 0)
     return encoder.serialize()
   }
+
+  /// Data and strings of this many encoded bytes or more are written out by `writeDictionary` as they come, and are
+  /// not deduplicated (smaller ones are, as `write` does).
+  public static let streamedScalarBytes = 64 << 10
+
+  /// Writes a dictionary as `bplist00` through `write` (called with consecutive pieces of the file), asking
+  /// `value(i)` for the value of `keys[i]` only when it is its turn: a suite's export is never held whole in
+  /// memory, only its keys, its small values and one large value at a time. The same file as `write` would make
+  /// for the same dictionary, except that large data and strings (`streamedScalarBytes`) are stored where they
+  /// come and never shared. The caller gives each key once.
+  public static func writeDictionary(
+    keys: [String], limits: PropertyListLimits = .default, value: (Int) throws -> PropertyListValue,
+    write: (UnsafeRawBufferPointer) throws -> Void
+  ) throws {
+    var encoder = BinaryEncoder(maxDepth: limits.maxDepth)
+    encoder.streamFrom = streamedScalarBytes
+    try BinaryPropertyListReader.signature.withUnsafeBytes(write)
+    encoder.written = BinaryPropertyListReader.signature.count
+    encoder.objects.append(.dictionary(keys: [], values: []))
+    let (utf8, spans) = BinaryEncoder.sortedSpans(keys.lazy.map { $0.utf8 })
+    var keyRefs: [Int] = []
+    var valueRefs: [Int] = []
+    keyRefs.reserveCapacity(spans.count)
+    valueRefs.reserveCapacity(spans.count)
+    for span in spans {
+      keyRefs.append(encoder.unique(BinaryEncoder.encodeString(utf8: utf8[span.start..<(span.start + span.count)])))
+    }
+    for span in spans {
+      valueRefs.append(try encoder.flatten(try value(span.pair), depth: 1))
+      if !encoder.stream.isEmpty {
+        try encoder.stream.withUnsafeBytes(write)
+        encoder.written += encoder.stream.count
+        encoder.stream = []
+      }
+    }
+    encoder.objects[0] = .dictionary(keys: keyRefs, values: valueRefs)
+    try encoder.serialize().withUnsafeBytes(write)
+  }
 }
 
 private struct BinaryEncoder {
@@ -24,6 +62,8 @@ private struct BinaryEncoder {
     case scalar([UInt8])
     case array([Int])
     case dictionary(keys: [Int], values: [Int])
+    /// A scalar already written out at this offset of the file (`writeDictionary`).
+    case written(offset: Int)
   }
 
   /// An encoded scalar as a dictionary key, hashed in one call over its bytes (an array of bytes hashes them one
@@ -40,8 +80,37 @@ private struct BinaryEncoder {
   var integerIndex: [Int128: Int] = [:]
   static let sharedIntegerMagnitude: UInt128 = 0xFFFF
 
+  /// Streaming (`writeDictionary`): scalars this long or longer go to `stream`, to be written at `written`.
+  var streamFrom = Int.max
+  var stream: [UInt8] = []
+  /// Bytes of the file written out so far (`stream` comes after them).
+  var written = 0
+
   init(maxDepth: Int) {
     self.maxDepth = maxDepth
+  }
+
+  /// The keys' UTF-8 in one buffer and their spans sorted by it (the file's key order): bytes are compared without
+  /// reference counting (comparing through `String.UTF8View` was the largest cost of encoding a million keys).
+  static func sortedSpans(_ keys: some Sequence<String.UTF8View>) -> (
+    utf8: [UInt8], spans: [(start: Int, count: Int, pair: Int)]
+  ) {
+    var utf8: [UInt8] = []
+    var spans: [(start: Int, count: Int, pair: Int)] = []
+    spans.reserveCapacity(keys.underestimatedCount)
+    for (i, key) in keys.enumerated() {
+      spans.append((utf8.count, key.count, i))
+      utf8.append(contentsOf: key)
+    }
+    utf8.withUnsafeBufferPointer { bytes in
+      spans.sort { a, b in
+        for i in 0..<min(a.count, b.count) where bytes[a.start + i] != bytes[b.start + i] {
+          return bytes[a.start + i] < bytes[b.start + i]
+        }
+        return a.count < b.count
+      }
+    }
+    return (utf8, spans)
   }
 
   /// Assigns object indices in pre-order (the top object gets index 0) and returns `value`'s.
@@ -71,24 +140,8 @@ private struct BinaryEncoder {
         scalarIndex.reserveCapacity(scalarIndex.count + entries.count)
         objects.reserveCapacity(objects.count + 2 * entries.count)
       }
-      // Every key's UTF-8 in one buffer, sorted as spans of it: comparing bytes without reference counting
-      // (comparing through `String.UTF8View` was the largest cost of encoding a million keys).
       let pairs = Array(entries)
-      var utf8: [UInt8] = []
-      var spans: [(start: Int, count: Int, pair: Int)] = []
-      spans.reserveCapacity(pairs.count)
-      for (i, pair) in pairs.enumerated() {
-        spans.append((utf8.count, pair.key.utf8.count, i))
-        utf8.append(contentsOf: pair.key.utf8)
-      }
-      utf8.withUnsafeBufferPointer { bytes in
-        spans.sort { a, b in
-          for i in 0..<min(a.count, b.count) where bytes[a.start + i] != bytes[b.start + i] {
-            return bytes[a.start + i] < bytes[b.start + i]
-          }
-          return a.count < b.count
-        }
-      }
+      let (utf8, spans) = Self.sortedSpans(pairs.lazy.map { $0.key.utf8 })
       var keyRefs: [Int] = []
       var valueRefs: [Int] = []
       keyRefs.reserveCapacity(spans.count)
@@ -112,7 +165,11 @@ private struct BinaryEncoder {
       if small { integerIndex[integer.value] = index }
       return index
     default:
-      return unique(try Self.encodeScalar(value))
+      let encoded = try Self.encodeScalar(value)
+      guard encoded.count >= streamFrom else { return unique(encoded) }
+      objects.append(.written(offset: written + stream.count))
+      if stream.isEmpty { stream = encoded } else { stream += encoded }
+      return objects.count - 1
     }
   }
 
@@ -220,22 +277,30 @@ private struct BinaryEncoder {
     return 8
   }
 
+  /// The file (or, streaming, the rest of it: every object not written yet, the offset table and the trailer).
   func serialize() -> [UInt8] {
     let refSize = Self.width(toHold: objects.count)
-    var out = BinaryPropertyListReader.signature
+    let streaming = streamFrom != Int.max
+    var out = streaming ? [] : BinaryPropertyListReader.signature
+    let base = streaming ? written : 0
     var size = 40
     for object in objects {
       switch object {
       case .scalar(let bytes): size += bytes.count + 8
       case .array(let refs): size += 10 + (refSize + 8) * refs.count
       case .dictionary(let keys, let values): size += 10 + (refSize + 8) * (keys.count + values.count)
+      case .written: size += 8
       }
     }
     out.reserveCapacity(size)
     var offsets: [Int] = []
     offsets.reserveCapacity(objects.count)
     for object in objects {
-      offsets.append(out.count)
+      if case .written(let offset) = object {
+        offsets.append(offset)
+        continue
+      }
+      offsets.append(base + out.count)
       switch object {
       case .scalar(let bytes):
         out.append(contentsOf: bytes)
@@ -246,9 +311,11 @@ private struct BinaryEncoder {
         Self.appendHeader(0xD0, count: keys.count, to: &out)
         for ref in keys { Self.appendBigEndian(UInt64(ref), size: refSize, to: &out) }
         for ref in values { Self.appendBigEndian(UInt64(ref), size: refSize, to: &out) }
+      case .written:
+        break
       }
     }
-    let tableOffset = out.count
+    let tableOffset = base + out.count
     // Sized by the table offset (as Python does), so every object offset fits.
     let offsetSize = Self.width(toHold: tableOffset)
     for offset in offsets { Self.appendBigEndian(UInt64(offset), size: offsetSize, to: &out) }

@@ -85,17 +85,7 @@ extension DefaultsStore {
       }
       guard let (image, previous, generation) = start else { return }
       // 2. Without the lock: the plist, in a temp file (durable: synced); the pairs the name stops showing.
-      let written: FileStatus
-      do {
-        let bytes = try PropertyListValue.dictionary(SuiteValues(image: image).dictionary()).encoded(as: .binary)
-        written = try SharedDefaultsError.wrap { () throws(FileSystemError) in
-          try AtomicReplace.write(bytes, in: dir, name: temp, mode: fileMode, durability: durable ? .powerLoss : .processCrash)
-        }
-      } catch let error as SharedDefaultsError {
-        throw error
-      } catch {
-        throw .unsupportedValue("the suite cannot be written as a property list: \(error)")
-      }
+      let written = try writeExportFile(of: image, as: temp, in: dir, durable: durable)
       let superseded = previous.flatMap { ExportMirror.superseded(from: $0, to: image) }
       if previous != nil, superseded == nil {
         Self.logger.warning("suite '\(suite)': the image of the last export does not read; its values are not remembered")
@@ -124,6 +114,68 @@ extension DefaultsStore {
       }
     }
     scheduleExportCheck(after: Self.exportRetryDelay)  // overtaken three times: later
+  }
+
+  /// Writes the binary plist of `image` as `name` in `dir` (AtomicReplace), value by value
+  /// (`BinaryPropertyListWriter.writeDictionary`): only the keys, the small values and one large value are in
+  /// memory at a time, and a large value's pages of the image are given back once written.
+  func writeExportFile(of image: SuiteImage, as name: String, in dir: SystemFD, durable: Bool)
+    throws(SharedDefaultsError) -> FileStatus
+  {
+    var keys: [String] = []
+    var entries: [SuiteImage.Entry] = []
+    keys.reserveCapacity(image.count)
+    entries.reserveCapacity(image.count)
+    let faults = image.faultCount
+    // Errors other than the file's cross the replace's closure (which throws FileSystemError) kept aside.
+    var refused: SharedDefaultsError?
+    func unwritable(_ error: any Error) -> SharedDefaultsError {
+      .unsupportedValue("the suite cannot be written as a property list: \(error)")
+    }
+    do {
+      try image.forEachEntry { entry, key in
+        keys.append(key)
+        entries.append(entry)
+      }
+      return try SharedDefaultsError.wrap { () throws(FileSystemError) in
+        try AtomicReplace.write(
+          parts: 1, in: dir, name: name, mode: fileMode, durability: durable ? .powerLoss : .processCrash
+        ) { (fd, _) throws(FileSystemError) in
+          // Small pieces are gathered and written a megabyte at a time.
+          var pending: [UInt8] = []
+          let chunk = 1 << 20
+          do {
+            try BinaryPropertyListWriter.writeDictionary(keys: keys) { i in
+              let entry = entries[i]
+              let value = try image.value(of: entry)
+              if entry.valueLength >= SuiteValues.releasedValueBytes {
+                image.releaseResidentPages(in: entry.valueOffset..<(entry.valueOffset + entry.valueLength))
+              }
+              return value
+            } write: { bytes in
+              if pending.count + bytes.count > chunk, !pending.isEmpty {
+                try fd.writeAll(pending)
+                pending.removeAll(keepingCapacity: true)
+              }
+              if bytes.count >= chunk { try fd.writeAll(bytes) } else { pending.append(contentsOf: bytes) }
+            }
+            try fd.writeAll(pending)
+            guard image.faultCount == faults else {
+              throw SuiteImage.Corruption(offset: 0, reason: "the file was truncated while it was read")
+            }
+          } catch let error as FileSystemError {
+            throw error
+          } catch {
+            refused = unwritable(error)
+            throw FileSystemError("write", name, .canceled)
+          }
+        }
+      }
+    } catch let error as SharedDefaultsError {
+      throw refused ?? error
+    } catch {
+      throw unwritable(error)
+    }
   }
 
   /// Whether the export does not hold the snapshot's state (stale, edited, or written from an older snapshot).

@@ -255,6 +255,9 @@ final class SuiteImage: @unchecked Sendable {  // immutable after init: read-onl
   /// the file was truncated under us and what was read is not trustworthy.
   var faultCount: UInt32 { mapping?.faultCount ?? 0 }
 
+  /// Gives back the resident pages of `range` of a mapped image (a value read once, by the export).
+  func releaseResidentPages(in range: Range<Int>) { mapping?.releaseResidentPages(in: range) }
+
   /// Maps the image open as `fd` (which it now owns: closed with the image, or before a throw) and checks its
   /// header (O(1)).
   convenience init(mapping fd: SystemFD) throws(OpenError) {

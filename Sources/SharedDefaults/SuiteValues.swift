@@ -92,6 +92,9 @@ struct SuiteValues: @unchecked Sendable {  // `decoded` is a box filled under th
 
   /// Every key and value: O(suite), for the calls that return the whole suite (`dictionaryRepresentation`, an
   /// export, an outside edit's difference).
+  /// Values this large have their image pages given back once decoded.
+  static let releasedValueBytes = 1 << 20
+
   func dictionary() throws(SuiteImage.Corruption) -> [String: PropertyListValue] {
     var all: [String: PropertyListValue] = [:]
     if let image {
@@ -99,7 +102,12 @@ struct SuiteValues: @unchecked Sendable {  // `decoded` is a box filled under th
       let faults = image.faultCount
       do {
         try image.forEachEntry { entry, key in
-          if changes[key] == nil && frozen[key] == nil { all[key] = try image.value(of: entry) }
+          guard changes[key] == nil && frozen[key] == nil else { return }
+          all[key] = try image.value(of: entry)
+          // A large value is now in memory: its pages of the mapping are given back (they would count twice).
+          if entry.valueLength >= Self.releasedValueBytes {
+            image.releaseResidentPages(in: entry.valueOffset..<(entry.valueOffset + entry.valueLength))
+          }
         }
       } catch let error as SuiteImage.Corruption {
         throw error

@@ -69,4 +69,11 @@ package final class MappedFile: @unchecked Sendable {  // immutable after init (
   /// SIGBUS faults taken in this mapping so far (each one means the file was truncated under us); 0 for an
   /// empty file.
   package var faultCount: UInt32 { guardSlot < 0 ? 0 : gc_guard_faults(guardSlot) }
+
+  /// Gives back this process's resident pages of `range` (whole pages inside it), for bytes read once: the data
+  /// stays in the page cache (see `SharedFileMapping.releaseResidentPages`).
+  package func releaseResidentPages(in range: Range<Int>) {
+    guard let base = bytes.baseAddress else { return }
+    SharedFileMapping.releaseResidentPages(of: base, count: bytes.count, in: range)
+  }
 }

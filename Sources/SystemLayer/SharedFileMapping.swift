@@ -116,11 +116,16 @@ package final class SharedFileMapping: @unchecked Sendable {  // immutable after
   /// cache and the next touch maps it again. For bytes read once, such as a scan. The corresponding C function is
   /// `madvise` (`MADV_DONTNEED`, which keeps a shared mapping's data).
   package func releaseResidentPages(in range: Range<Int>) {
+    Self.releaseResidentPages(of: base, count: reservation, in: range)
+  }
+
+  /// `releaseResidentPages` for any shared mapping of `count` bytes at `base` (MappedFile's too).
+  static func releaseResidentPages(of base: UnsafeRawPointer, count: Int, in range: Range<Int>) {
     let page = Int(sysconf(Int32(_SC_PAGESIZE)))
     let start = (max(range.lowerBound, 0) + page - 1) / page * page
-    let end = min(range.upperBound, reservation) / page * page
+    let end = min(range.upperBound, count) / page * page
     guard end > start else { return }
-    _ = madvise(base + start, end - start, MADV_DONTNEED)
+    _ = madvise(UnsafeMutableRawPointer(mutating: base) + start, end - start, MADV_DONTNEED)
   }
 
   /// The 64-bit word at `offset` (8-aligned), for atomics shared by every process.

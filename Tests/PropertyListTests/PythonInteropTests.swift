@@ -47,6 +47,37 @@ struct PythonInteropTests {
     }
   }
 
+  /// `writeDictionary` (the export's streamed form): large data and strings written where they come, the rest
+  /// after them — one file both readers take, equal to the dictionary `write` makes. Breaking it on purpose (the
+  /// written offsets not advanced past a streamed piece) fails both.
+  @Test("Python reads a dictionary written value by value")
+  func pythonReadsAStreamedDictionary() async throws {
+    var rng = SeededGenerator(state: 7)
+    var dictionary: [String: PropertyListValue] = [:]
+    for i in 0..<300 { dictionary["k\(i)"] = randomValue(&rng) }
+    let big = BinaryPropertyListWriter.streamedScalarBytes
+    dictionary["big1"] = .data((0..<big).map { UInt8(truncatingIfNeeded: $0) })
+    dictionary["big2"] = .data(Array(repeating: 2, count: 3 * big))
+    dictionary["same as big2"] = .data(Array(repeating: 2, count: 3 * big))
+    dictionary["big string"] = .string(String(repeating: "é", count: big))
+    dictionary["nested"] = ["inner": .data(Array(repeating: 9, count: big + 1)), "small": 1]
+    let keys = Array(dictionary.keys)
+    var bytes: [UInt8] = []
+    var asked = 0
+    try BinaryPropertyListWriter.writeDictionary(keys: keys) { i in
+      asked += 1
+      return dictionary[keys[i]]!
+    } write: { bytes.append(contentsOf: $0) }
+    #expect(asked == keys.count)
+    #expect(try PropertyListValue(bytes: bytes) == .dictionary(dictionary))
+    let file = temporaryFile(".bplist")
+    defer { try? FileManager.default.removeItem(at: file) }
+    try Data(bytes).write(to: file)
+    let seen = try await Python.run(
+      Python.canonicalFunction + "print(canon(plistlib.load(open(sys.argv[1], 'rb'))))", arguments: [file.path])
+    #expect(seen == canonical(.dictionary(dictionary)) + "\n")
+  }
+
   @Test("we read what Python writes", arguments: ["FMT_BINARY", "FMT_XML"])
   func weReadPythons(format: String) async throws {
     let script =
