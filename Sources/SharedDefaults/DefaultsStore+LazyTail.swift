@@ -66,6 +66,8 @@ extension DefaultsStore {
     }
   }
 
+  static let scanReleaseBytes = 2 << 20
+
   /// The last record of `key` (NFC) in the tail's journal range, read without the lock.
   private func scan(_ tail: LazyTail, for key: String, generation: UInt64) -> TailLookup {
     tail.scans += 1
@@ -79,9 +81,16 @@ extension DefaultsStore {
     let wanted = Array(key.utf8)
     let base = UnsafeRawPointer(journal.base)
     var last: (offset: Int, length: Int)?
+    // The scanned pages are given back as the scan goes (the page cache keeps them): a tail of tens of megabytes
+    // costs this process a few megabytes at its peak, not the whole tail.
+    var released = range.lowerBound
     let readable = JournalFormat.forEachKey(in: base, from: range.lowerBound, to: range.upperBound) {
       offset, length, key in
       if key.count == wanted.count, key.elementsEqual(wanted) { last = (offset, length) }
+      if offset - released >= Self.scanReleaseBytes {
+        journal.releaseResidentPages(in: released..<offset)
+        released = offset
+      }
       return true
     }
     guard readable else { return .failed }
