@@ -96,7 +96,8 @@ let package = Package(
   ]
 )
 
-for target in package.targets where target.type != .system && target.name != "CThumbnailCodec"
+for target in package.targets
+where target.type != .system && target.name != "CThumbnailCodec"
   && target.name != "CFuzzShim"
 {
   target.swiftSettings = (target.swiftSettings ?? []) + [.swiftLanguageMode(.v6)]

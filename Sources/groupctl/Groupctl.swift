@@ -10,7 +10,8 @@ struct Groupctl: AsyncParsableCommand {
     abstract: "Inspect and use a shared group container from the shell.",
     discussion: """
       The container root comes from --root (after the subcommand or before it: `groupctl --root DIR status ID`), \
-      else GROUP_CONTAINER_ROOT, else $XDG_DATA_HOME/group-containers (default ~/.local/share/group-containers). Paths are relative to the container; paths that lead outside \
+      else GROUP_CONTAINER_ROOT, else $XDG_DATA_HOME/group-containers (default ~/.local/share/group-containers). \
+      Paths are relative to the container; paths that lead outside \
       it are refused. Commands that only read (read, status, defaults read/read-type/find/domains/export, cache \
       get/list/stats, downloads list/wait/watch, activities list/watch, doctor) never create a container, suite or cache: a missing one \
       is an error.

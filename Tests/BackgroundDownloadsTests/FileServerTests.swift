@@ -540,8 +540,8 @@ struct FileServerTests {
     let server = try Child(["--port", "0"], executable: "gc-file-server")
     let listening = try #require(await server.line { $0.hasPrefix("listening ") })
     let port = try #require(listening.split(separator: " ").last.flatMap { Int($0) })
-    guard let curl = try ToolRun("curl", ["-s", "-o", "/dev/null", "-w", "%{http_code}", "http://127.0.0.1:\(port)/gen/100?seed=1"])
-    else {
+    let url = "http://127.0.0.1:\(port)/gen/100?seed=1"
+    guard let curl = try ToolRun("curl", ["-s", "-o", "/dev/null", "-w", "%{http_code}", url]) else {
       Issue.record("curl is not installed: not checked")
       server.kill()
       return

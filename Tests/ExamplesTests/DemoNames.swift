@@ -25,7 +25,8 @@ extension Demo {
     let host = try Child(["video", "--make-images", directory.path], executable: "host")
     let status = await host.exit()
     guard status == 0, let line = host.output.first(where: { $0.contains("wrote the demo's images: ") }) else {
-      throw DemoFailure(description: "host video --make-images exited \(String(describing: status)): \(host.errors.text)")
+      throw DemoFailure(
+        description: "host video --make-images exited \(String(describing: status)): \(host.errors.text)")
     }
     return line.components(separatedBy: "wrote the demo's images: ")[1].components(separatedBy: ", ")
   }

@@ -92,7 +92,8 @@ import Testing
     let run = try Run(
       "/bin/bash", [Self.script],
       environment: [
-        "DEMO_HEADLESS": "1", "DEMO_BIN": productsDirectory.path, "DEMO_EXAMPLES_BIN": examplesDirectory.path, "DEMO_PIDFILE": pidFile,
+        "DEMO_HEADLESS": "1", "DEMO_BIN": productsDirectory.path, "DEMO_EXAMPLES_BIN": examplesDirectory.path,
+        "DEMO_PIDFILE": pidFile,
         // A root left by an earlier run must not be used (its state made the check pass out of order).
         "GROUP_CONTAINER_ROOT": presetRoot,
       ])
@@ -257,7 +258,8 @@ import Testing
     let demo = try Run(
       "/bin/bash", [Self.script],
       environment: [
-        "TMUX": socket, "DEMO_HEADLESS": "0", "DEMO_BIN": productsDirectory.path, "DEMO_EXAMPLES_BIN": examplesDirectory.path, "DEMO_PIDFILE": pidFile,
+        "TMUX": socket, "DEMO_HEADLESS": "0", "DEMO_BIN": productsDirectory.path,
+        "DEMO_EXAMPLES_BIN": examplesDirectory.path, "DEMO_PIDFILE": pidFile,
       ])
     // The demo's window set up (the script tracks the panes' pids last: host, widget, and the file server before
     // them), with the host's UI up in its left pane.
@@ -296,11 +298,14 @@ import Testing
     // `x` in the scoreboard widget dismisses the match: the widget shows it and stays (it used to exit, and the
     // demo ended with it, silently).
     func scoreboardWidgetPane() async throws -> String? {
-      let panes = try await tmuxCommand(["list-panes", "-s", "-t", "user", "-F", "#{window_name} #{pane_at_left} #{pane_id}"])
+      let panes = try await tmuxCommand(
+        ["list-panes", "-s", "-t", "user", "-F", "#{window_name} #{pane_at_left} #{pane_id}"])
       return panes.output.split(separator: "\n").first { $0.hasPrefix("simpletimer-scoreboard 0 ") }
         .map { String($0.split(separator: " ")[2]) }
     }
-    func screen(_ pane: String) async throws -> String { try await tmuxCommand(["capture-pane", "-p", "-t", pane]).output }
+    func screen(_ pane: String) async throws -> String {
+      try await tmuxCommand(["capture-pane", "-p", "-t", pane]).output
+    }
     let widgetPane = try #require(try await scoreboardWidgetPane(), "no scoreboard widget pane")
     var shown = ""
     for _ in 0..<800 where !shown.contains("x: dismiss") {

@@ -47,7 +47,8 @@ import Testing
     for name in Self.names {
       let directory = package.appendingPathComponent("Sources/\(name)")
       try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-      try Data("import GroupContainer\nprint(\"\(name)\")\n".utf8).write(to: directory.appendingPathComponent("main.swift"))
+      try Data("import GroupContainer\nprint(\"\(name)\")\n".utf8).write(
+        to: directory.appendingPathComponent("main.swift"))
     }
     try Data(manifest.utf8).write(to: package.appendingPathComponent("Package.swift"))
     let swift = try #require(Self.swift(), "no `swift` on PATH")

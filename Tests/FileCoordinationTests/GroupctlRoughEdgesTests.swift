@@ -21,7 +21,8 @@ import Testing
     _ = try root.container(Self.group)
     let run = try await groupctl(["read", Self.group, "Documents/missing.txt", "--root", root.path])
     #expect(run.status == 1, "\(run)")
-    #expect(run.err.hasPrefix("groupctl: no such item 'Documents/missing.txt' in the container '\(Self.group)'"), "\(run)")
+    #expect(
+      run.err.hasPrefix("groupctl: no such item 'Documents/missing.txt' in the container '\(Self.group)'"), "\(run)")
     #expect(!run.err.contains("errno") && !run.err.contains("openat"), "\(run)")
   }
 
