@@ -20,6 +20,8 @@ import Testing
 ///   match started passes).
 /// - the pane watcher waiting for both panes to end, so `q` in the host leaves the widget and the window:
 ///   `inTmuxItOpensAWindowAndQEndsEveryProcess` fails (the demo does not end, the window stays, the widget runs).
+/// - the scoreboard widget exiting once its match is dismissed (as before issue #35): the same test fails (the
+///   widget's pane is gone after `x`).
 @Suite(.runSlot(.minutes(10)), .serialized) struct DemoScriptTests {
   /// The repository (this file is Tests/ExamplesTests/DemoScriptTests.swift).
   static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
@@ -314,7 +316,8 @@ import Testing
     }
     try #require(shown.contains("x: dismiss"), "the scoreboard widget shows no match: \(shown)")
     _ = try await tmuxCommand(["send-keys", "-t", widgetPane, "x"])
-    for _ in 0..<800 where !shown.contains("waiting for a match") {
+    // (A pane that is gone ends the wait: tmux answers "can't find pane".)
+    for _ in 0..<800 where !shown.contains("waiting for a match") && !shown.contains("can't find pane") {
       shown = try await screen(widgetPane)
       if !shown.contains("waiting for a match") { try await Task.sleep(for: .milliseconds(50)) }
     }
