@@ -4,8 +4,9 @@ SWIFT ?= swift
 .PHONY: deps build test test-under-load doc-check demo bench fuzz
 
 # libinotifytools (Debian: libinotifytools0-dev) is the one system library the package's libraries link; libpng and
-# libjpeg-turbo (libpng-dev, libjpeg62-turbo-dev) decode the video widget example's thumbnails; curl and tmux are
-# for tests (the file server's comparisons, the interactive demo's test) and the demo.
+# libjpeg-turbo (libpng-dev, libjpeg62-turbo-dev) decode the video widget example's thumbnails (the Examples package
+# only: the root builds without them); curl and tmux are for tests (the file server's comparisons, the interactive
+# demo's test) and the demo.
 deps:
 	@if [ ! -f /usr/include/inotifytools/inotifytools.h ] || [ ! -f /usr/include/png.h ] \
 	  || [ ! -f /usr/include/jpeglib.h ] || ! command -v curl >/dev/null 2>&1 \
@@ -16,8 +17,11 @@ deps:
 	    curl tmux; \
 	fi
 
+# The root, then the demo apps and README programs: a package of their own in Examples/ (depending on the root by
+# path), so their target names never reach a dependent's graph.
 build: deps
 	$(SWIFT) build
+	$(SWIFT) build --package-path Examples
 
 # Each run gets its own temp directory (TMPDIR: every test root, tool output and child lives there), removed at the
 # end (0711: the group-trust tests run as other users beneath it); a process of the run still alive afterwards fails
@@ -27,11 +31,13 @@ build: deps
 PRESSURE_SUITES = ImageCachePressureTests|MemoryPressureTests
 test: deps
 	$(SWIFT) build --build-tests
+	$(SWIFT) build --package-path Examples --build-tests
 	$(MAKE) doc-check
 	@run=$$(mktemp -d /tmp/gc-test-run.XXXXXX); chmod 0711 "$$run"; status=0; \
 	  export TMPDIR=$$run GC_TEST_TIMES=$$run/times; \
 	  $(SWIFT) test --skip-build --disable-xctest --skip '$(PRESSURE_SUITES)' || status=1; \
 	  $(SWIFT) test --skip-build --disable-xctest --filter '$(PRESSURE_SUITES)' || status=1; \
+	  $(SWIFT) test --package-path Examples --skip-build --disable-xctest || status=1; \
 	  echo "slowest tests (seconds in their run slot):"; sort -rn $$run/times 2>/dev/null | head -10 | sed 's/^/  /'; \
 	  bash scripts/test-leftovers.sh "$$run" || status=1; \
 	  exit $$status
@@ -41,6 +47,7 @@ test: deps
 LOAD_RUNS ?= 1
 test-under-load: deps
 	$(SWIFT) build --build-tests
+	$(SWIFT) build --package-path Examples --build-tests
 	@pids=""; for i in 1 2 3 4; do yes > /dev/null & pids="$$pids $$!"; done; \
 	  trap 'kill $$pids 2>/dev/null' EXIT; status=0; \
 	  for n in $$(seq 1 $(LOAD_RUNS)); do \

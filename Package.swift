@@ -18,11 +18,12 @@ let package = Package(
     .library(name: "WidgetKit", targets: ["WidgetKit"]),
     .library(name: "LiveActivities", targets: ["LiveActivities"]),
     .executable(name: "groupctl", targets: ["groupctl"]),
+    // What runs a dependent's downloads: `swift build --product gc-download-agent` puts it beside their executables.
     .executable(name: "gc-download-agent", targets: ["gc-download-agent"]),
-    // The local HTTP file server of the download tests, benchmarks and demo (not a library piece).
-    .executable(name: "gc-file-server", targets: ["gc-file-server"]),
-    .executable(name: "host", targets: ["host"]),
-    .executable(name: "widget", targets: ["widget"]),
+    // Nothing else is a product: a product's targets join every dependent's graph, where target names must be
+    // unique (an app with a target `host` or `widget` could not depend on this package). The demo apps, their kits
+    // and the README's programs are the nested package in Examples/; the file server and the test helper are
+    // executables of this package's tests only.
   ],
   dependencies: [
     .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
@@ -145,40 +146,11 @@ let package = Package(
         .product(name: "Logging", package: "swift-log"),
       ]
     ),
-    // The Timer app and its Today widget (`make demo`), sharing their logic through SimpleTimerKit.
-    .target(name: "SimpleTimerKit", dependencies: ["GroupContainer"], path: "Examples/SimpleTimerKit"),
-    // The scoreboard Live Activity the demo's host and widget share: attributes, state and its text views.
+    // The scoreboard Live Activity of the demo (the Examples package compiles the same directory for its host and
+    // widget): the test helper and the LiveActivities tests drive it. Not a product.
     .target(
       name: "ScoreboardKit", dependencies: ["LiveActivities", "AppIntents", "FileCoordination"],
       path: "Examples/ScoreboardKit"),
-    // The video widget (`host video`, `widget video`): libpng and libjpeg-turbo (Debian: libpng-dev,
-    // libjpeg62-turbo-dev) decode its thumbnails; CThumbnailCodec is the C shim that catches their longjmp errors.
-    .systemLibrary(
-      name: "CImageLibraries", path: "Examples/CImageLibraries", pkgConfig: "libpng",
-      providers: [.apt(["libpng-dev", "libjpeg62-turbo-dev"])]),
-    // The module map's `link` lines reach only modules that import it (autolinking); the shim includes the headers
-    // from C, so it names the libraries itself.
-    .target(
-      name: "CThumbnailCodec", dependencies: ["CImageLibraries"], path: "Examples/CThumbnailCodec",
-      linkerSettings: [.linkedLibrary("png"), .linkedLibrary("jpeg")]),
-    .target(
-      name: "VideoWidgetKit", dependencies: ["CThumbnailCodec", "SimpleTimerKit", "GroupContainer"],
-      path: "Examples/VideoWidgetKit"),
-    .executableTarget(
-      name: "host", dependencies: ["SimpleTimerKit", "VideoWidgetKit", "ScoreboardKit", "GroupContainer"], path: "Examples/host"),
-    .executableTarget(
-      name: "widget", dependencies: ["SimpleTimerKit", "VideoWidgetKit", "ScoreboardKit", "GroupContainer"], path: "Examples/widget"),
-    // The classic iOS App Group snippet ported to Linux; Original.swift.txt is the iOS code it is diffed against.
-    .executableTarget(
-      name: "ported-widget", dependencies: ["GroupContainer"], path: "Examples/PortedWidget",
-      exclude: ["Original.swift.txt"]),
-    // The README's programs, one executable each: ReadmeTests checks that every ```swift block of README.md is one
-    // of these files byte for byte, and runs them.
-    .executableTarget(name: "getting-started", dependencies: ["GroupContainer"], path: "Examples/Readme/GettingStarted"),
-    .executableTarget(name: "tour-defaults", dependencies: ["GroupContainer"], path: "Examples/Readme/TourDefaults"),
-    .executableTarget(name: "tour-files", dependencies: ["GroupContainer"], path: "Examples/Readme/TourFiles"),
-    .executableTarget(name: "tour-images", dependencies: ["GroupContainer"], path: "Examples/Readme/TourImages"),
-    .executableTarget(name: "tour-downloads", dependencies: ["GroupContainer"], path: "Examples/Readme/TourDownloads"),
     // "The other process" that tests spawn: presenter, lock holder, crasher.
     .executableTarget(
       name: "gc-test-helper",
@@ -189,7 +161,7 @@ let package = Package(
       ],
       path: "Tests/GCTestHelper"
     ),
-    // The local HTTP file server of tests, benchmarks and the demo: Range, validators and switchable faults; HTTPS
+    // The local HTTP file server of tests, benchmarks and the demo (not a product: see above): Range, validators and switchable faults; HTTPS
     // over HTTP/1.1 and HTTP/2 with a certificate authority of its own.
     .executableTarget(
       name: "gc-file-server",
@@ -215,8 +187,6 @@ let package = Package(
       ],
       path: "Fuzz/ContainerFilesFuzz"),
     .executableTarget(name: "ImageHeadersFuzz", dependencies: ["ImageCache", "CFuzzShim"], path: "Fuzz/ImageHeadersFuzz"),
-    .executableTarget(
-      name: "ThumbnailDecodeFuzz", dependencies: ["VideoWidgetKit", "CFuzzShim"], path: "Fuzz/ThumbnailDecodeFuzz"),
     // ResumePolicy.swift is compiled in (a symlink): the harness needs neither NIO nor BoringSSL.
     .executableTarget(
       name: "DownloadHeadersFuzz", dependencies: ["BackgroundDownloads", "CFuzzShim"], path: "Fuzz/DownloadHeadersFuzz"),
@@ -268,12 +238,9 @@ let package = Package(
     ),
     .testTarget(
       name: "ExamplesTests",
-      dependencies: [
-        "TestSupport", "SimpleTimerKit", "VideoWidgetKit", "TestImageKit", "host", "widget", "gc-file-server",
-        "gc-download-agent", "groupctl",
-        "ported-widget",
-        "getting-started", "tour-defaults", "tour-files", "tour-images", "tour-downloads",
-      ]),
+      // The programs it runs are built by the Examples package (`swift build --package-path Examples`); these are
+      // the ones they use from here.
+      dependencies: ["TestSupport", "GroupContainer", "gc-file-server", "gc-download-agent", "groupctl"]),
     .testTarget(
       name: "AppIntentsTests",
       dependencies: ["TestSupport", "AppIntents", "FileCoordination", "SystemLayer", "gc-test-helper", "groupctl"]
@@ -286,7 +253,6 @@ let package = Package(
 )
 
 for target in package.targets where target.type != .system && target.name != "CSystemShims" && target.name != "CFuzzShim"
-  && target.name != "CThumbnailCodec"
 {
   target.swiftSettings =
     (target.swiftSettings ?? []) + [

@@ -18,6 +18,13 @@ let package = Package(
   dependencies: [
     .package(path: ".."),
     .package(url: "https://github.com/ordo-one/benchmark", from: "1.38.0", traits: ["MallocInterposer"]),
+    // The file server's own (it is not a product of the root: see FileServer below).
+    .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+    .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
+    .package(url: "https://github.com/apple/swift-nio-http2", from: "1.46.0"),
+    .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
+    .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
+    .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
   ],
   targets: [
     .target(name: "BenchmarkSupport", path: "BenchmarkSupport", swiftSettings: [.swiftLanguageMode(.v6)]),
@@ -68,6 +75,22 @@ let package = Package(
       swiftSettings: [.swiftLanguageMode(.v6)],
       plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
     ),
+    // The root's test file server (Tests/GCFileServer, a symlink): not a product there, since a product's targets
+    // join every dependent's graph; the download benchmarks run it beside themselves.
+    .executableTarget(
+      name: "gc-file-server",
+      dependencies: [
+        .product(name: "NIOCore", package: "swift-nio"),
+        .product(name: "NIOPosix", package: "swift-nio"),
+        .product(name: "NIOHTTP1", package: "swift-nio"),
+        .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+        .product(name: "NIOSSL", package: "swift-nio-ssl"),
+        .product(name: "X509", package: "swift-certificates"),
+        .product(name: "SwiftASN1", package: "swift-asn1"),
+        .product(name: "Crypto", package: "swift-crypto"),
+      ],
+      path: "FileServer",
+      swiftSettings: [.swiftLanguageMode(.v6)]),
     .executableTarget(
       name: "DownloadBenchmarks",
       dependencies: [
@@ -76,7 +99,7 @@ let package = Package(
         .product(name: "GroupContainer", package: rootIdentity),
         // Not imported: built beside the benchmark, which runs them (the agent, the server).
         .product(name: "gc-download-agent", package: rootIdentity),
-        .product(name: "gc-file-server", package: rootIdentity),
+        "gc-file-server",
       ],
       path: "DownloadBenchmarks",
       swiftSettings: [.swiftLanguageMode(.v6)],

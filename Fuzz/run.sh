@@ -27,7 +27,8 @@ case "$target" in
   ContainerFilesFuzz) seeds=Fuzz/container-seeds; extra=(-max_len=4096) ;;
   ImageHeadersFuzz) seeds=Tests/ImageCacheTests/Fixtures; extra=(-max_len=4096) ;;
   DownloadHeadersFuzz) seeds=Fuzz/download-seeds; extra=(-max_len=1024) ;;
-  ThumbnailDecodeFuzz) seeds=Tests/ImageCacheTests/Fixtures; extra=(-max_len=8192) ;;
+  # A harness of the Examples package (it needs the demo's kits and libpng/libjpeg): Examples/Fuzz/.
+  ThumbnailDecodeFuzz) seeds=Tests/ImageCacheTests/Fixtures; extra=(-max_len=8192); package=Examples ;;
   *) echo "unknown fuzz target '$target'" >&2; exit 2 ;;
 esac
 
@@ -40,19 +41,20 @@ if [[ ! -f "$fuzzer_lib" ]]; then
 fi
 
 # -enable-testing: ContainerFilesFuzz reaches the internal parsers with @testable import.
-"$swift_bin" build -c release --product "$target" \
+scratch="$PWD/.build-fuzz${package:+-$package}"
+"$swift_bin" build -c release --product "$target" --package-path "${package:-.}" \
     -Xswiftc -DFUZZING -Xswiftc -enable-testing \
     -Xswiftc -sanitize=address \
     -Xswiftc -sanitize-coverage=edge,inline-8bit-counters,pc-table,trace-cmp \
     -Xcc -fsanitize=address \
     -Xcc -fsanitize-coverage=inline-8bit-counters,pc-table,trace-cmp \
     -Xlinker "$fuzzer_lib" -Xlinker -lstdc++ \
-    --scratch-path .build-fuzz
+    --scratch-path "$scratch"
 
 mkdir -p "Fuzz/corpus-$target" Fuzz/artifacts
 # Let libFuzzer handle traps: Swift's own backtracer would take the signal first and can hang
 # under ASan, so no crash artifact would ever be written.
 export SWIFT_BACKTRACE=enable=no
-exec ".build-fuzz/release/$target" "Fuzz/corpus-$target" "$seeds" \
+exec "$scratch/release/$target" "Fuzz/corpus-$target" "$seeds" \
     -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 "${extra[@]}" \
     -artifact_prefix=Fuzz/artifacts/ -print_final_stats=1 "$@"

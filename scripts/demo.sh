@@ -24,7 +24,9 @@
 #   DEMO_KEEP=1          keep the fresh container root after the demo (its path is printed)
 #   DEMO_ROOT=DIR        use DIR as the container root (kept); a DIR from an earlier run shows that run's state
 #   DEMO_PIDFILE=FILE    append "<pid> <start time>" for every process the demo started (tests check they are gone)
-#   DEMO_BIN=DIR         the built products (default: `swift build --show-bin-path`)
+#   DEMO_BIN=DIR         the built products: groupctl, the agent, the file server (default: `swift build --show-bin-path`)
+#   DEMO_EXAMPLES_BIN=DIR the built host and widget, a package of their own in Examples/ (default:
+#                        `swift build --package-path Examples --show-bin-path`)
 #   GROUP_CONTAINER_ROOT is ignored: a root left from an earlier run made the demo read that run's state.
 #
 # The video widget (headless, after the Timer): the host saves a watch history and five image URLs to the suite and
@@ -90,6 +92,9 @@ if [ "${1:-}" = --check ]; then
 fi
 
 bin=${DEMO_BIN:-$(swift build --show-bin-path)}
+examples_bin=${DEMO_EXAMPLES_BIN:-$(swift build --package-path Examples --show-bin-path)}
+# The Examples build has no agent beside the host and widget: their sessions start this build's.
+export GROUPCONTAINER_DOWNLOAD_AGENT="$bin/gc-download-agent"
 if [ -n "${GROUP_CONTAINER_ROOT:-}" ]; then
   echo "demo: ignoring GROUP_CONTAINER_ROOT (each run gets a fresh container; DEMO_ROOT=dir chooses one)" >&2
 fi
@@ -211,7 +216,7 @@ start_file_server() {
   portfile="$dir/port"
   # The video widget's images, made now (libpng, libjpeg-turbo) and served from --root.
   images=$(mktemp -d /tmp/simpletimer-images.XXXXXX)
-  "$bin/host" video --make-images "$images" >/dev/null || echo "demo: the video images could not be made" >&2
+  "$examples_bin/host" video --make-images "$images" >/dev/null || echo "demo: the video images could not be made" >&2
   "$bin/gc-file-server" --root "$images" <"$dir/stdin" >"$portfile" 2>/dev/null &
   track "$!"
   exec 9>"$dir/stdin"
@@ -243,7 +248,7 @@ wait_for_line() {
 headless() {
   local transcript
   transcript=$(mktemp)
-  "$bin/widget" --headless >>"$transcript" 2>&1 &
+  "$examples_bin/widget" --headless >>"$transcript" 2>&1 &
   local widget=$!
   track "$widget"
   if ! wait_for_line 300 "$transcript" "waiting for the host"; then
@@ -252,7 +257,7 @@ headless() {
     rm -f "$transcript"
     return 1
   fi
-  "$bin/host" --headless --seconds 4 --background-after 1 >>"$transcript" 2>&1 &
+  "$examples_bin/host" --headless --seconds 4 --background-after 1 >>"$transcript" 2>&1 &
   local host=$!
   track "$host"
   local host_status=0 widget_status=0
@@ -302,14 +307,14 @@ wait_pair() {
 
 scoreboard_headless() {
   local transcript=$1 host widget
-  "$bin/widget" scoreboard --headless >>"$transcript" 2>&1 &
+  "$examples_bin/widget" scoreboard --headless >>"$transcript" 2>&1 &
   widget=$!
   track "$widget"
   if ! wait_for_line 300 "$transcript" "[widget] waiting for a match"; then
     echo "demo: the scoreboard widget did not start" >&2
     return 1
   fi
-  "$bin/host" scoreboard --headless >>"$transcript" 2>&1 &
+  "$examples_bin/host" scoreboard --headless >>"$transcript" 2>&1 &
   host=$!
   track "$host"
   wait_pair scoreboard "$host" "$widget"
@@ -317,14 +322,14 @@ scoreboard_headless() {
 
 video_headless() {
   local transcript=$1 host widget
-  "$bin/host" video --headless >>"$transcript" 2>&1 &
+  "$examples_bin/host" video --headless >>"$transcript" 2>&1 &
   host=$!
   track "$host"
   if ! wait_for_line 600 "$transcript" "[host] images cached: "; then
     echo "demo: the video host did not cache its images" >&2
     return 1
   fi
-  "$bin/widget" video --headless --interval 1 >>"$transcript" 2>&1 &
+  "$examples_bin/widget" video --headless --interval 1 >>"$transcript" 2>&1 &
   widget=$!
   track "$widget"
   track_container_processes
@@ -353,10 +358,10 @@ watch_panes() {
 side_window() {
   local created
   created=$(tmux new-window -d -P -F '#{window_id}' -t "$1" -a -n "$2" "${env[@]}" \
-    "exec $(printf '%q' "$bin/host") $3")
+    "exec $(printf '%q' "$examples_bin/host") $3")
   printf -v "$5" '%s' "$created"
   tmux set-option -w -t "$created" remain-on-exit on >/dev/null
-  tmux split-window -d -h -t "$created" "${env[@]}" "exec $(printf '%q' "$bin/widget") $3"
+  tmux split-window -d -h -t "$created" "${env[@]}" "exec $(printf '%q' "$examples_bin/widget") $3"
   tmux set-option -w -t "$created" pane-border-status top >/dev/null
   tmux set-option -w -t "$created" pane-border-format "$4" >/dev/null
   local pid
@@ -376,12 +381,12 @@ scoreboard_window() {
 }
 
 in_tmux() {
-  local env=(-e "GROUP_CONTAINER_ROOT=$GROUP_CONTAINER_ROOT")
+  local env=(-e "GROUP_CONTAINER_ROOT=$GROUP_CONTAINER_ROOT" -e "GROUPCONTAINER_DOWNLOAD_AGENT=$GROUPCONTAINER_DOWNLOAD_AGENT")
   [ -n "${SIMPLETIMER_ASSET_URL:-}" ] && env+=(-e "SIMPLETIMER_ASSET_URL=$SIMPLETIMER_ASSET_URL")
   [ -n "${VIDEO_IMAGES_URL:-}" ] && env+=(-e "VIDEO_IMAGES_URL=$VIDEO_IMAGES_URL" -e "VIDEO_DOWNLOAD_URL=$VIDEO_DOWNLOAD_URL")
   local host_command widget_command
-  host_command="exec $(printf '%q' "$bin/host")"
-  widget_command="exec $(printf '%q' "$bin/widget")"
+  host_command="exec $(printf '%q' "$examples_bin/host")"
+  widget_command="exec $(printf '%q' "$examples_bin/widget")"
   local created host_pane
   if [ -n "${TMUX:-}" ]; then
     created=$(tmux new-window -d -P -F '#{window_id} #{pane_id}' -n simpletimer "${env[@]}" "$host_command")
@@ -430,7 +435,7 @@ elif command -v tmux >/dev/null 2>&1; then
 else
   echo "(install tmux for two panes: apt-get install tmux)"
   # Through a process substitution, so $! is the widget's pid (a pipe would give cat's) and it has no terminal.
-  "$bin/widget" --follow </dev/null > >(cat) 2>&1 &
+  "$examples_bin/widget" --follow </dev/null > >(cat) 2>&1 &
   track "$!"
-  "$bin/host"
+  "$examples_bin/host"
 fi

@@ -5,12 +5,13 @@
 set -u
 run="$1"
 products="$(cd "$(dirname "$0")/.." && pwd)/.build"
+examples="$(cd "$(dirname "$0")/.." && pwd)/Examples/.build"
 left=()
 for dir in /proc/[0-9]*; do
   pid=${dir#/proc/}
   [ "$pid" = "$$" ] && continue
   exe=$(readlink "$dir/exe" 2>/dev/null) || continue
-  if [[ "$exe" == "$products"/* ]] || tr '\0' '\n' < "$dir/environ" 2>/dev/null | grep -qx "TMPDIR=$run"; then
+  if [[ "$exe" == "$products"/* || "$exe" == "$examples"/* ]] || tr '\0' '\n' < "$dir/environ" 2>/dev/null | grep -qx "TMPDIR=$run"; then
     left+=("$pid $(tr '\0' ' ' < "$dir/cmdline" | cut -c1-160)")
   fi
 done

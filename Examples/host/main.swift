@@ -16,6 +16,9 @@ import GroupContainer
 import SimpleTimerKit
 import Synchronization
 
+// The library's notices as whole lines of this program (before any logger is made).
+ConsoleLogHandler.bootstrap(prefix: "[host]")
+
 // Modes of their own, in their own files: the Timer below is the default.
 if CommandLine.arguments.dropFirst().first == "video" { await VideoHost.run(Array(CommandLine.arguments.dropFirst(2))) }
 if CommandLine.arguments.dropFirst().first == "scoreboard" {

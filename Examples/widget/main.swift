@@ -12,6 +12,9 @@ import GroupContainer
 import SimpleTimerKit
 import Synchronization
 
+// The library's notices as whole lines of this program (before any logger is made).
+ConsoleLogHandler.bootstrap(prefix: "[widget]")
+
 // Widgets of their own, in their own files: the Timer widget below is the default.
 if CommandLine.arguments.dropFirst().first == "scoreboard" {
   await ScoreboardWidget.run(Array(CommandLine.arguments.dropFirst(2)))

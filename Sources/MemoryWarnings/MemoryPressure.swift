@@ -427,7 +427,7 @@ public final class MemoryPressure: Sendable {
   ) -> MemoryWarningRegistration {
     if let container {
       do { try join(container) } catch {
-        Self.logger.warning("'\(name)': levels sent to the group will not reach this process: \(error)")
+        Self.logger.warning("\(name): levels sent to the group will not reach this process: \(error)")
       }
     }
     let id = state.withLock { s in
@@ -784,7 +784,7 @@ public final class MemoryPressure: Sendable {
       var entries: [MemoryWarningReport.Entry] = []
       for handler in handlers {
         let released = handler.call(level)
-        Self.logger.notice("memory \(level) (\(source.rawValue)): '\(handler.name)' released \(released) bytes")
+        Self.logger.notice("memory \(level) (\(source.rawValue)): \(handler.name) released \(released) bytes")
         entries.append(.init(name: handler.name, bytesReleased: released))
       }
       MemorySignals.returnFreedMemory()
@@ -815,12 +815,12 @@ public final class MemoryPressure: Sendable {
       guard low != handler.low else { continue }
       state.withLock { $0.diskHandlers[id]?.low = low }
       guard low else {
-        Self.logger.notice("disk space recovered for '\(handler.name)': \(space)")
+        Self.logger.notice("disk space recovered for \(handler.name): \(space)")
         continue
       }
       delivery.async {
         let removed = handler.call(space)
-        Self.logger.notice("low disk space (\(space)): '\(handler.name)' removed \(removed) bytes")
+        Self.logger.notice("low disk space (\(space)): \(handler.name) removed \(removed) bytes")
       }
     }
   }

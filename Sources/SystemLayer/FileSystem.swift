@@ -76,6 +76,12 @@ package enum Environment {
     guard let raw = getenv(name) else { return nil }
     return String(cString: raw)
   }
+
+  /// Sets `name` for this process and the processes it starts. `setenv` is not thread-safe: call it at the start of
+  /// `main`, before other threads read the environment.
+  package static func set(_ name: String, _ value: String) {
+    setenv(name, value, 1)
+  }
 }
 
 extension FileSystem {

@@ -34,9 +34,7 @@ struct CacheStore: ParsableCommand {
   @OptionGroup var cache: CacheOptions
 
   func run() throws {
-    let data =
-      file == "-"
-      ? FileHandle.standardInput.readDataToEndOfFile() : try Data(contentsOf: URL(fileURLWithPath: file))
+    let data = file == "-" ? FileHandle.standardInput.readDataToEndOfFile() : try InputFile.read(file)
     let image = try cache.open(container).store(data, forKey: key, expiresAfter: expiresAfter.map { .seconds($0) })
     Output.line("stored \(image.format.rawValue) \(image.pixelWidth)x\(image.pixelHeight) (\(image.data.count) bytes)")
   }

@@ -156,9 +156,7 @@ struct DefaultsImport: ParsableCommand {
     if path == "-" {
       data = FileHandle.standardInput.readDataToEndOfFile()
     } else {
-      let file = try SystemFD.open(path, [.readOnly, .followSymlink])
-      defer { file.close() }
-      data = Data(try file.readRegularFile(limit: PropertyListLimits.default.maxBytes).bytes)
+      data = try InputFile.read(path, limit: PropertyListLimits.default.maxBytes)
     }
     let value: PropertyListValue
     do {

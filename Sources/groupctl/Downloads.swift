@@ -65,11 +65,18 @@ enum DownloadsCLI {
     ]
   }
 
-  /// What a failed task says: the error and the HTTP status the server answered.
+  /// What a task that did not succeed says: "was cancelled", or the error and the HTTP status the server answered.
   static func failure(_ task: DownloadTask) -> String {
+    if isCancelled(task) { return "download \(task.id) was cancelled" }
     let reason = task.error?.description ?? "unknown error"
     let status = task.httpStatus.map { " (HTTP status \($0))" } ?? ""
     return "download \(task.id) failed: \(reason)\(status)"
+  }
+
+  /// A cancel is not a failure: the server's status (a 200 for a transfer cancelled midway) explains nothing.
+  static func isCancelled(_ task: DownloadTask) -> Bool {
+    if case .cancelled? = task.error { return true }
+    return false
   }
 }
 
@@ -224,7 +231,9 @@ struct DownloadsList: ParsableCommand {
       [["ID", "SESSION", "STATE", "RECEIVED", "DESTINATION", "URL"]]
       + tasks.map { task in
         var state = task.state.rawValue
-        if task.state == .completed { state = task.succeeded ? "done" : "failed" }
+        if task.state == .completed {
+          state = task.succeeded ? "done" : DownloadsCLI.isCancelled(task) ? "cancelled" : "failed"
+        }
         let size =
           task.countOfBytesExpectedToReceive >= 0
           ? "\(task.countOfBytesReceived)/\(task.countOfBytesExpectedToReceive)" : "\(task.countOfBytesReceived)/?"
@@ -235,7 +244,7 @@ struct DownloadsList: ParsableCommand {
       var line = zip(row.dropLast(), widths).map { $0.padding(toLength: $1, withPad: " ", startingAt: 0) }
         .joined(separator: "  ")
       line += "  " + row[row.count - 1]
-      if index > 0, let error = tasks[index - 1].error {
+      if index > 0, let error = tasks[index - 1].error, !DownloadsCLI.isCancelled(tasks[index - 1]) {
         line += "  (" + error.description + (tasks[index - 1].httpStatus.map { ", HTTP \($0)" } ?? "") + ")"
       }
       Output.line(line)

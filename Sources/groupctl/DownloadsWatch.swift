@@ -152,6 +152,7 @@ final class ProgressDisplay {
   private func summary(_ task: DownloadTask) -> String {
     let head = "\(task.id.prefix(8)) \(name(task))"
     guard task.succeeded else {
+      if DownloadsCLI.isCancelled(task) { return head + "  cancelled" }
       return head + "  failed: " + (task.error?.description ?? "unknown error")
         + (task.httpStatus.map { " (HTTP \($0))" } ?? "")
     }

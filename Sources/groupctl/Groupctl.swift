@@ -9,8 +9,9 @@ struct Groupctl: AsyncParsableCommand {
     commandName: "groupctl",
     abstract: "Inspect and use a shared group container from the shell.",
     discussion: """
-      The container root comes from --root, else GROUP_CONTAINER_ROOT, else $XDG_DATA_HOME/group-containers \
-      (default ~/.local/share/group-containers). Paths are relative to the container; paths that lead outside \
+      The container root comes from --root (after the subcommand or before it: `groupctl --root DIR status ID`), \
+      else GROUP_CONTAINER_ROOT, else $XDG_DATA_HOME/group-containers (default ~/.local/share/group-containers). \
+      Paths are relative to the container; paths that lead outside \
       it are refused. Commands that only read (read, status, defaults read/read-type/find/domains/export, cache \
       get/list/stats, downloads list/wait/watch, activities list/watch, doctor) never create a container, suite or cache: a missing one \
       is an error.
@@ -19,17 +20,36 @@ struct Groupctl: AsyncParsableCommand {
       subcommand's usage line). `downloads` adds 2 (no such task, a wait that timed out) and 3 (an agent already \
       runs); `cache get` exits 1 on a miss.
       """,
-    version: "0.1.0",
+    // No `version:` here: ArgumentParser would list --version among every subcommand's options.
     subcommands: [
       Read.self, Write.self, Present.self, Status.self, Defaults.self, Cache.self, Stress.self, Open.self,
       Downloads.self, Activities.self, Widgets.self, Doctor.self, Send.self, IntentCommand.self,
     ]
   )
 
+  static let version = "0.1.0"
+
+  @Flag(name: .customLong("version"), help: "Show the version.") var showVersion = false
+
+  func run() throws {
+    guard showVersion else { throw CleanExit.helpRequest(self) }
+    Output.line(Self.version)
+  }
+
   static func main() async {
     Interrupts.install()  // before the command runs: SIGINT/SIGTERM then end it cleanly
+    let arguments = RootArguments.hoistRoot(Array(CommandLine.arguments.dropFirst()))
     let command: ParsableCommand
-    do { command = try parseAsRoot(nil) } catch { exit(withError: error) }  // the parser names the subcommand
+    do {
+      command = try parseAsRoot(arguments)
+    } catch {
+      // A mistyped subcommand: ArgumentParser says only "Unexpected argument"; name the closest ones.
+      if let unknown = RootArguments.unknownSubcommand(in: arguments) {
+        Output.error(unknown)
+        exit(withError: ExitCode.validationFailure)
+      }
+      exit(withError: error)  // the parser names the subcommand
+    }
     do {
       if var asyncCommand = command as? AsyncParsableCommand {
         try await asyncCommand.run()
@@ -158,7 +178,16 @@ struct Read: ParsableCommand {
     _ = try ContainerPath(path)  // a malformed path is refused before the container is looked for
     let group = try container.openExisting()
     let url = try group.url(forRelativePath: path)
-    let data = try FileCoordinator().coordinate(readingItemAt: url) { url in try group.contents(of: url) }
+    let data: Data
+    do {
+      data = try FileCoordinator().coordinate(readingItemAt: url) { url in try group.contents(of: url) }
+    } catch let error as GroupContainerError {
+      // The user named an item: say that it is missing, not which system call found it so.
+      guard case .system(let system) = error, [.noSuchFileOrDirectory, .notDirectory].contains(system.errno) else {
+        throw error
+      }
+      throw CommandFailure("no such item '\(path)' in the container '\(group.identifier)' (\(group.url.path))")
+    }
     FileHandle.standardOutput.write(data)
   }
 }

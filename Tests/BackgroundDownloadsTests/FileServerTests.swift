@@ -533,6 +533,32 @@ struct FileServerTests {
     }
   }
 
+  /// Started with stdin from /dev/null (how a script's background job or nohup starts it), the server serves until
+  /// a signal: before, that EOF ended it as soon as it had printed `listening` (issue #35). Child gives /dev/null.
+  @Test(.runSlot(.minutes(3)))
+  func withStdinFromDevNullItServesUntilASignal() async throws {
+    let server = try Child(["--port", "0"], executable: "gc-file-server")
+    let listening = try #require(await server.line { $0.hasPrefix("listening ") })
+    let port = try #require(listening.split(separator: " ").last.flatMap { Int($0) })
+    let url = "http://127.0.0.1:\(port)/gen/100?seed=1"
+    guard let curl = try ToolRun("curl", ["-s", "-o", "/dev/null", "-w", "%{http_code}", url]) else {
+      Issue.record("curl is not installed: not checked")
+      server.kill()
+      return
+    }
+    #expect(await curl.exit() == 0)
+    #expect(curl.output == "200", "stderr: \(curl.errors); server: \(server.errors.text)")
+    #expect(await server.stop(SIGTERM) == 0)
+  }
+
+  @Test(.runSlot(.minutes(3)))
+  func helpPrintsTheUsage() async throws {
+    let help = try Child(["--help"], executable: "gc-file-server")
+    #expect(await help.exit() == 0)
+    #expect(help.output.contains { $0.hasPrefix("usage: gc-file-server [--port N]") }, "\(help.output)")
+    #expect(help.output.contains { $0.contains("--root DIR") })
+  }
+
   /// The test process dying is its stdin's writer dying: here a `sleep` feeding the server's stdin, SIGKILLed.
   @Test(.runSlot(.minutes(3)))
   func serverExitsWhenTheWriterOfItsStdinDies() async throws {

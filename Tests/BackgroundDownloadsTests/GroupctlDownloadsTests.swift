@@ -288,7 +288,12 @@ import Testing
     let cancel = try await groupctl(["cancel", group, id], root, environment: [:])
     #expect(cancel.status == 0, "\(cancel)")
     let waited = try await groupctl(["wait", group, id, "--timeout", "40"], root, environment: [:])
-    #expect(waited.status == 1 && waited.err.contains("cancelled"), "\(waited)")
+    // A cancel is reported as one, without the 200 the server had answered (issue #35: "failed … (HTTP 200)").
+    #expect(waited.status == 1 && waited.err.contains("\(id) was cancelled"), "\(waited)")
+    #expect(!waited.err.contains("failed") && !waited.err.contains("HTTP"), "\(waited)")
+    let listed = try await groupctl(["list", group], root, environment: [:])
+    let row = listed.out.first { $0.hasPrefix(id) } ?? ""
+    #expect(row.contains(" cancelled ") && !row.contains("HTTP") && !row.contains("failed"), "\(listed)")
     #expect(!FileManager.default.fileExists(atPath: try root.container(group).path + "/Documents/s.bin"))
   }
 

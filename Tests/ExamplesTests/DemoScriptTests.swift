@@ -20,6 +20,8 @@ import Testing
 ///   match started passes).
 /// - the pane watcher waiting for both panes to end, so `q` in the host leaves the widget and the window:
 ///   `inTmuxItOpensAWindowAndQEndsEveryProcess` fails (the demo does not end, the window stays, the widget runs).
+/// - the scoreboard widget exiting once its match is dismissed (as before issue #35): the same test fails (the
+///   widget's pane is gone after `x`).
 @Suite(.runSlot(.minutes(10)), .serialized) struct DemoScriptTests {
   /// The repository (this file is Tests/ExamplesTests/DemoScriptTests.swift).
   static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
@@ -92,7 +94,8 @@ import Testing
     let run = try Run(
       "/bin/bash", [Self.script],
       environment: [
-        "DEMO_HEADLESS": "1", "DEMO_BIN": productsDirectory.path, "DEMO_PIDFILE": pidFile,
+        "DEMO_HEADLESS": "1", "DEMO_BIN": productsDirectory.path, "DEMO_EXAMPLES_BIN": examplesDirectory.path,
+        "DEMO_PIDFILE": pidFile,
         // A root left by an earlier run must not be used (its state made the check pass out of order).
         "GROUP_CONTAINER_ROOT": presetRoot,
       ])
@@ -229,8 +232,8 @@ import Testing
   }
 
   /// The interactive path in tmux: $TMUX names a private server the test started, as if the user ran `make demo`
-  /// inside tmux. The demo opens its own window with two panes; `q` in the host pane ends it: the window closes and
-  /// every process it started is gone.
+  /// inside tmux. The demo opens its own window with two panes; `x` in the scoreboard widget dismisses the match and
+  /// the widget stays; `q` in the host pane ends it: the window closes and every process it started is gone.
   @Test(.runSlot(.minutes(3))) func inTmuxItOpensAWindowAndQEndsEveryProcess() async throws {
     guard let tmux = ["/usr/bin/tmux", "/usr/local/bin/tmux", "/bin/tmux"].first(where: {
       FileManager.default.isExecutableFile(atPath: $0)
@@ -257,7 +260,8 @@ import Testing
     let demo = try Run(
       "/bin/bash", [Self.script],
       environment: [
-        "TMUX": socket, "DEMO_HEADLESS": "0", "DEMO_BIN": productsDirectory.path, "DEMO_PIDFILE": pidFile,
+        "TMUX": socket, "DEMO_HEADLESS": "0", "DEMO_BIN": productsDirectory.path,
+        "DEMO_EXAMPLES_BIN": examplesDirectory.path, "DEMO_PIDFILE": pidFile,
       ])
     // The demo's window set up (the script tracks the panes' pids last: host, widget, and the file server before
     // them), with the host's UI up in its left pane.
@@ -292,6 +296,35 @@ import Testing
     #expect(windows.contains("simpletimer-scoreboard 2"), "\(windows)")
     let border = try await tmuxCommand(["show-options", "-w", "-t", hostPane, "pane-border-format"]).output
     #expect(border.contains("Ctrl-b o"), "the panes do not say how to switch: \(border)")
+
+    // `x` in the scoreboard widget dismisses the match: the widget shows it and stays (it used to exit, and the
+    // demo ended with it, silently).
+    func scoreboardWidgetPane() async throws -> String? {
+      let panes = try await tmuxCommand(
+        ["list-panes", "-s", "-t", "user", "-F", "#{window_name} #{pane_at_left} #{pane_id}"])
+      return panes.output.split(separator: "\n").first { $0.hasPrefix("simpletimer-scoreboard 0 ") }
+        .map { String($0.split(separator: " ")[2]) }
+    }
+    func screen(_ pane: String) async throws -> String {
+      try await tmuxCommand(["capture-pane", "-p", "-t", pane]).output
+    }
+    let widgetPane = try #require(try await scoreboardWidgetPane(), "no scoreboard widget pane")
+    var shown = ""
+    for _ in 0..<800 where !shown.contains("x: dismiss") {
+      shown = try await screen(widgetPane)
+      if !shown.contains("x: dismiss") { try await Task.sleep(for: .milliseconds(50)) }
+    }
+    try #require(shown.contains("x: dismiss"), "the scoreboard widget shows no match: \(shown)")
+    _ = try await tmuxCommand(["send-keys", "-t", widgetPane, "x"])
+    // (A pane that is gone ends the wait: tmux answers "can't find pane".)
+    for _ in 0..<800 where !shown.contains("waiting for a match") && !shown.contains("can't find pane") {
+      shown = try await screen(widgetPane)
+      if !shown.contains("waiting for a match") { try await Task.sleep(for: .milliseconds(50)) }
+    }
+    #expect(shown.contains("dismissed: the app no longer updates this match"), "\(shown)")
+    #expect(shown.contains("waiting for a match"), "the widget did not stay after x: \(shown)\n\(demo.output)")
+    let dead = try await tmuxCommand(["display-message", "-p", "-t", widgetPane, "#{pane_dead}"]).output
+    #expect(dead.trimmingCharacters(in: .whitespacesAndNewlines) == "0", "the widget's pane died after x")
 
     _ = try await tmuxCommand(["send-keys", "-t", hostPane, "q"])
     #expect(await demo.finish() == 0, "\(demo.output)")

@@ -110,6 +110,23 @@ import Testing
     #expect(await usage.exit() == 64)
   }
 
+  /// The README's programs (`Examples/Readme/`) end on an error with its message and status 1, as a user's program
+  /// should: a top-level `try` crashed with "Fatal error: Error raised at top level" and a stack dump (issue #35).
+  /// A container root that is a regular file makes the first call fail.
+  @Test(arguments: ["getting-started", "tour-defaults", "tour-files", "tour-images", "tour-downloads"])
+  func aReadmeProgramReportsAnErrorAsAMessage(executable: String) async throws {
+    let root = try TestRoot()
+    let file = root.path + "/not-a-directory"
+    try Data().write(to: URL(fileURLWithPath: file))
+    let child = try Child(
+      executable == "getting-started" ? ["set", "1"] : [], executable: executable,
+      environment: ["GROUP_CONTAINER_ROOT": file])
+    #expect(await child.exit() == 1, "stdout: \(child.output); stderr: \(child.errors.text)")
+    let errors = child.errors.text
+    #expect(errors.hasPrefix("\(executable): ") && errors.contains(file), "\(errors)")
+    #expect(!errors.contains("Fatal error") && errors.split(separator: "\n").count == 1, "\(errors)")
+  }
+
   @Test func groupctlVersionIsTheNewestChangelogVersion() async throws {
     let version = try Self.newestChangelogVersion()
     let groupctl = try Child(["--version"], executable: "groupctl")

@@ -1,6 +1,5 @@
 import Foundation
 import GroupContainer
-import SimpleTimerKit
 import TestSupport
 import Testing
 
@@ -27,8 +26,8 @@ import Testing
       #expect(lines.contains { $0.hasPrefix(step) }, "missing \(step) in \(lines)")
     }
     // The end was claimed once, by the widget.
-    let container = try GroupContainer(identifier: SimpleTimer.groupIdentifier, root: root.url)
-    #expect(try SharedDefaults(container: container)[TimerKeys.finishedBy] == "widget")
+    let container = try GroupContainer(identifier: Demo.groupIdentifier, root: root.url)
+    #expect(try SharedDefaults(container: container)[Demo.finishedBy] == "widget")
     stopLaunchedHosts(in: container)
   }
 
@@ -36,7 +35,7 @@ import Testing
     let root = try TestRoot()
     let host = try Child(["--serve"], executable: "host", environment: ["GROUP_CONTAINER_ROOT": root.path])
     await host.line { $0.contains("ready") }
-    let container = try GroupContainer(identifier: SimpleTimer.groupIdentifier, root: root.url)
+    let container = try GroupContainer(identifier: Demo.groupIdentifier, root: root.url)
     #expect(try await container.open(URL(string: "simpletimer://finished?source=widget")!))
     for refused in [
       "simpletimer://finished?source=evil", "simpletimer://finished", "simpletimer://other?source=widget",
@@ -64,34 +63,18 @@ import Testing
     #expect(await host.exit() == 0)
     #expect(host.output.contains { $0.hasPrefix("[host] downloading the alarm sound in the background") })
     #expect(await widget.exit() == 0, "\(widget.output)")
-    let container = try GroupContainer(identifier: SimpleTimer.groupIdentifier, root: root.url)
+    let container = try GroupContainer(identifier: Demo.groupIdentifier, root: root.url)
     let log = container.url.appendingPathComponent(".coordination/downloads/agent.log").path
     _ = await eventually {
       ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("[host] every background event handled")
     }
     let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
-    #expect(text.contains("[host] relaunched for the background session \(AlarmSound.sessionIdentifier)"), "\(text)")
+    #expect(text.contains("[host] relaunched for the background session \(Demo.alarmSessionIdentifier)"), "\(text)")
     #expect(text.contains("[host] the alarm sound arrived while the host was away: alarm.sound, 300000 bytes"))
     #expect(text.contains("[host] every background event handled"))
-    let sound = FileManager.default.contents(atPath: container.url.appendingPathComponent(AlarmSound.destination).path)
+    let sound = FileManager.default.contents(atPath: container.url.appendingPathComponent(Demo.alarmDestination).path)
     #expect(FileServer.mismatch(sound.map { [UInt8]($0) }, size: 300_000, seed: 42) == nil)
     stopLaunchedHosts(in: container)
-  }
-
-  @Test func finishedURLRules() {
-    #expect(FinishedURL.isValid(FinishedURL.url))
-    #expect(!FinishedURL.isValid(URL(string: "other://finished?source=widget")!))
-    #expect(!FinishedURL.isValid(URL(string: "simpletimer://finished?source=widget#x")!))
-  }
-
-  @Test func theEndIsClaimedExactlyOnce() throws {
-    let root = try TestRoot()
-    let timer = try SimpleTimer(container: try GroupContainer(identifier: SimpleTimer.groupIdentifier, root: root.url))
-    try timer.saveForBackground(timeLeft: 0)
-    #expect(try timer.claimFinish(by: "widget"))
-    #expect(try !timer.claimFinish(by: "host"))
-    #expect(timer.defaults[TimerKeys.finishedBy] == "widget")
-    #expect(timer.remaining() == 0)
   }
 
   func stopLaunchedHosts(in container: GroupContainer) {

@@ -1,9 +1,7 @@
 import Foundation
 import GroupContainer
-import SimpleTimerKit
 import TestSupport
 import Testing
-import VideoWidgetKit
 
 /// The video widget and its host as real processes: images from the file server into the shared cache, the
 /// widget's rotation (with a placeholder), the group's memory warning in both, the widget's background download
@@ -21,7 +19,7 @@ import VideoWidgetKit
   /// Serves the demo's images, as `make demo` does.
   static func imageServer(_ root: TestRoot) async throws -> FileServer {
     let images = root.url.appendingPathComponent("images")
-    try DemoImages.write(to: images)
+    _ = try await Demo.writeImages(to: images)
     return try await FileServer.start(root: images.path)
   }
 
@@ -45,7 +43,7 @@ import VideoWidgetKit
     await widget.line() { $0.hasPrefix("[widget] peak memory after a full rotation") }
     await host.line() { $0.hasPrefix("[host] following the widget's download") }
     let container = try GroupContainer(
-      identifier: SimpleTimer.groupIdentifier, root: URL(fileURLWithPath: root.path + "/containers"))
+      identifier: Demo.groupIdentifier, root: URL(fileURLWithPath: root.path + "/containers"))
     try MemoryPressure.send(.warning, to: container)
     #expect(await widget.exit() == 0, "\(widget.output)")
     #expect(await host.exit() == 0, "\(host.output)")
@@ -75,11 +73,11 @@ import VideoWidgetKit
       try await Task.sleep(for: .milliseconds(50))
     }
     #expect(
-      text.contains("[host] relaunched for the video download session \(VideoDownload.sessionIdentifier)"), "\(text)")
+      text.contains("[host] relaunched for the video download session \(Demo.videoSessionIdentifier)"), "\(text)")
     #expect(text.contains("[host] the widget's episode arrived while the host was away: episode.video, 40000000 bytes"))
     #expect(text.contains("[host] every video download event handled"))
     let file = FileManager.default.contents(
-      atPath: container.url.appendingPathComponent(VideoDownload.destination).path)
+      atPath: container.url.appendingPathComponent(Demo.videoDestination).path)
     #expect(FileServer.mismatch(file.map { [UInt8]($0) }, size: 40_000_000, seed: 9) == nil)
     for process in (try? container.status().processes) ?? [] where !process.isCurrent { kill(process.pid, SIGTERM) }
   }
@@ -88,17 +86,21 @@ import VideoWidgetKit
   /// rotation of the demo's images, the largest a 1920x1080 JPEG. A bound on memory, not on time.
   @Test(.runSlot(.minutes(3))) func theWidgetStaysWithinItsBudgetAcrossARotation() async throws {
     let root = try TestRoot()
-    let container = try GroupContainer(identifier: SimpleTimer.groupIdentifier, root: root.url)
-    let video = try VideoWidget(container: container)
+    let container = try GroupContainer(identifier: Demo.groupIdentifier, root: root.url)
+    // What the host leaves for the widget (VideoWidget.save and its cache), written here with the library's API.
+    let cache = try SharedImageCache(name: Demo.videoCacheName, container: container)
+    let defaults = try SharedDefaults(container: container)
     let images = root.url.appendingPathComponent("images")
-    let names = try DemoImages.write(to: images)
+    let names = try await Demo.writeImages(to: images)
     var urls: [String] = []
     for name in names {
       let url = "http://127.0.0.1/files/\(name)"
-      try await video.cache.store(try Data(contentsOf: images.appendingPathComponent(name)), forKey: url)
+      try await cache.store(try Data(contentsOf: images.appendingPathComponent(name)), forKey: url)
       urls.append(url)
     }
-    try video.save(history: DemoImages.history, imageURLs: urls)
+    try defaults.set(["Sunrise over the Bay": 85, "City Lights": 100], for: Demo.videoHistory)
+    try defaults.set(["Sunrise over the Bay", "City Lights"], for: Demo.videoHistoryOrder)
+    try defaults.set(urls, for: Demo.videoImageURLs)
     let widget = try Child(
       ["video", "--headless", "--interval", "0.2"], executable: "widget",
       environment: ["GROUP_CONTAINER_ROOT": root.path])

@@ -14,6 +14,15 @@ func exitOnTerminationSignals() {
   }
 }
 
+/// Whether stdin's EOF means someone went away: a pipe or socket (the parent, a test handle) or a terminal (Ctrl-D).
+/// /dev/null and regular files are at EOF from the start (a background job of a script gets /dev/null).
+func standardInputHasAnEnd() -> Bool {
+  var info = stat()
+  guard fstat(0, &info) == 0 else { return false }
+  let type = info.st_mode & S_IFMT
+  return type == S_IFIFO || type == S_IFSOCK || isatty(0) == 1
+}
+
 /// Reads stdin until EOF — the parent closed it or died, so nobody is left to ask for anything — answering the
 /// commands `stats <id>` (`stats <id> <json>`) and `reset <id>` (`reset <id>`) on stdout.
 func serveStandardInput(state: ServerState) {

@@ -1,9 +1,11 @@
 // gc-file-server: the local HTTP file server of tests, benchmarks and the demo (issue #11, item 8).
 //
-//   gc-file-server [--port N] [--root DIR] [--tls DIR [--http1-only]] [--verbose]
+//   gc-file-server [--port N] [--root DIR] [--tls DIR [--http1-only]] [--verbose] [--help]
 //
 // Binds 127.0.0.1:N (0: any free port), prints `listening <port>` on stdout once bound, serves HTTP/1.1 with
-// keep-alive until stdin reaches EOF (the parent closed it or died) or SIGTERM/SIGINT, then exits 0.
+// keep-alive until SIGTERM/SIGINT, or until stdin reaches EOF when stdin is a pipe, a socket or a terminal (the
+// parent closed it or died; Ctrl-D), then exits 0. Started with stdin from /dev/null or a file (a background job of
+// a script, nohup), it serves until a signal: that EOF says nothing about a parent.
 //
 // --tls DIR: HTTPS instead. At start the server makes a new certificate authority and a leaf certificate for
 // 127.0.0.1 and localhost (TLS.swift: generated in memory, no key on disk, no openssl), writes the CA certificate as
@@ -73,11 +75,27 @@ private func writeAll(_ fd: Int32, _ text: String) {
   }
 }
 
+let usage = "usage: gc-file-server [--port N] [--root DIR] [--tls DIR [--http1-only]] [--verbose] [--help]"
+
 func usageError(_ message: String) -> Never {
-  standardError(
-    "gc-file-server: \(message)\nusage: gc-file-server [--port N] [--root DIR] [--tls DIR [--http1-only]] [--verbose]")
+  standardError("gc-file-server: \(message)\n\(usage)")
   exit(2)
 }
+
+let help = """
+  gc-file-server: the local HTTP file server of GroupContainer's tests, benchmarks and demo.
+  \(usage)
+
+    --port N        listen on 127.0.0.1:N (default 0: a free port); prints `listening <port>` once bound
+    --root DIR      serve the regular files directly in DIR as /files/<name>
+    --tls DIR       HTTPS (h2 and http/1.1) with a certificate authority made at start, written to DIR/ca.pem
+    --http1-only    with --tls: offer http/1.1 alone
+    --verbose       one line per request on stderr
+
+  Resources: /gen/<size>?seed=S (deterministic bytes), /files/<name>, /redirect/<n>?to=URL, /stats, /stats/reset;
+  faults as query parameters (drop=N, stall=N, rate=BPS, status=C, delay=MS, …: see Tests/GCFileServer/main.swift).
+  Ends on SIGINT/SIGTERM, or at EOF of stdin when stdin is a pipe, a socket or a terminal.
+  """
 
 var port = 0
 var root: String?
@@ -110,6 +128,9 @@ while let argument = arguments.popFirst() {
     http1Only = true
   case "--verbose":
     verbose = true
+  case "--help", "-h":
+    standardOutput(help)
+    exit(0)
   default:
     usageError("unknown argument \(argument)")
   }
@@ -142,5 +163,9 @@ do {
 exitOnTerminationSignals()
 standardOutput("listening \(server.localAddress?.port ?? port)")
 
-serveStandardInput(state: state)
-exit(0)
+if standardInputHasAnEnd() {
+  serveStandardInput(state: state)
+  exit(0)
+}
+// /dev/null or a file: its EOF is no parent going away. Serve until a signal (handled above).
+while true { pause() }

@@ -129,6 +129,19 @@ import Testing
     second.cancel()
   }
 
+  /// A handler's name is logged as given: an image cache registers "image cache 'thumbnails'", which the notice
+  /// quoted again ("'image cache 'thumbnails''", issue #35).
+  @Test func aHandlersNameIsLoggedAsGiven() async {
+    let pressure = MemoryPressure(signals: false, dwell: Self.hour)
+    let name = "image cache 'names-\(UUID().uuidString.prefix(8))'"
+    let registration = pressure.onMemoryWarning(name: name) { _ in 7 }
+    await pressure.simulate(.warning)
+    registration.cancel()
+    let lines = libraryLog().filter { $0.contains(name) }
+    #expect(lines.contains { $0.hasSuffix("memory warning (simulated): \(name) released 7 bytes") }, "\(lines)")
+    #expect(!lines.contains { $0.contains("'\(name)'") }, "\(lines)")
+  }
+
   @Test func levelsStartWithTheCurrentLevelThenYieldEachChange() async {
     let pressure = MemoryPressure(signals: false, dwell: Self.hour)
     var levels = pressure.levels.makeAsyncIterator()

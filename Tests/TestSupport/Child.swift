@@ -11,14 +11,20 @@ public final class Child: Sendable {
   private let collector = LineCollector()
   public let errors = SharedText()
 
-  /// Starts the product `executable` (groupctl, gc-download-agent, …) with `arguments`. gc-test-helper is started
+  /// Starts the product `executable` (groupctl, gc-download-agent, … or a program of the Examples package: see
+  /// `executablePath`) with `arguments`. gc-test-helper is started
   /// with a typed command instead (`Child(_:root:group:)` in HelperChild.swift).
   public init(_ arguments: [String], executable: String, environment: [String: String] = [:]) throws
   {
+    let path = executablePath(executable)
+    let example = examplePrograms.contains(executable)
     var env = ProcessInfo.processInfo.environment
-    for (k, v) in environment { env[k] = v }
+    for (k, v) in example ? examplesEnvironment(environment) : environment { env[k] = v }
+    guard FileManager.default.isExecutableFile(atPath: path) else {
+      throw MissingExecutable(name: executable, path: path)
+    }
     process = try SpawnedProcess(
-      executable: productsDirectory.appendingPathComponent(executable).path, arguments: arguments, environment: env,
+      executable: path, arguments: arguments, environment: env,
       output: .pipe { [collector] in collector.append($0) } end: { [collector] in collector.finish() },
       error: .pipe { [errors] in errors.append($0) })
   }
@@ -388,4 +394,15 @@ public func runToEnd(
   }
   await process.output(timeout: 10)
   return (status, output.text, errors.text)
+}
+
+/// A program the tests run is not built: the Examples package's programs are built by
+/// `swift build --package-path Examples` (`make test` does it before the tests).
+public struct MissingExecutable: Error, CustomStringConvertible {
+  public var name: String
+  public var path: String
+  public var description: String {
+    "no executable '\(name)' at \(path): build the examples first (`swift build --package-path Examples`, "
+      + "which `make test` runs) or set GC_EXAMPLES_BIN to their build directory"
+  }
 }

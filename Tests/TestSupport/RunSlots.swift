@@ -169,6 +169,9 @@ final class CapturedLog: Sendable {
     }
   }
 
+  /// Every line kept so far.
+  var all: [String] { lines.withLock { $0 } }
+
   func print(for test: Test) {
     let own = lines.withLock { $0 }
     let other = Self.unattributed.lines.withLock { $0.suffix(60) }
@@ -180,6 +183,12 @@ final class CapturedLog: Sendable {
     }
     FileHandle.standardError.write(Data(text.utf8))
   }
+}
+
+/// What the library has logged so far in this test's task and on the library's own threads (the newest lines of
+/// both), for a test that checks a message.
+public func libraryLog() -> [String] {
+  (RunSlots.held?.log.all ?? []) + CapturedLog.unattributed.all
 }
 
 /// Sends each message to the running test's `CapturedLog` (or the unattributed one).

@@ -47,6 +47,42 @@ public let productsDirectory: URL = {
   return URL(fileURLWithPath: exe).deletingLastPathComponent()
 }()
 
+/// The repository (this file is Tests/TestSupport/Support.swift).
+public let repositoryDirectory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+  .deletingLastPathComponent()
+
+/// The built programs of the Examples package (the demo's host and widget, the README's programs): a package of its
+/// own, so that their names stay out of a dependent's graph. `make test` builds it first
+/// (`swift build --package-path Examples`); `GC_EXAMPLES_BIN` names another build.
+public let examplesDirectory: URL = {
+  if let dir = ProcessInfo.processInfo.environment["GC_EXAMPLES_BIN"], !dir.isEmpty {
+    return URL(fileURLWithPath: dir)
+  }
+  return repositoryDirectory.appendingPathComponent("Examples/.build/debug")
+}()
+
+/// The programs of the Examples package that tests run.
+public let examplePrograms: Set<String> = [
+  "host", "widget", "ported-widget", "getting-started", "tour-defaults", "tour-files", "tour-images", "tour-downloads",
+]
+
+/// Where `executable` is: in the Examples build for its programs (never a stale copy beside the tests from before
+/// they moved there), else beside the tests (groupctl, gc-download-agent, …).
+public func executablePath(_ executable: String) -> String {
+  let directory = examplePrograms.contains(executable) ? examplesDirectory : productsDirectory
+  return directory.appendingPathComponent(executable).path
+}
+
+/// What a program of the Examples package needs in its environment: its sessions start the download agent of this
+/// build (the Examples build has none beside its programs).
+public func examplesEnvironment(_ environment: [String: String]) -> [String: String] {
+  var env = environment
+  if env["GROUPCONTAINER_DOWNLOAD_AGENT"] == nil {
+    env["GROUPCONTAINER_DOWNLOAD_AGENT"] = productsDirectory.appendingPathComponent("gc-download-agent").path
+  }
+  return env
+}
+
 /// One accessor interval from a helper log: "B <pid> <mode> <ns>" … "E <pid> <mode> <ns>".
 public struct Interval {
   public var pid: Int32

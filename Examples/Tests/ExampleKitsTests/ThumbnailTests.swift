@@ -1,7 +1,6 @@
 import Foundation
 import GroupContainer
 import TestImageKit
-import TestSupport
 import Testing
 import VideoWidgetKit
 
@@ -14,7 +13,7 @@ import VideoWidgetKit
 /// - the half block with foreground and background swapped: `halfBlocksPutTheUpperPixelInTheForeground` fails.
 /// - `VideoWidget.slide(at:)` returning nil instead of a placeholder on a cache miss: `aMissingImageGivesAPlaceholder`
 ///   fails.
-@Suite(.runSlot(.minutes(3))) struct ThumbnailTests {
+@Suite(.timeLimit(.minutes(3))) struct ThumbnailTests {
   let decoding = ThumbnailDecoding()
 
   @Test func decodesATestImageKitPNG() throws {
@@ -38,8 +37,9 @@ import VideoWidgetKit
   /// decodes through its whole-image coefficient buffer.
   @Test(arguments: ["baseline.jpg", "progressive.jpg", "exif-thumbnail.jpg", "still.png", "animated.png"])
   func decodesTheImageCacheFixtures(_ name: String) throws {
+    // Examples/Tests/ExampleKitsTests/ThumbnailTests.swift → the repository's Tests/ImageCacheTests/Fixtures.
     let fixtures = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-      .appendingPathComponent("ImageCacheTests/Fixtures")
+      .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Tests/ImageCacheTests/Fixtures")
     let data = try Data(contentsOf: fixtures.appendingPathComponent(name))
     let info = try ImageHeaders.parse(data)
     let image = try decoding.decode(data)
