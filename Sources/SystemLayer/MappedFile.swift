@@ -48,9 +48,11 @@ package final class MappedFile: @unchecked Sendable {  // immutable after init (
       fd.close()
       throw error
     }
-    // Lookups touch a page here and there: without MADV_RANDOM a fault maps the pages around it too (fault-around,
-    // large folios), and one read of a 100,000-key image cost 5 MB of resident memory instead of a few pages.
+    // Lookups touch a page here and there: without these a fault read and mapped the pages around it too
+    // (readahead, fault-around), and 10 reads of a 100,000-key image cost 5 MB of resident memory. (Pages a writer
+    // just wrote sit in the page cache as large folios, which the kernel maps whole: that part stays.)
     _ = madvise(mapped, size, MADV_RANDOM)
+    _ = posix_fadvise(fd.rawValue, 0, 0, POSIX_FADV_RANDOM)
     let slot = gc_guard_register(mapped, size)
     guard slot >= 0 else {
       munmap(mapped, size)
