@@ -10,12 +10,24 @@ enum SuiteImageOutput {
   case file(SystemFD)
   case memory([UInt8])
 
-  mutating func write(_ bytes: [UInt8], at offset: Int) throws(SharedDefaultsError) {
+  /// Writes `bytes` at `offset`; with `inPages`, a page at a time. Why: the page cache keeps what a write brought
+  /// in folios as large as the write, and a reader's fault maps a whole folio — an image written a megabyte at a
+  /// time cost a process that read 10 keys of 100,000 5 MB of resident memory, one written a page at a time 1.6.
+  /// Only large values, which are read whole, are written in one piece.
+  mutating func write(_ bytes: [UInt8], at offset: Int, inPages: Bool = true) throws(SharedDefaultsError) {
     guard !bytes.isEmpty else { return }
     switch self {
     case .file(let fd):
       let result = bytes.withUnsafeBytes { raw in
-        Result { () throws(FileSystemError) in try fd.writeAll(raw, at: Int64(offset)) }
+        Result { () throws(FileSystemError) in
+          let piece = inPages ? Self.pageBytes : raw.count
+          var done = 0
+          while done < raw.count {
+            let n = min(piece, raw.count - done)
+            try fd.writeAll(UnsafeRawBufferPointer(rebasing: raw[done..<(done + n)]), at: Int64(offset + done))
+            done += n
+          }
+        }
       }
       if case .failure(let error) = result { throw .system(error) }
     case .memory(var out):
@@ -25,6 +37,8 @@ enum SuiteImageOutput {
       self = .memory(out)
     }
   }
+
+  private static let pageBytes = 4096
 
   /// `count` bytes written at `offset` before.
   func read(at offset: Int, count: Int) throws(SharedDefaultsError) -> [UInt8] {
@@ -178,7 +192,7 @@ struct SuiteImageBuilder {
     let large = chunk.count > 2 * Self.chunkBytes
     var taken = chunk
     chunk = []
-    try output.write(taken, at: at)
+    try output.write(taken, at: at, inPages: !large)
     flushed += taken.count
     if large {
       chunk.reserveCapacity(Self.chunkBytes)
