@@ -79,6 +79,8 @@ func stopDownloadFixture() {
   let f = downloadFixture
   f.session?.invalidate()
   f.session = nil
+  comparisonSessionStorage?.invalidate()
+  comparisonSessionStorage = nil
   try? f.serverInput?.fileHandleForWriting.close()
   f.server?.waitUntilExit()
   f.server = nil

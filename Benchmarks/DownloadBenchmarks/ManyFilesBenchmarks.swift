@@ -3,7 +3,8 @@
 //
 //   N files of S kB: agent ÷ peers   one iteration runs, in an order that rotates, (a) the agent: N tasks at once
 //                                    until the Nth completion event reaches this attached process (every file fsynced
-//                                    and published with a directory fsync before its event); (b) `aria2c -j16`;
+//                                    and published with a directory fsync before its event; 16 connections, as
+//                                    aria2c gets); (b) `aria2c -j16`;
 //                                    (c) `curl --parallel` (its default, 50 at once) followed by one `sync -f` of the
 //                                    file system. Metrics: each side's time and the agent's speed as a percentage of
 //                                    each peer's (> 100: the agent is faster). No wall-clock metric: the row is the
@@ -25,6 +26,7 @@ func runTool(_ tool: String, _ arguments: [String]) throws {
   process.executableURL = URL(fileURLWithPath: tool)
   process.arguments = arguments
   process.standardOutput = FileHandle.nullDevice
+  process.standardError = FileHandle.nullDevice  // curl --parallel draws a progress meter there despite -s
   try process.run()
   process.waitUntilExit()
   guard process.terminationStatus == 0 else {
@@ -34,6 +36,22 @@ func runTool(_ tool: String, _ arguments: [String]) throws {
 
 func milliseconds(_ d: Duration) -> Int {
   Int(d.components.seconds * 1000 + d.components.attoseconds / 1_000_000_000_000_000)
+}
+
+/// The comparison rows' session: 16 connections per host, as `aria2c -j16` (the fixture's session keeps the
+/// default 6 of the older rows).
+nonisolated(unsafe) var comparisonSessionStorage: DownloadSession?  // made in the first iteration, then only read
+
+func comparisonSession() throws -> DownloadSession {
+  if let session = comparisonSessionStorage { return session }
+  var configuration = DownloadSession.Configuration()
+  configuration.agentExecutable = URL(fileURLWithPath: productPath("gc-download-agent"))
+  configuration.agentIdleTimeout = .seconds(60)
+  configuration.httpMaximumConnectionsPerHost = 16
+  let session = try DownloadSession(
+    identifier: "bench16", container: downloadFixture.container!, configuration: configuration)
+  comparisonSessionStorage = session
+  return session
 }
 
 /// One side of a comparison: fetches `count` files of `size` bytes (seeds from `round`) into `directory`.
@@ -46,7 +64,7 @@ enum SmallFilesPeer: CaseIterable {
     let absolute = f.container!.url.appendingPathComponent(directory).path
     switch self {
     case .agent:
-      let session = f.session!
+      let session = try comparisonSession()
       var ids: Set<String> = []
       for (i, url) in urls.enumerated() {
         ids.insert(try session.download(from: URL(string: url)!, to: "\(directory)/\(i)").id)

@@ -94,6 +94,9 @@ package final class DownloadAgent: Sendable {
     var queues: [String: [Candidate]] = [:]
     /// The last full scan found a suspended task (which keeps the agent up, as any unfinished task).
     var suspendedAtScan = false
+    /// When sessions were last looked at for a relaunch, and whether one may still be due then.
+    var lastRelaunchLook: UInt64 = 0
+    var relaunchPending = false
   }
 
   /// A waiting task as the start order needs it.
@@ -119,6 +122,8 @@ package final class DownloadAgent: Sendable {
 
   /// How often `tasks/` may be listed while sessions keep posting (a listing of 10,000 tasks costs milliseconds).
   private static let relistInterval: UInt64 = 100_000_000
+  /// How often sessions are looked at for a relaunch.
+  private static let relaunchLookInterval: UInt64 = 250_000_000
   /// How often finished tasks are checked against `retention`.
   private static let retireInterval: UInt64 = 5_000_000_000
 
@@ -363,8 +368,22 @@ package final class DownloadAgent: Sendable {
     }
     startQueued()
     retire(now: now)
-    if relaunchSessions() { busy = true }
-    return busy
+    if relaunchDue() {
+      let pending = relaunchSessions()
+      state.withLock { $0.relaunchPending = pending }
+    }
+    return busy || state.withLock { $0.relaunchPending }
+  }
+
+  /// Whether to look for sessions to relaunch in this pass: every `relaunchLookInterval` (each look lists every
+  /// session's events and probes its attach lock — with a pass per finished download, that was most of a pass).
+  private func relaunchDue() -> Bool {
+    let now = MonotonicClock.nanoseconds()
+    return state.withLock { s in
+      guard now &- s.lastRelaunchLook >= Self.relaunchLookInterval else { return false }
+      s.lastRelaunchLook = now
+      return true
+    }
   }
 
   /// Whether this pass looks at every unfinished task: sessions posted since the last scan (a new task, a control)
