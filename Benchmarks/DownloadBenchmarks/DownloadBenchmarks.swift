@@ -16,6 +16,8 @@
 //                                    in this process (from the task's completion time)
 //   200 files of 64 kB: curl         curl --parallel --parallel-max 6 with the same 200 URLs
 //
+//   (ManyFilesBenchmarks.swift: many small files against aria2c and curl + sync, and the scale rows.)
+//
 // The server generates its bodies (no disk read on its side); every byte is written by the client.
 
 import Benchmark
@@ -77,6 +79,8 @@ func stopDownloadFixture() {
   let f = downloadFixture
   f.session?.invalidate()
   f.session = nil
+  comparisonSessionStorage?.invalidate()
+  comparisonSessionStorage = nil
   try? f.serverInput?.fileHandleForWriting.close()
   f.server?.waitUntilExit()
   f.server = nil
@@ -299,4 +303,6 @@ let benchmarks: @Sendable () -> Void = {
   } teardown: {
     stopDownloadFixture()
   }
+
+  manyFilesBenchmarks()
 }

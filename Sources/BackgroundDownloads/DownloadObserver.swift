@@ -38,7 +38,15 @@ extension DownloadSession {
         if changed { continuation.yield(task) }
       }
     }
-    let listener = store.updates.listen(name: "downloads observer") { queue.async(execute: scan) }
+    // One scan queued at a time: a burst of posts while one waits needs no other.
+    let scanQueued = Atomic<Bool>(false)
+    let listener = store.updates.listen(name: "downloads observer") {
+      guard !scanQueued.exchange(true, ordering: .acquiringAndReleasing) else { return }
+      queue.async {
+        scanQueued.store(false, ordering: .releasing)
+        scan()
+      }
+    }
     let stopped = Atomic<Bool>(false)
     // A status written while the counters file was being replaced posts nothing we hear: look every second too.
     @Sendable func tick() {

@@ -511,3 +511,112 @@ package enum DownloadRecordFormat {
     }
   }
 }
+
+// MARK: Group commits
+
+/// `commits/<seq>.commit`: what the agent made durable in one group commit (one file, one fsync, one directory
+/// fsync, whatever the number of tasks in it): the requests it accepted and the final outcomes of finished tasks.
+/// The task and event files are written from it afterwards without fsync; the agent's start writes them again from
+/// the commits when a power cut lost them (`DownloadStore.replayCommits`).
+package struct CommitRecord: Sendable, Equatable {
+  /// One finished task: its final status (events queued) and its events.
+  package struct Final: Sendable, Equatable {
+    package var id: String
+    package var session: String
+    package var status: TaskStatus
+    package var events: [EventRecord]
+
+    package init(id: String, session: String, status: TaskStatus, events: [EventRecord]) {
+      self.id = id
+      self.session = session
+      self.status = status
+      self.events = events
+    }
+  }
+
+  /// Orders the commits; names the file.
+  package var sequence: UInt64
+  /// Requests sessions wrote without fsync, made durable here.
+  package var requests: [TaskRequest]
+  package var finals: [Final]
+
+  package init(sequence: UInt64, requests: [TaskRequest] = [], finals: [Final] = []) {
+    self.sequence = sequence
+    self.requests = requests
+    self.finals = finals
+  }
+
+  /// `<20-digit sequence>.commit`: sorting names sorts commits.
+  package var fileName: String { Self.fileName(sequence) }
+
+  package static func fileName(_ sequence: UInt64) -> String {
+    let digits = String(sequence)
+    return String(repeating: "0", count: max(0, 20 - digits.count)) + digits + ".commit"
+  }
+
+  /// The sequence a commit file name holds; nil for any other name.
+  package static func sequence(ofFileName name: String) -> UInt64? {
+    guard name.utf8.count == 27, name.hasSuffix(".commit") else { return nil }
+    return UInt64(name.prefix(20))
+  }
+
+  /// Most entries of either kind in one commit (keeps a commit file far below `maxCommitBytes`).
+  package static let maxEntries = 128
+}
+
+extension DownloadRecordFormat {
+  /// A commit holds up to 2 × 128 records of at most a few hundred bytes each.
+  package static let maxCommitBytes = 4 << 20
+  static let commitLimits = PropertyListLimits(maxBytes: maxCommitBytes, maxDepth: 8, maxObjects: 8192)
+
+  package static func encode(_ c: CommitRecord) -> [UInt8] {
+    // Each record keeps its own encoding (as a data blob), so it is decoded and checked by its own rules.
+    let finals: [PropertyListValue] = c.finals.map { f in
+      .dictionary([
+        "id": .string(f.id), "session": .string(f.session), "status": .data(encode(f.status)),
+        "events": .array(f.events.map { .data(encode($0)) }),
+      ])
+    }
+    let d: [String: PropertyListValue] = [
+      "v": 1, "sequence": .integer(PropertyListInteger(c.sequence)),
+      "requests": .array(c.requests.map { .data(encode($0)) }), "finals": .array(finals),
+    ]
+    return (try? PropertyListValue.dictionary(d).encoded(as: .binary, limits: commitLimits)) ?? []
+  }
+
+  package static func decodeCommit(_ bytes: [UInt8]) throws(Invalid) -> CommitRecord {
+    guard bytes.count <= maxCommitBytes else { throw Invalid("\(bytes.count) bytes, more than a commit's") }
+    let value: PropertyListValue
+    do { value = try PropertyListValue(bytes: bytes, limits: commitLimits) } catch {
+      throw Invalid("not a property list: \(error)")
+    }
+    guard let d = value.dictionaryValue, d["v"]?.intValue == 1 else { throw Invalid("not a version 1 commit") }
+    guard let sequence = d["sequence"]?.uint64Value else { throw Invalid("'sequence' missing") }
+    guard let requests = d["requests"]?.arrayValue, let finals = d["finals"]?.arrayValue,
+      requests.count <= CommitRecord.maxEntries, finals.count <= CommitRecord.maxEntries
+    else { throw Invalid("'requests' or 'finals' missing or too long") }
+    var record = CommitRecord(sequence: sequence)
+    for r in requests {
+      guard let blob = r.dataValue else { throw Invalid("a request is not data") }
+      record.requests.append(try decodeRequest(blob))
+    }
+    for f in finals {
+      guard let e = f.dictionaryValue, let id = e["id"]?.stringValue, isTaskID(id),
+        let session = e["session"]?.stringValue, let status = e["status"]?.dataValue,
+        let events = e["events"]?.arrayValue, events.count <= 2
+      else { throw Invalid("a final entry is incomplete") }
+      do { try validate(sessionIdentifier: session) } catch { throw Invalid("\(error)") }
+      var decoded: [EventRecord] = []
+      for event in events {
+        guard let blob = event.dataValue else { throw Invalid("an event is not data") }
+        let record = try decodeEvent(blob)
+        guard record.taskID == id else { throw Invalid("an event of another task") }
+        decoded.append(record)
+      }
+      let final = try decodeStatus(status)
+      guard final.phase.isFinal else { throw Invalid("a final entry whose status is not final") }
+      record.finals.append(CommitRecord.Final(id: id, session: session, status: final, events: decoded))
+    }
+    return record
+  }
+}

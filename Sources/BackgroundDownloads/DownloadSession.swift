@@ -67,6 +67,9 @@ public final class DownloadSession: Sendable {
   private let attachLock: SystemFD
   private let attachment: Mutex<Attachment>
   private let delivery = DispatchQueue(label: "GroupContainer.DownloadSession.delivery")
+  /// A poll is queued on `delivery` and has not started: posts meanwhile need no other (a burst of the agent's
+  /// posts would otherwise queue a poll each, every one of them reading every unfinished task).
+  private let pollQueued = Atomic<Bool>(false)
   private static let logger = Logger(label: "GroupContainer.BackgroundDownloads")
 
   private struct Attachment {
@@ -250,8 +253,11 @@ public final class DownloadSession: Sendable {
     // Every poll runs on the delivery queue: events leave in order, one at a time.
     let queue = delivery
     let listener = store.updates.listen(name: "downloads \(identifier)") { [weak self] in
-      guard let session = self else { return }
-      queue.async { session.poll() }
+      guard let session = self, !session.pollQueued.exchange(true, ordering: .acquiringAndReleasing) else { return }
+      queue.async {
+        session.pollQueued.store(false, ordering: .releasing)
+        session.poll()
+      }
     }
     attachment.withLock { a in a.listener = listener }
     delivery.async { [weak self] in self?.tick() }

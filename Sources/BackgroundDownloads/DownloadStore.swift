@@ -15,6 +15,7 @@ import SystemLayer
 ///   tasks/<id>.control       what sessions ask (any session)
 ///   tasks/<id>.status        what the agent did (only the agent)
 ///   tasks/<id>.partial       the bytes received so far
+///   commits/<seq>.commit     the agent's group commits: accepted requests and final outcomes (CommitRecord)
 ///   sessions/<sid>/attach.lock   flocked (exclusive) by the one process attached to the session; holds its pid
 ///   sessions/<sid>/app           the app to start when events wait and nobody is attached
 ///   sessions/<sid>/events/<seq>-<id>-<kind>.event   queued events, removed once handled
@@ -26,7 +27,7 @@ package final class DownloadStore: Sendable {
   package static let directory = ContainerPath.privateDirectory + "/downloads"
   static let tasksDirectory = directory + "/tasks"
   static let sessionsDirectory = directory + "/sessions"
-  private static let logger = Logger(label: "GroupContainer.BackgroundDownloads")
+  static let logger = Logger(label: "GroupContainer.BackgroundDownloads")
 
   package let container: GroupContainer
   package let root: ContainerDirectory
@@ -73,33 +74,14 @@ package final class DownloadStore: Sendable {
   package static func taskPath(_ id: String, _ suffix: String) -> String { "\(tasksDirectory)/\(id).\(suffix)" }
 
   /// Writes a new task's request and wakes the agent. The request survives this process's death at once, and a
-  /// power cut once the agent has looked (`makeDurable`: one directory fsync for all the tasks new since its last
-  /// look), so creating a task costs the app no fsync: 200 at once are 400 fsyncs fewer on its side.
+  /// power cut once the agent has looked (its next group commit holds every request new since its last look, and
+  /// restores a lost one: `commit`), so creating a task costs the app no fsync.
   package func create(_ request: TaskRequest) throws(DownloadError) {
     let bytes = DownloadRecordFormat.encode(request)
     try Self.system { () throws(FileSystemError) in
       try root.replaceFile(Self.taskPath(request.id, "task"), with: bytes, mode: fileMode, durability: .processCrash)
     }
     requests.post()
-  }
-
-  /// Makes the requests of `ids` survive a power cut: each file fsynced, then the tasks directory once.
-  package func makeDurable(_ ids: [String]) throws(DownloadError) {
-    guard !ids.isEmpty else { return }
-    try Self.system { () throws(FileSystemError) in
-      let directory = try root.openDirectory(Self.tasksDirectory)
-      defer { directory.close() }
-      for id in ids {
-        let file: SystemFD
-        do throws(FileSystemError) { file = try directory.open("\(id).task", .readOnly) } catch {
-          if error.errno == .noSuchFileOrDirectory { continue }  // forgotten meanwhile
-          throw error
-        }
-        defer { file.close() }
-        try file.sync()
-      }
-      try directory.sync()
-    }
   }
 
   package func write(_ control: TaskControl, for id: String) throws(DownloadError) {
@@ -127,6 +109,11 @@ package final class DownloadStore: Sendable {
     }
     knownRequests.withLock { $0[id] = request }
     return request
+  }
+
+  /// Drops a request from the memory of read requests (the agent, for a finished task it no longer looks at).
+  package func forgetRequest(_ id: String) {
+    _ = knownRequests.withLock { $0.removeValue(forKey: id) }
   }
 
   package func control(_ id: String) -> TaskControl? {
@@ -323,7 +310,7 @@ package final class DownloadStore: Sendable {
   }
 
   /// Reads and checks a record; a missing file is nil, a damaged one is logged and nil.
-  private func read<T>(_ relative: String, _ decode: ([UInt8]) throws(DownloadRecordFormat.Invalid) -> T) -> T? {
+  func read<T>(_ relative: String, _ decode: ([UInt8]) throws(DownloadRecordFormat.Invalid) -> T) -> T? {
     guard let (bytes, _) = readBytes(relative) else { return nil }
     do { return try decode(bytes) } catch {
       Self.logger.error("damaged download record '\(relative)': \(error.reason)")

@@ -176,6 +176,7 @@ int gc_eventfd(unsigned int initval, int nonblocking_cloexec) {
 }
 
 int gc_malloc_trim(size_t pad) { return malloc_trim(pad); }
+int gc_malloc_arena_max(int count) { return mallopt(M_ARENA_MAX, count); }
 
 int gc_spawn(const char *path, char *const argv[], char *const envp[], int input_fd, int output_fd, int error_fd,
              int detach, int *pid) {

@@ -67,7 +67,65 @@ package final class DownloadAgent: Sendable {
     var finishing: Set<String> = []
     /// Another agent holds the name `agent.lock` (ours was removed): nothing more is written, the loop ends.
     var deposed = false
+    /// Final outcomes waiting for the next group commit, and whether a finishing transfer is writing one now (it
+    /// goes on until none waits: outcomes that arrive meanwhile share the next commit).
+    var pendingFinals: [CommitRecord.Final] = []
+    var committing = false
+    var nextCommit: UInt64 = 1
+    /// Commits that still name a task in the container (sequence → tasks not forgotten), and each task's commits:
+    /// a commit file is removed once all its tasks are.
+    var commitTasks: [UInt64: Int] = [:]
+    var taskCommits: [String: [UInt64]] = [:]
+    /// Finished tasks whose events are queued: all a pass needs of them is here (no status, request or control
+    /// kept), and passes skip them; `retire` looks at them every few seconds.
+    var settled: [String: Settled] = [:]
+    var lastRetire: UInt64 = 0
+    /// The task ids last listed (`tasks/`), and when and at which request sequence: the directory is listed again
+    /// only after sessions posted (a new task or control), and then at most every `relistInterval`.
+    var listed: [String] = []
+    var listedSequence: UInt32?
+    var listedAt: UInt64 = 0
+    /// How long a full scan took last time: scans prompted by posts are at least 20 times that apart.
+    var scanCost: UInt64 = 0
+    /// Something only a full scan handles happened (a transfer stopped without finishing, a commit not written).
+    var rescan = false
+    /// Waiting tasks from the last full scan, per session and host, best last (priority, then age): passes between
+    /// scans start from here without looking at every task.
+    var queues: [String: [Candidate]] = [:]
+    /// The last full scan found a suspended task (which keeps the agent up, as any unfinished task).
+    var suspendedAtScan = false
+    /// When sessions were last looked at for a relaunch, and whether one may still be due then.
+    var lastRelaunchLook: UInt64 = 0
+    var relaunchPending = false
   }
+
+  /// A waiting task as the start order needs it.
+  private struct Candidate {
+    var request: TaskRequest
+    var status: TaskStatus
+    var priority: Double
+    var host: String
+
+    /// Whether `self` starts before `other`: higher priority, then older.
+    func precedes(_ other: Candidate) -> Bool {
+      priority != other.priority
+        ? priority > other.priority
+        : (request.created, request.taskIdentifier) < (other.request.created, other.request.taskIdentifier)
+    }
+  }
+
+  /// A finished task reduced to what its retention needs.
+  private struct Settled {
+    var finished: Int64
+    var session: String
+  }
+
+  /// How often `tasks/` may be listed while sessions keep posting (a listing of 10,000 tasks costs milliseconds).
+  private static let relistInterval: UInt64 = 100_000_000
+  /// How often sessions are looked at for a relaunch.
+  private static let relaunchLookInterval: UInt64 = 250_000_000
+  /// How often finished tasks are checked against `retention`.
+  private static let retireInterval: UInt64 = 5_000_000_000
 
   let store: DownloadStore
   let settings: Settings
@@ -107,6 +165,7 @@ package final class DownloadAgent: Sendable {
     let listener = store.requests.listen(name: "download agent") { doorbell.ring() }
     recoverAfterCrash()
     var idleSince: UInt64?
+    var wasBusy = false
     while true {
       if !containerExists() {
         logger.info("the container \(store.container.path) is gone: the agent exits")
@@ -115,6 +174,9 @@ package final class DownloadAgent: Sendable {
       guard stillTheAgent() else { break }
       let busy = pass()
       if state.withLock({ $0.shuttingDown || $0.deposed }) { break }
+      // The end of a burst: what its transfers and records allocated goes back to the kernel.
+      if wasBusy && !busy { MemorySignals.returnFreedMemory() }
+      wasBusy = busy
       if busy {
         idleSince = nil
       } else if let idle = settings.idleTimeout {
@@ -137,14 +199,17 @@ package final class DownloadAgent: Sendable {
           state.withLock { s in
             s.statuses = [:]
             s.controls = [:]
+            s.settled = [:]
+            s.listedSequence = nil
           }
+          recoverAfterCrash()
           idleSince = nil
           continue
         } else if idleSince == nil {
           idleSince = now
         }
       }
-      await doorbell.wait(timeout: .seconds(1))
+      await doorbell.wait(timeout: relistDelay() ?? .seconds(1))
     }
     listener.cancel()
     await stopAll(.shutdown)
@@ -172,6 +237,8 @@ package final class DownloadAgent: Sendable {
         state.withLock { s in
           s.statuses = [:]
           s.controls = [:]
+          s.settled = [:]
+          s.listedSequence = nil
         }
         return true
       }
@@ -206,13 +273,15 @@ package final class DownloadAgent: Sendable {
     return st.device == store.root.device && st.inode == store.root.inode
   }
 
-  /// A transfer that was running when the previous agent died resumes from its status.
+  /// Finishes what the previous agent's commits promised (a kill or a power cut between a commit and its visible
+  /// files), then resumes a transfer that was running when it died from its status.
   private func recoverAfterCrash() {
     var last: UInt64 = 0
     for sid in store.sessionIdentifiers() {
       for event in store.queuedEvents(sid) { last = max(last, event.sequence / 2) }
     }
-    state.withLock { $0.lastFinished = last }
+    last = max(last, replayCommits())
+    state.withLock { $0.lastFinished = max($0.lastFinished, last) }
     for id in store.taskIDs() {
       guard var status = self.status(id), status.phase == .running else { continue }
       status.phase = .waiting
@@ -220,20 +289,127 @@ package final class DownloadAgent: Sendable {
     }
   }
 
+  /// Reads every commit: requests a power cut lost are written again (unless their task finished longer ago than
+  /// `retention`: then it was forgotten on purpose), finals whose visible files are missing or older are written
+  /// again (events first), and commits none of whose tasks is left are removed. Returns the last finish time seen.
+  private func replayCommits() -> UInt64 {
+    let commits = store.commits()
+    guard !commits.isEmpty else { return 0 }
+    let now = Self.wallClock()
+    let retention = Int64(settings.retention.nanoseconds)
+    var finals: [String: CommitRecord.Final] = [:]
+    for commit in commits {
+      for final in commit.finals { finals[final.id] = final }
+    }
+    func expired(_ id: String) -> Bool {
+      guard let finished = finals[id]?.status.finished else { return false }
+      return now - finished > retention
+    }
+    var last: UInt64 = 0
+    var commitTasks: [UInt64: Int] = [:]
+    var taskCommits: [String: [UInt64]] = [:]
+    var redone: [CommitRecord.Final] = []
+    for commit in commits {
+      var alive = Set<String>()
+      for request in commit.requests where !expired(request.id) {
+        if store.restore(request) { logger.info("task \(request.id): its request was restored from its commit") }
+        alive.insert(request.id)
+      }
+      for final in commit.finals {
+        last = max(last, UInt64(max(0, final.status.finished ?? 0)))
+        guard !expired(final.id), store.request(final.id) != nil else { continue }
+        alive.insert(final.id)
+        // Only the task's last commit counts (a task has one final; a later one would replace it).
+        guard finals[final.id] == final, store.status(final.id) != final.status else { continue }
+        redone.append(final)
+      }
+      if alive.isEmpty {
+        store.removeCommit(commit.sequence)
+        continue
+      }
+      commitTasks[commit.sequence] = alive.count
+      for id in alive { taskCommits[id, default: []].append(commit.sequence) }
+    }
+    if !redone.isEmpty {
+      do {
+        try store.materialize(redone)
+        logger.info("\(redone.count) committed outcomes written again from their commits")
+      } catch {
+        logger.error("cannot write committed outcomes again (the next start tries again): \(error)")
+      }
+    }
+    let next = (commits.last?.sequence ?? 0) + 1
+    state.withLock { s in
+      s.commitTasks = commitTasks
+      s.taskCommits = taskCommits
+      s.nextCommit = max(s.nextCommit, next)
+    }
+    return last
+  }
+
   // MARK: One pass
 
-  /// One look at every task; returns whether anything is unfinished (running, waiting, events to queue, a relaunch
-  /// to retry).
+  /// One pass: a full scan of the unfinished tasks when one is due (`scanDue`), then starts what the limits allow,
+  /// forgets what retention allows and relaunches apps. Returns whether anything is unfinished (running, waiting,
+  /// suspended, events to queue, a relaunch to retry).
   @discardableResult
   private func pass() -> Bool {
-    var busy = false
-    var waiting: [(TaskRequest, TaskStatus, Double)] = []
-    var unsynced: [String] = []
     let now = Self.wallClock()
+    var busy: Bool
+    if scanDue() {
+      let began = MonotonicClock.nanoseconds()
+      busy = scan(now: now)
+      let cost = MonotonicClock.nanoseconds() &- began
+      state.withLock { $0.scanCost = cost }
+    } else {
+      busy = state.withLock { s in
+        !s.running.isEmpty || !s.finishing.isEmpty || s.suspendedAtScan || s.queues.values.contains { !$0.isEmpty }
+      }
+    }
+    startQueued()
+    retire(now: now)
+    if relaunchDue() {
+      let pending = relaunchSessions()
+      state.withLock { $0.relaunchPending = pending }
+    }
+    return busy || state.withLock { $0.relaunchPending }
+  }
+
+  /// Whether to look for sessions to relaunch in this pass: every `relaunchLookInterval` (each look lists every
+  /// session's events and probes its attach lock — with a pass per finished download, that was most of a pass).
+  private func relaunchDue() -> Bool {
+    let now = MonotonicClock.nanoseconds()
+    return state.withLock { s in
+      guard now &- s.lastRelaunchLook >= Self.relaunchLookInterval else { return false }
+      s.lastRelaunchLook = now
+      return true
+    }
+  }
+
+  /// Whether this pass looks at every unfinished task: sessions posted since the last scan (a new task, a control)
+  /// and it is `relistInterval` old (and 20 times its own cost, so that scans of 10,000 waiting tasks take at most
+  /// 5 % of the time), something asked for one, or 2 s passed (files changed without a post).
+  private func scanDue() -> Bool {
+    let sequence = store.requests.sequenceValue
+    let now = MonotonicClock.nanoseconds()
+    return state.withLock { s in
+      let age = now &- s.listedAt
+      return s.rescan || (s.listedSequence != sequence && age >= max(Self.relistInterval, s.scanCost &* 20))
+        || age >= max(2_000_000_000, s.scanCost &* 20)
+    }
+  }
+
+  /// Looks at every task not settled: applies controls, queues the events of final statuses without them, settles
+  /// final ones, commits new requests and rebuilds the start queues. Returns whether any task is unfinished.
+  private func scan(now: Int64) -> Bool {
+    var busy = false
+    var suspended = false
+    var waiting: [Candidate] = []
+    var unsynced: [TaskRequest] = []
+    state.withLock { $0.rescan = false }
     let fresh = controlsMayHaveChanged()
-    let ids = store.taskIDs()
-    forgetAllBut(Set(ids))
-    for id in ids {
+    // Finished tasks are not looked at here (`settled`): a scan costs the unfinished ones only.
+    for id in activeTaskIDs() {
       guard let request = store.request(id) else { continue }
       let (isRunning, isFinishing) = state.withLock { ($0.running[id] != nil, $0.finishing.contains(id)) }
       if isFinishing {
@@ -249,12 +425,8 @@ package final class DownloadAgent: Sendable {
       if status.phase.isFinal {
         if !status.eventsQueued {
           queueEvents(request, &status)
-        } else if let finished = status.finished,
-          now - finished > Int64(settings.retention.nanoseconds),
-          !store.hasQueuedEvents(request.session, task: id)
-        {
-          store.removeTask(id)
-          forget(id)
+        } else {
+          settle(id, status, session: request.session)
         }
         continue
       }
@@ -262,19 +434,89 @@ package final class DownloadAgent: Sendable {
       status = applyControl(control, to: id, request: request, running: false) ?? status
       if status.phase.isFinal { continue }
       busy = true
-      if state.withLock({ $0.durableRequests.insert(id).inserted }) { unsynced.append(id) }
+      if state.withLock({ $0.durableRequests.insert(id).inserted }) { unsynced.append(request) }
       if status.phase == .waiting {
-        waiting.append((request, status, control?.priority ?? request.priority))
+        waiting.append(
+          Candidate(
+            request: request, status: status, priority: control?.priority ?? request.priority,
+            host: URL(string: request.url)?.host?.lowercased() ?? ""))
+      } else if status.phase == .suspended {
+        suspended = true
       }
     }
-    // Group commit of the requests new since the last pass: a session's `download()` made them survive a kill only.
-    do { try store.makeDurable(unsynced) } catch {
-      logger.error("cannot fsync new task requests (a power cut may lose them): \(error)")
-      state.withLock { s in for id in unsynced { s.durableRequests.remove(id) } }
+    // Group commit of the requests new since the last scan (a session's `download()` made them survive a kill
+    // only): one commit file for all of them, not an fsync each.
+    commitRequests(unsynced)
+    var queues: [String: [Candidate]] = [:]
+    for candidate in waiting { queues[candidate.request.session + "\n" + candidate.host, default: []].append(candidate) }
+    for key in queues.keys { queues[key]!.sort { $1.precedes($0) } }
+    state.withLock { s in
+      s.queues = queues
+      s.suspendedAtScan = suspended
     }
-    start(waiting)
-    if relaunchSessions() { busy = true }
     return busy
+  }
+
+  /// The ids of the tasks not settled, listing `tasks/` again when sessions posted since the last listing (new
+  /// tasks, controls) or every 2 s (files changed without a post).
+  private func activeTaskIDs() -> [String] {
+    let sequence = store.requests.sequenceValue
+    let now = MonotonicClock.nanoseconds()
+    let due = state.withLock { s -> Bool in s.listedSequence != sequence || now &- s.listedAt >= 2_000_000_000 }
+    if due {
+      let ids = store.taskIDs()
+      forgetAllBut(Set(ids))
+      state.withLock { s in
+        s.listed = ids.filter { s.settled[$0] == nil }
+        s.listedSequence = sequence
+        s.listedAt = now
+      }
+    }
+    return state.withLock { s in
+      // Settled since the listing: dropped here, so the list shrinks as tasks finish.
+      if s.listed.count > 64, s.listed.contains(where: { s.settled[$0] != nil }) {
+        s.listed.removeAll { s.settled[$0] != nil }
+      }
+      return s.listed
+    }
+  }
+
+  /// How long the loop may sleep before a listing that was put off (`relistInterval`) is due; nil: none waits.
+  private func relistDelay() -> Duration? {
+    let sequence = store.requests.sequenceValue
+    let now = MonotonicClock.nanoseconds()
+    return state.withLock { s -> Duration? in
+      guard s.listedSequence != sequence else { return nil }
+      let age = now &- s.listedAt
+      let interval = max(Self.relistInterval, s.scanCost &* 20)
+      return .nanoseconds(Int64(age >= interval ? 0 : interval - age))
+    }
+  }
+
+  /// A finished task whose events are queued: kept as its finish time and session only.
+  private func settle(_ id: String, _ status: TaskStatus, session: String) {
+    state.withLock { s in
+      s.settled[id] = Settled(finished: status.finished ?? status.updated, session: session)
+      s.statuses[id] = nil
+      s.controls[id] = nil
+      s.durableRequests.remove(id)
+    }
+    store.forgetRequest(id)
+  }
+
+  /// Forgets finished tasks whose retention passed and whose events were handled, every `retireInterval`.
+  private func retire(now: Int64) {
+    let clock = MonotonicClock.nanoseconds()
+    let retention = Int64(settings.retention.nanoseconds)
+    let due = state.withLock { s -> [(String, Settled)]? in
+      guard clock &- s.lastRetire >= Self.retireInterval else { return nil }
+      s.lastRetire = clock
+      return s.settled.filter { now - $0.value.finished > retention }.map { ($0.key, $0.value) }
+    }
+    for (id, settled) in due ?? [] where !store.hasQueuedEvents(settled.session, task: id) {
+      store.removeTask(id)
+      forget(id)
+    }
   }
 
   /// Applies a control generation not applied yet. For a running task, asks its transfer to stop (its end applies
@@ -323,20 +565,26 @@ package final class DownloadAgent: Sendable {
     return status
   }
 
-  /// Starts what the limits allow, highest priority first, then oldest.
-  private func start(_ candidates: [(TaskRequest, TaskStatus, Double)]) {
-    let ordered = candidates.sorted { a, b in
-      a.2 != b.2 ? a.2 > b.2 : (a.0.created, a.0.taskIdentifier) < (b.0.created, b.0.taskIdentifier)
-    }
-    for (request, status, _) in ordered {
-      let host = URL(string: request.url)?.host?.lowercased() ?? ""
-      let allowed = state.withLock { s -> Bool in
-        guard !s.shuttingDown, s.running.count < settings.maxConcurrentTransfers else { return false }
-        let sameHost = s.running.values.filter { $0.session == request.session && $0.host == host }.count
-        return sameHost < request.connectionsPerHost
+  /// Starts what the limits allow from the queues, highest priority first, then oldest: the best head of a queue
+  /// whose session and host have a connection free, until none has or `maxConcurrentTransfers` run.
+  private func startQueued() {
+    while true {
+      let next = state.withLock { s -> Candidate? in
+        guard !s.shuttingDown, s.running.count < settings.maxConcurrentTransfers else { return nil }
+        var best: (key: String, candidate: Candidate)?
+        for (key, queue) in s.queues {
+          guard let head = queue.last else { continue }
+          let sameHost = s.running.values.filter { $0.session == head.request.session && $0.host == head.host }.count
+          guard sameHost < head.request.connectionsPerHost else { continue }
+          if best.map({ head.precedes($0.candidate) }) ?? true { best = (key, head) }
+        }
+        guard let best else { return nil }
+        s.queues[best.key]!.removeLast()
+        if s.queues[best.key]!.isEmpty { s.queues[best.key] = nil }
+        return best.candidate
       }
-      guard allowed else { continue }
-      launch(request, status, host: host)
+      guard let next else { return }
+      launch(next.request, next.status, host: next.host)
     }
   }
 
@@ -344,10 +592,9 @@ package final class DownloadAgent: Sendable {
     var status = status
     status.phase = .running
     status.updated = Self.wallClock()
-    do { try record(status, for: request.id, durable: false) } catch {
-      logger.error("task \(request.id): cannot write its status: \(error)")
-      return
-    }
+    // Not written yet: the transfer's first report (the answer's head) writes "running" with what it learnt — one
+    // replace less per download. A kill before it leaves "waiting", which is what the next agent would make of it.
+    guard stillTheAgent() else { return }
     let partial = DownloadStore.taskPath(request.id, "partial")
     let engine = engine
     // Registered before the transfer can report: `progress` and `finish` find their entry.
@@ -371,6 +618,8 @@ package final class DownloadAgent: Sendable {
   }
 
   private func progress(_ id: String, _ resume: ResumeState, _ attempts: Int, _ http: Int?) {
+    // The start of a fresh download's first attempt says nothing a kill would need: its head follows at once.
+    let worthWriting = !(attempts == 1 && resume.receivedBytes == 0 && http == nil)
     let status = state.withLock { s -> TaskStatus? in
       guard var r = s.running[id] else { return nil }
       r.status.resume = resume
@@ -380,7 +629,7 @@ package final class DownloadAgent: Sendable {
       s.running[id] = r
       return r.status
     }
-    guard let status else { return }
+    guard let status, worthWriting else { return }
     do { try record(status, for: id, durable: false) } catch {
       logger.error("task \(id): cannot write its progress: \(error)")
     }
@@ -415,15 +664,17 @@ package final class DownloadAgent: Sendable {
       case .cancel:
         try? store.root.removeFile(partial)
         finalize(request, &status, phase: .cancelled, error: .cancelled)
-      case .suspend:
-        status.phase = .suspended
+      case .suspend, .shutdown, nil:
+        status.phase = running.stopReason == .suspend ? .suspended : .waiting
         write(status, request.id)
-      case .shutdown, nil:
-        status.phase = .waiting
-        write(status, request.id)
+        // Not finished: the next pass scans, so the task is queued again (or counted as suspended).
+        state.withLock { s in
+          s.finishing.remove(request.id)
+          s.rescan = true
+        }
       }
     }
-    _ = state.withLock { $0.finishing.remove(request.id) }
+    // A final outcome left `finishing` with its group commit (`commitPending`).
     doorbell.ring()
   }
 
@@ -478,10 +729,20 @@ package final class DownloadAgent: Sendable {
   }
 
   private func forget(_ id: String) {
-    state.withLock { s in
+    let empty = state.withLock { s -> [UInt64] in
       s.statuses[id] = nil
       s.controls[id] = nil
+      s.settled[id] = nil
+      var empty: [UInt64] = []
+      for sequence in s.taskCommits.removeValue(forKey: id) ?? [] {
+        let left = (s.commitTasks[sequence] ?? 1) - 1
+        s.commitTasks[sequence] = left > 0 ? left : nil
+        if left <= 0 { empty.append(sequence) }
+      }
+      return empty
     }
+    // A commit none of whose tasks is left has nothing more to restore.
+    for sequence in empty { store.removeCommit(sequence) }
   }
 
   /// Tasks whose files are gone (removed, or the container emptied) are forgotten.
@@ -490,27 +751,31 @@ package final class DownloadAgent: Sendable {
       if s.statuses.count > ids.count { s.statuses = s.statuses.filter { ids.contains($0.key) } }
       if s.controls.count > ids.count { s.controls = s.controls.filter { ids.contains($0.key) } }
       if s.durableRequests.count > ids.count { s.durableRequests = s.durableRequests.filter { ids.contains($0) } }
+      if s.settled.count > ids.count { s.settled = s.settled.filter { ids.contains($0.key) } }
     }
   }
 
-  /// Makes a final status durable, then queues the session's events and marks them queued. A crash in between is
-  /// repaired by the next pass: event names derive from the finish time, so queuing again replaces, never doubles.
+  /// Gives a finished task its final status and events, made durable by the next group commit (`submit`): until
+  /// then the task stays in `finishing`, and nothing visible says it finished.
   private func finalize(_ request: TaskRequest, _ status: inout TaskStatus, phase: TaskPhase, error: DownloadError?) {
     status.phase = phase
     status.error = error
-    status.eventsQueued = false
+    status.eventsQueued = true
+    status.updated = Self.wallClock()
     status.finished = state.withLock { s in
       s.lastFinished = max(s.lastFinished + 1, UInt64(max(0, Self.wallClock())))
       return Int64(s.lastFinished)
     }
-    write(status, request.id)
-    queueEvents(request, &status)
+    submit(
+      CommitRecord.Final(id: request.id, session: request.session, status: status, events: Self.events(request, status)))
     logger.info(
       "task \(request.id) \(phase.rawValue)\(error.map { ": \($0)" } ?? "") (\(status.resume.receivedBytes) bytes)")
   }
 
-  private func queueEvents(_ request: TaskRequest, _ status: inout TaskStatus) {
-    let base = UInt64(max(0, status.finished ?? Self.wallClock())) &* 2
+  /// A finished task's events: `finished` (a completed download) and `completed`; their names derive from the
+  /// finish time, so writing them again replaces them, never doubles them.
+  private static func events(_ request: TaskRequest, _ status: TaskStatus) -> [EventRecord] {
+    let base = UInt64(max(0, status.finished ?? wallClock())) &* 2
     var events: [EventRecord] = []
     if status.phase == .completed {
       events.append(
@@ -521,8 +786,128 @@ package final class DownloadAgent: Sendable {
     events.append(
       EventRecord(
         sequence: base + 1, taskID: request.id, kind: .completed, error: status.error, httpStatus: status.httpStatus))
+    return events
+  }
+
+  // MARK: Group commit
+
+  /// Queues a final outcome for the group commit. The first finishing task that finds no commit being written
+  /// writes it, and goes on while outcomes wait: those that arrive during one commit's fsyncs share the next.
+  private func submit(_ final: CommitRecord.Final) {
+    let lead = state.withLock { s -> Bool in
+      s.finishing.insert(final.id)
+      s.pendingFinals.append(final)
+      guard !s.committing else { return false }
+      s.committing = true
+      return true
+    }
+    if lead { commitPending() }
+  }
+
+  /// Writes commits until no outcome waits: the commit durable first, then the visible files (events, then
+  /// statuses), then the outcomes are known to the loop.
+  private func commitPending() {
+    while true {
+      let next = state.withLock { s -> ([CommitRecord.Final], UInt64)? in
+        guard !s.pendingFinals.isEmpty else {
+          s.committing = false
+          return nil
+        }
+        let batch = Array(s.pendingFinals.prefix(CommitRecord.maxEntries))
+        s.pendingFinals.removeFirst(batch.count)
+        defer { s.nextCommit += 1 }
+        return (batch, s.nextCommit)
+      }
+      guard let (batch, sequence) = next else { return }
+      FaultPoint.reach("downloads.agent.before-commit")
+      var written = false
+      if stillTheAgent() {
+        do {
+          try store.commit(CommitRecord(sequence: sequence, finals: batch))
+          written = true
+        } catch {
+          logger.error("cannot write a group commit of \(batch.count) outcomes (written one by one): \(error)")
+        }
+      }
+      FaultPoint.reach("downloads.agent.committed")
+      var visible = false
+      if written {
+        do {
+          try store.materialize(batch)
+          visible = true
+        } catch {
+          logger.error("cannot write the files of a group commit (the pass queues the events again): \(error)")
+        }
+      }
+      state.withLock { s in
+        for final in batch {
+          s.finishing.remove(final.id)
+          if visible {
+            // Settled at once: the task's record is on disk, memory keeps its finish time only.
+            s.settled[final.id] = Settled(finished: final.status.finished ?? final.status.updated, session: final.session)
+            s.statuses[final.id] = nil
+            s.controls[final.id] = nil
+            s.durableRequests.remove(final.id)
+          } else if written {
+            // Not visible: the next scan queues the events and writes the status (`queueEvents`).
+            var status = final.status
+            status.eventsQueued = false
+            s.statuses[final.id] = .some(status)
+            s.rescan = true
+          }
+          if written {
+            s.taskCommits[final.id, default: []].append(sequence)
+            s.commitTasks[sequence, default: 0] += 1
+          }
+        }
+      }
+      if visible { for final in batch { store.forgetRequest(final.id) } }
+      if !written {
+        state.withLock { $0.rescan = true }
+        // No commit: the old way, each status durable, then its events.
+        for final in batch {
+          var status = final.status
+          status.eventsQueued = false
+          do {
+            try record(status, for: final.id, durable: true)
+            if let request = store.request(final.id) { queueEvents(request, &status) }
+          } catch {
+            logger.error("task \(final.id): cannot write its final status: \(error)")
+          }
+        }
+      }
+      doorbell.ring()
+    }
+  }
+
+  /// Makes the requests new since the last pass durable in one commit (they are restored from it after a power cut).
+  private func commitRequests(_ requests: [TaskRequest]) {
+    var rest = requests[...]
+    while !rest.isEmpty {
+      let chunk = Array(rest.prefix(CommitRecord.maxEntries))
+      rest = rest.dropFirst(chunk.count)
+      let sequence = state.withLock { s in
+        defer { s.nextCommit += 1 }
+        return s.nextCommit
+      }
+      do {
+        try store.commit(CommitRecord(sequence: sequence, requests: chunk))
+        state.withLock { s in
+          s.commitTasks[sequence] = chunk.count
+          for request in chunk { s.taskCommits[request.id, default: []].append(sequence) }
+        }
+      } catch {
+        logger.error("cannot commit new task requests (a power cut may lose them): \(error)")
+        state.withLock { s in for request in chunk { s.durableRequests.remove(request.id) } }
+      }
+    }
+  }
+
+  /// Queues the events of a final status written without them (an older agent's, or a commit whose files could not
+  /// be written), durably, then marks them queued.
+  private func queueEvents(_ request: TaskRequest, _ status: inout TaskStatus) {
     do {
-      try store.queue(events, for: request.session)
+      try store.queue(Self.events(request, status), for: request.session)
       status.eventsQueued = true
       // Not fsynced (two fsyncs less per task): only a power cut can lose this mark, and then the next agent queues
       // the same event names again — delivered twice at worst, which the spec allows (at least once, with ids).

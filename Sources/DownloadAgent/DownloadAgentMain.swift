@@ -10,6 +10,9 @@ public enum DownloadAgentMain {
   /// `gc-download-agent --identifier ID --root ROOT [--idle SECONDS] [--group-shared]`: runs until idle, then exits. Its command line
   /// is written by `AgentLauncher.arguments(for:)` only, so it is parsed here by hand.
   public static func main() async {
+    // Two arenas: the agent's threads (event loops, offloaded fsyncs, the pool) otherwise each keep an arena of freed
+    // memory, several MB of resident memory for a process that mostly waits.
+    MemorySignals.limitMallocArenas(2)
     var identifier: String?
     var root: String?
     var sharing = GroupContainer.Sharing.user

@@ -116,6 +116,11 @@ package enum MemorySignals {
   /// keeps freed chunks otherwise). The corresponding C function is `malloc_trim`.
   package static func returnFreedMemory() { _ = gc_malloc_trim(0) }
 
+  /// Caps glibc's malloc arenas at `count` (it makes up to 8 per core, one for each thread that allocates while the
+  /// others hold theirs, and each keeps what was freed in it): for a long-lived helper whose threads come and go.
+  /// Call before starting threads. The corresponding C function is `mallopt(M_ARENA_MAX)`.
+  package static func limitMallocArenas(_ count: Int32) { _ = gc_malloc_arena_max(count) }
+
   /// Space of the file system holding `path`: its size and what an unprivileged user may still use, in bytes.
   /// The corresponding C functions are `open` and `fstatvfs`.
   package static func diskSpace(of path: String) throws(FileSystemError) -> (size: Int64, available: Int64) {

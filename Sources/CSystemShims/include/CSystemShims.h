@@ -55,6 +55,8 @@ uint32_t gc_guard_faults(int slot);
 int gc_eventfd(unsigned int initval, int nonblocking_cloexec);
 // malloc_trim(3): gives the heap's free memory back to the kernel after memory warnings released it.
 int gc_malloc_trim(size_t pad);
+// mallopt(M_ARENA_MAX, count): glibc's malloc.h is not part of Swift's Glibc module.
+int gc_malloc_arena_max(int count);
 
 // statfs(2) (sys/statfs.h is not in the Glibc module): the file system's f_type magic number (as unsigned 32 bits),
 // block size, total blocks, blocks free to unprivileged users and free inodes.

@@ -1,0 +1,196 @@
+// Many small downloads and many tasks (issue #37, items 1 and 2), against curl and aria2c run as child processes in
+// the same iteration, from the same gc-file-server on 127.0.0.1, into the same file system:
+//
+//   N files of S kB: agent ÷ peers   one iteration runs, in an order that rotates, (a) the agent: N tasks at once
+//                                    until the Nth completion event reaches this attached process (every file fsynced
+//                                    and published with a directory fsync before its event; 16 connections, as
+//                                    aria2c gets); (b) `aria2c -j16`;
+//                                    (c) `curl --parallel` (its default, 50 at once) followed by one `sync -f` of the
+//                                    file system. Metrics: each side's time and the agent's speed as a percentage of
+//                                    each peer's (> 100: the agent is faster). No wall-clock metric: the row is the
+//                                    comparison, not the sum of the three.
+//   Scale: N tasks of 4 kB           a fresh container and agent (started by a warm-up task, not timed), then N tasks
+//                                    at once until the Nth completion event. Metrics: wall time and agent CPU per task,
+//                                    and the agent's resident memory once the N tasks are finished (they stay 24 h).
+//                                    100 and 10,000: cost per task should be flat.
+
+import Benchmark
+import BenchmarkSupport
+import Foundation
+import Glibc
+import GroupContainer
+
+/// Runs `tool` with `arguments`; throws when it cannot be started or exits non-zero.
+func runTool(_ tool: String, _ arguments: [String]) throws {
+  let process = Process()
+  process.executableURL = URL(fileURLWithPath: tool)
+  process.arguments = arguments
+  process.standardOutput = FileHandle.nullDevice
+  process.standardError = FileHandle.nullDevice  // curl --parallel draws a progress meter there despite -s
+  try process.run()
+  process.waitUntilExit()
+  guard process.terminationStatus == 0 else {
+    throw BenchmarkSetupError("\(tool) exited \(process.terminationStatus)")
+  }
+}
+
+func milliseconds(_ d: Duration) -> Int {
+  Int(d.components.seconds * 1000 + d.components.attoseconds / 1_000_000_000_000_000)
+}
+
+/// The comparison rows' session: 16 connections per host, as `aria2c -j16` (the fixture's session keeps the
+/// default 6 of the older rows).
+nonisolated(unsafe) var comparisonSessionStorage: DownloadSession?  // made in the first iteration, then only read
+
+func comparisonSession() throws -> DownloadSession {
+  if let session = comparisonSessionStorage { return session }
+  var configuration = DownloadSession.Configuration()
+  configuration.agentExecutable = URL(fileURLWithPath: productPath("gc-download-agent"))
+  configuration.agentIdleTimeout = .seconds(60)
+  configuration.httpMaximumConnectionsPerHost = 16
+  let session = try DownloadSession(
+    identifier: "bench16", container: downloadFixture.container!, configuration: configuration)
+  comparisonSessionStorage = session
+  return session
+}
+
+/// One side of a comparison: fetches `count` files of `size` bytes (seeds from `round`) into `directory`.
+enum SmallFilesPeer: CaseIterable {
+  case agent, aria2c, curlThenSync
+
+  func run(count: Int, size: Int, round: Int, directory: String) async throws {
+    let f = downloadFixture
+    let urls = (0..<count).map { "http://127.0.0.1:\(f.port)/gen/\(size)?seed=\(round * 100_000 + $0)" }
+    let absolute = f.container!.url.appendingPathComponent(directory).path
+    switch self {
+    case .agent:
+      let session = try comparisonSession()
+      var ids: Set<String> = []
+      for (i, url) in urls.enumerated() {
+        ids.insert(try session.download(from: URL(string: url)!, to: "\(directory)/\(i)").id)
+      }
+      _ = try await awaitCompletions(ids, in: session)
+    case .aria2c:
+      try FileManager.default.createDirectory(atPath: absolute, withIntermediateDirectories: true)
+      let list = absolute + ".aria2-input"
+      let text = urls.enumerated().map { "\($1)\n  out=\($0)\n" }.joined()
+      try text.write(toFile: list, atomically: false, encoding: .utf8)
+      try runTool(
+        "/usr/bin/aria2c",
+        ["-q", "-j16", "-d", absolute, "-i", list, "--allow-overwrite=true", "--auto-file-renaming=false"])
+      try? FileManager.default.removeItem(atPath: list)
+    case .curlThenSync:
+      try FileManager.default.createDirectory(atPath: absolute, withIntermediateDirectories: true)
+      var arguments = ["-s", "--parallel"]
+      for (i, url) in urls.enumerated() { arguments += ["-o", "\(absolute)/\(i)", url] }
+      try runTool("/usr/bin/curl", arguments)
+      try runTool("/usr/bin/sync", ["-f", absolute])
+    }
+  }
+}
+
+func smallFilesComparison(count: Int, size: Int) -> @Sendable (Benchmark) async throws -> Void {
+  { benchmark in
+    let f = downloadFixture
+    f.counter += 1
+    let round = f.counter
+    let clock = ContinuousClock()
+    var times: [SmallFilesPeer: Duration] = [:]
+    // The order rotates: whoever goes first finds a quieter page cache.
+    let peers = SmallFilesPeer.allCases
+    for k in 0..<peers.count {
+      let peer = peers[(k + round) % peers.count]
+      let directory = "Downloads/many-\(round)-\(peer)"
+      let start = clock.now
+      try await peer.run(count: count, size: size, round: round, directory: directory)
+      times[peer] = clock.now - start
+      try? FileManager.default.removeItem(at: f.container!.url.appendingPathComponent(directory))
+    }
+    let agent = max(1, milliseconds(times[.agent]!))
+    benchmark.measurement(.custom("agent (ms)", useScalingFactor: false), agent)
+    benchmark.measurement(.custom("aria2c -j16 (ms)", useScalingFactor: false), milliseconds(times[.aria2c]!))
+    benchmark.measurement(
+      .custom("curl --parallel + sync (ms)", useScalingFactor: false), milliseconds(times[.curlThenSync]!))
+    benchmark.measurement(
+      .custom("agent vs aria2c (%)", useScalingFactor: false), milliseconds(times[.aria2c]!) * 100 / agent)
+    benchmark.measurement(
+      .custom("agent vs curl + sync (%)", useScalingFactor: false), milliseconds(times[.curlThenSync]!) * 100 / agent)
+  }
+}
+
+/// A fresh container with its own session and agent (started and warmed by one task), for the scale rows.
+func freshSession() async throws -> (GroupContainer, DownloadSession) {
+  let f = downloadFixture
+  let root = try makeTemporaryRoot()
+  let container = try GroupContainer(identifier: "group.bench.scale", root: URL(fileURLWithPath: root))
+  var configuration = DownloadSession.Configuration()
+  configuration.agentExecutable = URL(fileURLWithPath: productPath("gc-download-agent"))
+  configuration.agentIdleTimeout = .seconds(60)
+  let session = try DownloadSession(identifier: "scale", container: container, configuration: configuration)
+  let warm = try session.download(from: URL(string: "http://127.0.0.1:\(f.port)/gen/1024?seed=0")!, to: "warm")
+  _ = try await awaitCompletions([warm.id], in: session)
+  return (container, session)
+}
+
+func scaleRow(tasks: Int) -> @Sendable (Benchmark) async throws -> Void {
+  { benchmark in
+    let f = downloadFixture
+    let (container, session) = try await freshSession()
+    defer {
+      session.invalidate()
+      removeTree(container.url.deletingLastPathComponent().path)
+    }
+    guard let pid = agentPID(container) else { throw BenchmarkSetupError("no agent pid") }
+    let before = processFigures(pid)
+    let clock = ContinuousClock()
+    let start = clock.now
+    var ids: Set<String> = []
+    for i in 0..<tasks {
+      let url = URL(string: "http://127.0.0.1:\(f.port)/gen/4096?seed=\(i)")!
+      ids.insert(try session.download(from: url, to: "Downloads/\(i)").id)
+    }
+    _ = try await awaitCompletions(ids, in: session)
+    let wall = clock.now - start
+    let after = processFigures(pid)
+    benchmark.measurement(
+      .custom("wall per task (µs)", useScalingFactor: false), milliseconds(wall) * 1000 / tasks)
+    benchmark.measurement(
+      .custom("agent CPU per task (µs)", useScalingFactor: false),
+      (after.cpuMilliseconds - before.cpuMilliseconds) * 1000 / tasks)
+    // Once the agent's loop has settled (its passes after the last event), with every task finished and retained.
+    try await Task.sleep(for: .seconds(2))
+    benchmark.measurement(
+      .custom("agent RSS, tasks finished (MB)", useScalingFactor: false), processFigures(pid).rssKB / 1024)
+  }
+}
+
+func manyFilesBenchmarks() {
+  let comparison = Benchmark.Configuration(
+    metrics: [
+      .custom("agent (ms)", useScalingFactor: false), .custom("aria2c -j16 (ms)", useScalingFactor: false),
+      .custom("curl --parallel + sync (ms)", useScalingFactor: false),
+      .custom("agent vs aria2c (%)", useScalingFactor: false),
+      .custom("agent vs curl + sync (%)", useScalingFactor: false),
+    ],
+    timeUnits: .milliseconds, warmupIterations: 0, maxDuration: .seconds(240), maxIterations: 6)
+  let scale = Benchmark.Configuration(
+    metrics: [
+      .custom("wall per task (µs)", useScalingFactor: false),
+      .custom("agent CPU per task (µs)", useScalingFactor: false),
+      .custom("agent RSS, tasks finished (MB)", useScalingFactor: false),
+    ],
+    timeUnits: .microseconds, warmupIterations: 0, maxDuration: .seconds(300), maxIterations: 3)
+
+  Benchmark("200 files of 64 kB: agent ÷ aria2c, curl + sync", configuration: comparison, closure: smallFilesComparison(count: 200, size: 65536), setup: {
+    try startDownloadFixture()
+  })
+  Benchmark("2,000 files of 4 kB: agent ÷ aria2c, curl + sync", configuration: comparison, closure: smallFilesComparison(count: 2000, size: 4096), setup: {
+    try startDownloadFixture()
+  })
+  Benchmark("Scale: 100 tasks of 4 kB", configuration: scale, closure: scaleRow(tasks: 100), setup: {
+    try startDownloadFixture()
+  })
+  Benchmark("Scale: 10,000 tasks of 4 kB", configuration: scale, closure: scaleRow(tasks: 10_000), setup: {
+    try startDownloadFixture()
+  })
+}

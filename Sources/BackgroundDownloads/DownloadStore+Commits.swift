@@ -1,0 +1,107 @@
+import FileCoordination
+import Logging
+import SystemLayer
+
+/// The agent's group commits (`commits/<seq>.commit`, `CommitRecord`): a database's group commit for task outcomes.
+///
+/// Rule: nothing a session, an observer or a tool can see says "finished" before the commit that holds it is
+/// durable. A commit file is written with the full power-loss sequence (fsync, rename, directory fsync) — two fsyncs
+/// for a whole batch — and only then are the visible files (events, then the final status) written, without fsync.
+/// A kill leaves them for the agent's next start to finish; a power cut may lose them, and the next start writes
+/// them again from the commit (`replayCommits`).
+/// *What if you don't*: a client told of a completion (an event, a final status) could find, after a power cut, no
+/// trace of it — the event gone, the task waiting again and downloaded a second time.
+///
+/// A commit file stays while any task it names is in the container (the agent removes it once it forgot them all).
+extension DownloadStore {
+  static let commitsDirectory = directory + "/commits"
+
+  /// Makes `record` durable: one file, fsynced, renamed into `commits/`, then the directory fsynced.
+  package func commit(_ record: CommitRecord) throws(DownloadError) {
+    let bytes = DownloadRecordFormat.encode(record)
+    try Self.system { () throws(FileSystemError) in
+      try root.makeDirectory(Self.commitsDirectory, mode: directoryMode)
+      try root.replaceFile(
+        Self.commitsDirectory + "/" + record.fileName, with: bytes, mode: fileMode, durability: .powerLoss)
+    }
+  }
+
+  /// Writes the visible files of committed finals: each task's events, then its final status (which says they were
+  /// queued), without fsync (the commit is the durable copy), then wakes sessions and observers once.
+  package func materialize(_ finals: [CommitRecord.Final]) throws(DownloadError) {
+    var bySession: [String: [CommitRecord.Final]] = [:]
+    for final in finals { bySession[final.session, default: []].append(final) }
+    for (sid, finals) in bySession {
+      try makeSessionDirectories(sid)
+      try Self.system { () throws(FileSystemError) in
+        let events = try root.openDirectory(Self.eventsPath(sid))
+        defer { events.close() }
+        for final in finals {
+          for event in final.events {
+            try AtomicReplace.write(
+              DownloadRecordFormat.encode(event), in: events, name: event.fileName, mode: fileMode,
+              durability: .processCrash)
+          }
+        }
+      }
+    }
+    try Self.system { () throws(FileSystemError) in
+      let tasks = try root.openDirectory(Self.tasksDirectory)
+      defer { tasks.close() }
+      for final in finals {
+        try AtomicReplace.write(
+          DownloadRecordFormat.encode(final.status), in: tasks, name: "\(final.id).status", mode: fileMode,
+          durability: .processCrash)
+      }
+    }
+    updates.post()
+  }
+
+  /// The commits in the container, oldest first; a damaged one is logged and skipped (kept for inspection).
+  package func commits() -> [CommitRecord] {
+    var named: [(sequence: UInt64, name: String)] = []
+    for name in names(in: Self.commitsDirectory) {
+      if let sequence = CommitRecord.sequence(ofFileName: name) { named.append((sequence, name)) }
+    }
+    named.sort { $0.sequence < $1.sequence }
+    var records: [CommitRecord] = []
+    for (sequence, name) in named {
+      let path = Self.commitsDirectory + "/" + name
+      let bytes: [UInt8]
+      do { bytes = try root.readFile(path, limit: DownloadRecordFormat.maxCommitBytes).0 } catch {
+        Self.logger.error("cannot read the commit '\(path)': \(error)")
+        continue
+      }
+      do throws(DownloadRecordFormat.Invalid) {
+        let record = try DownloadRecordFormat.decodeCommit(bytes)
+        guard record.sequence == sequence else { throw DownloadRecordFormat.Invalid("it holds another sequence") }
+        records.append(record)
+      } catch {
+        Self.logger.error("damaged commit '\(path)': \(error.reason)")
+      }
+    }
+    return records
+  }
+
+  /// Removes a commit whose tasks are all forgotten.
+  package func removeCommit(_ sequence: UInt64) {
+    try? root.removeFile(Self.commitsDirectory + "/" + CommitRecord.fileName(sequence))
+  }
+
+  /// Writes a committed request again when its file is missing or damaged (a power cut after the session's write,
+  /// which has no fsync). Returns whether it wrote.
+  package func restore(_ request: TaskRequest) -> Bool {
+    guard read(Self.taskPath(request.id, "task"), DownloadRecordFormat.decodeRequest) != request else { return false }
+    do {
+      try Self.system { () throws(FileSystemError) in
+        try root.replaceFile(
+          Self.taskPath(request.id, "task"), with: DownloadRecordFormat.encode(request), mode: fileMode,
+          durability: .processCrash)
+      }
+      return true
+    } catch {
+      Self.logger.error("cannot restore the request of task \(request.id): \(error)")
+      return false
+    }
+  }
+}
