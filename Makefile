@@ -75,7 +75,9 @@ demo: build
 	fi
 	bash scripts/demo.sh
 
+# aria2 is the download benchmarks' peer (`aria2c -j16`).
 bench: deps
+	@command -v aria2c >/dev/null 2>&1 || { SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; $$SUDO apt-get install -y -qq aria2; }
 	cd Benchmarks && $(SWIFT) package --allow-writing-to-package-directory benchmark
 
 # Five minutes on each libFuzzer harness (FUZZ_SECONDS to change).

@@ -76,3 +76,16 @@ public func withUnixSocketAddress<R>(_ path: String, _ body: (UnsafePointer<sock
     $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
   }
 }
+
+/// Reads a child's output until it holds `marker`; returns what was read. Throws when the child closes it first
+/// (it exited), naming `who`.
+@discardableResult
+public func readUntil(_ marker: String, from output: Pipe, who: String) throws -> String {
+  var text = ""
+  while !text.contains(marker) {
+    let chunk = output.fileHandleForReading.availableData  // blocks until bytes or end of file
+    guard !chunk.isEmpty else { throw BenchmarkSetupError("\(who) exited before printing '\(marker)': \(text)") }
+    text += String(decoding: chunk, as: UTF8.self)
+  }
+  return text
+}

@@ -266,14 +266,7 @@ func runWriters(_ benchmark: Benchmark?, _ suite: Suite, count: Int, keys: Int, 
   for (child, _) in children { try child.run() }
   // All loops start together once every writer has opened the suite: 16 process starts on 2 cores would otherwise
   // run inside the first writers' loops and be counted as the suite's cost.
-  for (_, output) in children {
-    var line = Data()
-    while !line.starts(with: Data("ready\n".utf8)) {
-      let chunk = output.fileHandleForReading.availableData
-      guard !chunk.isEmpty else { throw BenchmarkSetupError("a writer exited before it was ready") }
-      line += chunk
-    }
-  }
+  for (_, output) in children { try readUntil("ready\n", from: output, who: "a writer") }
   benchmark?.startMeasurement()
   for (child, _) in children { try (child.standardInput as! Pipe).fileHandleForWriting.close() }
   // Read each to its end before waiting: a writer blocked on a full pipe would never exit.

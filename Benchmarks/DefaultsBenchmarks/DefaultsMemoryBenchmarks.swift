@@ -39,22 +39,7 @@ func defaultsMemoryBenchmarks() {
       "first read of \(keys.formatted()) keys (writer \(killed ? "killed" : "exited without synchronize"))",
       configuration: firstRead
     ) { benchmark in
-      let groupctl = try locateGroupctl()
-      let arguments = [
-        "defaults", "read", suite.identifier, "w0-k\(keys / 2)", "--suite", suite.name, "--root", suite.root!,
-        "--print-peak-memory",
-      ]
-      let output = suite.root! + "/read-output"
-      for _ in benchmark.scaledIterations {
-        benchmark.startMeasurement()
-        let status = try spawnAndWait(groupctl, arguments, output: output)
-        benchmark.stopMeasurement()
-        let text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
-        guard status == 0, let peakKB = field(text, "peak_rss_kb") else {
-          throw BenchmarkSetupError("groupctl defaults read exited with \(status): \(text)")
-        }
-        benchmark.measurement(resident, peakKB)
-      }
+      try timeFirstReads(benchmark, suite, key: "w0-k\(keys / 2)", resident: resident)
     } setup: {
       try suite.setUpRoot()
       _ = try runWriter(suite, ["--keys", "\(keys)"], killAfterLoop: killed)
@@ -184,12 +169,7 @@ func runWriter(_ suite: Suite, _ options: [String], killAfterLoop: Bool = false)
   let output = Pipe()
   child.standardOutput = output
   try child.run()
-  var text = ""
-  while !text.contains("loop ") {
-    let chunk = output.fileHandleForReading.availableData
-    guard !chunk.isEmpty else { throw BenchmarkSetupError("the writer exited before its loop ended: \(text)") }
-    text += String(decoding: chunk, as: UTF8.self)
-  }
+  let text = try readUntil("loop ", from: output, who: "the writer")
   kill(child.processIdentifier, SIGKILL)
   child.waitUntilExit()
   return text
@@ -222,11 +202,6 @@ func startReader(_ suite: Suite, index: Int, keys: Int) throws -> Reader {
   child.standardInput = input
   try child.run()
   // It reads from the moment it printed "ready" (the suite open).
-  var text = ""
-  while !text.contains("ready") {
-    let chunk = output.fileHandleForReading.availableData
-    guard !chunk.isEmpty else { throw BenchmarkSetupError("the reader exited: \(text)") }
-    text += String(decoding: chunk, as: UTF8.self)
-  }
+  try readUntil("ready", from: output, who: "the reader")
   return Reader(child: child, output: output, input: input)
 }

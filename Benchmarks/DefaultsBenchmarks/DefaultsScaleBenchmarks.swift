@@ -101,22 +101,7 @@ func defaultsScaleBenchmarks() {
   for size in [10, 1_000_000] {
     let suite = Suite(name: "first")
     Benchmark("first read in a new process (\(size.formatted())-key suite)", configuration: firstRead) { benchmark in
-      let groupctl = try locateGroupctl()
-      let arguments = [
-        "defaults", "read", suite.identifier, "k\(size / 2)", "--suite", suite.name, "--root", suite.root!,
-        "--print-peak-memory",
-      ]
-      let output = suite.root! + "/read-output"
-      for _ in benchmark.scaledIterations {
-        benchmark.startMeasurement()
-        let status = try spawnAndWait(groupctl, arguments, output: output)
-        benchmark.stopMeasurement()
-        let text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
-        guard status == 0, let peakKB = field(text, "peak_rss_kb") else {
-          throw BenchmarkSetupError("groupctl defaults read exited with \(status): \(text)")
-        }
-        benchmark.measurement(resident, peakKB)
-      }
+      try timeFirstReads(benchmark, suite, key: "k\(size / 2)", resident: resident)
     } setup: {
       try suite.setUp(integerKeys: size)
     } teardown: {
@@ -168,6 +153,26 @@ func runStressDefaults(_ benchmark: Benchmark, _ suite: Suite, writers: Int, key
   let last = text.split(separator: "\n").last.map(String.init) ?? ""
   guard child.terminationStatus == 0 else { throw BenchmarkSetupError("stress defaults failed: \(last)") }
   return last
+}
+
+/// Each iteration: `groupctl defaults read <key>` started, run and exited (timed), and its own peak resident memory
+/// as it reports it (`resident`).
+func timeFirstReads(_ benchmark: Benchmark, _ suite: Suite, key: String, resident: BenchmarkMetric) throws {
+  let groupctl = try locateGroupctl()
+  let arguments = [
+    "defaults", "read", suite.identifier, key, "--suite", suite.name, "--root", suite.root!, "--print-peak-memory",
+  ]
+  let output = suite.root! + "/read-output"
+  for _ in benchmark.scaledIterations {
+    benchmark.startMeasurement()
+    let status = try spawnAndWait(groupctl, arguments, output: output)
+    benchmark.stopMeasurement()
+    let text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+    guard status == 0, let peakKB = field(text, "peak_rss_kb") else {
+      throw BenchmarkSetupError("groupctl defaults read exited with \(status): \(text)")
+    }
+    benchmark.measurement(resident, peakKB)
+  }
 }
 
 /// The integer after `name=` in a `key=value` line.

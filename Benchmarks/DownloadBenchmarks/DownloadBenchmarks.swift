@@ -57,12 +57,7 @@ func startDownloadFixture() throws {
   server.standardInput = input
   server.standardOutput = output
   try server.run()
-  var text = ""
-  while !text.contains("\n") {
-    let data = output.fileHandleForReading.availableData
-    guard !data.isEmpty else { throw BenchmarkSetupError("gc-file-server exited: \(text)") }
-    text += String(decoding: data, as: UTF8.self)
-  }
+  let text = try readUntil("\n", from: output, who: "gc-file-server")
   guard text.hasPrefix("listening "), let port = Int(text.dropFirst(10).prefix { $0.isNumber }) else {
     throw BenchmarkSetupError("gc-file-server said '\(text)'")
   }

@@ -230,7 +230,7 @@ struct SuiteImageBuilder {
     payload += key.count + value.payload
   }
 
-  private static func damaged(_ error: SuiteImage.Corruption) -> SharedDefaultsError {
+  fileprivate static func damaged(_ error: SuiteImage.Corruption) -> SharedDefaultsError {
     .system(FileSystemError("read", "suite image", .badMessage, reason: "the image is damaged: \(error)"))
   }
 
@@ -288,9 +288,7 @@ extension SuiteImage {
     var count = base?.count ?? 0
     for (key, value) in changes {
       if let base {
-        do { if try base.find(key) != nil { count -= 1 } } catch {
-          throw .system(FileSystemError("read", "suite image", .badMessage, reason: "the image is damaged: \(error)"))
-        }
+        do { if try base.find(key) != nil { count -= 1 } } catch { throw SuiteImageBuilder.damaged(error) }
       }
       if value != nil { count += 1 }
     }
@@ -303,9 +301,7 @@ extension SuiteImage {
           rebasing: base.bytes[entry.valueOffset..<(entry.valueOffset + entry.valueLength)])
         try builder.add(rawKey: key, value: value, at: entry.valueOffset, of: base)
       }
-      if let corruption {
-        throw .system(FileSystemError("read", "suite image", .badMessage, reason: "the image is damaged: \(corruption)"))
-      }
+      if let corruption { throw SuiteImageBuilder.damaged(corruption) }
     }
     for (key, value) in changes {
       if let value { try builder.add(key: key, value: value) }
