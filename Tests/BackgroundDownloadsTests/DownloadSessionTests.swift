@@ -183,7 +183,7 @@ struct DownloadSessionTests {
       ["--identifier", container2.identifier, "--root", root2.path, "--idle", "600"], executable: "gc-download-agent")
     let store = try DownloadStore(container: container2)
     #expect(await eventually { store.isHeld(DownloadStore.agentLockPath) })
-    try FileManager.default.removeItem(at: container2.url)
+    try await removeTree(container2.url.path)
     #expect(await forever.exit() == 0)
   }
 }
