@@ -61,7 +61,7 @@ extension DefaultsStore {
 
   /// Whether the journal changed in a way only a full catch-up handles (a compaction, a repair, damage).
   func needsCatchUpBeforeAppending(generation: UInt64, length: Int) -> Bool {
-    headerLost.load(ordering: .relaxed) || journal.faultCount != seenJournalFaults.load(ordering: .relaxed)
+    headerLost.load(ordering: .relaxed) || !journal.intact
       || header.load(Slot.generation) != generation || Int(header.load(Slot.committed)) < length
   }
 
@@ -73,7 +73,7 @@ extension DefaultsStore {
     let generation = header.load(Slot.generation)
     let committed = Int(header.load(Slot.committed))
     guard s.observers.isEmpty, s.generation != .max, generation != s.generation, s.values.frozenToken == 0,
-      !headerLost.load(ordering: .relaxed), journal.faultCount == seenJournalFaults.load(ordering: .relaxed),
+      !headerLost.load(ordering: .relaxed), journal.intact,
       header.load(Slot.rewindTo) == 0, let image = try? loadImage(), isRecordedSnapshot(image.status)
     else { return false }
     replaceValues(with: SuiteValues(image: image), in: &s)
@@ -92,7 +92,7 @@ extension DefaultsStore {
   /// Returns false when it must be tried again or done under the lock (the files changed meanwhile, or need a
   /// repair: damage, a snapshot whose compaction did not finish).
   func catchUpWithoutLock(_ s: inout State, lazy: Bool = true) -> Bool {
-    guard !headerLost.load(ordering: .relaxed), journal.faultCount == seenJournalFaults.load(ordering: .relaxed)
+    guard !headerLost.load(ordering: .relaxed), journal.intact
     else { return false }
     let generation = header.load(Slot.generation)
     let committed = Int(header.load(Slot.committed))
@@ -132,12 +132,11 @@ extension DefaultsStore {
     // Between the header's load and the journal's read: another process may empty the journal and write over it
     // here, which only the generation's second load below tells (tests pause here).
     if values == nil { FaultPoint.pause("defaults.read.headerLoaded") }
-    let (bytes, problem) = readJournal(from: start, to: committed)
-    guard problem == nil, header.loadAfterFence(Slot.generation) == generation, header.load(Slot.rewindTo) == 0
-    else { return false }
-    var records: [JournalFormat.Record] = []
-    var offsets: [Int] = []
-    do { try JournalFormat.decode(bytes, base: start, into: &records, offsets: &offsets) } catch {
+    var (records, offsets): ([JournalFormat.Record], [Int])
+    switch journal.readWithoutLock(from: start, to: committed, generation: generation) {
+    case .records(let read, let at): (records, offsets) = (read, at)
+    case .changed: return false
+    case .unreadable:
       // Committed, in an unchanged generation, and still not a record: rule 1 was broken, or the file damaged.
       Self.committedButUnreadable.add(1, ordering: .relaxed)
       return false
@@ -195,10 +194,7 @@ extension DefaultsStore {
         else { return }
         if s.length > committed {
           // Reads went on meanwhile: the records they applied since (a few) are applied here too.
-          let (bytes, problem) = readJournal(from: committed, to: s.length)
-          var records: [JournalFormat.Record] = []
-          guard problem == nil, header.loadAfterFence(Slot.generation) == generation, header.load(Slot.rewindTo) == 0,
-            (try? JournalFormat.decode(bytes, base: committed, into: &records)) != nil
+          guard let records = journal.recordsWithoutLock(from: committed, to: s.length, generation: generation)
           else { return }
           for record in records { apply(record, to: &values) }
         }
@@ -216,11 +212,9 @@ extension DefaultsStore {
       isRecordedSnapshot(image.status)
     else { return nil }
     let start = header.snapshotStart(generation: generation, committed: committed)
-    let (bytes, problem) = readJournal(from: start, to: committed)
-    var records: [JournalFormat.Record] = []
-    guard problem == nil, header.loadAfterFence(Slot.generation) == generation, header.load(Slot.rewindTo) == 0,
-      (try? JournalFormat.decode(bytes, base: start, into: &records)) != nil
-    else { return nil }
+    guard let records = journal.recordsWithoutLock(from: start, to: committed, generation: generation) else {
+      return nil
+    }
     var values = SuiteValues(image: image)
     for record in records { apply(record, to: &values) }
     return values
@@ -228,7 +222,7 @@ extension DefaultsStore {
 
   /// Brings `s` to the committed state. Needs the lock. Throws `Repair` when files need repairing first.
   func catchUp(_ s: inout State) throws(Repair) {
-    if journal.faultCount != seenJournalFaults.load(ordering: .relaxed) {
+    if !journal.intact {
       throw .corruptJournal("the journal file was truncated by another program")
     }
     let generation = header.load(Slot.generation)
@@ -250,7 +244,7 @@ extension DefaultsStore {
       return
     }
     guard committed != s.length else { return }
-    let (bytes, truncated) = readJournal(from: s.length, to: committed)
+    let (bytes, truncated) = journal.read(from: s.length, to: committed)
     var records: [JournalFormat.Record] = []
     var offsets: [Int] = []
     var corruption = truncated
@@ -313,7 +307,7 @@ extension DefaultsStore {
       Self.logger.warning("suite '\(suite)': adopting a snapshot whose compaction did not finish")
       header.recordSnapshot(image?.status)
     }
-    let (bytes, truncated) = readJournal(from: start, to: committed)
+    let (bytes, truncated) = journal.read(from: start, to: committed)
     var records: [JournalFormat.Record] = []
     var corruption = truncated
     do { try JournalFormat.decode(bytes, base: start, into: &records) } catch {

@@ -7,11 +7,10 @@ import PropertyList
 import Synchronization
 import SystemLayer
 
-/// Compaction: folding the journal into the next snapshot image. Its rule is the order of its stores (`compact`):
-/// the snapshot is written before it is recorded; keeping the journal, `snapshotAt` moves last; emptying it, the
-/// generation is bumped before the committed length is set back. A writer that crosses the threshold builds the image
-/// in the background without the lock (`startCompaction`, `finishCompaction`) and installs it with the lock; idle for
-/// 5 s, and `synchronize()`, compact and then export.
+/// Compaction: folding the journal into the next snapshot image — what is folded and how the image is built. When,
+/// who, and the order of the stores that install it are SuiteCompactor.swift's. A writer that crosses the threshold
+/// builds the image in the background without the lock (`startCompaction`, `finishCompaction`) and installs it with
+/// the lock; idle for 5 s, and `synchronize()`, compact and then export.
 extension DefaultsStore {
   /// Makes the snapshot current and durable (survives power loss). `emptyingJournal` (tests) forces the
   /// compaction that starts a new generation, which otherwise waits for the journal to grow.
@@ -28,7 +27,7 @@ extension DefaultsStore {
       let work = try exclusively { s throws(SharedDefaultsError) -> Compaction? in
         if attempt == 2 || emptyingJournal || (try? exportState()) == .edited {
           try catchUpExclusively(&s)
-          let rewind = emptyingJournal || s.length > compactionThresholds().rewind
+          let rewind = emptyingJournal || s.length > compactor.thresholds().rewind
           try compact(&s, durable: true, handOver: true, rewind: rewind)
           return nil
         }
@@ -50,14 +49,6 @@ extension DefaultsStore {
   /// quarter of the image's keys for large suites).
   static let changesBeforeCompaction = 65_536
 
-  /// How long a process's claim to compact holds the others back.
-  static let compactionClaim: UInt64 = 10_000_000_000
-
-  func compactionClaimIsFree() -> Bool {
-    header.load(Slot.compactor) == 0
-      || MonotonicClock.nanoseconds() &- header.load(Slot.compactorSince) > Self.compactionClaim
-  }
-
   /// What a compaction in the background folds, into the state at (generation, length): this process's frozen
   /// changes over its image (`token` non-zero), or else the journal from `start` over the snapshot. Not the whole
   /// `SuiteValues`: holding its `changes` would make the writer's next set copy them.
@@ -76,15 +67,14 @@ extension DefaultsStore {
   /// new table, and the process goes on from the new image; otherwise from the snapshot and the journal past it,
   /// read in the background (catching up here would cost the lock what other processes wrote).
   func startCompaction(_ s: inout State) {
-    guard compactionClaimIsFree(), s.values.frozenToken == 0 else { return }
+    guard compactor.claimIsFree(), s.values.frozenToken == 0 else { return }
     let generation = header.load(Slot.generation)
     let committed = Int(header.load(Slot.committed))
     let current =
       s.generation == generation && s.length == committed && s.pendingOwn.isEmpty && s.values.damage == nil
-      && !headerLost.load(ordering: .relaxed) && journal.faultCount == seenJournalFaults.load(ordering: .relaxed)
+      && !headerLost.load(ordering: .relaxed) && journal.intact
     let token = current ? s.values.freeze() ?? 0 : 0
-    header.store(Slot.compactorSince, MonotonicClock.nanoseconds())
-    header.store(Slot.compactor, UInt64(UInt32(bitPattern: getpid())))
+    compactor.claim()
     let work = Compaction(
       token: token, image: s.values.image, frozen: token == 0 ? [:] : s.values.frozen, generation: generation,
       start: header.snapshotStart(generation: generation, committed: committed), length: committed,
@@ -103,11 +93,12 @@ extension DefaultsStore {
   func snapshotAndJournal(_ work: Compaction) throws -> (SuiteImage?, [String: PropertyListValue?]) {
     let image = try loadImage(counted: false)
     guard SuiteHeader.identity(image?.status) == work.snapshot else { throw Superseded() }  // another compaction came first
-    let (bytes, problem) = readJournal(from: work.start, to: work.length)
-    guard problem == nil, header.loadAfterFence(Slot.generation) == work.generation, header.load(Slot.rewindTo) == 0
-    else { throw Superseded() }
-    var records: [JournalFormat.Record] = []
-    try JournalFormat.decode(bytes, base: work.start, into: &records)
+    let records: [JournalFormat.Record]
+    switch journal.readWithoutLock(from: work.start, to: work.length, generation: work.generation) {
+    case .records(let read, _): records = read
+    case .changed: throw Superseded()
+    case .unreadable(let reason): throw SharedDefaultsError.system(FileSystemError("read", journal.path + ": " + reason, .ioError))
+    }
     var changes: [String: PropertyListValue?] = [:]
     changes.reserveCapacity(records.count)
     for record in records {
@@ -146,9 +137,7 @@ extension DefaultsStore {
     FaultPoint.pause("defaults.compaction.installing")
     do {
       try exclusively { s throws(SharedDefaultsError) in
-        defer {
-          if header.load(Slot.compactor) == UInt64(UInt32(bitPattern: getpid())) { header.store(Slot.compactor, 0) }
-        }
+        defer { compactor.releaseClaim() }
         guard let built, header.load(Slot.generation) == work.generation, header.recordedSnapshot() == work.snapshot else {
           try? root.removeFile(next)
           s.values.thaw(token: work.token)
@@ -164,19 +153,9 @@ extension DefaultsStore {
           }
         }
         FaultPoint.reach("defaults.snapshot.written")
-        header.recordSnapshot(built.status)
-        header.store(Slot.compactionInput, UInt64(built.bytes))
+        let rewind = compactor.installBuilt(
+          built.status, input: built.bytes, generation: work.generation, length: work.length)
         Self.compactionsInstalled.add(1, ordering: .relaxed)
-        // Past the rewind threshold the journal is emptied too: what was appended while the image was built moves
-        // to its start, in a new generation (when it is no longer than what the image holds: see `moveTail`).
-        let committed = Int(header.load(Slot.committed))
-        let rewind = committed > compactionThresholds().rewind && committed - work.length <= work.length
-        if rewind {
-          moveTail(from: work.length, to: committed)
-        } else {
-          header.store(Slot.snapshotAt, (work.generation & 0xFFFF_FFFF) << 32 | UInt64(work.length))
-          FaultPoint.reach("defaults.snapshot.recorded")
-        }
         // This process goes on from the new image when it holds at least what the image does (else it reloads
         // at its next access, as other processes do after a rewind).
         let image = mapSnapshot(written: built.status)
@@ -204,21 +183,6 @@ extension DefaultsStore {
     return installed
   }
 
-  /// When to compact: once the journal holds `snapshot` bytes past the snapshot, and when to empty the journal as
-  /// well: past `rewind` bytes.
-  ///
-  /// A compaction costs O(suite); waiting until the journal holds twice what it reads keeps it amortized O(1).
-  /// What it reads, not what it writes: 10,000 keys sharing one 4 KB value are a 100 KB snapshot that takes 40 MB
-  /// to encode, and were compacted every 256 sets (a set cost 20× one of distinct values). Most compactions keep
-  /// the journal (no new generation), so no other process re-reads the suite because of them; emptying it makes
-  /// every process reload, so it waits for 8 MiB or four times what a compaction reads. Both come before the
-  /// journal's reservation is half used, or a large suite would fill it and sets fail.
-  func compactionThresholds() -> (snapshot: Int, rewind: Int) {
-    let input = max(Int(header.load(Slot.snapshotSize)), Int(header.load(Slot.compactionInput)))
-    let cap = journal.reservation / 2
-    return (min(max(Self.compactionThreshold, 2 * input), cap), min(max(Self.rewindThreshold, 4 * input), cap))
-  }
-
   // MARK: Compaction
 
   /// Rewrites the snapshot from `s`, and with `rewind` empties the journal. Needs the lock and a current `s`.
@@ -226,12 +190,9 @@ extension DefaultsStore {
   /// The snapshot is an image: the last image's entries copied as they are and the changes over them encoded,
   /// O(bytes) with no value decoded. The export (`writeExport`) is written after, and without the lock.
   ///
-  /// Order (each step a kill point that the others recover from): the snapshot is written (a complete state: readers that find it unrecorded replay the journal over it, which changes
-  /// nothing); its identity is recorded. Then, keeping the journal: `snapshotAt` moves to the length the snapshot
-  /// holds (until it does, whoever loads the snapshot replays from the older point: nothing changes); nobody else
-  /// notices — their journal goes on. Emptying it: the **generation** is bumped and only then the committed length
-  /// set back to 0 — a process that last saw this generation with length 0 must see the change, whatever point
-  /// the compactor died at.
+  /// Order (each step a kill point that the others recover from): the snapshot is written — a complete state:
+  /// readers that find it unrecorded replay the journal over it, which changes nothing — and then installed
+  /// (`SuiteCompactor.installWritten`).
   ///
   /// An export being edited by another tool that cannot be read yet is left alone (its base, the image it was
   /// written from, stays pinned as `<suite>.snapshot.exported`, whatever the snapshot becomes) and looked at again.
@@ -245,7 +206,7 @@ extension DefaultsStore {
     // An export edited by another tool is judged first (one that may be half-written is looked at again later).
     if (try? exportState()) == .edited { _ = try judgeExportAtName(&s, durable: durable) }
     // Only a plain compaction (the state is exactly the committed journal) may let readers skip the snapshot.
-    let folded = (generation: header.load(Slot.generation), length: UInt64(s.length))
+    let folded = header.load(Slot.generation)
     // The image of the state: the last image's entries copied as they are, the changes over them encoded,
     // written straight to the snapshot's temp file.
     let (base, changes) = s.values.imageParts
@@ -260,26 +221,18 @@ extension DefaultsStore {
     } else {
       FaultPoint.reach("defaults.snapshot.written")
     }
-    header.recordSnapshot(written.status)
+    // What the next compaction reads: this image (copied entry by entry) and the journal past it.
+    let generation = compactor.installWritten(
+      written.status, input: written.built.length, generation: s.generation, length: s.length, rewind: rewind,
+      handedOver: handOver && folded == s.generation)
     // This process goes on from the image it wrote (the changes it held are in it).
     if let image = mapSnapshot(written: written.status) { release(s.values.rebase(onto: image)) }
-    // What the next compaction reads: this image (copied entry by entry) and the journal past it.
-    let input = written.built.length
-    header.store(Slot.compactionInput, UInt64(input))
     if rewind {
-      header.store(Slot.foldedGeneration, handOver && folded.generation == s.generation ? folded.generation : .max)
-      header.store(Slot.foldedLength, folded.length)
-      s.generation = header.increment(Slot.generation)
-      FaultPoint.reach("defaults.compact.generationBumped")
-      header.store(Slot.committed, 0)
+      s.generation = generation
       s.length = 0
       s.ownWritesUnapplied = false
       s.pendingOwn = [:]
-    } else {
-      header.store(Slot.snapshotAt, (s.generation & 0xFFFF_FFFF) << 32 | folded.length)
-      FaultPoint.reach("defaults.snapshot.recorded")
     }
-    header.store(Slot.overLimit, 0)
     if durable { try SharedDefaultsError.wrap { () throws(FileSystemError) in try header.sync() } }
   }
 
@@ -320,7 +273,7 @@ extension DefaultsStore {
           try exclusively { s throws(SharedDefaultsError) in
             try catchUpExclusively(&s)
             guard s.length > header.snapshotStart(generation: s.generation, committed: s.length) else { return }
-            let rewind = s.length > compactionThresholds().rewind
+            let rewind = s.length > compactor.thresholds().rewind
             try compact(&s, durable: false, handOver: true, rewind: rewind)
           }
         }

@@ -73,18 +73,14 @@ extension DefaultsStore {
     tail.scans += 1
     Self.tailScans.add(1, ordering: .relaxed)
     let range = tail.range
-    let capacity = Int(header.load(Slot.journalCapacity))
-    guard range.upperBound <= capacity, capacity <= journal.reservation, header.load(Slot.rewindTo) == 0 else {
-      return .failed
-    }
+    guard !journal.isMoving else { return .failed }
     FaultPoint.pause("defaults.read.tailScan")
     let wanted = Array(key.utf8)
-    let base = UnsafeRawPointer(journal.base)
     var last: (offset: Int, length: Int)?
     // The scanned pages are given back as the scan goes (the page cache keeps them): a tail of tens of megabytes
     // costs this process a few megabytes at its peak, not the whole tail.
     var released = range.lowerBound
-    let readable = JournalFormat.forEachKey(in: base, from: range.lowerBound, to: range.upperBound) {
+    let readable = journal.forEachKey(from: range.lowerBound, to: range.upperBound) {
       offset, length, key in
       if key.count == wanted.count, key.elementsEqual(wanted) { last = (offset, length) }
       if offset - released >= Self.scanReleaseBytes {
@@ -96,7 +92,7 @@ extension DefaultsStore {
     guard readable else { return .failed }
     var result = TailLookup.absent
     if let last {
-      let bytes = [UInt8](UnsafeRawBufferPointer(start: base + last.offset, count: JournalFormat.headerBytes + last.length))
+      let (bytes, _) = journal.read(from: last.offset, to: last.offset + JournalFormat.headerBytes + last.length)
       var records: [JournalFormat.Record] = []
       guard (try? JournalFormat.decode(bytes, base: last.offset, into: &records)) != nil, let record = records.first
       else { return .failed }
@@ -106,7 +102,7 @@ extension DefaultsStore {
       }
     }
     // Read as a seqlock reader: good only if nothing emptied the journal (a new generation) or truncated it.
-    guard journal.faultCount == seenJournalFaults.load(ordering: .relaxed),
+    guard journal.intact,
       header.loadAfterFence(Slot.generation) == generation, header.load(Slot.rewindTo) == 0
     else { return .failed }
     journal.releaseResidentPages(in: range)  // the page cache keeps them; this process's memory does not
@@ -119,10 +115,9 @@ extension DefaultsStore {
   func applyTail(_ s: inout State) {
     guard let tail = s.tail else { return }
     s.tail = nil
-    let (bytes, problem) = readJournal(from: tail.range.lowerBound, to: tail.range.upperBound)
-    var records: [JournalFormat.Record] = []
-    guard problem == nil, header.loadAfterFence(Slot.generation) == s.generation, header.load(Slot.rewindTo) == 0,
-      (try? JournalFormat.decode(bytes, base: tail.range.lowerBound, into: &records)) != nil
+    guard
+      let records = journal.recordsWithoutLock(
+        from: tail.range.lowerBound, to: tail.range.upperBound, generation: s.generation)
     else {
       s.generation = .max
       s.length = 0

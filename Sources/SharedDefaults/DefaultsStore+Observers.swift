@@ -161,14 +161,12 @@ extension DefaultsStore {
     if generation != s.generation, !followRewindForObservers(&s, observedKeys, generation, committed) {
       return _ = refreshWithoutWaiting(&s)
     }
-    let capacity = Int(header.load(Slot.journalCapacity))
     let offset = s.scanned.generation == s.generation ? max(s.length, s.scanned.to) : s.length
     guard generation == s.generation, s.generation != .max, !headerLost.load(ordering: .relaxed),
-      journal.faultCount == seenJournalFaults.load(ordering: .relaxed), offset <= committed,
-      committed <= capacity, capacity <= journal.reservation
+      journal.intact, offset <= committed
     else { return _ = refreshWithoutWaiting(&s) }
     var touched = false
-    let readable = JournalFormat.forEachKey(in: UnsafeRawPointer(journal.base), from: offset, to: committed) {
+    let readable = journal.forEachKey(from: offset, to: committed) {
       _, _, key in
       touched = observed.contains { $0.count == key.count && $0.withUnsafeBytes { $0.elementsEqual(key) } }
       return !touched
@@ -188,7 +186,7 @@ extension DefaultsStore {
     _ s: inout State, _ keys: Set<String>, _ generation: UInt64, _ committed: Int
   ) -> Bool {
     guard s.generation != .max, s.values.damage == nil, !headerLost.load(ordering: .relaxed),
-      journal.faultCount == seenJournalFaults.load(ordering: .relaxed), header.load(Slot.rewindTo) == 0,
+      journal.intact, header.load(Slot.rewindTo) == 0,
       let image = try? loadImage(), isRecordedSnapshot(image.status)
     else { return false }
     let values = SuiteValues(image: image)

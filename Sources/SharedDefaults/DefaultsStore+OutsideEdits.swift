@@ -21,7 +21,7 @@ extension DefaultsStore {
     guard kept || (try? exportState()) == .edited else { return }
     do {
       // Never waits for another process (a reader must not): with the lock taken, the background check judges it.
-      let judged = try writerGate.withLock { _ throws(SharedDefaultsError) -> Void? in
+      let judged: Void? = try writerGate.withLock { _ throws(SharedDefaultsError) -> Void? in
         try withLockIfFree { () throws(SharedDefaultsError) -> Void in
           try state.withLock { s throws(SharedDefaultsError) -> Void in
             try catchUpExclusively(&s)
@@ -120,7 +120,7 @@ extension DefaultsStore {
       try append(encoded, records, &s, mayCompact: false)
       try catchUpOrThrow(&s)
       // Into the snapshot at once: exports are made from it, and the next one must show the change.
-      try compact(&s, durable: false, handOver: true, rewind: s.length > compactionThresholds().rewind)
+      try compact(&s, durable: false, handOver: true, rewind: s.length > compactor.thresholds().rewind)
       return .applied
     }
   }

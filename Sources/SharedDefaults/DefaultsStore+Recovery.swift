@@ -9,7 +9,8 @@ import SystemLayer
 
 /// Recovery, under the lock: a damaged snapshot or journal is moved aside and the suite goes on from the last good
 /// state (the export when it holds the same state, this process's memory, the journal's good records); a new or
-/// damaged header is set up under flock; 0.1.0's plist is adopted as the snapshot.
+/// damaged header is set up under flock; 0.1.0's plist is adopted as the snapshot; a journal file removed or
+/// replaced is followed.
 extension DefaultsStore {
   /// Why catching up needs the exclusive lock.
   enum Repair: Error {
@@ -58,7 +59,7 @@ extension DefaultsStore {
           }
           guard s.generation != .max else { throw .system(FileSystemError("recover", journalPath, .ioError)) }
         }
-        quarantineJournal()
+        journal.quarantine()
         try compact(&s, durable: false)
       }
       problem = nil
@@ -88,7 +89,7 @@ extension DefaultsStore {
         Self.logger.error("suite '\(suite)': no good copy of the snapshot; only the journal's records are left")
       }
     }
-    let (bytes, _) = readJournal(from: 0, to: Int(header.load(Slot.committed)))
+    let (bytes, _) = journal.read(from: 0, to: Int(header.load(Slot.committed)))
     var records: [JournalFormat.Record] = []
     try? JournalFormat.decode(bytes, base: 0, into: &records)
     for record in records { apply(record, to: &values) }
@@ -114,7 +115,7 @@ extension DefaultsStore {
     if header.load(Slot.generation) != 0 || header.load(Slot.committed) != 0 {
       // Not ours or damaged: the committed length cannot be trusted, so the journal is set aside.
       Self.logger.error("suite '\(suite)': header '\(directory)/\(suite).lock' is damaged; resetting it")
-      quarantineJournal()
+      journal.quarantine()
     }
     if try snapshotStatus() == nil {
       // A plist put there before the suite was first used (or a suite copied without its snapshot): the state.
@@ -128,7 +129,7 @@ extension DefaultsStore {
     header.store(Slot.lock, 0)
     header.store(Slot.journalCapacity, 0)  // unknown: the next write allocates what it needs
     header.store(Slot.overLimit, 0)
-    header.store(Slot.journalInode, journalInode.load(ordering: .relaxed))
+    header.store(Slot.journalInode, journal.inode)
     header.increment(Slot.generation)
     header.store(Slot.exportGeneration, header.load(Slot.generation))
     header.store(Slot.magic, SuiteHeader.magic)
@@ -157,5 +158,22 @@ extension DefaultsStore {
     try writeImage(of: plist)
     try SharedDefaultsError.wrap { () throws(FileSystemError) in try pinExportBase() }
     header.recordExport(status)
+  }
+
+  /// The journal's name changed (removed, replaced): if it no longer leads to the file this process maps, follow
+  /// it (`SuiteJournal.follow`, which carries the committed records over when this process maps the recorded one).
+  func scheduleJournalCheck() {
+    guard !readOnly else { return }
+    background.async { [self] in
+      guard journal.inodeAtName() != journal.inode else { return }
+      do {
+        try exclusively { s throws(SharedDefaultsError) in
+          if journal.mapsRecordedFile { journal.follow() }
+          try catchUpExclusively(&s)
+        }
+      } catch {
+        Self.logger.error("suite '\(suite)': could not follow the journal: \(error)")
+      }
+    }
   }
 }

@@ -49,10 +49,11 @@ import SystemLayer
 /// corrupt.
 ///
 /// One file per layer and its rule (the SharedDefaults article has the table): the header's words
-/// (SuiteHeader.swift), records (JournalFormat.swift) and the journal file (DefaultsStore+Journal.swift), the image
-/// (SuiteImageFormat.swift) and the state in memory (SuiteValues.swift), reading (DefaultsStore+CatchUp.swift),
-/// compaction (+Compaction), the export (+Export) and outside edits (ExportMirror.swift, +OutsideEdits), recovery
-/// (+Recovery), the suite's other files (+Files), observers (+Observers); here: opening, writing, the lock order.
+/// (SuiteHeader.swift), records (JournalFormat.swift) and the journal file (SuiteJournal.swift), the image
+/// (SuiteImageFormat.swift, SuiteImageBuilder.swift) and the state in memory (SuiteValues.swift), reading
+/// (DefaultsStore+CatchUp.swift), compaction's rules (SuiteCompactor.swift) and its building (+Compaction), the
+/// export (+Export) and outside edits (ExportMirror.swift, +OutsideEdits), recovery (+Recovery), the suite's other
+/// files (+Files), observers (+Observers); here: opening, writing, the lock order.
 final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state` (a Mutex); files are fixed
   typealias Slot = SuiteHeader.Slot
   typealias Identity = SuiteHeader.Identity
@@ -74,9 +75,6 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
 
   /// Address space reserved for the journal mapping: the largest journal (sets past it fail with a clear error).
   static let journalReservation = 256 << 20
-  static let compactionThreshold = 1 << 20
-  /// The journal's length past which a compaction also empties it (a new generation: every process reloads).
-  static let rewindThreshold = 8 << 20
   static let idleCompaction: UInt64 = 5_000_000_000
   /// One set of limits for writing and reading the snapshot and the export: a suite a compaction wrote is always
   /// one the next process can read (a million keys are two million values). Writing past them is refused.
@@ -107,7 +105,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   let readOnly: Bool
   let lock: SharedMemoryLock
   let signal: ChangeSignal
-  let journal: SharedFileMapping
+  let journal: SuiteJournal
+  /// When to compact, who does, and how a new snapshot is installed (SuiteCompactor.swift).
+  let compactor: SuiteCompactor
   let deliveries: DispatchQueue
   let background: DispatchQueue
   /// Edits written into a replaced export, still read again in the background (`applyReplacedEditLater`): the
@@ -162,12 +162,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   let rebasePending = Atomic<Bool>(false)
   /// Serializes this process's threads before the suite's lock (which names a process, not a thread).
   let writerGate = Mutex<Int>(0)
-  /// The inode of the journal file this process maps.
-  let journalInode = Atomic<UInt64>(0)
   let listener = Mutex<ChangeSignal.Listener?>(nil)
-  /// SIGBUS faults of the mappings already dealt with (a new one means a file was truncated under us).
+  /// SIGBUS faults of the header's mapping already dealt with (a new one means the file was truncated under us).
   let seenHeaderFaults = Atomic<UInt32>(0)
-  let seenJournalFaults = Atomic<UInt32>(0)
   /// The lock file was truncated and set up again: the committed length is lost, so the journal cannot be trusted
   /// and this process's state (the last good one it knows) becomes the snapshot.
   let headerLost = Atomic<Bool>(false)
@@ -271,26 +268,19 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     }
     signal = ChangeSignal(header.counters, sequence: Slot.changeSequence, listeners: Slot.listeners, sleepers: Slot.sleepers)
     do {
+      let header = header
       journal = try SharedDefaultsError.wrap { () throws(FileSystemError) in
-        guard readOnly else {
-          return try SharedFileMapping(
-            name: "\(suite).journal", in: files, mode: fileMode, reservation: Self.journalReservation)
-        }
-        let fd = try files.open("\(suite).journal", .readOnly)
-        do throws(FileSystemError) {
-          return try SharedFileMapping(fd: fd, reservation: Self.journalReservation, privateCopy: true)
-        } catch {
-          fd.close()
-          throw error
-        }
+        try SuiteJournal(
+          suite: suite, header: header, root: root, directoryItem: Self.preferences, directory: files, mode: fileMode,
+          reservation: Self.journalReservation, readOnly: readOnly)
       }
     } catch {
       lockFD.close()
       throw error
     }
+    compactor = SuiteCompactor(header: header, journal: journal)
     deliveries = DispatchQueue(label: "GroupContainer.SharedDefaults.\(suite).deliveries")
     background = DispatchQueue(label: "GroupContainer.SharedDefaults.\(suite).background")
-    journalInode.store((try? journal.fileStatus().inode) ?? 0, ordering: .relaxed)
     if readOnly {
       // Nothing here may be initialized or migrated: only a suite in the current format is read.
       guard header.load(Slot.magic) == SuiteHeader.magic else {
@@ -300,7 +290,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       return
     }
     if header.load(Slot.magic) != SuiteHeader.magic { try initializeHeaderLocked() }
-    if header.load(Slot.journalInode) == 0 { header.store(Slot.journalInode, journalInode.load(ordering: .relaxed)) }
+    journal.recordInodeIfNone()
   }
 
   /// Released with the store.
@@ -406,10 +396,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     var offset = 0
     for attempt in 0..<2 {
       offset = Int(header.load(Slot.committed))
-      try reserveJournal(upTo: offset + bytes.count)
-      let faults = journal.faultCount
-      bytes.withUnsafeBytes { (journal.base + offset).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
-      if journal.faultCount == faults { break }
+      try journal.reserve(upTo: offset + bytes.count)
+      if journal.write(bytes, at: offset) { break }
       // The file was truncated under us: the bytes went to a zero page. Repair, then write them again (once).
       guard attempt == 0 else { throw .system(FileSystemError("write", journalPath, .ioError)) }
       try repairAndCatchUp(&s, .corruptJournal("the journal file was truncated by another program"))
@@ -430,7 +418,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       apply(records, to: &s)
     }
     s.lastWrite = MonotonicClock.nanoseconds()
-    let thresholds = compactionThresholds()
+    let thresholds = compactor.thresholds()
     let start = header.snapshotStart(generation: s.generation, committed: end)
     // Also by the number of changes held: the table grows by doubling, and growing a large one stalls a set.
     let manyChanges = s.values.changeCount > max(Self.changesBeforeCompaction, (s.values.image?.count ?? 0) / 4)
@@ -441,7 +429,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     // or a stopped compactor holding its claim — is the journal emptied here, at four times the threshold (at
     // twice it, 4 writers' 16 MB benchmark runs reached it, and its O(suite) under the lock showed).
     let lastResort = end > min(journal.reservation / 4 * 3, 4 * thresholds.rewind)
-    guard lastResort || (s.values.frozenToken == 0 && compactionClaimIsFree()) else { return }
+    guard lastResort || (s.values.frozenToken == 0 && compactor.claimIsFree()) else { return }
     // The write is committed whatever happens now: a compaction that fails (full disk) is retried by the next one.
     do {
       if lastResort {
@@ -523,12 +511,12 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       }
       acquired = lock.lock()
     }
-    if header.load(Slot.journalInode) != journalInode.load(ordering: .relaxed) { followJournal() }
+    if !journal.mapsRecordedFile { journal.follow() }
     let before = (header.load(Slot.generation), header.load(Slot.committed))
-    if header.load(Slot.rewindTo) != 0 {
+    if journal.isMoving {
       // Only a lock holder moves the journal, and it clears the flag before unlocking: that one died.
       Self.logger.warning("suite '\(suite)': finishing a rewind whose process died during it")
-      finishMove()
+      journal.finishMove()
     }
     defer {
       let changed = before != (header.load(Slot.generation), header.load(Slot.committed))

@@ -2,7 +2,7 @@ import SystemLayer
 
 /// The header of a suite: `<suite>.lock`, a 4 KiB file every process maps shared (`MappedCounters`). Its words are
 /// declared here once, with what each means; the rules that order their stores are where they are stored
-/// (`compact`, `moveTail`, `append`). Identities of files (inode, size, modification time) are recorded here so that
+/// (`SuiteCompactor`, `SuiteJournal.moveTail`, `DefaultsStore.append`). Identities of files (inode, size, modification time) are recorded here so that
 /// every process can tell whether the snapshot or the export at a name is the one the suite wrote.
 struct SuiteHeader: @unchecked Sendable {  // the memory is atomics (MappedCounters)
   let counters: MappedCounters
@@ -32,7 +32,7 @@ struct SuiteHeader: @unchecked Sendable {  // the memory is atomics (MappedCount
     /// state (`recoverState`, when the snapshot is lost).
     static let exportGeneration = 19
     /// The process compacting in the background (its pid; 0: none) and since when (`MonotonicClock`): the others
-    /// leave the compaction to it, for `compactionClaim` at most (a stopped or dead compactor is then replaced).
+    /// leave the compaction to it, for `SuiteCompactor.claimDuration` at most (a stopped or dead compactor is then replaced).
     static let compactor = 20, compactorSince = 21
     /// Listeners asleep on the change signal: a commit makes the wake-up system call only when one is.
     static let sleepers = 22

@@ -10,7 +10,9 @@ import Testing
 ///
 /// Mutants this suite catches (each made once by hand):
 /// - the export encoded whole in memory (`PropertyListValue.dictionary(…).encoded(as: .binary)`, as before):
-///   the writer's peak goes over 3×;
+///   the writer's peak goes over its bound;
+/// - `SuiteJournal.write` keeping the pages of a large record it wrote: the writer peaked at 298 MB on an idle
+///   machine and 397 MB on a busy one (its background compaction then overlaps its sets), against 200 MB;
 /// - `SuiteValues.dictionary()` keeping the image's pages of the values it decoded: the reader's peak goes over 3×.
 @Suite(.runSlot(.minutes(6))) struct BigValueMemoryTests {
   @Test func aWriterAndAReaderOfLargeValuesPeakUnderThreeTimesTheirBytes() async throws {
@@ -26,9 +28,11 @@ import Testing
       ["stress", "defaults-reader", id, "--once", "--reads", "1", "--whole", "--keys", "\(count)"] + common)
     #expect(reader.status == 0, "\(reader.err)")
     let bytes = count * size
-    for (who, run) in [("writer", writer), ("reader", reader)] {
+    // The writer holds its values once, plus one record being copied: about 1.5× (2× is the bound). The reader
+    // decodes the whole suite beside the mapped image: about 2.4×.
+    for (who, run, bound) in [("writer", writer, 2 * bytes), ("reader", reader, 3 * bytes)] {
       let peak = Self.field(run.out, "peak_rss_kb").map { $0 * 1024 }
-      #expect(peak != nil && peak! <= 3 * bytes, "\(who): peak \(peak ?? -1) bytes for \(bytes) bytes of values")
+      #expect(peak != nil && peak! <= bound, "\(who): peak \(peak ?? -1) bytes for \(bytes) bytes of values")
     }
     #expect(Self.field(reader.out, "found") == 2, "\(reader.out)")  // the one read, and the whole suite
     // Every value is the writer's: the export, read by the plist codec of another process, holds them all.

@@ -355,9 +355,9 @@ import TestSupport
   }
 
   /// A compactor stopped with its claim (here paused before its install; Ctrl-Z or a debugger do the same) holds
-  /// the others' compactions back for `compactionClaim` (10 s) only: then a writer's set claims and compacts, and
-  /// the stopped one, resumed, finds its image overtaken and drops it. Mutant: a claim that never expires (the
-  /// writer installed no compaction: the journal would grow until the last-resort rewind).
+  /// the others' compactions back for `SuiteCompactor.claimDuration` (10 s) only: then a writer's set claims and
+  /// compacts, and the stopped one, resumed, finds its image overtaken and drops it. Mutant: a claim that never
+  /// expires (the writer installed no compaction: the journal would grow until the last-resort rewind).
   @Test func aStoppedCompactorsClaimExpires() async throws {
     let root = try TestRoot()
     let id = try root.container().identifier
