@@ -23,6 +23,11 @@ build: deps
 	$(SWIFT) build
 	$(SWIFT) build --package-path Examples
 
+# The tests need the test hooks (fault and pause points, the system-call recorder: the `TestHooks` trait of
+# Package.swift), which no dependent's build has. Every step that builds the root here passes it, so the tests never
+# run on binaries built without it.
+TEST_TRAITS = --traits TestHooks
+
 # Each run gets its own temp directory (TMPDIR: every test root, tool output and child lives there), removed at the
 # end (0711: the group-trust tests run as other users beneath it); a process of the run still alive afterwards fails
 # the run (and is killed). The memory-pressure suites run in
@@ -30,13 +35,13 @@ build: deps
 # cgroup scenarios.
 PRESSURE_SUITES = ImageCachePressureTests|MemoryPressureTests
 test: deps
-	$(SWIFT) build --build-tests
+	$(SWIFT) build --build-tests $(TEST_TRAITS)
 	$(SWIFT) build --package-path Examples --build-tests
 	$(MAKE) doc-check
 	@run=$$(mktemp -d /tmp/gc-test-run.XXXXXX); chmod 0711 "$$run"; status=0; \
 	  export TMPDIR=$$run GC_TEST_TIMES=$$run/times; \
-	  $(SWIFT) test --skip-build --disable-xctest --skip '$(PRESSURE_SUITES)' || status=1; \
-	  $(SWIFT) test --skip-build --disable-xctest --filter '$(PRESSURE_SUITES)' || status=1; \
+	  $(SWIFT) test --skip-build $(TEST_TRAITS) --disable-xctest --skip '$(PRESSURE_SUITES)' || status=1; \
+	  $(SWIFT) test --skip-build $(TEST_TRAITS) --disable-xctest --filter '$(PRESSURE_SUITES)' || status=1; \
 	  $(SWIFT) test --package-path Examples --skip-build --disable-xctest || status=1; \
 	  echo "slowest tests (seconds in their run slot):"; sort -rn $$run/times 2>/dev/null | head -10 | sed 's/^/  /'; \
 	  bash scripts/test-leftovers.sh "$$run" || status=1; \
@@ -46,7 +51,7 @@ test: deps
 # laptop mid-build or a shared CI runner. LOAD_RUNS runs in a row (default 1).
 LOAD_RUNS ?= 1
 test-under-load: deps
-	$(SWIFT) build --build-tests
+	$(SWIFT) build --build-tests $(TEST_TRAITS)
 	$(SWIFT) build --package-path Examples --build-tests
 	@pids=""; for i in 1 2 3 4; do yes > /dev/null & pids="$$pids $$!"; done; \
 	  trap 'kill $$pids 2>/dev/null' EXIT; status=0; \
@@ -60,7 +65,7 @@ test-under-load: deps
 # lists the undocumented ones and fails above zero. A step of its own, outside `swift test`: a test running
 # `swift` would wait on the build lock that `swift test` holds.
 doc-check:
-	@dir=$$($(SWIFT) package dump-symbol-graph --minimum-access-level public --skip-synthesized-members --skip-inherited-docs \
+	@dir=$$($(SWIFT) package $(TEST_TRAITS) dump-symbol-graph --minimum-access-level public --skip-synthesized-members --skip-inherited-docs \
 	  | sed -n 's/^Files written to //p'); \
 	  test -n "$$dir" || { echo "swift package dump-symbol-graph wrote no symbol graphs"; exit 1; }; \
 	  $(SWIFT) scripts/check-doc-comments.swift "$$dir" "$(CURDIR)"

@@ -25,6 +25,15 @@ let package = Package(
     // and the README's programs are the nested package in Examples/; the file server and the test helper are
     // executables of this package's tests only.
   ],
+  // The test hooks — fault and pause points, the system-call recorder, simulated conditions, counters tests read —
+  // are compiled only with this trait (`GROUPCONTAINER_TEST_HOOKS`): `make test` enables it, a dependent's build never
+  // does (it is not a default trait), so a shipped library has none of them (TestHooksTests checks a dependent's
+  // binaries).
+  traits: [
+    .trait(
+      name: "TestHooks",
+      description: "Compiles in the test hooks: fault and pause points, the system-call recorder, simulated conditions.")
+  ],
   dependencies: [
     .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
     .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -256,6 +265,7 @@ for target in package.targets where target.type != .system && target.name != "CS
 {
   target.swiftSettings =
     (target.swiftSettings ?? []) + [
-      .swiftLanguageMode(.v6)
+      .swiftLanguageMode(.v6),
+      .define("GROUPCONTAINER_TEST_HOOKS", .when(traits: ["TestHooks"])),
     ]
 }

@@ -17,7 +17,8 @@
 //                                                     (`gc-bench-answerer`), both in each iteration
 //
 // The presenter rows with the message files of before: run the binary with GROUP_CONTAINER_INBOX_FILES_ONLY=1 (the
-// presenters bind no inbox socket, so every prepare and finish goes as a file: MessageTransport.swift).
+// presenters bind no inbox socket, so every prepare and finish goes as a file: MessageTransport.swift) — a test hook,
+// read only by a build with the root package's `TestHooks` trait (`swift package --traits TestHooks …`).
 //   Scale: raw replace on tmpfs                        the flock + atomic-replace baseline, in /dev/shm
 //   Scale: write on tmpfs                              the coordinated write, in /dev/shm
 //

@@ -34,8 +34,13 @@ final class MessageTransport: @unchecked Sendable {
   /// How long a sender waits for room in a full receiver queue before it sends that receiver files instead.
   static let fullQueueWaitMilliseconds: Int32 = 20
   /// Set to "1" in a process's environment, it binds no socket and takes every message as a file (as a process
-  /// where the watcher cannot serve descriptors does). For tests.
-  package static let filesOnlyVariable = "GROUP_CONTAINER_INBOX_FILES_ONLY"
+  /// where the watcher cannot serve descriptors does). A test hook: read only in a build with the `TestHooks` trait.
+  #if GROUPCONTAINER_TEST_HOOKS
+    package static let filesOnlyVariable = "GROUP_CONTAINER_INBOX_FILES_ONLY"
+    private static var filesOnly: Bool { Environment.value(filesOnlyVariable) == "1" }
+  #else
+    private static let filesOnly = false
+  #endif
 
   private enum Peer {
     case socket(DatagramSocket)
@@ -131,7 +136,7 @@ final class MessageTransport: @unchecked Sendable {
   /// then connect again — and drained of what it already holds. Without a watcher that serves descriptors, or when
   /// binding fails, the process takes files.
   func bind(in directory: SystemFD, deliver: @escaping @Sendable (UnsafeBufferPointer<UInt8>) -> Void) {
-    guard Watcher.shared.servesDescriptors, Environment.value(Self.filesOnlyVariable) != "1" else { return }
+    guard Watcher.shared.servesDescriptors, !Self.filesOnly else { return }
     let socket: DatagramSocket?
     do { socket = try DatagramSocket.bind(Self.socketName, in: directory, mode: space.fileMode) } catch {
       CoordinationSpace.logger.warning("this process takes coordination messages as files only: \(error)")

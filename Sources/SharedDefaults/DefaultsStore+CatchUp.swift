@@ -138,7 +138,7 @@ extension DefaultsStore {
     case .changed: return false
     case .unreadable:
       // Committed, in an unchanged generation, and still not a record: rule 1 was broken, or the file damaged.
-      Self.committedButUnreadable.add(1, ordering: .relaxed)
+      Self.committedButUnreadable.add()
       return false
     }
     if var values {

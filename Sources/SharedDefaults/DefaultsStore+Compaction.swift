@@ -155,7 +155,7 @@ extension DefaultsStore {
         FaultPoint.reach("defaults.snapshot.written")
         let rewind = compactor.installBuilt(
           built.status, input: built.bytes, generation: work.generation, length: work.length)
-        Self.compactionsInstalled.add(1, ordering: .relaxed)
+        Self.compactionsInstalled.add()
         // This process goes on from the new image when it holds at least what the image does (else it reloads
         // at its next access, as other processes do after a rewind).
         let image = mapSnapshot(written: built.status)

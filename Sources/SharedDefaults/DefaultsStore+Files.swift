@@ -44,7 +44,7 @@ extension DefaultsStore {
   /// One that is not an image is corrupt; one over `snapshotLimits.maxBytes` is `overLimit`.
   func loadImage(_ item: String? = nil, counted: Bool = true) throws(Repair) -> SuiteImage? {
     let item = item ?? snapshotItem
-    if item == snapshotItem && counted { Self.snapshotLoads.add(1, ordering: .relaxed) }
+    if item == snapshotItem && counted { Self.snapshotLoads.add() }
     let name = (item as NSString).lastPathComponent
     let fd: SystemFD
     do {

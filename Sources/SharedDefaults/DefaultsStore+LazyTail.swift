@@ -19,7 +19,7 @@ extension DefaultsStore {
   /// whole replay once, as before, and every read after is O(1)).
   static let lazyTailScans = 16
   /// Tail scans this process made (tests: which path a read took).
-  static let tailScans = Atomic<Int>(0)
+  static let tailScans = TestCounter()
 
   /// The records `range` of the journal left unread by a load, and what point reads found there.
   final class LazyTail: @unchecked Sendable {  // used under the store's `state` lock only
@@ -71,7 +71,7 @@ extension DefaultsStore {
   /// The last record of `key` (NFC) in the tail's journal range, read without the lock.
   private func scan(_ tail: LazyTail, for key: String, generation: UInt64) -> TailLookup {
     tail.scans += 1
-    Self.tailScans.add(1, ordering: .relaxed)
+    Self.tailScans.add()
     let range = tail.range
     guard !journal.isMoving else { return .failed }
     FaultPoint.pause("defaults.read.tailScan")

@@ -60,14 +60,14 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   static let logger = Logger(label: "GroupContainer.SharedDefaults")
   /// Lock-free reads that found committed bytes which were not records (tests check it stays 0: a writer that
   /// published the committed length before copying its record would make it grow).
-  static let committedButUnreadable = Atomic<Int>(0)
+  static let committedButUnreadable = TestCounter()
   /// Snapshots this process read and parsed (tests check that another process's compaction that kept the journal
   /// costs this one none).
-  static let snapshotLoads = Atomic<Int>(0)
+  static let snapshotLoads = TestCounter()
   /// Background compactions this process installed (tests: which process compacted).
-  static let compactionsInstalled = Atomic<Int>(0)
+  static let compactionsInstalled = TestCounter()
   /// Own writes appended behind others' and left for the next read to apply (tests: that path ran).
-  static let ownWritesLeftForTheNextRead = Atomic<Int>(0)
+  static let ownWritesLeftForTheNextRead = TestCounter()
   /// The open stores, by suite path: weak, so a suite no `SharedDefaults` uses any more is released (its mappings,
   /// descriptors, watch and registrations), and a process may open any number of suites one after another.
   static let stores = Mutex<[String: WeakStore]>([:])
@@ -412,7 +412,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       // that only writes keep every key it ever wrote, and 4 writers growing a suite spent half their time growing
       // those tables: the next read applies it with the others' records instead, from the journal.
       s.ownWritesUnapplied = true
-      Self.ownWritesLeftForTheNextRead.add(1, ordering: .relaxed)
+      Self.ownWritesLeftForTheNextRead.add()
     } else {
       for record in records { s.pendingOwn[record.key] = (offset, end) }
       apply(records, to: &s)

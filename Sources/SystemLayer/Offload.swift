@@ -5,15 +5,13 @@ import Dispatch
 /// task of the process, and fsyncs queued behind each other could not share a journal commit. The caller's
 /// `SyscallRecorder` log follows the work (a task-local does not cross to Dispatch by itself).
 package func offload<T: Sendable, E: Error>(_ body: @escaping @Sendable () throws(E) -> T) async throws(E) -> T {
-  let log = SyscallRecorder.current
   let result: Result<T, E> = await withCheckedContinuation { continuation in
-    DispatchQueue.global().async {
-      SyscallRecorder.$current.withValue(log) {
-        do throws(E) { continuation.resume(returning: .success(try body())) } catch {
-          continuation.resume(returning: .failure(error))
-        }
+    let work = SyscallRecorder.carryingLog {
+      do throws(E) { continuation.resume(returning: .success(try body())) } catch {
+        continuation.resume(returning: .failure(error))
       }
     }
+    DispatchQueue.global().async { work() }
   }
   return try result.get()
 }

@@ -68,36 +68,52 @@ extension Result where Failure == Errno {
 /// tests check the order of `fsync` and `rename` in a durable replace without a power cut.
 ///
 /// Scoped by a task-local, so tests running in parallel in one process see only their own calls; outside
-/// `SyscallRecorder.$current.withValue(…)` nothing is recorded and the cost is one task-local read.
+/// `SyscallRecorder.$current.withValue(…)` nothing is recorded and the cost is one task-local read. A test hook:
+/// without the package's `TestHooks` trait (every dependent's build), `record` is empty and nothing is recorded.
 package enum SyscallRecorder {
   package enum Call: String, Sendable { case open, fsync, rename }
 
-  /// One call: what it was and its target (for a rename, the destination).
-  package struct Entry: Sendable, Equatable, CustomStringConvertible {
-    package var call: Call
-    package var path: String
-    package init(call: Call, path: String) {
-      self.call = call
-      self.path = path
+  #if GROUPCONTAINER_TEST_HOOKS
+    /// One call: what it was and its target (for a rename, the destination).
+    package struct Entry: Sendable, Equatable, CustomStringConvertible {
+      package var call: Call
+      package var path: String
+      package init(call: Call, path: String) {
+        self.call = call
+        self.path = path
+      }
+      package var description: String { "\(call.rawValue) \(path)" }
     }
-    package var description: String { "\(call.rawValue) \(path)" }
-  }
 
-  /// Collects entries; `Mutex`-guarded, shared by the threads of one recorded scope.
-  package final class Log: Sendable {
-    private let entries = Mutex<[Entry]>([])
-    package init() {}
-    package var calls: [Entry] { entries.withLock { $0 } }
-    func append(_ entry: Entry) { entries.withLock { $0.append(entry) } }
-  }
+    /// Collects entries; `Mutex`-guarded, shared by the threads of one recorded scope.
+    package final class Log: Sendable {
+      private let entries = Mutex<[Entry]>([])
+      package init() {}
+      package var calls: [Entry] { entries.withLock { $0 } }
+      func append(_ entry: Entry) { entries.withLock { $0.append(entry) } }
+    }
 
-  @TaskLocal package static var current: Log?
+    @TaskLocal package static var current: Log?
+  #endif
 
   @inline(__always)
   static func record(_ call: Call, _ path: @autoclosure () -> String, flags: SystemFD.OpenFlags = .create) {
-    guard let log = current else { return }
-    // Only creations among opens: plain opens would drown the interesting calls.
-    if call == .open && !flags.contains(.create) { return }
-    log.append(Entry(call: call, path: path()))
+    #if GROUPCONTAINER_TEST_HOOKS
+      guard let log = current else { return }
+      // Only creations among opens: plain opens would drown the interesting calls.
+      if call == .open && !flags.contains(.create) { return }
+      log.append(Entry(call: call, path: path()))
+    #endif
+  }
+
+  /// Runs `body` with the caller's log, if any (on another thread: a task-local does not cross to Dispatch).
+  @inline(__always)
+  static func carryingLog(_ body: @escaping @Sendable () -> Void) -> @Sendable () -> Void {
+    #if GROUPCONTAINER_TEST_HOOKS
+      let log = current
+      return { $current.withValue(log) { body() } }
+    #else
+      return body
+    #endif
   }
 }

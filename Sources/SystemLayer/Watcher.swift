@@ -124,7 +124,7 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
     var markerFDs: [Int32] = [-1, -1]
     var error: FileSystemError?
     // Initialise before the process opens many files: a descriptor ≥ 1024 aborts inside select().
-    if Environment.value(Self.simulateNoInstanceVariable) == "1" {
+    if Self.simulatesNoInstance {
       // Tests: behave as a process whose user has no inotify instance left, without using them all up (the
       // limit is per user: exhausting it would break every other process of the user on this machine).
       error = FileSystemError("inotify_init", "", .tooManyOpenFiles)
@@ -161,8 +161,13 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
   }
 
   /// Set to "1" in a process's environment, the watcher fails to start as if the user's inotify instances
-  /// were used up (`EMFILE` from `inotify_init`). For tests.
-  package static let simulateNoInstanceVariable = "GROUP_CONTAINER_SIMULATE_NO_INOTIFY"
+  /// were used up (`EMFILE` from `inotify_init`). A test hook: read only in a build with the `TestHooks` trait.
+  #if GROUPCONTAINER_TEST_HOOKS
+    package static let simulateNoInstanceVariable = "GROUP_CONTAINER_SIMULATE_NO_INOTIFY"
+    private static var simulatesNoInstance: Bool { Environment.value(simulateNoInstanceVariable) == "1" }
+  #else
+    private static let simulatesNoInstance = false
+  #endif
 
   /// Why watching does not work in this process, in words for the user, or nil when it works. Names the per-user
   /// limit and the sysctl that raises it when that is the cause.

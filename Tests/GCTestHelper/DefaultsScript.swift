@@ -45,13 +45,13 @@ func runDefaultsScript(suite: String, directory: String, steps: [DefaultsStep], 
       defaults.waitForBackgroundWork()
       line("settled")
     case .loads:
-      line("loads \(DefaultsStore.snapshotLoads.load(ordering: .relaxed))")
+      line("loads \(DefaultsStore.snapshotLoads.value)")
     case .held:
       line("held \(defaults.store.heldChanges())")
     case .compactions:
-      line("compactions \(DefaultsStore.compactionsInstalled.load(ordering: .relaxed))")
+      line("compactions \(DefaultsStore.compactionsInstalled.value)")
     case .unreadable:
-      line("unreadable \(DefaultsStore.committedButUnreadable.load(ordering: .relaxed))")
+      line("unreadable \(DefaultsStore.committedButUnreadable.value)")
     case .wait(let name):
       var waited = 0
       while access(directory + "/" + name, F_OK) != 0 {
@@ -75,7 +75,7 @@ func runDefaultsScript(suite: String, directory: String, steps: [DefaultsStep], 
     case .read(let key):
       line("read \(key) \(defaults.value(forKey: key).map { "\($0.intValue ?? -999)" } ?? "nil")")
     case .tailScans:
-      line("scans \(DefaultsStore.tailScans.load(ordering: .relaxed))")
+      line("scans \(DefaultsStore.tailScans.value)")
     }
   }
   exit(0)

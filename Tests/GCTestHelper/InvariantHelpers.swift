@@ -58,7 +58,7 @@ func sequenceReader(_ defaults: SharedDefaults, directory: String, writers: Int)
   Thread.sleep(forTimeInterval: 0.2)  // the last changes reach the observer
   observation.cancel()
   let (checked, bad) = (getter.result.checked + observer.result.checked, getter.result.bad + observer.result.bad)
-  let torn = DefaultsStore.committedButUnreadable.load(ordering: .relaxed)
+  let torn = DefaultsStore.committedButUnreadable.value
   FileHandle.standardOutput.write(Data("checked \(checked) bad \(bad.count) torn \(torn) \(bad.prefix(3))\n".utf8))
   exit(0)
 }
