@@ -220,9 +220,21 @@ extension DefaultsStore {
       try? dir.link("\(suite).snapshot.exported", to: Self.keptBase(keptName))
     }
     header.store(Slot.exportInode, .max)  // stale until recorded: a kill in between leaves it to be rewritten
+    // A tool writes into the file being replaced only if it has it open. A write lease held across the rename is
+    // granted only when no one else has it open and is broken by any open meanwhile: whole at the end, and the file
+    // open nowhere after (an open that found the old file just before the rename and reached the lease just after
+    // it was given back), then unchanged (a tool that opened, wrote and closed in between), no tool can write into
+    // the replaced file, and its second name goes at once — a process that exits right after `synchronize()` leaves
+    // no `.replaced-*` files behind, each the size of the suite. Otherwise, as where leases are refused, it stays.
+    var undisturbed = false
     try SharedDefaultsError.wrap { () throws(FileSystemError) in
       FaultPoint.pause("defaults.export.replacing")
-      try dir.rename(temp, to: "\(suite).plist")
+      let leased = keptName != nil && replaced?.takeWriteLease() == true
+      do throws(FileSystemError) { try dir.rename(temp, to: "\(suite).plist") } catch {
+        if leased { _ = replaced?.releaseLease() }
+        throw error
+      }
+      if leased { undisturbed = replaced?.releaseLease() == true }
       if durable { try dir.sync() }
       FaultPoint.reach("defaults.compact.exportWritten")
       try dir.rename(pinned, to: "\(suite).snapshot.exported")
@@ -231,11 +243,17 @@ extension DefaultsStore {
       // export at once must still be seen as an edit.
       header.recordExport(written)
     }
+    let quiet = undisturbed && replaced?.isOpenElsewhere() == false  // before the identity is read: see above
     guard let replaced, let accounted, let now = try? replaced.status(), now.kind == .regular,
       SuiteHeader.identity(now) != accounted
     else {
-      // Untouched so far: the second name stays for a while (`applyKeptExports`), a tool may write still.
-      if keptName != nil { scheduleExportCheck(after: Self.keptExportGrace + Self.exportRetryDelay) }
+      guard let keptName else { return }
+      if quiet {
+        Self.dropKept(keptName, in: dir)
+      } else {
+        // Untouched so far: the second name stays for a while (`applyKeptExports`), a tool may write still.
+        scheduleExportCheck(after: Self.keptExportGrace + Self.exportRetryDelay)
+      }
       return
     }
     // Written by a tool since it was accounted for (in place, during this rename): judged against its base.

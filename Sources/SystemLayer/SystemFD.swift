@@ -263,16 +263,33 @@ package struct SystemFD: Sendable, Hashable {
   /// write lease is granted only when none has, and is given back at once. Nil when that cannot be told (a file
   /// this user does not own, a file system without leases). The corresponding C function is `fcntl(F_SETLEASE)`.
   package func isOpenElsewhere() -> Bool? {
+    guard let taken = takeWriteLease() else { return nil }
+    guard taken else { return true }
+    _ = releaseLease()
+    return false
+  }
+
+  /// Takes a write lease on the file: granted only while no other open file description has it open, and broken
+  /// by any `open` of it meanwhile (which waits until `releaseLease`). True when taken, false when the file is open
+  /// elsewhere, nil when that cannot be told (a file this user does not own, a file system without leases).
+  /// The corresponding C function is `fcntl(F_SETLEASE)`.
+  package func takeWriteLease() -> Bool? {
     // An open by someone else while the lease is held signals this process (SIGIO by default, which kills it):
     // SIGURG instead, ignored unless handled.
     _ = valueOrErrno { fcntl(rawValue, F_SETSIG, SIGURG) }
     switch valueOrErrno({ fcntl(rawValue, F_SETLEASE, F_WRLCK) }) {
-    case .success:
-      _ = valueOrErrno { fcntl(rawValue, F_SETLEASE, F_UNLCK) }
-      return false
-    case .failure(let e) where e == .wouldBlock || e == .resourceBusy: return true
+    case .success: return true
+    case .failure(let e) where e == .wouldBlock || e == .resourceBusy: return false
     case .failure: return nil
     }
+  }
+
+  /// Gives back a lease `takeWriteLease` took; returns whether it was still whole, i.e. nobody opened the file
+  /// while it was held (an open breaks it: `F_GETLEASE` then names what it is being broken to).
+  package func releaseLease() -> Bool {
+    let held = fcntl(rawValue, F_GETLEASE)
+    _ = valueOrErrno { fcntl(rawValue, F_SETLEASE, F_UNLCK) }
+    return held == F_WRLCK
   }
 
   /// The corresponding C function is `fstat`.

@@ -18,7 +18,8 @@ import Testing
 /// - an untouched replaced export dropped after `keptExportGrace` whoever still has it open:
 ///   `anEditWrittenLongAfterTheExportWasReplacedIsApplied` fails;
 /// - an unparsable file at the name quarantined at once whatever it looks like:
-///   `aHalfWrittenEditIsRetriedNotQuarantined` fails.
+///   `aHalfWrittenEditIsRetriedNotQuarantined` fails;
+/// - the second name of a replaced export kept whatever its write lease says: `anExportNobodyHadOpenLeavesNoSecondName`.
 @Suite(.runSlot(.minutes(12))) struct OutsideEditBaseTests {
   let group = "group.com.example.outside"
   let suite = "s"
@@ -190,6 +191,21 @@ import Testing
     #expect(values["a"] as? Int == 1 && values["b"] as? Int == 2 && values["c"] as? Int == 3, "\(values)")
     #expect(values["tool"] as? Int == 7, "\(values) \(notice) \(files(root))")
     #expect(!files(root).contains { $0.contains(".corrupt-") }, "\(files(root))")
+    withExtendedLifetime(root) {}
+  }
+
+  /// A process that synchronizes and exits at once leaves no `.replaced-*` files (each the size of the suite) when no
+  /// tool had the replaced export open: the write lease held across the rename shows none did (the test above keeps
+  /// one open, and its second name stays). Mutant: the second name kept whatever the lease says, as before → after
+  /// the second export the pair is still there (until a process opens the suite 2 s later).
+  @Test func anExportNobodyHadOpenLeavesNoSecondName() async throws {
+    let root = try TestRoot()
+    for i in 0..<3 {
+      try await defaults("write", ["k", "-int", "\(i)"], root: root)
+      try await defaults("sync", root: root)
+      #expect(!files(root).contains { $0.contains(".replaced-") }, "after export \(i): \(files(root))")
+    }
+    #expect(try await read(root).values["k"] as? Int == 2)
     withExtendedLifetime(root) {}
   }
 
