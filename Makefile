@@ -64,7 +64,7 @@ test-under-load: deps
 DOCC ?= $(dir $(realpath $(shell command -v $(SWIFT))))docc
 doc-check:
 	@dir=$$($(SWIFT) package dump-symbol-graph --minimum-access-level public --skip-synthesized-members --skip-inherited-docs \
-	  | sed -n 's/^Files written to //p'); \
+	  --emit-extension-block-symbols | sed -n 's/^Files written to //p'); \
 	  test -n "$$dir" || { echo "swift package dump-symbol-graph wrote no symbol graphs"; exit 1; }; \
 	  $(SWIFT) scripts/check-doc-comments.swift "$$dir" "$(CURDIR)" || exit 1; \
 	  out=$$(mktemp -d /tmp/gc-doc-check.XXXXXX); status=0; \
