@@ -34,7 +34,8 @@ import Testing
     #expect(!documents[0].readme.examples.isEmpty)
     for (name, document) in documents {
       for block in document.blocks where block.kind == .unmarked || (block.kind == .manifest && name != "README.md") {
-        let fix = "put `<!-- example: <path> executable: <target> -->` (or, in README.md, `<!-- package-manifest -->`) on the line before it"
+        let fix =
+          "put `<!-- example: <path> executable: <target> -->` (or, in README.md, `<!-- package-manifest -->`) on the line before it"
         Issue.record("\(name) line \(block.line): a ```swift block with no marker: \(fix)")
       }
       for example in document.examples {
