@@ -61,14 +61,36 @@ test-under-load: deps
 	      wall $$(( $$(date +%s) - start )) s, load $$(cut -d' ' -f1-3 /proc/loadavg)"; \
 	  done; exit $$status
 
-# Every public declaration of the libraries has a doc comment (issue #12): the symbol graphs, then a checker that
-# lists the undocumented ones and fails above zero. A step of its own, outside `swift test`: a test running
-# `swift` would wait on the build lock that `swift test` holds.
+# Every public declaration of the libraries has a doc comment (issue #12), and the documentation builds without a
+# warning (issue #35: broken symbol links, undocumented parameters): the symbol graphs, then a checker that lists the
+# undocumented declarations and fails above zero, then DocC on each library product (its catalog
+# Sources/<Module>/Documentation.docc when it has one) with the module's graphs and --warnings-as-errors. A step of its
+# own, outside `swift test`: a test running `swift` would wait on the build lock that `swift test` holds. DOCC: the
+# toolchain's docc, beside `swift`.
+DOCC ?= $(dir $(realpath $(shell command -v $(SWIFT))))docc
+DOC_MODULES = GroupContainer FileCoordination SharedDefaults PropertyList MemoryWarnings ImageCache BackgroundDownloads \
+  DownloadAgent AppIntents WidgetKit LiveActivities
 doc-check:
-	@dir=$$($(SWIFT) package $(TEST_TRAITS) dump-symbol-graph --minimum-access-level public --skip-synthesized-members --skip-inherited-docs \
-	  | sed -n 's/^Files written to //p'); \
+	@dir=$$($(SWIFT) package $(TEST_TRAITS) dump-symbol-graph --minimum-access-level public --skip-synthesized-members \
+	  --skip-inherited-docs --emit-extension-block-symbols | sed -n 's/^Files written to //p'); \
 	  test -n "$$dir" || { echo "swift package dump-symbol-graph wrote no symbol graphs"; exit 1; }; \
-	  $(SWIFT) scripts/check-doc-comments.swift "$$dir" "$(CURDIR)"
+	  $(SWIFT) scripts/check-doc-comments.swift "$$dir" "$(CURDIR)" || exit 1; \
+	  out=$$(mktemp -d /tmp/gc-doc-check.XXXXXX); status=0; \
+	  for module in $(DOC_MODULES); do \
+	    catalog=Sources/$$module/Documentation.docc; test -d "$$catalog" || catalog=; mkdir -p "$$out/$$module.graphs"; \
+	    cp "$$dir/$$module.symbols.json" "$$out/$$module.graphs/" || status=1; \
+	    cp "$$dir/$$module"@*.symbols.json "$$out/$$module.graphs/" 2>/dev/null; \
+	    "$(DOCC)" convert $$catalog --additional-symbol-graph-dir "$$out/$$module.graphs" \
+	      --fallback-display-name "$$module" --fallback-bundle-identifier "$$module" \
+	      --output-dir "$$out/$$module.doccarchive" --warnings-as-errors > "$$out/$$module.log" 2>&1 \
+	      || { cat "$$out/$$module.log"; echo "DocC: $$module has warnings (above)"; status=1; }; \
+	  done; \
+	  for catalog in Sources/*/Documentation.docc; do module=$$(basename $$(dirname $$catalog)); \
+	    case " $(DOC_MODULES) " in *" $$module "*) ;; *) echo "DocC: $$catalog is not in DOC_MODULES"; status=1;; esac; \
+	  done; \
+	  rm -rf "$$out"; \
+	  test $$status = 0 && echo "DocC: the documentation of $(words $(DOC_MODULES)) modules builds without a warning"; \
+	  exit $$status
 
 # Two tmux panes when tmux is there (installed here when we may; inside tmux, a new window); otherwise one terminal
 # with prefixes. Each run gets a fresh container (DEMO_KEEP=1 keeps it, DEMO_ROOT=dir chooses one); q or Ctrl-C

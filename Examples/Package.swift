@@ -67,18 +67,50 @@ let package = Package(
     .executableTarget(
       name: "getting-started", dependencies: [.product(name: "GroupContainer", package: rootIdentity)],
       path: "Readme/GettingStarted"),
+    // The DocC articles' programs (Sources/*/Documentation.docc), one executable each, checked the same way: every
+    // ```swift block of an article is one of these files byte for byte (a tour's output is compared as the README's).
     .executableTarget(
       name: "tour-defaults", dependencies: [.product(name: "GroupContainer", package: rootIdentity)],
-      path: "Readme/TourDefaults"),
+      path: "Docs/TourDefaults"),
     .executableTarget(
       name: "tour-files", dependencies: [.product(name: "GroupContainer", package: rootIdentity)],
-      path: "Readme/TourFiles"),
+      path: "Docs/TourFiles"),
     .executableTarget(
       name: "tour-images", dependencies: [.product(name: "GroupContainer", package: rootIdentity)],
-      path: "Readme/TourImages"),
+      path: "Docs/TourImages"),
     .executableTarget(
       name: "tour-downloads", dependencies: [.product(name: "GroupContainer", package: rootIdentity)],
-      path: "Readme/TourDownloads"),
+      path: "Docs/TourDownloads"),
+    .executableTarget(
+      name: "doc-app-intents", dependencies: [.product(name: "GroupContainer", package: rootIdentity)],
+      path: "Docs/AppIntents"),
+    .executableTarget(
+      name: "doc-handing-over-files", dependencies: [.product(name: "GroupContainer", package: rootIdentity)],
+      path: "Docs/HandingOverFiles"),
+    .executableTarget(
+      name: "doc-live-activities", dependencies: ["ScoreboardKit", .product(name: "GroupContainer", package: rootIdentity)],
+      path: "Docs/LiveActivities"),
+    .executableTarget(
+      name: "doc-logging", dependencies: [.product(name: "Logging", package: "swift-log")],
+      path: "Docs/Logging"),
+    .executableTarget(
+      name: "doc-logging-silenced", dependencies: [.product(name: "Logging", package: "swift-log")],
+      path: "Docs/LoggingSilenced"),
+    .executableTarget(
+      name: "doc-memory-warnings", dependencies: [.product(name: "GroupContainer", package: rootIdentity)],
+      path: "Docs/MemoryWarnings"),
+    .executableTarget(
+      name: "doc-property-list", dependencies: [.product(name: "PropertyList", package: rootIdentity)],
+      path: "Docs/PropertyList"),
+    .executableTarget(
+      name: "doc-responding-to-memory-warnings", dependencies: [.product(name: "GroupContainer", package: rootIdentity)],
+      path: "Docs/RespondingToMemoryWarnings"),
+    .executableTarget(
+      name: "doc-relaunched-for-events", dependencies: [.product(name: "GroupContainer", package: rootIdentity)],
+      path: "Docs/RelaunchedForEvents"),
+    .executableTarget(
+      name: "doc-widget-kit", dependencies: [.product(name: "GroupContainer", package: rootIdentity)],
+      path: "Docs/WidgetKit"),
     // The libFuzzer harness of the thumbnail decoder: real only when built by Fuzz/run.sh (-DFUZZING). CFuzzShim is
     // the root's Fuzz/CFuzzShim (a symlink).
     .target(name: "CFuzzShim", path: "Fuzz/CFuzzShim"),

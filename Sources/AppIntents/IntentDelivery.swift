@@ -46,11 +46,11 @@ enum IntentTable {
 extension GroupContainer {
   /// Makes this process perform `intents` when another process (a widget, a Live Activity, `groupctl intent`)
   /// asks the app reached by `scheme`: Apple finds an app's intents in its binary; here the app names them at
-  /// run time. Call it early, with ``registerURLScheme(_:launching:arguments:)`` so that the app is started when
+  /// run time. Call it early, with `registerURLScheme(_:launching:arguments:)` so that the app is started when
   /// an intent comes while it is not running. Registering again adds to the set.
   ///
   /// Each intent is decoded from its `Codable` parameters and performed in this process, in the background:
-  /// ``onOpenURL(schemes:perform:)`` is not called. A delivery is performed at most once, even when this process
+  /// `onOpenURL(schemes:perform:)` is not called. A delivery is performed at most once, even when this process
   /// dies while performing it and is started again (see <doc:PerformingIntents>).
   public func registerIntents(_ intents: [any AppIntent.Type], forScheme scheme: String) throws(FileCoordinatorError) {
     let container = path
@@ -76,7 +76,7 @@ extension GroupContainer {
   ///
   /// ## Behavior
   /// - The intent is delivered to the running process that registered intents for `scheme`; when none runs, the
-  ///   app registered for `scheme` (``registerURLScheme(_:launching:arguments:)``) is started without arguments
+  ///   app registered for `scheme` (`registerURLScheme(_:launching:arguments:)`) is started without arguments
   ///   beyond its registered ones, and receives it once it called ``registerIntents(_:forScheme:)``.
   /// - At most once: each call has a delivery id. If the app dies before answering it is started again and the
   ///   same delivery is sent once more; an app that had begun performing it answers

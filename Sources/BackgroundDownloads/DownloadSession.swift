@@ -138,6 +138,9 @@ public final class DownloadSession: Sendable {
   /// `Downloads/<last path component>`). Returns at once; the agent runs the transfer.
   ///
   /// - Parameters:
+  ///   - url: what to download: an `http` or `https` URL with a host, at most 2,048 bytes.
+  ///   - destination: where to publish the file, relative to the container; `nil` for
+  ///     `Downloads/<last path component>`.
   ///   - expectedSHA256: the file's SHA-256 in hex: a file that differs fails the task and is not published.
   ///   - expectedLength: the file's length in bytes, checked the same way.
   ///   - priority: 0...1 (Apple's `URLSessionTask.priority`), among this container's queued tasks.

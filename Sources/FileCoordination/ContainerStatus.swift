@@ -100,7 +100,10 @@ extension GroupContainer {
   /// another process swapping a directory on the way for a symlink cannot make the write land outside.
   /// A write into `Documents/Inbox/` is refused with ``GroupContainerError/inboxIsReadOnly(_:)`` (the Inbox rule:
   /// move a received file out before changing it).
-  /// - Parameter durable: also survive power loss (fsync of the file and its directory).
+  /// - Parameters:
+  ///   - data: the new contents.
+  ///   - url: the file's URL inside the container.
+  ///   - durable: also survive power loss (fsync of the file and its directory).
   public func write(_ data: Data, to url: URL, durable: Bool = false) throws(GroupContainerError) {
     // The container's path and space once, the item by bytes where plain (`relativePath`): URL handling was most
     // of what a write on tmpfs cost beyond the replace itself.

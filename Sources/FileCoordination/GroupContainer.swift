@@ -43,7 +43,9 @@ public struct GroupContainer: Sendable, Hashable {
 
   /// Opens (creating if needed) the container for `identifier`.
   /// - Parameters:
+  ///   - identifier: the group's reverse-DNS identifier, e.g. `group.com.example.timer`.
   ///   - root: the directory holding containers; `nil` means the environment's (see the type's discussion).
+  ///   - sharing: who may use the container: this user (the default) or the directory's group.
   public init(identifier: String, root: URL? = nil, sharing: Sharing = .user) throws(GroupContainerError) {
     let rootPath = try Self.rootPath(root)
     try self.init(unopened: identifier, rootPath: rootPath, sharing: sharing)
@@ -65,7 +67,9 @@ public struct GroupContainer: Sendable, Hashable {
   /// container this process may only read (a read-only file system, or no write permission) opens too: shared
   /// defaults are read from it; writes and coordinated access fail with the file system's error.
   /// - Parameters:
+  ///   - identifier: the group's reverse-DNS identifier, e.g. `group.com.example.timer`.
   ///   - root: the directory holding containers; `nil` means the environment's (see the type's discussion).
+  ///   - sharing: who may use the container: this user (the default) or the directory's group.
   /// - Throws: an invalid identifier, no determinable root, or a container path that is not a usable directory.
   public init?(existingIdentifier identifier: String, root: URL? = nil, sharing: Sharing = .user)
     throws(GroupContainerError)

@@ -83,7 +83,20 @@ extension FileCoordinator {
   ///   otherwise it happens when the sequence and its iterator are both released — right after a loop written as
   ///   `for await event in try FileCoordinator.events(…)` that you leave with `break` or `return` (a sequence you
   ///   keep in a variable keeps the registration until the variable goes away).
-  /// - **Your own writes** are reported too (the sequence has no coordinator of its own to exclude).
+  /// - **Your own accesses** are reported too: the sequence has no coordinator of its own, so none is excluded (a
+  ///   ``FilePresenter`` class is, from the accesses of a `FileCoordinator(filePresenter: self)`). Each event's
+  ///   ``PresentedItemEvent/origin`` says who caused it. To leave out this process's coordinated accesses, skip the
+  ///   events whose `origin?.processID` is this process's id (`ProcessInfo.processInfo.processIdentifier`); to leave
+  ///   out one coordinator's only, skip those whose `origin?.purposeIdentifier` is that coordinator's
+  ///   ``FileCoordinator/purposeIdentifier``:
+  ///   ```swift
+  ///   let me = ProcessInfo.processInfo.processIdentifier
+  ///   for await event in try FileCoordinator.events(presentedItemAt: notesURL) where event.origin?.processID != me {
+  ///     reload()  // another process's access, or a write that bypassed coordination
+  ///   }
+  ///   ```
+  ///   A write that bypassed coordination (seen through inotify) carries no process id (`processID == nil`,
+  ///   `isCoordinated == false`), so it cannot be told apart by its origin, whoever made it.
   ///
   /// - Throws: ``FileCoordinatorError`` when `url` is in no group container or presenters cannot work here
   ///   (``FileCoordinatorError/presentersUnavailable(_:)``).

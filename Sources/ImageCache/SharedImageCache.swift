@@ -18,7 +18,7 @@ import SystemLayer
 /// ```
 ///
 /// Once `store` or `removeImage` returned in one process, no process returns the old image for that key — from disk
-/// or from its memory tier (a memory hit checks a mapped generation: no system call). See ``DiskTier`` for the
+/// or from its memory tier (a memory hit checks a mapped generation: no system call). See `DiskTier` for the
 /// protocol and the ImageCache article for the limits.
 public final class SharedImageCache: Sendable {
   /// Limits of both tiers.

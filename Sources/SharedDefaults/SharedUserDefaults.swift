@@ -32,7 +32,7 @@ import Synchronization
 /// Everything ``SharedDefaults`` guarantees: a setter returns once every process can read the value; no lost
 /// update across processes; a committed write survives `kill -9`.
 public final class SharedUserDefaults: Sendable {
-  /// The engine underneath: typed keys, atomic ``SharedDefaults/update(_:_:)``, change streams.
+  /// The engine underneath: typed keys, atomic ``SharedDefaults/update(_:_:)->Value``, change streams.
   public let shared: SharedDefaults
 
   private struct State {

@@ -29,7 +29,7 @@ public final class WidgetCenter: Sendable {
   static let allKindsKey = "reload.*"
 
   /// The center of `container`'s widgets.
-  /// - Throws: the suite cannot be opened (see ``SharedDefaultsError``).
+  /// - Throws: the suite cannot be opened (see `SharedDefaultsError`).
   public init(container: GroupContainer) throws(SharedDefaultsError) {
     self.container = container
     defaults = try SharedDefaults(suiteName: Self.suiteName(for: container), container: container)

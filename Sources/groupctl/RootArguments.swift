@@ -5,9 +5,10 @@ import SystemLayer
 /// suggestion for a mistyped subcommand.
 enum RootArguments {
   /// `groupctl --root DIR <subcommand> …`: ArgumentParser gives the root command's options to the root command only,
-  /// and the README says every subcommand takes `--root`. A leading `--root DIR` (or `--root=DIR`) is removed and
-  /// becomes GROUP_CONTAINER_ROOT, which is what a missing `--root` falls back to (and what the processes groupctl
-  /// starts inherit). A `--root` after the subcommand still wins.
+  /// and the groupctl article (`Sources/GroupContainer/Documentation.docc/Groupctl.md`) says every subcommand takes
+  /// `--root`. A leading `--root DIR` (or `--root=DIR`) is removed and becomes GROUP_CONTAINER_ROOT, which is what
+  /// a missing `--root` falls back to (and what the processes groupctl starts inherit). A `--root` after the
+  /// subcommand still wins.
   static func hoistRoot(_ arguments: [String]) -> [String] {
     var rest = arguments[...]
     while let first = rest.first {

@@ -2,15 +2,19 @@ import Foundation
 import TestSupport
 import Testing
 
-/// README.md's code is the code that builds and runs: every ```swift block is either a whole example program
-/// (`<!-- example: <path> executable: <target> -->` on the line before it, the file byte for byte) or the
-/// installation snippet (`<!-- package-manifest -->`, checked against Package.swift and CHANGELOG.md). An example
-/// followed by `<!-- output -->` and a ```text block is run with a fresh container root and must print exactly
-/// those lines (`<…>` stands for any text: a pid, a URL); the getting-started example is run as its two processes.
+/// README.md's code, and the DocC articles' (`Sources/*/Documentation.docc/*.md`), is the code that builds and runs:
+/// every ```swift block is either a whole example program (`<!-- example: <path> executable: <target> -->` on the
+/// line before it, the file byte for byte; the README's in `Examples/Readme/`, the articles' in `Examples/Docs/`,
+/// all built by `make test`) or, in the README only, the installation snippet (`<!-- package-manifest -->`, checked
+/// against Package.swift and CHANGELOG.md). An example followed by `<!-- output -->` and a ```text block is run with
+/// a fresh container root and must print exactly those lines (`<…>` stands for any text: a pid, a URL); the
+/// getting-started example is run as its two processes. Every README example shows its output (or has a test of
+/// its own); an article's example without an output block is compiled, not run (it waits for another process).
 ///
-/// To add an example (e.g. a ported iOS snippet): put its `main.swift` in an executable target, paste the file in
-/// README.md after an `example:` marker naming the path and the target, and either show its output after an
-/// `<!-- output -->` marker or run it in a test of its own and list it in `runElsewhere`.
+/// To add an example (e.g. a ported iOS snippet): put its `main.swift` in an executable target of the Examples
+/// package, paste the file in README.md or the article after an `example:` marker naming the path and the target,
+/// and, in the README, either show its output after an `<!-- output -->` marker or run it in a test of its own and
+/// list it in `runElsewhere`. DocC does not render the markers (HTML comments).
 ///
 /// Mutants this suite catches (each run once, then restored): a README block edited without its file (`$0 - 2` in
 /// the tour) and a block's marker removed → `everySwiftBlockIsAnExampleFileOrTheManifestSnippet`; a documented
@@ -26,32 +30,39 @@ import Testing
   static let runElsewhere: [String: String] = ["getting-started": "gettingStartedSharesAValueBetweenTwoProcesses"]
 
   @Test func everySwiftBlockIsAnExampleFileOrTheManifestSnippet() throws {
-    let readme = try Readme.load(Self.repository)
-    #expect(!readme.examples.isEmpty)
-    for block in readme.blocks where block.kind == .unmarked {
-      let fix = "put `<!-- example: <path> executable: <target> -->` (or `<!-- package-manifest -->`) on the line before it"
-      Issue.record("README.md line \(block.line): a ```swift block with no marker: \(fix)")
-    }
-    for example in readme.examples {
-      let url = Self.repository.appendingPathComponent(example.path)
-      guard let file = try? String(contentsOf: url, encoding: .utf8) else {
-        Issue.record("README.md line \(example.line): \(example.path) does not exist")
-        continue
+    let documents = try Readme.documents(Self.repository)
+    #expect(!documents[0].readme.examples.isEmpty)
+    for (name, document) in documents {
+      for block in document.blocks where block.kind == .unmarked || (block.kind == .manifest && name != "README.md") {
+        let fix =
+          "put `<!-- example: <path> executable: <target> -->` (or, in README.md, `<!-- package-manifest -->`) on the line before it"
+        Issue.record("\(name) line \(block.line): a ```swift block with no marker: \(fix)")
       }
-      if let hint = Readme.firstDifference(readme: example.code, file: file, readmeLine: example.line + 1) {
-        Issue.record("README.md line \(example.line) differs from \(example.path): \(hint)")
+      for example in document.examples {
+        let url = Self.repository.appendingPathComponent(example.path)
+        guard let file = try? String(contentsOf: url, encoding: .utf8) else {
+          Issue.record("\(name) line \(example.line): \(example.path) does not exist")
+          continue
+        }
+        if let hint = Readme.firstDifference(readme: example.code, file: file, readmeLine: example.line + 1) {
+          Issue.record("\(name) line \(example.line) differs from \(example.path): \(hint)")
+        }
       }
     }
-    // Every README program is in the README (a file edited alone would otherwise go unnoticed).
-    let directory = Self.repository.appendingPathComponent("Examples/Readme")
-    for name in try FileManager.default.contentsOfDirectory(atPath: directory.path) {
-      let path = "Examples/Readme/\(name)/main.swift"
-      #expect(readme.examples.contains { $0.path == path }, "\(path) is not shown in README.md")
+    // Every README program is in the README, every article program in an article (a file edited alone would
+    // otherwise go unnoticed).
+    for (folder, shownIn) in [("Readme", ["README.md"]), ("Docs", documents.map(\.name).filter { $0 != "README.md" })] {
+      let shown = documents.filter { shownIn.contains($0.name) }.flatMap(\.readme.examples).map(\.path)
+      let directory = Self.repository.appendingPathComponent("Examples/\(folder)")
+      for name in try FileManager.default.contentsOfDirectory(atPath: directory.path) {
+        let path = "Examples/\(folder)/\(name)/main.swift"
+        #expect(shown.contains(path), "\(path) is not shown in \(folder == "Readme" ? "README.md" : "a DocC article")")
+      }
     }
   }
 
   @Test func theInstallationSnippetMatchesTheManifestAndTheChangelog() throws {
-    let readme = try Readme.load(Self.repository)
+    let readme = try Readme.load(Self.repository.appendingPathComponent("README.md"))
     let snippets = readme.blocks.filter { $0.kind == .manifest }
     try #require(snippets.count == 1, "README.md needs one `<!-- package-manifest -->` block")
     let snippet = snippets[0].code
@@ -68,15 +79,17 @@ import Testing
     #expect(manifest.contains(".library(name: \"\(product.product)\""), "Package.swift has no library \(product.product)")
   }
 
-  /// The README's examples that the output comparison runs (read when the tests are listed).
-  static let comparedExamples: [String] =
-    ((try? Readme.load(repository))?.examples ?? []).map(\.executable).filter { runElsewhere[$0] == nil }
+  /// The examples that the output comparison runs (read when the tests are listed): the README's, and the
+  /// articles' that show an output.
+  static let comparedExamples: [String] = ((try? Readme.documents(repository)) ?? []).flatMap { document in
+    document.readme.examples.filter { document.name == "README.md" || $0.output != nil }
+  }.map(\.executable).filter { runElsewhere[$0] == nil }
 
   @Test(arguments: comparedExamples) func everyTourExampleRunsAndPrintsWhatTheReadmeShows(executable: String)
     async throws
   {
-    let readme = try Readme.load(Self.repository)
-    let example = try #require(readme.examples.first { $0.executable == executable })
+    let examples = try Readme.documents(Self.repository).flatMap(\.readme.examples)
+    let example = try #require(examples.first { $0.executable == executable })
     let expected = try #require(
       example.output, "\(example.path): show its output after an `<!-- output -->` marker, or run it in a test of its own")
     let server = try await FileServer.start()
@@ -174,8 +187,22 @@ struct Readme {
     }
   }
 
-  static func load(_ repository: URL) throws -> Readme {
-    try parse(String(contentsOf: repository.appendingPathComponent("README.md"), encoding: .utf8))
+  static func load(_ file: URL) throws -> Readme {
+    try parse(String(contentsOf: file, encoding: .utf8))
+  }
+
+  /// README.md first, then every DocC article (`Sources/<Module>/Documentation.docc/<Article>.md`), each named by its
+  /// path in the repository.
+  static func documents(_ repository: URL) throws -> [(name: String, readme: Readme)] {
+    var names = ["README.md"]
+    let sources = repository.appendingPathComponent("Sources")
+    for module in try FileManager.default.contentsOfDirectory(atPath: sources.path).sorted() {
+      let catalog = "Sources/\(module)/Documentation.docc"
+      let articles = (try? FileManager.default.contentsOfDirectory(
+        atPath: repository.appendingPathComponent(catalog).path)) ?? []
+      names += articles.filter { $0.hasSuffix(".md") }.sorted().map { "\(catalog)/\($0)" }
+    }
+    return try names.map { ($0, try load(repository.appendingPathComponent($0))) }
   }
 
   static func parse(_ text: String) -> Readme {

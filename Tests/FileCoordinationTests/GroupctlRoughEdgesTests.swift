@@ -35,7 +35,7 @@ import Testing
     #expect(run.err == "groupctl: cannot read '\(missing)': No such file or directory\n", "\(run)")
   }
 
-  /// README: "All take `--root DIR`" — before the subcommand too.
+  /// The groupctl article: "All take `--root DIR`, before or after the subcommand".
   @Test func rootBeforeTheSubcommandIsTheRoot() async throws {
     let root = try TestRoot()
     let container = try root.container(Self.group)
