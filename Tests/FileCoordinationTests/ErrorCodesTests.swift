@@ -76,6 +76,19 @@ import Testing
     #expect(Set([error, error]).count == 1)
   }
 
+  @Test func sharedDefaultsErrorsHaveCodes() {
+    do {
+      try SharedDefaults.validate(suiteName: "a/../b")
+      Issue.record("a suite name with '/' was accepted")
+    } catch {
+      #expect(error.code == .invalidSuiteName && error.path == "a/../b" && error.reason?.isEmpty == false)
+    }
+    let big = SharedDefaultsError.valueTooLarge("big", 1_048_576)
+    #expect(big.code == .valueTooLarge && big.key == "big" && big.limit == 1_048_576 && big.underlyingError == nil)
+    let refused = SharedDefaultsError.container(.invalidPath("../x", rule: "no '..'"))
+    #expect(refused.code == .container && refused.containerError?.code == .invalidPath && refused.path == "../x")
+  }
+
   /// The messages of today's errors, spelled out: the move to structs must not change a word.
   @Test func messagesAreUnchanged() {
     let cases: [(any Error & CustomStringConvertible, String)] = [

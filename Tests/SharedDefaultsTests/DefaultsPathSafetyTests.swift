@@ -50,7 +50,7 @@ import Testing
         try body()
         return true
       } catch let error as SharedDefaultsError {
-        if case .container(let inner) = error, inner.code == .pathEscapesContainer,
+        if let inner = error.containerError, inner.code == .pathEscapesContainer,
           inner.path?.hasPrefix("Library/Preferences") == true
         {
           refused["escapes", default: 0] += 1
