@@ -89,6 +89,46 @@ import Testing
     #expect(refused.code == .container && refused.containerError?.code == .invalidPath && refused.path == "../x")
   }
 
+  /// What a download client does with a task's error: act on the codes it knows, show the rest.
+  func outcome(_ error: DownloadError?) -> String {
+    guard let error else { return "done" }
+    switch error.code {
+    case .cancelled: return "cancelled"
+    case .httpStatus: return "HTTP \(error.httpStatus ?? 0)"
+    case .diskFull: return "free space on \(error.path ?? "?")"
+    default: return error.description
+    }
+  }
+
+  @Test func featureErrorsHaveCodes() {
+    #expect(outcome(nil) == "done")
+    #expect(outcome(.cancelled) == "cancelled")
+    #expect(outcome(.httpStatus(404)) == "HTTP 404")
+    #expect(outcome(.diskFull(path: "/data")) == "free space on /data")
+    #expect(outcome(.network("reset")) == "the download failed after its retries: reset")
+    #expect(DownloadError.sessionInUse("s", pid: 7).processID == 7)
+    #expect(DownloadError.lengthMismatch(expected: 10, actual: 9).lengths?.actual == 9)
+    #expect(DownloadError.container(.invalidPath("x", rule: "r")).containerError?.code == .invalidPath)
+
+    let image = ImageCacheError.tooLarge(bytes: 10, limit: 5)
+    #expect(image.code == .tooLarge && image.bytes == 10 && image.limit == 5)
+    #expect(ImageCacheError.malformed(.png, reason: "cut").format == .png)
+    do {
+      _ = try ImageHeaders.parse(Data("hello".utf8))
+      Issue.record("text parsed as an image")
+    } catch {
+      #expect(error.code == .unsupportedFormat)
+    }
+
+    let activity = ActivityError.contentStateTooLarge(bytes: 5000, limit: 4096)
+    #expect(activity.code == .contentStateTooLarge && activity.bytes == 5000 && activity.limit == 4096)
+    #expect(ActivityError.denied(group: "g").group == "g")
+
+    let intent = IntentError.delivery(.unknownScheme("timer"))
+    #expect(intent.code == .delivery && intent.deliveryError?.code == .unknownScheme)
+    #expect(IntentError.interrupted("Start", deliveryID: "d1").deliveryID == "d1")
+  }
+
   /// The messages of today's errors, spelled out: the move to structs must not change a word.
   @Test func messagesAreUnchanged() {
     let cases: [(any Error & CustomStringConvertible, String)] = [
