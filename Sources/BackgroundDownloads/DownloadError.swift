@@ -123,6 +123,8 @@ public struct DownloadError: Error, CustomStringConvertible, Sendable, Equatable
   }
   /// A system call failed.
   package static func system(_ error: FileSystemError) -> Self { Self(.system(error)) }
+  /// A system call failed, as a client's test double or wrapper says it (the package makes these itself).
+  public static func system(_ error: SystemError) -> Self { Self(.system(error.base)) }
   /// Another failure, as its text (what a failure read back from the container becomes when it has no code here).
   public static func other(_ text: String) -> Self { Self(.other(text)) }
   /// The container refused the path or failed.

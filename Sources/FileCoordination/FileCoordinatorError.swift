@@ -83,6 +83,8 @@ public struct FileCoordinatorError: Error, CustomStringConvertible, Sendable {
   public static func container(_ error: GroupContainerError) -> Self { Self(.container(error)) }
   /// A system call failed.
   package static func system(_ error: FileSystemError) -> Self { Self(.system(error)) }
+  /// A system call failed, as a client's test double or wrapper says it (the package makes these itself).
+  public static func system(_ error: SystemError) -> Self { Self(.system(error.base)) }
   /// A URL could not be opened.
   public static func openURL(_ error: OpenURLError) -> Self { Self(.openURL(error)) }
   /// File presenters need inotify, which this process could not get (the reason names the limit and the sysctl
@@ -105,8 +107,8 @@ public struct FileCoordinatorError: Error, CustomStringConvertible, Sendable {
     }
   }
 
-  /// The item (container-relative path) the access was about, when the error names one; for
-  /// ``Code/container`` the refused path.
+  /// The item (container-relative path) the access was about, when the error names one; for ``Code/container``
+  /// the refused path, for ``Code/system`` the path the call failed on.
   public var item: String? {
     switch detail {
     case .lockUpgrade(let item), .presenterTimedOut(let item, _, _), .lockTimedOut(let item, _, _),

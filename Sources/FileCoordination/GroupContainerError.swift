@@ -68,6 +68,8 @@ public struct GroupContainerError: Error, CustomStringConvertible, Sendable, Equ
   public static func noContainerRoot(_ reason: String) -> Self { Self(.noContainerRoot(reason)) }
   /// A system call failed.
   package static func system(_ error: FileSystemError) -> Self { Self(.system(error)) }
+  /// A system call failed, as a client's test double or wrapper says it (the package makes these itself).
+  public static func system(_ error: SystemError) -> Self { Self(.system(error.base)) }
   /// A file the framework owns holds something it cannot use (it was left alone or set aside).
   public static func corruptFile(_ path: String, reason: String) -> Self { Self(.corruptFile(path, reason: reason)) }
   /// The container's directory lives on a file system where flock or inotify do not work as the package needs

@@ -12,7 +12,7 @@ import SystemPackage
 /// fail, is internal to the package and keeps its own error type; this is its public face.
 public struct SystemError: Error, CustomStringConvertible, Sendable, Hashable {
   /// The package's own record of the failure, which the public properties read.
-  let base: FileSystemError
+  package let base: FileSystemError
 
   package init(_ base: FileSystemError) { self.base = base }
 

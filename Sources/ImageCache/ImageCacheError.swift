@@ -59,6 +59,8 @@ public struct ImageCacheError: Error, CustomStringConvertible, Sendable, Equatab
   public static func invalidName(_ name: String, rule: String) -> Self { Self(.invalidName(name, rule: rule)) }
   /// A system call failed.
   package static func system(_ error: FileSystemError) -> Self { Self(.system(error)) }
+  /// A system call failed, as a client's test double or wrapper says it (the package makes these itself).
+  public static func system(_ error: SystemError) -> Self { Self(.system(error.base)) }
   /// The container refused the path or failed.
   public static func container(_ error: GroupContainerError) -> Self { Self(.container(error)) }
 
@@ -148,7 +150,8 @@ public struct ImageCacheError: Error, CustomStringConvertible, Sendable, Equatab
     case .tooLarge(let bytes, let limit):
       return "image of \(bytes) bytes is larger than the cache's limit of \(limit) bytes"
     case .invalidKey(let bytes, let limit):
-      return "a key of \(bytes) bytes is longer than the \(limit) bytes an entry holds: use a shorter key (a hash of it)"
+      return "a key of \(bytes) bytes is longer than the \(limit) bytes an entry holds: "
+        + "use a shorter key (a hash of it)"
     case .invalidName(let name, let rule):
       return "cache name '\(name)' is invalid: \(rule)"
     case .system(let error):

@@ -72,6 +72,8 @@ public struct ActivityError: Error, CustomStringConvertible, Sendable, Equatable
   public static func container(_ error: GroupContainerError) -> Self { Self(.container(error)) }
   /// A system call on the container's files failed.
   package static func system(_ error: FileSystemError) -> Self { Self(.system(error)) }
+  /// A system call failed, as a client's test double or wrapper says it (the package makes these itself).
+  public static func system(_ error: SystemError) -> Self { Self(.system(error.base)) }
 
   /// What kind of failure this is.
   public var code: Code {

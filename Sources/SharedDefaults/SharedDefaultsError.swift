@@ -63,6 +63,8 @@ public struct SharedDefaultsError: Error, CustomStringConvertible, Sendable {
   public static func suiteTooLarge(_ path: String, _ what: String) -> Self { Self(.suiteTooLarge(path, what)) }
   /// A file of the suite could not be read or written (full disk, permissions…).
   package static func system(_ error: FileSystemError) -> Self { Self(.system(error)) }
+  /// A system call failed, as a client's test double or wrapper says it (the package makes these itself).
+  public static func system(_ error: SystemError) -> Self { Self(.system(error.base)) }
   /// The container refused something.
   public static func container(_ error: GroupContainerError) -> Self { Self(.container(error)) }
 

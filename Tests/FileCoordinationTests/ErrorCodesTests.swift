@@ -74,6 +74,11 @@ import Testing
     let explained = SystemError(operation: "openat2", path: "Documents/a", errno: ENOENT, reason: "it is gone")
     #expect(explained.description == "openat2 'Documents/a' failed: it is gone (No such file or directory, errno 2)")
     #expect(Set([error, error]).count == 1)
+    // A client's test double: a feature error made from a system error reads back the same errno and message.
+    let denied = SystemError(operation: "open", path: "/data/a", errno: EACCES)
+    let wrapped = SharedDefaultsError.system(denied)
+    #expect(wrapped.code == .system && wrapped.underlyingError == denied && wrapped.description == denied.description)
+    #expect(DownloadError.container(.system(denied)).underlyingError?.errno == EACCES)
   }
 
   @Test func sharedDefaultsErrorsHaveCodes() {
