@@ -29,7 +29,7 @@ import ImageCache
       precondition((try? ImageHeaders.parse(longer)) == info, "trailing bytes changed the answer for \(info)")
     case .failure(let error):
       precondition(!error.description.isEmpty)
-      if case .malformed(_, let reason) = error { precondition(!reason.isEmpty) }
+      if error.code == .malformed { precondition(error.reason?.isEmpty == false) }
     }
     // The Data entry point agrees with the buffer one.
     precondition((try? ImageHeaders.parse(Data(raw))) == (try? result.get()), "Data and buffer parses differ")

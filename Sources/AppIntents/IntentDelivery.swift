@@ -110,7 +110,7 @@ extension GroupContainer {
     } catch let error as OpenURLError {
       throw .delivery(error)
     } catch let error as FileCoordinatorError {
-      if case .openURL(let inner) = error { throw .delivery(inner) }
+      if let inner = error.openURLError { throw .delivery(inner) }
       throw .unavailable(error.description)
     } catch {
       throw .unavailable("\(error)")

@@ -314,7 +314,7 @@ package enum DownloadRecordFormat {
       all["text"] = .string(e.description)
       return .dictionary(all)
     }
-    switch e {
+    switch e.detail {
     case .unsupportedURL(let u): return d("unsupportedURL", ["a": .string(u)])
     case .invalidDestination(let p, let rule): return d("invalidDestination", ["a": .string(p), "b": .string(rule)])
     case .invalidSessionIdentifier(let i, let rule):

@@ -51,9 +51,9 @@ package enum Publisher {
     } catch let error as DownloadError {
       throw error
     } catch let error as FileCoordinatorError {
-      switch error {
+      switch error.detail {
       case .cancelled: throw .cancelled
-      case .container(.pathEscapesContainer(_, _)), .container(.invalidPath(_, _)):
+      case .container(let e) where e.code == .pathEscapesContainer || e.code == .invalidPath:
         throw .invalidDestination(destination, rule: "\(error)")
       case .container(let e): throw .container(e)
       case .system(let e): throw classify(e, destination: destination, root: root)

@@ -241,7 +241,7 @@ package final class TransferEngine: Sendable {
         file: file, partial: partial, length: run.state.receivedBytes, destination: request.destination,
         container: container, root: root, logger: logger)
     } catch {
-      switch error {
+      switch error.code {
       case .cancelled:
         return .stopped(await sync(file, &run.state))
       case .diskFull, .invalidDestination:

@@ -141,8 +141,8 @@ extension GroupContainer {
 
   /// The container directory, held open by this process: reach container files beneath it (SharedDefaults does).
   package func directory() throws(GroupContainerError) -> ContainerDirectory {
-    do { return try coordinationSpace().root } catch .system(let error)
-      where error.errno == .readOnlyFileSystem || error.errno == .permissionDenied
+    do { return try coordinationSpace().root } catch let error
+      where error.fileSystemError?.errno == .readOnlyFileSystem || error.fileSystemError?.errno == .permissionDenied
     {
       // A container this process may only read has no coordination space here; its files are still read
       // beneath its descriptor.

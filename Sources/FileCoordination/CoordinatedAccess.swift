@@ -223,7 +223,7 @@ struct CoordinatedAccess: Sendable {
         held = try space.locks.acquire(plan, owner: owner, isCancelled: isCancelled)  // no closure per access
       }
     } catch {
-      guard case .cancelled = error, !isCancelled(), let timeout, let deadline,
+      guard error.code == .cancelled, !isCancelled(), let timeout, let deadline,
         MonotonicClock.nanoseconds() >= deadline
       else { throw error }
       throw .lockTimedOut(item: items[0].path.string, holderPID: holder(of: plan), seconds: Self.seconds(timeout))

@@ -83,12 +83,14 @@ public struct GroupContainer: Sendable, Hashable {
     try FileSystemSupport.check(rootPath: rootPath, containerPath: path)
     do {
       try coordinationSpace()  // opens the directory itself (O_DIRECTORY | O_NOFOLLOW), never creating it
-    } catch .system(let error) where error.errno == .readOnlyFileSystem || error.errno == .permissionDenied {
+    } catch let error
+      where error.fileSystemError?.errno == .readOnlyFileSystem || error.fileSystemError?.errno == .permissionDenied
+    {
       // A container this process may only read: its `.coordination/` state cannot be made, so coordinated
       // access fails when asked for (with this error); reading files and shared defaults still works.
       guard try GroupContainerError.wrap({ () throws(FileSystemError) in try FileSystem.status(path) })?.kind
         == .directory
-      else { throw .system(error) }
+      else { throw error }
     }
   }
 

@@ -250,7 +250,7 @@ public final class SharedImageCache: Sendable {
     do {
       written = try disk.write(key: key, name: name, image: image, storedAt: now, expiresAt: expiresAt)
     } catch {
-      guard case .system(let failure) = error, failure.errno == .noSpace else { throw error }
+      guard error.fileSystemError?.errno == .noSpace else { throw error }
       // A full disk: make room as iOS purges Caches, then try once more.
       Self.logger.warning("no space left for the image cache '\(self.name)': trimming to its low watermark")
       _ = try? disk.trim(

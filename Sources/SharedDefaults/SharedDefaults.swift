@@ -74,7 +74,7 @@ public final class SharedDefaults: Sendable {
   /// Suite names follow the container identifier rule: `A-Z a-z 0-9 . -`, starting with a letter or digit.
   public static func validate(suiteName: String) throws(SharedDefaultsError) {
     do { try GroupContainer.validate(identifier: suiteName) } catch {
-      if case .invalidIdentifier(_, let rule) = error { throw .invalidSuiteName(suiteName, rule) }
+      if error.code == .invalidIdentifier, let rule = error.reason { throw .invalidSuiteName(suiteName, rule) }
       throw .container(error)
     }
     guard suiteName.utf8.count <= maxSuiteNameBytes else {

@@ -40,7 +40,7 @@ enum DownloadsCLI {
     var configuration = DownloadSession.Configuration()
     configuration.relaunch = .none
     do { return try DownloadSession(identifier: session, container: group, configuration: configuration) } catch {
-      if case .sessionInUse(_, let pid) = error { throw fail(inUse(pid), status: 1) }
+      if error.code == .sessionInUse, let pid = error.processID { throw fail(inUse(pid), status: 1) }
       throw error
     }
   }
@@ -75,7 +75,7 @@ enum DownloadsCLI {
 
   /// A cancel is not a failure: the server's status (a 200 for a transfer cancelled midway) explains nothing.
   static func isCancelled(_ task: DownloadTask) -> Bool {
-    if case .cancelled? = task.error { return true }
+    if task.error?.code == .cancelled { return true }
     return false
   }
 }

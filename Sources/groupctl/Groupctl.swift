@@ -183,7 +183,7 @@ struct Read: ParsableCommand {
       data = try FileCoordinator().coordinate(readingItemAt: url) { url in try group.contents(of: url) }
     } catch let error as GroupContainerError {
       // The user named an item: say that it is missing, not which system call found it so.
-      guard case .system(let system) = error, [.noSuchFileOrDirectory, .notDirectory].contains(system.errno) else {
+      guard let system = error.fileSystemError, [.noSuchFileOrDirectory, .notDirectory].contains(system.errno) else {
         throw error
       }
       throw CommandFailure("no such item '\(path)' in the container '\(group.identifier)' (\(group.url.path))")

@@ -148,7 +148,7 @@ struct CrashIntent: AppIntent {
     let error = await #expect(throws: IntentError.self) {
       try await container.perform(intent, inAppWithScheme: "gccrash")
     }
-    guard case .interrupted("CrashIntent", _) = error else {
+    guard error?.code == .interrupted, error?.intentType == "CrashIntent" else {
       Issue.record("expected interrupted, got \(String(describing: error))")
       return
     }
@@ -170,7 +170,9 @@ struct CrashIntent: AppIntent {
       try await container.performIntent(
         withIdentifier: "EchoIntent", parameters: Data("[1,2".utf8), inAppWithScheme: "scoreboard")
     }
-    guard case .hostRefused("EchoIntent", "scoreboard", let reason) = wrong else {
+    guard let refusal = wrong, refusal.code == .hostRefused, refusal.intentType == "EchoIntent",
+      refusal.scheme == "scoreboard", let reason = refusal.reason
+    else {
       Issue.record("\(String(describing: wrong))")
       return
     }
@@ -190,7 +192,7 @@ struct CrashIntent: AppIntent {
         parameters: Data(("{\"text\":\"" + String(repeating: "a", count: 70_000) + "\"}").utf8),
         inAppWithScheme: "scoreboard")
     }
-    guard case .invalidIntent = big else {
+    guard big?.code == .invalidIntent else {
       Issue.record("\(String(describing: big))")
       return
     }

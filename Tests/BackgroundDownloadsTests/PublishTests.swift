@@ -68,7 +68,7 @@ struct PublishTests {
     try FileManager.default.createSymbolicLink(
       atPath: env.container.path + "/Downloads/evil", withDestinationPath: outside)
     let outcome = await env.run(url: "/gen/100000?seed=22", destination: "Downloads/evil/escaped.bin")
-    guard case .failed(.invalidDestination, _, _) = outcome else {
+    guard case .failed(let error, _, _) = outcome, error.code == .invalidDestination else {
       Issue.record("expected invalidDestination, got \(outcome)")
       return
     }
@@ -81,7 +81,7 @@ struct PublishTests {
     let env = try await TransferEnvironment()
     for destination in ["../escaped.bin", "Downloads/../../escaped.bin", "/tmp/escaped.bin", ".coordination/x"] {
       let outcome = await env.run(url: "/gen/1000?seed=23", destination: destination)
-      guard case .failed(.invalidDestination, _, _) = outcome else {
+      guard case .failed(let error, _, _) = outcome, error.code == .invalidDestination else {
         Issue.record("\(destination): expected invalidDestination, got \(outcome)")
         continue
       }
@@ -99,7 +99,7 @@ struct PublishTests {
       atPath: env.container.path + "/Downloads/link.bin", withDestinationPath: outsideFile)
     let outcome = await env.run(url: "/gen/50000?seed=24", destination: "Downloads/link.bin")
     // The coordinator refuses an item that is a link leading out (absolute links are never followed).
-    guard case .failed(.invalidDestination, _, _) = outcome else {
+    guard case .failed(let error, _, _) = outcome, error.code == .invalidDestination else {
       Issue.record("expected invalidDestination, got \(outcome)")
       return
     }
@@ -113,7 +113,7 @@ struct PublishTests {
     guard let disk = try SmallDisk.mount(in: testRoot, size: "2m") else { return }
     let env = try await TransferEnvironment(testRoot: testRoot, containerRoot: URL(fileURLWithPath: disk.path))
     let outcome = await env.run(url: "/gen/4000000?seed=25", destination: "Downloads/full.bin")
-    guard case .failed(.diskFull, _, _) = outcome else {
+    guard case .failed(let error, _, _) = outcome, error.code == .diskFull else {
       Issue.record("expected diskFull, got \(outcome)")
       return
     }
@@ -128,7 +128,7 @@ struct PublishTests {
     // Downloads/ on its own small file system: the publish copies across (EXDEV) and runs out of space.
     guard let disk = try SmallDisk.mount(in: env.testRoot, size: "1m", name: Self.group + "/Downloads") else { return }
     let outcome = await env.run(url: "/gen/2000000?seed=26", destination: "Downloads/big.bin")
-    guard case .failed(.diskFull, _, _) = outcome else {
+    guard case .failed(let error, _, _) = outcome, error.code == .diskFull else {
       Issue.record("expected diskFull, got \(outcome)")
       return
     }

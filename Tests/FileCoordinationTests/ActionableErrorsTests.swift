@@ -89,11 +89,11 @@ import Testing
       try container.registerURLScheme("gcmissing", launching: missing)
       Issue.record("a missing program was registered")
     } catch {
-      guard case .openURL(.invalidExecutable(let path, _)) = error else {
+      guard let inner = error.openURLError, inner.code == .invalidExecutable else {
         Issue.record("unexpected error \(error)")
         return
       }
-      #expect(path == missing.path)
+      #expect(inner.subject == missing.path)
       expectActionable("\(error)", path: missing.path, meaning: "does not exist")
     }
     let plain = root.url.appendingPathComponent("not-executable")

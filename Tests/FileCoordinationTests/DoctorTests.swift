@@ -123,7 +123,7 @@ import Testing
       _ = try GroupContainer(identifier: Self.group, root: rootURL)
       Issue.record("a container on overlayfs was opened without the opt-in")
     } catch {
-      guard case .unsupportedFileSystem(_, let kind, _) = error else {
+      guard error.code == .unsupportedFileSystem, let kind = error.fileSystemKind else {
         Issue.record("unexpected error \(error)")
         return
       }
@@ -165,7 +165,7 @@ import Testing
       _ = try GroupContainer(identifier: Self.group, root: root.url)
       Issue.record("a container on (injected) NFS was opened without the opt-in")
     } catch {
-      guard case .unsupportedFileSystem(let path, let kind, _) = error else {
+      guard error.code == .unsupportedFileSystem, let kind = error.fileSystemKind, let path = error.path else {
         Issue.record("unexpected error \(error)")
         return
       }

@@ -115,11 +115,11 @@ import Testing
       _ = try await container.open(URL(string: "gcowner://x")!, timeout: .seconds(5))
       Issue.record("open followed another user's registration")
     } catch let error as OpenURLError {
-      guard case .untrustedRegistration(let scheme, _, let owner, _) = error else {
+      guard error.code == .untrustedRegistration, let owner = error.registrationOwner else {
         Issue.record("unexpected error \(error)")
         return
       }
-      #expect(scheme == "gcowner" && owner == 65534)
+      #expect(error.subject == "gcowner" && owner == 65534)
       #expect(error.description.contains("belongs to uid 65534"))
     }
     #expect(!FileManager.default.fileExists(atPath: marker), "the untrusted program ran")

@@ -89,7 +89,7 @@ import Testing
       for _ in 0..<500 where result.withLock({ $0 == nil }) { Thread.sleep(forTimeInterval: 0.01) }
     }
     let error = result.withLock { $0 }
-    guard case .cancelled? = error as? FileCoordinatorError else {
+    guard (error as? FileCoordinatorError)?.code == .cancelled else {
       Issue.record("expected cancelled, got \(String(describing: error))")
       return
     }

@@ -94,7 +94,7 @@ import Testing
       do {
         try coordinator.coordinate(writingItemAt: url(relative)) { _ in }
         return false
-      } catch FileCoordinatorError.container(.pathEscapesContainer) {
+      } catch let error as FileCoordinatorError where error.containerError?.code == .pathEscapesContainer {
         return true
       } catch {
         Issue.record("unexpected: \(error)")

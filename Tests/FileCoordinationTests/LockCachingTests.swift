@@ -178,8 +178,8 @@ import Testing
     #expect(Self.cached(await cached.line { $0.hasPrefix("accessed") }) == [".", "Documents"])
     await Self.stop(cached.pid)
     let blocked = await Self.deleteDocuments(container, lockTimeout: .milliseconds(500))
-    if case .failure(.lockTimedOut(_, let pid, _))? = blocked {
-      #expect(pid == cached.pid, "the error should name the stopped process")
+    if case .failure(let error)? = blocked, error.code == .lockTimedOut {
+      #expect(error.processID == cached.pid, "the error should name the stopped process")
     } else {
       let stderr: String = cached.errors.text
       let outcome = String(describing: blocked)

@@ -97,11 +97,11 @@ import Testing
       try strict.coordinate(writingItemAt: url) { _ in ran = true }
     }
     #expect(!ran)
-    guard case .presenterUnreachable(_, let record, let pid, _) = error else {
+    guard let failure = error, failure.code == .presenterUnreachable, let record = failure.record else {
       Issue.record("not presenterUnreachable: \(String(describing: error))")
       return
     }
-    #expect([junk, fifo].contains(record) && pid == owner.pid)
+    #expect([junk, fifo].contains(record) && failure.processID == owner.pid)
 
     try FileCoordinator().coordinate(writingItemAt: url) { try container.write(Data("x".utf8), to: $0) }
     #expect(try container.contents(of: url) == Data("x".utf8))

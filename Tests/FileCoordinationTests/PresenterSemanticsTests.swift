@@ -167,7 +167,7 @@ import Testing
     try container.write(Data("v0".utf8), to: url)
     let child = try await presenter(root, "Documents/cancel1.txt", delay: 1)
     let error = await cancelledWrite(url) { await child.line { $0.hasPrefix("relinquishToWriter") } }
-    guard case .cancelled? = error as? FileCoordinatorError else {
+    guard (error as? FileCoordinatorError)?.code == .cancelled else {
       Issue.record("expected cancelled, got \(String(describing: error))")
       return
     }
@@ -188,7 +188,7 @@ import Testing
       await child.line { $0.hasPrefix("relinquishToWriter") }
       try? await Task.sleep(for: .seconds(0.2))  // most likely waiting for the lock by now (either wait is a valid case)
     }
-    guard case .cancelled? = error as? FileCoordinatorError else {
+    guard (error as? FileCoordinatorError)?.code == .cancelled else {
       Issue.record("expected cancelled, got \(String(describing: error))")
       return
     }
@@ -314,7 +314,8 @@ import Testing
         return error
       }
     }
-    guard case .lockTimedOut(let item, let pid, _)?? = outcome else {
+    guard let error = outcome ?? nil, error.code == .lockTimedOut, let item = error.item, let pid = error.processID
+    else {
       Issue.record("expected lockTimedOut, got \(String(describing: outcome))")
       return
     }

@@ -38,7 +38,7 @@ func malformedReason(_ bytes: [UInt8], format: ImageFormat) -> String? {
     _ = try ImageHeaders.parse(Data(bytes))
     return nil
   } catch {
-    guard case .malformed(let got, let reason) = error, got == format else { return nil }
+    guard error.code == .malformed, error.format == format, let reason = error.reason else { return nil }
     return reason
   }
 }

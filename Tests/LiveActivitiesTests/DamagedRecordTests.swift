@@ -59,7 +59,7 @@ import Testing
       try await activity.update(score(1, 1))
       Issue.record("an update of a damaged record succeeded")
     } catch {
-      guard case .damagedRecord(let path, _) = error else { throw error }
+      guard error.code == .damagedRecord, let path = error.path else { throw error }
       #expect(path.hasSuffix("\(activity.id).activity"))
     }
   }

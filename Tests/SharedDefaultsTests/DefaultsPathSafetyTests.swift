@@ -50,7 +50,9 @@ import Testing
         try body()
         return true
       } catch let error as SharedDefaultsError {
-        if case .container(.pathEscapesContainer(let item, _)) = error, item.hasPrefix("Library/Preferences") {
+        if let inner = error.containerError, inner.code == .pathEscapesContainer,
+          inner.path?.hasPrefix("Library/Preferences") == true
+        {
           refused["escapes", default: 0] += 1
         } else {
           refused["\(error)", default: 0] += 1
@@ -140,9 +142,11 @@ import Testing
       do {
         _ = try GroupContainer(identifier: Self.group, root: root.url)
         opened += 1
-      } catch .pathEscapesContainer(let item, _) where item.hasPrefix("Library/") {
+      } catch let error where error.code == .pathEscapesContainer && error.path?.hasPrefix("Library/") == true {
         refused["escapes", default: 0] += 1
-      } catch .system(let error) where error.errno == .notDirectory && error.path.hasSuffix("/Library") {
+      } catch let error
+        where error.underlyingError?.errno == ENOTDIR && error.underlyingError?.path.hasSuffix("/Library") == true
+      {
         refused["Library is a link", default: 0] += 1
       } catch {
         refused["\(error)", default: 0] += 1

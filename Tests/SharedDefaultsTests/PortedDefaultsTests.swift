@@ -70,7 +70,7 @@ import FileCoordination
     defaults.set("before", forKey: "k")
 
     defaults.set(NotAPropertyList(), forKey: "k")
-    guard case .unsupportedValue(let what)? = defaults.lastError else {
+    guard defaults.lastError?.code == .unsupportedValue, let what = defaults.lastError?.reason else {
       Issue.record("lastError is \(String(describing: defaults.lastError)), expected unsupportedValue")
       return
     }
@@ -79,7 +79,7 @@ import FileCoordination
 
     let longKey = String(repeating: "k", count: (1 << 20) + 1)
     defaults.set(1, forKey: longKey)
-    guard case .invalidKey? = defaults.lastError else {
+    guard defaults.lastError?.code == .invalidKey else {
       Issue.record("lastError is \(String(describing: defaults.lastError)), expected invalidKey")
       return
     }
