@@ -26,7 +26,7 @@ extension DefaultsStore {
     let same =
       recorded == st.inode && header.load(Slot.exportSize) == UInt64(st.size)
       && header.load(Slot.exportTime) == UInt64(bitPattern: st.modificationNanoseconds)
-    if same { return .current }
+    if same { return header.load(Slot.editsExported) == header.load(Slot.editsApplied) ? .current : .stale }
     // A tool's file already judged (applied or kept aside): rewritten, never judged again.
     let judged =
       header.load(Slot.judgedInode) == st.inode && header.load(Slot.judgedSize) == UInt64(st.size)
@@ -64,7 +64,7 @@ extension DefaultsStore {
     for _ in 0..<3 {
       // 1. Pin the snapshot, after judging a tool's file at the name (an applied one is compacted into the
       // snapshot: the export shows it); with the image of the export it replaces, whose pairs it stops showing.
-      let start = try exclusively { s throws(SharedDefaultsError) -> (SuiteImage, SuiteImage?, UInt64)? in
+      let start = try exclusively { s throws(SharedDefaultsError) -> (SuiteImage, SuiteImage?, UInt64, UInt64)? in
         try catchUpExclusively(&s)
         try applyKeptExports(in: dir, &s)
         if (try? exportState()) == .edited, try judgeExportAtName(&s, durable: durable) == .later, !durable {
@@ -81,19 +81,23 @@ extension DefaultsStore {
           return nil  // damaged: repaired at the next catch-up, exported after
         }
         let previous = (try? dir.open("\(suite).snapshot.exported", .readOnly)).flatMap { try? SuiteImage(mapping: $0) }
-        return (image, previous, header.load(Slot.generation))
+        return (image, previous, header.load(Slot.generation), header.load(Slot.editsApplied))
       }
-      guard let (image, previous, generation) = start else { return }
+      guard let (image, previous, generation, edits) = start else { return }
+      FaultPoint.pause("defaults.export.pinned")  // tests: another process applies a tool's edit here
       // 2. Without the lock: the plist, in a temp file (durable: synced); the pairs the name stops showing.
       let written = try writeExportFile(of: image, as: temp, in: dir, durable: durable)
       let superseded = previous.flatMap { ExportMirror.superseded(from: $0, to: image) }
       if previous != nil, superseded == nil {
         Self.logger.warning("suite '\(suite)': the image of the last export does not read; its values are not remembered")
       }
-      // 3. Publish it — unless another process exported meanwhile (the pairs are not of the export at the name),
-      // or a tool's file there, judged now, changed the state (this export lacks it): then start again.
+      // 3. Publish it — unless another process exported meanwhile (the pairs are not of the export at the name), or
+      // an outside edit was applied since the pin, or a tool's file there, judged now, changes the state (this
+      // export lacks them): then start again.
       let published = try exclusively { s throws(SharedDefaultsError) -> Bool in
-        guard (try? dir.status(of: "\(suite).snapshot.exported"))??.inode == previous?.status?.inode else { return false }
+        guard (try? dir.status(of: "\(suite).snapshot.exported"))??.inode == previous?.status?.inode,
+          header.load(Slot.editsApplied) == edits
+        else { return false }
         var unfinished = false
         if (try? exportState()) == .edited {
           try catchUpExclusively(&s)
@@ -104,7 +108,7 @@ extension DefaultsStore {
           }
         }
         try publishExport(
-          temp, in: dir, written: written, pinned: pinned, generation: generation, durable: durable,
+          temp, in: dir, written: written, pinned: pinned, generation: generation, edits: edits, durable: durable,
           accounted: unfinished ? (0, 0, 0) : accountedAtName(dir), superseded: superseded ?? [], &s)
         return true
       }
@@ -198,7 +202,8 @@ extension DefaultsStore {
   /// The file it replaces, `accounted` for as that identity, is kept under a second name for a tool's write
   /// into it (a tool that opened it before the rename writes there).
   func publishExport(
-    _ temp: String, in dir: SystemFD, written: FileStatus, pinned: String, generation: UInt64, durable: Bool,
+    _ temp: String, in dir: SystemFD, written: FileStatus, pinned: String, generation: UInt64, edits: UInt64,
+    durable: Bool,
     accounted: Identity?, superseded: [UInt128], _ s: inout State
   ) throws(SharedDefaultsError) {
     // First: a kill after it leaves pairs learned, never an export shown without its predecessor's pairs.
@@ -242,6 +247,7 @@ extension DefaultsStore {
       // The identity of what was written, not of what is at the name by now: a tool that wrote into the new
       // export at once must still be seen as an edit.
       header.recordExport(written)
+      header.store(Slot.editsExported, edits)
     }
     let quiet = undisturbed && replaced?.isOpenElsewhere() == false  // before the identity is read: see above
     guard let replaced, let accounted, let now = try? replaced.status(), now.kind == .regular,

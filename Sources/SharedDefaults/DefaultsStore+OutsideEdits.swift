@@ -33,7 +33,9 @@ extension DefaultsStore {
           }
         }
       }
-      if judged == nil { scheduleExportCheck() }
+      // Judged here or not, the export is looked at: a judged tool's file at the name is rewritten.
+      _ = judged
+      scheduleExportCheck()
     } catch {
       Self.logger.error("suite '\(suite)': could not apply the outside change: \(error)")
     }
@@ -121,6 +123,8 @@ extension DefaultsStore {
       try catchUpOrThrow(&s)
       // Into the snapshot at once: exports are made from it, and the next one must show the change.
       try compact(&s, durable: false, handOver: true, rewind: s.length > compactor.thresholds().rewind)
+      header.increment(Slot.editsApplied)  // the export lacks it until one pinned from now on is published
+      scheduleExportCheck()
       return .applied
     }
   }

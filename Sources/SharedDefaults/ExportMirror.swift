@@ -26,22 +26,26 @@ enum ExportMirror {
   }
 
   /// Judges `edited` (a tool's file) against `base` (the last export the name showed before it). Returns the
-  /// judgement and the pairs the history must learn: the base's values the file replaced, and the file's own
-  /// (another tool may read the file before the next export replaces it).
+  /// judgement and the pairs the history must learn: the base's values the file replaced, and — when it is applied
+  /// — the file's own (committed now; another tool may read the file before the next export replaces it). A file
+  /// kept aside teaches nothing of its own: its values were never the suite's, so a copy that carries them rolls
+  /// back nothing, and the tool's own retry (its user told of the kept-aside edit, editing again) must apply —
+  /// learned, every retry of that value was kept aside in turn (seen under load: one edit kept aside five times).
   static func judge(
     _ edited: [String: PropertyListValue], base: [String: PropertyListValue], history: ExportHistory
   ) -> (Judgement, learned: [UInt128]) {
     var changes: [String: PropertyListValue?] = [:]
     var ambiguous: [String] = []
-    var learned: [UInt128] = []
+    var replaced: [UInt128] = []
+    var own: [UInt128] = []
     for key in Set(base.keys).union(edited.keys).sorted() where base[key] != edited[key] {
       let pair = ExportHistory.pair(key, edited[key])
       if history.contains(pair) { ambiguous.append(key) }
       changes[key] = .some(edited[key])
-      learned.append(pair)
-      learned.append(ExportHistory.pair(key, base[key]))
+      own.append(pair)
+      replaced.append(ExportHistory.pair(key, base[key]))
     }
-    return (ambiguous.isEmpty ? .apply(changes) : .keepAside(ambiguous), learned)
+    return ambiguous.isEmpty ? (.apply(changes), replaced + own) : (.keepAside(ambiguous), replaced)
   }
 
   /// The pairs an export of `new` stops showing of the export of `old`: each key's old value where it differs,

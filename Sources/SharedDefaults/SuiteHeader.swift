@@ -43,6 +43,12 @@ struct SuiteHeader: @unchecked Sendable {  // the memory is atomics (MappedCount
     /// The identity of the last tool's file at the export's name that was judged (`judgeExportAtName`): applied or
     /// kept aside once, never again.
     static let judgedInode = 26, judgedSize = 27, judgedTime = 28
+    /// Outside edits applied so far (`judgeEdit`), and how many of them the recorded export holds (the count when
+    /// its snapshot was pinned): an export pinned before an edit was applied is never published as current — an
+    /// exporter that pinned earlier starts again, and an export that lacks one is `stale`, rewritten at the next
+    /// check (a loaded machine saw a tool's applied edit missing from the export for minutes: another process
+    /// published an export pinned just before it, and the export counted as current).
+    static let editsApplied = 29, editsExported = 30
   }
 
   static let magic: UInt64 = 0x3454_4c46_4544_4347  // "GCDEFLT4"

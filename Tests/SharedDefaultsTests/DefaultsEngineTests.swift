@@ -205,7 +205,11 @@ import TestSupport
           keptAside = defaults.unappliedOutsideEdits.count > keptBefore
           return keptAside || (inode != edited && exported?.dictionaryValue?["edit\(i)"] == .integer(PropertyListInteger(i)))
         }
-        #expect(settled, "edit\(i) was neither applied nor kept aside")
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: container.preferencesURL.path).sorted()) ?? []
+        let inode = (try? FileManager.default.attributesOfItem(atPath: plist)[.systemFileNumber] as? Int) ?? -1
+        #expect(
+          settled,
+          "edit\(i) was neither applied nor kept aside: this process reads \(String(describing: defaults.object(forKey: "edit\(i)"))), the export's inode is \(inode) (\(edited ?? -1) after the edit), files: \(names)")
         applied = !keptAside && defaults.integer(forKey: "edit\(i)") == i
         if !settled { break }
       }
@@ -247,6 +251,37 @@ import TestSupport
     try tool?.truncate(atOffset: 0)
     try FileManager.default.removeItem(atPath: point)
     return (compactor, tool)
+  }
+
+  /// An export pinned before another process applied a tool's edit is never published as current: here the
+  /// exporter pauses after pinning; a reader that opens the suite meanwhile applies the tool's edit (and exports
+  /// nothing); the export the exporter then publishes must hold the edit. Mutant: the exporter's check of the edits
+  /// applied since its pin removed → the export at the name lacks `tool` and counts as current (nobody rewrites it).
+  @Test func anExportPinnedBeforeAnAppliedEditIsNotPublishedWithoutIt() async throws {
+    let root = try TestRoot()
+    let id = try root.container().identifier
+    let seed = try Child(.defaultsScript(suite: "pin", steps: [.set("a", 1), .sync]), root: root.path, group: id)
+    #expect(await seed.exit() == 0)
+    let plist = try root.container().preferencesURL.appendingPathComponent("pin.plist").path
+    let pauses = root.path + "/pauses"
+    try FileManager.default.createDirectory(atPath: pauses, withIntermediateDirectories: true)
+    let point = pauses + "/defaults.export.pinned"
+    let exporter = try Child(
+      .defaultsScript(suite: "pin", steps: [.set("b", 2), .sync]), root: root.path, group: id,
+      environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.export.pinned", "GROUPCONTAINER_PAUSE_DIR": pauses])
+    #expect(await eventually { FileManager.default.fileExists(atPath: point) }, "the export was never pinned")
+    // The tool edits the export it read (a 1), adding its key; a reader opening the suite applies it.
+    try Data(PropertyListValue.dictionary(["a": 1, "tool": 7]).encoded(as: .binary)).write(
+      to: URL(fileURLWithPath: plist + ".tool"))
+    #expect(rename(plist + ".tool", plist) == 0)
+    let reader = try Child(.defaultsScript(suite: "pin", steps: [.dump]), root: root.path, group: id)
+    #expect(await reader.exit() == 0)
+    #expect(reader.output.contains("tool 7"), "\(reader.output)")
+    try FileManager.default.removeItem(atPath: point)
+    #expect(await exporter.exit() == 0)
+    let exported = try PropertyListValue(bytes: Array(Data(contentsOf: URL(fileURLWithPath: plist)))).dictionaryValue
+    #expect(exported?["tool"] == .integer(7) && exported?["b"] == .integer(2), "\(String(describing: exported))")
+    withExtendedLifetime(root) {}
   }
 
   @Test func anEditWrittenIntoAnExportBeingReplacedIsApplied() async throws {

@@ -19,7 +19,8 @@ import Testing
 ///   `anEditWrittenLongAfterTheExportWasReplacedIsApplied` fails;
 /// - an unparsable file at the name quarantined at once whatever it looks like:
 ///   `aHalfWrittenEditIsRetriedNotQuarantined` fails;
-/// - the second name of a replaced export kept whatever its write lease says: `anExportNobodyHadOpenLeavesNoSecondName`.
+/// - the second name of a replaced export kept whatever its write lease says: `anExportNobodyHadOpenLeavesNoSecondName`;
+/// - a kept-aside file's own pairs learned by the history: `aRetryAfterAKeptAsideEditApplies`.
 @Suite(.runSlot(.minutes(12))) struct OutsideEditBaseTests {
   let group = "group.com.example.outside"
   let suite = "s"
@@ -230,6 +231,31 @@ import Testing
     let (values, _) = try await read(root)
     #expect(values["a"] as? Int == 1 && values["tool"] as? Int == 7, "\(values) \(files(root))")
     #expect(!files(root).contains { $0.contains(".corrupt-") }, "\(files(root))")
+    withExtendedLifetime(root) {}
+  }
+
+  /// The tool's retry after an edit was kept aside applies: it read the export afresh, and the value it adds was
+  /// only ever in its own kept-aside file, never the suite's. Mutant: the kept-aside file's own pairs learned by the
+  /// history (as before) → the retry is kept aside too, and every retry after it (seen under load: five in a row).
+  @Test(arguments: Way.allCases) func aRetryAfterAKeptAsideEditApplies(way: Way) async throws {
+    let root = try TestRoot()
+    try await defaults("write", ["counter", "-int", "1"], root: root)
+    try await defaults("sync", root: root)
+    var stale = try toolReads(root)
+    stale["x"] = .string("y")
+    try await defaults("write", ["counter", "-int", "2"], root: root)
+    try await defaults("sync", root: root)
+    try await toolWrites(stale, way, root: root)
+    try await defaults("sync", root: root)  // judged (kept aside: counter 1 was shown before) and exported again
+    #expect(try unapplied(root) == [stale], "\(files(root))")
+    var fresh = try toolReads(root)
+    #expect(fresh["counter"] == .integer(2) && fresh["x"] == nil, "\(fresh)")
+    fresh["x"] = .string("y")
+    try await toolWrites(fresh, way, root: root)
+    try await defaults("sync", root: root)
+    let (values, _) = try await read(root)
+    #expect(values["x"] as? String == "y" && values["counter"] as? Int == 2, "\(values) \(files(root))")
+    #expect(try unapplied(root).count == 1, "\(files(root))")
     withExtendedLifetime(root) {}
   }
 
