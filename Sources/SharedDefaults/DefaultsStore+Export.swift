@@ -232,14 +232,21 @@ extension DefaultsStore {
     // the replaced file, and its second name goes at once — a process that exits right after `synchronize()` leaves
     // no `.replaced-*` files behind, each the size of the suite. Otherwise, as where leases are refused, it stays.
     var undisturbed = false
+    let replacedInode = (try? replaced?.status())??.inode
     try SharedDefaultsError.wrap { () throws(FileSystemError) in
       FaultPoint.pause("defaults.export.replacing")
       let leased = keptName != nil && replaced?.takeWriteLease() == true
-      do throws(FileSystemError) { try dir.rename(temp, to: "\(suite).plist") } catch {
+      let displaced: FileStatus?
+      do throws(FileSystemError) { displaced = try publish(temp, in: dir) } catch {
         if leased { _ = replaced?.releaseLease() }
         throw error
       }
       if leased { undisturbed = replaced?.releaseLease() == true }
+      // Another file than the one opened above was at the name: a tool renamed its edit over it after it was judged,
+      // just before this export took the name. Displaced by the exchange, not unlinked: kept, and judged as a write
+      // into a replaced export, against the base of the export it replaced (still `<suite>.snapshot.exported`).
+      // The file opened above is left at `temp` (removed by the caller; kept under `keptName` as before).
+      if let displaced, displaced.inode != replacedInode { keepDisplaced(temp, in: dir) }
       if durable { try dir.sync() }
       FaultPoint.reach("defaults.compact.exportWritten")
       try dir.rename(pinned, to: "\(suite).snapshot.exported")
@@ -274,6 +281,45 @@ extension DefaultsStore {
     try catchUpExclusively(&s)
     try commitReplacedEdit(edited, bytes: bytes, &s, keptAs: keptName)
     if let keptName { Self.dropKept(keptName, in: dir) }
+  }
+
+  /// Puts the export at `temp` (in `dir`) at the export's name. Atomically exchanged with the file there, when there
+  /// is one: returns that file's identity, now at `temp` (the caller looks at it, then removes it). When there is
+  /// none, renamed without replacing (a file that appears meanwhile is exchanged with instead).
+  func publish(_ temp: String, in dir: SystemFD) throws(FileSystemError) -> FileStatus? {
+    let name = "\(suite).plist"
+    for _ in 0..<8 {
+      do throws(FileSystemError) {
+        try dir.exchange(temp, with: name)
+        return try dir.status(of: temp)
+      } catch where error.errno == .noSuchFileOrDirectory {
+        do throws(FileSystemError) {
+          try dir.renameNoReplace(temp, to: name)
+          return nil
+        } catch where error.errno == .fileExists {
+          continue  // one appeared: exchange with it
+        }
+      }
+    }
+    try dir.rename(temp, to: name)  // a name that keeps coming and going: replaced, as a plain rename would
+    return nil
+  }
+
+  /// A tool's file displaced from the export's name by `publish` (now at `temp`), which nobody judged: kept under a
+  /// second name with the base of the export it replaced (`<suite>.snapshot.exported`, not yet moved on), and judged
+  /// like a write into a replaced export (`applyKeptExports`, soon, in this process or any other).
+  func keepDisplaced(_ temp: String, in dir: SystemFD) {
+    let kept = keptExportName((0, 0, 0))  // an identity no file has: judged as written by a tool
+    do throws(FileSystemError) {
+      try? dir.removeFile(Self.keptBase(kept))
+      try dir.link("\(suite).snapshot.exported", to: Self.keptBase(kept))
+      try dir.rename(temp, to: kept)
+    } catch {
+      Self.logger.error("suite '\(suite)': could not keep a file another tool put at '\(plistPath)': \(error)")
+      return
+    }
+    Self.logger.notice("suite '\(suite)': a file another tool put at '\(plistPath)' as it was exported is judged next")
+    scheduleExportCheck()
   }
 
   /// How long a half-written export is given before it is moved aside as unusable.

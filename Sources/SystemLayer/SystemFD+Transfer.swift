@@ -26,6 +26,16 @@ extension SystemFD {
     SyscallRecorder.record(.rename, path + "/" + newName)
   }
 
+  /// Swaps the files named `name` and `other` in this directory, atomically: each name then leads to the other's
+  /// file (both must exist; `ENOENT` otherwise). What a `rename` over `other` would have unlinked is then at `name`,
+  /// whatever another process put at `other` just before — for the caller to look at. The corresponding C function
+  /// is `renameat2` with `RENAME_EXCHANGE`.
+  package func exchange(_ name: String, with other: String) throws(FileSystemError) {
+    _ = try valueOrErrno { gc_rename_exchange(rawValue, name, rawValue, other) }
+      .get("renameat2", "\(path)/\(name)' <-> '\(path)/\(other)")
+    SyscallRecorder.record(.rename, path + "/" + other)
+  }
+
   /// Flushes the file's data (and its size, when it changed) to the device, without the other metadata: the
   /// checkpoints of a download. The corresponding C function is `fdatasync`.
   package func dataSync() throws(FileSystemError) {

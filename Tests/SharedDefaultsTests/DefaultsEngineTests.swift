@@ -284,6 +284,40 @@ import TestSupport
     withExtendedLifetime(root) {}
   }
 
+  /// A tool renaming its edit over the export after the exporter judged the name and just before it publishes
+  /// (paused at `defaults.export.replacing`): the export takes the name by exchange, so the tool's file is
+  /// displaced, not unlinked, and judged. Mutant: a plain rename over the name (as before) → the edit is gone.
+  @Test func anEditRenamedOverTheExportAsItIsPublishedIsApplied() async throws {
+    let root = try TestRoot()
+    let id = try root.container().identifier
+    let seed = try Child(.defaultsScript(suite: "swap", steps: [.set("a", 1), .sync]), root: root.path, group: id)
+    #expect(await seed.exit() == 0)
+    let plist = try root.container().preferencesURL.appendingPathComponent("swap.plist").path
+    let pauses = root.path + "/pauses"
+    try FileManager.default.createDirectory(atPath: pauses, withIntermediateDirectories: true)
+    let point = pauses + "/defaults.export.replacing"
+    let exporter = try Child(
+      .defaultsScript(suite: "swap", steps: [.set("b", 2), .sync]), root: root.path, group: id,
+      environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.export.replacing", "GROUPCONTAINER_PAUSE_DIR": pauses])
+    #expect(await eventually { FileManager.default.fileExists(atPath: point) }, "the export never reached its rename")
+    try Data(PropertyListValue.dictionary(["a": 1, "tool": 7]).encoded(as: .binary)).write(
+      to: URL(fileURLWithPath: plist + ".tool"))
+    #expect(rename(plist + ".tool", plist) == 0)
+    try FileManager.default.removeItem(atPath: point)
+    #expect(await exporter.exit() == 0)
+    var dump: [String] = []
+    let deadline = ContinuousClock.now + .seconds(Wait.condition)
+    while ContinuousClock.now < deadline {
+      let reader = try Child(.defaultsScript(suite: "swap", steps: [.dump]), root: root.path, group: id)
+      #expect(await reader.exit() == 0)
+      dump = reader.output
+      if dump.contains("tool 7") { break }
+      try await Task.sleep(for: .milliseconds(100))
+    }
+    #expect(dump == ["a 1", "b 2", "tool 7", "end"], "stderr: \(exporter.errors.text)")
+    withExtendedLifetime(root) {}
+  }
+
   @Test func anEditWrittenIntoAnExportBeingReplacedIsApplied() async throws {
     let root = try TestRoot()
     let id = try root.container().identifier
