@@ -1,7 +1,7 @@
 # The two commands of the README: `make demo` and `make test`. `make bench` runs the benchmarks.
 SWIFT ?= swift
 
-.PHONY: deps build test test-under-load doc-check demo bench fuzz
+.PHONY: deps build test test-under-load doc-check lint demo bench fuzz
 
 # libinotifytools (Debian: libinotifytools0-dev) is the one system library the package's libraries link; libpng and
 # libjpeg-turbo (libpng-dev, libjpeg62-turbo-dev) decode the video widget example's thumbnails (the Examples package
@@ -37,6 +37,7 @@ PRESSURE_SUITES = ImageCachePressureTests|MemoryPressureTests
 test: deps
 	$(SWIFT) build --build-tests $(TEST_TRAITS)
 	$(SWIFT) build --package-path Examples --build-tests
+	$(MAKE) lint
 	$(MAKE) doc-check
 	@run=$$(mktemp -d /tmp/gc-test-run.XXXXXX); chmod 0711 "$$run"; status=0; \
 	  export TMPDIR=$$run GC_TEST_TIMES=$$run/times; \
@@ -60,6 +61,12 @@ test-under-load: deps
 	    echo "run $$n: $$(grep -o 'Test run with.*' /tmp/gc-test-under-load.$$n.log | tr '\n' ';') \
 	      wall $$(( $$(date +%s) - start )) s, load $$(cut -d' ' -f1-3 /proc/loadavg)"; \
 	  done; exit $$status
+
+# The repository's own style (.swift-format, the toolchain's swift-format): no warning in any Swift file of the three
+# packages, the fuzz harnesses and the scripts (`swift format format --in-place --recursive <dirs>` fixes most).
+LINT_PATHS = Sources Tests Benchmarks Examples Fuzz Package.swift scripts
+lint:
+	$(SWIFT) format lint --strict --recursive $(LINT_PATHS)
 
 # Every public declaration of the libraries has a doc comment (issue #12), and the documentation builds without a
 # warning (issue #35: broken symbol links, undocumented parameters): the symbol graphs, then a checker that lists the

@@ -32,7 +32,8 @@ let package = Package(
   traits: [
     .trait(
       name: "TestHooks",
-      description: "Compiles in the test hooks: fault and pause points, the system-call recorder, simulated conditions.")
+      description: "Compiles in the test hooks: fault and pause points, the system-call recorder, simulated conditions."
+    )
   ],
   dependencies: [
     .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
@@ -164,7 +165,8 @@ let package = Package(
     .executableTarget(
       name: "gc-test-helper",
       dependencies: [
-        "FileCoordination", "SharedDefaults", "PropertyList", "SystemLayer", "ImageCache", "MemoryWarnings", "TestImageKit",
+        "FileCoordination", "SharedDefaults", "PropertyList", "SystemLayer", "ImageCache", "MemoryWarnings",
+        "TestImageKit",
         "BackgroundDownloads", "AppIntents", "WidgetKit", "LiveActivities", "ScoreboardKit", "HelperCommand",
         .product(name: "Logging", package: "swift-log"),
       ],
@@ -191,11 +193,13 @@ let package = Package(
     .executableTarget(
       name: "PropertyListFuzz", dependencies: ["PropertyList", "CFuzzShim"], path: "Fuzz/PropertyListFuzz"),
     .executableTarget(
-      name: "ContainerFilesFuzz", dependencies: [
+      name: "ContainerFilesFuzz",
+      dependencies: [
         "SharedDefaults", "FileCoordination", "BackgroundDownloads", "LiveActivities", "CFuzzShim",
       ],
       path: "Fuzz/ContainerFilesFuzz"),
-    .executableTarget(name: "ImageHeadersFuzz", dependencies: ["ImageCache", "CFuzzShim"], path: "Fuzz/ImageHeadersFuzz"),
+    .executableTarget(
+      name: "ImageHeadersFuzz", dependencies: ["ImageCache", "CFuzzShim"], path: "Fuzz/ImageHeadersFuzz"),
     // ResumePolicy.swift is compiled in (a symlink): the harness needs neither NIO nor BoringSSL.
     .executableTarget(
       name: "DownloadHeadersFuzz", dependencies: ["BackgroundDownloads", "CFuzzShim"], path: "Fuzz/DownloadHeadersFuzz"),
@@ -242,7 +246,8 @@ let package = Package(
     .testTarget(
       name: "LiveActivitiesTests",
       dependencies: [
-        "TestSupport", "LiveActivities", "ScoreboardKit", "FileCoordination", "SystemLayer", "gc-test-helper", "groupctl",
+        "TestSupport", "LiveActivities", "ScoreboardKit", "FileCoordination", "SystemLayer", "gc-test-helper",
+        "groupctl",
       ]
     ),
     .testTarget(
@@ -261,8 +266,8 @@ let package = Package(
   ]
 )
 
-for target in package.targets where target.type != .system && target.name != "CSystemShims" && target.name != "CFuzzShim"
-{
+for target in package.targets
+where target.type != .system && target.name != "CSystemShims" && target.name != "CFuzzShim" {
   target.swiftSettings =
     (target.swiftSettings ?? []) + [
       .swiftLanguageMode(.v6),

@@ -88,7 +88,8 @@ let package = Package(
       name: "doc-handing-over-files", dependencies: [.product(name: "GroupContainer", package: rootIdentity)],
       path: "Docs/HandingOverFiles"),
     .executableTarget(
-      name: "doc-live-activities", dependencies: ["ScoreboardKit", .product(name: "GroupContainer", package: rootIdentity)],
+      name: "doc-live-activities",
+      dependencies: ["ScoreboardKit", .product(name: "GroupContainer", package: rootIdentity)],
       path: "Docs/LiveActivities"),
     .executableTarget(
       name: "doc-logging", dependencies: [.product(name: "Logging", package: "swift-log")],
@@ -103,7 +104,8 @@ let package = Package(
       name: "doc-property-list", dependencies: [.product(name: "PropertyList", package: rootIdentity)],
       path: "Docs/PropertyList"),
     .executableTarget(
-      name: "doc-responding-to-memory-warnings", dependencies: [.product(name: "GroupContainer", package: rootIdentity)],
+      name: "doc-responding-to-memory-warnings",
+      dependencies: [.product(name: "GroupContainer", package: rootIdentity)],
       path: "Docs/RespondingToMemoryWarnings"),
     .executableTarget(
       name: "doc-relaunched-for-events", dependencies: [.product(name: "GroupContainer", package: rootIdentity)],

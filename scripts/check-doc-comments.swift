@@ -20,7 +20,8 @@ import Foundation
 
 let arguments = CommandLine.arguments.dropFirst()
 guard arguments.count == 2 else {
-  FileHandle.standardError.write(Data("usage: check-doc-comments.swift <symbol-graph directory> <package directory>\n".utf8))
+  FileHandle.standardError.write(
+    Data("usage: check-doc-comments.swift <symbol-graph directory> <package directory>\n".utf8))
   exit(64)
 }
 let graphDirectory = URL(fileURLWithPath: arguments[arguments.startIndex])
@@ -41,7 +42,8 @@ var missing: Set<Undocumented> = []
 let files = (try? FileManager.default.contentsOfDirectory(atPath: graphDirectory.path)) ?? []
 let graphs = files.filter { $0.hasSuffix(".symbols.json") }
 guard !graphs.isEmpty else {
-  FileHandle.standardError.write(Data("no *.symbols.json in \(graphDirectory.path): run swift package dump-symbol-graph first\n".utf8))
+  FileHandle.standardError.write(
+    Data("no *.symbols.json in \(graphDirectory.path): run swift package dump-symbol-graph first\n".utf8))
   exit(1)
 }
 for name in graphs.sorted() {
@@ -76,6 +78,10 @@ for name in graphs.sorted() {
     }
   }
 }
-for symbol in missing.sorted() { print("\(symbol.file):\(symbol.line): \(symbol.kind) \(symbol.name) has no doc comment") }
-print("doc comments: \(checked - missing.count) of \(checked) public declarations documented, \(missing.count) undocumented")
+for symbol in missing.sorted() {
+  print("\(symbol.file):\(symbol.line): \(symbol.kind) \(symbol.name) has no doc comment")
+}
+print(
+  "doc comments: \(checked - missing.count) of \(checked) public declarations documented, \(missing.count) undocumented"
+)
 exit(missing.isEmpty ? 0 : 1)

@@ -147,11 +147,14 @@ func scaleBenchmarks(fast: Benchmark.Configuration, slow: Benchmark.Configuratio
     process.waitUntilExit()
     let words = text.split(separator: " ")
     guard process.terminationStatus == 0, words.count == 4, let ns = Int(words[2]) else {
-      throw BenchmarkSetupError("groupctl write --print-duration printed '\(text)' (status \(process.terminationStatus))")
+      throw BenchmarkSetupError(
+        "groupctl write --print-duration printed '\(text)' (status \(process.terminationStatus))")
     }
     return ns
   }
-  Benchmark("Scale: first write of a new process, none vs 5,000 presented elsewhere (paired)", configuration: firstPaired) {
+  Benchmark(
+    "Scale: first write of a new process, none vs 5,000 presented elsewhere (paired)", configuration: firstPaired
+  ) {
     benchmark in
     for _ in benchmark.scaledIterations {
       benchmark.measurement(firstWithout, try firstWrite(firstQuiet))

@@ -299,7 +299,11 @@ func setAndAwait(
 /// A number that keeps growing across the calls of one benchmark's closure.
 final class Counter: Sendable {
   private let value = Mutex(0)
-  func advance() -> Int { value.withLock { $0 += 1; return $0 } }
+  func advance() -> Int {
+    value.withLock {
+      $0 += 1; return $0
+    }
+  }
 }
 
 /// 400 keys: a realistic suite (the trap list measured Foundation's plist encoding on 400 keys).
@@ -471,7 +475,8 @@ final class WatchChild: @unchecked Sendable {  // `process` is set and cleared b
     }
     guard ready.wait(timeout: .now() + 20) == .success else {
       stop()
-      throw BenchmarkSetupError("`groupctl \(arguments.prefix(2).joined(separator: " "))` did not get ready within 20 s")
+      throw BenchmarkSetupError(
+        "`groupctl \(arguments.prefix(2).joined(separator: " "))` did not get ready within 20 s")
     }
   }
 

@@ -75,15 +75,20 @@ func defaultsMemoryBenchmarks() {
   let (count, size) = (6, 60 << 20)
   for reader in [false, true] {
     let suite = Suite(name: "big")
-    Benchmark("six 60 MB values: \(reader ? "a reader (one, then all)" : "the writer, synchronized")", configuration: big)
-    { benchmark in
+    Benchmark(
+      "six 60 MB values: \(reader ? "a reader (one, then all)" : "the writer, synchronized")", configuration: big
+    ) { benchmark in
       for _ in benchmark.scaledIterations {
         let text =
           reader
           ? try runGroupctl(
             suite,
-            ["stress", "defaults-reader", "--once", "--reads", "1", "--whole", "--keys", "\(count)", "--print-peak-memory"])
-          : try runWriter(suite, ["--keys", "\(count)", "--value-bytes", "\(size)", "--synchronize", "--print-peak-memory"])
+            [
+              "stress", "defaults-reader", "--once", "--reads", "1", "--whole", "--keys", "\(count)",
+              "--print-peak-memory",
+            ])
+          : try runWriter(
+            suite, ["--keys", "\(count)", "--value-bytes", "\(size)", "--synchronize", "--print-peak-memory"])
         guard let peakKB = field(text, "peak_rss_kb") else { throw BenchmarkSetupError("no peak in: \(text)") }
         benchmark.measurement(resident, peakKB)
         benchmark.measurement(share, peakKB * 1024 * 100 / (count * size))
@@ -151,7 +156,8 @@ func runGroupctl(_ suite: Suite, _ arguments: [String]) throws -> String {
   let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
   child.waitUntilExit()
   guard child.terminationStatus == 0 else {
-    throw BenchmarkSetupError("groupctl \(arguments.joined(separator: " ")) exited with \(child.terminationStatus): \(text)")
+    throw BenchmarkSetupError(
+      "groupctl \(arguments.joined(separator: " ")) exited with \(child.terminationStatus): \(text)")
   }
   return text
 }
@@ -165,7 +171,9 @@ func runWriter(_ suite: Suite, _ options: [String], killAfterLoop: Bool = false)
   let child = Process()
   child.executableURL = URL(fileURLWithPath: try locateGroupctl())
   child.arguments =
-    ["stress", "defaults-writer", suite.identifier] + arguments.dropFirst(2) + ["--timing", "--suite", suite.name, "--root", suite.root!]
+    ["stress", "defaults-writer", suite.identifier] + arguments.dropFirst(2) + [
+      "--timing", "--suite", suite.name, "--root", suite.root!,
+    ]
   let output = Pipe()
   child.standardOutput = output
   try child.run()
@@ -195,7 +203,8 @@ func startReader(_ suite: Suite, index: Int, keys: Int) throws -> Reader {
   let child = Process()
   child.executableURL = URL(fileURLWithPath: try locateGroupctl())
   child.arguments = [
-    "stress", "defaults-reader", suite.identifier, "--index", "\(index)", "--keys", "\(keys)", "--suite", suite.name, "--root", suite.root!,
+    "stress", "defaults-reader", suite.identifier, "--index", "\(index)", "--keys", "\(keys)", "--suite", suite.name,
+    "--root", suite.root!,
   ]
   let (output, input) = (Pipe(), Pipe())
   child.standardOutput = output

@@ -106,7 +106,9 @@ func finishToEventLatencies(_ ids: Set<String>, arrived: [String: Date], in sess
 /// The running agent's pid (the pid its lock file holds).
 func agentPID(_ container: GroupContainer) -> Int32? {
   let path = container.url.appendingPathComponent(".coordination/downloads/agent.lock").path
-  return (try? String(contentsOfFile: path, encoding: .utf8)).flatMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+  return (try? String(contentsOfFile: path, encoding: .utf8)).flatMap {
+    Int32($0.trimmingCharacters(in: .whitespacesAndNewlines))
+  }
 }
 
 /// utime + stime of `pid` in milliseconds, and its VmRSS / VmHWM in kB.
@@ -116,7 +118,9 @@ func processFigures(_ pid: Int32) -> (cpuMilliseconds: Int, rssKB: Int, peakKB: 
   let ticks = (fields.count > 12 ? Int(fields[11]) ?? 0 : 0) + (fields.count > 12 ? Int(fields[12]) ?? 0 : 0)
   let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
   func kB(_ key: String) -> Int {
-    status.split(separator: "\n").first { $0.hasPrefix(key) }.flatMap { Int($0.split(separator: " ").dropFirst().first ?? "") } ?? 0
+    status.split(separator: "\n").first { $0.hasPrefix(key) }.flatMap {
+      Int($0.split(separator: " ").dropFirst().first ?? "")
+    } ?? 0
   }
   return (ticks * 1000 / Int(sysconf(Int32(_SC_CLK_TCK))), kB("VmRSS:"), kB("VmHWM:"))
 }
@@ -135,7 +139,8 @@ let benchmarks: @Sendable () -> Void = {
   let big = Benchmark.Configuration(
     metrics: [
       .wallClock, .custom("agent CPU (ms)", useScalingFactor: false),
-      .custom("agent peak RSS (MB)", useScalingFactor: false), .custom("agent RSS before (MB)", useScalingFactor: false),
+      .custom("agent peak RSS (MB)", useScalingFactor: false),
+      .custom("agent RSS before (MB)", useScalingFactor: false),
     ],
     timeUnits: .milliseconds, warmupIterations: 0, maxDuration: .seconds(120), maxIterations: 3)
   let bigCurl = Benchmark.Configuration(
@@ -170,7 +175,8 @@ let benchmarks: @Sendable () -> Void = {
     benchmark.stopMeasurement()
     if let pid, let before {
       let after = processFigures(pid)
-      benchmark.measurement(.custom("agent CPU (ms)", useScalingFactor: false), after.cpuMilliseconds - before.cpuMilliseconds)
+      benchmark.measurement(
+        .custom("agent CPU (ms)", useScalingFactor: false), after.cpuMilliseconds - before.cpuMilliseconds)
       benchmark.measurement(.custom("agent peak RSS (MB)", useScalingFactor: false), after.peakKB / 1024)
       benchmark.measurement(.custom("agent RSS before (MB)", useScalingFactor: false), before.rssKB / 1024)
     }
@@ -179,7 +185,8 @@ let benchmarks: @Sendable () -> Void = {
     try startDownloadFixture()
     // Start the agent with a small download, so the 1 GiB runs are measured against a running agent.
     let f = downloadFixture
-    let warm = try f.session!.download(from: URL(string: "http://127.0.0.1:\(f.port)/gen/1024?seed=0")!, to: "Downloads/warm")
+    let warm = try f.session!.download(
+      from: URL(string: "http://127.0.0.1:\(f.port)/gen/1024?seed=0")!, to: "Downloads/warm")
     _ = try await awaitCompletions([warm.id], in: f.session!)
   }
 
@@ -217,11 +224,14 @@ let benchmarks: @Sendable () -> Void = {
     try runCurl(["-s", "-o", file, "http://127.0.0.1:\(f.port)/gen/\(gib)?seed=\(f.counter)"])
     let curlTime = clock.now - curlStart
     benchmark.stopMeasurement()
-    func milliseconds(_ d: Duration) -> Int { Int(d.components.seconds * 1000 + d.components.attoseconds / 1_000_000_000_000_000) }
+    func milliseconds(_ d: Duration) -> Int {
+      Int(d.components.seconds * 1000 + d.components.attoseconds / 1_000_000_000_000_000)
+    }
     benchmark.measurement(.custom("agent (ms)", useScalingFactor: false), milliseconds(agentTime))
     benchmark.measurement(.custom("curl (ms)", useScalingFactor: false), milliseconds(curlTime))
     benchmark.measurement(
-      .custom("agent ÷ curl throughput (%)", useScalingFactor: false), milliseconds(curlTime) * 100 / max(1, milliseconds(agentTime)))
+      .custom("agent ÷ curl throughput (%)", useScalingFactor: false),
+      milliseconds(curlTime) * 100 / max(1, milliseconds(agentTime)))
     try? FileManager.default.removeItem(at: f.container!.url.appendingPathComponent(destination))
     try? FileManager.default.removeItem(atPath: file)
   } setup: {

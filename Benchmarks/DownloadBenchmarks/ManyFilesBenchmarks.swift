@@ -181,16 +181,26 @@ func manyFilesBenchmarks() {
     ],
     timeUnits: .microseconds, warmupIterations: 0, maxDuration: .seconds(300), maxIterations: 3)
 
-  Benchmark("200 files of 64 kB: agent ÷ aria2c, curl + sync", configuration: comparison, closure: smallFilesComparison(count: 200, size: 65536), setup: {
-    try startDownloadFixture()
-  })
-  Benchmark("2,000 files of 4 kB: agent ÷ aria2c, curl + sync", configuration: comparison, closure: smallFilesComparison(count: 2000, size: 4096), setup: {
-    try startDownloadFixture()
-  })
-  Benchmark("Scale: 100 tasks of 4 kB", configuration: scale, closure: scaleRow(tasks: 100), setup: {
-    try startDownloadFixture()
-  })
-  Benchmark("Scale: 10,000 tasks of 4 kB", configuration: scale, closure: scaleRow(tasks: 10_000), setup: {
-    try startDownloadFixture()
-  })
+  Benchmark(
+    "200 files of 64 kB: agent ÷ aria2c, curl + sync", configuration: comparison,
+    closure: smallFilesComparison(count: 200, size: 65536),
+    setup: {
+      try startDownloadFixture()
+    })
+  Benchmark(
+    "2,000 files of 4 kB: agent ÷ aria2c, curl + sync", configuration: comparison,
+    closure: smallFilesComparison(count: 2000, size: 4096),
+    setup: {
+      try startDownloadFixture()
+    })
+  Benchmark(
+    "Scale: 100 tasks of 4 kB", configuration: scale, closure: scaleRow(tasks: 100),
+    setup: {
+      try startDownloadFixture()
+    })
+  Benchmark(
+    "Scale: 10,000 tasks of 4 kB", configuration: scale, closure: scaleRow(tasks: 10_000),
+    setup: {
+      try startDownloadFixture()
+    })
 }

@@ -17,8 +17,8 @@
 import Benchmark
 import BenchmarkSupport
 import Foundation
-import GroupContainer
 import Glibc
+import GroupContainer
 
 func diskTierBenchmarks() {
   let perOperation = Benchmark.Configuration(

@@ -81,7 +81,8 @@ let benchmarks: @Sendable () -> Void = {
 
   // MARK: Hit ratio on a Zipf sequence
 
-  let memoryHits = BenchmarkMetric.custom("MemoryCache hits per 1000", polarity: .prefersLarger, useScalingFactor: false)
+  let memoryHits = BenchmarkMetric.custom(
+    "MemoryCache hits per 1000", polarity: .prefersLarger, useScalingFactor: false)
   let nsCacheHits = BenchmarkMetric.custom("NSCache hits per 1000", polarity: .prefersLarger, useScalingFactor: false)
   let ratioConfiguration = Benchmark.Configuration(
     metrics: [.wallClock, memoryHits, nsCacheHits],

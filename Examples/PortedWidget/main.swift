@@ -11,10 +11,10 @@ let containerURL = FileManager.default.containerURL(forSecurityApplicationGroupI
 let notesURL = containerURL.appendingPathComponent("notes.txt")
 
 final class NotesPresenter: NSObject, NSFilePresenter {
-    let presentedItemURL: URL?
-    let presentedItemOperationQueue = OperationQueue()
-    init(url: URL) { presentedItemURL = url }
-    func presentedItemDidChange() { print("notes changed elsewhere") }
+  let presentedItemURL: URL?
+  let presentedItemOperationQueue = OperationQueue()
+  init(url: URL) { presentedItemURL = url }
+  func presentedItemDidChange() { print("notes changed elsewhere") }
 }
 
 let presenter = NotesPresenter(url: notesURL)
@@ -23,10 +23,10 @@ try NSFileCoordinator.addFilePresenter(presenter)
 var error: NSError?
 let coordinator = NSFileCoordinator(filePresenter: presenter)
 coordinator.coordinate(writingItemAt: notesURL, options: .forReplacing, error: &error) { url in
-    try? "Buy milk".write(to: url, atomically: true, encoding: .utf8)
+  try? "Buy milk".write(to: url, atomically: true, encoding: .utf8)
 }
 coordinator.coordinate(readingItemAt: notesURL, options: [], error: &error) { url in
-    print("notes: \((try? String(contentsOf: url, encoding: .utf8)) ?? "")")
+  print("notes: \((try? String(contentsOf: url, encoding: .utf8)) ?? "")")
 }
 if let error { print("coordination failed: \(error.localizedDescription)") }
 NSFileCoordinator.removeFilePresenter(presenter)

@@ -56,8 +56,9 @@ enum ScoreboardHost {
           defer { old = total }; return old
         }
         if total != previous {
-          console.log("likes from the widget: \(Scoreboard.match.homeTeam) ♥ \(content.state.homeLikes), "
-            + "\(Scoreboard.match.awayTeam) ♥ \(content.state.awayLikes)")
+          console.log(
+            "likes from the widget: \(Scoreboard.match.homeTeam) ♥ \(content.state.homeLikes), "
+              + "\(Scoreboard.match.awayTeam) ♥ \(content.state.awayLikes)")
         }
       }
     }

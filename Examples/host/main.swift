@@ -52,7 +52,9 @@ if let identifier = DownloadSession.launchedForEvents, identifier == AlarmSound.
   for await event in session.events {
     switch event {
     case .didFinishDownloadingTo(let task, let location, _):
-      console.log("the alarm sound arrived while the host was away: \(location.lastPathComponent), \(task.countOfBytesReceived) bytes")
+      console.log(
+        "the alarm sound arrived while the host was away: \(location.lastPathComponent), \(task.countOfBytesReceived) bytes"
+      )
     case .didCompleteWithError(_, let error?, _):
       console.log("the alarm sound could not be downloaded: \(error)")
     case .didFinishEvents:

@@ -58,7 +58,8 @@ enum ScoreboardWidget {
       @Sendable func draw(_ state: ScoreboardAttributes.ContentState, _ activityState: ActivityState) {
         if terminal {
           let expanded = ScoreboardView.expanded(attributes, state, activityState: activityState)
-          let lines = [ScoreboardView.compact(attributes, state, activityState: activityState), ""]
+          let lines =
+            [ScoreboardView.compact(attributes, state, activityState: activityState), ""]
             + expanded.split(separator: "\n").map(String.init)
             + ["", "1: like \(attributes.homeTeam) · 2: like \(attributes.awayTeam) · x: dismiss · q: quit"]
           FileHandle.standardOutput.write(Data(("\u{1B}[H\u{1B}[2J" + lines.joined(separator: "\r\n")).utf8))
@@ -74,7 +75,9 @@ enum ScoreboardWidget {
           draw(content.state, activity.activityState)
           // The script likes once the match is under way (a score on the board).
           if headless, content.state.homeScore + content.state.awayScore > 0,
-            !liked.withLock({ done in defer { done = true }; return done })
+            !liked.withLock({ done in
+              defer { done = true }; return done
+            })
           {
             await like("home", activity)
             await like("home", activity)

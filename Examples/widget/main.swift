@@ -63,8 +63,9 @@ let follower = Task.detached {
 }
 
 // Any process of the group can follow any session's downloads (iOS cannot): the host's alarm sound, here.
-if AlarmSound.sourceURL != nil, let updates = try? DownloadSession.observe(
-  container: timer.container, session: AlarmSound.sessionIdentifier)
+if AlarmSound.sourceURL != nil,
+  let updates = try? DownloadSession.observe(
+    container: timer.container, session: AlarmSound.sessionIdentifier)
 {
   Task.detached {
     var lastQuarter = -1

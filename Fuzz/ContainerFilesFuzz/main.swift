@@ -38,18 +38,22 @@
         precondition((try? ContainerPath(r.destination)) != nil, "unchecked destination accepted")
       }
       if let c = try? DownloadRecordFormat.decodeControl(bytes) {
-        precondition((try? DownloadRecordFormat.decodeControl(DownloadRecordFormat.encode(c))) == c, "control round trip")
+        precondition(
+          (try? DownloadRecordFormat.decodeControl(DownloadRecordFormat.encode(c))) == c, "control round trip")
       }
       if let st = try? DownloadRecordFormat.decodeStatus(bytes) {
-        precondition(st.resume.expectedBytes.map { st.resume.receivedBytes <= $0 } ?? true, "received > expected accepted")
-        precondition((try? DownloadRecordFormat.decodeStatus(DownloadRecordFormat.encode(st))) == st, "status round trip")
+        precondition(
+          st.resume.expectedBytes.map { st.resume.receivedBytes <= $0 } ?? true, "received > expected accepted")
+        precondition(
+          (try? DownloadRecordFormat.decodeStatus(DownloadRecordFormat.encode(st))) == st, "status round trip")
       }
       if let e = try? DownloadRecordFormat.decodeEvent(bytes) {
         precondition((try? DownloadRecordFormat.decodeEvent(DownloadRecordFormat.encode(e))) == e, "event round trip")
       }
       if let a = try? DownloadRecordFormat.decodeRelaunch(bytes) {
         precondition(a.executable.hasPrefix("/"), "relative executable accepted")
-        precondition((try? DownloadRecordFormat.decodeRelaunch(DownloadRecordFormat.encode(a))) == a, "relaunch round trip")
+        precondition(
+          (try? DownloadRecordFormat.decodeRelaunch(DownloadRecordFormat.encode(a))) == a, "relaunch round trip")
       }
     case 4:
       // Activity records: what decodes re-encodes, decodes again, and re-encodes to the same bytes (JSON numbers

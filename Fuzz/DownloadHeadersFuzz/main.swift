@@ -45,7 +45,8 @@ import BackgroundDownloads
     let status = line(0).flatMap { Int($0.prefix(4)) } ?? 200
     let requestedFrom = max(0, line(1).flatMap { Int64($0.prefix(18)) } ?? 0)
     var state = ResumeState(
-      receivedBytes: requestedFrom, expectedBytes: line(2).flatMap { Int64($0.prefix(18)) }.map { max(requestedFrom, $0) },
+      receivedBytes: requestedFrom,
+      expectedBytes: line(2).flatMap { Int64($0.prefix(18)) }.map { max(requestedFrom, $0) },
       entityTag: ResumePolicy.strongETag(line(3)))
     if state.entityTag == nil && requestedFrom > 0 { state.lastModified = "Sat, 01 Jan 2022 00:00:00 GMT" }
     let head = ResumePolicy.Head(

@@ -21,7 +21,8 @@ import ImageCache
     case .success(let info):
       // What an accepted header may say.
       precondition(info.pixelWidth >= 1 && info.pixelHeight >= 1, "accepted a 0-pixel side: \(info)")
-      precondition(info.pixelWidth * info.pixelHeight <= ImageHeaders.maxPixelCount, "accepted too many pixels: \(info)")
+      precondition(
+        info.pixelWidth * info.pixelHeight <= ImageHeaders.maxPixelCount, "accepted too many pixels: \(info)")
       precondition(info.frameCount >= 1 && info.frameCount <= size, "frame count beyond what the file holds: \(info)")
       // The parse stops at the image's own end: bytes after it change nothing.
       var longer = Data(raw)

@@ -18,8 +18,10 @@ package enum AgentLauncher {
   /// The agent's arguments for `container`: `--identifier ID --root ROOT --idle SECONDS [--group-shared]`.
   package static func arguments(for container: GroupContainer, idleTimeout: Duration) -> [String] {
     let idle = Double(idleTimeout.components.seconds) + Double(idleTimeout.components.attoseconds) / 1e18
-    return ["--identifier", container.identifier, "--root", container.url.deletingLastPathComponent().path,
-      "--idle", String(idle)] + (container.sharing == .user ? [] : ["--group-shared"])
+    return [
+      "--identifier", container.identifier, "--root", container.url.deletingLastPathComponent().path,
+      "--idle", String(idle),
+    ] + (container.sharing == .user ? [] : ["--group-shared"])
   }
 
   /// Where the agent's executable is: the configured one, `$GROUPCONTAINER_DOWNLOAD_AGENT`, beside this process's
@@ -30,7 +32,8 @@ package enum AgentLauncher {
     if let configured { candidates.append(configured.path) }
     if let env = Environment.value(executableEnvironmentKey), !env.isEmpty { candidates.append(env) }
     if let exe = ProcessSpawn.currentExecutable() {
-      candidates.append(URL(fileURLWithPath: exe).deletingLastPathComponent().appendingPathComponent(executableName).path)
+      candidates.append(
+        URL(fileURLWithPath: exe).deletingLastPathComponent().appendingPathComponent(executableName).path)
     }
     for dir in (Environment.value("PATH") ?? "").split(separator: ":") where !dir.isEmpty {
       candidates.append(String(dir) + "/" + executableName)
@@ -45,7 +48,8 @@ package enum AgentLauncher {
   }
 
   /// Starts the agent for the store's container unless one holds the agent lock.
-  package static func ensureRunning(store: DownloadStore, executable: URL?, idleTimeout: Duration) throws(DownloadError) {
+  package static func ensureRunning(store: DownloadStore, executable: URL?, idleTimeout: Duration) throws(DownloadError)
+  {
     guard !store.isHeld(DownloadStore.agentLockPath) else { return }
     let path = try locate(executable)
     let log = try DownloadStore.system { () throws(FileSystemError) in
@@ -61,7 +65,8 @@ package enum AgentLauncher {
     environment[DownloadSession.relaunchEnvironmentKey] = nil
     do {
       let pid = try ProcessSpawn.detached(
-        executable: path, arguments: arguments(for: store.container, idleTimeout: idleTimeout), environment: environment, output: log)
+        executable: path, arguments: arguments(for: store.container, idleTimeout: idleTimeout),
+        environment: environment, output: log)
       logger.debug("started the download agent \(path) as pid \(pid)")
     } catch {
       throw .agentUnavailable(reason: "\(error)")

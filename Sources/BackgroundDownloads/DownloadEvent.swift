@@ -73,7 +73,8 @@ extension DownloadSessionDelegate {
     totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64
   ) {}
   /// Does nothing: implement it to use the file, which is already at its destination.
-  public func urlSession(_ session: DownloadSession, downloadTask: DownloadTask, didFinishDownloadingTo location: URL) {}
+  public func urlSession(_ session: DownloadSession, downloadTask: DownloadTask, didFinishDownloadingTo location: URL) {
+  }
   /// Does nothing: implement it to learn how a task ended.
   public func urlSession(_ session: DownloadSession, task: DownloadTask, didCompleteWithError error: DownloadError?) {}
   /// Does nothing: implement it to finish work started for the events (iOS's completion handler).

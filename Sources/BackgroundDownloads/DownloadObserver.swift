@@ -27,7 +27,8 @@ extension DownloadSession {
     let queue = DispatchQueue(label: "GroupContainer.DownloadSession.observe")
     let scan: @Sendable () -> Void = {
       for task in store.tasks(session: session, excluding: seen.withLock { $0.settled }) {
-        let key = "\(task.state) \(task.countOfBytesReceived) \(task.countOfBytesExpectedToReceive) \(task.error.map { "\($0)" } ?? "")"
+        let key =
+          "\(task.state) \(task.countOfBytesReceived) \(task.countOfBytesExpectedToReceive) \(task.error.map { "\($0)" } ?? "")"
         let changed = seen.withLock { s in
           defer {
             s.tasks[task.id] = key

@@ -440,8 +440,10 @@ package enum DownloadRecordFormat {
     guard http.map({ (100...999).contains($0) }) ?? true else { throw Invalid("'httpStatus' outside 100...999") }
     return TaskStatus(
       phase: phase, resume: resume, attempts: Int(clamping: attempts), httpStatus: http.map { Int($0) },
-      error: try f.d["error"].map { v throws(Invalid) in try decodeError(v) }, appliedControl: try f.uint64("appliedControl"),
-      eventsQueued: try f.bool("eventsQueued"), updated: try f.int64("updated"), finished: try f.optionalInt64("finished"))
+      error: try f.d["error"].map { v throws(Invalid) in try decodeError(v) },
+      appliedControl: try f.uint64("appliedControl"),
+      eventsQueued: try f.bool("eventsQueued"), updated: try f.int64("updated"),
+      finished: try f.optionalInt64("finished"))
   }
 
   package static func decodeEvent(_ bytes: [UInt8]) throws(Invalid) -> EventRecord {

@@ -448,7 +448,9 @@ package final class DownloadAgent: Sendable {
     // only): one commit file for all of them, not an fsync each.
     commitRequests(unsynced)
     var queues: [String: [Candidate]] = [:]
-    for candidate in waiting { queues[candidate.request.session + "\n" + candidate.host, default: []].append(candidate) }
+    for candidate in waiting {
+      queues[candidate.request.session + "\n" + candidate.host, default: []].append(candidate)
+    }
     for key in queues.keys { queues[key]!.sort { $1.precedes($0) } }
     state.withLock { s in
       s.queues = queues
@@ -767,7 +769,8 @@ package final class DownloadAgent: Sendable {
       return Int64(s.lastFinished)
     }
     submit(
-      CommitRecord.Final(id: request.id, session: request.session, status: status, events: Self.events(request, status)))
+      CommitRecord.Final(id: request.id, session: request.session, status: status, events: Self.events(request, status))
+    )
     logger.info(
       "task \(request.id) \(phase.rawValue)\(error.map { ": \($0)" } ?? "") (\(status.resume.receivedBytes) bytes)")
   }
@@ -844,7 +847,8 @@ package final class DownloadAgent: Sendable {
           s.finishing.remove(final.id)
           if visible {
             // Settled at once: the task's record is on disk, memory keeps its finish time only.
-            s.settled[final.id] = Settled(finished: final.status.finished ?? final.status.updated, session: final.session)
+            s.settled[final.id] = Settled(
+              finished: final.status.finished ?? final.status.updated, session: final.session)
             s.statuses[final.id] = nil
             s.controls[final.id] = nil
             s.durableRequests.remove(final.id)

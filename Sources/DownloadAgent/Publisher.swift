@@ -86,7 +86,7 @@ package enum Publisher {
       }
       do throws(FileSystemError) {
         try source.rename(partialName, into: target, as: name)
-      } catch where error.errno == .improperLink {
+      } catch  where error.errno == .improperLink {
         try copyAcross(from: source, partialName, to: target, name, length: length, mode: fileMode, logger: logger)
         try? source.removeFile(partialName)
       }

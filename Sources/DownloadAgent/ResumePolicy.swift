@@ -74,7 +74,8 @@ package enum ResumePolicy {
   package static func decide(_ head: Head, requestedFrom: Int64, state: ResumeState) -> Decision {
     switch head.status {
     case 206:
-      guard let range = head.contentRange.flatMap(parseContentRange), case .range(let first, let last, let total) = range
+      guard let range = head.contentRange.flatMap(parseContentRange),
+        case .range(let first, let last, let total) = range
       else {
         return .restart(reason: "a 206 answer without a valid single Content-Range ('\(head.contentRange ?? "")')")
       }
@@ -162,7 +163,9 @@ package enum ResumePolicy {
     let rangePart = s[..<slash]
     let totalPart = s[s.index(after: slash)...]
     let total: Int64?
-    if totalPart == "*" { total = nil } else {
+    if totalPart == "*" {
+      total = nil
+    } else {
       guard let t = parseDigits(totalPart) else { return nil }
       total = t
     }

@@ -118,7 +118,8 @@ package final class TransferEngine: Sendable {
     // destination. Links on the way are judged when publishing, from the container's descriptor.
     do {
       if try ContainerPath(request.destination).isRoot {
-        return .failed(.invalidDestination(request.destination, rule: "it is the container itself"), resume,
+        return .failed(
+          .invalidDestination(request.destination, rule: "it is the container itself"), resume,
           httpStatus: nil)
       }
     } catch {
@@ -132,7 +133,8 @@ package final class TransferEngine: Sendable {
     do throws(FileSystemError) {
       (file, state) = try openPartial(partial, root: root, resume: resume)
     } catch {
-      return .failed(error.errno == .noSpace ? .diskFull(path: root.path + "/" + partial) : .system(error), resume,
+      return .failed(
+        error.errno == .noSpace ? .diskFull(path: root.path + "/" + partial) : .system(error), resume,
         httpStatus: nil)
     }
     var fileOpen = true
@@ -189,7 +191,8 @@ package final class TransferEngine: Sendable {
           error = .stalled(seconds: Int((Double(policy.stallTimeout.nanoseconds) / 1e9).rounded(.up)))
         }
         logger.info(
-          "download attempt failed", metadata: ["url": "\(request.url)", "attempt": "\(run.attempts)", "error": "\(reason)"])
+          "download attempt failed",
+          metadata: ["url": "\(request.url)", "attempt": "\(run.attempts)", "error": "\(reason)"])
         if run.failures >= policy.maxAttempts {
           return .failed(error, await sync(file, &run.state), httpStatus: run.httpStatus)
         }

@@ -57,7 +57,8 @@ final class TransferDelegate: HTTPClientResponseDelegate {
   let lastActivity: Atomic<UInt64>
   /// The checkpoint in flight, if any: `finish()` waits on it.
   private let checkpoints = DispatchGroup()
-  private static let checkpointQueue = DispatchQueue(label: "GroupContainer.DownloadAgent.checkpoints", attributes: .concurrent)
+  private static let checkpointQueue = DispatchQueue(
+    label: "GroupContainer.DownloadAgent.checkpoints", attributes: .concurrent)
 
   init(
     file: SystemFD, requestedFrom: Int64, resume: ResumeState, hasher: StreamHash?, hashedUpTo: Int64, wantsHash: Bool,

@@ -88,8 +88,9 @@ public struct GroupContainer: Sendable, Hashable {
     {
       // A container this process may only read: its `.coordination/` state cannot be made, so coordinated
       // access fails when asked for (with this error); reading files and shared defaults still works.
-      guard try GroupContainerError.wrap({ () throws(FileSystemError) in try FileSystem.status(path) })?.kind
-        == .directory
+      guard
+        try GroupContainerError.wrap({ () throws(FileSystemError) in try FileSystem.status(path) })?.kind
+          == .directory
       else { throw error }
     }
   }

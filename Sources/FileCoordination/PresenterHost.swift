@@ -132,7 +132,8 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
   /// again at once. Presenters of one item share the directory and its watch descriptor.
   private func watchRecord(_ local: Local) {
     let prefix = "\(space.me)."
-    let mask = Watcher.modify | Watcher.closeWrite | Watcher.delete | Watcher.movedFrom | Watcher.movedTo | Watcher.attrib
+    let mask =
+      Watcher.modify | Watcher.closeWrite | Watcher.delete | Watcher.movedFrom | Watcher.movedTo | Watcher.attrib
     let bucket = lock.withLock { space.registry.bucketPath(of: local.item) }
     // Called once the record is written (its directory exists); returns once the watch is in place.
     let token = try? Watcher.shared.watch(bucket, mask: mask) { [weak self, weak local] event in

@@ -263,7 +263,7 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
           try makeDirectories(directory)
           try root.replaceFile(directory + "/" + file, with: bytes, mode: fileMode)
           break
-        } catch where error.errno == .noSuchFileOrDirectory && attempt < 3 {
+        } catch  where error.errno == .noSuchFileOrDirectory && attempt < 3 {
           attempt += 1
         }
       }

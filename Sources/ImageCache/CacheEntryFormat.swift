@@ -85,7 +85,9 @@ enum CacheEntryFormat {
   ) -> [UInt8] {
     var out: [UInt8] = magic
     out.reserveCapacity(headerSize + key.utf8.count)
-    func append<T: FixedWidthInteger>(_ value: T) { withUnsafeBytes(of: value.littleEndian) { out.append(contentsOf: $0) } }
+    func append<T: FixedWidthInteger>(_ value: T) {
+      withUnsafeBytes(of: value.littleEndian) { out.append(contentsOf: $0) }
+    }
     append(UInt32(key.utf8.count))
     append(UInt32(ImageFormat.allCases.firstIndex(of: info.format)!))
     append(UInt64(imageLength))

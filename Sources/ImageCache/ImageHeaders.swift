@@ -198,10 +198,12 @@ extension ImageHeaders {
       let type = r.tag(at: offset + 4)
       guard length <= Int(Int32.max) else {
         throw .malformed(
-          .png, reason: "chunk '\(r.fourCC(at: offset + 4))' at offset \(offset) claims \(length) bytes, above 2^31 − 1")
+          .png, reason: "chunk '\(r.fourCC(at: offset + 4))' at offset \(offset) claims \(length) bytes, above 2^31 − 1"
+        )
       }
       try r.need(
-        offset + 8, length + 4, .png, "the '\(r.fourCC(at: offset + 4))' chunk at offset \(offset) (\(length) bytes + CRC)")
+        offset + 8, length + 4, .png,
+        "the '\(r.fourCC(at: offset + 4))' chunk at offset \(offset) (\(length) bytes + CRC)")
       switch type {
       case Tag.IHDR:
         throw .malformed(.png, reason: "a second IHDR chunk at offset \(offset)")
@@ -222,7 +224,8 @@ extension ImageHeaders {
         if let announced = announcedFrames {
           guard announced == frameControls else {
             throw .malformed(
-              .png, reason: "the acTL chunk announces \(announced) frames but the file has \(frameControls) fcTL chunks")
+              .png, reason: "the acTL chunk announces \(announced) frames but the file has \(frameControls) fcTL chunks"
+            )
           }
           frames = announced
         }
@@ -263,7 +266,8 @@ extension ImageHeaders {
         continue  // TEM, RSTn, SOI: standalone, no length
       case 0xD9:
         guard let size else {
-          throw .malformed(.jpeg, reason: "the image ends (EOI at offset \(markerOffset)) before any frame header (SOF)")
+          throw .malformed(
+            .jpeg, reason: "the image ends (EOI at offset \(markerOffset)) before any frame header (SOF)")
         }
         return try checkedInfo(.jpeg, width: size.width, height: size.height, frames: 1, maxSide: 65_535)
       case 0x00:
@@ -287,7 +291,8 @@ extension ImageHeaders {
         }
         // P (1), Y (2), X (2), Nf (1), then 3 bytes per component.
         guard length >= 8 else {
-          throw .malformed(.jpeg, reason: "the frame header (SOF) at offset \(markerOffset) is \(length) bytes, less than 8")
+          throw .malformed(
+            .jpeg, reason: "the frame header (SOF) at offset \(markerOffset) is \(length) bytes, less than 8")
         }
         let components = Int(r.u8(body + 5))
         guard components > 0, length == 8 + 3 * components else {
@@ -361,7 +366,9 @@ extension ImageHeaders {
       let introducer = r.u8(offset)
       switch introducer {
       case 0x3B:
-        guard frames > 0 else { throw .malformed(.gif, reason: "the trailer comes before any image: the GIF has no frame") }
+        guard frames > 0 else {
+          throw .malformed(.gif, reason: "the trailer comes before any image: the GIF has no frame")
+        }
         return try checkedInfo(.gif, width: width, height: height, frames: frames, maxSide: 65_535)
       case 0x2C:
         try r.need(offset, 10, .gif, "the image descriptor at offset \(offset)")
@@ -487,19 +494,23 @@ extension ImageHeaders {
     var images = 0
     while offset < end {
       guard end - offset >= 8 else {
-        throw .malformed(.webp, reason: "truncated: \(end - offset) bytes at offset \(offset) cannot hold a chunk header")
+        throw .malformed(
+          .webp, reason: "truncated: \(end - offset) bytes at offset \(offset) cannot hold a chunk header")
       }
       let type = r.tag(at: offset)
       let size = r.u32le(offset + 4)
       let padded = size + (size & 1)
       guard padded <= end - offset - 8 else {
         throw .malformed(
-          .webp, reason: "the '\(r.fourCC(at: offset))' chunk at offset \(offset) claims \(size) bytes, past the RIFF end \(end)")
+          .webp,
+          reason:
+            "the '\(r.fourCC(at: offset))' chunk at offset \(offset) claims \(size) bytes, past the RIFF end \(end)")
       }
       switch type {
       case Tag.ANMF:
         guard size >= 16 else {
-          throw .malformed(.webp, reason: "the ANMF chunk at offset \(offset) is \(size) bytes, less than its 16-byte header")
+          throw .malformed(
+            .webp, reason: "the ANMF chunk at offset \(offset) is \(size) bytes, less than its 16-byte header")
         }
         frames += 1
       case Tag.VP8, Tag.VP8L:

@@ -266,7 +266,9 @@ public struct MemoryCacheStatistics: Sendable, Hashable {
     while tail != noSlot && (totalCost > cost || index.count > count) {
       let slot = tail
       // A free slot at the tail would loop here forever: fail loudly instead (a bug in this file, never input).
-      guard let key = slots[slot].key else { preconditionFailure("MemoryCache: the LRU list is corrupt at slot \(slot)") }
+      guard let key = slots[slot].key else {
+        preconditionFailure("MemoryCache: the LRU list is corrupt at slot \(slot)")
+      }
       index.removeValue(forKey: key)
       // Kept until after the lock, handler or not: a large value's deinit should not run inside it.
       if let value = release(slot).1 { evicted.entries.append((key, value)) }

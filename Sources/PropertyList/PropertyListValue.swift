@@ -213,10 +213,13 @@ extension PropertyListValue: CustomStringConvertible {
 
   /// A dictionary key bare when it is a plain word (as old-style plists print them), quoted otherwise.
   private static func key(_ key: String) -> String {
-    let plain = !key.isEmpty && key.unicodeScalars.allSatisfy {
-      $0.isASCII && (("a"..."z").contains($0) || ("A"..."Z").contains($0) || ("0"..."9").contains($0)
-        || $0 == "_" || $0 == "." || $0 == "-")
-    }
+    let plain =
+      !key.isEmpty
+      && key.unicodeScalars.allSatisfy {
+        $0.isASCII
+          && (("a"..."z").contains($0) || ("A"..."Z").contains($0) || ("0"..."9").contains($0)
+            || $0 == "_" || $0 == "." || $0 == "-")
+      }
     return plain ? key : quoted(key)
   }
 

@@ -103,7 +103,8 @@ extension DefaultsStore {
       || reloadIsCheaper(s, generation: generation, committed: committed)
     {
       let folded =
-        s.generation != .max && s.pendingOwn.isEmpty && s.tail == nil && header.load(Slot.foldedGeneration) == s.generation
+        s.generation != .max && s.pendingOwn.isEmpty && s.tail == nil
+        && header.load(Slot.foldedGeneration) == s.generation
         && header.load(Slot.foldedLength) == UInt64(s.length)
       if folded {
         start = 0  // a compaction folded exactly what we have into the snapshot: skip reading it

@@ -92,12 +92,14 @@ extension DefaultsStore {
 
   func snapshotAndJournal(_ work: Compaction) throws -> (SuiteImage?, [String: PropertyListValue?]) {
     let image = try loadImage(counted: false)
-    guard SuiteHeader.identity(image?.status) == work.snapshot else { throw Superseded() }  // another compaction came first
+    // Another compaction came first: nothing to do.
+    guard SuiteHeader.identity(image?.status) == work.snapshot else { throw Superseded() }
     let records: [JournalFormat.Record]
     switch journal.readWithoutLock(from: work.start, to: work.length, generation: work.generation) {
     case .records(let read, _): records = read
     case .changed: throw Superseded()
-    case .unreadable(let reason): throw SharedDefaultsError.system(FileSystemError("read", journal.path + ": " + reason, .ioError))
+    case .unreadable(let reason):
+      throw SharedDefaultsError.system(FileSystemError("read", journal.path + ": " + reason, .ioError))
     }
     var changes: [String: PropertyListValue?] = [:]
     changes.reserveCapacity(records.count)
@@ -138,7 +140,8 @@ extension DefaultsStore {
     do {
       try exclusively { s throws(SharedDefaultsError) in
         defer { compactor.releaseClaim() }
-        guard let built, header.load(Slot.generation) == work.generation, header.recordedSnapshot() == work.snapshot else {
+        guard let built, header.load(Slot.generation) == work.generation, header.recordedSnapshot() == work.snapshot
+        else {
           try? root.removeFile(next)
           s.values.thaw(token: work.token)
           return

@@ -19,7 +19,9 @@ extension DefaultsStore {
     let recorded = header.load(Slot.exportInode)
     if recorded == .max { return .stale }
     let st: FileStatus?
-    do { st = try Self.beneath(plistItem, in: containerPath) { () throws(FileSystemError) in try root.status(plistItem) } } catch {
+    do {
+      st = try Self.beneath(plistItem, in: containerPath) { () throws(FileSystemError) in try root.status(plistItem) }
+    } catch {
       throw .unreachable(error)
     }
     guard let st else { return recorded == 0 ? .current : .edited }
@@ -89,7 +91,8 @@ extension DefaultsStore {
       let written = try writeExportFile(of: image, as: temp, in: dir, durable: durable)
       let superseded = previous.flatMap { ExportMirror.superseded(from: $0, to: image) }
       if previous != nil, superseded == nil {
-        Self.logger.warning("suite '\(suite)': the image of the last export does not read; its values are not remembered")
+        Self.logger.warning(
+          "suite '\(suite)': the image of the last export does not read; its values are not remembered")
       }
       // 3. Publish it — unless another process exported meanwhile (the pairs are not of the export at the name), or
       // an outside edit was applied since the pin, or a tool's file there, judged now, changes the state (this
@@ -292,11 +295,11 @@ extension DefaultsStore {
       do throws(FileSystemError) {
         try dir.exchange(temp, with: name)
         return try dir.status(of: temp)
-      } catch where error.errno == .noSuchFileOrDirectory {
+      } catch  where error.errno == .noSuchFileOrDirectory {
         do throws(FileSystemError) {
           try dir.renameNoReplace(temp, to: name)
           return nil
-        } catch where error.errno == .fileExists {
+        } catch  where error.errno == .fileExists {
           continue  // one appeared: exchange with it
         }
       }

@@ -60,7 +60,8 @@ extension DefaultsStore {
       switch error {
       case .corrupt(let corruption): throw .corruptSnapshot(name, corruption.description)
       case .system(let error) where error.errno == .fileTooLarge:
-        throw .overLimit(.suiteTooLarge(directory + "/" + name, "the file is over \(Self.snapshotLimits.maxBytes) bytes"))
+        throw .overLimit(
+          .suiteTooLarge(directory + "/" + name, "the file is over \(Self.snapshotLimits.maxBytes) bytes"))
       case .system(let error): throw .corruptSnapshot(name, "cannot map: \(error)")
       }
     }
@@ -80,7 +81,11 @@ extension DefaultsStore {
   /// Whether the snapshot on disk is the one the header recorded (else a compaction died before recording it).
   func snapshotIsTheRecordedOne() throws(Repair) -> Bool {
     let st: FileStatus?
-    do { st = try Self.beneath(snapshotItem, in: containerPath) { () throws(FileSystemError) in try root.status(snapshotItem) } } catch {
+    do {
+      st = try Self.beneath(snapshotItem, in: containerPath) { () throws(FileSystemError) in
+        try root.status(snapshotItem)
+      }
+    } catch {
       throw .unreachable(error)
     }
     return isRecordedSnapshot(st)

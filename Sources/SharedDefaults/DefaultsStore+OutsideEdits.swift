@@ -58,13 +58,15 @@ extension DefaultsStore {
     } catch {
       if error.errno == .noSuchFileOrDirectory { return .none }
       if error.errno == .improperLink { throw .container(.pathEscapesContainer(plistItem, container: containerPath)) }
-      Self.logger.error("suite '\(suite)': '\(plistPath)' written by another tool cannot be read (\(error)); moved aside")
+      Self.logger.error(
+        "suite '\(suite)': '\(plistPath)' written by another tool cannot be read (\(error)); moved aside")
       quarantine("\(suite).plist")
       return .none
     }
     defer { fd.close() }
     do { read = try fd.readRegularFile(limit: Self.snapshotLimits.maxBytes) } catch {
-      Self.logger.error("suite '\(suite)': '\(plistPath)' written by another tool cannot be read (\(error)); moved aside")
+      Self.logger.error(
+        "suite '\(suite)': '\(plistPath)' written by another tool cannot be read (\(error)); moved aside")
       quarantine("\(suite).plist")
       return .none
     }
@@ -100,7 +102,8 @@ extension DefaultsStore {
     switch judgement {
     case .keepAside(let keys):
       let name =
-        ExportMirror.unappliedPrefix(suite) + "\(Int(Date().timeIntervalSince1970 * 1000))-\(getpid())-\(UInt16.random(in: 0...0xFFFF))"
+        ExportMirror.unappliedPrefix(suite)
+        + "\(Int(Date().timeIntervalSince1970 * 1000))-\(getpid())-\(UInt16.random(in: 0...0xFFFF))"
       _ = try Self.beneath(Self.preferences + "/" + name, in: containerPath) { () throws(FileSystemError) in
         try root.replaceFile(Self.preferences + "/" + name, with: bytes, mode: fileMode)
       }
@@ -131,7 +134,8 @@ extension DefaultsStore {
 
   /// The history of what the export's name showed (`ExportMirror`); empty when there is none.
   func loadHistory() -> ExportHistory {
-    ExportHistory(bytes: try? root.readFile(Self.preferences + "/" + ExportMirror.historyName(suite), limit: 1 << 24).bytes)
+    ExportHistory(
+      bytes: try? root.readFile(Self.preferences + "/" + ExportMirror.historyName(suite), limit: 1 << 24).bytes)
   }
 
   func saveHistory(_ history: ExportHistory) throws(SharedDefaultsError) {
@@ -228,7 +232,8 @@ extension DefaultsStore {
         Self.dropKept(name, in: dir)
       } else if !ExportMirror.mayBeUnfinished([], fd, modified: st.modificationNanoseconds) {
         Self.logger.error(
-          "suite '\(suite)': '\(directory)/\(name)', an export another tool wrote while it was replaced, is not a property list; moved aside")
+          "suite '\(suite)': '\(directory)/\(name)', an export another tool wrote while it was replaced, is not a property list; moved aside"
+        )
         quarantine(name)
         try? dir.removeFile(Self.keptBase(name))
       } else {
@@ -251,7 +256,8 @@ extension DefaultsStore {
   func commitReplacedEdit(
     _ edited: [String: PropertyListValue], bytes: [UInt8], _ s: inout State, keptAs keptName: String?
   ) throws(SharedDefaultsError) {
-    let base = keptName.flatMap { try? loadImage(Self.preferences + "/" + Self.keptBase($0)) } ?? (try? loadImage(exportedItem))
+    let base =
+      keptName.flatMap { try? loadImage(Self.preferences + "/" + Self.keptBase($0)) } ?? (try? loadImage(exportedItem))
     guard try judgeEdit(edited, bytes: bytes, base: base, &s) == .applied else { return }
     scheduleExportCheck()
   }

@@ -52,8 +52,9 @@ extension DefaultsStore {
           "suite '\(suite)': journal '\(journalPath)' is corrupt (\(reason)); moved aside after its good records")
         if s.generation == .max {
           // Never loaded here: start from the snapshot and the journal's good records, never from nothing.
-          do { try reload(&s, generation: header.load(Slot.generation), committed: Int(header.load(Slot.committed))) }
-          catch {
+          do {
+            try reload(&s, generation: header.load(Slot.generation), committed: Int(header.load(Slot.committed)))
+          } catch {
             if case .unreachable(let error) = error { throw error }
             if case .overLimit(let error) = error { throw error }
           }

@@ -254,7 +254,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
         return SuiteHeader(
           counters: try MappedCounters(
             fd: files.openOrCreate(lockName, mode: fileMode, size: Int64(MappedCounters.fileSize))))
-      } catch where error.errno == .readOnlyFileSystem || error.errno == .permissionDenied {
+      } catch  where error.errno == .readOnlyFileSystem || error.errno == .permissionDenied {
         readOnly = true
         return SuiteHeader(counters: try MappedCounters(fd: files.open(lockName, .readOnly), readOnly: true))
       }
@@ -266,7 +266,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     lock = SharedMemoryLock(header.counters, index: Slot.lock) { [container] pid, start in
       container.processIsAlive(pid: pid, startTimeLow32: start)
     }
-    signal = ChangeSignal(header.counters, sequence: Slot.changeSequence, listeners: Slot.listeners, sleepers: Slot.sleepers)
+    signal = ChangeSignal(
+      header.counters, sequence: Slot.changeSequence, listeners: Slot.listeners, sleepers: Slot.sleepers)
     do {
       let header = header
       journal = try SharedDefaultsError.wrap { () throws(FileSystemError) in
@@ -312,7 +313,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       let answer = state.withLock { s -> PropertyListValue?? in
         guard refreshWithoutWaiting(&s) || readOnly else { return nil }
         let answer =
-          s.tail == nil ? .some(s.values[key] ?? s.registered[key]) : lookUp(key, in: &s).map { $0 ?? s.registered[key] }
+          s.tail == nil
+          ? .some(s.values[key] ?? s.registered[key]) : lookUp(key, in: &s).map { $0 ?? s.registered[key] }
         if s.values.damage != nil { scheduleRepair() }  // the image did not read: this read answered without it
         return answer
       }

@@ -177,7 +177,8 @@ public final class SharedDefaults: Sendable {
   /// Apple's `removePersistentDomain(forName:)`: every key of suite `domainName` removed, in one commit. A suite
   /// that does not exist stays so.
   public func removePersistentDomain(forName domainName: String) throws(SharedDefaultsError) {
-    let target = domainName == suiteName ? self : try SharedDefaults(existingSuiteName: domainName, container: container)
+    let target =
+      domainName == suiteName ? self : try SharedDefaults(existingSuiteName: domainName, container: container)
     try target?.replaceContents(with: [:])
   }
 

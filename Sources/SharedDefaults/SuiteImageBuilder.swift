@@ -173,8 +173,11 @@ struct SuiteImageBuilder {
     let hash = chunk.withUnsafeBytes { F.contentHash(UnsafeRawBufferPointer(rebasing: $0[start...])) }
     if let known = shared[hash], known.length == length {
       let inChunk = known.offset - valuesOffset - flushed
-      let earlier = inChunk >= 0 ? Array(chunk[inChunk..<(inChunk + length)]) : try output.read(at: known.offset, count: length)
-      let same = earlier.withUnsafeBytes { a in chunk.withUnsafeBytes { memcmp(a.baseAddress!, $0.baseAddress! + start, length) == 0 } }
+      let earlier =
+        inChunk >= 0 ? Array(chunk[inChunk..<(inChunk + length)]) : try output.read(at: known.offset, count: length)
+      let same = earlier.withUnsafeBytes { a in
+        chunk.withUnsafeBytes { memcmp(a.baseAddress!, $0.baseAddress! + start, length) == 0 }
+      }
       if same {
         chunk.removeSubrange(start...)
         return known
@@ -214,7 +217,8 @@ struct SuiteImageBuilder {
     throws(SharedDefaultsError)
   {
     guard pending.count < count else {
-      throw .system(FileSystemError("build", "suite image", .invalidArgument, reason: "more entries than the \(count) announced"))
+      throw .system(
+        FileSystemError("build", "suite image", .invalidArgument, reason: "more entries than the \(count) announced"))
     }
     // Checked as it grows, so a huge suite fails at the entry that passes 4 GiB, not after building it all.
     let total = valuesEnd + entries.count + F.entryFixedBytes + key.count
@@ -314,7 +318,8 @@ extension SuiteImage {
   static func merged(
     base: SuiteImage?, changes: [String: PropertyListValue?], generation: UInt64, position: UInt64
   ) throws(SharedDefaultsError) -> [UInt8] {
-    let (_, output) = try merge(base: base, changes: changes, generation: generation, position: position, into: .memory([]))
+    let (_, output) = try merge(
+      base: base, changes: changes, generation: generation, position: position, into: .memory([]))
     guard case .memory(let bytes) = output else { return [] }
     return bytes
   }

@@ -76,7 +76,9 @@ enum SuiteImageFormat {
   }
 
   /// Calls `body` with the UTF-8 bytes of `key`, without copying a native string.
-  @inline(__always) static func withBytes<R>(of key: String, _ body: (UnsafeRawBufferPointer) throws(SuiteImage.Corruption) -> R)
+  @inline(__always) static func withBytes<R>(
+    of key: String, _ body: (UnsafeRawBufferPointer) throws(SuiteImage.Corruption) -> R
+  )
     throws(SuiteImage.Corruption) -> R
   {
     let result: Result<R, SuiteImage.Corruption>? = key.utf8.withContiguousStorageIfAvailable { buffer in
@@ -269,7 +271,9 @@ final class SuiteImage: @unchecked Sendable {  // immutable after init: read-onl
   /// The same over image bytes in memory (tests, the fuzzer, the builder's self-check); they are copied.
   convenience init(bytes: [UInt8]) throws(Corruption) {
     let copy = UnsafeMutableRawBufferPointer.allocate(byteCount: max(bytes.count, 1), alignment: 16)
-    bytes.withUnsafeBytes { if let source = $0.baseAddress { copy.baseAddress!.copyMemory(from: source, byteCount: $0.count) } }
+    bytes.withUnsafeBytes {
+      if let source = $0.baseAddress { copy.baseAddress!.copyMemory(from: source, byteCount: $0.count) }
+    }
     let view = UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(copy)[0..<bytes.count])
     do { try self.init(bytes: view, mapping: nil, owned: copy) } catch {
       copy.deallocate()
@@ -310,7 +314,9 @@ final class SuiteImage: @unchecked Sendable {  // immutable after init: read-onl
     let payloadBytes = F.load64(bytes, 64)
     let valuesBytes = entriesOffset - valuesOffset
     let entriesBytes = fileLength - entriesOffset
-    guard objects >= 1 + 2 * UInt64(entryCount), objects <= UInt64(Int.max), payloadBytes <= UInt64(Int.max), objects <= 1 + UInt64(entryCount) * (1 + valuesBytes) else {
+    guard objects >= 1 + 2 * UInt64(entryCount), objects <= UInt64(Int.max), payloadBytes <= UInt64(Int.max),
+      objects <= 1 + UInt64(entryCount) * (1 + valuesBytes)
+    else {
       throw fail(56, "objects \(objects) is impossible for \(entryCount) entries")
     }
     guard payloadBytes <= UInt64(entryCount) * (valuesBytes + entriesBytes) else {

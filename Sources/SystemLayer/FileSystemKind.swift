@@ -27,7 +27,8 @@ package struct FileSystemKind: Sendable, Equatable, CustomStringConvertible {
 
   package var description: String { name }
 
-  private static let network = "a network file system: flock is emulated or per-client and inotify sees no writes "
+  private static let network =
+    "a network file system: flock is emulated or per-client and inotify sees no writes "
     + "made by other machines"
   private static let names: [UInt64: (name: String, breaks: String?)] = [
     0xEF53: ("ext4", nil),

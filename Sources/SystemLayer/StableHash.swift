@@ -14,7 +14,8 @@ package enum StableHash {  // @inlinable: hot paths (journal records) of other m
     return hash
   }
 
-  @inlinable package static func fnv1a32(_ bytes: some Sequence<UInt8>, continuing hash: UInt32 = 0x811c_9dc5) -> UInt32 {
+  @inlinable package static func fnv1a32(_ bytes: some Sequence<UInt8>, continuing hash: UInt32 = 0x811c_9dc5) -> UInt32
+  {
     var hash = hash
     for byte in bytes { hash = (hash ^ UInt32(byte)) &* 0x0100_0193 }
     return hash

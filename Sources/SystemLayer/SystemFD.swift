@@ -108,7 +108,8 @@ package struct SystemFD: Sendable, Hashable {
   /// A descriptor of `name`, opened in this directory.
   private func child(_ rawValue: Int32, named name: String) -> SystemFD {
     leaf.isEmpty
-      ? SystemFD(rawValue: rawValue, base: base, middle: middle.isEmpty ? name : middle, leaf: middle.isEmpty ? "" : name)
+      ? SystemFD(
+        rawValue: rawValue, base: base, middle: middle.isEmpty ? name : middle, leaf: middle.isEmpty ? "" : name)
       : SystemFD(rawValue: rawValue, path: path + "/" + name)
   }
 
@@ -146,8 +147,10 @@ package struct SystemFD: Sendable, Hashable {
   /// Opens `name`, one component, in this directory (`name` never contains `/`). The corresponding C function is
   /// `openat`.
   package func open(_ name: String, _ flags: OpenFlags, mode: mode_t = 0o600) throws(FileSystemError) -> SystemFD {
-    let fd = try name.withCString { name in valueOrErrno { Glibc.openat(rawValue, name, SystemFD.rawFlags(flags), mode) } }
-      .get("openat", path + "/" + name)
+    let fd = try name.withCString { name in
+      valueOrErrno { Glibc.openat(rawValue, name, SystemFD.rawFlags(flags), mode) }
+    }
+    .get("openat", path + "/" + name)
     SyscallRecorder.record(.open, path + "/" + name, flags: flags)
     return child(fd, named: name)
   }
@@ -199,7 +202,7 @@ package struct SystemFD: Sendable, Hashable {
     _ = try source.withCString { from in
       destination.withCString { to in valueOrErrno { Glibc.linkat(rawValue, from, rawValue, to, 0) } }
     }
-      .get("linkat", "\(path)/\(source)' -> '\(path)/\(destination)")
+    .get("linkat", "\(path)/\(source)' -> '\(path)/\(destination)")
   }
 
   /// Removes the file `name` in this directory; a missing file is not an error. The corresponding C function is
@@ -230,7 +233,8 @@ package struct SystemFD: Sendable, Hashable {
       throw FileSystemError("read", path, .isDirectory, reason: "it is a directory")
     }
     guard st.kind == .regular else {
-      throw FileSystemError("read", path, .invalidArgument, reason: "it is not a regular file (a FIFO, socket or device)")
+      throw FileSystemError(
+        "read", path, .invalidArgument, reason: "it is not a regular file (a FIFO, socket or device)")
     }
     guard st.size <= Int64(limit) else { throw FileSystemError("read", path, .fileTooLarge) }
     return (try readAll(limit: limit), st)

@@ -10,7 +10,11 @@ final class OneAnswer<Value: Sendable>: Sendable {
   /// Resumes with `value` if nothing answered yet; true when this call did.
   @discardableResult
   func answer(_ value: Value) -> Bool {
-    guard let continuation = continuation.withLock({ c in defer { c = nil }; return c }) else { return false }
+    guard
+      let continuation = continuation.withLock({ c in
+        defer { c = nil }; return c
+      })
+    else { return false }
     continuation.resume(returning: value)
     return true
   }

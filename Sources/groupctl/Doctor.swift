@@ -35,7 +35,8 @@ struct Doctor: ParsableCommand {
     let root: String
     do {
       try GroupContainer.validate(identifier: container.groupID)
-      root = try container.root.map { URL(fileURLWithPath: $0).standardizedFileURL.path } ?? GroupContainer.defaultRoot()
+      root =
+        try container.root.map { URL(fileURLWithPath: $0).standardizedFileURL.path } ?? GroupContainer.defaultRoot()
     } catch {
       throw ValidationError("\(error)")
     }
@@ -163,9 +164,10 @@ private struct Inspector {
       guard (try? FileSystem.readLink(fdDirectory + "/" + fd)) == "anon_inode:inotify" else { continue }
       usage.instances += 1
       let info = (try? FileSystem.readFile("/proc/\(pid)/fdinfo/\(fd)", limit: 16 << 20)) ?? []
-      usage.watches += String(decoding: info, as: UTF8.self).split(separator: "\n").filter {
-        $0.hasPrefix("inotify wd:")
-      }.count
+      usage.watches +=
+        String(decoding: info, as: UTF8.self).split(separator: "\n").filter {
+          $0.hasPrefix("inotify wd:")
+        }.count
     }
     return usage
   }
@@ -252,9 +254,12 @@ private struct Inspector {
     // The sharing mode is the container's own: group containers are setgid 2770, user containers 0700.
     let group = top.mode & 0o2000 != 0
     let expected: mode_t = group ? 0o2770 : 0o700
-    var directories = [""] + ["Library", "Library/Preferences", "Library/Caches", "Downloads", "Documents", ".coordination"]
+    var directories =
+      [""] + ["Library", "Library/Preferences", "Library/Caches", "Downloads", "Documents", ".coordination"]
     for name in ((try? FileSystem.listDirectory(coordination)) ?? []).sorted() {
-      if (try? FileSystem.status(coordination + "/" + name))?.kind == .directory { directories.append(".coordination/" + name) }
+      if (try? FileSystem.status(coordination + "/" + name))?.kind == .directory {
+        directories.append(".coordination/" + name)
+      }
     }
     var wrong: [String] = []
     var fixes: [String] = []
@@ -308,7 +313,8 @@ private struct Inspector {
       }
       if let problem = ProcessSpawn.executableProblem(record.executable) {
         stale.append("'\(record.scheme):' launches '\(record.executable)', but \(problem)")
-        fixes.append("register '\(record.scheme)' again with the program's current path (registerURLScheme), or rm '\(file)'")
+        fixes.append(
+          "register '\(record.scheme)' again with the program's current path (registerURLScheme), or rm '\(file)'")
       }
     }
     guard stale.isEmpty else {
@@ -485,7 +491,8 @@ extension Inspector {
     var count = 0
     for entry in walk.entries where entry.status.kind != .directory {
       let parts = entry.relative.split(separator: "/")
-      let scheme = parts.count == 3 && parts[0] == ".coordination" && parts[1] == "schemes" && !entry.name.hasPrefix(".")
+      let scheme =
+        parts.count == 3 && parts[0] == ".coordination" && parts[1] == "schemes" && !entry.name.hasPrefix(".")
       let relaunch =
         parts.count == 5 && parts[0] == ".coordination" && parts[1] == "downloads" && parts[2] == "sessions"
         && entry.name == "app"
@@ -527,13 +534,16 @@ extension Inspector {
       // A lock file's inode must stay (others may hold it locked): empty it rather than remove it.
       let fix = parts.count > 1 && parts[1] == "locks" ? "truncate -s 0 \(full)" : remove(entry)
       if let limit = Self.sizeLimit(parts), st.size > limit {
-        problems.append(Problem(path: entry.relative, problem: "holds \(st.size) bytes (at most \(limit) belong there)", fix: fix))
+        problems.append(
+          Problem(path: entry.relative, problem: "holds \(st.size) bytes (at most \(limit) belong there)", fix: fix))
       } else if st.size >= 1 << 20 && st.allocatedBytes < st.size / 2 {
         problems.append(
-          Problem(path: entry.relative, problem: "is sparse: \(st.size) bytes, \(st.allocatedBytes) allocated", fix: fix))
+          Problem(
+            path: entry.relative, problem: "is sparse: \(st.size) bytes, \(st.allocatedBytes) allocated", fix: fix))
       }
     }
-    return Doctor.Check(.fail, "coordination sizes", problems, ok: "no oversize or sparse file in .coordination", scope: walk.scope)
+    return Doctor.Check(
+      .fail, "coordination sizes", problems, ok: "no oversize or sparse file in .coordination", scope: walk.scope)
   }
 
   /// Presenter records that are not records: each is a presenter no coordinator can ask (its item is unknown).
@@ -559,9 +569,12 @@ extension Inspector {
       }
       guard let problem else { continue }
       let owner = entry.name.split(separator: ".").prefix(2).joined(separator: ".")
-      let alive = Self.liveWriter(Substring(owner)).map { " (its process \($0) is alive: it writes its own records again)" } ?? ""
-      problems.append(Problem(path: entry.relative, problem: "is a damaged presenter record: \(problem)\(alive)", fix: remove(entry)))
+      let alive =
+        Self.liveWriter(Substring(owner)).map { " (its process \($0) is alive: it writes its own records again)" } ?? ""
+      problems.append(
+        Problem(path: entry.relative, problem: "is a damaged presenter record: \(problem)\(alive)", fix: remove(entry)))
     }
-    return Doctor.Check(.fail, "presenter records", problems, ok: "\(count) presenter records, all valid", scope: walk.scope)
+    return Doctor.Check(
+      .fail, "presenter records", problems, ok: "\(count) presenter records, all valid", scope: walk.scope)
   }
 }

@@ -56,7 +56,8 @@ enum DownloadsCLI {
   /// One line of `list --json` and `watch --json`.
   static func json(_ task: DownloadTask) -> [String: JSONScalar?] {
     [
-      "id": .string(task.id), "session": .string(task.sessionIdentifier), "url": .string(task.originalURL.absoluteString),
+      "id": .string(task.id), "session": .string(task.sessionIdentifier),
+      "url": .string(task.originalURL.absoluteString),
       "state": .string(task.state.rawValue), "received": .int(Int(task.countOfBytesReceived)),
       // Unknown length: left out (Apple's -1 means nothing to a JSON reader).
       "expected": task.countOfBytesExpectedToReceive >= 0 ? .int(Int(task.countOfBytesExpectedToReceive)) : nil,

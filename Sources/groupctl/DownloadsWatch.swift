@@ -203,6 +203,7 @@ final class ProgressDisplay {
   static func duration(_ seconds: Double) -> String {
     guard seconds.isFinite, seconds < 360_000 else { return "--:--" }
     let s = Int(seconds.rounded(.up))
-    return s >= 3600 ? String(format: "%d:%02d:%02d", s / 3600, s / 60 % 60, s % 60) : String(format: "%d:%02d", s / 60, s % 60)
+    return s >= 3600
+      ? String(format: "%d:%02d:%02d", s / 3600, s / 60 % 60, s % 60) : String(format: "%d:%02d", s / 60, s % 60)
   }
 }

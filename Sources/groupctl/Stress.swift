@@ -7,7 +7,8 @@ struct Stress: ParsableCommand {
   static let configuration = CommandConfiguration(
     abstract: "Run many writer processes against the container and check that nothing was lost.",
     subcommands: [
-      StressDefaults.self, StressDefaultsWriter.self, StressDefaultsReader.self, StressFiles.self, StressFilesWriter.self,
+      StressDefaults.self, StressDefaultsWriter.self, StressDefaultsReader.self, StressFiles.self,
+      StressFilesWriter.self,
       StressFilesPresenter.self, PresentMany.self,
     ])
 }
@@ -26,7 +27,9 @@ struct StressDefaults: ParsableCommand {
   @Option(help: "Distinct keys per writer.") var keys = 1000
   @Option(help: "update() increments of `counter` per writer.") var increments = 1000
   @Option(
-    help: "Times each writer writes its keys: more than 1 keeps the suite's size, as real suites do; 1 makes every set a new key, so the suite grows.")
+    help:
+      "Times each writer writes its keys: more than 1 keeps the suite's size, as real suites do; 1 makes every set a new key, so the suite grows."
+  )
   var rounds = 1
   @Option(help: .hidden) var testingUpdateDelayUs = 0
   @OptionGroup var suite: SuiteOptions

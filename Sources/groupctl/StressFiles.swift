@@ -98,10 +98,14 @@ struct StressFiles: ParsableCommand {
     }
 
     // Presenters first, and wait until each is registered: a write before that would not be theirs to hear.
-    let presenterLogs = (0..<presenters).map { StressLog(path: logs.appendingPathComponent("presenter-\($0).log").path) }
+    let presenterLogs = (0..<presenters).map {
+      StressLog(path: logs.appendingPathComponent("presenter-\($0).log").path)
+    }
     var presenterProcesses: [Process] = []
     defer { for p in presenterProcesses where p.isRunning { kill(p.processIdentifier, SIGKILL) } }
-    for log in presenterLogs { presenterProcesses.append(try worker(["stress", "files-presenter", "--log", log.path])) }
+    for log in presenterLogs {
+      presenterProcesses.append(try worker(["stress", "files-presenter", "--log", log.path]))
+    }
     let readyBy = Date().addingTimeInterval(30)
     while !presenterLogs.allSatisfy({ $0.lines().contains("ready") }) {
       if Date() > readyBy || presenterProcesses.contains(where: { !$0.isRunning }) {
@@ -208,7 +212,6 @@ struct PresenterTally {
     }
   }
 }
-
 
 struct StressFilesWriter: ParsableCommand {
   static let configuration = CommandConfiguration(

@@ -1,12 +1,11 @@
 import BackgroundDownloads
+import DownloadAgent
 import FileCoordination
 import Foundation
 import Logging
 import SystemLayer
 import TestSupport
 import Testing
-
-import DownloadAgent
 
 /// The agent's group commits, watched call by call (an agent run in this process under `SyscallRecorder`): requests
 /// that sessions wrote without fsync are made durable by the agent's next look in one commit file; finished tasks'
@@ -71,7 +70,8 @@ struct AgentDurabilityTests {
         calls[..<renamed].contains {
           $0.call == .fsync && $0.path.contains(AtomicReplace.temporaryPrefix) && $0.path.contains(record.fileName)
         }, "the commit file is fsynced before its rename")
-      let directorySynced = try #require(index(of: .fsync, commits, after: renamed), "commits/ fsynced after the rename")
+      let directorySynced = try #require(
+        index(of: .fsync, commits, after: renamed), "commits/ fsynced after the rename")
       // Nothing visible says "finished" before that.
       let firstEvent = calls.indices.first {
         calls[$0].call == .rename && calls[$0].path.hasPrefix(events + "/") && calls[$0].path.contains("-\(id)-")

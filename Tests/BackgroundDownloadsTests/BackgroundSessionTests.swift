@@ -233,7 +233,8 @@ struct BackgroundSessionTests {
     defer { session.invalidate() }
     let middle = try session.download(from: server.url("/gen/100000?seed=1&rate=300000"), to: "Downloads/1")
     let low = try session.download(from: server.url("/gen/100000?seed=2&rate=300000"), to: "Downloads/2", priority: 0.1)
-    let high = try session.download(from: server.url("/gen/100000?seed=3&rate=300000"), to: "Downloads/3", priority: 0.9)
+    let high = try session.download(
+      from: server.url("/gen/100000?seed=3&rate=300000"), to: "Downloads/3", priority: 0.9)
     lock.close()
     // Sampled on a thread of its own: a test task can wait seconds for a cooperative thread in a loaded test process,
     // long enough to miss every 0.33 s transfer.
@@ -250,8 +251,10 @@ struct BackgroundSessionTests {
     }
     #expect(maxRunning == 1)
     // The order the agent finished them in (a poll may see two finished at once on a loaded machine).
-    let order = session.allTasks().sorted { ($0.completionDate ?? .distantFuture) < ($1.completionDate ?? .distantFuture) }
-      .map(\.id)
+    let order = session.allTasks().sorted {
+      ($0.completionDate ?? .distantFuture) < ($1.completionDate ?? .distantFuture)
+    }
+    .map(\.id)
     let log = (try? String(contentsOfFile: container.url.path + "/.coordination/downloads/agent.log", encoding: .utf8))
     #expect(order == [high.id, middle.id, low.id], "high \(high.id) middle \(middle.id) low \(low.id); \(log ?? "")")
     #expect(session.allTasks().allSatisfy { $0.succeeded })

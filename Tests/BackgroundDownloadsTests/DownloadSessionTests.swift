@@ -101,7 +101,9 @@ struct DownloadSessionTests {
     let bytes = DownloadRecordFormat.encode(request)
     // Every truncation is refused (never a partial record).
     for cut in stride(from: 0, to: bytes.count, by: 7) {
-      #expect(throws: DownloadRecordFormat.Invalid.self) { _ = try DownloadRecordFormat.decodeRequest(Array(bytes[..<cut])) }
+      #expect(throws: DownloadRecordFormat.Invalid.self) {
+        _ = try DownloadRecordFormat.decodeRequest(Array(bytes[..<cut]))
+      }
     }
     // Fields that would lead somewhere else are checked.
     var escaping = request

@@ -190,7 +190,8 @@ struct FileServerTests {
     }
     #expect(
       stats["/gen/4096?seed=2"]
-        == FileServer.Stats(requests: 4, bodyBytes: 8192, ranges: ["bytes=-96"], versions: .init(repeating: "HTTP/1.1", count: 4)))
+        == FileServer.Stats(
+          requests: 4, bodyBytes: 8192, ranges: ["bytes=-96"], versions: .init(repeating: "HTTP/1.1", count: 4)))
   }
 
   @Test(.runSlot(.minutes(3)))
@@ -445,7 +446,8 @@ struct FileServerTests {
     #expect(try await fetch(server.url(status)).status == 200)
     #expect(
       try await server.stats(for: target)
-        == FileServer.Stats(requests: 3, bodyBytes: 102_000, ranges: [], versions: .init(repeating: "HTTP/1.1", count: 3)))
+        == FileServer.Stats(
+          requests: 3, bodyBytes: 102_000, ranges: [], versions: .init(repeating: "HTTP/1.1", count: 3)))
     // A reset starts the count again.
     try await server.resetStats()
     #expect(try await server.stats().isEmpty)
@@ -462,7 +464,8 @@ struct FileServerTests {
     let decoded = try JSONDecoder().decode([String: FileServer.Stats].self, from: Data(reply.body))
     #expect(decoded == (try await server.stats()))
     #expect(
-      decoded["/gen/10?seed=1"] == FileServer.Stats(requests: 1, bodyBytes: 8, ranges: ["bytes=2-"], versions: ["HTTP/1.1"]))
+      decoded["/gen/10?seed=1"]
+        == FileServer.Stats(requests: 1, bodyBytes: 8, ranges: ["bytes=2-"], versions: ["HTTP/1.1"]))
     #expect(decoded["/gen/10?seed=1&x=%22q%22"]?.requests == 1)
     #expect(decoded["/stats"] == nil)
     #expect(try await fetch(server.url("/stats/reset")).status == 200)
@@ -494,7 +497,10 @@ struct FileServerTests {
     guard
       let curl = try ToolRun(
         "curl",
-        ["-s", "-o", "/dev/null", "-w", "%{http_code} %{size_download}", server.url("/gen/\(size)?seed=1").absoluteString])
+        [
+          "-s", "-o", "/dev/null", "-w", "%{http_code} %{size_download}",
+          server.url("/gen/\(size)?seed=1").absoluteString,
+        ])
     else {
       Issue.record("curl is not installed: the 1 GiB stream was not checked")
       return

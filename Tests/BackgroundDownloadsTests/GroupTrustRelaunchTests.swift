@@ -41,7 +41,8 @@ struct GroupTrustRelaunchTests {
       let events = container.path + "/" + DownloadStore.sessionPath(session) + "/events"
       // A's app: leaves its marker and handles the waiting events (removes them), so the agent goes idle.
       try store.register(
-        RelaunchRecord(executable: "/bin/sh", arguments: ["-c", #"touch "$0"; rm -f "$1"/*.event"#, ownMarker, events]),
+        RelaunchRecord(
+          executable: "/bin/sh", arguments: ["-c", #"touch "$0"; rm -f "$1"/*.event"#, ownMarker, events]),
         for: session)
       #expect(chown(registration, users.a, users.group) == 0)
       let planted = RelaunchRecord(executable: "/bin/sh", arguments: ["-c", #"touch "$0""#, plantedMarker])
@@ -77,11 +78,13 @@ struct GroupTrustRelaunchTests {
     #expect(!FileManager.default.fileExists(atPath: world.plantedMarker))
   }
 
-  @Test("B's program is never started by A's agent, and the agent's log says which file is wrong and how to fix it",
+  @Test(
+    "B's program is never started by A's agent, and the agent's log says which file is wrong and how to fix it",
     arguments: TrustAttack.allCases)
   func bCannotMakeAsAgentRunItsProgram(attack: TrustAttack) async throws {
     let world = try await World()
-    try await attack.perform(on: world.registration, from: world.plantedSource, users: world.users, scratch: world.root.path)
+    try await attack.perform(
+      on: world.registration, from: world.plantedSource, users: world.users, scratch: world.root.path)
     let agent = try await world.runAgent()
     #expect(agent.status == 0, "\(agent)")
     for expected in [world.registration, "is not started", "Start the session again"] + attack.problem(world.users) {

@@ -35,8 +35,7 @@ import Testing
     }
   }
 
-  func groupctl(_ arguments: [String], _ root: TestRoot, environment: [String: String] = noAgent) async throws -> Run
-  {
+  func groupctl(_ arguments: [String], _ root: TestRoot, environment: [String: String] = noAgent) async throws -> Run {
     let child = try Child(
       ["downloads"] + arguments + ["--root", root.path], executable: "groupctl", environment: environment)
     let status = await child.exit()
@@ -117,7 +116,9 @@ import Testing
     let list = try await groupctl(["list", group, "--json"], root)
     #expect(list.status == 0 && list.out.isEmpty, "\(list)")
     let container = try root.container(group).path
-    for path in ["/etc/gc-cli-escape", root.path + "/x", container + "/.coordination/x", container + "/Downloads/file.bin"] {
+    for path in [
+      "/etc/gc-cli-escape", root.path + "/x", container + "/.coordination/x", container + "/Downloads/file.bin",
+    ] {
       #expect(!FileManager.default.fileExists(atPath: path), "\(path) was created")
     }
   }
@@ -165,7 +166,9 @@ import Testing
   @Test func listShowsACreatedTask() async throws {
     let root = try TestRoot()
     let started = try await groupctl(
-      ["start", group, "http://127.0.0.1:1/file.bin", "--to", "Documents/f.bin", "--length", "10", "--priority", "0.9"],
+      [
+        "start", group, "http://127.0.0.1:1/file.bin", "--to", "Documents/f.bin", "--length", "10", "--priority", "0.9",
+      ],
       root)
     #expect(started.status == 0, "\(started)")
     let id = try #require(started.out.first)
@@ -211,7 +214,8 @@ import Testing
     let store = try DownloadStore(container: try root.container(group))
     let id = try makeTask(
       store, session: "app", name: "done.bin",
-      status: TaskStatus(phase: .completed, resume: ResumeState(receivedBytes: 3, expectedBytes: 3), finished: Self.now))
+      status: TaskStatus(phase: .completed, resume: ResumeState(receivedBytes: 3, expectedBytes: 3), finished: Self.now)
+    )
     let cancel = try await groupctl(["cancel", group, id], root)
     #expect(cancel.status == 0 && cancel.out.first?.contains("already completed (succeeded)") == true, "\(cancel)")
     #expect(store.control(id) == nil)
@@ -242,8 +246,10 @@ import Testing
     let server = try await FileServer.start()
     let size = 300_000
     let started = try await groupctl(
-      ["start", group, server.url("/gen/\(size)?seed=5").absoluteString, "--to", "Downloads/gen.bin", "--length",
-       "\(size)"], root, environment: [:])
+      [
+        "start", group, server.url("/gen/\(size)?seed=5").absoluteString, "--to", "Downloads/gen.bin", "--length",
+        "\(size)",
+      ], root, environment: [:])
     #expect(started.status == 0, "\(started)")
     let id = try #require(started.out.first)
     let waited = try await groupctl(["wait", group, id, "--timeout", "40"], root, environment: [:])
@@ -267,8 +273,10 @@ import Testing
     let root = try TestRoot()
     let server = try await FileServer.start()
     let id = try #require(
-      try await groupctl(["start", group, server.url("/gen/1000?seed=1&status=404").absoluteString], root, environment: [:])
-        .out.first)
+      try await groupctl(
+        ["start", group, server.url("/gen/1000?seed=1&status=404").absoluteString], root, environment: [:]
+      )
+      .out.first)
     let waited = try await groupctl(["wait", group, id, "--timeout", "40"], root, environment: [:])
     #expect(waited.status == 1 && waited.out.isEmpty, "\(waited)")
     #expect(waited.err.contains("HTTP 404") && waited.err.contains("(HTTP status 404)"), "\(waited)")
@@ -280,11 +288,15 @@ import Testing
     let server = try await FileServer.start()
     let target = "/gen/1000000?seed=2&stall=1000"
     let id = try #require(
-      try await groupctl(["start", group, server.url(target).absoluteString, "--to", "Documents/s.bin"], root,
-        environment: [:]).out.first)
+      try await groupctl(
+        ["start", group, server.url(target).absoluteString, "--to", "Documents/s.bin"], root,
+        environment: [:]
+      ).out.first)
     // Cancel once the transfer is under way (the server has counted the request).
     let deadline = Date().addingTimeInterval(Wait.condition)
-    while await (try? server.stats(for: target).requests) ?? 0 == 0, Date() < deadline { try await Task.sleep(for: .milliseconds(50)) }
+    while await (try? server.stats(for: target).requests) ?? 0 == 0, Date() < deadline {
+      try await Task.sleep(for: .milliseconds(50))
+    }
     let cancel = try await groupctl(["cancel", group, id], root, environment: [:])
     #expect(cancel.status == 0, "\(cancel)")
     let waited = try await groupctl(["wait", group, id, "--timeout", "40"], root, environment: [:])
@@ -339,7 +351,10 @@ import Testing
     let events = first.objects
     #expect(events.count == 3, "\(first)")
     #expect(events.map { $0["id"] as? String } == ["\(ok).finished", "\(ok).completed", "\(missing).completed"])
-    #expect(events.map { $0["kind"] as? String } == ["didFinishDownloadingTo", "didCompleteWithError", "didCompleteWithError"])
+    #expect(
+      events.map { $0["kind"] as? String } == [
+        "didFinishDownloadingTo", "didCompleteWithError", "didCompleteWithError",
+      ])
     #expect((events.first?["location"] as? String) == container.path + "/Downloads/ok.bin")
     #expect(events[safe: 1]?["error"] == nil)
     #expect((events[safe: 2]?["error"] as? String)?.contains("HTTP 404") == true)
@@ -400,7 +415,8 @@ import Testing
   @Test func watchUntilDoneWithNothingUnfinishedEndsAtOnce() async throws {
     let root = try TestRoot()
     let store = try DownloadStore(container: try root.container(group))
-    let id = try makeTask(store, session: "app", name: "x.bin", status: TaskStatus(phase: .completed, finished: Self.now))
+    let id = try makeTask(
+      store, session: "app", name: "x.bin", status: TaskStatus(phase: .completed, finished: Self.now))
     let run = try await groupctl(["watch", group, "--json", "--until-done"], root)
     #expect(run.status == 0 && run.out.count == 1 && run.out.first?.contains(id) == true, "\(run)")
   }

@@ -1,11 +1,10 @@
 import BackgroundDownloads
+import DownloadAgent
 import FileCoordination
 import Foundation
 import SystemLayer
 import TestSupport
 import Testing
-
-import DownloadAgent
 
 /// Publishing a finished download: the fsync → coordinated rename → directory fsync sequence, presenters in
 /// another process, destinations on another file system, full disks and destinations that try to leave.

@@ -1,8 +1,7 @@
 import BackgroundDownloads
-import Testing
-import TestSupport
-
 import DownloadAgent
+import TestSupport
+import Testing
 
 /// The pure resume decisions (RFC 9110 ranges and If-Range) without a network.
 ///

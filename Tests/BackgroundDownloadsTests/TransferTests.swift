@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import BackgroundDownloads
 import Crypto
+import DownloadAgent
 import FileCoordination
 import Foundation
 import Logging
@@ -8,8 +9,6 @@ import Synchronization
 import SystemLayer
 import TestSupport
 import Testing
-
-import DownloadAgent
 
 /// The transfer engine against the real `gc-file-server`, in process: whole downloads, resume, restarts, error
 /// statuses, stalls, verification, cancellation and the partial's trust rules.
@@ -177,7 +176,10 @@ struct TransferTests {
     }
     let bad = String(repeating: "0", count: 64)
     let wrong = await env.run(url: "/gen/\(size)?seed=8", destination: "Downloads/sha-bad.bin", sha256: bad)
-    #expect(wrong == .failed(.checksumMismatch(expected: bad, actual: good), ResumeState(bootID: BootIdentity.current), httpStatus: 200))
+    #expect(
+      wrong
+        == .failed(
+          .checksumMismatch(expected: bad, actual: good), ResumeState(bootID: BootIdentity.current), httpStatus: 200))
     #expect(try env.root.status("Downloads/sha-bad.bin") == nil)
     #expect(try env.root.status(Self.partial) == nil)
     try await env.close()
@@ -422,7 +424,8 @@ final class TransferEnvironment: Sendable {
     root = try container.directory()
     server = try await FileServer.start()
     client = TransferEngine.makeClient(maxConnectionsPerHost: 4, policy: clientPolicy ?? policy)
-    engine = TransferEngine(container: container, client: client, policy: policy, logger: Logger(label: "transfer-test"))
+    engine = TransferEngine(
+      container: container, client: client, policy: policy, logger: Logger(label: "transfer-test"))
     self.policy = policy
   }
 
@@ -443,10 +446,12 @@ final class TransferEnvironment: Sendable {
 
   /// Whether the file at `relative` holds exactly `expected` (a Bool: Swift Testing would diff two arrays of
   /// megabytes for minutes when they differ), recording where they first differ.
-  func holds(_ relative: String, _ expected: [UInt8], sourceLocation: SourceLocation = #_sourceLocation) throws -> Bool {
+  func holds(_ relative: String, _ expected: [UInt8], sourceLocation: SourceLocation = #_sourceLocation) throws -> Bool
+  {
     let actual = try published(relative)
     guard actual != expected else { return true }
-    let first = zip(actual, expected).enumerated().first { $0.element.0 != $0.element.1 }?.offset
+    let first =
+      zip(actual, expected).enumerated().first { $0.element.0 != $0.element.1 }?.offset
       ?? min(actual.count, expected.count)
     Issue.record(
       "\(relative): \(actual.count) bytes, expected \(expected.count); first difference at byte \(first)",

@@ -80,7 +80,8 @@ import Testing
       else { return false }
       let bytes = [UInt8](environ)
       return bytes.count >= needle.count
-        && (0...(bytes.count - needle.count)).contains { (i: Int) in bytes[i..<(i + needle.count)].elementsEqual(needle) }
+        && (0...(bytes.count - needle.count)).contains { (i: Int) in bytes[i..<(i + needle.count)].elementsEqual(needle)
+        }
     }
   }
 
@@ -199,7 +200,9 @@ import Testing
     swapped.swapAt(9, 10)  // the host launched before the widget said it opens it
     let outOfOrder = try await check(swapped)
     #expect(outOfOrder.status == 1)
-    #expect(outOfOrder.output.contains("demo: out of order: \"[host] launched by simpletimer://finished\""), "\(outOfOrder.output)")
+    #expect(
+      outOfOrder.output.contains("demo: out of order: \"[host] launched by simpletimer://finished\""),
+      "\(outOfOrder.output)")
 
     var early = good
     early.swapAt(1, 5)  // the widget read the suite before the host started its countdown
@@ -209,7 +212,8 @@ import Testing
 
     var placeholderFirst = good
     placeholderFirst.swapAt(  // the placeholder before the first picture
-      good.firstIndex { $0.hasPrefix("[widget] showing 1/5") }!, good.firstIndex { $0.hasPrefix("[widget] showing 5/5") }!)
+      good.firstIndex { $0.hasPrefix("[widget] showing 1/5") }!,
+      good.firstIndex { $0.hasPrefix("[widget] showing 5/5") }!)
     let videoOutOfOrder = try await check(placeholderFirst)
     #expect(videoOutOfOrder.status == 1, "\(videoOutOfOrder.output)")
     #expect(videoOutOfOrder.output.contains("out of order"))
@@ -235,9 +239,11 @@ import Testing
   /// inside tmux. The demo opens its own window with two panes; `x` in the scoreboard widget dismisses the match and
   /// the widget stays; `q` in the host pane ends it: the window closes and every process it started is gone.
   @Test(.runSlot(.minutes(3))) func inTmuxItOpensAWindowAndQEndsEveryProcess() async throws {
-    guard let tmux = ["/usr/bin/tmux", "/usr/local/bin/tmux", "/bin/tmux"].first(where: {
-      FileManager.default.isExecutableFile(atPath: $0)
-    }) else {
+    guard
+      let tmux = ["/usr/bin/tmux", "/usr/local/bin/tmux", "/bin/tmux"].first(where: {
+        FileManager.default.isExecutableFile(atPath: $0)
+      })
+    else {
       withKnownIssue("tmux is not installed: the tmux path of the demo is not tested (apt-get install tmux)") {
         Issue.record("no tmux")
       }
@@ -248,7 +254,9 @@ import Testing
       let run = try Run(tmux, ["-L", server] + arguments, environment: ["TMUX": ""])
       return (await run.finish(), run.output)
     }
-    #expect(try await tmuxCommand(["-f", "/dev/null", "new-session", "-d", "-s", "user", "-x", "160", "-y", "40"]).status == 0)
+    #expect(
+      try await tmuxCommand(["-f", "/dev/null", "new-session", "-d", "-s", "user", "-x", "160", "-y", "40"]).status == 0
+    )
     defer {
       // The private server goes, whatever happened (synchronously: defer cannot await).
       _ = try? runTool(tmux, ["-L", server, "kill-server"])

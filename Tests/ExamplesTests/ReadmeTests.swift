@@ -68,15 +68,19 @@ import Testing
     let snippet = snippets[0].code
     let version = try Self.newestChangelogVersion()
     let dependency = try #require(
-      snippet.firstMatch(of: #/\.package\(url: "https://[^"]+/(?<name>[A-Za-z0-9_.-]+)", from: "(?<version>[0-9.]+)"\)/#),
+      snippet.firstMatch(
+        of: #/\.package\(url: "https://[^"]+/(?<name>[A-Za-z0-9_.-]+)", from: "(?<version>[0-9.]+)"\)/#),
       "no `.package(url: \"https://…\", from: \"…\")` line in \(snippet)")
-    #expect(String(dependency.version) == version, "the README installs \(dependency.version), CHANGELOG.md is at \(version)")
+    #expect(
+      String(dependency.version) == version, "the README installs \(dependency.version), CHANGELOG.md is at \(version)")
     let product = try #require(
       snippet.firstMatch(of: #/\.product\(name: "(?<product>[^"]+)", package: "(?<package>[^"]+)"\)/#))
     #expect(String(product.package) == String(dependency.name), "package: must be the URL's last component")
     let manifest = try String(contentsOf: Self.repository.appendingPathComponent("Package.swift"), encoding: .utf8)
-    #expect(manifest.contains("name: \"\(product.package)\","), "Package.swift's package is not named \(product.package)")
-    #expect(manifest.contains(".library(name: \"\(product.product)\""), "Package.swift has no library \(product.product)")
+    #expect(
+      manifest.contains("name: \"\(product.package)\","), "Package.swift's package is not named \(product.package)")
+    #expect(
+      manifest.contains(".library(name: \"\(product.product)\""), "Package.swift has no library \(product.product)")
   }
 
   /// The examples that the output comparison runs (read when the tests are listed): the README's, and the
@@ -91,7 +95,8 @@ import Testing
     let examples = try Readme.documents(Self.repository).flatMap(\.readme.examples)
     let example = try #require(examples.first { $0.executable == executable })
     let expected = try #require(
-      example.output, "\(example.path): show its output after an `<!-- output -->` marker, or run it in a test of its own")
+      example.output,
+      "\(example.path): show its output after an `<!-- output -->` marker, or run it in a test of its own")
     let server = try await FileServer.start()
     let root = try TestRoot()
     let child = try Child(
@@ -198,8 +203,9 @@ struct Readme {
     let sources = repository.appendingPathComponent("Sources")
     for module in try FileManager.default.contentsOfDirectory(atPath: sources.path).sorted() {
       let catalog = "Sources/\(module)/Documentation.docc"
-      let articles = (try? FileManager.default.contentsOfDirectory(
-        atPath: repository.appendingPathComponent(catalog).path)) ?? []
+      let articles =
+        (try? FileManager.default.contentsOfDirectory(
+          atPath: repository.appendingPathComponent(catalog).path)) ?? []
       names += articles.filter { $0.hasSuffix(".md") }.sorted().map { "\(catalog)/\($0)" }
     }
     return try names.map { ($0, try load(repository.appendingPathComponent($0))) }

@@ -23,7 +23,8 @@ import Testing
     _ text: String, path: String, meaning: String, sourceLocation: SourceLocation = #_sourceLocation
   ) {
     #expect(text.contains(path), "no '\(path)' in: \(text)", sourceLocation: sourceLocation)
-    #expect(text.lowercased().contains(meaning.lowercased()), "no '\(meaning)' in: \(text)", sourceLocation: sourceLocation)
+    #expect(
+      text.lowercased().contains(meaning.lowercased()), "no '\(meaning)' in: \(text)", sourceLocation: sourceLocation)
     #expect(!text.contains(".gc-tmp"), "a temp name in: \(text)", sourceLocation: sourceLocation)
     #expect(!text.contains("NSCocoaErrorDomain"), "a Cocoa dump in: \(text)", sourceLocation: sourceLocation)
     #expect(!text.isEmpty, sourceLocation: sourceLocation)

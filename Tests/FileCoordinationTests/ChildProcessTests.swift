@@ -1,7 +1,7 @@
 import Foundation
 import SystemLayer
-import Testing
 import TestSupport
+import Testing
 
 /// TestSupport's children (`Child`, `FileServer`, `ToolRun`): no child inherits another's pipes, a child's pipes
 /// are closed once it has exited and its output is read, and a released handle kills its child. A whole-suite run
@@ -32,7 +32,6 @@ import TestSupport
     }
     return result
   }
-
 
   @Test func noChildInheritsAnotherChildsPipes() async throws {
     let root = try TestRoot()

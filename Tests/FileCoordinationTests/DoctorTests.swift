@@ -248,7 +248,8 @@ import Testing
     #expect(owners.contains("'Documents/stranger.txt' belongs to uid 54321, who is not a member"), "\(result.out)")
     #expect(owners.contains("'Documents/wrong-group.txt' has group 0") && owners.contains("chgrp \(users.group)"))
     #expect(!owners.contains("member.txt"), "\(owners)")
-    #expect(Set(try await problems(root, "owners").map(\.path)) == ["Documents/stranger.txt", "Documents/wrong-group.txt"])
+    #expect(
+      Set(try await problems(root, "owners").map(\.path)) == ["Documents/stranger.txt", "Documents/wrong-group.txt"])
   }
 
   @Test func aRegistrationOthersMayWriteIsReported() async throws {
@@ -261,7 +262,9 @@ import Testing
     let result = try await doctor(root)
     #expect(result.status == 1)
     let trusted = line(result.out, "fail", "trusted files")
-    #expect(trusted.contains("'.coordination/schemes/gcdoctrust'") && trusted.contains("chmod go-w '\(file)'"), "\(result.out)")
+    #expect(
+      trusted.contains("'.coordination/schemes/gcdoctrust'") && trusted.contains("chmod go-w '\(file)'"),
+      "\(result.out)")
   }
 
   @Test func aSparseTenGigabyteLockFileIsReported() async throws {
@@ -285,7 +288,8 @@ import Testing
     let root = try TestRoot()
     let container = try root.container(Self.group)
     let record = ".coordination/presenters/999.1.3"
-    #expect(FileManager.default.createFile(atPath: container.path + "/" + record, contents: Data("{\"version\":1".utf8)))
+    #expect(
+      FileManager.default.createFile(atPath: container.path + "/" + record, contents: Data("{\"version\":1".utf8)))
     let result = try await doctor(root)
     #expect(result.status == 1)
     let records = line(result.out, "fail", "presenter records")

@@ -52,7 +52,8 @@ struct GroupTrustTests {
       plantedMarker = markers + "/planted"
       plantedSource = root.path + "/planted.json"
       // A's app registers its scheme: the library's file, given to A.
-      try container.registerURLScheme(scheme, launching: URL(fileURLWithPath: "/bin/sh"), arguments: Self.touch(ownMarker))
+      try container.registerURLScheme(
+        scheme, launching: URL(fileURLWithPath: "/bin/sh"), arguments: Self.touch(ownMarker))
       #expect(chown(registration, users.a, users.group) == 0)
       let planted = SchemeRegistration(scheme: scheme, executable: "/bin/sh", arguments: Self.touch(plantedMarker))
       try JSONEncoder().encode(planted).write(to: URL(fileURLWithPath: plantedSource))
@@ -88,7 +89,8 @@ struct GroupTrustTests {
     #expect(GroupMembers.owner(world.ownMarker) == world.users.a, "A's program did not run as A: \(result.err)")
   }
 
-  @Test("B's program is never run by A's delivery, and A is told which file is wrong and how to fix it",
+  @Test(
+    "B's program is never run by A's delivery, and A is told which file is wrong and how to fix it",
     arguments: TrustAttack.allCases, Delivery.allCases)
   func bCannotMakeARunItsProgram(attack: TrustAttack, via delivery: Delivery) async throws {
     let world = try await World()
@@ -108,7 +110,8 @@ struct GroupTrustTests {
   func anInPlaceEditIsDeniedToOtherMembers() async throws {
     let world = try await World()
     let before = try Data(contentsOf: URL(fileURLWithPath: world.registration))
-    let b = try await world.users.shell(as: world.users.b, #"cat "$1" > "$2""#, [world.plantedSource, world.registration])
+    let b = try await world.users.shell(
+      as: world.users.b, #"cat "$1" > "$2""#, [world.plantedSource, world.registration])
     #expect(b.status != 0 && b.err.contains("Permission denied"), "\(b)")
     #expect(try Data(contentsOf: URL(fileURLWithPath: world.registration)) == before)
     let result = try await world.deliver(.open)

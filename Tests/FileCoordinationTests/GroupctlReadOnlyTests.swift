@@ -104,7 +104,9 @@ import Testing
   @Test func aMissingCacheIsAnErrorAndNothingIsCreated() async throws {
     let root = try TestRoot()
     let container = try root.container(Self.group)
-    for command in [["cache", "get", Self.group, "k"], ["cache", "list", Self.group], ["cache", "stats", Self.group]] {
+    for command in [
+      ["cache", "get", Self.group, "k"], ["cache", "list", Self.group], ["cache", "stats", Self.group],
+    ] {
       let run = try await groupctl(command + ["--cache", "typo", "--root", root.path])
       #expect(run.status == 1 && run.err.hasPrefix("groupctl: no such cache 'typo' in \(Self.group)"), "\(run)")
     }

@@ -18,7 +18,9 @@ import Testing
   static let group = "group.com.example.hostile"
 
   /// Runs a product with stdin closed; fails the test (and kills it) if it runs longer than `timeout` seconds.
-  func run(_ executable: String, _ arguments: [String], timeout: Double = 20) async throws -> (status: Int32?, err: String) {
+  func run(_ executable: String, _ arguments: [String], timeout: Double = 20) async throws -> (
+    status: Int32?, err: String
+  ) {
     let run = try await runToEnd(
       productsDirectory.appendingPathComponent(executable).path, arguments, input: "x", timeout: timeout)
     return (run.status, run.errors)

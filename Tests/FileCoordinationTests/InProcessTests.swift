@@ -135,7 +135,8 @@ import Testing
     try FileCoordinator().coordinate(writingItemAt: url) { url in
       try container.write(Data("theirs".utf8), to: url)
     }
-    #expect(await presenter.waitFor(["relinquishToWriter coordinated", "didChange coordinated", "reacquire coordinated"]))
+    #expect(
+      await presenter.waitFor(["relinquishToWriter coordinated", "didChange coordinated", "reacquire coordinated"]))
     try? await Task.sleep(for: .seconds(0.3))
     // Exactly one write was reported: the presenter's own write was neither messaged nor seen through inotify.
     #expect(presenter.events.filter { $0.hasPrefix("didChange") }.count == 1, "\(presenter.events)")

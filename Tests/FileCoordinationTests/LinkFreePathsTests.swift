@@ -61,7 +61,9 @@ import Testing
 
     /// Accesses `relative` until the memory answers (`counted` moves), at most 10 s (other tests' events on the
     /// process's inotify queue can keep it from answering for a while); with `writing`, each access writes it.
-    func warm(_ relative: String, counted: KeyPath<LinkFreePaths.Counts, Int>, writing: Bool = false) async throws -> Bool {
+    func warm(_ relative: String, counted: KeyPath<LinkFreePaths.Counts, Int>, writing: Bool = false) async throws
+      -> Bool
+    {
       let before = space.linkFreePaths.counts[keyPath: counted]
       let deadline = Date().addingTimeInterval(Wait.condition)
       var i = 0

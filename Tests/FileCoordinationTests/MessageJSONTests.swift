@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 @testable import FileCoordination
 
@@ -90,7 +90,8 @@ import TestSupport
   }
 
   @Test func aMessageWithEscapesGoesToJSONDecoder() {
-    let text = #"{"version":1,"id":"1.2.3","kind":"prepare","sender":"1.2","item":"Documents\/a","needsAck":false,"isWrite":false,"events":[]}"#
+    let text =
+      #"{"version":1,"id":"1.2.3","kind":"prepare","sender":"1.2","item":"Documents\/a","needsAck":false,"isWrite":false,"events":[]}"#
     #expect(MessageJSON.decode(Array(text.utf8)) == nil)
     #expect(Self.slow(Array(text.utf8))?.item == "Documents/a")
   }
@@ -113,24 +114,25 @@ import TestSupport
       replacing(#""ackSlot":3"#, #""ackSlots":3"#), replacing(#""ackSlot":3"#, #""ackSlo":3"#),
       replacing(#""item":"#, #""\u0069tem":"#),
     ]
-    let handMade: [String] = edges + [
-      base.replacingOccurrences(of: #""ackToken":99"#, with: #""ackToken":99,"ackToken":98"#),  // repeated
-      base.replacingOccurrences(
-        of: #""kind":"relinquishToWriter"}"#,
-        with: #""kind":"accommodateSubitemDeletion","path":"Documents/a","path":"Documents/b"}"#),  // in an event
-      base.replacingOccurrences(of: #""version":1"#, with: #""version":1.0"#),
-      base.replacingOccurrences(of: #""version":1"#, with: #""version":01"#),
-      base.replacingOccurrences(of: #""ackSlot":3"#, with: #""ackSlot":-3"#),
-      base.replacingOccurrences(of: #""ackToken":99"#, with: #""ackToken":-99"#),
-      base.replacingOccurrences(of: #""ackToken":99"#, with: #""ackToken":18446744073709551616"#),
-      base.replacingOccurrences(of: #""needsAck":true"#, with: #""needsAck":1"#),
-      base.replacingOccurrences(of: #""sender":"1.2""#, with: #""sender":"1.x""#),
-      base.replacingOccurrences(of: #""kind":"prepare""#, with: #""kind":"unknown""#),
-      base.replacingOccurrences(of: #","ackSlot":3"#, with: #","ackSlot":null"#),
-      base.replacingOccurrences(of: #""isWrite":false,"#, with: ""),
-      base.replacingOccurrences(of: #"}]"#, with: #","extra":1}]"#),
-      base + " x", " \n" + base + "\t", "\u{FEFF}" + base, "[" + base + "]",
-    ]
+    let handMade: [String] =
+      edges + [
+        base.replacingOccurrences(of: #""ackToken":99"#, with: #""ackToken":99,"ackToken":98"#),  // repeated
+        base.replacingOccurrences(
+          of: #""kind":"relinquishToWriter"}"#,
+          with: #""kind":"accommodateSubitemDeletion","path":"Documents/a","path":"Documents/b"}"#),  // in an event
+        base.replacingOccurrences(of: #""version":1"#, with: #""version":1.0"#),
+        base.replacingOccurrences(of: #""version":1"#, with: #""version":01"#),
+        base.replacingOccurrences(of: #""ackSlot":3"#, with: #""ackSlot":-3"#),
+        base.replacingOccurrences(of: #""ackToken":99"#, with: #""ackToken":-99"#),
+        base.replacingOccurrences(of: #""ackToken":99"#, with: #""ackToken":18446744073709551616"#),
+        base.replacingOccurrences(of: #""needsAck":true"#, with: #""needsAck":1"#),
+        base.replacingOccurrences(of: #""sender":"1.2""#, with: #""sender":"1.x""#),
+        base.replacingOccurrences(of: #""kind":"prepare""#, with: #""kind":"unknown""#),
+        base.replacingOccurrences(of: #","ackSlot":3"#, with: #","ackSlot":null"#),
+        base.replacingOccurrences(of: #""isWrite":false,"#, with: ""),
+        base.replacingOccurrences(of: #"}]"#, with: #","extra":1}]"#),
+        base + " x", " \n" + base + "\t", "\u{FEFF}" + base, "[" + base + "]",
+      ]
     var inputs = handMade.map { Array($0.utf8) }
     var generator = SystemRandomNumberGenerator()
     let bytes = Array(base.utf8)

@@ -108,7 +108,8 @@ import Testing
     await presenter.line() { _ in
       coordinatedEvents(presenter).filter { $0 == "reacquire" }.count >= count
     }
-    try? await Task.sleep(for: .seconds(0.3))  // anything wrong that comes late (a callback twice, an uncoordinated one)
+    // Anything wrong that comes late (a callback twice, an uncoordinated one).
+    try? await Task.sleep(for: .seconds(0.3))
   }
 
   @Test func preparesAndFinishesTravelAsDatagrams() async throws {
@@ -133,7 +134,9 @@ import Testing
   /// The presenter's watcher reads nothing until the write and its finish are done, so the finish datagram waits
   /// on the socket beside the write's own inotify events: the watcher reads the socket first (the prepare, then the
   /// finish), and the finished write must still suppress those events — reported once, as coordinated.
-  @Test(arguments: [false, true]) func aFinishOnTheSocketNeverLetsItsWritesOwnEventsThrough(filesOnly: Bool) async throws {
+  @Test(arguments: [false, true]) func aFinishOnTheSocketNeverLetsItsWritesOwnEventsThrough(filesOnly: Bool)
+    async throws
+  {
     let setup = try await Setup(
       group, "s.txt", stallMS: 600_000,
       environment: filesOnly ? [MessageTransport.filesOnlyVariable: "1"] : [:])

@@ -1,8 +1,7 @@
+import FileCoordination
 import Foundation
 import TestSupport
 import Testing
-
-import FileCoordination
 
 /// `FileCoordinator.events(presentedItemAt:)`: presenter callbacks as an AsyncSequence, across real processes.
 ///

@@ -1,6 +1,6 @@
 import Foundation
-import TestSupport
 import SystemLayer
+import TestSupport
 import Testing
 
 @testable import FileCoordination

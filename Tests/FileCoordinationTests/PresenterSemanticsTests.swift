@@ -140,7 +140,8 @@ import Testing
 
   /// Runs a write of `url` on another thread, cancels it once `cancelWhen` says so (then again until it ends), and
   /// returns what it threw.
-  func cancelledWrite(_ url: URL, timeout: Duration = .seconds(30), cancelWhen: () async -> Void) async -> (any Error)? {
+  func cancelledWrite(_ url: URL, timeout: Duration = .seconds(30), cancelWhen: () async -> Void) async -> (any Error)?
+  {
     let coordinator = FileCoordinator()
     coordinator.presenterTimeout = timeout
     let result = Mutex<(any Error)??>(nil)
@@ -186,7 +187,8 @@ import Testing
     let child = try await presenter(root, "Documents/cancel2.txt")
     let error = await cancelledWrite(url) {
       await child.line { $0.hasPrefix("relinquishToWriter") }
-      try? await Task.sleep(for: .seconds(0.2))  // most likely waiting for the lock by now (either wait is a valid case)
+      // Most likely waiting for the lock by now (either wait is a valid case).
+      try? await Task.sleep(for: .seconds(0.2))
     }
     guard (error as? FileCoordinatorError)?.code == .cancelled else {
       Issue.record("expected cancelled, got \(String(describing: error))")
@@ -250,7 +252,8 @@ import Testing
     try await removeWithRM(container)
     // The presenter's process re-registers it once the removal is over (in the bucket of its item).
     let presenters = container.url.appendingPathComponent(
-      ".coordination/presenters/" + PresenterRegistry.bucketName(try ContainerPath("Documents/kept.txt").bytesHash)).path
+      ".coordination/presenters/" + PresenterRegistry.bucketName(try ContainerPath("Documents/kept.txt").bytesHash)
+    ).path
     guard await waitForEntry(in: presenters, prefix: "\(child.pid).") else {
       Issue.record("the presenter was not registered again after the container was removed")
       return

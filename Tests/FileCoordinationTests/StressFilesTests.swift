@@ -15,7 +15,9 @@ import Testing
   /// Runs groupctl; returns its status and stdout lines (stderr is kept for failure messages). A run that does not
   /// end within `Wait.exit` (a hang: 800 coordinated writes took over 50 s on a loaded machine) is killed and
   /// recorded as an issue (its workers exit when they see it gone).
-  func groupctl(_ arguments: [String], timeout: Double = Wait.exit) async throws -> (status: Int32, lines: [String], err: String) {
+  func groupctl(_ arguments: [String], timeout: Double = Wait.exit) async throws -> (
+    status: Int32, lines: [String], err: String
+  ) {
     let run = try await runToEnd(productsDirectory.appendingPathComponent("groupctl").path, arguments, timeout: timeout)
     return (run.status ?? -1, run.output.split(separator: "\n").map(String.init), run.errors)
   }

@@ -62,7 +62,8 @@ import Testing
     try? await Task.sleep(for: .seconds(0.4))
     second.send()
     #expect(
-      await eventually { second.got.withLock { $0 } == 1 }, "the descriptor that took the first one's place was not served")
+      await eventually { second.got.withLock { $0 } == 1 },
+      "the descriptor that took the first one's place was not served")
     withExtendedLifetime(first) {}
   }
 

@@ -124,7 +124,10 @@ func fileEntity(root: String, encodedName: Substring) -> Entity? {
   guard let name = percentDecoded(encodedName), !name.isEmpty, name != ".", name != "..", !name.contains("/"),
     !name.utf8.contains(0), let file = OpenFile(root: root, name: name)
   else { return nil }
-  let tag = "f-\(String(file.inode, radix: 16))-\(String(file.size, radix: 16))-\(String(file.modifiedNanoseconds, radix: 16))"
-  let seconds = file.modifiedNanoseconds >= 0 ? file.modifiedNanoseconds / 1_000_000_000 : (file.modifiedNanoseconds - 999_999_999) / 1_000_000_000
+  let tag =
+    "f-\(String(file.inode, radix: 16))-\(String(file.size, radix: 16))-\(String(file.modifiedNanoseconds, radix: 16))"
+  let seconds =
+    file.modifiedNanoseconds >= 0
+    ? file.modifiedNanoseconds / 1_000_000_000 : (file.modifiedNanoseconds - 999_999_999) / 1_000_000_000
   return Entity(size: file.size, etag: "\"\(tag)\"", lastModified: seconds, body: .file(file))
 }

@@ -111,12 +111,14 @@ final class FileServerHandler: ChannelInboundHandler, RemovableChannelHandler {
         sizeText: path.dropFirst("/gen/".count), seedText: target.value("seed"), rotation: faults.rotate ? number : nil)
     } else if path.hasPrefix("/files/") {
       guard let root = state.root else {
-        return textPlan(status: .notFound, text: "404 Not Found: \(path): the server was started without --root\n", head: head)
+        return textPlan(
+          status: .notFound, text: "404 Not Found: \(path): the server was started without --root\n", head: head)
       }
       guard let found = fileEntity(root: root, encodedName: path.dropFirst("/files/".count)) else {
         return textPlan(
           status: .notFound,
-          text: "404 Not Found: \(path): not a regular file directly in \(root) (links, directories and .. are refused)\n",
+          text:
+            "404 Not Found: \(path): not a regular file directly in \(root) (links, directories and .. are refused)\n",
           head: head)
       }
       entity = found
@@ -170,7 +172,8 @@ final class FileServerHandler: ChannelInboundHandler, RemovableChannelHandler {
       let buffer = context.channel.allocator.buffer(string: text)
       headers.replaceOrAdd(name: "Content-Type", value: "text/plain; charset=utf-8")
       plan = ResponsePlan(
-        status: .rangeNotSatisfiable, headers: headers, body: .text(buffer), offset: 0, length: Int64(buffer.readableBytes))
+        status: .rangeNotSatisfiable, headers: headers, body: .text(buffer), offset: 0,
+        length: Int64(buffer.readableBytes))
     }
     plan.faults = faults
     plan.method = head.method
@@ -226,7 +229,8 @@ final class FileServerHandler: ChannelInboundHandler, RemovableChannelHandler {
     let buffer = ByteBuffer(string: text)
     var headers = HTTPHeaders()
     headers.add(name: "Content-Type", value: contentType)
-    var plan = ResponsePlan(status: status, headers: headers, body: .text(buffer), offset: 0, length: Int64(buffer.readableBytes))
+    var plan = ResponsePlan(
+      status: status, headers: headers, body: .text(buffer), offset: 0, length: Int64(buffer.readableBytes))
     plan.method = head.method
     plan.target = head.uri
     plan.rangeHeader = head.headers.first(name: "range")

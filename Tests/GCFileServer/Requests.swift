@@ -15,7 +15,8 @@ struct Target {
     rawQuery = String(parts[1])
     for pair in parts[1].split(separator: "&") where !pair.isEmpty {
       let kv = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-      query.append((percentDecoded(kv[0]) ?? String(kv[0]), kv.count == 2 ? (percentDecoded(kv[1]) ?? String(kv[1])) : ""))
+      query.append(
+        (percentDecoded(kv[0]) ?? String(kv[0]), kv.count == 2 ? (percentDecoded(kv[1]) ?? String(kv[1])) : ""))
     }
   }
 
@@ -86,7 +87,8 @@ struct Faults {
       guard let text = target.value(key) else { return nil }
       guard let value = Int64(text), range.contains(value) else {
         throw BadRequest(
-          message: "bad query parameter \(key)=\(text): expected an integer in \(range.lowerBound)...\(range.upperBound)")
+          message:
+            "bad query parameter \(key)=\(text): expected an integer in \(range.lowerBound)...\(range.upperBound)")
       }
       return value
     }

@@ -2,6 +2,7 @@ import FileCoordination
 import Foundation
 import HelperCommand
 import PropertyList
+
 @testable import SharedDefaults
 
 /// `HelperCommand.defaultsScript`: runs the steps in order on one suite (`DefaultsStep` says what each does and

@@ -2,14 +2,17 @@ import FileCoordination
 import Foundation
 import HelperCommand
 import PropertyList
-@testable import SharedDefaults
 import Synchronization
+
+@testable import SharedDefaults
 
 /// A value that proves itself: 8 bytes of sequence number, then bytes derived from it and from the key.
 func selfCheckingValue(key: String, sequence: UInt64, size: Int) -> [UInt8] {
   var bytes = withUnsafeBytes(of: sequence.littleEndian) { Array($0) }
   let seed = UInt64(truncatingIfNeeded: key.utf8.reduce(0) { $0 &* 31 &+ Int($1) })
-  for j in 8..<max(size, 8) { bytes.append(UInt8(truncatingIfNeeded: (sequence &+ seed &+ UInt64(j)) &* 2_654_435_761 >> 7)) }
+  for j in 8..<max(size, 8) {
+    bytes.append(UInt8(truncatingIfNeeded: (sequence &+ seed &+ UInt64(j)) &* 2_654_435_761 >> 7))
+  }
   return bytes
 }
 
@@ -79,7 +82,9 @@ final class SequenceChecker: Sendable {
         s.bad.append("\(source) \(key): malformed value")
         return
       }
-      if let previous = s.last[key], sequence < previous { s.bad.append("\(source) \(key): \(sequence) after \(previous)") }
+      if let previous = s.last[key], sequence < previous {
+        s.bad.append("\(source) \(key): \(sequence) after \(previous)")
+      }
       s.last[key] = max(s.last[key] ?? 0, sequence)
     }
   }

@@ -23,7 +23,10 @@ final class HelperProvider: TimelineProvider {
   let spacing: TimeInterval
   let policy: @Sendable (Date) -> TimelineReloadPolicy
 
-  init(defaults: SharedDefaults, count: Int, spacing: TimeInterval, policy: @escaping @Sendable (Date) -> TimelineReloadPolicy) {
+  init(
+    defaults: SharedDefaults, count: Int, spacing: TimeInterval,
+    policy: @escaping @Sendable (Date) -> TimelineReloadPolicy
+  ) {
     self.defaults = defaults
     self.count = count
     self.spacing = spacing
@@ -66,7 +69,9 @@ func runWidgetTimeline(
     defaults: try SharedDefaults(container: container), count: entries, spacing: Double(spacingMS) / 1000,
     policy: policy)
   let center = try WidgetCenter(container: container)
-  for await entry in WidgetTimeline(kind: kind, provider: provider, center: center, minimumReloadInterval: .milliseconds(50)) {
+  for await entry in WidgetTimeline(
+    kind: kind, provider: provider, center: center, minimumReloadInterval: .milliseconds(50))
+  {
     let late = Int(Date().timeIntervalSince(entry.date) * 1000)
     FileHandle.standardOutput.write(Data("entry \(entry.call) \(entry.index) \(entry.headline) \(late)\n".utf8))
   }

@@ -16,10 +16,12 @@ import SystemLayer
 // `swift test` would wait for it forever. Exits once its parent is gone.
 // (A process the download agent started for a session's events has the agent as its parent: it stays.)
 let parentAtStart = getppid()
-if ProcessInfo.processInfo.environment["GROUPCONTAINER_BACKGROUND_SESSION"] == nil { Thread.detachNewThread {
-  while getppid() == parentAtStart { Thread.sleep(forTimeInterval: 0.25) }
-  exit(3)
-} }
+if ProcessInfo.processInfo.environment["GROUPCONTAINER_BACKGROUND_SESSION"] == nil {
+  Thread.detachNewThread {
+    while getppid() == parentAtStart { Thread.sleep(forTimeInterval: 0.25) }
+    exit(3)
+  }
+}
 
 let invocation: HelperInvocation
 do {

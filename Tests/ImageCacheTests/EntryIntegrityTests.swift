@@ -45,7 +45,8 @@ import Testing
     let file = try #require(Self.entries(container, "edited").first)
     var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: file)))
     let comment = Array("Comment".utf8)
-    let at = try #require((0..<(bytes.count - comment.count)).first { Array(bytes[$0..<($0 + comment.count)]) == comment })
+    let at = try #require(
+      (0..<(bytes.count - comment.count)).first { Array(bytes[$0..<($0 + comment.count)]) == comment })
     for index in (at + 20)..<(at + 120) { bytes[index] = UInt8(ascii: "X") }
     try writeInPlace(file, bytes)
 

@@ -1,7 +1,7 @@
 import Foundation
 import ImageCache
-import Testing
 import TestSupport
+import Testing
 
 @Suite(.runSlot(.minutes(10))) struct ImageFormatTests {
   @Test func refusesBytesThatAreNoImage() {

@@ -1,7 +1,7 @@
 import Foundation
 import ImageCache
-import Testing
 import TestSupport
+import Testing
 
 /// The real files of Fixtures/ (made by Fixtures/make-fixtures.sh), each with its own pixel size.
 struct Fixture: Sendable, CustomStringConvertible {
@@ -61,8 +61,10 @@ func malformedReason(_ bytes: [UInt8], format: ImageFormat) -> String? {
   func fixturesParse(_ fixture: Fixture) throws {
     let info = try ImageHeaders.parse(try fixture.data())
     #expect(
-      info == ImageInfo(format: fixture.format, pixelWidth: fixture.width, pixelHeight: fixture.height,
-        frameCount: fixture.frames))
+      info
+        == ImageInfo(
+          format: fixture.format, pixelWidth: fixture.width, pixelHeight: fixture.height,
+          frameCount: fixture.frames))
     let image = try CachedImage(data: try fixture.data())
     #expect(image.info == info)
   }
@@ -111,7 +113,9 @@ func malformedReason(_ bytes: [UInt8], format: ImageFormat) -> String? {
   func pngChunk(_ type: String, _ body: [UInt8]) -> [UInt8] {
     be32(body.count) + Array(type.utf8) + body + [0, 0, 0, 0]  // CRCs are not checked
   }
-  func be32(_ value: Int) -> [UInt8] { [UInt8(value >> 24 & 0xFF), UInt8(value >> 16 & 0xFF), UInt8(value >> 8 & 0xFF), UInt8(value & 0xFF)] }
+  func be32(_ value: Int) -> [UInt8] {
+    [UInt8(value >> 24 & 0xFF), UInt8(value >> 16 & 0xFF), UInt8(value >> 8 & 0xFF), UInt8(value & 0xFF)]
+  }
   func png(width: Int, height: Int, between: [UInt8] = [], idat: Bool = true) -> [UInt8] {
     [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + pngChunk("IHDR", be32(width) + be32(height) + [8, 2, 0, 0, 0])
       + between + (idat ? pngChunk("IDAT", [1, 2, 3]) : []) + pngChunk("IEND", [])
@@ -170,7 +174,8 @@ func malformedReason(_ bytes: [UInt8], format: ImageFormat) -> String? {
     [0xFF, marker, UInt8((body.count + 2) >> 8), UInt8((body.count + 2) & 0xFF)] + body
   }
   func sof(_ marker: UInt8 = 0xC0, width: Int, height: Int) -> [UInt8] {
-    segment(marker, [8, UInt8(height >> 8), UInt8(height & 0xFF), UInt8(width >> 8), UInt8(width & 0xFF), 1, 1, 0x11, 0])
+    segment(
+      marker, [8, UInt8(height >> 8), UInt8(height & 0xFF), UInt8(width >> 8), UInt8(width & 0xFF), 1, 1, 0x11, 0])
   }
   let sos: [UInt8] = [0xFF, 0xDA, 0, 8, 1, 1, 0, 0, 63, 0]
   func jpeg(_ middle: [UInt8], scan: [UInt8] = [0x12, 0x34]) -> [UInt8] {
@@ -266,7 +271,8 @@ func malformedReason(_ bytes: [UInt8], format: ImageFormat) -> String? {
     #expect(malformedReason(gif(blocks: frame, trailer: false), format: .gif)?.contains("no trailer") == true)
     #expect(malformedReason(gif(blocks: [0x99] + frame), format: .gif)?.contains("unknown block 0x99") == true)
     #expect(malformedReason(gif(width: 0, blocks: frame), format: .gif)?.contains("0 pixels") == true)
-    #expect(malformedReason(gif(width: 65_535, height: 65_535, blocks: frame), format: .gif)?.contains("more than") == true)
+    #expect(
+      malformedReason(gif(width: 65_535, height: 65_535, blocks: frame), format: .gif)?.contains("more than") == true)
     // A global colour table of 3 × 256 bytes announced in a 20-byte file.
     var table = gif(blocks: frame)
     table[10] = 0x87
@@ -285,13 +291,16 @@ func malformedReason(_ bytes: [UInt8], format: ImageFormat) -> String? {
     #expect(try ImageHeaders.parse(Data(gif(blocks: [0x21, 0xFE] + chain + [0] + frame))).frameCount == 1)
     // A sub-block claiming more bytes than are left.
     #expect(
-      malformedReason(gif(blocks: [0x21, 0xFE, 200, 1, 2, 3], trailer: false), format: .gif)?.contains("sub-block of 200")
+      malformedReason(gif(blocks: [0x21, 0xFE, 200, 1, 2, 3], trailer: false), format: .gif)?.contains(
+        "sub-block of 200")
         == true)
   }
 
   // MARK: WebP
 
-  func le32(_ value: Int) -> [UInt8] { [UInt8(value & 0xFF), UInt8(value >> 8 & 0xFF), UInt8(value >> 16 & 0xFF), UInt8(value >> 24 & 0xFF)] }
+  func le32(_ value: Int) -> [UInt8] {
+    [UInt8(value & 0xFF), UInt8(value >> 8 & 0xFF), UInt8(value >> 16 & 0xFF), UInt8(value >> 24 & 0xFF)]
+  }
   func riffChunk(_ type: String, _ body: [UInt8]) -> [UInt8] {
     Array(type.utf8) + le32(body.count) + body + (body.count % 2 == 1 ? [0] : [])
   }
@@ -299,14 +308,20 @@ func malformedReason(_ bytes: [UInt8], format: ImageFormat) -> String? {
     Array("RIFF".utf8) + le32(riffSize ?? (chunks.count + 4)) + Array("WEBP".utf8) + chunks
   }
   func vp8(width: Int, height: Int, keyFrame: Bool = true, startCode: [UInt8] = [0x9D, 0x01, 0x2A]) -> [UInt8] {
-    riffChunk("VP8 ", [keyFrame ? 0x10 : 0x11, 0, 0] + startCode + [UInt8(width & 0xFF), UInt8(width >> 8)]
-      + [UInt8(height & 0xFF), UInt8(height >> 8), 0, 0])
+    riffChunk(
+      "VP8 ",
+      [keyFrame ? 0x10 : 0x11, 0, 0] + startCode + [UInt8(width & 0xFF), UInt8(width >> 8)]
+        + [UInt8(height & 0xFF), UInt8(height >> 8), 0, 0])
   }
   func vp8x(flags: UInt8, width: Int, height: Int) -> [UInt8] {
     let w = width - 1
     let h = height - 1
     return riffChunk(
-      "VP8X", [flags, 0, 0, 0, UInt8(w & 0xFF), UInt8(w >> 8 & 0xFF), UInt8(w >> 16), UInt8(h & 0xFF), UInt8(h >> 8 & 0xFF), UInt8(h >> 16)])
+      "VP8X",
+      [
+        flags, 0, 0, 0, UInt8(w & 0xFF), UInt8(w >> 8 & 0xFF), UInt8(w >> 16), UInt8(h & 0xFF), UInt8(h >> 8 & 0xFF),
+        UInt8(h >> 16),
+      ])
   }
   let anmf: [UInt8] = Array("ANMF".utf8) + [16, 0, 0, 0] + [UInt8](repeating: 0, count: 16)
 
@@ -315,18 +330,20 @@ func malformedReason(_ bytes: [UInt8], format: ImageFormat) -> String? {
     // The 2 scale bits above the 14-bit size are not part of it.
     #expect(try ImageHeaders.parse(Data(webp(vp8(width: 0xC000 | 300, height: 200)))).pixelWidth == 300)
     #expect(malformedReason(webp(vp8(width: 0, height: 5)), format: .webp)?.contains("0 pixels") == true)
-    #expect(malformedReason(webp(vp8(width: 5, height: 5, keyFrame: false)), format: .webp)?.contains("key frame") == true)
+    #expect(
+      malformedReason(webp(vp8(width: 5, height: 5, keyFrame: false)), format: .webp)?.contains("key frame") == true)
     #expect(
       malformedReason(webp(vp8(width: 5, height: 5, startCode: [0x9D, 0x01, 0x2B])), format: .webp)?.contains(
         "start code") == true)
     let lossless = { (signature: UInt8, bits: Int) in self.webp(self.riffChunk("VP8L", [signature] + self.le32(bits))) }
-    #expect(try ImageHeaders.parse(Data(lossless(0x2F, (99 << 14) | 199))) .pixelHeight == 100)
+    #expect(try ImageHeaders.parse(Data(lossless(0x2F, (99 << 14) | 199))).pixelHeight == 100)
     #expect(malformedReason(lossless(0x2E, 0), format: .webp)?.contains("signature 2F") == true)
     #expect(malformedReason(lossless(0x2F, 1 << 29), format: .webp)?.contains("version 1") == true)
     let unknownFirst = webp(riffChunk("ICCP", [1, 2]) + vp8(width: 3, height: 3))
     #expect(malformedReason(unknownFirst, format: .webp)?.contains("not VP8, VP8L or VP8X") == true)
     // An extended file with alpha: the canvas size (24-bit + 1), image in a VP8 chunk after ALPH.
-    let alpha = webp(vp8x(flags: 0x10, width: 70_000, height: 2) + riffChunk("ALPH", [0, 1, 2]) + vp8(width: 5, height: 5))
+    let alpha = webp(
+      vp8x(flags: 0x10, width: 70_000, height: 2) + riffChunk("ALPH", [0, 1, 2]) + vp8(width: 5, height: 5))
     #expect(try ImageHeaders.parse(Data(alpha)).pixelWidth == 70_000)
     #expect(
       malformedReason(webp(vp8x(flags: 0x10, width: 16_384, height: 16_385) + vp8(width: 5, height: 5)), format: .webp)?
@@ -341,7 +358,8 @@ func malformedReason(_ bytes: [UInt8], format: ImageFormat) -> String? {
     #expect(malformedReason(webp(animated), format: .webp)?.contains("no ANMF frame") == true)
     #expect(try ImageHeaders.parse(Data(webp(animated + anmf + anmf + anmf + anmf))).frameCount == 4)
     let shortFrame = Array("ANMF".utf8) + [4, 0, 0, 0, 0, 0, 0, 0]
-    #expect(malformedReason(webp(animated + shortFrame), format: .webp)?.contains("less than its 16-byte header") == true)
+    #expect(
+      malformedReason(webp(animated + shortFrame), format: .webp)?.contains("less than its 16-byte header") == true)
   }
 
   @Test func webpRIFFSizeLies() throws {

@@ -2,9 +2,8 @@ import Foundation
 import ImageCache
 import Synchronization
 import SystemLayer  // SplitMix64: a failing random run replays from its seed
-import Testing
 import TestSupport
-
+import Testing
 
 /// The simplest LRU that can be right: an array, most recently used first, every operation O(n).
 struct ReferenceLRU {
@@ -248,7 +247,9 @@ struct ReferenceLRU {
         let got = cache.object(forKey: key)
         let expected = model.get(key)
         if got != expected {
-          Issue.record("seed \(seed) step \(step): get \(key) gave \(String(describing: got)), expected \(String(describing: expected))")
+          Issue.record(
+            "seed \(seed) step \(step): get \(key) gave \(String(describing: got)), expected \(String(describing: expected))"
+          )
           return
         }
       case 45..<85:

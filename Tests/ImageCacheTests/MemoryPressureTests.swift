@@ -228,7 +228,9 @@ import Testing
     #expect(status == 0, "\(lines)")
     #expect(lines.contains("limit \(96 << 20)"), "memoryLimit is not the cgroup's limit: \(lines)")
     #expect(
-      lines.contains { $0.hasPrefix("signal cgroupUsage:") && $0.hasSuffix("/\(cgroup.name) working set against its limit") },
+      lines.contains {
+        $0.hasPrefix("signal cgroupUsage:") && $0.hasSuffix("/\(cgroup.name) working set against its limit")
+      },
       "the monitor did not follow the move: \(lines)")
     let handled = lines.filter { $0.hasPrefix("handler ") }.map { $0.split(separator: " ")[1] }
     // Warning first, critical once, at the end (a slow machine may fall back to normal and warn again between).

@@ -1,7 +1,7 @@
 import Foundation
 import LiveActivities
-import Testing
 import TestSupport
+import Testing
 
 /// The record codec: the fuzz seed reads, round-trips, and the checks refuse what readers must not trust.
 @Suite(.runSlot(.minutes(10))) struct ActivityRecordFormatTests {

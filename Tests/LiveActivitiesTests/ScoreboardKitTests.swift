@@ -1,8 +1,8 @@
 import Foundation
 import LiveActivities
 import ScoreboardKit
-import Testing
 import TestSupport
+import Testing
 
 /// The scoreboard's text views (pure functions: no container).
 @Suite(.runSlot(.minutes(10))) struct ScoreboardKitTests {

@@ -1,5 +1,5 @@
-import Testing
 import TestSupport
+import Testing
 
 @testable import PropertyList
 
@@ -42,6 +42,7 @@ struct BinaryReaderBoundsTests {
   @Test func theSameObjectsInsideTheAreaParse() {
     // The control: the files above, made well, are accepted (the tests fail for the bound, not the shape).
     #expect((try? PropertyListValue(bytes: BinaryPlistBuilder(objects: [[0xA1, 1], [0x10, 7]]).build())) == [7])
-    #expect((try? PropertyListValue(bytes: BinaryPlistBuilder(objects: [[0x44, 1, 2, 3, 4]]).build())) == .data([1, 2, 3, 4]))
+    #expect(
+      (try? PropertyListValue(bytes: BinaryPlistBuilder(objects: [[0x44, 1, 2, 3, 4]]).build())) == .data([1, 2, 3, 4]))
   }
 }

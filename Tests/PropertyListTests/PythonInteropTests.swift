@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 @testable import PropertyList
 
@@ -67,7 +67,9 @@ struct PythonInteropTests {
     try BinaryPropertyListWriter.writeDictionary(keys: keys) { i in
       asked += 1
       return dictionary[keys[i]]!
-    } write: { bytes.append(contentsOf: $0) }
+    } write: {
+      bytes.append(contentsOf: $0)
+    }
     #expect(asked == keys.count)
     #expect(try PropertyListValue(bytes: bytes) == .dictionary(dictionary))
     let file = temporaryFile(".bplist")

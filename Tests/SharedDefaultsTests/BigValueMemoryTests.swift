@@ -21,8 +21,10 @@ import Testing
     let (count, size) = (4, 32 << 20)
     let common = ["--suite", "big", "--root", root.path, "--print-peak-memory"]
     let writer = try await groupctl(
-      ["stress", "defaults-writer", id, "--index", "0", "--keys", "\(count)", "--increments", "0", "--value-bytes",
-       "\(size)", "--synchronize"] + common)
+      [
+        "stress", "defaults-writer", id, "--index", "0", "--keys", "\(count)", "--increments", "0", "--value-bytes",
+        "\(size)", "--synchronize",
+      ] + common)
     #expect(writer.status == 0, "\(writer.err)")
     let reader = try await groupctl(
       ["stress", "defaults-reader", id, "--once", "--reads", "1", "--whole", "--keys", "\(count)"] + common)

@@ -146,7 +146,9 @@ import Testing
     // the journal was emptied (a new generation: header word 1 of the lock file), the committed length (word 2)
     // stays under 32 MiB and one set, and the file itself, never shrunk (others map it), within its doubling.
     let header = try Data(contentsOf: container.preferencesURL.appendingPathComponent("compact.lock"))
-    func word(_ n: Int) -> Int { header[(8 * n)..<(8 * n + 8)].enumerated().reduce(0) { $0 | Int($1.element) << (8 * $1.offset) } }
+    func word(_ n: Int) -> Int {
+      header[(8 * n)..<(8 * n + 8)].enumerated().reduce(0) { $0 | Int($1.element) << (8 * $1.offset) }
+    }
     #expect(word(1) > 1, "the journal was never emptied")
     let committed = word(2)
     #expect(committed < 32 << 20 + 200_000)

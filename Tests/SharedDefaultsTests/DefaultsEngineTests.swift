@@ -2,8 +2,8 @@ import FileCoordination
 import Foundation
 import PropertyList
 import SharedDefaults
-import Testing
 import TestSupport
+import Testing
 
 /// The storage engine's promise that no acknowledged write is lost, at the points where #9 found it broken:
 /// a compactor killed between two stores, outside edits of the plist racing writers, a journal truncated or
@@ -90,7 +90,8 @@ import TestSupport
     let fresh = try Child(.defaultsScript(suite: "w", steps: [.dump]), root: root.path, group: id)
     #expect(await fresh.exit() == 0)
     #expect(fresh.output == expected)
-    let plist = try PropertyListValue(bytes: Array(Data(contentsOf: container.preferencesURL.appendingPathComponent("w.plist"))))
+    let plist = try PropertyListValue(
+      bytes: Array(Data(contentsOf: container.preferencesURL.appendingPathComponent("w.plist"))))
     #expect(plist.dictionaryValue?.keys.sorted() == ["a", "b", "base", "c"])
     withExtendedLifetime(root) {}
   }
@@ -102,7 +103,8 @@ import TestSupport
   @Test func aReaderPausedWhileAnotherEmptiesAndOverwritesTheJournalNeverTrustsThoseBytes() async throws {
     let root = try TestRoot()
     let id = try root.container().identifier
-    let seed = try Child(.defaultsScript(suite: "seq", steps: [.set("a", 1), .set("b", 2), .sync]), root: root.path, group: id)
+    let seed = try Child(
+      .defaultsScript(suite: "seq", steps: [.set("a", 1), .set("b", 2), .sync]), root: root.path, group: id)
     #expect(await seed.exit() == 0)
     let pauses = root.path + "/pauses"
     try FileManager.default.createDirectory(atPath: pauses, withIntermediateDirectories: true)
@@ -120,7 +122,8 @@ import TestSupport
     #expect(await rewinder.exit() == 0)
     try FileManager.default.removeItem(atPath: point)
     #expect(await reader.exit() == 0)
-    #expect(Array(reader.output.suffix(6)) == ["a 1", "b 2", "big0 8192", "k 1", "end", "unreadable 0"],
+    #expect(
+      Array(reader.output.suffix(6)) == ["a 1", "b 2", "big0 8192", "k 1", "end", "unreadable 0"],
       "stderr: \(reader.errors.text)")
   }
 
@@ -201,15 +204,19 @@ import TestSupport
         var keptAside = false
         let settled = await eventually {
           let inode = try? FileManager.default.attributesOfItem(atPath: plist)[.systemFileNumber] as? Int
-          let exported = (try? Data(contentsOf: URL(fileURLWithPath: plist))).flatMap { try? PropertyListValue(bytes: Array($0)) }
+          let exported = (try? Data(contentsOf: URL(fileURLWithPath: plist))).flatMap {
+            try? PropertyListValue(bytes: Array($0))
+          }
           keptAside = defaults.unappliedOutsideEdits.count > keptBefore
-          return keptAside || (inode != edited && exported?.dictionaryValue?["edit\(i)"] == .integer(PropertyListInteger(i)))
+          return keptAside
+            || (inode != edited && exported?.dictionaryValue?["edit\(i)"] == .integer(PropertyListInteger(i)))
         }
         let names = (try? FileManager.default.contentsOfDirectory(atPath: container.preferencesURL.path).sorted()) ?? []
         let inode = (try? FileManager.default.attributesOfItem(atPath: plist)[.systemFileNumber] as? Int) ?? -1
         #expect(
           settled,
-          "edit\(i) was neither applied nor kept aside: this process reads \(String(describing: defaults.object(forKey: "edit\(i)"))), the export's inode is \(inode) (\(edited ?? -1) after the edit), files: \(names)")
+          "edit\(i) was neither applied nor kept aside: this process reads \(String(describing: defaults.object(forKey: "edit\(i)"))), the export's inode is \(inode) (\(edited ?? -1) after the edit), files: \(names)"
+        )
         applied = !keptAside && defaults.integer(forKey: "edit\(i)") == i
         if !settled { break }
       }
@@ -246,7 +253,8 @@ import TestSupport
       .defaultsScript(suite: "half", steps: [.set("b", 2), .sync] + after), root: root.path, group: id,
       environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.export.replacing", "GROUPCONTAINER_PAUSE_DIR": pauses]
         .merging(environment) { $1 })
-    #expect(await eventually { FileManager.default.fileExists(atPath: point) }, "the compaction never reached the export")
+    #expect(
+      await eventually { FileManager.default.fileExists(atPath: point) }, "the compaction never reached the export")
     let tool = FileHandle(forWritingAtPath: plist)
     try tool?.truncate(atOffset: 0)
     try FileManager.default.removeItem(atPath: point)
@@ -398,7 +406,8 @@ import TestSupport
       .defaultsScript(suite: suite, steps: [.fill("a", count: 30000, bytes: 0), .settle, .count("a")]), root: root.path,
       group: id,
       environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.compaction.installing", "GROUPCONTAINER_PAUSE_DIR": pauses])
-    #expect(await eventually { FileManager.default.fileExists(atPath: point) }, "the compaction never reached its install")
+    #expect(
+      await eventually { FileManager.default.fileExists(atPath: point) }, "the compaction never reached its install")
     return (child, point)
   }
 
@@ -415,7 +424,8 @@ import TestSupport
     let syncing = try Child(
       .defaultsScript(suite: "sync", steps: [.set("a", 1), .sync, .dump]), root: root.path, group: id,
       environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.compaction.installing", "GROUPCONTAINER_PAUSE_DIR": pauses])
-    #expect(await eventually { FileManager.default.fileExists(atPath: point) }, "synchronize() never reached its install")
+    #expect(
+      await eventually { FileManager.default.fileExists(atPath: point) }, "synchronize() never reached its install")
     let other = try Child(.defaultsScript(suite: "sync", steps: [.set("b", 2)]), root: root.path, group: id)
     #expect(await other.exit() == 0, "a set waited for the synchronize's build")
     try FileManager.default.removeItem(atPath: point)
@@ -440,7 +450,8 @@ import TestSupport
           .settle, .compactions,
         ]),
       root: root.path, group: id)
-    #expect(await writer.line { $0.hasPrefix("compactions ") } == "compactions 0", "a compaction ran while the claim held")
+    #expect(
+      await writer.line { $0.hasPrefix("compactions ") } == "compactions 0", "a compaction ran while the claim held")
     try? await Task.sleep(for: .seconds(10.5))
     #expect(FileManager.default.createFile(atPath: root.path + "/expired", contents: nil))
     #expect(await writer.exit() == 0, "stderr: \(writer.errors.text)")
@@ -492,7 +503,8 @@ import TestSupport
     #expect(await reader.exit() == 0)
     #expect(reader.output == ["count 100", "ack after", "count 1"], "stderr: \(reader.errors.text)")
     // And it stays so for the next one.
-    let next = try Child(.defaultsScript(suite: "j", steps: [.count("s"), .count("after")]), root: root.path, group: id)
+    let next = try Child(
+      .defaultsScript(suite: "j", steps: [.count("s"), .count("after")]), root: root.path, group: id)
     #expect(await next.exit() == 0)
     #expect(next.output == ["count 100", "count 1"])
     withExtendedLifetime(root) {}
@@ -596,8 +608,10 @@ import TestSupport
   func writeKeysInAnotherProcess(_ keys: Int, rounds: Int, suite: String, root: TestRoot) throws -> Int32? {
     try runTool(
       productsDirectory.appendingPathComponent("groupctl").path,
-      ["stress", "defaults-writer", root.container().identifier, "--index", "0", "--keys", "\(keys)", "--rounds",
-       "\(rounds)", "--increments", "0", "--suite", suite, "--root", root.path])
+      [
+        "stress", "defaults-writer", root.container().identifier, "--index", "0", "--keys", "\(keys)", "--rounds",
+        "\(rounds)", "--increments", "0", "--suite", suite, "--root", root.path,
+      ])
   }
 
   /// A reader of a growing suite does not keep every change it applied: once current, it takes the newer snapshot
@@ -649,7 +663,8 @@ import TestSupport
     let prefs = container.preferencesURL
     try FileManager.default.createDirectory(at: prefs, withIntermediateDirectories: true)
     let values: [String: PropertyListValue] = ["x": .integer(7), "name": .string("widget")]
-    try Data(PropertyListValue.dictionary(values).encoded(as: .binary)).write(to: prefs.appendingPathComponent("\(kind).plist"))
+    try Data(PropertyListValue.dictionary(values).encoded(as: .binary)).write(
+      to: prefs.appendingPathComponent("\(kind).plist"))
     if kind == "legacy" {
       var header = [UInt8](repeating: 0, count: 4096)
       for (slot, value) in [(0, UInt64(0x3254_4c46_4544_4347)), (1, UInt64(3))] {
@@ -770,7 +785,8 @@ import TestSupport
     try defaults.set(0, forKey: "first")
     // Leave about 900 KB free: the journal's doubling from 512 KB to 1 MB does not fit, what each set needs does.
     func freeBytes() throws -> Int {
-      (try FileManager.default.attributesOfFileSystem(forPath: mounted.path)[.systemFreeSize] as? NSNumber)?.intValue ?? 0
+      (try FileManager.default.attributesOfFileSystem(forPath: mounted.path)[.systemFreeSize] as? NSNumber)?.intValue
+        ?? 0
     }
     let free = try freeBytes()
     try Data(repeating: 1, count: max(0, free - 900_000)).write(to: URL(fileURLWithPath: mounted.path + "/filler"))
@@ -798,11 +814,15 @@ import TestSupport
     let identifier = "group.com.example.tests"
     let container = try GroupContainer(identifier: identifier, root: URL(fileURLWithPath: mounted.path))
     let defaults = try SharedDefaults(suiteName: "fills", container: container)
-    func value(_ i: Int) -> Data { Data(repeating: UInt8(i % 251), count: 10_000) + withUnsafeBytes(of: i) { Data($0) } }
+    func value(_ i: Int) -> Data {
+      Data(repeating: UInt8(i % 251), count: 10_000) + withUnsafeBytes(of: i) { Data($0) }
+    }
     for i in 0..<250 { try defaults.set(value(i), forKey: "k\(i)") }
     defaults.waitForBackgroundWork()
     // Leave 600 KB: less than an image of the suite (2.5 MB), more than the journal still has allocated.
-    let free = (try FileManager.default.attributesOfFileSystem(forPath: mounted.path)[.systemFreeSize] as? NSNumber)?.intValue ?? 0
+    let free =
+      (try FileManager.default.attributesOfFileSystem(forPath: mounted.path)[.systemFreeSize] as? NSNumber)?.intValue
+      ?? 0
     let filler = mounted.path + "/filler"
     try Data(repeating: 1, count: max(0, free - 600_000)).write(to: URL(fileURLWithPath: filler))
     var stored = 250

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// Rule 1, the commit point, watched from other processes: writers append self-checking values (sizes varied so
 /// records straddle pages; a compaction every megabyte or so, so the journal's bytes are reused) while readers in

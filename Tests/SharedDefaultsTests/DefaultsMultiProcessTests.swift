@@ -1,9 +1,9 @@
 import Foundation
 import Glibc
 import PropertyList
-import TestSupport
-import SystemLayer
 import Synchronization
+import SystemLayer
+import TestSupport
 import Testing
 
 @testable import FileCoordination
@@ -29,7 +29,8 @@ import Testing
   @Test func anObserverOfOneKeyHearsItAmongThousandsOfOthers() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
-    let watch = try Child(["defaults", "watch", group, "watched", "--suite", "w", "--root", root.path], executable: "groupctl")
+    let watch = try Child(
+      ["defaults", "watch", group, "watched", "--suite", "w", "--root", root.path], executable: "groupctl")
     await watch.line { $0.contains("\"ready\"") }
     let writer = try Child(
       .defaultsScript(
@@ -60,8 +61,10 @@ import Testing
     let container = try root.container()
     let id = container.identifier
     let other = try Child(
-      ["stress", "defaults-writer", id, "--index", "0", "--keys", "100", "--rounds", "3000", "--increments", "0",
-       "--suite", "mixed", "--root", root.path], executable: "groupctl")
+      [
+        "stress", "defaults-writer", id, "--index", "0", "--keys", "100", "--rounds", "3000", "--increments", "0",
+        "--suite", "mixed", "--root", root.path,
+      ], executable: "groupctl")
     let defaults = try SharedDefaults(suiteName: "mixed", container: container)
     let lazyBefore = DefaultsStore.ownWritesLeftForTheNextRead.value
     var stale = 0
@@ -82,7 +85,8 @@ import Testing
   @Test func anObserverHearsAChangeThatOnlyTheRewoundSnapshotHolds() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
-    let watch = try Child(["defaults", "watch", group, "watched", "--suite", "r", "--root", root.path], executable: "groupctl")
+    let watch = try Child(
+      ["defaults", "watch", group, "watched", "--suite", "r", "--root", root.path], executable: "groupctl")
     await watch.line { $0.contains("\"ready\"") }
     func heard(_ count: Int) async -> [String] {
       _ = await eventually { watch.output.filter { $0.contains("\"key\"") }.count >= count }
@@ -181,9 +185,10 @@ import Testing
     #expect(seen.values.allSatisfy { $0.originProcessID == nil })
     #expect(defaults.integer(forKey: "kept") == 1 && defaults.string(forKey: "added") == "py")
     // The export is then written again from the new state (without the lock, right after): a binary plist.
-    #expect(await eventually {
-      (try? FileHandle(forReadingFrom: URL(fileURLWithPath: path)).read(upToCount: 8)) == Data("bplist00".utf8)
-    })
+    #expect(
+      await eventually {
+        (try? FileHandle(forReadingFrom: URL(fileURLWithPath: path)).read(upToCount: 8)) == Data("bplist00".utf8)
+      })
   }
 
 }

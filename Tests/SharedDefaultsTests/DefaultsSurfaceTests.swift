@@ -1,8 +1,8 @@
 import Foundation
 import PropertyList
 import SharedDefaults
-import Testing
 import TestSupport
+import Testing
 
 /// The parts of `UserDefaults` that #9 found missing or wrong: NSNumber kinds, `float`, persistent domains.
 ///
@@ -21,7 +21,10 @@ import TestSupport
       (NSNumber(value: Float(2)), .real(2)), (1, .integer(1)), (Int8(1), .integer(1)), (UInt64(7), .integer(7)),
       (true, .bool(true)), (1.5, .real(1.5)), (Float(0.5), .real(0.5)),
       (json, .array([.integer(1), .bool(true), .real(1.5), .integer(0), .bool(false)])),
-      (["n": NSNumber(value: 1), "b": NSNumber(value: true)] as [String: Any], .dictionary(["n": .integer(1), "b": .bool(true)])),
+      (
+        ["n": NSNumber(value: 1), "b": NSNumber(value: true)] as [String: Any],
+        .dictionary(["n": .integer(1), "b": .bool(true)])
+      ),
     ]
     for (index, (value, expected)) in cases.enumerated() {
       try defaults.set(value, forKey: "k\(index)")
@@ -36,7 +39,8 @@ import TestSupport
     #expect(defaults.float(forKey: "f") == Float(0.1))
     try defaults.set("2.5", forKey: "s")
     try defaults.set(true, forKey: "b")
-    #expect(defaults.float(forKey: "s") == 2.5 && defaults.float(forKey: "b") == 1 && defaults.float(forKey: "none") == 0)
+    #expect(
+      defaults.float(forKey: "s") == 2.5 && defaults.float(forKey: "b") == 1 && defaults.float(forKey: "none") == 0)
     let ported = try #require(SharedUserDefaults(suiteName: "floats", container: try root.container()))
     ported.set(Float(3.25), forKey: "g")
     #expect(ported.float(forKey: "g") == 3.25)
@@ -64,8 +68,10 @@ import TestSupport
     let defaults = try SharedDefaults(suiteName: "domains", container: container)
     // A: 200 keys of its own and 50 shared; B: 100 of its own and the 50 shared. Every value names its domain.
     let shared = (0..<50).map { "s\($0)" }
-    let a = Dictionary(uniqueKeysWithValues: ((0..<200).map { "a\($0)" } + shared).map { ($0, PropertyListValue.string("A")) })
-    let b = Dictionary(uniqueKeysWithValues: ((0..<100).map { "b\($0)" } + shared).map { ($0, PropertyListValue.string("B")) })
+    let a = Dictionary(
+      uniqueKeysWithValues: ((0..<200).map { "a\($0)" } + shared).map { ($0, PropertyListValue.string("A")) })
+    let b = Dictionary(
+      uniqueKeysWithValues: ((0..<100).map { "b\($0)" } + shared).map { ($0, PropertyListValue.string("B")) })
     try defaults.setPersistentDomain(values: a, forName: "domains")
     let reader = try Child(.domainReader(suite: "domains"), root: root.path, group: container.identifier)
     #expect(await reader.line { $0 == "ready" } != nil)

@@ -95,7 +95,8 @@ import Testing
     #expect(rename(root.path + "/stale.plist", prefs(root) + "/\(suite).plist") == 0)
     try await defaults("sync", root: root)
     #expect(try await dump(root) == [Array("end".utf8)], "the removal was rolled back")
-    let kept = (try? FileManager.default.contentsOfDirectory(atPath: prefs(root)))?
+    let kept =
+      (try? FileManager.default.contentsOfDirectory(atPath: prefs(root)))?
       .filter { $0.hasPrefix("\(suite).plist.unapplied-") } ?? []
     #expect(kept.count == 1, "\(kept)")
     withExtendedLifetime(root) {}

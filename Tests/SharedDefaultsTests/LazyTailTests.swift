@@ -40,7 +40,9 @@ import Testing
     #expect(await reader.exit() == 0, "\(reader.errors.text)")
     let out = reader.output
     #expect(
-      Array(out.prefix(6)) == ["read k7 7", "read k100 100", "read gone nil", "read kept 5", "read nope nil", "read k7 7"],
+      Array(out.prefix(6)) == [
+        "read k7 7", "read k100 100", "read gone nil", "read kept 5", "read nope nil", "read k7 7",
+      ],
       "\(out.prefix(8))")
     let scans = out.first { $0.hasPrefix("scans ") }.flatMap { Int($0.dropFirst("scans ".count)) } ?? 0
     #expect((1...5).contains(scans), "\(out.prefix(8))")  // the second read of k7 is remembered
@@ -49,6 +51,8 @@ import Testing
     let counted = out.last { $0.hasPrefix("count ") }
     let fresh = try Child(.defaultsScript(suite: "t", steps: [.count("k")]), root: root.path, group: id)
     #expect(await fresh.exit() == 0)
-    #expect(fresh.output.last == counted && counted != nil && counted != "count 1", "\(String(describing: counted)) \(fresh.output)")
+    #expect(
+      fresh.output.last == counted && counted != nil && counted != "count 1",
+      "\(String(describing: counted)) \(fresh.output)")
   }
 }

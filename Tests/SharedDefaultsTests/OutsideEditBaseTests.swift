@@ -331,7 +331,10 @@ import Testing
     let exporter = try #require(
       try ToolRun(
         "sh",
-        ["-c", "for i in $(seq 25); do \"$0\" defaults sync \(group) --suite \(suite) --root \"$1\"; sleep 0.2; done", ctl, root.path]))
+        [
+          "-c", "for i in $(seq 25); do \"$0\" defaults sync \(group) --suite \(suite) --root \"$1\"; sleep 0.2; done",
+          ctl, root.path,
+        ]))
     #expect(await tool.exit() == 0, "\(tool.errors)")
     #expect(await exporter.exit() == 0, "\(exporter.errors)")
     for writer in writers { #expect(await writer.exit() == 0, "\(writer.errors.text)") }

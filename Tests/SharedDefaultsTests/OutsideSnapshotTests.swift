@@ -1,8 +1,8 @@
 import Foundation
 import PropertyList
 import SharedDefaults
-import Testing
 import TestSupport
+import Testing
 
 /// A file that is not a property list, put where the suite's plist goes by another tool, must never cost an
 /// acknowledged write: the suite moves it aside and keeps its last good state — in a process that never loaded

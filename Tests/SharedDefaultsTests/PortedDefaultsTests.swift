@@ -1,11 +1,10 @@
+import FileCoordination
 import Foundation
 import PropertyList
 import SharedDefaults
 import Synchronization
 import TestSupport
 import Testing
-
-import FileCoordination
 
 /// `SharedUserDefaults`, the non-throwing `UserDefaults`-shaped surface for ported iOS code, and the printed and
 /// typed forms of `DefaultsChange` and `PropertyListValue`.
@@ -52,7 +51,9 @@ import FileCoordination
     #expect(defaults.synchronize())
     #expect(defaults.lastError == nil)
     // The engine underneath sees the same suite (another SharedDefaults, as another process would open it).
-    #expect(try SharedDefaults(suiteName: "group.com.example.ported", container: container).string(forKey: "string") == "text")
+    #expect(
+      try SharedDefaults(suiteName: "group.com.example.ported", container: container).string(forKey: "string") == "text"
+    )
   }
 
   @Test func aSuiteNameThatIsNotAGroupIdentifierGivesNil() {
@@ -101,7 +102,10 @@ import FileCoordination
       ([1, 2], "[1, 2]"), ([], "[]"), (["b": 2, "a": 1], "{a = 1; b = 2;}"), ([:], "{}"),
       (["two words": "x"], "{\"two words\" = \"x\";}"), (["a": [1, ["b": true]]], "{a = [1, {b = true;}];}"),
       (.data([0x00, 0xff, 0x10]), "<00ff10>"), (.uid(3), "UID(3)"),
-      (.date(PropertyListDate(year: 2026, month: 11, day: 23, hour: 20, minute: 49, second: 5)!), "2026-11-23 20:49:05 +0000"),
+      (
+        .date(PropertyListDate(year: 2026, month: 11, day: 23, hour: 20, minute: 49, second: 5)!),
+        "2026-11-23 20:49:05 +0000"
+      ),
     ]
     for (value, printed) in cases {
       #expect(value.description == printed)

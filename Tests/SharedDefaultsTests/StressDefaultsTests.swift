@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// `groupctl stress defaults`: writer processes, the independent check, and the latency fields over every set and
 /// update of every writer.

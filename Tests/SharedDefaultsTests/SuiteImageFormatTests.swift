@@ -149,7 +149,8 @@ import Testing
       guard home == 7 else { continue }
       if colliding.count < 4 { colliding.append(key) } else { absent.append(key) }
     }
-    let values = Dictionary(uniqueKeysWithValues: colliding.enumerated().map { ($1, PropertyListValue.integer(.init($0))) })
+    let values = Dictionary(
+      uniqueKeysWithValues: colliding.enumerated().map { ($1, PropertyListValue.integer(.init($0))) })
     let image = try SuiteImage(bytes: build(values))
     #expect(image.slotCount == 8)
     try image.validate()
@@ -169,7 +170,9 @@ import Testing
 
   @Test func mergedEqualsAReferenceDictionary() throws {
     var reference: [String: PropertyListValue] = [:]
-    for i in 0..<2000 { reference["k\(i)"] = i % 2 == 0 ? .integer(.init(i)) : .data(Array(repeating: UInt8(i % 7), count: 100)) }
+    for i in 0..<2000 {
+      reference["k\(i)"] = i % 2 == 0 ? .integer(.init(i)) : .data(Array(repeating: UInt8(i % 7), count: 100))
+    }
     let base = try SuiteImage(bytes: build(reference))
     var changes: [String: PropertyListValue?] = [:]
     for i in stride(from: 0, to: 2000, by: 3) { changes["k\(i)"] = .string("set \(i)") }  // replaced
@@ -184,7 +187,8 @@ import Testing
     let (objects, payload) = limits(reference)
     #expect(merged.objects == objects && merged.payloadBytes == payload)
     // A removed key added again, in the next merge.
-    let again = try SuiteImage(bytes: SuiteImage.merged(base: merged, changes: ["k1": .string("back")], generation: 9, position: 11))
+    let again = try SuiteImage(
+      bytes: SuiteImage.merged(base: merged, changes: ["k1": .string("back")], generation: 9, position: 11))
     try again.validate()
     reference["k1"] = .string("back")
     #expect(try same(contents(again), reference))
@@ -341,7 +345,9 @@ import Testing
   }
 
   /// Opens `bytes` and expects `value(forKey:)` of `key` and `validate()` to throw.
-  func expectDamage(_ bytes: [UInt8], _ what: String, key: String = "a", sourceLocation: SourceLocation = #_sourceLocation) throws {
+  func expectDamage(
+    _ bytes: [UInt8], _ what: String, key: String = "a", sourceLocation: SourceLocation = #_sourceLocation
+  ) throws {
     let image = try SuiteImage(bytes: bytes)
     #expect(throws: SuiteImage.Corruption.self, "\(what): lookup", sourceLocation: sourceLocation) {
       try image.value(forKey: key)
@@ -399,7 +405,8 @@ import Testing
   /// The fuzzer's seeds and the crashers it found (Fuzz/container-seeds/suite-image*, first byte 5 picks the image
   /// case): each opens or throws, validates or throws, and never traps.
   @Test func fuzzSeedsAndCrashers() throws {
-    let seeds = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../Fuzz/container-seeds")
+    let seeds = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent(
+      "../../Fuzz/container-seeds")
     let names = try FileManager.default.contentsOfDirectory(atPath: seeds.path).filter { $0.hasPrefix("suite-image") }
     #expect(!names.isEmpty)
     for name in names {

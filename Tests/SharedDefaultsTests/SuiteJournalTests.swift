@@ -91,10 +91,11 @@ struct SuiteJournalTests {
     // Another mapping (another process) reads the same bytes.
     #expect(Self.keys(try files.journal().readWithoutLock(from: second, to: committed, generation: 1)) == ["k3", "k4"])
     var seen: [String] = []
-    #expect(journal.forEachKey(from: 0, to: committed) { _, _, key in
-      seen.append(String(decoding: key, as: UTF8.self))
-      return true
-    })
+    #expect(
+      journal.forEachKey(from: 0, to: committed) { _, _, key in
+        seen.append(String(decoding: key, as: UTF8.self))
+        return true
+      })
     #expect(seen == ["k0", "k1", "k2", "k3", "k4"])
   }
 

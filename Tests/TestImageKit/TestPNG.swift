@@ -18,7 +18,9 @@ public enum TestPNG {
       raw.append(0)  // filter: none
       for column in 0..<width {
         state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
-        raw.append(row == 0 && column < 8 ? UInt8(truncatingIfNeeded: seed >> (8 * column)) : UInt8(truncatingIfNeeded: state >> 56))
+        raw.append(
+          row == 0 && column < 8
+            ? UInt8(truncatingIfNeeded: seed >> (8 * column)) : UInt8(truncatingIfNeeded: state >> 56))
       }
     }
     var png: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]

@@ -14,8 +14,7 @@ public final class Child: Sendable {
   /// Starts the product `executable` (groupctl, gc-download-agent, … or a program of the Examples package: see
   /// `executablePath`) with `arguments`. gc-test-helper is started
   /// with a typed command instead (`Child(_:root:group:)` in HelperChild.swift).
-  public init(_ arguments: [String], executable: String, environment: [String: String] = [:]) throws
-  {
+  public init(_ arguments: [String], executable: String, environment: [String: String] = [:]) throws {
     let path = executablePath(executable)
     let example = examplePrograms.contains(executable)
     var env = ProcessInfo.processInfo.environment
@@ -25,7 +24,11 @@ public final class Child: Sendable {
     }
     process = try SpawnedProcess(
       executable: path, arguments: arguments, environment: env,
-      output: .pipe { [collector] in collector.append($0) } end: { [collector] in collector.finish() },
+      output: .pipe { [collector] in
+        collector.append($0)
+      } end: { [collector] in
+        collector.finish()
+      },
       error: .pipe { [errors] in errors.append($0) })
   }
 

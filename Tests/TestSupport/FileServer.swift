@@ -81,11 +81,13 @@ public final class FileServer: Sendable {
       await server.process.output()
       throw Failure(
         description:
-          "gc-file-server exited (status \(server.process.terminationStatus)) before listening; stderr: \(server.errors)")
+          "gc-file-server exited (status \(server.process.terminationStatus)) before listening; stderr: \(server.errors)"
+      )
     case nil:
       server.kill()
       throw Failure(
-        description: "gc-file-server did not print `listening <port>` within \(startupTimeout) s; stderr: \(server.errors)")
+        description:
+          "gc-file-server did not print `listening <port>` within \(startupTimeout) s; stderr: \(server.errors)")
     }
   }
 
@@ -175,11 +177,15 @@ public final class FileServer: Sendable {
     let prefix = "\(verb) \(id)"
     do {
       try input.withLock { fd throws(FileSystemError) in
-        guard let fd else { throw FileSystemError("write", "gc-file-server's stdin (closed by stop())", .badFileDescriptor) }
+        guard let fd else {
+          throw FileSystemError("write", "gc-file-server's stdin (closed by stop())", .badFileDescriptor)
+        }
         try fd.writeAll(Array("\(prefix)\n".utf8))
       }
     } catch {
-      throw Failure(description: "cannot send `\(verb)` to gc-file-server (stopped? status \(status.map(String.init) ?? "running")): \(error)")
+      throw Failure(
+        description:
+          "cannot send `\(verb)` to gc-file-server (stopped? status \(status.map(String.init) ?? "running")): \(error)")
     }
     let answer = Latch<String?>()
     let reader = Task { [lines] in
@@ -283,4 +289,3 @@ public final class ToolRun: Sendable {
     try? FileManager.default.removeItem(at: errURL)
   }
 }
-

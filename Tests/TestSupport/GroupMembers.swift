@@ -16,7 +16,9 @@ public struct GroupMembers: Sendable {
   /// Whether these tests can run here: root (to make users and run programs as them) and the tools.
   public static let available: Bool =
     geteuid() == 0
-    && [setpriv, "/usr/sbin/useradd", "/usr/sbin/groupadd"].allSatisfy { FileManager.default.isExecutableFile(atPath: $0) }
+    && [setpriv, "/usr/sbin/useradd", "/usr/sbin/groupadd"].allSatisfy {
+      FileManager.default.isExecutableFile(atPath: $0)
+    }
 
   /// The users and group, made on first use in this process.
   public static func make() async throws -> GroupMembers { try await made.value }
@@ -40,7 +42,11 @@ public struct GroupMembers: Sendable {
     let status = await run.exit(timeout: 60)
     guard status == 0 || status == 9 else {
       throw CocoaError(
-        .executableLoad, userInfo: [NSDebugDescriptionErrorKey: "\(path) \(arguments) failed (\(status.map(String.init) ?? "hung")): \(run.errors)"])
+        .executableLoad,
+        userInfo: [
+          NSDebugDescriptionErrorKey:
+            "\(path) \(arguments) failed (\(status.map(String.init) ?? "hung")): \(run.errors)"
+        ])
     }
   }
 

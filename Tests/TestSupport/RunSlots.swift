@@ -110,10 +110,13 @@ public final class RunSlots: Sendable {
     guard let path = ProcessInfo.processInfo.environment["GC_TEST_TIMES"] else { return }
     let seconds = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     let line = String(format: "%.3f\t%@\n", seconds, test.id.description)
-    guard let handle = FileHandle(forWritingAtPath: path) ?? {
-      FileManager.default.createFile(atPath: path, contents: nil)
-      return FileHandle(forWritingAtPath: path)
-    }() else { return }
+    guard
+      let handle = FileHandle(forWritingAtPath: path)
+        ?? {
+          FileManager.default.createFile(atPath: path, contents: nil)
+          return FileHandle(forWritingAtPath: path)
+        }()
+    else { return }
     timesLock.withLock { _ in
       handle.seekToEndOfFile()
       handle.write(Data(line.utf8))

@@ -129,7 +129,9 @@ public final class SmallDisk: Sendable {
 
   /// Mounts a tmpfs of `size` (mount's syntax: "1m", "8m") at `<root>/<name>`; nil, with an issue recorded, when
   /// it cannot.
-  public static func mount(in root: TestRoot, size: String, name: String = "disk", sourceLocation: SourceLocation = #_sourceLocation) throws
+  public static func mount(
+    in root: TestRoot, size: String, name: String = "disk", sourceLocation: SourceLocation = #_sourceLocation
+  ) throws
     -> SmallDisk?
   {
     let path = root.path + "/" + name
@@ -145,4 +147,3 @@ public final class SmallDisk: Sendable {
 
   deinit { _ = try? runTool("/bin/umount", ["-l", path]) }
 }
-

@@ -11,22 +11,22 @@ do {
   let defaults = try SharedDefaults(container: container)
   try defaults.set(Date(), forKey: "leftAt")
   try defaults.set(60, forKey: "timeLeft")
-  let timeLeft = DefaultsKey("timeLeft", default: 60)                // a typed key
-  let left = try defaults.update(timeLeft) { $0 - 1 }               // atomic read-modify-write across processes
+  let timeLeft = DefaultsKey("timeLeft", default: 60)  // a typed key
+  let left = try defaults.update(timeLeft) { $0 - 1 }  // atomic read-modify-write across processes
   print("time left: \(left) s")
 
   // Changes: this process's writes and every other process's, and outside edits of the plist.
-  let changes = defaults.changes(forKeys: ["timeLeft"])             // listens from here on
+  let changes = defaults.changes(forKeys: ["timeLeft"])  // listens from here on
   try defaults.set(58, forKey: "timeLeft")
   for await change in changes {
     print("\(change.key) is now \(change.newValue?.intValue ?? 0), written by process \(change.originProcessID ?? 0)")
-    break                                                           // a widget would go on listening
+    break  // a widget would go on listening
   }
 
   // Codable values, and the plist on disk made current and durable.
   struct Alarm: Codable { var sound: String; var volume: Double }
   try defaults.set(encoded: Alarm(sound: "bell", volume: 0.8), forKey: "alarm")
-  try defaults.synchronize()                                        // Library/Preferences/group.com.example.timer.plist
+  try defaults.synchronize()  // Library/Preferences/group.com.example.timer.plist
   print("alarm: \(try defaults.decoded(Alarm.self, forKey: "alarm")!.sound)")
 } catch {
   FileHandle.standardError.write(Data("tour-defaults: \(error)\n".utf8))

@@ -43,7 +43,7 @@ do {
   try container.registerURLScheme("simpletimer", launching: Bundle.main.executableURL!)
   try container.onOpenURL(schemes: ["simpletimer"]) { url in
     print("handler: \(url.absoluteString)")
-    return url.host == "finished"                                   // take only the URLs you expect
+    return url.host == "finished"  // take only the URLs you expect
   }
   let opened = try await container.open(URL(string: "simpletimer://finished?source=widget")!)
   print("opened: \(opened)")

@@ -8,19 +8,20 @@ do {
 
   // Cached images: one disk cache in Library/Caches/<name>/ for the whole group, and a memory tier per process.
   let cache = try SharedImageCache(name: "thumbnails", container: container)
-  let png = Data(base64Encoded: "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==")!
+  let png = Data(
+    base64Encoded: "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==")!
   try cache.store(png, forKey: "https://example.com/a.png", expiresAfter: .seconds(86_400))
   if let image = try cache.image(forKey: "https://example.com/a.png") {  // from any process of the group
     print("cached: \(image.format), \(image.pixelWidth)x\(image.pixelHeight)")  // read from the headers, not decoded
   }
 
   // Memory warnings (Linux has none): from the cgroup's events, PSI, MemAvailable and the process's budget.
-  MemoryPressure.shared.budget = 32 << 20                            // a widget's limit, as on iOS
-  let thumbnails = Mutex<[String: Data]>(["a": png])                 // something this process can make again
+  MemoryPressure.shared.budget = 32 << 20  // a widget's limit, as on iOS
+  let thumbnails = Mutex<[String: Data]>(["a": png])  // something this process can make again
   let registration = MemoryPressure.shared.onMemoryWarning(name: "thumbnails") { level in
-    thumbnails.withLock { kept in                                   // didReceiveMemoryWarning
+    thumbnails.withLock { kept in  // didReceiveMemoryWarning
       defer { kept.removeAll() }
-      return kept.values.reduce(0) { $0 + $1.count }                // reported: who gave back how much
+      return kept.values.reduce(0) { $0 + $1.count }  // reported: who gave back how much
     }
   }
   // `groupctl cache pressure warning <group-id>` sends one to every process of the group; here, to this one.
