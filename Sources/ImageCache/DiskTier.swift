@@ -472,18 +472,34 @@ final class DiskTier: Sendable {
   /// Removes expired, corrupt and too-old entries, then least recently used ones until at most `target` bytes
   /// remain — when `force` or when more than `limit` bytes are there. Returns nil when another process (or thread)
   /// is trimming: it does the work, nobody waits for it.
+  /// How long a forced trim waits for one under way (never for a stopped process holding the trim lock).
+  static let forcedTrimWait: UInt64 = 5_000_000_000
+
   func trim(limit: Int, target: Int, maximumAge: Int64?, now: Int64, force: Bool, shrinkTo fraction: Double? = nil)
     throws(ImageCacheError) -> TrimReport?
   {
-    let mine = trimming.withLock { busy in
+    // A trim under way (here: a memory warning's, a store's; or in another process) makes this one unneeded —
+    // unless it is `force`d (a full disk: the store that asks writes again after it), which waits for it a while.
+    // A full disk during a make test under memory pressure failed its store: its trim found the warning's running.
+    let deadline = MonotonicClock.nanoseconds() &+ (force ? Self.forcedTrimWait : 0)
+    func retry() -> Bool {
+      guard MonotonicClock.nanoseconds() < deadline else { return false }
+      MonotonicClock.sleep(nanoseconds: 1_000_000)
+      return true
+    }
+    while !trimming.withLock({ busy in
       defer { busy = true }
       return !busy
+    }) {
+      guard retry() else { return nil }
     }
-    guard mine else { return nil }
     defer { trimming.withLock { $0 = false } }
-    let locked: Bool
-    do { locked = try trimLock.lock(.exclusive, nonBlocking: true) } catch { throw .system(error) }
-    guard locked else { return nil }
+    while true {
+      let locked: Bool
+      do { locked = try trimLock.lock(.exclusive, nonBlocking: true) } catch { throw .system(error) }
+      if locked { break }
+      guard retry() else { return nil }
+    }
     defer { trimLock.unlock() }
 
     sweepTemporaries()

@@ -388,8 +388,8 @@ public final class SharedImageCache: Sendable {
   }
 
   /// Trims the disk tier: expired and too-old entries, then — when over `Limits.diskBytes`, or always when
-  /// `toLowWatermark` — least recently used ones down to the low watermark. Returns nil when another process is
-  /// trimming (nobody waits for a trim).
+  /// `toLowWatermark` — least recently used ones down to the low watermark. Returns nil when another trim is under
+  /// way, here or in another process (with `toLowWatermark`, after waiting up to 5 s for it to end).
   @discardableResult
   public func trim(toLowWatermark: Bool = false) throws(ImageCacheError) -> TrimReport? {
     try disk.trim(
