@@ -236,6 +236,7 @@ extension DefaultsStore {
     // no `.replaced-*` files behind, each the size of the suite. Otherwise, as where leases are refused, it stays.
     var undisturbed = false
     let replacedInode = (try? replaced?.status())??.inode
+    var keptDisplaced: String?
     try SharedDefaultsError.wrap { () throws(FileSystemError) in
       FaultPoint.pause("defaults.export.replacing")
       let leased = keptName != nil && replaced?.takeWriteLease() == true
@@ -249,7 +250,7 @@ extension DefaultsStore {
       // just before this export took the name. Displaced by the exchange, not unlinked: kept, and judged as a write
       // into a replaced export, against the base of the export it replaced (still `<suite>.snapshot.exported`).
       // The file opened above is left at `temp` (removed by the caller; kept under `keptName` as before).
-      if let displaced, displaced.inode != replacedInode { keepDisplaced(temp, in: dir) }
+      if let displaced, displaced.inode != replacedInode { keptDisplaced = keepDisplaced(temp, in: dir) }
       if durable { try dir.sync() }
       FaultPoint.reach("defaults.compact.exportWritten")
       try dir.rename(pinned, to: "\(suite).snapshot.exported")
@@ -258,6 +259,20 @@ extension DefaultsStore {
       // export at once must still be seen as an edit.
       header.recordExport(written)
       header.store(Slot.editsExported, edits)
+    }
+    // The displaced tool's file is judged now, before this export (`synchronize()`) returns and the process may exit.
+    if let keptDisplaced {
+      let edit = (try? dir.open(keptDisplaced, .readOnly)).flatMap { fd in
+        defer { fd.close() }
+        return Self.readEdit(fd)
+      }
+      if let (edited, bytes) = edit {
+        try catchUpExclusively(&s)
+        try commitReplacedEdit(edited, bytes: bytes, &s, keptAs: keptDisplaced)
+        Self.dropKept(keptDisplaced, in: dir)
+      } else {
+        scheduleExportCheck()  // not readable now: judged from its second name later, here or in any process
+      }
     }
     let quiet = undisturbed && replaced?.isOpenElsewhere() == false  // before the identity is read: see above
     guard let replaced, let accounted, let now = try? replaced.status(), now.kind == .regular,
@@ -309,9 +324,9 @@ extension DefaultsStore {
   }
 
   /// A tool's file displaced from the export's name by `publish` (now at `temp`), which nobody judged: kept under a
-  /// second name with the base of the export it replaced (`<suite>.snapshot.exported`, not yet moved on), and judged
-  /// like a write into a replaced export (`applyKeptExports`, soon, in this process or any other).
-  func keepDisplaced(_ temp: String, in dir: SystemFD) {
+  /// second name with the base of the export it replaced (`<suite>.snapshot.exported`, not yet moved on), to be
+  /// judged like a write into a replaced export. Returns that name (nil, logged, when it could not be kept).
+  func keepDisplaced(_ temp: String, in dir: SystemFD) -> String? {
     let kept = keptExportName((0, 0, 0))  // an identity no file has: judged as written by a tool
     do throws(FileSystemError) {
       try? dir.removeFile(Self.keptBase(kept))
@@ -319,10 +334,10 @@ extension DefaultsStore {
       try dir.rename(temp, to: kept)
     } catch {
       Self.logger.error("suite '\(suite)': could not keep a file another tool put at '\(plistPath)': \(error)")
-      return
+      return nil
     }
     Self.logger.notice("suite '\(suite)': a file another tool put at '\(plistPath)' as it was exported is judged next")
-    scheduleExportCheck()
+    return kept
   }
 
   /// How long a half-written export is given before it is moved aside as unusable.
