@@ -345,12 +345,22 @@ extension DefaultsStore {
 
   /// Looks at the export in the background (it changed, or a reload found it edited or stale): applies an outside
   /// edit, rewrites a stale export.
-  func scheduleExportCheck(after delay: Double = 0) {
+  ///
+  /// `tracked`: a process about to exit waits for it (`waitForBackgroundWork`) — after it applied a tool's edit, the
+  /// export must show it even when the process exits at once (a stress writer did, and the edit stayed out of the
+  /// export).
+  func scheduleExportCheck(after delay: Double = 0, tracked: Bool = false) {
     guard !readOnly else { return }
-    background.asyncAfter(deadline: .now() + delay) { [self] in
+    if tracked { compactions.enter() }
+    background.asyncAfter(deadline: .now() + delay) { [self, compactions] in
+      defer { if tracked { compactions.leave() } }
       // The whole container went away (deleted): nothing to adopt.
       guard (try? root.status(Self.preferences)) ?? nil != nil else { return }
-      guard state.withLock({ $0.generation != .max }) else { return }
+      if state.withLock({ $0.generation == .max }) {
+        // Values dropped (a memory warning) or not loaded yet: loaded again (under the lock, below) only for an
+        // export that needs work — skipping those left an applied edit out of the export under memory pressure.
+        guard (try? exportState()) != .current || hasKeptExports() else { return }
+      }
       if hasKeptExports() {
         // Replaced exports kept for a tool's late write: applied (which marks the export stale) or dropped.
         do {

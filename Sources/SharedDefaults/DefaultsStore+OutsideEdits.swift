@@ -127,7 +127,7 @@ extension DefaultsStore {
       // Into the snapshot at once: exports are made from it, and the next one must show the change.
       try compact(&s, durable: false, handOver: true, rewind: s.length > compactor.thresholds().rewind)
       header.increment(Slot.editsApplied)  // the export lacks it until one pinned from now on is published
-      scheduleExportCheck()
+      scheduleExportCheck(tracked: true)
       return .applied
     }
   }
