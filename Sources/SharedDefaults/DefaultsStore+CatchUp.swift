@@ -97,6 +97,7 @@ extension DefaultsStore {
     let generation = header.load(Slot.generation)
     let committed = Int(header.load(Slot.committed))
     guard header.load(Slot.rewindTo) == 0 else { return false }  // the journal's bytes are moving (`moveTail`)
+    if generation != s.generation { _ = followMovedTail(&s, generation: generation, committed: committed) }
     var values: SuiteValues?
     var start = s.length
     if generation != s.generation || committed < s.length
@@ -157,6 +158,28 @@ extension DefaultsStore {
     s.length = committed
     s.ownWritesUnapplied = false
     if values == nil, rebaseIsWorthIt(s) { scheduleRebase() }  // O(the journal past the snapshot): not on a read
+    return true
+  }
+
+  /// After a rewind that moved a tail (`SuiteJournal.moveTail`: the new generation's journal is the emptied one's
+  /// bytes from `from` on), a process that had read its generation past `from` holds what the new snapshot and the
+  /// journal up to its length less `from` hold: it goes on from there and reads nothing — no snapshot, no replay.
+  /// Every process used to reload at every rewind: the moved tail — what was appended while the image was built —
+  /// replayed on a reader's thread, and with observers the whole suite compared. Its values keep their older image
+  /// until a rebase in the background
+  /// (`rebaseIsWorthIt`). False when this does not apply (the caller reloads): another kind of new generation, a
+  /// process behind `from`, a lazy tail. Without the lock: the generation is loaded again after.
+  func followMovedTail(_ s: inout State, generation: UInt64, committed: Int) -> Bool {
+    let old = s.generation
+    guard old != .max, generation == old &+ 1, s.tail == nil, s.values.damage == nil,
+      let from = journal.movedFrom(into: generation), s.length >= from, s.length - from <= committed,
+      header.loadAfterFence(Slot.generation) == generation, journal.movedFrom(into: generation) == from
+    else { return false }
+    s.generation = generation
+    s.length -= from
+    // Own commits past `length` are past `from`: the same records, `from` bytes earlier.
+    s.pendingOwn = s.pendingOwn.compactMapValues { $0.start >= from ? ($0.start - from, $0.end - from) : nil }
+    s.scanned = s.scanned.generation == old && s.scanned.to >= from ? (generation, s.scanned.to - from) : (.max, 0)
     return true
   }
 
@@ -236,6 +259,7 @@ extension DefaultsStore {
       try reload(&s, generation: generation, committed: committed)
       return
     }
+    if generation != s.generation { _ = followMovedTail(&s, generation: generation, committed: committed) }
     // Shorter than what we applied, same generation: a compaction stored its generation and then set the length
     // back (or died between the two); its snapshot is complete (it was written first), so reload from it.
     if generation != s.generation || committed < s.length

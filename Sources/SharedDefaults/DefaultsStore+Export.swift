@@ -29,11 +29,12 @@ extension DefaultsStore {
       recorded == st.inode && header.load(Slot.exportSize) == UInt64(st.size)
       && header.load(Slot.exportTime) == UInt64(bitPattern: st.modificationNanoseconds)
     if same { return header.load(Slot.editsExported) == header.load(Slot.editsApplied) ? .current : .stale }
-    // A tool's file already judged (applied or kept aside): rewritten, never judged again.
+    // A tool's file already judged (applied or kept aside): rewritten, never judged again — unless its judgement
+    // was cut short (`SuiteHeader.Slot.judgingDecision`): then judged again, the same way.
     let judged =
       header.load(Slot.judgedInode) == st.inode && header.load(Slot.judgedSize) == UInt64(st.size)
       && header.load(Slot.judgedTime) == UInt64(bitPattern: st.modificationNanoseconds)
-    return judged ? .stale : .edited
+    return judged && header.judging(st) == .none ? .stale : .edited
   }
 
   /// Writes the export (`<suite>.plist`, a binary plist of the snapshot's state, for other tools). The costly
@@ -266,9 +267,9 @@ extension DefaultsStore {
         defer { fd.close() }
         return Self.readEdit(fd)
       }
-      if let (edited, bytes) = edit {
+      if let (edited, bytes, status) = edit {
         try catchUpExclusively(&s)
-        try commitReplacedEdit(edited, bytes: bytes, &s, keptAs: keptDisplaced)
+        try commitReplacedEdit(edited, bytes: bytes, status: status, &s, keptAs: keptDisplaced)
         Self.dropKept(keptDisplaced, in: dir)
       } else {
         scheduleExportCheck()  // not readable now: judged from its second name later, here or in any process
@@ -288,7 +289,7 @@ extension DefaultsStore {
       return
     }
     // Written by a tool since it was accounted for (in place, during this rename): judged against its base.
-    guard let (edited, bytes) = Self.readEdit(replaced) else {
+    guard let (edited, bytes, status) = Self.readEdit(replaced) else {
       // Perhaps half-written: a tool that writes in place truncates the file, encodes, then writes (plistlib
       // takes tens of milliseconds in between). Read it again later; its write lands in this inode.
       handedOver = true
@@ -297,7 +298,7 @@ extension DefaultsStore {
       return
     }
     try catchUpExclusively(&s)
-    try commitReplacedEdit(edited, bytes: bytes, &s, keptAs: keptName)
+    try commitReplacedEdit(edited, bytes: bytes, status: status, &s, keptAs: keptName)
     if let keptName { Self.dropKept(keptName, in: dir) }
   }
 

@@ -12,11 +12,15 @@ import SystemLayer
 /// the seqlock reader does: good only if the generation is the same after it.
 ///
 /// Lookups go: changes read or written since the load → the tail (its last record of the key) → the image.
+///
+/// A process that goes on reading has the tail applied in the background after `lazyTailScans` scans, and scans
+/// until then: a point read never replays the tail on its caller's thread (rule: a read does bounded work — at most
+/// one scan of the journal past the snapshot).
 extension DefaultsStore {
   /// Journal bytes past the snapshot from which a load leaves them unread.
   static let lazyTailBytes = 1 << 20
-  /// Scans a process makes of its tail before it applies it instead (a process that reads many keys pays the
-  /// whole replay once, as before, and every read after is O(1)).
+  /// Scans a process makes of its tail before it has it applied in the background (a process that reads many keys
+  /// pays the whole replay once, off its readers' threads, and every read after is O(1)).
   static let lazyTailScans = 16
   /// Tail scans this process made (tests: which path a read took).
   static let tailScans = TestCounter()
@@ -29,6 +33,8 @@ extension DefaultsStore {
     var found: [String: PropertyListValue?] = [:]
     var absent: Set<String> = []
     var scans = 0
+    /// Being applied in the background (`scheduleTailApplication`).
+    var applying = false
 
     init(range: Range<Int>) { self.range = range }
   }
@@ -50,10 +56,7 @@ extension DefaultsStore {
     let normalized = key.normalizedKey
     if let value = tail.found[normalized] { return .some(value) }
     if tail.absent.contains(normalized) { return .some(s.values[key]) }
-    if tail.scans >= Self.lazyTailScans {
-      applyTail(&s)
-      return s.tail == nil && s.generation != .max ? .some(s.values[key]) : nil
-    }
+    if tail.scans >= Self.lazyTailScans { scheduleTailApplication(tail, &s) }
     switch scan(tail, for: normalized, generation: s.generation) {
     case .found(let value):
       tail.found[normalized] = value
@@ -111,23 +114,60 @@ extension DefaultsStore {
 
   /// Applies the tail's records under the changes read or written since the load: `s` then holds the whole state.
   /// Read without the lock (a seqlock read); if the journal changed meanwhile or does not read, `s` is left to be
-  /// loaded again (generation `.max`), whole.
+  /// loaded again (generation `.max`), whole. For what needs the whole state at once (a write, the dictionary).
   func applyTail(_ s: inout State) {
     guard let tail = s.tail else { return }
     s.tail = nil
-    guard
-      let records = journal.recordsWithoutLock(
-        from: tail.range.lowerBound, to: tail.range.upperBound, generation: s.generation)
-    else {
+    guard let values = tailApplied(tail, to: s.values.image, generation: s.generation) else {
       s.generation = .max
       s.length = 0
       return
     }
-    var values = SuiteValues(image: s.values.image)
+    install(values, over: &s)
+  }
+
+  /// The image with the tail's records applied (read without the lock); nil when the journal changed meanwhile.
+  private func tailApplied(_ tail: LazyTail, to image: SuiteImage?, generation: UInt64) -> SuiteValues? {
+    guard
+      let records = journal.recordsWithoutLock(
+        from: tail.range.lowerBound, to: tail.range.upperBound, generation: generation)
+    else { return nil }
+    var values = SuiteValues(image: image)
     for record in records { apply(record, to: &values) }
+    return values
+  }
+
+  /// `values` (the image and the tail) under what `s` read or wrote since the load, as `s`'s whole state.
+  private func install(_ values: SuiteValues, over s: inout State) {
+    var values = values
     for (key, change) in s.values.frozen where s.values.changes[key] == nil { values.set(change, forKey: key) }
     for (key, change) in s.values.changes { values.set(change, forKey: key) }
     release(s.values)
     s.values = values
+    s.tail = nil
+  }
+
+  /// With `state` held: the tail is applied on the background queue, without `state` (reads go on scanning
+  /// meanwhile), and installed if `s` still has it in that generation (else dropped: a reload replaced it).
+  /// `waitForBackgroundWork` waits for it.
+  func scheduleTailApplication(_ tail: LazyTail, _ s: inout State) {
+    guard !tail.applying else { return }
+    tail.applying = true
+    let (image, generation) = (s.values.image, s.generation)
+    compactions.enter()
+    background.async { [weak self, compactions] in
+      defer { compactions.leave() }
+      guard let self else { return }
+      FaultPoint.pause("defaults.read.tailApplying")  // tests: reads go on meanwhile
+      let values = tailApplied(tail, to: image, generation: generation)
+      state.withLock { s in
+        guard s.tail === tail, s.generation == generation else { return }
+        if let values {
+          install(values, over: &s)
+        } else {
+          tail.applying = false  // the journal changed under the read: asked again by the next scan
+        }
+      }
+    }
   }
 }

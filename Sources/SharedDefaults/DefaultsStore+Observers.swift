@@ -158,7 +158,9 @@ extension DefaultsStore {
     let committed = Int(header.load(Slot.committed))
     // A rewind is moving the journal: its process posts again when done (catching up now would wait for its lock).
     guard header.load(Slot.rewindTo) == 0 else { return }
-    if generation != s.generation, !followRewindForObservers(&s, observedKeys, generation, committed) {
+    if generation != s.generation, !followMovedTail(&s, generation: generation, committed: committed),
+      !followRewindForObservers(&s, observedKeys, generation, committed)
+    {
       return _ = refreshWithoutWaiting(&s)
     }
     let offset = s.scanned.generation == s.generation ? max(s.length, s.scanned.to) : s.length

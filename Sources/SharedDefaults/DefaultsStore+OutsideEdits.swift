@@ -79,9 +79,13 @@ extension DefaultsStore {
       quarantine("\(suite).plist")
       return .none
     }
-    // Recorded first: judging compacts, which looks at the name again. Forgotten if judging fails (retried).
+    // Recorded first: judging compacts, which looks at the name again. Forgotten if judging fails (retried). The
+    // judgement itself is recorded before (`beginJudging`): a kill in between leaves the file pending, not judged.
+    if header.judging(read.status) == .none { header.beginJudging(read.status) }
     header.recordJudged(read.status)
-    do { return try judgeEdit(edited, bytes: read.bytes, base: try? loadImage(exportedItem), &s) } catch {
+    do {
+      return try judgeEdit(edited, bytes: read.bytes, status: read.status, base: try? loadImage(exportedItem), &s)
+    } catch {
       header.recordJudged(nil)
       throw error
     }
@@ -91,14 +95,35 @@ extension DefaultsStore {
   /// changed against `base` (the image of the export it replaced or was written into) when ExportMirror's rule
   /// says that is certain; else keeps it aside as `<suite>.plist.unapplied-…` and reports it (error log, `groupctl
   /// defaults read`, `groupctl doctor`). Either way the history learns the pairs it showed.
+  ///
+  /// Idempotent across kills (`SuiteHeader.Slot.judgingDecision`, for the file `status`): the decision is recorded
+  /// before the history learns anything, and an apply's commit point with it; a judgement cut short is carried out
+  /// again as decided — an apply whose commit did not happen is applied (the history's own pairs, learned by it, do
+  /// not keep it aside), one whose commit did is not applied twice (a value written since stays).
   func judgeEdit(
-    _ edited: [String: PropertyListValue], bytes: [UInt8], base: SuiteImage?, _ s: inout State
+    _ edited: [String: PropertyListValue], bytes: [UInt8], status: FileStatus?, base: SuiteImage?, _ s: inout State
   ) throws(SharedDefaultsError) -> Judged {
     let baseValues = base.flatMap { try? SuiteValues(image: $0).dictionary() } ?? [:]
     var history = loadHistory()
-    let (judgement, learned) = ExportMirror.judge(edited, base: baseValues, history: history)
+    let pending = header.judging(status)
+    let (judgement, learned): (ExportMirror.Judgement, [UInt128])
+    switch pending {
+    case .applyAgain: (judgement, learned) = (.apply(ExportMirror.changes(edited, base: baseValues)), [])
+    case .keepingAside:
+      (judgement, learned) = (.keepAside(Array(ExportMirror.changes(edited, base: baseValues).keys)), [])
+    case .none, .judging, .applying:
+      if pending == .none { header.beginJudging(status) }
+      (judgement, learned) = ExportMirror.judge(edited, base: baseValues, history: history)
+    }
+    if case .apply = judgement { header.decideJudging(.applying) } else { header.decideJudging(.keepingAside) }
     history.insert(learned)
-    try saveHistory(history)  // first: a kill after it leaves pairs learned, never an edit judged without them
+    do throws(SharedDefaultsError) {
+      try saveHistory(history)  // first: a kill after it leaves pairs learned, never an edit judged without them
+    } catch {
+      header.settleJudging()  // nothing committed: applied again at the next judgement of this file
+      throw error
+    }
+    FaultPoint.reach("defaults.edit.learned")
     switch judgement {
     case .keepAside(let keys):
       let name =
@@ -107,8 +132,9 @@ extension DefaultsStore {
       _ = try Self.beneath(Self.preferences + "/" + name, in: containerPath) { () throws(FileSystemError) in
         try root.replaceFile(Self.preferences + "/" + name, with: bytes, mode: fileMode)
       }
+      header.decideJudging(.none)
       Self.logger.error(
-        "suite '\(suite)': an edit of '\(plistPath)' by another tool was not applied: \(keys.prefix(5).joined(separator: ", ")) hold values the export showed before (the tool may have read an older export); kept as '\(directory)/\(name)'"
+        "suite '\(suite)': an edit of '\(plistPath)' by another tool was not applied: \(keys.sorted().prefix(5).joined(separator: ", ")) hold values the export showed before (the tool may have read an older export); kept as '\(directory)/\(name)'"
       )
       return .keptAside
     case .apply(let changes):
@@ -119,10 +145,20 @@ extension DefaultsStore {
         return JournalFormat.Record(key: key, operation: value.map { .set($0) } ?? .remove, pid: 0)
       }
       Self.logger.info("suite '\(suite)': applying \(records.count) change(s) made to '\(plistPath)' by another tool")
-      guard !records.isEmpty else { return .applied }
+      guard !records.isEmpty else {
+        header.decideJudging(.none)
+        return .applied
+      }
       var encoded: [UInt8] = []
-      for record in records { try JournalFormat.encode(record, into: &encoded) }
-      try append(encoded, records, &s, mayCompact: false)
+      do throws(SharedDefaultsError) {
+        for record in records { try JournalFormat.encode(record, into: &encoded) }
+        try append(encoded, records, &s, mayCompact: false)
+      } catch {
+        header.settleJudging()  // committed or not, as the journal says
+        throw error
+      }
+      FaultPoint.reach("defaults.edit.committed")
+      header.decideJudging(.none)
       try catchUpOrThrow(&s)
       // Into the snapshot at once: exports are made from it, and the next one must show the change.
       try compact(&s, durable: false, handOver: true, rewind: s.length > compactor.thresholds().rewind)
@@ -226,9 +262,9 @@ extension DefaultsStore {
         }
         continue
       }
-      if let (edited, bytes) = Self.readEdit(fd) {
+      if let (edited, bytes, status) = Self.readEdit(fd) {
         try catchUpExclusively(&s)  // only now: a kept export left untouched costs the lock no catching up
-        try commitReplacedEdit(edited, bytes: bytes, &s, keptAs: name)
+        try commitReplacedEdit(edited, bytes: bytes, status: status, &s, keptAs: name)
         Self.dropKept(name, in: dir)
       } else if !ExportMirror.mayBeUnfinished([], fd, modified: st.modificationNanoseconds) {
         Self.logger.error(
@@ -254,21 +290,23 @@ extension DefaultsStore {
   /// (pinned beside its second name; else the last export's — then any value it shows that changed since keeps
   /// it aside). An applied one is compacted into the snapshot, and the export, which lacks it, rewritten soon.
   func commitReplacedEdit(
-    _ edited: [String: PropertyListValue], bytes: [UInt8], _ s: inout State, keptAs keptName: String?
+    _ edited: [String: PropertyListValue], bytes: [UInt8], status: FileStatus?, _ s: inout State,
+    keptAs keptName: String?
   ) throws(SharedDefaultsError) {
     let base =
       keptName.flatMap { try? loadImage(Self.preferences + "/" + Self.keptBase($0)) } ?? (try? loadImage(exportedItem))
-    guard try judgeEdit(edited, bytes: bytes, base: base, &s) == .applied else { return }
+    guard try judgeEdit(edited, bytes: bytes, status: status, base: base, &s) == .applied else { return }
     scheduleExportCheck()
   }
 
-  /// The dictionary in a tool's version of the export, open as `fd`, and its bytes (nil when it does not parse yet).
-  static func readEdit(_ fd: SystemFD) -> ([String: PropertyListValue], [UInt8])? {
+  /// The dictionary in a tool's version of the export, open as `fd`, its bytes and the file's status (nil when it
+  /// does not parse yet).
+  static func readEdit(_ fd: SystemFD) -> ([String: PropertyListValue], [UInt8], FileStatus)? {
     guard let st = try? fd.status(), st.kind == .regular,
       let read = try? fd.read(at: 0, count: Int(min(st.size, Int64(Self.snapshotLimits.maxBytes)))),
       let edited = parseEdit(read)
     else { return nil }
-    return (edited, read)
+    return (edited, read, st)
   }
 
   /// How many times a replaced export is read again (`exportRetryDelay` apart) before it is left to its second
@@ -284,7 +322,7 @@ extension DefaultsStore {
         replaced.close()
         return replacedEdits.leave()
       }
-      guard let (edited, bytes) = Self.readEdit(replaced) else {
+      guard let (edited, bytes, status) = Self.readEdit(replaced) else {
         if tries > 1 { return applyReplacedEditLater(replaced, keptAs: keptName, tries: tries - 1) }
         defer { replacedEdits.leave() }
         replaced.close()
@@ -301,7 +339,7 @@ extension DefaultsStore {
           // Judged once: by whoever still finds its second name (another process may have judged it from there).
           if let keptName, (try? root.status(Self.preferences + "/" + keptName)) ?? nil == nil { return }
           try catchUpExclusively(&s)
-          try commitReplacedEdit(edited, bytes: bytes, &s, keptAs: keptName)
+          try commitReplacedEdit(edited, bytes: bytes, status: status, &s, keptAs: keptName)
           if let keptName {
             try? root.removeFile(Self.preferences + "/" + keptName)
             try? root.removeFile(Self.preferences + "/" + Self.keptBase(keptName))

@@ -131,6 +131,7 @@ extension DefaultsStore {
     header.store(Slot.journalCapacity, 0)  // unknown: the next write allocates what it needs
     header.store(Slot.overLimit, 0)
     header.store(Slot.journalInode, journal.inode)
+    journal.forgetMove()
     header.increment(Slot.generation)
     header.store(Slot.exportGeneration, header.load(Slot.generation))
     header.store(Slot.magic, SuiteHeader.magic)

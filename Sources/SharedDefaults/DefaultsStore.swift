@@ -520,6 +520,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       Self.logger.warning("suite '\(suite)': finishing a rewind whose process died during it")
       journal.finishMove()
     }
+    // Only a lock holder judges a tool's file, and it settles its decision before unlocking: that one died.
+    header.settleJudging()
     defer {
       let changed = before != (header.load(Slot.generation), header.load(Slot.committed))
       lock.unlock()

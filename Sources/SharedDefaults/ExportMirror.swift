@@ -34,18 +34,26 @@ enum ExportMirror {
   static func judge(
     _ edited: [String: PropertyListValue], base: [String: PropertyListValue], history: ExportHistory
   ) -> (Judgement, learned: [UInt128]) {
-    var changes: [String: PropertyListValue?] = [:]
+    let changes = changes(edited, base: base)
     var ambiguous: [String] = []
     var replaced: [UInt128] = []
     var own: [UInt128] = []
-    for key in Set(base.keys).union(edited.keys).sorted() where base[key] != edited[key] {
+    for key in changes.keys.sorted() {
       let pair = ExportHistory.pair(key, edited[key])
       if history.contains(pair) { ambiguous.append(key) }
-      changes[key] = .some(edited[key])
       own.append(pair)
       replaced.append(ExportHistory.pair(key, base[key]))
     }
     return ambiguous.isEmpty ? (.apply(changes), replaced + own) : (.keepAside(ambiguous), replaced)
+  }
+
+  /// What `edited` changes of `base`: key → new value (nil: removed).
+  static func changes(_ edited: [String: PropertyListValue], base: [String: PropertyListValue])
+    -> [String: PropertyListValue?]
+  {
+    var changes: [String: PropertyListValue?] = [:]
+    for key in Set(base.keys).union(edited.keys) where base[key] != edited[key] { changes[key] = .some(edited[key]) }
+    return changes
   }
 
   /// The pairs an export of `new` stops showing of the export of `old`: each key's old value where it differs,

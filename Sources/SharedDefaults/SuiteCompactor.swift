@@ -78,6 +78,7 @@ struct SuiteCompactor: @unchecked Sendable {  // the header is atomics; the jour
     header.store(Slot.compactionInput, UInt64(input))
     let committed = Int(header.load(Slot.committed))
     if committed > thresholds().rewind && committed - length <= length {
+      FaultPoint.pause("defaults.rewind.starting")  // tests: other processes read up to `committed` here
       journal.moveTail(from: length, to: committed)
       return true
     }
@@ -100,6 +101,7 @@ struct SuiteCompactor: @unchecked Sendable {  // the header is atomics; the jour
     if rewind {
       header.store(Slot.foldedGeneration, handedOver ? generation : .max)
       header.store(Slot.foldedLength, UInt64(length))
+      journal.forgetMove()
       current = header.increment(Slot.generation)
       FaultPoint.reach("defaults.compact.generationBumped")
       header.store(Slot.committed, 0)

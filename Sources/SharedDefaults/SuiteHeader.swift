@@ -49,6 +49,33 @@ struct SuiteHeader: @unchecked Sendable {  // the memory is atomics (MappedCount
     /// check (a loaded machine saw a tool's applied edit missing from the export for minutes: another process
     /// published an export pinned just before it, and the export counted as current).
     static let editsApplied = 29, editsExported = 30
+    /// Where the journal of the current generation came from, when a rewind moved a tail (`SuiteJournal.moveTail`):
+    /// the generation's low 32 bits and the offset in the emptied generation where the moved bytes began, in one
+    /// word. A process current in the emptied generation past that offset holds the same state as the new snapshot
+    /// and the journal up to its length less the offset: it goes on without reading anything
+    /// (`SuiteJournal.movedFrom`). Every other way to a new generation sets it to 0.
+    static let movedAt = 31
+    /// A judgement of a tool's file (`judgeEdit`) under way, or cut short by its process's death: what was decided
+    /// (`Judging`), for which file (inode, size, modification time), and — for an apply — where its commit goes (the
+    /// generation's low 32 bits and the committed length, in one word). The next lock holder settles an apply whose
+    /// process died (`settleJudging`): committed if the journal moved past that point, else to apply again. So an
+    /// edit whose judgement a kill interrupted is judged again the same way — never lost (it was recorded as
+    /// judged), never applied twice, never kept aside because of the pairs its own apply had learned.
+    static let judgingDecision = 32, judgingInode = 33, judgingSize = 34, judgingTime = 35, judgingAt = 36
+  }
+
+  /// What a judgement of a tool's file decided (`Slot.judgingDecision`).
+  enum Judging: UInt64 {
+    /// Nothing pending.
+    case none = 0
+    /// Applying: the history may have learned its pairs; its commit may or may not have happened.
+    case applying = 1
+    /// Keeping it aside (under `<suite>.plist.unapplied-…`).
+    case keepingAside = 2
+    /// Judging: nothing learned, nothing decided.
+    case judging = 3
+    /// An apply cut short before its commit: to apply as decided, its pairs being in the history already.
+    case applyAgain = 4
   }
 
   static let magic: UInt64 = 0x3454_4c46_4544_4347  // "GCDEFLT4"
@@ -110,6 +137,43 @@ struct SuiteHeader: @unchecked Sendable {  // the memory is atomics (MappedCount
   /// The identity of the last tool's file that was judged.
   func judged() -> Identity {
     (load(Slot.judgedInode), Int64(load(Slot.judgedSize)), Int64(bitPattern: load(Slot.judgedTime)))
+  }
+
+  /// What is pending for the file `st` (`Slot.judgingDecision`): `.none` when nothing, or for another file.
+  func judging(_ st: FileStatus?) -> Judging {
+    guard let st else { return .none }
+    let decision = Judging(rawValue: load(Slot.judgingDecision)) ?? .none
+    guard decision != .none, load(Slot.judgingInode) == st.inode, load(Slot.judgingSize) == UInt64(st.size),
+      load(Slot.judgingTime) == UInt64(bitPattern: st.modificationNanoseconds)
+    else { return .none }
+    return decision
+  }
+
+  /// With the lock: a judgement of `st` starts (decision first, so a kill at any point leaves it pending or none).
+  func beginJudging(_ st: FileStatus?) {
+    store(Slot.judgingDecision, Judging.judging.rawValue)
+    store(Slot.judgingSize, UInt64(st?.size ?? 0))
+    store(Slot.judgingTime, UInt64(bitPattern: st?.modificationNanoseconds ?? 0))
+    store(Slot.judgingInode, st?.inode ?? 0)
+  }
+
+  /// With the lock: the judgement in progress decided `decision` (an apply: its commit goes at the journal's end).
+  func decideJudging(_ decision: Judging) {
+    store(Slot.judgingAt, journalPosition())
+    store(Slot.judgingDecision, decision.rawValue)
+  }
+
+  /// With the lock, when taking it or after a failed apply: an apply left pending by its process (dead, or failed)
+  /// was committed if the journal moved since it decided (nobody else could append before this lock holder), else
+  /// it is to be applied again.
+  func settleJudging() {
+    guard load(Slot.judgingDecision) == Judging.applying.rawValue else { return }
+    let committed = load(Slot.judgingAt) != journalPosition()
+    store(Slot.judgingDecision, committed ? Judging.none.rawValue : Judging.applyAgain.rawValue)
+  }
+
+  private func journalPosition() -> UInt64 {
+    (load(Slot.generation) & 0xFFFF_FFFF) << 32 | (load(Slot.committed) & 0xFFFF_FFFF)
   }
 
   /// The journal offset from which records are not in the snapshot, in `generation` (0 unless a compaction of

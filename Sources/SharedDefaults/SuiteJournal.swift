@@ -199,6 +199,19 @@ final class SuiteJournal: @unchecked Sendable {  // the mapping is shared memory
     finishMove()
   }
 
+  /// When the journal of `generation` (the current one, loaded by the caller) is the tail a rewind moved out of the
+  /// generation before it: the offset there where the moved bytes began (`Slot.movedAt`). A record at offset `o`
+  /// there is at `o - from` now. Nil otherwise, and while a move is under way. A lock-free caller checks the
+  /// generation again after using it (`loadAfterFence`).
+  func movedFrom(into generation: UInt64) -> Int? {
+    let word = header.load(Slot.movedAt)
+    guard word != 0, word >> 32 == generation & 0xFFFF_FFFF, header.load(Slot.rewindTo) == 0 else { return nil }
+    return Int(word & 0xFFFF_FFFF)
+  }
+
+  /// Every way to a new generation but a move: the new journal is not a moved tail.
+  func forgetMove() { header.store(Slot.movedAt, 0) }
+
   /// Whether a move is under way, or was cut short by its process's death (the next lock holder finishes it).
   var isMoving: Bool { header.load(Slot.rewindTo) != 0 }
 
@@ -222,6 +235,8 @@ final class SuiteJournal: @unchecked Sendable {  // the mapping is shared memory
     FaultPoint.reach("defaults.rewind.committed")
     header.store(Slot.snapshotAt, ((rewound &+ 1) & 0xFFFF_FFFF) << 32)
     header.store(Slot.foldedGeneration, .max)
+    // Before the bump: whoever sees the new generation sees where its journal came from.
+    header.store(Slot.movedAt, ((rewound &+ 1) & 0xFFFF_FFFF) << 32 | UInt64(from))
     if header.load(Slot.generation) == rewound { _ = header.increment(Slot.generation) }
     FaultPoint.reach("defaults.rewind.bumped")
     header.store(Slot.rewindTo, 0)
@@ -265,6 +280,7 @@ final class SuiteJournal: @unchecked Sendable {  // the mapping is shared memory
           Self.logger.error(
             "suite '\(suite)': '\(path)' was removed; the writes it held since the last compaction are lost")
           header.store(Slot.committed, 0)
+          forgetMove()
           header.increment(Slot.generation)
         }
         header.store(Slot.journalInode, inode)

@@ -20,7 +20,11 @@ import Testing
 /// - an unparsable file at the name quarantined at once whatever it looks like:
 ///   `aHalfWrittenEditIsRetriedNotQuarantined` fails;
 /// - the second name of a replaced export kept whatever its write lease says: `anExportNobodyHadOpenLeavesNoSecondName`;
-/// - a kept-aside file's own pairs learned by the history: `aRetryAfterAKeptAsideEditApplies`.
+/// - a kept-aside file's own pairs learned by the history: `aRetryAfterAKeptAsideEditApplies`;
+/// - no pending judgement (`exportState` calling a file judged once its identity is recorded):
+///   `aJudgementCutShortByAKillIsCarriedOut(defaults.edit.learned)` loses the edit;
+/// - an interrupted apply always applied again (`settleJudging` not looking at the journal):
+///   `aJudgementCutShortByAKillIsCarriedOut(defaults.edit.committed)` rolls back the value written after it.
 @Suite(.runSlot(.minutes(12))) struct OutsideEditBaseTests {
   let group = "group.com.example.outside"
   let suite = "s"
@@ -147,6 +151,35 @@ import Testing
     #expect(exporter.output.suffix(2) == ["counter 200", "end"], "\(exporter.output)")
     #expect(try unapplied(root) == [copy], "\(files(root))")
     #expect(!files(root).contains { $0.contains(".corrupt-") }, "\(files(root))")
+    withExtendedLifetime(root) {}
+  }
+
+  /// A process judging a tool's edit is killed at each point of its judgement: after the history learned the
+  /// edit's pairs (the commit not made), and after the commit (its decision not yet cleared). Either way the edit is
+  /// applied once: the next process reads it, nothing is kept aside — and a value written after an apply that was
+  /// committed is not rolled back by applying it again.
+  @Test(arguments: ["defaults.edit.learned", "defaults.edit.committed"])
+  func aJudgementCutShortByAKillIsCarriedOut(point: String) async throws {
+    let root = try TestRoot()
+    try await defaults("write", ["a", "-int", "1"], root: root)
+    try await defaults("sync", root: root)
+    var copy = try toolReads(root)
+    copy["b"] = .integer(2)
+    try await toolWrites(copy, .renameOver, root: root)
+    // Opening the suite judges the edit (before the first read), and dies at `point`.
+    let dying = try Child(
+      .defaultsScript(suite: suite, steps: [.read("b"), .say("survived")]), root: root.path, group: group,
+      environment: ["GROUPCONTAINER_FAULT_POINT": point])
+    #expect(await dying.exit() != 0 && !dying.output.contains("survived"), "\(dying.output) \(dying.errors.text)")
+    let b = try await defaults("read", ["b"], root: root)
+    #expect(b.out == "2\n", "\(b)")
+    // A value written after the edit was applied stays: the interrupted apply is not made again over it.
+    try await defaults("write", ["b", "-int", "3"], root: root)
+    try await defaults("sync", root: root)
+    let (values, notice) = try await read(root)
+    #expect(values["a"] as? Int == 1 && values["b"] as? Int == 3, "\(values) \(notice)")
+    #expect(try unapplied(root).isEmpty, "\(files(root))")
+    #expect(try toolReads(root)["b"] == .integer(3))
     withExtendedLifetime(root) {}
   }
 

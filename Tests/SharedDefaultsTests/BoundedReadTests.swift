@@ -1,0 +1,101 @@
+import Foundation
+import TestSupport
+import Testing
+
+/// A point read does bounded work on its caller's thread (#32 item 4). Two places where it did not, each with a test
+/// across real processes that holds a window open with a pause point:
+/// - a rewind (a new generation) made every process reload: the new snapshot, and the tail moved to the journal's
+///   start replayed on the read's thread. A process that had read past where the moved tail began goes on from the
+///   same records, now earlier in the journal, and reads nothing (`followMovedTail`);
+/// - a lazy tail (a long journal a new process left unread) was applied on the read's thread after 16 scans. It is
+///   applied in the background, and reads scan until it is installed.
+///
+/// Mutants this suite catches (each made once by hand):
+/// - `followMovedTail` always false: the reader loads the snapshot again ("loads" goes up);
+/// - `followMovedTail` shifting by 8 bytes too few: the reader's records do not decode at the new offsets, and it
+///   reads the suite again;
+/// - the tail applied on the read's thread at the 16th scan (`applyTail` in `lookUp`): "scans 16", not 25.
+@Suite(.runSlot(.minutes(4))) struct BoundedReadTests {
+  /// A reader current in generation G; a writer's background compaction, past the rewind threshold, pauses just
+  /// before it moves the journal's tail (`defaults.rewind.starting`, with the suite's lock) while the reader reads up
+  /// to the end; the move then makes generation G + 1, the writer adds keys after it. The reader sees every key
+  /// and has read no snapshot since.
+  @Test func aReaderCurrentAcrossARewindGoesOnWithoutReadingTheSuiteAgain() async throws {
+    let root = try TestRoot()
+    let id = try root.container().identifier
+    let pauses = root.path + "/pauses"
+    try FileManager.default.createDirectory(atPath: pauses, withIntermediateDirectories: true)
+    let point = pauses + "/defaults.rewind.starting"
+    let reader = try Child(
+      .defaultsScript(
+        suite: "m",
+        steps: [
+          .fill("k", count: 10, bytes: 0), .sync, .say("loaded"), .wait("read"), .count("x"), .loads, .wait("go"),
+          .count("x"), .count("y"), .count("k"), .loads,
+        ]),
+      root: root.path, group: id)
+    #expect(await reader.line { $0 == "loaded" } != nil, "stderr: \(reader.errors.text)")
+    // 3,000 sets of 4 KB: past the 8 MiB rewind threshold, so a background compaction moves the tail.
+    let writer = try Child(
+      .defaultsScript(
+        suite: "m", steps: [.fill("x", count: 3000, bytes: 4000), .fill("y", count: 10, bytes: 0), .settle]),
+      root: root.path, group: id,
+      environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.rewind.starting", "GROUPCONTAINER_PAUSE_DIR": pauses])
+    #expect(await eventually { FileManager.default.fileExists(atPath: point) }, "the writer never rewound")
+    // The writer holds the lock and waits: the reader reads every committed record of generation G.
+    #expect(FileManager.default.createFile(atPath: root.path + "/read", contents: nil))
+    let loadsBefore = await reader.line { $0.hasPrefix("loads ") }
+    #expect(loadsBefore != nil, "stderr: \(reader.errors.text)")
+    try FileManager.default.removeItem(atPath: point)
+    #expect(await writer.exit() == 0, "stderr: \(writer.errors.text)")
+    #expect(FileManager.default.createFile(atPath: root.path + "/go", contents: nil))
+    #expect(await reader.exit() == 0, "stderr: \(reader.errors.text)")
+    #expect(
+      Array(reader.output.suffix(4)) == ["count 3000", "count 10", "count 10", loadsBefore ?? "?"],
+      "\(reader.output.suffix(6)) stderr: \(reader.errors.text)")
+    withExtendedLifetime(root) {}
+  }
+
+  /// A new process finds a long journal past the snapshot (its writer killed as its first compaction installed) and
+  /// reads 25 keys: past 16 scans the tail is applied in the background — held there by a pause point — while the
+  /// reads go on scanning and answer right; once it is installed, reads scan no more.
+  @Test func aLazyTailIsAppliedInTheBackgroundWhileReadsGoOn() async throws {
+    let root = try TestRoot()
+    let id = try root.container().identifier
+    let seed = try Child(.defaultsScript(suite: "t", steps: [.set("base", 1), .sync]), root: root.path, group: id)
+    #expect(await seed.exit() == 0, "\(seed.errors.text)")
+    // About 1.8 MB of records past the snapshot: the writer dies as its first background compaction installs.
+    let writer = try Child(
+      .defaultsScript(suite: "t", steps: [.fill("k", count: 60_000, bytes: 0)]), root: root.path, group: id,
+      environment: ["GROUPCONTAINER_FAULT_POINT": "defaults.snapshot.writing"])
+    _ = await writer.exit()
+    let pauses = root.path + "/pauses"
+    try FileManager.default.createDirectory(atPath: pauses, withIntermediateDirectories: true)
+    let point = pauses + "/defaults.read.tailApplying"
+    // Keys the writer wrote before its compaction started (at 1 MiB of records, over 30,000 keys).
+    let first = (0..<25).map { DefaultsStep.read("k\($0 * 500)") }
+    let then = (25..<35).map { DefaultsStep.read("k\($0 * 500)") }
+    let reader = try Child(
+      .defaultsScript(
+        suite: "t",
+        steps: first + [.tailScans, .say("read"), .wait("go"), .settle] + then + [.tailScans, .count("k")]),
+      root: root.path, group: id,
+      environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.read.tailApplying", "GROUPCONTAINER_PAUSE_DIR": pauses])
+    #expect(await reader.line { $0 == "read" } != nil, "stderr: \(reader.errors.text)")
+    #expect(FileManager.default.fileExists(atPath: point), "the tail's application never started")
+    try FileManager.default.removeItem(atPath: point)
+    #expect(FileManager.default.createFile(atPath: root.path + "/go", contents: nil))
+    #expect(await reader.exit() == 0, "stderr: \(reader.errors.text)")
+    let out = reader.output
+    let expected =
+      (0..<25).map { "read k\($0 * 500) \($0 * 500)" } + ["scans 25", "read", "settled"]
+      + (25..<35).map { "read k\($0 * 500) \($0 * 500)" } + ["scans 25"]
+    #expect(Array(out.prefix(expected.count)) == expected, "\(out)")
+    // The whole state once applied: what a new process counts.
+    let counted = out.last { $0.hasPrefix("count ") }
+    let fresh = try Child(.defaultsScript(suite: "t", steps: [.count("k")]), root: root.path, group: id)
+    #expect(await fresh.exit() == 0)
+    #expect(counted != nil && fresh.output.last == counted, "\(String(describing: counted)) \(fresh.output)")
+    withExtendedLifetime(root) {}
+  }
+}
