@@ -423,7 +423,9 @@ extension SystemFD {
     }
     let made: SystemFD
     do { made = try open(name, [.readOnly, .directory]) } catch {
-      // ELOOP (a symlink) or ENOTDIR (a file): not a directory we may use.
+      // ELOOP (a symlink) or ENOTDIR (a file): not a directory we may use. Any other failure (EIO, EMFILE) is
+      // itself: called "not a directory", a failing disk read as a planted symlink (found by the I/O-error loops).
+      guard error.errno == .tooManySymbolicLinkLevels || error.errno == .notDirectory else { throw error }
       throw FileSystemError("mkdirat", path + "/" + name, .notDirectory)
     }
     defer { made.close() }
