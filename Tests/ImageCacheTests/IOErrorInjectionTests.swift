@@ -10,11 +10,9 @@ import Testing
   @Test(arguments: [HelperCommand.IOFaultOperation.cacheStore, .cacheTrim])
   func everyInjectedIOErrorIsReportedAndLosesNothing(_ operation: HelperCommand.IOFaultOperation) async throws {
     // A trim skips an entry whose header it cannot read (the next trim sees it again): its failed open or read
-    // does not fail the trim. A store reads nothing; the reads counted are the memory monitor's samples of the
-    // cgroup's files on its own thread (best-effort: sampled again at its next tick).
-    let summary = try await runIOFaultLoops(
-      operation, tolerated: operation == .cacheTrim ? ["open", "read"] : ["read"]
-    ) {
+    // does not fail the trim. The memory monitor's samples of the cgroup's files (open, read) run on its own thread
+    // during a store (best-effort: sampled again at its next tick), and make the counts of a clean round vary.
+    let summary = try await runIOFaultLoops(operation, tolerated: ["open", "read"]) {
       CacheFaultChecker(operation: operation)
     }
     #expect(summary.loops > 0 && summary.injected > 0, "\(summary)")
