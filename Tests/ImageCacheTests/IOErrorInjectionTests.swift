@@ -20,6 +20,19 @@ import Testing
   }
 }
 
+extension IOErrorInjectionTests {
+  /// Regression: a store that meets a full quota (EDQUOT) purges and tries again, as on a full disk (ENOSPC); it
+  /// failed outright before.
+  @Test func aStoreOnAFullQuotaPurgesAndRetriesAsOnAFullDisk() async throws {
+    for code in [ENOSPC, EDQUOT] {
+      let round = try await runIOFaultRound(
+        .cacheStore, call: "write", nth: 1, errno: code, round: 1, root: try TestRoot(),
+        group: "group.com.example.faults")
+      #expect(round.injected == 1 && round.acknowledged != nil, "\(round) \(round.errors)")
+    }
+  }
+}
+
 struct CacheFaultChecker: IOFaultChecker {
   let operation: HelperCommand.IOFaultOperation
   var acknowledged: Set<String> = []

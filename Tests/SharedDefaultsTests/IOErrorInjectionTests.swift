@@ -31,6 +31,17 @@ import Testing
     #expect(summary.problems.isEmpty, "\(summary)\n\(summary.problems.prefix(30).joined(separator: "\n"))")
   }
 
+  /// Regression: a journal that cannot grow by its doubling on a full quota (EDQUOT) tries the size the write needs,
+  /// as on a full disk (ENOSPC); the set failed outright before.
+  @Test func aSetOnAFullQuotaTriesTheSizeItNeedsAsOnAFullDisk() async throws {
+    for code in [ENOSPC, EDQUOT] {
+      let round = try await runIOFaultRound(
+        .defaultsSet, call: "fallocate", nth: 1, errno: code, round: 1, root: try TestRoot(),
+        group: "group.com.example.faults")
+      #expect(round.injected == 1 && round.acknowledged != nil, "\(round) \(round.errors)")
+    }
+  }
+
   /// Regression: a failed read of `/proc/self/stat` left this process's identity (pid and start time: lock
   /// words, temp-file names) without its start time for the whole life of the process, and other processes then
   /// judged its lock word's owner dead while it held the suite's lock. Armed from the process's start, the Nth
