@@ -49,9 +49,11 @@ struct CacheFaultChecker: IOFaultChecker {
       problems.append("acknowledged store of \(key) lost: a fresh process reads \(seen[key] ?? "nothing")")
     }
     if operation == .cacheStore {
-      // A store that finds the disk full trims the cache to its low watermark and tries once more (documented, as
+      // A store that finds the disk or quota full trims the cache to its low watermark and tries once more (documented, as
       // iOS purges Caches): what it evicted was acknowledged, and is gone by design.
-      if round.injected > 0 && round.errno == ENOSPC && round.acknowledged != nil { acknowledged = [] }
+      if round.injected > 0 && (round.errno == ENOSPC || round.errno == EDQUOT) && round.acknowledged != nil {
+        acknowledged = []
+      }
       for ack in [round.acknowledged, round.next].compactMap({ $0 }) { acknowledged.insert(ack) }
     }
     return problems
