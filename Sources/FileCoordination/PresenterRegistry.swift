@@ -371,10 +371,17 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
     return (unique, Array(Set(damaged)).sorted { $0.name < $1.name })
   }
 
-  /// Whether no presenter is registered: `presenters/` holds no directory (its link count is 2).
+  /// Whether no presenter is registered: `presenters/` holds no directory (its link count is 2), or is missing.
+  /// A failed look (EIO, EMFILE) is not "empty": the lookup lists the buckets instead — taken as empty, the
+  /// coordinated access went on without asking the item's presenters, and the answer was cached until the next
+  /// registration (found by the I/O-error loops).
   private func isEmpty() -> Bool {
-    guard let status = try? root.status(relative) else { return true }
-    return status.linkCount == 2
+    do {
+      guard let status = try root.status(relative) else { return true }
+      return status.linkCount == 2
+    } catch {
+      return false
+    }
   }
 
   /// The listing of bucket `hash` (or of its `below`), from the cache while its slot's generation holds.

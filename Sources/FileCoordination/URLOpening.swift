@@ -272,6 +272,15 @@ final class URLHandlers: @unchecked Sendable {  // `handler` and `requestHandler
     } catch let error as OpenURLError {
       throw error
     } catch {
+      // A registration the system failed to read (EIO, EMFILE…) is not a missing one: "no app handles 'x:' URLs,
+      // register one" sent the user to fix what was a failing disk (found by the I/O-error loops). What is there
+      // but unusable (a FIFO, a link) is ignored, as before.
+      if let failure = error as? FileSystemError,
+        [.ioError, .tooManyOpenFiles, .tooManyOpenFilesInSystem, .noMemory, .noSpace, .diskQuotaExceeded]
+          .contains(failure.errno)
+      {
+        throw OpenURLError.launchFailed("\(scheme):", reason: "its registration '\(path)' cannot be read: \(failure)")
+      }
       if (error as? FileSystemError)?.errno != .noSuchFileOrDirectory {
         CoordinationSpace.logger.error("ignoring the scheme registration '\(path)': \(error)")
       }

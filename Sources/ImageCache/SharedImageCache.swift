@@ -250,8 +250,11 @@ public final class SharedImageCache: Sendable {
     do {
       written = try disk.write(key: key, name: name, image: image, storedAt: now, expiresAt: expiresAt)
     } catch {
-      guard error.fileSystemError?.errno == .noSpace else { throw error }
-      // A full disk: make room as iOS purges Caches, then try once more.
+      // A full disk or quota (EDQUOT failed the store outright: found by the I/O-error loops): make room as iOS
+      // purges Caches, then try once more.
+      guard let errno = error.fileSystemError?.errno, errno == .noSpace || errno == .diskQuotaExceeded else {
+        throw error
+      }
       Self.logger.warning("no space left for the image cache '\(self.name)': trimming to its low watermark")
       _ = try? disk.trim(
         limit: 0, target: lowWatermarkBytes, maximumAge: maximumAge, now: now, force: true,

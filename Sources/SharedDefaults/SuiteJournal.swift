@@ -94,8 +94,9 @@ final class SuiteJournal: @unchecked Sendable {  // the mapping is shared memory
     let wanted = min(reservation, max(end, 2 * capacity, 64 << 10))
     var size = (wanted + page - 1) / page * page
     do { try mapping.allocate(upTo: size) } catch {
-      // A nearly full disk: the doubling does not fit, what this write needs may.
-      guard error.errno == .noSpace, size > end else { throw .system(error) }
+      // A nearly full disk or quota: the doubling does not fit, what this write needs may (a full quota failed
+      // the set outright, where a full disk retried: found by the I/O-error loops).
+      guard error.errno == .noSpace || error.errno == .diskQuotaExceeded, size > end else { throw .system(error) }
       size = (end + page - 1) / page * page
       try SharedDefaultsError.wrap { () throws(FileSystemError) in try mapping.allocate(upTo: size) }
     }

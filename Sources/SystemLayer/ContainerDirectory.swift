@@ -183,7 +183,8 @@ package final class ContainerDirectory: Sendable {
     // Only a power-loss replace fsyncs the directory; otherwise it is only the base of *at calls (O_PATH).
     let use: Int32 = durability == .powerLoss ? 1 : 2
     let start = parent.isEmpty ? "." : parent
-    switch start.withCString({ start in valueOrErrno { gc_openat_beneath_no_symlinks(fd.rawValue, start, use) } }) {
+    switch start.withCString({ start in valueOrErrno(.open) { gc_openat_beneath_no_symlinks(fd.rawValue, start, use) } }
+    ) {
     case .success(let value): opened = value
     case .failure(let e):
       if e == .noFunction { Self.noOpenat2.store(true, ordering: .relaxed) }
@@ -370,7 +371,9 @@ package final class ContainerDirectory: Sendable {
     let raw = SystemFD.rawFlags(followLast ? flags.union(.followSymlink) : flags)
     if resolution == .automatic && !Self.noOpenat2.load(ordering: .relaxed) {
       let start = relative.isEmpty ? "." : relative
-      switch start.withCString({ start in valueOrErrno { gc_openat_beneath(fd.rawValue, start, raw, UInt32(mode)) } }) {
+      switch start.withCString({ start in
+        valueOrErrno(.open) { gc_openat_beneath(fd.rawValue, start, raw, UInt32(mode)) }
+      }) {
       case .success(let opened):
         SyscallRecorder.record(.open, full, flags: flags)
         return SystemFD(rawValue: opened, path: full)
@@ -420,7 +423,9 @@ extension SystemFD {
     }
     let made: SystemFD
     do { made = try open(name, [.readOnly, .directory]) } catch {
-      // ELOOP (a symlink) or ENOTDIR (a file): not a directory we may use.
+      // ELOOP (a symlink) or ENOTDIR (a file): not a directory we may use. Any other failure (EIO, EMFILE) is
+      // itself: called "not a directory", a failing disk read as a planted symlink (found by the I/O-error loops).
+      guard error.errno == .tooManySymbolicLinkLevels || error.errno == .notDirectory else { throw error }
       throw FileSystemError("mkdirat", path + "/" + name, .notDirectory)
     }
     defer { made.close() }

@@ -46,7 +46,7 @@ package final class DatagramSocket: Sendable {
     var waited = false
     while true {
       let result = bytes.withUnsafeBytes { buffer in
-        valueOrErrno { gc_dgram_send(fd, buffer.baseAddress, UInt(buffer.count)) }
+        valueOrErrno(.send) { gc_dgram_send(fd, buffer.baseAddress, UInt(buffer.count)) }
       }
       switch result {
       case .success: return true
@@ -84,7 +84,7 @@ extension ContainerDirectory {
   /// `openat2`.
   package func openSocketFile(_ relative: String) throws(FileSystemError) -> SystemFD {
     let opened = try relative.withCString { relative in
-      valueOrErrno { gc_openat_beneath_no_symlinks(fd.rawValue, relative, 3) }
+      valueOrErrno(.open) { gc_openat_beneath_no_symlinks(fd.rawValue, relative, 3) }
     }.get("openat2", path + "/" + relative)
     return SystemFD(rawValue: opened, in: path, relative: relative)
   }

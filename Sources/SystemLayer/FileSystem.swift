@@ -18,7 +18,7 @@ package enum FileSystem {
   /// Atomically swaps the names `a` and `b` (tests race path checks with it). The corresponding C function is
   /// `renameat2` with `RENAME_EXCHANGE`.
   package static func exchange(_ a: String, _ b: String) throws(FileSystemError) {
-    _ = try valueOrErrno { gc_rename_exchange(AT_FDCWD, a, AT_FDCWD, b) }.get("renameat2", "\(a)' <-> '\(b)")
+    _ = try valueOrErrno(.rename) { gc_rename_exchange(AT_FDCWD, a, AT_FDCWD, b) }.get("renameat2", "\(a)' <-> '\(b)")
   }
 
   /// The names in a directory, without `.` and `..`. The corresponding C functions are `opendir`/`readdir`.

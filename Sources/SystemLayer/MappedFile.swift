@@ -43,6 +43,10 @@ package final class MappedFile: @unchecked Sendable {  // immutable after init (
       guardSlot = -1
       return
     }
+    if let injected = IOFaultInjection.failure(.mmap) {
+      fd.close()
+      throw FileSystemError("mmap", fd.path, injected)
+    }
     guard let mapped = mmap(nil, size, PROT_READ, MAP_SHARED, fd.rawValue, 0), mapped != MAP_FAILED else {
       let error = FileSystemError("mmap", fd.path, Errno(rawValue: errno))
       fd.close()

@@ -6,8 +6,23 @@ package enum CurrentProcess {
   /// The effective user id: whose files this process trusts. The corresponding C function is `geteuid`.
   package static var userID: UInt32 { geteuid() }
 
-  /// Field 22 of `/proc/<pid>/stat`: start time in clock ticks since boot.
-  package static func startTime(of pid: Int32 = getpid()) -> UInt64? { status(of: pid)?.startTime }
+  /// Field 22 of `/proc/<pid>/stat`: start time in clock ticks since boot. For this process, read once and kept
+  /// (`ownStartTime`).
+  package static func startTime(of pid: Int32 = getpid()) -> UInt64? {
+    pid == getpid() ? ownStartTime : status(of: pid)?.startTime
+  }
+
+  /// This process's start time, which names it in lock words, temp files and its liveness file — read until a
+  /// read succeeds (a few tries): a read that failed once (EIO, EMFILE) was kept as "unknown" for the process's
+  /// whole life, and other processes then judged its lock word's owner dead while it held the lock (found by the
+  /// I/O-error loops). Nil only when /proc cannot be read at all.
+  private static let ownStartTime: UInt64? = {
+    for attempt in 0..<5 {
+      if let start = status(of: getpid())?.startTime { return start }
+      if attempt < 4 { MonotonicClock.sleep(nanoseconds: 1_000_000 << attempt) }
+    }
+    return nil
+  }()
 
   /// From `/proc/<pid>/stat`: whether the process still runs (not a zombie) and its start time (field 22, clock
   /// ticks since boot). Nil when there is no such process.

@@ -35,6 +35,7 @@ package final class SharedFileMapping: @unchecked Sendable {  // immutable after
     self.descriptor = Atomic(fd.rawValue)
     self.reservation = reservation
     self.sharing = privateCopy ? MAP_PRIVATE : MAP_SHARED
+    if let injected = IOFaultInjection.failure(.mmap) { throw FileSystemError("mmap", fd.path, injected) }
     guard let mapped = mmap(nil, reservation, PROT_READ | PROT_WRITE, sharing, fd.rawValue, 0),
       mapped != MAP_FAILED
     else {
@@ -85,7 +86,7 @@ package final class SharedFileMapping: @unchecked Sendable {  // immutable after
   /// is `fallocate`.
   package func allocate(upTo size: Int) throws(FileSystemError) {
     precondition(size <= reservation, "a mapping never grows past its reservation")
-    _ = try valueOrErrno { gc_fallocate(fd.rawValue, 0, Int64(size)) }.get("fallocate", path)
+    _ = try valueOrErrno(.fallocate) { gc_fallocate(fd.rawValue, 0, Int64(size)) }.get("fallocate", path)
   }
 
   /// Sets the file size (only for files this framework sizes alone). The corresponding C function is `ftruncate`.
@@ -94,6 +95,7 @@ package final class SharedFileMapping: @unchecked Sendable {  // immutable after
   /// Maps the file again over the whole reservation, replacing the zero pages the SIGBUS guard put in.
   /// The corresponding C function is `mmap` (with `MAP_FIXED`).
   package func remap() throws(FileSystemError) {
+    if let injected = IOFaultInjection.failure(.mmap) { throw FileSystemError("mmap", path, injected) }
     let again = mmap(base, reservation, PROT_READ | PROT_WRITE, sharing | MAP_FIXED, fd.rawValue, 0)
     guard again == base else { throw FileSystemError("mmap", path, Errno(rawValue: errno)) }
   }
@@ -102,6 +104,7 @@ package final class SharedFileMapping: @unchecked Sendable {  // immutable after
   /// `mmap(MAP_FIXED)`: a thread reading meanwhile sees the old pages or the new ones, never an unmapped hole.
   /// For a file replaced by a new one of the same role (the container removed and made again).
   package func remap(onto newFD: SystemFD) throws(FileSystemError) {
+    if let injected = IOFaultInjection.failure(.mmap) { throw FileSystemError("mmap", newFD.path, injected) }
     let again = mmap(base, reservation, PROT_READ | PROT_WRITE, sharing | MAP_FIXED, newFD.rawValue, 0)
     guard again == base else { throw FileSystemError("mmap", newFD.path, Errno(rawValue: errno)) }
     let old = descriptor.exchange(newFD.rawValue, ordering: .acquiringAndReleasing)

@@ -116,6 +116,9 @@ package struct SharedMemoryLock: @unchecked Sendable {  // the word is shared me
     if owner & ~Self.waitingBit == Self.me { return true }
     let pid = Int32(truncatingIfNeeded: owner & Self.pidMask)
     guard pid > 0 else { return false }
+    // An owner whose start time was unknown to itself (no /proc) is judged by its pid alone: judged by a start
+    // time it does not have, it would be called dead while it holds the lock.
+    if owner >> 32 == 0 { return CurrentProcess.status(of: pid)?.running ?? false }
     if let known = ownerIsAlive(pid, UInt32(truncatingIfNeeded: owner >> 32)) { return known }
     guard let process = CurrentProcess.status(of: pid) else { return false }
     return process.running && process.startTime & 0xFFFF_FFFF == owner >> 32

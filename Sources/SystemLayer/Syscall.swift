@@ -44,8 +44,27 @@ public struct FileSystemError: Error, CustomStringConvertible, Sendable, Equatab
 package func valueOrErrno<I: FixedWidthInteger>(
   retryOnInterrupt: Bool = true, _ body: () -> I
 ) -> Result<I, Errno> {
+  valueOrErrno(nil, retryOnInterrupt: retryOnInterrupt, body)
+}
+
+/// `valueOrErrno` for a call that can fail with an I/O error, of the kind `call` (`IOFaultInjection`'s test hook).
+@inline(__always)
+package func valueOrErrno<I: FixedWidthInteger>(
+  _ call: IOFaultInjection.Call?, retryOnInterrupt: Bool = true, _ body: () -> I
+) -> Result<I, Errno> {
   while true {
-    let result = body()
+    #if GROUPCONTAINER_TEST_HOOKS
+      // An injected failure stands for the call and takes the same path as a real one (EINTR is retried below).
+      let result: I
+      if let call, let injected = IOFaultInjection.failure(call) {
+        Glibc.errno = injected.rawValue
+        result = -1
+      } else {
+        result = body()
+      }
+    #else
+      let result = body()
+    #endif
     if result != -1 { return .success(result) }
     let code = Errno(rawValue: Glibc.errno)
     if retryOnInterrupt && code == .interrupted { continue }

@@ -7,7 +7,7 @@ extension SystemFD {
   package func writeAll(_ bytes: UnsafeRawBufferPointer) throws(FileSystemError) {
     var written = 0
     while written < bytes.count {
-      let n = try valueOrErrno { Glibc.write(rawValue, bytes.baseAddress! + written, bytes.count - written) }
+      let n = try valueOrErrno(.write) { Glibc.write(rawValue, bytes.baseAddress! + written, bytes.count - written) }
         .get("write", path)
       written += n
     }
@@ -16,7 +16,7 @@ extension SystemFD {
   /// Reads what is there, up to `buffer.count` bytes, at the current offset (a pipe: blocks until some bytes or
   /// end of file); 0 means end of file. The corresponding C function is `read`.
   package func read(into buffer: UnsafeMutableRawBufferPointer) throws(FileSystemError) -> Int {
-    try valueOrErrno { Glibc.read(rawValue, buffer.baseAddress!, buffer.count) }.get("read", path)
+    try valueOrErrno(.read) { Glibc.read(rawValue, buffer.baseAddress!, buffer.count) }.get("read", path)
   }
 
   /// Fills `buffer` from `offset` on; returns how many bytes it read (fewer only at end of file). The
@@ -24,7 +24,7 @@ extension SystemFD {
   package func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws(FileSystemError) -> Int {
     var total = 0
     while total < buffer.count {
-      let n = try valueOrErrno {
+      let n = try valueOrErrno(.read) {
         Glibc.pread(rawValue, buffer.baseAddress! + total, buffer.count - total, off_t(offset) + off_t(total))
       }.get("pread", path)
       if n == 0 { break }

@@ -12,7 +12,7 @@ extension SystemFD {
   /// the two are on different file systems. The corresponding C function is `renameat`.
   package func rename(_ name: String, into directory: SystemFD, as newName: String) throws(FileSystemError) {
     _ = try name.withCString { from in
-      newName.withCString { to in valueOrErrno { Glibc.renameat(rawValue, from, directory.rawValue, to) } }
+      newName.withCString { to in valueOrErrno(.rename) { Glibc.renameat(rawValue, from, directory.rawValue, to) } }
     }.get("renameat", "\(path)/\(name)' -> '\(directory.path)/\(newName)")
     SyscallRecorder.record(.rename, directory.path + "/" + newName)
   }
@@ -21,7 +21,7 @@ extension SystemFD {
   /// `EEXIST` otherwise (the caller picks another name). The corresponding C function is `renameat2` with
   /// `RENAME_NOREPLACE`.
   package func renameNoReplace(_ name: String, to newName: String) throws(FileSystemError) {
-    _ = try valueOrErrno { gc_rename_noreplace(rawValue, name, newName) }
+    _ = try valueOrErrno(.rename) { gc_rename_noreplace(rawValue, name, newName) }
       .get("renameat2", "\(path)/\(name)' -> '\(path)/\(newName)")
     SyscallRecorder.record(.rename, path + "/" + newName)
   }
@@ -31,7 +31,7 @@ extension SystemFD {
   /// whatever another process put at `other` just before — for the caller to look at. The corresponding C function
   /// is `renameat2` with `RENAME_EXCHANGE`.
   package func exchange(_ name: String, with other: String) throws(FileSystemError) {
-    _ = try valueOrErrno { gc_rename_exchange(rawValue, name, rawValue, other) }
+    _ = try valueOrErrno(.rename) { gc_rename_exchange(rawValue, name, rawValue, other) }
       .get("renameat2", "\(path)/\(name)' <-> '\(path)/\(other)")
     SyscallRecorder.record(.rename, path + "/" + other)
   }
@@ -39,7 +39,7 @@ extension SystemFD {
   /// Flushes the file's data (and its size, when it changed) to the device, without the other metadata: the
   /// checkpoints of a download. The corresponding C function is `fdatasync`.
   package func dataSync() throws(FileSystemError) {
-    _ = try valueOrErrno { Glibc.fdatasync(rawValue) }.get("fdatasync", path)
+    _ = try valueOrErrno(.fdatasync) { Glibc.fdatasync(rawValue) }.get("fdatasync", path)
     SyscallRecorder.record(.fsync, path)
   }
 

@@ -139,7 +139,8 @@ package struct SystemFD: Sendable, Hashable {
   package static func open(
     _ path: String, _ flags: OpenFlags, mode: mode_t = 0o600
   ) throws(FileSystemError) -> SystemFD {
-    let fd = try path.withCString { raw in valueOrErrno { Glibc.open(raw, rawFlags(flags), mode) } }.get("open", path)
+    let fd = try path.withCString { raw in valueOrErrno(.open) { Glibc.open(raw, rawFlags(flags), mode) } }.get(
+      "open", path)
     SyscallRecorder.record(.open, path, flags: flags)
     return SystemFD(rawValue: fd, path: path)
   }
@@ -148,7 +149,7 @@ package struct SystemFD: Sendable, Hashable {
   /// `openat`.
   package func open(_ name: String, _ flags: OpenFlags, mode: mode_t = 0o600) throws(FileSystemError) -> SystemFD {
     let fd = try name.withCString { name in
-      valueOrErrno { Glibc.openat(rawValue, name, SystemFD.rawFlags(flags), mode) }
+      valueOrErrno(.open) { Glibc.openat(rawValue, name, SystemFD.rawFlags(flags), mode) }
     }
     .get("openat", path + "/" + name)
     SyscallRecorder.record(.open, path + "/" + name, flags: flags)
@@ -191,7 +192,7 @@ package struct SystemFD: Sendable, Hashable {
     // Names go to C through withCString here: the implicit String-to-pointer conversion copied each to the heap
     // (five allocations of a coordinated write's thirty).
     _ = try source.withCString { from in
-      destination.withCString { to in valueOrErrno { Glibc.renameat(rawValue, from, rawValue, to) } }
+      destination.withCString { to in valueOrErrno(.rename) { Glibc.renameat(rawValue, from, rawValue, to) } }
     }.get("renameat", "\(path)/\(source)' -> '\(path)/\(destination)")
     SyscallRecorder.record(.rename, path + "/" + destination)
   }
@@ -200,7 +201,7 @@ package struct SystemFD: Sendable, Hashable {
   /// EEXIST when `destination` exists. The corresponding C function is `linkat` (the source is not followed).
   package func link(_ source: String, to destination: String) throws(FileSystemError) {
     _ = try source.withCString { from in
-      destination.withCString { to in valueOrErrno { Glibc.linkat(rawValue, from, rawValue, to, 0) } }
+      destination.withCString { to in valueOrErrno(.linkat) { Glibc.linkat(rawValue, from, rawValue, to, 0) } }
     }
     .get("linkat", "\(path)/\(source)' -> '\(path)/\(destination)")
   }
@@ -208,7 +209,7 @@ package struct SystemFD: Sendable, Hashable {
   /// Removes the file `name` in this directory; a missing file is not an error. The corresponding C function is
   /// `unlinkat`.
   package func removeFile(_ name: String) throws(FileSystemError) {
-    switch name.withCString({ name in valueOrErrno { Glibc.unlinkat(rawValue, name, 0) } }) {
+    switch name.withCString({ name in valueOrErrno(.unlinkat) { Glibc.unlinkat(rawValue, name, 0) } }) {
     case .success: return
     case .failure(let e) where e == .noSuchFileOrDirectory: return
     case .failure(let e): throw FileSystemError("unlinkat", path + "/" + name, e)
@@ -218,7 +219,7 @@ package struct SystemFD: Sendable, Hashable {
   /// Removes the empty directory `name` in this directory; a missing one is not an error. The corresponding C
   /// function is `unlinkat` with `AT_REMOVEDIR`.
   package func removeDirectory(_ name: String) throws(FileSystemError) {
-    switch name.withCString({ name in valueOrErrno { Glibc.unlinkat(rawValue, name, AT_REMOVEDIR) } }) {
+    switch name.withCString({ name in valueOrErrno(.unlinkat) { Glibc.unlinkat(rawValue, name, AT_REMOVEDIR) } }) {
     case .success: return
     case .failure(let e) where e == .noSuchFileOrDirectory: return
     case .failure(let e): throw FileSystemError("unlinkat", path + "/" + name, e)
@@ -251,7 +252,7 @@ package struct SystemFD: Sendable, Hashable {
   @discardableResult
   package func lock(_ mode: FlockMode, nonBlocking: Bool = false) throws(FileSystemError) -> Bool {
     let op = mode.flag | (nonBlocking ? LOCK_NB : 0)
-    switch valueOrErrno({ gc_flock(rawValue, op) }) {
+    switch valueOrErrno(.flock, { gc_flock(rawValue, op) }) {
     case .success: return true
     case .failure(let e) where nonBlocking && e == .wouldBlock: return false
     case .failure(let e): throw FileSystemError("flock", path, e)
@@ -323,7 +324,7 @@ package struct SystemFD: Sendable, Hashable {
   package func writeAll(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(FileSystemError) {
     var written = 0
     while written < bytes.count {
-      let n = try valueOrErrno {
+      let n = try valueOrErrno(.pwrite) {
         Glibc.pwrite(rawValue, bytes.baseAddress! + written, bytes.count - written, off_t(offset) + off_t(written))
       }.get("pwrite", path)
       written += n
@@ -336,7 +337,7 @@ package struct SystemFD: Sendable, Hashable {
     var chunk = [UInt8](repeating: 0, count: 16 * 1024)
     while true {
       let n = try chunk.withUnsafeMutableBytes { buffer in
-        valueOrErrno { Glibc.read(rawValue, buffer.baseAddress!, buffer.count) }
+        valueOrErrno(.read) { Glibc.read(rawValue, buffer.baseAddress!, buffer.count) }
       }.get("read", path)
       if n == 0 { return result }
       if result.count + n > limit { throw FileSystemError("read", path, .fileTooLarge) }
@@ -346,7 +347,7 @@ package struct SystemFD: Sendable, Hashable {
 
   /// Flushes the file's data and metadata to the device. The corresponding C function is `fsync`.
   package func sync() throws(FileSystemError) {
-    _ = try valueOrErrno { Glibc.fsync(rawValue) }.get("fsync", path)
+    _ = try valueOrErrno(.fsync) { Glibc.fsync(rawValue) }.get("fsync", path)
     SyscallRecorder.record(.fsync, path)
   }
 
@@ -357,7 +358,7 @@ package struct SystemFD: Sendable, Hashable {
 
   /// The corresponding C function is `ftruncate`.
   package func truncate(to size: Int64) throws(FileSystemError) {
-    _ = try valueOrErrno { Glibc.ftruncate(rawValue, off_t(size)) }.get("ftruncate", path)
+    _ = try valueOrErrno(.ftruncate) { Glibc.ftruncate(rawValue, off_t(size)) }.get("ftruncate", path)
   }
 }
 
@@ -368,7 +369,9 @@ extension SystemFD {
     var total = 0
     while total < count {
       let n = try buffer.withUnsafeMutableBytes { raw in
-        valueOrErrno { Glibc.pread(rawValue, raw.baseAddress! + total, count - total, off_t(offset) + off_t(total)) }
+        valueOrErrno(.read) {
+          Glibc.pread(rawValue, raw.baseAddress! + total, count - total, off_t(offset) + off_t(total))
+        }
       }.get("pread", path)
       if n == 0 { break }
       total += n

@@ -548,9 +548,10 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
     case .add(let path, let mask, let token, let handler, true, let reply) where inotifyFD >= 0:
       // The kernel resolves the path now and answers with the watch of the inode it names now; `IN_MASK_ADD`
       // keeps what others asked of that inode. The library is not told (see `.remove`).
-      let wd = Glibc.inotify_add_watch(inotifyFD, path, mask | Self.maskAdd)
+      let injected = IOFaultInjection.failure(.inotifyAddWatch)
+      let wd = injected == nil ? Glibc.inotify_add_watch(inotifyFD, path, mask | Self.maskAdd) : -1
       guard wd >= 0 else {
-        reply(.failure(FileSystemError("inotify_add_watch", path, Errno(rawValue: errno))))
+        reply(.failure(FileSystemError("inotify_add_watch", path, injected ?? Errno(rawValue: errno))))
         return
       }
       if pathByWD[wd] == nil { pathByWD[wd] = path }
@@ -562,6 +563,10 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
       // A path not watched yet may name an inode watched under another path: add to its mask, never replace it.
       let wanted = (existing.map { union(of: $0) } ?? Self.maskAdd) | mask
       if existing == nil || wanted != union(of: existing!) {
+        if let injected = IOFaultInjection.failure(.inotifyAddWatch) {
+          reply(.failure(FileSystemError("inotify_add_watch", path, injected)))
+          return
+        }
         guard inotifytools_watch_file(path, Int32(bitPattern: wanted)) != 0 else {
           reply(.failure(FileSystemError("inotify_add_watch", path, Errno(rawValue: inotifytools_error()))))
           return

@@ -15,8 +15,9 @@ import Testing
   /// What each hook leaves in a binary: the environment variables it reads, and mangled names of the state it keeps.
   static let markers = [
     "GROUPCONTAINER_FAULT_POINT", "GROUPCONTAINER_PAUSE_POINT", "GROUP_CONTAINER_SIMULATE_NO_INOTIFY",
-    "GROUP_CONTAINER_INBOX_FILES_ONLY",
+    "GROUP_CONTAINER_INBOX_FILES_ONLY", "GROUPCONTAINER_IO_FAULT",
     "15SyscallRecorderO3Log", "15SyscallRecorderO7current", "10FaultPointO5armed", "11TestCounterC5count",
+    "16IOFaultInjectionO5state",
   ]
 
   static func markers(in url: URL) throws -> [String] {

@@ -182,6 +182,9 @@ case .domainReader(let suite):  // PersistentDomainHelper.swift
 case .defaultsScript(let suite, let steps):  // DefaultsScript.swift
   try runDefaultsScript(suite: suite, directory: root, steps: steps, container)
 
+case .ioFault:  // IOFaultModes.swift
+  try await runIOFaultRound(invocation.command, container)
+
 case .descriptors(let stay):  // Descriptors.swift
   runDescriptors(stay: stay)
 

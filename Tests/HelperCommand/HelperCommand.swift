@@ -305,6 +305,24 @@ public enum HelperCommand: Codable, Sendable, Equatable {
   /// or "update failed" for each update, until killed.
   case todayWidget(kind: String, refreshMS: Int64, updateTimeoutMS: Int64 = 30_000)
 
+  // MARK: I/O-error injection (IOFaultModes.swift)
+
+  /// One round of an I/O-error loop: opens what `operation` works on and prints "seen <state>" (what this fresh
+  /// process reads: the test checks nothing acknowledged was lost and nothing is torn); arms `IOFaultInjection` to
+  /// fail the `nth` call of kind `call` (nil: count only) with `errno`, runs the operation once for `round`, disarms,
+  /// and prints "result ok <acknowledged>" or "result error <description>", "injected <n>" and
+  /// "calls <kind>=<n>,…"; then runs it again unarmed for `round` + 100000 and prints "next ok <acknowledged>" or
+  /// "next error <description>", and exits 0.
+  case ioFault(operation: IOFaultOperation, call: String?, nth: Int, errno: Int32, round: Int)
+
+  /// The operations the I/O-error loops run (`ioFault`).
+  public enum IOFaultOperation: String, Codable, Sendable, CaseIterable {
+    case defaultsSet, defaultsUpdate, defaultsSynchronize, defaultsCompaction
+    case coordinatedWrite, coordinatedMove
+    case cacheStore, cacheTrim
+    case inboxSend, activityUpdate
+  }
+
   /// How `access` and `hold` coordinate: a read, or a write with its options.
   public enum AccessMode: String, Codable, Sendable, CaseIterable {
     case read, write, delete, replace, merge
