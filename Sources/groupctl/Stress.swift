@@ -9,7 +9,7 @@ struct Stress: ParsableCommand {
     subcommands: [
       StressDefaults.self, StressDefaultsWriter.self, StressDefaultsReader.self, StressFiles.self,
       StressFilesWriter.self,
-      StressFilesPresenter.self, PresentMany.self,
+      StressFilesPresenter.self, PresentMany.self, StressStorm.self, StressStormWorker.self, StressStormCheck.self,
     ])
 }
 
