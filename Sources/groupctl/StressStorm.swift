@@ -67,9 +67,16 @@ struct StressStorm: ParsableCommand {
     defer { server?.stop() }
 
     var slots: [StormSlot] = []
-    func add(_ name: String, _ count: Int, _ arguments: @escaping (Int, Int, String) -> [String]) {
+    // `idle`: how long a worker may go without an acknowledged operation beyond --hang-slack (a call killed
+    // before it returned logs nothing: a hang must be seen while it lasts); nil for presenters, which act only
+    // when others write.
+    func add(
+      _ name: String, _ count: Int, idle: Double? = 5, _ arguments: @escaping (Int, Int, String) -> [String]
+    ) {
       for index in 0..<count {
-        slots.append(StormSlot(name: "\(name)-\(index)", arguments: { arguments(index, $0, $1) }))
+        slots.append(
+          StormSlot(
+            name: "\(name)-\(index)", idle: idle.map { $0 + hangSlack }, arguments: { arguments(index, $0, $1) }))
       }
     }
     let worker = { (kind: String, extra: [String]) in
@@ -88,11 +95,13 @@ struct StressStorm: ParsableCommand {
         stopFile, "--timed",
       ]
     }
-    add("files-presenter", presenters) { _, _, log in
+    add("files-presenter", presenters, idle: nil) { _, _, log in
       ["stress", "files-presenter"] + base + ["--document", Self.document, "--log", log, "--stop-file", stopFile]
     }
     if let server {
-      add("download", downloaders, worker("download", ["--server", server.url, "--manifest", server.manifest]))
+      // A download worker waits up to 60 s for its task to complete.
+      let arguments = worker("download", ["--server", server.url, "--manifest", server.manifest])
+      add("download", downloaders, idle: 65, arguments)
     }
 
     let chaos = StressLog(path: logs.appendingPathComponent("chaos.log").path)
@@ -104,8 +113,10 @@ struct StressStorm: ParsableCommand {
     var random = SplitMix64(seed: seed ?? UInt64.random(in: 1...UInt64.max))
     let end = MonotonicClock.nanoseconds() + UInt64(seconds * 1e9)
     var unexpected = 0
+    var stops: [(UInt64, UInt64)] = []
     while MonotonicClock.nanoseconds() < end {
       Thread.sleep(forTimeInterval: Double.random(in: 0.03...0.2, using: &random))
+      for slot in slots { if let hung = slot.hangReport(stops: stops) { chaos.append("hung \(hung)") } }
       // A worker that ended by itself is restarted; it is reported (the storm's own kills are not).
       for slot in slots where !slot.isRunning {
         unexpected += 1
@@ -117,7 +128,9 @@ struct StressStorm: ParsableCommand {
       guard target < slots.count || agentPID != nil else { continue }
       let pid = target < slots.count ? slots[target].pid : agentPID!
       let name = target < slots.count ? slots[target].name : "agent"
-      if Double.random(in: 0..<1, using: &random) < 0.35 {
+      // A worker that has acknowledged nothing for a while is not killed: a kill would hide its hang.
+      let quiet = target < slots.count && slots[target].idle > 2
+      if Double.random(in: 0..<1, using: &random) < 0.35 && !quiet {
         kill(pid, SIGKILL)
         chaos.append("kill \(name)")
         if target < slots.count {
@@ -129,7 +142,8 @@ struct StressStorm: ParsableCommand {
         kill(pid, SIGSTOP)
         Thread.sleep(forTimeInterval: Double(Int.random(in: 20...max(20, maxStopMs), using: &random)) / 1000)
         kill(pid, SIGCONT)
-        chaos.append("stop \(name) \(from) \(MonotonicClock.nanoseconds())")
+        stops.append((from, MonotonicClock.nanoseconds()))
+        chaos.append("stop \(name) \(from) \(stops[stops.count - 1].1)")
       }
     }
 
@@ -211,10 +225,39 @@ final class StormSlot {
   let arguments: (Int, String) -> [String]
   private(set) var generation = -1
   private var process: ProcessSpawn.Reaped?
+  /// Seconds without an acknowledged operation (the time any process was stopped not counted) that make a hang.
+  let idleBound: Double?
+  private var log = ""
+  /// The log's size when last looked at, and when (monotonic) it last grew or the process started.
+  private var logSize: UInt64 = 0
+  private var activeAt: UInt64 = 0
+  private var reported = false
+  /// Seconds without an acknowledged operation, as of the last `hangReport`.
+  private(set) var idle = 0.0
 
-  init(name: String, arguments: @escaping (Int, String) -> [String]) {
+  init(name: String, idle: Double?, arguments: @escaping (Int, String) -> [String]) {
     self.name = name
+    self.idleBound = idle
     self.arguments = arguments
+  }
+
+  /// What to report when this generation has gone past its idle bound, once per generation.
+  func hangReport(stops: [(UInt64, UInt64)]) -> String? {
+    guard let idleBound, !reported, isRunning else { return nil }
+    let now = MonotonicClock.nanoseconds()
+    let size = UInt64((try? FileSystem.status(log))?.size ?? 0)
+    if size != logSize {
+      logSize = size
+      activeAt = now
+      idle = 0
+      return nil
+    }
+    let stopped = stops.reduce(UInt64(0)) { sum, stop in sum + (stop.1 > activeAt ? stop.1 - max(stop.0, activeAt) : 0)
+    }
+    idle = Double(now - activeAt) / 1e9 - Double(stopped) / 1e9
+    guard idle > idleBound else { return nil }
+    reported = true
+    return "\(name) (pid \(pid)) acknowledged nothing for \(Int(idle)) s"
   }
 
   var pid: Int32 { process?.pid ?? 0 }
@@ -222,7 +265,7 @@ final class StormSlot {
 
   func start(_ executable: String, logs: URL, live: StormProcesses) throws {
     generation += 1
-    let log = logs.appendingPathComponent("\(name).log").path
+    log = logs.appendingPathComponent("\(name).log").path
     let null = try SystemFD.open("/dev/null", .writeOnly)
     defer { null.close() }
     // The libraries' log (swift-log on stderr) goes beside the history, not into the storm's output.
@@ -232,6 +275,9 @@ final class StormSlot {
       executable: executable, arguments: arguments(generation, log), output: null, error: errors)
     live.add(started.pid)
     process = started
+    activeAt = MonotonicClock.nanoseconds()
+    reported = false
+    idle = 0
   }
 
   func waitForExit() {

@@ -105,6 +105,9 @@ struct StressStormCheck: ParsableCommand {
           found.lost += 1
           found.problem("defaults: update() returned \(value) twice (an increment was lost)")
         }
+      case "rollback":
+        found.lost += 1
+        found.problem("defaults: \(line.fields.joined(separator: " "))")
       case "mono" where line.fields.count == 2:
         found.ops += 1
         if let value = Int(line.fields[1]) { highest[line.fields[0]] = max(highest[line.fields[0]] ?? 0, value) }
@@ -186,6 +189,16 @@ struct StressStormCheck: ParsableCommand {
     for line in lines where line.verb == "read" && line.fields.count == 2 {
       found.ops += 1
       check(line.fields[0], line.fields[1], readAt: line.start, by: "a reader")
+    }
+    // Nobody edits the entries in place here: an entry a worker's cache found damaged (and removed, and logged)
+    // was published torn.
+    for name in (try? FileManager.default.contentsOfDirectory(atPath: logs.path)) ?? []
+    where name.hasPrefix("cache-") && name.hasSuffix(".stderr") {
+      let text = (try? String(contentsOf: logs.appendingPathComponent(name), encoding: .utf8)) ?? ""
+      for line in text.split(separator: "\n") where line.contains("removing the image cache entry") {
+        found.torn += 1
+        found.problem("cache: \(name.dropLast(7)) found a damaged entry: \(line.drop { $0 != "'" })")
+      }
     }
     // A fresh process: its trim sweeps the temp files of killed storers; its reads come from disk.
     let cache = try SharedImageCache(name: StressStormWorker.cacheName, container: group)
@@ -281,7 +294,8 @@ struct StressStormCheck: ParsableCommand {
   }
 
   /// No temp file of an atomic replace outside `.coordination/`: this process's open swept those of dead writers
-  /// (and the cache's trim its own), and every writer is dead by now.
+  /// (and the cache's trim its own), and every writer is dead by now. No file moved aside as damaged either
+  /// (`*.corrupt-<time>-<pid>`: a suite's snapshot or journal that did not pass its checks).
   private func checkTemporaries(_ group: GroupContainer, _ found: inout Findings) {
     let root = group.url.path
     guard let walk = FileManager.default.enumerator(atPath: root) else { return }
@@ -290,9 +304,13 @@ struct StressStormCheck: ParsableCommand {
         walk.skipDescendants()
         continue
       }
-      if (path as NSString).lastPathComponent.hasPrefix(AtomicReplace.temporaryPrefix) {
+      let name = (path as NSString).lastPathComponent
+      if name.hasPrefix(AtomicReplace.temporaryPrefix) {
         found.torn += 1
         found.problem("temp file left: \(path)")
+      } else if name.contains(".corrupt-") {
+        found.torn += 1
+        found.problem("a file the library found damaged and moved aside: \(path)")
       }
     }
   }

@@ -7,6 +7,7 @@ import SystemLayer
 ///     set <key> <token> <start> <end>          defaults: set(token, forKey: key) returned
 ///     update <value> <start> <end>             defaults: update("storm-counter") returned value
 ///     mono <key> <value> <start> <end>         defaults: set(value, forKey: key), values rising per writer
+///     rollback <what>                          defaults: a read after update() returned less than it returned
 ///     try <key> <token> <start>                cache: about to store token's image (logged before the call)
 ///     store <key> <token> <start> <end>        cache: store returned
 ///     read <key> <token|miss|torn> <start> <end>   cache: image(forKey:) returned (torn: bytes not any image stored)

@@ -53,6 +53,10 @@ struct StressStormWorker: ParsableCommand {
         start = MonotonicClock.nanoseconds()
         let new = try defaults.update(Self.counterKey) { .integer(PropertyListInteger(($0?.intValue ?? 0) + 1)) }
         log.append("update \(new?.intValue ?? -1) \(start) \(MonotonicClock.nanoseconds())")
+        // Read your writes: a counter read after update() returned is never below what it returned.
+        if let new = new?.intValue, defaults.integer(forKey: Self.counterKey) < new {
+          log.append("rollback \(Self.counterKey) read \(defaults.integer(forKey: Self.counterKey)) after \(new)")
+        }
         if number % 4 == 0 {
           // One key per writer whose value only rises, across generations too.
           let value = generation << 32 | number
