@@ -3,6 +3,7 @@ import BackgroundDownloads
 import Crypto
 import Foundation
 import GroupContainer
+import LiveActivities
 import Synchronization
 import SystemLayer
 
@@ -16,13 +17,14 @@ struct StressStorm: ParsableCommand {
       Worker processes of every module run together for --seconds: defaults writers (sets of unique tokens, \
       update() increments of one counter, a key whose value only rises), image cache storers and readers sharing \
       a few keys (a small disk limit, so trims run too), coordinated writers of one document (`stress \
-      files-writer`) and a presenter of it, and downloads from gc-file-server (found beside groupctl, or \
+      files-writer`) and a presenter of it, update(using:) of one Live Activity's count, and downloads from gc-file-server (found beside groupctl, or \
       --file-server), some through faults (a dropped connection, a 404, a slow or late answer). Meanwhile a \
       random worker or the download agent is SIGKILLed (and restarted) or SIGSTOPped for up to --max-stop-ms, \
       one at a time. Every worker logs each acknowledged operation after the call returned, with a unique token.
 
       Then `stress storm-check` runs in a fresh process: no acknowledged defaults write lost or rolled back \
-      (counters never go back, every update() result unique, the export holds them too), every cache read \
+      (counters never go back, every update() result unique, the export holds them too; the same for the \
+      activity's count), every cache read \
       equals a value stored for that key and never one a finished store had replaced, the coordinated document \
       whole and holding every acknowledged increment, every completed download has its SHA-256 (a failed one \
       left no file), no temp file outside .coordination/ after a sweep, no call past its documented bound plus \
@@ -37,6 +39,7 @@ struct StressStorm: ParsableCommand {
   @Option(help: "Coordinated writer processes.") var fileWriters = 2
   @Option(help: "Presenter processes of the coordinated document.") var presenters = 1
   @Option(help: "Download processes (0 without a file server).") var downloaders = 1
+  @Option(help: "Processes that update one Live Activity.") var activityWriters = 2
   @Option(help: "The gc-file-server executable (default: beside groupctl; no downloads when there is none).")
   var fileServer: String?
   @Option(help: "Longest SIGSTOP, in milliseconds.") var maxStopMs = 800
@@ -89,6 +92,12 @@ struct StressStorm: ParsableCommand {
     add("defaults", defaultsWriters, worker("defaults", []))
     add("cache-store", cacheStorers, worker("cache-store", []))
     add("cache-read", cacheReaders, worker("cache-read", []))
+    if activityWriters > 0 {
+      _ = try Activity<StormAttributes>.request(
+        attributes: StormAttributes(run: UUID().uuidString),
+        content: ActivityContent(state: StormAttributes.ContentState(count: 0), staleDate: nil), in: group)
+      add("activity", activityWriters, worker("activity", []))
+    }
     add("files-writer", fileWriters) { slot, _, log in
       ["stress", "files-writer"] + base + [
         "--document", Self.document, "--index", "\(slot)", "--ops", "\(Int.max)", "--log", log, "--stop-file",

@@ -60,6 +60,7 @@ struct StressStormCheck: ParsableCommand {
     try counted("defaults") { try checkDefaults(group, logs: logs, &$0) }
     try counted("cache") { try checkCache(group, logs: logs, &$0) }
     try counted("files") { try checkFiles(group, logs: logs, &$0) }
+    try counted("activities") { try checkActivity(group, logs: logs, &$0) }
     checkTemporaries(group, &found)
 
     let bounds = StormBounds(stops: stopIntervals, slack: UInt64(hangSlack * 1e9))
@@ -138,6 +139,26 @@ struct StressStormCheck: ParsableCommand {
     for (key, value) in highest where defaults.integer(forKey: String(key)) < value {
       found.lost += 1
       found.problem("defaults: \(key) is \(defaults.integer(forKey: String(key))), \(value) was acknowledged")
+    }
+  }
+
+  /// The storm's activity: no update(using:) result came twice, and its count is at least the highest acknowledged.
+  private func checkActivity(_ group: GroupContainer, logs: URL, _ found: inout Findings) throws {
+    let lines = StormLine.read(logs, prefix: "activity-").filter { $0.verb == "activity" && $0.fields.count == 1 }
+    guard !lines.isEmpty else { return }
+    var counts: Set<Int> = []
+    for line in lines {
+      found.ops += 1
+      guard let count = Int(line.fields[0]) else { continue }
+      if !counts.insert(count).inserted {
+        found.lost += 1
+        found.problem("activities: update(using:) returned \(count) twice (an increment was lost)")
+      }
+    }
+    let now = try Activity<StormAttributes>.activities(in: group).first?.content.state.count ?? -1
+    if let highest = counts.max(), now < highest {
+      found.lost += 1
+      found.problem("activities: the count is \(now), an update(using:) returned \(highest) (rolled back)")
     }
   }
 

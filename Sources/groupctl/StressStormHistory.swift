@@ -14,6 +14,7 @@ import SystemLayer
 ///     start <task> <file> <ok|fail> <start> <end>  downloads: download() returned; file: the served file's name
 ///     done <task> <succeeded|failed> <start> <end> downloads: the task was seen completed
 ///     ack <count> <start> <end>                coordinated writes (`stress files-writer --timed`)
+///     activity <count> <start> <end>           Live Activities: update(using:) returned count
 ///
 /// Times are CLOCK_MONOTONIC nanoseconds, comparable across processes. Tokens name their writer
 /// (`<slot>.<generation>.<number>`): a restarted writer is a new generation, so every token is unique in the run.
@@ -31,7 +32,7 @@ struct StormLine {
     let timed: Int
     switch verb {
     case "try": timed = 1
-    case "set", "update", "mono", "store", "read", "start", "done", "ack": timed = 2
+    case "set", "update", "mono", "store", "read", "start", "done", "ack", "activity": timed = 2
     default: timed = 0
     }
     guard parts.count > timed else { return nil }

@@ -2,16 +2,17 @@ import ArgumentParser
 import BackgroundDownloads
 import Foundation
 import GroupContainer
+import LiveActivities
 import SystemLayer
 
 /// One worker of `stress storm` (started, killed, stopped and restarted by it): loops over one kind of operation
 /// until the stop file exists or its parent is gone, logging each acknowledged operation (StressStormHistory.swift).
-struct StressStormWorker: ParsableCommand {
+struct StressStormWorker: AsyncParsableCommand {
   static let configuration = CommandConfiguration(
     commandName: "storm-worker", abstract: "One worker of `stress storm` (started by it).", shouldDisplay: false)
 
   enum Kind: String, ExpressibleByArgument, CaseIterable {
-    case defaults, cacheStore = "cache-store", cacheRead = "cache-read", download
+    case defaults, cacheStore = "cache-store", cacheRead = "cache-read", download, activity
   }
 
   @OptionGroup var container: ContainerOptions
@@ -32,13 +33,27 @@ struct StressStormWorker: ParsableCommand {
   /// Small, so trims run while others store and read.
   static let cacheDiskLimit = 512 * 1024
 
-  func run() throws {
+  func run() async throws {
     let group = try container.open()
     let log = StressLog(path: log)
     let parent = getppid()
+    let stop = { getppid() != parent || FileManager.default.fileExists(atPath: stopFile) }
+    guard kind == .activity else { return try runSynchronously(group, log: log, stop: stop) }
+    // The activity `stress storm` requested: every activity worker adds to its count, atomically.
+    guard let activity = try Activity<StormAttributes>.activities(in: group).first else {
+      throw CommandFailure("no storm activity in \(group.identifier)")
+    }
+    while !stop() {
+      let start = MonotonicClock.nanoseconds()
+      let written = try await activity.update { $0.state.count += 1 }
+      log.append("activity \(written?.state.count ?? -1) \(start) \(MonotonicClock.nanoseconds())")
+    }
+  }
+
+  /// The other kinds: synchronous calls (in an async context the cache's async twins would be picked).
+  private func runSynchronously(_ group: GroupContainer, log: StressLog, stop: () -> Bool) throws {
     var random = SystemRandomNumberGenerator()
     var number = 0
-    let stop = { getppid() != parent || FileManager.default.fileExists(atPath: stopFile) }
     switch kind {
     case .defaults:
       let defaults = try SharedDefaults(suiteName: Self.suite, container: group)
@@ -86,6 +101,8 @@ struct StressStormWorker: ParsableCommand {
       }
     case .download:
       try runDownloads(group, log: log, stop: stop)
+    case .activity:
+      break  // run() does it
     }
   }
 
@@ -126,4 +143,12 @@ struct StressStormWorker: ParsableCommand {
       }
     }
   }
+}
+
+/// The storm's Live Activity: one, whose count the activity workers increment with `update(using:)`.
+struct StormAttributes: ActivityAttributes {
+  struct ContentState: Codable, Hashable, Sendable {
+    var count: Int
+  }
+  var run: String
 }

@@ -3,7 +3,7 @@ import TestSupport
 import Testing
 
 /// `groupctl stress storm` (issue #36, item 3): defaults writers, image cache storers and readers, coordinated
-/// writers and a presenter, and downloads from gc-file-server (some through faults) all at once, with random
+/// writers and a presenter, Live Activity updates, and downloads from gc-file-server (some through faults) all at once, with random
 /// SIGKILLs and SIGSTOPs of them and of the download agent; then its history checker, in a fresh process. 40 s of
 /// storm here (GC_STORM_SECONDS to change); `make test-long` runs 10 minutes. No timing is asserted: "hung" is a
 /// call 30 s past its documented bound, the time a process was stopped not counted.
@@ -12,8 +12,9 @@ import Testing
 /// results twice, reads below an update's result); a cache entry published half written under a header and
 /// checksum that match (torn: the readers' caches found it damaged); the memory tier not checking the shard's
 /// generation (lost: reads of images a finished store had replaced); the agent publishing a download one byte short
-/// (torn: the SHA-256 differs); an update() stalling 40 s one time in 10,000 (hung); the checker taking a key's
-/// first acknowledged set for its last (lost).
+/// (torn: the SHA-256 differs); an update() stalling 40 s one time in 10,000 (hung); half the activity updates
+/// made without the store's lock (lost: a count returned twice); the checker taking a key's first acknowledged set
+/// for its last (lost).
 @Suite(.runSlot(.minutes(10))) struct KillStormTests {
   @Test func nothingAcknowledgedIsLostTornOrHungUnderKillsAndStops() async throws {
     let root = try TestRoot()
