@@ -115,7 +115,7 @@ struct StressStorm: ParsableCommand {
 
     let chaos = StressLog(path: logs.appendingPathComponent("chaos.log").path)
     let live = StormProcesses()
-    if let server { live.add(server.pid) }
+    if let server { live.add(server.process) }
     Interrupts.onInterrupt { live.killAll() }
     for slot in slots { try slot.start(executable, logs: logs, live: live) }
     let agent = try DownloadStore(container: group)
@@ -137,6 +137,8 @@ struct StressStorm: ParsableCommand {
       guard target < slots.count || agentPID != nil else { continue }
       let pid = target < slots.count ? slots[target].pid : agentPID!
       let name = target < slots.count ? slots[target].name : "agent"
+      // Signals go only to a worker not reaped yet (its pid is still its own).
+      guard target == slots.count || slots[target].isRunning else { continue }
       // A worker that has acknowledged nothing for a while is not killed: a kill would hide its hang.
       let quiet = target < slots.count && slots[target].idle > 2
       if Double.random(in: 0..<1, using: &random) < 0.35 && !quiet {
@@ -178,7 +180,7 @@ struct StressStorm: ParsableCommand {
       arguments: ["stress", "storm-check"] + base + [
         "--logs", logs.path, "--document", Self.document, "--hang-slack", "\(hangSlack)",
       ] + (server.map { ["--manifest", $0.manifest] } ?? []))
-    live.add(check.pid)
+    live.add(check)
     while check.termination == nil { Thread.sleep(forTimeInterval: 0.05) }
     if server != nil, let pid = Self.agentPID(agent) {
       // The agent would exit when idle; a test run must not leave it behind.
@@ -282,7 +284,7 @@ final class StormSlot {
     defer { errors.close() }
     let started = try ProcessSpawn.Reaped(
       executable: executable, arguments: arguments(generation, log), output: null, error: errors)
-    live.add(started.pid)
+    live.add(started)
     process = started
     activeAt = MonotonicClock.nanoseconds()
     reported = false
@@ -308,14 +310,20 @@ final class StormSlot {
   }
 }
 
-/// The pids the storm started, for an interrupt: each is woken (SIGCONT) and killed.
+/// The processes the storm started, for an interrupt: each one still running is woken (SIGCONT) and killed. Only
+/// those not reaped yet: a reaped one's pid may be another process's by now.
 final class StormProcesses: Sendable {
-  private let pids = Mutex<[Int32]>([])
-  func add(_ pid: Int32) { pids.withLock { $0.append(pid) } }
+  private let processes = Mutex<[ProcessSpawn.Reaped]>([])
+  func add(_ process: ProcessSpawn.Reaped) {
+    processes.withLock { list in
+      list.removeAll { $0.termination != nil }
+      list.append(process)
+    }
+  }
   func killAll() {
-    for pid in pids.withLock({ $0 }) {
-      kill(pid, SIGKILL)
-      kill(pid, SIGCONT)
+    for process in processes.withLock({ $0 }) where process.termination == nil {
+      kill(process.pid, SIGKILL)
+      kill(process.pid, SIGCONT)
     }
   }
 }
@@ -325,9 +333,8 @@ final class StormProcesses: Sendable {
 final class StormFileServer {
   var url = ""
   let manifest: String
-  private let process: ProcessSpawn.Reaped
+  let process: ProcessSpawn.Reaped
   private var input: SystemFD?
-  var pid: Int32 { process.pid }
 
   /// nil when there is no executable at `path`.
   init?(_ path: String, logs: URL) throws {

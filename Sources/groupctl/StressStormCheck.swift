@@ -56,16 +56,23 @@ struct StressStormCheck: ParsableCommand {
       try check(&found)
       found.kinds.append((kind, found.ops - before))
     }
-    if let manifest { try counted("downloads") { try checkDownloads(group, manifest: manifest, logs: logs, &$0) } }
-    try counted("defaults") { try checkDefaults(group, logs: logs, &$0) }
-    try counted("cache") { try checkCache(group, logs: logs, &$0) }
+    // Every log parsed once (ten minutes of storm are millions of lines).
+    let history = StormLine.read(logs)
+    func lines(_ prefix: String) -> [StormLine] {
+      history.filter { $0.key.hasPrefix(prefix) }.sorted { $0.key < $1.key }.flatMap(\.value)
+    }
+    if let manifest {
+      try counted("downloads") { try checkDownloads(group, manifest: manifest, lines("download-"), &$0) }
+    }
+    try counted("defaults") { try checkDefaults(group, lines("defaults-"), &$0) }
+    try counted("cache") { try checkCache(group, lines("cache-"), logs: logs, &$0) }
     try counted("files") { try checkFiles(group, logs: logs, &$0) }
-    try counted("activities") { try checkActivity(group, logs: logs, &$0) }
+    try counted("activities") { try checkActivity(group, lines("activity-"), &$0) }
     checkTemporaries(group, &found)
 
     let bounds = StormBounds(stops: stopIntervals, slack: UInt64(hangSlack * 1e9))
     // A download's completion is bounded by --download-wait (above), not by this.
-    for line in StormLine.read(logs, prefix: "") where line.verb != "done" && bounds.isHung(line) {
+    for line in history.values.joined() where line.verb != "done" && bounds.isHung(line) {
       found.hung += 1
       found.problem(
         "hung: \(line.verb) \(line.fields.joined(separator: " ")) took \((line.end - line.start) / 1_000_000) ms")
@@ -81,8 +88,7 @@ struct StressStormCheck: ParsableCommand {
 
   /// Every acknowledged set holds (or the one set its writer was killed in), in the engine and in the export;
   /// the counter never went back and no update() result came twice; the rising key never went back.
-  private func checkDefaults(_ group: GroupContainer, logs: URL, _ found: inout Findings) throws {
-    let lines = StormLine.read(logs, prefix: "defaults-")
+  private func checkDefaults(_ group: GroupContainer, _ lines: [StormLine], _ found: inout Findings) throws {
     guard !lines.isEmpty else { return }
     let defaults = try SharedDefaults(suiteName: StressStormWorker.suite, container: group)
     var last: [Substring: (token: Substring, number: Int)] = [:]  // key → its last acknowledged set
@@ -143,8 +149,8 @@ struct StressStormCheck: ParsableCommand {
   }
 
   /// The storm's activity: no update(using:) result came twice, and its count is at least the highest acknowledged.
-  private func checkActivity(_ group: GroupContainer, logs: URL, _ found: inout Findings) throws {
-    let lines = StormLine.read(logs, prefix: "activity-").filter { $0.verb == "activity" && $0.fields.count == 1 }
+  private func checkActivity(_ group: GroupContainer, _ lines: [StormLine], _ found: inout Findings) throws {
+    let lines = lines.filter { $0.verb == "activity" && $0.fields.count == 1 }
     guard !lines.isEmpty else { return }
     var counts: Set<Int> = []
     for line in lines {
@@ -164,8 +170,7 @@ struct StressStormCheck: ParsableCommand {
 
   /// Every read (the workers', then this process's) returned an image stored for its key, whole, and never one
   /// that a store of the key had replaced before the read began.
-  private func checkCache(_ group: GroupContainer, logs: URL, _ found: inout Findings) throws {
-    let lines = StormLine.read(logs, prefix: "cache-")
+  private func checkCache(_ group: GroupContainer, _ lines: [StormLine], logs: URL, _ found: inout Findings) throws {
     guard !lines.isEmpty else { return }
     var tried: [Substring: Substring] = [:]  // token → key
     var acknowledged: [Substring: (start: UInt64, end: UInt64)] = [:]  // token → its store's call
@@ -254,10 +259,11 @@ struct StressStormCheck: ParsableCommand {
   /// Waits for every task of the storm's sessions to complete (starting the agent when none runs), then: every
   /// acknowledged start is a task; a task that should succeed did, and its file has the served file's SHA-256; a
   /// task that should fail left no file.
-  private func checkDownloads(_ group: GroupContainer, manifest: String, logs: URL, _ found: inout Findings) throws {
+  private func checkDownloads(
+    _ group: GroupContainer, manifest: String, _ lines: [StormLine], _ found: inout Findings
+  ) throws {
     let served = Dictionary(try StressStorm.servedFiles(manifest), uniquingKeysWith: { a, _ in a })
     let store = try DownloadStore(container: group)
-    let lines = StormLine.read(logs, prefix: "download-")
     found.ops += lines.filter { $0.verb == "start" || $0.verb == "done" }.count
     let by = MonotonicClock.nanoseconds() + UInt64(downloadWait * 1e9)
     var tasks: [DownloadTask] = []

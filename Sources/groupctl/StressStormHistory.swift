@@ -43,12 +43,14 @@ struct StormLine {
     end = timed == 2 ? times[1] : 0
   }
 
-  /// Every complete line of every `*.log` in `directory` whose name starts with `prefix`.
-  static func read(_ directory: URL, prefix: String) -> [StormLine] {
+  /// Every complete line of every `*.log` in `directory`, by file name.
+  static func read(_ directory: URL) -> [String: [StormLine]] {
     let names = (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
-    return names.filter { $0.hasPrefix(prefix) && $0.hasSuffix(".log") }.sorted().flatMap { name in
-      StressLog(path: directory.appendingPathComponent(name).path).lines().compactMap(StormLine.init)
+    var logs: [String: [StormLine]] = [:]
+    for name in names where name.hasSuffix(".log") {
+      logs[name] = StressLog(path: directory.appendingPathComponent(name).path).lines().compactMap(StormLine.init)
     }
+    return logs
   }
 }
 
