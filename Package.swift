@@ -154,6 +154,8 @@ let package = Package(
         "GroupContainer", "SystemLayer", "DownloadAgent", "LiveActivities",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Logging", package: "swift-log"),
+        // `stress storm`: the SHA-256 of the files it serves and of what the downloads published.
+        .product(name: "Crypto", package: "swift-crypto"),
       ]
     ),
     // The scoreboard Live Activity of the demo (the Examples package compiles the same directory for its host and

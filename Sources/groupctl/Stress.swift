@@ -9,7 +9,7 @@ struct Stress: ParsableCommand {
     subcommands: [
       StressDefaults.self, StressDefaultsWriter.self, StressDefaultsReader.self, StressFiles.self,
       StressFilesWriter.self,
-      StressFilesPresenter.self, PresentMany.self,
+      StressFilesPresenter.self, PresentMany.self, StressStorm.self, StressStormWorker.self, StressStormCheck.self,
     ])
 }
 
@@ -72,13 +72,7 @@ struct StressDefaults: ParsableCommand {
       }
     }
     let elapsed = Date().timeIntervalSince(start)
-    // Check independently: make the snapshot current, then read the file with the codec.
-    try defaults.synchronize()
-    let path = group.preferencesURL.appendingPathComponent("\(defaults.suiteName).plist").path
-    let bytes = try Array(Data(contentsOf: URL(fileURLWithPath: path)))
-    guard case .dictionary(let values) = try PropertyListValue(bytes: bytes, limits: SharedDefaults.suiteLimits) else {
-      throw CommandFailure("the snapshot '\(path)' is not a dictionary")
-    }
+    let values = try Self.export(of: defaults, in: group)
     var found = 0
     for w in 0..<writers {
       for i in 0..<keys where values["w\(w)-k\(i)"] == .integer(PropertyListInteger(i)) { found += 1 }
@@ -92,6 +86,20 @@ struct StressDefaults: ParsableCommand {
       "keys=\(found)/\(expected) lost=\(lost) counter=\(counter)/\(writers * increments) writes_per_s=\(Int(rate))"
         + " p999_us=\(latencies.percentile(0.999) / 1000) max_us=\(latencies.maximum / 1000)")
     if lost != 0 || failed > 0 { throw ExitCode(1) }
+  }
+}
+
+extension StressDefaults {
+  /// The check that does not trust the engine: makes the suite's export current (synchronize()), then reads the
+  /// plist file with the codec.
+  static func export(of defaults: SharedDefaults, in group: GroupContainer) throws -> [String: PropertyListValue] {
+    try defaults.synchronize()
+    let path = group.preferencesURL.appendingPathComponent("\(defaults.suiteName).plist").path
+    let bytes = try Array(Data(contentsOf: URL(fileURLWithPath: path)))
+    guard case .dictionary(let values) = try PropertyListValue(bytes: bytes, limits: SharedDefaults.suiteLimits) else {
+      throw CommandFailure("the snapshot '\(path)' is not a dictionary")
+    }
+    return values
   }
 }
 

@@ -19,20 +19,21 @@ struct StressDocument: Codable, Equatable {
   }
 }
 
-/// Appends lines to a log file of the run (one writer per file, so plain appends never interleave).
+/// Appends lines to a log file of the run (one writer per file). Each line is one `write` with `O_APPEND`, made
+/// after the operation it records returned: a process killed at any point leaves whole lines of acknowledged
+/// operations and at most one partial last line, which `lines()` drops.
 struct StressLog {
   let path: String
 
   func append(_ line: String) {
-    guard let handle = FileHandle(forWritingAtPath: path) ?? create() else { return }
-    handle.seekToEndOfFile()
-    handle.write(Data((line + "\n").utf8))
-    try? handle.close()
+    guard let fd = try? SystemFD.open(path, [.writeOnly, .create, .append]) else { return }
+    defer { fd.close() }
+    try? fd.writeAll(Array((line + "\n").utf8))
   }
 
-  private func create() -> FileHandle? {
-    _ = FileManager.default.createFile(atPath: path, contents: nil)
-    return FileHandle(forWritingAtPath: path)
+  /// The highest count in `ack <count> [<start-ns> <end-ns>]` lines: what a files writer acknowledged.
+  static func acknowledged(_ lines: [Substring]) -> Int {
+    lines.compactMap { $0.hasPrefix("ack ") ? Int($0.dropFirst(4).prefix { $0 != " " }) : nil }.max() ?? 0
   }
 
   /// The complete lines (a writer killed mid-append may leave a partial last line, which is not counted).
@@ -77,9 +78,7 @@ struct StressFiles: ParsableCommand {
   func run() throws {
     let group = try container.open()
     let url = try group.url(forRelativePath: document)
-    try FileCoordinator().coordinate(writingItemAt: url, options: .forReplacing) { url in
-      try group.write(StressDocument(counter: 0, writers: [:]).encoded(), to: url)
-    }
+    try Self.reset(url, in: group)
     // The run's logs live outside the container: they are the witnesses, not the subject.
     let logs =
       self.logs.map { URL(fileURLWithPath: $0) }
@@ -143,20 +142,8 @@ struct StressFiles: ParsableCommand {
     }
     let elapsed = Date().timeIntervalSince(start)
 
-    // The independent check: a fresh parse of the document as it is on disk.
-    var torn = 0
-    let final = try FileCoordinator().coordinate(readingItemAt: url) { url in
-      StressDocument.parse(try group.contents(of: url))
-    }
-    if final == nil { torn += 1 }
-    let counted = final?.counter ?? 0
-    var lost = abs(counted - (final?.writers.values.reduce(0, +) ?? 0))
-    for (w, log) in writerLogs.enumerated() {
-      let lines = log.lines()
-      torn += lines.filter { $0.hasPrefix("torn") }.count
-      let acknowledged = lines.compactMap { $0.hasPrefix("ack ") ? Int($0.dropFirst(4)) : nil }.max() ?? 0
-      lost += max(0, acknowledged - (final?.writers["\(w)"] ?? 0))
-    }
+    let (counted, lost, tornInDocument) = try Self.check(url, in: group, writerLogs: writerLogs)
+    var torn = tornInDocument
 
     // Finishes reach presenters after the writers return: wait until every pair arrived, or nothing new came.
     var pairs = presenterLogs.map { PresenterTally($0.lines()) }
@@ -181,6 +168,36 @@ struct StressFiles: ParsableCommand {
       "ops=\(counted)/\(expected) lost=\(lost) torn=\(torn) callbacks=\(seen)/\(counted * presenters) "
         + "writes_per_s=\(Int(rate))")
     if lost != 0 || torn != 0 || failed > 0 || counted != expected { throw ExitCode(1) }
+  }
+}
+
+extension StressFiles {
+  /// The independent check: a fresh parse of the document as it is on disk against the writers' logs. Returns the
+  /// document's counter, the acknowledged ops missing from it (plus any difference between the counter and the sum
+  /// of the writers' counts), and the torn reads (the document's, and those the writers logged).
+  static func check(_ url: URL, in group: GroupContainer, writerLogs: [StressLog]) throws -> (
+    counted: Int, lost: Int, torn: Int
+  ) {
+    var torn = 0
+    let final = try FileCoordinator().coordinate(readingItemAt: url) { url in
+      StressDocument.parse(try group.contents(of: url))
+    }
+    if final == nil { torn += 1 }
+    let counted = final?.counter ?? 0
+    var lost = abs(counted - (final?.writers.values.reduce(0, +) ?? 0))
+    for (w, log) in writerLogs.enumerated() {
+      let lines = log.lines()
+      torn += lines.filter { $0.hasPrefix("torn") }.count
+      lost += max(0, StressLog.acknowledged(lines) - (final?.writers["\(w)"] ?? 0))
+    }
+    return (counted, lost, torn)
+  }
+
+  /// Makes the shared document empty (a coordinated replace).
+  static func reset(_ url: URL, in group: GroupContainer) throws {
+    try FileCoordinator().coordinate(writingItemAt: url, options: .forReplacing) { url in
+      try group.write(StressDocument(counter: 0, writers: [:]).encoded(), to: url)
+    }
   }
 }
 
@@ -221,6 +238,10 @@ struct StressFilesWriter: ParsableCommand {
   @Option var index: Int
   @Option var ops: Int
   @Option var log: String
+  /// For `stress storm`: stop before the next op once this file exists.
+  @Option(help: .hidden) var stopFile: String?
+  /// For `stress storm`'s hang check: `ack <count> <start-ns> <end-ns>` (monotonic clock) around each op.
+  @Flag(help: .hidden) var timed = false
 
   func run() throws {
     let group = try container.open()
@@ -230,12 +251,14 @@ struct StressFilesWriter: ParsableCommand {
     let me = "\(index)"
     // The writer's own count comes from its log, never from the document: an increment another writer clobbered
     // must show as lost, not be silently redone.
-    var acknowledged = log.lines().compactMap { $0.hasPrefix("ack ") ? Int($0.dropFirst(4)) : nil }.max() ?? 0
+    var acknowledged = StressLog.acknowledged(log.lines())
     // Only a restarted writer can find one more op of its own than its log has (a fresh one finds none).
     var firstAccess = true
     let parent = getppid()
     while acknowledged < ops {
       guard getppid() == parent else { throw ExitCode(4) }  // a writer must not outlive its run
+      if let stopFile, FileManager.default.fileExists(atPath: stopFile) { return }
+      let start = MonotonicClock.nanoseconds()
       enum Step { case wrote, adopted, torn }
       let step = try coordinator.coordinate(writingItemAt: url, options: .forReplacing) { url -> Step in
         guard var doc = StressDocument.parse(try group.contents(of: url)) else { return .torn }
@@ -256,7 +279,7 @@ struct StressFilesWriter: ParsableCommand {
       }
       firstAccess = false
       acknowledged += 1
-      log.append("ack \(acknowledged)")
+      log.append("ack \(acknowledged)" + (timed ? " \(start) \(MonotonicClock.nanoseconds())" : ""))
     }
   }
 }
@@ -268,6 +291,8 @@ struct StressFilesPresenter: ParsableCommand {
   @OptionGroup var container: ContainerOptions
   @Option var document: String
   @Option var log: String
+  /// For `stress storm`: exit once this file exists.
+  @Option(help: .hidden) var stopFile: String?
 
   func run() throws {
     let group = try container.open()
@@ -276,7 +301,10 @@ struct StressFilesPresenter: ParsableCommand {
     presenter.log.append("ready")
     // Until the stress run kills it, or it dies: a presenter must not outlive its run.
     let parent = getppid()
-    while getppid() == parent { Thread.sleep(forTimeInterval: 0.2) }
+    while getppid() == parent {
+      if let stopFile, FileManager.default.fileExists(atPath: stopFile) { return }
+      Thread.sleep(forTimeInterval: 0.2)
+    }
   }
 }
 
