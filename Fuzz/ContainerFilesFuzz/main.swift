@@ -104,18 +104,34 @@
           precondition(message.item.isEmpty || (try? ContainerPath(message.item)) != nil, "unchecked path accepted")
           // A slot outside the board would let a receiver store outside the sender's mapping.
           precondition(message.ackSlot.map { AckBoard.slots.contains($0) } ?? true, "unchecked ack slot accepted")
+          // What a receiver accepted, written again by the hand-written writer (or JSONEncoder), reads back the
+          // same: a byte the writer does not escape would let a path or a name add fields to a message.
+          guard let again = try? CoordinationMessage.decode(message.encoded(), fileName: name) else {
+            preconditionFailure("cannot read back our own message")
+          }
+          precondition(sortedJSON(again) == sortedJSON(message), "message round trip")
         }
       }
       // The hand-written reader takes only what JSONDecoder reads, and reads it the same (MessageJSON).
       if let fast = MessageJSON.decode(bytes) {
         let slow = try? JSONDecoder().decode(CoordinationMessage.self, from: Data(bytes))
         precondition(slow != nil, "the hand-written message reader accepted what JSONDecoder refuses")
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = .sortedKeys
-        precondition((try? encoder.encode(fast)) == (try? encoder.encode(slow!)), "the two message readers disagree")
+        precondition(sortedJSON(fast) == sortedJSON(slow!), "the two message readers disagree")
+        // The hand-written writer's bytes: JSONDecoder reads them as the hand-written reader does.
+        if let written = MessageJSON.encode(fast) {
+          let slowAgain = try? JSONDecoder().decode(CoordinationMessage.self, from: Data(written))
+          precondition(slowAgain.map(sortedJSON) == sortedJSON(fast), "JSONDecoder reads our message differently")
+        }
       }
     }
     return 0
+  }
+
+  /// A message as JSONEncoder writes it with sorted keys: one form to compare two messages by.
+  func sortedJSON(_ message: CoordinationMessage) -> Data? {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = .sortedKeys
+    return try? encoder.encode(message)
   }
 
   /// The URL rule as a receiver applies it to what a message or a file in the container says.
