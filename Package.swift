@@ -197,7 +197,8 @@ let package = Package(
     .executableTarget(
       name: "ContainerFilesFuzz",
       dependencies: [
-        "SharedDefaults", "FileCoordination", "BackgroundDownloads", "LiveActivities", "CFuzzShim",
+        "SharedDefaults", "FileCoordination", "BackgroundDownloads", "LiveActivities", "AppIntents", "MemoryWarnings",
+        "CFuzzShim",
       ],
       path: "Fuzz/ContainerFilesFuzz"),
     .executableTarget(

@@ -44,7 +44,10 @@ let package = Package(
       linkerSettings: [.linkedLibrary("png"), .linkedLibrary("jpeg")]),
     .target(
       name: "VideoWidgetKit",
-      dependencies: ["CThumbnailCodec", "SimpleTimerKit", .product(name: "GroupContainer", package: rootIdentity)],
+      dependencies: [
+        "CThumbnailCodec", "SimpleTimerKit", .product(name: "GroupContainer", package: rootIdentity),
+        .product(name: "ImageCache", package: rootIdentity),
+      ],
       path: "VideoWidgetKit"),
     .executableTarget(
       name: "host",
@@ -114,10 +117,13 @@ let package = Package(
       name: "doc-widget-kit", dependencies: [.product(name: "GroupContainer", package: rootIdentity)],
       path: "Docs/WidgetKit"),
     // The libFuzzer harness of the thumbnail decoder: real only when built by Fuzz/run.sh (-DFUZZING). CFuzzShim is
-    // the root's Fuzz/CFuzzShim (a symlink).
+    // the root's Fuzz/CFuzzShim (a symlink). VideoWidgetKit's Thumbnail.swift and TerminalArt.swift are compiled in
+    // (symlinks), so the harness's ASan build (`make fuzz-check`) needs ImageCache, not the whole GroupContainer.
     .target(name: "CFuzzShim", path: "Fuzz/CFuzzShim"),
     .executableTarget(
-      name: "ThumbnailDecodeFuzz", dependencies: ["VideoWidgetKit", "CFuzzShim"], path: "Fuzz/ThumbnailDecodeFuzz"),
+      name: "ThumbnailDecodeFuzz",
+      dependencies: ["CThumbnailCodec", "CFuzzShim", .product(name: "ImageCache", package: rootIdentity)],
+      path: "Fuzz/ThumbnailDecodeFuzz"),
     // Real images for the thumbnail tests: the root's Tests/TestImageKit (a symlink).
     .target(name: "TestImageKit", path: "Tests/TestImageKit"),
     // The kits' own logic, in this process (the programs are run across processes by the root's ExamplesTests).

@@ -2,7 +2,7 @@
 // CThumbnailCodec, which turns their longjmp errors into return codes), scaled down while decoding.
 import CThumbnailCodec
 import Foundation
-import GroupContainer
+import ImageCache
 
 /// An RGB bitmap, 3 bytes a pixel, rows top to bottom.
 public struct Thumbnail: Sendable, Hashable {

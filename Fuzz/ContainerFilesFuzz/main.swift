@@ -1,11 +1,16 @@
 // libFuzzer harness for the parsers of the container's own files: the defaults journal (0), presenter records (1),
-// coordination messages (2), download records (3: task, control, status, event, relaunch), activity records (4)
-// and suite images (5: open, validate, look up, merge). The first input byte picks the parser (`% 6`). Build and
-// run with `Fuzz/run.sh ContainerFilesFuzz`; a plain `swift build` compiles the stub at the bottom.
+// coordination messages (2), download records (3: task, control, status, event, relaunch, commit), activity records
+// (4), suite images (5: open, validate, look up, merge), the URL rule (6: URLs and schemes a receiver re-checks,
+// scheme registrations, handed-over file URLs, handler marker names), intent requests and replies (7) and the
+// group's memory-level file (8). The first input byte picks the parser (`% 9`: the seeds' selectors 0-5 kept their
+// meaning when 6-8 came). Build and run with `Fuzz/run.sh ContainerFilesFuzz`; a plain `swift build` compiles the
+// stub at the bottom.
 #if FUZZING
   import CFuzzShim
   import Glibc
+  @testable import AppIntents
   @testable import FileCoordination
+  @testable import MemoryWarnings
   @testable import SharedDefaults
   import BackgroundDownloads
   import Foundation
@@ -15,7 +20,7 @@
   func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
     guard let data, size > 0 else { return 0 }
     let bytes = Array(UnsafeBufferPointer(start: data + 1, count: size - 1))
-    switch data[0] % 6 {
+    switch data[0] % 9 {
     case 0:
       var records: [JournalFormat.Record] = []
       do { try JournalFormat.decode(bytes, base: 0, into: &records) } catch {}
@@ -55,6 +60,16 @@
         precondition(
           (try? DownloadRecordFormat.decodeRelaunch(DownloadRecordFormat.encode(a))) == a, "relaunch round trip")
       }
+      // A commit holds records of the other kinds, each checked by its own rules.
+      if let c = try? DownloadRecordFormat.decodeCommit(bytes) {
+        precondition(c.requests.count <= CommitRecord.maxEntries && c.finals.count <= CommitRecord.maxEntries)
+        for f in c.finals {
+          precondition(DownloadRecordFormat.isTaskID(f.id) && f.status.phase.isFinal, "unchecked final accepted")
+          precondition(f.events.allSatisfy { $0.taskID == f.id }, "an event of another task accepted")
+        }
+        precondition(
+          (try? DownloadRecordFormat.decodeCommit(DownloadRecordFormat.encode(c))) == c, "commit round trip")
+      }
     case 4:
       // Activity records: what decodes re-encodes, decodes again, and re-encodes to the same bytes (JSON numbers
       // may normalise once, 1.0 to 1); the time rules hold at any time.
@@ -73,24 +88,113 @@
       }
     case 5:
       fuzzSuiteImage(bytes)
+    case 6:
+      fuzzURLRule(bytes)
+    case 7:
+      fuzzIntentWire(bytes)
+    case 8:
+      // The group's memory level (`v1 <sequence> <level>`): what parses is what `send(_:to:)` writes back.
+      if let (sequence, level) = MemoryPressure.parseGroupFile(bytes) {
+        let written = MemoryPressure.parseGroupFile(Array("v1 \(sequence) \(level) 1\n".utf8))
+        precondition(written?.sequence == sequence && written?.level == level, "group level round trip")
+      }
     default:
       for name in ["1.2.3.prepare", "1.2.3.finish", "1.2.3.ack"] {
         if let message = try? CoordinationMessage.decode(bytes, fileName: name) {
           precondition(message.item.isEmpty || (try? ContainerPath(message.item)) != nil, "unchecked path accepted")
           // A slot outside the board would let a receiver store outside the sender's mapping.
           precondition(message.ackSlot.map { AckBoard.slots.contains($0) } ?? true, "unchecked ack slot accepted")
+          // What a receiver accepted, written again by the hand-written writer (or JSONEncoder), reads back the
+          // same: a byte the writer does not escape would let a path or a name add fields to a message.
+          guard let again = try? CoordinationMessage.decode(message.encoded(), fileName: name) else {
+            preconditionFailure("cannot read back our own message")
+          }
+          precondition(sortedJSON(again) == sortedJSON(message), "message round trip")
         }
       }
       // The hand-written reader takes only what JSONDecoder reads, and reads it the same (MessageJSON).
       if let fast = MessageJSON.decode(bytes) {
         let slow = try? JSONDecoder().decode(CoordinationMessage.self, from: Data(bytes))
         precondition(slow != nil, "the hand-written message reader accepted what JSONDecoder refuses")
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = .sortedKeys
-        precondition((try? encoder.encode(fast)) == (try? encoder.encode(slow!)), "the two message readers disagree")
+        precondition(sortedJSON(fast) == sortedJSON(slow!), "the two message readers disagree")
+        // The hand-written writer's bytes: JSONDecoder reads them as the hand-written reader does.
+        if let written = MessageJSON.encode(fast) {
+          let slowAgain = try? JSONDecoder().decode(CoordinationMessage.self, from: Data(written))
+          precondition(slowAgain.map(sortedJSON) == sortedJSON(fast), "JSONDecoder reads our message differently")
+        }
       }
     }
     return 0
+  }
+
+  /// A message as JSONEncoder writes it with sorted keys: one form to compare two messages by.
+  func sortedJSON(_ message: CoordinationMessage) -> Data? {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = .sortedKeys
+    return try? encoder.encode(message)
+  }
+
+  /// The URL rule as a receiver applies it to what a message or a file in the container says.
+  func fuzzURLRule(_ bytes: [UInt8]) {
+    let text = String(decoding: bytes, as: UTF8.self)
+    // A URL that passes is short, RFC 3986 characters only, with a scheme that passes on its own.
+    if let scheme = try? OpenURLRule.validate(text) {
+      precondition(text.utf8.count <= OpenURLRule.maxBytes, "an over-long URL accepted")
+      precondition(text.utf8.allSatisfy { $0 > 0x20 && $0 < 0x7F }, "a URL with a byte outside RFC 3986 accepted")
+      precondition((try? OpenURLRule.validate(scheme: scheme)) == scheme, "the URL's scheme does not pass alone")
+      precondition(text.lowercased().hasPrefix(scheme + ":"), "a scheme that is not the URL's")
+      precondition(URL(string: text) != nil, "a URL Foundation cannot read accepted")
+    }
+    if let scheme = try? OpenURLRule.validate(scheme: text) {
+      precondition(scheme == text.lowercased() && scheme.utf8.count <= OpenURLRule.maxSchemeBytes)
+      // It names a file (`schemes/<scheme>`): it must not be able to name a path.
+      precondition(!scheme.contains("/") && scheme.first?.isLetter == true, "a scheme that can name a path accepted")
+    }
+    // A scheme registration (the file names the program an opener starts): only this version's, for its scheme,
+    // with an absolute program, and it survives a rewrite.
+    for scheme in ["simpletimer", "x"] {
+      if let record = SchemeRegistration.decode(bytes, scheme: scheme) {
+        precondition(record.scheme == scheme && record.executable.hasPrefix("/") && record.version == 1)
+        let again = (try? JSONEncoder().encode(record)).flatMap { SchemeRegistration.decode(Array($0), scheme: scheme) }
+        precondition(again == record, "scheme registration round trip")
+      }
+    }
+    // A handed-over file's URL: the item it names is in the container's Inbox, under a real name.
+    let base = "/tmp/group-containers/group.fuzz"
+    for url in [URL(string: text), URL(string: "file://" + base + "/" + text)] {
+      guard let url, let item = URLHandlers.inboxItem(url, container: base) else { continue }
+      precondition(item.isDescendant(of: InboxRule.inbox), "an item outside the Inbox taken")
+      precondition((try? ContainerPath(item.components.joined(separator: "/"))) == item, "an unchecked item taken")
+    }
+    // A handler marker's process name: digits, one dot, digits; what parses prints back as it parses.
+    if let process = ProcessName(text) {
+      precondition(process.pid > 0 && ProcessName(process.description) == process, "process name round trip")
+    }
+  }
+
+  /// Intent requests and replies: what a receiver or sender accepts holds what the other side checks, and
+  /// re-encodes to the same request or reply.
+  func fuzzIntentWire(_ bytes: [UInt8]) {
+    if case .success(let request) = IntentWire.decodeRequest(bytes) {
+      precondition(request.version == IntentWire.version && !request.type.isEmpty && request.type.utf8.count <= 256)
+      if let again = try? IntentWire.encode(type: request.type, parameters: request.parameters) {
+        guard case .success(let decoded) = IntentWire.decodeRequest(again) else {
+          preconditionFailure("cannot read back our own request")
+        }
+        precondition(decoded.type == request.type && decoded.parameters == request.parameters, "request round trip")
+      }
+    }
+    if let reply = try? IntentWire.decodeReply(bytes, type: "fuzz") {
+      precondition(reply.version == IntentWire.version)
+      // Re-encoding may grow (escaped slashes): one over the limit is sent as a `failed` reply instead.
+      guard ((try? JSONEncoder().encode(reply))?.count ?? Int.max) <= IntentWire.maxBytes else { return }
+      guard let again = try? IntentWire.decodeReply(IntentWire.encode(reply), type: "fuzz") else {
+        preconditionFailure("cannot read back our own reply")
+      }
+      precondition(
+        again.status == reply.status && again.value == reply.value && again.dialog == reply.dialog
+          && again.message == reply.message, "reply round trip")
+    }
   }
 
   /// Whatever opens survives `validate()` and lookups (Corruption, never a trap); an image that validates merges

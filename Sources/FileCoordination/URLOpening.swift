@@ -191,6 +191,15 @@ struct SchemeRegistration: Codable, Sendable, Equatable {
   var arguments: [String]
 
   static let maxBytes = 64 * 1024
+
+  /// The registration of `scheme` in a file's bytes, nil unless it is one this version wrote for that scheme (the
+  /// one parse of the file, reached by the fuzz harness too).
+  static func decode(_ bytes: [UInt8], scheme: String) -> SchemeRegistration? {
+    guard bytes.count <= maxBytes, let record = try? JSONDecoder().decode(Self.self, from: Data(bytes)),
+      record.version == 1, record.scheme == scheme, record.executable.hasPrefix("/")
+    else { return nil }
+    return record
+  }
 }
 
 /// Which receiver of a process a delivery is for. Each has its own marker in `handlers/`, so a process that
@@ -286,9 +295,7 @@ final class URLHandlers: @unchecked Sendable {  // `handler` and `requestHandler
       }
       return nil
     }
-    guard let record = try? JSONDecoder().decode(SchemeRegistration.self, from: Data(bytes)), record.version == 1,
-      record.scheme == scheme, record.executable.hasPrefix("/")
-    else {
+    guard let record = SchemeRegistration.decode(bytes, scheme: scheme) else {
       CoordinationSpace.logger.error("ignoring the corrupt scheme registration '\(path)'")
       return nil
     }
@@ -392,19 +399,25 @@ final class URLHandlers: @unchecked Sendable {  // `handler` and `requestHandler
       let scheme = url.scheme?.lowercased()
     else { return false }
     if scheme == "file" {
-      // The byte route first; a name with escapes (`my%20notes.txt`) takes the exact one.
-      let base = space.containerPath
-      let path = url.standardizedFileURL.path
-      let item =
-        ContainerPath.lexical(url, in: base)
-        ?? (path.hasPrefix(base + "/") ? try? ContainerPath(String(path.dropFirst(base.count + 1))) : nil)
-      guard let target = message.scheme, installed.schemes.contains(target), let item,
-        item.isDescendant(of: InboxRule.inbox)
+      guard let target = message.scheme, installed.schemes.contains(target),
+        Self.inboxItem(url, container: space.containerPath) != nil
       else { return false }
     } else {
       guard installed.schemes.contains(scheme) else { return false }
     }
     return await installed.body(url)
+  }
+
+  /// The item a received `file:` URL names when it lies in the container at `base`, in `Documents/Inbox/`; nil for
+  /// anything else (the receiver's one check of a handed-over file's URL, reached by the fuzz harness too). The byte
+  /// route first; a name with escapes (`my%20notes.txt`) takes the exact one.
+  static func inboxItem(_ url: URL, container base: String) -> ContainerPath? {
+    let path = url.standardizedFileURL.path
+    let item =
+      ContainerPath.lexical(url, in: base)
+      ?? (path.hasPrefix(base + "/") ? try? ContainerPath(String(path.dropFirst(base.count + 1))) : nil)
+    guard let item, item.isDescendant(of: InboxRule.inbox) else { return nil }
+    return item
   }
 
   /// Runs the request handler on `message`'s body, at most once per delivery id (DeliveryLedger.swift).

@@ -523,13 +523,19 @@ public final class MemoryPressure: Sendable {
 
   private static func readGroupFile(_ root: ContainerDirectory) -> (sequence: UInt64, level: MemoryPressureLevel)? {
     guard let (bytes, _) = try? root.readFile(groupFile, limit: 256) else { return nil }
-    let fields = String(decoding: bytes, as: UTF8.self).split(whereSeparator: \.isWhitespace)
-    guard fields.count >= 3, fields[0] == "v1", let sequence = UInt64(fields[1]),
-      let level = MemoryPressureLevel(name: fields[2])
-    else {
+    guard let parsed = parseGroupFile(bytes) else {
       logger.warning("ignoring a malformed '\(root.path)/\(groupFile)'")
       return nil
     }
+    return parsed
+  }
+
+  /// The group file's `v1 <sequence> <level>`, nil for anything else (reached by the fuzz harness too).
+  static func parseGroupFile(_ bytes: [UInt8]) -> (sequence: UInt64, level: MemoryPressureLevel)? {
+    let fields = String(decoding: bytes, as: UTF8.self).split(whereSeparator: \.isWhitespace)
+    guard fields.count >= 3, fields[0] == "v1", let sequence = UInt64(fields[1]),
+      let level = MemoryPressureLevel(name: fields[2])
+    else { return nil }
     return (sequence, level)
   }
 

@@ -62,7 +62,7 @@ extension DefaultsStore {
   /// Whether the journal changed in a way only a full catch-up handles (a compaction, a repair, damage).
   func needsCatchUpBeforeAppending(generation: UInt64, length: Int) -> Bool {
     headerLost.load(ordering: .relaxed) || !journal.intact
-      || header.load(Slot.generation) != generation || Int(header.load(Slot.committed)) < length
+      || header.load(Slot.generation) != generation || header.length(Slot.committed) < length
   }
 
   /// Before a set in a new generation (another process emptied the journal), a process without observers takes
@@ -71,7 +71,7 @@ extension DefaultsStore {
   /// when that is not possible (observers, which need the difference; damage; a snapshot not yet recorded).
   func adoptSnapshotOnly(_ s: inout State) -> Bool {
     let generation = header.load(Slot.generation)
-    let committed = Int(header.load(Slot.committed))
+    let committed = header.length(Slot.committed)
     guard s.observers.isEmpty, s.generation != .max, generation != s.generation, s.values.frozenToken == 0,
       !headerLost.load(ordering: .relaxed), journal.intact,
       header.load(Slot.rewindTo) == 0, let image = try? loadImage(), isRecordedSnapshot(image.status)
@@ -95,7 +95,7 @@ extension DefaultsStore {
     guard !headerLost.load(ordering: .relaxed), journal.intact
     else { return false }
     let generation = header.load(Slot.generation)
-    let committed = Int(header.load(Slot.committed))
+    let committed = header.length(Slot.committed)
     guard header.load(Slot.rewindTo) == 0 else { return false }  // the journal's bytes are moving (`moveTail`)
     if generation != s.generation { _ = followMovedTail(&s, generation: generation, committed: committed) }
     var values: SuiteValues?
@@ -189,7 +189,7 @@ extension DefaultsStore {
   /// follows what others write, not what it reads.
   func rebaseIsWorthIt(_ s: State) -> Bool {
     guard s.values.changeCount > Self.changesBeforeCompaction, s.values.frozenToken == 0, s.values.damage == nil,
-      s.generation == header.load(Slot.generation), s.length == Int(header.load(Slot.committed)),
+      s.generation == header.load(Slot.generation), s.length == header.length(Slot.committed),
       SuiteHeader.identity(s.values.image?.status) != header.recordedSnapshot()
     else { return false }
     let start = header.snapshotStart(generation: s.generation, committed: s.length)
@@ -250,7 +250,7 @@ extension DefaultsStore {
       throw .corruptJournal("the journal file was truncated by another program")
     }
     let generation = header.load(Slot.generation)
-    let committed = Int(header.load(Slot.committed))
+    let committed = header.length(Slot.committed)
     if let damage = s.values.damage {
       // A lookup found the image damaged: the snapshot is repaired if it is that image, else read again.
       guard !isRecordedSnapshot(s.values.image?.status) else {
@@ -294,7 +294,7 @@ extension DefaultsStore {
   /// its size (a process that reads often never comes to that).
   func reloadIsCheaper(_ s: State, generation: UInt64, committed: Int) -> Bool {
     let start = header.snapshotStart(generation: generation, committed: committed)
-    return start > s.length && 4 * Int(header.load(Slot.snapshotSize)) < start - s.length
+    return start > s.length && 4 * header.length(Slot.snapshotSize) < start - s.length
   }
 
   /// `records` (at `offsets`) less those that this process's own pending commits supersede: those are applied

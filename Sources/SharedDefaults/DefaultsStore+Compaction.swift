@@ -32,7 +32,7 @@ extension DefaultsStore {
           return nil
         }
         let generation = header.load(Slot.generation)
-        let committed = Int(header.load(Slot.committed))
+        let committed = header.length(Slot.committed)
         return Compaction(
           token: 0, image: nil, frozen: [:], generation: generation,
           start: header.snapshotStart(generation: generation, committed: committed), length: committed,
@@ -69,7 +69,7 @@ extension DefaultsStore {
   func startCompaction(_ s: inout State) {
     guard compactor.claimIsFree(), s.values.frozenToken == 0 else { return }
     let generation = header.load(Slot.generation)
-    let committed = Int(header.load(Slot.committed))
+    let committed = header.length(Slot.committed)
     let current =
       s.generation == generation && s.length == committed && s.pendingOwn.isEmpty && s.values.damage == nil
       && !headerLost.load(ordering: .relaxed) && journal.intact
@@ -270,7 +270,7 @@ extension DefaultsStore {
       }
       // (A compaction started in the background ran before this: both are on the serial `background` queue.
       // Waiting for `compactions` here would wait for work queued behind this closure.)
-      let committed = Int(header.load(Slot.committed))
+      let committed = header.length(Slot.committed)
       do {
         if committed > header.snapshotStart(generation: header.load(Slot.generation), committed: committed) {
           try exclusively { s throws(SharedDefaultsError) in

@@ -155,7 +155,7 @@ extension DefaultsStore {
     }
     for key in observedKeys { observed.append(Array(key.normalizedKey.utf8)) }  // the journal holds NFC
     let generation = header.load(Slot.generation)
-    let committed = Int(header.load(Slot.committed))
+    let committed = header.length(Slot.committed)
     // A rewind is moving the journal: its process posts again when done (catching up now would wait for its lock).
     guard header.load(Slot.rewindTo) == 0 else { return }
     if generation != s.generation, !followMovedTail(&s, generation: generation, committed: committed),

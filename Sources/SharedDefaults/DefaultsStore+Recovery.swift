@@ -53,7 +53,7 @@ extension DefaultsStore {
         if s.generation == .max {
           // Never loaded here: start from the snapshot and the journal's good records, never from nothing.
           do {
-            try reload(&s, generation: header.load(Slot.generation), committed: Int(header.load(Slot.committed)))
+            try reload(&s, generation: header.load(Slot.generation), committed: header.length(Slot.committed))
           } catch {
             if case .unreachable(let error) = error { throw error }
             if case .overLimit(let error) = error { throw error }
@@ -90,13 +90,13 @@ extension DefaultsStore {
         Self.logger.error("suite '\(suite)': no good copy of the snapshot; only the journal's records are left")
       }
     }
-    let (bytes, _) = journal.read(from: 0, to: Int(header.load(Slot.committed)))
+    let (bytes, _) = journal.read(from: 0, to: header.length(Slot.committed))
     var records: [JournalFormat.Record] = []
     try? JournalFormat.decode(bytes, base: 0, into: &records)
     for record in records { apply(record, to: &values) }
     replaceValues(with: values, in: &s)
     s.generation = header.load(Slot.generation)
-    s.length = Int(header.load(Slot.committed))
+    s.length = header.length(Slot.committed)
     s.ownWritesUnapplied = false
     s.pendingOwn = [:]
   }

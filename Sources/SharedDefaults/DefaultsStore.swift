@@ -397,7 +397,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     }
     var offset = 0
     for attempt in 0..<2 {
-      offset = Int(header.load(Slot.committed))
+      offset = header.length(Slot.committed)
       try journal.reserve(upTo: offset + bytes.count)
       if journal.write(bytes, at: offset) { break }
       // The file was truncated under us: the bytes went to a zero page. Repair, then write them again (once).

@@ -41,7 +41,7 @@ struct SuiteCompactor: @unchecked Sendable {  // the header is atomics; the jour
   /// every process reload, so it waits for 8 MiB or four times what a compaction reads. Both come before the
   /// journal's reservation is half used, or a large suite would fill it and sets fail.
   func thresholds() -> (snapshot: Int, rewind: Int) {
-    let input = max(Int(header.load(Slot.snapshotSize)), Int(header.load(Slot.compactionInput)))
+    let input = max(header.length(Slot.snapshotSize), header.length(Slot.compactionInput))
     let cap = journal.reservation / 2
     return (min(max(Self.threshold, 2 * input), cap), min(max(Self.rewindThreshold, 4 * input), cap))
   }
@@ -76,7 +76,7 @@ struct SuiteCompactor: @unchecked Sendable {  // the header is atomics; the jour
   func installBuilt(_ status: FileStatus, input: Int, generation: UInt64, length: Int) -> Bool {
     header.recordSnapshot(status)
     header.store(Slot.compactionInput, UInt64(input))
-    let committed = Int(header.load(Slot.committed))
+    let committed = header.length(Slot.committed)
     if committed > thresholds().rewind && committed - length <= length {
       FaultPoint.pause("defaults.rewind.starting")  // tests: other processes read up to `committed` here
       journal.moveTail(from: length, to: committed)

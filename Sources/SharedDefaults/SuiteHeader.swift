@@ -85,6 +85,13 @@ struct SuiteHeader: @unchecked Sendable {  // the memory is atomics (MappedCount
   // MARK: Words
 
   func load(_ slot: Int) -> UInt64 { counters.load(slot) }
+  /// A length or offset word (committed, capacity, sizes, rewind range) as an `Int` to compute with. The header is a
+  /// file anyone who can write the container can write: a word above `maxLength` (256 TiB), which no process of the
+  /// suite stores, reads as `maxLength` — a length every check against the journal or a snapshot refuses, far from
+  /// overflowing any sum or product of lengths — instead of trapping in `Int(_:)` (a planted 0xFFFF… crashed every
+  /// process that opened the suite).
+  func length(_ slot: Int) -> Int { Int(min(load(slot), Self.maxLength)) }
+  static let maxLength: UInt64 = 1 << 48
   /// The second load of a seqlock read (see `MappedCounters.loadAfterFence`).
   func loadAfterFence(_ slot: Int) -> UInt64 { counters.loadAfterFence(slot) }
   func store(_ slot: Int, _ value: UInt64) { counters.store(slot, value) }
@@ -112,7 +119,7 @@ struct SuiteHeader: @unchecked Sendable {  // the memory is atomics (MappedCount
 
   /// The snapshot's identity as the header records it.
   func recordedSnapshot() -> Identity {
-    (load(Slot.snapshotInode), Int64(load(Slot.snapshotSize)), Int64(bitPattern: load(Slot.snapshotTime)))
+    (load(Slot.snapshotInode), Int64(length(Slot.snapshotSize)), Int64(bitPattern: load(Slot.snapshotTime)))
   }
 
   func recordExport(_ st: FileStatus?) {
@@ -125,7 +132,7 @@ struct SuiteHeader: @unchecked Sendable {  // the memory is atomics (MappedCount
   func recordedExport() -> Identity? {
     let inode = load(Slot.exportInode)
     guard inode != 0 && inode != .max else { return nil }
-    return (inode, Int64(load(Slot.exportSize)), Int64(bitPattern: load(Slot.exportTime)))
+    return (inode, Int64(length(Slot.exportSize)), Int64(bitPattern: load(Slot.exportTime)))
   }
 
   func recordJudged(_ st: FileStatus?) {
@@ -136,7 +143,7 @@ struct SuiteHeader: @unchecked Sendable {  // the memory is atomics (MappedCount
 
   /// The identity of the last tool's file that was judged.
   func judged() -> Identity {
-    (load(Slot.judgedInode), Int64(load(Slot.judgedSize)), Int64(bitPattern: load(Slot.judgedTime)))
+    (load(Slot.judgedInode), Int64(length(Slot.judgedSize)), Int64(bitPattern: load(Slot.judgedTime)))
   }
 
   /// What is pending for the file `st` (`Slot.judgingDecision`): `.none` when nothing, or for another file.

@@ -71,7 +71,7 @@ final class SuiteJournal: @unchecked Sendable {  // the mapping is shared memory
   /// The address space reserved for the mapping: the largest journal.
   var reservation: Int { mapping.reservation }
   /// The bytes of the file that have disk blocks (the header's word).
-  var capacity: Int { Int(header.load(Slot.journalCapacity)) }
+  var capacity: Int { header.length(Slot.journalCapacity) }
   /// The inode of the file this process maps.
   var inode: UInt64 { mappedInode.load(ordering: .relaxed) }
   /// No page of the mapping faulted since this process last dealt with a truncation: what it reads is the file.
@@ -218,8 +218,8 @@ final class SuiteJournal: @unchecked Sendable {  // the mapping is shared memory
 
   /// Moves the range `moveTail` stored and completes the rewind (again, if a process died during it).
   func finishMove() {
-    let from = Int(header.load(Slot.rewindFrom))
-    let to = Int(header.load(Slot.rewindTo))
+    let from = header.length(Slot.rewindFrom)
+    let to = header.length(Slot.rewindTo)
     let rewound = header.load(Slot.rewindGeneration)
     let count = to - from
     guard from >= 0, count >= 0, count <= from, to <= capacity, to <= reservation else {
@@ -267,7 +267,7 @@ final class SuiteJournal: @unchecked Sendable {  // the mapping is shared memory
       if inode == recorded {
         try mapping.remap(onto: fd)
       } else {
-        let committed = min(Int(header.load(Slot.committed)), capacity)
+        let committed = min(header.length(Slot.committed), capacity)
         let salvaged =
           mine == recorded ? [UInt8](UnsafeRawBufferPointer(start: mapping.base, count: max(committed, 0))) : nil
         let size = max((committed + 4095) / 4096 * 4096, 64 << 10)
@@ -297,7 +297,7 @@ final class SuiteJournal: @unchecked Sendable {  // the mapping is shared memory
   /// aside as `<suite>.journal.corrupt-<time>-<pid>` for whoever investigates, and it starts empty; a file that was
   /// truncated is mapped again, and only the blocks it still has are believed.
   func quarantine() {
-    let committed = min(Int(header.load(Slot.committed)), capacity, reservation)
+    let committed = min(header.length(Slot.committed), capacity, reservation)
     if committed > 0 {
       let bytes = [UInt8](UnsafeRawBufferPointer(start: mapping.base, count: committed))
       let aside = name + ".corrupt-\(Int(Date().timeIntervalSince1970))-\(getpid())"

@@ -150,6 +150,33 @@ import Testing
     #expect(write.status == 1 && write.err.contains("Read-only file system"), "\(write)")
   }
 
+  /// A length or offset word of the header that no process of the suite stores (2^64 − 16, written by anyone who can
+  /// write the container) is damage a fresh process survives: it reads the suite or fails with an error, and a write
+  /// goes on. Found looking for the container's parsers no fuzz harness reached (issue #36): `Int(_:)` on the
+  /// committed length trapped in every process that opened the suite. Mutant: `SuiteHeader.length` as `Int(load(_:))`.
+  @Test func aLengthWordNoProcessStoredIsDamageNotATrap() async throws {
+    typealias Slot = SuiteHeader.Slot
+    for slot in [
+      Slot.committed, Slot.journalCapacity, Slot.snapshotSize, Slot.compactionInput, Slot.rewindFrom, Slot.rewindTo,
+      Slot.exportSize, Slot.judgedSize,
+    ] {
+      let root = try TestRoot()
+      let container = try root.container(group)
+      do {
+        let defaults = try SharedDefaults(suiteName: "words", container: container)
+        try defaults.set(1, forKey: "a")
+      }
+      let header = try FileHandle(forUpdating: container.preferencesURL.appendingPathComponent("words.lock"))
+      try header.seek(toOffset: UInt64(8 * slot))
+      try header.write(contentsOf: withUnsafeBytes(of: UInt64(0xFFFF_FFFF_FFFF_FFF0).littleEndian) { Data($0) })
+      try header.close()
+      for step in [["read", group, "a"], ["write", group, "b", "2"], ["read", group, "b"]] {
+        let run = try await groupctl(["defaults"] + step + ["--suite", "words", "--root", root.path])
+        #expect(run.status == 0 || run.status == 1, "word \(slot), \(step): \(run)")
+      }
+    }
+  }
+
   /// Writes word 8 of the suite's header, its lock word, as an outside program would.
   private func setLockWord(_ value: UInt64, suite: String, in container: GroupContainer) throws {
     let lockFile = try FileHandle(forUpdating: container.preferencesURL.appendingPathComponent("\(suite).lock"))

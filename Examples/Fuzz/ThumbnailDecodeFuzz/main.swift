@@ -1,8 +1,7 @@
 // libFuzzer harness for the video widget's decoder entry points (the C shim over libpng and libjpeg-turbo, and
-// the Swift wrapper around it). Build and run with `Fuzz/run.sh ThumbnailDecodeFuzz`; seeds are the image test
-// fixtures (Tests/ImageCacheTests/Fixtures/). A plain `swift build` compiles
-// the stub at the bottom.
-import VideoWidgetKit
+// the Swift wrapper around it: VideoWidgetKit's Thumbnail.swift and TerminalArt.swift, compiled in through
+// symlinks). Build and run with `Fuzz/run.sh ThumbnailDecodeFuzz`; seeds are the image test fixtures
+// (Tests/ImageCacheTests/Fixtures/). A plain `swift build` compiles the stub at the bottom.
 
 #if FUZZING
   import CFuzzShim

@@ -1,0 +1,1 @@
+../../VideoWidgetKit/Thumbnail.swift
