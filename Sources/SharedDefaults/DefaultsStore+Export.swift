@@ -211,7 +211,7 @@ extension DefaultsStore {
     accounted: Identity?, superseded: [UInt128], _ s: inout State
   ) throws(SharedDefaultsError) {
     // First: a kill after it leaves pairs learned, never an export shown without its predecessor's pairs.
-    var history = loadHistory()
+    var history = try loadHistory()
     history.insert(superseded)
     try saveHistory(history)
     // The file being replaced, kept open: a tool may write into it (in place) while this runs, and that write

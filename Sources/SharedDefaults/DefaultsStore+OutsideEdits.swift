@@ -104,7 +104,7 @@ extension DefaultsStore {
     _ edited: [String: PropertyListValue], bytes: [UInt8], status: FileStatus?, base: SuiteImage?, _ s: inout State
   ) throws(SharedDefaultsError) -> Judged {
     let baseValues = base.flatMap { try? SuiteValues(image: $0).dictionary() } ?? [:]
-    var history = loadHistory()
+    var history = try loadHistory()
     let pending = header.judging(status)
     let (judgement, learned): (ExportMirror.Judgement, [UInt128])
     switch pending {
@@ -168,10 +168,18 @@ extension DefaultsStore {
     }
   }
 
-  /// The history of what the export's name showed (`ExportMirror`); empty when there is none.
-  func loadHistory() -> ExportHistory {
-    ExportHistory(
-      bytes: try? root.readFile(Self.preferences + "/" + ExportMirror.historyName(suite), limit: 1 << 24).bytes)
+  /// The history of what the export's name showed (`ExportMirror`); empty when there is none. A history that fails to read for a passing reason (an I/O error, no memory or descriptors) throws: taken as
+  /// empty and saved, it would forget every pair — and a stale copy could then roll a committed value back (found
+  /// by the I/O-error loops). One that is not there, or not a history (another kind of file, too large), is empty.
+  func loadHistory() throws(SharedDefaultsError) -> ExportHistory {
+    do {
+      return ExportHistory(
+        bytes: try root.readFile(Self.preferences + "/" + ExportMirror.historyName(suite), limit: 1 << 24).bytes)
+    } catch {
+      let passing: [Int32] = [EIO, ENOSPC, EDQUOT, ENOMEM, EMFILE, ENFILE]
+      guard passing.contains(error.errno.rawValue) else { return ExportHistory(bytes: nil) }
+      throw .system(error)
+    }
   }
 
   func saveHistory(_ history: ExportHistory) throws(SharedDefaultsError) {
