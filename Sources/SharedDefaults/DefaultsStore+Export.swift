@@ -111,9 +111,10 @@ extension DefaultsStore {
           case .none, .keptAside: break
           }
         }
+        FaultPoint.pause("defaults.export.publishing")  // tests: a tool begins an in-place write here
         try publishExport(
           temp, in: dir, written: written, pinned: pinned, generation: generation, edits: edits, durable: durable,
-          accounted: unfinished ? (0, 0, 0) : accountedAtName(dir), superseded: superseded ?? [], &s)
+          unfinished: unfinished, superseded: superseded ?? [], &s)
         return true
       }
       if published {
@@ -192,33 +193,39 @@ extension DefaultsStore {
     return (try? root.status(exportedItem))??.inode != header.load(Slot.snapshotInode)
   }
 
-  /// The identity of the file at the export's name when it is accounted for — the recorded export, or a tool's
-  /// file already judged — else nil (none, or an export whose recording a kill interrupted: never a tool's).
-  func accountedAtName(_ dir: SystemFD) -> Identity? {
-    guard let st = try? dir.status(of: "\(suite).plist") else { return nil }
+  /// What the file open as `fd` (at the export's name, about to be replaced) is accounted for as: its identity when
+  /// it is the recorded export or a tool's file already judged; else — a tool's file that landed, or an in-place
+  /// write that began, after the state was looked at, or one left for later (`unfinished`) — an identity no file
+  /// has, so that whatever it holds is judged as a tool's write. Read from the descriptor the export keeps, never
+  /// from the name again: a tool truncating the file in between made it "unaccounted", and the export then kept no
+  /// second name for it — the tool's write landed in a file with no name (an edit lost under load, issue #32).
+  func identityAccounted(for fd: SystemFD, unfinished: Bool) -> Identity {
+    guard !unfinished, let st = try? fd.status() else { return (0, 0, 0) }
     let identity = SuiteHeader.identity(st)
     if let recorded = header.recordedExport(), identity == recorded { return identity }
-    return identity == header.judged() ? identity : nil
+    return identity == header.judged() ? identity : (0, 0, 0)
   }
 
   /// With the lock: the temp file `temp` (in `dir`, the suite's directory) becomes the export, the pinned image
   /// its base; the export is recorded, and the history learns the pairs the name stops showing (`superseded`).
-  /// The file it replaces, `accounted` for as that identity, is kept under a second name for a tool's write
-  /// into it (a tool that opened it before the rename writes there).
+  /// The file it replaces is kept under a second name for a tool's write into it (a tool that opened it before the
+  /// rename writes there), accounted for as what it was when opened here (`identityAccounted(for:unfinished:)`).
   func publishExport(
     _ temp: String, in dir: SystemFD, written: FileStatus, pinned: String, generation: UInt64, edits: UInt64,
     durable: Bool,
-    accounted: Identity?, superseded: [UInt128], _ s: inout State
+    unfinished: Bool, superseded: [UInt128], _ s: inout State
   ) throws(SharedDefaultsError) {
+    // The file being replaced, kept open first: a tool may write into it (in place) while this runs, and that
+    // write must not vanish with the file's name. Any change after this open shows as another identity (judged),
+    // any file renamed over the name after it as a displaced one (kept, judged).
+    let replaced = try? dir.open("\(suite).plist", .readOnly)
+    var handedOver = false
+    defer { if !handedOver { replaced?.close() } }
+    let accounted = replaced.map { identityAccounted(for: $0, unfinished: unfinished) }
     // First: a kill after it leaves pairs learned, never an export shown without its predecessor's pairs.
     var history = try loadHistory()
     history.insert(superseded)
     try saveHistory(history)
-    // The file being replaced, kept open: a tool may write into it (in place) while this runs, and that write
-    // must not vanish with the file's name.
-    let replaced = try? dir.open("\(suite).plist", .readOnly)
-    var handedOver = false
-    defer { if !handedOver { replaced?.close() } }
     // And given a second name, for any process to apply a tool's write into it later, whatever becomes of this one.
     let keptName = accounted.map { keptExportName($0) }
     if let keptName {

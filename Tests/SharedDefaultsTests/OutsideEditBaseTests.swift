@@ -23,6 +23,8 @@ import Testing
 /// - a kept-aside file's own pairs learned by the history: `aRetryAfterAKeptAsideEditApplies`;
 /// - no pending judgement (`exportState` calling a file judged once its identity is recorded):
 ///   `aJudgementCutShortByAKillIsCarriedOut(defaults.edit.learned)` loses the edit;
+/// - the replaced export accounted for from its name after the exporter looked at it, not from the descriptor it keeps:
+///   `aWriteBegunAsTheExportIsPublishedIsApplied` loses the edit;
 /// - an interrupted apply always applied again (`settleJudging` not looking at the journal):
 ///   `aJudgementCutShortByAKillIsCarriedOut(defaults.edit.committed)` rolls back the value written after it.
 @Suite(.runSlot(.minutes(12))) struct OutsideEditBaseTests {
@@ -225,6 +227,39 @@ import Testing
     #expect(values["a"] as? Int == 1 && values["b"] as? Int == 2 && values["c"] as? Int == 3, "\(values)")
     #expect(values["tool"] as? Int == 7, "\(values) \(notice) \(files(root))")
     #expect(!files(root).contains { $0.contains(".corrupt-") }, "\(files(root))")
+    withExtendedLifetime(root) {}
+  }
+
+  /// A tool's write that begins after the exporter looked at the export and before it replaces it (paused at
+  /// `defaults.export.publishing`): in place (plistlib's truncating open now, its write once the export is replaced
+  /// — it lands in the replaced file, which keeps a second name), or renamed over the name. The next process
+  /// applies it. Mutant (the code before): what the replaced file is accounted for as read from the name again →
+  /// the truncated or renamed file counted as nobody's, kept no second name, and the edit went into a file with no
+  /// name (an in-place edit lost under load in CI).
+  @Test(arguments: [Way.inPlace, .renameOver])
+  func aWriteBegunAsTheExportIsPublishedIsApplied(way: Way) async throws {
+    let root = try TestRoot()
+    try await defaults("write", ["a", "-int", "1"], root: root)
+    try await defaults("sync", root: root)
+    var copy = try toolReads(root)
+    copy["tool"] = .integer(7)
+    let pauses = root.path + "/pauses"
+    try FileManager.default.createDirectory(atPath: pauses, withIntermediateDirectories: true)
+    let point = pauses + "/defaults.export.publishing"
+    let exporter = try Child(
+      .defaultsScript(suite: suite, steps: [.set("b", 2), .sync]), root: root.path, group: group,
+      environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.export.publishing", "GROUPCONTAINER_PAUSE_DIR": pauses])
+    #expect(await eventually { FileManager.default.fileExists(atPath: point) }, "the export was never published")
+    let handle = way == .inPlace ? FileHandle(forWritingAtPath: plist(root)) : nil
+    if way == .inPlace { try handle?.truncate(atOffset: 0) } else { try await toolWrites(copy, way, root: root) }
+    try FileManager.default.removeItem(atPath: point)
+    #expect(await exporter.exit() == 0, "\(exporter.errors.text)")
+    try handle?.write(contentsOf: Data(try PropertyListValue.dictionary(copy).encoded(as: .binary)))
+    try handle?.close()
+    let (values, notice) = try await read(root)
+    #expect(values["a"] as? Int == 1 && values["b"] as? Int == 2, "\(values)")
+    #expect(values["tool"] as? Int == 7, "\(values) \(notice) \(files(root))")
+    #expect(try unapplied(root).isEmpty && !files(root).contains { $0.contains(".corrupt-") }, "\(files(root))")
     withExtendedLifetime(root) {}
   }
 
