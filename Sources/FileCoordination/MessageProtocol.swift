@@ -765,12 +765,24 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
         return try file.readRegularFile(limit: CoordinationMessage.maxBytes).bytes
       }
     } catch {
-      if error.errno != .noSuchFileOrDirectory {  // gone: already handled by a scan
-        CoordinationSpace.logger.error("dropping unreadable inbox entry '\(path)': \(error)")
-        try? space.root.removeTree(atPath: path)
+      if error.errno == .noSuchFileOrDirectory { return }  // gone: already handled by a scan
+      if error.isPassing, let delay = readAgainDelay(name) {
+        // Kept and read again on this thread (in order with every other receive): an answer dropped here made its
+        // sender report "did not answer" although the receiver had done the work.
+        CoordinationSpace.logger.warning("inbox entry '\(path)' did not read (\(error)); read again in \(delay) ms")
+        if Watcher.shared.unavailableReason == nil {
+          DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(delay)) { [weak self] in
+            guard let messenger = self else { return }
+            Watcher.shared.afterQueuedEvents { messenger.receive(fileNamed: name) }
+          }
+        }  // else the waiting sender's own scans read it again (`awaitAcks`)
+        return
       }
+      CoordinationSpace.logger.error("dropping unreadable inbox entry '\(path)': \(error)")
+      try? space.root.removeTree(atPath: path)
       return
     }
+    if !unreadable.withLock({ $0.isEmpty }) { unreadable.withLock { _ = $0.removeValue(forKey: name) } }
     // Removed once dispatched: the unlink (a journaled metadata write) stays off the handshake's critical path.
     // Both happen on this thread, so a rescan never sees a dispatched message again.
     defer {
@@ -784,6 +796,24 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
       return
     }
     dispatch(message)
+  }
+
+  /// Inbox entries that failed to read for a passing reason, and how many times.
+  private let unreadable = Mutex<[String: Int]>([:])
+
+  /// How long to wait before reading `name` again (10 ms, doubling: about 2.5 s in all), or nil once it has failed
+  /// too often: then it is dropped like any unreadable entry.
+  private func readAgainDelay(_ name: String) -> Int? {
+    unreadable.withLock { tries in
+      if tries.count > 1024 { tries.removeAll() }  // bounded: names come and go
+      let n = tries[name, default: 0] + 1
+      guard n <= 8 else {
+        tries[name] = nil
+        return nil
+      }
+      tries[name] = n
+      return 10 << (n - 1)
+    }
   }
 
   /// Decodes and dispatches one datagram of the inbox socket (only prepares and finishes come so). Runs on the

@@ -176,8 +176,7 @@ extension DefaultsStore {
       return ExportHistory(
         bytes: try root.readFile(Self.preferences + "/" + ExportMirror.historyName(suite), limit: 1 << 24).bytes)
     } catch {
-      let passing: [Int32] = [EIO, ENOSPC, EDQUOT, ENOMEM, EMFILE, ENFILE]
-      guard passing.contains(error.errno.rawValue) else { return ExportHistory(bytes: nil) }
+      guard error.isPassing else { return ExportHistory(bytes: nil) }
       throw .system(error)
     }
   }

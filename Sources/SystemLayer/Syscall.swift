@@ -31,6 +31,13 @@ public struct FileSystemError: Error, CustomStringConvertible, Sendable, Equatab
     return "\(operation)\(subject) failed: \(reason) (\(errno), errno \(errno.rawValue))"
   }
 
+  /// Whether the failure says nothing about the file itself — an I/O error, a full disk or quota, no memory, no
+  /// descriptors left — so the same call may succeed later: the file is kept and read again, never taken as empty
+  /// or dropped as unreadable (each was a loss the I/O-error loops found).
+  package var isPassing: Bool {
+    [.ioError, .noSpace, .diskQuotaExceeded, .noMemory, .tooManyOpenFiles, .tooManyOpenFilesInSystem].contains(errno)
+  }
+
   /// The same failure told about `path` instead (an internal name such as a temp file's is never shown).
   package func about(_ path: String, reason: String? = nil) -> FileSystemError {
     FileSystemError(operation, path, errno, reason: reason ?? self.reason)
