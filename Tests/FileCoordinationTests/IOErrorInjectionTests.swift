@@ -46,11 +46,7 @@ struct InboxFaultChecker: IOFaultChecker {
 
   mutating func check(_ round: IOFaultRound, container: URL) -> [String] {
     var problems: [String] = []
-    var seen: [String: String] = [:]
-    for pair in round.seen.split(separator: ",") {
-      let parts = pair.split(separator: "=")
-      if parts.count == 2 { seen[String(parts[0])] = String(parts[1]) }
-    }
+    let seen = round.seenPairs
     for (name, state) in seen where state != "ok" { problems.append("the Inbox's \(name) is torn") }
     for name in acknowledged.sorted() where seen[name] != "ok" {
       problems.append("acknowledged hand-over of \(name) lost: a fresh process reads \(seen[name] ?? "nothing")")

@@ -39,11 +39,7 @@ struct CacheFaultChecker: IOFaultChecker {
 
   mutating func check(_ round: IOFaultRound, container: URL) -> [String] {
     var problems: [String] = []
-    var seen: [String: String] = [:]
-    for pair in round.seen.split(separator: ",") {
-      let parts = pair.split(separator: "=")
-      if parts.count == 2 { seen[String(parts[0])] = String(parts[1]) }
-    }
+    let seen = round.seenPairs
     for (key, state) in seen where state != "ok" { problems.append("entry \(key) reads \(state)") }
     for key in acknowledged.sorted() where seen[key] != "ok" {
       problems.append("acknowledged store of \(key) lost: a fresh process reads \(seen[key] ?? "nothing")")

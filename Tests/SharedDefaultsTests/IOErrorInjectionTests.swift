@@ -72,12 +72,7 @@ struct DefaultsFaultChecker: IOFaultChecker {
   var counter = 0
 
   static func pairs(_ text: String) -> [String: Int] {
-    var result: [String: Int] = [:]
-    for pair in text.split(separator: ",") {
-      let parts = pair.split(separator: "=")
-      if parts.count == 2 { result[String(parts[0])] = Int(parts[1]) ?? Int.min }
-    }
-    return result
+    IOFaultRound.pairs(text).mapValues { Int($0) ?? Int.min }
   }
 
   mutating func check(_ round: IOFaultRound, container: URL) -> [String] {

@@ -32,6 +32,19 @@ public struct IOFaultRound: Sendable, CustomStringConvertible {
 
   /// The errors the loops inject: the I/O errors a disk gives, and `EINTR`, which must be retried.
   public static let errnos: [Int32] = [EIO, ENOSPC, EDQUOT, EINTR]
+
+  /// What the fresh process read (`seen`), as the helper prints it: `name=state,name=state…`.
+  public var seenPairs: [String: String] { Self.pairs(seen) }
+
+  /// `k=v,k=v…` as a dictionary (a pair without exactly one `=` is skipped).
+  public static func pairs(_ text: String) -> [String: String] {
+    var result: [String: String] = [:]
+    for pair in text.split(separator: ",") {
+      let parts = pair.split(separator: "=")
+      if parts.count == 2 { result[String(parts[0])] = String(parts[1]) }
+    }
+    return result
+  }
 }
 
 public func errnoName(_ code: Int32) -> String {
@@ -232,11 +245,7 @@ public func runIOFaultRound(
       }
     case "injected": report.injected = Int(rest) ?? -1
     case "where": report.stack = rest
-    case "calls":
-      for pair in rest.split(separator: ",") {
-        let parts = pair.split(separator: "=")
-        if parts.count == 2 { report.calls[String(parts[0])] = Int(parts[1]) }
-      }
+    case "calls": report.calls = IOFaultRound.pairs(rest).compactMapValues { Int($0) }
     case "next":
       if rest.hasPrefix("ok ") {
         report.next = String(rest.dropFirst(3))
