@@ -50,11 +50,24 @@ final class AgentLock: Sendable {
     }
   }
 
-  /// After `.lost`: takes the name again with one try (the file the name leads to now, created if missing). True
-  /// when this process holds the named lock again; false when another agent holds it (the old file is kept
-  /// locked: a moment later the caller stops).
-  func retake() -> Bool {
-    (try? attempt()) == .locked
+  /// What one try to take the name again found (`retake`).
+  enum Retake {
+    /// This process holds the named lock again.
+    case locked
+    /// Another agent holds the file the name leads to (the old file is kept locked: a moment later the caller stops).
+    case heldElsewhere
+    /// The name could not be opened or kept (its directory removed with the container by an `rm -rf` under way, no
+    /// descriptor left, the name moved again meanwhile): nobody is known to hold it — not a deposition.
+    case unavailable
+  }
+
+  /// After `.lost`: takes the name again with one try (the file the name leads to now, created if missing).
+  func retake() -> Retake {
+    switch try? attempt() {
+    case .locked: .locked
+    case .busy: .heldElsewhere
+    case .renamed, nil: .unavailable
+    }
   }
 
   /// Unlocks and closes: another agent may take it from now on.

@@ -171,7 +171,14 @@ package final class DownloadAgent: Sendable {
         logger.info("the container \(store.container.path) is gone: the agent exits")
         break
       }
-      guard stillTheAgent() else { break }
+      let standing = stillTheAgent()
+      if standing == .ended { break }
+      if standing == .unsure {
+        // The name is being removed (most often with the whole container): looked at again shortly, and the loop
+        // ends above once the container is gone. Meanwhile nothing is written.
+        await doorbell.wait(timeout: .milliseconds(50))
+        continue
+      }
       let busy = pass()
       if state.withLock({ $0.shuttingDown || $0.deposed }) { break }
       // The end of a burst: what its transfers and records allocated goes back to the kernel.
@@ -225,13 +232,16 @@ package final class DownloadAgent: Sendable {
   /// Whether this process is still the container's agent: its locked file still has the name `agent.lock`, or
   /// it took the name again. Once another agent holds the name, this one is deposed for good: it writes nothing
   /// more (a status written now could overwrite the other's), its transfers stop and the loop ends.
-  private func stillTheAgent() -> Bool {
-    if state.withLock({ $0.deposed }) { return false }
+  private func stillTheAgent() -> Standing {
+    if state.withLock({ $0.deposed }) { return .ended }
     switch lock.check() {
-    case .named: return true
-    case .released: return false
+    case .named: return .agent
+    case .released: return .ended
     case .lost:
-      if lock.retake() {
+      FaultPoint.pause("downloads.agent.lost")  // tests: the whole container is removed here
+      switch lock.retake() {
+      case .unavailable: return .unsure  // (it exited 3, "deposed", while an rm -rf of its container went on)
+      case .locked:
         logger.info("agent.lock of \(store.container.path) was removed: this agent took the name again")
         // Another agent may have run meanwhile: read the files again.
         state.withLock { s in
@@ -240,14 +250,25 @@ package final class DownloadAgent: Sendable {
           s.settled = [:]
           s.listedSequence = nil
         }
-        return true
+        return .agent
+      case .heldElsewhere:
+        state.withLock { $0.deposed = true }
+        logger.error(
+          "agent.lock of \(store.container.path) was removed and another agent locked the new one: this agent stops")
+        doorbell.ring()
+        return .ended
       }
-      state.withLock { $0.deposed = true }
-      logger.error(
-        "agent.lock of \(store.container.path) was removed and another agent locked the new one: this agent stops")
-      doorbell.ring()
-      return false
     }
+  }
+
+  /// Where this process stands as the container's agent (`stillTheAgent`).
+  private enum Standing {
+    /// It holds `agent.lock` by its name: it may write.
+    case agent
+    /// Its file lost the name and the name could not be taken again yet: it writes nothing, and looks again.
+    case unsure
+    /// Released, or deposed by another agent: the loop ends.
+    case ended
   }
 
   /// The last look before an idle exit, made after releasing the lock: whether a task needs an agent (new, not
@@ -596,7 +617,7 @@ package final class DownloadAgent: Sendable {
     status.updated = Self.wallClock()
     // Not written yet: the transfer's first report (the answer's head) writes "running" with what it learnt — one
     // replace less per download. A kill before it leaves "waiting", which is what the next agent would make of it.
-    guard stillTheAgent() else { return }
+    guard stillTheAgent() == .agent else { return }
     let partial = DownloadStore.taskPath(request.id, "partial")
     let engine = engine
     // Registered before the transfer can report: `progress` and `finish` find their entry.
@@ -702,8 +723,8 @@ package final class DownloadAgent: Sendable {
 
   /// Writes a status and remembers it (only once it is written: the memory never runs ahead of the file).
   private func record(_ status: TaskStatus, for id: String, durable: Bool) throws(DownloadError) {
-    guard stillTheAgent() else {
-      throw .other("not written: another download agent holds agent.lock (this one stops)")
+    guard stillTheAgent() == .agent else {
+      throw .other("not written: this agent does not hold agent.lock by its name (deposed, or the name is being removed)")
     }
     try store.write(status, for: id, durable: durable)
     state.withLock { $0.statuses[id] = .some(status) }
@@ -824,7 +845,7 @@ package final class DownloadAgent: Sendable {
       guard let (batch, sequence) = next else { return }
       FaultPoint.reach("downloads.agent.before-commit")
       var written = false
-      if stillTheAgent() {
+      if stillTheAgent() == .agent {
         do {
           try store.commit(CommitRecord(sequence: sequence, finals: batch))
           written = true

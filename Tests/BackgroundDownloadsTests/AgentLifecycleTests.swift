@@ -52,6 +52,27 @@ import Testing
     #expect(await survivor.stop(SIGTERM) == 0)
   }
 
+  /// `rm -rf` of the container while its agent runs: the agent sees `agent.lock` lost its name (the pause point
+  /// `downloads.agent.lost` holds it there while the test removes the rest of the tree), cannot take the name again
+  /// — its directory is gone — and exits 0 as its container is gone. Not deposed: nobody else holds the name.
+  /// Mutant: the old `retake` (any failure taken for another agent's lock): it exits 3, "another agent locked the
+  /// new one" (seen as an intermittent failure of DownloadSessionTests on loaded CI runs).
+  @Test func anAgentWhoseContainerIsRemovedExitsCleanly() async throws {
+    let root = try TestRoot()
+    let container = try root.container(Self.group)
+    let store = try DownloadStore(container: container)
+    let pauses = root.path + "/pauses"
+    try FileManager.default.createDirectory(atPath: pauses, withIntermediateDirectories: false)
+    let agent = try Self.agent(root, idle: "600", pause: "downloads.agent.lost", pauses: pauses)
+    #expect(await eventually { store.isHeld(DownloadStore.agentLockPath) })
+    try FileManager.default.removeItem(atPath: container.path + "/" + DownloadStore.agentLockPath)
+    let paused = pauses + "/downloads.agent.lost"
+    #expect(await eventually { FileManager.default.fileExists(atPath: paused) }, "the agent never saw its lock lost")
+    try await removeTree(container.path)
+    try FileManager.default.removeItem(atPath: paused)
+    #expect(await agent.exit() == 0, "stderr: \(agent.errors.text)")
+  }
+
   /// The starter (`groupctl downloads start`) is gone and the agent is killed mid-download: `groupctl downloads
   /// wait` starts a new agent, which resumes the download, and wait prints the file.
   /// Mutant: wait without `AgentLauncher.ensureRunning` (as before): nothing runs the task; wait ends at its
