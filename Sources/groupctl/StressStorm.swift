@@ -17,7 +17,8 @@ struct StressStorm: ParsableCommand {
       Worker processes of every module run together for --seconds: defaults writers (sets of unique tokens, \
       update() increments of one counter, a key whose value only rises), image cache storers and readers sharing \
       a few keys (a small disk limit, so trims run too), coordinated writers of one document (`stress \
-      files-writer`) and a presenter of it, update(using:) of one Live Activity's count, and downloads from gc-file-server (found beside groupctl, or \
+      files-writer`) and a presenter of it, update(using:) of one Live Activity's count, Inbox hand-overs \
+      (`send(file:toScheme:)`) to a receiver handling their scheme, and downloads from gc-file-server (found beside groupctl, or \
       --file-server), some through faults (a dropped connection, a 404, a slow or late answer). Meanwhile a \
       random worker or the download agent is SIGKILLed (and restarted) or SIGSTOPped for up to --max-stop-ms, \
       one at a time. Every worker logs each acknowledged operation after the call returned, with a unique token.
@@ -26,7 +27,8 @@ struct StressStorm: ParsableCommand {
       (counters never go back, every update() result unique, the export holds them too; the same for the \
       activity's count), every cache read \
       equals a value stored for that key and never one a finished store had replaced, the coordinated document \
-      whole and holding every acknowledged increment, every completed download has its SHA-256 (a failed one \
+      whole and holding every acknowledged increment, every acknowledged hand-over's copy in the Inbox under the \
+      name send returned, whole (and no receiver given a torn one), every completed download has its SHA-256 (a failed one \
       left no file), no temp file outside .coordination/ after a sweep, no call past its documented bound plus \
       --hang-slack (the time a process was stopped not counted). Its last line, the command's last line: \
       ops=<n> kills=<n> stops=<n> lost=<n> torn=<n> hung=<n>. Exit status 0 only when lost, torn and hung are 0.
@@ -40,6 +42,8 @@ struct StressStorm: ParsableCommand {
   @Option(help: "Presenter processes of the coordinated document.") var presenters = 1
   @Option(help: "Download processes (0 without a file server).") var downloaders = 1
   @Option(help: "Processes that update one Live Activity.") var activityWriters = 2
+  @Option(help: "Processes that hand files over to the Inbox of a receiver.") var inboxSenders = 1
+  @Option(help: "Receiver processes of those hand-overs (the handlers of their scheme).") var inboxReceivers = 1
   @Option(help: "The gc-file-server executable (default: beside groupctl; no downloads when there is none).")
   var fileServer: String?
   @Option(help: "Longest SIGSTOP, in milliseconds.") var maxStopMs = 800
@@ -97,6 +101,12 @@ struct StressStorm: ParsableCommand {
         attributes: StormAttributes(run: UUID().uuidString),
         content: ActivityContent(state: StormAttributes.ContentState(count: 0), staleDate: nil), in: group)
       add("activity", activityWriters, worker("activity", []))
+    }
+    if inboxSenders > 0 {
+      // Started by nobody: a send while every receiver is dead or stopped is not answered, and not acknowledged.
+      try group.registerURLScheme(StressStormWorker.inboxScheme, launching: URL(fileURLWithPath: "/bin/false"))
+      add("inbox-receiver", max(1, inboxReceivers), idle: nil, worker("inbox-receiver", []))
+      add("inbox-send", inboxSenders, worker("inbox-send", []))
     }
     add("files-writer", fileWriters) { slot, _, log in
       ["stress", "files-writer"] + base + [

@@ -68,6 +68,7 @@ struct StressStormCheck: ParsableCommand {
     try counted("cache") { try checkCache(group, lines("cache-"), logs: logs, &$0) }
     try counted("files") { try checkFiles(group, logs: logs, &$0) }
     try counted("activities") { try checkActivity(group, lines("activity-"), &$0) }
+    try counted("inbox") { try checkInbox(group, lines("inbox-"), &$0) }
     checkTemporaries(group, &found)
 
     let bounds = StormBounds(stops: stopIntervals, slack: UInt64(hangSlack * 1e9))
@@ -165,6 +166,45 @@ struct StressStormCheck: ParsableCommand {
     if let highest = counts.max(), now < highest {
       found.lost += 1
       found.problem("activities: the count is \(now), an update(using:) returned \(highest) (rolled back)")
+    }
+  }
+
+  /// Every acknowledged hand-over's copy is in the Inbox under the name `send` returned, whole, with its token; no
+  /// copy there is torn, and no receiver was given a torn one.
+  private func checkInbox(_ group: GroupContainer, _ lines: [StormLine], _ found: inout Findings) throws {
+    guard !lines.isEmpty else { return }
+    let inbox = try group.url(forRelativePath: "Documents/Inbox")
+    for line in lines where line.fields.count == 2 {
+      let (name, token) = (String(line.fields[0]), String(line.fields[1]))
+      switch line.verb {
+      case "handed":
+        found.ops += 1
+        guard let bytes = FileManager.default.contents(atPath: inbox.appendingPathComponent(name).path) else {
+          found.lost += 1
+          found.problem("inbox: the acknowledged hand-over of \(token) is not at Documents/Inbox/\(name)")
+          continue
+        }
+        switch StormInboxFile.token(in: [UInt8](bytes)) {
+        case token: break
+        case nil:
+          found.torn += 1
+          found.problem("inbox: Documents/Inbox/\(name), the hand-over of \(token), is torn")
+        case let other?:  // the copy went, and a later hand-over took its name
+          found.lost += 1
+          found.problem("inbox: Documents/Inbox/\(name), the hand-over of \(token), holds \(other)")
+        }
+      case "opened" where token == "torn":
+        found.torn += 1
+        found.problem("inbox: a receiver was given Documents/Inbox/\(name) torn")
+      default: break
+      }
+    }
+    for name in (try? FileManager.default.contentsOfDirectory(atPath: inbox.path)) ?? [] {
+      let bytes = FileManager.default.contents(atPath: inbox.appendingPathComponent(name).path).map { [UInt8]($0) }
+      if StormInboxFile.token(in: bytes ?? []) == nil {
+        found.torn += 1
+        found.problem("inbox: Documents/Inbox/\(name) is torn")
+      }
     }
   }
 

@@ -15,6 +15,8 @@ import SystemLayer
 ///     done <task> <succeeded|failed> <start> <end> downloads: the task was seen completed
 ///     ack <count> <start> <end>                coordinated writes (`stress files-writer --timed`)
 ///     activity <count> <start> <end>           Live Activities: update(using:) returned count
+///     handed <copy> <token> <start> <end>      Inbox: send(file:toScheme:) returned the copy's name, answered
+///     opened <copy> <token|torn>               Inbox: the receiver's handler read the copy it was given
 ///
 /// Times are CLOCK_MONOTONIC nanoseconds, comparable across processes. Tokens name their writer
 /// (`<slot>.<generation>.<number>`): a restarted writer is a new generation, so every token is unique in the run.
@@ -32,7 +34,7 @@ struct StormLine {
     let timed: Int
     switch verb {
     case "try": timed = 1
-    case "set", "update", "mono", "store", "read", "start", "done", "ack", "activity": timed = 2
+    case "set", "update", "mono", "store", "read", "start", "done", "ack", "activity", "handed": timed = 2
     default: timed = 0
     }
     guard parts.count > timed else { return nil }
@@ -88,6 +90,22 @@ enum StormImage {
   }
 }
 
+/// The files a storm hands over to the Inbox: the token's line, repeated to 8 KiB or more (several pages: a torn
+/// copy shows).
+enum StormInboxFile {
+  static func bytes(token: String) -> [UInt8] {
+    let line = Array((token + "\n").utf8)
+    return Array(repeating: line, count: 8192 / line.count + 1).flatMap { $0 }
+  }
+
+  /// The token of a file `bytes` made; nil when the bytes are not exactly such a file (torn).
+  static func token(in bytes: [UInt8]) -> String? {
+    guard let newline = bytes.firstIndex(of: 0x0A) else { return nil }
+    let token = String(decoding: bytes[..<newline], as: UTF8.self)
+    return Self.bytes(token: token) == bytes ? token : nil
+  }
+}
+
 /// What `stress storm` calls a hang: a call that took longer than its documented bound plus `slack`, not counting
 /// the time any process of the storm was stopped (SIGSTOP) while it ran — a stopped lock holder may hold others
 /// up for as long as it is stopped (lock waits are unbounded, as on Apple platforms).
@@ -97,10 +115,12 @@ struct StormBounds {
   var slack: UInt64
 
   /// The documented bound of an operation: a coordinated write may wait `presenterTimeout` (5 s) for a stopped
-  /// presenter; a cache store on a full disk waits up to 5 s for a trim; the others have none.
+  /// presenter; a cache store on a full disk waits up to 5 s for a trim; an Inbox send, its timeout; the others have
+  /// none.
   static func documented(_ verb: Substring) -> UInt64 {
     switch verb {
     case "ack", "store": return 5_000_000_000
+    case "handed": return 2_000_000_000  // the storm's senders wait 2 s for an answer
     default: return 0
     }
   }

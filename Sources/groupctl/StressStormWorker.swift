@@ -13,6 +13,7 @@ struct StressStormWorker: AsyncParsableCommand {
 
   enum Kind: String, ExpressibleByArgument, CaseIterable {
     case defaults, cacheStore = "cache-store", cacheRead = "cache-read", download, activity
+    case inboxSend = "inbox-send", inboxReceiver = "inbox-receiver"
   }
 
   @OptionGroup var container: ContainerOptions
@@ -26,6 +27,9 @@ struct StressStormWorker: AsyncParsableCommand {
   @Option(help: "Downloads: the served files, `<name> <sha256>` per line.") var manifest: String?
 
   static let suite = "storm"
+  /// The scheme the Inbox receivers handle (registered by `stress storm`, launching nothing that answers: a send
+  /// while every receiver is dead fails, and is not acknowledged).
+  static let inboxScheme = "storminbox"
   static let counterKey = "storm-counter"
   static let cacheName = "storm"
   /// Keys every cache storer and reader shares: stores of one key race each other and the readers.
@@ -38,6 +42,7 @@ struct StressStormWorker: AsyncParsableCommand {
     let log = StressLog(path: log)
     let parent = getppid()
     let stop = { getppid() != parent || FileManager.default.fileExists(atPath: stopFile) }
+    if kind == .inboxSend || kind == .inboxReceiver { return try await runInbox(group, log: log, stop: stop) }
     guard kind == .activity else { return try runSynchronously(group, log: log, stop: stop) }
     // The activity `stress storm` requested: every activity worker adds to its count, atomically.
     guard let activity = try Activity<StormAttributes>.activities(in: group).first else {
@@ -101,8 +106,39 @@ struct StressStormWorker: AsyncParsableCommand {
       }
     case .download:
       try runDownloads(group, log: log, stop: stop)
-    case .activity:
-      break  // run() does it
+    case .activity, .inboxSend, .inboxReceiver:
+      break  // run() does them
+    }
+  }
+
+  /// A receiver logs each copy its handler is given (whole or torn); a sender hands over a file of its own token
+  /// and logs the copy's name once `send` returned (the receiver answered).
+  private func runInbox(_ group: GroupContainer, log: StressLog, stop: () -> Bool) async throws {
+    if kind == .inboxReceiver {
+      try group.onOpenURL(schemes: [Self.inboxScheme]) { url in
+        let bytes = FileManager.default.contents(atPath: url.path).map { [UInt8]($0) } ?? []
+        log.append("opened \(url.lastPathComponent) \(StormInboxFile.token(in: bytes) ?? "torn")")
+        return true
+      }
+      while !stop() { try? await Task.sleep(for: .milliseconds(50)) }
+      return
+    }
+    let source = URL(fileURLWithPath: self.log + ".source")
+    defer { try? FileManager.default.removeItem(at: source) }
+    var number = 0
+    while !stop() {
+      number += 1
+      let token = "\(slot).\(generation).\(number)"
+      try Data(StormInboxFile.bytes(token: token)).write(to: source)
+      let start = MonotonicClock.nanoseconds()
+      // A receiver killed or stopped meanwhile: no answer within the time, an error, nothing acknowledged.
+      guard
+        let copy = try? await group.send(file: source, toScheme: Self.inboxScheme, timeout: .seconds(2))
+      else {
+        try? await Task.sleep(for: .milliseconds(20))
+        continue
+      }
+      log.append("handed \(copy.lastPathComponent) \(token) \(start) \(MonotonicClock.nanoseconds())")
     }
   }
 
