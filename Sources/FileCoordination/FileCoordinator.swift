@@ -125,7 +125,12 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
 
   /// Call from a `.forMoving` accessor after moving an item, so presenters follow it.
   public func item(at oldURL: URL, didMoveTo newURL: URL) {
-    state.withLock { $0.moves.append((oldURL, newURL)) }
+    if let log = Self.runningMoves[instance] {
+      log.moves.withLock { $0.append((oldURL, newURL)) }
+    } else {
+      // Not from an accessor's thread or task (a thread it started): the coordinator's, taken by the next end.
+      state.withLock { $0.moves.append((oldURL, newURL)) }
+    }
   }
 
   /// Apple's `item(at:willMoveTo:)`; nothing to prepare here.
@@ -207,12 +212,15 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
     } onCancel: {
       cancelled.store(true, ordering: .relaxed)
     }
+    let log = MoveLog()
     do {
-      let result = try await Self.$nestingOwners.withValue(nesting(access)) { try await accessor() }
-      end(access)
+      let result = try await Self.$runningMoves.withValue(running(log)) {
+        try await Self.$nestingOwners.withValue(nesting(access)) { try await accessor() }
+      }
+      end(access, log)
       return result
     } catch {
-      end(access)
+      end(access, log)
       throw error
     }
   }
@@ -227,8 +235,11 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
       do {
         let access = try self.begin(intents, extraCancel: { false })
         queue.addOperation {
-          Self.$nestingOwners.withValue(self.nesting(access)) { accessor(nil) }
-          self.end(access)
+          let log = MoveLog()
+          Self.$runningMoves.withValue(self.running(log)) {
+            Self.$nestingOwners.withValue(self.nesting(access)) { accessor(nil) }
+          }
+          self.end(access, log)
         }
       } catch {
         queue.addOperation { accessor(error) }
@@ -238,18 +249,37 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
 
   private func perform<T>(_ intents: [FileAccessIntent], body: (CoordinatedAccess) throws -> T) throws -> T {
     let access = try begin(intents, extraCancel: { false })
+    let log = MoveLog()
     do {
       // Only a coordinator made with a presenter has an owner to lend to nested accesses.
       let result = try CheckedWrite.during(access) {
-        try filePresenter == nil
-          ? body(access) : Self.$nestingOwners.withValue(nesting(access)) { try body(access) }
+        try Self.$runningMoves.withValue(running(log)) {
+          try filePresenter == nil
+            ? body(access) : Self.$nestingOwners.withValue(nesting(access)) { try body(access) }
+        }
       }
-      end(access)
+      end(access, log)
       return result
     } catch {
-      end(access)
+      end(access, log)
       throw error
     }
+  }
+
+  /// The moves one access's accessor recorded (`item(at:didMoveTo:)`).
+  final class MoveLog: Sendable {
+    let moves = Mutex<[(URL, URL)]>([])
+  }
+
+  /// The move logs of the accessors running in this thread or task, by coordinator instance: each access tells its
+  /// presenters of its own moves. Kept per coordinator, a second access on the same instance cleared the first
+  /// one's moves as it began (their presenters never heard of them), or took them as its own as it ended.
+  @TaskLocal private static var runningMoves: [UInt64: MoveLog] = [:]
+
+  private func running(_ log: MoveLog) -> [UInt64: MoveLog] {
+    var logs = Self.runningMoves
+    logs[instance] = log
+    return logs
   }
 
   /// The owners of the accesses whose accessors are running in this thread or task, by presenter: a nested access
@@ -290,11 +320,13 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
   }
 
   /// Step 3: release the locks, then tell presenters what happened and let them reacquire.
-  private func end(_ access: CoordinatedAccess) {
-    let moves = state.withLock { s in
-      defer { s.moves.removeAll() }
-      return s.moves
-    }
+  private func end(_ access: CoordinatedAccess, _ log: MoveLog) {
+    let moves =
+      log.moves.withLock { $0 }
+      + state.withLock { s in
+        defer { s.moves.removeAll() }
+        return s.moves
+      }
     access.unlock()
     access.finish(moves: moves)
   }

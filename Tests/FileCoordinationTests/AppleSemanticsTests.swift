@@ -116,6 +116,46 @@ import Testing
     presenter.kill()
   }
 
+  /// Two accesses of one coordinator on two threads (#34 item 5): a move recorded by one accessor reaches that
+  /// access's presenters, whatever the other access does meanwhile. Here the second access begins while the first
+  /// accessor, having moved its item, waits. Mutant: the moves kept per coordinator (the code before) → the second
+  /// access's begin cleared the recorded move, and the presenter of the moved file heard nothing.
+  @Test func aMoveReachesItsPresenterWhileTheSameCoordinatorAccessesAnotherItem() async throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let a = container.documentsURL.appendingPathComponent("moved-a.txt")
+    let b = container.documentsURL.appendingPathComponent("moved-b.txt")
+    let other = container.documentsURL.appendingPathComponent("other.txt")
+    try container.write(Data("a".utf8), to: a)
+    try container.write(Data("o".utf8), to: other)
+    let presenter = try Child(.present(item: "Documents/moved-a.txt"), root: root.path, group: group)
+    await presenter.line { $0.hasPrefix("ready") }
+    let coordinator = FileCoordinator()
+    let moved = DispatchSemaphore(value: 0)
+    let secondBegan = DispatchSemaphore(value: 0)
+    let overlapped = Atomic<Bool>(false)
+    let first = Thread {
+      try? coordinator.coordinate(writingItemAt: a, options: .forMoving, writingItemAt: b, options: .forReplacing) {
+        source, destination in
+        try FileManager.default.moveItem(at: source, to: destination)
+        coordinator.item(at: source, didMoveTo: destination)
+        moved.signal()
+        overlapped.store(secondBegan.wait(timeout: .now() + 30) == .success, ordering: .relaxed)
+      }
+    }
+    first.start()
+    #expect(await Task.detached { moved.wait(timeout: .now() + 30) == .success }.value, "the first access never ran")
+    try coordinator.coordinate(writingItemAt: other) { url in
+      secondBegan.signal()
+      try container.write(Data("o2".utf8), to: url)
+    }
+    let line = await presenter.line { $0.hasPrefix("didMove ") }
+    let didOverlap = overlapped.load(ordering: .relaxed)
+    #expect(didOverlap, "the accesses did not overlap")
+    #expect(line == "didMove coordinated \(getpid()) moved-b.txt", "\(presenter.output)")
+    presenter.kill()
+  }
+
   /// Items are paths, as Apple's are URLs: a hard link and a symlink are items of their own. Reading a symlink
   /// with `.resolvesSymbolicLink` coordinates its target instead.
   @Test func linksAreItemsOfTheirOwnUnlessResolved() async throws {
