@@ -92,7 +92,11 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
     }
     guard let local else { return }
     space.registry.unregister(record(of: local))
-    for token in local.watches + [local.recordWatch].compactMap({ $0 }) { Watcher.shared.cancel(token) }
+    let tokens = lock.withLock { () -> [Watcher.Token] in
+      defer { (local.watches, local.recordWatch) = ([], nil) }
+      return local.watches + [local.recordWatch].compactMap { $0 }
+    }
+    for token in tokens { Watcher.shared.cancel(token) }
   }
 
   func id(of presenter: any FilePresenter) -> String? {
@@ -120,8 +124,6 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
     try? space.registry.register(record(of: local))
     watchRecord(local)
     space.registry.unregister(old)
-    for token in local.watches { Watcher.shared.cancel(token) }
-    local.watches = []
     watch(local)
   }
 
@@ -145,6 +147,7 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
       DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(100)) { self.keepRecord(of: local) }
     }
     let old = lock.withLock { () -> Watcher.Token? in
+      guard byObject[ObjectIdentifier(local.presenter)] === local else { return token }  // removed meanwhile
       defer { local.recordWatch = token }
       return local.recordWatch
     }
@@ -407,7 +410,14 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
     if tokens.isEmpty {
       CoordinationSpace.logger.debug("'\(itemPath)' cannot be watched: only coordinated changes will be reported")
     }
-    lock.withLock { local.watches = tokens }
+    // Swapped under the lock (`remove`, a move and a re-arm after the container's removal run on different
+    // threads): the watches replaced are cancelled, and so are the new ones of a presenter removed meanwhile.
+    let stale = lock.withLock { () -> [Watcher.Token] in
+      guard byObject[ObjectIdentifier(local.presenter)] === local else { return tokens }
+      defer { local.watches = tokens }
+      return local.watches
+    }
+    for token in stale { Watcher.shared.cancel(token) }
   }
 
   private static let changeMask =
@@ -512,7 +522,6 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
     for local in all {
       try? space.registry.register(record(of: local))
       watchRecord(local)
-      for token in local.watches { Watcher.shared.cancel(token) }
       watch(local)
     }
   }
