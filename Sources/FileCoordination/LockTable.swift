@@ -316,7 +316,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
       if isCancelled() { throw .cancelled }
       if spins < 10 {
         spins += 1
-        sched_yield()
+        CurrentThread.yield()
         continue
       }
       MonotonicClock.sleep(nanoseconds: pause)

@@ -128,7 +128,7 @@ extension DefaultsStore {
     case .keepAside(let keys):
       let name =
         ExportMirror.unappliedPrefix(suite)
-        + "\(Int(Date().timeIntervalSince1970 * 1000))-\(getpid())-\(UInt16.random(in: 0...0xFFFF))"
+        + "\(Int(Date().timeIntervalSince1970 * 1000))-\(CurrentProcess.id)-\(UInt16.random(in: 0...0xFFFF))"
       _ = try Self.beneath(Self.preferences + "/" + name, in: containerPath) { () throws(FileSystemError) in
         try root.replaceFile(Self.preferences + "/" + name, with: bytes, mode: fileMode)
       }

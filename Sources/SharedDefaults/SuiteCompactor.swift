@@ -64,7 +64,7 @@ struct SuiteCompactor: @unchecked Sendable {  // the header is atomics; the jour
     if header.load(Slot.compactor) == Self.me { header.store(Slot.compactor, 0) }
   }
 
-  private static var me: UInt64 { UInt64(UInt32(bitPattern: getpid())) }
+  private static var me: UInt64 { UInt64(UInt32(bitPattern: CurrentProcess.id)) }
 
   // MARK: Installing
 

@@ -1,5 +1,12 @@
 import Glibc
 
+/// The calling thread.
+package enum CurrentThread {
+  /// Gives the processor to another runnable thread, if any (a spin's back-off). The corresponding C function is
+  /// `sched_yield`.
+  package static func yield() { _ = sched_yield() }
+}
+
 /// Who this process is, in a form PID reuse cannot fool: pid plus the kernel's start time of the process.
 package enum CurrentProcess {
   package static var id: Int32 { getpid() }

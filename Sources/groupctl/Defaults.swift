@@ -161,7 +161,7 @@ struct DefaultsWatch: AsyncParsableCommand {
     let defaults = try suite.open(container)
     let changes = defaults.changes(forKeys: keys.isEmpty ? nil : Set(keys))
     Interrupts.onInterrupt {}
-    Output.line(#"{"event":"ready","pid":\#(getpid())}"#)
+    Output.line(#"{"event":"ready","pid":\#(CurrentProcess.id)}"#)
     for await change in changes {
       let pid = change.originProcessID.map(String.init) ?? "null"
       let old = change.oldValue.map(PlainJSON.render) ?? "null"

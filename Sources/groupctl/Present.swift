@@ -30,7 +30,7 @@ struct Present: AsyncParsableCommand {
     try FileCoordinator.addFilePresenter(presenter)
     // The cleanup is in place before "ready": a signal right after it must still unregister and exit 0.
     Interrupts.onInterrupt { FileCoordinator.removeFilePresenter(presenter) }
-    Output.json(["event": .string("ready"), "item": .string(path), "pid": .int(Int(getpid()))])
+    Output.json(["event": .string("ready"), "item": .string(path), "pid": .int(Int(CurrentProcess.id))])
     while true { try await Task.sleep(for: .seconds(3600)) }
   }
 }

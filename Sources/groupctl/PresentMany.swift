@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import GroupContainer
+import SystemLayer
 
 /// `groupctl stress present-many`: one process presenting many files, the load of the "unrelated presenters"
 /// benchmark (an access must not pay for presenters of other items).
@@ -22,7 +23,7 @@ struct PresentMany: ParsableCommand {
       try FileCoordinator.addFilePresenter(presenter)
       presenters.append(presenter)
     }
-    Output.json(["event": .string("ready"), "pid": .int(Int(getpid())), "count": .int(presenters.count)])
+    Output.json(["event": .string("ready"), "pid": .int(Int(CurrentProcess.id)), "count": .int(presenters.count)])
     let parent = getppid()
     while getppid() == parent { Thread.sleep(forTimeInterval: 0.2) }  // until killed, or orphaned
     withExtendedLifetime(presenters) {}

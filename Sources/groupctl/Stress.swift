@@ -171,7 +171,7 @@ struct StressDefaultsWriter: ParsableCommand {
       if i < increments {
         let before = timed ? DispatchTime.now().uptimeNanoseconds : 0
         let new = try defaults.update("counter") { old in
-          if delay > 0 { usleep(delay) }
+          if delay > 0 { MonotonicClock.sleep(nanoseconds: UInt64(delay) * 1000) }
           return .integer(PropertyListInteger((old?.intValue ?? 0) + 1))
         }
         if printUpdates { Output.line("update \(new?.intValue ?? -1)") }
