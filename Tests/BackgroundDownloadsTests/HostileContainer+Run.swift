@@ -215,6 +215,7 @@ enum HostileRun {
 
     let ops = try operations(root: root.path, server: server, download: index + 1)
     findings += await finish(ops)
+    findings += mustFail(combo, ops)
     // The peers lived through it all; a crash of theirs is a finding, any other end their own business.
     for peer in peers {
       if !peer.child.process.isRunning { findings += judge(peer) }
@@ -247,6 +248,18 @@ enum HostileRun {
     let created = rootAfter.subtracting(rootBefore).filter { $0 != "opened.log" && !$0.hasPrefix("send-") }
     if !created.isEmpty { findings.append("escape: created beside the container: \(created.sorted())") }
     return (findings, nil)
+  }
+
+  /// Where the design says an operation must refuse, with a clear error: a registration another user owns (or
+  /// that a link or a non-file replaced) decides what runs, so the hand-over never follows it
+  /// (DESIGN.md: "trusted only when nobody but its owner can write it").
+  static func mustFail(_ combo: HostileCombo, _ ops: [Op]) -> [String] {
+    guard combo.place.name == "scheme registration faultsink",
+      [.wrongOwner, .symlinkInside, .symlinkOutside, .fifo, .socket, .directory].contains(combo.kind),
+      let send = ops.first(where: { $0.name == "inboxSend" })
+    else { return [] }
+    let acknowledged = acknowledged(send)
+    return acknowledged.isEmpty ? [] : ["refused nothing: the hand-over followed the registration (\(acknowledged))"]
   }
 
   /// Every acknowledged value read back by the fresh processes (or, for files the test can read whole, here).
