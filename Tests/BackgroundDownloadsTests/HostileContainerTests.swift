@@ -53,6 +53,8 @@ import Testing
 ///   through the coordination counters, the defaults header and journal, the cache counters, the downloads signal
 ///   and a session's attach lock; the hand-over's copies landing in the canary directory through a linked
 ///   `Documents/Inbox`) and the agent hung on a linked `agent.lock`.
+/// - `URLHandlers.registration(for:)` following a registration another user owns: the hand-over is acknowledged
+///   where it must be refused ("scheme registration faultsink × wrongOwner").
 /// - `DownloadStore.replacingPlantedDirectory` not removing the directory: its regression test hangs (below).
 @Suite(.runSlot(.minutes(10))) struct HostileContainerTests {
   // The limit catches a hang of the test itself; every child has its own bound (HostileRun.bound).
