@@ -235,6 +235,13 @@ func plant(_ kind: HostileKind, at path: String, isDirectory: Bool, canary: Stri
       }
     }
     try check(chmod(path, isDirectory ? 0o500 : 0o400), "chmod")
+    // Root ignores modes: as root the file is also made immutable (no write, rename over, unlink, or entry made
+    // in a directory), which binds root too. The run makes it mutable again before removing the container.
+    // (Files and directories only: a socket or FIFO takes no attributes.)
+    var now = stat()
+    if geteuid() == 0, lstat(path, &now) == 0, [S_IFREG, S_IFDIR].contains(now.st_mode & S_IFMT) {
+      try check(runTool("/usr/bin/chattr", ["+i", path]), "chattr +i")
+    }
   }
   return nil
 }

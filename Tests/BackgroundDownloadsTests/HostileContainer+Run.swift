@@ -192,8 +192,14 @@ enum HostileRun {
         skipped = "the template has no such place"
         return
       }
+      planted = container + "/" + path
       skipped = try plant(
         combo.kind, at: container + "/" + path, isDirectory: combo.place.isDirectory, canary: canary, inside: inside)
+    }
+    var planted: String?
+    // An immutable plant (read-only as root) would keep the container from being removed.
+    defer {
+      if combo.kind == .readOnly, geteuid() == 0, let planted { _ = try? runTool("/usr/bin/chattr", ["-i", planted]) }
     }
     var findings: [String] = []
     if !combo.place.live { try plantIt() }

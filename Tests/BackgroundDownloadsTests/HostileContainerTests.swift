@@ -26,7 +26,7 @@ import Testing
 ///
 /// **Kinds**: FIFO, unix socket, symlink inside the container, symlink to a canary outside it, directory, empty
 /// file, the valid file cut in half, the valid file grown sparse to 10 GB, owned by nobody (root only), read-only
-/// (0400 files, 0500 directories; root ignores modes, so this mostly checks that nobody trips on them).
+/// (0400 files, 0500 directories; as root also immutable, `chattr +i`: root ignores modes, not that).
 ///
 /// **Each pair**: a copy of a template container in which every operation ran once cleanly (so each place holds a
 /// valid file), the plant, then together: an Inbox receiver and a presenter of `doc.txt` (long-lived), the
