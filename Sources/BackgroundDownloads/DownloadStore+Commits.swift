@@ -49,9 +49,11 @@ extension DownloadStore {
       let tasks = try root.openDirectory(Self.tasksDirectory)
       defer { tasks.close() }
       for final in finals {
-        try AtomicReplace.write(
-          DownloadRecordFormat.encode(final.status), in: tasks, name: "\(final.id).status", mode: fileMode,
-          durability: .processCrash)
+        try replacingPlantedDirectory(statusOf: final.id) { () throws(FileSystemError) in
+          try AtomicReplace.write(
+            DownloadRecordFormat.encode(final.status), in: tasks, name: "\(final.id).status", mode: fileMode,
+            durability: .processCrash)
+        }
       }
     }
     updates.post()

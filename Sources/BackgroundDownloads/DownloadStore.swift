@@ -96,10 +96,25 @@ package final class DownloadStore: Sendable {
   package func write(_ status: TaskStatus, for id: String, durable: Bool) throws(DownloadError) {
     let bytes = DownloadRecordFormat.encode(status)
     try Self.system { () throws(FileSystemError) in
-      try root.replaceFile(
-        Self.taskPath(id, "status"), with: bytes, mode: fileMode, durability: durable ? .powerLoss : .processCrash)
+      try replacingPlantedDirectory(statusOf: id) { () throws(FileSystemError) in
+        try root.replaceFile(
+          Self.taskPath(id, "status"), with: bytes, mode: fileMode, durability: durable ? .powerLoss : .processCrash)
+      }
     }
     updates.post()
+  }
+
+  /// Runs `write`, a replace of the status of `id`; when a directory sits at that name (planted: none of ours is
+  /// ever one), removes it and writes once more. The rename over it failed with EISDIR at every pass, and the agent
+  /// retried forever, never idle (HostileContainerTests: download task status × directory).
+  func replacingPlantedDirectory(
+    statusOf id: String, _ write: () throws(FileSystemError) -> Void
+  ) throws(FileSystemError) {
+    do { try write() } catch  where error.errno == .isDirectory {
+      Self.logger.warning("a directory sits where the status of task \(id) goes; removing it")
+      try root.removeTree(Self.taskPath(id, "status"))
+      try write()
+    }
   }
 
   package func request(_ id: String) -> TaskRequest? {
