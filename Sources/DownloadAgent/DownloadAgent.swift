@@ -724,7 +724,7 @@ package final class DownloadAgent: Sendable {
   /// Writes a status and remembers it (only once it is written: the memory never runs ahead of the file).
   private func record(_ status: TaskStatus, for id: String, durable: Bool) throws(DownloadError) {
     guard stillTheAgent() == .agent else {
-      throw .other("not written: this agent does not hold agent.lock by its name (deposed, or the name is being removed)")
+      throw .other("not written: this agent does not hold agent.lock by its name (deposed, or the name is removed)")
     }
     try store.write(status, for: id, durable: durable)
     state.withLock { $0.statuses[id] = .some(status) }
