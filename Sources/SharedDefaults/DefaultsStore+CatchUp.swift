@@ -41,7 +41,10 @@ extension DefaultsStore {
     guard header.load(Slot.generation) != s.generation || header.load(Slot.committed) != UInt64(s.length) else {
       return true
     }
-    for _ in 0..<3 where catchUpWithoutLock(&s, lazy: lazy) { return true }
+    for _ in 0..<3 where catchUpWithoutLock(&s, lazy: lazy) {
+      mergeTiersIfNeeded(s)
+      return true
+    }
     // Never answer without this process's own writes: catch up under the lock instead.
     guard s.generation != .max, !s.ownWritesUnapplied else { return false }
     scheduleRepair()
@@ -225,6 +228,7 @@ extension DefaultsStore {
         release(s.values)
         s.values = values
         s.tail = nil  // the rebased values are the whole state
+        mergeTiersIfNeeded(s)
       }
     }
   }
