@@ -51,8 +51,11 @@ import Testing
     #expect(values.sealed.count == 3)
     #expect(values["a"] == .integer(3) && values["b"] == .integer(1) && values["c"] == .integer(2))
     #expect(values.change(forKey: "a") == .some(.integer(3)))
-    #expect(try values.dictionary() == ["a": .integer(3), "b": .integer(1), "c": .integer(2), "d": .integer(3),
-      "e": .integer(4)])
+    #expect(
+      try values.dictionary() == [
+        "a": .integer(3), "b": .integer(1), "c": .integer(2), "d": .integer(3),
+        "e": .integer(4),
+      ])
     #expect(values.imageParts.changes["a"] == .some(.integer(3)))
   }
 
@@ -118,7 +121,8 @@ import Testing
     #expect(values.sealed.isEmpty && values.changes.isEmpty && values.frozen.count == 2)
     // What the compaction folds holds every change made before the freeze.
     let replacement = try compacted(values)
-    #expect(try SuiteValues(image: replacement).dictionary() == ["old": .integer(0), "a": .integer(2), "b": .integer(1)])
+    #expect(
+      try SuiteValues(image: replacement).dictionary() == ["old": .integer(0), "a": .integer(2), "b": .integer(1)])
     // Changes after the freeze, sealed and not: newer than the frozen tiers.
     values.set(.integer(3), forKey: "a")
     values.set(.integer(3), forKey: "c")
@@ -200,7 +204,9 @@ import Testing
       }
       #expect(try values.dictionary() == reference, "step \(step) (roll \(roll))")
       for key in keys where values[key] != reference[key] {
-        Issue.record("step \(step) (roll \(roll)): \(key) reads \(String(describing: values[key])), not \(String(describing: reference[key]))")
+        Issue.record(
+          "step \(step) (roll \(roll)): \(key) reads \(String(describing: values[key])), not \(String(describing: reference[key]))"
+        )
       }
       if let (token, image) = frozen {
         // A compaction's image holds the frozen tiers over the image; the newer tiers over it give the state.
