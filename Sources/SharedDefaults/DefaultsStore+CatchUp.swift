@@ -41,7 +41,10 @@ extension DefaultsStore {
     guard header.load(Slot.generation) != s.generation || header.load(Slot.committed) != UInt64(s.length) else {
       return true
     }
-    for _ in 0..<3 where catchUpWithoutLock(&s, lazy: lazy) { return true }
+    for _ in 0..<3 where catchUpWithoutLock(&s, lazy: lazy) {
+      mergeTiersIfNeeded(s)
+      return true
+    }
     // Never answer without this process's own writes: catch up under the lock instead.
     guard s.generation != .max, !s.ownWritesUnapplied else { return false }
     scheduleRepair()
@@ -202,6 +205,9 @@ extension DefaultsStore {
   /// installed if `state` is still in that generation, with the few records reads applied meanwhile replayed over
   /// it (else dropped: the next catch-up asks again). Observers hear nothing: no value changed.
   /// `waitForBackgroundWork` waits for it.
+  /// Journal bytes past which a rebase catches up outside `state` before it installs.
+  static let rebaseCatchUpBytes = 64 << 10
+
   func scheduleRebase() {
     guard !rebasePending.exchange(true, ordering: .acquiringAndReleasing) else { return }
     compactions.enter()
@@ -210,14 +216,27 @@ extension DefaultsStore {
       guard let self else { return }
       rebasePending.store(false, ordering: .releasing)
       let at = state.withLock { s in rebaseIsWorthIt(s) ? (s.generation, s.length) : nil }
-      guard let (generation, committed) = at, var values = rebased(generation: generation, committed: committed)
+      guard let (generation, start) = at, var values = rebased(generation: generation, committed: start)
       else { return }
+      // Reads went on meanwhile, applying what a fast writer appended: those records are applied here too, outside
+      // `state`, until few are left for the install (applying tens of thousands under it held a read up 100 ms).
+      var committed = start
+      for _ in 0..<4 {
+        guard let length = state.withLock({ $0.generation == generation ? $0.length : nil }),
+          length - committed > Self.rebaseCatchUpBytes
+        else { break }
+        guard let records = journal.recordsWithoutLock(from: committed, to: length, generation: generation) else {
+          return
+        }
+        for record in records { apply(record, to: &values) }
+        committed = length
+      }
       state.withLock { s in
         guard s.generation == generation, s.length >= committed, s.pendingOwn.isEmpty, !s.ownWritesUnapplied,
           s.values.frozenToken == 0, s.values.damage == nil
         else { return }
         if s.length > committed {
-          // Reads went on meanwhile: the records they applied since (a few) are applied here too.
+          // The records reads applied since the last catch-up above (a few) are applied here too.
           guard let records = journal.recordsWithoutLock(from: committed, to: s.length, generation: generation)
           else { return }
           for record in records { apply(record, to: &values) }
@@ -225,6 +244,7 @@ extension DefaultsStore {
         release(s.values)
         s.values = values
         s.tail = nil  // the rebased values are the whole state
+        mergeTiersIfNeeded(s)
       }
     }
   }

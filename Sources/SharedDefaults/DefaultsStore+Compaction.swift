@@ -34,7 +34,7 @@ extension DefaultsStore {
         let generation = header.load(Slot.generation)
         let committed = header.length(Slot.committed)
         return Compaction(
-          token: 0, image: nil, frozen: [:], generation: generation,
+          token: 0, image: nil, frozen: [], generation: generation,
           start: header.snapshotStart(generation: generation, committed: committed), length: committed,
           snapshot: header.recordedSnapshot())
       }
@@ -52,10 +52,10 @@ extension DefaultsStore {
   /// What a compaction in the background folds, into the state at (generation, length): this process's frozen
   /// changes over its image (`token` non-zero), or else the journal from `start` over the snapshot. Not the whole
   /// `SuiteValues`: holding its `changes` would make the writer's next set copy them.
-  struct Compaction: @unchecked Sendable {  // the image is immutable; the frozen table is a value
+  struct Compaction: @unchecked Sendable {  // the image and the frozen tiers are immutable
     var token: UInt64
     var image: SuiteImage?
-    var frozen: [String: PropertyListValue?]
+    var frozen: [SuiteValues.Tier]
     var generation: UInt64
     var start: Int
     var length: Int
@@ -76,7 +76,7 @@ extension DefaultsStore {
     let token = current ? s.values.freeze() ?? 0 : 0
     compactor.claim()
     let work = Compaction(
-      token: token, image: s.values.image, frozen: token == 0 ? [:] : s.values.frozen, generation: generation,
+      token: token, image: s.values.image, frozen: token == 0 ? [] : s.values.frozen, generation: generation,
       start: header.snapshotStart(generation: generation, committed: committed), length: committed,
       snapshot: header.recordedSnapshot())
     compactions.enter()
@@ -125,7 +125,8 @@ extension DefaultsStore {
     var built: (bytes: Int, status: FileStatus)?
     var installed = false
     do {
-      var (image, changes) = (work.image, work.frozen)
+      // The frozen tiers as one table: O(changes), here in the background.
+      var (image, changes) = (work.image, SuiteValues.mergedTable(work.frozen))
       if work.token == 0 { (image, changes) = try snapshotAndJournal(work) }
       let written = try writeImageFile(
         next, base: image, changes: changes, generation: work.generation, position: work.length,
@@ -181,7 +182,10 @@ extension DefaultsStore {
       }
     } catch {
       Self.logger.warning("suite '\(suite)': could not install the compacted snapshot: \(error)")
-      state.withLock { $0.values.thaw(token: work.token) }
+      state.withLock { s in
+        s.values.thaw(token: work.token)
+        mergeTiersIfNeeded(s)
+      }
     }
     return installed
   }

@@ -140,11 +140,11 @@ extension DefaultsStore {
   /// `values` (the image and the tail) under what `s` read or wrote since the load, as `s`'s whole state.
   private func install(_ values: SuiteValues, over s: inout State) {
     var values = values
-    for (key, change) in s.values.frozen where s.values.changes[key] == nil { values.set(change, forKey: key) }
-    for (key, change) in s.values.changes { values.set(change, forKey: key) }
+    s.values.forEachChange { key, change in values.set(change, forKey: key) }
     release(s.values)
     s.values = values
     s.tail = nil
+    mergeTiersIfNeeded(s)
   }
 
   /// With `state` held: the tail is applied on the background queue, without `state` (reads go on scanning

@@ -68,6 +68,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   static let compactionsInstalled = TestCounter()
   /// Own writes appended behind others' and left for the next read to apply (tests: that path ran).
   static let ownWritesLeftForTheNextRead = TestCounter()
+  /// Merged tiers of changes this process installed (tests: the background merge ran).
+  static let tiersMerged = TestCounter()
   /// The open stores, by suite path: weak, so a suite no `SharedDefaults` uses any more is released (its mappings,
   /// descriptors, watch and registrations), and a process may open any number of suites one after another.
   static let stores = Mutex<[String: WeakStore]>([:])
@@ -160,6 +162,8 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   let repairPending = Atomic<Bool>(false)
   /// A rebase is queued on `background` (`scheduleRebase`).
   let rebasePending = Atomic<Bool>(false)
+  /// A merge of sealed tiers is queued on `background` (`mergeTiersIfNeeded`).
+  let mergePending = Atomic<Bool>(false)
   /// Serializes this process's threads before the suite's lock (which names a process, not a thread).
   let writerGate = Mutex<Int>(0)
   let listener = Mutex<ChangeSignal.Listener?>(nil)
@@ -469,6 +473,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       try withLock { () throws(E) -> T in
         try state.withLock { s throws(E) -> T in
           applyTail(&s)  // what runs with the lock works on the whole state
+          defer { mergeTiersIfNeeded(s) }
           return try body(&s)
         }
       }
