@@ -92,14 +92,23 @@ struct StressDefaults: ParsableCommand {
 extension StressDefaults {
   /// The check that does not trust the engine: makes the suite's export current (synchronize()), then reads the
   /// plist file with the codec.
+  /// A tool writing the file in place at that moment (a test edits it while the writers run) leaves it
+  /// half-written for a while: read again after another synchronize(), which takes in the tool's edit, for up to
+  /// 10 s.
   static func export(of defaults: SharedDefaults, in group: GroupContainer) throws -> [String: PropertyListValue] {
-    try defaults.synchronize()
     let path = group.preferencesURL.appendingPathComponent("\(defaults.suiteName).plist").path
-    let bytes = try Array(Data(contentsOf: URL(fileURLWithPath: path)))
-    guard case .dictionary(let values) = try PropertyListValue(bytes: bytes, limits: SharedDefaults.suiteLimits) else {
-      throw CommandFailure("the snapshot '\(path)' is not a dictionary")
+    for attempt in 0..<100 {
+      try defaults.synchronize()
+      let bytes = try Array(Data(contentsOf: URL(fileURLWithPath: path)))
+      do {
+        guard case .dictionary(let values) = try PropertyListValue(bytes: bytes, limits: SharedDefaults.suiteLimits)
+        else { throw CommandFailure("the snapshot '\(path)' is not a dictionary") }
+        return values
+      } catch  where attempt < 99 {
+        Thread.sleep(forTimeInterval: 0.1)
+      }
     }
-    return values
+    throw CommandFailure("the snapshot '\(path)' did not read")  // not reached: the last attempt throws its error
   }
 }
 
