@@ -782,7 +782,7 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
       try? space.root.removeTree(atPath: path)
       return
     }
-    if !unreadable.withLock({ $0.isEmpty }) { unreadable.withLock { _ = $0.removeValue(forKey: name) } }
+    unreadable.withLock { tries in if !tries.isEmpty { tries[name] = nil } }
     // Removed once dispatched: the unlink (a journaled metadata write) stays off the handshake's critical path.
     // Both happen on this thread, so a rescan never sees a dispatched message again.
     defer {

@@ -97,18 +97,19 @@ extension StressDefaults {
   /// 10 s.
   static func export(of defaults: SharedDefaults, in group: GroupContainer) throws -> [String: PropertyListValue] {
     let path = group.preferencesURL.appendingPathComponent("\(defaults.suiteName).plist").path
-    for attempt in 0..<100 {
+    var attempts = 0
+    while true {
       try defaults.synchronize()
       let bytes = try Array(Data(contentsOf: URL(fileURLWithPath: path)))
+      attempts += 1
       do {
         guard case .dictionary(let values) = try PropertyListValue(bytes: bytes, limits: SharedDefaults.suiteLimits)
         else { throw CommandFailure("the snapshot '\(path)' is not a dictionary") }
         return values
-      } catch  where attempt < 99 {
+      } catch  where attempts < 100 {
         Thread.sleep(forTimeInterval: 0.1)
       }
     }
-    throw CommandFailure("the snapshot '\(path)' did not read")  // not reached: the last attempt throws its error
   }
 }
 
