@@ -121,6 +121,9 @@ func runMemoryPressure(_ command: HelperCommand, container: GroupContainer) thro
     exit(0)
 
   case .pressureBudget(let budgetMB):
+    // A monitor of the footprint alone: the machine's own signals (a CI run's system-wide stalls while the cgroup
+    // test reclaimed beside it) warned first once, and a level already at warning does not report the footprint.
+    let pressure = MemoryPressure(signals: false)
     let budget = budgetMB << 20
     pressure.budget = budget
     let tier = ChunkTier(limit: budget)
