@@ -122,18 +122,25 @@ extension DefaultsStore {
         values = SuiteValues(image: image)
       }
     }
-    if lazy, let image = values, s.observers.isEmpty, committed - start >= Self.lazyTailBytes {
-      // A long journal past the snapshot (its writer never compacted): left unread, for point reads to scan.
+    let loaded = s.generation != .max
+    if lazy, let image = values, s.observers.isEmpty,
+      committed - start >= (loaded ? Self.handOverBytes : Self.lazyTailBytes)
+    {
+      // A long journal past the snapshot (its writer never compacted): left unread, for point reads to scan —
+      // applied in the background after a few scans, or at once by a process that was reading already.
       guard header.loadAfterFence(Slot.generation) == generation, header.load(Slot.rewindTo) == 0 else { return false }
       replaceValues(with: image, in: &s)
-      s.tail = LazyTail(range: start..<committed)
+      let tail = LazyTail(range: start..<committed)
+      s.tail = tail
       s.pendingOwn = [:]
       s.generation = generation
       s.length = committed
       s.ownWritesUnapplied = false
+      if loaded { scheduleTailApplication(tail, &s) }
       if (try? exportState()) != .current || hasKeptExports() { scheduleExportCheck() }
       return true
     }
+    if lazy, values == nil, handOverCatchUp(&s, committed: committed) { return true }
     // Between the header's load and the journal's read: another process may empty the journal and write over it
     // here, which only the generation's second load below tells (tests pause here).
     if values == nil { FaultPoint.pause("defaults.read.headerLoaded") }
@@ -171,15 +178,23 @@ extension DefaultsStore {
   /// replayed on a reader's thread, and with observers the whole suite compared. Its values keep their older image
   /// until a rebase in the background
   /// (`rebaseIsWorthIt`). False when this does not apply (the caller reloads): another kind of new generation, a
-  /// process behind `from`, a lazy tail. Without the lock: the generation is loaded again after.
+  /// process behind `from`, a lazy tail that began before `from`. Without the lock: the generation is loaded again
+  /// after.
   func followMovedTail(_ s: inout State, generation: UInt64, committed: Int) -> Bool {
     let old = s.generation
-    guard old != .max, generation == old &+ 1, s.tail == nil, s.values.damage == nil,
+    guard old != .max, generation == old &+ 1, s.values.damage == nil,
       let from = journal.movedFrom(into: generation), s.length >= from, s.length - from <= committed,
+      s.tail.map({ $0.range.lowerBound >= from }) ?? true,
       header.loadAfterFence(Slot.generation) == generation, journal.movedFrom(into: generation) == from
     else { return false }
     s.generation = generation
     s.length -= from
+    if let tail = s.tail {
+      // A tail not yet applied is the same records, moved too (the application under way is dropped).
+      let moved = tail.moved(back: from)
+      s.tail = moved
+      if tail.applying { scheduleTailApplication(moved, &s) }
+    }
     // Own commits past `length` are past `from`: the same records, `from` bytes earlier.
     s.pendingOwn = s.pendingOwn.compactMapValues { $0.start >= from ? ($0.start - from, $0.end - from) : nil }
     s.scanned = s.scanned.generation == old && s.scanned.to >= from ? (generation, s.scanned.to - from) : (.max, 0)

@@ -16,9 +16,19 @@ import SystemLayer
 /// A process that goes on reading has the tail applied in the background after `lazyTailScans` scans, and scans
 /// until then: a point read never replays the tail on its caller's thread (rule: a read does bounded work — at most
 /// one scan of the journal past the snapshot).
+///
+/// A reader that fell behind (descheduled while a writer appended `handOverBytes` or more) hands its catch-up over
+/// the same way: the records become a tail over what it held (`base`), applied in the background at once; a read
+/// following a fast writer had applied 8,000–65,000 records on its caller's thread (40–71 ms). A process already
+/// loaded whose reload (another process's rewind) finds that much past the new snapshot leaves it as a tail too.
+/// Lookups then go: changes since the hand-over → the tail → `base` (its changes, then its image).
 extension DefaultsStore {
-  /// Journal bytes past the snapshot from which a load leaves them unread.
+  /// Journal bytes past the snapshot from which a first load leaves them unread.
   static let lazyTailBytes = 1 << 20
+  /// Journal bytes from which a process already loaded hands its catch-up to the background (about 2,000 records).
+  static let handOverBytes = 64 << 10
+  /// Catch-ups handed to the background (tests: which path a read took).
+  static let catchUpsHandedOver = TestCounter()
   /// Scans a process makes of its tail before it has it applied in the background (a process that reads many keys
   /// pays the whole replay once, off its readers' threads, and every read after is O(1)).
   static let lazyTailScans = 16
@@ -28,6 +38,9 @@ extension DefaultsStore {
   /// The records `range` of the journal left unread by a load, and what point reads found there.
   final class LazyTail: @unchecked Sendable {  // used under the store's `state` lock only
     let range: Range<Int>
+    /// What the process held before the tail's records, when a reader handed its catch-up over; nil: the image
+    /// alone (`values.image`). Sealed, so applying the tail over it copies no table.
+    let base: SuiteValues?
     /// Key (NFC) → its last record in the tail: the value, nil when it removes the key; absent when not looked up.
     /// A key the tail does not hold maps to `.none` in `absent`.
     var found: [String: PropertyListValue?] = [:]
@@ -36,7 +49,22 @@ extension DefaultsStore {
     /// Being applied in the background (`scheduleTailApplication`).
     var applying = false
 
-    init(range: Range<Int>) { self.range = range }
+    init(range: Range<Int>, base: SuiteValues? = nil) {
+      self.range = range
+      self.base = base
+    }
+
+    /// The same tail in the journal a rewind moved (`followMovedTail`): its records `from` bytes earlier.
+    func moved(back from: Int) -> LazyTail {
+      let tail = LazyTail(range: (range.lowerBound - from)..<(range.upperBound - from), base: base)
+      (tail.found, tail.absent, tail.scans) = (found, absent, scans)
+      return tail
+    }
+
+    /// The value under the tail (its records do not hold the key): `base`'s, else the image's.
+    func older(_ key: String, values: SuiteValues) -> PropertyListValue? {
+      base.map { $0[key] } ?? values[key]
+    }
   }
 
   enum TailLookup {
@@ -55,7 +83,7 @@ extension DefaultsStore {
     if let change = s.values.change(forKey: key) { return .some(change) }
     let normalized = key.normalizedKey
     if let value = tail.found[normalized] { return .some(value) }
-    if tail.absent.contains(normalized) { return .some(s.values[key]) }
+    if tail.absent.contains(normalized) { return .some(tail.older(key, values: s.values)) }
     if tail.scans >= Self.lazyTailScans { scheduleTailApplication(tail, &s) }
     switch scan(tail, for: normalized, generation: s.generation) {
     case .found(let value):
@@ -63,7 +91,7 @@ extension DefaultsStore {
       return .some(value)
     case .absent:
       tail.absent.insert(normalized)
-      return .some(s.values[key])
+      return .some(tail.older(key, values: s.values))
     case .failed:
       return nil
     }
@@ -126,18 +154,19 @@ extension DefaultsStore {
     install(values, over: &s)
   }
 
-  /// The image with the tail's records applied (read without the lock); nil when the journal changed meanwhile.
+  /// The tail's base (or `image`) with its records applied (read without the lock); nil when the journal changed
+  /// meanwhile.
   private func tailApplied(_ tail: LazyTail, to image: SuiteImage?, generation: UInt64) -> SuiteValues? {
     guard
       let records = journal.recordsWithoutLock(
         from: tail.range.lowerBound, to: tail.range.upperBound, generation: generation)
     else { return nil }
-    var values = SuiteValues(image: image)
+    var values = tail.base ?? SuiteValues(image: image)
     for record in records { apply(record, to: &values) }
     return values
   }
 
-  /// `values` (the image and the tail) under what `s` read or wrote since the load, as `s`'s whole state.
+  /// `values` (the base and the tail) under what `s` read or wrote since, as `s`'s whole state.
   private func install(_ values: SuiteValues, over s: inout State) {
     var values = values
     s.values.forEachChange { key, change in values.set(change, forKey: key) }
@@ -169,5 +198,27 @@ extension DefaultsStore {
         }
       }
     }
+  }
+}
+
+extension DefaultsStore {
+  /// With `state` held, in `s`'s generation, before reading the journal from `s.length` to `committed`: when that
+  /// is `handOverBytes` or more, the records become a tail over what `s` holds, applied in the background from now
+  /// on, and the caller reads nothing. False when the catch-up stays on the caller's thread: a short one; observers
+  /// (they hear each record); own writes not yet applied; a compaction holding the changes; a tail already there
+  /// (its application is under way: what came after it is applied as usual, over it).
+  func handOverCatchUp(_ s: inout State, committed: Int) -> Bool {
+    guard committed - s.length >= Self.handOverBytes, s.tail == nil, s.observers.isEmpty, s.pendingOwn.isEmpty,
+      !s.ownWritesUnapplied, s.values.frozenToken == 0, s.values.damage == nil
+    else { return false }
+    var base = s.values
+    base.seal()  // O(1): the table is handed to a tier, so the base's copy never copies it
+    let tail = LazyTail(range: s.length..<committed, base: base)
+    s.values = SuiteValues(image: base.image, capacity: base.capacity)
+    s.tail = tail
+    s.length = committed
+    Self.catchUpsHandedOver.add()
+    scheduleTailApplication(tail, &s)
+    return true
   }
 }

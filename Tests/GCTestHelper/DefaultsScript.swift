@@ -77,6 +77,8 @@ func runDefaultsScript(suite: String, directory: String, steps: [DefaultsStep], 
       line("read \(key) \(defaults.value(forKey: key).map { "\($0.intValue ?? -999)" } ?? "nil")")
     case .tailScans:
       line("scans \(DefaultsStore.tailScans.value)")
+    case .handOvers:
+      line("handed over \(DefaultsStore.catchUpsHandedOver.value)")
     }
   }
   exit(0)

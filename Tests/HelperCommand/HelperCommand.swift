@@ -382,4 +382,6 @@ public enum DefaultsStep: Codable, Sendable, Equatable {
   case read(_ key: String)
   /// Prints "scans <n>": the scans of a lazy tail this process made (DefaultsStore+LazyTail.swift).
   case tailScans
+  /// Prints "handed over <n>": the catch-ups this process handed to the background (DefaultsStore+LazyTail.swift).
+  case handOvers
 }

@@ -87,7 +87,7 @@ import Testing
       root: root.path, group: id,
       environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.read.tailApplying", "GROUPCONTAINER_PAUSE_DIR": pauses])
     #expect(await reader.line { $0 == "read" } != nil, "stderr: \(reader.errors.text)")
-    #expect(FileManager.default.fileExists(atPath: point), "the tail's application never started")
+    #expect(await eventually { FileManager.default.fileExists(atPath: point) }, "the tail's application never started")
     try FileManager.default.removeItem(atPath: point)
     #expect(FileManager.default.createFile(atPath: root.path + "/go", contents: nil))
     #expect(await reader.exit() == 0, "stderr: \(reader.errors.text)")
@@ -101,6 +101,59 @@ import Testing
     let fresh = try Child(.defaultsScript(suite: "t", steps: [.count("k")]), root: root.path, group: id)
     #expect(await fresh.exit() == 0)
     #expect(counted != nil && fresh.output.last == counted, "\(String(describing: counted)) \(fresh.output)")
+    withExtendedLifetime(root) {}
+  }
+
+  /// A reader that fell behind — a writer appended over 100 KB of records while it did not read — hands its
+  /// catch-up to the background (held there by a pause point) and reads on, scanning: a key the records changed reads
+  /// the tail's value, one they removed reads nil, one they did not touch reads what the reader held; a change made
+  /// after the hand-over reads over the tail. Once the tail is applied, reads scan no more, and every key counts.
+  @Test func aReaderThatFellBehindHandsItsCatchUpToTheBackground() async throws {
+    let root = try TestRoot()
+    let id = try root.container().identifier
+    let pauses = root.path + "/pauses"
+    try FileManager.default.createDirectory(atPath: pauses, withIntermediateDirectories: true)
+    let point = pauses + "/defaults.read.tailApplying"
+    let reader = try Child(
+      .defaultsScript(
+        suite: "h",
+        steps: [
+          .fill("k", count: 100, bytes: 0), .read("k5"), .loads, .say("ready"), .wait("go"),
+          .read("k5"), .read("k7"), .read("k6"), .read("x10"), .read("x3999"), .read("k5"), .tailScans, .handOvers,
+          .say("scanned"), .wait("more"),
+          .read("k5"), .read("k6"), .read("k8"), .tailScans, .say("newer"), .wait("apply"), .settle,
+          .read("k5"), .read("k6"), .read("k7"), .read("k8"), .read("x10"), .tailScans, .count("x"), .count("k"),
+          .loads, .handOvers,
+        ]),
+      root: root.path, group: id,
+      environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.read.tailApplying", "GROUPCONTAINER_PAUSE_DIR": pauses])
+    #expect(await reader.line { $0 == "ready" } != nil, "stderr: \(reader.errors.text)")
+    let writer = try Child(
+      .defaultsScript(suite: "h", steps: [.set("k5", 555), .remove("k7"), .fill("x", count: 4000, bytes: 0)]),
+      root: root.path, group: id)
+    #expect(await writer.exit() == 0, "stderr: \(writer.errors.text)")
+    #expect(FileManager.default.createFile(atPath: root.path + "/go", contents: nil))
+    #expect(await reader.line { $0 == "scanned" } != nil, "stderr: \(reader.errors.text)")
+    #expect(await eventually { FileManager.default.fileExists(atPath: point) }, "the tail's application never started")
+    let newer = try Child(
+      .defaultsScript(suite: "h", steps: [.set("k5", 5555), .set("k6", 666)]), root: root.path, group: id)
+    #expect(await newer.exit() == 0, "stderr: \(newer.errors.text)")
+    #expect(FileManager.default.createFile(atPath: root.path + "/more", contents: nil))
+    #expect(await reader.line { $0 == "newer" } != nil, "stderr: \(reader.errors.text)")
+    try FileManager.default.removeItem(atPath: point)
+    #expect(FileManager.default.createFile(atPath: root.path + "/apply", contents: nil))
+    #expect(await reader.exit() == 0, "stderr: \(reader.errors.text)")
+    let out = Array(reader.output.drop { !$0.hasPrefix("loads ") })
+    let loads = out.first ?? "?"
+    let expected = [
+      loads, "ready",
+      "read k5 555", "read k7 nil", "read k6 6", "read x10 10", "read x3999 3999", "read k5 555", "scans 5",
+      "handed over 1", "scanned",
+      "read k5 5555", "read k6 666", "read k8 8", "scans 6", "newer", "settled",
+      "read k5 5555", "read k6 666", "read k7 nil", "read k8 8", "read x10 10", "scans 6", "count 4000", "count 99",
+      loads, "handed over 1",
+    ]
+    #expect(out == expected, "\(zip(out, expected).filter { $0 != $1 }.prefix(3)) \(out.suffix(4))")
     withExtendedLifetime(root) {}
   }
 
