@@ -257,8 +257,7 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     linkFreePaths = LinkFreePaths(containerPath: containerPath, root: root)
     registry = PresenterRegistry(
       directory: directory + "/" + CoordinationPaths.Name.presenters, root: root, counters: counters,
-      fileMode: fileMode,
-      directoryMode: directoryMode)
+      fileMode: fileMode, directoryMode: directoryMode)
     processLock = try Self.publishLivenessLock(of: me, root: root, mode: fileMode)
     // The inbox comes after the lock: a reaper that finds an inbox always finds its owner's lock file.
     try root.makeDirectory(CoordinationPaths.inbox(of: me), mode: directoryMode)
