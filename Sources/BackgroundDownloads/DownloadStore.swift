@@ -8,7 +8,8 @@ import SystemLayer
 ///
 /// ```
 /// .coordination/downloads/
-///   signal                   two change signals (MappedCounters): requests (sessions → agent), updates (agent → all)
+///   signal                   two change signals (MappedCounters, its words: DownloadSignals): requests (sessions →
+///                            agent), updates (agent → all)
 ///   agent.lock               flocked (exclusive) by the running agent; holds its pid
 ///   agent.log                the agent's log (stdout and stderr of a started agent)
 ///   tasks/<id>.task          the request      (written once, by the creating session)
@@ -24,7 +25,7 @@ import SystemLayer
 /// Everything is opened beneath the container's directory descriptor, without following links and without
 /// blocking (a FIFO planted here is a damaged record, never a hang); records are checked on every read.
 package final class DownloadStore: Sendable {
-  package static let directory = ContainerPath.privateDirectory + "/downloads"
+  package static let directory = CoordinationPaths.downloads
   static let tasksDirectory = directory + "/tasks"
   static let sessionsDirectory = directory + "/sessions"
   static let logger = Logger(label: "GroupContainer.BackgroundDownloads")
@@ -33,16 +34,20 @@ package final class DownloadStore: Sendable {
   package let root: ContainerDirectory
   package let fileMode: mode_t
   package let directoryMode: mode_t
-  /// Index 0/1: requests (sequence, listeners); 2/3: updates.
+  /// The `signal` file (its words: `DownloadSignals`).
   private let counters: MappedCounters
   /// Requests already read and checked: written once by their session and never changed, so every later look
   /// (a session's poll, the agent's pass, an observer's scan, each over every task) costs no file read.
   private let knownRequests = Mutex<[String: TaskRequest]>([:])
 
   /// Sessions post here after writing a task or a control; the agent listens.
-  package var requests: ChangeSignal { ChangeSignal(counters, sequence: 0, listeners: 1) }
+  package var requests: ChangeSignal {
+    ChangeSignal(counters, sequence: DownloadSignals.requestsSequence, listeners: DownloadSignals.requestsListeners)
+  }
   /// The agent posts here after writing a status or an event; sessions and observers listen.
-  package var updates: ChangeSignal { ChangeSignal(counters, sequence: 2, listeners: 3) }
+  package var updates: ChangeSignal {
+    ChangeSignal(counters, sequence: DownloadSignals.updatesSequence, listeners: DownloadSignals.updatesListeners)
+  }
 
   package init(container: GroupContainer) throws(DownloadError) {
     self.container = container
@@ -57,7 +62,7 @@ package final class DownloadStore: Sendable {
       let files = try root.openDirectory(Self.directory)
       defer { files.close() }
       return try MappedCounters(
-        fd: try files.openOrCreate("signal", mode: fileMode, size: Int64(MappedCounters.fileSize)))
+        fd: try files.openOrCreate(DownloadSignals.fileName, mode: fileMode, size: Int64(MappedCounters.fileSize)))
     }
   }
 

@@ -75,10 +75,10 @@ extension GroupContainer {
       ContainerStatus.DamagedPresenter(record: $0.name, pid: $0.process?.pid, reason: $0.reason)
     }
     // Lock files are named by hash; the kernel's /proc/locks says which inode is held by whom.
-    let lockDirectory = space.directory + "/locks"
+    let lockDirectory = space.directory + "/" + CoordinationPaths.Name.locks
     var byInode: [UInt64: (kind: String, item: String)] = [:]
     for name in (try? FileSystem.listDirectory(lockDirectory)) ?? [] {
-      let file = ContainerPath.privateDirectory + "/locks/" + name
+      let file = CoordinationPaths.locks + "/" + name
       guard let (bytes, st) = try? space.root.readFile(file, limit: 8192) else { continue }
       let text = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .newlines)
       let kind = String(text.prefix(while: { $0 != " " }))

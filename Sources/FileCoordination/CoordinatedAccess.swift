@@ -241,7 +241,8 @@ struct CoordinatedAccess: Sendable {
   private func holder(of plan: [LockOrder.Request]) -> Int32? {
     let inodes = Set(
       plan.compactMap { request in
-        ((try? FileSystem.status(space.directory + "/locks/" + request.key.fileName)) ?? nil)?.inode
+        ((try? FileSystem.status(space.directory + "/" + CoordinationPaths.Name.locks + "/" + request.key.fileName))
+          ?? nil)?.inode
       })
     return KernelLocks.flocks().filter { inodes.contains($0.inode) && $0.pid != space.me.pid }
       .sorted { $0.exclusive && !$1.exclusive }.first?.pid

@@ -61,8 +61,8 @@ struct ProcessName: Hashable, Sendable, Codable, CustomStringConvertible {
 /// process's lifetime.
 ///
 /// ```
-/// .coordination/
-///   counters              mapped 64-bit counters (presenter registry generation)
+/// .coordination/                (the names: CoordinationPaths)
+///   counters              mapped 64-bit counters (their words: CoordinationCounters)
 ///   locks/<hash>          one lock file per coordinated item and kind (LockOrder.swift)
 ///   processes/<proc>.lock LOCK_SH held by the live process <pid>.<start>
 ///   presenters/<h>/<id>   one record per registered presenter, by a hash of its item (PresenterRegistry.swift)
@@ -118,10 +118,10 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
 
   /// Where atomic replaces in this container make their temp files (AtomicReplace.swift): watchers of the
   /// written file's directory then hear one event per replace, not four. Swept like every other directory.
-  static let stagingDirectory = ContainerPath.privateDirectory + "/staging"
+  static let stagingDirectory = CoordinationPaths.staging
 
-  var inboxDirectory: String { directory + "/inbox" }
-  var processesDirectory: String { directory + "/processes" }
+  var inboxDirectory: String { directory + "/" + CoordinationPaths.Name.inbox }
+  var processesDirectory: String { directory + "/" + CoordinationPaths.Name.processes }
   func inbox(of process: ProcessName) -> String { inboxDirectory + "/\(process)" }
   func processLockPath(_ process: ProcessName) -> String { processesDirectory + "/\(process).lock" }
 
@@ -177,7 +177,7 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     }
     var candidate = (path as NSString).deletingLastPathComponent
     while candidate.count > 1 {
-      let marker = candidate + "/.coordination/counters"
+      let marker = candidate + "/" + CoordinationPaths.counters
       if (try? FileSystem.status(marker))??.kind == .regular {
         let st = (try? FileSystem.status(candidate)) ?? nil
         let shared = (st?.mode ?? 0) & 0o2000 != 0
@@ -241,28 +241,26 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     let containerPath = root.path
     self.root = root
     self.containerPath = containerPath
-    self.directory = containerPath + "/.coordination"
+    self.directory = containerPath + "/" + CoordinationPaths.directory
     self.fileMode = fileMode
     self.directoryMode = directoryMode
-    let privateDirectory = ContainerPath.privateDirectory
-    for dir in ["", "/locks", "/processes", "/presenters", "/inbox"] {
-      try root.makeDirectory(privateDirectory + dir, mode: directoryMode)
-    }
+    for dir in CoordinationPaths.spaceDirectories { try root.makeDirectory(dir, mode: directoryMode) }
     Self.stageReplacements(root: root, directoryMode: directoryMode)
-    let coordination = try root.openDirectory(privateDirectory)
+    let coordination = try root.openDirectory(CoordinationPaths.directory)
     defer { coordination.close() }
     counters = try MappedCounters(
-      fd: coordination.openOrCreate("counters", mode: fileMode, size: Int64(MappedCounters.fileSize)))
+      fd: coordination.openOrCreate(
+        CoordinationPaths.Name.counters, mode: fileMode, size: Int64(MappedCounters.fileSize)))
     locks = LockTable(
-      directory: try root.openDirectory(ContainerPath.privateDirectory + "/locks"), fileMode: fileMode,
+      directory: try root.openDirectory(CoordinationPaths.locks), fileMode: fileMode,
       revocation: LockRevocation(counters: counters))
     linkFreePaths = LinkFreePaths(containerPath: containerPath, root: root)
     registry = PresenterRegistry(
-      directory: directory + "/presenters", root: root, counters: counters, fileMode: fileMode,
-      directoryMode: directoryMode)
+      directory: directory + "/" + CoordinationPaths.Name.presenters, root: root, counters: counters,
+      fileMode: fileMode, directoryMode: directoryMode)
     processLock = try Self.publishLivenessLock(of: me, root: root, mode: fileMode)
     // The inbox comes after the lock: a reaper that finds an inbox always finds its owner's lock file.
-    try root.makeDirectory(ContainerPath.privateDirectory + "/inbox/\(me)", mode: directoryMode)
+    try root.makeDirectory(CoordinationPaths.inbox(of: me), mode: directoryMode)
   }
 
   /// Makes the staging directory and has replaces use it. It is an optimisation only: when something else is in
@@ -282,7 +280,7 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
   static func publishLivenessLock(
     of process: ProcessName, root: ContainerDirectory, mode: mode_t
   ) throws(FileSystemError) -> SystemFD {
-    let processes = try root.openDirectory(ContainerPath.privateDirectory + "/processes")
+    let processes = try root.openDirectory(CoordinationPaths.processes)
     defer { processes.close() }
     let temp = try AtomicReplace.createTemporary(in: processes, for: "\(process).lock", mode: mode)
     do {
@@ -308,21 +306,19 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     try FileSystem.makeDirectories(containerPath, mode: directoryMode)
     try root.reopen()  // O_NOFOLLOW | O_DIRECTORY: a symlink planted in its place is refused
     linkFreePaths.forgetAll()  // its watches were on the deleted directories
-    let privateDirectory = ContainerPath.privateDirectory
     let made =
-      GroupContainer.layout
-      + ["", "/locks", "/processes", "/presenters", "/inbox", "/inbox/\(me)", "/schemes", "/handlers"].map {
-        privateDirectory + $0
-      }
+      GroupContainer.layout + CoordinationPaths.spaceDirectories + [CoordinationPaths.inbox(of: me)]
+      + CoordinationPaths.startedDirectories
       + parents.filter { !$0.isRoot }.flatMap { parent in (parent.ancestors + [parent]).map(\.string) }
     for dir in made { try root.makeDirectory(dir, mode: directoryMode) }
     Self.stageReplacements(root: root, directoryMode: directoryMode)
-    locks.rebind(directory: try root.openDirectory(privateDirectory + "/locks"))
+    locks.rebind(directory: try root.openDirectory(CoordinationPaths.locks))
     // The mappings of the deleted counters and ack board: the same addresses, the new files.
-    let coordination = try root.openDirectory(privateDirectory)
+    let coordination = try root.openDirectory(CoordinationPaths.directory)
     defer { coordination.close() }
     try counters.rebind(
-      to: coordination.openOrCreate("counters", mode: fileMode, size: Int64(MappedCounters.fileSize)))
+      to: coordination.openOrCreate(
+        CoordinationPaths.Name.counters, mode: fileMode, size: Int64(MappedCounters.fileSize)))
     try messenger.rebindBoard()
   }
 
@@ -330,8 +326,7 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     messenger = try Messenger(space: self)
     host = PresenterHost(space: self)
     urlHandlers = URLHandlers(space: self)
-    try root.makeDirectory(ContainerPath.privateDirectory + "/schemes", mode: directoryMode)
-    try root.makeDirectory(ContainerPath.privateDirectory + "/handlers", mode: directoryMode)
+    for dir in CoordinationPaths.startedDirectories { try root.makeDirectory(dir, mode: directoryMode) }
     try messenger.start()
     sweeper.setSpecific(key: Self.onSweeper, value: true)
     // The sweep below covers whatever reaping finds now: no second one.

@@ -39,7 +39,7 @@ struct DeliveryLedger {
       }
   }
 
-  private var directory: String { ContainerPath.privateDirectory + "/deliveries" }
+  private var directory: String { CoordinationPaths.deliveries }
 
   /// Claims `id` for this process; see the type's discussion.
   func claim(_ id: String) -> Claim {

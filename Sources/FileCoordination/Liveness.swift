@@ -95,9 +95,7 @@ extension CoordinationSpace {
   /// make every process's start walk them.
   func sweepAbandonedTemporaries() {
     var verdicts: [Substring: Bool] = [:]
-    let skipped: Set<String> = [
-      ContainerPath.privateDirectory + "/processes", ContainerPath.privateDirectory + "/presenters",
-    ]
+    let skipped: Set<String> = [CoordinationPaths.processes, CoordinationPaths.presenters]
     let removed = root.sweepTemporaries(first: Self.stagingDirectory, skipping: skipped, budget: Self.sweepBudget) {
       writer in
       if let known = verdicts[writer] { return known }

@@ -398,9 +398,13 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
 /// contended `.forReplacing` write of one file stops caching only in its bucket, not in the whole container. One
 /// *wake* word, a `ChangeSignal` futex every caching process's sweeper sleeps on, and its listener count, serve all
 /// buckets. Reading them costs no system call.
+/// Its words are declared in `CoordinationCounters`.
 struct LockRevocation: Sendable {
-  static let wakeCounter = 8, listenersCounter = 9
-  static let buckets = 64, generationBase = 16, pendingUntilBase = 16 + 64
+  static let wakeCounter = CoordinationCounters.revocationWake
+  static let listenersCounter = CoordinationCounters.revocationListeners
+  static let buckets = CoordinationCounters.revocationGenerations.count
+  static let generationBase = CoordinationCounters.revocationGenerations.lowerBound
+  static let pendingUntilBase = CoordinationCounters.revocationPendingUntil.lowerBound
   /// How long a revoker's "pending" lasts after its last refusal: a revoker killed while waiting stops
   /// caching (in its bucket) for this long only.
   static let pendingWindow: UInt64 = 50_000_000

@@ -546,12 +546,19 @@ struct RequestAnswerRecord: Codable, Sendable {
   var reply: Data?
 }
 
-/// A process's ack board: `<inbox>/.acks`, counters shared by mapping. Word 0 is a `ChangeSignal` the owner waits
-/// on; words 1… are slots, each lent to one pending prepare at a time.
+/// A process's ack board: `<inbox>/.acks`, a `MappedCounters` file its owner creates and sizes; its words are
+/// declared here once (a test checks `layout`). Senders of prepares never create one, they only map an existing one.
 enum AckBoard {
   static let fileName = ".acks"
-  static let slots = 2..<MappedCounters.capacity
+  /// A `ChangeSignal` the owner waits on (it listens for good: `listenForever`), posted by whoever stores an ack.
   static let sequence = 0, listeners = 1
+  /// The slots, each lent to one pending prepare at a time (`Messenger.reserveAck`): the answerer stores the
+  /// prepare's token there. Every other word of the file: as many prepares in flight as that, then acks are files.
+  static let slots = 2..<MappedCounters.capacity
+
+  static let layout = MappedLayout(
+    file: CoordinationPaths.inbox + "/<p>/" + fileName,
+    [("sequence", MappedLayout.word(sequence)), ("listeners", MappedLayout.word(listeners)), ("slots", slots)])
 }
 
 /// Sends messages, receives this process's inbox, and matches acks to waiting senders.
@@ -625,7 +632,7 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
     // A watch of a removed inbox may still be in place (its deletion not yet reported): drop it, so the new one
     // watches the new directory instead of joining the old watch.
     if let old = inboxWatch.withLock({ $0.take() }) { Watcher.shared.cancel(old) }
-    let directory = try space.root.openDirectory(ContainerPath.privateDirectory + "/inbox/\(space.me)")
+    let directory = try space.root.openDirectory(CoordinationPaths.inbox(of: space.me))
     inboxDirectory.withLock { current in
       current?.close()
       current = directory
@@ -666,7 +673,7 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
   /// This process's board, `.coordination/inbox/<me>/.acks`, opened (created and sized when missing) beneath the
   /// container's descriptor.
   private static func openOwnBoard(_ space: CoordinationSpace) throws(FileSystemError) -> SystemFD {
-    let inbox = try space.root.openDirectory(ContainerPath.privateDirectory + "/inbox/\(space.me)")
+    let inbox = try space.root.openDirectory(CoordinationPaths.inbox(of: space.me))
     defer { inbox.close() }
     return try inbox.openOrCreate(AckBoard.fileName, mode: space.fileMode, size: Int64(MappedCounters.fileSize))
   }
@@ -678,7 +685,7 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
     let remote = boards.withLock { boards -> MappedCounters? in
       if let known = boards[sender] { return known }
       // Only an existing board, beneath the container (never created here); MappedCounters refuses non-files.
-      let relative = ContainerPath.privateDirectory + "/inbox/\(sender)/" + AckBoard.fileName
+      let relative = CoordinationPaths.inbox(of: sender) + "/" + AckBoard.fileName
       guard let fd = try? space.root.openFile(relative, .readWrite), let opened = try? MappedCounters(fd: fd)
       else { return nil }
       if boards.count >= 64 { boards.removeAll() }  // bounded: senders come and go

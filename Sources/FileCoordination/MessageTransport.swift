@@ -112,8 +112,7 @@ final class MessageTransport: @unchecked Sendable {
   /// when there is none.
   private func connect(_ process: ProcessName) -> Peer {
     do {
-      let file = try space.root.openSocketFile(
-        ContainerPath.privateDirectory + "/inbox/\(process)/" + Self.socketName)
+      let file = try space.root.openSocketFile(CoordinationPaths.inbox(of: process) + "/" + Self.socketName)
       defer { file.close() }
       return .socket(try DatagramSocket.connect(to: file))
     } catch {

@@ -74,7 +74,7 @@ struct PresenterRecord: Codable, Sendable, Hashable {
 /// is one.
 package enum PresenterRecordCheck {
   /// The records' directory, relative to the container.
-  package static let directory = ContainerPath.privateDirectory + "/presenters"
+  package static let directory = CoordinationPaths.presenters
   /// The largest record.
   package static let maximumBytes = PresenterRecord.maxBytes
 
@@ -183,9 +183,11 @@ struct PresenterIndex: Sendable {
 /// lists — so a reader never keeps a listing older than the generation it saw. Records are immutable files (a
 /// change is a new id), so a record once decoded is never read again.
 final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the rest is immutable
-  static let generationCounter = 0
-  /// The bucket generations: counters `slotBase ..< slotBase + slotCount` (the lock table uses 8–143).
-  static let slotBase = 256, slotCount = 128
+  /// Its words in the container's counters (declared in `CoordinationCounters`): the registry's generation, and the
+  /// bucket generations, counters `slotBase ..< slotBase + slotCount`.
+  static let generationCounter = CoordinationCounters.presenterGeneration
+  static let slotBase = CoordinationCounters.presenterBuckets.lowerBound
+  static let slotCount = CoordinationCounters.presenterBuckets.count
   static let belowDirectory = "below"
   static let byProcessDirectory = "by-process"
 
@@ -219,7 +221,7 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
 
   init(directory: String, root: ContainerDirectory, counters: MappedCounters, fileMode: mode_t, directoryMode: mode_t) {
     self.directory = directory
-    self.relative = root.relative(directory) ?? ContainerPath.privateDirectory + "/presenters"
+    self.relative = root.relative(directory) ?? CoordinationPaths.presenters
     self.root = root
     self.counters = counters
     self.fileMode = fileMode

@@ -238,8 +238,8 @@ final class URLHandlers: @unchecked Sendable {  // `handler` and `requestHandler
   private let requestHandler = Mutex<(schemes: Set<String>, body: @Sendable ([UInt8]) async -> [UInt8])?>(nil)
   /// URLs and requests received and not yet answered (a process must not exit before its answers are out).
   private let unanswered = Atomic<Int>(0)
-  private var handlersDirectory: String { space.directory + "/handlers" }
-  private var schemesDirectory: String { space.directory + "/schemes" }
+  private var handlersDirectory: String { space.directory + "/" + CoordinationPaths.Name.handlers }
+  private var schemesDirectory: String { space.directory + "/" + CoordinationPaths.Name.schemes }
 
   init(space: CoordinationSpace) { self.space = space }
 

@@ -8,25 +8,19 @@ import SystemLayer
 /// The disk tier: `Library/Caches/<name>/`, shared by every process of the group. The file system is the only
 /// index (no process keeps a list another could go stale against); entries follow `CacheEntryFormat`.
 ///
-/// **Coherence.** `.coordination/caches/<name>.counters` (a `MappedCounters` file) holds one generation per shard
-/// (256 shards by the first byte of the entry's hash). Every store and removal changes the entry first (rename,
-/// unlink) and then increments its shard's generation; a reader reads the generation *before* it reads the entry
-/// and keeps that stamp with what it caches in memory. A memory hit is valid only while the stamp is current — one
-/// atomic load, no system call — so once a store or removal returned, no process returns the old image. Removals
-/// nobody announced (`rm` of an entry, of the directory) reach each process through inotify and bump a
-/// per-process generation of the shard (the whole tier when the directory goes).
+/// **Coherence.** `.coordination/caches/<name>.counters` (a `MappedCounters` file, its words: `CacheCounters`)
+/// holds one generation per shard (256 shards by the first byte of the entry's hash). Every store and removal
+/// changes the entry first (rename, unlink) and then increments its shard's generation; a reader reads the
+/// generation *before* it reads the entry and keeps that stamp with what it caches in memory. A memory hit is valid
+/// only while the stamp is current — one atomic load, no system call — so once a store or removal returned, no
+/// process returns the old image. Removals nobody announced (`rm` of an entry, of the directory) reach each process
+/// through inotify and bump a per-process generation of the shard (the whole tier when the directory goes).
 ///
 /// **Trimming.** One process at a time (flock on the counters file, never waited for: a second trimmer skips),
 /// while everyone keeps reading — a reader holding an entry open keeps its bytes after the unlink.
 final class DiskTier: Sendable {
   static let logger = Logger(label: "GroupContainer.ImageCache")
-  static let shardCount = 256
-  enum Slot {
-    /// Approximate bytes and entries on disk: adjusted by every store and removal, set exactly by every trim.
-    static let bytes = 256
-    static let count = 257
-    static let trims = 258
-  }
+  static let shardCount = CacheCounters.shardGenerations.count
 
   let name: String
   /// `Library/Caches/<name>`, relative to the container.
@@ -46,8 +40,8 @@ final class DiskTier: Sendable {
   private var trimLock: SystemFD {
     SystemFD(rawValue: trimLockDescriptor.load(ordering: .acquiring), path: countersPath)
   }
-  private var countersPath: String { root.path + "/" + Self.privateCaches + "/" + name + ".counters" }
-  private static let privateCaches = ContainerPath.privateDirectory + "/caches"
+  private var countersPath: String { root.path + "/" + Self.privateCaches + "/" + CacheCounters.fileName(of: name) }
+  private static let privateCaches = CoordinationPaths.caches
   private let trimming = Mutex(false)
   /// Per-process generations: removals this process learnt of through inotify.
   private let localGenerations: [ManagedAtomic<UInt64>] = (0..<DiskTier.shardCount).map { _ in ManagedAtomic(0) }
@@ -108,8 +102,9 @@ final class DiskTier: Sendable {
     try root.makeDirectory(privateCaches, mode: directoryMode)
     let files = try root.openDirectory(privateCaches)
     defer { files.close() }
-    let fd = try files.openOrCreate(name + ".counters", mode: fileMode, size: Int64(MappedCounters.fileSize))
-    do { return (fd, try files.open(name + ".counters", .readWrite)) } catch {
+    let fd = try files.openOrCreate(
+      CacheCounters.fileName(of: name), mode: fileMode, size: Int64(MappedCounters.fileSize))
+    do { return (fd, try files.open(CacheCounters.fileName(of: name), .readWrite)) } catch {
       fd.close()
       throw error
     }
@@ -174,19 +169,20 @@ final class DiskTier: Sendable {
 
   func stamp(shard: Int) -> Stamp {
     Stamp(
-      epoch: counters.epoch, shared: counters.load(shard),
+      epoch: counters.epoch, shared: counters.load(CacheCounters.generation(ofShard: shard)),
       local: localGenerations[shard].load(ordering: .acquiring))
   }
 
   /// Whether a stamp taken earlier is still current: a few atomic loads, no system call.
   @inline(__always)
   func isCurrent(_ stamp: Stamp, shard: Int) -> Bool {
-    counters.load(shard) == stamp.shared && localGenerations[shard].load(ordering: .acquiring) == stamp.local
+    counters.load(CacheCounters.generation(ofShard: shard)) == stamp.shared
+      && localGenerations[shard].load(ordering: .acquiring) == stamp.local
       && counters.epoch == stamp.epoch
   }
 
   private func announce(shards: some Sequence<Int>) {
-    for shard in Set(shards) { counters.increment(shard) }
+    for shard in Set(shards) { counters.increment(CacheCounters.generation(ofShard: shard)) }
   }
 
   func invalidateLocally(shard: Int? = nil) {
@@ -198,14 +194,14 @@ final class DiskTier: Sendable {
   }
 
   private func adjust(bytes: Int, count: Int) {
-    counters.atomic(Slot.bytes).wrappingIncrement(by: UInt64(bitPattern: Int64(bytes)), ordering: .relaxed)
-    counters.atomic(Slot.count).wrappingIncrement(by: UInt64(bitPattern: Int64(count)), ordering: .relaxed)
+    counters.atomic(CacheCounters.bytes).wrappingIncrement(by: UInt64(bitPattern: Int64(bytes)), ordering: .relaxed)
+    counters.atomic(CacheCounters.count).wrappingIncrement(by: UInt64(bitPattern: Int64(count)), ordering: .relaxed)
   }
 
   /// Bytes and entries on disk as last counted (exact after a trim, adjusted by every store and removal since).
   var approximateUsage: (bytes: Int, count: Int) {
-    let bytes = Int64(bitPattern: counters.load(Slot.bytes))
-    let count = Int64(bitPattern: counters.load(Slot.count))
+    let bytes = Int64(bitPattern: counters.load(CacheCounters.bytes))
+    let count = Int64(bitPattern: counters.load(CacheCounters.count))
     return (Int(max(0, bytes)), Int(max(0, count)))
   }
 
@@ -371,7 +367,7 @@ final class DiskTier: Sendable {
             try Self.write(image.data, to: fd)
           }
         }
-        let after = counters.increment(shard)
+        let after = counters.increment(CacheCounters.generation(ofShard: shard))
         let oldSize = old.map { Int($0.size) } ?? 0
         adjust(bytes: header.count + image.data.count - oldSize, count: old == nil ? 1 : 0)
         return (before, after)
@@ -399,7 +395,7 @@ final class DiskTier: Sendable {
     do throws(FileSystemError) {
       guard let old = try directory.status(of: name) else { return false }
       try directory.removeFile(name)
-      counters.increment(CacheEntryFormat.shard(ofName: name))
+      counters.increment(CacheCounters.generation(ofShard: CacheEntryFormat.shard(ofName: name)))
       adjust(bytes: -Int(old.size), count: -1)
       return true
     } catch {
@@ -505,7 +501,7 @@ final class DiskTier: Sendable {
     sweepTemporaries()
     // The usage counters are corrected by difference, not overwritten: stores that land during the scan keep
     // their share (at worst counted twice: a later trim sets it right).
-    let countedBefore = (bytes: counters.load(Slot.bytes), count: counters.load(Slot.count))
+    let countedBefore = (bytes: counters.load(CacheCounters.bytes), count: counters.load(CacheCounters.count))
     var entries = try scan(headers: true)
     FaultPoint.pause("imagecache.trim.scanned")  // a test stores more here (stores it will not see)
     var report = TrimReport()
@@ -543,9 +539,10 @@ final class DiskTier: Sendable {
     announce(shards: touched)
     report.remainingEntries = entries.count
     report.remainingBytes = total
-    counters.atomic(Slot.bytes).wrappingIncrement(by: UInt64(total) &- countedBefore.bytes, ordering: .relaxed)
-    counters.atomic(Slot.count).wrappingIncrement(by: UInt64(entries.count) &- countedBefore.count, ordering: .relaxed)
-    counters.increment(Slot.trims)
+    counters.atomic(CacheCounters.bytes).wrappingIncrement(by: UInt64(total) &- countedBefore.bytes, ordering: .relaxed)
+    counters.atomic(CacheCounters.count).wrappingIncrement(
+      by: UInt64(entries.count) &- countedBefore.count, ordering: .relaxed)
+    counters.increment(CacheCounters.trims)
     if report.removedEntries > 0 {
       Self.logger.info(
         "trimmed the image cache '\(name)': removed \(report.removedEntries) entries (\(report.removedBytes) bytes), \(report.remainingEntries) remain (\(report.remainingBytes) bytes)"
@@ -571,8 +568,8 @@ final class DiskTier: Sendable {
     var removed = 0
     for entry in entries where (try? directory.removeFile(entry.name)) != nil { removed += 1 }
     announce(shards: 0..<Self.shardCount)
-    counters.store(Slot.bytes, 0)
-    counters.store(Slot.count, 0)
+    counters.store(CacheCounters.bytes, 0)
+    counters.store(CacheCounters.count, 0)
     return removed
   }
 }

@@ -17,7 +17,7 @@ import SystemLayer
 /// planted here is a damaged record, never a hang); records are checked on every read.
 package final class ActivityStore: Sendable {
   /// The records' directory, relative to the container.
-  package static let directory = ContainerPath.privateDirectory + "/activities"
+  package static let directory = CoordinationPaths.activities
   /// The user's switch's file name in ``directory``.
   package static let authorizationName = "authorization"
   static let lockName = "lock"

@@ -296,7 +296,7 @@ public final class MemoryPressure: Sendable {
   /// crossed from the critical threshold of a 96 MB cgroup to its OOM kill between two 1 s samples.
   public static let elevatedSamplePeriodMilliseconds: Int32 = 100
   /// The file in `.coordination/` through which `send(_:to:)` reaches the processes of a group.
-  static let groupFile = ".coordination/memory-pressure"
+  static let groupFile = CoordinationPaths.memoryPressure
 
   static let logger = Logger(label: "GroupContainer.MemoryWarnings")
 
@@ -504,9 +504,9 @@ public final class MemoryPressure: Sendable {
       return true
     }
     guard joined else { return }
-    let name = String(Self.groupFile.split(separator: "/").last!)
+    let name = CoordinationPaths.Name.memoryPressure
     do {
-      _ = try Watcher.shared.watch(path + "/.coordination", mask: Watcher.movedTo) {
+      _ = try Watcher.shared.watch(path + "/" + CoordinationPaths.directory, mask: Watcher.movedTo) {
         [weak self] event in
         guard event.name == name, let self else { return }
         // Read off the watcher thread, which must return quickly.

@@ -1,7 +1,7 @@
 import SystemLayer
 
 /// The header of a suite: `<suite>.lock`, a 4 KiB file every process maps shared (`MappedCounters`). Its words are
-/// declared here once, with what each means; the rules that order their stores are where they are stored
+/// declared here once (`Slot`, listed in `layout`), with what each means; the rules that order their stores are where they are stored
 /// (`SuiteCompactor`, `SuiteJournal.moveTail`, `DefaultsStore.append`). Identities of files (inode, size, modification time) are recorded here so that
 /// every process can tell whether the snapshot or the export at a name is the one the suite wrote.
 struct SuiteHeader: @unchecked Sendable {  // the memory is atomics (MappedCounters)
@@ -62,7 +62,28 @@ struct SuiteHeader: @unchecked Sendable {  // the memory is atomics (MappedCount
     /// edit whose judgement a kill interrupted is judged again the same way — never lost (it was recorded as
     /// judged), never applied twice, never kept aside because of the pairs its own apply had learned.
     static let judgingDecision = 32, judgingInode = 33, judgingSize = 34, judgingTime = 35, judgingAt = 36
+    // Free: 37–510 (511 is the file's epoch, `MappedCounters`). A new word goes after the last one; a word is never
+    // moved or reused (processes of an older build may map the same header).
   }
+
+  /// Every word of `Slot`, by name: a test checks that no two share a word and that all fit in the file.
+  static let layout = MappedLayout(
+    file: "Library/Preferences/<suite>.lock",
+    ([
+      ("magic", Slot.magic), ("generation", Slot.generation), ("committed", Slot.committed),
+      ("snapshotInode", Slot.snapshotInode), ("snapshotSize", Slot.snapshotSize), ("snapshotTime", Slot.snapshotTime),
+      ("foldedGeneration", Slot.foldedGeneration), ("foldedLength", Slot.foldedLength), ("lock", Slot.lock),
+      ("journalCapacity", Slot.journalCapacity), ("changeSequence", Slot.changeSequence), ("listeners", Slot.listeners),
+      ("exportInode", Slot.exportInode), ("exportSize", Slot.exportSize), ("exportTime", Slot.exportTime),
+      ("overLimit", Slot.overLimit), ("journalInode", Slot.journalInode), ("compactionInput", Slot.compactionInput),
+      ("snapshotAt", Slot.snapshotAt), ("exportGeneration", Slot.exportGeneration), ("compactor", Slot.compactor),
+      ("compactorSince", Slot.compactorSince), ("sleepers", Slot.sleepers), ("rewindFrom", Slot.rewindFrom),
+      ("rewindTo", Slot.rewindTo), ("rewindGeneration", Slot.rewindGeneration), ("judgedInode", Slot.judgedInode),
+      ("judgedSize", Slot.judgedSize), ("judgedTime", Slot.judgedTime), ("editsApplied", Slot.editsApplied),
+      ("editsExported", Slot.editsExported), ("movedAt", Slot.movedAt), ("judgingDecision", Slot.judgingDecision),
+      ("judgingInode", Slot.judgingInode), ("judgingSize", Slot.judgingSize), ("judgingTime", Slot.judgingTime),
+      ("judgingAt", Slot.judgingAt),
+    ] as [(String, Int)]).map { ($0.0, MappedLayout.word($0.1)) })
 
   /// What a judgement of a tool's file decided (`Slot.judgingDecision`).
   enum Judging: UInt64 {

@@ -128,7 +128,7 @@ struct Doctor: ParsableCommand {
 /// The checks, on one container directory.
 private struct Inspector {
   let path: String
-  var coordination: String { path + "/.coordination" }
+  var coordination: String { path + "/" + CoordinationPaths.directory }
 
   // MARK: file system
 
@@ -180,7 +180,7 @@ private struct Inspector {
   /// Live processes registered in the container (`processes/<pid>.<start>.lock` whose pid still has that start
   /// time).
   func liveProcesses() -> [Int32] {
-    ((try? FileSystem.listDirectory(coordination + "/processes")) ?? []).compactMap { name in
+    ((try? FileSystem.listDirectory(path + "/" + CoordinationPaths.processes)) ?? []).compactMap { name in
       guard name.hasSuffix(".lock") else { return nil }
       return Self.liveWriter(name.dropLast(5))
     }
@@ -255,10 +255,12 @@ private struct Inspector {
     let group = top.mode & 0o2000 != 0
     let expected: mode_t = group ? 0o2770 : 0o700
     var directories =
-      [""] + ["Library", "Library/Preferences", "Library/Caches", "Downloads", "Documents", ".coordination"]
+      [""] + [
+        "Library", "Library/Preferences", "Library/Caches", "Downloads", "Documents", CoordinationPaths.directory,
+      ]
     for name in ((try? FileSystem.listDirectory(coordination)) ?? []).sorted() {
       if (try? FileSystem.status(coordination + "/" + name))?.kind == .directory {
-        directories.append(".coordination/" + name)
+        directories.append(CoordinationPaths.directory + "/" + name)
       }
     }
     var wrong: [String] = []
@@ -298,7 +300,7 @@ private struct Inspector {
   }
 
   func registrations() -> Doctor.Check {
-    let directory = coordination + "/schemes"
+    let directory = path + "/" + CoordinationPaths.schemes
     let names = ((try? FileSystem.listDirectory(directory)) ?? []).filter { !$0.hasPrefix(".") }.sorted()
     var stale: [String] = []
     var fixes: [String] = []
@@ -423,7 +425,7 @@ extension Inspector {
   /// `rm` of an entry, quoted for a shell.
   func remove(_ entry: Entry) -> String { "rm '\(path)/\(entry.relative)'" }
 
-  static let coordinationPrefix = ".coordination/"
+  static let coordinationPrefix = CoordinationPaths.directory + "/"
 
   /// Where only regular files (and directories) belong — everywhere, but for the inbox sockets the framework
   /// makes — nothing else: a FIFO blocks whoever opens it for reading, a device or socket is nobody's data, and a
@@ -433,7 +435,11 @@ extension Inspector {
     for entry in walk.entries where entry.status.kind != .regular && entry.status.kind != .directory {
       let private_ = entry.relative.hasPrefix(Self.coordinationPrefix)
       let parts = entry.relative.split(separator: "/")
-      if entry.status.isSocket && parts.count == 4 && parts[1] == "inbox" && entry.name == ".socket" { continue }
+      if entry.status.isSocket && parts.count == 4 && parts[1] == CoordinationPaths.Name.inbox
+        && entry.name == ".socket"
+      {
+        continue
+      }
       if entry.status.kind == .symlink && !private_ { continue }
       problems.append(
         Problem(
@@ -492,9 +498,11 @@ extension Inspector {
     for entry in walk.entries where entry.status.kind != .directory {
       let parts = entry.relative.split(separator: "/")
       let scheme =
-        parts.count == 3 && parts[0] == ".coordination" && parts[1] == "schemes" && !entry.name.hasPrefix(".")
+        parts.count == 3 && parts[0] == CoordinationPaths.directory && parts[1] == CoordinationPaths.Name.schemes
+        && !entry.name.hasPrefix(".")
       let relaunch =
-        parts.count == 5 && parts[0] == ".coordination" && parts[1] == "downloads" && parts[2] == "sessions"
+        parts.count == 5 && parts[0] == CoordinationPaths.directory && parts[1] == CoordinationPaths.Name.downloads
+        && parts[2] == "sessions"
         && entry.name == "app"
       guard scheme || relaunch else { continue }
       count += 1
@@ -514,11 +522,12 @@ extension Inspector {
   /// temp files of atomic replaces of the user's files, the agent's log).
   static func sizeLimit(_ parts: [Substring]) -> Int64? {
     guard parts.count >= 2 else { return 16 << 20 }
-    switch parts[1] {
-    case "locks", "processes": return 4096
-    case "presenters": return Int64(PresenterRecordCheck.maximumBytes)
-    case "staging": return nil
-    case "downloads" where parts.last?.hasSuffix(".partial") == true || parts.last == "agent.log": return nil
+    switch String(parts[1]) {
+    case CoordinationPaths.Name.locks, CoordinationPaths.Name.processes: return 4096
+    case CoordinationPaths.Name.presenters: return Int64(PresenterRecordCheck.maximumBytes)
+    case CoordinationPaths.Name.staging: return nil
+    case CoordinationPaths.Name.downloads where parts.last?.hasSuffix(".partial") == true || parts.last == "agent.log":
+      return nil
     default: return 16 << 20
     }
   }
@@ -532,7 +541,7 @@ extension Inspector {
       let st = entry.status
       let full = "'\(path)/\(entry.relative)'"
       // A lock file's inode must stay (others may hold it locked): empty it rather than remove it.
-      let fix = parts.count > 1 && parts[1] == "locks" ? "truncate -s 0 \(full)" : remove(entry)
+      let fix = parts.count > 1 && parts[1] == CoordinationPaths.Name.locks ? "truncate -s 0 \(full)" : remove(entry)
       if let limit = Self.sizeLimit(parts), st.size > limit {
         problems.append(
           Problem(path: entry.relative, problem: "holds \(st.size) bytes (at most \(limit) belong there)", fix: fix))

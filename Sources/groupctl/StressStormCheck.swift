@@ -1,6 +1,7 @@
 import ArgumentParser
 import BackgroundDownloads
 import Crypto
+import FileCoordination
 import Foundation
 import GroupContainer
 import SystemLayer
@@ -367,7 +368,7 @@ struct StressStormCheck: ParsableCommand {
     let root = group.url.path
     guard let walk = FileManager.default.enumerator(atPath: root) else { return }
     while let path = walk.nextObject() as? String {
-      if path == ".coordination" {
+      if path == CoordinationPaths.directory {
         walk.skipDescendants()
         continue
       }
