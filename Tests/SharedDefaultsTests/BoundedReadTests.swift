@@ -40,10 +40,18 @@ import Testing
         ]),
       root: root.path, group: id)
     #expect(await reader.line { $0 == "loaded" } != nil, "stderr: \(reader.errors.text)")
-    // 3,000 sets of 4 KB: past the 8 MiB rewind threshold, so a background compaction moves the tail.
+    // 3,000 sets of 4 KB: past the 8 MiB rewind threshold, so a background compaction moves the tail. 20,000 small
+    // z's keep writing after them: a compaction that began early and built slowly (load 10) moves no tail (what came
+    // during its build is longer than what it holds), and one that finishes after the last write starts no other —
+    // the writer then never rewound. One started past the threshold while the z's go on does; they are too few to
+    // pass it again.
     let writer = try Child(
       .defaultsScript(
-        suite: "m", steps: [.fill("x", count: 3000, bytes: 4000), .fill("y", count: 10, bytes: 0), .settle]),
+        suite: "m",
+        steps: [
+          .fill("x", count: 3000, bytes: 4000), .fill("y", count: 10, bytes: 0), .fill("z", count: 20_000, bytes: 0),
+          .settle,
+        ]),
       root: root.path, group: id,
       environment: ["GROUPCONTAINER_PAUSE_POINT": "defaults.rewind.starting", "GROUPCONTAINER_PAUSE_DIR": pauses])
     #expect(await eventually { FileManager.default.fileExists(atPath: point) }, "the writer never rewound")
