@@ -81,6 +81,14 @@ import Testing
     #expect(level(MemorySample(memAvailable: 4 * mb, memTotal: 100 * mb)) == .critical)
     #expect(level(MemorySample(events: [(.cgroupEvent, .warning)])) == .warning)
     #expect(level(MemorySample(events: [(.systemPressure, .critical)])) == .critical)
+    // The machine's stalls count while most of its memory is in use (a cgroup reclaiming under its own limit
+    // stalls the machine's counters too, with most of its memory free).
+    #expect(
+      level(MemorySample(memAvailable: 80 * mb, memTotal: 100 * mb, events: [(.systemPressure, .warning)])) == .normal)
+    #expect(
+      level(MemorySample(memAvailable: 15 * mb, memTotal: 100 * mb, events: [(.systemPressure, .warning)])) == .warning)
+    #expect(
+      level(MemorySample(memAvailable: 80 * mb, memTotal: 100 * mb, events: [(.cgroupEvent, .warning)])) == .warning)
     // No budget: the footprint alone never raises a level.
     #expect(level(MemorySample(footprint: 900 * mb)) == .normal)
     // The source of a rise is the signal that asked for the highest level.
