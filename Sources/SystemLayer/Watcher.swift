@@ -500,12 +500,16 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
         }
       }
       if event.mask & Self.ignored != 0 {
-        // The kernel dropped this watch (item deleted). The library keeps answering lookups of the path with
-        // this stale wd, so rename its entry: a later watch of the same path then gets its own.
+        // The kernel dropped this watch (item deleted).
         handlersByWD[wd] = nil
         pathByWD[wd] = nil
         watchesByPath = watchesByPath.filter { $0.value != wd }
-        inotifytools_set_filename_by_wd(wd, "\u{1}dropped-watch-\(wd)")
+        if libraryKnows(wd) {
+          // Only without the inotify descriptor (no /proc) does the library hold path watches. It keeps answering
+          // lookups of the path with this stale wd, so its entry is renamed: a later watch of the path then gets
+          // its own. The rename leaves its table of names out of order (see `.add`): a known risk of that case.
+          inotifytools_set_filename_by_wd(wd, "\u{1}dropped-watch-\(wd)")
+        }
       }
     }
   }
@@ -567,6 +571,20 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
           reply(.failure(FileSystemError("inotify_add_watch", path, injected)))
           return
         }
+        if inotifyFD >= 0 {
+          // Placed directly, the library not told. Its table of names cannot forget a watch the kernel dropped:
+          // renaming the entry in place (as this did) left the table out of order, a removal then missed the entry
+          // and freed it, and a later lookup crashed in strcmp on the freed name (MessageTransportTests, 1 run in
+          // ~10 at load 6).
+          let wd = Glibc.inotify_add_watch(inotifyFD, path, wanted)
+          guard wd >= 0 else {
+            reply(.failure(FileSystemError("inotify_add_watch", path, Errno(rawValue: errno))))
+            return
+          }
+          register(existing ?? wd, path: path, token: token, mask: mask, handler: handler)
+          reply(.success(()))
+          return
+        }
         guard inotifytools_watch_file(path, Int32(bitPattern: wanted)) != 0 else {
           reply(.failure(FileSystemError("inotify_add_watch", path, Errno(rawValue: inotifytools_error()))))
           return
@@ -578,10 +596,7 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
         reply(.failure(FileSystemError("inotify_add_watch", path, .noSuchFileOrDirectory)))
         return
       }
-      watchesByPath[path] = wd
-      pathByWD[wd] = path
-      handlersByWD[wd, default: [:]][token] = (mask, handler)
-      wdByToken[token] = wd
+      register(wd, path: path, token: token, mask: mask, handler: handler)
       reply(.success(()))
     case .remove(let token):
       readables.removeAll { $0.token == token }
@@ -598,11 +613,25 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
         } else {
           _ = Glibc.inotify_rm_watch(inotifyFD, wd)
         }
-      } else if libraryKnows(wd), let path = pathByWD[wd], union(of: wd) != before {
+      } else if let path = pathByWD[wd], union(of: wd) != before {
         // Narrow the watch again (say, drop IN_MODIFY when its last handler left).
-        _ = inotifytools_watch_file(path, Int32(bitPattern: union(of: wd)))
+        if libraryKnows(wd) {
+          _ = inotifytools_watch_file(path, Int32(bitPattern: union(of: wd)))
+        } else if inotifyFD >= 0 {
+          _ = Glibc.inotify_add_watch(inotifyFD, path, union(of: wd))
+        }
       }
     }
+  }
+
+  /// Records `token`'s handler on the watch `wd` of `path` (on the watcher thread).
+  private func register(
+    _ wd: Int32, path: String, token: Token, mask: UInt32, handler: @escaping Handler
+  ) {
+    watchesByPath[path] = wd
+    pathByWD[wd] = path
+    handlersByWD[wd, default: [:]][token] = (mask, handler)
+    wdByToken[token] = wd
   }
 
   /// Whether the library watches `wd` (for one it does not, it names the empty string).
