@@ -78,6 +78,10 @@ struct SharedImageCacheTests {
     _ = try cache.trim()
     let left = Self.files(Self.directory(container, "killed")).filter { !isEntry($0) }
     #expect(left.isEmpty, "temp files left by dead writers: \(left)")
+    // Stores make their temp files in the container's staging directory: the trim sweeps those too.
+    let staging = container.url.path + "/" + ContainerPath.privateDirectory + "/staging"
+    let staged = Self.files(staging).filter { $0.hasPrefix(AtomicReplace.temporaryPrefix) }
+    #expect(staged.isEmpty, "staged temp files left by dead writers: \(staged)")
   }
 
   @Test func trimWhileOtherProcessesRead() async throws {
