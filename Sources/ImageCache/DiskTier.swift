@@ -359,7 +359,12 @@ final class DiskTier: Sendable {
       let directory = directory
       do throws(FileSystemError) {
         let old = try directory.status(of: name)
-        try AtomicReplace.write(parts: 2, in: directory, name: name, mode: fileMode) {
+        // The temp file is made in the container's staging directory (next to the entry when there is none):
+        // the store is then one event (IN_MOVED_TO) for whoever watches the cache directory — every process of
+        // the cache does — instead of four. The container's sweep removes staged temp files of dead writers.
+        try AtomicReplace.write(
+          parts: 2, in: directory, name: name, mode: fileMode, staging: root.stagingDirectory()
+        ) {
           (fd, part) throws(FileSystemError) in
           if part == 0 {
             try Self.write(header, to: fd)
@@ -551,12 +556,15 @@ final class DiskTier: Sendable {
     return report
   }
 
-  /// Temp files of stores whose process died before the rename.
+  /// Temp files of stores whose process died before the rename: in the staging directory, where stores make them,
+  /// and next to the entries (a store without a staging directory). The staging directory is the whole
+  /// container's; the verdict is the container sweep's, so what is removed there would never be renamed.
   private func sweepTemporaries() {
-    let directory = directory
-    for (name, isDirectory) in (try? directory.entries()) ?? [] where !isDirectory {
-      if let writer = AtomicReplace.writer(ofTemporary: name), container.temporaryWriterIsDead(writer) {
-        try? directory.removeFile(name)
+    for place in [directory, root.stagingDirectory()].compactMap({ $0 }) {
+      for (name, isDirectory) in (try? place.entries()) ?? [] where !isDirectory {
+        if let writer = AtomicReplace.writer(ofTemporary: name), container.temporaryWriterIsDead(writer) {
+          try? place.removeFile(name)
+        }
       }
     }
   }

@@ -81,8 +81,9 @@ package final class ContainerDirectory: Sendable {
   }
 
   /// The staging directory's descriptor (the caller must not close it), or nil when there is none or it cannot be
-  /// opened: then the replace makes its temp file next to the target.
-  private func stagingDirectory() -> SystemFD? {
+  /// opened: then the replace makes its temp file next to the target. Also for callers that replace through
+  /// `AtomicReplace` themselves (the image cache's stores).
+  package func stagingDirectory() -> SystemFD? {
     staging.withLock { staging -> SystemFD? in
       guard let relative = staging.relative else { return nil }
       if staging.fd < 0 {

@@ -14,7 +14,8 @@ import Testing
 ///   images after SIGKILL);
 /// - the trimmer ordering by name instead of last use (`trimRemovesTheLeastRecentlyUsedFirst`);
 /// - the read not checking the stored key (`anotherKeysEntryIsAMiss`);
-/// - a FIFO entry opened without O_NONBLOCK (`hostileEntriesAreMissesNeverHangs` times out).
+/// - a FIFO entry opened without O_NONBLOCK (`hostileEntriesAreMissesNeverHangs` times out);
+/// - memory keys compared by whole 8-byte words only, the tail skipped (`memoryKeysCompareEveryByte`).
 @Suite(.runSlot(.minutes(3)))
 struct SharedImageCacheTests {
   static func directory(_ container: GroupContainer, _ name: String) -> String {
@@ -77,6 +78,10 @@ struct SharedImageCacheTests {
     _ = try cache.trim()
     let left = Self.files(Self.directory(container, "killed")).filter { !isEntry($0) }
     #expect(left.isEmpty, "temp files left by dead writers: \(left)")
+    // Stores make their temp files in the container's staging directory: the trim sweeps those too.
+    let staging = container.url.path + "/" + ContainerPath.privateDirectory + "/staging"
+    let staged = Self.files(staging).filter { $0.hasPrefix(AtomicReplace.temporaryPrefix) }
+    #expect(staged.isEmpty, "staged temp files left by dead writers: \(staged)")
   }
 
   @Test func trimWhileOtherProcessesRead() async throws {
@@ -181,6 +186,21 @@ struct SharedImageCacheTests {
     #expect(try await cache.image(forKey: "async") == nil)
   }
 
+  @Test func memoryKeysCompareEveryByte() {
+    typealias Key = SharedImageCache.ByteKey
+    #expect(Key("caf\u{E9}") != Key("cafe\u{301}"))
+    let long = "https://images.example.com/thumbnails/1234.jpg"
+    #expect(Key(long) == Key(String(long.utf8.map { Character(UnicodeScalar($0)) })))
+    // Same length, one byte different: in each 8-byte word, and in the tail after the last whole word.
+    for offset in [0, 7, 8, 20, long.utf8.count - 1] {
+      var bytes = Array(long.utf8)
+      bytes[offset] ^= 1
+      #expect(Key(long) != Key(String(decoding: bytes, as: UTF8.self)), "byte \(offset)")
+    }
+    #expect(Key(long) != Key(long + "x") && Key(String(long.dropLast())) != Key(long))
+    #expect(Key("") == Key("") && Key("short") == Key("short") && Key("short") != Key("shorT"))
+  }
+
   @Test func keysThatLookLikePathsStayInTheCache() throws {
     let root = try TestRoot()
     let container = try root.container()
@@ -198,6 +218,11 @@ struct SharedImageCacheTests {
     for (index, key) in keys.enumerated() {
       let image = try fresh.image(forKey: key)
       #expect(image.flatMap { TestPNG.seed(of: $0.data) } == UInt64(index + 1), "key \(key.debugDescription)")
+    }
+    // So does the memory tier: `fresh` read each from disk (no store since, so every stamp is current).
+    for (index, key) in keys.enumerated() {
+      let image = fresh.memoryImage(forKey: key)
+      #expect(image.flatMap { TestPNG.seed(of: $0.data) } == UInt64(index + 1), "memory: key \(key.debugDescription)")
     }
     #expect(nfc == nfd, "Swift calls the two spellings equal…")
     let names = Self.files(Self.directory(container, "keys"))
