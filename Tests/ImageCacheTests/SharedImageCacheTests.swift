@@ -16,6 +16,7 @@ import Testing
 /// - the read not checking the stored key (`anotherKeysEntryIsAMiss`);
 /// - a FIFO entry opened without O_NONBLOCK (`hostileEntriesAreMissesNeverHangs` times out);
 /// - memory keys compared by whole 8-byte words only, the tail skipped (`memoryKeysCompareEveryByte`).
+/// - the trim's sweep leaving out the staging directory (`aTrimSweepsTheStagedTempFilesOfDeadWritersOnly`).
 @Suite(.runSlot(.minutes(3)))
 struct SharedImageCacheTests {
   static func directory(_ container: GroupContainer, _ name: String) -> String {
@@ -43,6 +44,25 @@ struct SharedImageCacheTests {
     #expect(throws: ImageCacheError.self) { try SharedImageCache(name: ".hidden", container: try root.container()) }
     try cache.removeImage(forKey: "https://example.com/a.png")
     #expect(try other.image(forKey: "https://example.com/a.png") == nil)
+  }
+
+  /// A store makes its temp file in the container's staging directory: a trim removes those of dead writers there
+  /// (the container's own sweep runs only when it opens and after it reaps a process), and keeps a live writer's.
+  @Test func aTrimSweepsTheStagedTempFilesOfDeadWritersOnly() throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let cache = try SharedImageCache(name: "staged", container: container)
+    try cache.store(TestPNG.make(width: 8, height: 8, seed: 3), forKey: "k")
+    let staging = container.url.path + "/" + CoordinationPaths.staging
+    try FileManager.default.createDirectory(atPath: staging, withIntermediateDirectories: true)
+    // A process id above any this machine hands out, with a start time no process had: a dead writer.
+    let dead = AtomicReplace.temporaryPrefix + "4194000.1-1-abc"
+    let live = AtomicReplace.temporaryPrefix + AtomicReplace.writer + "-1-abc"
+    for name in [dead, live] { #expect(FileManager.default.createFile(atPath: staging + "/" + name, contents: nil)) }
+    _ = try cache.trim()
+    #expect(!FileManager.default.fileExists(atPath: staging + "/" + dead), "a dead writer's staged temp file stayed")
+    #expect(FileManager.default.fileExists(atPath: staging + "/" + live), "a live writer's temp file was removed")
+    #expect(try cache.image(forKey: "k") != nil)
   }
 
   @Test func killDuringAStoreNeverLeavesAPartialEntry() async throws {
