@@ -124,7 +124,7 @@ extension DefaultsStore {
     }
     let loaded = s.generation != .max
     if lazy, let image = values, s.observers.isEmpty,
-      committed - start >= (loaded ? Self.handOverBytes : Self.lazyTailBytes)
+      committed - start >= Self.lazyTailBytes
     {
       // A long journal past the snapshot (its writer never compacted): left unread, for point reads to scan —
       // applied in the background after a few scans, or at once by a process that was reading already.

@@ -4,8 +4,9 @@ import SystemLayer
 
 /// A lazy tail (rule: a new process's first read does not depend on how the last writer left). A writer that exits or
 /// is killed before it compacts leaves the journal past the snapshot long: a process that loaded the suite by
-/// decoding it all paid 1.2–3.5 s and 190 MB for a first read of one key of a million-key suite. So a load that
-/// finds `lazyTailBytes` or more past the snapshot maps the snapshot and leaves those records unread: a point read
+/// decoding it all paid 1.2–3.5 s and 190 MB for a first read of one key of a million-key suite (and, with the bar at
+/// 1 MiB, 6.5 MB and 550 ms in a debug build for 422 KB left past the snapshot of a 100,000-key suite). So a load
+/// that finds `lazyTailBytes` or more past the snapshot maps the snapshot and leaves those records unread: a point read
 /// (`value(forKey:)`) scans them for its key alone — record headers and key bytes, no value decoded but the one it
 /// finds, the pages given back after — and anything that needs the whole state (a write, any locked operation,
 /// the whole dictionary, an observer) applies them first (`applyTail`), once. The scan reads without the lock, as
@@ -17,16 +18,16 @@ import SystemLayer
 /// until then: a point read never replays the tail on its caller's thread (rule: a read does bounded work — at most
 /// one scan of the journal past the snapshot).
 ///
-/// A reader that fell behind (descheduled while a writer appended `handOverBytes` or more) hands its catch-up over
+/// A reader that fell behind (descheduled while a writer appended `lazyTailBytes` or more) hands its catch-up over
 /// the same way: the records become a tail over what it held (`base`), applied in the background at once; a read
 /// following a fast writer had applied 8,000–65,000 records on its caller's thread (40–71 ms). A process already
 /// loaded whose reload (another process's rewind) finds that much past the new snapshot leaves it as a tail too.
 /// Lookups then go: changes since the hand-over → the tail → `base` (its changes, then its image).
 extension DefaultsStore {
-  /// Journal bytes past the snapshot from which a first load leaves them unread.
-  static let lazyTailBytes = 1 << 20
-  /// Journal bytes from which a process already loaded hands its catch-up to the background (about 2,000 records).
-  static let handOverBytes = 64 << 10
+  /// Journal bytes past what a process holds (the snapshot, for a first load) from which it leaves them as a tail
+  /// instead of applying them on the reading thread: about 2,000 records, a few milliseconds to apply and a table of
+  /// them in the process's own memory; one scan of them for a point read costs well under one.
+  static let lazyTailBytes = 64 << 10
   /// Catch-ups handed to the background (tests: which path a read took).
   static let catchUpsHandedOver = TestCounter()
   /// Scans a process makes of its tail before it has it applied in the background (a process that reads many keys
@@ -203,12 +204,12 @@ extension DefaultsStore {
 
 extension DefaultsStore {
   /// With `state` held, in `s`'s generation, before reading the journal from `s.length` to `committed`: when that
-  /// is `handOverBytes` or more, the records become a tail over what `s` holds, applied in the background from now
+  /// is `lazyTailBytes` or more, the records become a tail over what `s` holds, applied in the background from now
   /// on, and the caller reads nothing. False when the catch-up stays on the caller's thread: a short one; observers
   /// (they hear each record); own writes not yet applied; a compaction holding the changes; a tail already there
   /// (its application is under way: what came after it is applied as usual, over it).
   func handOverCatchUp(_ s: inout State, committed: Int) -> Bool {
-    guard committed - s.length >= Self.handOverBytes, s.tail == nil, s.observers.isEmpty, s.pendingOwn.isEmpty,
+    guard committed - s.length >= Self.lazyTailBytes, s.tail == nil, s.observers.isEmpty, s.pendingOwn.isEmpty,
       !s.ownWritesUnapplied, s.values.frozenToken == 0, s.values.damage == nil
     else { return false }
     var base = s.values
