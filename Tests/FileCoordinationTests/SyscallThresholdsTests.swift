@@ -20,8 +20,11 @@ import Testing
 /// TestHooks --disable-xctest --filter SyscallThresholdsTests` rewrites the file from a run; commit it with the change
 /// and say why in the message.
 ///
-/// Mutants this suite catches (each run once and seen failing): an extra fsync in `SharedDefaults`' set path
-/// (`defaultsSet fsync`), an extra rename in the image store (`cacheStore rename`).
+/// Mutants this suite catches (each run once and seen failing): an fsync added to the defaults' append
+/// (`DefaultsStore.append`: defaultsSet and defaultsUpdate, fsync 1 against 0); a rename added to the image store
+/// (`DiskTier.write`: cacheStore, rename 2 against 1); the directory fsync of a durable atomic replace dropped
+/// (`AtomicReplace`: coordinatedReplace with and without a presenter 1 against 2, defaultsSynchronize 6 against 8,
+/// download 4 against 6).
 @Suite(.runSlot(.minutes(3)))
 struct SyscallThresholdsTests {
   static let group = "group.com.example.syscalls"
