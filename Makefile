@@ -1,7 +1,8 @@
 # The two commands of the README: `make demo` and `make test`. `make bench` runs the benchmarks.
 SWIFT ?= swift
 
-.PHONY: deps build test test-long test-under-load doc-check lint demo bench fuzz fuzz-check fuzz-merge
+.PHONY: deps build test test-long test-under-load doc-check lint demo bench bench-check bench-thresholds fuzz \
+  fuzz-check fuzz-merge
 
 # libinotifytools (Debian: libinotifytools0-dev) is the one system library the package's libraries link; libpng and
 # libjpeg-turbo (libpng-dev, libjpeg62-turbo-dev) decode the video widget example's thumbnails (the Examples package
@@ -136,6 +137,38 @@ demo: build
 bench: deps
 	@command -v aria2c >/dev/null 2>&1 || { SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; $$SUDO apt-get install -y -qq aria2; }
 	cd Benchmarks && $(SWIFT) package --allow-writing-to-package-directory benchmark
+
+# Allocations per operation (issue #37 item 7; system calls per operation are checked in `make test` by
+# SyscallThresholdsTests): Benchmarks/AllocationBenchmarks against the p90 thresholds in Benchmarks/Thresholds/
+# (package-benchmark's `thresholds check`, as swift-nio keeps its allocation thresholds beside its benchmarks).
+# malloc calls are counted by package-benchmark's malloc interposer (LD_PRELOADed by the plugin; on Swift 6.3 no
+# jemalloc, no system package). More allocations and fewer (the thresholds must then be lowered, so a later
+# regression is not absorbed) both fail; `swift package` exits 1 for either, so the plugin's verdict line is read.
+# Not part of `make test`: it needs a release build of the Benchmarks package that shares nothing with the tests'
+# debug build — from a clean checkout 10 min 45 s on the shared 2-core machine (load 8–14; 9 of them building the
+# libraries and package-benchmark in release), under 1 min once built — so a developer's every `make test` would pay
+# it. CI runs it after `make test` (.ci/run; the run took ~25 of its 90 minutes). The target depends on the libraries
+# only, not on groupctl or the download agent, so its build leaves out SwiftNIO and BoringSSL. After an intended
+# change: `make bench-thresholds`, then commit Benchmarks/Thresholds/.
+bench-check: deps
+	@cd Benchmarks && log=$$(mktemp /tmp/gc-bench-check.XXXXXX); status=0; \
+	  $(SWIFT) package --allow-writing-to-package-directory benchmark thresholds check --target AllocationBenchmarks \
+	    --no-progress 2>&1 | tee "$$log" || status=1; \
+	  if grep -q "is EQUAL to the defined thresholds" "$$log"; then \
+	    echo "bench-check: allocations per operation at their thresholds (Benchmarks/Thresholds/)"; \
+	  elif grep -q "is WORSE than the defined thresholds" "$$log"; then \
+	    echo "bench-check: more allocations per operation than Benchmarks/Thresholds/ allows (table above); if the" \
+	      "change is intended: make bench-thresholds, commit Benchmarks/Thresholds/ and say why"; status=1; \
+	  elif grep -q "is BETTER than the defined thresholds" "$$log"; then \
+	    echo "bench-check: fewer allocations per operation than Benchmarks/Thresholds/ says (table above): lower" \
+	      "them with make bench-thresholds and commit Benchmarks/Thresholds/"; status=1; \
+	  else echo "bench-check: the benchmark run failed (above)"; status=1; fi; \
+	  rm -f "$$log"; exit $$status
+
+# Rewrites Benchmarks/Thresholds/AllocationBenchmarks.*.p90.json from a run (the release build first).
+bench-thresholds: deps
+	cd Benchmarks && $(SWIFT) package --allow-writing-to-package-directory benchmark thresholds update \
+	  --target AllocationBenchmarks --no-progress
 
 # The libFuzzer harnesses (the list and what each covers: Fuzz/run.sh). `make fuzz`: five minutes on each
 # (FUZZ_SECONDS to change), over working corpora kept in Fuzz/corpus-<harness>/ between runs.

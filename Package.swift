@@ -170,6 +170,8 @@ let package = Package(
         "FileCoordination", "SharedDefaults", "PropertyList", "SystemLayer", "ImageCache", "MemoryWarnings",
         "TestImageKit",
         "BackgroundDownloads", "AppIntents", "WidgetKit", "LiveActivities", "ScoreboardKit", "HelperCommand",
+        // An agent run in this process, its system calls counted (SyscallCountModes.swift).
+        "DownloadAgent",
         .product(name: "Logging", package: "swift-log"),
       ],
       path: "Tests/GCTestHelper"
@@ -264,7 +266,10 @@ let package = Package(
     ),
     .testTarget(
       name: "FileCoordinationTests",
-      dependencies: ["TestSupport", "FileCoordination", "SystemLayer", "GroupContainer", "gc-test-helper", "groupctl"]
+      dependencies: [
+        "TestSupport", "FileCoordination", "SystemLayer", "GroupContainer", "gc-test-helper", "groupctl",
+        "gc-file-server",  // the download of SyscallThresholdsTests
+      ]
     ),
   ]
 )

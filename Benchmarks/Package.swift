@@ -75,6 +75,20 @@ let package = Package(
       swiftSettings: [.swiftLanguageMode(.v6)],
       plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
     ),
+    // Allocations per operation, the thresholds `make bench-check` holds (Thresholds/): the libraries only — no
+    // groupctl, no download agent, so its release build leaves out SwiftNIO and BoringSSL.
+    .executableTarget(
+      name: "AllocationBenchmarks",
+      dependencies: [
+        "BenchmarkSupport",
+        .product(name: "Benchmark", package: "benchmark"),
+        .product(name: "GroupContainer", package: rootIdentity),
+        .product(name: "ImageCache", package: rootIdentity),
+      ],
+      path: "AllocationBenchmarks",
+      swiftSettings: [.swiftLanguageMode(.v6)],
+      plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
+    ),
     // The root's test file server (Tests/GCFileServer, a symlink): not a product there, since a product's targets
     // join every dependent's graph; the download benchmarks run it beside themselves.
     .executableTarget(

@@ -358,7 +358,8 @@ public final class MemoryPressure: Sendable {
   package init(signals: Bool, dwell: UInt64 = MemoryPressurePolicy.defaultDwell) {
     state.withLock { $0.policy.dwell = dwell }
     wake = try? EventFD(name: "memory pressure monitor wake-up")
-    let thread = Thread { [self] in self.run(kernelSignals: signals) }
+    // All of the thread's work is driven by the clock and the kernel's signals, none by an operation.
+    let thread = Thread { [self] in IOFaultInjection.clockWork { self.run(kernelSignals: signals) } }
     thread.name = "GroupContainer.MemoryWarnings"
     thread.start()
   }

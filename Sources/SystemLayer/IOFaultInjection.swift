@@ -42,6 +42,7 @@ package enum IOFaultInjection {
       var call: Call?  // nil: count only
       var nth: Int
       var errno: Errno
+      var excludingClockWork = false
     }
 
     private struct State {
@@ -80,8 +81,9 @@ package enum IOFaultInjection {
     #if GROUPCONTAINER_TEST_HOOKS
       _ = fromEnvironment
       guard active.load(ordering: .relaxed) else { return nil }
+      let clockWork = inClockWork
       let (injected, observer) = state.withLock { state -> (Errno?, (@Sendable (Call) -> Void)?) in
-        guard state != nil else { return (nil, nil) }
+        guard state != nil, !(clockWork && state!.rule.excludingClockWork) else { return (nil, nil) }
         let count = state!.calls[call, default: 0] + 1
         state!.calls[call] = count
         guard state!.rule.call == call, count == state!.rule.nth else { return (nil, nil) }
@@ -96,11 +98,31 @@ package enum IOFaultInjection {
   }
 
   /// Counts calls from now on and fails the `nth` call of kind `call` (nil: only count) with `errno`; replaces
-  /// whatever was armed.
-  package static func arm(_ call: Call?, nth: Int, errno: Errno) {
+  /// whatever was armed. `excludingClockWork`: the calls of `clockWork` are neither counted nor failed — for counts
+  /// per operation (SyscallThresholdsTests), which the memory monitor's samples and the watcher's tick, made once a
+  /// second whatever the process does, would make depend on how long the operations took.
+  package static func arm(_ call: Call?, nth: Int, errno: Errno, excludingClockWork: Bool = false) {
     #if GROUPCONTAINER_TEST_HOOKS
-      state.withLock { $0 = State(rule: Rule(call: call, nth: nth, errno: errno)) }
+      state.withLock {
+        $0 = State(rule: Rule(call: call, nth: nth, errno: errno, excludingClockWork: excludingClockWork))
+      }
       active.store(true, ordering: .relaxed)
+    #endif
+  }
+
+  #if GROUPCONTAINER_TEST_HOOKS
+    /// Set on a thread while it does `clockWork` (a task-local bound outside any task lives in the thread).
+    @TaskLocal private static var inClockWork = false
+  #endif
+
+  /// Runs `body`, work done by the clock rather than for an operation (the memory monitor's samples, the watcher's
+  /// once-a-second tick), marked so that a count per operation can leave it out (`arm(excludingClockWork:)`).
+  @inline(__always)
+  package static func clockWork<T>(_ body: () throws -> T) rethrows -> T {
+    #if GROUPCONTAINER_TEST_HOOKS
+      try $inClockWork.withValue(true) { try body() }
+    #else
+      try body()
     #endif
   }
 

@@ -447,7 +447,9 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
       }
       if now - lastTick >= 1_000_000_000 {
         lastTick = now
-        for handler in state.withLock({ Array($0.tickHandlers.values) }) { handler() }
+        IOFaultInjection.clockWork {
+          for handler in state.withLock({ Array($0.tickHandlers.values) }) { handler() }
+        }
       }
       // Always ask for one event: asking for more spins and ignores the timeout. With descriptors to serve, an
       // event the library already read comes first; else wait on the kernel's queue and those descriptors at once.

@@ -185,6 +185,9 @@ case .defaultsScript(let suite, let steps):  // DefaultsScript.swift
 case .ioFault:  // IOFaultModes.swift
   try await runIOFaultRound(invocation.command, container)
 
+case .syscallCounts:  // SyscallCountModes.swift
+  try await runSyscallCounts(invocation.command, container)
+
 case .descriptors(let stay):  // Descriptors.swift
   runDescriptors(stay: stay)
 

@@ -323,6 +323,23 @@ public enum HelperCommand: Codable, Sendable, Equatable {
     case inboxSend, activityUpdate
   }
 
+  // MARK: System calls per operation (SyscallCountModes.swift)
+
+  /// Opens what `operation` works on and runs it a few times unarmed (first-use costs: lock files opened, journals
+  /// created, lock words cached), then `count` times with `IOFaultInjection` counting (every thread of this
+  /// process: background work too) and prints "calls <kind>=<n>,…" (the totals of the `count` operations) and
+  /// "count <count>"; exits 0. `server`: the file server's base URL (the `download` operation).
+  case syscallCounts(operation: SyscallOperation, count: Int, server: String? = nil)
+
+  /// The operations whose system calls per operation are thresholds (`syscallCounts`;
+  /// Benchmarks/Thresholds/syscalls.json).
+  public enum SyscallOperation: String, Codable, Sendable, CaseIterable {
+    case defaultsSet, defaultsUpdate, defaultsSynchronize
+    case coordinatedRead, coordinatedWrite, coordinatedReplace, coordinatedReplacePresented, coordinatedMove
+    case cacheStore, cacheDiskHit
+    case activityUpdate, inboxSend, download
+  }
+
   /// How `access` and `hold` coordinate: a read, or a write with its options.
   public enum AccessMode: String, Codable, Sendable, CaseIterable {
     case read, write, delete, replace, merge
