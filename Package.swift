@@ -169,8 +169,8 @@ let package = Package(
       dependencies: [
         "FileCoordination", "SharedDefaults", "PropertyList", "SystemLayer", "ImageCache", "MemoryWarnings",
         "TestImageKit",
-        "BackgroundDownloads", "AppIntents", "WidgetKit", "LiveActivities", "ScoreboardKit", "HelperCommand",
-        .product(name: "Logging", package: "swift-log"),
+        "BackgroundDownloads", "DownloadAgent", "AppIntents", "WidgetKit", "LiveActivities", "ScoreboardKit",
+        "HelperCommand", .product(name: "Logging", package: "swift-log"),
       ],
       path: "Tests/GCTestHelper"
     ),
