@@ -131,6 +131,17 @@ import Testing
     try plant(kind, at: path, isDirectory: directory, canary: canary, inside: inside) == nil
   }
 
+  /// `download(from:)` failed after writing its task, and no agent ran it, when agent.log was a FIFO (or a socket,
+  /// a directory, a link, an immutable file): the launcher could not open the agent's output. Fixed:
+  /// `AgentLauncher.openLog` gives the agent /dev/null then.
+  @Test(.runSlot(.minutes(3))) func aDownloadStartsWhateverSitsWhereTheAgentLogGoes() async throws {
+    for finding in try await Self.generate(
+      Self.pairs("download agent log", .fifo) + Self.pairs("download agent log", .directory))
+    {
+      Issue.record(Comment(rawValue: finding))
+    }
+  }
+
   static func pairs(_ place: String, _ kind: HostileKind) -> [HostileCombo] {
     HostilePlace.all.filter { $0.name == place }.map { HostileCombo(place: $0, kind: kind) }
   }
