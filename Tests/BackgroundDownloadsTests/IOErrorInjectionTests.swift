@@ -24,7 +24,8 @@ import Testing
 /// problems, "the error does not say what failed (Disk quota exceeded)": fixed, PublishTests). Mutant: a failed
 /// checkpoint ignored (`TransferDelegate.checkpoint` dropping the fdatasync's error) — 7 problems, "a checkpoint's
 /// fdatasync failed and the download completed as if it had not" (the generic count check saw 1 of them: the
-/// number of checkpoints varies with timing).
+/// number of checkpoints varies with timing); one publish in four cut to half its length after its fsync — 12
+/// problems, "Downloads/p.bin is torn" and "acknowledged publish … lost".
 @Suite(.runSlot(.minutes(30))) struct IOErrorInjectionTests {
   static let kinds: [HelperCommand.IOFaultOperation: Set<String>] = [
     .downloadCheckpoint: ["fdatasync"], .downloadPublish: ["fsync", "rename", "flock"],
