@@ -57,10 +57,12 @@ test: deps
 # The kill storm of issue #36 for 10 minutes (STORM_SECONDS to change; `make test` runs it for 40 s as
 # KillStormTests): writers of every module at once, randomly SIGKILLed and SIGSTOPped, then a history checker. Its
 # last line: ops= kills= stops= lost= torn= hung=. Then the hostile-container generator over every place × kind
-# pair (HOSTILE_COMBOS to change; `make test` runs 40 of them; GC_HOSTILE_SEED replays a run's choice). In a temp
-# directory of its own, which must be left with no process.
+# pair (HOSTILE_COMBOS to change; `make test` runs 40 of them; GC_HOSTILE_SEED replays a run's choice), and the
+# storm over a container with hostile files planted before and during it for PLANT_STORM_SECONDS (`make test`: 20 s,
+# PlantedKillStormTests). In a temp directory of its own, which must be left with no process.
 STORM_SECONDS ?= 600
 HOSTILE_COMBOS ?= all
+PLANT_STORM_SECONDS ?= 180
 test-long: deps
 	$(SWIFT) build --build-tests $(TEST_TRAITS)
 	@run=$$(mktemp -d /tmp/gc-test-long.XXXXXX); chmod 0711 "$$run"; status=0; \
@@ -69,6 +71,8 @@ test-long: deps
 	    --seconds $(STORM_SECONDS) || status=1; \
 	  TMPDIR=$$run GC_HOSTILE_COMBOS=$(HOSTILE_COMBOS) $(SWIFT) test --skip-build $(TEST_TRAITS) --disable-xctest \
 	    --filter HostileContainerTests || status=1; \
+	  TMPDIR=$$run GC_STORM_PLANT_SECONDS=$(PLANT_STORM_SECONDS) $(SWIFT) test --skip-build $(TEST_TRAITS) \
+	    --disable-xctest --filter PlantedKillStormTests || status=1; \
 	  bash scripts/test-leftovers.sh "$$run" || status=1; \
 	  exit $$status
 

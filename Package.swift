@@ -170,7 +170,8 @@ let package = Package(
         "FileCoordination", "SharedDefaults", "PropertyList", "SystemLayer", "ImageCache", "MemoryWarnings",
         "TestImageKit",
         "BackgroundDownloads", "AppIntents", "WidgetKit", "LiveActivities", "ScoreboardKit", "HelperCommand",
-        // An agent run in this process, its system calls counted (SyscallCountModes.swift).
+        // The agent's code run in this process: its system calls counted (SyscallCountModes.swift), its I/O faults
+        // injected after the task is requested (the download loops).
         "DownloadAgent",
         .product(name: "Logging", package: "swift-log"),
       ],

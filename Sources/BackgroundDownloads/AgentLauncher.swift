@@ -47,18 +47,43 @@ package enum AgentLauncher {
         + "package, put it on PATH or beside your executable, or set \(executableEnvironmentKey)")
   }
 
+  /// The agent's output: `agent.log`, or `/dev/null` when that is not a regular file this process can append to
+  /// (anyone who can write the container can put a FIFO, a directory, a link or an immutable file there). The log
+  /// is a convenience: a download must not fail to start for it (a planted FIFO or directory did stop every
+  /// `download(from:)` with an error, its task written and no agent started — HostileContainerTests).
+  static func openLog(_ store: DownloadStore) throws(DownloadError) -> SystemFD {
+    do {
+      return try DownloadStore.system { () throws(FileSystemError) in
+        let files = try store.root.openDirectory(DownloadStore.directory)
+        defer { files.close() }
+        let log = try files.open("agent.log", [.writeOnly, .create, .append], mode: store.fileMode)
+        do throws(FileSystemError) {
+          let status = try log.status()
+          // A FIFO with a reader, a socket: the agent would write into someone else's pipe, or block on it.
+          guard status.kind == .regular else {
+            throw FileSystemError("open (not a regular file)", log.path, .invalidArgument)
+          }
+          if status.size > maxLogBytes { try? log.truncate(to: 0) }
+        } catch {
+          log.close()
+          throw error
+        }
+        return log
+      }
+    } catch {
+      // /dev/null is outside the container: nobody who can only write the container can plant anything there.
+      guard let null = try? SystemFD.open("/dev/null", .writeOnly) else { throw error }
+      logger.warning("the download agent starts with its output discarded: its log cannot be used (\(error))")
+      return null
+    }
+  }
+
   /// Starts the agent for the store's container unless one holds the agent lock.
   package static func ensureRunning(store: DownloadStore, executable: URL?, idleTimeout: Duration) throws(DownloadError)
   {
     guard !store.isHeld(DownloadStore.agentLockPath) else { return }
     let path = try locate(executable)
-    let log = try DownloadStore.system { () throws(FileSystemError) in
-      let files = try store.root.openDirectory(DownloadStore.directory)
-      defer { files.close() }
-      let log = try files.open("agent.log", [.writeOnly, .create, .append], mode: store.fileMode)
-      if let size = try? log.status().size, size > maxLogBytes { try? log.truncate(to: 0) }
-      return log
-    }
+    let log = try openLog(store)
     defer { log.close() }
     var environment = ProcessInfo.processInfo.environment
     // The agent must never be taken for a relaunched app.

@@ -17,7 +17,9 @@ import SystemLayer
 ///    the destination directory (`O_EXCL`), fsynced, and renamed over the destination — the same atomic replace;
 /// 5. fsync of the destination directory, so the new name survives a power cut.
 ///
-/// `ENOSPC` anywhere fails with `.diskFull`, the temp file removed: nothing half-written at the destination.
+/// `ENOSPC` anywhere fails with `.diskFull`, the temp file removed: nothing half-written at the destination. A full
+/// quota (`EDQUOT`) fails with the system error, which names it (as the transfer's writes do): `.diskFull` says "free
+/// space", which does not help a user whose quota is full.
 package enum Publisher {
   package static func publish(
     file: SystemFD, partial: String, length: Int64, destination: String, container: GroupContainer,
@@ -123,7 +125,7 @@ package enum Publisher {
   /// A file-system failure in the words of a download: a full disk, a destination leading out, or the call.
   static func classify(_ error: FileSystemError, destination: String, root: ContainerDirectory) -> DownloadError {
     switch error.errno {
-    case .noSpace, .diskQuotaExceeded:
+    case .noSpace:
       return .diskFull(path: root.path + "/" + destination)
     case .improperLink:
       return .invalidDestination(destination, rule: "a directory on the way leads outside the container (\(error))")

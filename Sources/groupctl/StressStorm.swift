@@ -127,8 +127,15 @@ struct StressStorm: ParsableCommand {
     let live = StormProcesses()
     if let server { live.add(server.process) }
     Interrupts.onInterrupt { live.killAll() }
-    for slot in slots { try slot.start(executable, logs: logs, live: live) }
+    // Before any worker starts: a container whose downloads signal is refused (a link planted there) ended the
+    // storm here with its workers left running (PlantedKillStormTests).
     let agent = try DownloadStore(container: group)
+    do {
+      for slot in slots { try slot.start(executable, logs: logs, live: live) }
+    } catch {
+      live.killAll()
+      throw error
+    }
     var random = SplitMix64(seed: seed ?? UInt64.random(in: 1...UInt64.max))
     let end = MonotonicClock.nanoseconds() + UInt64(seconds * 1e9)
     var unexpected = 0

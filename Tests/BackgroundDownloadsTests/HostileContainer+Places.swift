@@ -10,6 +10,8 @@ import TestSupport
 /// in a combo's copy the live receiver's inbox.
 struct HostileNames: Sendable {
   var task = ""
+  /// A task the template left unfinished, with a partial and a control (`tasks/<id>`, no extension).
+  var waitingTask = ""
   var commit = ""
   var event = ""
   var activity = ""
@@ -50,8 +52,17 @@ struct HostilePlace: Sendable, CustomStringConvertible {
   /// Planted once the Inbox receiver runs (its inbox is named after it).
   var live = false
   var path: @Sendable (HostileNames) -> String
+  /// Writes the valid file the place holds before the plant, in the pair's own container (its root's path), when
+  /// the template's cannot serve: a file that names paths of the pair's root.
+  var prepare: (@Sendable (_ root: String) throws -> Void)?
 
   var description: String { name }
+
+  func preparing(_ prepare: @escaping @Sendable (_ root: String) throws -> Void) -> HostilePlace {
+    var place = self
+    place.prepare = prepare
+    return place
+  }
 
   init(
     _ name: String, directory: Bool = false, live: Bool = false, _ path: @escaping @Sendable (HostileNames) -> String
@@ -77,7 +88,7 @@ struct HostilePlace: Sendable, CustomStringConvertible {
     HostilePlace("coordination.counters", fixed: ".coordination/counters"),
     HostilePlace("lock file of Documents/doc.txt", fixed: docLock),
     HostilePlace("liveness lock of a dead process", fixed: ".coordination/processes/99999.12345.lock"),
-    HostilePlace("presenter registration of doc.txt", fixed: docBucket + "99999.12345.1"),
+    HostilePlace("presenter registration of doc.txt", fixed: docBucket + "/99999.12345.1"),
     HostilePlace("presenters bucket of doc.txt", directory: true, fixed: docBucket),
     HostilePlace("message in the receiver's inbox", live: true) { $0.receiverInbox + "/1.1.1.prepare" },
     HostilePlace("receiver's ack board (.acks)", live: true) { $0.receiverInbox + "/.acks" },
@@ -106,11 +117,15 @@ struct HostilePlace: Sendable, CustomStringConvertible {
     HostilePlace("download agent log", fixed: ".coordination/downloads/agent.log"),
     HostilePlace("download task record") { $0.task },
     HostilePlace("download task status") { ($0.task as NSString).deletingPathExtension + ".status" },
-    HostilePlace("download task control") { ($0.task as NSString).deletingPathExtension + ".control" },
-    HostilePlace("download partial") { ($0.task as NSString).deletingPathExtension + ".partial" },
+    HostilePlace("download task control") { $0.waitingTask + ".control" },
+    HostilePlace("download partial") { $0.waitingTask + ".partial" },
     HostilePlace("download commit") { $0.commit },
     HostilePlace("download session attach lock", fixed: ".coordination/downloads/sessions/hostile/attach.lock"),
     HostilePlace("download session event") { $0.event },
+    // Decides what runs (DESIGN.md: trusted only when nobody but its owner can write it): the agent starts the
+    // program it names for the session "hostile", whose template event waits with nobody attached.
+    HostilePlace("download session relaunch record", fixed: ".coordination/downloads/sessions/hostile/app")
+      .preparing { try HostileRun.registerRelaunch(root: $0) },
     // LiveActivities (ActivityStore.swift)
     HostilePlace("activity record") { $0.activity },
     HostilePlace("activities authorization", fixed: ".coordination/activities/authorization"),

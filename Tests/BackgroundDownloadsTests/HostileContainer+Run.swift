@@ -1,5 +1,6 @@
 // One pair of the hostile-container generator (HostileContainerTests.swift): a copy of the template container, the
 // plant, every module's operations as concurrent processes, the checks.
+import BackgroundDownloads
 import Foundation
 import SystemLayer
 import TestSupport
@@ -107,8 +108,9 @@ enum HostileRun {
     ]
   }
 
-  /// The operations of every module, started together.
-  static func operations(root: String, server: FileServer, download: Int) throws -> [Op] {
+  /// The operations of every module, started together. `realAgent`: the download's session starts the real agent
+  /// (detached, its output in `agent.log`), and no agent of ours runs: it alone must do the download.
+  static func operations(root: String, server: FileServer, download: Int, realAgent: Bool = false) throws -> [Op] {
     var ops: [Op] = []
     for operation: HelperCommand.IOFaultOperation in [
       .defaultsSet, .defaultsSynchronize, .coordinatedWrite, .coordinatedMove, .cacheStore, .activityUpdate,
@@ -117,12 +119,18 @@ enum HostileRun {
       ops.append(try helper(operation.rawValue, ioFault(operation), root: root))
     }
     let url = server.url("/gen/20000?seed=\(download)").absoluteString
-    ops.append(
-      try groupctl(
-        "downloads start",
-        ["downloads", "start", group, url, "--to", "Downloads/h\(download).bin", "--session", "hostile"],
-        root: root))
-    ops.append(try groupctl("download agent", ["downloads", "agent", group, "--idle", "1"], root: root))
+    let start = ["downloads", "start", group, url, "--to", "Downloads/h\(download).bin", "--session", "hostile"]
+    if realAgent {
+      let agent = productsDirectory.appendingPathComponent("gc-download-agent").path
+      ops.append(
+        Op(
+          name: "downloads start",
+          child: try Child(
+            start + ["--root", root], executable: "groupctl", environment: ["GROUPCONTAINER_DOWNLOAD_AGENT": agent])))
+    } else {
+      ops.append(try groupctl("downloads start", start, root: root))
+      ops.append(try groupctl("download agent", ["downloads", "agent", group, "--idle", "1"], root: root))
+    }
     ops.append(try groupctl("doctor", ["doctor", group], root: root))
     return ops
   }
@@ -139,6 +147,7 @@ enum HostileRun {
     // The download completes (its status, commit and event written) under an agent of ours.
     let agent = try groupctl("download agent", ["downloads", "agent", group, "--idle", "1"], root: root.path)
     problems += await finish([agent])
+    try copyDeadPresenter(container: container.path)
     for peer in peers { peer.child.kill() }
     guard problems.isEmpty else { throw HostilePlantError(description: "the template's clean round: \(problems)") }
     // doctor exits 1 on a warning (a temp file of a writer running beside it): only its crash or hang counts.
@@ -149,7 +158,75 @@ enum HostileRun {
       throw HostilePlantError(
         description: "the template's \(op.name) failed: \(op.child.output) \(op.child.errors.text)")
     }
-    return HostileNames(template: container.path)
+    var names = HostileNames(template: container.path)
+    let download = ops.first { $0.name == "downloads start" }?.child.output.first { $0.count == 32 } ?? ""
+    names.task = DownloadStore.taskPath(download, "task")
+    names.waitingTask = try await addUnfinishedWork(root: root, server: server)
+    return names
+  }
+
+  /// A dead process's presenter registration of doc.txt, at the place's fixed name: a copy of the live presenter
+  /// peer's (the reaper of a later process removes a killed one's).
+  static func copyDeadPresenter(container: String) throws {
+    let bucket = container + "/" + HostilePlace.docBucket + "/"
+    guard let registration = try? FileManager.default.contentsOfDirectory(atPath: bucket).sorted().first else { return }
+    try FileManager.default.copyItem(atPath: bucket + registration, toPath: bucket + "99999.12345.1")
+  }
+
+  /// Files a clean round of the operations leaves empty or absent, made by the operations that write them, so the
+  /// template holds a valid one to cut or grow: the memory-pressure message (`cache pressure normal`), the
+  /// activities' authorization (`activities enable`), a download
+  /// task with a control (suspended and resumed before any agent ran it) and a partial (then run by the real agent,
+  /// started by a session as an app's is, which writes `agent.log`, and killed while the server stalls the body at
+  /// 100,000 of 300,000 bytes — the server stalls only that first request: in each pair an agent finishes it).
+  /// Returns the unfinished task's path without its extension.
+  static func addUnfinishedWork(root: TestRoot, server: FileServer) async throws -> String {
+    let container = root.path + "/" + group
+    var problems = await finish([
+      try groupctl("pressure", ["cache", "pressure", "normal", group], root: root.path),
+      try groupctl("activities enable", ["activities", "enable", group], root: root.path),
+    ])
+    let stalled = server.url("/gen/300000?seed=9999&stall=100000&faults=1").absoluteString
+    let start = try groupctl(
+      "downloads start (partial)",
+      ["downloads", "start", group, stalled, "--to", "Downloads/partial.bin", "--session", "hostile"], root: root.path)
+    problems += await finish([start])
+    let id = start.child.output.first { $0.count == 32 } ?? ""
+    for verb in ["suspend", "resume"] {
+      problems += await finish([try groupctl("downloads \(verb)", ["downloads", verb, group, id], root: root.path)])
+    }
+    let agent = productsDirectory.appendingPathComponent("gc-download-agent").path
+    let small = server.url("/gen/1000?seed=9998").absoluteString
+    let trigger = Op(
+      name: "downloads start (real agent)",
+      child: try Child(
+        [
+          "downloads", "start", group, small, "--to", "Downloads/small.bin", "--session", "hostile", "--root",
+          root.path,
+        ],
+        executable: "groupctl", environment: ["GROUPCONTAINER_DOWNLOAD_AGENT": agent]))
+    problems += await finish([trigger])
+    let partial = container + "/" + DownloadStore.taskPath(id, "partial")
+    let by = MonotonicClock.nanoseconds() + UInt64(bound * 1e9)
+    var size: Int64 = 0
+    while size < 100_000 && MonotonicClock.nanoseconds() < by {
+      var info = stat()
+      size = lstat(partial, &info) == 0 ? Int64(info.st_size) : 0
+      if size < 100_000 { try? await Task.sleep(for: .milliseconds(50)) }
+    }
+    let store = try DownloadStore(
+      container: GroupContainer(identifier: group, root: URL(fileURLWithPath: root.path, isDirectory: true)))
+    if let pid = store.holderPID(DownloadStore.agentLockPath),
+      (try? FileSystem.readLink("/proc/\(pid)/exe"))?.hasSuffix("/gc-download-agent") == true
+    {
+      kill(pid, SIGKILL)
+      while store.isHeld(DownloadStore.agentLockPath) { try? await Task.sleep(for: .milliseconds(20)) }
+    }
+    if size < 100_000 || !FileManager.default.fileExists(atPath: partial) {
+      problems.append("the real agent left no partial of \(id) (\(size) bytes seen)")
+    }
+    guard problems.isEmpty else { throw HostilePlantError(description: "the template's unfinished work: \(problems)") }
+    return (DownloadStore.taskPath(id, "task") as NSString).deletingPathExtension
   }
 
   /// Runs one pair in a copy of the template; returns its findings (empty: none), each naming the pair.
@@ -202,6 +279,7 @@ enum HostileRun {
       if combo.kind == .readOnly, geteuid() == 0, let planted { _ = try? runTool("/usr/bin/chattr", ["-i", planted]) }
     }
     var findings: [String] = []
+    try combo.place.prepare?(root.path)
     if !combo.place.live { try plantIt() }
     let peers = try peers(root: root.path)
     defer { for peer in peers where peer.child.process.isRunning { peer.child.kill() } }
@@ -219,9 +297,11 @@ enum HostileRun {
     }
     if let skipped { return ([], skipped) }
 
-    let ops = try operations(root: root.path, server: server, download: index + 1)
+    let agentLog = combo.place.name == "download agent log"
+    let ops = try operations(root: root.path, server: server, download: index + 1, realAgent: agentLog)
     findings += await finish(ops)
-    findings += mustFail(combo, ops)
+    if agentLog { findings += await checkAgentLog(combo, ops, container: container, download: index + 1) }
+    findings += await mustFail(combo, ops, root: root.path)
     // The peers lived through it all; a crash of theirs is a finding, any other end their own business.
     for peer in peers {
       if !peer.child.process.isRunning { findings += judge(peer) }
@@ -251,7 +331,9 @@ enum HostileRun {
     let canaryList = (try? FileManager.default.contentsOfDirectory(atPath: canary)) ?? []
     if canaryList != ["file"] { findings.append("escape: the canary directory now holds \(canaryList)") }
     let rootAfter = Set(try FileManager.default.contentsOfDirectory(atPath: root.path))
-    let created = rootAfter.subtracting(rootBefore).filter { $0 != "opened.log" && !$0.hasPrefix("send-") }
+    let created = rootAfter.subtracting(rootBefore).filter {
+      $0 != "opened.log" && $0 != "relaunched.log" && !$0.hasPrefix("send-")
+    }
     if !created.isEmpty { findings.append("escape: created beside the container: \(created.sorted())") }
     return (findings, nil)
   }
@@ -259,13 +341,88 @@ enum HostileRun {
   /// Where the design says an operation must refuse, with a clear error: a registration another user owns (or
   /// that a link or a non-file replaced) decides what runs, so the hand-over never follows it
   /// (DESIGN.md: "trusted only when nobody but its owner can write it").
-  static func mustFail(_ combo: HostileCombo, _ ops: [Op]) -> [String] {
+  ///
+  /// The same for a download session's relaunch record: the agent starts the program it names, so a record another
+  /// user owns, or a link or a non-file in its place, is never run (the agent logs why). A read-only one (0400, and
+  /// immutable as root) keeps the rule and is run: that half shows the rule's check can see a relaunch.
+  static func mustFail(_ combo: HostileCombo, _ ops: [Op], root: String) async -> [String] {
+    if combo.place.name == "download session relaunch record" {
+      let log = root + "/relaunched.log"
+      if [.wrongOwner, .symlinkInside, .symlinkOutside, .fifo, .socket, .directory].contains(combo.kind) {
+        let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+        return text.isEmpty ? [] : ["refused nothing: the agent started the program the planted record names (\(text))"]
+      }
+      guard combo.kind == .readOnly else { return [] }
+      // The relaunched helper is detached from the agent: its first line may come after the agent exited.
+      let by = MonotonicClock.nanoseconds() + UInt64(bound * 1e9)
+      while MonotonicClock.nanoseconds() < by {
+        if ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("relaunched hostile") { return [] }
+        try? await Task.sleep(for: .milliseconds(50))
+      }
+      return ["the agent did not start the app of a valid, read-only relaunch record within \(Int(bound)) s"]
+    }
     guard combo.place.name == "scheme registration faultsink",
       [.wrongOwner, .symlinkInside, .symlinkOutside, .fifo, .socket, .directory].contains(combo.kind),
       let send = ops.first(where: { $0.name == "inboxSend" })
     else { return [] }
     let acknowledged = acknowledged(send)
     return acknowledged.isEmpty ? [] : ["refused nothing: the hand-over followed the registration (\(acknowledged))"]
+  }
+
+  /// A valid relaunch record for the session "hostile" in the container under `root`: gc-test-helper
+  /// `dlRelaunched`, which writes "relaunched hostile <pid>" to `<root>/relaunched.log` and takes the events.
+  static func registerRelaunch(root: String) throws {
+    let container = try GroupContainer(identifier: group, root: URL(fileURLWithPath: root, isDirectory: true))
+    try DownloadStore(container: container).register(
+      RelaunchRecord(
+        executable: helperExecutable.path,
+        arguments: helperArguments(.dlRelaunched(log: root + "/relaunched.log"), root: root, group: group)),
+      for: "hostile")
+  }
+
+  /// At the agent log's place the session started the real agent (detached, `agent.log` its output): whatever is
+  /// planted there, the download completes (the served bytes published) and nothing is written through a link;
+  /// where a writable regular file is left, the agent's log is in it. The agent is then killed (it would idle 30 s).
+  static func checkAgentLog(_ combo: HostileCombo, _ ops: [Op], container: String, download: Int) async -> [String] {
+    var findings: [String] = []
+    let published = container + "/Downloads/h\(download).bin"
+    let store = try? DownloadStore(
+      container: GroupContainer(
+        identifier: group, root: URL(fileURLWithPath: container).deletingLastPathComponent()))
+    defer {
+      if let store, let pid = store.holderPID(DownloadStore.agentLockPath),
+        (try? FileSystem.readLink("/proc/\(pid)/exe"))?.hasSuffix("/gc-download-agent") == true
+      {
+        kill(pid, SIGKILL)
+      }
+    }
+    let by = MonotonicClock.nanoseconds() + UInt64(bound * 1e9)
+    var whole = false
+    while !whole && MonotonicClock.nanoseconds() < by {
+      whole =
+        FileManager.default.contents(atPath: published).map {
+          FileServer.mismatch([UInt8]($0), size: 20_000, seed: UInt64(download)) == nil
+        } ?? false
+      if !whole { try? await Task.sleep(for: .milliseconds(50)) }
+    }
+    if !whole {
+      let start = ops.first { $0.name == "downloads start" }
+      findings.append(
+        "stopped: the download was not published within \(Int(bound)) s by the agent the session started "
+          + "(downloads start: \(start?.child.output.suffix(3) ?? []) \(start?.child.errors.text.suffix(300) ?? ""))")
+    }
+    if (try? String(contentsOfFile: container + "/Documents/inside", encoding: .utf8)) != "inside" {
+      findings.append("escape: the agent's log was written through a link into Documents/inside")
+    }
+    if [.empty, .truncated, .sparse, .wrongOwner].contains(combo.kind) {
+      var info = stat()
+      let path = container + "/.coordination/downloads/agent.log"
+      let text = lstat(path, &info) == 0 && info.st_size < 1 << 20 ? FileManager.default.contents(atPath: path) : nil
+      if !(text.map { String(decoding: $0, as: UTF8.self).contains("download agent") } ?? false) {
+        findings.append("the agent's log is not in agent.log (a regular file, \(info.st_size) bytes)")
+      }
+    }
+    return findings
   }
 
   /// Every acknowledged value read back by the fresh processes (or, for files the test can read whole, here).

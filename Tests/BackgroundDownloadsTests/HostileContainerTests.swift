@@ -19,7 +19,9 @@ import Testing
 /// - ImageCache (DiskTier.swift): `.coordination/caches/faults.counters`, an entry of `Library/Caches/faults/` and
 ///   its shard directory.
 /// - BackgroundDownloads (DownloadStore.swift): `downloads/signal`, `agent.lock`, `agent.log`,
-///   `tasks/<id>.task|.status|.control|.partial`, `commits/<seq>.commit`, `sessions/<sid>/attach.lock`, an event.
+///   `tasks/<id>.task|.status|.control|.partial`, `commits/<seq>.commit`, `sessions/<sid>/attach.lock`, an event,
+///   the session's relaunch record `sessions/<sid>/app` (written valid in each pair's own container, for it names
+///   the pair's paths: `HostilePlace.prepare`).
 /// - LiveActivities (ActivityStore.swift): `activities/<id>.activity`, `authorization`, `lock`.
 /// - What the operations write: `Documents/doc.txt` (a coordinated replace), `Documents/m/` (a coordinated
 ///   move), `Documents/Inbox/` (a hand-over's copy).
@@ -37,7 +39,19 @@ import Testing
 /// acknowledged value; the canary (content, mtime, inode, its directory) is unchanged and nothing new appears
 /// beside the container.
 ///
-/// A run covers `GC_HOSTILE_COMBOS` pairs (default 40; `all` for every one of the 368), chosen from
+/// **Pairs at `agent.log`**: the session of `downloads start` starts the real agent (detached, its output in
+/// `agent.log`, as an app's session does) and no agent of ours runs. Whatever is planted there, the download must
+/// be published with the served bytes (the log is a convenience: it never stops a download), nothing may be written
+/// through a link (the canary, `Documents/inside`), and where a writable regular file is left (empty, cut, sparse,
+/// another owner's) the agent's log must be in it.
+///
+/// **Must fail** (`HostileRun.mustFail`), where the design says a file that decides what runs is trusted only when
+/// nobody but its owner can write it (DESIGN.md; `OwnerOnlyWritable`): the hand-over never follows a scheme
+/// registration that is another user's, a link, a FIFO, a socket or a directory; the agent never starts the program
+/// of such a relaunch record — and does start that of a valid read-only one (the half that shows the check sees a
+/// relaunch).
+///
+/// A run covers `GC_HOSTILE_COMBOS` pairs (default 40; `all` for every one of the 378), chosen from
 /// `GC_HOSTILE_SEED` (printed; random by default): every place before any twice, each kind about as often;
 /// `GC_HOSTILE_ONLY=<text>` runs every pair whose "place × kind" contains the text.
 ///
@@ -56,6 +70,23 @@ import Testing
 /// - `URLHandlers.registration(for:)` following a registration another user owns: the hand-over is acknowledged
 ///   where it must be refused ("scheme registration faultsink × wrongOwner").
 /// - `DownloadStore.replacingPlantedDirectory` not removing the directory: its regression test hangs (below).
+/// - `AgentLauncher.openLog` as it was (agent.log opened or the download refused; "download agent log", 10 pairs):
+///   6 pairs stopped — a FIFO, socket, directory, link (in or out) or immutable file there made `downloads start`
+///   fail after writing its task, and no agent ran it. Fixed: the agent then starts with its output in /dev/null.
+/// - `AgentLauncher.openLog` always giving /dev/null: "the agent's log is not in agent.log" (empty, sparse, another
+///   owner's; the cut variant skipped, the template's log being empty too).
+/// - `DownloadStore.relaunch` reading an untrusted record anyway ("relaunch record", 10 pairs): "refused nothing:
+///   the agent started the program the planted record names" (× wrongOwner; the links and non-files name nothing
+///   that decodes).
+///
+/// Places where the template holds no file to cut ("× truncated" skipped, 5 of 39), and why none can be there: a
+/// dead process's liveness lock (empty by design, its flock is what counts, and a copy is reaped by the next process
+/// that opens the container); the message in the receiver's inbox (it exists between a send and its receipt, and
+/// the live receiver takes it); the receiver's socket (not a file); its handler registration and the activities'
+/// lock (empty by design: a marker whose name is its content, a flock target). The template runs the operations
+/// that write the others (`HostileRun.addUnfinishedWork`): before, 11 were skipped — agent.log (written only by a
+/// real agent), the memory-pressure message, the activities' authorization, a task's control and partial, and a
+/// dead process's presenter registration (which the generator also planted beside its bucket, not in it: fixed).
 @Suite(.runSlot(.minutes(10))) struct HostileContainerTests {
   // The limit catches a hang of the test itself; every child has its own bound (HostileRun.bound).
   @Test(.runSlot(.minutes(90))) func nothingHangsCrashesEscapesOrIsLostWhereverAHostileFileSits() async throws {
@@ -88,6 +119,25 @@ import Testing
   /// it did not finish within the bound (a harness fault, not the library's). Fixed: it reads no file over 1 MB.
   @Test(.runSlot(.minutes(3))) func aCoordinatedDocumentGrownSparseTo10GBIsReplacedInTime() async throws {
     for finding in try await Self.generate(Self.pairs("coordinated document", .sparse)) {
+      Issue.record(Comment(rawValue: finding))
+    }
+  }
+
+  /// Plants `kind` at `path` (absolute; see `plant`), the canary and the in-container target given; whether it was
+  /// planted (false: the kind cannot be planted there).
+  static func plantFile(
+    _ kind: HostileKind, at path: String, directory: Bool, _ canary: String, _ inside: String
+  ) throws -> Bool {
+    try plant(kind, at: path, isDirectory: directory, canary: canary, inside: inside) == nil
+  }
+
+  /// `download(from:)` failed after writing its task, and no agent ran it, when agent.log was a FIFO (or a socket,
+  /// a directory, a link, an immutable file): the launcher could not open the agent's output. Fixed:
+  /// `AgentLauncher.openLog` gives the agent /dev/null then.
+  @Test(.runSlot(.minutes(3))) func aDownloadStartsWhateverSitsWhereTheAgentLogGoes() async throws {
+    for finding in try await Self.generate(
+      Self.pairs("download agent log", .fifo) + Self.pairs("download agent log", .directory))
+    {
       Issue.record(Comment(rawValue: finding))
     }
   }

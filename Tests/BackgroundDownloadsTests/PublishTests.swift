@@ -1,10 +1,11 @@
 import BackgroundDownloads
-import DownloadAgent
 import FileCoordination
 import Foundation
 import SystemLayer
 import TestSupport
 import Testing
+
+@testable import DownloadAgent
 
 /// Publishing a finished download: the fsync → coordinated rename → directory fsync sequence, presenters in
 /// another process, destinations on another file system, full disks and destinations that try to leave.
@@ -21,6 +22,20 @@ import Testing
 @Suite(.runSlot(.minutes(3)))
 struct PublishTests {
   static let group = "group.com.example.downloads"
+
+  /// Found by the download I/O-error loops (IOErrorInjectionTests): a publish that failed with `EDQUOT` said "no
+  /// space left on the disk … free space", which does not name a full quota. `ENOSPC` stays `diskFull`.
+  @Test func aFullQuotaAtPublishIsReportedAsAQuotaNotAFullDisk() throws {
+    let testRoot = try TestRoot()
+    let root = try ContainerDirectory(path: testRoot.path)
+    let quota = Publisher.classify(
+      FileSystemError("rename", root.path + "/Downloads/a.bin", .diskQuotaExceeded), destination: "Downloads/a.bin",
+      root: root)
+    #expect(quota.code != .diskFull && "\(quota)".contains(String(cString: strerror(EDQUOT))), "\(quota)")
+    let space = Publisher.classify(
+      FileSystemError("rename", root.path + "/Downloads/a.bin", .noSpace), destination: "Downloads/a.bin", root: root)
+    #expect(space.code == DownloadError.Code.diskFull, "\(space)")
+  }
 
   @Test func publishFsyncsThePartialThenRenamesThenFsyncsTheDirectory() async throws {
     let env = try await TransferEnvironment()

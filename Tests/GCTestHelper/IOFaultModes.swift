@@ -84,6 +84,8 @@ func makeIOFaultSubject(_ operation: HelperCommand.IOFaultOperation, _ container
     return try CoordinatedMoveFaultSubject(container: container)
   case .cacheStore, .cacheTrim, .inboxSend, .activityUpdate:
     return try makeOtherFaultSubject(operation, container)
+  case .downloadCheckpoint, .downloadPublish:
+    return try DownloadFaultSubject(operation: operation, container: container)
   }
 }
 

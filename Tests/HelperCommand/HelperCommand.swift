@@ -321,6 +321,11 @@ public enum HelperCommand: Codable, Sendable, Equatable {
     case coordinatedWrite, coordinatedMove
     case cacheStore, cacheTrim
     case inboxSend, activityUpdate
+    /// A download run to its end by the agent (in the helper's process) with a checkpoint every 32 KiB of its
+    /// body, from the gc-file-server whose base URL is in `<root>/server-url`.
+    case downloadCheckpoint
+    /// The agent's coordinated publish of a finished partial into the container (`Publisher.publish`).
+    case downloadPublish
   }
 
   // MARK: System calls per operation (SyscallCountModes.swift)

@@ -83,10 +83,11 @@ public struct IOFaultSummary: Sendable, CustomStringConvertible {
 ///
 /// `tolerated`: kinds whose injected failure the operation may absorb and still succeed (a best-effort step, such
 /// as the removal of a temp file or an export that the next synchronize makes); any other kind must make the
-/// operation fail.
+/// operation fail. `only`: the kinds to loop (nil: every kind the clean round made), for an operation whose rounds
+/// are slow.
 public func runIOFaultLoops(
   _ operation: HelperCommand.IOFaultOperation, group: String = "group.com.example.faults",
-  errnos: [Int32] = IOFaultRound.errnos, tolerated: Set<String> = [], maximumN: Int = 400,
+  errnos: [Int32] = IOFaultRound.errnos, tolerated: Set<String> = [], only: Set<String>? = nil, maximumN: Int = 400,
   setUp: (@Sendable (TestRoot) async throws -> Child?)? = nil,
   checker: @escaping @Sendable () -> any IOFaultChecker
 ) async throws -> IOFaultSummary {
@@ -102,7 +103,7 @@ public func runIOFaultLoops(
     summary.problems.append("the operation fails without any injected failure: \(dry) \(dry.errors)")
     return summary
   }
-  for call in dry.calls.keys.sorted() {
+  for call in dry.calls.keys.sorted() where only?.contains(call) ?? true {
     for code in errnos {
       // mmap and inotify_add_watch never fail with EINTR.
       if code == EINTR && (call == "mmap" || call == "inotify_add_watch") { continue }

@@ -1,0 +1,1 @@
+../GCFileServer/GeneratedContent.swift
