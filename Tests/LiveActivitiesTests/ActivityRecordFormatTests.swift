@@ -140,4 +140,45 @@ import Testing
       #expect((try? ActivityRecordFormat.decode(bytes)) == (valid ? foundation : nil), "\(variant)")
     }
   }
+
+  /// The fuzz harness's check on the committed corpus and on byte-level mutations of the seed: whatever the hand
+  /// route reads, JSONDecoder reads to the same record and JSON value.
+  @Test func theHandRouteAgreesWithFoundationOnTheCorpusAndMutations() throws {
+    let corpus = URL(fileURLWithPath: Self.seedPath).deletingLastPathComponent()
+      .appendingPathComponent("../corpora/ContainerFilesFuzz").standardizedFileURL
+    var inputs: [[UInt8]] = []
+    for name in try FileManager.default.contentsOfDirectory(atPath: corpus.path) {
+      let bytes = Array(try Data(contentsOf: corpus.appendingPathComponent(name)))
+      if let first = bytes.first, first % 9 == 4 { inputs.append(Array(bytes.dropFirst())) }
+    }
+    let seed = Array(try Data(contentsOf: URL(fileURLWithPath: Self.seedPath)).dropFirst())
+    var rng = SplitMix64(seed: 3)
+    let alphabet = Array(#"{}[]",:0123456789.eE+-\u/"bfnrt tfn"#.utf8) + [0x00, 0x1f, 0x7f, 0xc3, 0xa9, 0xff]
+    for _ in 0..<3000 {
+      var bytes = seed
+      for _ in 0..<Int.random(in: 1...3, using: &rng) {
+        let at = Int.random(in: 0..<bytes.count, using: &rng)
+        switch Int.random(in: 0..<3, using: &rng) {
+        case 0: bytes[at] = alphabet.randomElement(using: &rng)!
+        case 1: bytes.insert(alphabet.randomElement(using: &rng)!, at: at)
+        default: bytes.remove(at: at)
+        }
+      }
+      inputs.append(bytes)
+    }
+    var agreed = 0
+    for bytes in inputs {
+      if let hand = ActivityRecordFormat.decodeByHand(bytes) {
+        #expect(
+          hand == (try? ActivityRecordFormat.decodeWithFoundation(bytes)), "\(String(decoding: bytes, as: UTF8.self))")
+        agreed += 1
+      }
+      if let hand = ActivityJSON.decode(bytes) {
+        #expect(
+          hand == (try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))),
+          "\(String(decoding: bytes, as: UTF8.self))")
+      }
+    }
+    #expect(agreed > 100)  // the hand route did read most of what is well formed
+  }
 }
