@@ -118,7 +118,7 @@ import Testing
     let variants = [
       text.replacingOccurrences(of: #""revision":7"#, with: #""revision":7.0"#),  // JSONDecoder reads 7.0 as 7
       text.replacingOccurrences(of: #""format":1"#, with: #""format":1,"future":[1,{"a":null}]"#),  // a later key
-      text.replacingOccurrences(of: #""format":1"#, with: #""format":1,"format":1"#),  // repeated
+      text.replacingOccurrences(of: #""revision":7"#, with: #""revision":7,"revision":8"#),  // repeated: JSONDecoder keeps the first
       text.replacingOccurrences(of: likes, with: #""awayLikes":3.5,"x":"\ud83d\ude00\u00e9\/""#),
       text.replacingOccurrences(of: likes, with: #""awayLikes":"\ud800""#),  // a lone surrogate
       text.replacingOccurrences(of: likes, with: #""awayLikes":1e400"#),
