@@ -6,6 +6,10 @@ import Testing
 
 /// The record codec: the fuzz seed reads, round-trips, and the checks refuse what readers must not trust. The
 /// hand-written reader and writer (ActivityJSON) agree with JSONDecoder and JSONEncoder, byte for byte.
+///
+/// Mutants these tests catch (each made once by hand, seen failing, restored): the writer keeping `.0` on whole
+/// doubles (`theHandWriterWritesJSONEncodersBytes`); a repeated key taken by the hand reader, the last one winning
+/// (`theHandReaderLeavesTheUnusualToJSONDecoder`).
 @Suite(.runSlot(.minutes(10))) struct ActivityRecordFormatTests {
   static let seedPath = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
     .appendingPathComponent("../../Fuzz/container-seeds/activity-record").standardizedFileURL.path
@@ -118,7 +122,8 @@ import Testing
     let variants = [
       text.replacingOccurrences(of: #""revision":7"#, with: #""revision":7.0"#),  // JSONDecoder reads 7.0 as 7
       text.replacingOccurrences(of: #""format":1"#, with: #""format":1,"future":[1,{"a":null}]"#),  // a later key
-      text.replacingOccurrences(of: #""revision":7"#, with: #""revision":7,"revision":8"#),  // repeated: JSONDecoder keeps the first
+      // Repeated: JSONDecoder keeps the first.
+      text.replacingOccurrences(of: #""revision":7"#, with: #""revision":7,"revision":8"#),
       text.replacingOccurrences(of: likes, with: #""awayLikes":3.5,"x":"\ud83d\ude00\u00e9\/""#),
       text.replacingOccurrences(of: likes, with: #""awayLikes":"\ud800""#),  // a lone surrogate
       text.replacingOccurrences(of: likes, with: #""awayLikes":1e400"#),
