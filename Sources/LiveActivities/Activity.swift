@@ -297,6 +297,12 @@ public final class Activity<Attributes: ActivityAttributes>: Identifiable, Senda
   static func encode<T: Encodable>(
     _ value: T, limit: Int, tooLarge: (Int, Int) -> ActivityError
   ) throws(ActivityError) -> JSONValue {
+    // Without JSONEncoder when JSONValueEncoder writes the same bytes (nearly always): the limit is measured on them,
+    // and the value is what a reader of them reads (1.0 is 1).
+    if let tree = try? JSONValueEncoder().encode(value), let bytes = ActivityJSON.encode(tree) {
+      guard bytes.count <= limit else { throw tooLarge(bytes.count, limit) }
+      if let read = ActivityJSON.decode(bytes) { return read }
+    }
     let bytes: Data
     do { bytes = try ActivityRecordFormat.encoder.encode(value) } catch { throw .encodingFailed("\(error)") }
     guard bytes.count <= limit else { throw tooLarge(bytes.count, limit) }
