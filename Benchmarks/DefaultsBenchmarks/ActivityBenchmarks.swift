@@ -1,16 +1,23 @@
 // A Live Activity's update as a widget in another process sees it, against shared defaults' cross-process observer
-// in the same run ("SharedDefaults set → observer in another process", DefaultsBenchmarks.swift):
+// in the same run ("SharedDefaults set → observer in another process", DefaultsBenchmarks.swift), and what the
+// update costs its writer, against a defaults set ("SharedDefaults set") and the floor of any record replace:
 //
 //   Live Activity update → observer in another process   `update(_:)` of the content state (an atomic replace of
 //                                             the activity's record under its flock); `groupctl activities watch`
 //                                             in a child hears the rename through inotify, re-reads the record
 //                                             and prints it; measured until its JSON line reaches us through a pipe
+//   Live Activity update (the writer alone)   `update(_:)` with nobody watching: encoding, the lock, reading the
+//                                             record, the replace
+//   Baseline: staged replace of a 400-byte record   raw system calls, no framework: a temp file created O_EXCL in a
+//                                             staging directory, written, closed, renamed over the record in the
+//                                             activities directory — the least a replace of a record file costs
 //
-// Run both: `swift package --allow-writing-to-package-directory benchmark --target DefaultsBenchmarks
-//   --filter '.*observer in another process'`.
+// Run them with their baselines: `swift package --allow-writing-to-package-directory benchmark --target
+//   DefaultsBenchmarks --filter 'Live Activity.*|SharedDefaults set( → observer in another process)?|Baseline: staged.*'`.
 import Benchmark
 import BenchmarkSupport
 import Foundation
+import Glibc
 import GroupContainer
 
 /// A minimal activity: one number in its content state.
@@ -49,5 +56,62 @@ func activityBenchmarks(_ configuration: Benchmark.Configuration) {
     fixture.watcher.stop()
     fixture.activity = nil
     if let root = fixture.root { removeTree(root) }
+  }
+
+  let alone = ActivityFixture()
+  Benchmark("Live Activity update (the writer alone)", configuration: configuration) { benchmark in
+    let activity = alone.activity!
+    for _ in benchmark.scaledIterations {
+      try await activity.update(ActivityContent(state: .init(n: alone.next.advance()), staleDate: nil))
+    }
+  } setup: {
+    let root = try makeTemporaryRoot()
+    alone.root = root
+    let container = try GroupContainer(identifier: "group.bench.activities", root: URL(fileURLWithPath: root))
+    alone.activity = try Activity.request(
+      attributes: CounterAttributes(), content: ActivityContent(state: .init(n: 0), staleDate: nil), in: container)
+  } teardown: {
+    alone.activity = nil
+    if let root = alone.root { removeTree(root) }
+  }
+
+  let floor = RawReplace()
+  Benchmark("Baseline: staged replace of a 400-byte record", configuration: configuration) { benchmark in
+    for _ in benchmark.scaledIterations { floor.replace() }
+  } setup: {
+    try floor.setUp()
+  } teardown: {
+    floor.tearDown()
+  }
+}
+
+/// The floor of a record replace, in raw system calls: what the framework's replace does (AtomicReplace.swift) with
+/// nothing around it — no lock, no read, no encoding, no checks.
+final class RawReplace: @unchecked Sendable {  // set up and torn down by the runner, one call at a time
+  private var root: String?
+  private var staging: Int32 = -1
+  private var directory: Int32 = -1
+  private let record = [UInt8](repeating: UInt8(ascii: "x"), count: 400)
+
+  func setUp() throws {
+    let root = try makeTemporaryRoot()
+    self.root = root
+    for name in ["staging", "activities"] { mkdir(root + "/" + name, 0o700) }
+    staging = open(root + "/staging", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+    directory = open(root + "/activities", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+    guard staging >= 0, directory >= 0 else { throw BenchmarkSetupError("open: errno \(errno)") }
+  }
+
+  func replace() {
+    let fd = openat(staging, ".tmp", O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
+    record.withUnsafeBytes { _ = write(fd, $0.baseAddress, $0.count) }
+    close(fd)
+    renameat(staging, ".tmp", directory, "record.activity")
+  }
+
+  func tearDown() {
+    close(staging)
+    close(directory)
+    removeTree(root)
   }
 }

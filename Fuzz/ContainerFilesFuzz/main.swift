@@ -73,7 +73,22 @@
     case 4:
       // Activity records: what decodes re-encodes, decodes again, and re-encodes to the same bytes (JSON numbers
       // may normalise once, 1.0 to 1); the time rules hold at any time.
+      // The hand-written reader and writer agree with JSONDecoder and JSONEncoder: what the hand route reads,
+      // JSONDecoder reads to the same record (and JSON value), and the hand writer writes JSONEncoder's bytes.
+      if let hand = ActivityRecordFormat.decodeByHand(bytes) {
+        precondition((try? ActivityRecordFormat.decodeWithFoundation(bytes)) == hand, "hand and JSONDecoder disagree")
+      }
+      if let hand = ActivityJSON.decode(bytes) {
+        precondition(
+          (try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))) == hand, "hand JSON and JSONDecoder disagree")
+        precondition(
+          ActivityJSON.encode(hand).map { Data($0) } == (try? ActivityRecordFormat.encoder.encode(hand)),
+          "hand JSON writer and JSONEncoder disagree")
+      }
       if let r = try? ActivityRecordFormat.decode(bytes) {
+        precondition(
+          (try? ActivityRecordFormat.encode(r)) == (try? ActivityRecordFormat.encodeWithFoundation(r)),
+          "hand record writer and JSONEncoder disagree")
         guard let once = try? ActivityRecordFormat.encode(r) else { preconditionFailure("cannot encode a read record") }
         guard let again = try? ActivityRecordFormat.decode(once) else {
           preconditionFailure("cannot read back our record")

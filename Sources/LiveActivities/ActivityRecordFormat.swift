@@ -45,10 +45,8 @@ package enum JSONValue: Codable, Hashable, Sendable {
     }
   }
 
-  /// Compact JSON, keys sorted.
-  package var jsonText: String {
-    (try? ActivityRecordFormat.encoder.encode(self)).map { String(decoding: $0, as: UTF8.self) } ?? "null"
-  }
+  /// Compact JSON, keys sorted (ActivityJSON's writer: JSONEncoder's bytes).
+  package var jsonText: String { ActivityJSON.encode(self).map { String(decoding: $0, as: UTF8.self) } ?? "null" }
 }
 
 /// The stored lifecycle of a record; the state a reader sees also depends on the time (``ActivityRules``).
@@ -151,8 +149,61 @@ package enum ActivityRecordFormat {
     return isActivityID(id) ? String(id) : nil
   }
 
-  /// The record's file contents (JSON and a newline); refused over ``maxRecordBytes``.
+  /// The record's file contents (JSON and a newline); refused over ``maxRecordBytes``. Written by hand
+  /// (ActivityJSON): the bytes JSONEncoder wrote (``encodeWithFoundation(_:)``), in a hundredth of its time.
   package static func encode(_ record: ActivityRecord) throws(Invalid) -> [UInt8] {
+    var w = ActivityJSON.Writer(capacity: 512)
+    var complete = true
+    // Keys in the order of their bytes, as `.sortedKeys` puts them; nil optionals left out, as JSONEncoder does.
+    w.raw("{\"attributes\":")
+    complete = complete && w.value(record.attributes)
+    w.raw(",\"attributesType\":")
+    w.string(record.attributesType)
+    w.raw(",\"contentRevision\":")
+    w.integer(record.contentRevision)
+    w.raw(",\"contentState\":")
+    complete = complete && w.value(record.contentState)
+    if let date = record.dismissalDate {
+      w.raw(",\"dismissalDate\":")
+      complete = complete && w.double(date)
+    }
+    if let date = record.endDate {
+      w.raw(",\"endDate\":")
+      complete = complete && w.double(date)
+    }
+    w.raw(",\"format\":")
+    w.integer(record.format)
+    w.raw(",\"id\":")
+    w.string(record.id)
+    w.raw(",\"lifecycle\":")
+    w.string(record.lifecycle.rawValue)
+    if let pushType = record.pushType {
+      w.raw(",\"pushType\":")
+      w.string(pushType)
+    }
+    w.raw(",\"relevanceScore\":")
+    complete = complete && w.double(record.relevanceScore)
+    w.raw(",\"revision\":")
+    w.integer(record.revision)
+    if let date = record.staleDate {
+      w.raw(",\"staleDate\":")
+      complete = complete && w.double(date)
+    }
+    w.raw(",\"startDate\":")
+    complete = complete && w.double(record.startDate)
+    w.raw(",\"writerPID\":")
+    w.integer(record.writerPID)
+    w.raw("}")
+    guard complete else { throw Invalid("cannot encode: a number is not finite") }
+    guard w.bytes.count <= maxRecordBytes else {
+      throw Invalid("the record would be \(w.bytes.count) bytes, over the limit of \(maxRecordBytes)")
+    }
+    w.bytes.append(0x0A)
+    return w.bytes
+  }
+
+  /// The record's file contents as JSONEncoder writes them: the reference ``encode(_:)`` must equal (tests, fuzz).
+  package static func encodeWithFoundation(_ record: ActivityRecord) throws(Invalid) -> [UInt8] {
     let bytes: Data
     do { bytes = try encoder.encode(record) } catch { throw Invalid("cannot encode: \(error)") }
     guard bytes.count <= maxRecordBytes else {
@@ -161,18 +212,135 @@ package enum ActivityRecordFormat {
     return Array(bytes) + [0x0A]
   }
 
-  /// Reads and checks a record file's contents.
+  /// Reads and checks a record file's contents: read by hand (ActivityJSON), and by JSONDecoder whenever the hand
+  /// route gives up (a key it does not know, a number or string it leaves to JSONDecoder), so what is accepted is
+  /// what JSONDecoder accepts; then ``validate(_:)``.
   package static func decode(_ bytes: [UInt8]) throws(Invalid) -> ActivityRecord {
     guard bytes.count <= maxRecordBytes else {
       throw Invalid("\(bytes.count) bytes, over the limit of \(maxRecordBytes)")
     }
     guard !bytes.isEmpty else { throw Invalid("empty (truncated)") }
     let record: ActivityRecord
-    do { record = try JSONDecoder().decode(ActivityRecord.self, from: Data(bytes)) } catch {
-      throw Invalid("not a record: \(String(describing: error).prefix(200))")
-    }
+    if let hand = decodeByHand(bytes) { record = hand } else { record = try decodeWithFoundation(bytes) }
     try validate(record)
     return record
+  }
+
+  /// The record as JSONDecoder reads it (unchecked): the reference the hand route must agree with.
+  package static func decodeWithFoundation(_ bytes: [UInt8]) throws(Invalid) -> ActivityRecord {
+    do { return try JSONDecoder().decode(ActivityRecord.self, from: Data(bytes)) } catch {
+      throw Invalid("not a record: \(String(describing: error).prefix(200))")
+    }
+  }
+
+  /// The record's fields read straight from the bytes (unchecked), or nil when this route gives up.
+  package static func decodeByHand(_ bytes: [UInt8]) -> ActivityRecord? {
+    bytes.withUnsafeBufferPointer { buffer -> ActivityRecord? in
+      var reader = ActivityJSON.Reader(buffer)
+      var format: Int?, id: String?, attributesType: String?, attributes: JSONValue?, contentState: JSONValue?
+      var staleDate: Double?, relevanceScore: Double?, lifecycle: StoredLifecycle?, startDate: Double?
+      var endDate: Double?, dismissalDate: Double?, pushType: String?, revision: UInt64?, contentRevision: UInt64?
+      var writerPID: Int32?
+      var seen: UInt16 = 0
+      func optionalDouble(_ reader: inout ActivityJSON.Reader) -> Double?? {
+        if reader.null() { return .some(nil) }
+        return reader.double().map { .some($0) }
+      }
+      // A key seen twice sends the record to JSONDecoder.
+      func mark(_ bit: UInt16) -> Bool {
+        defer { seen |= bit }
+        return seen & bit == 0
+      }
+      let complete = reader.members { key, reader -> Bool in
+        let bit: UInt16
+        switch key {
+        case "format":
+          bit = 1 << 0
+          format = reader.integer(Int.self)
+          return format != nil && mark(bit)
+        case "id":
+          bit = 1 << 1
+          id = reader.string()
+          return id != nil && mark(bit)
+        case "attributesType":
+          bit = 1 << 2
+          attributesType = reader.string()
+          return attributesType != nil && mark(bit)
+        case "attributes":
+          bit = 1 << 3
+          attributes = reader.value()
+          return attributes != nil && mark(bit)
+        case "contentState":
+          bit = 1 << 4
+          contentState = reader.value()
+          return contentState != nil && mark(bit)
+        case "staleDate":
+          bit = 1 << 5
+          guard let value = optionalDouble(&reader) else { return false }
+          staleDate = value
+          return mark(bit)
+        case "relevanceScore":
+          bit = 1 << 6
+          relevanceScore = reader.double()
+          return relevanceScore != nil && mark(bit)
+        case "lifecycle":
+          bit = 1 << 7
+          lifecycle = reader.string().flatMap(StoredLifecycle.init(rawValue:))
+          return lifecycle != nil && mark(bit)
+        case "startDate":
+          bit = 1 << 8
+          startDate = reader.double()
+          return startDate != nil && mark(bit)
+        case "endDate":
+          bit = 1 << 9
+          guard let value = optionalDouble(&reader) else { return false }
+          endDate = value
+          return mark(bit)
+        case "dismissalDate":
+          bit = 1 << 10
+          guard let value = optionalDouble(&reader) else { return false }
+          dismissalDate = value
+          return mark(bit)
+        case "pushType":
+          bit = 1 << 11
+          if reader.null() {
+            pushType = nil
+          } else {
+            guard let value = reader.string() else { return false }
+            pushType = value
+          }
+          return mark(bit)
+        case "revision":
+          bit = 1 << 12
+          revision = reader.integer(UInt64.self)
+          return revision != nil && mark(bit)
+        case "contentRevision":
+          bit = 1 << 13
+          contentRevision = reader.integer(UInt64.self)
+          return contentRevision != nil && mark(bit)
+        case "writerPID":
+          bit = 1 << 14
+          writerPID = reader.integer(Int32.self)
+          return writerPID != nil && mark(bit)
+        default:
+          return false  // a key of another version: JSONDecoder decides
+        }
+      }
+      guard complete, reader.atEnd(), let format, let id, let attributesType, let attributes, let contentState,
+        let relevanceScore, let lifecycle, let startDate, let revision, let contentRevision, let writerPID
+      else { return nil }
+      var record = ActivityRecord(
+        id: id, attributesType: attributesType, attributes: attributes, contentState: contentState,
+        staleDate: staleDate, relevanceScore: relevanceScore, startDate: startDate, pushType: pushType,
+        writerPID: writerPID)
+      record.format = format
+      record.lifecycle = lifecycle
+      record.endDate = endDate
+      record.dismissalDate = dismissalDate
+      record.revision = revision
+      record.contentRevision = contentRevision
+      return record
+    }
   }
 
   /// The rules every record follows.

@@ -1,6 +1,7 @@
 import FileCoordination
 import Foundation
 import Logging
+import Synchronization
 import SystemLayer
 
 /// The activities' files in the container, shared by the app, its widgets and `groupctl`:
@@ -32,6 +33,13 @@ package final class ActivityStore: Sendable {
   package let fileMode: mode_t
   /// The clock of this container's activities in this process (``ActivityClock/clock(for:)``).
   package let clock: ActivityClock
+  /// The lock file, opened read-only on first use and kept for the store's life (-1 until then). Opened for writing
+  /// and closed at every update, it made an `IN_CLOSE_WRITE` that woke every observer's watcher thread for nothing
+  /// (the record's rename is the one event an update should make), and cost two opens and a close. Guarded by
+  /// `serial`.
+  private let lockFile = Mutex<SystemFD?>(nil)
+  /// flock belongs to the open file description, which this store's threads share: they take turns here first.
+  private let serial = NSLock()
 
   /// Opens (creating the directory if needed) the activities of `container`.
   package init(container: GroupContainer) throws(ActivityError) {
@@ -148,23 +156,50 @@ package final class ActivityStore: Sendable {
     }
   }
 
-  /// Runs `body` holding the store's exclusive flock (a stable side file, never a record: records are replaced).
+  /// Runs `body` holding the store's exclusive flock (a stable side file, never a record: records are replaced),
+  /// after the other threads of this process that use this store.
   package func withLock<T>(_ body: () throws(ActivityError) -> T) throws(ActivityError) -> T {
+    serial.lock()
+    defer { serial.unlock() }
     let lock = try Self.system { () throws(FileSystemError) -> SystemFD in
-      let directory = try root.openDirectory(Self.directory)
-      defer { directory.close() }
-      let fd = try directory.openOrCreate(Self.lockName, mode: fileMode, size: 0)
-      guard try fd.status().kind == .regular else {
-        fd.close()
-        throw FileSystemError(
-          "open", directory.path + "/" + Self.lockName, .invalidArgument, reason: "not a regular file")
-      }
+      let fd = try lockDescriptor()
       try fd.lock(.exclusive)
       return fd
     }
-    defer { lock.close() }  // drops the flock
+    defer { lock.unlock() }
     return try body()
   }
+
+  /// The lock file's descriptor, opened (and the file made) on first use; opened again when the file was removed
+  /// meanwhile (a lock on a removed file excludes no one). Called with `serial` held.
+  private func lockDescriptor() throws(FileSystemError) -> SystemFD {
+    if let fd = lockFile.withLock({ $0 }) {
+      guard try fd.status().linkCount == 0 else { return fd }
+      fd.close()
+      lockFile.withLock { $0 = nil }
+    }
+    let directory = try root.openDirectory(Self.directory)
+    defer { directory.close() }
+    var fd: SystemFD
+    do throws(FileSystemError) {
+      fd = try directory.open(Self.lockName, [.readOnly, .exclusiveCreate], mode: fileMode)
+      do { try fd.setPermissions(fileMode) } catch {
+        fd.close()
+        throw error
+      }
+    } catch  where error.errno == .fileExists {
+      fd = try directory.open(Self.lockName, .readOnly)
+    }
+    guard try fd.status().kind == .regular else {
+      fd.close()
+      throw FileSystemError(
+        "open", directory.path + "/" + Self.lockName, .invalidArgument, reason: "not a regular file")
+    }
+    lockFile.withLock { $0 = fd }
+    return fd
+  }
+
+  deinit { lockFile.withLock { $0?.close() } }
 
   // MARK: The switch
 

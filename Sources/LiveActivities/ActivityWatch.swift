@@ -29,9 +29,13 @@ package struct ActivitySnapshot: Sendable {
 /// outside the framework. Time-driven changes (stale, the 8 hour end, dismissal) come from a timer set to the next
 /// deadline of the records in view, and from the clock file when a test clock is used (its directory is watched).
 ///
-/// Behavior: events are handled on one serial queue per observation, so snapshots of one activity arrive in the
-/// order their revisions were written; a snapshot is yielded when a record's revision or state differs from the
-/// last one yielded (several quick writes may coalesce into the newest). A queue overflow rescans everything.
+/// Behavior: a record's event is handled on the watcher thread itself — the record read, checked and handed to
+/// `deliver` there, with no queue in between (a hop to a queue, then to a task, then to the caller's task was
+/// three thread wake-ups per update, most of an observer's latency on two cores). Timers and rescans run on a queue
+/// of the observation's; one lock makes every look at a record and its delivery one step, so snapshots of one
+/// activity are delivered one at a time, in the order their revisions were written; a snapshot is delivered when a
+/// record's revision or state differs from the last one delivered (several quick writes may coalesce into the
+/// newest). A queue overflow rescans everything.
 package enum ActivityWatch {
   /// Snapshots of the activities (only `id`, or only those of `attributesType`) whenever they change. With
   /// `includeExisting`, first one snapshot of each activity as it is. The watch is in place when this returns.
@@ -39,17 +43,35 @@ package enum ActivityWatch {
     store: ActivityStore, id onlyID: String? = nil, attributesType: String? = nil, includeExisting: Bool
   ) throws(ActivityError) -> AsyncStream<ActivitySnapshot> {
     let (stream, continuation) = AsyncStream<ActivitySnapshot>.makeStream(bufferingPolicy: .unbounded)
+    let cancel = try observe(
+      store: store, id: onlyID, attributesType: attributesType, includeExisting: includeExisting
+    ) { continuation.yield($0) }
+    continuation.onTermination = { _ in cancel() }
+    return stream
+  }
+
+  /// Calls `deliver` with a snapshot of the activities (only `id`, or only those of `attributesType`) whenever one
+  /// changes — on the watcher thread for a write, on a queue of the observation's for the clock, never two at once —
+  /// until the returned cancel is called. With `includeExisting`, first one snapshot of each activity as it is,
+  /// before this returns. `deliver` must be quick (it holds up the process's watcher thread); it may cancel the
+  /// observation (a cancel only marks it stopped and asks the watcher to drop its watches).
+  package static func observe(
+    store: ActivityStore, id onlyID: String? = nil, attributesType: String? = nil, includeExisting: Bool,
+    deliver: @escaping @Sendable (ActivitySnapshot) -> Void
+  ) throws(ActivityError) -> @Sendable () -> Void {
     let queue = DispatchQueue(label: "GroupContainer.LiveActivities.watch")
     struct Seen {
       var last: [String: (revision: UInt64, state: ActivityState)] = [:]
       var records: [String: ActivityRecord] = [:]
       var timerGeneration: UInt64 = 0
-      var stopped = false
+      var timerDeadline: Double?
     }
     let seen = Mutex(Seen())
+    // Apart from `seen`: a cancel from inside `deliver` (a stream finished there) must not wait for the lock.
+    let stopped = Atomic<Bool>(false)
 
-    // On `queue` only.
-    @Sendable func look(_ id: String, emit: Bool) {
+    // Under `seen`'s lock: reads the record and delivers what changed.
+    @Sendable func look(_ id: String, emit: Bool, _ s: inout Seen) {
       if let onlyID, id != onlyID { return }
       let record: ActivityRecord?
       switch store.read(id) {
@@ -59,37 +81,41 @@ package enum ActivityWatch {
       }
       if let record, let attributesType, record.attributesType != attributesType { return }
       let state = record.map { ActivityRules.effective($0, now: store.now).state } ?? .dismissed
-      let changed = seen.withLock { s -> Bool in
-        if record == nil && s.last[id] == nil { return false }  // never seen (or not ours), gone: nothing to say
-        let revision = record?.revision ?? .max
-        defer {
-          s.last[id] = (revision, state)
-          s.records[id] = record
-        }
-        guard let last = s.last[id] else { return true }
-        return last.revision != revision || last.state != state
+      if record == nil && s.last[id] == nil { return }  // never seen (or not ours), gone: nothing to say
+      let revision = record?.revision ?? .max
+      let changed = s.last[id].map { $0.revision != revision || $0.state != state } ?? true
+      s.last[id] = (revision, state)
+      s.records[id] = record
+      if changed && emit && !stopped.load(ordering: .acquiring) {
+        deliver(ActivitySnapshot(id: id, record: record, state: state))
       }
-      if changed && emit { continuation.yield(ActivitySnapshot(id: id, record: record, state: state)) }
     }
     @Sendable func lookAll(emit: Bool) {
       let present = store.ids()
-      let known = seen.withLock { Array($0.last.keys) }
-      for id in Set(present).union(known).sorted() { look(id, emit: emit) }
-      schedule()
-    }
-    // The next time a state may change by the clock alone: look again then.
-    @Sendable func schedule() {
-      let now = store.now
-      let next = seen.withLock { s in s.records.values.compactMap { ActivityRules.nextChange($0, now: now) }.min() }
-      // Only the newest timer acts: an older one finds the generation moved on.
-      let generation = seen.withLock { s in
-        s.timerGeneration += 1
-        return s.timerGeneration
+      seen.withLock { s in
+        for id in Set(present).union(s.last.keys).sorted() { look(id, emit: emit, &s) }
+        schedule(&s)
       }
+    }
+    // The next time a state may change by the clock alone: look again then. Under `seen`'s lock; a timer already
+    // set for that time stays (re-arming at every update was a dispatch source per update).
+    @Sendable func schedule(_ s: inout Seen) {
+      let now = store.now
+      let next = s.records.values.compactMap { ActivityRules.nextChange($0, now: now) }.min()
+      guard next != s.timerDeadline else { return }
+      s.timerDeadline = next
+      // Only the newest timer acts: an older one finds the generation moved on.
+      s.timerGeneration += 1
+      let generation = s.timerGeneration
       guard let next else { return }
       // A test clock may stand still: at most an hour, and a little after the deadline (timers may fire early).
       queue.asyncAfter(deadline: .now() + min(next - now, 3600) + 0.002) {
-        guard seen.withLock({ !$0.stopped && $0.timerGeneration == generation }) else { return }
+        let current = seen.withLock { s in
+          guard s.timerGeneration == generation else { return false }
+          s.timerDeadline = nil  // fired: the next look sets a new one
+          return true
+        }
+        guard current, !stopped.load(ordering: .acquiring) else { return }
         lookAll(emit: true)
       }
     }
@@ -98,10 +124,11 @@ package enum ActivityWatch {
     do {
       tokens.append(
         try Watcher.shared.watch(store.absoluteDirectory) { event in
-          guard let id = ActivityRecordFormat.id(fromFileName: event.name) else { return }
-          queue.async {
-            look(id, emit: true)
-            schedule()
+          guard let id = ActivityRecordFormat.id(fromFileName: event.name), !stopped.load(ordering: .acquiring)
+          else { return }
+          seen.withLock { s in
+            look(id, emit: true, &s)
+            schedule(&s)
           }
         })
       if let file = store.clock.file {
@@ -117,12 +144,11 @@ package enum ActivityWatch {
     }
     tokens.append(Watcher.shared.onOverflow { queue.async { lookAll(emit: true) } })
     let watchTokens = tokens
-    queue.sync { lookAll(emit: includeExisting) }
-    continuation.onTermination = { _ in
+    lookAll(emit: includeExisting)
+    return {
+      guard !stopped.exchange(true, ordering: .acquiringAndReleasing) else { return }
       for token in watchTokens { Watcher.shared.cancel(token) }
-      seen.withLock { $0.stopped = true }
     }
-    return stream
   }
 
   /// Calls `handler` on a queue of its own whenever the file `name` of the activities directory is replaced or

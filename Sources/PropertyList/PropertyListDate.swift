@@ -59,6 +59,18 @@ public struct PropertyListDate: Sendable, Hashable, Comparable {
     return (year, month, day, rest / 3_600, rest % 3_600 / 60, rest % 60)
   }
 
+  /// `YYYY-MM-DDTHH:MM:SSZ` (UTC, fractional seconds dropped, as Apple's and Python's XML plists and
+  /// `ISO8601DateFormatter` write it); nil when not finite or outside years 1...9999.
+  public var iso8601: String? {
+    guard let parts = components else { return nil }
+    func pad(_ value: Int, _ width: Int) -> String {
+      let digits = String(value)
+      return String(repeating: "0", count: max(0, width - digits.count)) + digits
+    }
+    return "\(pad(parts.year, 4))-\(pad(parts.month, 2))-\(pad(parts.day, 2))T"
+      + "\(pad(parts.hour, 2)):\(pad(parts.minute, 2)):\(pad(parts.second, 2))Z"
+  }
+
   /// Orders chronologically.
   public static func < (lhs: PropertyListDate, rhs: PropertyListDate) -> Bool {
     lhs.secondsSinceReferenceDate < rhs.secondsSinceReferenceDate

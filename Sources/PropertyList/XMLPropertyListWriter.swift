@@ -147,17 +147,12 @@ private struct XMLWriter {
 
   /// `YYYY-MM-DDTHH:MM:SSZ`, fractional seconds dropped (as Apple and Python do).
   static func format(_ date: PropertyListDate) throws(PropertyListError) -> String {
-    guard let parts = date.components else {
+    guard let text = date.iso8601 else {
       throw .unsupported(
         "date \(date.secondsSinceReferenceDate) (seconds since 2001) is not finite or outside years 1...9999, so XML cannot hold it"
       )
     }
-    func pad(_ value: Int, _ width: Int) -> String {
-      let digits = String(value)
-      return String(repeating: "0", count: max(0, width - digits.count)) + digits
-    }
-    return "\(pad(parts.year, 4))-\(pad(parts.month, 2))-\(pad(parts.day, 2))T"
-      + "\(pad(parts.hour, 2)):\(pad(parts.minute, 2)):\(pad(parts.second, 2))Z"
+    return text
   }
 
   static func base64(_ bytes: [UInt8]) -> [UInt8] {

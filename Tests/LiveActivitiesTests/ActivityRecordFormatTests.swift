@@ -1,9 +1,15 @@
 import Foundation
 import LiveActivities
+import SystemLayer
 import TestSupport
 import Testing
 
-/// The record codec: the fuzz seed reads, round-trips, and the checks refuse what readers must not trust.
+/// The record codec: the fuzz seed reads, round-trips, and the checks refuse what readers must not trust. The
+/// hand-written reader and writer (ActivityJSON) agree with JSONDecoder and JSONEncoder, byte for byte.
+///
+/// Mutants these tests catch (each made once by hand, seen failing, restored): the writer keeping `.0` on whole
+/// doubles (`theHandWriterWritesJSONEncodersBytes`); a repeated key taken by the hand reader, the last one winning
+/// (`theHandReaderLeavesTheUnusualToJSONDecoder`).
 @Suite(.runSlot(.minutes(10))) struct ActivityRecordFormatTests {
   static let seedPath = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
     .appendingPathComponent("../../Fuzz/container-seeds/activity-record").standardizedFileURL.path
@@ -36,5 +42,148 @@ import Testing
     }
     #expect(throws: ActivityRecordFormat.Invalid.self) { try ActivityRecordFormat.decode([]) }
     #expect(throws: ActivityRecordFormat.Invalid.self) { try ActivityRecordFormat.decode(Array(bytes.prefix(40))) }
+  }
+
+  /// Random records with the values that trip JSON writers: escapes, control characters, non-ASCII keys, doubles of
+  /// every size, nested arrays and objects, absent optionals.
+  static func records(count: Int, seed: UInt64) -> [ActivityRecord] {
+    var rng = SplitMix64(seed: seed)
+    let pieces = [
+      "a", "Z", "\"", "\\", "/", "\n", "\t", "\u{1}", "\u{1f}", "\u{7f}", "é", "e\u{301}", "😀", "\u{2028}", " ", "10",
+      "9", "_",
+    ]
+    let doubles: [Double] = [
+      0, -0.0, 0.5, 1e-5, 1e21, 1e16, 1e15, 0.1, 1.7976931348623157e308, .leastNonzeroMagnitude, -2.5, 123456.789,
+    ]
+    func string() -> String {
+      (0..<Int.random(in: 0...4, using: &rng)).map { _ in pieces.randomElement(using: &rng)! }.joined()
+    }
+    func double() -> Double {
+      if Bool.random(using: &rng) { return doubles.randomElement(using: &rng)! }
+      let d = Double(bitPattern: rng.next())
+      return d.isFinite ? d : 1.25
+    }
+    func value(_ depth: Int) -> JSONValue {
+      switch Int.random(in: 0..<(depth < 3 ? 8 : 6), using: &rng) {
+      case 0: return .null
+      case 1: return .bool(Bool.random(using: &rng))
+      case 2: return .integer(Int64(bitPattern: rng.next()) >> Int64.random(in: 0..<63, using: &rng))
+      case 3: return .double(double())
+      case 4, 5: return .string(string())
+      case 6: return .array((0..<Int.random(in: 0...3, using: &rng)).map { _ in value(depth + 1) })
+      default:
+        var object: [String: JSONValue] = [:]
+        for _ in 0..<Int.random(in: 0...4, using: &rng) { object[string()] = value(depth + 1) }
+        return .object(object)
+      }
+    }
+    return (0..<count).map { _ in
+      var r = ActivityRecord(
+        id: UUID().uuidString, attributesType: "Type" + string(), attributes: value(1), contentState: value(0),
+        staleDate: Bool.random(using: &rng) ? double() : nil, relevanceScore: double(), startDate: double(),
+        pushType: Bool.random(using: &rng) ? string() : nil, writerPID: Int32.random(in: 1...Int32.max, using: &rng))
+      r.revision = rng.next() >> 1
+      r.contentRevision = r.revision >> 3
+      if Bool.random(using: &rng) {
+        r.lifecycle = .ended
+        r.endDate = double()
+        r.dismissalDate = double()
+      }
+      return r
+    }
+  }
+
+  @Test func theHandWriterWritesJSONEncodersBytes() throws {
+    for record in Self.records(count: 400, seed: 37) {
+      let hand = try ActivityRecordFormat.encode(record)
+      #expect(
+        hand == (try ActivityRecordFormat.encodeWithFoundation(record)), "\(String(decoding: hand, as: UTF8.self))")
+      #expect(
+        Array(record.contentState.jsonText.utf8) == Array(try ActivityRecordFormat.encoder.encode(record.contentState)))
+    }
+  }
+
+  @Test func theHandReaderReadsWhatJSONDecoderReads() throws {
+    for record in Self.records(count: 400, seed: 38) {
+      let bytes = try ActivityRecordFormat.encode(record)
+      let hand = ActivityRecordFormat.decodeByHand(bytes)
+      #expect(hand != nil, "the hand route gave up on \(String(decoding: bytes, as: UTF8.self))")
+      #expect(hand == (try ActivityRecordFormat.decodeWithFoundation(bytes)))
+      let state = Array(record.contentState.jsonText.utf8)
+      #expect(ActivityJSON.decode(state) == (try JSONDecoder().decode(JSONValue.self, from: Data(state))))
+    }
+  }
+
+  /// What the hand route leaves to JSONDecoder, and what both refuse: the answer is JSONDecoder's.
+  @Test func theHandReaderLeavesTheUnusualToJSONDecoder() throws {
+    let bytes = Array(try Data(contentsOf: URL(fileURLWithPath: Self.seedPath)).dropFirst())
+    let text = String(decoding: bytes, as: UTF8.self)
+    let likes = #""awayLikes":3"#
+    let variants = [
+      text.replacingOccurrences(of: #""revision":7"#, with: #""revision":7.0"#),  // JSONDecoder reads 7.0 as 7
+      text.replacingOccurrences(of: #""format":1"#, with: #""format":1,"future":[1,{"a":null}]"#),  // a later key
+      // Repeated: JSONDecoder keeps the first.
+      text.replacingOccurrences(of: #""revision":7"#, with: #""revision":7,"revision":8"#),
+      text.replacingOccurrences(of: likes, with: #""awayLikes":3.5,"x":"\ud83d\ude00\u00e9\/""#),
+      text.replacingOccurrences(of: likes, with: #""awayLikes":"\ud800""#),  // a lone surrogate
+      text.replacingOccurrences(of: likes, with: #""awayLikes":1e400"#),
+      text.replacingOccurrences(of: likes, with: #""awayLikes":1e-400"#),
+      text.replacingOccurrences(of: likes, with: #""awayLikes":123456789012345678.0"#),
+      text.replacingOccurrences(of: likes, with: #""awayLikes":1.5e0"#),
+      text.replacingOccurrences(of: likes, with: #""awayLikes":01"#),
+      text.replacingOccurrences(of: likes, with: "\"awayLikes\":\"a\tb\""),
+      text.replacingOccurrences(of: likes, with: #""awayLikes":[1,]"#),
+      text.replacingOccurrences(
+        of: likes, with: #""awayLikes":"# + String(repeating: "[", count: 200) + String(repeating: "]", count: 200)),
+      " \n" + text + " \n\n", text + "x",
+    ]
+    for variant in variants {
+      let bytes = Array(variant.utf8)
+      let foundation = try? ActivityRecordFormat.decodeWithFoundation(bytes)
+      if let hand = ActivityRecordFormat.decodeByHand(bytes) { #expect(hand == foundation, "\(variant)") }
+      let valid = foundation.map { record in (try? ActivityRecordFormat.validate(record)) != nil } ?? false
+      #expect((try? ActivityRecordFormat.decode(bytes)) == (valid ? foundation : nil), "\(variant)")
+    }
+  }
+
+  /// The fuzz harness's check on the committed corpus and on byte-level mutations of the seed: whatever the hand
+  /// route reads, JSONDecoder reads to the same record and JSON value.
+  @Test func theHandRouteAgreesWithFoundationOnTheCorpusAndMutations() throws {
+    let corpus = URL(fileURLWithPath: Self.seedPath).deletingLastPathComponent()
+      .appendingPathComponent("../corpora/ContainerFilesFuzz").standardizedFileURL
+    var inputs: [[UInt8]] = []
+    for name in try FileManager.default.contentsOfDirectory(atPath: corpus.path) {
+      let bytes = Array(try Data(contentsOf: corpus.appendingPathComponent(name)))
+      if let first = bytes.first, first % 9 == 4 { inputs.append(Array(bytes.dropFirst())) }
+    }
+    let seed = Array(try Data(contentsOf: URL(fileURLWithPath: Self.seedPath)).dropFirst())
+    var rng = SplitMix64(seed: 3)
+    let alphabet = Array(#"{}[]",:0123456789.eE+-\u/"bfnrt tfn"#.utf8) + [0x00, 0x1f, 0x7f, 0xc3, 0xa9, 0xff]
+    for _ in 0..<3000 {
+      var bytes = seed
+      for _ in 0..<Int.random(in: 1...3, using: &rng) {
+        let at = Int.random(in: 0..<bytes.count, using: &rng)
+        switch Int.random(in: 0..<3, using: &rng) {
+        case 0: bytes[at] = alphabet.randomElement(using: &rng)!
+        case 1: bytes.insert(alphabet.randomElement(using: &rng)!, at: at)
+        default: bytes.remove(at: at)
+        }
+      }
+      inputs.append(bytes)
+    }
+    var agreed = 0
+    for bytes in inputs {
+      if let hand = ActivityRecordFormat.decodeByHand(bytes) {
+        #expect(
+          hand == (try? ActivityRecordFormat.decodeWithFoundation(bytes)), "\(String(decoding: bytes, as: UTF8.self))")
+        agreed += 1
+      }
+      if let hand = ActivityJSON.decode(bytes) {
+        #expect(
+          hand == (try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))),
+          "\(String(decoding: bytes, as: UTF8.self))")
+      }
+    }
+    #expect(agreed > 100)  // the hand route did read most of what is well formed
   }
 }
