@@ -34,7 +34,11 @@ import Testing
       if event.name == "marker" { break }
       seen.append("\(event.name) 0x\(String(event.mask, radix: 16))")
     }
-    #expect(seen == Array(repeating: "\(activity.id).activity 0x80", count: 5))  // IN_MOVED_TO, nothing else
+    // IN_MOVED_TO of the record, nothing else (no lock-file close, no temp file). One per update on a quiet machine;
+    // in a loaded parallel run 3 of 5 were seen once (a Watcher shared with other tests' watches), so the count
+    // is bounded, not exact: what this test is about is that no other event comes.
+    #expect(!seen.isEmpty && seen.count <= 5, "\(seen)")
+    #expect(seen.allSatisfy { $0 == "\(activity.id).activity 0x80" }, "\(seen)")
   }
 
   @Test func threadsOfOneProcessLoseNoUpdate() async throws {
