@@ -1,8 +1,8 @@
 # The two commands of the README: `make demo` and `make test`. `make bench` runs the benchmarks.
 SWIFT ?= swift
 
-.PHONY: deps build test test-long test-under-load doc-check lint demo bench bench-check bench-thresholds fuzz \
-  fuzz-check fuzz-merge
+.PHONY: deps build test test-long test-under-load doc-check lint demo bench static-reader bench-check \
+  bench-thresholds fuzz fuzz-check fuzz-merge
 
 # libinotifytools (Debian: libinotifytools0-dev) is the one system library the package's libraries link; libpng and
 # libjpeg-turbo (libpng-dev, libjpeg62-turbo-dev) decode the video widget example's thumbnails (the Examples package
@@ -138,9 +138,17 @@ demo: build
 	bash scripts/demo.sh
 
 # aria2 is the download benchmarks' peer (`aria2c -j16`).
-bench: deps
+bench: deps static-reader
 	@command -v aria2c >/dev/null 2>&1 || { SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; $$SUDO apt-get install -y -qq aria2; }
 	cd Benchmarks && $(SWIFT) package --allow-writing-to-package-directory benchmark
+
+# The memory rows' reader of DefaultsBenchmarks (`gc-bench-defaults-reader`, an app of shared defaults only) linked
+# fully static, in its own build directory: what such an app pays without the shared libraries' pages (see
+# ThePressurePolicy). The benchmark executables themselves cannot be linked so (package-benchmark's malloc
+# interposer is a shared object). A release build of the libraries: several minutes from clean.
+static-reader: deps
+	cd Benchmarks && $(SWIFT) build -c release --static-swift-stdlib -Xswiftc -static-executable \
+	  --product gc-bench-defaults-reader --scratch-path .build/static
 
 # Allocations per operation (issue #37 item 7; system calls per operation are checked in `make test` by
 # SyscallThresholdsTests): Benchmarks/AllocationBenchmarks against the p90 thresholds in Benchmarks/Thresholds/

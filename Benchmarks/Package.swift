@@ -58,11 +58,22 @@ let package = Package(
         .product(name: "Benchmark", package: "benchmark"),
         .product(name: "GroupContainer", package: rootIdentity),
         .product(name: "groupctl", package: rootIdentity),  // the 4-process benchmark runs its stress writers
+        "gc-bench-defaults-reader",  // not imported either: the memory rows' reader
       ],
       path: "DefaultsBenchmarks",
       swiftSettings: [.swiftLanguageMode(.v6)],
       plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
     ),
+    // An app that uses only shared defaults (DefaultsReader/main.swift): no package-benchmark, so `make static-reader`
+    // can also link it fully static.
+    .executableTarget(
+      name: "gc-bench-defaults-reader",
+      dependencies: [
+        .product(name: "SharedDefaults", package: rootIdentity),
+        .product(name: "FileCoordination", package: rootIdentity),
+      ],
+      path: "DefaultsReader",
+      swiftSettings: [.swiftLanguageMode(.v6)]),
     .executableTarget(
       name: "ImageCacheBenchmarks",
       dependencies: [

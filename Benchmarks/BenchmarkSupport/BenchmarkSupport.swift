@@ -40,6 +40,10 @@ public func removeTree(_ path: String?) {
   try? FileManager.default.removeItem(atPath: path)
 }
 
+/// The root package's directory: this file is <root>/Benchmarks/BenchmarkSupport/BenchmarkSupport.swift.
+private let rootPackage = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+  .deletingLastPathComponent().path
+
 /// `groupctl` for "the other process": `$GROUPCTL`; the one built next to this benchmark executable (the
 /// benchmark targets list it as a dependency, so it is built in the same configuration); else the root's builds.
 public func locateGroupctl() throws -> String {
@@ -52,15 +56,31 @@ public func locateGroupctl() throws -> String {
   if let exe = try? fm.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
     candidates.append((exe as NSString).deletingLastPathComponent + "/groupctl")
   }
-  // <root>/Benchmarks/BenchmarkSupport/BenchmarkSupport.swift
-  let rootPackage = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-    .deletingLastPathComponent().path
   candidates += [rootPackage + "/.build/release/groupctl", rootPackage + "/.build/debug/groupctl"]
   guard let found = candidates.first(where: { fm.isExecutableFile(atPath: $0) }) else {
     let tried = candidates.joined(separator: ", ")
     throw BenchmarkSetupError("groupctl not found (tried \(tried)): set GROUPCTL or `swift build --product groupctl`")
   }
   return found
+}
+
+/// The memory rows' reader, `gc-bench-defaults-reader`: linked fully static (`make static-reader`, built in
+/// Benchmarks/.build/static), or as the benchmarks are, beside this executable. package-benchmark's malloc
+/// interposer is a shared object, so the benchmark targets themselves cannot be linked statically.
+public func locateDefaultsReader(linkedStatically: Bool) throws -> String {
+  let fm = FileManager.default
+  let path: String
+  if linkedStatically {
+    path = rootPackage + "/Benchmarks/.build/static/release/gc-bench-defaults-reader"
+  } else {
+    let exe = (try? fm.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? ""
+    path = (exe as NSString).deletingLastPathComponent + "/gc-bench-defaults-reader"
+  }
+  guard fm.isExecutableFile(atPath: path) else {
+    throw BenchmarkSetupError(
+      "no \(path)" + (linkedStatically ? ": run `make static-reader` at the root" : ": build the Benchmarks package"))
+  }
+  return path
 }
 
 /// Calls `body` with the Unix socket address of `path` (for `bind` and `connect`); nil when `path` does not fit.

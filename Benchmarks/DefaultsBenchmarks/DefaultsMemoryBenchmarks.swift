@@ -13,6 +13,12 @@
 //                                             the slowest of its 10 reads (the first, which opens the suite)
 //   10 reads in a new process (100,000 keys, writer exited without synchronize)   the same after a writer that
 //                                             left its journal past the last compaction (422 KB for 100,000 keys)
+//   10 reads in a new process (… keys, an app of shared defaults only) / (…, that app linked statically)
+//                                             the same reads by `gc-bench-defaults-reader` (DefaultsReader/), which
+//                                             links SharedDefaults alone, as the benchmarks are linked or fully static
+//                                             (`make static-reader`): what such an app pays, the issue's comparison
+//                                             with MMKV (13.8 MB there, measured outside this package; the 10-key row
+//                                             is each reader's floor)
 //   six 60 MB values: the writer / a reader   the writer sets them and synchronizes; the reader reads one and the
 //                                             whole suite; peak resident memory as a share of the values' bytes
 //                                             (goal: ≤ 300 %)
@@ -55,13 +61,28 @@ func defaultsMemoryBenchmarks() {
   let once = Benchmark.Configuration(
     metrics: [resident, slowest], timeUnits: .milliseconds, warmupIterations: 1, maxDuration: .seconds(20),
     maxIterations: 10)
-  for (keys, synchronized) in [(10, true), (100_000, true), (100_000, false)] {
+  // Who reads: groupctl (the rows' first figures), or an app of shared defaults only, linked as the benchmarks are
+  // or fully static.
+  enum Reader { case groupctl, app, appLinkedStatically }
+  let rows: [(Int, Bool, Reader)] = [
+    (10, true, .groupctl), (100_000, true, .groupctl), (100_000, false, .groupctl),
+    (10, true, .app), (100_000, true, .app), (10, true, .appLinkedStatically), (100_000, true, .appLinkedStatically),
+  ]
+  for (keys, synchronized, reader) in rows {
     let suite = Suite(name: "few")
     let left = synchronized ? "" : ", writer exited without synchronize"
-    Benchmark("10 reads in a new process (\(keys.formatted()) keys\(left))", configuration: once) { benchmark in
+    let by = [
+      .groupctl: "", .app: ", an app of shared defaults only", .appLinkedStatically: ", that app linked statically",
+    ][reader]!
+    Benchmark("10 reads in a new process (\(keys.formatted()) keys\(left)\(by))", configuration: once) { benchmark in
       for _ in benchmark.scaledIterations {
-        let text = try runGroupctl(
-          suite, ["stress", "defaults-reader", "--once", "--reads", "10", "--keys", "\(keys)", "--print-peak-memory"])
+        let text =
+          reader == .groupctl
+          ? try runGroupctl(
+            suite, ["stress", "defaults-reader", "--once", "--reads", "10", "--keys", "\(keys)", "--print-peak-memory"])
+          : try runToEnd(
+            locateDefaultsReader(linkedStatically: reader == .appLinkedStatically),
+            [suite.identifier, suite.name, suite.root!, "\(keys)"])
         guard let peakKB = field(text, "peak_rss_kb"), let worst = field(text, "max_us"), field(text, "found") == 10
         else { throw BenchmarkSetupError("defaults-reader: \(text)") }
         benchmark.measurement(resident, peakKB)
@@ -150,12 +171,19 @@ extension Suite {
 
 /// `groupctl <arguments> <group> --suite … --root …` run to its end; returns its standard output.
 func runGroupctl(_ suite: Suite, _ arguments: [String]) throws -> String {
-  let child = Process()
-  child.executableURL = URL(fileURLWithPath: try locateGroupctl())
   let at = arguments.firstIndex { $0.hasPrefix("-") } ?? arguments.count
-  child.arguments =
-    Array(arguments[..<at]) + [suite.identifier] + Array(arguments[at...])
-    + ["--suite", suite.name, "--root", suite.root!]
+  return try runToEnd(
+    try locateGroupctl(),
+    Array(arguments[..<at]) + [suite.identifier] + Array(arguments[at...]) + [
+      "--suite", suite.name, "--root", suite.root!,
+    ])
+}
+
+/// `executable` with `arguments` run to its end; returns its standard output (throws unless it exits with 0).
+func runToEnd(_ executable: String, _ arguments: [String]) throws -> String {
+  let child = Process()
+  child.executableURL = URL(fileURLWithPath: executable)
+  child.arguments = arguments
   let output = Pipe()
   child.standardOutput = output
   try child.run()
@@ -163,7 +191,7 @@ func runGroupctl(_ suite: Suite, _ arguments: [String]) throws -> String {
   child.waitUntilExit()
   guard child.terminationStatus == 0 else {
     throw BenchmarkSetupError(
-      "groupctl \(arguments.joined(separator: " ")) exited with \(child.terminationStatus): \(text)")
+      "\(executable) \(arguments.joined(separator: " ")) exited with \(child.terminationStatus): \(text)")
   }
   return text
 }
