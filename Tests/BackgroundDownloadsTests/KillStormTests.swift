@@ -101,14 +101,8 @@ import Testing
       ["stress", "storm", Self.group, "--root", root.path, "--seconds", "5"], timeout: 120)
     #expect(run.status == 1 && run.errors.contains("Too many levels of symbolic links"), "\(run.output) \(run.errors)")
     // The processes of this run still alive (their command line names its root), killed here once reported.
-    let left = ((try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []).compactMap {
-      name -> (Int32, String)? in
-      guard let pid = Int32(name), let line = try? String(contentsOfFile: "/proc/\(name)/cmdline", encoding: .utf8),
-        line.contains(root.path)
-      else { return nil }
-      return (pid, line.replacingOccurrences(of: "\0", with: " "))
-    }
-    #expect(left.isEmpty, "left running: \(left.map(\.1))")
+    let left = processes(commandLineContaining: root.path)
+    #expect(left.isEmpty, "left running: \(left.map(\.commandLine))")
     for (pid, _) in left { kill(pid, SIGKILL) }
   }
 
