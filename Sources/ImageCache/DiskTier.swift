@@ -1,4 +1,3 @@
-import Atomics
 import FileCoordination
 import Foundation
 import Logging
@@ -43,8 +42,10 @@ final class DiskTier: Sendable {
   private var countersPath: String { root.path + "/" + Self.privateCaches + "/" + CacheCounters.fileName(of: name) }
   private static let privateCaches = CoordinationPaths.caches
   private let trimming = Mutex(false)
-  /// Per-process generations: removals this process learnt of through inotify.
-  private let localGenerations: [ManagedAtomic<UInt64>] = (0..<DiskTier.shardCount).map { _ in ManagedAtomic(0) }
+  /// Per-process generations: removals this process learnt of through inotify. Inline (one allocation with the tier);
+  /// the count is CacheCounters' shard count, checked in `init`.
+  private typealias LocalGenerations = InlineArray<256, Atomic<UInt64>>
+  private let localGenerations = LocalGenerations { _ in Atomic(0) }
   private let watch = Mutex<Watcher.Token?>(nil)
   /// Entry files whose image checksum this process verified, by inode, with the change time and size they had:
   /// while the kernel's change time has not moved, the bytes are those verified, and a hit skips the checksum (it
@@ -62,6 +63,7 @@ final class DiskTier: Sendable {
   }
 
   init(name: String, container: GroupContainer) throws(ImageCacheError) {
+    assert(LocalGenerations.count == Self.shardCount, "one local generation per shard")
     self.name = name
     self.container = container
     relativePath = "Library/Caches/" + name
@@ -187,9 +189,9 @@ final class DiskTier: Sendable {
 
   func invalidateLocally(shard: Int? = nil) {
     if let shard {
-      localGenerations[shard].wrappingIncrement(ordering: .releasing)
+      localGenerations[shard].wrappingAdd(1, ordering: .releasing)
     } else {
-      for generation in localGenerations { generation.wrappingIncrement(ordering: .releasing) }
+      for shard in localGenerations.indices { localGenerations[shard].wrappingAdd(1, ordering: .releasing) }
     }
   }
 

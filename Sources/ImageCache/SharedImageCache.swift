@@ -1,4 +1,3 @@
-import Atomics
 import Dispatch
 import FileCoordination
 import Foundation
@@ -153,7 +152,7 @@ public final class SharedImageCache: Sendable {
     let stamp: DiskTier.Stamp
     let expiresAt: Int64
     /// When this process last recorded the entry's use on disk.
-    let recorded: ManagedAtomic<Int64>
+    let recorded: Atomic<Int64>
     /// What an `ImageDecoder` made of the image, and its cost (counted with the bytes).
     let decoded: (any Sendable)?
     let decodedCost: Int
@@ -167,7 +166,7 @@ public final class SharedImageCache: Sendable {
       self.shard = shard
       self.stamp = stamp
       self.expiresAt = expiresAt
-      self.recorded = ManagedAtomic(recorded)
+      self.recorded = Atomic(recorded)
       self.decoded = decoded
       self.decodedCost = decodedCost
     }
@@ -197,10 +196,10 @@ public final class SharedImageCache: Sendable {
   let disk: DiskTier
   let memory: MemoryCache<ByteKey, MemoryEntry>
   private let work: DispatchQueue
-  private let trimScheduled = ManagedAtomic(false)
-  private let memoryHits = ManagedAtomic(0)
-  private let diskHits = ManagedAtomic(0)
-  private let misses = ManagedAtomic(0)
+  private let trimScheduled = Atomic(false)
+  private let memoryHits = Atomic(0)
+  private let diskHits = Atomic(0)
+  private let misses = Atomic(0)
   /// `limits.recencyGranularity` in nanoseconds, worked out once: a memory hit compares with it.
   private let granularity: Int64
   /// The low-memory policy's hold on this cache: memory warnings trim the memory tier, low disk space the disk.
@@ -371,7 +370,7 @@ public final class SharedImageCache: Sendable {
     {
       disk.touch(name: entry.name)
     }
-    memoryHits.wrappingIncrement(ordering: .relaxed)
+    memoryHits.wrappingAdd(1, ordering: .relaxed)
     return entry
   }
 
@@ -384,14 +383,14 @@ public final class SharedImageCache: Sendable {
     switch try disk.read(key: key, name: name, now: now, maximumBytes: limits.maximumImageBytes) {
     case .missing:
       memory.removeObject(forKey: ByteKey(key))
-      misses.wrappingIncrement(ordering: .relaxed)
+      misses.wrappingAdd(1, ordering: .relaxed)
       return nil
     case .found(let found):
       if now - found.modified > granularity { disk.touch(name: name) }
       let entry = MemoryEntry(
         image: found.image, name: name, shard: shard, stamp: stamp, expiresAt: found.header.expiresAt, recorded: now)
       memory.setObject(entry, forKey: ByteKey(key), cost: found.image.data.count)
-      diskHits.wrappingIncrement(ordering: .relaxed)
+      diskHits.wrappingAdd(1, ordering: .relaxed)
       return found.image
     }
   }

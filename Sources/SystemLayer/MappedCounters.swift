@@ -2,6 +2,7 @@ import Atomics
 import Foundation
 import Glibc
 import Logging
+import Synchronization
 import SystemPackage
 
 /// A small file of 64-bit counters shared by every process through a `SharedFileMapping`: reading one costs no
@@ -30,7 +31,7 @@ package final class MappedCounters: @unchecked Sendable {  // `healing` serializ
   private let mapping: SharedFileMapping
   package var path: String { mapping.path }
   /// The guard's fault count when this instance last checked (or healed).
-  private let seenFaults = ManagedAtomic<UInt32>(0)
+  private let seenFaults = Atomic<UInt32>(0)
   private let healing = NSLock()
 
   /// Maps the counter file already open (read-write) as `fd`, which the counters now own: for a file opened
@@ -146,7 +147,7 @@ package final class MappedCounters: @unchecked Sendable {  // `healing` serializ
   /// be moved after it. The second load of a seqlock read: if the counter is unchanged, what was read in between
   /// was not written over.
   package func loadAfterFence(_ index: Int) -> UInt64 {
-    atomicMemoryFence(ordering: .acquiring)
+    Atomics.atomicMemoryFence(ordering: .acquiring)
     return load(index)
   }
 
