@@ -172,6 +172,7 @@ import TestImageKit
     let memoryCache = try SharedImageCache(name: cacheName, container: container, limits: limits)
     let template = try CachedImage(data: TestPNG.make(width: 720, height: 720, seed: 1))
     try memoryCache.store(template, forKey: "k")
+    say("image \(template.data.count)")
     let stamp = memoryCache.disk.stamp(shard: 0)
     var reports = 0
     var peak = 0
