@@ -66,9 +66,10 @@ package final class InotifyTools: Sendable {
       _ = Glibc.close(expected)
       guard expected < selectLimit else {
         throw FileSystemError(
-          "inotify_init", "", .tooManyOpenFiles,
-          reason: "its descriptor would be \(expected), and libinotifytools waits with select(), which takes none "
-            + "≥ \(selectLimit) (FD_SETSIZE): start watching before the process has \(selectLimit) descriptors open")
+          "select", "", .tooManyOpenFiles,
+          reason: "libinotifytools waits with select(), which takes no descriptor ≥ \(selectLimit) (FD_SETSIZE), and "
+            + "the inotify instance would get \(expected): start watching before the process has \(selectLimit) "
+            + "descriptors open")
       }
       guard inotifytools_initialize() != 0 else {
         throw FileSystemError("inotify_init", "", Errno(rawValue: inotifytools_error()))
