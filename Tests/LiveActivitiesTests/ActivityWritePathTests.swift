@@ -14,6 +14,8 @@ import Testing
 /// - The lock file opened read-write and closed at every update (as before): `anUpdateByAnotherProcessIsOneEvent`
 ///   sees an `IN_CLOSE_WRITE` of `lock` per update.
 /// - The record's temp file made beside it (no staging directory): the same test sees the temp file's events.
+/// - The record replaced twice per update: the same test sees two `IN_MOVED_TO` for most updates (each update's events
+///   are read before the next begins; read at the end, the kernel's merging of unread ones could hide it).
 /// - No in-process turn before the flock (`serial` not taken): `threadsOfOneProcessLoseNoUpdate` loses increments
 ///   (flock on one open file description excludes nothing).
 /// - The removed lock file not noticed (no link-count check): `aRemovedLockFileIsMadeAgain` finds no lock file.
