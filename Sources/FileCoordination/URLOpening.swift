@@ -363,10 +363,16 @@ final class URLHandlers: @unchecked Sendable {  // `handler` and `requestHandler
     }
   }
 
-  /// Live processes handling `scheme` on `channel`, reaping the dead.
-  func liveHandlers(of scheme: String, _ channel: DeliveryChannel = .url) -> [ProcessName] {
+  /// Live processes handling `scheme` on `channel`, reaping the dead. Throws when the handlers' directory cannot be
+  /// read (an I/O error, no descriptor left), but not when it does not exist: taking a failed read for "none runs"
+  /// launched another copy of the app, and the error then named the launch, not what failed.
+  func liveHandlers(of scheme: String, _ channel: DeliveryChannel = .url) throws(FileSystemError) -> [ProcessName] {
     let prefix = channel.markerPrefix + scheme + "."
-    return ((try? FileSystem.listDirectory(handlersDirectory)) ?? []).compactMap { name -> ProcessName? in
+    var names: [String] = []
+    do {
+      names = try FileSystem.listDirectory(handlersDirectory)
+    } catch let failure where failure.errno == .noSuchFileOrDirectory {}
+    return names.compactMap { name -> ProcessName? in
       guard name.hasPrefix(prefix), let process = ProcessName(name.dropFirst(prefix.count)) else { return nil }
       return space.isAlive(process) ? process : nil
     }
@@ -459,7 +465,7 @@ final class URLHandlers: @unchecked Sendable {  // `handler` and `requestHandler
     what: String, timeout: Duration
   ) async throws -> Delivered {
     guard let registration = try registration(for: scheme) else { throw OpenURLError.unknownScheme(scheme) }
-    var target = liveHandlers(of: scheme, channel).first
+    var target = try liveHandlers(of: scheme, channel).first
     if target == nil {
       // A program that vanished since it was registered: say so (posix_spawn's errno alone would not say why).
       if let problem = ProcessSpawn.executableProblem(registration.executable) {
@@ -494,7 +500,7 @@ final class URLHandlers: @unchecked Sendable {  // `handler` and `requestHandler
             what, reason: "it installed no \(channel == .url ? "URL" : "request") handler within \(timeout)")
         }
         try await Task.sleep(for: .milliseconds(10))
-        target = liveHandlers(of: scheme, channel).first
+        target = try liveHandlers(of: scheme, channel).first
       }
     }
     var message = message

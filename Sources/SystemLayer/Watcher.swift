@@ -1,4 +1,3 @@
-import CInotifyTools
 import Foundation
 import Glibc
 import Logging
@@ -7,17 +6,15 @@ import SystemPackage
 
 /// The process-wide inotify thread.
 ///
-/// libinotifytools keeps global, non-thread-safe state and returns events in static buffers, and it never exposes
-/// its descriptor. So exactly one thread ever calls it: this one. Other threads queue requests and wake it by
-/// writing to a pipe that it watches (inotify reports IN_MODIFY on pipes; memfds stay silent). Events are copied
-/// out before the next library call and routed by watch descriptor to handlers, which run on this thread and
-/// must return quickly (hand work to a queue).
+/// libinotifytools keeps global, non-thread-safe state and returns events in static buffers: exactly one thread ever
+/// calls it, this one, through its backend (`InotifyTools`: add, remove and read watches). Other threads queue
+/// requests and wake it through the backend's eventfd. Events are copied out before the next library call and
+/// routed by watch descriptor to handlers, which run on this thread and must return quickly (hand work to a queue).
 ///
 /// The thread also serves other descriptors (`watchReadable`: the inbox's datagram socket, MessageProtocol.swift),
 /// so that what they deliver and the inotify events are handled on one thread, in causal order: before each
 /// inotify event it runs their handlers, so a datagram sent before a change is always handled before that change's
-/// event. Waiting on both needs the library's descriptor, which it keeps to itself: it is found once, in
-/// `/proc/self/fdinfo`, as the inotify descriptor that watches the wake pipe (`findInotifyDescriptor`).
+/// event. It waits on all of them, the inotify instance and the wake-up in one `poll`.
 package final class Watcher: @unchecked Sendable {  // mutable state lives in `state` (a Mutex) or on the thread
   /// One inotify event, copied out of the library's static buffer.
   package struct Event: Sendable {
@@ -59,7 +56,7 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
 
   private enum Request {
     case add(
-      path: String, mask: UInt32, token: Token, handler: Handler, resolvedNow: Bool = false,
+      path: String, mask: UInt32, token: Token, handler: Handler,
       reply: @Sendable (Result<Void, FileSystemError>) -> Void)
     case remove(Token)
     case addReadable(fd: Int32, token: Token, handler: @Sendable () -> Void)
@@ -78,16 +75,19 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
     var quietUntil: UInt64 = 0
     /// The inotify queue was polled since the last quiet began: only then may another begin.
     var queuePolled = true
+    /// `stop` was called: the thread ends its turn, and requests are refused.
+    var stopping = false
   }
 
   private let state = Mutex(State())
-  private let wakeWrite: Int32
-  private let wakeRead: Int32
+  /// libinotifytools' instance and the thread's wake-up; nil when watching is unavailable (`startError`).
+  private let backend: InotifyTools?
   private let startError: FileSystemError?
   private nonisolated(unsafe) var threadID = pthread_t()
+  /// Signalled when the thread has ended (`stop`).
+  private let ended = DispatchSemaphore(value: 0)
 
   // Owned by the watcher thread only.
-  private var watchesByPath: [String: Int32] = [:]
   /// inotify keeps one mask per inode, so a watch asks for the union of its handlers' masks.
   private var handlersByWD: [Int32: [Token: (mask: UInt32, handler: Handler)]] = [:]
   private var pathByWD: [Int32: String] = [:]
@@ -96,10 +96,6 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
   private var readables: [(token: Token, fd: Int32, handler: @Sendable () -> Void)] = [] {
     didSet { polled = [] }  // made again from `readables` on the next wait (a swap keeps the count)
   }
-  /// The library's inotify descriptor, or -1 when it could not be found (then nothing else can be served).
-  private let inotifyFD: Int32
-  /// `/proc/self/fd/<n>` of a pipe nothing else watches or writes: markers are watches of it (`afterQueuedEvents`).
-  private let markerPath: String
   /// Bodies by the watch descriptor of their marker (owned by the watcher thread).
   private var markers: [Int32: [@Sendable () -> Void]] = [:]
   /// `afterQueuedEvents` bodies taken by the watcher thread, waiting to see the queue empty (or for their marker,
@@ -120,36 +116,27 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
   private let reading = Atomic<UInt64>(0)
 
   private init() {
-    var fds: [Int32] = [-1, -1]
-    var markerFDs: [Int32] = [-1, -1]
+    var backend: InotifyTools?
     var error: FileSystemError?
-    // Initialise before the process opens many files: a descriptor ≥ 1024 aborts inside select().
+    // Initialise before the process opens many files: the library's select() cannot wait on a descriptor ≥ 1024.
     if Self.simulatesNoInstance {
       // Tests: behave as a process whose user has no inotify instance left, without using them all up (the
       // limit is per user: exhausting it would break every other process of the user on this machine).
       error = FileSystemError("inotify_init", "", .tooManyOpenFiles)
-    } else if inotifytools_initialize() == 0 {
-      error = FileSystemError("inotify_init", "", Errno(rawValue: inotifytools_error()))
-    } else if gc_pipe2(&fds, O_CLOEXEC | O_NONBLOCK) != 0 || gc_pipe2(&markerFDs, O_CLOEXEC | O_NONBLOCK) != 0 {
-      error = FileSystemError("pipe2", "", Errno(rawValue: errno))
-    } else if inotifytools_watch_file("/proc/self/fd/\(fds[0])", Int32(Self.modify)) == 0 {
-      error = FileSystemError("inotify_add_watch", "wake pipe", Errno(rawValue: inotifytools_error()))
+    } else {
+      do { backend = try InotifyTools() } catch let e { error = e }
     }
-    wakeRead = fds[0]
-    wakeWrite = fds[1]
-    markerPath = "/proc/self/fd/\(markerFDs[0])"
+    self.backend = backend
     startError = error
-    if let error {
-      Self.logger.error("file watching is unavailable: \(error)")
-      inotifyFD = -1
+    guard let backend else {
+      Self.logger.error("file watching is unavailable: \(error!)")
       return
     }
-    inotifyFD = Self.findInotifyDescriptor(watching: fds[0])
-    if inotifyFD < 0 { Self.logger.debug("the inotify descriptor was not found: no other descriptor is served") }
-    let wakeWD = inotifytools_wd_from_filename("/proc/self/fd/\(fds[0])")
     let thread = Thread { [unowned self] in
       self.threadID = pthread_self()
-      self.run(wakeWD: wakeWD)
+      self.run(backend)
+      backend.close()
+      self.ended.signal()
     }
     thread.name = "GroupContainer.Watcher"
     thread.start()
@@ -158,6 +145,27 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
   /// Starts the thread now (call early: see the FD_SETSIZE trap) and reports whether watching works.
   package func start() throws(FileSystemError) {
     if let startError { throw startError }
+    if state.withLock({ $0.stopping }) { throw Self.stoppedError }
+  }
+
+  private static let stoppedError = FileSystemError(
+    "inotify", "", .badFileDescriptor, reason: "the watcher was stopped (Watcher.stop)")
+
+  /// Ends the watcher thread: it wakes through its eventfd, ends its turn and closes the library's instance; returns
+  /// once it has (at once when called on that thread, which ends after the current handler). Watching is over for
+  /// this process: later watches fail, and no handler is called again.
+  package func stop() {
+    guard let backend else { return }
+    let first = state.withLock { s in
+      defer { s.stopping = true }
+      return !s.stopping
+    }
+    guard first else { return }
+    backend.wake()
+    if pthread_equal(pthread_self(), threadID) == 0 {
+      ended.wait()
+      ended.signal()  // for a later `stop` from another thread
+    }
   }
 
   /// Set to "1" in a process's environment, the watcher fails to start as if the user's inotify instances
@@ -198,7 +206,7 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
       placed(token, .failure(startError))
       return token
     }
-    submit(Request.add(path: path, mask: mask, token: token, handler: handler, resolvedNow: true) { placed(token, $0) })
+    submit(Request.add(path: path, mask: mask, token: token, handler: handler) { placed(token, $0) })
     return token
   }
 
@@ -210,16 +218,28 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
   }
 
   /// Performs `request` at once on the watcher thread; from another thread, queues it and wakes the watcher thread
-  /// (then answers true: it is performed on the thread's next turn, in the order queued).
+  /// (then answers true: it is performed on the thread's next turn, in the order queued). Once stopped, refuses it.
   @discardableResult
   private func submit(_ request: Request) -> Bool {
     guard pthread_equal(pthread_self(), threadID) == 0 else {
       perform(request)
       return false
     }
-    state.withLock { $0.requests.append(request) }
+    let queued = state.withLock { s in
+      if !s.stopping { s.requests.append(request) }
+      return !s.stopping
+    }
+    guard queued else {
+      refuse(request)
+      return false
+    }
     wake()
     return true
+  }
+
+  /// Answers a request the stopped thread will never perform.
+  private func refuse(_ request: Request) {
+    if case .add(_, _, _, _, let reply) = request { reply(.failure(Self.stoppedError)) }
   }
 
   /// Watches `path` (a directory, or a file) and calls `handler` on the watcher thread for each event in `mask`.
@@ -242,8 +262,8 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
     }
   }
 
-  /// Whether `watchReadable` works in this process (the watcher runs and its inotify descriptor is known).
-  package var servesDescriptors: Bool { startError == nil && inotifyFD >= 0 }
+  /// Whether `watchReadable` works in this process (the watcher runs).
+  package var servesDescriptors: Bool { startError == nil }
 
   /// Calls `handler` on the watcher thread whenever `fd` is readable, and before every inotify event (so whatever
   /// `fd` received before a change is handled before the change's event). The handler must read everything
@@ -265,11 +285,11 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
   /// events, PresenterHost) ends only then. After a queue overflow, or when no marker can be made, bodies run at
   /// once (the handlers rescan anyway).
   package func afterQueuedEvents(_ body: @escaping @Sendable () -> Void) {
-    guard startError == nil else { return body() }  // no events to wait for
+    guard startError == nil, !state.withLock({ $0.stopping }) else { return body() }  // no events to wait for
     // Called from a descriptor's handler after `poll` (the usual case: the events of the write a finish ends woke
     // this thread before the finish came), with nothing buffered in the library and nothing in the kernel's queue:
     // every event queued so far has been handled: nothing to wait for.
-    if pthread_equal(pthread_self(), threadID) != 0 && libraryDrained && inotifyFD >= 0 && queuedBytes() == 0 {
+    if pthread_equal(pthread_self(), threadID) != 0 && libraryDrained && queuedBytes() == 0 {
       return body()
     }
     state.withLock { $0.unmarked.append(body) }
@@ -311,7 +331,7 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
   /// visible to the caller, so what a handler invalidates (LinkFreePaths) can be trusted without waiting: about
   /// 0.4 µs (one `ioctl`), where a wait for the watcher thread is tens.
   package func hasHandledEveryEvent() -> Bool {
-    guard startError == nil, inotifyFD >= 0 else { return false }
+    guard startError == nil else { return false }
     // The loop makes `reading` odd before it takes events off the kernel's queue and even once they are all
     // handled; seen even and unchanged around an empty queue, no event was in between.
     let before = reading.load(ordering: .sequentiallyConsistent)
@@ -319,19 +339,14 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
     return reading.load(ordering: .sequentiallyConsistent) == before
   }
 
-  /// The bytes of events in the kernel's inotify queue (-1 when that cannot be told). The corresponding C function
-  /// is `ioctl` with `FIONREAD`.
-  private func queuedBytes() -> Int32 {
-    var bytes: Int32 = 0
-    return ioctl(inotifyFD, UInt(FIONREAD), &bytes) == 0 ? bytes : -1
-  }
+  /// The bytes of events in the kernel's inotify queue (-1 when that cannot be told).
+  private func queuedBytes() -> Int32 { backend?.queuedBytes() ?? -1 }
 
   /// How long `afterQueuedEvents` bodies wait for the queue to be seen empty before they get a marker.
   static let markerDelay: UInt64 = 5_000_000
 
   /// Takes what `afterQueuedEvents` got since the last turn, before the queue is next looked at (on the watcher
-  /// thread); bodies that waited `markerDelay` get a marker — at once when the kernel's queue cannot be measured
-  /// (no inotify descriptor found), where waiting to see it empty would spin the loop.
+  /// thread); bodies that waited `markerDelay` get a marker.
   private func takeDrainWaiters(now: UInt64) {
     let bodies = state.withLock { s in
       defer { s.unmarked.removeAll() }
@@ -341,7 +356,7 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
       if drainWaiters.isEmpty { drainWaitersSince = now }
       drainWaiters += bodies
     }
-    if !drainWaiters.isEmpty && (inotifyFD < 0 || now &- drainWaitersSince >= Self.markerDelay) {
+    if !drainWaiters.isEmpty && now &- drainWaitersSince >= Self.markerDelay {
       placeMarker(for: drainWaiters)
       drainWaiters = []
     }
@@ -358,31 +373,11 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
 
   /// One marker for `bodies` (on the watcher thread).
   private func placeMarker(for bodies: [@Sendable () -> Void]) {
-    var wd: Int32 = -1
-    if inotifytools_watch_file(markerPath, Int32(Self.attrib)) != 0 {
-      wd = inotifytools_wd_from_filename(markerPath)
-    }
-    guard wd >= 0, inotifytools_remove_watch_by_wd(wd) != 0 else {
+    guard let wd = backend?.queueMarker() else {
       for body in bodies { body() }
       return
     }
     markers[wd, default: []] += bodies
-  }
-
-  /// The inotify descriptor whose watches include the pipe `pipeFD` (`/proc/self/fdinfo/<fd>` lists each watch's
-  /// inode as `ino:<hex>`), or -1.
-  private static func findInotifyDescriptor(watching pipeFD: Int32) -> Int32 {
-    var st = stat()
-    guard fstat(pipeFD, &st) == 0 else { return -1 }
-    let needle = " ino:" + String(UInt64(st.st_ino), radix: 16) + " "
-    for name in (try? FileSystem.listDirectory("/proc/self/fd")) ?? [] {
-      guard let fd = Int32(name), (try? FileSystem.readLink("/proc/self/fd/" + name)) == "anon_inode:inotify",
-        let info = try? FileSystem.readFile("/proc/self/fdinfo/" + name, limit: 1 << 20),
-        String(decoding: info, as: UTF8.self).contains(needle)
-      else { continue }
-      return fd
-    }
-    return -1
   }
 
   /// Stops delivering events to the handler behind `token` (watch, overflow, tick or readable descriptor).
@@ -406,7 +401,8 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
 
   /// Called about once a second on the watcher thread (liveness checks, pending work).
   package func onTick(_ handler: @escaping @Sendable () -> Void) -> Token {
-    state.withLock { s in
+    defer { wake() }  // a thread with no tick handler waits without a timeout: it must start counting
+    return state.withLock { s in
       defer { s.nextToken += 1 }
       s.tickHandlers[Token(id: s.nextToken)] = handler
       return Token(id: s.nextToken)
@@ -419,23 +415,24 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
     wake()
   }
 
-  private func wake() {
-    var byte: UInt8 = 1
-    _ = Glibc.write(wakeWrite, &byte, 1)  // EAGAIN means a wake-up is already pending: fine.
-  }
+  private func wake() { backend?.wake() }
 
-  /// Reads whatever `wake()` wrote (the requests it announced are taken at the top of the loop).
-  private func drainWakePipe() {
-    var buffer = [UInt8](repeating: 0, count: 256)
-    while Glibc.read(wakeRead, &buffer, buffer.count) > 0 {}
-  }
-
-  private func run(wakeWD: Int32) {
+  private func run(_ backend: InotifyTools) {
     var lastTick = MonotonicClock.nanoseconds()
     while true {
-      let (requests, stallUntil) = state.withLock { s in
+      let (requests, stallUntil, stopping) = state.withLock { s in
         defer { s.requests.removeAll() }
-        return (s.requests, s.stallUntil)
+        return (s.requests, s.stallUntil, s.stopping)
+      }
+      guard !stopping else {
+        for request in requests { refuse(request) }
+        // No event will come: what waits for the queued ones ends now.
+        let unmarked = state.withLock { s in
+          defer { s.unmarked.removeAll() }
+          return s.unmarked
+        }
+        for body in drainWaiters + markers.values.flatMap({ $0 }) + unmarked { body() }
+        return
       }
       for request in requests { perform(request) }
       let now = MonotonicClock.nanoseconds()
@@ -451,37 +448,25 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
           for handler in state.withLock({ Array($0.tickHandlers.values) }) { handler() }
         }
       }
-      // Always ask for one event: asking for more spins and ignores the timeout. With descriptors to serve, an
-      // event the library already read comes first; else wait on the kernel's queue and those descriptors at once.
-      // The library is asked only when it may have something: after a wake-up for a datagram alone, its `select`
-      // would find nothing.
-      // With the descriptor known, the wait is always `poll`, never the library's: `reading` is odd while the
-      // library is asked, and its own wait would keep it odd for up to a second.
-      if inotifyFD >= 0 && libraryDrained && !inotifyReadable {
-        waitForInotifyOrReadables()
+      // The library is asked only when it may have something (an event it read and has not returned, or a
+      // readable queue), and never waits in it: the wait is `poll`, on the queue, the wake-up and the served
+      // descriptors at once. `reading` is odd while events taken off the kernel's queue may not be handled yet.
+      if libraryDrained && !inotifyReadable {
+        waitForInotifyOrReadables(backend)
         continue
       }
       if reading.load(ordering: .relaxed) & 1 == 0 { reading.add(1, ordering: .sequentiallyConsistent) }
-      // Bodies waiting for an empty queue: look without waiting.
-      guard let raw = inotifytools_next_events(inotifyFD < 0 && drainWaiters.isEmpty ? 1 : 0, 1) else {
+      guard let (wd, event) = backend.next() else {
         libraryDrained = true
         inotifyReadable = false
         reading.add(1, ordering: .sequentiallyConsistent)  // every event taken so far has been handled
         queueSeenEmpty()
-        if inotifyFD >= 0 { waitForInotifyOrReadables() }
+        waitForInotifyOrReadables(backend)
         continue
       }
       libraryDrained = false
-      let wd = raw.pointee.wd
-      let event = Event(
-        mask: raw.pointee.mask, cookie: raw.pointee.cookie,
-        name: String(cString: gc_inotify_event_name(raw)))
       // Whatever the descriptors received before this event was read is handled before it.
       for readable in readables { readable.handler() }
-      if wd == wakeWD {
-        drainWakePipe()
-        continue
-      }
       if event.mask & Self.ignored != 0, let bodies = markers.removeValue(forKey: wd) {
         for body in bodies { body() }
         continue
@@ -502,103 +487,59 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
         }
       }
       if event.mask & Self.ignored != 0 {
-        // The kernel dropped this watch (item deleted).
+        // The kernel dropped this watch (item deleted, or removed by `cancel`).
         handlersByWD[wd] = nil
         pathByWD[wd] = nil
-        watchesByPath = watchesByPath.filter { $0.value != wd }
-        if libraryKnows(wd) {
-          // Only without the inotify descriptor (no /proc) does the library hold path watches. It keeps answering
-          // lookups of the path with this stale wd, so its entry is renamed: a later watch of the path then gets
-          // its own. The rename leaves its table of names out of order (see `.add`): a known risk of that case.
-          inotifytools_set_filename_by_wd(wd, "\u{1}dropped-watch-\(wd)")
-        }
       }
     }
   }
 
-  /// Blocks until the inotify queue or a served descriptor is readable (at most until the next tick), and runs the
-  /// handlers of the readable descriptors. In a quiet, the inotify queue is left out, and the wake pipe — which
-  /// otherwise wakes this thread through inotify — is polled itself (until the quiet lapses, at most).
-  private func waitForInotifyOrReadables() {
+  /// Blocks until the inotify queue, the wake-up or a served descriptor is readable (at most until the next tick,
+  /// without a timeout when nothing ticks), and runs the handlers of the readable descriptors. In a quiet, the
+  /// inotify queue is left out (until the quiet lapses, at most).
+  private func waitForInotifyOrReadables(_ backend: InotifyTools) {
     if polled.isEmpty {
       polled = readables.map { pollfd(fd: $0.fd, events: Int16(POLLIN), revents: 0) }
-      polled.append(pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0))
-      polled.append(pollfd(fd: inotifyFD, events: Int16(POLLIN), revents: 0))
+      polled.append(pollfd(fd: backend.wakeUpDescriptor, events: Int16(POLLIN), revents: 0))
+      polled.append(pollfd(fd: backend.descriptor, events: Int16(POLLIN), revents: 0))
     }
     for index in polled.indices { polled[index].revents = 0 }
     let now = MonotonicClock.nanoseconds()
-    let quietUntil = state.withLock { s -> UInt64 in
+    let (quietUntil, ticks) = state.withLock { s -> (UInt64, Bool) in
       guard s.quiets > 0 && s.quietUntil > now else {
         s.queuePolled = true
-        return 0
+        return (0, !s.tickHandlers.isEmpty)
       }
-      return s.quietUntil
+      return (s.quietUntil, !s.tickHandlers.isEmpty)
     }
     let quiet = quietUntil > now
-    let (pipe, queue) = (polled.count - 2, polled.count - 1)
-    polled[pipe].fd = quiet ? wakeRead : -1  // poll skips negative descriptors
-    polled[queue].fd = quiet ? -1 : inotifyFD
-    let timeout = quiet ? Int32((quietUntil - now) / 1_000_000 + 1) : 1000
+    let (wakeUp, queue) = (polled.count - 2, polled.count - 1)
+    polled[queue].fd = quiet ? -1 : backend.descriptor  // poll skips negative descriptors
+    let timeout = quiet ? Int32((quietUntil - now) / 1_000_000 + 1) : ticks ? 1000 : -1
     guard case .success(let ready) = valueOrErrno({ Glibc.poll(&polled, nfds_t(polled.count), timeout) }), ready > 0
     else { return }
     inotifyReadable = polled[queue].revents != 0
-    // Drained here, the pipe stops waking the quiet poll; its queued IN_MODIFY later finds it empty.
-    if polled[pipe].revents != 0 { drainWakePipe() }
+    // The requests it announced are taken at the top of the loop.
+    if polled[wakeUp].revents != 0 { backend.consumeWakeUps() }
     for (readable, entry) in zip(readables, polled) where entry.revents != 0 { readable.handler() }
   }
 
   private func perform(_ request: Request) {
+    guard let backend else { return refuse(request) }
     switch request {
     case .addReadable(let fd, let token, let handler):
       readables.append((token, fd, handler))
-    case .add(let path, let mask, let token, let handler, true, let reply) where inotifyFD >= 0:
+    case .add(let path, let mask, let token, let handler, let reply):
       // The kernel resolves the path now and answers with the watch of the inode it names now; `IN_MASK_ADD`
-      // keeps what others asked of that inode. The library is not told (see `.remove`).
-      let injected = IOFaultInjection.failure(.inotifyAddWatch)
-      let wd = injected == nil ? Glibc.inotify_add_watch(inotifyFD, path, mask | Self.maskAdd) : -1
-      guard wd >= 0 else {
-        reply(.failure(FileSystemError("inotify_add_watch", path, injected ?? Errno(rawValue: errno))))
+      // keeps what others asked of that inode.
+      let wd: Int32
+      do { wd = try backend.add(path, mask: mask) } catch {
+        reply(.failure(error))
         return
       }
       if pathByWD[wd] == nil { pathByWD[wd] = path }
       handlersByWD[wd, default: [:]][token] = (mask, handler)
       wdByToken[token] = wd
-      reply(.success(()))
-    case .add(let path, let mask, let token, let handler, _, let reply):
-      let existing = watchesByPath[path].flatMap { wd in handlersByWD[wd] != nil ? wd : nil }
-      // A path not watched yet may name an inode watched under another path: add to its mask, never replace it.
-      let wanted = (existing.map { union(of: $0) } ?? Self.maskAdd) | mask
-      if existing == nil || wanted != union(of: existing!) {
-        if let injected = IOFaultInjection.failure(.inotifyAddWatch) {
-          reply(.failure(FileSystemError("inotify_add_watch", path, injected)))
-          return
-        }
-        if inotifyFD >= 0 {
-          // Placed directly, the library not told. Its table of names cannot forget a watch the kernel dropped:
-          // renaming the entry in place (as this did) left the table out of order, a removal then missed the entry
-          // and freed it, and a later lookup crashed in strcmp on the freed name (MessageTransportTests, 1 run in
-          // ~10 at load 6).
-          let wd = Glibc.inotify_add_watch(inotifyFD, path, wanted)
-          guard wd >= 0 else {
-            reply(.failure(FileSystemError("inotify_add_watch", path, Errno(rawValue: errno))))
-            return
-          }
-          register(existing ?? wd, path: path, token: token, mask: mask, handler: handler)
-          reply(.success(()))
-          return
-        }
-        guard inotifytools_watch_file(path, Int32(bitPattern: wanted)) != 0 else {
-          reply(.failure(FileSystemError("inotify_add_watch", path, Errno(rawValue: inotifytools_error()))))
-          return
-        }
-      }
-      var wd = existing ?? inotifytools_wd_from_filename(path)
-      if wd < 0 { wd = inotifytools_wd_from_filename(path + "/") }
-      guard wd >= 0 else {
-        reply(.failure(FileSystemError("inotify_add_watch", path, .noSuchFileOrDirectory)))
-        return
-      }
-      register(wd, path: path, token: token, mask: mask, handler: handler)
       reply(.success(()))
     case .remove(let token):
       readables.removeAll { $0.token == token }
@@ -608,36 +549,13 @@ package final class Watcher: @unchecked Sendable {  // mutable state lives in `s
       if handlersByWD[wd]?.isEmpty == true {
         handlersByWD[wd] = nil
         pathByWD[wd] = nil
-        watchesByPath = watchesByPath.filter { $0.value != wd }
-        // A watch only `watchLater` placed is unknown to the library, which then removes nothing.
-        if libraryKnows(wd) {
-          _ = inotifytools_remove_watch_by_wd(wd)
-        } else {
-          _ = Glibc.inotify_rm_watch(inotifyFD, wd)
-        }
+        backend.remove(wd)
       } else if let path = pathByWD[wd], union(of: wd) != before {
         // Narrow the watch again (say, drop IN_MODIFY when its last handler left).
-        if libraryKnows(wd) {
-          _ = inotifytools_watch_file(path, Int32(bitPattern: union(of: wd)))
-        } else if inotifyFD >= 0 {
-          _ = Glibc.inotify_add_watch(inotifyFD, path, union(of: wd))
-        }
+        _ = try? backend.add(path, mask: union(of: wd), replacing: true)
       }
     }
   }
-
-  /// Records `token`'s handler on the watch `wd` of `path` (on the watcher thread).
-  private func register(
-    _ wd: Int32, path: String, token: Token, mask: UInt32, handler: @escaping Handler
-  ) {
-    watchesByPath[path] = wd
-    pathByWD[wd] = path
-    handlersByWD[wd, default: [:]][token] = (mask, handler)
-    wdByToken[token] = wd
-  }
-
-  /// Whether the library watches `wd` (for one it does not, it names the empty string).
-  private func libraryKnows(_ wd: Int32) -> Bool { (inotifytools_filename_from_wd(wd)?.pointee ?? 0) != 0 }
 
   private func union(of wd: Int32) -> UInt32 {
     handlersByWD[wd]?.values.reduce(0) { $0 | $1.mask } ?? 0

@@ -30,6 +30,11 @@ do {
   FileHandle.standardError.write(Data("gc-test-helper: \(error)\n".utf8))
   exit(2)
 }
+// Before the container is opened (which starts the watcher, with a tick): WatcherModes.swift.
+switch invocation.command {
+case .watchAfterDescriptors, .watchThenStop, .renameInto, .spin: try runWatcherMode(invocation.command)
+default: break
+}
 let root = invocation.root
 let container = try GroupContainer(identifier: invocation.group, root: URL(fileURLWithPath: root))
 func item(_ path: String) -> URL { container.url.appendingPathComponent(path) }
@@ -181,6 +186,9 @@ case .domainReader(let suite):  // PersistentDomainHelper.swift
 
 case .defaultsScript(let suite, let steps):  // DefaultsScript.swift
   try runDefaultsScript(suite: suite, directory: root, steps: steps, container)
+
+case .watchAfterDescriptors, .watchThenStop, .renameInto, .spin:  // WatcherModes.swift, run above
+  break
 
 case .ioFault:  // IOFaultModes.swift
   try await runIOFaultRound(invocation.command, container)

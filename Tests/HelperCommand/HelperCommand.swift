@@ -305,6 +305,23 @@ public enum HelperCommand: Codable, Sendable, Equatable {
   /// or "update failed" for each update, until killed.
   case todayWidget(kind: String, refreshMS: Int64, updateTimeoutMS: Int64 = 30_000)
 
+  // MARK: The watcher's backend (WatcherModes.swift)
+
+  /// Raises the soft descriptor limit if needed, opens copies of /dev/null until descriptors 0 to `open` - 1 are all
+  /// in use, closes `freeSlot` if given, and prints "descriptors <n> lowest free <fd>"; then starts the watcher.
+  /// Prints "unavailable <reason>" and exits 0 when it is refused; else watches `directory`, prints "watching", and
+  /// "heard created" once a file named "created" appears there (exits 1 after 60 s without).
+  case watchAfterDescriptors(directory: String, open: Int, freeSlot: Int?)
+  /// Watches `directory`, prints "watching", stops the watcher and prints "stopped" once its thread has ended, then
+  /// "refused after stop" (or "watched after stop") for another watch; exits 0.
+  case watchThenStop(directory: String)
+  /// Renames `count` new files, one after the other, to `<directory>/<name>` (made in a directory beside it, which
+  /// nobody watches), printing "renamed <i>" after each; with `acknowledgements`, waits before the next until the
+  /// file `<acknowledgements>/<i>` exists (prints "no acknowledgement of <i>" and exits 1 after 60 s). Prints "done".
+  case renameInto(directory: String, name: String, count: Int, acknowledgements: String?)
+  /// A busy loop for `seconds` (load for a test's other processes); exits 0.
+  case spin(seconds: Double)
+
   // MARK: I/O-error injection (IOFaultModes.swift)
 
   /// One round of an I/O-error loop: opens what `operation` works on and prints "seen <state>" (what this fresh
