@@ -1,5 +1,6 @@
 import FileCoordination
 import Foundation
+import GroupContainerCore
 
 /// An action an app performs for its widget, Live Activity or another process: Apple's `AppIntent`, as used by
 /// interactive widget buttons (`Button(intent:)`).

@@ -1,6 +1,7 @@
 import Atomics
 import FileCoordination
 import Foundation
+import GroupContainerCore
 import Logging
 import Synchronization
 import SystemLayer

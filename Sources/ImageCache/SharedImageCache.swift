@@ -2,6 +2,7 @@ import Atomics
 import Dispatch
 import FileCoordination
 import Foundation
+import GroupContainerCore
 import Logging
 import MemoryWarnings
 import Synchronization

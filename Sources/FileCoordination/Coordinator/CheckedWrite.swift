@@ -1,3 +1,4 @@
+import GroupContainerCore
 import SystemLayer
 
 /// The checked-write rule: while the accessor of a coordinated write of one item runs, a `GroupContainer.write` of

@@ -1,4 +1,5 @@
 import Foundation
+import GroupContainerCore
 import SystemLayer
 
 /// One coordinated access from start to end: which items, which presenters it concerns, the messages it sent

@@ -1,4 +1,5 @@
 import Foundation
+import GroupContainerCore
 
 /// One item and how it will be accessed, for ``FileCoordinator/coordinate(with:byAccessor:)``.
 /// Apple's `NSFileAccessIntent`.

@@ -1,4 +1,5 @@
 import Foundation
+import GroupContainerCore
 
 // Apple's spellings for code ported from iOS: the names and the `error:` overloads that let the classic App Group
 // snippet compile unchanged. Each forwards to the Swift-native API; none hides an error (see each comment).

@@ -1,3 +1,4 @@
+import GroupContainerCore
 import SystemLayer
 
 /// Why a coordinated access did not run its accessor, or failed around it.

@@ -1,3 +1,4 @@
+import GroupContainerCore
 import SystemLayer
 
 /// The Inbox rule: `Documents/Inbox/` holds the files other apps handed over (FileHandOver.swift), as on iOS. An
@@ -28,5 +29,15 @@ enum InboxRule {
     guard options.isDisjoint(with: [.forDeleting, .forMoving]) else { return }
     // No array: this runs on every coordinated write.
     if contains(item) || resolved.map(contains) == true { throw .inboxIsReadOnly(item.string) }
+  }
+}
+
+extension GroupContainer {
+  /// Refuses now what a container write of `item` would refuse when it happens: a path whose existing part leads
+  /// out of the container or into its private directory through a symbolic link, and an item in the Inbox, as
+  /// written or where a link on the way leads (InboxRule). For work that writes much later (a download's
+  /// destination, checked when the task is created): the write itself judges the links again.
+  package func checkWritable(_ item: ContainerPath) throws(GroupContainerError) {
+    try InboxRule.check(writing: item, resolved: try resolveBeneath(item, containerPath: path))
   }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import GroupContainerCore
 import SystemLayer
 
 /// The at-most-once rule of requests (app intents): a delivery id is performed at most once in a container.

@@ -1,4 +1,5 @@
 import Foundation
+import GroupContainerCore
 import SystemLayer
 
 /// The hand-over rule: how a file sent to another app lands in its `Documents/Inbox/`.

@@ -1,4 +1,5 @@
 import Foundation
+import GroupContainerCore
 import SystemLayer
 
 /// Why a file could not be handed over to another app.

@@ -1,3 +1,4 @@
+import GroupContainerCore
 import SystemLayer
 
 /// The lock-order rule, in one place.

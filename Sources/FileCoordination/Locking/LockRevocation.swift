@@ -1,4 +1,5 @@
 import Foundation
+import GroupContainerCore
 import Synchronization
 import SystemLayer
 

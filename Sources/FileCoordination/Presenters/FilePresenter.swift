@@ -1,4 +1,5 @@
 import Foundation
+import GroupContainerCore
 
 /// An object that presents a file or directory of a group container and takes part in coordinated access to it —
 /// from this process and from every other process using the container. Apple's `NSFilePresenter`, on Linux.

@@ -1,4 +1,5 @@
 import Foundation
+import GroupContainerCore
 
 /// One presenter callback, as a value: what ``FileCoordinator/events(presentedItemAt:bufferingPolicy:)`` yields.
 public struct PresentedItemEvent: Sendable, Hashable, CustomStringConvertible {

@@ -1,4 +1,5 @@
 import Foundation
+import GroupContainerCore
 import SystemLayer
 
 /// A snapshot of who uses a container: live processes, registered presenters and held locks.
@@ -137,17 +138,6 @@ extension GroupContainer {
     try checkBeneath(item)
     let root = try coordinationSpace().root
     return try beneath(item) { () throws(FileSystemError) in Data(try root.readFile(item.string, limit: limit).bytes) }
-  }
-
-  /// The container directory, held open by this process: reach container files beneath it (SharedDefaults does).
-  package func directory() throws(GroupContainerError) -> ContainerDirectory {
-    do { return try coordinationSpace().root } catch let error
-      where error.fileSystemError?.errno == .readOnlyFileSystem || error.fileSystemError?.errno == .permissionDenied
-    {
-      // A container this process may only read has no coordination space here; its files are still read
-      // beneath its descriptor.
-      return try GroupContainerError.wrap { () throws(FileSystemError) in try ContainerDirectory(path: path) }
-    }
   }
 
   /// Runs a call that resolves `item` beneath the container, saying in the container's words why it failed.

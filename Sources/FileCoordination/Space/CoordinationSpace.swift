@@ -1,4 +1,5 @@
 import Foundation
+import GroupContainerCore
 import Logging
 import Synchronization
 import SystemLayer

@@ -1,3 +1,4 @@
+import GroupContainerCore
 import Synchronization
 import SystemLayer
 

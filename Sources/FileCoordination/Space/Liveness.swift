@@ -1,4 +1,5 @@
 import Foundation
+import GroupContainerCore
 import SystemLayer
 
 /// The liveness rule: a process is alive while it holds `LOCK_SH` on `processes/<pid>.<start>.lock`.

@@ -1,3 +1,4 @@
+import GroupContainerCore
 import SystemLayer
 
 extension GroupContainer {

@@ -4,24 +4,24 @@ import SystemLayer
 /// Whether a container may live on a file system: flock and inotify must behave as on a local disk, or the
 /// coordination guarantees silently stop holding. NFS, CIFS/SMB, FUSE, overlayfs and the other kinds
 /// `FileSystemKind.unsupportedReason` names are refused unless the user opts in.
-enum FileSystemSupport {
+package enum FileSystemSupport {
   /// The environment variable that opts in to an unsupported file system (`1`).
-  static let allowVariable = "GROUPCONTAINER_ALLOW_UNSUPPORTED_FILESYSTEM"
+  package static let allowVariable = "GROUPCONTAINER_ALLOW_UNSUPPORTED_FILESYSTEM"
 
   /// Set by ``GroupContainer/allowsUnsupportedFileSystem``.
-  static let allowed = Atomic<Bool>(false)
+  package static let allowed = Atomic<Bool>(false)
 
   /// Tests: the magic number to report instead of `statfs`'s, for paths under a prefix (an overlay or FUSE
   /// mount is not always possible). Keyed by path prefix so that tests running in parallel do not see each other's.
-  static let injectedKinds = Mutex<[String: FileSystemKind]>([:])
+  package static let injectedKinds = Mutex<[String: FileSystemKind]>([:])
 
   /// Whether the user opted in, by the static setting or the environment.
-  static var optedIn: Bool {
+  package static var optedIn: Bool {
     allowed.load(ordering: .relaxed) || Environment.value(allowVariable) == "1"
   }
 
   /// The file system of `path`, as `statfs` says (or a test injected).
-  static func kind(of path: String) throws(FileSystemError) -> FileSystemKind {
+  package static func kind(of path: String) throws(FileSystemError) -> FileSystemKind {
     let injected = injectedKinds.withLock { kinds in
       kinds.first { path == $0.key || path.hasPrefix($0.key + "/") }?.value
     }
@@ -32,7 +32,7 @@ enum FileSystemSupport {
   /// Refuses `rootPath` (the directory holding containers) when it lives on a file system where flock or inotify
   /// do not work as the package needs, unless the user opted in; the container directory is checked too when it
   /// exists (a mount point of its own).
-  static func check(rootPath: String, containerPath: String) throws(GroupContainerError) {
+  package static func check(rootPath: String, containerPath: String) throws(GroupContainerError) {
     if optedIn { return }
     for path in [rootPath, containerPath] {
       let kind: FileSystemKind

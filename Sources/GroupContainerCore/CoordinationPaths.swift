@@ -57,7 +57,7 @@ package enum CoordinationPaths {
   package static func inbox(of process: some CustomStringConvertible) -> String { inbox + "/\(process)" }
 
   /// The directories every coordination space makes when it opens (and again after the container was removed).
-  static let spaceDirectories = [directory, locks, processes, presenters, inbox]
+  package static let spaceDirectories = [directory, locks, processes, presenters, inbox]
   /// … and once it is started.
-  static let startedDirectories = [schemes, handlers]
+  package static let startedDirectories = [schemes, handlers]
 }

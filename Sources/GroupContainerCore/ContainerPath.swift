@@ -11,7 +11,7 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
   public let components: [String]
   /// FNV-1a over the components' bytes, computed once: lock-table and registry lookups hash and compare paths on
   /// every access, and a path is made once and looked up several times (`CheckedWrite` marks an item by it too).
-  let bytesHash: UInt64
+  package let bytesHash: UInt64
 
   /// The longest path component, in bytes (Linux's `NAME_MAX`).
   public static let maxComponentBytes = 255
@@ -22,7 +22,7 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
   /// The container root.
   public static let root = ContainerPath(unchecked: [])
 
-  init(unchecked components: [String]) {
+  package init(unchecked components: [String]) {
     self.components = components
     bytesHash = Self.hash(of: components)
   }
@@ -38,7 +38,7 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
 
   /// `bytesHash` of the container root, of each ancestor from the top, and of this path last (`depth + 1` values,
   /// in one pass): the presenter registry's buckets on the way (PresenterRegistry.swift).
-  var prefixHashes: [UInt64] {
+  package var prefixHashes: [UInt64] {
     var hash: UInt64 = 0xcbf2_9ce4_8422_2325
     var hashes = [hash]
     hashes.reserveCapacity(components.count + 1)
@@ -66,7 +66,7 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
 
   /// Throws unless `relative` is a valid path (see `init(_:)`), without making one: a message's paths are checked
   /// when it is decoded, and only those its receiver uses are made.
-  static func check(_ relative: String) throws(GroupContainerError) {
+  package static func check(_ relative: String) throws(GroupContainerError) {
     guard !relative.isEmpty else { throw .invalidPath(relative, rule: "it is empty") }
     guard relative.utf8.count <= Self.maxPathBytes else {
       throw .invalidPath(String(relative.prefix(64)) + "…", rule: "it is longer than \(Self.maxPathBytes) bytes")
@@ -103,7 +103,7 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
 
   /// Calls `body` with `string` as a C string, built on the stack (no `String` made: every access's link check
   /// passes its item this way, and `joined` was a twentieth of an empty access).
-  func withCString<R>(_ body: (UnsafePointer<CChar>) throws -> R) rethrows -> R {
+  package func withCString<R>(_ body: (UnsafePointer<CChar>) throws -> R) rethrows -> R {
     let count = components.reduce(components.count) { $0 + $1.utf8.count }  // the bytes, the `/`s and the NUL
     return try withUnsafeTemporaryAllocation(of: CChar.self, capacity: max(count, 1)) { buffer in
       var at = 0
@@ -164,7 +164,7 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
 
   /// Byte equality of two names; memcmp where the bytes are contiguous (native strings: lock-table lookups
   /// compare keys on every access).
-  static func sameBytes(_ a: String, _ b: String) -> Bool {
+  package static func sameBytes(_ a: String, _ b: String) -> Bool {
     guard a.utf8.count == b.utf8.count else { return false }
     let fast = a.utf8.withContiguousStorageIfAvailable { a in
       b.utf8.withContiguousStorageIfAvailable { b in
@@ -178,7 +178,7 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
   public func hash(into hasher: inout Hasher) { hasher.combine(bytesHash) }
 
   /// `self` with the prefix `old` replaced by `new` (for moves of an ancestor).
-  func rebased(from old: ContainerPath, to new: ContainerPath) -> ContainerPath {
+  package func rebased(from old: ContainerPath, to new: ContainerPath) -> ContainerPath {
     ContainerPath(unchecked: new.components + components.dropFirst(old.components.count))
   }
 
@@ -199,7 +199,7 @@ extension ContainerPath {
   /// caller takes the exact route (`standardizedFileURL`, `ContainerPath.init`), which also says what is wrong.
   /// For the URLs the fast route accepts, both routes give the same path; it only skips Foundation's
   /// standardization, the costliest part of setting up an access.
-  static func lexical(_ url: URL, in base: String) -> ContainerPath? {
+  package static func lexical(_ url: URL, in base: String) -> ContainerPath? {
     guard url.isFileURL, url.baseURL == nil else { return nil }
     var path = url.path(percentEncoded: true)
     var base = base
@@ -207,7 +207,7 @@ extension ContainerPath {
   }
 
   /// `lexical(_:in:)` on bytes: `path` is an absolute, still percent-encoded path.
-  static func lexical(path: UnsafeBufferPointer<UInt8>, base: UnsafeBufferPointer<UInt8>) -> ContainerPath? {
+  package static func lexical(path: UnsafeBufferPointer<UInt8>, base: UnsafeBufferPointer<UInt8>) -> ContainerPath? {
     guard isInside(path, base) else { return nil }
     if path.count == base.count { return .root }
     let slash = UInt8(ascii: "/")
@@ -236,7 +236,7 @@ extension ContainerPath {
   }
 
   /// Whether the absolute path `path` is `base` or lies beneath it, by bytes (`base` without a trailing `/`).
-  static func isInside(_ path: UnsafeBufferPointer<UInt8>, _ base: UnsafeBufferPointer<UInt8>) -> Bool {
+  package static func isInside(_ path: UnsafeBufferPointer<UInt8>, _ base: UnsafeBufferPointer<UInt8>) -> Bool {
     guard let basePath = base.baseAddress, let itemPath = path.baseAddress, base.count > 1,
       base.last != UInt8(ascii: "/"), path.count >= base.count, memcmp(itemPath, basePath, base.count) == 0
     else { return false }
@@ -251,7 +251,7 @@ extension ContainerPath {
 /// With `root` (the container's descriptor), one `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` first asks the
 /// kernel whether any link is on the way at all (`ContainerDirectory.hasNoSymbolicLink`); only when one is (or the
 /// kernel cannot say) is the path walked component by component as below, so every answer and error is the walk's.
-func resolveBeneath(
+package func resolveBeneath(
   _ item: ContainerPath, containerPath: String, root: ContainerDirectory? = nil, depth: Int = 0
 ) throws(GroupContainerError) -> ContainerPath? {
   guard depth < 40 else { throw .invalidPath(item.string, rule: "too many levels of symbolic links") }
