@@ -143,13 +143,13 @@ let package = Package(
     .target(
       name: "WidgetKit",
       dependencies: [
-        "FileCoordination", "GroupContainerCore", "SharedDefaults", .product(name: "Logging", package: "swift-log"),
+        "GroupContainerCore", "SharedDefaults", .product(name: "Logging", package: "swift-log"),
       ]),
     // Live Activities (ActivityKit's model): one record per activity in the container, observed live by widgets.
     .target(
       name: "LiveActivities",
       dependencies: [
-        "FileCoordination", "GroupContainerCore", "SystemLayer",
+        "GroupContainerCore", "SystemLayer",
         .product(name: "Logging", package: "swift-log"),
       ]
     ),

@@ -14,8 +14,9 @@ import SystemLayer
 /// Apple apps expect (`Library/Preferences`, `Library/Caches`, `Downloads`, `Documents`) and the private
 /// `.coordination` directory that the coordinator, presenters and liveness checks use.
 ///
-/// The type lives in `FileCoordination` (and is re-exported by `GroupContainer`) because every feature module
-/// needs it and the coordinator needs its root.
+/// The type lives in `GroupContainerCore` (re-exported by `GroupContainer`), under every feature module that takes a
+/// container; its initializers are FileCoordination's, because opening a container starts this process's share of
+/// `.coordination/`.
 public struct GroupContainer: Sendable, Hashable {
   /// Who may use the container.
   public enum Sharing: Sendable, Hashable {

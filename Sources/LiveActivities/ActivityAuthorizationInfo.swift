@@ -1,4 +1,3 @@
-import FileCoordination
 import GroupContainerCore
 
 /// Whether the user allows Live Activities for a group (ActivityKit's `ActivityAuthorizationInfo`). The switch is

@@ -1,4 +1,3 @@
-import FileCoordination
 import GroupContainerCore
 import SystemLayer
 

@@ -1,4 +1,3 @@
-import FileCoordination
 import Foundation
 import GroupContainerCore
 import Logging

@@ -99,7 +99,7 @@ extension GroupContainer {
   ///
   /// The file, its temp file and the rename are all reached from the container's directory descriptor, so
   /// another process swapping a directory on the way for a symlink cannot make the write land outside.
-  /// A write into `Documents/Inbox/` is refused with ``GroupContainerError/inboxIsReadOnly(_:)`` (the Inbox rule:
+  /// A write into `Documents/Inbox/` is refused with `GroupContainerError.inboxIsReadOnly(_:)` (the Inbox rule:
   /// move a received file out before changing it).
   /// - Parameters:
   ///   - data: the new contents.
