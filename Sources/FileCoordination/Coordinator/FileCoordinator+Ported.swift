@@ -70,7 +70,7 @@ extension FileManager {
   /// Apple's `containerURL(forSecurityApplicationGroupIdentifier:)`: the URL of the group container
   /// `groupIdentifier` under the environment's root (`GroupContainer.defaultRoot()`), created with its layout
   /// if needed so it is ready to use, as iOS has it. `nil` when the identifier is invalid or the container cannot
-  /// be created; the reason is logged (label `GroupContainer.FileCoordination`). ``GroupContainer/init(identifier:root:sharing:)``
+  /// be created; the reason is logged (label `GroupContainer.FileCoordination`). ``GroupContainerCore/GroupContainer/init(identifier:root:sharing:)``
   /// throws the same reason.
   public func containerURL(forSecurityApplicationGroupIdentifier groupIdentifier: String) -> URL? {
     do {

@@ -6,8 +6,8 @@ import SystemLayer
 /// received file, move it out of the Inbox first.
 ///
 /// Every container write is checked here: a coordinated write (`CoordinatedAccess`, for each written item) and
-/// ``GroupContainer/write(_:to:durable:)``. A write of the Inbox or of anything in it is refused with
-/// ``GroupContainerError/inboxIsReadOnly(_:)``, unless it deletes (`.forDeleting`) or moves the item away
+/// ``GroupContainerCore/GroupContainer/write(_:to:durable:)``. A write of the Inbox or of anything in it is refused with
+/// `GroupContainerError.inboxIsReadOnly(_:)`, unless it deletes (`.forDeleting`) or moves the item away
 /// (`.forMoving`, the source of a move: Apple's coordinated move marks its destination `.forReplacing`, which is
 /// refused here). The path is judged as written and, when a symbolic link is on the way, as it resolves: a link
 /// to the Inbox does not open a way in. The hand-over itself is the one writer of the Inbox, beneath the

@@ -113,7 +113,7 @@ extension GroupContainer {
   /// copy's `file:` URL — the app running, or started for it as ``open(_:timeout:)`` does.
   ///
   /// The receiver may read the file, delete it, or move it out of the Inbox; writes into the Inbox are refused
-  /// (``GroupContainerError/inboxIsReadOnly(_:)``).
+  /// (`GroupContainerError.inboxIsReadOnly(_:)`).
   ///
   /// - Throws: ``FileHandOverError`` when `file` is not a readable regular file or the Inbox is unusable (a
   ///   symbolic link), or the receiver answered that it did not open it; ``OpenURLError`` when no app registered
