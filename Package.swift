@@ -7,6 +7,7 @@ let package = Package(
   // build elsewhere with one clear error.
   products: [
     .library(name: "GroupContainer", targets: ["GroupContainer"]),
+    .library(name: "GroupContainerCore", targets: ["GroupContainerCore"]),
     .library(name: "FileCoordination", targets: ["FileCoordination"]),
     .library(name: "SharedDefaults", targets: ["SharedDefaults"]),
     .library(name: "PropertyList", targets: ["PropertyList"]),
@@ -68,10 +69,18 @@ let package = Package(
         .product(name: "Logging", package: "swift-log"),
       ]
     ),
+    // The container: the `GroupContainer` type, its paths and the `.coordination/` layout, its errors. What a
+    // module needs to find its files in a container, without the coordination machinery (opening one is FileCoordination's).
+    .target(
+      name: "GroupContainerCore",
+      dependencies: ["SystemLayer", .product(name: "SystemPackage", package: "swift-system")]
+    ),
+    // Opening a container (this process's share of `.coordination/`), locks, presenters, the coordinator, the
+    // messages between processes, URL opening and hand-over.
     .target(
       name: "FileCoordination",
       dependencies: [
-        "SystemLayer",
+        "GroupContainerCore", "SystemLayer",
         .product(name: "Logging", package: "swift-log"),
         .product(name: "SystemPackage", package: "swift-system"),
       ]
@@ -81,7 +90,7 @@ let package = Package(
     .target(
       name: "SharedDefaults",
       dependencies: [
-        "FileCoordination", "PropertyList", "SystemLayer", "MemoryWarnings",
+        "FileCoordination", "GroupContainerCore", "PropertyList", "SystemLayer", "MemoryWarnings",
         .product(name: "Logging", package: "swift-log"),
       ]
     ),
@@ -89,7 +98,7 @@ let package = Package(
     .target(
       name: "MemoryWarnings",
       dependencies: [
-        "FileCoordination", "SystemLayer",
+        "GroupContainerCore", "SystemLayer",
         .product(name: "Logging", package: "swift-log"),
       ]
     ),
@@ -97,7 +106,7 @@ let package = Package(
     .target(
       name: "ImageCache",
       dependencies: [
-        "FileCoordination", "MemoryWarnings", "SystemLayer",
+        "FileCoordination", "GroupContainerCore", "MemoryWarnings", "SystemLayer",
         .product(name: "Logging", package: "swift-log"),
       ]
     ),
@@ -106,7 +115,7 @@ let package = Package(
     .target(
       name: "BackgroundDownloads",
       dependencies: [
-        "FileCoordination", "PropertyList", "SystemLayer",
+        "FileCoordination", "GroupContainerCore", "PropertyList", "SystemLayer",
         .product(name: "Logging", package: "swift-log"),
         .product(name: "SystemPackage", package: "swift-system"),
       ]
@@ -115,7 +124,7 @@ let package = Package(
     .target(
       name: "DownloadAgent",
       dependencies: [
-        "BackgroundDownloads", "FileCoordination", "SystemLayer",
+        "BackgroundDownloads", "FileCoordination", "GroupContainerCore", "SystemLayer",
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "Crypto", package: "swift-crypto"),
         .product(name: "NIOCore", package: "swift-nio"),
@@ -128,24 +137,27 @@ let package = Package(
     // Intents a widget asks the app to perform in the app's process (Apple's AppIntents), over the URL delivery.
     .target(
       name: "AppIntents",
-      dependencies: ["FileCoordination", .product(name: "Logging", package: "swift-log")]
+      dependencies: ["FileCoordination", "GroupContainerCore", .product(name: "Logging", package: "swift-log")]
     ),
     // Widget timelines and Today-widget updates, reloaded from any process (WidgetKit's model).
     .target(
       name: "WidgetKit",
-      dependencies: ["FileCoordination", "SharedDefaults", .product(name: "Logging", package: "swift-log")]),
+      dependencies: [
+        "GroupContainerCore", "SharedDefaults", .product(name: "Logging", package: "swift-log"),
+      ]),
     // Live Activities (ActivityKit's model): one record per activity in the container, observed live by widgets.
     .target(
       name: "LiveActivities",
       dependencies: [
-        "FileCoordination", "SystemLayer",
+        "GroupContainerCore", "SystemLayer",
         .product(name: "Logging", package: "swift-log"),
       ]
     ),
     .target(
       name: "GroupContainer",
       dependencies: [
-        "FileCoordination", "SharedDefaults", "PropertyList", "MemoryWarnings", "ImageCache", "BackgroundDownloads",
+        "FileCoordination", "GroupContainerCore", "SharedDefaults", "PropertyList", "MemoryWarnings", "ImageCache",
+        "BackgroundDownloads",
         "AppIntents", "WidgetKit", "LiveActivities",
       ]),
     .executableTarget(
@@ -161,13 +173,14 @@ let package = Package(
     // The scoreboard Live Activity of the demo (the Examples package compiles the same directory for its host and
     // widget): the test helper and the LiveActivities tests drive it. Not a product.
     .target(
-      name: "ScoreboardKit", dependencies: ["LiveActivities", "AppIntents", "FileCoordination"],
+      name: "ScoreboardKit", dependencies: ["LiveActivities", "AppIntents", "FileCoordination", "GroupContainerCore"],
       path: "Examples/ScoreboardKit"),
     // "The other process" that tests spawn: presenter, lock holder, crasher.
     .executableTarget(
       name: "gc-test-helper",
       dependencies: [
-        "FileCoordination", "SharedDefaults", "PropertyList", "SystemLayer", "ImageCache", "MemoryWarnings",
+        "FileCoordination", "GroupContainerCore", "SharedDefaults", "PropertyList", "SystemLayer", "ImageCache",
+        "MemoryWarnings",
         "TestImageKit",
         "BackgroundDownloads", "AppIntents", "WidgetKit", "LiveActivities", "ScoreboardKit", "HelperCommand",
         // The agent's code run in this process: its system calls counted (SyscallCountModes.swift), its I/O faults
@@ -200,7 +213,8 @@ let package = Package(
     .executableTarget(
       name: "ContainerFilesFuzz",
       dependencies: [
-        "SharedDefaults", "FileCoordination", "BackgroundDownloads", "LiveActivities", "AppIntents", "MemoryWarnings",
+        "SharedDefaults", "FileCoordination", "GroupContainerCore", "BackgroundDownloads", "LiveActivities",
+        "AppIntents", "MemoryWarnings",
         "CFuzzShim",
       ],
       path: "Fuzz/ContainerFilesFuzz"),
@@ -218,31 +232,38 @@ let package = Package(
     .target(
       name: "TestSupport",
       dependencies: [
-        "FileCoordination", "SystemLayer", "HelperCommand", .product(name: "Logging", package: "swift-log"),
+        "FileCoordination", "GroupContainerCore", "SystemLayer", "HelperCommand",
+        .product(name: "Logging", package: "swift-log"),
       ],
       path: "Tests/TestSupport"),
     .testTarget(
       name: "SharedDefaultsTests",
       dependencies: [
-        "TestSupport", "SharedDefaults", "PropertyList", "FileCoordination", "SystemLayer", "gc-test-helper",
+        "TestSupport", "SharedDefaults", "PropertyList", "FileCoordination", "GroupContainerCore", "SystemLayer",
+        "gc-test-helper",
         "groupctl",
       ]
     ),
     .testTarget(
       name: "ImageCacheTests",
       dependencies: [
-        "TestSupport", "TestImageKit", "ImageCache", "MemoryWarnings", "FileCoordination", "SystemLayer",
+        "TestSupport", "TestImageKit", "ImageCache", "MemoryWarnings", "FileCoordination", "GroupContainerCore",
+        "SystemLayer",
         "gc-test-helper", "groupctl",
       ],
       resources: [.copy("Fixtures")]
     ),
     .testTarget(
       name: "WidgetKitTests",
-      dependencies: ["TestSupport", "WidgetKit", "SharedDefaults", "FileCoordination", "gc-test-helper", "groupctl"]),
+      dependencies: [
+        "TestSupport", "WidgetKit", "SharedDefaults", "FileCoordination", "GroupContainerCore", "gc-test-helper",
+        "groupctl",
+      ]),
     .testTarget(
       name: "BackgroundDownloadsTests",
       dependencies: [
-        "TestSupport", "BackgroundDownloads", "DownloadAgent", "FileCoordination", "SystemLayer", "gc-test-helper",
+        "TestSupport", "BackgroundDownloads", "DownloadAgent", "FileCoordination", "GroupContainerCore", "SystemLayer",
+        "gc-test-helper",
         "groupctl", "gc-download-agent", "gc-file-server",
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "Crypto", package: "swift-crypto"),
@@ -252,7 +273,8 @@ let package = Package(
     .testTarget(
       name: "LiveActivitiesTests",
       dependencies: [
-        "TestSupport", "LiveActivities", "ScoreboardKit", "FileCoordination", "SystemLayer", "gc-test-helper",
+        "TestSupport", "LiveActivities", "ScoreboardKit", "FileCoordination", "GroupContainerCore", "SystemLayer",
+        "gc-test-helper",
         "groupctl",
       ]
     ),
@@ -263,12 +285,16 @@ let package = Package(
       dependencies: ["TestSupport", "GroupContainer", "gc-file-server", "gc-download-agent", "groupctl"]),
     .testTarget(
       name: "AppIntentsTests",
-      dependencies: ["TestSupport", "AppIntents", "FileCoordination", "SystemLayer", "gc-test-helper", "groupctl"]
+      dependencies: [
+        "TestSupport", "AppIntents", "FileCoordination", "GroupContainerCore", "SystemLayer", "gc-test-helper",
+        "groupctl",
+      ]
     ),
     .testTarget(
       name: "FileCoordinationTests",
       dependencies: [
-        "TestSupport", "FileCoordination", "SystemLayer", "GroupContainer", "gc-test-helper", "groupctl",
+        "TestSupport", "FileCoordination", "GroupContainerCore", "SystemLayer", "GroupContainer", "gc-test-helper",
+        "groupctl",
         "gc-file-server",  // the download of SyscallThresholdsTests
       ]
     ),

@@ -30,6 +30,7 @@ let package = Package(
       dependencies: [
         .product(name: "LiveActivities", package: rootIdentity), .product(name: "AppIntents", package: rootIdentity),
         .product(name: "FileCoordination", package: rootIdentity),
+        .product(name: "GroupContainerCore", package: rootIdentity),
       ],
       path: "ScoreboardKit"),
     // The video widget (`host video`, `widget video`): libpng and libjpeg-turbo (Debian: libpng-dev,

@@ -1,6 +1,7 @@
 import AppIntents
 import FileCoordination
 import Foundation
+import GroupContainerCore
 import LiveActivities
 
 /// The demo's match: where it lives and how a widget reaches the app.

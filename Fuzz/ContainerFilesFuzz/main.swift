@@ -10,6 +10,7 @@
   import Glibc
   @testable import AppIntents
   @testable import FileCoordination
+  @testable import GroupContainerCore
   @testable import MemoryWarnings
   @testable import SharedDefaults
   import BackgroundDownloads

@@ -1,5 +1,6 @@
 import FileCoordination
 import Foundation
+import GroupContainerCore
 
 /// An action an app performs for its widget, Live Activity or another process: Apple's `AppIntent`, as used by
 /// interactive widget buttons (`Button(intent:)`).
@@ -17,8 +18,8 @@ import Foundation
 /// }
 /// ```
 ///
-/// The app registers the intents it performs (``FileCoordination/GroupContainer/registerIntents(_:forScheme:)``),
-/// and a widget asks it to perform one (``FileCoordination/GroupContainer/perform(_:inAppWithScheme:timeout:)``):
+/// The app registers the intents it performs (``GroupContainerCore/GroupContainer/registerIntents(_:forScheme:)``),
+/// and a widget asks it to perform one (``GroupContainerCore/GroupContainer/perform(_:inAppWithScheme:timeout:)``):
 /// the intent is encoded, delivered to the app's process — started for it when not running — decoded there and
 /// performed there; the result comes back.
 ///
@@ -91,7 +92,7 @@ extension IntentResult {
   }
 }
 
-/// What the caller of ``FileCoordination/GroupContainer/perform(_:inAppWithScheme:timeout:)`` gets back.
+/// What the caller of ``GroupContainerCore/GroupContainer/perform(_:inAppWithScheme:timeout:)`` gets back.
 public struct IntentResponse: Sendable, Equatable {
   /// The result's value as JSON, nil when the intent returned none.
   public let encodedValue: Data?

@@ -1,4 +1,5 @@
 import FileCoordination
+import GroupContainerCore
 
 /// Why an intent was not performed, or its result not received.
 ///

@@ -1,4 +1,5 @@
 import FileCoordination
+import GroupContainerCore
 import SystemLayer
 
 /// Why a download task failed, or why a session refused a request. Every error says what, where, and what to do.

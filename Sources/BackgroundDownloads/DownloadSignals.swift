@@ -1,4 +1,5 @@
 import FileCoordination
+import GroupContainerCore
 import SystemLayer
 
 /// The words of `.coordination/downloads/signal`, the `MappedCounters` file of the downloads' two change signals

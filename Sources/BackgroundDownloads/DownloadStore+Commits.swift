@@ -1,4 +1,5 @@
 import FileCoordination
+import GroupContainerCore
 import Logging
 import SystemLayer
 

@@ -1,5 +1,6 @@
 import FileCoordination
 import Foundation
+import GroupContainerCore
 
 /// One download, as any process of the group sees it: a snapshot of its persisted state, and the requests a
 /// process can make of it (`cancel`, `suspend`, `resume`, `priority`), which the agent applies.

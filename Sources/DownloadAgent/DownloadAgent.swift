@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import BackgroundDownloads
 import FileCoordination
 import Foundation
+import GroupContainerCore
 import Logging
 import Synchronization
 import SystemLayer

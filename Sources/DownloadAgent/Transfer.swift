@@ -3,6 +3,7 @@ import BackgroundDownloads
 import Crypto
 import FileCoordination
 import Foundation
+import GroupContainerCore
 import Logging
 import NIOCore
 import NIOSSL

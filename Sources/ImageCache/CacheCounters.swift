@@ -1,4 +1,5 @@
 import FileCoordination
+import GroupContainerCore
 import SystemLayer
 
 /// The words of `.coordination/caches/<name>.counters`, the `MappedCounters` file a disk tier shares with every

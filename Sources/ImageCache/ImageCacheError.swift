@@ -1,4 +1,5 @@
 import FileCoordination
+import GroupContainerCore
 import SystemLayer
 
 /// Why an image was refused or a cache operation failed. Every error says what, where, and what to do.

@@ -1,4 +1,4 @@
-import FileCoordination
+import GroupContainerCore
 
 /// Whether the user allows Live Activities for a group (ActivityKit's `ActivityAuthorizationInfo`). The switch is
 /// the user's, as in Settings on iOS: `groupctl activities enable|disable <group-id>`. Activities are enabled

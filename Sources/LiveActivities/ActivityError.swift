@@ -1,4 +1,4 @@
-import FileCoordination
+import GroupContainerCore
 import SystemLayer
 
 /// Why an activity request, update or end failed. Each error says what, where and what to do.

@@ -1,6 +1,7 @@
 import Dispatch
 import FileCoordination
 import Foundation
+import GroupContainerCore
 import Logging
 import MemoryWarnings
 import PropertyList

@@ -1,4 +1,5 @@
 import FileCoordination
+import GroupContainerCore
 import SystemLayer
 
 /// Why a defaults operation failed. Each error says what and where.

@@ -1,5 +1,6 @@
 import FileCoordination
 import Foundation
+import GroupContainerCore
 import SystemLayer
 
 /// The rules of compaction over the suite's header and journal — when to compact, who compacts, and the order of

@@ -1,5 +1,5 @@
-import FileCoordination
 import Foundation
+import GroupContainerCore
 import Logging
 import SharedDefaults
 

@@ -2,6 +2,7 @@ import ArgumentParser
 import FileCoordination
 import Foundation
 import GroupContainer
+import GroupContainerCore
 import SystemLayer
 
 /// `groupctl doctor`: what on this machine can break the container's guarantees, each finding with its fix.

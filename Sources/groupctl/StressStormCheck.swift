@@ -4,6 +4,7 @@ import Crypto
 import FileCoordination
 import Foundation
 import GroupContainer
+import GroupContainerCore
 import SystemLayer
 
 /// The checker of `stress storm`, run in a fresh process once every worker is gone: reads the workers' histories

@@ -4,6 +4,7 @@ import Testing
 
 @testable import AppIntents
 @testable import FileCoordination
+@testable import GroupContainerCore
 
 // The widget's copies of the test host's intents (Tests/GCTestHelper/IntentModes.swift): the same type names,
 // so the same identifiers and parameters.

@@ -2,6 +2,7 @@ import BackgroundDownloads
 import Crypto
 import FileCoordination
 import Foundation
+import GroupContainerCore
 import Synchronization
 import SystemLayer
 import TestSupport

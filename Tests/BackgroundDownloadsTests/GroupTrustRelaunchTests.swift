@@ -1,6 +1,7 @@
 import BackgroundDownloads
 import FileCoordination
 import Foundation
+import GroupContainerCore
 import SystemLayer
 import TestSupport
 import Testing

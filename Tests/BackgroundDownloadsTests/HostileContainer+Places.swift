@@ -5,6 +5,7 @@ import SystemLayer
 import TestSupport
 
 @testable import FileCoordination
+@testable import GroupContainerCore
 
 /// Names in a template container that only a run can tell (a task id, a commit's sequence, an entry's hash), and
 /// in a combo's copy the live receiver's inbox.

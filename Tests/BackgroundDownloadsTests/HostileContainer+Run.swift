@@ -7,6 +7,7 @@ import TestSupport
 import Testing
 
 @testable import FileCoordination
+@testable import GroupContainerCore
 
 enum HostileRun {
   static let group = "group.com.example.hostile"

@@ -3,6 +3,7 @@ import TestSupport
 import Testing
 
 @testable import FileCoordination
+@testable import GroupContainerCore
 
 /// `groupctl stress storm` (issue #36, item 3): defaults writers, image cache storers and readers, coordinated
 /// writers and a presenter, Live Activity updates, Inbox hand-overs to a receiver, and downloads from gc-file-server

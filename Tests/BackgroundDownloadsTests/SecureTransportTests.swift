@@ -2,6 +2,7 @@ import BackgroundDownloads
 import DownloadAgent
 import FileCoordination
 import Foundation
+import GroupContainerCore
 import Logging
 import NIOSSL
 import TestSupport

@@ -4,6 +4,7 @@ import Crypto
 import DownloadAgent
 import FileCoordination
 import Foundation
+import GroupContainerCore
 import Logging
 import Synchronization
 import SystemLayer

@@ -4,6 +4,7 @@ import TestSupport
 import Testing
 
 @testable import FileCoordination
+@testable import GroupContainerCore
 
 /// The decisions of the "Coordination semantics" article, one test each: where we follow Apple's
 /// `NSFileCoordinator` header and where we depart from it (and how the departure behaves).

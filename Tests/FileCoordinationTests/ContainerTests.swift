@@ -3,6 +3,7 @@ import TestSupport
 import Testing
 
 @testable import FileCoordination
+@testable import GroupContainerCore
 
 @Suite(.runSlot(.minutes(10))) struct ContainerTests {
   @Test func createsTheLayoutWithPrivatePermissions() throws {

@@ -4,6 +4,7 @@ import TestSupport
 import Testing
 
 @testable import FileCoordination
+@testable import GroupContainerCore
 
 /// The order of a durable replace, seen through SystemLayer's `SyscallRecorder` (no power cut needed): the temp
 /// file is fsynced before the rename, the directory after it; a plain write syncs nothing.

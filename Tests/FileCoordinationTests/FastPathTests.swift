@@ -5,6 +5,7 @@ import TestSupport
 import Testing
 
 @testable import FileCoordination
+@testable import GroupContainerCore
 
 /// The fast routes of setting up an access (issue #8, "Scale") give exactly what the exact routes give.
 ///

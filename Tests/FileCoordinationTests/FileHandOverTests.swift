@@ -3,6 +3,7 @@ import TestSupport
 import Testing
 
 @testable import FileCoordination
+@testable import GroupContainerCore
 
 /// File hand-over into the receiver's `Documents/Inbox/` (FileHandOver.swift) and the Inbox rule
 /// (InboxRule.swift), with the receiver a real second process (gc-test-helper `.inboxReceiver`).

@@ -3,6 +3,7 @@ import TestSupport
 import Testing
 
 @testable import FileCoordination
+@testable import GroupContainerCore
 @testable import SystemLayer
 
 /// Issue 33 item 1: in a group-shared container, member B must not make member A run B's program through A's URL

@@ -3,6 +3,7 @@ import TestSupport
 import Testing
 
 @testable import FileCoordination
+@testable import GroupContainerCore
 
 /// `groupctl` for users: commands that only read create nothing, every command's exit status (0, 1 with
 /// `groupctl: <reason>`, 64 with its own usage line), `--version`, and `status --json` as one line. Runs the real

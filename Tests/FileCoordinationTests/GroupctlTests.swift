@@ -3,6 +3,7 @@ import TestSupport
 import Testing
 
 @testable import FileCoordination
+@testable import GroupContainerCore
 
 /// The CLI, run as a real binary: stdout, stderr and exit status.
 @Suite(.runSlot(.minutes(3))) struct GroupctlTests {

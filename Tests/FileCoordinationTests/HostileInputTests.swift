@@ -4,6 +4,7 @@ import TestSupport
 import Testing
 
 @testable import FileCoordination
+@testable import GroupContainerCore
 
 /// Every file under `.coordination/` is untrusted input: garbage, oversized, planted symlinks.
 @Suite(.runSlot(.minutes(3))) struct HostileInputTests {

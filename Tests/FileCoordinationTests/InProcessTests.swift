@@ -4,6 +4,7 @@ import TestSupport
 import Testing
 
 @testable import FileCoordination
+@testable import GroupContainerCore
 
 /// Coordination between threads of one process (flock alone cannot do this: one descriptor, one lock).
 @Suite(.runSlot(.minutes(3))) struct InProcessTests {

@@ -4,6 +4,7 @@ import TestSupport
 import Testing
 
 @testable import FileCoordination
+@testable import GroupContainerCore
 
 /// Invariants of the coordination core that no other test pinned down, each checked across real processes.
 ///

@@ -4,6 +4,7 @@ import TestSupport
 import Testing
 
 @testable import FileCoordination
+@testable import GroupContainerCore
 
 /// The memory of link-free paths (LinkFreePaths.swift): an access set up from memory must refuse a path whose way
 /// another process changed, exactly as the kernel's answer would. Each test first makes sure the memory answers

@@ -4,6 +4,7 @@ import TestSupport
 import Testing
 
 @testable import FileCoordination
+@testable import GroupContainerCore
 
 /// Cached shared tree locks and their revocation (LockOrder.swift, Rule 4a), across real processes: a process
 /// keeps the SH tree locks of the directories above its last access; whoever needs one of them EX (a delete, move

@@ -3,6 +3,7 @@ import Testing
 
 @testable import BackgroundDownloads
 @testable import FileCoordination
+@testable import GroupContainerCore
 @testable import ImageCache
 @testable import SharedDefaults
 

@@ -3,6 +3,7 @@ import TestSupport
 import Testing
 
 @testable import FileCoordination
+@testable import GroupContainerCore
 
 /// The hand-written JSON route of messages (`MessageJSON`) against Foundation's: whatever the fast decoder accepts,
 /// JSONDecoder accepts too and reads the same message; what it writes, JSONDecoder reads back unchanged.

@@ -5,6 +5,7 @@ import TestSupport
 import Testing
 
 @testable import FileCoordination
+@testable import GroupContainerCore
 
 /// The message transport (MessageTransport.swift) between real processes: prepares and finishes as datagrams on
 /// the receiver's inbox socket, files when the receiver has none or its queue stays full, and the order rules that

@@ -4,6 +4,7 @@ import TestSupport
 import Testing
 
 @testable import FileCoordination
+@testable import GroupContainerCore
 
 /// Coordination between real processes: the test process and `gc-test-helper` / `groupctl` children.
 @Suite(.runSlot(.minutes(3))) struct MultiProcessTests {

@@ -3,6 +3,7 @@ import TestSupport
 import Testing
 
 @testable import FileCoordination
+@testable import GroupContainerCore
 
 @Suite(.runSlot(.minutes(3))) struct OpenURLTests {
   let group = "group.com.example.urls"

@@ -5,6 +5,7 @@ import TestSupport
 import Testing
 
 @testable import FileCoordination
+@testable import GroupContainerCore
 
 /// Paths are resolved from the container's directory descriptor, never checked and then used by path.
 ///

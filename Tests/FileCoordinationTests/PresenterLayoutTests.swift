@@ -3,6 +3,7 @@ import TestSupport
 import Testing
 
 @testable import FileCoordination
+@testable import GroupContainerCore
 
 /// The presenter registry's layout by path (issue #33 item 5): a process that has read nothing of the registry yet
 /// — a new process, here a new registry instance over this process's container — reads, for an access, the records

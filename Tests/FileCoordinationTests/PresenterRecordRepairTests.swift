@@ -4,6 +4,7 @@ import TestSupport
 import Testing
 
 @testable import FileCoordination
+@testable import GroupContainerCore
 
 /// A presenter's record damaged or removed by someone else (issue #33 item 4), with a presenter in a real process.
 @Suite(.runSlot(.minutes(3))) struct PresenterRecordRepairTests {

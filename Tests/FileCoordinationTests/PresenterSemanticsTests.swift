@@ -4,6 +4,7 @@ import TestSupport
 import Testing
 
 @testable import FileCoordination
+@testable import GroupContainerCore
 
 /// Apple's presenter semantics across real processes: every relinquish gets its reacquirer (also when the
 /// presenter answers after the coordinator stopped waiting), and accesses whose accessor never ran tell nobody

@@ -6,6 +6,7 @@ import BackgroundDownloads
 import DownloadAgent
 import FileCoordination
 import Foundation
+import GroupContainerCore
 import HelperCommand
 import Logging
 import Synchronization

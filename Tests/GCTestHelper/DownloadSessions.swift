@@ -3,6 +3,7 @@
 import BackgroundDownloads
 import FileCoordination
 import Foundation
+import GroupContainerCore
 import HelperCommand
 
 /// Every event as one line: `event <kind> <task id> <event id or -> <error or ->`.

@@ -2,6 +2,7 @@
 import AppIntents
 import FileCoordination
 import Foundation
+import GroupContainerCore
 import HelperCommand
 import SystemLayer
 

@@ -2,6 +2,7 @@
 // who dismisses. Times come from GROUPCONTAINER_ACTIVITY_CLOCK_FILE when the test sets it.
 import FileCoordination
 import Foundation
+import GroupContainerCore
 import HelperCommand
 import LiveActivities
 import ScoreboardKit

@@ -2,6 +2,7 @@
 // one whose access is in flight when another process wants the directory.
 import FileCoordination
 import Foundation
+import GroupContainerCore
 import HelperCommand
 import SystemLayer
 

@@ -2,6 +2,7 @@
 // levels sent to the group, or watch the disk.
 import FileCoordination
 import Foundation
+import GroupContainerCore
 import HelperCommand
 import MemoryWarnings
 import SharedDefaults

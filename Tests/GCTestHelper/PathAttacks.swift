@@ -1,6 +1,7 @@
 // Helper sub-commands that attack container paths (PathSafetyTests, HostileFilesTests).
 import FileCoordination
 import Foundation
+import GroupContainerCore
 import HelperCommand
 import SystemLayer
 

@@ -1,6 +1,7 @@
 // gc-test-helper sub-commands for presenter semantics, robustness and environment tests (issue #8).
 import FileCoordination
 import Foundation
+import GroupContainerCore
 import HelperCommand
 import SystemLayer
 

@@ -2,6 +2,7 @@
 // loop, and readers checking every read of it. Both stop when the file <root>/stop appears.
 import FileCoordination
 import Foundation
+import GroupContainerCore
 
 /// A document of `bytes` bytes (rounded to 8) that checks itself: word 0 a magic, word 1 the generation, word 2
 /// the word count, word i ≥ 3 derived from the generation and i. Any mix of two generations, any short or long

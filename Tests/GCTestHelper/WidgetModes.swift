@@ -2,6 +2,7 @@
 // print what they would draw.
 import FileCoordination
 import Foundation
+import GroupContainerCore
 import HelperCommand
 import SharedDefaults
 import Synchronization

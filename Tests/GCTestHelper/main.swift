@@ -3,6 +3,7 @@
 // `Child(.command(…), root:, group:)`. The commands and what they print: Tests/HelperCommand/HelperCommand.swift.
 import FileCoordination
 import Foundation
+import GroupContainerCore
 import HelperCommand
 import PropertyList
 import SharedDefaults

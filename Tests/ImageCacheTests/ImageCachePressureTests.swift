@@ -1,5 +1,6 @@
 import FileCoordination
 import Foundation
+import GroupContainerCore
 import ImageCache
 import MemoryWarnings
 import SystemLayer

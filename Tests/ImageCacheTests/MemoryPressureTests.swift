@@ -1,6 +1,7 @@
 import FileCoordination
 import Foundation
 import Glibc
+import GroupContainerCore
 import MemoryWarnings
 import Synchronization
 import SystemLayer

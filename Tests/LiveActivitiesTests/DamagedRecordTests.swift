@@ -1,6 +1,7 @@
 import FileCoordination
 import Foundation
 import Glibc
+import GroupContainerCore
 import LiveActivities
 import ScoreboardKit
 import TestSupport

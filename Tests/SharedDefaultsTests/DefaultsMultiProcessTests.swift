@@ -7,6 +7,7 @@ import TestSupport
 import Testing
 
 @testable import FileCoordination
+@testable import GroupContainerCore
 @testable import SharedDefaults
 
 @Suite(.runSlot(.minutes(3))) struct DefaultsMultiProcessTests {

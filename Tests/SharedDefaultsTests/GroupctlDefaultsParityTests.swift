@@ -4,6 +4,7 @@ import TestSupport
 import Testing
 
 @testable import FileCoordination
+@testable import GroupContainerCore
 @testable import SharedDefaults
 
 /// `groupctl defaults` with macOS `defaults(1)` semantics: -array-add, -dict-add, typed -array/-dict items,

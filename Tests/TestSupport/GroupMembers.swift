@@ -1,5 +1,6 @@
 import FileCoordination
 import Foundation
+import GroupContainerCore
 import Testing
 
 /// Two real users, A and B, in one group: what one member of a group-shared container can do to another's files,

@@ -1,0 +1,367 @@
+import Foundation
+import GroupContainerCore
+import Synchronization
+import SystemLayer
+
+/// Sends messages, receives this process's inbox, and matches acks to waiting senders.
+final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition`; the rest is immutable or a Mutex
+  private let space: CoordinationSpace
+  private let sequence = Atomic<UInt64>(0)
+  private let condition = NSCondition()
+  private var acks: [String: CoordinationMessage] = [:]
+  /// Ids nobody waits for any more (timed out): their late acks are dropped instead of kept forever.
+  private var abandoned: Set<String> = []
+  private var inbox: String { space.inbox(of: space.me) }
+  private let board: MappedCounters
+  private let boardSignal: ChangeSignal
+  /// Slots of our board free to lend. A slot whose ack never came is not given back: a late ack must not answer
+  /// the next prepare that would borrow it.
+  private let freeSlots = Mutex<[Int]>(Array(AckBoard.slots.reversed()))
+  private let tokens = Atomic<UInt64>(0)
+  /// Other processes' boards, mapped on first use.
+  private let boards = Mutex<[ProcessName: MappedCounters]>([:])
+  private let outbox = DispatchQueue(label: "GroupContainer.outbox")
+  private let queued = Atomic<Int>(0)
+  private let inboxWatch = Mutex<Watcher.Token?>(nil)
+  /// This process's inbox, opened beneath the container when it is watched (again when the container is made anew):
+  /// each message is read and removed relative to it — one `openat` and one `unlinkat` — instead of from the
+  /// container's descriptor down (three more system calls and two path walks per message).
+  private let inboxDirectory = Mutex<SystemFD?>(nil)
+  /// How long a waiting sender polls its board before sleeping: longer than a typical answer on an idle machine.
+  static let spinNanoseconds: UInt64 = 500_000
+  /// Up to how many answering processes a sender spins at all.
+  static let spinProcesses = 4
+  /// Datagrams for prepares and finishes, files for the rest (MessageTransport.swift).
+  let transport: MessageTransport
+
+  init(space: CoordinationSpace) throws(FileSystemError) {
+    self.space = space
+    transport = MessageTransport(space: space)
+    board = try MappedCounters(fd: Self.openOwnBoard(space))
+    boardSignal = ChangeSignal(board, sequence: AckBoard.sequence, listeners: AckBoard.listeners)
+    boardSignal.listenForever()
+    Self.flushAtExit
+  }
+
+  /// After the container was removed and made again (CoordinationSpace.recreateAfterRemoval): this process's board
+  /// is mapped onto a new `.acks` file, and other processes' boards, mapped from deleted files, are forgotten.
+  func rebindBoard() throws(FileSystemError) {
+    try board.rebind(to: Self.openOwnBoard(space))
+    boards.withLock { $0.removeAll() }
+  }
+
+  func start() throws(FileSystemError) {
+    if let reason = Watcher.shared.unavailableReason {
+      // Locks need no inotify, and acks come on the board; ack files (failures, openURL answers) are read by
+      // `awaitAcks` scanning the inbox. Only presenters need the watcher, and they are refused.
+      CoordinationSpace.logger.warning("coordination works without presenters in this process: \(reason)")
+      return
+    }
+    try watchInbox()
+    _ = Watcher.shared.onOverflow { [self] in scanInbox() }
+    _ = Watcher.shared.onTick { [self] in
+      space.host.checkSenders()
+      // The container removed under us. The inbox's own IN_DELETE_SELF cannot be relied on: the mapped `.acks`
+      // (and `counters`) pin the directories' dentries, so the kernel reports their deletion only at unmap.
+      if (try? FileSystem.status(inbox)) ?? nil == nil { space.host.containerRemoved() }
+    }
+    scanInbox()
+  }
+
+  /// Watches this process's inbox. Its removal (the container deleted under us) makes the presenter host recreate
+  /// and re-arm everything; the liveness tick checks for it too (see `start`).
+  func watchInbox() throws(FileSystemError) {
+    // A watch of a removed inbox may still be in place (its deletion not yet reported): drop it, so the new one
+    // watches the new directory instead of joining the old watch.
+    if let old = inboxWatch.withLock({ $0.take() }) { Watcher.shared.cancel(old) }
+    let directory = try space.root.openDirectory(CoordinationPaths.inbox(of: space.me))
+    inboxDirectory.withLock { current in
+      current?.close()
+      current = directory
+    }
+    transport.bind(in: directory) { [self] bytes in receive(datagram: bytes) }
+    // Messages arrive by rename only: asking for nothing else (but the inbox's own deletion) keeps the temp file's
+    // own events from waking the watcher thread (twice per message otherwise).
+    let token = try Watcher.shared.watch(inbox, mask: Watcher.movedTo | Watcher.deleteSelf) { [self] event in
+      if event.mask & (Watcher.deleteSelf | Watcher.ignored) != 0 {
+        if (try? FileSystem.status(inbox)) ?? nil == nil { space.host.containerRemoved() }
+        return
+      }
+      guard event.mask & Watcher.movedTo != 0, !event.name.hasPrefix(".") else { return }
+      receive(fileNamed: event.name)
+    }
+    inboxWatch.withLock { $0 = token }
+  }
+
+  func nextMessageID() -> String {
+    "\(space.me).\(sequence.add(1, ordering: .relaxed).newValue)"
+  }
+
+  /// Lends a slot of our board to a prepare that needs an ack (nil when all are lent: the ack comes as a file).
+  func reserveAck(for message: inout CoordinationMessage) {
+    guard let slot = freeSlots.withLock({ $0.popLast() }) else { return }
+    let token = tokens.add(1, ordering: .relaxed).newValue
+    board.store(slot, 0)
+    message.ackSlot = slot
+    message.ackToken = token
+  }
+
+  /// Gives back the slot `reserveAck` lent to a prepare that was never sent.
+  func returnAck(of message: CoordinationMessage) {
+    guard let slot = message.ackSlot else { return }
+    freeSlots.withLock { $0.append(slot) }
+  }
+
+  /// This process's board, `.coordination/inbox/<me>/.acks`, opened (created and sized when missing) beneath the
+  /// container's descriptor.
+  private static func openOwnBoard(_ space: CoordinationSpace) throws(FileSystemError) -> SystemFD {
+    let inbox = try space.root.openDirectory(CoordinationPaths.inbox(of: space.me))
+    defer { inbox.close() }
+    return try inbox.openOrCreate(AckBoard.fileName, mode: space.fileMode, size: Int64(MappedCounters.fileSize))
+  }
+
+  /// Answers `prepare` on its sender's board; false when that is not possible (then send an ack file).
+  func postAck(for prepare: CoordinationMessage) -> Bool {
+    guard let slot = prepare.ackSlot, let token = prepare.ackToken else { return false }
+    let sender = prepare.sender
+    let remote = boards.withLock { boards -> MappedCounters? in
+      if let known = boards[sender] { return known }
+      // Only an existing board, beneath the container (never created here); MappedCounters refuses non-files.
+      let relative = CoordinationPaths.inbox(of: sender) + "/" + AckBoard.fileName
+      guard let fd = try? space.root.openFile(relative, .readWrite), let opened = try? MappedCounters(fd: fd)
+      else { return nil }
+      if boards.count >= 64 { boards.removeAll() }  // bounded: senders come and go
+      boards[sender] = opened
+      return opened
+    }
+    guard let remote else { return false }
+    remote.store(slot, token)
+    ChangeSignal(remote, sequence: AckBoard.sequence, listeners: AckBoard.listeners).post()
+    return true
+  }
+
+  /// Publishes `message` in `process`'s inbox. A missing inbox means the process is gone.
+  func send(_ message: CoordinationMessage, to process: ProcessName) throws(FileSystemError) {
+    flushOutbox()
+    _ = try write(message, to: process)
+  }
+
+  /// Sends a prepare to `process` unless it is dead; false when it is (nothing was sent). Liveness is asked only
+  /// when the prepare cannot go as a datagram: one that the kernel took is queued on a socket its receiver holds
+  /// open, and a receiver that dies after that is found by the sender's periodic check while it waits for acks.
+  /// (Asked for every receiver, liveness was four system calls per presenter process in the writer's own time.)
+  func sendUnlessDead(_ message: CoordinationMessage, to process: ProcessName) throws(FileSystemError) -> Bool {
+    flushOutbox()
+    return try write(message, to: process, unlessDead: true)
+  }
+
+  private func write(
+    _ message: CoordinationMessage, to process: ProcessName, unlessDead: Bool = false
+  ) throws(FileSystemError) -> Bool {
+    let bytes = message.encoded()
+    if message.kind == .prepare || message.kind == .finish, transport.send(bytes, to: process) { return true }
+    if unlessDead && !space.isAlive(process) { return false }
+    try space.root.replaceFile(
+      atPath: space.inbox(of: process) + "/" + message.fileName, with: bytes, mode: space.fileMode)
+    transport.sentFile()
+    return true
+  }
+
+  /// Sends `messages` from the outbox queue, in order with every other message of this process. One block for all
+  /// of an access's finishes: the caller returns after one enqueue, not one per presenter process.
+  func sendLater(_ messages: [(CoordinationMessage, ProcessName)]) {
+    guard !messages.isEmpty else { return }
+    queued.add(1, ordering: .relaxed)
+    outbox.async { [self] in
+      defer { queued.subtract(1, ordering: .releasing) }
+      for (message, process) in messages {
+        do { _ = try write(message, to: process) } catch {
+          CoordinationSpace.logger.debug("process \(process) did not take a message: \(error)")
+        }
+      }
+    }
+  }
+
+  /// Returns once every `sendLater` message is sent.
+  func flushOutbox() {
+    if queued.load(ordering: .acquiring) > 0 { outbox.sync {} }
+  }
+
+  /// Empties the outboxes of every space when the process exits normally (`exit` or the end of `main`).
+  private static let flushAtExit: Void = {
+    atexit { for space in CoordinationSpace.all { space.messenger?.flushOutbox() } }
+  }()
+
+  /// Everything in the inbox, oldest messages first (after an overflow the kernel may have dropped their events).
+  func scanInbox() {
+    let names = ((try? FileSystem.listDirectory(inbox)) ?? []).filter { !$0.hasPrefix(".") }
+    // A prepare before the finish of the same id.
+    for name in names.sorted(by: { ($0.hasSuffix(".finish") ? 1 : 0, $0) < ($1.hasSuffix(".finish") ? 1 : 0, $1) }) {
+      receive(fileNamed: name)
+    }
+  }
+
+  /// Reads, deletes and dispatches one inbox file. Runs on the watcher thread.
+  private func receive(fileNamed name: String) {
+    let path = inbox + "/" + name
+    let bytes: [UInt8]
+    do {
+      // Under the lock: `watchInbox` may swap the descriptor meanwhile (the container made anew).
+      bytes = try inboxDirectory.withLock { directory throws(FileSystemError) -> [UInt8] in
+        guard let directory else { return try space.root.readFile(atPath: path, limit: CoordinationMessage.maxBytes) }
+        let file = try directory.open(name, .readOnly)
+        defer { file.close() }
+        return try file.readRegularFile(limit: CoordinationMessage.maxBytes).bytes
+      }
+    } catch {
+      if error.errno == .noSuchFileOrDirectory { return }  // gone: already handled by a scan
+      if error.isPassing, let delay = readAgainDelay(name) {
+        // Kept and read again on this thread (in order with every other receive): an answer dropped here made its
+        // sender report "did not answer" although the receiver had done the work.
+        CoordinationSpace.logger.warning("inbox entry '\(path)' did not read (\(error)); read again in \(delay) ms")
+        if Watcher.shared.unavailableReason == nil {
+          DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(delay)) { [weak self] in
+            guard let messenger = self else { return }
+            Watcher.shared.afterQueuedEvents { messenger.receive(fileNamed: name) }
+          }
+        }  // else the waiting sender's own scans read it again (`awaitAcks`)
+        return
+      }
+      CoordinationSpace.logger.error("dropping unreadable inbox entry '\(path)': \(error)")
+      try? space.root.removeTree(atPath: path)
+      return
+    }
+    unreadable.withLock { tries in if !tries.isEmpty { tries[name] = nil } }
+    // Removed once dispatched: the unlink (a journaled metadata write) stays off the handshake's critical path.
+    // Both happen on this thread, so a rescan never sees a dispatched message again.
+    defer {
+      inboxDirectory.withLock { directory in
+        if let directory { try? directory.removeFile(name) } else { try? space.root.removeFile(atPath: path) }
+      }
+    }
+    let message: CoordinationMessage
+    do { message = try CoordinationMessage.decode(bytes, fileName: name) } catch {
+      CoordinationSpace.logger.error("dropping inbox entry '\(path)': \(error)")
+      return
+    }
+    dispatch(message)
+  }
+
+  /// Inbox entries that failed to read for a passing reason, and how many times.
+  private let unreadable = Mutex<[String: Int]>([:])
+
+  /// How long to wait before reading `name` again (10 ms, doubling: about 2.5 s in all), or nil once it has failed
+  /// too often: then it is dropped like any unreadable entry.
+  private func readAgainDelay(_ name: String) -> Int? {
+    unreadable.withLock { tries in
+      if tries.count > 1024 { tries.removeAll() }  // bounded: names come and go
+      let n = tries[name, default: 0] + 1
+      guard n <= 8 else {
+        tries[name] = nil
+        return nil
+      }
+      tries[name] = n
+      return 10 << (n - 1)
+    }
+  }
+
+  /// Decodes and dispatches one datagram of the inbox socket (only prepares and finishes come so). Runs on the
+  /// watcher thread.
+  private func receive(datagram bytes: UnsafeBufferPointer<UInt8>) {
+    let message: CoordinationMessage
+    do { message = try CoordinationMessage.decode(bytes, fileName: nil) } catch {
+      CoordinationSpace.logger.error("dropping a datagram of the inbox socket: \(error)")
+      return
+    }
+    guard message.kind == .prepare || message.kind == .finish else {
+      CoordinationSpace.logger.error(
+        "dropping a datagram of the inbox socket: a \(message.kind.rawValue) comes as a file")
+      return
+    }
+    dispatch(message, asDatagram: true)
+  }
+
+  private func dispatch(_ message: CoordinationMessage, asDatagram: Bool = false) {
+    if message.kind == .openURL || message.kind == .request {
+      space.urlHandlers.receive(message)
+    } else if message.kind == .ack {
+      condition.lock()
+      if abandoned.remove(message.id) == nil { acks[message.id] = message }
+      condition.unlock()
+      boardSignal.post()  // wakes the waiting sender
+    } else {
+      space.host.receive(message, asDatagram: asDatagram)
+    }
+  }
+
+  struct AckOutcome {
+    var failures: [(ProcessName, String)] = []
+    var timedOut: [ProcessName] = []
+    var acks: [String: CoordinationMessage] = [:]
+  }
+
+  /// Waits for the acks of `pending` (message id → target process) until `timeout`, skipping targets that die.
+  /// `slots` names the board slot and token of the prepares that lent one (`reserveAck`).
+  func awaitAcks(
+    _ pending: [String: ProcessName], slots: [String: (slot: Int, token: UInt64)] = [:], timeout: Duration,
+    isCancelled: @Sendable () -> Bool
+  ) throws(FileCoordinatorError) -> AckOutcome {
+    var outcome = AckOutcome()
+    var waiting = pending
+    let start = MonotonicClock.nanoseconds()
+    let deadline =
+      start + UInt64(timeout.components.seconds) * 1_000_000_000
+      + UInt64(timeout.components.attoseconds / 1_000_000_000)
+    // Spin only for a few answers: many take longer than the spin anyway, and a spinning sender takes a core from
+    // the very processes it waits for.
+    let spinUntil = start + (Set(pending.values).count <= Self.spinProcesses ? Self.spinNanoseconds : 0)
+    var nextLivenessCheck = start + 20_000_000
+    while true {
+      let seen = boardSignal.sequenceValue  // before looking: a post after this wakes the wait below
+      for (id, lent) in slots where waiting[id] != nil && board.load(lent.slot) == lent.token {
+        waiting[id] = nil
+        freeSlots.withLock { $0.append(lent.slot) }
+      }
+      condition.lock()
+      for id in Array(waiting.keys) {
+        if let ack = acks.removeValue(forKey: id) {
+          outcome.acks[id] = ack
+          outcome.failures += (ack.failures ?? []).map { (waiting[id]!, $0) }
+          if let lent = slots[id] { freeSlots.withLock { $0.append(lent.slot) } }
+          waiting[id] = nil
+        }
+      }
+      condition.unlock()
+      if waiting.isEmpty { break }
+      if isCancelled() { throw .cancelled }
+      var now = MonotonicClock.nanoseconds()
+      if now >= deadline {
+        outcome.timedOut = Array(Set(waiting.values))
+        break
+      }
+      if now >= nextLivenessCheck {
+        if Watcher.shared.unavailableReason != nil { scanInbox() }  // no watcher delivers ack files here
+        let dead = Set(waiting.values).filter { !space.isAlive($0) }
+        waiting = waiting.filter { !dead.contains($0.value) }
+        nextLivenessCheck = MonotonicClock.nanoseconds() + 20_000_000
+        continue
+      }
+      // Poll first (the answer usually comes within the spin, and then no thread has to be woken), then sleep.
+      while now < spinUntil && boardSignal.sequenceValue == seen { now = MonotonicClock.nanoseconds() }
+      // The spin may end past the next check (a preempted thread): then no sleep, and no UInt64 underflow trap.
+      let wakeAt = min(deadline, nextLivenessCheck)
+      if boardSignal.sequenceValue == seen && wakeAt > now {
+        boardSignal.wait(whileSequenceIs: seen, nanoseconds: wakeAt - now)
+      }
+    }
+    return outcome
+  }
+
+  /// Forgets acks that arrive after their sender stopped waiting.
+  func discardAcks(_ ids: some Sequence<String>) {
+    condition.lock()
+    if abandoned.count > 4096 { abandoned.removeAll() }  // bounded: a dead process never acks
+    for id in ids where acks.removeValue(forKey: id) == nil { abandoned.insert(id) }
+    condition.unlock()
+  }
+}

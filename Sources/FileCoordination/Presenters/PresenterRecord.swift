@@ -1,0 +1,72 @@
+import Foundation
+import GroupContainerCore
+import Synchronization
+import SystemLayer
+
+/// One registered presenter, as a small JSON file `presenters/<bucket>/<id>` that every process can read (the layout:
+/// `PresenterRegistry`).
+struct PresenterRecord: Codable, Sendable, Hashable {
+  static let formatVersion = 1
+  static let maxBytes = 16 * 1024
+
+  var version: Int = PresenterRecord.formatVersion
+  /// `<pid>.<start>.<n>`: the owning process's name plus a per-process counter.
+  var id: String
+  var process: ProcessName
+  /// Container-relative path of the presented item.
+  var item: String { didSet { path = Self.parse(item) } }
+  var isDirectory: Bool
+  /// `item`, parsed once: every coordinated access compares it (records are immutable files, so a cached
+  /// record never needs parsing again).
+  private(set) var path: ContainerPath
+
+  private enum CodingKeys: String, CodingKey { case version, id, process, item, isDirectory }
+
+  init(id: String, process: ProcessName, item: String, isDirectory: Bool) {
+    self.id = id
+    self.process = process
+    self.item = item
+    self.isDirectory = isDirectory
+    path = Self.parse(item)
+  }
+
+  init(from decoder: any Decoder) throws {
+    let values = try decoder.container(keyedBy: CodingKeys.self)
+    version = try values.decode(Int.self, forKey: .version)
+    id = try values.decode(String.self, forKey: .id)
+    process = try values.decode(ProcessName.self, forKey: .process)
+    item = try values.decode(String.self, forKey: .item)
+    isDirectory = try values.decode(Bool.self, forKey: .isDirectory)
+    path = Self.parse(item)
+  }
+
+  private static func parse(_ item: String) -> ContainerPath { (try? ContainerPath(item)) ?? .root }
+
+  /// Parses and checks a record file. Every field is untrusted: anything odd is an error naming the file.
+  static func decode(_ bytes: [UInt8], fileName: String) throws(GroupContainerError) -> PresenterRecord {
+    guard bytes.count <= maxBytes else {
+      throw .corruptFile(fileName, reason: "presenter record over \(maxBytes) bytes")
+    }
+    let record: PresenterRecord
+    do { record = try JSONDecoder().decode(PresenterRecord.self, from: Data(bytes)) } catch {
+      throw .corruptFile(fileName, reason: "presenter record is not valid JSON of the expected shape")
+    }
+    guard record.version == formatVersion else {
+      throw .corruptFile(fileName, reason: "presenter record version \(record.version) is not \(formatVersion)")
+    }
+    guard record.id == fileName, record.id.hasPrefix("\(record.process)."),
+      let n = record.id.split(separator: ".").last, UInt64(n) != nil,
+      record.id.split(separator: ".").count == 3
+    else {
+      throw .corruptFile(fileName, reason: "presenter record id '\(record.id)' does not match its file and process")
+    }
+    if record.item != "" { _ = try ContainerPath(record.item) }
+    return record
+  }
+
+  func encoded() -> [UInt8] {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.sortedKeys]
+    return Array((try? encoder.encode(self)) ?? Data())
+  }
+}

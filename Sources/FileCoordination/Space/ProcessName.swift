@@ -1,0 +1,58 @@
+import Foundation
+import GroupContainerCore
+import Logging
+import Synchronization
+import SystemLayer
+
+/// A process, named so PID reuse cannot fool anyone: `<pid>.<start time in clock ticks>`.
+struct ProcessName: Hashable, Sendable, Codable, CustomStringConvertible {
+  var pid: Int32
+  var startTime: UInt64
+
+  static let current: ProcessName = ProcessName(
+    pid: CurrentProcess.id, startTime: CurrentProcess.startTime() ?? UInt64(MonotonicClock.nanoseconds()))
+
+  init(pid: Int32, startTime: UInt64) {
+    self.pid = pid
+    self.startTime = startTime
+  }
+
+  /// Strict parse of `<pid>.<start>`: two runs of ASCII digits, one dot between them; the pid a positive `Int32`, the
+  /// start a `UInt64`. Byte by byte (every received message names two: this was a tenth of decoding one).
+  init?(_ string: some StringProtocol) {
+    var values: (UInt64, UInt64) = (0, 0)
+    var digits = 0
+    var inStart = false
+    for byte in string.utf8 {
+      if byte == UInt8(ascii: "."), !inStart, digits > 0 {
+        inStart = true
+        digits = 0
+        continue
+      }
+      guard byte &- UInt8(ascii: "0") < 10, digits < 20 else { return nil }
+      digits += 1
+      let current = inStart ? values.1 : values.0
+      let (times10, overflow1) = current.multipliedReportingOverflow(by: 10)
+      let (next, overflow2) = times10.addingReportingOverflow(UInt64(byte &- UInt8(ascii: "0")))
+      guard !overflow1, !overflow2 else { return nil }
+      if inStart { values.1 = next } else { values.0 = next }
+    }
+    guard inStart, digits > 0, values.0 > 0, values.0 <= UInt64(Int32.max) else { return nil }
+    self.init(pid: Int32(values.0), startTime: values.1)
+  }
+
+  var description: String { "\(pid).\(startTime)" }
+
+  init(from decoder: any Decoder) throws {
+    let string = try decoder.singleValueContainer().decode(String.self)
+    guard let parsed = ProcessName(string) else {
+      throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "bad process name"))
+    }
+    self = parsed
+  }
+
+  func encode(to encoder: any Encoder) throws {
+    var container = encoder.singleValueContainer()
+    try container.encode(description)
+  }
+}

@@ -1,0 +1,29 @@
+import Synchronization
+import SystemLayer
+
+/// The container directory a process holds open, reached without the coordination machinery.
+///
+/// Every module reaches its files beneath the container's descriptor, which the process's share of `.coordination/`
+/// holds open for its lifetime (`CoordinationSpace.root`, FileCoordination). Opening that share is FileCoordination's,
+/// above this module: it installs `opener` when its initializers first run, and every `GroupContainer` value comes
+/// from them, so a module that only needs the container's files (MemoryWarnings) gets the same descriptor without
+/// importing the coordinator.
+extension GroupContainer {
+  /// Opens (once per process) the container's share of `.coordination/` and returns its directory; set by
+  /// FileCoordination's initializers.
+  package static let opener = Mutex<(@Sendable (GroupContainer) throws(GroupContainerError) -> ContainerDirectory)?>(
+    nil)
+
+  /// The container directory, held open by this process: reach container files beneath it (SharedDefaults does).
+  package func directory() throws(GroupContainerError) -> ContainerDirectory {
+    do {
+      if let open = Self.opener.withLock({ $0 }) { return try open(self) }
+    } catch let error
+      where error.fileSystemError?.errno == .readOnlyFileSystem || error.fileSystemError?.errno == .permissionDenied
+    {
+      // A container this process may only read has no coordination space here; its files are still read
+      // beneath its descriptor.
+    }
+    return try GroupContainerError.wrap { () throws(FileSystemError) in try ContainerDirectory(path: path) }
+  }
+}
