@@ -6,11 +6,15 @@ set -u
 run="$1"
 products="$(cd "$(dirname "$0")/.." && pwd)/.build"
 examples="$(cd "$(dirname "$0")/.." && pwd)/Examples/.build"
+# A process in another mount namespace sees other files at these paths (another checkout mounted at the same place):
+# not this run's, whatever its executable's path.
+namespace=$(readlink /proc/self/ns/mnt)
 left=()
 for dir in /proc/[0-9]*; do
   pid=${dir#/proc/}
   [ "$pid" = "$$" ] && continue
   exe=$(readlink "$dir/exe" 2>/dev/null) || continue
+  [ "$(readlink "$dir/ns/mnt" 2>/dev/null)" = "$namespace" ] || continue
   if [[ "$exe" == "$products"/* || "$exe" == "$examples"/* ]] || tr '\0' '\n' < "$dir/environ" 2>/dev/null | grep -qx "TMPDIR=$run"; then
     left+=("$pid $(tr '\0' ' ' < "$dir/cmdline" | cut -c1-160)")
   fi
