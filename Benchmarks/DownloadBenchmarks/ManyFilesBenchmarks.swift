@@ -143,6 +143,12 @@ func scaleRow(tasks: Int) -> @Sendable (Benchmark) async throws -> Void {
       removeTree(container.url.deletingLastPathComponent().path)
     }
     guard let pid = agentPID(container) else { throw BenchmarkSetupError("no agent pid") }
+    // The agent ends before its container is removed: with its long idle timeout it fought the removal (taking
+    // agent.lock again) and outlived the run.
+    defer {
+      kill(pid, SIGTERM)
+      for _ in 0..<250 where kill(pid, 0) == 0 { usleep(20_000) }
+    }
     let before = processFigures(pid)
     let clock = ContinuousClock()
     let start = clock.now
