@@ -125,7 +125,9 @@ func freshSession() async throws -> (GroupContainer, DownloadSession) {
   let container = try GroupContainer(identifier: "group.bench.scale", root: URL(fileURLWithPath: root))
   var configuration = DownloadSession.Configuration()
   configuration.agentExecutable = URL(fileURLWithPath: productPath("gc-download-agent"))
-  configuration.agentIdleTimeout = .seconds(60)
+  // Up until the row reads its memory, however long this process takes to handle the events: an agent idle for
+  // its timeout exits by design (it did, 60 s after its last task, while acknowledgements here were quadratic).
+  configuration.agentIdleTimeout = .seconds(600)
   let session = try DownloadSession(identifier: "scale", container: container, configuration: configuration)
   let warm = try session.download(from: URL(string: "http://127.0.0.1:\(f.port)/gen/1024?seed=0")!, to: "warm")
   _ = try await awaitCompletions([warm.id], in: session)
@@ -141,6 +143,12 @@ func scaleRow(tasks: Int) -> @Sendable (Benchmark) async throws -> Void {
       removeTree(container.url.deletingLastPathComponent().path)
     }
     guard let pid = agentPID(container) else { throw BenchmarkSetupError("no agent pid") }
+    // The agent ends before its container is removed: with its long idle timeout it fought the removal (taking
+    // agent.lock again) and outlived the run.
+    defer {
+      kill(pid, SIGTERM)
+      for _ in 0..<250 where kill(pid, 0) == 0 { usleep(20_000) }
+    }
     let before = processFigures(pid)
     let clock = ContinuousClock()
     let start = clock.now
@@ -159,6 +167,14 @@ func scaleRow(tasks: Int) -> @Sendable (Benchmark) async throws -> Void {
       (after.cpuMilliseconds - before.cpuMilliseconds) * 1000 / tasks)
     // Once the agent's loop has settled (its passes after the last event), with every task finished and retained.
     try await Task.sleep(for: .seconds(2))
+    // An agent that is gone reads as 0 MB: the row fails instead, with the end of the agent's log.
+    guard kill(pid, 0) == 0 else {
+      let log = container.url.appendingPathComponent(".coordination/downloads/agent.log").path
+      let tail = ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n").suffix(20)
+      throw BenchmarkSetupError(
+        "the agent \(pid) is gone (agent.lock names \(agentPID(container).map(String.init) ?? "none")); its log ends:\n"
+          + tail.joined(separator: "\n"))
+    }
     benchmark.measurement(
       .custom("agent RSS, tasks finished (MB)", useScalingFactor: false), processFigures(pid).rssKB / 1024)
   }

@@ -72,6 +72,8 @@ public final class DownloadSession: Sendable {
   /// posts would otherwise queue a poll each, every one of them reading every unfinished task).
   private let pollQueued = Atomic<Bool>(false)
   private static let logger = Logger(label: "GroupContainer.BackgroundDownloads")
+  /// The file names of the queued events handed out and not acknowledged yet, by event id.
+  private let handedOutFiles: HandedOutEventFiles
 
   private struct Attachment {
     var invalidated = false
@@ -121,9 +123,11 @@ public final class DownloadSession: Sendable {
     self.attachment = Mutex(attachment)
     let store = store
     let sid = identifier
+    let files = HandedOutEventFiles()
+    handedOutFiles = files
     events = DownloadEvents(acknowledge: { event in
       guard let id = event.id else { return }
-      store.acknowledge(eventID: id, for: sid)
+      store.acknowledge(eventID: id, for: sid, files: files.take(id))
     })
     do { try registerRelaunch() } catch {
       Self.logger.error("session '\(identifier)': cannot register the app to relaunch: \(error)")
@@ -215,7 +219,7 @@ public final class DownloadSession: Sendable {
   /// asking for the next event.
   public func acknowledge(_ event: DownloadEvent) {
     guard let id = event.id else { return }
-    store.acknowledge(eventID: id, for: identifier)
+    store.acknowledge(eventID: id, for: identifier, files: handedOutFiles.take(id))
   }
 
   /// Detaches this process from the session, leaving its tasks running (Apple's `finishTasksAndInvalidate` for a
@@ -277,8 +281,9 @@ public final class DownloadSession: Sendable {
   /// Hands out new queued events and progress, and restarts the agent when tasks wait and it is gone. Runs on the
   /// delivery queue only.
   private func poll() {
-    let queued = store.queuedEvents(identifier)
-    let (settled, handedOut) = attachment.withLock { ($0.settled, $0.handedOut) }
+    let handedOut = attachment.withLock { $0.handedOut }
+    let queued = store.queuedEvents(identifier, skipping: handedOut)
+    let settled = attachment.withLock { $0.settled }
     let tasks = store.tasks(session: identifier, excluding: settled)
     var byID = Dictionary(tasks.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
     // Only events still to hand out need their task (one handed out waits for its acknowledgement).
@@ -303,6 +308,7 @@ public final class DownloadSession: Sendable {
       for record in queued where !a.handedOut.contains(record.fileName) {
         guard let task = byID[record.taskID] else { continue }
         a.handedOut.insert(record.fileName)
+        handedOutFiles.add(record.fileName, for: record.id)
         switch record.kind {
         case .finished:
           let location = container.url.appendingPathComponent(record.location ?? task.destination)
@@ -335,7 +341,7 @@ public final class DownloadSession: Sendable {
     case .didFinishEvents:
       delegate.urlSessionDidFinishEvents(forBackgroundURLSession: self)
     }
-    if let record { store.acknowledge(eventID: record.id, for: identifier) }
+    if let record { store.acknowledge(eventID: record.id, for: identifier, files: handedOutFiles.take(record.id)) }
   }
 
   /// `didFinishEvents` once the events queued before the attach are all handled (removed from the container).
@@ -362,4 +368,15 @@ public final class DownloadSession: Sendable {
     try AgentLauncher.ensureRunning(
       store: store, executable: configuration.agentExecutable, idleTimeout: configuration.agentIdleTimeout)
   }
+}
+
+/// The file names of queued events handed out, by event id, until the event is acknowledged: the acknowledgement
+/// removes them by name, without listing the events directory.
+final class HandedOutEventFiles: Sendable {
+  private let names = Mutex<[String: [String]]>([:])
+
+  func add(_ fileName: String, for id: String) { names.withLock { $0[id, default: []].append(fileName) } }
+
+  /// The names of event `id`, forgotten here.
+  func take(_ id: String) -> [String] { names.withLock { $0.removeValue(forKey: id) } ?? [] }
 }

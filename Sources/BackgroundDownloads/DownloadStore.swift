@@ -123,13 +123,24 @@ package final class DownloadStore: Sendable {
     }
   }
 
-  package func request(_ id: String) -> TaskRequest? {
+  /// The request of task `id`; `remember`: kept for the next look (false for a look at every task that need not
+  /// last, as the agent's last look before an idle exit).
+  package func request(_ id: String, remember: Bool = true) -> TaskRequest? {
     if let known = knownRequests.withLock({ $0[id] }) { return known }
     guard let request = read(Self.taskPath(id, "task"), DownloadRecordFormat.decodeRequest), request.id == id else {
       return nil
     }
-    knownRequests.withLock { $0[id] = request }
+    if remember { knownRequests.withLock { $0[id] = request } }
     return request
+  }
+
+  /// Rebuilds the memory of read requests at the size of what it holds (a dictionary keeps its capacity when
+  /// entries leave: the agent, after a burst of tasks that all finished).
+  package func shrinkKnownRequests() {
+    knownRequests.withLock { known in
+      guard known.capacity > 2 * known.count + 16 else { return }
+      known = Dictionary(uniqueKeysWithValues: known.map { ($0.key, $0.value) })
+    }
   }
 
   /// Drops a request from the memory of read requests (the agent, for a finished task it no longer looks at).
@@ -199,10 +210,12 @@ package final class DownloadStore: Sendable {
     }
   }
 
-  /// The session's queued events in order. A damaged event file is logged and removed (it can never be delivered).
-  package func queuedEvents(_ sid: String) -> [EventRecord] {
+  /// The session's queued events in order, but those named in `skipping` (handed out already: not read again). A
+  /// damaged event file is logged and removed (it can never be delivered).
+  package func queuedEvents(_ sid: String, skipping: Set<String> = []) -> [EventRecord] {
     let directory = Self.eventsPath(sid)
-    return names(in: directory).filter { $0.hasSuffix(".event") }.sorted().compactMap { name in
+    return names(in: directory).filter { $0.hasSuffix(".event") && !skipping.contains($0) }.sorted().compactMap {
+      name in
       guard let event = read(directory + "/" + name, DownloadRecordFormat.decodeEvent) else {
         try? root.removeFile(directory + "/" + name)
         return nil
@@ -222,13 +235,17 @@ package final class DownloadStore: Sendable {
   }
 
   /// Removes a handled event: every file of the event `id` (`<task id>.<kind>`; a power cut may have queued it twice),
-  /// found by name, without reading any event.
-  package func acknowledge(eventID id: String, for sid: String) {
+  /// found by name, without reading any event. `files`: the names the caller saw it queued under; then the
+  /// directory is not listed (a listing per event made taking 10,000 queued events quadratic: 10,000 × 20,000 names).
+  package func acknowledge(eventID id: String, for sid: String, files: [String] = []) {
     let parts = id.split(separator: ".")
     guard parts.count == 2 else { return }
     let suffix = "-\(parts[0])-\(parts[1]).event"
     let directory = Self.eventsPath(sid)
-    for name in names(in: directory) where name.hasSuffix(suffix) { try? root.removeFile(directory + "/" + name) }
+    let named = files.filter { $0.hasSuffix(suffix) }
+    for name in named.isEmpty ? names(in: directory) : named where name.hasSuffix(suffix) {
+      try? root.removeFile(directory + "/" + name)
+    }
   }
 
   /// Writes the session's relaunch registration: a new file by rename, writable by nobody but this user even in

@@ -177,6 +177,10 @@ int gc_eventfd(unsigned int initval, int nonblocking_cloexec) {
 
 int gc_malloc_trim(size_t pad) { return malloc_trim(pad); }
 int gc_malloc_arena_max(int count) { return mallopt(M_ARENA_MAX, count); }
+size_t gc_malloc_bytes_in_use(void) {
+  struct mallinfo2 info = mallinfo2();
+  return info.uordblks + info.hblkhd;
+}
 
 int gc_spawn(const char *path, char *const argv[], char *const envp[], int input_fd, int output_fd, int error_fd,
              int detach, int *pid) {

@@ -76,10 +76,11 @@ package final class DownloadAgent: Sendable {
     /// Commits that still name a task in the container (sequence → tasks not forgotten), and each task's commits:
     /// a commit file is removed once all its tasks are.
     var commitTasks: [UInt64: Int] = [:]
-    var taskCommits: [String: [UInt64]] = [:]
+    var taskCommits: [TaskKey: TaskCommits] = [:]
     /// Finished tasks whose events are queued: all a pass needs of them is here (no status, request or control
-    /// kept), and passes skip them; `retire` looks at them every few seconds.
-    var settled: [String: Settled] = [:]
+    /// kept), and passes skip them; `retire` looks at them every few seconds. Plain values (`FinishedTasks.swift`).
+    var settled: [TaskKey: Settled] = [:]
+    var sessionNames = SessionNames()
     var lastRetire: UInt64 = 0
     /// The task ids last listed (`tasks/`), and when and at which request sequence: the directory is listed again
     /// only after sessions posted (a new task or control), and then at most every `relistInterval`.
@@ -113,12 +114,6 @@ package final class DownloadAgent: Sendable {
         ? priority > other.priority
         : (request.created, request.taskIdentifier) < (other.request.created, other.request.taskIdentifier)
     }
-  }
-
-  /// A finished task reduced to what its retention needs.
-  private struct Settled {
-    var finished: Int64
-    var session: String
   }
 
   /// How often `tasks/` may be listed while sessions keep posting (a listing of 10,000 tasks costs milliseconds).
@@ -182,8 +177,12 @@ package final class DownloadAgent: Sendable {
       }
       let busy = pass()
       if state.withLock({ $0.shuttingDown || $0.deposed }) { break }
-      // The end of a burst: what its transfers and records allocated goes back to the kernel.
-      if wasBusy && !busy { MemorySignals.returnFreedMemory() }
+      // The end of a burst: the tables it filled shrink to what they hold, and what its transfers and records
+      // allocated goes back to the kernel.
+      if wasBusy && !busy {
+        shrinkTables()
+        MemorySignals.returnFreedMemory()
+      }
       wasBusy = busy
       if busy {
         idleSince = nil
@@ -195,7 +194,10 @@ package final class DownloadAgent: Sendable {
           // reads: without the lock another agent may be running, and only the holder acts.
           lock.release()
           FaultPoint.pause("downloads.agent.released")  // a test takes the lock here, as another agent would
-          if !hasWork() { break }
+          if !hasWork() {
+            reportMemory()
+            break
+          }
           let again: Bool
           do { again = try await lock.acquire() } catch {
             logger.error("cannot open the agent lock again: \(error)")
@@ -272,10 +274,40 @@ package final class DownloadAgent: Sendable {
     case ended
   }
 
+  /// Rebuilds the tables of unfinished tasks at the size of what they hold. A dictionary keeps its capacity when
+  /// entries leave it: after 10,000 tasks waited at once, the statuses, controls and requests read for them kept
+  /// room for 10,000 each (1.3 kB per task of the burst) although every one of them had finished.
+  private func shrinkTables() {
+    func fitted<K, V>(_ d: [K: V]) -> [K: V] {
+      d.capacity > 2 * d.count + 16 ? Dictionary(uniqueKeysWithValues: d.map { ($0.key, $0.value) }) : d
+    }
+    func fitted<E>(_ s: Set<E>) -> Set<E> { s.capacity > 2 * s.count + 16 ? Set(Array(s)) : s }
+    state.withLock { s in
+      s.statuses = fitted(s.statuses)
+      s.controls = fitted(s.controls)
+      s.durableRequests = fitted(s.durableRequests)
+      s.finishing = fitted(s.finishing)
+      s.running = fitted(s.running)
+      s.queues = fitted(s.queues)
+      if s.listed.capacity > 2 * s.listed.count + 16 { s.listed = Array(s.listed) }
+    }
+    store.shrinkKnownRequests()
+  }
+
+  /// What the agent keeps at its idle exit: the finished tasks it remembers (retained 24 h) and the heap's live
+  /// bytes. A test across processes compares two runs to get the bytes kept per finished task (AgentMemoryTests).
+  private func reportMemory() {
+    let kept = state.withLock { $0.settled.count }
+    logger.info(
+      "download agent \(CurrentProcess.id) idle: \(kept) finished tasks kept, \(MemorySignals.heapBytesInUse()) bytes of heap in use"
+    )
+  }
+
   /// The last look before an idle exit, made after releasing the lock: whether a task needs an agent (new, not
   /// final, or final with its events not queued). It only reads: without the lock, this process may not act.
   private func hasWork() -> Bool {
-    for id in store.taskIDs() where store.request(id) != nil {
+    // Read without remembering: the store would otherwise keep every finished task's request (600 bytes each).
+    for id in store.taskIDs() where store.request(id, remember: false) != nil {
       guard let status = store.status(id), status.phase.isFinal, status.eventsQueued else { return true }
     }
     return false
@@ -329,7 +361,7 @@ package final class DownloadAgent: Sendable {
     }
     var last: UInt64 = 0
     var commitTasks: [UInt64: Int] = [:]
-    var taskCommits: [String: [UInt64]] = [:]
+    var taskCommits: [TaskKey: TaskCommits] = [:]
     var redone: [CommitRecord.Final] = []
     for commit in commits {
       var alive = Set<String>()
@@ -350,7 +382,7 @@ package final class DownloadAgent: Sendable {
         continue
       }
       commitTasks[commit.sequence] = alive.count
-      for id in alive { taskCommits[id, default: []].append(commit.sequence) }
+      for id in alive { if let key = TaskKey(id) { taskCommits[key, default: TaskCommits()].append(commit.sequence) } }
     }
     if !redone.isEmpty {
       do {
@@ -491,15 +523,16 @@ package final class DownloadAgent: Sendable {
       let ids = store.taskIDs()
       forgetAllBut(Set(ids))
       state.withLock { s in
-        s.listed = ids.filter { s.settled[$0] == nil }
+        s.listed = ids.filter { TaskKey($0).map { s.settled[$0] == nil } ?? true }
         s.listedSequence = sequence
         s.listedAt = now
       }
     }
     return state.withLock { s in
       // Settled since the listing: dropped here, so the list shrinks as tasks finish.
-      if s.listed.count > 64, s.listed.contains(where: { s.settled[$0] != nil }) {
-        s.listed.removeAll { s.settled[$0] != nil }
+      func isSettled(_ id: String) -> Bool { TaskKey(id).map { s.settled[$0] != nil } ?? false }
+      if s.listed.count > 64, s.listed.contains(where: isSettled) {
+        s.listed.removeAll(where: isSettled)
       }
       return s.listed
     }
@@ -520,7 +553,9 @@ package final class DownloadAgent: Sendable {
   /// A finished task whose events are queued: kept as its finish time and session only.
   private func settle(_ id: String, _ status: TaskStatus, session: String) {
     state.withLock { s in
-      s.settled[id] = Settled(finished: status.finished ?? status.updated, session: session)
+      if let key = TaskKey(id) {
+        s.settled[key] = Settled(finished: status.finished ?? status.updated, session: s.sessionNames.index(session))
+      }
       s.statuses[id] = nil
       s.controls[id] = nil
       s.durableRequests.remove(id)
@@ -532,12 +567,14 @@ package final class DownloadAgent: Sendable {
   private func retire(now: Int64) {
     let clock = MonotonicClock.nanoseconds()
     let retention = Int64(settings.retention.nanoseconds)
-    let due = state.withLock { s -> [(String, Settled)]? in
+    let due = state.withLock { s -> [(id: String, session: String)]? in
       guard clock &- s.lastRetire >= Self.retireInterval else { return nil }
       s.lastRetire = clock
-      return s.settled.filter { now - $0.value.finished > retention }.map { ($0.key, $0.value) }
+      return s.settled.filter { now - $0.value.finished > retention }.map {
+        ($0.key.id, s.sessionNames[$0.value.session])
+      }
     }
-    for (id, settled) in due ?? [] where !store.hasQueuedEvents(settled.session, task: id) {
+    for (id, session) in due ?? [] where !store.hasQueuedEvents(session, task: id) {
       store.removeTask(id)
       forget(id)
     }
@@ -756,9 +793,10 @@ package final class DownloadAgent: Sendable {
     let empty = state.withLock { s -> [UInt64] in
       s.statuses[id] = nil
       s.controls[id] = nil
-      s.settled[id] = nil
       var empty: [UInt64] = []
-      for sequence in s.taskCommits.removeValue(forKey: id) ?? [] {
+      guard let key = TaskKey(id) else { return empty }
+      s.settled[key] = nil
+      for sequence in s.taskCommits.removeValue(forKey: key)?.all ?? [] {
         let left = (s.commitTasks[sequence] ?? 1) - 1
         s.commitTasks[sequence] = left > 0 ? left : nil
         if left <= 0 { empty.append(sequence) }
@@ -775,7 +813,10 @@ package final class DownloadAgent: Sendable {
       if s.statuses.count > ids.count { s.statuses = s.statuses.filter { ids.contains($0.key) } }
       if s.controls.count > ids.count { s.controls = s.controls.filter { ids.contains($0.key) } }
       if s.durableRequests.count > ids.count { s.durableRequests = s.durableRequests.filter { ids.contains($0) } }
-      if s.settled.count > ids.count { s.settled = s.settled.filter { ids.contains($0.key) } }
+      if s.settled.count > ids.count {
+        let keys = Set(ids.compactMap { TaskKey($0) })
+        s.settled = s.settled.filter { keys.contains($0.key) }
+      }
     }
   }
 
@@ -869,8 +910,10 @@ package final class DownloadAgent: Sendable {
           s.finishing.remove(final.id)
           if visible {
             // Settled at once: the task's record is on disk, memory keeps its finish time only.
-            s.settled[final.id] = Settled(
-              finished: final.status.finished ?? final.status.updated, session: final.session)
+            if let key = TaskKey(final.id) {
+              s.settled[key] = Settled(
+                finished: final.status.finished ?? final.status.updated, session: s.sessionNames.index(final.session))
+            }
             s.statuses[final.id] = nil
             s.controls[final.id] = nil
             s.durableRequests.remove(final.id)
@@ -882,7 +925,7 @@ package final class DownloadAgent: Sendable {
             s.rescan = true
           }
           if written {
-            s.taskCommits[final.id, default: []].append(sequence)
+            if let key = TaskKey(final.id) { s.taskCommits[key, default: TaskCommits()].append(sequence) }
             s.commitTasks[sequence, default: 0] += 1
           }
         }
@@ -920,7 +963,9 @@ package final class DownloadAgent: Sendable {
         try store.commit(CommitRecord(sequence: sequence, requests: chunk))
         state.withLock { s in
           s.commitTasks[sequence] = chunk.count
-          for request in chunk { s.taskCommits[request.id, default: []].append(sequence) }
+          for request in chunk {
+            if let key = TaskKey(request.id) { s.taskCommits[key, default: TaskCommits()].append(sequence) }
+          }
         }
       } catch {
         logger.error("cannot commit new task requests (a power cut may lose them): \(error)")

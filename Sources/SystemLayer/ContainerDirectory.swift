@@ -449,10 +449,8 @@ extension SystemFD {
     rewinddir(dir)  // the duplicate shares the offset of an earlier listing
     var result: [(String, Bool)] = []
     while let entry = readdir(dir) {
-      let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-        String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
-      }
-      if name != "." && name != ".." { result.append((name, entry.pointee.d_type == UInt8(DT_DIR))) }
+      let name = FileSystem.entryName(entry)
+      if name != "." && name != ".." { result.append((name, FileSystem.entryIsDirectory(entry))) }
     }
     return result
   }

@@ -32,12 +32,25 @@ package enum FileSystem {
     defer { closedir(dir) }
     var names: [String] = []
     while let entry = readdir(dir) {
-      let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-        String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
-      }
+      let name = entryName(entry)
       if name != "." && name != ".." { names.append(name) }
     }
     return names
+  }
+
+  /// The name of an entry `readdir` returned, read up to its NUL only. A record is `d_reclen` bytes, not
+  /// `sizeof(dirent)`: loading the entry, or its 256-byte `d_name` whole, read past the end of glibc's buffer, and
+  /// when the buffer ended at an unmapped page the process died (SIGSEGV in the download agent listing 10,000
+  /// tasks, its heap's arena ending just there; issue #37).
+  package static func entryName(_ entry: UnsafePointer<dirent>) -> String {
+    let field = UnsafeRawPointer(entry) + MemoryLayout<dirent>.offset(of: \dirent.d_name)!
+    return String(cString: field.assumingMemoryBound(to: CChar.self))
+  }
+
+  /// Whether an entry `readdir` returned is a directory (`d_type`, read alone: see `entryName`).
+  package static func entryIsDirectory(_ entry: UnsafePointer<dirent>) -> Bool {
+    UnsafeRawPointer(entry).load(fromByteOffset: MemoryLayout<dirent>.offset(of: \dirent.d_type)!, as: UInt8.self)
+      == UInt8(DT_DIR)
   }
 
   /// The canonical absolute path with every symlink resolved. The corresponding C function is `realpath`.

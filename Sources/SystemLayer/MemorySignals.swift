@@ -121,6 +121,11 @@ package enum MemorySignals {
   /// Call before starting threads. The corresponding C function is `mallopt(M_ARENA_MAX)`.
   package static func limitMallocArenas(_ count: Int32) { _ = gc_malloc_arena_max(count) }
 
+  /// Bytes the heap has handed out and not had back (live allocations, of every arena): what a process keeps, as
+  /// opposed to its resident size, which also counts pages the allocator holds free or that libraries map. The
+  /// corresponding C function is `mallinfo2`.
+  package static func heapBytesInUse() -> Int { Int(gc_malloc_bytes_in_use()) }
+
   /// Space of the file system holding `path`: its size and what an unprivileged user may still use, in bytes.
   /// The corresponding C functions are `open` and `fstatvfs`.
   package static func diskSpace(of path: String) throws(FileSystemError) -> (size: Int64, available: Int64) {

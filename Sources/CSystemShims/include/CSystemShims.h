@@ -57,6 +57,8 @@ int gc_eventfd(unsigned int initval, int nonblocking_cloexec);
 int gc_malloc_trim(size_t pad);
 // mallopt(M_ARENA_MAX, count): glibc's malloc.h is not part of Swift's Glibc module.
 int gc_malloc_arena_max(int count);
+// mallinfo2(3): bytes malloc has handed out and not had back (every arena, and the chunks it mapped alone).
+size_t gc_malloc_bytes_in_use(void);
 
 // statfs(2) (sys/statfs.h is not in the Glibc module): the file system's f_type magic number (as unsigned 32 bits),
 // block size, total blocks, blocks free to unprivileged users and free inodes.
