@@ -254,7 +254,9 @@ func diskTierBenchmarks() {
       let directory = opendir(root)!
       var names: [(String, Int)] = []
       while let entry = readdir(directory) {
-        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        // The name up to its NUL only: the whole 256-byte field can lie past the end of readdir's buffer.
+        let field = UnsafeRawPointer(entry) + MemoryLayout<dirent>.offset(of: \dirent.d_name)!
+        let name = String(cString: field.assumingMemoryBound(to: CChar.self))
         guard name.hasSuffix(".entry") else { continue }
         var st = stat()
         fstatat(dirfd(directory), name, &st, AT_SYMLINK_NOFOLLOW)
