@@ -70,6 +70,7 @@ let package = Package(
       name: "gc-bench-defaults-reader",
       dependencies: [
         .product(name: "SharedDefaults", package: rootIdentity),
+        .product(name: "GroupContainerCore", package: rootIdentity),
         .product(name: "FileCoordination", package: rootIdentity),
       ],
       path: "DefaultsReader",

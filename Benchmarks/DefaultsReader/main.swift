@@ -3,8 +3,9 @@
 // `max_us=<n> found=<n> peak_rss_kb=<n>`. It links SharedDefaults alone (not groupctl's SwiftNIO, argument parser and
 // download code), so linked statically (`make static-reader`) its peak is what such an app pays — the figure set
 // beside MMKV's in issue #32.
-import FileCoordination
+import FileCoordination  // opening a container (GroupContainer.init)
 import Foundation
+import GroupContainerCore
 import SharedDefaults
 
 let arguments = CommandLine.arguments
