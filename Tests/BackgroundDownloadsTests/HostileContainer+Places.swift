@@ -180,6 +180,28 @@ struct HostileCombo: Sendable, CustomStringConvertible {
   }
 }
 
+/// What a planted link points at: a canary directory outside the container (`<root>/canary`, holding `file`,
+/// "canary") and `Documents/inside` (a file, "inside") with `Documents/insidedir` inside it. A link written through
+/// changes one of them; every generator run and storm checks them afterwards.
+struct LinkTargets {
+  let canary: String
+  let inside: String
+  /// The canary file as made (inode, modification time), to compare with after the run.
+  let canaryFile: stat
+
+  init(root: String, container: String) throws {
+    canary = root + "/canary"
+    try FileManager.default.createDirectory(atPath: canary, withIntermediateDirectories: false)
+    try Data("canary".utf8).write(to: URL(fileURLWithPath: canary + "/file"))
+    var info = stat()
+    _ = lstat(canary + "/file", &info)
+    canaryFile = info
+    inside = container + "/Documents/inside"
+    try Data("inside".utf8).write(to: URL(fileURLWithPath: inside))
+    try FileManager.default.createDirectory(atPath: inside + "dir", withIntermediateDirectories: false)
+  }
+}
+
 /// Plants `kind` at `path` (absolute) in place of what is there. Returns nil, or why the kind cannot be planted
 /// here (the pair is skipped and reported).
 func plant(_ kind: HostileKind, at path: String, isDirectory: Bool, canary: String, inside: String) throws -> String? {

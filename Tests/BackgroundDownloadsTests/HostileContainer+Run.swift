@@ -260,15 +260,9 @@ enum HostileRun {
     guard try runTool("/bin/cp", ["-a", template.path + "/" + group, container]) == 0 else {
       throw HostilePlantError(description: "cp -a of the template failed")
     }
-    // The canary: outside the container; a symlink planted inside points at it.
-    let canary = root.path + "/canary"
-    try FileManager.default.createDirectory(atPath: canary, withIntermediateDirectories: false)
-    try Data("canary".utf8).write(to: URL(fileURLWithPath: canary + "/file"))
-    var canaryStat = stat()
-    _ = lstat(canary + "/file", &canaryStat)
-    let inside = container + "/Documents/inside"
-    try Data("inside".utf8).write(to: URL(fileURLWithPath: inside))
-    try FileManager.default.createDirectory(atPath: inside + "dir", withIntermediateDirectories: false)
+    // The canary outside the container and the file inside it that planted links point at.
+    let targets = try LinkTargets(root: root.path, container: container)
+    let (canary, inside, canaryStat) = (targets.canary, targets.inside, targets.canaryFile)
     let rootBefore = Set(try FileManager.default.contentsOfDirectory(atPath: root.path))
 
     var names = names

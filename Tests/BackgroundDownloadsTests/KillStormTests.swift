@@ -90,9 +90,7 @@ import Testing
   @Test func aStormThatCannotStartLeavesNoWorkerBehind() async throws {
     let root = try TestRoot()
     let container = try root.container(Self.group).path
-    let canary = root.path + "/canary"
-    try FileManager.default.createDirectory(atPath: canary, withIntermediateDirectories: false)
-    try Data("canary".utf8).write(to: URL(fileURLWithPath: canary + "/file"))
+    let canary = try LinkTargets(root: root.path, container: container).canary
     let signal = container + "/.coordination/downloads/signal"
     try FileManager.default.createDirectory(
       atPath: (signal as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
@@ -110,14 +108,8 @@ import Testing
   @Test func theStormOverAHostileContainerLosesNothingAndNothingEscapes() async throws {
     let root = try TestRoot()
     let container = try root.container(Self.group).path
-    let canary = root.path + "/canary"
-    try FileManager.default.createDirectory(atPath: canary, withIntermediateDirectories: false)
-    try Data("canary".utf8).write(to: URL(fileURLWithPath: canary + "/file"))
-    var canaryBefore = stat()
-    _ = lstat(canary + "/file", &canaryBefore)
-    let inside = container + "/Documents/inside"
-    try Data("inside".utf8).write(to: URL(fileURLWithPath: inside))
-    try FileManager.default.createDirectory(atPath: inside + "dir", withIntermediateDirectories: false)
+    let targets = try LinkTargets(root: root.path, container: container)
+    let (canary, inside, canaryBefore) = (targets.canary, targets.inside, targets.canaryFile)
     let bucket =
       ".coordination/presenters/" + PresenterRegistry.bucketName(try ContainerPath("Documents/storm.json").bytesHash)
     let plants = Self.plants(document: bucket)
