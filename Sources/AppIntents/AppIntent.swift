@@ -103,7 +103,7 @@ public struct IntentResponse: Sendable, Equatable {
   /// - Throws: ``IntentError/invalidReply(_:reason:)`` when there is no value or it is not a `type`.
   public func value<T: Decodable>(as type: T.Type) throws(IntentError) -> T {
     guard let encodedValue else { throw .invalidReply("\(T.self)", reason: "the intent returned no value") }
-    do { return try JSONDecoder().decode(T.self, from: encodedValue) } catch {
+    do { return try UntrustedJSON.decode(T.self, from: encodedValue) } catch {
       throw .invalidReply("\(T.self)", reason: "the value is not a \(T.self): \(error)")
     }
   }

@@ -15,7 +15,7 @@ enum IntentTable {
   static func performer<T: AppIntent>(_ type: T.Type) -> Performer {
     { parameters in
       let intent: T
-      do { intent = try JSONDecoder().decode(T.self, from: parameters) } catch {
+      do { intent = try UntrustedJSON.decode(T.self, from: parameters) } catch {
         return IntentWire.Reply(
           status: .invalidRequest, message: "the parameters of '\(T.intentIdentifier)' did not decode: \(error)")
       }

@@ -1,4 +1,5 @@
 import Foundation
+import GroupContainerCore
 
 /// The intent wire format, in one place: what travels in a request (URLOpening.swift's delivery) and its reply.
 ///
@@ -43,7 +44,7 @@ enum IntentWire {
     guard bytes.count <= maxBytes else {
       return .failure(Reply(status: .invalidRequest, message: "the request is over \(maxBytes) bytes"))
     }
-    guard let request = try? JSONDecoder().decode(Request.self, from: Data(bytes)) else {
+    guard let request = try? UntrustedJSON.decode(Request.self, from: bytes) else {
       return .failure(Reply(status: .invalidRequest, message: "the request is not an intent request"))
     }
     guard request.version == version, !request.type.isEmpty, request.type.utf8.count <= 256 else {
@@ -63,7 +64,7 @@ enum IntentWire {
 
   static func decodeReply(_ bytes: [UInt8], type: String) throws(IntentError) -> Reply {
     guard bytes.count <= maxBytes else { throw .invalidReply(type, reason: "the reply is over \(maxBytes) bytes") }
-    guard let reply = try? JSONDecoder().decode(Reply.self, from: Data(bytes)), reply.version == version else {
+    guard let reply = try? UntrustedJSON.decode(Reply.self, from: bytes), reply.version == version else {
       throw .invalidReply(type, reason: "the reply is not an intent reply")
     }
     return reply

@@ -313,6 +313,6 @@ public final class Activity<Attributes: ActivityAttributes>: Identifiable, Senda
 
   static func decode<T: Decodable>(_ type: T.Type, from value: JSONValue) throws(ActivityError) -> T {
     guard let bytes = ActivityJSON.encode(value) else { throw .encodingFailed("a number in \(T.self) is not finite") }
-    do { return try JSONDecoder().decode(T.self, from: Data(bytes)) } catch { throw .encodingFailed("\(error)") }
+    do { return try UntrustedJSON.decode(T.self, from: bytes) } catch { throw .encodingFailed("\(error)") }
   }
 }

@@ -1,3 +1,5 @@
+import GroupContainerCore
+
 /// The JSON text of records and of `JSONValue`s, written and read by hand.
 ///
 /// Why not Foundation's coders: on this machine JSONDecoder took 311 µs to read a 380-byte record and 85 µs to read
@@ -8,7 +10,8 @@
 /// of their UTF-8 bytes, `"` `\` and control characters escaped (`\b \f \n \r \t`, else `\u00xx`), doubles as Swift
 /// prints them without a trailing `.0`. The reader takes RFC 8259 JSON and gives up (nil) on anything it is not sure
 /// JSONDecoder reads the same way — a lone surrogate, nesting deeper than ``maxDepth``, a number out of range — so
-/// the caller then asks JSONDecoder, which decides: both routes accept and refuse the same bytes and read them to the
+/// the caller then asks JSONDecoder (through `UntrustedJSON`, which refuses first the numbers Foundation would stop
+/// the process on, as the reader gives up on them), which decides: both routes accept and refuse the same bytes and read them to the
 /// same values (`ActivityRecordFormatTests`, and the fuzz harness checks it on every input).
 package enum ActivityJSON {
   /// Deeper nesting is left to JSONDecoder (which allows 512).
@@ -301,29 +304,27 @@ package enum ActivityJSON {
       let integerDigits = digits()
       guard integerDigits > 0, integerDigits == 1 || bytes[integerStart] != UInt8(ascii: "0") else { return nil }
       let integerEnd = at
+      var fractionEnd = at
       var plain = true
-      var zeroFraction = false  // `12.000`: JSONDecoder reads the digits before the point as an exact integer
       if at < bytes.count, bytes[at] == UInt8(ascii: ".") {
         at += 1
-        let fraction = at
         guard digits() > 0 else { return nil }
         plain = false
-        zeroFraction = bytes[fraction..<at].allSatisfy { $0 == UInt8(ascii: "0") }
+        fractionEnd = at
       }
+      var exponentStart = at
       if at < bytes.count, bytes[at] | 0x20 == UInt8(ascii: "e") {
         at += 1
+        exponentStart = at
         if at < bytes.count, bytes[at] == UInt8(ascii: "+") || bytes[at] == UInt8(ascii: "-") { at += 1 }
         guard digits() > 0 else { return nil }
         plain = false
-        zeroFraction = false
       }
       let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<at]), as: UTF8.self)
       if plain { return Int64(text).map { .integer($0) } }  // past 64 bits: JSONDecoder decides
-      if zeroFraction && !asDouble {
-        let whole = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<integerEnd]), as: UTF8.self)
-        return Int64(whole).map { .integer($0) }
-      }
-      // Else JSONDecoder reads `1e2` and `1.0000000000000001` as integers too: a whole double below 2^63 is one.
+      let digitCount = (integerEnd - integerStart) + max(fractionEnd - integerEnd - 1, 0)
+      // What the JSONDecoder route refuses before JSONDecoder sees it (it can stop the process on some).
+      if UntrustedJSON.refuses(digits: digitCount, hasExponent: exponentStart != fractionEnd) { return nil }
       guard let double = Double(text), double.isFinite else { return nil }
       // Under the smallest double (`1e-400`) JSONDecoder refuses a Double: it decides.
       if double == 0 && text.utf8.contains(where: { $0 >= UInt8(ascii: "1") && $0 <= UInt8(ascii: "9") }) {
@@ -331,10 +332,65 @@ package enum ActivityJSON {
           !text.utf8[..<exponent].contains(where: { $0 >= UInt8(ascii: "1") && $0 <= UInt8(ascii: "9") })
         else { return nil }
       }
-      guard !asDouble, double.rounded() == double else { return .double(double) }
-      // Past Int64 it is a double for JSONDecoder too.
-      guard double.magnitude < 0x1p63 else { return .double(double) }
-      return .integer(Int64(double))
+      if asDouble { return .double(double) }
+      // A `JSONValue` tries Int64 first, and JSONDecoder's Int64 of a number with a fraction or an exponent is its
+      // double when that is a whole number Int64 holds and below 2^53 (`1.0000000000000001` is 1; `0.5` is a double).
+      guard double.rounded() == double, Int64(exactly: double) != nil else { return .double(double) }
+      if double.magnitude < 0x1p53 { return .integer(Int64(double)) }
+      return Self.decimalWhole(
+        bytes[start..<integerEnd], integerStart: integerStart, fraction: bytes[integerEnd..<fractionEnd],
+        exponent: bytes[exponentStart..<at], double: double)
+    }
+
+    /// JSONDecoder's Int64 from 2^53 up: the text read again as a `Decimal` — 38 digits, trailing zeros dropped —
+    /// whose fraction is cut off (`9007199254740993.5` is 9007199254740993); a double where that throws (the
+    /// mantissa past UInt64, the result past Int64). More than 38 digits: nil (with an exponent the caller
+    /// gave up already: ``UntrustedJSON`` refuses those).
+    private static func decimalWhole(
+      _ integer: UnsafeBufferPointer<UInt8>.SubSequence, integerStart: Int,
+      fraction: UnsafeBufferPointer<UInt8>.SubSequence, exponent exponentText: UnsafeBufferPointer<UInt8>.SubSequence,
+      double: Double
+    ) -> Number? {
+      let integerDigits = integer[integerStart...]
+      let fractionDigits = fraction.dropFirst()  // the point
+      // Past 38 the Decimal parser keeps a 39th digit only when it fits 128 bits: JSONDecoder decides (no exponent
+      // here, so nothing it stops the process on).
+      guard integerDigits.count + fractionDigits.count <= 38 else { return nil }
+      var exponent = 0
+      var exponentDigits = exponentText[...]
+      let negativeExponent = exponentDigits.first == UInt8(ascii: "-")
+      if let sign = exponentDigits.first, sign == UInt8(ascii: "-") || sign == UInt8(ascii: "+") {
+        exponentDigits = exponentDigits.dropFirst()
+      }
+      for digit in exponentDigits {
+        exponent = exponent * 10 + Int(digit &- UInt8(ascii: "0"))
+        guard exponent < 10_000 else { return nil }  // the value is near 2^53..2^63: a long exponent is all zeros
+      }
+      if negativeExponent { exponent = -exponent }
+      exponent -= fractionDigits.count
+      var significant = Array(integerDigits) + Array(fractionDigits)
+      while significant.count > 1, significant.last == UInt8(ascii: "0") {
+        significant.removeLast()
+        exponent += 1
+      }
+      var whole: UInt64 = 0
+      for digit in significant {
+        let (shifted, o1) = whole.multipliedReportingOverflow(by: 10)
+        let (sum, o2) = shifted.addingReportingOverflow(UInt64(digit &- UInt8(ascii: "0")))
+        guard !o1 && !o2 else { return .double(double) }
+        whole = sum
+      }
+      if exponent < 0 {
+        for _ in 0..<min(-exponent, 20) { whole /= 10 }
+      } else {
+        for _ in 0..<exponent {
+          let (product, overflow) = whole.multipliedReportingOverflow(by: 10)
+          guard !overflow else { return .double(double) }
+          whole = product
+        }
+      }
+      guard let magnitude = Int64(exactly: whole) else { return .double(double) }
+      return .integer(integer.first == UInt8(ascii: "-") ? -magnitude : magnitude)
     }
 
     /// A number read as a `Double` property reads it (whole or not); nil when not finite or under the smallest double.

@@ -1,4 +1,5 @@
 import Foundation
+import GroupContainerCore
 
 /// A JSON value of any shape: an activity's attributes and content state as the record keeps them, readable by
 /// any process (and by `groupctl activities list`) without knowing their Swift types.
@@ -228,7 +229,7 @@ package enum ActivityRecordFormat {
 
   /// The record as JSONDecoder reads it (unchecked): the reference the hand route must agree with.
   package static func decodeWithFoundation(_ bytes: [UInt8]) throws(Invalid) -> ActivityRecord {
-    do { return try JSONDecoder().decode(ActivityRecord.self, from: Data(bytes)) } catch {
+    do { return try UntrustedJSON.decode(ActivityRecord.self, from: bytes) } catch {
       throw Invalid("not a record: \(String(describing: error).prefix(200))")
     }
   }

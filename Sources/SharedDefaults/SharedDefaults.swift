@@ -326,7 +326,7 @@ public final class SharedDefaults: Sendable {
   public func decoded<T: Decodable>(_ type: T.Type, forKey key: String) throws(SharedDefaultsError) -> T? {
     guard let value = store.value(forKey: key) else { return nil }
     guard case .data(let bytes) = value else { throw .coding(key: key, message: "the stored value is not data") }
-    do { return try JSONDecoder().decode(T.self, from: Data(bytes)) } catch {
+    do { return try UntrustedJSON.decode(T.self, from: bytes) } catch {
       throw .coding(key: key, message: "\(error)")
     }
   }

@@ -308,7 +308,7 @@ private struct Inspector {
     for name in names {
       let file = directory + "/" + name
       guard let bytes = try? FileSystem.readFile(file, limit: 64 * 1024),
-        let record = try? JSONDecoder().decode(Registration.self, from: Data(bytes))
+        let record = try? UntrustedJSON.decode(Registration.self, from: bytes)
       else {
         stale.append("'\(name):' has an unreadable registration")
         fixes.append("rm '\(file)'")

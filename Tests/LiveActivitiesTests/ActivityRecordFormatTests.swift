@@ -146,6 +146,49 @@ import Testing
     }
   }
 
+  /// Numbers where JSONDecoder's Int64 reads the text again as a Decimal (a whole double from 2^53): the hand reader
+  /// gives JSONDecoder's value — the fraction cut off, not the double's rounding — or gives up. (The fuzz harness found
+  /// `1800000601800000600.5`, which the hand reader had read as its double, …512.)
+  @Test func theHandReaderReadsLargeNumbersAsJSONDecoderDoes() throws {
+    let numbers = [
+      "1800000601800000600.5", "4503599627370497.5", "9007199254740993.5", "9007199254740994.5", "-9007199254740993.5",
+      "9007199254740993.5000000000", "9007199254740993.1234", "90071992547409930e-1", "9007199254740993000e-3",
+      "0.9007199254740993e16", "9.1e15", "9.1e+15", "1e16", "1e18", "1.0000000000000001", "12.000", "7.0", "0.5",
+      "9223372036854775295.0", "9223372036854775807.0", "9223372036854775807.000", "-9223372036854775808.0",
+      "-9223372036854775807.0", "-9223372036854775807.5", "18446744073709551615e-1", "1844674407370955161.5",
+      "1e19", "-1e19", "1e-400", "9007199254740993e0000000000000000000000000000000000000",
+    ]
+    for number in numbers {
+      let text = #"{"a":"# + number + "}"
+      let hand = ActivityJSON.decode(Array(text.utf8))
+      let foundation = try? JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))
+      if let hand {
+        #expect(hand == foundation, "\(number): hand \(hand), JSONDecoder \(String(describing: foundation))")
+      }
+    }
+    // Each of these has a place where only the Decimal rule gives JSONDecoder's answer.
+    for number in ["1800000601800000600.5", "9007199254740993.5", "9.1e15", "9223372036854775807.000"] {
+      #expect(
+        ActivityJSON.decode(Array((#"{"a":"# + number + "}").utf8)) != nil, "the hand reader gave up on \(number)")
+    }
+  }
+
+  /// A number JSONDecoder would stop the process on (its Decimal parser traps once its exponent leaves Int8) is refused
+  /// with an error, never handed to it: the hand reader gives up, the JSONDecoder route refuses first.
+  @Test func aNumberFoundationStopsOnIsRefused() throws {
+    let bytes = Array(try Data(contentsOf: URL(fileURLWithPath: Self.seedPath)).dropFirst())
+    let text = String(decoding: bytes, as: UTF8.self)
+    for number in [
+      "9007199254740993" + String(repeating: "0", count: 200) + "e-200",
+      "0." + String(repeating: "0", count: 150) + "9007199254740993e167",
+    ] {
+      let variant = Array(text.replacingOccurrences(of: #""awayLikes":3"#, with: #""awayLikes":"# + number).utf8)
+      #expect(variant != bytes)
+      #expect(ActivityRecordFormat.decodeByHand(variant) == nil)
+      #expect(throws: ActivityRecordFormat.Invalid.self) { try ActivityRecordFormat.decode(variant) }
+    }
+  }
+
   /// The fuzz harness's check on the committed corpus and on byte-level mutations of the seed: whatever the hand
   /// route reads, JSONDecoder reads to the same record and JSON value.
   @Test func theHandRouteAgreesWithFoundationOnTheCorpusAndMutations() throws {

@@ -66,6 +66,13 @@ import Testing
     #expect(try defaults.decoded(History.self, forKey: "history") == History(runs: [1, 2]))
     try defaults.set("not data", forKey: "bad")
     #expect(throws: SharedDefaultsError.self) { try defaults.decoded(History.self, forKey: "bad") }
+    // Data another member stored with a number JSONDecoder would stop the process on (its Decimal parser traps once
+    // the exponent leaves Int8): an error, not a crash (UntrustedJSON).
+    let trap = #"{"runs":[9007199254740993"# + String(repeating: "0", count: 200) + "e-200]}"
+    try defaults.set(Data(trap.utf8), forKey: "hostile")
+    #expect(throws: SharedDefaultsError.self) { try defaults.decoded(History.self, forKey: "hostile") }
+    try defaults.set(Data(#"{"runs":[9.1e15]}"#.utf8), forKey: "large")  // a short one is still JSONDecoder's
+    #expect(try defaults.decoded(History.self, forKey: "large") == History(runs: [9_100_000_000_000_000]))
   }
 
   @Test(arguments: ["", "a.b.c", "a/b/../c", "ключ 🔑", String(repeating: "long", count: 25_000), "\0nul"])

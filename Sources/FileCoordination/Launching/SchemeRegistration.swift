@@ -15,7 +15,7 @@ struct SchemeRegistration: Codable, Sendable, Equatable {
   /// The registration of `scheme` in a file's bytes, nil unless it is one this version wrote for that scheme (the
   /// one parse of the file, reached by the fuzz harness too).
   static func decode(_ bytes: [UInt8], scheme: String) -> SchemeRegistration? {
-    guard bytes.count <= maxBytes, let record = try? JSONDecoder().decode(Self.self, from: Data(bytes)),
+    guard bytes.count <= maxBytes, let record = try? UntrustedJSON.decode(Self.self, from: bytes),
       record.version == 1, record.scheme == scheme, record.executable.hasPrefix("/")
     else { return nil }
     return record

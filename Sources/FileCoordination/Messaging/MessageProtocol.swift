@@ -97,7 +97,7 @@ struct CoordinationMessage: Codable, Sendable {
     let message: CoordinationMessage
     do {
       message =
-        try MessageJSON.decode(bytes) ?? JSONDecoder().decode(CoordinationMessage.self, from: Data(buffer: bytes))
+        try MessageJSON.decode(bytes) ?? UntrustedJSON.decode(CoordinationMessage.self, from: bytes)
     } catch {
       throw .corruptFile(fileName, reason: "message is not valid JSON of the expected shape")
     }

@@ -48,7 +48,7 @@ struct PresenterRecord: Codable, Sendable, Hashable {
       throw .corruptFile(fileName, reason: "presenter record over \(maxBytes) bytes")
     }
     let record: PresenterRecord
-    do { record = try JSONDecoder().decode(PresenterRecord.self, from: Data(bytes)) } catch {
+    do { record = try UntrustedJSON.decode(PresenterRecord.self, from: bytes) } catch {
       throw .corruptFile(fileName, reason: "presenter record is not valid JSON of the expected shape")
     }
     guard record.version == formatVersion else {
