@@ -178,7 +178,7 @@ public final class DownloadSession: Sendable {
     }
     let request = TaskRequest(
       id: id, session: identifier, taskIdentifier: taskIdentifier, url: text, destination: path,
-      created: Int64(Date().timeIntervalSince1970 * 1e9), expectedSHA256: sha, expectedLength: expectedLength,
+      created: RealtimeClock.nanoseconds(), expectedSHA256: sha, expectedLength: expectedLength,
       priority: Double(min(max(priority, 0), 1)),
       connectionsPerHost: configuration.httpMaximumConnectionsPerHost)
     try store.create(request)

@@ -1047,7 +1047,7 @@ package final class DownloadAgent: Sendable {
     for task in tasks { await task.value }
   }
 
-  static func wallClock() -> Int64 { Int64(Date().timeIntervalSince1970 * 1e9) }
+  static func wallClock() -> Int64 { RealtimeClock.nanoseconds() }
 }
 
 /// Wakes the agent's loop: a ring before the wait is not lost.

@@ -168,7 +168,7 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
     guard a.utf8.count == b.utf8.count else { return false }
     let fast = a.utf8.withContiguousStorageIfAvailable { a in
       b.utf8.withContiguousStorageIfAvailable { b in
-        a.isEmpty || memcmp(a.baseAddress!, b.baseAddress!, a.count) == 0
+        RawMemory.equal(a.baseAddress, b.baseAddress, count: a.count)
       }
     }
     return (fast ?? nil) ?? a.utf8.elementsEqual(b.utf8)
@@ -238,7 +238,7 @@ extension ContainerPath {
   /// Whether the absolute path `path` is `base` or lies beneath it, by bytes (`base` without a trailing `/`).
   package static func isInside(_ path: UnsafeBufferPointer<UInt8>, _ base: UnsafeBufferPointer<UInt8>) -> Bool {
     guard let basePath = base.baseAddress, let itemPath = path.baseAddress, base.count > 1,
-      base.last != UInt8(ascii: "/"), path.count >= base.count, memcmp(itemPath, basePath, base.count) == 0
+      base.last != UInt8(ascii: "/"), path.count >= base.count, RawMemory.equal(itemPath, basePath, count: base.count)
     else { return false }
     return path.count == base.count || path[base.count] == UInt8(ascii: "/")
   }

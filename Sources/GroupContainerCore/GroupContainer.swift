@@ -1,5 +1,4 @@
 import Foundation
-import Glibc
 import SystemLayer
 
 /// A directory several processes share: the Linux counterpart of an App Group container.

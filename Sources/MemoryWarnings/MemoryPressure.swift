@@ -491,7 +491,7 @@ public final class MemoryPressure: Sendable {
   /// with the container, or `join`), like the simulator's "Simulate Memory Warning"; each process's monitor
   /// delivers it as if it came from the kernel. Written as `.coordination/memory-pressure`, replaced atomically.
   public static func send(_ level: MemoryPressureLevel, to container: GroupContainer) throws(MemoryPressureError) {
-    let sequence = UInt64(Date().timeIntervalSince1970 * 1e9) ^ UInt64(UInt32.random(in: 0...UInt32.max))
+    let sequence = UInt64(bitPattern: RealtimeClock.nanoseconds()) ^ UInt64(UInt32.random(in: 0...UInt32.max))
     let line = "v1 \(sequence) \(level) \(CurrentProcess.id)\n"
     do {
       let root = try container.directory()

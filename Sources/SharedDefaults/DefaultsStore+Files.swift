@@ -146,7 +146,7 @@ extension DefaultsStore {
   /// Moves the file `name` of the suite's directory aside (`<name>.corrupt-<time>-<pid>`), renamed relative to
   /// the directory's descriptor.
   func quarantine(_ name: String) {
-    let aside = name + ".corrupt-\(Int(Date().timeIntervalSince1970))-\(CurrentProcess.id)"
+    let aside = name + ".corrupt-\(RealtimeClock.seconds())-\(CurrentProcess.id)"
     do { try root.rename(Self.preferences + "/" + name, to: aside) } catch {
       if error.errno != .noSuchFileOrDirectory {
         Self.logger.error("could not move '\(directory)/\(name)' aside: \(error)")

@@ -129,7 +129,7 @@ extension DefaultsStore {
     case .keepAside(let keys):
       let name =
         ExportMirror.unappliedPrefix(suite)
-        + "\(Int(Date().timeIntervalSince1970 * 1000))-\(CurrentProcess.id)-\(UInt16.random(in: 0...0xFFFF))"
+        + "\(RealtimeClock.nanoseconds() / 1_000_000)-\(CurrentProcess.id)-\(UInt16.random(in: 0...0xFFFF))"
       _ = try Self.beneath(Self.preferences + "/" + name, in: containerPath) { () throws(FileSystemError) in
         try root.replaceFile(Self.preferences + "/" + name, with: bytes, mode: fileMode)
       }
@@ -209,7 +209,7 @@ extension DefaultsStore {
   /// `<suite>.plist.replaced-<inode>-<size>-<modified ns>-<now, s>`. A file there that no longer has that identity
   /// was written by a tool.
   func keptExportName(_ identity: Identity) -> String {
-    "\(suite).plist.replaced-\(identity.inode)-\(identity.size)-\(identity.time)-\(Int(Date().timeIntervalSince1970))"
+    "\(suite).plist.replaced-\(identity.inode)-\(identity.size)-\(identity.time)-\(RealtimeClock.seconds())"
   }
 
   /// Whether a replaced export is kept under a second name (`keptExportName`), waiting for `applyKeptExports`.
@@ -246,7 +246,7 @@ extension DefaultsStore {
   @discardableResult
   func applyKeptExports(in dir: SystemFD, _ s: inout State) throws(SharedDefaultsError) -> Bool {
     let prefix = "\(suite).plist.replaced-"
-    let now = Date().timeIntervalSince1970
+    let now = Double(RealtimeClock.seconds())
     var left = false
     for (name, _) in (try? dir.entries()) ?? [] where name.hasPrefix(prefix) {
       let fields = name.dropFirst(prefix.count).split(separator: "-").compactMap { Int64($0) }

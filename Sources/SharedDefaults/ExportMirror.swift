@@ -88,7 +88,7 @@ enum ExportMirror {
     let looksLikeAPlist =
       head.isEmpty || head.starts(with: Array("bplist".utf8)) || head.starts(with: Array("<?xml".utf8))
       || head.starts(with: Array("<plist".utf8)) || head.starts(with: Array("<!DOCTYPE".utf8))
-    return looksLikeAPlist && Date().timeIntervalSince1970 - Double(modified) / 1e9 < unfinishedGrace
+    return looksLikeAPlist && Double(RealtimeClock.nanoseconds() - modified) / 1e9 < unfinishedGrace
   }
 
   /// Where leases are refused: how long after its last write a file that does not parse is still taken for one

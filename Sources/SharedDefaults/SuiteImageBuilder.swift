@@ -1,4 +1,3 @@
-import Glibc  // memcmp, memcpy
 import PropertyList
 import SystemLayer
 
@@ -176,7 +175,7 @@ struct SuiteImageBuilder {
       let earlier =
         inChunk >= 0 ? Array(chunk[inChunk..<(inChunk + length)]) : try output.read(at: known.offset, count: length)
       let same = earlier.withUnsafeBytes { a in
-        chunk.withUnsafeBytes { memcmp(a.baseAddress!, $0.baseAddress! + start, length) == 0 }
+        chunk.withUnsafeBytes { RawMemory.equal(a.baseAddress, $0.baseAddress! + start, count: length) }
       }
       if same {
         chunk.removeSubrange(start...)
@@ -351,7 +350,7 @@ private struct ChangedKeys {
     guard filter[bit >> 6] & (1 << UInt64(bit & 63)) != 0, let candidates = keys[hash] else { return false }
     return candidates.contains { candidate in
       candidate.count == key.count
-        && candidate.withUnsafeBytes { key.count == 0 || memcmp($0.baseAddress!, key.baseAddress!, key.count) == 0 }
+        && candidate.withUnsafeBytes { RawMemory.equal($0.baseAddress, key.baseAddress, count: key.count) }
     }
   }
 }

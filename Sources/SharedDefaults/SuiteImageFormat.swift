@@ -1,4 +1,3 @@
-import Glibc  // memcmp, memcpy
 import PropertyList
 import SystemLayer
 
@@ -442,7 +441,7 @@ final class SuiteImage: @unchecked Sendable {  // immutable after init: read-onl
       if F.load32(bytes, at) == hash {
         let entry = try self.entry(at: offset)
         if entry.keyLength == key.count,
-          key.count == 0 || memcmp(bytes.baseAddress! + offset + 4, key.baseAddress!, key.count) == 0
+          RawMemory.equal(bytes.baseAddress! + offset + 4, key.baseAddress, count: key.count)
         {
           return entry
         }
@@ -484,7 +483,7 @@ final class SuiteImage: @unchecked Sendable {  // immutable after init: read-onl
         if F.load32(bytes, at) == hash {
           let other = try self.entry(at: offset)
           if other.keyLength == key.count,
-            key.count == 0 || memcmp(bytes.baseAddress! + offset + 4, key.baseAddress!, key.count) == 0
+            RawMemory.equal(bytes.baseAddress! + offset + 4, key.baseAddress, count: key.count)
           {
             throw Corruption(offset: entry.offset, reason: "duplicate key (also at \(offset))")
           }

@@ -301,7 +301,7 @@ final class SuiteJournal: @unchecked Sendable {  // the mapping is shared memory
     let committed = min(header.length(Slot.committed), capacity, reservation)
     if committed > 0 {
       let bytes = [UInt8](UnsafeRawBufferPointer(start: mapping.base, count: committed))
-      let aside = name + ".corrupt-\(Int(Date().timeIntervalSince1970))-\(CurrentProcess.id)"
+      let aside = name + ".corrupt-\(RealtimeClock.seconds())-\(CurrentProcess.id)"
       do {
         try root.replaceFile(directoryItem + "/" + aside, with: bytes, mode: mode)
       } catch {

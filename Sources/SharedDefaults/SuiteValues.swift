@@ -1,6 +1,7 @@
 import Foundation
 import PropertyList
 import Synchronization
+import SystemLayer
 
 /// What one process knows of a suite: the image it read (`<suite>.snapshot`, mapped and looked up lazily) and the
 /// changes applied over it since — the journal's records and this process's own writes.
@@ -38,7 +39,7 @@ struct SuiteValues: @unchecked Sendable {  // `decoded` is a box filled under th
   /// Entries of `changes` before it is sealed. Test hook: `GROUPCONTAINER_DEFAULTS_TIER_CAPACITY`.
   static let tierCapacity: Int = {
     #if GROUPCONTAINER_TEST_HOOKS
-      if let text = getenv("GROUPCONTAINER_DEFAULTS_TIER_CAPACITY"), let n = Int(String(cString: text)), n > 0 {
+      if let text = Environment.value("GROUPCONTAINER_DEFAULTS_TIER_CAPACITY"), let n = Int(text), n > 0 {
         return n
       }
     #endif

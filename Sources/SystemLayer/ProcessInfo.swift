@@ -73,6 +73,26 @@ package enum RealtimeClock {
     clock_gettime(CLOCK_REALTIME_COARSE, &ts)
     return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
   }
+
+  /// Nanoseconds since 1970, precise: for dates a file records and names made unique by time. The corresponding C
+  /// function is `clock_gettime(CLOCK_REALTIME)`.
+  package static func nanoseconds() -> Int64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
+  }
+
+  /// Whole seconds since 1970 (names that record when they were made).
+  package static func seconds() -> Int64 { nanoseconds() / 1_000_000_000 }
+}
+
+/// Byte comparisons of raw memory, for the formats that compare keys in place.
+package enum RawMemory {
+  /// Whether `count` bytes at `a` and `b` are equal (any pointers when `count` is 0). The corresponding C function
+  /// is `memcmp`.
+  package static func equal(_ a: UnsafeRawPointer?, _ b: UnsafeRawPointer?, count: Int) -> Bool {
+    count == 0 || memcmp(a!, b!, count) == 0
+  }
 }
 
 /// Signals, for tests and the CLI.

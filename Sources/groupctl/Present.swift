@@ -75,7 +75,7 @@ final class PrintingPresenter: FilePresenter, @unchecked Sendable {  // `url` is
       "coordinated": .bool(origin?.isCoordinated ?? false),
       "purpose": origin?.purposeIdentifier.map { .string($0) },
       "resync": (origin?.isResync ?? false) ? .bool(true) : nil,
-      "time": .double(Date().timeIntervalSince1970),
+      "time": .double(Double(RealtimeClock.nanoseconds()) / 1e9),
     ])
   }
 

@@ -101,7 +101,7 @@ struct StressFiles: ParsableCommand {
       StressLog(path: logs.appendingPathComponent("presenter-\($0).log").path)
     }
     var presenterProcesses: [Process] = []
-    defer { for p in presenterProcesses where p.isRunning { kill(p.processIdentifier, SIGKILL) } }
+    defer { for p in presenterProcesses where p.isRunning { _ = Signals.send(SIGKILL, to: p.processIdentifier) } }
     for log in presenterLogs {
       presenterProcesses.append(try worker(["stress", "files-presenter", "--log", log.path]))
     }
@@ -126,7 +126,7 @@ struct StressFiles: ParsableCommand {
         Thread.sleep(forTimeInterval: Double.random(in: 0.02...0.15, using: &random))
         let w = Int.random(in: 0..<writers, using: &random)
         guard running[w].isRunning else { continue }
-        kill(running[w].processIdentifier, SIGKILL)
+        _ = Signals.send(SIGKILL, to: running[w].processIdentifier)
         running[w].waitUntilExit()
         killed += 1
         running[w] = try startWriter(w)  // it goes on from its log

@@ -159,7 +159,7 @@ struct StressStorm: ParsableCommand {
       // A worker that has acknowledged nothing for a while is not killed: a kill would hide its hang.
       let quiet = target < slots.count && slots[target].idle > 2
       if Double.random(in: 0..<1, using: &random) < 0.35 && !quiet {
-        kill(pid, SIGKILL)
+        _ = Signals.send(SIGKILL, to: pid)
         chaos.append("kill \(name)")
         if target < slots.count {
           slots[target].waitForExit()
@@ -167,9 +167,9 @@ struct StressStorm: ParsableCommand {
         }
       } else {
         let from = MonotonicClock.nanoseconds()
-        kill(pid, SIGSTOP)
+        _ = Signals.send(SIGSTOP, to: pid)
         Thread.sleep(forTimeInterval: Double(Int.random(in: 20...max(20, maxStopMs), using: &random)) / 1000)
-        kill(pid, SIGCONT)
+        _ = Signals.send(SIGCONT, to: pid)
         stops.append((from, MonotonicClock.nanoseconds()))
         chaos.append("stop \(name) \(from) \(stops[stops.count - 1].1)")
       }
@@ -182,7 +182,7 @@ struct StressStorm: ParsableCommand {
       while slot.isRunning && MonotonicClock.nanoseconds() < exitBy { Thread.sleep(forTimeInterval: 0.02) }
       if slot.isRunning {
         chaos.append("hung \(slot.name) did not exit within \(Int(hangSlack + 30)) s of the stop")
-        kill(slot.pid, SIGKILL)
+        _ = Signals.send(SIGKILL, to: slot.pid)
         slot.waitForExit()
       } else if let status = slot.unexpectedExit {
         unexpected += 1
@@ -201,7 +201,7 @@ struct StressStorm: ParsableCommand {
     while check.termination == nil { Thread.sleep(forTimeInterval: 0.05) }
     if server != nil, let pid = Self.agentPID(agent) {
       // The agent would exit when idle; a test run must not leave it behind.
-      kill(pid, SIGKILL)
+      _ = Signals.send(SIGKILL, to: pid)
       while agent.isHeld(DownloadStore.agentLockPath) { Thread.sleep(forTimeInterval: 0.02) }
     }
     let passed = check.termination == .exited(0) && unexpected == 0
@@ -339,8 +339,8 @@ final class StormProcesses: Sendable {
   }
   func killAll() {
     for process in processes.withLock({ $0 }) where process.termination == nil {
-      kill(process.pid, SIGKILL)
-      kill(process.pid, SIGCONT)
+      _ = Signals.send(SIGKILL, to: process.pid)
+      _ = Signals.send(SIGCONT, to: process.pid)
     }
   }
 }
@@ -405,6 +405,6 @@ final class StormFileServer {
     input = nil
     let by = MonotonicClock.nanoseconds() + 10_000_000_000
     while process.termination == nil && MonotonicClock.nanoseconds() < by { Thread.sleep(forTimeInterval: 0.02) }
-    if process.termination == nil { kill(process.pid, SIGKILL) }
+    if process.termination == nil { _ = Signals.send(SIGKILL, to: process.pid) }
   }
 }

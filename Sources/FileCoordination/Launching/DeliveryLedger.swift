@@ -73,7 +73,7 @@ struct DeliveryLedger {
   private func sweep() {
     guard let dir = try? space.root.openDirectory(directory) else { return }
     defer { dir.close() }
-    let now = Int64(Date().timeIntervalSince1970 * 1e9)
+    let now = RealtimeClock.nanoseconds()
     for entry in (try? dir.entries()) ?? [] where !entry.isDirectory {
       guard let st = try? dir.status(of: entry.name), now - st.modificationNanoseconds > Self.maxAgeNanoseconds
       else { continue }
