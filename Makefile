@@ -142,13 +142,16 @@ bench: deps static-reader
 	@command -v aria2c >/dev/null 2>&1 || { SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; $$SUDO apt-get install -y -qq aria2; }
 	cd Benchmarks && $(SWIFT) package --allow-writing-to-package-directory benchmark
 
-# The memory rows' reader of DefaultsBenchmarks (`gc-bench-defaults-reader`, an app of shared defaults only) linked
-# fully static, in its own build directory: what such an app pays without the shared libraries' pages (see
-# ThePressurePolicy). The benchmark executables themselves cannot be linked so (package-benchmark's malloc
-# interposer is a shared object). A release build of the libraries: several minutes from clean.
+# The memory rows' programs of DefaultsBenchmarks (`gc-bench-defaults-reader`, an app of shared defaults only, and
+# `gc-bench-idle-widget`, an idle widget-like process) linked fully static, in their own build directory: what such
+# an app pays without the shared libraries' pages (see ThePressurePolicy). The benchmark executables themselves
+# cannot be linked so (package-benchmark's malloc interposer is a shared object). A release build of the libraries:
+# several minutes from clean.
 static-reader: deps
-	cd Benchmarks && $(SWIFT) build -c release --static-swift-stdlib -Xswiftc -static-executable \
-	  --product gc-bench-defaults-reader --scratch-path .build/static
+	cd Benchmarks && for product in gc-bench-defaults-reader gc-bench-idle-widget; do \
+	  $(SWIFT) build -c release --static-swift-stdlib -Xswiftc -static-executable \
+	    --product $$product --scratch-path .build/static || exit 1; \
+	done
 
 # Allocations per operation (issue #37 item 7; system calls per operation are checked in `make test` by
 # SyscallThresholdsTests): Benchmarks/AllocationBenchmarks against the p90 thresholds in Benchmarks/Thresholds/

@@ -75,6 +75,20 @@ let package = Package(
       ],
       path: "DefaultsReader",
       swiftSettings: [.swiftLanguageMode(.v6)]),
+    // The idle widget-like process of issue #37 item 6 (IdleWidget/main.swift), linked statically too by
+    // `make static-reader`.
+    .executableTarget(
+      name: "gc-bench-idle-widget",
+      dependencies: [
+        .product(name: "SharedDefaults", package: rootIdentity),
+        .product(name: "GroupContainerCore", package: rootIdentity),
+        .product(name: "FileCoordination", package: rootIdentity),
+        .product(name: "ImageCache", package: rootIdentity),
+        .product(name: "BackgroundDownloads", package: rootIdentity),
+        .product(name: "LiveActivities", package: rootIdentity),
+      ],
+      path: "IdleWidget",
+      swiftSettings: [.swiftLanguageMode(.v6)]),
     .executableTarget(
       name: "ImageCacheBenchmarks",
       dependencies: [

@@ -64,17 +64,20 @@ public func locateGroupctl() throws -> String {
   return found
 }
 
-/// The memory rows' reader, `gc-bench-defaults-reader`: linked fully static (`make static-reader`, built in
-/// Benchmarks/.build/static), or as the benchmarks are, beside this executable. package-benchmark's malloc
-/// interposer is a shared object, so the benchmark targets themselves cannot be linked statically.
-public func locateDefaultsReader(linkedStatically: Bool) throws -> String {
+/// A program of the memory rows — `gc-bench-defaults-reader` (the default) or `gc-bench-idle-widget` — linked fully
+/// static (`make static-reader`, built in Benchmarks/.build/static), or as the benchmarks are, beside this executable.
+/// package-benchmark's malloc interposer is a shared object, so the benchmark targets themselves cannot be linked
+/// statically.
+public func locateDefaultsReader(linkedStatically: Bool, named name: String = "gc-bench-defaults-reader") throws
+  -> String
+{
   let fm = FileManager.default
   let path: String
   if linkedStatically {
-    path = rootPackage + "/Benchmarks/.build/static/release/gc-bench-defaults-reader"
+    path = rootPackage + "/Benchmarks/.build/static/release/" + name
   } else {
     let exe = (try? fm.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? ""
-    path = (exe as NSString).deletingLastPathComponent + "/gc-bench-defaults-reader"
+    path = (exe as NSString).deletingLastPathComponent + "/" + name
   }
   guard fm.isExecutableFile(atPath: path) else {
     throw BenchmarkSetupError(

@@ -19,6 +19,13 @@
 //                                             (`make static-reader`): what such an app pays, the issue's comparison
 //                                             with MMKV (13.8 MB there, measured outside this package; the 10-key row
 //                                             is each reader's floor)
+//   an idle widget-like process / a process that only starts (…, linked statically)   issue #37 item 6:
+//                                             `gc-bench-idle-widget` (IdleWidget/) opens a container, a defaults
+//                                             suite, an image cache (one image stored and read), a download session
+//                                             and the activities' updates, idles 2 s, and reports its resident memory
+//                                             (VmRSS); the floor is the same program started with `--floor` (Foundation
+//                                             loaded, nothing of this package used), as the benchmarks are linked or
+//                                             fully static (goal: ≤ 16 MB, a release build)
 //   six 60 MB values: the writer / a reader   the writer sets them and synchronizes; the reader reads one and the
 //                                             whole suite; peak resident memory as a share of the values' bytes
 //                                             (goal: ≤ 300 %)
@@ -93,6 +100,33 @@ func defaultsMemoryBenchmarks() {
       _ = try runWriter(suite, ["--keys", "\(keys)"] + (synchronized ? ["--synchronize"] : []))
     } teardown: {
       suite.tearDown()
+    }
+  }
+
+  let current = BenchmarkMetric.custom("resident (KB)", polarity: .prefersSmaller, useScalingFactor: false)
+  let idle = Benchmark.Configuration(
+    metrics: [current, resident], timeUnits: .milliseconds, warmupIterations: 0, maxDuration: .seconds(30),
+    maxIterations: 3)
+  for linkedStatically in [false, true] {
+    for floor in [false, true] {
+      let suite = Suite(name: "widget")
+      let what = floor ? "A process that only starts" : "An idle widget-like process"
+      let how = linkedStatically ? "linked statically" : "linked as the benchmarks are"
+      Benchmark("\(what) (\(how))", configuration: idle) { benchmark in
+        for _ in benchmark.scaledIterations {
+          let program = try locateDefaultsReader(linkedStatically: linkedStatically, named: "gc-bench-idle-widget")
+          let text = try runToEnd(program, floor ? ["--floor"] : [suite.identifier, suite.root!])
+          guard let now = field(text, "rss_kb"), let peak = field(text, "peak_rss_kb") else {
+            throw BenchmarkSetupError("gc-bench-idle-widget: \(text)")
+          }
+          benchmark.measurement(current, now)
+          benchmark.measurement(resident, peak)
+        }
+      } setup: {
+        try suite.setUpRoot()
+      } teardown: {
+        suite.tearDown()
+      }
     }
   }
 
