@@ -8,6 +8,7 @@ let package = Package(
   products: [
     .library(name: "GroupContainer", targets: ["GroupContainer"]),
     .library(name: "GroupContainerCore", targets: ["GroupContainerCore"]),
+    .library(name: "Messaging", targets: ["Messaging"]),
     .library(name: "FileCoordination", targets: ["FileCoordination"]),
     .library(name: "SharedDefaults", targets: ["SharedDefaults"]),
     .library(name: "PropertyList", targets: ["PropertyList"]),
@@ -75,12 +76,23 @@ let package = Package(
       name: "GroupContainerCore",
       dependencies: ["SystemLayer", .product(name: "SystemPackage", package: "swift-system")]
     ),
-    // Opening a container (this process's share of `.coordination/`), locks, presenters, the coordinator, the
-    // messages between processes, URL opening and hand-over.
+    // Messages between processes: this process's liveness lock and inbox, the liveness rule, the message protocol
+    // and its JSON, the transport, the ack board, the messenger. What messages are for is the business of the parts
+    // that register with it (a receiver per message kind, a cleanup per dead process).
+    .target(
+      name: "Messaging",
+      dependencies: [
+        "GroupContainerCore", "SystemLayer",
+        .product(name: "Logging", package: "swift-log"),
+        .product(name: "SystemPackage", package: "swift-system"),
+      ]
+    ),
+    // Opening a container (this process's share of `.coordination/`), locks, presenters, the coordinator, URL
+    // opening and hand-over.
     .target(
       name: "FileCoordination",
       dependencies: [
-        "GroupContainerCore", "SystemLayer",
+        "GroupContainerCore", "Messaging", "SystemLayer",
         .product(name: "Logging", package: "swift-log"),
         .product(name: "SystemPackage", package: "swift-system"),
       ]
@@ -137,7 +149,9 @@ let package = Package(
     // Intents a widget asks the app to perform in the app's process (Apple's AppIntents), over the URL delivery.
     .target(
       name: "AppIntents",
-      dependencies: ["FileCoordination", "GroupContainerCore", .product(name: "Logging", package: "swift-log")]
+      dependencies: [
+        "FileCoordination", "GroupContainerCore", "Messaging", .product(name: "Logging", package: "swift-log"),
+      ]
     ),
     // Widget timelines and Today-widget updates, reloaded from any process (WidgetKit's model).
     .target(
@@ -156,8 +170,8 @@ let package = Package(
     .target(
       name: "GroupContainer",
       dependencies: [
-        "FileCoordination", "GroupContainerCore", "SharedDefaults", "PropertyList", "MemoryWarnings", "ImageCache",
-        "BackgroundDownloads",
+        "FileCoordination", "GroupContainerCore", "Messaging", "SharedDefaults", "PropertyList", "MemoryWarnings",
+        "ImageCache", "BackgroundDownloads",
         "AppIntents", "WidgetKit", "LiveActivities",
       ]),
     .executableTarget(
@@ -213,8 +227,8 @@ let package = Package(
     .executableTarget(
       name: "ContainerFilesFuzz",
       dependencies: [
-        "SharedDefaults", "FileCoordination", "GroupContainerCore", "BackgroundDownloads", "LiveActivities",
-        "AppIntents", "MemoryWarnings",
+        "SharedDefaults", "FileCoordination", "GroupContainerCore", "Messaging", "BackgroundDownloads",
+        "LiveActivities", "AppIntents", "MemoryWarnings",
         "CFuzzShim",
       ],
       path: "Fuzz/ContainerFilesFuzz"),
@@ -286,15 +300,15 @@ let package = Package(
     .testTarget(
       name: "AppIntentsTests",
       dependencies: [
-        "TestSupport", "AppIntents", "FileCoordination", "GroupContainerCore", "SystemLayer", "gc-test-helper",
-        "groupctl",
+        "TestSupport", "AppIntents", "FileCoordination", "GroupContainerCore", "Messaging", "SystemLayer",
+        "gc-test-helper", "groupctl",
       ]
     ),
     .testTarget(
       name: "FileCoordinationTests",
       dependencies: [
-        "TestSupport", "FileCoordination", "GroupContainerCore", "SystemLayer", "GroupContainer", "gc-test-helper",
-        "groupctl",
+        "TestSupport", "FileCoordination", "GroupContainerCore", "Messaging", "SystemLayer", "GroupContainer",
+        "gc-test-helper", "groupctl",
         "gc-file-server",  // the download of SyscallThresholdsTests
       ]
     ),

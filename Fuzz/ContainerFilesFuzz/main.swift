@@ -12,6 +12,7 @@
   @testable import FileCoordination
   @testable import GroupContainerCore
   @testable import MemoryWarnings
+  @testable import Messaging
   @testable import SharedDefaults
   import BackgroundDownloads
   import Foundation

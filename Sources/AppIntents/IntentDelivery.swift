@@ -1,6 +1,7 @@
 import FileCoordination
 import Foundation
 import GroupContainerCore
+import Messaging
 import Logging
 import Synchronization
 

@@ -1,5 +1,6 @@
 import FileCoordination
 import GroupContainerCore
+import Messaging
 
 /// Why an intent was not performed, or its result not received.
 ///

@@ -6,6 +6,7 @@
 @_exported import GroupContainerCore
 @_exported import ImageCache
 @_exported import LiveActivities
+@_exported import Messaging
 @_exported import MemoryWarnings
 @_exported import PropertyList
 @_exported import SharedDefaults

@@ -5,6 +5,7 @@ import Testing
 
 @testable import FileCoordination
 @testable import GroupContainerCore
+@testable import Messaging
 
 /// A FIFO planted anywhere in `.coordination/` never hangs anyone: every open is `O_NONBLOCK`, every read `fstat`s
 /// first, and what is not a regular file is dropped (logged). Each test runs the victims as real processes and

@@ -4,6 +4,7 @@ import Testing
 
 @testable import FileCoordination
 @testable import GroupContainerCore
+@testable import Messaging
 
 @Suite(.runSlot(.minutes(3))) struct OpenURLTests {
   let group = "group.com.example.urls"

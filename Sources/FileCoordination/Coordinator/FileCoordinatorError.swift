@@ -1,4 +1,5 @@
 import GroupContainerCore
+import Messaging
 import SystemLayer
 
 /// Why a coordinated access did not run its accessor, or failed around it.

@@ -28,17 +28,8 @@ struct DeliveryLedger {
     case interrupted
   }
 
-  static let idRule = "a delivery id is 1 to 64 letters, digits and '-'"
   static let maxReplyBytes = 1 << 20
   static let maxAgeNanoseconds: Int64 = 24 * 3600 * 1_000_000_000
-
-  /// The id rule: it becomes a file name.
-  static func isValid(_ id: String) -> Bool {
-    (1...64).contains(id.utf8.count)
-      && id.utf8.allSatisfy {
-        (0x30...0x39).contains($0) || (0x41...0x5A).contains($0) || (0x61...0x7A).contains($0) || $0 == 0x2D
-      }
-  }
 
   private var directory: String { CoordinationPaths.deliveries }
 

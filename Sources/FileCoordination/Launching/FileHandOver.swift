@@ -1,5 +1,6 @@
 import Foundation
 import GroupContainerCore
+import Messaging
 import SystemLayer
 
 /// The hand-over rule: how a file sent to another app lands in its `Documents/Inbox/`.

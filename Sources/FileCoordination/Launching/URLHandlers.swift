@@ -1,5 +1,6 @@
 import Foundation
 import GroupContainerCore
+import Messaging
 import Synchronization
 import SystemLayer
 
@@ -98,7 +99,7 @@ final class URLHandlers: @unchecked Sendable {  // `handler` and `requestHandler
   private func removeMarkers(_ schemes: Set<String>?, _ channel: DeliveryChannel) {
     for scheme in schemes ?? [] {
       try? space.root.removeFile(
-        space.privatePath(handlersDirectory + "/\(channel.markerPrefix)\(scheme).\(space.me)"))
+        space.messaging.privatePath(handlersDirectory + "/\(channel.markerPrefix)\(scheme).\(space.me)"))
     }
   }
 
@@ -133,7 +134,7 @@ final class URLHandlers: @unchecked Sendable {  // `handler` and `requestHandler
   /// Removes the markers of a dead process (both channels end in `.<process>`).
   func removeAll(of process: ProcessName) {
     for name in (try? FileSystem.listDirectory(handlersDirectory)) ?? [] where name.hasSuffix(".\(process)") {
-      try? space.root.removeFile(space.privatePath(handlersDirectory + "/" + name))
+      try? space.root.removeFile(space.messaging.privatePath(handlersDirectory + "/" + name))
     }
   }
 
@@ -324,8 +325,8 @@ final class URLHandlers: @unchecked Sendable {  // `handler` and `requestHandler
     _ body: [UInt8], deliveryID: String, scheme: String, timeout: Duration
   ) async throws -> RequestAnswer {
     let scheme = try OpenURLRule.validate(scheme: scheme)
-    guard DeliveryLedger.isValid(deliveryID) else {
-      throw OpenURLError.invalidURL(deliveryID, rule: DeliveryLedger.idRule)
+    guard DeliveryID.isValid(deliveryID) else {
+      throw OpenURLError.invalidURL(deliveryID, rule: DeliveryID.rule)
     }
     var message = CoordinationMessage(
       id: "", kind: .request, sender: space.me, item: "", needsAck: true, events: [])

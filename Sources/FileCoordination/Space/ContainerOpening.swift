@@ -1,5 +1,6 @@
 import Foundation
 import GroupContainerCore
+import Messaging
 import SystemLayer
 
 /// Opening a container: its initializers start this process's share of `.coordination/` (`CoordinationSpace`), which
@@ -74,9 +75,9 @@ extension GroupContainer {
   }
 
   /// Whether the process named `pid` + low 32 bits of its start time is alive, by its liveness lock in this
-  /// container (see `CoordinationSpace.isAlive(pid:startTimeLow32:)`); nil when unknown here.
+  /// container (see `MessagingSpace.isAlive(pid:startTimeLow32:)`); nil when unknown here.
   package func processIsAlive(pid: Int32, startTimeLow32: UInt32) -> Bool? {
-    (try? coordinationSpace())?.isAlive(pid: pid, startTimeLow32: startTimeLow32)
+    (try? coordinationSpace())?.messaging.isAlive(pid: pid, startTimeLow32: startTimeLow32)
   }
 
   /// The directories whose shared tree locks this process keeps cached in the container now (LockOrder.swift,
