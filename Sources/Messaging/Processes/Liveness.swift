@@ -54,12 +54,14 @@ extension MessagingSpace {
     return matches.contains { isAlive($0) }
   }
 
-  /// Removes what the parts keep for a dead process (`onReap`: its presenters, its handler markers; a sweep of its
-  /// temp files), then its inbox and lock file. Idempotent: several processes may reap at once.
+  /// Removes a dead process's inbox and lock file, then what the parts keep for it (`onReap`: its presenters, its
+  /// handler markers; a sweep of its temp files). The cleanups come once the lock file is gone: one that judges
+  /// liveness on another thread (the sweep) must not find it still locked by this reaper. Idempotent: several
+  /// processes may reap at once.
   func reap(_ process: ProcessName) {
-    for cleanup in reapers() { cleanup(process) }
     try? root.removeTree(privatePath(inbox(of: process)))
     try? root.removeFile(privatePath(processLockPath(process)))
+    for cleanup in reapers() { cleanup(process) }
     MessagingSpace.logger.debug("reaped dead process \(process)")
   }
 
