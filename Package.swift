@@ -16,6 +16,7 @@ let package = Package(
     .library(name: "ImageCache", targets: ["ImageCache"]),
     .library(name: "BackgroundDownloads", targets: ["BackgroundDownloads"]),
     .library(name: "DownloadAgent", targets: ["DownloadAgent"]),
+    .library(name: "AppLaunching", targets: ["AppLaunching"]),
     .library(name: "AppIntents", targets: ["AppIntents"]),
     .library(name: "WidgetKit", targets: ["WidgetKit"]),
     .library(name: "LiveActivities", targets: ["LiveActivities"]),
@@ -87,8 +88,7 @@ let package = Package(
         .product(name: "SystemPackage", package: "swift-system"),
       ]
     ),
-    // Opening a container (this process's share of `.coordination/`), locks, presenters, the coordinator, URL
-    // opening and hand-over.
+    // Opening a container (this process's share of `.coordination/`), locks, presenters, the coordinator.
     .target(
       name: "FileCoordination",
       dependencies: [
@@ -146,11 +146,22 @@ let package = Package(
       ]
     ),
     .executableTarget(name: "gc-download-agent", dependencies: ["DownloadAgent"]),
-    // Intents a widget asks the app to perform in the app's process (Apple's AppIntents), over the URL delivery.
+    // Launching apps: URL schemes and their registrations, URL handlers, the one delivery path (launch, message,
+    // answer) of URLs, handed-over files and intent requests, the intents' at-most-once ledger, Inbox hand-over. A
+    // part of the container's messaging, registered on first use.
+    .target(
+      name: "AppLaunching",
+      dependencies: [
+        "FileCoordination", "GroupContainerCore", "Messaging", "SystemLayer",
+        .product(name: "Logging", package: "swift-log"),
+      ]
+    ),
+    // Intents a widget asks the app to perform in the app's process (Apple's AppIntents), over AppLaunching's delivery.
     .target(
       name: "AppIntents",
       dependencies: [
-        "FileCoordination", "GroupContainerCore", "Messaging", .product(name: "Logging", package: "swift-log"),
+        "AppLaunching", "FileCoordination", "GroupContainerCore", "Messaging",
+        .product(name: "Logging", package: "swift-log"),
       ]
     ),
     // Widget timelines and Today-widget updates, reloaded from any process (WidgetKit's model).
@@ -172,7 +183,7 @@ let package = Package(
       dependencies: [
         "FileCoordination", "GroupContainerCore", "Messaging", "SharedDefaults", "PropertyList", "MemoryWarnings",
         "ImageCache", "BackgroundDownloads",
-        "AppIntents", "WidgetKit", "LiveActivities",
+        "AppLaunching", "AppIntents", "WidgetKit", "LiveActivities",
       ]),
     .executableTarget(
       name: "groupctl",
@@ -196,7 +207,8 @@ let package = Package(
         "FileCoordination", "GroupContainerCore", "SharedDefaults", "PropertyList", "SystemLayer", "ImageCache",
         "MemoryWarnings",
         "TestImageKit",
-        "BackgroundDownloads", "AppIntents", "WidgetKit", "LiveActivities", "ScoreboardKit", "HelperCommand",
+        "BackgroundDownloads", "AppLaunching", "AppIntents", "WidgetKit", "LiveActivities", "ScoreboardKit",
+        "HelperCommand",
         // The agent's code run in this process: its system calls counted (SyscallCountModes.swift), its I/O faults
         // injected after the task is requested (the download loops).
         "DownloadAgent",
@@ -228,7 +240,7 @@ let package = Package(
       name: "ContainerFilesFuzz",
       dependencies: [
         "SharedDefaults", "FileCoordination", "GroupContainerCore", "Messaging", "BackgroundDownloads",
-        "LiveActivities", "AppIntents", "MemoryWarnings",
+        "LiveActivities", "AppLaunching", "AppIntents", "MemoryWarnings",
         "CFuzzShim",
       ],
       path: "Fuzz/ContainerFilesFuzz"),
@@ -300,15 +312,15 @@ let package = Package(
     .testTarget(
       name: "AppIntentsTests",
       dependencies: [
-        "TestSupport", "AppIntents", "FileCoordination", "GroupContainerCore", "Messaging", "SystemLayer",
-        "gc-test-helper", "groupctl",
+        "TestSupport", "AppIntents", "AppLaunching", "FileCoordination", "GroupContainerCore", "Messaging",
+        "SystemLayer", "gc-test-helper", "groupctl",
       ]
     ),
     .testTarget(
       name: "FileCoordinationTests",
       dependencies: [
-        "TestSupport", "FileCoordination", "GroupContainerCore", "Messaging", "SystemLayer", "GroupContainer",
-        "gc-test-helper", "groupctl",
+        "TestSupport", "AppLaunching", "FileCoordination", "GroupContainerCore", "Messaging", "SystemLayer",
+        "GroupContainer", "gc-test-helper", "groupctl",
         "gc-file-server",  // the download of SyscallThresholdsTests
       ]
     ),

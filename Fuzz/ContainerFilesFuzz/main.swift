@@ -9,6 +9,7 @@
   import CFuzzShim
   import Glibc
   @testable import AppIntents
+  @testable import AppLaunching
   @testable import FileCoordination
   @testable import GroupContainerCore
   @testable import MemoryWarnings

@@ -3,6 +3,7 @@ import TestSupport
 import Testing
 
 @testable import AppIntents
+@testable import AppLaunching
 @testable import FileCoordination
 @testable import GroupContainerCore
 @testable import Messaging
@@ -242,7 +243,7 @@ struct CrashIntent: AppIntent {
   @Test func theLedgerClaimsAnIdOnce() throws {
     let root = try TestRoot()
     let container = try root.container(group)
-    let ledger = DeliveryLedger(space: try container.coordinationSpace())
+    let ledger = DeliveryLedger(space: try container.messagingSpace())
     #expect(ledger.claim("abc-1") == .claimed)
     #expect(ledger.claim("abc-1") == .interrupted)
     ledger.record([1, 2, 3], for: "abc-1")

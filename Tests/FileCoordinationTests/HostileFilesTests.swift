@@ -3,6 +3,7 @@ import SystemLayer
 import TestSupport
 import Testing
 
+@testable import AppLaunching
 @testable import FileCoordination
 @testable import GroupContainerCore
 @testable import Messaging

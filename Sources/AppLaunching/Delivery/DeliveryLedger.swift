@@ -1,5 +1,6 @@
 import Foundation
 import GroupContainerCore
+import Messaging
 import SystemLayer
 
 /// The at-most-once rule of requests (app intents): a delivery id is performed at most once in a container.
@@ -16,7 +17,7 @@ import SystemLayer
 ///
 /// Records older than a day are removed when a new id is claimed (a retry comes within seconds).
 struct DeliveryLedger {
-  let space: CoordinationSpace
+  let space: MessagingSpace
 
   /// What a claim found.
   enum Claim: Equatable {
@@ -44,7 +45,7 @@ struct DeliveryLedger {
     } catch {
       guard error.errno == .fileExists else {
         // No ledger, no perform: refusing is the at-most-once side of an unknown.
-        CoordinationSpace.logger.error("cannot claim delivery \(id): \(error); not performing it")
+        MessagingSpace.logger.error("cannot claim delivery \(id): \(error); not performing it")
         return .interrupted
       }
     }
@@ -56,7 +57,7 @@ struct DeliveryLedger {
   /// Records the reply of a claimed delivery.
   func record(_ reply: [UInt8], for id: String) {
     do { try space.root.replaceFile(directory + "/" + id, with: reply, mode: space.fileMode) } catch {
-      CoordinationSpace.logger.error("cannot record the reply of delivery \(id): \(error)")
+      MessagingSpace.logger.error("cannot record the reply of delivery \(id): \(error)")
     }
   }
 

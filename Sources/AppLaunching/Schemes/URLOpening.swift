@@ -1,3 +1,4 @@
+import FileCoordination
 import Foundation
 import GroupContainerCore
 import Messaging
@@ -20,7 +21,7 @@ extension GroupContainer {
   public func registerURLScheme(
     _ scheme: String, launching executable: URL, arguments: [String] = []
   ) throws(FileCoordinatorError) {
-    try space().urlHandlers.register(scheme: scheme, executable: executable.path, arguments: arguments)
+    try urlHandlers().register(scheme: scheme, executable: executable.path, arguments: arguments)
   }
 
   /// Makes this process the handler of `schemes` URLs: `handler` answers whether it opened the URL (SwiftUI's
@@ -28,18 +29,18 @@ extension GroupContainer {
   public func onOpenURL(
     schemes: Set<String>, perform handler: @escaping @Sendable (URL) async -> Bool
   ) throws(FileCoordinatorError) {
-    try space().urlHandlers.install(schemes: schemes, handler)
+    try urlHandlers().install(schemes: schemes, handler)
   }
 
   /// Waits until every URL this process received has been answered: call it before exiting right after handling
   /// one, or the opener may see no answer.
   public func waitForOpenURLAnswers(timeout: Duration = .seconds(2)) async {
-    try? await space().urlHandlers.waitUntilAnswered(timeout: timeout)
+    try? await urlHandlers().waitUntilAnswered(timeout: timeout)
   }
 
   /// Stops handling URLs in this process.
   public func removeOpenURLHandler() {
-    try? space().urlHandlers.uninstall()
+    try? urlHandlers().uninstall()
   }
 
   /// Opens `url` in the app registered for its scheme — running, or started for it — and returns what its
@@ -47,7 +48,7 @@ extension GroupContainer {
   /// outside RFC 3986, and registrations someone else could have written (only a file owned by your own user or
   /// root, with one link and no group or other write permission, is followed).
   public func open(_ url: URL, timeout: Duration = .seconds(10)) async throws -> Bool {
-    try await space().urlHandlers.open(url, timeout: timeout)
+    try await urlHandlers().open(url, timeout: timeout)
   }
 
   /// Checks raw URL text as ``open(_:timeout:)`` does (at most 2,048 bytes, RFC 3986 characters only, a valid
@@ -64,12 +65,12 @@ extension GroupContainer {
   package func handleRequests(
     schemes: Set<String>, _ body: @escaping @Sendable ([UInt8]) async -> [UInt8]
   ) throws(FileCoordinatorError) {
-    try space().urlHandlers.installRequests(schemes: schemes, body)
+    try urlHandlers().installRequests(schemes: schemes, body)
   }
 
   /// Stops receiving requests in this process.
   package func stopHandlingRequests() {
-    try? space().urlHandlers.uninstallRequests()
+    try? urlHandlers().uninstallRequests()
   }
 
   /// Sends `body` to the request handler of `scheme` — running, or its registered app started for it — and
@@ -77,11 +78,12 @@ extension GroupContainer {
   package func sendRequest(
     _ body: [UInt8], deliveryID: String, toScheme scheme: String, timeout: Duration
   ) async throws -> RequestAnswer {
-    try await space().urlHandlers.request(body, deliveryID: deliveryID, scheme: scheme, timeout: timeout)
+    try await urlHandlers().request(body, deliveryID: deliveryID, scheme: scheme, timeout: timeout)
   }
 
-  func space() throws(FileCoordinatorError) -> CoordinationSpace {
-    try FileCoordinatorError.wrap { () throws(GroupContainerError) in try coordinationSpace() }
+  /// This process's URL handlers in this container, registered with its messaging on first use (URLHandlers.swift).
+  func urlHandlers() throws(FileCoordinatorError) -> URLHandlers {
+    URLHandlers.of(try FileCoordinatorError.wrap { () throws(GroupContainerError) in try messagingSpace() })
   }
 }
 

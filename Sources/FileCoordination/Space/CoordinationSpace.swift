@@ -59,7 +59,6 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
   /// This process's liveness lock, inbox and messenger, and the parts registered with them.
   let messaging: MessagingSpace
   private(set) var host: PresenterHost!
-  private(set) var urlHandlers: URLHandlers!
   /// Runs the temp-file sweeps that reaping asks for (`sweepAfterReaping`), one at a time, off the reaper's thread.
   private let sweeper = DispatchQueue(label: "GroupContainer.FileCoordination.sweeper", qos: .utility)
   private static let onSweeper = DispatchSpecificKey<Bool>()
@@ -253,10 +252,6 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     messaging.onInboxRemoved { host.containerRemoved() }
     messaging.onReap { [registry] process in registry.removeAll(of: process) }
     messaging.onReap { [unowned self] _ in sweepAfterReaping() }
-    let urlHandlers = URLHandlers(space: self)
-    self.urlHandlers = urlHandlers
-    messaging.receive([.openURL, .request]) { message, _ in urlHandlers.receive(message) }
-    messaging.onReap { process in urlHandlers.removeAll(of: process) }
     for dir in CoordinationPaths.startedDirectories { try root.makeDirectory(dir, mode: directoryMode) }
     try messaging.start()
     sweeper.setSpecific(key: Self.onSweeper, value: true)
