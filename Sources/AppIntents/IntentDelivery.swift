@@ -2,8 +2,8 @@ import AppLaunching
 import FileCoordination
 import Foundation
 import GroupContainerCore
-import Messaging
 import Logging
+import Messaging
 import Synchronization
 
 /// The intents this process performs, per container: identifier → performer.

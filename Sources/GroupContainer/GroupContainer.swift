@@ -7,8 +7,8 @@
 @_exported import GroupContainerCore
 @_exported import ImageCache
 @_exported import LiveActivities
-@_exported import Messaging
 @_exported import MemoryWarnings
+@_exported import Messaging
 @_exported import PropertyList
 @_exported import SharedDefaults
 @_exported import WidgetKit

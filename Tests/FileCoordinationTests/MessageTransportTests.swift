@@ -253,7 +253,8 @@ extension MessageTransportTests {
   @Test(arguments: ["link", "fifo"]) func aSwappedSocketFileIsNeverFollowed(plant: String) async throws {
     let setup = try await Setup(group, "p.txt")
     let child = setup.presenterProcess
-    let socketPath = try CoordinationSpace.locate(setup.url).0.messaging.inbox(of: child) + "/" + MessageTransport.socketName
+    let inbox = try CoordinationSpace.locate(setup.url).0.messaging.inbox(of: child)
+    let socketPath = inbox + "/" + MessageTransport.socketName
     // The stranger's socket, outside the container.
     let outsideRoot = try TestRoot()
     let outside = outsideRoot.path

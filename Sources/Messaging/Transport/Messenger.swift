@@ -5,7 +5,8 @@ import SystemLayer
 
 /// Sends messages, receives this process's inbox, and matches acks to waiting senders. Every other message goes to
 /// the part that registered for its kind (`MessagingSpace.receive`).
-package final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition`; the rest is immutable or a Mutex
+// `acks` is guarded by `condition`; the rest is immutable or a Mutex.
+package final class Messenger: @unchecked Sendable {
   private let space: MessagingSpace
   private let sequence = Atomic<UInt64>(0)
   private let condition = NSCondition()
