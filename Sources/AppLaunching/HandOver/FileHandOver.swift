@@ -118,7 +118,7 @@ extension GroupContainer {
   /// (`GroupContainerError.inboxIsReadOnly(_:)`).
   ///
   /// - Throws: ``FileHandOverError`` when `file` is not a readable regular file or the Inbox is unusable (a
-  ///   symbolic link), or the receiver answered that it did not open it; ``OpenURLError`` when no app registered
+  ///   symbolic link), or the receiver answered that it did not open it; `OpenURLError` when no app registered
   ///   `scheme`, it could not be started, or it did not answer.
   @discardableResult
   public func send(file: URL, toScheme scheme: String, timeout: Duration = .seconds(10)) async throws -> URL {

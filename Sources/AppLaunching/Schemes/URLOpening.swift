@@ -14,9 +14,9 @@ extension GroupContainer {
   /// `open(_:)` follows a registration only when, checked on the descriptor it reads, it is a regular file with one
   /// link, no group or other write permission, and owned by the opener's own user or by root: in a group-shared
   /// container another member could otherwise make your process start their program as you
-  /// (``OpenURLError/untrustedRegistration(_:path:owner:problem:)``).
+  /// (`OpenURLError/untrustedRegistration(_:path:owner:problem:)`).
   ///
-  /// - Throws: ``FileCoordinatorError/openURL(_:)`` with ``OpenURLError/invalidExecutable(_:reason:)`` when
+  /// - Throws: `FileCoordinatorError/openURL(_:)` with `OpenURLError/invalidExecutable(_:reason:)` when
   ///   `executable` does not exist, is not a regular file or is not executable.
   public func registerURLScheme(
     _ scheme: String, launching executable: URL, arguments: [String] = []
@@ -44,7 +44,7 @@ extension GroupContainer {
   }
 
   /// Opens `url` in the app registered for its scheme — running, or started for it — and returns what its
-  /// handler answered. Throws ``OpenURLError`` for unknown schemes, malformed or oversized URLs, characters
+  /// handler answered. Throws `OpenURLError` for unknown schemes, malformed or oversized URLs, characters
   /// outside RFC 3986, and registrations someone else could have written (only a file owned by your own user or
   /// root, with one link and no group or other write permission, is followed).
   public func open(_ url: URL, timeout: Duration = .seconds(10)) async throws -> Bool {
@@ -74,7 +74,7 @@ extension GroupContainer {
   }
 
   /// Sends `body` to the request handler of `scheme` — running, or its registered app started for it — and
-  /// returns the answer. Throws ``OpenURLError`` for an unknown scheme, an untrusted registration or a failed launch.
+  /// returns the answer. Throws `OpenURLError` for an unknown scheme, an untrusted registration or a failed launch.
   package func sendRequest(
     _ body: [UInt8], deliveryID: String, toScheme scheme: String, timeout: Duration
   ) async throws -> RequestAnswer {
