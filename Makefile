@@ -103,7 +103,7 @@ lint:
 # own, outside `swift test`: a test running `swift` would wait on the build lock that `swift test` holds. DOCC: the
 # toolchain's docc, beside `swift`.
 DOCC ?= $(dir $(realpath $(shell command -v $(SWIFT))))docc
-DOC_MODULES = GroupContainer GroupContainerCore FileCoordination SharedDefaults PropertyList MemoryWarnings ImageCache BackgroundDownloads \
+DOC_MODULES = GroupContainer GroupContainerCore Messaging FileCoordination AppLaunching SharedDefaults PropertyList MemoryWarnings ImageCache BackgroundDownloads \
   DownloadAgent AppIntents WidgetKit LiveActivities
 doc-check:
 	@dir=$$($(SWIFT) package $(TEST_TRAITS) dump-symbol-graph --minimum-access-level public --skip-synthesized-members \

@@ -8,6 +8,7 @@ let package = Package(
   products: [
     .library(name: "GroupContainer", targets: ["GroupContainer"]),
     .library(name: "GroupContainerCore", targets: ["GroupContainerCore"]),
+    .library(name: "Messaging", targets: ["Messaging"]),
     .library(name: "FileCoordination", targets: ["FileCoordination"]),
     .library(name: "SharedDefaults", targets: ["SharedDefaults"]),
     .library(name: "PropertyList", targets: ["PropertyList"]),
@@ -15,6 +16,7 @@ let package = Package(
     .library(name: "ImageCache", targets: ["ImageCache"]),
     .library(name: "BackgroundDownloads", targets: ["BackgroundDownloads"]),
     .library(name: "DownloadAgent", targets: ["DownloadAgent"]),
+    .library(name: "AppLaunching", targets: ["AppLaunching"]),
     .library(name: "AppIntents", targets: ["AppIntents"]),
     .library(name: "WidgetKit", targets: ["WidgetKit"]),
     .library(name: "LiveActivities", targets: ["LiveActivities"]),
@@ -75,12 +77,22 @@ let package = Package(
       name: "GroupContainerCore",
       dependencies: ["SystemLayer", .product(name: "SystemPackage", package: "swift-system")]
     ),
-    // Opening a container (this process's share of `.coordination/`), locks, presenters, the coordinator, the
-    // messages between processes, URL opening and hand-over.
+    // Messages between processes: this process's liveness lock and inbox, the liveness rule, the message protocol
+    // and its JSON, the transport, the ack board, the messenger. What messages are for is the business of the parts
+    // that register with it (a receiver per message kind, a cleanup per dead process).
+    .target(
+      name: "Messaging",
+      dependencies: [
+        "GroupContainerCore", "SystemLayer",
+        .product(name: "Logging", package: "swift-log"),
+        .product(name: "SystemPackage", package: "swift-system"),
+      ]
+    ),
+    // Opening a container (this process's share of `.coordination/`), locks, presenters, the coordinator.
     .target(
       name: "FileCoordination",
       dependencies: [
-        "GroupContainerCore", "SystemLayer",
+        "GroupContainerCore", "Messaging", "SystemLayer",
         .product(name: "Logging", package: "swift-log"),
         .product(name: "SystemPackage", package: "swift-system"),
       ]
@@ -134,10 +146,23 @@ let package = Package(
       ]
     ),
     .executableTarget(name: "gc-download-agent", dependencies: ["DownloadAgent"]),
-    // Intents a widget asks the app to perform in the app's process (Apple's AppIntents), over the URL delivery.
+    // Launching apps: URL schemes and their registrations, URL handlers, the one delivery path (launch, message,
+    // answer) of URLs, handed-over files and intent requests, the intents' at-most-once ledger, Inbox hand-over. A
+    // part of the container's messaging, registered on first use.
+    .target(
+      name: "AppLaunching",
+      dependencies: [
+        "FileCoordination", "GroupContainerCore", "Messaging", "SystemLayer",
+        .product(name: "Logging", package: "swift-log"),
+      ]
+    ),
+    // Intents a widget asks the app to perform in the app's process (Apple's AppIntents), over AppLaunching's delivery.
     .target(
       name: "AppIntents",
-      dependencies: ["FileCoordination", "GroupContainerCore", .product(name: "Logging", package: "swift-log")]
+      dependencies: [
+        "AppLaunching", "FileCoordination", "GroupContainerCore", "Messaging",
+        .product(name: "Logging", package: "swift-log"),
+      ]
     ),
     // Widget timelines and Today-widget updates, reloaded from any process (WidgetKit's model).
     .target(
@@ -156,9 +181,9 @@ let package = Package(
     .target(
       name: "GroupContainer",
       dependencies: [
-        "FileCoordination", "GroupContainerCore", "SharedDefaults", "PropertyList", "MemoryWarnings", "ImageCache",
-        "BackgroundDownloads",
-        "AppIntents", "WidgetKit", "LiveActivities",
+        "FileCoordination", "GroupContainerCore", "Messaging", "SharedDefaults", "PropertyList", "MemoryWarnings",
+        "ImageCache", "BackgroundDownloads",
+        "AppLaunching", "AppIntents", "WidgetKit", "LiveActivities",
       ]),
     .executableTarget(
       name: "groupctl",
@@ -182,7 +207,8 @@ let package = Package(
         "FileCoordination", "GroupContainerCore", "SharedDefaults", "PropertyList", "SystemLayer", "ImageCache",
         "MemoryWarnings",
         "TestImageKit",
-        "BackgroundDownloads", "AppIntents", "WidgetKit", "LiveActivities", "ScoreboardKit", "HelperCommand",
+        "BackgroundDownloads", "AppLaunching", "AppIntents", "WidgetKit", "LiveActivities", "ScoreboardKit",
+        "HelperCommand",
         // The agent's code run in this process: its system calls counted (SyscallCountModes.swift), its I/O faults
         // injected after the task is requested (the download loops).
         "DownloadAgent",
@@ -213,8 +239,8 @@ let package = Package(
     .executableTarget(
       name: "ContainerFilesFuzz",
       dependencies: [
-        "SharedDefaults", "FileCoordination", "GroupContainerCore", "BackgroundDownloads", "LiveActivities",
-        "AppIntents", "MemoryWarnings",
+        "SharedDefaults", "FileCoordination", "GroupContainerCore", "Messaging", "BackgroundDownloads",
+        "LiveActivities", "AppLaunching", "AppIntents", "MemoryWarnings",
         "CFuzzShim",
       ],
       path: "Fuzz/ContainerFilesFuzz"),
@@ -286,15 +312,15 @@ let package = Package(
     .testTarget(
       name: "AppIntentsTests",
       dependencies: [
-        "TestSupport", "AppIntents", "FileCoordination", "GroupContainerCore", "SystemLayer", "gc-test-helper",
-        "groupctl",
+        "TestSupport", "AppIntents", "AppLaunching", "FileCoordination", "GroupContainerCore", "Messaging",
+        "SystemLayer", "gc-test-helper", "groupctl",
       ]
     ),
     .testTarget(
       name: "FileCoordinationTests",
       dependencies: [
-        "TestSupport", "FileCoordination", "GroupContainerCore", "SystemLayer", "GroupContainer", "gc-test-helper",
-        "groupctl",
+        "TestSupport", "AppLaunching", "FileCoordination", "GroupContainerCore", "Messaging", "SystemLayer",
+        "GroupContainer", "gc-test-helper", "groupctl",
         "gc-file-server",  // the download of SyscallThresholdsTests
       ]
     ),

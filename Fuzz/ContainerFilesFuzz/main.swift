@@ -9,9 +9,11 @@
   import CFuzzShim
   import Glibc
   @testable import AppIntents
+  @testable import AppLaunching
   @testable import FileCoordination
   @testable import GroupContainerCore
   @testable import MemoryWarnings
+  @testable import Messaging
   @testable import SharedDefaults
   import BackgroundDownloads
   import Foundation

@@ -1,7 +1,9 @@
+import AppLaunching
 import FileCoordination
 import Foundation
 import GroupContainerCore
 import Logging
+import Messaging
 import Synchronization
 
 /// The intents this process performs, per container: identifier → performer.

@@ -1,5 +1,7 @@
+import AppLaunching
 import FileCoordination
 import GroupContainerCore
+import Messaging
 
 /// Why an intent was not performed, or its result not received.
 ///

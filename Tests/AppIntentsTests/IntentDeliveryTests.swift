@@ -3,8 +3,10 @@ import TestSupport
 import Testing
 
 @testable import AppIntents
+@testable import AppLaunching
 @testable import FileCoordination
 @testable import GroupContainerCore
+@testable import Messaging
 
 // The widget's copies of the test host's intents (Tests/GCTestHelper/IntentModes.swift): the same type names,
 // so the same identifiers and parameters.
@@ -241,13 +243,13 @@ struct CrashIntent: AppIntent {
   @Test func theLedgerClaimsAnIdOnce() throws {
     let root = try TestRoot()
     let container = try root.container(group)
-    let ledger = DeliveryLedger(space: try container.coordinationSpace())
+    let ledger = DeliveryLedger(space: try container.messagingSpace())
     #expect(ledger.claim("abc-1") == .claimed)
     #expect(ledger.claim("abc-1") == .interrupted)
     ledger.record([1, 2, 3], for: "abc-1")
     #expect(ledger.claim("abc-1") == .performed([1, 2, 3]))
-    #expect(!DeliveryLedger.isValid("../x"))
-    #expect(!DeliveryLedger.isValid(String(repeating: "a", count: 65)))
+    #expect(!DeliveryID.isValid("../x"))
+    #expect(!DeliveryID.isValid(String(repeating: "a", count: 65)))
   }
 
   @Test func groupctlPerformsAnIntent() async throws {

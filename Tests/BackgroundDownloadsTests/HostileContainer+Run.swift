@@ -6,6 +6,7 @@ import SystemLayer
 import TestSupport
 import Testing
 
+@testable import AppLaunching
 @testable import FileCoordination
 @testable import GroupContainerCore
 

@@ -1,3 +1,4 @@
+import AppLaunching
 import FileCoordination
 import Foundation
 import GroupContainerCore

@@ -2,8 +2,10 @@ import Foundation
 import TestSupport
 import Testing
 
+@testable import AppLaunching
 @testable import FileCoordination
 @testable import GroupContainerCore
+@testable import Messaging
 
 /// File hand-over into the receiver's `Documents/Inbox/` (FileHandOver.swift) and the Inbox rule
 /// (InboxRule.swift), with the receiver a real second process (gc-test-helper `.inboxReceiver`).

@@ -2,6 +2,7 @@ import Foundation
 import TestSupport
 import Testing
 
+@testable import AppLaunching
 @testable import FileCoordination
 @testable import GroupContainerCore
 @testable import SystemLayer

@@ -3,8 +3,10 @@ import SystemLayer
 import TestSupport
 import Testing
 
+@testable import AppLaunching
 @testable import FileCoordination
 @testable import GroupContainerCore
+@testable import Messaging
 
 /// A FIFO planted anywhere in `.coordination/` never hangs anyone: every open is `O_NONBLOCK`, every read `fstat`s
 /// first, and what is not a regular file is dropped (logged). Each test runs the victims as real processes and

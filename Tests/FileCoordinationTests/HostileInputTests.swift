@@ -5,6 +5,7 @@ import Testing
 
 @testable import FileCoordination
 @testable import GroupContainerCore
+@testable import Messaging
 
 /// Every file under `.coordination/` is untrusted input: garbage, oversized, planted symlinks.
 @Suite(.runSlot(.minutes(3))) struct HostileInputTests {

@@ -5,6 +5,7 @@ import Testing
 @testable import FileCoordination
 @testable import GroupContainerCore
 @testable import ImageCache
+@testable import Messaging
 @testable import SharedDefaults
 
 /// The mapped files' declared layouts (issue #34 item 3): every file of shared words declares its words once, and

@@ -4,6 +4,7 @@ import Testing
 
 @testable import FileCoordination
 @testable import GroupContainerCore
+@testable import Messaging
 
 /// The hand-written JSON route of messages (`MessageJSON`) against Foundation's: whatever the fast decoder accepts,
 /// JSONDecoder accepts too and reads the same message; what it writes, JSONDecoder reads back unchanged.

@@ -6,6 +6,7 @@ import Testing
 
 @testable import FileCoordination
 @testable import GroupContainerCore
+@testable import Messaging
 
 /// The message transport (MessageTransport.swift) between real processes: prepares and finishes as datagrams on
 /// the receiver's inbox socket, files when the receiver has none or its queue stays full, and the order rules that
@@ -129,7 +130,7 @@ import Testing
     #expect(await eventually { setup.sent == (datagrams: 40, files: 0) }, "\(setup.sent)")
     // Nothing went through the inbox directory: only the socket and the ack board are there.
     let child = setup.presenterProcess
-    let inbox = try CoordinationSpace.locate(setup.url).0.inbox(of: child)
+    let inbox = try CoordinationSpace.locate(setup.url).0.messaging.inbox(of: child)
     #expect(
       Set(try FileManager.default.contentsOfDirectory(atPath: inbox)) == [
         MessageTransport.socketName, AckBoard.fileName,
@@ -193,7 +194,7 @@ import Testing
     setup.presenter.kill()
     _ = await setup.presenter.exit()
     let space = try CoordinationSpace.locate(setup.url).0
-    let inbox = space.inbox(of: setup.presenterProcess)
+    let inbox = space.messaging.inbox(of: setup.presenterProcess)
     #expect(FileManager.default.fileExists(atPath: inbox))
     let before = setup.sent
     try setup.write(1, from: 1)
@@ -252,7 +253,8 @@ extension MessageTransportTests {
   @Test(arguments: ["link", "fifo"]) func aSwappedSocketFileIsNeverFollowed(plant: String) async throws {
     let setup = try await Setup(group, "p.txt")
     let child = setup.presenterProcess
-    let socketPath = try CoordinationSpace.locate(setup.url).0.inbox(of: child) + "/" + MessageTransport.socketName
+    let inbox = try CoordinationSpace.locate(setup.url).0.messaging.inbox(of: child)
+    let socketPath = inbox + "/" + MessageTransport.socketName
     // The stranger's socket, outside the container.
     let outsideRoot = try TestRoot()
     let outside = outsideRoot.path

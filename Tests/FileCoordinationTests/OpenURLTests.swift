@@ -2,8 +2,10 @@ import Foundation
 import TestSupport
 import Testing
 
+@testable import AppLaunching
 @testable import FileCoordination
 @testable import GroupContainerCore
+@testable import Messaging
 
 @Suite(.runSlot(.minutes(3))) struct OpenURLTests {
   let group = "group.com.example.urls"

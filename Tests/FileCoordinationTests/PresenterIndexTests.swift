@@ -5,6 +5,7 @@ import Testing
 
 @testable import FileCoordination
 @testable import GroupContainerCore
+@testable import Messaging
 
 /// The registry's index by item path: an access looks up only the presenters of its items, their ancestors and
 /// their descendants. It must find exactly what comparing the access with every record finds.

@@ -4,6 +4,7 @@ import Testing
 
 @testable import FileCoordination
 @testable import GroupContainerCore
+@testable import Messaging
 
 /// Shared mappings truncated by another program while processes use them (`.coordination/counters`, a process's
 /// `.acks` board): every process that touches one notices the SIGBUS the guard caught, restores the file's size,

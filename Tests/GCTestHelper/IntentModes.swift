@@ -1,5 +1,6 @@
 // The app side of the intent and hand-over tests: a host performing intents, a receiver of handed-over files.
 import AppIntents
+import AppLaunching
 import FileCoordination
 import Foundation
 import GroupContainerCore

@@ -1,6 +1,7 @@
 // "The other process" of the multi-process tests: a lock holder, a contender, a presenter, a crasher.
 // Usage: gc-test-helper <HelperInvocation JSON> [what the library appended…]; tests start it with
 // `Child(.command(…), root:, group:)`. The commands and what they print: Tests/HelperCommand/HelperCommand.swift.
+import AppLaunching
 import FileCoordination
 import Foundation
 import GroupContainerCore

@@ -1,5 +1,6 @@
 import Foundation
 import GroupContainerCore
+import Messaging
 import SystemLayer
 
 /// One coordinated access from start to end: which items, which presenters it concerns, the messages it sent
@@ -127,7 +128,7 @@ struct CoordinatedAccess: Sendable {
       outcome = try space.messenger.awaitAcks(awaiting, slots: lent, timeout: timeout, isCancelled: isCancelled)
     } catch {
       finish(moves: [], accessorRan: false)
-      throw error
+      throw .cancelled
     }
     let item = items[0].path.string
     if !outcome.timedOut.isEmpty {

@@ -1,4 +1,5 @@
 import GroupContainerCore
+import Messaging
 import SystemLayer
 
 /// Why a coordinated access did not run its accessor, or failed around it.
@@ -214,11 +215,11 @@ public struct FileCoordinatorError: Error, CustomStringConvertible, Sendable {
     }
   }
 
-  static func wrap<T>(_ body: () throws(FileSystemError) -> T) throws(FileCoordinatorError) -> T {
+  package static func wrap<T>(_ body: () throws(FileSystemError) -> T) throws(FileCoordinatorError) -> T {
     do { return try body() } catch { throw .system(error) }
   }
 
-  static func wrap<T>(_ body: () throws(GroupContainerError) -> T) throws(FileCoordinatorError) -> T {
+  package static func wrap<T>(_ body: () throws(GroupContainerError) -> T) throws(FileCoordinatorError) -> T {
     do { return try body() } catch { throw .container(error) }
   }
 }

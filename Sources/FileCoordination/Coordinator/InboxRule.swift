@@ -15,9 +15,9 @@ import SystemLayer
 ///
 /// *What if it were not refused*: a widget and an app writing a received document in place would race the
 /// sender's next hand-over of the same name, and the app could not tell received files from its own.
-enum InboxRule {
+package enum InboxRule {
   /// `Documents/Inbox`.
-  static let inbox = ContainerPath(unchecked: ["Documents", "Inbox"])
+  package static let inbox = ContainerPath(unchecked: ["Documents", "Inbox"])
 
   /// Whether `item` is the Inbox or lies in it (by bytes).
   static func contains(_ item: ContainerPath) -> Bool { item == inbox || item.isDescendant(of: inbox) }

@@ -1,5 +1,6 @@
 import Foundation
 import GroupContainerCore
+import Messaging
 import Synchronization
 import SystemLayer
 
@@ -160,8 +161,8 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
   private func keepRecord(of local: Local) {
     let current: PresenterRecord? = lock.withLock { locals[local.id] === local ? self.record(of: local) : nil }
     guard let record = current, !space.registry.isIntact(record) else { return }
-    guard (try? FileSystem.status(space.processLockPath(space.me))) ?? nil != nil,
-      (try? FileSystem.status(space.inbox(of: space.me))) ?? nil != nil
+    guard (try? FileSystem.status(space.messaging.processLockPath(space.me))) ?? nil != nil,
+      (try? FileSystem.status(space.messaging.inbox(of: space.me))) ?? nil != nil
     else { return }
     CoordinationSpace.logger.error(
       """
@@ -514,7 +515,7 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
 
   private func rearm(_ all: [Local]) throws(FileSystemError) {
     try space.recreateAfterRemoval(parents: all.compactMap { $0.item.parent })
-    let lockFD = try space.publishLivenessLock()
+    let lockFD = try space.messaging.publishLivenessLock()
     lock.withLock {
       republishedLivenessLock?.close()
       republishedLivenessLock = lockFD

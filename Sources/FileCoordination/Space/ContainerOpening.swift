@@ -1,5 +1,6 @@
 import Foundation
 import GroupContainerCore
+import Messaging
 import SystemLayer
 
 /// Opening a container: its initializers start this process's share of `.coordination/` (`CoordinationSpace`), which
@@ -73,10 +74,14 @@ extension GroupContainer {
     try CoordinationSpace.open(containerPath: path, fileMode: sharing.fileMode, directoryMode: sharing.directoryMode)
   }
 
+  /// This process's messaging in the container (its inbox, its messenger, the parts registered with it): the
+  /// launching module (AppLaunching) registers its URL handlers there on first use.
+  package func messagingSpace() throws(GroupContainerError) -> MessagingSpace { try coordinationSpace().messaging }
+
   /// Whether the process named `pid` + low 32 bits of its start time is alive, by its liveness lock in this
-  /// container (see `CoordinationSpace.isAlive(pid:startTimeLow32:)`); nil when unknown here.
+  /// container (see `MessagingSpace.isAlive(pid:startTimeLow32:)`); nil when unknown here.
   package func processIsAlive(pid: Int32, startTimeLow32: UInt32) -> Bool? {
-    (try? coordinationSpace())?.isAlive(pid: pid, startTimeLow32: startTimeLow32)
+    (try? coordinationSpace())?.messaging.isAlive(pid: pid, startTimeLow32: startTimeLow32)
   }
 
   /// The directories whose shared tree locks this process keeps cached in the container now (LockOrder.swift,

@@ -1,5 +1,6 @@
 import Foundation
 import GroupContainerCore
+import Messaging
 import SystemLayer
 
 /// A snapshot of who uses a container: live processes, registered presenters and held locks.
@@ -65,7 +66,7 @@ extension GroupContainer {
   /// Who is using the container now. Dead processes found on the way are cleaned up.
   public func status() throws(GroupContainerError) -> ContainerStatus {
     let space = try coordinationSpace()
-    let processes = space.liveProcesses().map {
+    let processes = space.messaging.liveProcesses().map {
       ContainerStatus.Process(pid: $0.pid, startTime: $0.startTime, isCurrent: $0 == space.me)
     }
     let index = space.registry.index()

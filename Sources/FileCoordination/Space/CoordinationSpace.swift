@@ -1,24 +1,27 @@
 import Foundation
 import GroupContainerCore
 import Logging
+import Messaging
 import Synchronization
 import SystemLayer
 
-/// This process's share of one container's `.coordination/` directory: its liveness lock, its inbox, the lock
-/// table, the presenter registry and the presenters it hosts. One per container per process, kept for the
-/// process's lifetime.
+/// This process's share of one container's `.coordination/` directory: its messaging (liveness lock, inbox,
+/// messenger: the Messaging module's `MessagingSpace`), the lock table, the presenter registry and the presenters it
+/// hosts. One per container per process, kept for the process's lifetime. When it starts, it registers its parts
+/// with the messaging: the presenter host receives prepares and finishes, and reaping a dead process removes its
+/// presenter records and sweeps its temp files (the launching module registers its own part on first use).
 ///
 /// ```
 /// .coordination/                (the names: CoordinationPaths)
 ///   counters              mapped 64-bit counters (their words: CoordinationCounters)
 ///   locks/<hash>          one lock file per coordinated item and kind (LockOrder.swift)
-///   processes/<proc>.lock LOCK_SH held by the live process <pid>.<start>
+///   processes/<proc>.lock LOCK_SH held by the live process <pid>.<start> (Liveness.swift, Messaging)
 ///   presenters/<h>/<id>   one record per registered presenter, by a hash of its item (PresenterRegistry.swift)
-///   inbox/<proc>/         messages to that process: files, .socket (MessageTransport.swift), .acks
-///   schemes/<scheme>      how to launch the app that opens <scheme>: URLs (URLOpening.swift)
+///   inbox/<proc>/         messages to that process: files, .socket (MessageTransport.swift), .acks (Messaging)
+///   schemes/<scheme>      how to launch the app that opens <scheme>: URLs (URLOpening.swift, AppLaunching)
 ///   handlers/<scheme>.<proc> the live process <proc> handles <scheme>: URLs
-///   handlers/@requests.<scheme>.<proc> … and performs intents sent to <scheme> (URLOpening.swift)
-///   deliveries/<id>       the claim, then the reply, of one intent delivery (DeliveryLedger.swift)
+///   handlers/@requests.<scheme>.<proc> … and performs intents sent to <scheme> (URLOpening.swift, AppLaunching)
+///   deliveries/<id>       the claim, then the reply, of one intent delivery (DeliveryLedger.swift, AppLaunching)
 /// ```
 final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts guard their own state
   static let logger = Logger(label: "GroupContainer.FileCoordination")
@@ -53,11 +56,9 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
   let registry: PresenterRegistry
   /// Items seen with no symbolic link on their way, while nothing changed there (LinkFreePaths.swift).
   let linkFreePaths: LinkFreePaths
-  private(set) var messenger: Messenger!
+  /// This process's liveness lock, inbox and messenger, and the parts registered with them.
+  let messaging: MessagingSpace
   private(set) var host: PresenterHost!
-  private(set) var urlHandlers: URLHandlers!
-  /// Held `LOCK_SH` for the life of the process: whoever gets `LOCK_EX` on it knows we are dead.
-  private let processLock: SystemFD
   /// Runs the temp-file sweeps that reaping asks for (`sweepAfterReaping`), one at a time, off the reaper's thread.
   private let sweeper = DispatchQueue(label: "GroupContainer.FileCoordination.sweeper", qos: .utility)
   private static let onSweeper = DispatchSpecificKey<Bool>()
@@ -68,10 +69,9 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
   /// written file's directory then hear one event per replace, not four. Swept like every other directory.
   static let stagingDirectory = CoordinationPaths.staging
 
-  var inboxDirectory: String { directory + "/" + CoordinationPaths.Name.inbox }
-  var processesDirectory: String { directory + "/" + CoordinationPaths.Name.processes }
-  func inbox(of process: ProcessName) -> String { inboxDirectory + "/\(process)" }
-  func processLockPath(_ process: ProcessName) -> String { processesDirectory + "/\(process).lock" }
+  var messenger: Messenger { messaging.messenger }
+  /// Whether `process` is alive, by the liveness rule (Liveness.swift, Messaging); a dead one is reaped on the way.
+  func isAlive(_ process: ProcessName) -> Bool { messaging.isAlive(process) }
 
   /// Opens (once per process) the coordination space of the container at `containerPath`.
   @discardableResult
@@ -206,9 +206,7 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     registry = PresenterRegistry(
       directory: directory + "/" + CoordinationPaths.Name.presenters, root: root, counters: counters,
       fileMode: fileMode, directoryMode: directoryMode)
-    processLock = try Self.publishLivenessLock(of: me, root: root, mode: fileMode)
-    // The inbox comes after the lock: a reaper that finds an inbox always finds its owner's lock file.
-    try root.makeDirectory(CoordinationPaths.inbox(of: me), mode: directoryMode)
+    messaging = try MessagingSpace(root: root, fileMode: fileMode, directoryMode: directoryMode)
   }
 
   /// Makes the staging directory and has replaces use it. It is an optimisation only: when something else is in
@@ -220,30 +218,6 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     } catch {
       logger.warning("replaces make their temp files next to their targets: \(error)")
     }
-  }
-
-  /// Publishes `process`'s liveness lock, held `LOCK_SH`, in `.coordination/processes` (also again after the
-  /// container was removed: PresenterHost). Only once it is held: a half-made file must never look like a dead
-  /// process.
-  static func publishLivenessLock(
-    of process: ProcessName, root: ContainerDirectory, mode: mode_t
-  ) throws(FileSystemError) -> SystemFD {
-    let processes = try root.openDirectory(CoordinationPaths.processes)
-    defer { processes.close() }
-    let temp = try AtomicReplace.createTemporary(in: processes, for: "\(process).lock", mode: mode)
-    do {
-      try temp.fd.lock(.shared)
-      try processes.rename(temp.name, to: "\(process).lock")
-    } catch {
-      temp.fd.close()
-      try? processes.removeFile(temp.name)
-      throw error
-    }
-    return temp.fd
-  }
-
-  func publishLivenessLock() throws(FileSystemError) -> SystemFD {
-    try Self.publishLivenessLock(of: me, root: root, mode: fileMode)
   }
 
   /// After the container was removed under this process (`rm -rf`): makes the container directory again, opens it
@@ -271,15 +245,19 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
   }
 
   private func start() throws(FileSystemError) {
-    messenger = try Messenger(space: self)
-    host = PresenterHost(space: self)
-    urlHandlers = URLHandlers(space: self)
+    let host = PresenterHost(space: self)
+    self.host = host
+    messaging.receive([.prepare, .finish]) { message, asDatagram in host.receive(message, asDatagram: asDatagram) }
+    messaging.onTick { host.checkSenders() }
+    messaging.onInboxRemoved { host.containerRemoved() }
+    messaging.onReap { [registry] process in registry.removeAll(of: process) }
+    messaging.onReap { [unowned self] _ in sweepAfterReaping() }
     for dir in CoordinationPaths.startedDirectories { try root.makeDirectory(dir, mode: directoryMode) }
-    try messenger.start()
+    try messaging.start()
     sweeper.setSpecific(key: Self.onSweeper, value: true)
     // The sweep below covers whatever reaping finds now: no second one.
     sweepQueued.store(true, ordering: .releasing)
-    reapDeadProcesses()
+    messaging.reapDeadProcesses()
     sweeper.sync { sweepAbandonedTemporaries() }
     sweepQueued.store(false, ordering: .releasing)
   }

@@ -1,13 +1,21 @@
+import FileCoordination
 import Foundation
 import GroupContainerCore
+import Messaging
 import Synchronization
 import SystemLayer
 
 /// This process's URL handler, request handler and the machinery around them (one per container): the one
 /// delivery path — registry, launch of the registered app, message, answer — that URLs, handed-over files and
 /// requests (app intents) share.
+///
+/// It is a part of the container's messaging (MessagingSpace), registered on first use in a process: it receives
+/// `openURL` and `request` messages, and reaping a dead process removes its handler markers. A process that never
+/// used URL opening has no handler and no marker, so no delivery is sent to it; the markers of a dead process are
+/// removed by the next reap in a process that uses it (they are never followed meanwhile: `liveHandlers` checks
+/// liveness).
 final class URLHandlers: @unchecked Sendable {  // `handler` and `requestHandler` are Mutexes; the rest is immutable
-  private let space: CoordinationSpace
+  let space: MessagingSpace
   private let handler = Mutex<(schemes: Set<String>, body: @Sendable (URL) async -> Bool)?>(nil)
   private let requestHandler = Mutex<(schemes: Set<String>, body: @Sendable ([UInt8]) async -> [UInt8])?>(nil)
   /// URLs and requests received and not yet answered (a process must not exit before its answers are out).
@@ -15,7 +23,24 @@ final class URLHandlers: @unchecked Sendable {  // `handler` and `requestHandler
   private var handlersDirectory: String { space.directory + "/" + CoordinationPaths.Name.handlers }
   private var schemesDirectory: String { space.directory + "/" + CoordinationPaths.Name.schemes }
 
-  init(space: CoordinationSpace) { self.space = space }
+  private init(space: MessagingSpace) { self.space = space }
+
+  /// The URL handlers of every container this process used, by its messaging (kept for the process's life, as the
+  /// space is).
+  private static let all = Mutex<[ObjectIdentifier: URLHandlers]>([:])
+
+  /// The URL handlers of `space`: made and registered with it (receiver of `openURL` and `request`, cleanup of a
+  /// reaped process's markers) the first time.
+  static func of(_ space: MessagingSpace) -> URLHandlers {
+    all.withLock { all in
+      if let known = all[ObjectIdentifier(space)] { return known }
+      let handlers = URLHandlers(space: space)
+      space.receive([.openURL, .request]) { message, _ in handlers.receive(message) }
+      space.onReap { process in handlers.removeAll(of: process) }
+      all[ObjectIdentifier(space)] = handlers
+      return handlers
+    }
+  }
 
   private func relative(_ absolute: String) throws(FileSystemError) -> String {
     guard let relative = space.root.relative(absolute) else {
@@ -65,12 +90,12 @@ final class URLHandlers: @unchecked Sendable {  // `handler` and `requestHandler
         throw OpenURLError.launchFailed("\(scheme):", reason: "its registration '\(path)' cannot be read: \(failure)")
       }
       if (error as? FileSystemError)?.errno != .noSuchFileOrDirectory {
-        CoordinationSpace.logger.error("ignoring the scheme registration '\(path)': \(error)")
+        MessagingSpace.logger.error("ignoring the scheme registration '\(path)': \(error)")
       }
       return nil
     }
     guard let record = SchemeRegistration.decode(bytes, scheme: scheme) else {
-      CoordinationSpace.logger.error("ignoring the corrupt scheme registration '\(path)'")
+      MessagingSpace.logger.error("ignoring the corrupt scheme registration '\(path)'")
       return nil
     }
     return record
@@ -166,7 +191,7 @@ final class URLHandlers: @unchecked Sendable {  // `handler` and `requestHandler
         ack.opened = await open(message)
       }
       do { try space.messenger.send(ack, to: message.sender) } catch {
-        CoordinationSpace.logger.debug("could not answer \(message.id): \(error)")
+        MessagingSpace.logger.debug("could not answer \(message.id): \(error)")
       }
     }
   }
@@ -324,8 +349,8 @@ final class URLHandlers: @unchecked Sendable {  // `handler` and `requestHandler
     _ body: [UInt8], deliveryID: String, scheme: String, timeout: Duration
   ) async throws -> RequestAnswer {
     let scheme = try OpenURLRule.validate(scheme: scheme)
-    guard DeliveryLedger.isValid(deliveryID) else {
-      throw OpenURLError.invalidURL(deliveryID, rule: DeliveryLedger.idRule)
+    guard DeliveryID.isValid(deliveryID) else {
+      throw OpenURLError.invalidURL(deliveryID, rule: DeliveryID.rule)
     }
     var message = CoordinationMessage(
       id: "", kind: .request, sender: space.me, item: "", needsAck: true, events: [])
@@ -347,7 +372,7 @@ final class URLHandlers: @unchecked Sendable {  // `handler` and `requestHandler
       case .timedOut: return .timedOut
       case .receiverDied:
         if attempt == 1 { return .receiverDied }
-        CoordinationSpace.logger.notice("the receiver of \(what) died before answering: delivering it again")
+        MessagingSpace.logger.notice("the receiver of \(what) died before answering: delivering it again")
       }
     }
     return .receiverDied

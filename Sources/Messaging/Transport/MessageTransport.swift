@@ -49,7 +49,7 @@ final class MessageTransport: @unchecked Sendable {
     case files
   }
 
-  private let space: CoordinationSpace
+  private let space: MessagingSpace
   private let peers = Mutex<[ProcessName: Peer]>([:])
   /// This process's inbox socket and its watcher token; nil when it takes files only.
   private let inbox = Mutex<(socket: DatagramSocket, token: Watcher.Token)?>(nil)
@@ -60,7 +60,7 @@ final class MessageTransport: @unchecked Sendable {
   let datagramsSent = Atomic<Int>(0)
   let filesSent = Atomic<Int>(0)
 
-  init(space: CoordinationSpace) { self.space = space }
+  init(space: MessagingSpace) { self.space = space }
 
   deinit { buffer.deallocate() }
 
@@ -105,7 +105,7 @@ final class MessageTransport: @unchecked Sendable {
 
   private func filesFromNowOn(_ process: ProcessName, _ why: String) -> Bool {
     peers.withLock { $0[process] = .files }
-    CoordinationSpace.logger.debug("messages to process \(process) go as files from now on: \(why)")
+    MessagingSpace.logger.debug("messages to process \(process) go as files from now on: \(why)")
     return false
   }
 
@@ -117,7 +117,7 @@ final class MessageTransport: @unchecked Sendable {
       defer { file.close() }
       return .socket(try DatagramSocket.connect(to: file))
     } catch {
-      CoordinationSpace.logger.debug("process \(process) takes messages as files: \(error)")
+      MessagingSpace.logger.debug("process \(process) takes messages as files: \(error)")
       return .files
     }
   }
@@ -139,7 +139,7 @@ final class MessageTransport: @unchecked Sendable {
     guard Watcher.shared.servesDescriptors, !Self.filesOnly else { return }
     let socket: DatagramSocket?
     do { socket = try DatagramSocket.bind(Self.socketName, in: directory, mode: space.fileMode) } catch {
-      CoordinationSpace.logger.warning("this process takes coordination messages as files only: \(error)")
+      MessagingSpace.logger.warning("this process takes coordination messages as files only: \(error)")
       socket = nil
     }
     let current = socket.map { socket in
@@ -163,7 +163,7 @@ final class MessageTransport: @unchecked Sendable {
     while let count = socket.receive(into: buffer) {
       guard count > 0 else { continue }
       guard count <= buffer.count else {
-        CoordinationSpace.logger.error("dropping a datagram of \(count) bytes from \(socket.path): over the limit")
+        MessagingSpace.logger.error("dropping a datagram of \(count) bytes from \(socket.path): over the limit")
         continue
       }
       deliver(UnsafeRawBufferPointer(rebasing: buffer[..<count]).assumingMemoryBound(to: UInt8.self))

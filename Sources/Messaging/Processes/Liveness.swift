@@ -7,9 +7,9 @@ import SystemLayer
 /// Whoever gets `LOCK_EX|LOCK_NB` on that file knows its owner is dead (the kernel drops flocks of dead
 /// processes, even after SIGKILL) and may remove its presenters, its inbox and the lock file. The start time in
 /// the name means a recycled PID is a different file. Nothing ever waits for a dead process.
-extension CoordinationSpace {
+extension MessagingSpace {
   /// Whether `process` is alive; a dead one is reaped on the way.
-  func isAlive(_ process: ProcessName) -> Bool {
+  package func isAlive(_ process: ProcessName) -> Bool {
     if process == me { return true }
     let path = processLockPath(process)
     let fd: SystemFD
@@ -21,14 +21,14 @@ extension CoordinationSpace {
         return false
       }
       // Unreadable (permissions): we cannot prove it dead, so we must not drop its registrations.
-      CoordinationSpace.logger.warning("cannot check liveness of process \(process): \(error)")
+      MessagingSpace.logger.warning("cannot check liveness of process \(process): \(error)")
       return true
     }
     defer { fd.close() }
     // A FIFO or anything else planted under a process's name is no process: drop it (a live process's lock file
     // is always a regular file it created itself).
     guard (try? fd.status())?.kind == .regular else {
-      CoordinationSpace.logger.error("removing '\(path)': not a regular file, so no process's liveness lock")
+      MessagingSpace.logger.error("removing '\(path)': not a regular file, so no process's liveness lock")
       try? root.removeFile(privatePath(path))
       reap(process)
       return false
@@ -42,7 +42,7 @@ extension CoordinationSpace {
   /// For locks that name their owner by pid and the low 32 bits of its start time (`SharedMemoryLock`): whether a
   /// registered process of that name holds its liveness lock. The flock answer holds across pid namespaces,
   /// where `/proc` may show another process or none; nil when no such process ever registered here.
-  func isAlive(pid: Int32, startTimeLow32: UInt32) -> Bool? {
+  package func isAlive(pid: Int32, startTimeLow32: UInt32) -> Bool? {
     let names = (try? FileSystem.listDirectory(processesDirectory)) ?? []
     let matches = names.compactMap { name -> ProcessName? in
       guard name.hasSuffix(".lock"), let process = ProcessName(name.dropLast(5)), process.pid == pid,
@@ -54,21 +54,22 @@ extension CoordinationSpace {
     return matches.contains { isAlive($0) }
   }
 
-  /// Removes a dead process's presenters, inbox and lock file. Idempotent: several processes may reap at once.
+  /// Removes a dead process's inbox and lock file, then what the parts keep for it (`onReap`: its presenters, its
+  /// handler markers; a sweep of its temp files). The cleanups come once the lock file is gone: one that judges
+  /// liveness on another thread (the sweep) must not find it still locked by this reaper. Idempotent: several
+  /// processes may reap at once.
   func reap(_ process: ProcessName) {
-    registry.removeAll(of: process)
-    urlHandlers.removeAll(of: process)
     try? root.removeTree(privatePath(inbox(of: process)))
     try? root.removeFile(privatePath(processLockPath(process)))
-    sweepAfterReaping()
-    CoordinationSpace.logger.debug("reaped dead process \(process)")
+    for cleanup in reapers() { cleanup(process) }
+    MessagingSpace.logger.debug("reaped dead process \(process)")
   }
 
   /// A path under `.coordination/` relative to the container (removals go through the container's descriptor).
-  func privatePath(_ absolute: String) -> String { root.relative(absolute) ?? absolute }
+  package func privatePath(_ absolute: String) -> String { root.relative(absolute) ?? absolute }
 
   /// Every process registered in this container, reaping the dead.
-  func liveProcesses() -> [ProcessName] {
+  package func liveProcesses() -> [ProcessName] {
     let names = (try? FileSystem.listDirectory(processesDirectory)) ?? []
     return names.compactMap { name -> ProcessName? in
       guard name.hasSuffix(".lock"), let process = ProcessName(name.dropLast(5)) else { return nil }
@@ -77,34 +78,10 @@ extension CoordinationSpace {
   }
 
   /// Sweeps registrations and inboxes left by processes that died.
-  func reapDeadProcesses() {
+  package func reapDeadProcesses() {
     _ = liveProcesses()
     for name in (try? FileSystem.listDirectory(inboxDirectory)) ?? [] {
       if let process = ProcessName(name), process != me, !isAlive(process) { reap(process) }
     }
-  }
-
-  /// How many entries a sweep looks at, at most: opening a container with millions of files stays cheap (the
-  /// walk is depth-first from the root, so deep leftovers in a huge container may wait for a smaller one).
-  static let sweepBudget = 20_000
-
-  /// Removes temp files of atomic replaces whose writer died before its rename. Temp names carry the writer's
-  /// `<pid>.<start>`, judged by the liveness rule. The staging directory, where most are, comes first (whatever the
-  /// budget). `processes/` is skipped: a process publishes its liveness lock
-  /// there by renaming a temp file, and until then it has no lock to prove it alive. `presenters/` too: its records
-  /// are replaced through the staging directory, and its thousands of bucket directories (PresenterRegistry) would
-  /// make every process's start walk them.
-  func sweepAbandonedTemporaries() {
-    var verdicts: [Substring: Bool] = [:]
-    let skipped: Set<String> = [CoordinationPaths.processes, CoordinationPaths.presenters]
-    let removed = root.sweepTemporaries(first: Self.stagingDirectory, skipping: skipped, budget: Self.sweepBudget) {
-      writer in
-      if let known = verdicts[writer] { return known }
-      guard let process = ProcessName(writer), process != me else { return false }
-      let dead = !isAlive(process)
-      verdicts[writer] = dead
-      return dead
-    }
-    if removed > 0 { CoordinationSpace.logger.info("removed \(removed) temp files left by dead writers") }
   }
 }

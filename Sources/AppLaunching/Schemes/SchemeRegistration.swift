@@ -1,5 +1,6 @@
 import Foundation
 import GroupContainerCore
+import Messaging
 import Synchronization
 import SystemLayer
 

@@ -3,9 +3,11 @@ import GroupContainerCore
 import Synchronization
 import SystemLayer
 
-/// Sends messages, receives this process's inbox, and matches acks to waiting senders.
-final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition`; the rest is immutable or a Mutex
-  private let space: CoordinationSpace
+/// Sends messages, receives this process's inbox, and matches acks to waiting senders. Every other message goes to
+/// the part that registered for its kind (`MessagingSpace.receive`).
+// `acks` is guarded by `condition`; the rest is immutable or a Mutex.
+package final class Messenger: @unchecked Sendable {
+  private let space: MessagingSpace
   private let sequence = Atomic<UInt64>(0)
   private let condition = NSCondition()
   private var acks: [String: CoordinationMessage] = [:]
@@ -34,18 +36,22 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
   /// Datagrams for prepares and finishes, files for the rest (MessageTransport.swift).
   let transport: MessageTransport
 
-  init(space: CoordinationSpace) throws(FileSystemError) {
+  init(space: MessagingSpace) throws(FileSystemError) {
     self.space = space
     transport = MessageTransport(space: space)
     board = try MappedCounters(fd: Self.openOwnBoard(space))
     boardSignal = ChangeSignal(board, sequence: AckBoard.sequence, listeners: AckBoard.listeners)
     boardSignal.listenForever()
     Self.flushAtExit
+    Self.all.withLock { $0.append(self) }
   }
+
+  /// Every messenger of this process (one per container, kept for the process's life): emptied at exit.
+  private static let all = Mutex<[Messenger]>([])
 
   /// After the container was removed and made again (CoordinationSpace.recreateAfterRemoval): this process's board
   /// is mapped onto a new `.acks` file, and other processes' boards, mapped from deleted files, are forgotten.
-  func rebindBoard() throws(FileSystemError) {
+  package func rebindBoard() throws(FileSystemError) {
     try board.rebind(to: Self.openOwnBoard(space))
     boards.withLock { $0.removeAll() }
   }
@@ -54,23 +60,24 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
     if let reason = Watcher.shared.unavailableReason {
       // Locks need no inotify, and acks come on the board; ack files (failures, openURL answers) are read by
       // `awaitAcks` scanning the inbox. Only presenters need the watcher, and they are refused.
-      CoordinationSpace.logger.warning("coordination works without presenters in this process: \(reason)")
+      MessagingSpace.logger.warning("coordination works without presenters in this process: \(reason)")
       return
     }
     try watchInbox()
     _ = Watcher.shared.onOverflow { [self] in scanInbox() }
     _ = Watcher.shared.onTick { [self] in
-      space.host.checkSenders()
+      space.tick()
       // The container removed under us. The inbox's own IN_DELETE_SELF cannot be relied on: the mapped `.acks`
       // (and `counters`) pin the directories' dentries, so the kernel reports their deletion only at unmap.
-      if (try? FileSystem.status(inbox)) ?? nil == nil { space.host.containerRemoved() }
+      if (try? FileSystem.status(inbox)) ?? nil == nil { space.inboxWasRemoved() }
     }
     scanInbox()
   }
 
-  /// Watches this process's inbox. Its removal (the container deleted under us) makes the presenter host recreate
-  /// and re-arm everything; the liveness tick checks for it too (see `start`).
-  func watchInbox() throws(FileSystemError) {
+  /// Watches this process's inbox. Its removal (the container deleted under us) is told to the parts
+  /// (`MessagingSpace.onInboxRemoved`: the presenter host recreates and re-arms everything); the liveness tick checks
+  /// for it too (see `start`).
+  package func watchInbox() throws(FileSystemError) {
     // A watch of a removed inbox may still be in place (its deletion not yet reported): drop it, so the new one
     // watches the new directory instead of joining the old watch.
     if let old = inboxWatch.withLock({ $0.take() }) { Watcher.shared.cancel(old) }
@@ -84,7 +91,7 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
     // own events from waking the watcher thread (twice per message otherwise).
     let token = try Watcher.shared.watch(inbox, mask: Watcher.movedTo | Watcher.deleteSelf) { [self] event in
       if event.mask & (Watcher.deleteSelf | Watcher.ignored) != 0 {
-        if (try? FileSystem.status(inbox)) ?? nil == nil { space.host.containerRemoved() }
+        if (try? FileSystem.status(inbox)) ?? nil == nil { space.inboxWasRemoved() }
         return
       }
       guard event.mask & Watcher.movedTo != 0, !event.name.hasPrefix(".") else { return }
@@ -93,12 +100,12 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
     inboxWatch.withLock { $0 = token }
   }
 
-  func nextMessageID() -> String {
+  package func nextMessageID() -> String {
     "\(space.me).\(sequence.add(1, ordering: .relaxed).newValue)"
   }
 
   /// Lends a slot of our board to a prepare that needs an ack (nil when all are lent: the ack comes as a file).
-  func reserveAck(for message: inout CoordinationMessage) {
+  package func reserveAck(for message: inout CoordinationMessage) {
     guard let slot = freeSlots.withLock({ $0.popLast() }) else { return }
     let token = tokens.add(1, ordering: .relaxed).newValue
     board.store(slot, 0)
@@ -107,21 +114,21 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
   }
 
   /// Gives back the slot `reserveAck` lent to a prepare that was never sent.
-  func returnAck(of message: CoordinationMessage) {
+  package func returnAck(of message: CoordinationMessage) {
     guard let slot = message.ackSlot else { return }
     freeSlots.withLock { $0.append(slot) }
   }
 
   /// This process's board, `.coordination/inbox/<me>/.acks`, opened (created and sized when missing) beneath the
   /// container's descriptor.
-  private static func openOwnBoard(_ space: CoordinationSpace) throws(FileSystemError) -> SystemFD {
+  private static func openOwnBoard(_ space: MessagingSpace) throws(FileSystemError) -> SystemFD {
     let inbox = try space.root.openDirectory(CoordinationPaths.inbox(of: space.me))
     defer { inbox.close() }
     return try inbox.openOrCreate(AckBoard.fileName, mode: space.fileMode, size: Int64(MappedCounters.fileSize))
   }
 
   /// Answers `prepare` on its sender's board; false when that is not possible (then send an ack file).
-  func postAck(for prepare: CoordinationMessage) -> Bool {
+  package func postAck(for prepare: CoordinationMessage) -> Bool {
     guard let slot = prepare.ackSlot, let token = prepare.ackToken else { return false }
     let sender = prepare.sender
     let remote = boards.withLock { boards -> MappedCounters? in
@@ -141,7 +148,7 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
   }
 
   /// Publishes `message` in `process`'s inbox. A missing inbox means the process is gone.
-  func send(_ message: CoordinationMessage, to process: ProcessName) throws(FileSystemError) {
+  package func send(_ message: CoordinationMessage, to process: ProcessName) throws(FileSystemError) {
     flushOutbox()
     _ = try write(message, to: process)
   }
@@ -150,7 +157,7 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
   /// when the prepare cannot go as a datagram: one that the kernel took is queued on a socket its receiver holds
   /// open, and a receiver that dies after that is found by the sender's periodic check while it waits for acks.
   /// (Asked for every receiver, liveness was four system calls per presenter process in the writer's own time.)
-  func sendUnlessDead(_ message: CoordinationMessage, to process: ProcessName) throws(FileSystemError) -> Bool {
+  package func sendUnlessDead(_ message: CoordinationMessage, to process: ProcessName) throws(FileSystemError) -> Bool {
     flushOutbox()
     return try write(message, to: process, unlessDead: true)
   }
@@ -169,31 +176,31 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
 
   /// Sends `messages` from the outbox queue, in order with every other message of this process. One block for all
   /// of an access's finishes: the caller returns after one enqueue, not one per presenter process.
-  func sendLater(_ messages: [(CoordinationMessage, ProcessName)]) {
+  package func sendLater(_ messages: [(CoordinationMessage, ProcessName)]) {
     guard !messages.isEmpty else { return }
     queued.add(1, ordering: .relaxed)
     outbox.async { [self] in
       defer { queued.subtract(1, ordering: .releasing) }
       for (message, process) in messages {
         do { _ = try write(message, to: process) } catch {
-          CoordinationSpace.logger.debug("process \(process) did not take a message: \(error)")
+          MessagingSpace.logger.debug("process \(process) did not take a message: \(error)")
         }
       }
     }
   }
 
   /// Returns once every `sendLater` message is sent.
-  func flushOutbox() {
+  package func flushOutbox() {
     if queued.load(ordering: .acquiring) > 0 { outbox.sync {} }
   }
 
   /// Empties the outboxes of every space when the process exits normally (`exit` or the end of `main`).
   private static let flushAtExit: Void = {
-    atexit { for space in CoordinationSpace.all { space.messenger?.flushOutbox() } }
+    atexit { for messenger in Messenger.all.withLock({ $0 }) { messenger.flushOutbox() } }
   }()
 
   /// Everything in the inbox, oldest messages first (after an overflow the kernel may have dropped their events).
-  func scanInbox() {
+  package func scanInbox() {
     let names = ((try? FileSystem.listDirectory(inbox)) ?? []).filter { !$0.hasPrefix(".") }
     // A prepare before the finish of the same id.
     for name in names.sorted(by: { ($0.hasSuffix(".finish") ? 1 : 0, $0) < ($1.hasSuffix(".finish") ? 1 : 0, $1) }) {
@@ -218,7 +225,7 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
       if error.isPassing, let delay = readAgainDelay(name) {
         // Kept and read again on this thread (in order with every other receive): an answer dropped here made its
         // sender report "did not answer" although the receiver had done the work.
-        CoordinationSpace.logger.warning("inbox entry '\(path)' did not read (\(error)); read again in \(delay) ms")
+        MessagingSpace.logger.warning("inbox entry '\(path)' did not read (\(error)); read again in \(delay) ms")
         if Watcher.shared.unavailableReason == nil {
           DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(delay)) { [weak self] in
             guard let messenger = self else { return }
@@ -227,7 +234,7 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
         }  // else the waiting sender's own scans read it again (`awaitAcks`)
         return
       }
-      CoordinationSpace.logger.error("dropping unreadable inbox entry '\(path)': \(error)")
+      MessagingSpace.logger.error("dropping unreadable inbox entry '\(path)': \(error)")
       try? space.root.removeTree(atPath: path)
       return
     }
@@ -241,7 +248,7 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
     }
     let message: CoordinationMessage
     do { message = try CoordinationMessage.decode(bytes, fileName: name) } catch {
-      CoordinationSpace.logger.error("dropping inbox entry '\(path)': \(error)")
+      MessagingSpace.logger.error("dropping inbox entry '\(path)': \(error)")
       return
     }
     dispatch(message)
@@ -270,42 +277,45 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
   private func receive(datagram bytes: UnsafeBufferPointer<UInt8>) {
     let message: CoordinationMessage
     do { message = try CoordinationMessage.decode(bytes, fileName: nil) } catch {
-      CoordinationSpace.logger.error("dropping a datagram of the inbox socket: \(error)")
+      MessagingSpace.logger.error("dropping a datagram of the inbox socket: \(error)")
       return
     }
     guard message.kind == .prepare || message.kind == .finish else {
-      CoordinationSpace.logger.error(
+      MessagingSpace.logger.error(
         "dropping a datagram of the inbox socket: a \(message.kind.rawValue) comes as a file")
       return
     }
     dispatch(message, asDatagram: true)
   }
 
+  /// Acks to the waiting senders; every other kind to the part that registered for it (MessagingSpace), or dropped.
   private func dispatch(_ message: CoordinationMessage, asDatagram: Bool = false) {
-    if message.kind == .openURL || message.kind == .request {
-      space.urlHandlers.receive(message)
-    } else if message.kind == .ack {
+    if message.kind == .ack {
       condition.lock()
       if abandoned.remove(message.id) == nil { acks[message.id] = message }
       condition.unlock()
       boardSignal.post()  // wakes the waiting sender
+    } else if let receiver = space.receiver(of: message.kind) {
+      receiver(message, asDatagram)
     } else {
-      space.host.receive(message, asDatagram: asDatagram)
+      MessagingSpace.logger.debug("dropping \(message.id): no part of this process receives a \(message.kind.rawValue)")
     }
   }
 
-  struct AckOutcome {
-    var failures: [(ProcessName, String)] = []
-    var timedOut: [ProcessName] = []
-    var acks: [String: CoordinationMessage] = [:]
+  /// What `awaitAcks` found.
+  package struct AckOutcome {
+    package var failures: [(ProcessName, String)] = []
+    package var timedOut: [ProcessName] = []
+    package var acks: [String: CoordinationMessage] = [:]
   }
 
   /// Waits for the acks of `pending` (message id → target process) until `timeout`, skipping targets that die.
-  /// `slots` names the board slot and token of the prepares that lent one (`reserveAck`).
-  func awaitAcks(
+  /// `slots` names the board slot and token of the prepares that lent one (`reserveAck`). Throws when
+  /// `isCancelled` says so.
+  package func awaitAcks(
     _ pending: [String: ProcessName], slots: [String: (slot: Int, token: UInt64)] = [:], timeout: Duration,
     isCancelled: @Sendable () -> Bool
-  ) throws(FileCoordinatorError) -> AckOutcome {
+  ) throws(CancellationError) -> AckOutcome {
     var outcome = AckOutcome()
     var waiting = pending
     let start = MonotonicClock.nanoseconds()
@@ -333,7 +343,7 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
       }
       condition.unlock()
       if waiting.isEmpty { break }
-      if isCancelled() { throw .cancelled }
+      if isCancelled() { throw CancellationError() }
       var now = MonotonicClock.nanoseconds()
       if now >= deadline {
         outcome.timedOut = Array(Set(waiting.values))
@@ -358,7 +368,7 @@ final class Messenger: @unchecked Sendable {  // `acks` is guarded by `condition
   }
 
   /// Forgets acks that arrive after their sender stopped waiting.
-  func discardAcks(_ ids: some Sequence<String>) {
+  package func discardAcks(_ ids: some Sequence<String>) {
     condition.lock()
     if abandoned.count > 4096 { abandoned.removeAll() }  // bounded: a dead process never acks
     for id in ids where acks.removeValue(forKey: id) == nil { abandoned.insert(id) }

@@ -4,14 +4,14 @@ import Synchronization
 import SystemLayer
 
 /// One callback a process must run on one of its presenters.
-struct PresenterEvent: Codable, Sendable, Hashable {
-  enum Kind: String, Codable, Sendable, CaseIterable {
+package struct PresenterEvent: Codable, Sendable, Hashable {
+  package enum Kind: String, Codable, Sendable, CaseIterable {
     // Before the access (the sender waits for the ack).
     case relinquishToReader, relinquishToWriter, save, accommodateDeletion, accommodateSubitemDeletion
     // After it.
     case didChange, didMove, subitemDidAppear, subitemDidChange, subitemDidMove
 
-    var isBefore: Bool {
+    package var isBefore: Bool {
       switch self {
       case .relinquishToReader, .relinquishToWriter, .save, .accommodateDeletion, .accommodateSubitemDeletion: true
       default: false
@@ -19,10 +19,17 @@ struct PresenterEvent: Codable, Sendable, Hashable {
     }
   }
 
-  var presenter: String
-  var kind: Kind
+  package var presenter: String
+  package var kind: Kind
   /// The subitem (subitem events) or the new location (`didMove`), container-relative.
-  var path: String?
+  package var path: String?
   /// The destination of `subitemDidMove`.
-  var newPath: String?
+  package var newPath: String?
+
+  package init(presenter: String, kind: Kind, path: String? = nil, newPath: String? = nil) {
+    self.presenter = presenter
+    self.kind = kind
+    self.path = path
+    self.newPath = newPath
+  }
 }

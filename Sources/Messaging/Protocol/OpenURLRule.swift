@@ -4,12 +4,12 @@ import Synchronization
 import SystemLayer
 
 /// The URL rule: what `open(_:)` accepts (and what a receiver re-checks).
-enum OpenURLRule {
-  static let maxBytes = 2048
-  static let maxSchemeBytes = 64
+package enum OpenURLRule {
+  package static let maxBytes = 2048
+  package static let maxSchemeBytes = 64
 
   /// RFC 3986 scheme: ALPHA *( ALPHA / DIGIT / "+" / "-" / "." ), compared in lower case.
-  static func validate(scheme: String) throws(OpenURLError) -> String {
+  package static func validate(scheme: String) throws(OpenURLError) -> String {
     let lower = scheme.lowercased()
     guard let first = lower.unicodeScalars.first, ("a"..."z").contains(first), lower.utf8.count <= maxSchemeBytes,
       lower.unicodeScalars.allSatisfy({
@@ -24,7 +24,7 @@ enum OpenURLRule {
 
   /// The whole URL: at most 2,048 bytes, only RFC 3986 characters (unreserved, reserved, and '%' with two hex
   /// digits), and a valid scheme. Returns the scheme.
-  static func validate(_ url: String) throws(OpenURLError) -> String {
+  package static func validate(_ url: String) throws(OpenURLError) -> String {
     guard url.utf8.count <= maxBytes else {
       throw .invalidURL(String(url.prefix(64)) + "…", rule: "it is longer than \(maxBytes) bytes")
     }

@@ -36,50 +36,67 @@ import SystemLayer
 /// Every message is JSON: one datagram, or a file written to a temp name and renamed into the inbox (atomic
 /// publish: inotify's IN_MOVED_TO means it is complete). Receivers treat both as untrusted: size-limited, strictly
 /// decoded, paths validated, anything else dropped (a file deleted) with a logged error.
-struct CoordinationMessage: Codable, Sendable {
+package struct CoordinationMessage: Codable, Sendable {
   /// `openURL` asks a process's URL handler to open `url` (URLOpening.swift); its ack carries `opened`.
   /// `request` asks its request handler (app intents) to answer `request`; its ack carries `requestAnswer`.
-  enum Kind: String, Codable, Sendable, CaseIterable { case prepare, finish, ack, openURL, request }
+  package enum Kind: String, Codable, Sendable, CaseIterable { case prepare, finish, ack, openURL, request }
 
-  static let formatVersion = 1
-  static let maxBytes = 1 << 20
-  static let maxEvents = 65_536
+  package static let formatVersion = 1
+  package static let maxBytes = 1 << 20
+  package static let maxEvents = 65_536
 
-  var version: Int = CoordinationMessage.formatVersion
+  package var version: Int = CoordinationMessage.formatVersion
   /// `<sender pid>.<start>.<n>`; an ack repeats the id of its prepare.
-  var id: String
-  var kind: Kind
-  var sender: ProcessName
-  var purpose: String?
+  package var id: String
+  package var kind: Kind
+  package var sender: ProcessName
+  package var purpose: String?
   /// The accessed item.
-  var item: String
-  var needsAck: Bool
+  package var item: String
+  package var needsAck: Bool
   /// A write (its inotify events are the coordinator's, not an outside tool's).
-  var isWrite: Bool = false
-  var events: [PresenterEvent]
+  package var isWrite: Bool = false
+  package var events: [PresenterEvent]
   /// Ack only: errors presenters passed to their completion handlers.
-  var failures: [String]?
+  package var failures: [String]?
   /// `openURL` only: the URL to open.
-  var url: String?
+  package var url: String?
   /// Ack of an `openURL` only: what the handler answered.
-  var opened: Bool?
+  package var opened: Bool?
   /// `request`, and `openURL` of a handed-over `file:` URL: the scheme whose handler it is for.
-  var scheme: String?
+  package var scheme: String?
   /// `request` only: the request's bytes (their format is the sender's and receiver's business).
-  var request: Data?
+  package var request: Data?
   /// `request` only: the delivery's id, the same on a retry (DeliveryLedger.swift).
-  var deliveryID: String?
+  package var deliveryID: String?
   /// Ack of a `request` only: what the receiver answered.
-  var requestAnswer: RequestAnswerRecord?
+  package var requestAnswer: RequestAnswerRecord?
   /// Prepare only: where on the sender's ack board to store `ackToken` instead of sending an ack file.
-  var ackSlot: Int?
-  var ackToken: UInt64?
+  package var ackSlot: Int?
+  package var ackToken: UInt64?
 
-  var fileName: String { "\(id).\(kind.rawValue)" }
+  package init(
+    id: String, kind: Kind, sender: ProcessName, purpose: String? = nil, item: String, needsAck: Bool,
+    isWrite: Bool = false, events: [PresenterEvent], failures: [String]? = nil
+  ) {
+    self.id = id
+    self.kind = kind
+    self.sender = sender
+    self.purpose = purpose
+    self.item = item
+    self.needsAck = needsAck
+    self.isWrite = isWrite
+    self.events = events
+    self.failures = failures
+  }
+
+  package var fileName: String { "\(id).\(kind.rawValue)" }
 
   /// The message in `bytes`, validated; `fileName` is the inbox file it came in (nil: a datagram of the inbox
   /// socket, MessageTransport.swift), which must be the message's own.
-  static func decode(_ bytes: [UInt8], fileName inbox: String?) throws(GroupContainerError) -> CoordinationMessage {
+  package static func decode(
+    _ bytes: [UInt8], fileName inbox: String?
+  ) throws(GroupContainerError) -> CoordinationMessage {
     let decoded = bytes.withUnsafeBufferPointer { bytes in
       Result { () throws(GroupContainerError) in
         try decode(bytes, fileName: inbox)
@@ -89,7 +106,7 @@ struct CoordinationMessage: Codable, Sendable {
   }
 
   /// `decode(_:fileName:)` on bytes in place (a datagram, in the receive buffer).
-  static func decode(
+  package static func decode(
     _ bytes: UnsafeBufferPointer<UInt8>, fileName inbox: String?
   ) throws(GroupContainerError) -> CoordinationMessage {
     let fileName = inbox ?? "a datagram"  // what errors name
@@ -131,7 +148,7 @@ struct CoordinationMessage: Codable, Sendable {
     }
     if message.kind == .request {
       guard message.scheme != nil, message.request != nil, let delivery = message.deliveryID,
-        DeliveryLedger.isValid(delivery)
+        DeliveryID.isValid(delivery)
       else {
         throw .corruptFile(fileName, reason: "a request without a scheme, a body or a valid delivery id")
       }
@@ -151,7 +168,7 @@ struct CoordinationMessage: Codable, Sendable {
 
   /// The process named by an id of the form `<pid>.<start>.<number>` (a message's, or a presenter's), or nil when
   /// `id` is not of that form.
-  static func sender(inID id: String) -> ProcessName? {
+  package static func sender(inID id: String) -> ProcessName? {
     let utf8 = id.utf8
     guard let dot = utf8.lastIndex(of: UInt8(ascii: ".")) else { return nil }
     let number = utf8[utf8.index(after: dot)...]
@@ -161,5 +178,7 @@ struct CoordinationMessage: Codable, Sendable {
     return ProcessName(Substring(utf8[..<dot]))
   }
 
-  func encoded() -> [UInt8] { MessageJSON.encode(self) ?? Array((try? JSONEncoder().encode(self)) ?? Data()) }
+  package func encoded() -> [UInt8] {
+    MessageJSON.encode(self) ?? Array((try? JSONEncoder().encode(self)) ?? Data())
+  }
 }

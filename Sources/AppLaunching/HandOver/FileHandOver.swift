@@ -1,5 +1,7 @@
+import FileCoordination
 import Foundation
 import GroupContainerCore
+import Messaging
 import SystemLayer
 
 /// The hand-over rule: how a file sent to another app lands in its `Documents/Inbox/`.
@@ -22,7 +24,7 @@ enum FileHandOver {
   static let maxSuffix = 9_999
 
   /// Copies `source` into the container's Inbox; returns the name it got there.
-  static func copy(_ source: String, into space: CoordinationSpace) throws -> String {
+  static func copy(_ source: String, into space: MessagingSpace) throws -> String {
     let name = (source as NSString).lastPathComponent
     do { _ = try ContainerPath(name) } catch { throw FileHandOverError.invalidName(name, rule: "\(error)") }
     guard !name.hasPrefix(AtomicReplace.temporaryPrefix) else {
@@ -59,7 +61,7 @@ enum FileHandOver {
   }
 
   /// `Documents/Inbox` opened beneath the container, every component without following a link.
-  private static func openInbox(_ space: CoordinationSpace) throws -> SystemFD {
+  private static func openInbox(_ space: MessagingSpace) throws -> SystemFD {
     let where_ = space.containerPath + "/" + inboxPath
     let documents: SystemFD
     do { documents = try space.root.openDirectory("Documents", resolution: .componentWalk) } catch {
@@ -116,19 +118,19 @@ extension GroupContainer {
   /// (`GroupContainerError.inboxIsReadOnly(_:)`).
   ///
   /// - Throws: ``FileHandOverError`` when `file` is not a readable regular file or the Inbox is unusable (a
-  ///   symbolic link), or the receiver answered that it did not open it; ``OpenURLError`` when no app registered
+  ///   symbolic link), or the receiver answered that it did not open it; `OpenURLError` when no app registered
   ///   `scheme`, it could not be started, or it did not answer.
   @discardableResult
   public func send(file: URL, toScheme scheme: String, timeout: Duration = .seconds(10)) async throws -> URL {
-    let space = try space()
+    let handlers = try urlHandlers()
     let validScheme = try OpenURLRule.validate(scheme: scheme)
     // Before copying: a file sent to nobody would stay in the Inbox.
-    guard try space.urlHandlers.registration(for: validScheme) != nil else {
+    guard try handlers.registration(for: validScheme) != nil else {
       throw OpenURLError.unknownScheme(validScheme)
     }
-    let name = try FileHandOver.copy(file.path, into: space)
+    let name = try FileHandOver.copy(file.path, into: handlers.space)
     let copy = documentsURL.appendingPathComponent("Inbox", isDirectory: true).appendingPathComponent(name)
-    guard try await space.urlHandlers.open(copy, scheme: validScheme, timeout: timeout) else {
+    guard try await handlers.open(copy, scheme: validScheme, timeout: timeout) else {
       throw FileHandOverError.notOpened(copy.path)
     }
     return copy

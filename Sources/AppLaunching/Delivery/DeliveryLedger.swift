@@ -1,5 +1,6 @@
 import Foundation
 import GroupContainerCore
+import Messaging
 import SystemLayer
 
 /// The at-most-once rule of requests (app intents): a delivery id is performed at most once in a container.
@@ -16,7 +17,7 @@ import SystemLayer
 ///
 /// Records older than a day are removed when a new id is claimed (a retry comes within seconds).
 struct DeliveryLedger {
-  let space: CoordinationSpace
+  let space: MessagingSpace
 
   /// What a claim found.
   enum Claim: Equatable {
@@ -28,17 +29,8 @@ struct DeliveryLedger {
     case interrupted
   }
 
-  static let idRule = "a delivery id is 1 to 64 letters, digits and '-'"
   static let maxReplyBytes = 1 << 20
   static let maxAgeNanoseconds: Int64 = 24 * 3600 * 1_000_000_000
-
-  /// The id rule: it becomes a file name.
-  static func isValid(_ id: String) -> Bool {
-    (1...64).contains(id.utf8.count)
-      && id.utf8.allSatisfy {
-        (0x30...0x39).contains($0) || (0x41...0x5A).contains($0) || (0x61...0x7A).contains($0) || $0 == 0x2D
-      }
-  }
 
   private var directory: String { CoordinationPaths.deliveries }
 
@@ -53,7 +45,7 @@ struct DeliveryLedger {
     } catch {
       guard error.errno == .fileExists else {
         // No ledger, no perform: refusing is the at-most-once side of an unknown.
-        CoordinationSpace.logger.error("cannot claim delivery \(id): \(error); not performing it")
+        MessagingSpace.logger.error("cannot claim delivery \(id): \(error); not performing it")
         return .interrupted
       }
     }
@@ -65,7 +57,7 @@ struct DeliveryLedger {
   /// Records the reply of a claimed delivery.
   func record(_ reply: [UInt8], for id: String) {
     do { try space.root.replaceFile(directory + "/" + id, with: reply, mode: space.fileMode) } catch {
-      CoordinationSpace.logger.error("cannot record the reply of delivery \(id): \(error)")
+      MessagingSpace.logger.error("cannot record the reply of delivery \(id): \(error)")
     }
   }
 

@@ -5,21 +5,21 @@ import Synchronization
 import SystemLayer
 
 /// A process, named so PID reuse cannot fool anyone: `<pid>.<start time in clock ticks>`.
-struct ProcessName: Hashable, Sendable, Codable, CustomStringConvertible {
-  var pid: Int32
-  var startTime: UInt64
+package struct ProcessName: Hashable, Sendable, Codable, CustomStringConvertible {
+  package var pid: Int32
+  package var startTime: UInt64
 
-  static let current: ProcessName = ProcessName(
+  package static let current: ProcessName = ProcessName(
     pid: CurrentProcess.id, startTime: CurrentProcess.startTime() ?? UInt64(MonotonicClock.nanoseconds()))
 
-  init(pid: Int32, startTime: UInt64) {
+  package init(pid: Int32, startTime: UInt64) {
     self.pid = pid
     self.startTime = startTime
   }
 
   /// Strict parse of `<pid>.<start>`: two runs of ASCII digits, one dot between them; the pid a positive `Int32`, the
   /// start a `UInt64`. Byte by byte (every received message names two: this was a tenth of decoding one).
-  init?(_ string: some StringProtocol) {
+  package init?(_ string: some StringProtocol) {
     var values: (UInt64, UInt64) = (0, 0)
     var digits = 0
     var inStart = false
@@ -41,9 +41,9 @@ struct ProcessName: Hashable, Sendable, Codable, CustomStringConvertible {
     self.init(pid: Int32(values.0), startTime: values.1)
   }
 
-  var description: String { "\(pid).\(startTime)" }
+  package var description: String { "\(pid).\(startTime)" }
 
-  init(from decoder: any Decoder) throws {
+  package init(from decoder: any Decoder) throws {
     let string = try decoder.singleValueContainer().decode(String.self)
     guard let parsed = ProcessName(string) else {
       throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "bad process name"))
@@ -51,7 +51,7 @@ struct ProcessName: Hashable, Sendable, Codable, CustomStringConvertible {
     self = parsed
   }
 
-  func encode(to encoder: any Encoder) throws {
+  package func encode(to encoder: any Encoder) throws {
     var container = encoder.singleValueContainer()
     try container.encode(description)
   }

@@ -1,5 +1,6 @@
 import Foundation
 import GroupContainerCore
+import Messaging
 import SystemLayer
 
 /// Why a file could not be handed over to another app.
