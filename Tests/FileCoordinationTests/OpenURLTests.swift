@@ -10,14 +10,18 @@ import Testing
 @Suite(.runSlot(.minutes(3))) struct OpenURLTests {
   let group = "group.com.example.urls"
 
+  /// The default 10 s is an app's wait; a test's limit is for a hang, and a full `make test` beside a build has seen
+  /// an answer take longer (both tests failed with "did not answer" once, each handler having printed `opened`).
+  static let answerLimit = Duration.seconds(120)
+
   @Test func aRunningHandlerAnswers() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     try container.registerURLScheme("gctest", launching: URL(fileURLWithPath: "/bin/false"))
     let handler = try Child(.urlHandler(scheme: "gctest"), root: root.path, group: group)
     await handler.line { $0.hasPrefix("ready") }
-    #expect(try await container.open(URL(string: "gctest://finished?source=widget")!))
-    #expect(try await !container.open(URL(string: "gctest://refuse")!))
+    #expect(try await container.open(URL(string: "gctest://finished?source=widget")!, timeout: Self.answerLimit))
+    #expect(try await !container.open(URL(string: "gctest://refuse")!, timeout: Self.answerLimit))
     await handler.line { $0 == "opened gctest://finished?source=widget" }
     handler.kill()
   }
@@ -28,7 +32,7 @@ import Testing
     try container.registerURLScheme(
       "gclaunch", launching: helperExecutable,
       arguments: helperArguments(.urlHandler(scheme: "gclaunch"), root: root.path, group: group))
-    #expect(try await container.open(URL(string: "gclaunch://finished")!))
+    #expect(try await container.open(URL(string: "gclaunch://finished")!, timeout: Self.answerLimit))
     // The launched process is now the running handler.
     let status = try container.status()
     #expect(status.processes.count >= 2)
