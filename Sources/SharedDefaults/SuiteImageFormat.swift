@@ -262,7 +262,7 @@ final class SuiteImage: @unchecked Sendable {  // immutable after init: read-onl
 
   /// Maps the image open as `fd` (which it now owns: closed with the image, or before a throw) and checks its
   /// header (O(1)).
-  convenience init(mapping fd: SystemFD) throws(OpenError) {
+  convenience init(mapping fd: consuming SystemFD) throws(OpenError) {
     let file: MappedFile
     do { file = try MappedFile(fd: fd) } catch { throw .system(error) }
     do { try self.init(bytes: file.bytes, mapping: file, owned: nil) } catch { throw .corrupt(error) }

@@ -72,7 +72,6 @@ package enum FileSystem {
   /// Reads a whole regular file (no symlinks), refusing anything over `limit` bytes.
   package static func readFile(_ path: String, limit: Int) throws(FileSystemError) -> [UInt8] {
     let fd = try SystemFD.open(path, .readOnly)
-    defer { fd.close() }
     return try fd.readRegularFile(limit: limit).bytes
   }
 

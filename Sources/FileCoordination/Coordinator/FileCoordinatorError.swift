@@ -214,11 +214,11 @@ public struct FileCoordinatorError: Error, CustomStringConvertible, Sendable {
     }
   }
 
-  static func wrap<T>(_ body: () throws(FileSystemError) -> T) throws(FileCoordinatorError) -> T {
+  static func wrap<T: ~Copyable>(_ body: () throws(FileSystemError) -> T) throws(FileCoordinatorError) -> T {
     do { return try body() } catch { throw .system(error) }
   }
 
-  static func wrap<T>(_ body: () throws(GroupContainerError) -> T) throws(FileCoordinatorError) -> T {
+  static func wrap<T: ~Copyable>(_ body: () throws(GroupContainerError) -> T) throws(FileCoordinatorError) -> T {
     do { return try body() } catch { throw .container(error) }
   }
 }

@@ -195,7 +195,6 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     for dir in CoordinationPaths.spaceDirectories { try root.makeDirectory(dir, mode: directoryMode) }
     Self.stageReplacements(root: root, directoryMode: directoryMode)
     let coordination = try root.openDirectory(CoordinationPaths.directory)
-    defer { coordination.close() }
     counters = try MappedCounters(
       fd: coordination.openOrCreate(
         CoordinationPaths.Name.counters, mode: fileMode, size: Int64(MappedCounters.fileSize)))
@@ -229,17 +228,15 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     of process: ProcessName, root: ContainerDirectory, mode: mode_t
   ) throws(FileSystemError) -> SystemFD {
     let processes = try root.openDirectory(CoordinationPaths.processes)
-    defer { processes.close() }
     let temp = try AtomicReplace.createTemporary(in: processes, for: "\(process).lock", mode: mode)
     do {
       try temp.fd.lock(.shared)
       try processes.rename(temp.name, to: "\(process).lock")
     } catch {
-      temp.fd.close()
       try? processes.removeFile(temp.name)
-      throw error
+      throw error  // `temp` closes as it goes
     }
-    return temp.fd
+    return temp.takeDescriptor()
   }
 
   func publishLivenessLock() throws(FileSystemError) -> SystemFD {
@@ -263,7 +260,6 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     locks.rebind(directory: try root.openDirectory(CoordinationPaths.locks))
     // The mappings of the deleted counters and ack board: the same addresses, the new files.
     let coordination = try root.openDirectory(CoordinationPaths.directory)
-    defer { coordination.close() }
     try counters.rebind(
       to: coordination.openOrCreate(
         CoordinationPaths.Name.counters, mode: fileMode, size: Int64(MappedCounters.fileSize)))
