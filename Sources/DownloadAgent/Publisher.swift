@@ -111,11 +111,12 @@ package enum Publisher {
       try input.copyContents(to: temp.fd, length: length)
       try temp.fd.sync()
     } catch {
-      try? target.removeFile(temp.name)
+      try? target.removeFile(temp.close())
       throw error
     }
-    do { try target.rename(temp.name, to: name) } catch {
-      try? target.removeFile(temp.name)
+    let tempName = temp.close()  // before the rename (see `AtomicReplace.Temporary.close`)
+    do { try target.rename(tempName, to: name) } catch {
+      try? target.removeFile(tempName)
       throw error
     }
   }

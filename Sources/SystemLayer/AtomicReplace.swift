@@ -91,17 +91,18 @@ package enum AtomicReplace {
       if durability != .processCrash { try temp.fd.sync() }
       written = status
     } catch {
-      try? place.removeFile(temp.name)
+      try? place.removeFile(temp.close())
       throw error.path.contains(temporaryPrefix) ? error.about(target) : error
     }
+    let tempName = temp.close()  // before the rename, see `Temporary.close`
     do {
       if staged {
-        try place.rename(temp.name, into: directory, as: name)
+        try place.rename(tempName, into: directory, as: name)
       } else {
-        try directory.rename(temp.name, to: name)
+        try directory.rename(tempName, to: name)
       }
     } catch {
-      try? place.removeFile(temp.name)
+      try? place.removeFile(tempName)
       if staged && (error.errno == .improperLink || error.errno == .noSuchFileOrDirectory) {
         return try write(parts: parts, in: directory, name: name, mode: mode, durability: durability, writePart)
       }
@@ -120,6 +121,15 @@ package enum AtomicReplace {
 
     /// The descriptor alone, for a caller that keeps the file open under its final name.
     package consuming func takeDescriptor() -> SystemFD { fd }
+
+    /// Closes the temp file and answers its name. A writer closes it before the rename: closed after, its
+    /// close-write event would name the published file, one more event for whoever watches that directory.
+    @discardableResult
+    package consuming func close() -> String {
+      let name = name
+      fd.close()
+      return name
+    }
   }
 
   /// Creates a fresh temp file in `directory`, named for `name`, with exactly `mode` (umask would leave 0644);
