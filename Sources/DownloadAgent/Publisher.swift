@@ -101,7 +101,8 @@ package enum Publisher {
   /// `EXDEV`: the partial and the destination are on two file systems. Copy into a temp file beside the
   /// destination and replace atomically; any failure removes the temp file.
   static func copyAcross(
-    from source: borrowing SystemFD, _ partialName: String, to target: borrowing SystemFD, _ name: String, length: Int64, mode: mode_t,
+    from source: borrowing SystemFD, _ partialName: String, to target: borrowing SystemFD, _ name: String,
+    length: Int64, mode: mode_t,
     logger: Logger
   ) throws(FileSystemError) {
     logger.debug("publishing across file systems: copying", metadata: ["to": "\(target.path)/\(name)"])

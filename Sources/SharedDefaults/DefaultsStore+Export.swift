@@ -84,7 +84,9 @@ extension DefaultsStore {
           return nil  // damaged: repaired at the next catch-up, exported after
         }
         let previous: SuiteImage? =
-          if let fd = try? dir.open("\(suite).snapshot.exported", .readOnly) { try? SuiteImage(mapping: fd) } else { nil }
+          if let fd = try? dir.open("\(suite).snapshot.exported", .readOnly) { try? SuiteImage(mapping: fd) } else {
+            nil
+          }
         return (image, previous, header.load(Slot.generation), header.load(Slot.editsApplied))
       }
       guard let (image, previous, generation, edits) = start else { return }

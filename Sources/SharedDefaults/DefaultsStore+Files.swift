@@ -123,7 +123,8 @@ extension DefaultsStore {
         try root.replaceFile(item, mode: fileMode, durability: durability) { (fd) throws(FileSystemError) in
           do throws(SharedDefaultsError) {
             let (made, _) = try SuiteImage.merge(
-              base: base, changes: changes, generation: generation, position: UInt64(position), into: .file(fd.rawValue, path: fd.path))
+              base: base, changes: changes, generation: generation, position: UInt64(position),
+              into: .file(fd.rawValue, path: fd.path))
             guard made.length <= Self.snapshotLimits.maxBytes else {
               header.store(Slot.overLimit, 1)
               throw .suiteTooLarge(directory + "/\(suite).snapshot", "it would be \(made.length) bytes")

@@ -73,9 +73,9 @@ package final class ContainerDirectory: Sendable {
     staging.withLock { $0.relative = relative }
   }
 
-  /// A view of the staging directory's descriptor (the container directory owns it), or nil when there is none or it cannot be
-  /// opened: then the replace makes its temp file next to the target. Also for callers that replace through
-  /// `AtomicReplace` themselves (the image cache's stores).
+  /// A view of the staging directory's descriptor (the container directory owns it), or nil when there is none or
+  /// it cannot be opened: then the replace makes its temp file next to the target. Also for callers that replace
+  /// through `AtomicReplace` themselves (the image cache's stores).
   package func stagingDirectory() -> SystemFD? {
     staging.withLock { staging -> SystemFD? in
       guard let relative = staging.relative else { return nil }

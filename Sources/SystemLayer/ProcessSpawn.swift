@@ -27,7 +27,8 @@ package enum ProcessSpawn {
   /// and stderr to `output` and `error`, no other descriptor of ours, its own process group. The corresponding C
   /// function is `posix_spawn`.
   package static func child(
-    executable: String, arguments: [String], environment: [String: String], input: borrowing SystemFD?, output: borrowing SystemFD,
+    executable: String, arguments: [String], environment: [String: String], input: borrowing SystemFD?,
+    output: borrowing SystemFD,
     error: borrowing SystemFD
   ) throws(FileSystemError) -> Int32 {
     try spawn(
@@ -36,7 +37,8 @@ package enum ProcessSpawn {
   }
 
   private static func spawn(
-    executable: String, arguments: [String], environment: [String: String], input: borrowing SystemFD?, output: borrowing SystemFD,
+    executable: String, arguments: [String], environment: [String: String], input: borrowing SystemFD?,
+    output: borrowing SystemFD,
     error: borrowing SystemFD, detach: Bool
   ) throws(FileSystemError) -> Int32 {
     let argv = ([executable] + arguments).map { strdup($0) } + [nil]

@@ -58,7 +58,9 @@ extension SystemFD {
     try copyThroughBuffer(to: target, from: 0, length: length)
   }
 
-  private func copyThroughBuffer(to target: borrowing SystemFD, from start: Int64, length: Int64) throws(FileSystemError) {
+  private func copyThroughBuffer(to target: borrowing SystemFD, from start: Int64, length: Int64)
+    throws(FileSystemError)
+  {
     let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
     defer { buffer.deallocate() }
     var offset = start
