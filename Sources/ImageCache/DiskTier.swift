@@ -33,7 +33,7 @@ final class DiskTier: Sendable {
   private let descriptor: Atomic<Int32>
   /// The descriptors it owns (the directory and the trim lock, current and replaced): another thread may be using
   /// a replaced one, so they close at deinit.
-  private let retired = Mutex<[DescriptorBox]>([])
+  private let owned = Mutex<[DescriptorBox]>([])
   let counters: MappedCounters
   /// The counters file opened a second time, for the trimmer's flock; also tells (its link count) whether the
   /// counters file was removed with the container. Replaced when it was (`rebindCountersIfRemoved`).
@@ -85,13 +85,13 @@ final class DiskTier: Sendable {
     descriptor = Atomic(directory.fd.rawValue)
     self.counters = counters
     trimLockDescriptor = Atomic(lock.fd.rawValue)
-    retired.withLock { $0 = [directory, lock] }
+    owned.withLock { $0 = [directory, lock] }
     startWatching()
   }
 
   deinit {
     if let token = watch.withLock({ $0 }) { Watcher.shared.cancel(token) }
-    // The descriptors (`retired`) close after this, with the tier.
+    // The descriptors (`owned`) close after this, with the tier.
   }
 
   /// The counters file opened twice (`openCounters`).
@@ -136,7 +136,7 @@ final class DiskTier: Sendable {
     do {
       let fresh = DescriptorBox(try Self.makeAndOpen(relativePath, in: root, mode: directoryMode))
       descriptor.store(fresh.fd.rawValue, ordering: .releasing)
-      retired.withLock { $0.append(fresh) }
+      owned.withLock { $0.append(fresh) }
       Self.logger.info("the image cache '\(name)' was removed: made '\(relativePath)' again")
       rebindCountersIfRemoved()
       invalidateLocally()
@@ -157,7 +157,7 @@ final class DiskTier: Sendable {
       let lock = DescriptorBox(files.lock)
       try counters.rebind(to: files.mapping)
       trimLockDescriptor.store(lock.fd.rawValue, ordering: .releasing)
-      retired.withLock { $0.append(lock) }
+      owned.withLock { $0.append(lock) }
       Self.logger.info("the image cache '\(name)' maps its new counters file (the container was removed)")
     } catch {
       Self.logger.error("the image cache '\(name)' cannot map its new counters file: \(error)")

@@ -366,19 +366,16 @@ final class StormFileServer {
     }
     manifest = logs.appendingPathComponent("served.manifest").path
     try Data((lines.joined(separator: "\n") + "\n").utf8).write(to: URL(fileURLWithPath: manifest))
-    let stdin = try ProcessSpawn.pipe().split()
-    let stdout = try ProcessSpawn.pipe()
-    do {
-      // Only the server keeps its ends: our copy of its stdin's read end would keep it from seeing our close, and
-      // of its stdout's write end the read below from seeing a server that exited. Both close as this block ends.
-      let serverStdin = stdin.read
-      process = try ProcessSpawn.Reaped(
-        executable: path, arguments: ["--root", served.path], input: serverStdin.fd.borrowedView,
-        output: stdout.write)
-    }
-    input = stdin.write
-    let (stdoutRead, stdoutWrite) = stdout.split()
+    let (stdinRead, stdinWrite) = try ProcessSpawn.pipe().split()
+    let (stdoutRead, stdoutWrite) = try ProcessSpawn.pipe().split()
+    process = try ProcessSpawn.Reaped(
+      executable: path, arguments: ["--root", served.path], input: stdinRead.fd.borrowedView,
+      output: stdoutWrite.fd.borrowedView)
+    // Only the server keeps its ends: our copy of its stdin's read end would keep it from seeing our close, and of
+    // its stdout's write end the read below from seeing a server that exited. Both close here.
+    _ = consume stdinRead
     _ = consume stdoutWrite
+    input = stdinWrite
     var text = ""
     var buffer = [UInt8](repeating: 0, count: 256)
     while !text.contains("\n") {
