@@ -120,8 +120,9 @@ public final class FileServer: Sendable {
           port.resolve(0)
         }, error: .pipe { [stderrText] in stderrText.append($0) })
     }
-    // Only the server may hold the read end (`stdinRead` closes as it goes): our copy would keep its stdin open after
-    // we close the write end.
+    // Only the server may hold the read end: our copy would keep its stdin open after we close the write end. Closed
+    // here, after the spawn (a use after it, so the box outlives the view the spawn was given).
+    _ = consume stdinRead
     input = Mutex(stdinWrite)
   }
 
