@@ -56,7 +56,6 @@ package enum AgentLauncher {
     do {
       return try DownloadStore.system { () throws(FileSystemError) in
         let files = try store.root.openDirectory(DownloadStore.directory)
-        defer { files.close() }
         let log = try files.open("agent.log", [.writeOnly, .create, .append], mode: store.fileMode)
         do throws(FileSystemError) {
           let status = try log.status()
@@ -85,7 +84,6 @@ package enum AgentLauncher {
     guard !store.isHeld(DownloadStore.agentLockPath) else { return }
     let path = try locate(executable)
     let log = try openLog(store)
-    defer { log.close() }
     var environment = ProcessInfo.processInfo.environment
     // The agent must never be taken for a relaunched app.
     environment[DownloadSession.relaunchEnvironmentKey] = nil

@@ -65,7 +65,7 @@ public final class DownloadSession: Sendable {
 
   let store: DownloadStore
   private let delegate: (any DownloadSessionDelegate)?
-  private let attachLock: SystemFD
+  private let attachLock: Mutex<SystemFD?>
   private let attachment: Mutex<Attachment>
   private let delivery = DispatchQueue(label: "GroupContainer.DownloadSession.delivery")
   /// A poll is queued on `delivery` and has not started: posts meanwhile need no other (a burst of the agent's
@@ -114,7 +114,7 @@ public final class DownloadSession: Sendable {
       throw .sessionInUse(identifier, pid: pid)
     }
     store.writeHolder(lock)
-    attachLock = lock
+    attachLock = Mutex(lock)
     let tasks = store.tasks(session: identifier)
     var attachment = Attachment()
     attachment.nextTaskIdentifier = (tasks.map(\.taskIdentifier).max() ?? 0) + 1
@@ -243,7 +243,7 @@ public final class DownloadSession: Sendable {
     guard !already else { return }
     listener?.cancel()
     events.finish()
-    attachLock.close()
+    attachLock.withLock { $0 = nil }  // closes it: the flock goes
   }
 
   private func registerRelaunch() throws(DownloadError) {

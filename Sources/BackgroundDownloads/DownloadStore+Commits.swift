@@ -36,7 +36,6 @@ extension DownloadStore {
       try makeSessionDirectories(sid)
       try Self.system { () throws(FileSystemError) in
         let events = try root.openDirectory(Self.eventsPath(sid))
-        defer { events.close() }
         for final in finals {
           for event in final.events {
             try AtomicReplace.write(
@@ -48,7 +47,6 @@ extension DownloadStore {
     }
     try Self.system { () throws(FileSystemError) in
       let tasks = try root.openDirectory(Self.tasksDirectory)
-      defer { tasks.close() }
       for final in finals {
         try replacingPlantedDirectory(statusOf: final.id) { () throws(FileSystemError) in
           try AtomicReplace.write(

@@ -61,14 +61,13 @@ package final class DownloadStore: Sendable {
         try root.makeDirectory(d, mode: directoryMode)
       }
       let files = try root.openDirectory(Self.directory)
-      defer { files.close() }
       return try MappedCounters(
         fd: try files.openOrCreate(DownloadSignals.fileName, mode: fileMode, size: Int64(MappedCounters.fileSize)))
     }
   }
 
   @discardableResult
-  static func system<T>(_ body: () throws(FileSystemError) -> T) throws(DownloadError) -> T {
+  static func system<T: ~Copyable>(_ body: () throws(FileSystemError) -> T) throws(DownloadError) -> T {
     do { return try body() } catch {
       if error.errno == .noSpace { throw .diskFull(path: error.path) }
       throw .system(error)
@@ -200,7 +199,6 @@ package final class DownloadStore: Sendable {
     try makeSessionDirectories(sid)
     try Self.system { () throws(FileSystemError) in
       let directory = try root.openDirectory(Self.eventsPath(sid))
-      defer { directory.close() }
       for event in events {
         try AtomicReplace.write(
           DownloadRecordFormat.encode(event), in: directory, name: event.fileName, mode: fileMode,
@@ -296,7 +294,6 @@ package final class DownloadStore: Sendable {
     let (parent, name) = ContainerDirectory.split(relative)
     return try Self.system { () throws(FileSystemError) in
       let directory = try root.openDirectory(parent)
-      defer { directory.close() }
       return try directory.openOrCreate(name, mode: fileMode, size: 0)
     }
   }
@@ -308,7 +305,6 @@ package final class DownloadStore: Sendable {
   /// flock that is released at once.
   package func isHeld(_ relative: String) -> Bool {
     guard let fd = try? openLock(relative) else { return false }
-    defer { fd.close() }
     guard let got = try? fd.lock(.shared, nonBlocking: true) else { return false }
     if got { fd.unlock() }
     return !got
@@ -321,7 +317,7 @@ package final class DownloadStore: Sendable {
   }
 
   /// Writes our pid into a lock file we hold.
-  package func writeHolder(_ fd: SystemFD) {
+  package func writeHolder(_ fd: borrowing SystemFD) {
     try? fd.truncate(to: 0)
     try? fd.writeAll(Array("\(CurrentProcess.id)\n".utf8))
   }
@@ -331,7 +327,6 @@ package final class DownloadStore: Sendable {
   /// Names in a store directory ([] when it is missing or unreadable).
   package func names(in relative: String) -> [String] {
     guard let directory = try? root.openDirectory(relative) else { return [] }
-    defer { directory.close() }
     return ((try? directory.entries()) ?? []).map(\.name)
   }
 

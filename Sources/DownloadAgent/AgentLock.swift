@@ -11,7 +11,7 @@ import SystemLayer
 final class AgentLock: Sendable {
   private let store: DownloadStore
   /// The locked file; nil while not held (before `acquire`, after `release`).
-  private let held = Mutex<SystemFD?>(nil)
+  private let held = Mutex<DescriptorBox?>(nil)
   private static let path = DownloadStore.agentLockPath
 
   init(store: DownloadStore) { self.store = store }
@@ -46,7 +46,7 @@ final class AgentLock: Sendable {
   func check() -> Check {
     held.withLock { fd in
       guard let fd else { return .released }
-      return Self.isNamed(fd, store: store) ? .named : .lost
+      return Self.isNamed(fd.fd, store: store) ? .named : .lost
     }
   }
 
@@ -73,9 +73,8 @@ final class AgentLock: Sendable {
   /// Unlocks and closes: another agent may take it from now on.
   func release() {
     held.withLock { fd in
-      fd?.unlock()
-      fd?.close()
-      fd = nil
+      fd?.fd.unlock()
+      fd = nil  // closes it
     }
   }
 
@@ -84,25 +83,17 @@ final class AgentLock: Sendable {
   /// One non-blocking try: open (creating) the name, flock it, keep it only if the name still leads to it.
   private func attempt() throws(DownloadError) -> Attempt {
     let fd = try store.openLock(Self.path)
-    guard (try? fd.lock(.exclusive, nonBlocking: true)) == true else {
-      fd.close()
-      return .busy
-    }
-    guard Self.isNamed(fd, store: store) else {
-      fd.close()
-      return .renamed
-    }
+    guard (try? fd.lock(.exclusive, nonBlocking: true)) == true else { return .busy }
+    guard Self.isNamed(fd, store: store) else { return .renamed }
     store.writeHolder(fd)
-    held.withLock { old in
-      old?.close()
-      old = fd
-    }
+    let lock = DescriptorBox(fd)
+    held.withLock { $0 = lock }  // closes the one it replaces
     return .locked
   }
 
   /// Whether the name `agent.lock` leads to the file `fd` is open on (fstat of the descriptor against fstatat of
   /// the name; a symlink at the name is another inode).
-  private static func isNamed(_ fd: SystemFD, store: DownloadStore) -> Bool {
+  private static func isNamed(_ fd: borrowing SystemFD, store: DownloadStore) -> Bool {
     guard let mine = try? fd.status(), let named = (try? store.root.status(path)) ?? nil else { return false }
     return mine.device == named.device && mine.inode == named.inode
   }

@@ -1026,7 +1026,7 @@ package final class DownloadAgent: Sendable {
       do {
         let pid = try ProcessSpawn.detached(
           executable: record.executable, arguments: record.arguments, environment: environment,
-          output: SystemFD(rawValue: 2, path: "stderr"))
+          output: SystemFD.view(2, path: "stderr"))
         logger.info("session '\(sid)': \(events.count) events wait: started \(record.executable) as pid \(pid)")
       } catch {
         logger.error("session '\(sid)': cannot start \(record.executable): \(error)")

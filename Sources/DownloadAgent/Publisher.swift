@@ -23,7 +23,7 @@ import SystemLayer
 /// space", which does not help a user whose quota is full.
 package enum Publisher {
   package static func publish(
-    file: SystemFD, partial: String, length: Int64, destination: String, container: GroupContainer,
+    file: borrowing SystemFD, partial: String, length: Int64, destination: String, container: GroupContainer,
     root: ContainerDirectory, logger: Logger
   ) async throws(DownloadError) {
     let item: ContainerPath
@@ -35,7 +35,8 @@ package enum Publisher {
     }
     // The fsyncs run off the cooperative pool (`offload`): a download agent finishing many files at once would
     // otherwise stop on them, one or two at a time.
-    do { try await offload { () throws(FileSystemError) in try file.sync() } } catch {
+    let view = file.borrowedView  // the caller keeps `file` open until this returns
+    do { try await offload { () throws(FileSystemError) in try view.sync() } } catch {
       throw classify(error, destination: destination, root: root)
     }
 
@@ -80,10 +81,8 @@ package enum Publisher {
         try root.makeDirectory(parent.components[0..<depth].joined(separator: "/"), mode: directoryMode)
       }
       let target = try root.openDirectory(parent.string)
-      defer { target.close() }
       let (partialParent, partialName) = ContainerDirectory.split(partial)
       let source = try root.openDirectory(partialParent)
-      defer { source.close() }
       if let existing = try target.status(of: name), existing.kind == .directory {
         throw FileSystemError("rename (a directory is at the destination)", target.path + "/" + name, .isDirectory)
       }
@@ -102,23 +101,23 @@ package enum Publisher {
   /// `EXDEV`: the partial and the destination are on two file systems. Copy into a temp file beside the
   /// destination and replace atomically; any failure removes the temp file.
   static func copyAcross(
-    from source: SystemFD, _ partialName: String, to target: SystemFD, _ name: String, length: Int64, mode: mode_t,
+    from source: borrowing SystemFD, _ partialName: String, to target: borrowing SystemFD, _ name: String,
+    length: Int64, mode: mode_t,
     logger: Logger
   ) throws(FileSystemError) {
     logger.debug("publishing across file systems: copying", metadata: ["to": "\(target.path)/\(name)"])
     let input = try source.open(partialName, .readOnly)
-    defer { input.close() }
     let temp = try AtomicReplace.createTemporary(in: target, for: name, mode: mode)
     do {
-      defer { temp.fd.close() }
       try input.copyContents(to: temp.fd, length: length)
       try temp.fd.sync()
     } catch {
-      try? target.removeFile(temp.name)
+      try? target.removeFile(temp.close())
       throw error
     }
-    do { try target.rename(temp.name, to: name) } catch {
-      try? target.removeFile(temp.name)
+    let tempName = temp.close()  // before the rename (see `AtomicReplace.Temporary.close`)
+    do { try target.rename(tempName, to: name) } catch {
+      try? target.removeFile(tempName)
       throw error
     }
   }

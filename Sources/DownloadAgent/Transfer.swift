@@ -129,7 +129,8 @@ package final class TransferEngine: Sendable {
     let root: ContainerDirectory
     do { root = try container.directory() } catch { return .failed(.container(error), resume, httpStatus: nil) }
 
-    let file: SystemFD
+    // In a box: offloaded hashing uses it from another thread.
+    let file: DescriptorBox
     var state: ResumeState
     do throws(FileSystemError) {
       (file, state) = try openPartial(partial, root: root, resume: resume)
@@ -138,21 +139,17 @@ package final class TransferEngine: Sendable {
         error.errno == .noSpace ? .diskFull(path: root.path + "/" + partial) : .system(error), resume,
         httpStatus: nil)
     }
-    var fileOpen = true
-    defer { if fileOpen { file.close() } }
     func discardPartial() {
-      file.close()
-      fileOpen = false
-      try? root.removeFile(partial)
+      try? root.removeFile(partial)  // the descriptor closes on return
     }
 
     var run = Run(state: state, wantsHash: request.expectedSHA256 != nil)
     attempts: while true {
-      if Task.isCancelled { return .stopped(await sync(file, &run.state)) }
+      if Task.isCancelled { return .stopped(await sync(file.fd, &run.state)) }
       run.attempts += 1
       progress(run.state, run.attempts, run.httpStatus)
       let receivedBefore = run.state.receivedBytes
-      let end = await attempt(url: url, file: file, run: &run, progress: progress)
+      let end = await attempt(url: url, file: file.fd, run: &run, progress: progress)
       switch end {
       case .finished:
         if let total = run.state.expectedBytes, run.state.receivedBytes < total {
@@ -162,7 +159,7 @@ package final class TransferEngine: Sendable {
             if run.failures >= policy.maxAttempts {
               return .failed(
                 .protocolViolation("the server ended its answers at byte \(run.state.receivedBytes) of \(total)"),
-                await sync(file, &run.state), httpStatus: run.httpStatus)
+                await sync(file.fd, &run.state), httpStatus: run.httpStatus)
             }
           }
           continue attempts
@@ -177,7 +174,7 @@ package final class TransferEngine: Sendable {
           discardPartial()
           return .failed(.protocolViolation(reason), ResumeState(bootID: run.state.bootID), httpStatus: run.httpStatus)
         }
-        do throws(FileSystemError) { try file.truncate(to: 0) } catch {
+        do throws(FileSystemError) { try file.fd.truncate(to: 0) } catch {
           return .failed(.system(error), run.state, httpStatus: run.httpStatus)
         }
         run.state = ResumeState(bootID: run.state.bootID)
@@ -195,21 +192,21 @@ package final class TransferEngine: Sendable {
           "download attempt failed",
           metadata: ["url": "\(request.url)", "attempt": "\(run.attempts)", "error": "\(reason)"])
         if run.failures >= policy.maxAttempts {
-          return .failed(error, await sync(file, &run.state), httpStatus: run.httpStatus)
+          return .failed(error, await sync(file.fd, &run.state), httpStatus: run.httpStatus)
         }
         do { try await Task.sleep(for: backoff(failures: run.failures)) } catch {
-          return .stopped(await sync(file, &run.state))
+          return .stopped(await sync(file.fd, &run.state))
         }
       case .cancelled:
-        return .stopped(await sync(file, &run.state))
+        return .stopped(await sync(file.fd, &run.state))
       case .fatal(let error):
-        return .failed(error, await sync(file, &run.state), httpStatus: run.httpStatus)
+        return .failed(error, await sync(file.fd, &run.state), httpStatus: run.httpStatus)
       case .writeFailed(let error):
         if error.errno == .noSpace {
           discardPartial()
           return .failed(.diskFull(path: error.path), ResumeState(bootID: run.state.bootID), httpStatus: run.httpStatus)
         }
-        return .failed(.system(error), await sync(file, &run.state), httpStatus: run.httpStatus)
+        return .failed(.system(error), await sync(file.fd, &run.state), httpStatus: run.httpStatus)
       }
     }
 
@@ -228,7 +225,7 @@ package final class TransferEngine: Sendable {
       } else {
         let length = run.state.receivedBytes
         do throws(FileSystemError) {
-          actual = try await offload { [self] () throws(FileSystemError) in try hashFile(file, length: length) }
+          actual = try await offload { [self] () throws(FileSystemError) in try hashFile(file.fd, length: length) }
         } catch {
           return .failed(.system(error), run.state, httpStatus: status)
         }
@@ -242,18 +239,18 @@ package final class TransferEngine: Sendable {
     }
     do throws(DownloadError) {
       try await Publisher.publish(
-        file: file, partial: partial, length: run.state.receivedBytes, destination: request.destination,
+        file: file.fd, partial: partial, length: run.state.receivedBytes, destination: request.destination,
         container: container, root: root, logger: logger)
     } catch {
       switch error.code {
       case .cancelled:
-        return .stopped(await sync(file, &run.state))
+        return .stopped(await sync(file.fd, &run.state))
       case .diskFull, .invalidDestination:
         // Nothing was published; a full disk or a refused destination will not heal by resuming this partial.
         discardPartial()
         return .failed(error, ResumeState(bootID: run.state.bootID), httpStatus: status)
       default:
-        return .failed(error, await sync(file, &run.state), httpStatus: status)
+        return .failed(error, await sync(file.fd, &run.state), httpStatus: status)
       }
     }
     run.state.durableBytes = run.state.receivedBytes
@@ -267,7 +264,7 @@ package final class TransferEngine: Sendable {
   /// were written but never reported: at most one progress interval, fetched again). Without a validator a
   /// range cannot be asked for, so the partial starts over.
   func openPartial(_ partial: String, root: ContainerDirectory, resume: ResumeState) throws(FileSystemError)
-    -> (SystemFD, ResumeState)
+    -> (DescriptorBox, ResumeState)
   {
     let mode = container.sharing.fileMode
     let file: SystemFD
@@ -280,7 +277,7 @@ package final class TransferEngine: Sendable {
       }
       file = try root.openFile(partial, [.readWrite, .create], mode: mode)
     }
-    do throws(FileSystemError) {
+    do {
       let st = try file.status()
       guard st.kind == .regular else { throw FileSystemError("open (not a regular file)", file.path, .invalidArgument) }
       // In a group container the partial may be another member's (an agent run by another user): fchmod would be
@@ -296,17 +293,15 @@ package final class TransferEngine: Sendable {
       state.receivedBytes = trusted
       state.durableBytes = min(resume.durableBytes, trusted)
       state.bootID = boot
-      return (file, state)
-    } catch {
-      file.close()
-      throw error
+      return (DescriptorBox(file), state)
     }
   }
 
   /// fsyncs the partial (off the cooperative pool) so the state's bytes are durable; on failure the durable count
   /// stays what it was.
-  private func sync(_ file: SystemFD, _ state: inout ResumeState) async -> ResumeState {
-    if await offload({ (try? file.dataSync()) != nil }) { state.durableBytes = state.receivedBytes }
+  private func sync(_ file: borrowing SystemFD, _ state: inout ResumeState) async -> ResumeState {
+    let view = file.borrowedView  // `file` stays open until this returns
+    if await offload({ (try? view.dataSync()) != nil }) { state.durableBytes = state.receivedBytes }
     return state
   }
 
@@ -350,7 +345,7 @@ package final class TransferEngine: Sendable {
   }
 
   private func attempt(
-    url: URL, file: SystemFD, run: inout Run, progress: @escaping @Sendable (ResumeState, Int, Int?) -> Void
+    url: URL, file: borrowing SystemFD, run: inout Run, progress: @escaping @Sendable (ResumeState, Int, Int?) -> Void
   ) async -> AttemptEnd {
     let from = ResumePolicy.requestStart(run.state)
     if from == 0 && run.state.receivedBytes > 0 {
@@ -447,7 +442,7 @@ package final class TransferEngine: Sendable {
   // MARK: Hashing
 
   /// SHA-256 of the first `length` bytes of `file`, read once through a 1 MiB buffer.
-  func hashFile(_ file: SystemFD, length: Int64) throws(FileSystemError) -> String {
+  func hashFile(_ file: borrowing SystemFD, length: Int64) throws(FileSystemError) -> String {
     var hasher = SHA256()
     let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
     defer { buffer.deallocate() }

@@ -61,10 +61,11 @@ final class TransferDelegate: HTTPClientResponseDelegate {
     label: "GroupContainer.DownloadAgent.checkpoints", attributes: .concurrent)
 
   init(
-    file: SystemFD, requestedFrom: Int64, resume: ResumeState, hasher: StreamHash?, hashedUpTo: Int64, wantsHash: Bool,
+    file: borrowing SystemFD, requestedFrom: Int64, resume: ResumeState, hasher: StreamHash?, hashedUpTo: Int64,
+    wantsHash: Bool,
     policy: TransferPolicy, attempts: Int, progress: @escaping @Sendable (ResumeState, Int, Int?) -> Void
   ) {
-    self.file = file
+    self.file = file.borrowedView  // a view: the transfer owns the partial and keeps it open past the request
     self.requestedFrom = requestedFrom
     self.wantsHash = wantsHash
     self.policy = policy

@@ -46,7 +46,6 @@ package enum TrustRoots {
     let bytes: [UInt8]
     do {
       let file = try SystemFD.open(path, [.readOnly, .followSymlink])
-      defer { file.close() }
       bytes = try file.readRegularFile(limit: maxFileBytes).bytes
     } catch {
       throw Failure(description: "\(caFileEnvironmentKey)=\(path) cannot be read (\(error)); \(ignored)")

@@ -173,7 +173,7 @@ public struct GroupContainerError: Error, CustomStringConvertible, Sendable, Equ
 
 extension GroupContainerError {
   /// Runs a SystemLayer call and wraps its error.
-  package static func wrap<T>(_ body: () throws(FileSystemError) -> T) throws(GroupContainerError) -> T {
+  package static func wrap<T: ~Copyable>(_ body: () throws(FileSystemError) -> T) throws(GroupContainerError) -> T {
     do { return try body() } catch { throw .system(error) }
   }
 }

@@ -31,14 +31,15 @@ final class DiskTier: Sendable {
   private let directoryMode: mode_t
   /// The cache directory, opened beneath the container; replaced when it was removed (`reopenIfRemoved`).
   private let descriptor: Atomic<Int32>
-  /// Replaced descriptors: another thread may be using one, so they close at deinit.
-  private let retired = Mutex<[Int32]>([])
+  /// The descriptors it owns (the directory and the trim lock, current and replaced): another thread may be using
+  /// a replaced one, so they close at deinit.
+  private let owned = Mutex<[DescriptorBox]>([])
   let counters: MappedCounters
   /// The counters file opened a second time, for the trimmer's flock; also tells (its link count) whether the
   /// counters file was removed with the container. Replaced when it was (`rebindCountersIfRemoved`).
   private let trimLockDescriptor: Atomic<Int32>
   private var trimLock: SystemFD {
-    SystemFD(rawValue: trimLockDescriptor.load(ordering: .acquiring), path: countersPath)
+    SystemFD.view(trimLockDescriptor.load(ordering: .acquiring), path: countersPath)
   }
   private var countersPath: String { root.path + "/" + Self.privateCaches + "/" + CacheCounters.fileName(of: name) }
   private static let privateCaches = CoordinationPaths.caches
@@ -76,41 +77,38 @@ final class DiskTier: Sendable {
     let directoryMode = directoryMode
     let relativePath = relativePath
     let (directory, counters, lock) = try Self.system { () throws(FileSystemError) in
-      let directory = try Self.makeAndOpen(relativePath, in: root, mode: directoryMode)
-      do throws(FileSystemError) {
-        let (fd, lock) = try Self.openCounters(name, in: root, fileMode: fileMode, directoryMode: directoryMode)
-        return (directory, try MappedCounters(fd: fd), lock)
-      } catch {
-        directory.close()
-        throw error
-      }
+      let directory = DescriptorBox(try Self.makeAndOpen(relativePath, in: root, mode: directoryMode))
+      let files = try Self.openCounters(name, in: root, fileMode: fileMode, directoryMode: directoryMode)
+      let lock = DescriptorBox(files.lock)
+      return (directory, try MappedCounters(fd: files.mapping), lock)
     }
-    descriptor = Atomic(directory.rawValue)
+    descriptor = Atomic(directory.fd.rawValue)
     self.counters = counters
-    trimLockDescriptor = Atomic(lock.rawValue)
+    trimLockDescriptor = Atomic(lock.fd.rawValue)
+    owned.withLock { $0 = [directory, lock] }
     startWatching()
   }
 
   deinit {
     if let token = watch.withLock({ $0 }) { Watcher.shared.cancel(token) }
-    directory.close()
-    retired.withLock { for fd in $0 { SystemFD(rawValue: fd, path: "").close() } }
-    trimLock.close()
+    // The descriptors (`owned`) close after this, with the tier.
+  }
+
+  /// The counters file opened twice (`openCounters`).
+  private struct CounterFiles: ~Copyable {
+    let mapping: SystemFD
+    let lock: SystemFD
   }
 
   /// `.coordination/caches/<name>.counters`, opened twice: for the mapping and for the trimmer's flock.
   private static func openCounters(_ name: String, in root: ContainerDirectory, fileMode: mode_t, directoryMode: mode_t)
-    throws(FileSystemError) -> (mapping: SystemFD, lock: SystemFD)
+    throws(FileSystemError) -> CounterFiles
   {
     try root.makeDirectory(privateCaches, mode: directoryMode)
     let files = try root.openDirectory(privateCaches)
-    defer { files.close() }
     let fd = try files.openOrCreate(
       CacheCounters.fileName(of: name), mode: fileMode, size: Int64(MappedCounters.fileSize))
-    do { return (fd, try files.open(CacheCounters.fileName(of: name), .readWrite)) } catch {
-      fd.close()
-      throw error
-    }
+    return CounterFiles(mapping: fd, lock: try files.open(CacheCounters.fileName(of: name), .readWrite))
   }
 
   private static func makeAndOpen(_ relative: String, in root: ContainerDirectory, mode: mode_t) throws(FileSystemError)
@@ -122,12 +120,12 @@ final class DiskTier: Sendable {
     return try root.openDirectory(relative)
   }
 
-  static func system<T>(_ body: () throws(FileSystemError) -> T) throws(ImageCacheError) -> T {
+  static func system<T: ~Copyable>(_ body: () throws(FileSystemError) -> T) throws(ImageCacheError) -> T {
     do { return try body() } catch { throw .system(error) }
   }
 
   var directory: SystemFD {
-    SystemFD(rawValue: descriptor.load(ordering: .acquiring), path: root.path + "/" + relativePath)
+    SystemFD.view(descriptor.load(ordering: .acquiring), path: root.path + "/" + relativePath)
   }
 
   /// After `rm -rf` of the cache (or of `Library/Caches`): makes the directory again and resolves beneath the new
@@ -136,9 +134,9 @@ final class DiskTier: Sendable {
   func reopenIfRemoved() -> Bool {
     guard let st = try? directory.status(), st.linkCount == 0 else { return false }
     do {
-      let fresh = try Self.makeAndOpen(relativePath, in: root, mode: directoryMode)
-      let old = descriptor.exchange(fresh.rawValue, ordering: .acquiringAndReleasing)
-      retired.withLock { $0.append(old) }
+      let fresh = DescriptorBox(try Self.makeAndOpen(relativePath, in: root, mode: directoryMode))
+      descriptor.store(fresh.fd.rawValue, ordering: .releasing)
+      owned.withLock { $0.append(fresh) }
       Self.logger.info("the image cache '\(name)' was removed: made '\(relativePath)' again")
       rebindCountersIfRemoved()
       invalidateLocally()
@@ -155,13 +153,11 @@ final class DiskTier: Sendable {
   private func rebindCountersIfRemoved() {
     guard let st = try? trimLock.status(), st.linkCount == 0 else { return }
     do throws(FileSystemError) {
-      let (fd, lock) = try Self.openCounters(name, in: root, fileMode: fileMode, directoryMode: directoryMode)
-      do { try counters.rebind(to: fd) } catch {
-        lock.close()
-        throw error
-      }
-      let old = trimLockDescriptor.exchange(lock.rawValue, ordering: .acquiringAndReleasing)
-      retired.withLock { $0.append(old) }
+      let files = try Self.openCounters(name, in: root, fileMode: fileMode, directoryMode: directoryMode)
+      let lock = DescriptorBox(files.lock)
+      try counters.rebind(to: files.mapping)
+      trimLockDescriptor.store(lock.fd.rawValue, ordering: .releasing)
+      owned.withLock { $0.append(lock) }
       Self.logger.info("the image cache '\(name)' maps its new counters file (the container was removed)")
     } catch {
       Self.logger.error("the image cache '\(name)' cannot map its new counters file: \(error)")
@@ -253,10 +249,14 @@ final class DiskTier: Sendable {
   /// Reads the entry for `key`. A missing, expired, foreign (a collision) or corrupt entry is a miss; corrupt and
   /// expired ones are removed (logged). Errors other than "not there" are thrown.
   func read(key: String, name: String, now: Int64, maximumBytes: Int) throws(ImageCacheError) -> Lookup {
-    let fd: SystemFD
-    do {
-      fd = try directory.open(name, .readOnly)
-    } catch {
+    var failure: FileSystemError?
+    let opened: SystemFD?
+    do { opened = try directory.open(name, .readOnly) } catch {
+      failure = error
+      opened = nil
+    }
+    guard let fd = opened else {
+      let error = failure!
       switch error.errno {
       case .noSuchFileOrDirectory:
         if reopenIfRemoved() { return try read(key: key, name: name, now: now, maximumBytes: maximumBytes) }
@@ -268,7 +268,6 @@ final class DiskTier: Sendable {
         throw .system(error)
       }
     }
-    defer { fd.close() }
     let st: FileStatus
     do { st = try fd.status() } catch { throw .system(error) }
     guard st.kind == .regular else {
@@ -388,7 +387,7 @@ final class DiskTier: Sendable {
   }
 
   /// Writes from the caller's buffer (`Data` and `Array` take untyped-throwing closures, hence the detour).
-  private static func write(_ data: some ContiguousBytes, to fd: SystemFD) throws(FileSystemError) {
+  private static func write(_ data: some ContiguousBytes, to fd: borrowing SystemFD) throws(FileSystemError) {
     var failure: FileSystemError?
     data.withUnsafeBytes { raw in
       do throws(FileSystemError) { try fd.writeAll(raw) } catch { failure = error }
@@ -449,9 +448,8 @@ final class DiskTier: Sendable {
   }
 
   /// One `pread` covers the header and keys up to 456 bytes (URLs mostly are); a longer key takes a second.
-  private func readHeader(_ name: String, in directory: SystemFD) -> (CacheEntryFormat.Header?, String?) {
+  private func readHeader(_ name: String, in directory: borrowing SystemFD) -> (CacheEntryFormat.Header?, String?) {
     guard let fd = try? directory.open(name, .readOnly) else { return (nil, nil) }
-    defer { fd.close() }
     guard var bytes = try? fd.read(at: 0, count: CacheEntryFormat.headerSize + 456),
       case .success(let header) = bytes.withUnsafeBytes({ CacheEntryFormat.decodeHeader($0) })
     else { return (nil, nil) }
@@ -563,13 +561,15 @@ final class DiskTier: Sendable {
   /// and next to the entries (a store without a staging directory). The staging directory is the whole
   /// container's; the verdict is the container sweep's, so what is removed there would never be renamed.
   private func sweepTemporaries() {
-    for place in [directory, root.stagingDirectory()].compactMap({ $0 }) {
+    func sweep(_ place: borrowing SystemFD) {
       for (name, isDirectory) in (try? place.entries()) ?? [] where !isDirectory {
         if let writer = AtomicReplace.writer(ofTemporary: name), container.temporaryWriterIsDead(writer) {
           try? place.removeFile(name)
         }
       }
     }
+    sweep(directory)
+    if let staging = root.stagingDirectory() { sweep(staging) }
   }
 
   /// Removes every entry. Returns how many were removed.

@@ -37,7 +37,7 @@ package final class ActivityStore: Sendable {
   /// and closed at every update, it made an `IN_CLOSE_WRITE` that woke every observer's watcher thread for nothing
   /// (the record's rename is the one event an update should make), and cost two opens and a close. Guarded by
   /// `serial`.
-  private let lockFile = Mutex<SystemFD?>(nil)
+  private let lockFile = Mutex<DescriptorBox?>(nil)
   /// flock belongs to the open file description, which this store's threads share: they take turns here first.
   private let serial = NSLock()
 
@@ -51,7 +51,7 @@ package final class ActivityStore: Sendable {
     try Self.system { () throws(FileSystemError) in try root.makeDirectory(Self.directory, mode: mode) }
   }
 
-  static func system<T>(_ body: () throws(FileSystemError) -> T) throws(ActivityError) -> T {
+  static func system<T: ~Copyable>(_ body: () throws(FileSystemError) -> T) throws(ActivityError) -> T {
     do { return try body() } catch { throw .system(error) }
   }
 
@@ -102,7 +102,6 @@ package final class ActivityStore: Sendable {
   /// The ids of every record file (whatever their contents).
   package func ids() -> [String] {
     guard let directory = try? root.openDirectory(Self.directory) else { return [] }
-    defer { directory.close() }
     return ((try? directory.entries()) ?? []).compactMap { ActivityRecordFormat.id(fromFileName: $0.name) }.sorted()
   }
 
@@ -161,45 +160,39 @@ package final class ActivityStore: Sendable {
   package func withLock<T>(_ body: () throws(ActivityError) -> T) throws(ActivityError) -> T {
     serial.lock()
     defer { serial.unlock() }
-    let lock = try Self.system { () throws(FileSystemError) -> SystemFD in
-      let fd = try lockDescriptor()
-      try fd.lock(.exclusive)
-      return fd
+    let lock = try Self.system { () throws(FileSystemError) -> DescriptorBox in
+      let file = try lockDescriptor()
+      try file.fd.lock(.exclusive)
+      return file
     }
-    defer { lock.unlock() }
+    defer { lock.fd.unlock() }
     return try body()
   }
 
   /// The lock file's descriptor, opened (and the file made) on first use; opened again when the file was removed
   /// meanwhile (a lock on a removed file excludes no one). Called with `serial` held.
-  private func lockDescriptor() throws(FileSystemError) -> SystemFD {
-    if let fd = lockFile.withLock({ $0 }) {
-      guard try fd.status().linkCount == 0 else { return fd }
-      fd.close()
-      lockFile.withLock { $0 = nil }
+  private func lockDescriptor() throws(FileSystemError) -> DescriptorBox {
+    if let file = lockFile.withLock({ $0 }) {
+      guard try file.fd.status().linkCount == 0 else { return file }
+      lockFile.withLock { $0 = nil }  // closes it: no one else holds it (`serial`)
     }
     let directory = try root.openDirectory(Self.directory)
-    defer { directory.close() }
-    var fd: SystemFD
+    let fd: SystemFD
     do throws(FileSystemError) {
-      fd = try directory.open(Self.lockName, [.readOnly, .exclusiveCreate], mode: fileMode)
-      do { try fd.setPermissions(fileMode) } catch {
-        fd.close()
-        throw error
-      }
+      let made = try directory.open(Self.lockName, [.readOnly, .exclusiveCreate], mode: fileMode)
+      try made.setPermissions(fileMode)
+      fd = made
     } catch  where error.errno == .fileExists {
       fd = try directory.open(Self.lockName, .readOnly)
     }
     guard try fd.status().kind == .regular else {
-      fd.close()
       throw FileSystemError(
         "open", directory.path + "/" + Self.lockName, .invalidArgument, reason: "not a regular file")
     }
-    lockFile.withLock { $0 = fd }
-    return fd
+    let file = DescriptorBox(fd)
+    lockFile.withLock { $0 = file }
+    return file
   }
-
-  deinit { lockFile.withLock { $0?.close() } }
 
   // MARK: The switch
 

@@ -580,9 +580,9 @@ public final class MemoryPressure: Sendable {
     var notes: [String] = []
 
     /// Ends the registrations (closing an eventfd ends its cgroup v1 event; closing a trigger's file, the trigger).
-    func close() {
-      for source in cgroupEvents { source.event.close() }
-      for source in triggers { source.trigger.close() }
+    mutating func close() {
+      cgroupEvents = []
+      triggers = []
     }
   }
 

@@ -153,7 +153,6 @@ extension DefaultsStore {
           try root.rename(next, to: "\(suite).snapshot")
           if durable {
             let dir = try root.openDirectory(Self.preferences)
-            defer { dir.close() }
             try dir.sync()
           }
         }

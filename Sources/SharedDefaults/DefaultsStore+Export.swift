@@ -63,7 +63,6 @@ extension DefaultsStore {
     defer {
       try? dir.removeFile(pinned)
       try? dir.removeFile(temp)
-      dir.close()
     }
     for _ in 0..<3 {
       // 1. Pin the snapshot, after judging a tool's file at the name (an applied one is compacted into the
@@ -84,7 +83,10 @@ extension DefaultsStore {
         guard let fd = try? dir.open(pinned, .readOnly), let image = try? SuiteImage(mapping: fd) else {
           return nil  // damaged: repaired at the next catch-up, exported after
         }
-        let previous = (try? dir.open("\(suite).snapshot.exported", .readOnly)).flatMap { try? SuiteImage(mapping: $0) }
+        let previous: SuiteImage? =
+          if let fd = try? dir.open("\(suite).snapshot.exported", .readOnly) { try? SuiteImage(mapping: fd) } else {
+            nil
+          }
         return (image, previous, header.load(Slot.generation), header.load(Slot.editsApplied))
       }
       guard let (image, previous, generation, edits) = start else { return }
@@ -129,7 +131,7 @@ extension DefaultsStore {
   /// Writes the binary plist of `image` as `name` in `dir` (AtomicReplace), value by value
   /// (`BinaryPropertyListWriter.writeDictionary`): only the keys, the small values and one large value are in
   /// memory at a time, and a large value's pages of the image are given back once written.
-  func writeExportFile(of image: SuiteImage, as name: String, in dir: SystemFD, durable: Bool)
+  func writeExportFile(of image: SuiteImage, as name: String, in dir: borrowing SystemFD, durable: Bool)
     throws(SharedDefaultsError) -> FileStatus
   {
     var keys: [String] = []
@@ -200,7 +202,7 @@ extension DefaultsStore {
   /// has, so that whatever it holds is judged as a tool's write. Read from the descriptor the export keeps, never
   /// from the name again: a tool truncating the file in between made it "unaccounted", and the export then kept no
   /// second name for it — the tool's write landed in a file with no name (an edit lost under load, issue #32).
-  func identityAccounted(for fd: SystemFD, unfinished: Bool) -> Identity {
+  func identityAccounted(for fd: borrowing SystemFD, unfinished: Bool) -> Identity {
     guard !unfinished, let st = try? fd.status() else { return (0, 0, 0) }
     let identity = SuiteHeader.identity(st)
     if let recorded = header.recordedExport(), identity == recorded { return identity }
@@ -212,17 +214,17 @@ extension DefaultsStore {
   /// The file it replaces is kept under a second name for a tool's write into it (a tool that opened it before the
   /// rename writes there), accounted for as what it was when opened here (`identityAccounted(for:unfinished:)`).
   func publishExport(
-    _ temp: String, in dir: SystemFD, written: FileStatus, pinned: String, generation: UInt64, edits: UInt64,
+    _ temp: String, in dir: borrowing SystemFD, written: FileStatus, pinned: String, generation: UInt64, edits: UInt64,
     durable: Bool,
     unfinished: Bool, superseded: [UInt128], _ s: inout State
   ) throws(SharedDefaultsError) {
     // The file being replaced, kept open first: a tool may write into it (in place) while this runs, and that
     // write must not vanish with the file's name. Any change after this open shows as another identity (judged),
     // any file renamed over the name after it as a displaced one (kept, judged).
-    let replaced = try? dir.open("\(suite).plist", .readOnly)
-    var handedOver = false
-    defer { if !handedOver { replaced?.close() } }
-    let accounted = replaced.map { identityAccounted(for: $0, unfinished: unfinished) }
+    // In a box: it may go on to a background retry (`applyReplacedEditLater`), and closes when the last holder goes.
+    let replaced: DescriptorBox? =
+      if let fd = try? dir.open("\(suite).plist", .readOnly) { DescriptorBox(fd) } else { nil }
+    let accounted = replaced.map { identityAccounted(for: $0.fd, unfinished: unfinished) }
     // First: a kill after it leaves pairs learned, never an export shown without its predecessor's pairs.
     var history = try loadHistory()
     history.insert(superseded)
@@ -244,17 +246,17 @@ extension DefaultsStore {
     // the replaced file, and its second name goes at once — a process that exits right after `synchronize()` leaves
     // no `.replaced-*` files behind, each the size of the suite. Otherwise, as where leases are refused, it stays.
     var undisturbed = false
-    let replacedInode = (try? replaced?.status())??.inode
+    let replacedInode = (try? replaced?.fd.status())??.inode
     var keptDisplaced: String?
     try SharedDefaultsError.wrap { () throws(FileSystemError) in
       FaultPoint.pause("defaults.export.replacing")
-      let leased = keptName != nil && replaced?.takeWriteLease() == true
+      let leased = keptName != nil && replaced?.fd.takeWriteLease() == true
       let displaced: FileStatus?
       do throws(FileSystemError) { displaced = try publish(temp, in: dir) } catch {
-        if leased { _ = replaced?.releaseLease() }
+        if leased { _ = replaced?.fd.releaseLease() }
         throw error
       }
-      if leased { undisturbed = replaced?.releaseLease() == true }
+      if leased { undisturbed = replaced?.fd.releaseLease() == true }
       // Another file than the one opened above was at the name: a tool renamed its edit over it after it was judged,
       // just before this export took the name. Displaced by the exchange, not unlinked: kept, and judged as a write
       // into a replaced export, against the base of the export it replaced (still `<suite>.snapshot.exported`).
@@ -271,10 +273,8 @@ extension DefaultsStore {
     }
     // The displaced tool's file is judged now, before this export (`synchronize()`) returns and the process may exit.
     if let keptDisplaced {
-      let edit = (try? dir.open(keptDisplaced, .readOnly)).flatMap { fd in
-        defer { fd.close() }
-        return Self.readEdit(fd)
-      }
+      let edit: ([String: PropertyListValue], [UInt8], FileStatus)? =
+        if let fd = try? dir.open(keptDisplaced, .readOnly) { Self.readEdit(fd) } else { nil }
       if let (edited, bytes, status) = edit {
         try catchUpExclusively(&s)
         try commitReplacedEdit(edited, bytes: bytes, status: status, &s, keptAs: keptDisplaced)
@@ -283,8 +283,8 @@ extension DefaultsStore {
         scheduleExportCheck()  // not readable now: judged from its second name later, here or in any process
       }
     }
-    let quiet = undisturbed && replaced?.isOpenElsewhere() == false  // before the identity is read: see above
-    guard let replaced, let accounted, let now = try? replaced.status(), now.kind == .regular,
+    let quiet = undisturbed && replaced?.fd.isOpenElsewhere() == false  // before the identity is read: see above
+    guard let replaced, let accounted, let now = try? replaced.fd.status(), now.kind == .regular,
       SuiteHeader.identity(now) != accounted
     else {
       guard let keptName else { return }
@@ -297,10 +297,9 @@ extension DefaultsStore {
       return
     }
     // Written by a tool since it was accounted for (in place, during this rename): judged against its base.
-    guard let (edited, bytes, status) = Self.readEdit(replaced) else {
+    guard let (edited, bytes, status) = Self.readEdit(replaced.fd) else {
       // Perhaps half-written: a tool that writes in place truncates the file, encodes, then writes (plistlib
       // takes tens of milliseconds in between). Read it again later; its write lands in this inode.
-      handedOver = true
       replacedEdits.enter()
       applyReplacedEditLater(replaced, keptAs: keptName, tries: Self.replacedEditTries)
       return
@@ -313,7 +312,7 @@ extension DefaultsStore {
   /// Puts the export at `temp` (in `dir`) at the export's name. Atomically exchanged with the file there, when there
   /// is one: returns that file's identity, now at `temp` (the caller looks at it, then removes it). When there is
   /// none, renamed without replacing (a file that appears meanwhile is exchanged with instead).
-  func publish(_ temp: String, in dir: SystemFD) throws(FileSystemError) -> FileStatus? {
+  func publish(_ temp: String, in dir: borrowing SystemFD) throws(FileSystemError) -> FileStatus? {
     let name = "\(suite).plist"
     for _ in 0..<8 {
       do throws(FileSystemError) {
@@ -335,7 +334,7 @@ extension DefaultsStore {
   /// A tool's file displaced from the export's name by `publish` (now at `temp`), which nobody judged: kept under a
   /// second name with the base of the export it replaced (`<suite>.snapshot.exported`, not yet moved on), to be
   /// judged like a write into a replaced export. Returns that name (nil, logged, when it could not be kept).
-  func keepDisplaced(_ temp: String, in dir: SystemFD) -> String? {
+  func keepDisplaced(_ temp: String, in dir: borrowing SystemFD) -> String? {
     let kept = keptExportName((0, 0, 0))  // an identity no file has: judged as written by a tool
     do throws(FileSystemError) {
       try? dir.removeFile(Self.keptBase(kept))
@@ -376,7 +375,6 @@ extension DefaultsStore {
           let dir = try Self.beneath(Self.preferences, in: containerPath) { () throws(FileSystemError) in
             try root.openDirectory(Self.preferences)
           }
-          defer { dir.close() }
           let pending = try exclusively { s throws(SharedDefaultsError) -> Bool in try applyKeptExports(in: dir, &s) }
           if pending { scheduleExportCheck(after: Self.keptExportGrace) }
         } catch {

@@ -123,7 +123,8 @@ extension DefaultsStore {
         try root.replaceFile(item, mode: fileMode, durability: durability) { (fd) throws(FileSystemError) in
           do throws(SharedDefaultsError) {
             let (made, _) = try SuiteImage.merge(
-              base: base, changes: changes, generation: generation, position: UInt64(position), into: .file(fd))
+              base: base, changes: changes, generation: generation, position: UInt64(position),
+              into: .file(fd.rawValue, path: fd.path))
             guard made.length <= Self.snapshotLimits.maxBytes else {
               header.store(Slot.overLimit, 1)
               throw .suiteTooLarge(directory + "/\(suite).snapshot", "it would be \(made.length) bytes")
@@ -161,7 +162,7 @@ extension DefaultsStore {
 
   /// Runs a call that reaches `item` beneath the container; a way out (a directory on the way swapped for a
   /// symlink that leads outside, which `RESOLVE_BENEATH` refuses with `EXDEV`) is `pathEscapesContainer`.
-  static func beneath<T>(
+  static func beneath<T: ~Copyable>(
     _ item: String, in container: String, _ body: () throws(FileSystemError) -> T
   ) throws(SharedDefaultsError) -> T {
     do { return try body() } catch {

@@ -27,7 +27,6 @@ extension DefaultsStore {
           try state.withLock { s throws(SharedDefaultsError) -> Void in
             try catchUpExclusively(&s)
             if kept, let dir = try? root.openDirectory(Self.preferences) {
-              defer { dir.close() }
               try applyKeptExports(in: dir, &s)
             }
             if (try? exportState()) == .edited { _ = try judgeExportAtName(&s, durable: false) }
@@ -64,7 +63,6 @@ extension DefaultsStore {
       quarantine("\(suite).plist")
       return .none
     }
-    defer { fd.close() }
     do { read = try fd.readRegularFile(limit: Self.snapshotLimits.maxBytes) } catch {
       Self.logger.error(
         "suite '\(suite)': '\(plistPath)' written by another tool cannot be read (\(error)); moved aside")
@@ -193,7 +191,6 @@ extension DefaultsStore {
   /// The names of this suite's outside edits that were kept aside, not applied (`ExportMirror`).
   func unappliedEdits() -> [String] {
     guard let dir = try? root.openDirectory(Self.preferences) else { return [] }
-    defer { dir.close() }
     return ExportMirror.unapplied(suite, in: dir).map { directory + "/" + $0 }
   }
 
@@ -216,7 +213,6 @@ extension DefaultsStore {
   func hasKeptExports() -> Bool {
     let prefix = "\(suite).plist.replaced-"
     guard let dir = try? root.openDirectory(Self.preferences) else { return false }
-    defer { dir.close() }
     return ((try? dir.entries()) ?? []).contains { $0.name.hasPrefix(prefix) }
   }
 
@@ -226,7 +222,7 @@ extension DefaultsStore {
   }
 
   /// Removes a kept export and its base.
-  static func dropKept(_ keptName: String, in dir: SystemFD) {
+  static func dropKept(_ keptName: String, in dir: borrowing SystemFD) {
     try? dir.removeFile(keptName)
     try? dir.removeFile(keptBase(keptName))
   }
@@ -244,7 +240,7 @@ extension DefaultsStore {
   /// with: judged (applied or kept aside), untouched past `keptExportGrace` and open nowhere, or written but not
   /// a property list and no longer being written (moved aside, logged). Returns whether some are left for later.
   @discardableResult
-  func applyKeptExports(in dir: SystemFD, _ s: inout State) throws(SharedDefaultsError) -> Bool {
+  func applyKeptExports(in dir: borrowing SystemFD, _ s: inout State) throws(SharedDefaultsError) -> Bool {
     let prefix = "\(suite).plist.replaced-"
     let now = Double(RealtimeClock.seconds())
     var left = false
@@ -254,7 +250,6 @@ extension DefaultsStore {
         Self.dropKept(name, in: dir)
         continue
       }
-      defer { fd.close() }
       guard let st = try? fd.status(), st.kind == .regular else {
         Self.dropKept(name, in: dir)
         continue
@@ -309,7 +304,7 @@ extension DefaultsStore {
 
   /// The dictionary in a tool's version of the export, open as `fd`, its bytes and the file's status (nil when it
   /// does not parse yet).
-  static func readEdit(_ fd: SystemFD) -> ([String: PropertyListValue], [UInt8], FileStatus)? {
+  static func readEdit(_ fd: borrowing SystemFD) -> ([String: PropertyListValue], [UInt8], FileStatus)? {
     guard let st = try? fd.status(), st.kind == .regular,
       let read = try? fd.read(at: 0, count: Int(min(st.size, Int64(Self.snapshotLimits.maxBytes)))),
       let edited = parseEdit(read)
@@ -324,23 +319,20 @@ extension DefaultsStore {
   /// Reads `replaced` (an export a tool was writing when a compaction replaced it) every `exportRetryDelay`
   /// until it parses, then judges it; closes it. After `tries` it is left under its second name, and logged.
   /// Entered in `replacedEdits` by the caller; leaves it when done.
-  func applyReplacedEditLater(_ replaced: SystemFD, keptAs keptName: String?, tries: Int) {
+  func applyReplacedEditLater(_ replaced: DescriptorBox, keptAs keptName: String?, tries: Int) {
     background.asyncAfter(deadline: .now() + Self.exportRetryDelay) { [weak self, replacedEdits] in
       guard let self else {
-        replaced.close()
         return replacedEdits.leave()
       }
-      guard let (edited, bytes, status) = Self.readEdit(replaced) else {
+      guard let (edited, bytes, status) = Self.readEdit(replaced.fd) else {
         if tries > 1 { return applyReplacedEditLater(replaced, keptAs: keptName, tries: tries - 1) }
         defer { replacedEdits.leave() }
-        replaced.close()
         // Still kept under its second name: the next export, here or in any process, tries again.
         Self.logger.warning(
           "suite '\(suite)': '\(plistPath)' was written by another tool while it was replaced, and does not read yet")
         if keptName != nil { scheduleExportCheck(after: Self.keptExportGrace) }
         return
       }
-      replaced.close()
       defer { replacedEdits.leave() }
       do {
         try exclusively { s throws(SharedDefaultsError) in

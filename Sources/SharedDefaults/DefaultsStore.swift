@@ -249,7 +249,6 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     let files = try Self.beneath(Self.preferences, in: container.path) { () throws(FileSystemError) in
       try root.openDirectory(Self.preferences)
     }
-    defer { files.close() }
     let lockName = "\(suite).lock"
     // A container this process may only read (a read-only file system, or no write permission): its files are
     // opened read-only and mapped privately, and only the lock-free reading path runs (`readOnly`).
@@ -280,17 +279,13 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
           suite: suite, header: header, root: root, directoryItem: Self.preferences, directory: files, mode: fileMode,
           reservation: Self.journalReservation, readOnly: readOnly)
       }
-    } catch {
-      lockFD.close()
-      throw error
-    }
+    }  // on a throw `lockFD` closes with the partly made store
     compactor = SuiteCompactor(header: header, journal: journal)
     deliveries = DispatchQueue(label: "GroupContainer.SharedDefaults.\(suite).deliveries")
     background = DispatchQueue(label: "GroupContainer.SharedDefaults.\(suite).background")
     if readOnly {
       // Nothing here may be initialized or migrated: only a suite in the current format is read.
       guard header.load(Slot.magic) == SuiteHeader.magic else {
-        lockFD.close()
         throw .system(FileSystemError("open", directory + "/" + lockName, .readOnlyFileSystem))
       }
       return
@@ -306,7 +301,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     let (watch, memory) = registrations.withLock { $0 }
     if let watch { Watcher.shared.cancel(watch) }
     memory?.cancel()
-    lockFD.close()
+    // `lockFD` closes after this, with the store.
   }
 
   // MARK: Reading

@@ -82,7 +82,7 @@ enum ExportMirror {
   /// still writing (plistlib truncates, encodes, then writes): while another process has it open, yes, however
   /// long; when nobody has, no. Where that cannot be told (no leases), a file that is empty or starts like a
   /// binary or XML plist is given `unfinishedGrace` after its last write.
-  static func mayBeUnfinished(_ bytes: [UInt8], _ fd: SystemFD, modified: Int64) -> Bool {
+  static func mayBeUnfinished(_ bytes: [UInt8], _ fd: borrowing SystemFD, modified: Int64) -> Bool {
     if let open = fd.isOpenElsewhere() { return open }
     let head = bytes.drop { $0 == 0x20 || $0 == 0x09 || $0 == 0x0A || $0 == 0x0D }
     let looksLikeAPlist =
@@ -99,7 +99,7 @@ enum ExportMirror {
   static func unappliedPrefix(_ suite: String) -> String { "\(suite).plist.unapplied-" }
 
   /// The names of the kept-aside edits of `suite` in `dir` (the suite's directory), sorted.
-  static func unapplied(_ suite: String, in dir: SystemFD) -> [String] {
+  static func unapplied(_ suite: String, in dir: borrowing SystemFD) -> [String] {
     let prefix = unappliedPrefix(suite)
     return ((try? dir.entries()) ?? []).map(\.name).filter { $0.hasPrefix(prefix) }.sorted()
   }

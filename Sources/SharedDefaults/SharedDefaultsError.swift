@@ -155,7 +155,7 @@ public struct SharedDefaultsError: Error, CustomStringConvertible, Sendable {
     }
   }
 
-  static func wrap<T>(_ body: () throws(FileSystemError) -> T) throws(SharedDefaultsError) -> T {
+  static func wrap<T: ~Copyable>(_ body: () throws(FileSystemError) -> T) throws(SharedDefaultsError) -> T {
     do { return try body() } catch { throw .system(error) }
   }
 }

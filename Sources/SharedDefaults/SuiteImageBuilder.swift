@@ -6,7 +6,8 @@ import SystemLayer
 /// Where a builder writes an image: a file (the suite's next snapshot, written where it will be read: a value is
 /// never held twice in memory, which for 60 MB values cost gigabytes) or memory (tests, the fuzzer).
 enum SuiteImageOutput {
-  case file(SystemFD)
+  /// A descriptor the caller owns (and keeps open while the builder writes), and its path.
+  case file(Int32, path: String)
   case memory([UInt8])
 
   /// Writes `bytes` at `offset`; with `inPages`, a page at a time. Why: the page cache keeps what a write brought
@@ -16,7 +17,8 @@ enum SuiteImageOutput {
   mutating func write(_ bytes: [UInt8], at offset: Int, inPages: Bool = true) throws(SharedDefaultsError) {
     guard !bytes.isEmpty else { return }
     switch self {
-    case .file(let fd):
+    case .file(let raw, let path):
+      let fd = SystemFD.view(raw, path: path)
       let result = bytes.withUnsafeBytes { raw in
         Result { () throws(FileSystemError) in
           let piece = inPages ? Self.pageBytes : raw.count
@@ -42,7 +44,8 @@ enum SuiteImageOutput {
   /// `count` bytes written at `offset` before.
   func read(at offset: Int, count: Int) throws(SharedDefaultsError) -> [UInt8] {
     switch self {
-    case .file(let fd):
+    case .file(let raw, let path):
+      let fd = SystemFD.view(raw, path: path)
       do { return try fd.read(at: Int64(offset), count: count) } catch { throw .system(error) }
     case .memory(let out):
       return Array(out[offset..<(offset + count)])

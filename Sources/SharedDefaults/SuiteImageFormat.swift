@@ -259,9 +259,9 @@ final class SuiteImage: @unchecked Sendable {  // immutable after init: read-onl
   /// Gives back the resident pages of `range` of a mapped image (a value read once, by the export).
   func releaseResidentPages(in range: Range<Int>) { mapping?.releaseResidentPages(in: range) }
 
-  /// Maps the image open as `fd` (which it now owns: closed with the image, or before a throw) and checks its
+  /// Maps the image open as `fd` (which it now owns: it closes with the image, or as the init throws) and checks its
   /// header (O(1)).
-  convenience init(mapping fd: SystemFD) throws(OpenError) {
+  convenience init(mapping fd: consuming SystemFD) throws(OpenError) {
     let file: MappedFile
     do { file = try MappedFile(fd: fd) } catch { throw .system(error) }
     do { try self.init(bytes: file.bytes, mapping: file, owned: nil) } catch { throw .corrupt(error) }

@@ -45,7 +45,7 @@ final class SuiteJournal: @unchecked Sendable {  // the mapping is shared memory
   /// Maps `<suite>.journal` in `directory` (the descriptor of `directoryItem` beneath `root`), created if missing;
   /// `readOnly`: a private, read-only copy (a container this process may only read).
   init(
-    suite: String, header: SuiteHeader, root: ContainerDirectory, directoryItem: String, directory: SystemFD,
+    suite: String, header: SuiteHeader, root: ContainerDirectory, directoryItem: String, directory: borrowing SystemFD,
     mode: mode_t, reservation: Int, readOnly: Bool
   ) throws(FileSystemError) {
     self.suite = suite
@@ -56,13 +56,8 @@ final class SuiteJournal: @unchecked Sendable {  // the mapping is shared memory
     self.directoryItem = directoryItem
     self.mode = mode
     if readOnly {
-      let fd = try directory.open(name, .readOnly)
-      do throws(FileSystemError) {
-        mapping = try SharedFileMapping(fd: fd, reservation: reservation, privateCopy: true)
-      } catch {
-        fd.close()
-        throw error
-      }
+      mapping = try SharedFileMapping(
+        fd: try directory.open(name, .readOnly), reservation: reservation, privateCopy: true)
     } else {
       mapping = try SharedFileMapping(name: name, in: directory, mode: mode, reservation: reservation)
     }
@@ -262,7 +257,6 @@ final class SuiteJournal: @unchecked Sendable {  // the mapping is shared memory
     let mine = inode
     do {
       let files = try root.openDirectory(directoryItem)
-      defer { files.close() }
       let fd = try files.openOrCreate(name, mode: mode, size: 0)
       let inode = try fd.status().inode
       if inode == recorded {

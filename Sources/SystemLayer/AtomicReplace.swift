@@ -41,8 +41,8 @@ package enum AtomicReplace {
   /// set).
   @discardableResult
   package static func write(
-    _ bytes: some Collection<UInt8>, in directory: SystemFD, name: String, mode: mode_t,
-    durability: Durability = .processCrash, staging: SystemFD? = nil
+    _ bytes: some Collection<UInt8>, in directory: borrowing SystemFD, name: String, mode: mode_t,
+    durability: Durability = .processCrash, staging: borrowing SystemFD? = nil
   ) throws(FileSystemError) -> FileStatus {
     try write(parts: 1, in: directory, name: name, mode: mode, durability: durability, staging: staging) {
       (fd, _) throws(FileSystemError) in try fd.writeAll(bytes)
@@ -55,16 +55,19 @@ package enum AtomicReplace {
   /// cannot be renamed into `directory` (another file system): the replace starts over next to the target.
   @discardableResult
   package static func write(
-    parts: Int, in directory: SystemFD, name: String, mode: mode_t, durability: Durability = .processCrash,
-    staging: SystemFD? = nil, _ writePart: (SystemFD, Int) throws(FileSystemError) -> Void
+    parts: Int, in directory: borrowing SystemFD, name: String, mode: mode_t, durability: Durability = .processCrash,
+    staging: borrowing SystemFD? = nil, _ writePart: (borrowing SystemFD, Int) throws(FileSystemError) -> Void
   ) throws(FileSystemError) -> FileStatus {
     // Errors name the file the caller writes, never the temp file (an internal name the user cannot act on);
     // built only for an error.
     var target: String { directory.path + "/" + name }
-    let place = staging ?? directory
-    let temp: (fd: SystemFD, name: String)
+    let staging = staging.borrowedView
+    let staged = staging != nil
+    // Where the temp file is made: a view, as both candidates are the caller's.
+    let place = staged ? staging!.borrowedView : directory.borrowedView
+    let temp: Temporary
     do { temp = try createTemporary(in: place, for: name, mode: mode, exactMode: false) } catch {
-      if staging != nil {  // the staging directory is gone or full of strangers: next to the target
+      if staged {  // the staging directory is gone or full of strangers: next to the target
         return try write(parts: parts, in: directory, name: name, mode: mode, durability: durability, writePart)
       }
       if error.errno == .noSuchFileOrDirectory {
@@ -77,7 +80,6 @@ package enum AtomicReplace {
     }
     let written: FileStatus
     do {
-      defer { temp.fd.close() }
       for part in 0..<parts { try writePart(temp.fd, part) }
       var status = try temp.fd.status()
       // Created with `mode` filtered by the umask, so never more open than asked; fchmod only when the umask took
@@ -89,18 +91,19 @@ package enum AtomicReplace {
       if durability != .processCrash { try temp.fd.sync() }
       written = status
     } catch {
-      try? place.removeFile(temp.name)
+      try? place.removeFile(temp.close())
       throw error.path.contains(temporaryPrefix) ? error.about(target) : error
     }
+    let tempName = temp.close()  // before the rename, see `Temporary.close`
     do {
-      if let staging {
-        try staging.rename(temp.name, into: directory, as: name)
+      if staged {
+        try place.rename(tempName, into: directory, as: name)
       } else {
-        try directory.rename(temp.name, to: name)
+        try directory.rename(tempName, to: name)
       }
     } catch {
-      try? place.removeFile(temp.name)
-      if staging != nil && (error.errno == .improperLink || error.errno == .noSuchFileOrDirectory) {
+      try? place.removeFile(tempName)
+      if staged && (error.errno == .improperLink || error.errno == .noSuchFileOrDirectory) {
         return try write(parts: parts, in: directory, name: name, mode: mode, durability: durability, writePart)
       }
       throw error.about(target)
@@ -109,24 +112,43 @@ package enum AtomicReplace {
     return written
   }
 
+  /// A temp file `createTemporary` made: its descriptor (owned) and its name in the directory.
+  package struct Temporary: ~Copyable {
+    /// The temp file, open for reading and writing.
+    package let fd: SystemFD
+    /// Its name in the directory it was made in.
+    package let name: String
+
+    /// The descriptor alone, for a caller that keeps the file open under its final name.
+    package consuming func takeDescriptor() -> SystemFD { fd }
+
+    /// Closes the temp file and answers its name. A writer closes it before the rename: closed after, its
+    /// close-write event would name the published file, one more event for whoever watches that directory.
+    @discardableResult
+    package consuming func close() -> String {
+      let name = name
+      fd.close()
+      return name
+    }
+  }
+
   /// Creates a fresh temp file in `directory`, named for `name`, with exactly `mode` (umask would leave 0644);
   /// with `exactMode` false, with `mode` as the umask filters it (the caller fixes it).
   package static func createTemporary(
-    in directory: SystemFD, for name: String, mode: mode_t, exactMode: Bool = true
-  ) throws(FileSystemError) -> (fd: SystemFD, name: String) {
+    in directory: borrowing SystemFD, for name: String, mode: mode_t, exactMode: Bool = true
+  ) throws(FileSystemError) -> Temporary {
     var attempt = 0
     while true {
       let temp = temporaryName(for: name, number: nextTemporaryNumber())
       do throws(FileSystemError) {
         // Readable too: a writer that streams a file may read back what it wrote (the suite image's dedup).
         let fd = try directory.open(temp, [.readWrite, .exclusiveCreate], mode: mode)
-        guard exactMode else { return (fd, temp) }
+        guard exactMode else { return Temporary(fd: fd, name: temp) }
         do { try fd.setPermissions(mode) } catch {
-          fd.close()
           try? directory.removeFile(temp)
           throw error
         }
-        return (fd, temp)
+        return Temporary(fd: fd, name: temp)
       } catch {
         guard error.errno == .fileExists && attempt < 8 else { throw error }
         attempt += 1

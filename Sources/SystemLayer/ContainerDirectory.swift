@@ -14,10 +14,12 @@ import SystemPackage
 /// The last component of a file is never followed (`O_NOFOLLOW`) and never blocks (`O_NONBLOCK`).
 package final class ContainerDirectory: Sendable {
   /// The container directory, open for the life of the process (opened again after it was removed: `reopen`).
-  package var fd: SystemFD { SystemFD(rawValue: descriptor.load(ordering: .acquiring), path: path) }
+  /// A view: the directory owns the descriptor.
+  package var fd: SystemFD { SystemFD.view(descriptor.load(ordering: .acquiring), path: path) }
   private let descriptor: Atomic<Int32>
-  /// Descriptors replaced by `reopen`: another thread may still be using one, so they close only at deinit.
-  private let retired = Mutex<[SystemFD]>([])
+  /// The descriptors it owns: the current one, and those replaced by `reopen` (another thread may still be using
+  /// one, so they close only at deinit, with this list).
+  private let owned: Mutex<[DescriptorBox]>
   /// The path it was opened with (for error messages and path-to-relative conversion).
   package let path: String
   /// Device and inode: one container reached under two paths is still one container.
@@ -29,10 +31,10 @@ package final class ContainerDirectory: Sendable {
   package enum Resolution: Sendable { case automatic, componentWalk }
 
   /// Where replaces make their temp files (AtomicReplace.swift): a directory beneath the container, opened on first
-  /// use and kept open. `fd` is -1 until opened, and again after `reopen`.
+  /// use and kept open. `fd` is nil until opened, and again after `reopen`.
   private struct Staging {
     var relative: String?
-    var fd: Int32 = -1
+    var fd: DescriptorBox?
   }
   private let staging = Mutex(Staging())
 
@@ -42,12 +44,9 @@ package final class ContainerDirectory: Sendable {
   /// Opens the container directory at `path` (a symlink in its place is refused).
   package init(path: String) throws(FileSystemError) {
     let fd = try SystemFD.open(path, [.readOnly, .directory])
-    let st: FileStatus
-    do { st = try fd.status() } catch {
-      fd.close()
-      throw error
-    }
+    let st = try fd.status()
     descriptor = Atomic(fd.rawValue)
+    owned = Mutex([DescriptorBox(fd)])
     self.path = path
     device = st.device
     inode = st.inode
@@ -57,22 +56,16 @@ package final class ContainerDirectory: Sendable {
   /// resolved beneath it lands in the new directory, not the deleted one. `device` and `inode` keep naming the
   /// original (the process's identity for this container).
   package func reopen() throws(FileSystemError) {
-    let fresh = try SystemFD.open(path, [.readOnly, .directory])
-    let old = descriptor.exchange(fresh.rawValue, ordering: .acquiringAndReleasing)
+    let fresh = DescriptorBox(try SystemFD.open(path, [.readOnly, .directory]))
+    descriptor.store(fresh.fd.rawValue, ordering: .releasing)
     let oldStaging = staging.withLock { staging in
-      defer { staging.fd = -1 }
+      defer { staging.fd = nil }
       return staging.fd
     }
-    retired.withLock {
-      $0.append(SystemFD(rawValue: old, path: path))
-      if oldStaging >= 0 { $0.append(SystemFD(rawValue: oldStaging, path: path)) }
+    owned.withLock {
+      $0.append(fresh)
+      if let oldStaging { $0.append(oldStaging) }
     }
-  }
-
-  deinit {
-    fd.close()
-    staging.withLock { if $0.fd >= 0 { Glibc.close($0.fd) } }
-    retired.withLock { for old in $0 { old.close() } }
   }
 
   /// Makes replaces stage their temp files in the directory `relative` (which the caller made): see AtomicReplace.
@@ -80,18 +73,18 @@ package final class ContainerDirectory: Sendable {
     staging.withLock { $0.relative = relative }
   }
 
-  /// The staging directory's descriptor (the caller must not close it), or nil when there is none or it cannot be
-  /// opened: then the replace makes its temp file next to the target. Also for callers that replace through
-  /// `AtomicReplace` themselves (the image cache's stores).
+  /// A view of the staging directory's descriptor (the container directory owns it), or nil when there is none or
+  /// it cannot be opened: then the replace makes its temp file next to the target. Also for callers that replace
+  /// through `AtomicReplace` themselves (the image cache's stores).
   package func stagingDirectory() -> SystemFD? {
     staging.withLock { staging -> SystemFD? in
       guard let relative = staging.relative else { return nil }
-      if staging.fd < 0 {
+      if staging.fd == nil {
         // Never through a link in its place (`O_NOFOLLOW`), nor anything but a directory.
         guard let opened = try? openFile(relative, [.readOnly, .directory], mode: 0) else { return nil }
-        staging.fd = opened.rawValue
+        staging.fd = DescriptorBox(opened)
       }
-      return SystemFD(rawValue: staging.fd, in: path, relative: relative)
+      return SystemFD.view(staging.fd!.fd.rawValue, in: path, relative: relative)
     }
   }
 
@@ -109,11 +102,9 @@ package final class ContainerDirectory: Sendable {
     try open(relative, [.readOnly, .directory], mode: 0, resolution: resolution, followLast: true)
   }
 
-  /// The entries of the directory `relative` beneath the container (`SystemFD.entries()`), its descriptor closed
-  /// whatever happens.
+  /// The entries of the directory `relative` beneath the container (`SystemFD.entries()`).
   package func entries(of relative: String) throws(FileSystemError) -> [(name: String, isDirectory: Bool)] {
     let fd = try openDirectory(relative)
-    defer { fd.close() }
     return try fd.entries()
   }
 
@@ -129,7 +120,6 @@ package final class ContainerDirectory: Sendable {
     -> (bytes: [UInt8], status: FileStatus)
   {
     let file = try openFile(relative, .readOnly, resolution: resolution)
-    defer { file.close() }
     return try file.readRegularFile(limit: limit)
   }
 
@@ -151,7 +141,7 @@ package final class ContainerDirectory: Sendable {
   @discardableResult
   package func replaceFile(
     _ relative: String, mode: mode_t, durability: AtomicReplace.Durability = .processCrash,
-    resolution: Resolution = .automatic, writing write: (SystemFD) throws(FileSystemError) -> Void
+    resolution: Resolution = .automatic, writing write: (borrowing SystemFD) throws(FileSystemError) -> Void
   ) throws(FileSystemError) -> FileStatus {
     let (parent, name) = Self.split(relative)
     guard !name.isEmpty else { throw FileSystemError("replace", path, .isDirectory) }
@@ -160,7 +150,6 @@ package final class ContainerDirectory: Sendable {
       throw Self.parentFailure(
         error, writing: path + "/" + relative, parent: parent.isEmpty ? path : path + "/" + parent)
     }
-    defer { directory.close() }
     return try AtomicReplace.write(
       parts: 1, in: directory, name: name, mode: mode, durability: durability, staging: stagingDirectory()
     ) { (fd, _) throws(FileSystemError) in try write(fd) }
@@ -192,7 +181,6 @@ package final class ContainerDirectory: Sendable {
       return false
     }
     let directory = SystemFD(rawValue: opened, in: path, relative: parent)
-    defer { directory.close() }
     if !nameChecked {
       let existing: FileStatus?
       do { existing = try directory.status(of: name) } catch { return false }
@@ -208,7 +196,6 @@ package final class ContainerDirectory: Sendable {
   package func makeDirectory(_ relative: String, mode: mode_t) throws(FileSystemError) {
     let (parent, name) = Self.split(relative)
     let directory = try openDirectory(parent)
-    defer { directory.close() }
     try directory.makeDirectory(name, mode: mode)
   }
 
@@ -221,7 +208,6 @@ package final class ContainerDirectory: Sendable {
       if error.errno == .noSuchFileOrDirectory { return nil }
       throw error
     }
-    defer { directory.close() }
     return try directory.status(of: name)
   }
 
@@ -231,7 +217,6 @@ package final class ContainerDirectory: Sendable {
   package func rename(_ relative: String, to newName: String) throws(FileSystemError) {
     let (parent, name) = Self.split(relative)
     let directory = try openDirectory(parent)
-    defer { directory.close() }
     try directory.rename(name, to: newName)
   }
 
@@ -240,7 +225,6 @@ package final class ContainerDirectory: Sendable {
   package func link(_ relative: String, to newName: String) throws(FileSystemError) {
     let (parent, name) = Self.split(relative)
     let directory = try openDirectory(parent)
-    defer { directory.close() }
     try directory.removeFile(newName)
     try directory.link(name, to: newName)
   }
@@ -249,7 +233,6 @@ package final class ContainerDirectory: Sendable {
   package func removeFile(_ relative: String) throws(FileSystemError) {
     let (parent, name) = Self.split(relative)
     let directory = try openDirectory(parent)
-    defer { directory.close() }
     try directory.removeFile(name)
   }
 
@@ -262,19 +245,17 @@ package final class ContainerDirectory: Sendable {
       if error.errno == .noSuchFileOrDirectory { return }
       throw error
     }
-    defer { directory.close() }
     try Self.removeEntry(name, in: directory)
   }
 
-  private static func removeEntry(_ name: String, in directory: SystemFD) throws(FileSystemError) {
+  private static func removeEntry(_ name: String, in directory: borrowing SystemFD) throws(FileSystemError) {
     do { return try directory.removeFile(name) } catch {
       guard error.errno == .isDirectory else { throw error }
     }
-    let inner = try directory.open(name, [.readOnly, .directory])
     do {
-      defer { inner.close() }
+      let inner = try directory.open(name, [.readOnly, .directory])
       for (child, _) in try inner.entries() { try removeEntry(child, in: inner) }
-    }
+    }  // `inner` closed before its directory is removed
     try directory.removeDirectory(name)
   }
 
@@ -391,21 +372,16 @@ package final class ContainerDirectory: Sendable {
     var current = try fd.open(".", [.readOnly, .directory])
     for (index, component) in components.enumerated() {
       guard component != "." && component != ".." else {
-        current.close()
         throw FileSystemError("openat", full, .improperLink)  // what RESOLVE_BENEATH says for a way out
       }
       let last = index == components.count - 1
-      do {
-        let next =
-          try last
-          ? current.open(component, flags.subtracting(.followSymlink), mode: mode)
-          : current.open(component, [.readOnly, .directory])
-        current.close()
-        current = SystemFD(rawValue: next.rawValue, path: path + "/" + components[...index].joined(separator: "/"))
-      } catch {
-        current.close()
-        throw error
-      }
+      let next =
+        try last
+        ? current.open(component, flags.subtracting(.followSymlink), mode: mode)
+        : current.open(component, [.readOnly, .directory])
+      // Assigning closes the directory before it.
+      current = SystemFD(
+        rawValue: next.releaseOwnership(), path: path + "/" + components[...index].joined(separator: "/"))
     }
     return current
   }
@@ -429,7 +405,6 @@ extension SystemFD {
       guard error.errno == .tooManySymbolicLinkLevels || error.errno == .notDirectory else { throw error }
       throw FileSystemError("mkdirat", path + "/" + name, .notDirectory)
     }
-    defer { made.close() }
     if created { try made.setPermissions(mode) }
   }
 }
@@ -471,7 +446,6 @@ extension ContainerDirectory {
     let skipping = skipping.union(first.map { [$0] } ?? [])
     while let relative = pending.popLast(), visited < budget {
       guard let directory = try? openDirectory(relative, resolution: .componentWalk) else { continue }
-      defer { directory.close() }
       for (name, isDirectory) in (try? directory.entries()) ?? [] {
         visited += 1
         let child = relative.isEmpty ? name : relative + "/" + name

@@ -24,7 +24,7 @@ package final class DatagramSocket: Sendable {
 
   /// Binds a new socket at `name` in `directory`, readable and writable by `mode` (a stale socket file there is
   /// replaced). The corresponding C functions are `socket`, `bind` and `chmod`.
-  package static func bind(_ name: String, in directory: SystemFD, mode: mode_t) throws(FileSystemError)
+  package static func bind(_ name: String, in directory: borrowing SystemFD, mode: mode_t) throws(FileSystemError)
     -> DatagramSocket
   {
     let fd = try name.withCString { name in valueOrErrno { gc_dgram_bind(directory.rawValue, name, mode) } }
@@ -34,7 +34,7 @@ package final class DatagramSocket: Sendable {
 
   /// Connects a new socket to the socket file `file` (an `O_PATH` descriptor; `ENOTSOCK` when it is something
   /// else). The corresponding C function is `connect`.
-  package static func connect(to file: SystemFD) throws(FileSystemError) -> DatagramSocket {
+  package static func connect(to file: borrowing SystemFD) throws(FileSystemError) -> DatagramSocket {
     let fd = try valueOrErrno { gc_dgram_connect(file.rawValue) }.get("connect", file.path)
     return DatagramSocket(fd: fd, path: file.path)
   }

@@ -24,11 +24,9 @@ package enum FileSystem {
   /// The names in a directory, without `.` and `..`. The corresponding C functions are `opendir`/`readdir`.
   package static func listDirectory(_ path: String) throws(FileSystemError) -> [String] {
     let fd = try SystemFD.open(path, [.readOnly, .directory])
-    guard let dir = fdopendir(fd.rawValue) else {
-      let e = Errno(rawValue: Glibc.errno)
-      fd.close()
-      throw FileSystemError("fdopendir", path, e)
-    }
+    guard let dir = fdopendir(fd.rawValue) else { throw FileSystemError("fdopendir", path, Errno(rawValue: errno)) }
+    // The stream owns the descriptor from here: `closedir` closes it (closing it again was a double close).
+    _ = fd.releaseOwnership()
     defer { closedir(dir) }
     var names: [String] = []
     while let entry = readdir(dir) {
@@ -72,7 +70,6 @@ package enum FileSystem {
   /// Reads a whole regular file (no symlinks), refusing anything over `limit` bytes.
   package static func readFile(_ path: String, limit: Int) throws(FileSystemError) -> [UInt8] {
     let fd = try SystemFD.open(path, .readOnly)
-    defer { fd.close() }
     return try fd.readRegularFile(limit: limit).bytes
   }
 

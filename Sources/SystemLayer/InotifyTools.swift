@@ -28,7 +28,7 @@ package final class InotifyTools: Sendable {
   /// Signalled by `wake`: readable until `consumeWakeUps`.
   private let wakeUp: EventFD
   /// A pipe nobody else watches or writes: markers are watches of it (`queueMarker`).
-  private let marker: (read: SystemFD, write: SystemFD)
+  private let marker: ProcessSpawn.Pipe
 
   /// `FD_SETSIZE`: the library's `select` cannot wait on a descriptor this high or higher.
   package static let selectLimit: Int32 = 1024
@@ -39,23 +39,14 @@ package final class InotifyTools: Sendable {
   package init() throws(FileSystemError) {
     // The instance first, to take the lowest free descriptor (below FD_SETSIZE if any is): the others may be higher.
     let instance = try Self.initialiseLibrary()
-    let pipe: (read: SystemFD, write: SystemFD)
-    let event: EventFD
     do {
-      pipe = try ProcessSpawn.pipe()
+      marker = try ProcessSpawn.pipe()
+      wakeUp = try EventFD(name: "watcher wake-up")
     } catch {
       inotifytools_cleanup()
-      throw error
+      throw error  // a pipe made closes here
     }
-    do {
-      event = try EventFD(name: "watcher wake-up")
-    } catch {
-      inotifytools_cleanup()
-      pipe.read.close()
-      pipe.write.close()
-      throw error
-    }
-    (descriptor, marker, wakeUp) = (instance, pipe, event)
+    descriptor = instance
   }
 
   /// Initialises the library and answers its descriptor.
@@ -143,11 +134,10 @@ package final class InotifyTools: Sendable {
   /// Takes the wake-ups signalled so far (`wakeUpDescriptor` stops being readable).
   package func consumeWakeUps() { wakeUp.consume() }
 
-  /// Closes the library's instance and the backend's descriptors; nothing of it may be used afterwards.
+  /// Closes the library's instance; nothing of it may be used afterwards. The wake-up and marker descriptors close
+  /// with this object: a `wake` from another thread after `close` then signals an eventfd still ours, never a
+  /// number reused since.
   package func close() {
     inotifytools_cleanup()
-    wakeUp.close()
-    marker.read.close()
-    marker.write.close()
   }
 }

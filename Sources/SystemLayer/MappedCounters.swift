@@ -37,8 +37,8 @@ package final class MappedCounters: @unchecked Sendable {  // `healing` serializ
   /// Maps the counter file already open (read-write) as `fd`, which the counters now own: for a file opened
   /// beneath a container's descriptor (`SystemFD.openOrCreate(_:mode:size:)` with `fileSize`). `readOnly`: `fd` is
   /// open read-only (a read-only container); the counters are read, never stored (see `SharedFileMapping`).
-  package init(fd: SystemFD, readOnly: Bool = false) throws(FileSystemError) {
-    do throws(FileSystemError) {
+  package init(fd: consuming SystemFD, readOnly: Bool = false) throws(FileSystemError) {
+    do {
       let st = try fd.status()
       guard st.kind == .regular else { throw FileSystemError("mmap", fd.path, .invalidArgument) }
       // A creator may be between open and ftruncate: give it a moment before calling the file corrupt.
@@ -56,9 +56,6 @@ package final class MappedCounters: @unchecked Sendable {  // `healing` serializ
       mapping = try SharedFileMapping(fd: fd, reservation: Self.fileSize, privateCopy: readOnly)
       seenFaults.store(mapping.faultCount, ordering: .relaxed)
       if truncated { newEpoch() }
-    } catch {
-      fd.close()
-      throw error
     }
   }
 
@@ -75,17 +72,14 @@ package final class MappedCounters: @unchecked Sendable {  // `healing` serializ
 
   /// Maps `fd` — the file that replaced this one (the container was removed and made again) — in place of the old,
   /// at the same addresses, and starts a new epoch: what readers cached from the old file is stale.
-  package func rebind(to fd: SystemFD) throws(FileSystemError) {
+  package func rebind(to fd: consuming SystemFD) throws(FileSystemError) {
     healing.lock()
     defer { healing.unlock() }
-    do throws(FileSystemError) {
+    do {
       let st = try fd.status()
       guard st.kind == .regular else { throw FileSystemError("mmap", fd.path, .invalidArgument) }
       if st.size < Int64(Self.fileSize) { try fd.truncate(to: Int64(Self.fileSize)) }
       try mapping.remap(onto: fd)
-    } catch {
-      fd.close()
-      throw error
     }
     seenFaults.store(mapping.faultCount, ordering: .relaxed)
     newEpoch()

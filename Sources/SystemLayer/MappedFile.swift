@@ -21,19 +21,14 @@ package final class MappedFile: @unchecked Sendable {  // immutable after init (
   /// The largest file mapped: images are far smaller; a bigger file is refused rather than reserving its size.
   package static let maxSize = 1 << 30
 
-  /// Maps the regular file open as `fd`, which this object now owns: it is closed in `deinit`, or before a throw.
+  /// Maps the regular file open as `fd`, which this object now owns: it closes with it, or on a throw.
   /// Throws `.invalidArgument` for anything but a regular file, `.fileTooLarge` past `maxSize`. The
   /// corresponding C functions are `fstat` and `mmap`.
-  package init(fd: SystemFD) throws(FileSystemError) {
-    let st: FileStatus
-    do throws(FileSystemError) {
-      st = try fd.status()
-      guard st.kind == .regular else { throw FileSystemError("mmap", fd.path, .invalidArgument) }
-      guard st.size <= Int64(Self.maxSize) else { throw FileSystemError("mmap", fd.path, .fileTooLarge) }
-    } catch {
-      fd.close()
-      throw error
-    }
+  package init(fd: consuming SystemFD) throws(FileSystemError) {
+    let st = try fd.status()
+    guard st.kind == .regular else { throw FileSystemError("mmap", fd.path, .invalidArgument) }
+    guard st.size <= Int64(Self.maxSize) else { throw FileSystemError("mmap", fd.path, .fileTooLarge) }
+    let path = fd.path
     self.fd = fd
     self.status = st
     let size = Int(st.size)
@@ -44,24 +39,20 @@ package final class MappedFile: @unchecked Sendable {  // immutable after init (
       return
     }
     if let injected = IOFaultInjection.failure(.mmap) {
-      fd.close()
-      throw FileSystemError("mmap", fd.path, injected)
+      throw FileSystemError("mmap", path, injected)
     }
-    guard let mapped = mmap(nil, size, PROT_READ, MAP_SHARED, fd.rawValue, 0), mapped != MAP_FAILED else {
-      let error = FileSystemError("mmap", fd.path, Errno(rawValue: errno))
-      fd.close()
-      throw error
+    guard let mapped = mmap(nil, size, PROT_READ, MAP_SHARED, self.fd.rawValue, 0), mapped != MAP_FAILED else {
+      throw FileSystemError("mmap", path, Errno(rawValue: errno))
     }
     // Lookups touch a page here and there: without these a fault read and mapped the pages around it too
     // (readahead, fault-around), and 10 reads of a 100,000-key image cost 5 MB of resident memory. (Pages a writer
     // just wrote sit in the page cache as large folios, which the kernel maps whole: that part stays.)
     _ = madvise(mapped, size, MADV_RANDOM)
-    _ = posix_fadvise(fd.rawValue, 0, 0, POSIX_FADV_RANDOM)
+    _ = posix_fadvise(self.fd.rawValue, 0, 0, POSIX_FADV_RANDOM)
     let slot = gc_guard_register(mapped, size)
     guard slot >= 0 else {
       munmap(mapped, size)
-      fd.close()
-      throw FileSystemError("mmap", fd.path, .tooManyOpenFiles)
+      throw FileSystemError("mmap", path, .tooManyOpenFiles)
     }
     bytes = UnsafeRawBufferPointer(start: mapped, count: size)
     guardSlot = slot
@@ -72,7 +63,7 @@ package final class MappedFile: @unchecked Sendable {  // immutable after init (
       gc_guard_unregister(guardSlot)
       munmap(UnsafeMutableRawPointer(mutating: base), bytes.count)
     }
-    fd.close()
+    // `fd` closes after this, with the object.
   }
 
   /// SIGBUS faults taken in this mapping so far (each one means the file was truncated under us); 0 for an

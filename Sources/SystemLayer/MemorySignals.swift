@@ -53,7 +53,6 @@ package enum MemorySignals {
   /// A small text file of /proc or /sys, read whole (these report size 0, so no size check applies).
   package static func readText(_ path: String, limit: Int = 1 << 20) throws(FileSystemError) -> String {
     let fd = try SystemFD.open(path, .readOnly)
-    defer { fd.close() }
     return String(decoding: try fd.readAll(limit: limit), as: UTF8.self)
   }
 
@@ -130,7 +129,6 @@ package enum MemorySignals {
   /// The corresponding C functions are `open` and `fstatvfs`.
   package static func diskSpace(of path: String) throws(FileSystemError) -> (size: Int64, available: Int64) {
     let directory = try SystemFD.open(path, [.readOnly, .directory, .followSymlink])
-    defer { directory.close() }
     var st = statvfs()
     _ = try valueOrErrno { fstatvfs(directory.rawValue, &st) }.get("fstatvfs", path)
     let unit = Int64(st.f_frsize)
@@ -139,7 +137,8 @@ package enum MemorySignals {
 }
 
 /// An eventfd: a counter the kernel (a cgroup v1 pressure event) or another thread signals, read by `poll`ers.
-package struct EventFD: Sendable, Hashable {
+/// Closed when the last reference goes.
+package final class EventFD: Sendable {
   package let fd: SystemFD
 
   /// A non-blocking, close-on-exec eventfd. The corresponding C function is `eventfd`.
@@ -164,13 +163,12 @@ package struct EventFD: Sendable, Hashable {
     var one: UInt64 = 1
     _ = valueOrErrno { Glibc.write(fd.rawValue, &one, 8) }
   }
-
-  package func close() { fd.close() }
 }
 
 /// A registration of cgroup v1's `memory.pressure_level`: the kernel signals the eventfd each time reclaim in the
-/// cgroup reaches `level` or above (`low`, `medium`, `critical`).
-package struct CgroupV1PressureEvent: Sendable {
+/// cgroup reaches `level` or above (`low`, `medium`, `critical`). The registration ends when the last reference
+/// goes (closing the eventfd ends it in the kernel).
+package final class CgroupV1PressureEvent: Sendable {
   package let level: String
   package let event: EventFD
   private let control: SystemFD
@@ -180,35 +178,19 @@ package struct CgroupV1PressureEvent: Sendable {
   package init(cgroupDirectory: String, level: String) throws(FileSystemError) {
     self.level = level
     let pressure = try SystemFD.open(cgroupDirectory + "/memory.pressure_level", .readOnly)
-    let event: EventFD
-    do { event = try EventFD(name: "eventfd for \(cgroupDirectory)/memory.pressure_level \(level)") } catch {
-      pressure.close()
-      throw error
-    }
-    do {
-      let control = try SystemFD.open(cgroupDirectory + "/cgroup.event_control", .writeOnly)
-      defer { control.close() }
-      try control.writeAll(Array("\(event.fd.rawValue) \(pressure.rawValue) \(level)".utf8))
-    } catch {
-      event.close()
-      pressure.close()
-      throw error
-    }
+    let event = try EventFD(name: "eventfd for \(cgroupDirectory)/memory.pressure_level \(level)")
+    let control = try SystemFD.open(cgroupDirectory + "/cgroup.event_control", .writeOnly)
+    try control.writeAll(Array("\(event.fd.rawValue) \(pressure.rawValue) \(level)".utf8))
     self.event = event
     self.control = pressure
-  }
-
-  /// Closing the eventfd ends the registration in the kernel.
-  package func close() {
-    event.close()
-    control.close()
   }
 }
 
 /// A PSI trigger (`/proc/pressure/memory`, or a cgroup v2 `memory.pressure`): the kernel raises `POLLPRI` on the
 /// descriptor when tasks stalled for `stallMicroseconds` within a `windowMicroseconds` window; it re-arms itself
 /// (at most one event per window). Unprivileged triggers need Linux ≥ 6.5 and a window that is a multiple of 2 s.
-package struct PressureTrigger: Sendable {
+/// The trigger ends when the last reference goes (closing its file ends it).
+package final class PressureTrigger: Sendable {
   package let fd: SystemFD
   package let specification: String
 
@@ -220,13 +202,10 @@ package struct PressureTrigger: Sendable {
       // The kernel wants the terminating NUL as part of the write.
       try fd.writeAll(Array(specification.utf8) + [0])
     } catch {
-      fd.close()
       throw FileSystemError("write '\(specification)' to", path, error.errno)
     }
     self.fd = fd
   }
-
-  package func close() { fd.close() }
 }
 
 /// `poll` over a few descriptors.

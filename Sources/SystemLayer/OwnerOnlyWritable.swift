@@ -66,7 +66,6 @@ extension ContainerDirectory {
       }
       return .untrusted(owner: link.owner, problem: "it is a symbolic link, not a regular file")
     }
-    defer { file.close() }
     let status = try file.status()
     if let problem = OwnerOnlyWritable.problem(status, reader: reader) {
       return .untrusted(owner: status.owner, problem: problem)

@@ -12,7 +12,7 @@ package enum ProcessSpawn {
   /// runner's pipe would keep it waiting). A thread reaps it when it exits. Returns its pid. The corresponding C
   /// function is `posix_spawn` with `POSIX_SPAWN_SETSID`.
   package static func detached(
-    executable: String, arguments: [String], environment: [String: String], output: SystemFD
+    executable: String, arguments: [String], environment: [String: String], output: borrowing SystemFD
   ) throws(FileSystemError) -> Int32 {
     let child = try spawn(
       executable: executable, arguments: arguments, environment: environment, input: nil, output: output,
@@ -27,8 +27,9 @@ package enum ProcessSpawn {
   /// and stderr to `output` and `error`, no other descriptor of ours, its own process group. The corresponding C
   /// function is `posix_spawn`.
   package static func child(
-    executable: String, arguments: [String], environment: [String: String], input: SystemFD?, output: SystemFD,
-    error: SystemFD
+    executable: String, arguments: [String], environment: [String: String], input: borrowing SystemFD?,
+    output: borrowing SystemFD,
+    error: borrowing SystemFD
   ) throws(FileSystemError) -> Int32 {
     try spawn(
       executable: executable, arguments: arguments, environment: environment, input: input, output: output,
@@ -36,8 +37,9 @@ package enum ProcessSpawn {
   }
 
   private static func spawn(
-    executable: String, arguments: [String], environment: [String: String], input: SystemFD?, output: SystemFD,
-    error: SystemFD, detach: Bool
+    executable: String, arguments: [String], environment: [String: String], input: borrowing SystemFD?,
+    output: borrowing SystemFD,
+    error: borrowing SystemFD, detach: Bool
   ) throws(FileSystemError) -> Int32 {
     let argv = ([executable] + arguments).map { strdup($0) } + [nil]
     let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
@@ -47,7 +49,7 @@ package enum ProcessSpawn {
     }
     var pid: Int32 = 0
     let rc = gc_spawn(
-      executable, argv, envp, input?.rawValue ?? -1, output.rawValue, error.rawValue, detach ? 1 : 0, &pid)
+      executable, argv, envp, input.rawValueOrNone, output.rawValue, error.rawValue, detach ? 1 : 0, &pid)
     guard rc == 0 else { throw FileSystemError("posix_spawn", executable, Errno(rawValue: rc)) }
     return pid
   }
@@ -63,8 +65,8 @@ package enum ProcessSpawn {
 
     package init(
       executable: String, arguments: [String], environment: [String: String] = ProcessInfo.processInfo.environment,
-      input: SystemFD? = nil, output: SystemFD = SystemFD(rawValue: 1, path: "stdout"),
-      error: SystemFD = SystemFD(rawValue: 2, path: "stderr"),
+      input: borrowing SystemFD? = nil, output: borrowing SystemFD = SystemFD.view(1, path: "stdout"),
+      error: borrowing SystemFD = SystemFD.view(2, path: "stderr"),
       onExit: (@Sendable (Termination) -> Void)? = nil
     ) throws(FileSystemError) {
       pid = try ProcessSpawn.child(
@@ -101,10 +103,23 @@ package enum ProcessSpawn {
   /// A pipe whose two ends are close-on-exec: no child inherits them unless they are handed to it as its stdin,
   /// stdout or stderr (a child holding the write end of another child's pipe keeps that pipe's reader from ever
   /// seeing end of file). The corresponding C function is `pipe2` with `O_CLOEXEC`.
-  package static func pipe() throws(FileSystemError) -> (read: SystemFD, write: SystemFD) {
+  package static func pipe() throws(FileSystemError) -> Pipe {
     var fds: [Int32] = [-1, -1]
     _ = try valueOrErrno { gc_pipe2(&fds, O_CLOEXEC) }.get("pipe2", "")
-    return (SystemFD(rawValue: fds[0], path: "pipe"), SystemFD(rawValue: fds[1], path: "pipe"))
+    return Pipe(read: SystemFD(rawValue: fds[0], path: "pipe"), write: SystemFD(rawValue: fds[1], path: "pipe"))
+  }
+
+  /// The two ends of a pipe, each owned (and closed) on its own.
+  package struct Pipe: ~Copyable {
+    /// The end to read from.
+    package let read: SystemFD
+    /// The end to write to.
+    package let write: SystemFD
+
+    /// Both ends, each in a box of its own: for a caller that keeps them in different places.
+    package consuming func split() -> (read: DescriptorBox, write: DescriptorBox) {
+      (DescriptorBox(read), DescriptorBox(write))
+    }
   }
 
   /// Whether `path` names a file we may execute. The corresponding C function is `access(X_OK)`.

@@ -16,13 +16,16 @@ import SystemPackage
 /// `faultCount` with what it saw before, treats a change as corruption, and calls `remap()` once the file is
 /// sized again. Writes through a mapping produce no inotify event: notify through `ChangeSignal`.
 package final class SharedFileMapping: @unchecked Sendable {  // immutable after init except the mapping's bytes
-  // and `descriptor` (an atomic; replaced descriptors stay open in `retired`, a Mutex, until deinit)
+  // and `descriptor` (an atomic; the descriptors, replaced ones too, stay open in `owned`, a Mutex, until deinit)
   package let path: String
   package let base: UnsafeMutableRawPointer
   package let reservation: Int
-  private var fd: SystemFD { SystemFD(rawValue: descriptor.load(ordering: .acquiring), path: path) }
+  /// A view of the mapped file's descriptor (`owned` holds it).
+  private var fd: SystemFD { SystemFD.view(descriptor.load(ordering: .acquiring), path: path) }
   private let descriptor: Atomic<Int32>
-  private let retired = Mutex<[SystemFD]>([])
+  /// The current descriptor and those `remap(onto:)` replaced: another thread may still use one, so they close only
+  /// with the mapping.
+  private let owned: Mutex<[DescriptorBox]>
   private let guardSlot: Int32
   /// `MAP_SHARED`, or `MAP_PRIVATE` for a file this process may only read (`privateCopy`).
   private let sharing: Int32
@@ -30,9 +33,12 @@ package final class SharedFileMapping: @unchecked Sendable {  // immutable after
   /// Maps the regular file open as `fd`, which the mapping now owns (closed with it). `privateCopy`: for a file
   /// open read-only (a read-only container) — the mapping reads the file, and a store through it would change
   /// only this process's copy of that page (callers of a read-only file never store).
-  package init(fd: SystemFD, reservation: Int, privateCopy: Bool = false) throws(FileSystemError) {
+  package init(fd: consuming SystemFD, reservation: Int, privateCopy: Bool = false) throws(FileSystemError) {
     self.path = fd.path
     self.descriptor = Atomic(fd.rawValue)
+    let box = DescriptorBox(fd)
+    self.owned = Mutex([box])
+    let fd = box.fd.borrowedView
     self.reservation = reservation
     self.sharing = privateCopy ? MAP_PRIVATE : MAP_SHARED
     if let injected = IOFaultInjection.failure(.mmap) { throw FileSystemError("mmap", fd.path, injected) }
@@ -51,26 +57,20 @@ package final class SharedFileMapping: @unchecked Sendable {  // immutable after
 
   /// Opens (creating it with `mode` when missing) and maps the file `name` of `directory`, a directory held open:
   /// the file is reached beneath it, whatever another process does to the paths on the way meanwhile.
-  package convenience init(name: String, in directory: SystemFD, mode: mode_t, reservation: Int)
+  package convenience init(name: String, in directory: borrowing SystemFD, mode: mode_t, reservation: Int)
     throws(FileSystemError)
   {
     let fd = try directory.open(name, [.readWrite, .create], mode: mode)
-    do throws(FileSystemError) {
-      let st = try fd.status()
-      guard st.kind == .regular else { throw FileSystemError("mmap", fd.path, .invalidArgument) }
-      try fd.setPermissions(mode)
-      try self.init(fd: fd, reservation: reservation)
-    } catch {
-      fd.close()
-      throw error
-    }
+    let st = try fd.status()
+    guard st.kind == .regular else { throw FileSystemError("mmap", fd.path, .invalidArgument) }
+    try fd.setPermissions(mode)
+    try self.init(fd: fd, reservation: reservation)
   }
 
   deinit {
     gc_guard_unregister(guardSlot)
     munmap(base, reservation)
-    fd.close()
-    retired.withLock { for old in $0 { old.close() } }
+    // The descriptors in `owned` close after this, with the object.
   }
 
   /// SIGBUS faults taken in this mapping so far (each one means the file was truncated under us).
@@ -103,12 +103,13 @@ package final class SharedFileMapping: @unchecked Sendable {  // immutable after
   /// Maps `newFD` (a file of at least the old size, which the mapping now owns) over the same addresses, in one
   /// `mmap(MAP_FIXED)`: a thread reading meanwhile sees the old pages or the new ones, never an unmapped hole.
   /// For a file replaced by a new one of the same role (the container removed and made again).
-  package func remap(onto newFD: SystemFD) throws(FileSystemError) {
+  package func remap(onto newFD: consuming SystemFD) throws(FileSystemError) {
     if let injected = IOFaultInjection.failure(.mmap) { throw FileSystemError("mmap", newFD.path, injected) }
     let again = mmap(base, reservation, PROT_READ | PROT_WRITE, sharing | MAP_FIXED, newFD.rawValue, 0)
     guard again == base else { throw FileSystemError("mmap", newFD.path, Errno(rawValue: errno)) }
-    let old = descriptor.exchange(newFD.rawValue, ordering: .acquiringAndReleasing)
-    retired.withLock { $0.append(SystemFD(rawValue: old, path: path)) }
+    descriptor.store(newFD.rawValue, ordering: .releasing)
+    let box = DescriptorBox(newFD)
+    owned.withLock { $0.append(box) }
   }
 
   /// Writes the file's dirty pages (also those written through the mapping) to disk. The corresponding C function

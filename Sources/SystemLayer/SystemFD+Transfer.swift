@@ -10,7 +10,7 @@ extension SystemFD {
   /// Renames `name` in this directory to `newName` in `directory`, both resolved from their descriptors (a
   /// directory on the way swapped for a symlink meanwhile cannot move the file outside). Fails with `EXDEV` when
   /// the two are on different file systems. The corresponding C function is `renameat`.
-  package func rename(_ name: String, into directory: SystemFD, as newName: String) throws(FileSystemError) {
+  package func rename(_ name: String, into directory: borrowing SystemFD, as newName: String) throws(FileSystemError) {
     _ = try name.withCString { from in
       newName.withCString { to in valueOrErrno(.rename) { Glibc.renameat(rawValue, from, directory.rawValue, to) } }
     }.get("renameat", "\(path)/\(name)' -> '\(directory.path)/\(newName)")
@@ -54,11 +54,13 @@ extension SystemFD {
   /// Copies this file's first `length` bytes to the start of `target` (a file opened for writing) through a
   /// 1 MiB buffer: a download published across file systems (`EXDEV`). (`copy_file_range` is not in Swift's
   /// Glibc module.) The corresponding C functions are `pread` and `pwrite`.
-  package func copyContents(to target: SystemFD, length: Int64) throws(FileSystemError) {
+  package func copyContents(to target: borrowing SystemFD, length: Int64) throws(FileSystemError) {
     try copyThroughBuffer(to: target, from: 0, length: length)
   }
 
-  private func copyThroughBuffer(to target: SystemFD, from start: Int64, length: Int64) throws(FileSystemError) {
+  private func copyThroughBuffer(to target: borrowing SystemFD, from start: Int64, length: Int64)
+    throws(FileSystemError)
+  {
     let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
     defer { buffer.deallocate() }
     var offset = start
@@ -79,7 +81,6 @@ package enum BootIdentity {
   /// trusted only up to what was fsynced).
   package static let current: String? = {
     guard let fd = try? SystemFD.open("/proc/sys/kernel/random/boot_id", .readOnly) else { return nil }
-    defer { fd.close() }
     guard let bytes = try? fd.readAll(limit: 128) else { return nil }
     let text = String(decoding: bytes, as: UTF8.self).trimmingTrailingNewlines()
     return text.isEmpty ? nil : text

@@ -69,14 +69,23 @@ package enum FlockMode: Sendable {
   var flag: Int32 { self == .shared ? LOCK_SH : LOCK_EX }
 }
 
-/// An open file descriptor. Not closed automatically: the owner calls `close()` exactly once.
+/// An open file descriptor that closes itself: the value owns it, and its life ends at `close()` or, when nobody
+/// called that, at the end of its scope. It is `~Copyable`, so a second close — which in a process full of threads
+/// closes whoever got the number since, and with a lock file silently drops its flock — does not compile.
+///
+/// A view (`SystemFD.view(_:path:)`, `borrowedView`) names a descriptor someone else owns — the container
+/// directory, stdout, a descriptor held in a class — and never closes it; `close()` on a view is a programming
+/// error (an assertion in debug builds). Collections need Copyable elements: keep an owned descriptor in a
+/// `DescriptorBox` there.
 ///
 /// Every open in this module adds `O_CLOEXEC` (a forked child would otherwise keep flocks alive), `O_NOFOLLOW`
 /// (every file in a container is untrusted: a planted symlink must not redirect us) and `O_NONBLOCK` (opening a
 /// FIFO someone planted where a file is expected would otherwise block until a writer appears; for regular files
 /// and directories it changes nothing). Readers `fstat` what they opened and refuse anything but a regular file.
-package struct SystemFD: Sendable, Hashable {
+package struct SystemFD: ~Copyable, Sendable {
   package let rawValue: Int32
+  /// False for a view: the descriptor belongs to someone else.
+  private var owns: Bool
   /// The path it was opened with, for error messages: up to three parts (a directory, a path beneath it, a name in
   /// that), joined only when asked — a write opens a parent and a temp file, and building their paths up front was
   /// two string allocations each.
@@ -89,28 +98,68 @@ package struct SystemFD: Sendable, Hashable {
   private let middle: String
   private let leaf: String
 
+  /// Takes ownership of `rawValue`: it closes when this value's life ends.
   package init(rawValue: Int32, path: String) {
-    self.init(rawValue: rawValue, base: path, middle: "", leaf: "")
+    self.init(rawValue: rawValue, base: path, middle: "", leaf: "", owns: true)
   }
 
-  /// A descriptor of `relative`, opened beneath the directory at `directory`.
+  /// Takes ownership of `rawValue`, a descriptor of `relative` opened beneath the directory at `directory`.
   package init(rawValue: Int32, in directory: String, relative: String) {
-    self.init(rawValue: rawValue, base: directory, middle: relative, leaf: "")
+    self.init(rawValue: rawValue, base: directory, middle: relative, leaf: "", owns: true)
   }
 
-  private init(rawValue: Int32, base: String, middle: String, leaf: String) {
+  private init(rawValue: Int32, base: String, middle: String, leaf: String, owns: Bool) {
     self.rawValue = rawValue
     self.base = base
     self.middle = middle
     self.leaf = leaf
+    self.owns = owns
+  }
+
+  /// A view of `rawValue`, which someone else owns and closes: this value never closes it.
+  package static func view(_ rawValue: Int32, path: String) -> SystemFD {
+    SystemFD(rawValue: rawValue, base: path, middle: "", leaf: "", owns: false)
+  }
+
+  /// A view of `rawValue`, a descriptor of `relative` beneath the directory at `directory`, owned by someone else.
+  package static func view(_ rawValue: Int32, in directory: String, relative: String) -> SystemFD {
+    SystemFD(rawValue: rawValue, base: directory, middle: relative, leaf: "", owns: false)
+  }
+
+  /// A view of this descriptor, for a place that needs a value of its own (an escaping closure, a stored field)
+  /// while this one keeps owning it: the view must not outlive it.
+  package var borrowedView: SystemFD {
+    SystemFD(rawValue: rawValue, base: base, middle: middle, leaf: leaf, owns: false)
+  }
+
+  /// Whether this value closes its descriptor (false for a view).
+  package var isOwner: Bool { owns }
+
+  /// Gives up ownership without closing: the caller now owns the raw descriptor (one that must outlive this
+  /// value, e.g. handed to a child process's standard stream table).
+  package consuming func releaseOwnership() -> Int32 {
+    owns = false
+    return rawValue
   }
 
   /// A descriptor of `name`, opened in this directory.
   private func child(_ rawValue: Int32, named name: String) -> SystemFD {
     leaf.isEmpty
       ? SystemFD(
-        rawValue: rawValue, base: base, middle: middle.isEmpty ? name : middle, leaf: middle.isEmpty ? "" : name)
+        rawValue: rawValue, base: base, middle: middle.isEmpty ? name : middle, leaf: middle.isEmpty ? "" : name,
+        owns: true)
       : SystemFD(rawValue: rawValue, path: path + "/" + name)
+  }
+
+  /// Closes the descriptor now (which drops any flock held through it) rather than at the end of the scope. The
+  /// corresponding C function is `close`.
+  package consuming func close() {
+    // The work is deinit's: ending the value's life here runs it.
+    if !owns { assertionFailure("close() of a view of descriptor \(rawValue) ('\(path)'): its owner closes it") }
+  }
+
+  deinit {
+    if owns { SystemFD.closeOwned(rawValue, path: path) }
   }
 
   package struct OpenFlags: OptionSet, Sendable {
@@ -166,13 +215,9 @@ package struct SystemFD: Sendable, Hashable {
       guard error.errno == .fileExists else { throw error }
       return try open(name, .readWrite)
     }
-    do throws(FileSystemError) {
-      try created.setPermissions(mode)
-      try created.truncate(to: size)
-    } catch {
-      created.close()
-      throw error
-    }
+    // On failure `created` closes as it goes out of scope.
+    try created.setPermissions(mode)
+    try created.truncate(to: size)
     return created
   }
 
@@ -239,12 +284,6 @@ package struct SystemFD: Sendable, Hashable {
     }
     guard st.size <= Int64(limit) else { throw FileSystemError("read", path, .fileTooLarge) }
     return (try readAll(limit: limit), st)
-  }
-
-  /// Closes the descriptor (which drops any flock held through it). The corresponding C function is `close`.
-  package func close() {
-    // EINTR on close must not be retried on Linux: the descriptor is already gone.
-    _ = Glibc.close(rawValue)
   }
 
   /// The corresponding C function is `flock`.

@@ -133,7 +133,6 @@ struct DefaultsExport: ParsableCommand {
     } else {
       // The user's own file, outside the container: their path, links followed, as a shell redirect would.
       let file = try SystemFD.open(path, [.writeOnly, .create, .truncate, .followSymlink], mode: 0o644)
-      defer { file.close() }
       try file.writeAll(bytes)
     }
   }

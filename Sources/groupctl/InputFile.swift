@@ -8,7 +8,6 @@ enum InputFile {
   static func read(_ path: String, limit: Int = 1 << 30) throws -> Data {
     do throws(FileSystemError) {
       let file = try SystemFD.open(path, [.readOnly, .followSymlink])
-      defer { file.close() }
       return Data(try file.readRegularFile(limit: limit).bytes)
     } catch {
       throw CommandFailure("cannot read '\(path)': \(error.reason ?? error.errno.description)")

@@ -27,7 +27,6 @@ struct StressLog {
 
   func append(_ line: String) {
     guard let fd = try? SystemFD.open(path, [.writeOnly, .create, .append]) else { return }
-    defer { fd.close() }
     try? fd.writeAll(Array((line + "\n").utf8))
   }
 

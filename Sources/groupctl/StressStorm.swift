@@ -295,10 +295,8 @@ final class StormSlot {
     generation += 1
     log = logs.appendingPathComponent("\(name).log").path
     let null = try SystemFD.open("/dev/null", .writeOnly)
-    defer { null.close() }
     // The libraries' log (swift-log on stderr) goes beside the history, not into the storm's output.
     let errors = try SystemFD.open(logs.appendingPathComponent("\(name).stderr").path, [.writeOnly, .create, .append])
-    defer { errors.close() }
     let started = try ProcessSpawn.Reaped(
       executable: executable, arguments: arguments(generation, log), output: null, error: errors)
     live.add(started)
@@ -351,7 +349,7 @@ final class StormFileServer {
   var url = ""
   let manifest: String
   let process: ProcessSpawn.Reaped
-  private var input: SystemFD?
+  private var input: DescriptorBox?
 
   /// nil when there is no executable at `path`.
   init?(_ path: String, logs: URL) throws {
@@ -368,24 +366,20 @@ final class StormFileServer {
     }
     manifest = logs.appendingPathComponent("served.manifest").path
     try Data((lines.joined(separator: "\n") + "\n").utf8).write(to: URL(fileURLWithPath: manifest))
-    let stdin = try ProcessSpawn.pipe()
-    let stdout = try ProcessSpawn.pipe()
-    // Only the server keeps its ends: our copy of its stdin's read end would keep it from seeing our close.
-    do {
-      process = try ProcessSpawn.Reaped(
-        executable: path, arguments: ["--root", served.path], input: stdin.read, output: stdout.write)
-    } catch {
-      for fd in [stdin.read, stdin.write, stdout.read, stdout.write] { fd.close() }
-      throw error
-    }
-    stdin.read.close()
-    stdout.write.close()  // ours would keep the read below from seeing a server that exited
-    defer { stdout.read.close() }
-    input = stdin.write
+    let (stdinRead, stdinWrite) = try ProcessSpawn.pipe().split()
+    let (stdoutRead, stdoutWrite) = try ProcessSpawn.pipe().split()
+    process = try ProcessSpawn.Reaped(
+      executable: path, arguments: ["--root", served.path], input: stdinRead.fd.borrowedView,
+      output: stdoutWrite.fd.borrowedView)
+    // Only the server keeps its ends: our copy of its stdin's read end would keep it from seeing our close, and of
+    // its stdout's write end the read below from seeing a server that exited. Both close here.
+    _ = consume stdinRead
+    _ = consume stdoutWrite
+    input = stdinWrite
     var text = ""
     var buffer = [UInt8](repeating: 0, count: 256)
     while !text.contains("\n") {
-      let n = (try? buffer.withUnsafeMutableBytes { try stdout.read.read(into: $0) }) ?? 0
+      let n = (try? buffer.withUnsafeMutableBytes { try stdoutRead.fd.read(into: $0) }) ?? 0
       guard n > 0 else {
         stop()
         throw CommandFailure("gc-file-server (\(path)) exited before it listened")
@@ -401,8 +395,7 @@ final class StormFileServer {
 
   /// Closes its stdin and waits for it to exit.
   func stop() {
-    input?.close()
-    input = nil
+    input = nil  // closes it
     let by = MonotonicClock.nanoseconds() + 10_000_000_000
     while process.termination == nil && MonotonicClock.nanoseconds() < by { Thread.sleep(forTimeInterval: 0.02) }
     if process.termination == nil { _ = Signals.send(SIGKILL, to: process.pid) }

@@ -152,7 +152,6 @@ import Testing
     let paused = pauses + "/downloads.agent.released"
     #expect(await eventually { FileManager.default.fileExists(atPath: paused) })
     let lock = try store.openLock(DownloadStore.agentLockPath)
-    defer { lock.close() }
     #expect(try lock.lock(.exclusive, nonBlocking: true))
     let target = "/gen/1000?seed=43"
     let id = DownloadRecordFormat.newTaskID()

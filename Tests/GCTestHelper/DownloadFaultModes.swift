@@ -26,7 +26,7 @@ final class DownloadFaultSubject: IOFaultSubject {
   let session: DownloadSession?
   /// The task of the round `prepare` requested (checkpoint), or the partial it wrote, opened (publish).
   var task: String?
-  var partial: SystemFD?
+  var partial: DescriptorBox?
   static let checkpointSize = 262_144
   static let publishSize = 65_536
 
@@ -96,8 +96,7 @@ final class DownloadFaultSubject: IOFaultSubject {
       let path = DownloadStore.taskPath("pub-\(round)", "partial")
       try Self.contents(seed: round, size: Self.publishSize).write(to: container.url.appendingPathComponent(path))
       let tasks = try container.directory().openDirectory((path as NSString).deletingLastPathComponent)
-      defer { tasks.close() }
-      partial = try tasks.open((path as NSString).lastPathComponent, .readWrite)
+      partial = DescriptorBox(try tasks.open((path as NSString).lastPathComponent, .readWrite))
     }
   }
 
@@ -124,10 +123,9 @@ final class DownloadFaultSubject: IOFaultSubject {
       return "c\(round).bin"
     default:
       guard let partial else { throw DownloadFaultError(text: "no partial") }
-      defer { partial.close() }
       do {
         try await Publisher.publish(
-          file: partial, partial: DownloadStore.taskPath("pub-\(round)", "partial"),
+          file: partial.fd, partial: DownloadStore.taskPath("pub-\(round)", "partial"),
           length: Int64(Self.publishSize), destination: "Downloads/p.bin", container: container,
           root: try container.directory(), logger: logger)
       } catch let error as DownloadError {

@@ -23,7 +23,6 @@ struct AppendIntent: AppIntent {
   var text = ""
   func perform() async throws -> some IntentResult {
     let fd = try SystemFD.open(log, [.writeOnly, .create, .append], mode: 0o600)
-    defer { fd.close() }
     try fd.writeAll(Array("\(text) \(getpid())\n".utf8))
     return .result()
   }

@@ -11,7 +11,7 @@ import SystemLayer
 
 /// One line on stdout, from any thread (handlers run on the monitor's delivery queue).
 private func out(_ line: String) {
-  try? SystemFD(rawValue: 1, path: "stdout").writeAll(Array((line + "\n").utf8))
+  try? SystemFD.view(1, path: "stdout").writeAll(Array((line + "\n").utf8))
 }
 
 /// A stand-in memory tier: 1 MB chunks, trimmed on warning to `MemoryPressure.warningTrimFraction` of its limit

@@ -49,7 +49,7 @@ struct SuiteJournalTests {
       return journal
     }
 
-    deinit { preferences.close() }
+    // `preferences` closes with the fixture.
   }
 
   static func records(_ range: Range<Int>, prefix: String = "k") -> [JournalFormat.Record] {

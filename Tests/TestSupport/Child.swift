@@ -126,8 +126,8 @@ public final class SpawnedProcess: Sendable {
   package enum Sink: Sendable {
     /// A pipe read on a thread of its own; each chunk is handed to the closure, in order, then `end` is called.
     case pipe(@Sendable ([UInt8]) -> Void, end: @Sendable () -> Void = {})
-    /// A file (the descriptor is the caller's; the child gets a copy).
-    case file(SystemFD)
+    /// A file: the raw descriptor of one the caller owns and keeps open until the child started (it gets a copy).
+    case file(Int32)
     /// The test process's own stdout or stderr.
     case inherit
   }
@@ -142,19 +142,19 @@ public final class SpawnedProcess: Sendable {
   /// Starts `executable` (an absolute path) with stdin from `input` (nil: /dev/null).
   init(
     executable: String, arguments: [String], environment: [String: String] = ProcessInfo.processInfo.environment,
-    input: SystemFD? = nil, output: Sink, error: Sink
+    input: borrowing SystemFD? = nil, output: Sink, error: Sink
   ) throws {
-    var parentEnds: [SystemFD] = []  // the write ends, closed here once the child has its copies
-    var readEnds: [(SystemFD, @Sendable ([UInt8]) -> Void, @Sendable () -> Void)] = []
+    var parentEnds: [DescriptorBox] = []  // the write ends, closed here once the child has its copies
+    var readEnds: [(DescriptorBox, @Sendable ([UInt8]) -> Void, @Sendable () -> Void)] = []
     func childEnd(_ sink: Sink, standard: Int32) throws -> SystemFD {
       switch sink {
-      case .file(let fd): return fd
-      case .inherit: return SystemFD(rawValue: standard, path: "standard stream \(standard)")
+      case .file(let raw): return SystemFD.view(raw, path: "file")
+      case .inherit: return SystemFD.view(standard, path: "standard stream \(standard)")
       case .pipe(let handler, let end):
-        let (read, write) = try ProcessSpawn.pipe()
+        let (read, write) = try ProcessSpawn.pipe().split()
         readEnds.append((read, handler, end))
         parentEnds.append(write)
-        return write
+        return write.fd.borrowedView  // `parentEnds` keeps it open until the child has its copy
       }
     }
     let ended = ended, reaped = reaped
@@ -171,11 +171,9 @@ public final class SpawnedProcess: Sendable {
         })
     } catch {
       reaped.leave()
-      for fd in parentEnds { fd.close() }
-      for (fd, _, _) in readEnds { fd.close() }
-      throw error
+      throw error  // the pipes close with `parentEnds` and `readEnds`
     }
-    for fd in parentEnds { fd.close() }
+    parentEnds = []  // closes the write ends: the child has its copies
     readers = readEnds.map { readToEnd($0.0, onData: $0.1, onEnd: $0.2) }
   }
 
@@ -226,25 +224,25 @@ public final class SpawnedProcess: Sendable {
   }
 }
 
-/// Reads `fd` on a thread of its own until end of file, hands each chunk to `onData`, then closes the descriptor
-/// and calls `onEnd`. Only this thread ever uses the descriptor, so it is never closed under a read (nor read after
-/// its number was reused). The latch is resolved at the end.
+/// Reads `file` on a thread of its own until end of file, hands each chunk to `onData`, then calls `onEnd`; the
+/// descriptor closes when the thread lets go of it. Only this thread ever uses the descriptor, so it is never closed
+/// under a read (nor read after its number was reused). The latch is resolved at the end.
 private func readToEnd(
-  _ fd: SystemFD, onData: @escaping @Sendable ([UInt8]) -> Void, onEnd: @escaping @Sendable () -> Void
+  _ file: DescriptorBox, onData: @escaping @Sendable ([UInt8]) -> Void, onEnd: @escaping @Sendable () -> Void
 ) -> Latch<Void> {
   let done = Latch<Void>()
   let thread = Thread {
     var buffer = [UInt8](repeating: 0, count: 64 * 1024)
     while true {
-      let count = (try? buffer.withUnsafeMutableBytes { raw throws(FileSystemError) in try fd.read(into: raw) }) ?? 0
+      let count =
+        (try? buffer.withUnsafeMutableBytes { raw throws(FileSystemError) in try file.fd.read(into: raw) }) ?? 0
       if count == 0 { break }
       onData(Array(buffer[..<count]))
     }
-    fd.close()
     onEnd()
     done.resolve(())
   }
-  thread.name = "read \(fd.rawValue)"
+  thread.name = "read \(file.fd.rawValue)"
   thread.start()
   return done
 }
@@ -380,7 +378,6 @@ public func runToEnd(
     stdin = try SystemFD.open(path, .readOnly)
     try? FileManager.default.removeItem(atPath: path)
   }
-  defer { stdin?.close() }
   let (output, errors) = (SharedText(), SharedText())
   let process = try SpawnedProcess(
     executable: executable, arguments: arguments, environment: environment, input: stdin,

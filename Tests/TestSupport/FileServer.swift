@@ -58,7 +58,7 @@ public final class FileServer: Sendable {
   /// Where `caFile` is: a temp directory of this handle, removed with it.
   private let tlsDirectory: URL?
   /// The write end of the server's stdin (nil once closed); closing it stops the server.
-  private let input: Mutex<SystemFD?>
+  private let input: Mutex<DescriptorBox?>
   private let lines = LineCollector()
   private let stderrText = SharedText()
   private let nextID = Mutex<Int>(0)
@@ -104,13 +104,13 @@ public final class FileServer: Sendable {
       caFile = directory.appendingPathComponent("ca.pem").path
       tlsArguments = ["--tls", directory.path] + (transport == .httpsHTTP1Only ? ["--http1-only"] : [])
     }
-    let stdin = try ProcessSpawn.pipe()
+    let (stdinRead, stdinWrite) = try ProcessSpawn.pipe().split()
     let lines = lines, port = listeningPort
     do {
       process = try SpawnedProcess(
         executable: productsDirectory.appendingPathComponent("gc-file-server").path,
         arguments: (root.map { ["--root", $0] } ?? []) + tlsArguments + (verbose ? ["--verbose"] : []),
-        input: stdin.read,
+        input: stdinRead.fd.borrowedView,
         output: .pipe { bytes in
           for line in lines.append(bytes) where line.hasPrefix("listening ") {
             if let number = Int(line.dropFirst("listening ".count)) { port.resolve(number) }
@@ -119,14 +119,11 @@ public final class FileServer: Sendable {
           lines.finish()
           port.resolve(0)
         }, error: .pipe { [stderrText] in stderrText.append($0) })
-    } catch {
-      stdin.read.close()
-      stdin.write.close()
-      throw error
     }
-    // Only the server may hold the read end: our copy would keep its stdin open after we close the write end.
-    stdin.read.close()
-    input = Mutex(stdin.write)
+    // Only the server may hold the read end: our copy would keep its stdin open after we close the write end. Closed
+    // here, after the spawn (a use after it, so the box outlives the view the spawn was given).
+    _ = consume stdinRead
+    input = Mutex(stdinWrite)
   }
 
   /// The port on 127.0.0.1 the server listens on.
@@ -137,10 +134,7 @@ public final class FileServer: Sendable {
 
   /// Closes our end of the server's stdin, once (a second close could hit a descriptor that reused the number).
   private func closeInput() {
-    input.withLock { fd in
-      fd?.close()
-      fd = nil
-    }
+    input.withLock { $0 = nil }
   }
 
   /// `http://127.0.0.1:<port>` (`https://` for HTTPS) followed by `pathAndQuery` (which starts with `/`).
@@ -180,7 +174,7 @@ public final class FileServer: Sendable {
         guard let fd else {
           throw FileSystemError("write", "gc-file-server's stdin (closed by stop())", .badFileDescriptor)
         }
-        try fd.writeAll(Array("\(prefix)\n".utf8))
+        try fd.fd.writeAll(Array("\(prefix)\n".utf8))
       }
     } catch {
       throw Failure(
@@ -260,12 +254,10 @@ public final class ToolRun: Sendable {
     outURL = base.appendingPathExtension("out")
     errURL = base.appendingPathExtension("err")
     let out = try SystemFD.open(outURL.path, [.writeOnly, .create, .truncate])
-    defer { out.close() }  // the tool has its own copy
     let err = try SystemFD.open(errURL.path, [.writeOnly, .create, .truncate])
-    defer { err.close() }
     let env = ProcessInfo.processInfo.environment.merging(environment) { $1 }
     process = try SpawnedProcess(
-      executable: path, arguments: arguments, environment: env, output: .file(out), error: .file(err))
+      executable: path, arguments: arguments, environment: env, output: .file(out.rawValue), error: .file(err.rawValue))
   }
 
   public var pid: Int32 { process.processIdentifier }

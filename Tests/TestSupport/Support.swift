@@ -117,7 +117,7 @@ public func monotonicNow() -> UInt64 { MonotonicClock.nanoseconds() }
 public func runTool(_ tool: String, _ arguments: [String]) throws -> Int32 {
   let pid = try ProcessSpawn.child(
     executable: tool, arguments: arguments, environment: ProcessInfo.processInfo.environment, input: nil,
-    output: SystemFD(rawValue: 1, path: "stdout"), error: SystemFD(rawValue: 2, path: "stderr"))
+    output: SystemFD.view(1, path: "stdout"), error: SystemFD.view(2, path: "stderr"))
   switch try ProcessSpawn.waitForExit(pid) {
   case .exited(let status): return status
   case .signaled(let signal): return 128 + signal

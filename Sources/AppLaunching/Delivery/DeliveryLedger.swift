@@ -64,7 +64,6 @@ struct DeliveryLedger {
   /// Removes records older than a day.
   private func sweep() {
     guard let dir = try? space.root.openDirectory(directory) else { return }
-    defer { dir.close() }
     let now = RealtimeClock.nanoseconds()
     for entry in (try? dir.entries()) ?? [] where !entry.isDirectory {
       guard let st = try? dir.status(of: entry.name), now - st.modificationNanoseconds > Self.maxAgeNanoseconds

@@ -35,7 +35,6 @@ enum FileHandOver {
     do { file = try SystemFD.open(source, [.readOnly, .followSymlink]) } catch {
       throw FileHandOverError.unreadableSource(source, reason: "\(error)")
     }
-    defer { file.close() }
     let status: FileStatus
     do { status = try file.status() } catch { throw FileHandOverError.unreadableSource(source, reason: "\(error)") }
     guard status.kind == .regular else {
@@ -43,10 +42,8 @@ enum FileHandOver {
       throw FileHandOverError.notARegularFile(source, kind: kind)
     }
     let inbox = try openInbox(space)
-    defer { inbox.close() }
     let temp = try AtomicReplace.createTemporary(in: inbox, for: name, mode: space.fileMode)
     do {
-      defer { temp.fd.close() }
       do { try file.copyContents(to: temp.fd, length: status.size) } catch {
         throw FileHandOverError.unreadableSource(source, reason: "\(error)")
       }
@@ -68,7 +65,6 @@ enum FileHandOver {
       throw FileHandOverError.inboxUnusable(
         space.containerPath + "/Documents", reason: refusal(error))
     }
-    defer { documents.close() }
     do {
       try documents.makeDirectory("Inbox", mode: space.directoryMode)
       return try documents.open("Inbox", [.readOnly, .directory])
@@ -86,7 +82,7 @@ enum FileHandOver {
   }
 
   /// Renames `temp` to `name`, or the first free `name-N.ext`.
-  private static func publish(_ temp: String, as name: String, in inbox: SystemFD) throws -> String {
+  private static func publish(_ temp: String, as name: String, in inbox: borrowing SystemFD) throws -> String {
     let ext = (name as NSString).pathExtension
     let stem =
       ext.isEmpty || name.hasPrefix(".") && !name.dropFirst().contains(".")

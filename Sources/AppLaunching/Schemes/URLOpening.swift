@@ -88,7 +88,7 @@ extension GroupContainer {
 }
 
 extension FileCoordinatorError {
-  static func wrap<T>(_ body: () throws(OpenURLError) -> T) throws(FileCoordinatorError) -> T {
+  static func wrap<T: ~Copyable>(_ body: () throws(OpenURLError) -> T) throws(FileCoordinatorError) -> T {
     do { return try body() } catch { throw .openURL(error) }
   }
 }

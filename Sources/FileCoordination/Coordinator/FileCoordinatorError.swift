@@ -215,11 +215,11 @@ public struct FileCoordinatorError: Error, CustomStringConvertible, Sendable {
     }
   }
 
-  package static func wrap<T>(_ body: () throws(FileSystemError) -> T) throws(FileCoordinatorError) -> T {
+  package static func wrap<T: ~Copyable>(_ body: () throws(FileSystemError) -> T) throws(FileCoordinatorError) -> T {
     do { return try body() } catch { throw .system(error) }
   }
 
-  package static func wrap<T>(_ body: () throws(GroupContainerError) -> T) throws(FileCoordinatorError) -> T {
+  package static func wrap<T: ~Copyable>(_ body: () throws(GroupContainerError) -> T) throws(FileCoordinatorError) -> T {
     do { return try body() } catch { throw .container(error) }
   }
 }

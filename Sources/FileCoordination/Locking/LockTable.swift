@@ -47,7 +47,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
   /// Its fields are `@exclusivity(unchecked)`: every access is under the table's lock, and the runtime's checks
   /// (a thread-local access set per read or write) were ~0.3 µs of the empty access's 5.5 µs.
   fileprivate final class Entry {
-    @exclusivity(unchecked) var fd: SystemFD?
+    @exclusivity(unchecked) var fd: DescriptorBox?
     @exclusivity(unchecked) var osMode: FlockMode?
     @exclusivity(unchecked) var holders = Holders()
     /// A thread is taking the flock for this entry; others wait for it to finish.
@@ -68,7 +68,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
 
   /// `.coordination/locks`, opened beneath the container once (again after the container was removed: `rebind`):
   /// lock files are created relative to it. Guarded by `condition`.
-  @exclusivity(unchecked) private var directory: SystemFD
+  @exclusivity(unchecked) private var directory: DescriptorBox
   private let fileMode: mode_t
   private let condition = NSCondition()
   @exclusivity(unchecked) private var entries: [LockOrder.Key: Entry] = [:]
@@ -85,8 +85,8 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
   /// Cached locks used again without a flock (guarded by `condition`).
   @exclusivity(unchecked) private var hits = 0
 
-  init(directory: SystemFD, fileMode: mode_t, revocation: LockRevocation? = nil) {
-    self.directory = directory
+  init(directory: consuming SystemFD, fileMode: mode_t, revocation: LockRevocation? = nil) {
+    self.directory = DescriptorBox(directory)
     self.fileMode = fileMode
     self.revocation = revocation
     // Counted as a listener before anything is cached, so no revoker ever skips the wake-up (ChangeSignal.post
@@ -151,7 +151,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
           entry.idleSince = now
           startSweeper()
         } else {
-          entry.fd?.unlock()
+          entry.fd?.fd.unlock()
           entry.osMode = nil
         }
       }
@@ -161,7 +161,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
 
   /// Drops a cached lock (called with `condition` held; the entry has no holder).
   private func drop(_ entry: Entry) {
-    entry.fd?.unlock()
+    entry.fd?.fd.unlock()
     entry.osMode = nil
     entry.idleSince = 0
   }
@@ -274,10 +274,10 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
       // Only tree EX waits behind other processes' cached locks: ask them to drop theirs (Rule 4a).
       let revoke: LockRevocation.Revoker? =
         key.kind == .tree && mode == .exclusive ? revocation.map { LockRevocation.Revoker($0, entry.bucket) } : nil
-      let result: Result<SystemFD, FileCoordinatorError>
+      let result: Result<DescriptorBox, FileCoordinatorError>
       do {
-        if fd == nil { fd = try openLockFile(key) }
-        try Self.flock(fd!, mode, isCancelled: isCancelled, contended: revoke?.contended)
+        if fd == nil { fd = DescriptorBox(try openLockFile(key)) }
+        try Self.flock(fd!.fd, mode, isCancelled: isCancelled, contended: revoke?.contended)
         result = .success(fd!)
       } catch {
         result = .failure(error)
@@ -306,7 +306,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
   /// be interrupted). The pause stays ≤ 1 ms: a released lock is noticed quickly.
   /// `contended` runs after every refused attempt (a tree EX request revokes cached locks there).
   private static func flock(
-    _ fd: SystemFD, _ mode: FlockMode, isCancelled: @Sendable () -> Bool, contended: (() -> Void)? = nil
+    _ fd: borrowing SystemFD, _ mode: FlockMode, isCancelled: @Sendable () -> Bool, contended: (() -> Void)? = nil
   ) throws(FileCoordinatorError) {
     var pause: UInt64 = 20_000
     var spins = 0
@@ -328,35 +328,34 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
   /// After the container was removed and made again: lock files are created in the new `locks` directory, and the
   /// idle descriptors of deleted lock files are dropped (a flock on a deleted file excludes no one). Locks held now
   /// stay on their old files until released.
-  func rebind(directory fresh: SystemFD) {
+  func rebind(directory fresh: consuming SystemFD) {
     condition.lock()
     defer { condition.unlock() }
-    let old = directory
-    directory = fresh
+    // A thread may be opening a lock file through the old descriptor right now (outside `condition`): its
+    // reference keeps it open until it is done.
+    directory = DescriptorBox(fresh)
     for (key, entry) in entries where entry.holders.isEmpty && !entry.busy {
-      entry.fd?.close()
+      entry.fd = nil  // closes it
       entries[key] = nil
     }
-    // A thread may be opening a lock file through the old descriptor right now (outside `condition`): keep it.
-    _ = old
   }
 
   private func openLockFile(_ key: LockOrder.Key) throws(FileCoordinatorError) -> SystemFD {
     let name = key.fileName
+    // This reference keeps the directory open while a `rebind` replaces it.
     let directory = condition.withLock { self.directory }
     return try FileCoordinatorError.wrap { () throws(FileSystemError) -> SystemFD in
       do throws(FileSystemError) {
-        let fd = try directory.open(name, [.readWrite, .exclusiveCreate], mode: fileMode)
+        let fd = try directory.fd.open(name, [.readWrite, .exclusiveCreate], mode: fileMode)
         try fd.setPermissions(fileMode)
         // The path inside is for `groupctl status` (lock files are named by hash).
         try fd.writeAll(Array("\(key.kind == .tree ? "tree" : "item") \(key.path.string)\n".utf8))
         return fd
       } catch {
         guard error.errno == .fileExists else { throw error }
-        let fd = try directory.open(name, .readWrite)
+        let fd = try directory.fd.open(name, .readWrite)
         // A planted FIFO or device is not ours to lock, nor to delete (another process may hold it already).
         guard (try? fd.status())?.kind == .regular else {
-          fd.close()
           throw FileSystemError(
             "open lock file of '\(key.path)' (it is not a regular file: remove it)", fd.path, .invalidArgument)
         }
@@ -369,7 +368,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
   private func trimIdleDescriptors() {
     guard entries.count > idleDescriptorLimit else { return }
     for (key, entry) in entries where entry.holders.isEmpty && !entry.busy {
-      entry.fd?.close()
+      entry.fd = nil  // closes it
       entries[key] = nil
       if entries.count <= idleDescriptorLimit / 2 { break }
     }

@@ -54,7 +54,7 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
   private var finishedWrites: [ContainerPath: Int] = [:]
   private let nextPresenter = Atomic<UInt64>(0)
   /// The liveness lock published again after the container was removed (the first one is the space's).
-  private var republishedLivenessLock: SystemFD?
+  private var republishedLivenessLock: DescriptorBox?
   private let rearming = Atomic<Bool>(false)
 
   init(space: CoordinationSpace) {
@@ -515,11 +515,8 @@ final class PresenterHost: @unchecked Sendable {  // every mutable field is guar
 
   private func rearm(_ all: [Local]) throws(FileSystemError) {
     try space.recreateAfterRemoval(parents: all.compactMap { $0.item.parent })
-    let lockFD = try space.messaging.publishLivenessLock()
-    lock.withLock {
-      republishedLivenessLock?.close()
-      republishedLivenessLock = lockFD
-    }
+    let lockFD = DescriptorBox(try space.messaging.publishLivenessLock())
+    lock.withLock { republishedLivenessLock = lockFD }  // closes the one it replaces
     try space.messenger.watchInbox()
     for local in all {
       try? space.registry.register(record(of: local))

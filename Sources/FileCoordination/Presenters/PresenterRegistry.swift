@@ -140,7 +140,6 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
     while path.count > relative.count {
       let (parent, name) = ContainerDirectory.split(path)
       guard let fd = try? root.openDirectory(parent) else { return }
-      defer { fd.close() }
       guard (try? fd.removeDirectory(name)) != nil else { return }
       path = parent
     }

@@ -105,7 +105,6 @@ extension GroupContainer {
     let identifier = identifier
     try GroupContainerError.wrap { () throws(FileSystemError) in
       let root = try SystemFD.open(rootPath, [.readOnly, .directory, .followSymlink])
-      defer { root.close() }
       try root.makeDirectory(identifier, mode: mode)
     }
     // Opening the space opens the container with O_NOFOLLOW | O_DIRECTORY: a symlink planted in its place

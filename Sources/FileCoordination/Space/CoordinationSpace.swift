@@ -195,7 +195,6 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     for dir in CoordinationPaths.spaceDirectories { try root.makeDirectory(dir, mode: directoryMode) }
     Self.stageReplacements(root: root, directoryMode: directoryMode)
     let coordination = try root.openDirectory(CoordinationPaths.directory)
-    defer { coordination.close() }
     counters = try MappedCounters(
       fd: coordination.openOrCreate(
         CoordinationPaths.Name.counters, mode: fileMode, size: Int64(MappedCounters.fileSize)))
@@ -237,7 +236,6 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     locks.rebind(directory: try root.openDirectory(CoordinationPaths.locks))
     // The mappings of the deleted counters and ack board: the same addresses, the new files.
     let coordination = try root.openDirectory(CoordinationPaths.directory)
-    defer { coordination.close() }
     try counters.rebind(
       to: coordination.openOrCreate(
         CoordinationPaths.Name.counters, mode: fileMode, size: Int64(MappedCounters.fileSize)))

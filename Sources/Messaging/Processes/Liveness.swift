@@ -24,7 +24,6 @@ extension MessagingSpace {
       MessagingSpace.logger.warning("cannot check liveness of process \(process): \(error)")
       return true
     }
-    defer { fd.close() }
     // A FIFO or anything else planted under a process's name is no process: drop it (a live process's lock file
     // is always a regular file it created itself).
     guard (try? fd.status())?.kind == .regular else {

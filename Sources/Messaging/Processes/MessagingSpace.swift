@@ -98,17 +98,15 @@ package final class MessagingSpace: @unchecked Sendable {  // all `let` but `mes
     of process: ProcessName, root: ContainerDirectory, mode: mode_t
   ) throws(FileSystemError) -> SystemFD {
     let processes = try root.openDirectory(CoordinationPaths.processes)
-    defer { processes.close() }
     let temp = try AtomicReplace.createTemporary(in: processes, for: "\(process).lock", mode: mode)
     do {
       try temp.fd.lock(.shared)
       try processes.rename(temp.name, to: "\(process).lock")
     } catch {
-      temp.fd.close()
       try? processes.removeFile(temp.name)
-      throw error
+      throw error  // `temp` closes as it goes
     }
-    return temp.fd
+    return temp.takeDescriptor()
   }
 
   package func publishLivenessLock() throws(FileSystemError) -> SystemFD {

@@ -114,7 +114,6 @@ final class MessageTransport: @unchecked Sendable {
   private func connect(_ process: ProcessName) -> Peer {
     do {
       let file = try space.root.openSocketFile(CoordinationPaths.inbox(of: process) + "/" + Self.socketName)
-      defer { file.close() }
       return .socket(try DatagramSocket.connect(to: file))
     } catch {
       MessagingSpace.logger.debug("process \(process) takes messages as files: \(error)")
@@ -135,7 +134,7 @@ final class MessageTransport: @unchecked Sendable {
   /// gets each datagram's bytes there. A socket bound before (the container was made anew) is shut down — senders
   /// then connect again — and drained of what it already holds. Without a watcher that serves descriptors, or when
   /// binding fails, the process takes files.
-  func bind(in directory: SystemFD, deliver: @escaping @Sendable (UnsafeBufferPointer<UInt8>) -> Void) {
+  func bind(in directory: borrowing SystemFD, deliver: @escaping @Sendable (UnsafeBufferPointer<UInt8>) -> Void) {
     guard Watcher.shared.servesDescriptors, !Self.filesOnly else { return }
     let socket: DatagramSocket?
     do { socket = try DatagramSocket.bind(Self.socketName, in: directory, mode: space.fileMode) } catch {

@@ -28,7 +28,7 @@ package final class Messenger: @unchecked Sendable {
   /// This process's inbox, opened beneath the container when it is watched (again when the container is made anew):
   /// each message is read and removed relative to it — one `openat` and one `unlinkat` — instead of from the
   /// container's descriptor down (three more system calls and two path walks per message).
-  private let inboxDirectory = Mutex<SystemFD?>(nil)
+  private let inboxDirectory = Mutex<DescriptorBox?>(nil)
   /// How long a waiting sender polls its board before sleeping: longer than a typical answer on an idle machine.
   static let spinNanoseconds: UInt64 = 500_000
   /// Up to how many answering processes a sender spins at all.
@@ -81,12 +81,9 @@ package final class Messenger: @unchecked Sendable {
     // A watch of a removed inbox may still be in place (its deletion not yet reported): drop it, so the new one
     // watches the new directory instead of joining the old watch.
     if let old = inboxWatch.withLock({ $0.take() }) { Watcher.shared.cancel(old) }
-    let directory = try space.root.openDirectory(CoordinationPaths.inbox(of: space.me))
-    inboxDirectory.withLock { current in
-      current?.close()
-      current = directory
-    }
-    transport.bind(in: directory) { [self] bytes in receive(datagram: bytes) }
+    let directory = DescriptorBox(try space.root.openDirectory(CoordinationPaths.inbox(of: space.me)))
+    inboxDirectory.withLock { $0 = directory }  // the one it replaces closes once no receive uses it
+    transport.bind(in: directory.fd) { [self] bytes in receive(datagram: bytes) }
     // Messages arrive by rename only: asking for nothing else (but the inbox's own deletion) keeps the temp file's
     // own events from waking the watcher thread (twice per message otherwise).
     let token = try Watcher.shared.watch(inbox, mask: Watcher.movedTo | Watcher.deleteSelf) { [self] event in
@@ -123,7 +120,6 @@ package final class Messenger: @unchecked Sendable {
   /// container's descriptor.
   private static func openOwnBoard(_ space: MessagingSpace) throws(FileSystemError) -> SystemFD {
     let inbox = try space.root.openDirectory(CoordinationPaths.inbox(of: space.me))
-    defer { inbox.close() }
     return try inbox.openOrCreate(AckBoard.fileName, mode: space.fileMode, size: Int64(MappedCounters.fileSize))
   }
 
@@ -216,8 +212,7 @@ package final class Messenger: @unchecked Sendable {
       // Under the lock: `watchInbox` may swap the descriptor meanwhile (the container made anew).
       bytes = try inboxDirectory.withLock { directory throws(FileSystemError) -> [UInt8] in
         guard let directory else { return try space.root.readFile(atPath: path, limit: CoordinationMessage.maxBytes) }
-        let file = try directory.open(name, .readOnly)
-        defer { file.close() }
+        let file = try directory.fd.open(name, .readOnly)
         return try file.readRegularFile(limit: CoordinationMessage.maxBytes).bytes
       }
     } catch {
@@ -243,7 +238,7 @@ package final class Messenger: @unchecked Sendable {
     // Both happen on this thread, so a rescan never sees a dispatched message again.
     defer {
       inboxDirectory.withLock { directory in
-        if let directory { try? directory.removeFile(name) } else { try? space.root.removeFile(atPath: path) }
+        if let directory { try? directory.fd.removeFile(name) } else { try? space.root.removeFile(atPath: path) }
       }
     }
     let message: CoordinationMessage
