@@ -219,7 +219,8 @@ public struct FileCoordinatorError: Error, CustomStringConvertible, Sendable {
     do { return try body() } catch { throw .system(error) }
   }
 
-  package static func wrap<T: ~Copyable>(_ body: () throws(GroupContainerError) -> T) throws(FileCoordinatorError) -> T {
+  package static func wrap<T: ~Copyable>(_ body: () throws(GroupContainerError) -> T) throws(FileCoordinatorError) -> T
+  {
     do { return try body() } catch { throw .container(error) }
   }
 }
