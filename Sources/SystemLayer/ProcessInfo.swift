@@ -10,6 +10,8 @@ package enum CurrentThread {
 /// Who this process is, in a form PID reuse cannot fool: pid plus the kernel's start time of the process.
 package enum CurrentProcess {
   package static var id: Int32 { getpid() }
+  /// The parent's process id (1, or a subreaper's, once the parent died). The corresponding C function is `getppid`.
+  package static var parentID: Int32 { getppid() }
   /// The effective user id: whose files this process trusts. The corresponding C function is `geteuid`.
   package static var userID: UInt32 { geteuid() }
 

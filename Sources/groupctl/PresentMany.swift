@@ -24,8 +24,8 @@ struct PresentMany: ParsableCommand {
       presenters.append(presenter)
     }
     Output.json(["event": .string("ready"), "pid": .int(Int(CurrentProcess.id)), "count": .int(presenters.count)])
-    let parent = getppid()
-    while getppid() == parent { Thread.sleep(forTimeInterval: 0.2) }  // until killed, or orphaned
+    let parent = CurrentProcess.parentID
+    while CurrentProcess.parentID == parent { Thread.sleep(forTimeInterval: 0.2) }  // until killed, or orphaned
     withExtendedLifetime(presenters) {}
   }
 }

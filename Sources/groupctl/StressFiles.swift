@@ -253,9 +253,9 @@ struct StressFilesWriter: ParsableCommand {
     var acknowledged = StressLog.acknowledged(log.lines())
     // Only a restarted writer can find one more op of its own than its log has (a fresh one finds none).
     var firstAccess = true
-    let parent = getppid()
+    let parent = CurrentProcess.parentID
     while acknowledged < ops {
-      guard getppid() == parent else { throw ExitCode(4) }  // a writer must not outlive its run
+      guard CurrentProcess.parentID == parent else { throw ExitCode(4) }  // a writer must not outlive its run
       if let stopFile, FileManager.default.fileExists(atPath: stopFile) { return }
       let start = MonotonicClock.nanoseconds()
       enum Step { case wrote, adopted, torn }
@@ -299,8 +299,8 @@ struct StressFilesPresenter: ParsableCommand {
     try FileCoordinator.addFilePresenter(presenter)
     presenter.log.append("ready")
     // Until the stress run kills it, or it dies: a presenter must not outlive its run.
-    let parent = getppid()
-    while getppid() == parent {
+    let parent = CurrentProcess.parentID
+    while CurrentProcess.parentID == parent {
       if let stopFile, FileManager.default.fileExists(atPath: stopFile) { return }
       Thread.sleep(forTimeInterval: 0.2)
     }

@@ -40,8 +40,8 @@ struct StressStormWorker: AsyncParsableCommand {
   func run() async throws {
     let group = try container.open()
     let log = StressLog(path: log)
-    let parent = getppid()
-    let stop = { getppid() != parent || FileManager.default.fileExists(atPath: stopFile) }
+    let parent = CurrentProcess.parentID
+    let stop = { CurrentProcess.parentID != parent || FileManager.default.fileExists(atPath: stopFile) }
     if kind == .inboxSend || kind == .inboxReceiver { return try await runInbox(group, log: log, stop: stop) }
     guard kind == .activity else { return try runSynchronously(group, log: log, stop: stop) }
     // The activity `stress storm` requested: every activity worker adds to its count, atomically.

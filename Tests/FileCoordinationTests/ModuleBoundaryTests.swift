@@ -12,7 +12,7 @@ import Testing
 
   /// C functions the other modules once called directly, and the imports that bring the C library in.
   static let pattern =
-    #"(^import (Glibc|Musl)\b)|((^|[^.\w])(getpid|usleep|sched_yield|nanosleep|memcmp|memcpy|getenv|setenv|clock_gettime|flock|fsync|fdatasync|mmap|munmap|kill|inotify_\w+)\()|(Date\(\)\.timeIntervalSince1970)"#
+    #"(^import (Glibc|Musl)\b)|((^|[^.\w])(getpid|getppid|geteuid|getuid|usleep|sched_yield|nanosleep|memcmp|memcpy|getenv|setenv|clock_gettime|flock|fsync|fdatasync|mmap|munmap|kill|inotify_\w+)\()|(Date\(\)\.timeIntervalSince1970)"#
 
   /// Modules that may: SystemLayer owns the calls, the C targets are C.
   static let exempt: Set<String> = ["SystemLayer", "CSystemShims", "CInotifyTools"]
