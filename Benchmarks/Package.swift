@@ -64,7 +64,7 @@ let package = Package(
       swiftSettings: [.swiftLanguageMode(.v6)],
       plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
     ),
-    // An app that uses only shared defaults (DefaultsReader/main.swift): no package-benchmark, so `make static-reader`
+    // An app that uses only shared defaults (DefaultsReader/main.swift): no package-benchmark, so `make static-programs`
     // can also link it fully static.
     .executableTarget(
       name: "gc-bench-defaults-reader",
@@ -76,7 +76,7 @@ let package = Package(
       path: "DefaultsReader",
       swiftSettings: [.swiftLanguageMode(.v6)]),
     // The idle widget-like process of issue #37 item 6 (IdleWidget/main.swift), linked statically too by
-    // `make static-reader`.
+    // `make static-programs`.
     .executableTarget(
       name: "gc-bench-idle-widget",
       dependencies: [

@@ -64,24 +64,24 @@ public func locateGroupctl() throws -> String {
   return found
 }
 
-/// A program of the memory rows — `gc-bench-defaults-reader` (the default) or `gc-bench-idle-widget` — linked fully
-/// static (`make static-reader`, built in Benchmarks/.build/static), or as the benchmarks are, beside this executable.
-/// package-benchmark's malloc interposer is a shared object, so the benchmark targets themselves cannot be linked
-/// statically.
-public func locateDefaultsReader(linkedStatically: Bool, named name: String = "gc-bench-defaults-reader") throws
-  -> String
-{
+/// A program of the memory rows — `gc-bench-defaults-reader`, `gc-bench-idle-widget` or `gc-download-agent` — linked
+/// statically (`make static-programs`: the first two fully static, in Benchmarks/.build/static; the agent with the
+/// Swift libraries static and glibc shared, in Benchmarks/.build/static-stdlib, as an app would ship it), or as the
+/// benchmarks are, beside this executable. package-benchmark's malloc interposer is a shared object, so the
+/// benchmark targets themselves cannot be linked statically.
+public func locateProgram(_ name: String, linkedStatically: Bool) throws -> String {
   let fm = FileManager.default
   let path: String
   if linkedStatically {
-    path = rootPackage + "/Benchmarks/.build/static/release/" + name
+    let directory = name == "gc-download-agent" ? "static-stdlib" : "static"
+    path = rootPackage + "/Benchmarks/.build/" + directory + "/release/" + name
   } else {
     let exe = (try? fm.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? ""
     path = (exe as NSString).deletingLastPathComponent + "/" + name
   }
   guard fm.isExecutableFile(atPath: path) else {
     throw BenchmarkSetupError(
-      "no \(path)" + (linkedStatically ? ": run `make static-reader` at the root" : ": build the Benchmarks package"))
+      "no \(path)" + (linkedStatically ? ": run `make static-programs` at the root" : ": build the Benchmarks package"))
   }
   return path
 }

@@ -16,7 +16,7 @@
 //   10 reads in a new process (… keys, an app of shared defaults only) / (…, that app linked statically)
 //                                             the same reads by `gc-bench-defaults-reader` (DefaultsReader/), which
 //                                             links SharedDefaults alone, as the benchmarks are linked or fully static
-//                                             (`make static-reader`): what such an app pays, the issue's comparison
+//                                             (`make static-programs`): what such an app pays, the issue's comparison
 //                                             with MMKV (13.8 MB there, measured outside this package; the 10-key row
 //                                             is each reader's floor)
 //   an idle widget-like process / a process that only starts (…, linked statically)   issue #37 item 6:
@@ -88,7 +88,7 @@ func defaultsMemoryBenchmarks() {
           ? try runGroupctl(
             suite, ["stress", "defaults-reader", "--once", "--reads", "10", "--keys", "\(keys)", "--print-peak-memory"])
           : try runToEnd(
-            locateDefaultsReader(linkedStatically: reader == .appLinkedStatically),
+            locateProgram("gc-bench-defaults-reader", linkedStatically: reader == .appLinkedStatically),
             [suite.identifier, suite.name, suite.root!, "\(keys)"])
         guard let peakKB = field(text, "peak_rss_kb"), let worst = field(text, "max_us"), field(text, "found") == 10
         else { throw BenchmarkSetupError("defaults-reader: \(text)") }
@@ -114,7 +114,7 @@ func defaultsMemoryBenchmarks() {
       let how = linkedStatically ? "linked statically" : "linked as the benchmarks are"
       Benchmark("\(what) (\(how))", configuration: idle) { benchmark in
         for _ in benchmark.scaledIterations {
-          let program = try locateDefaultsReader(linkedStatically: linkedStatically, named: "gc-bench-idle-widget")
+          let program = try locateProgram("gc-bench-idle-widget", linkedStatically: linkedStatically)
           let text = try runToEnd(program, floor ? ["--floor"] : [suite.identifier, suite.root!])
           guard let now = field(text, "rss_kb"), let peak = field(text, "peak_rss_kb") else {
             throw BenchmarkSetupError("gc-bench-idle-widget: \(text)")

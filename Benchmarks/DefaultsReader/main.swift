@@ -1,7 +1,7 @@
 // `gc-bench-defaults-reader GROUP SUITE ROOT KEYS`: an app that uses only shared defaults, for the memory rows of
 // DefaultsBenchmarks — opens the suite, reads 10 random keys `w0-k<i>` (i < KEYS), each timed, and prints
 // `max_us=<n> found=<n> peak_rss_kb=<n>`. It links SharedDefaults alone (not groupctl's SwiftNIO, argument parser and
-// download code), so linked statically (`make static-reader`) its peak is what such an app pays — the figure set
+// download code), so linked statically (`make static-programs`) its peak is what such an app pays — the figure set
 // beside MMKV's in issue #32.
 import FileCoordination  // opening a container (GroupContainer.init)
 import Foundation

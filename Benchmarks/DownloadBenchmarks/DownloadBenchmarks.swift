@@ -111,8 +111,9 @@ func agentPID(_ container: GroupContainer) -> Int32? {
   }
 }
 
-/// utime + stime of `pid` in milliseconds, and its VmRSS / VmHWM in kB.
-func processFigures(_ pid: Int32) -> (cpuMilliseconds: Int, rssKB: Int, peakKB: Int) {
+/// utime + stime of `pid` in milliseconds, and its VmRSS / VmHWM / RssAnon (the heap and stacks, not code pages) in
+/// kB.
+func processFigures(_ pid: Int32) -> (cpuMilliseconds: Int, rssKB: Int, peakKB: Int, anonymousKB: Int) {
   let stat = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
   let fields = stat.split(separator: ")").last.map { $0.split(separator: " ") } ?? []
   let ticks = (fields.count > 12 ? Int(fields[11]) ?? 0 : 0) + (fields.count > 12 ? Int(fields[12]) ?? 0 : 0)
@@ -122,7 +123,7 @@ func processFigures(_ pid: Int32) -> (cpuMilliseconds: Int, rssKB: Int, peakKB: 
       Int($0.split(separator: " ").dropFirst().first ?? "")
     } ?? 0
   }
-  return (ticks * 1000 / Int(sysconf(Int32(_SC_CLK_TCK))), kB("VmRSS:"), kB("VmHWM:"))
+  return (ticks * 1000 / Int(sysconf(Int32(_SC_CLK_TCK))), kB("VmRSS:"), kB("VmHWM:"), kB("RssAnon:"))
 }
 
 func runCurl(_ arguments: [String]) throws {

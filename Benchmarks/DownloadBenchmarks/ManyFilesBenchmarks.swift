@@ -11,8 +11,10 @@
 //                                    comparison, not the sum of the three.
 //   Scale: N tasks of 4 kB           a fresh container and agent (started by a warm-up task, not timed), then N tasks
 //                                    at once until the Nth completion event. Metrics: wall time and agent CPU per task,
-//                                    and the agent's resident memory once the N tasks are finished (they stay 24 h).
-//                                    100 and 10,000: cost per task should be flat.
+//                                    and the agent's resident memory once it is started (after the warm-up) and once
+//                                    the N tasks are finished (they stay 24 h). 100 and 10,000: cost per task should
+//                                    be flat. The `agent linked statically` row runs the agent `make static-programs`
+//                                    builds (as a deployed app would ship it: see TheDownloadAgent).
 
 import Benchmark
 import BenchmarkSupport
@@ -119,12 +121,12 @@ func smallFilesComparison(count: Int, size: Int) -> @Sendable (Benchmark) async 
 }
 
 /// A fresh container with its own session and agent (started and warmed by one task), for the scale rows.
-func freshSession() async throws -> (GroupContainer, DownloadSession) {
+func freshSession(agent: String) async throws -> (GroupContainer, DownloadSession) {
   let f = downloadFixture
   let root = try makeTemporaryRoot()
   let container = try GroupContainer(identifier: "group.bench.scale", root: URL(fileURLWithPath: root))
   var configuration = DownloadSession.Configuration()
-  configuration.agentExecutable = URL(fileURLWithPath: productPath("gc-download-agent"))
+  configuration.agentExecutable = URL(fileURLWithPath: agent)
   // Up until the row reads its memory, however long this process takes to handle the events: an agent idle for
   // its timeout exits by design (it did, 60 s after its last task, while acknowledgements here were quadratic).
   configuration.agentIdleTimeout = .seconds(600)
@@ -134,10 +136,26 @@ func freshSession() async throws -> (GroupContainer, DownloadSession) {
   return (container, session)
 }
 
-func scaleRow(tasks: Int) -> @Sendable (Benchmark) async throws -> Void {
+/// Waits until the agent has settled after a burst: its CPU time still (≤ 5 ms in a second), at most 60 s. The end
+/// of a burst shrinks its tables and gives the freed heap back (DownloadAgent's loop); on a loaded machine that came
+/// later than a fixed 2 s wait, and the row then measured the burst's memory, not the finished tasks'.
+func waitUntilSettled(_ pid: Int32) async throws {
+  var last = processFigures(pid).cpuMilliseconds
+  for _ in 0..<60 {
+    try await Task.sleep(for: .seconds(1))
+    let now = processFigures(pid).cpuMilliseconds
+    if now - last <= 5 { return }
+    last = now
+  }
+}
+
+func scaleRow(tasks: Int, agentLinkedStatically: Bool = false) -> @Sendable (Benchmark) async throws -> Void {
   { benchmark in
     let f = downloadFixture
-    let (container, session) = try await freshSession()
+    let agent =
+      agentLinkedStatically
+      ? try locateProgram("gc-download-agent", linkedStatically: true) : productPath("gc-download-agent")
+    let (container, session) = try await freshSession(agent: agent)
     defer {
       session.invalidate()
       removeTree(container.url.deletingLastPathComponent().path)
@@ -160,13 +178,14 @@ func scaleRow(tasks: Int) -> @Sendable (Benchmark) async throws -> Void {
     _ = try await awaitCompletions(ids, in: session)
     let wall = clock.now - start
     let after = processFigures(pid)
+    benchmark.measurement(.custom("agent RSS, started (MB)", useScalingFactor: false), before.rssKB / 1024)
     benchmark.measurement(
       .custom("wall per task (µs)", useScalingFactor: false), milliseconds(wall) * 1000 / tasks)
     benchmark.measurement(
       .custom("agent CPU per task (µs)", useScalingFactor: false),
       (after.cpuMilliseconds - before.cpuMilliseconds) * 1000 / tasks)
     // Once the agent's loop has settled (its passes after the last event), with every task finished and retained.
-    try await Task.sleep(for: .seconds(2))
+    try await waitUntilSettled(pid)
     // An agent that is gone reads as 0 MB: the row fails instead, with the end of the agent's log.
     guard kill(pid, 0) == 0 else {
       let log = container.url.appendingPathComponent(".coordination/downloads/agent.log").path
@@ -175,8 +194,10 @@ func scaleRow(tasks: Int) -> @Sendable (Benchmark) async throws -> Void {
         "the agent \(pid) is gone (agent.lock names \(agentPID(container).map(String.init) ?? "none")); its log ends:\n"
           + tail.joined(separator: "\n"))
     }
+    let settled = processFigures(pid)
+    benchmark.measurement(.custom("agent RSS, tasks finished (MB)", useScalingFactor: false), settled.rssKB / 1024)
     benchmark.measurement(
-      .custom("agent RSS, tasks finished (MB)", useScalingFactor: false), processFigures(pid).rssKB / 1024)
+      .custom("of which anonymous (MB)", useScalingFactor: false), settled.anonymousKB / 1024)
   }
 }
 
@@ -193,7 +214,9 @@ func manyFilesBenchmarks() {
     metrics: [
       .custom("wall per task (µs)", useScalingFactor: false),
       .custom("agent CPU per task (µs)", useScalingFactor: false),
+      .custom("agent RSS, started (MB)", useScalingFactor: false),
       .custom("agent RSS, tasks finished (MB)", useScalingFactor: false),
+      .custom("of which anonymous (MB)", useScalingFactor: false),
     ],
     timeUnits: .microseconds, warmupIterations: 0, maxDuration: .seconds(300), maxIterations: 3)
 
@@ -216,6 +239,12 @@ func manyFilesBenchmarks() {
     })
   Benchmark(
     "Scale: 10,000 tasks of 4 kB", configuration: scale, closure: scaleRow(tasks: 10_000),
+    setup: {
+      try startDownloadFixture()
+    })
+  Benchmark(
+    "Scale: 10,000 tasks of 4 kB, agent linked statically", configuration: scale,
+    closure: scaleRow(tasks: 10_000, agentLinkedStatically: true),
     setup: {
       try startDownloadFixture()
     })

@@ -3,7 +3,7 @@
 // cache (storing and reading one image), a download session and the activities' updates, then idles; it prints
 // `rss_kb=<n> peak_rss_kb=<n>` once its background threads have settled. `--floor` prints the same for a process that
 // only starts (Foundation loaded, nothing of this package used): the cost of being a Swift process at all, measured in
-// the same run. `make static-reader` links it fully static too.
+// the same run. `make static-programs` links it fully static too.
 import BackgroundDownloads
 import FileCoordination  // opening a container (GroupContainer.init)
 import Foundation
