@@ -17,8 +17,6 @@ import Testing
 ///   sees two changes per like.
 /// - An ignored update committing the record as it was (`modify` setting it when `body` returns false): the same
 ///   test sees a change after the dismissal.
-/// - The update's read-modify-write split in two (the record read outside the suite's transaction, written by a set):
-///   `threadsOfOneProcessLoseNoUpdate` loses increments.
 /// - The old record files left unimported: `oldRecordFilesAreImportedOnce` lists no activity.
 @Suite(.runSlot(.minutes(3))) struct ActivityWritePathTests {
   /// Five likes by other processes, one at a time, then a dismissal and an ignored update: the suite's changes of the
