@@ -2,15 +2,17 @@
 // in the same run ("SharedDefaults set → observer in another process", DefaultsBenchmarks.swift), and what the
 // update costs its writer, against a defaults set ("SharedDefaults set") and the floor of any record replace:
 //
-//   Live Activity update → observer in another process   `update(_:)` of the content state (an atomic replace of
-//                                             the activity's record under its flock); `groupctl activities watch`
-//                                             in a child hears the rename through inotify, re-reads the record
-//                                             and prints it; measured until its JSON line reaches us through a pipe
-//   Live Activity update (the writer alone)   `update(_:)` with nobody watching: encoding, the lock, reading the
-//                                             record, the replace
+//   Live Activity update → observer in another process   `update(_:)` of the content state (one commit of the
+//                                             records' suite, `<group-id>.liveactivities`); `groupctl activities
+//                                             watch` in a child hears it through the suite's change stream, checks
+//                                             the record and prints it; measured until its JSON line reaches us
+//                                             through a pipe
+//   Live Activity update (the writer alone)   `update(_:)` with nobody watching: encoding, the suite's
+//                                             read-modify-write (reading the record, the commit)
 //   Baseline: staged replace of a 400-byte record   raw system calls, no framework: a temp file created O_EXCL in a
 //                                             staging directory, written, closed, renamed over the record in the
-//                                             activities directory — the least a replace of a record file costs
+//                                             activities directory — the least a replace of a record file cost
+//                                             (records were files until issue #37 item 3: kept for comparison)
 //
 // Run them with their baselines: `swift package --allow-writing-to-package-directory benchmark --target
 //   DefaultsBenchmarks --filter 'Live Activity.*|SharedDefaults set( → observer in another process)?|Baseline: staged.*'`.
