@@ -19,7 +19,8 @@ import SystemLayer
 ///
 /// Why a suite and not a file per record: an update is then a commit to a shared mapping (no file created, renamed
 /// or locked; kill-durable like every defaults write), and observers hear it through the suite's change signal —
-/// the defaults' fastest paths, where a file replace alone cost 120 times a defaults set. Private machinery, like
+/// the defaults' fastest paths, where a file replace alone cost over a hundred defaults sets (the README's benchmark
+/// table). Private machinery, like
 /// the coordinator's and the downloads' files: apps go through ``Activity``. Records are checked on every read.
 package final class ActivityStore: Sendable {
   /// The directory of the user's switch (and of the old version's record files), relative to the container.
