@@ -85,6 +85,31 @@ import Testing
     #expect(activity.content.state.homeLikes == 100)
   }
 
+  /// A write made outside the framework: another tool (Python's plistlib) edits the record in the suite's plist,
+  /// bumping its revisions as a writer does; the suite applies the edit and observers see the new content.
+  @Test func anEditOfTheSuitesPlistByAnotherToolIsSeen() async throws {
+    let f = try ActivityFixture()
+    let activity = try f.request()
+    try activity.store.suite.synchronize()  // the plist current
+    var contents = activity.contentUpdates.makeAsyncIterator()
+    let path = f.container.preferencesURL.path + "/" + activity.store.suite.suiteName + ".plist"
+    let script = """
+      import json, plistlib, sys
+      path, id = sys.argv[1], sys.argv[2]
+      d = plistlib.load(open(path, 'rb'))
+      r = json.loads(d[id])
+      r['contentState']['homeScore'] = 7
+      r['revision'] += 1
+      r['contentRevision'] = r['revision']
+      d[id] = (json.dumps(r, sort_keys=True, separators=(',', ':')) + '\\n').encode()
+      plistlib.dump(d, open(path, 'wb'), fmt=plistlib.FMT_XML)
+      """
+    let run = try await runToEnd("/usr/bin/env", ["python3", "-c", script, path, activity.id])
+    #expect(run.status == 0, "\(run.errors)")
+    #expect(await contents.next()?.state.homeScore == 7)
+    #expect(activity.content.state.homeScore == 7)
+  }
+
   /// A container written by the version that kept one file per activity: its records are imported into the suite
   /// when a process first opens the activities, and their files removed.
   @Test func oldRecordFilesAreImportedOnce() async throws {
