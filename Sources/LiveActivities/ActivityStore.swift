@@ -43,6 +43,9 @@ package final class ActivityStore: Sendable {
   /// The last record this process read or wrote, with its bytes: an update finds the bytes it wrote last and skips
   /// decoding and checking them again (they were checked when made). Keyed by bytes, never trusted otherwise.
   private let lastRecord = Mutex<(bytes: [UInt8], record: ActivityRecord)?>(nil)
+  /// This process's id, the writer of its records: read once (glibc's getpid is a system call; a store is not used
+  /// across fork).
+  private let pid = CurrentProcess.id
 
   /// The suite of `container`'s records: `<group-id>.liveactivities`, private to this module as the widgets'
   /// `<group-id>.widgetkit` is to WidgetKit (an app's own suites are named by the app; the group's default suite
@@ -177,7 +180,7 @@ package final class ActivityStore: Sendable {
   package func modify(
     _ id: String, _ body: (inout ActivityRecord, ActivityRules.Effective) throws(ActivityError) -> Bool
   ) throws(ActivityError) -> ActivityRecord? {
-    let pid = CurrentProcess.id
+    let pid = self.pid
     let now = now
     let written: (record: ActivityRecord, bytes: [UInt8]?)?
     do {
