@@ -46,9 +46,6 @@ package final class DownloadAgent: Sendable {
     var status: TaskStatus
     var stopReason: StopReason?
     var stopGeneration: UInt64 = 0
-    /// The body is in and the file is being published (fsyncs, the coordinated rename): it no longer counts
-    /// against the connection limits, so the next task of its host starts while the disk works.
-    var publishing = false
   }
 
   private struct State {
@@ -634,12 +631,11 @@ package final class DownloadAgent: Sendable {
   private func startQueued() {
     while true {
       let next = state.withLock { s -> Candidate? in
-        let transferring = s.running.values.filter { !$0.publishing }
-        guard !s.shuttingDown, transferring.count < settings.maxConcurrentTransfers else { return nil }
+        guard !s.shuttingDown, s.running.count < settings.maxConcurrentTransfers else { return nil }
         var best: (key: String, candidate: Candidate)?
         for (key, queue) in s.queues {
           guard let head = queue.last else { continue }
-          let sameHost = transferring.filter { $0.session == head.request.session && $0.host == head.host }.count
+          let sameHost = s.running.values.filter { $0.session == head.request.session && $0.host == head.host }.count
           guard sameHost < head.request.connectionsPerHost else { continue }
           if best.map({ head.precedes($0.candidate) }) ?? true { best = (key, head) }
         }
@@ -667,9 +663,7 @@ package final class DownloadAgent: Sendable {
       s.running[request.id] = Running(task: nil, session: request.session, host: host, status: status)
     }
     let task = Task { [self] in
-      let outcome = await engine.run(
-        request, resume: status.resume, partial: partial, publishing: { self.publishing(request.id) }
-      ) { resume, attempts, http in
+      let outcome = await engine.run(request, resume: status.resume, partial: partial) { resume, attempts, http in
         self.progress(request.id, resume, attempts, http)
       }
       // The final status and the events are fsynced: off the cooperative pool.
@@ -682,12 +676,6 @@ package final class DownloadAgent: Sendable {
       return r.stopReason != nil
     }
     if stopAlready { task.cancel() }
-  }
-
-  /// The transfer of `id` received its body and publishes it: its connection slot is free (`startQueued`).
-  private func publishing(_ id: String) {
-    state.withLock { s in s.running[id]?.publishing = true }
-    doorbell.ring()
   }
 
   private func progress(_ id: String, _ resume: ResumeState, _ attempts: Int, _ http: Int?) {

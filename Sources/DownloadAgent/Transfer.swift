@@ -107,11 +107,9 @@ package final class TransferEngine: Sendable {
 
   /// Runs one download to its end (see the type's discussion). `partial` is the container-relative path of the
   /// partial file; `progress` is called at most every `progressInterval`, at every checkpoint and when an attempt
-  /// starts, and must not block. `publishing` is called once the body is received and verified, before the
-  /// publish's fsyncs: the connection is free from then on.
+  /// starts, and must not block.
   package func run(
     _ request: TaskRequest, resume: ResumeState, partial: String,
-    publishing: @escaping @Sendable () -> Void = {},
     progress: @escaping @Sendable (_ state: ResumeState, _ attempts: Int, _ httpStatus: Int?) -> Void
   ) async -> TransferOutcome {
     guard let url = URL(string: request.url), let scheme = url.scheme?.lowercased(),
@@ -239,7 +237,6 @@ package final class TransferEngine: Sendable {
           httpStatus: status)
       }
     }
-    publishing()
     do throws(DownloadError) {
       try await Publisher.publish(
         file: file.fd, partial: partial, length: run.state.receivedBytes, destination: request.destination,
