@@ -349,7 +349,7 @@ extension DefaultsStore {
   }
 
   /// How long a half-written export is given before it is moved aside as unusable.
-  static let exportRetryDelay = 0.25
+  static let exportRetryDelay: Int64 = 250_000_000  // nanoseconds
 
   /// Looks at the export in the background (it changed, or a reload found it edited or stale): applies an outside
   /// edit, rewrites a stale export.
@@ -357,10 +357,10 @@ extension DefaultsStore {
   /// `tracked`: a process about to exit waits for it (`waitForBackgroundWork`) — after it applied a tool's edit, the
   /// export must show it even when the process exits at once (a stress writer did, and the edit stayed out of the
   /// export).
-  func scheduleExportCheck(after delay: Double = 0, tracked: Bool = false) {
+  func scheduleExportCheck(after delay: Int64 = 0, tracked: Bool = false) {
     guard !readOnly else { return }
     if tracked { compactions.enter() }
-    background.asyncAfter(deadline: .now() + delay) { [self, compactions] in
+    background.asyncAfter(deadline: .now() + .nanoseconds(Int(delay))) { [self, compactions] in
       defer { if tracked { compactions.leave() } }
       // The whole container went away (deleted): nothing to adopt.
       guard (try? root.status(Self.preferences)) ?? nil != nil else { return }

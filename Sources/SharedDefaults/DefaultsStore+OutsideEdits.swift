@@ -230,10 +230,10 @@ extension DefaultsStore {
   /// How long an untouched replaced export keeps its second name at least: a tool that opened the export before
   /// it was replaced writes into it (plistlib's read-modify-write takes milliseconds; a loaded machine, seconds).
   /// It is kept longer while any process still has it open (`SystemFD.isOpenElsewhere`).
-  static let keptExportGrace = 2.0
+  static let keptExportGrace: Int64 = 2_000_000_000  // nanoseconds
 
   /// Where it cannot be told whether a file is open elsewhere (leases refused): how long it is kept instead.
-  static let keptExportLimit = 120.0
+  static let keptExportLimit: Int64 = 120_000_000_000  // nanoseconds
 
   /// With the lock: applies the tools' writes into replaced exports kept by any process
   /// (`keptExportName`) — the replacing one may have died or exited before it could — and removes those done
@@ -242,7 +242,7 @@ extension DefaultsStore {
   @discardableResult
   func applyKeptExports(in dir: borrowing SystemFD, _ s: inout State) throws(SharedDefaultsError) -> Bool {
     let prefix = "\(suite).plist.replaced-"
-    let now = Double(RealtimeClock.seconds())
+    let now = RealtimeClock.nanoseconds()
     var left = false
     for (name, _) in (try? dir.entries()) ?? [] where name.hasPrefix(prefix) {
       let fields = name.dropFirst(prefix.count).split(separator: "-").compactMap { Int64($0) }
@@ -256,7 +256,8 @@ extension DefaultsStore {
       }
       if SuiteHeader.identity(st) == (UInt64(fields[0]), fields[1], fields[2]) {
         // Untouched: dropped once no tool can write into it any more (nobody else has it open).
-        let age = now - Double(fields[3])
+        // The name holds whole seconds (any number: the name may be anybody's).
+        let age = now - min(fields[3], now / 1_000_000_000) * 1_000_000_000
         let openElsewhere = fd.isOpenElsewhere() ?? (age < Self.keptExportLimit)
         if age > Self.keptExportGrace, !openElsewhere {
           Self.dropKept(name, in: dir)
@@ -320,7 +321,7 @@ extension DefaultsStore {
   /// until it parses, then judges it; closes it. After `tries` it is left under its second name, and logged.
   /// Entered in `replacedEdits` by the caller; leaves it when done.
   func applyReplacedEditLater(_ replaced: DescriptorBox, keptAs keptName: String?, tries: Int) {
-    background.asyncAfter(deadline: .now() + Self.exportRetryDelay) { [weak self, replacedEdits] in
+    background.asyncAfter(deadline: .now() + .nanoseconds(Int(Self.exportRetryDelay))) { [weak self, replacedEdits] in
       guard let self else {
         return replacedEdits.leave()
       }

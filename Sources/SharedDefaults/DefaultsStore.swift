@@ -456,7 +456,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// their tries): before this process may exit.
   func waitForBackgroundWork() {
     compactions.wait()
-    _ = replacedEdits.wait(timeout: .now() + Self.exportRetryDelay * Double(Self.replacedEditTries + 2))
+    _ = replacedEdits.wait(timeout: .now() + .nanoseconds(Int(Self.exportRetryDelay) * (Self.replacedEditTries + 2)))
   }
 
   // MARK: Locking

@@ -88,12 +88,14 @@ enum ExportMirror {
     let looksLikeAPlist =
       head.isEmpty || head.starts(with: Array("bplist".utf8)) || head.starts(with: Array("<?xml".utf8))
       || head.starts(with: Array("<plist".utf8)) || head.starts(with: Array("<!DOCTYPE".utf8))
-    return looksLikeAPlist && Double(RealtimeClock.nanoseconds() - modified) / 1e9 < unfinishedGrace
+    // A time set far in the past (any file's may be) cannot overflow the age into a young one.
+    let (age, overflow) = RealtimeClock.nanoseconds().subtractingReportingOverflow(modified)
+    return looksLikeAPlist && !overflow && age < unfinishedGrace
   }
 
   /// Where leases are refused: how long after its last write a file that does not parse is still taken for one
   /// being written.
-  static let unfinishedGrace = 10.0
+  static let unfinishedGrace: Int64 = 10_000_000_000  // nanoseconds
 
   /// Where a tool's file that was not applied is kept: `<suite>.plist.unapplied-<time>-<pid>[-n]`.
   static func unappliedPrefix(_ suite: String) -> String { "\(suite).plist.unapplied-" }
