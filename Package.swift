@@ -174,7 +174,7 @@ let package = Package(
     .target(
       name: "LiveActivities",
       dependencies: [
-        "GroupContainerCore", "SystemLayer",
+        "GroupContainerCore", "SystemLayer", "SharedDefaults", "PropertyList",
         .product(name: "Logging", package: "swift-log"),
       ]
     ),
@@ -300,6 +300,7 @@ let package = Package(
       name: "LiveActivitiesTests",
       dependencies: [
         "TestSupport", "LiveActivities", "ScoreboardKit", "FileCoordination", "GroupContainerCore", "SystemLayer",
+        "SharedDefaults",
         "gc-test-helper",
         "groupctl",
       ]

@@ -15,6 +15,10 @@
 //   Scale: 64 presenter processes vs the floor (paired) (and tmpfs)
 //                                                     the 64-process write and its floor without the framework
 //                                                     (`gc-bench-answerer`), both in each iteration
+//   Scale: 64 presenter processes, a new process's write (paired)
+//                                                     what the issue measured (#37 item 5): each write a new
+//                                                     `groupctl write` process's, beside the same of an unpresented
+//                                                     item and a warm writer's (this process) of the presented one
 //
 // The presenter rows with the message files of before: run the binary with GROUP_CONTAINER_INBOX_FILES_ONLY=1 (the
 // presenters bind no inbox socket, so every prepare and finish goes as a file: MessageTransport.swift) — a test hook,
@@ -134,24 +138,7 @@ func scaleBenchmarks(fast: Benchmark.Configuration, slow: Benchmark.Configuratio
   var firstPaired = slow
   firstPaired.metrics = [firstWithout, firstWith]
   firstPaired.maxIterations = 60
-  /// `groupctl write <group> Documents/w.txt --print-duration` in a new process: the ns it reports.
-  func firstWrite(_ fixture: ContainerFixture) throws -> Int {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: try locateGroupctl())
-    process.arguments = ["write", fixture.identifier, "Documents/w.txt", "--root", fixture.root!, "--print-duration"]
-    let output = Pipe()
-    process.standardOutput = output
-    process.standardInput = FileHandle.nullDevice
-    try process.run()
-    let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    process.waitUntilExit()
-    let words = text.split(separator: " ")
-    guard process.terminationStatus == 0, words.count == 4, let ns = Int(words[2]) else {
-      throw BenchmarkSetupError(
-        "groupctl write --print-duration printed '\(text)' (status \(process.terminationStatus))")
-    }
-    return ns
-  }
+  func firstWrite(_ fixture: ContainerFixture) throws -> Int { try newProcessWrite(fixture, item: "Documents/w.txt") }
   Benchmark(
     "Scale: first write of a new process, none vs 5,000 presented elsewhere (paired)", configuration: firstPaired
   ) {
@@ -266,6 +253,53 @@ func scaleBenchmarks(fast: Benchmark.Configuration, slow: Benchmark.Configuratio
     }
   }
 
+  // MARK: What a user sees: a new process's write of an item 64 processes present
+
+  // The issue's measurement (#37 item 5): 64 `groupctl present --only reacquire` processes on one item, and each
+  // write a new release process's — `groupctl write --print-duration`, as a widget or a tool writes once — timed
+  // as the process reports it. Each iteration times, in alternating order: that write of the presented item, the
+  // same of another item of the container (nobody presents it), and this process's own write of the presented item
+  // (a warm writer: records, sockets and the presenters' mapping of its ack board all known). Each starts once every
+  // presenter has its item back. A new process pays what a warm one has cached: the 64 records read and decoded, 64
+  // sockets connected, and every presenter maps the new process's ack board before it can answer.
+  let userSees = ContainerFixture(identifier: "group.bench.newwriter64", item: "Documents/p.txt")
+  let userChildren = (0..<64).map { _ in ChildFixture() }
+  let newPresented = BenchmarkMetric.custom("new process, presented item (ns)", useScalingFactor: false)
+  let newOther = BenchmarkMetric.custom("new process, another item (ns)", useScalingFactor: false)
+  let warmPresented = BenchmarkMetric.custom("this process, presented item (ns)", useScalingFactor: false)
+  var userPaired = slow
+  userPaired.metrics = [newPresented, newOther, warmPresented]
+  userPaired.maxIterations = 100
+  userPaired.maxDuration = .seconds(30)  // each iteration starts a process twice: 5 s gave ~30 iterations
+  Benchmark("Scale: 64 presenter processes, a new process's write (paired)", configuration: userPaired) { benchmark in
+    let (coordinator, container, url) = try userSees.parts()
+    var order = 0
+    for _ in benchmark.scaledIterations {
+      order += 1
+      for step in [order % 3, (order + 1) % 3, (order + 2) % 3] {
+        let reacquired = userChildren.map { $0.count("reacquire") }
+        switch step {
+        case 0: benchmark.measurement(newPresented, try newProcessWrite(userSees, item: userSees.item))
+        case 1:
+          benchmark.measurement(newOther, try newProcessWrite(userSees, item: "Documents/other.txt"))
+          continue  // nobody presents it: no reacquire to wait for
+        default:
+          let start = monotonicNanoseconds()
+          try coordinator.coordinate(writingItemAt: url, options: .forReplacing) {
+            try container.write(payload, to: $0)
+          }
+          benchmark.measurement(warmPresented, elapsed(start, monotonicNanoseconds()))
+        }
+        for (child, count) in zip(userChildren, reacquired) { try child.wait(for: "reacquire", count: count + 1) }
+      }
+    }
+  } setup: {
+    try present(userSees, by: userChildren)
+  } teardown: {
+    for child in userChildren { child.stop() }
+    userSees.tearDown()
+  }
+
   // MARK: tmpfs: the framework's own cost, without ext4's writeback
 
   let rawShm = RawFixture(base: "/dev/shm")
@@ -290,6 +324,29 @@ func scaleBenchmarks(fast: Benchmark.Configuration, slow: Benchmark.Configuratio
   } teardown: {
     shm.tearDown()
   }
+}
+
+/// `groupctl write <group> <item> --print-duration` in a new process (a widget or a tool writing once, as the issue
+/// measured it): the ns it reports, its coordinated write alone.
+func newProcessWrite(_ fixture: ContainerFixture, item: String) throws -> Int {
+  let process = Process()
+  process.executableURL = URL(fileURLWithPath: try locateGroupctl())
+  process.arguments = ["write", fixture.identifier, item, "--root", fixture.root!, "--print-duration"]
+  let output = Pipe()
+  let input = Pipe()
+  process.standardOutput = output
+  process.standardInput = input
+  try process.run()
+  input.fileHandleForWriting.write(payload)  // the 64 bytes every write of these benchmarks writes
+  try input.fileHandleForWriting.close()
+  let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+  process.waitUntilExit()
+  let words = text.split(separator: " ")
+  guard process.terminationStatus == 0, words.count == 4, let ns = Int(words[2]) else {
+    throw BenchmarkSetupError(
+      "groupctl write --print-duration printed '\(text)' (status \(process.terminationStatus))")
+  }
+  return ns
 }
 
 /// Sets up `presented` and starts `children` presenting its item, each a `groupctl present` that answers at once;

@@ -116,8 +116,10 @@ package final class DownloadAgent: Sendable {
     }
   }
 
-  /// How often `tasks/` may be listed while sessions keep posting (a listing of 10,000 tasks costs milliseconds).
-  private static let relistInterval: UInt64 = 100_000_000
+  /// How often `tasks/` may be listed while sessions keep posting, at least (a listing of 10,000 tasks costs
+  /// milliseconds: then `scanCost` × 20 keeps them apart). At 100 ms a task posted just after a listing waited up
+  /// to 100 ms to start: most of a 1 kB download's time, and the tail of a burst of 200 tasks.
+  private static let relistInterval: UInt64 = 20_000_000
   /// How often sessions are looked at for a relaunch.
   private static let relaunchLookInterval: UInt64 = 250_000_000
   /// How often finished tasks are checked against `retention`.

@@ -223,8 +223,8 @@ public final class Activity<Attributes: ActivityAttributes>: Identifiable, Senda
   }
 
   /// Runs a watch of this activity into `continuation`: `step` maps each snapshot and its memory to a value to
-  /// yield (or nil). Finishes once the activity is dismissed. The watch delivers on the watcher thread, and `step`
-  /// runs there and yields straight into `continuation`: the caller's task is the only other thread an update wakes.
+  /// yield (or nil). Finishes once the activity is dismissed. The watch delivers on the suite's delivery queue, and
+  /// `step` runs there and yields straight into `continuation`.
   private func forward<T: Sendable>(
     _ continuation: AsyncStream<T>.Continuation, start: UInt64,
     _ step: @escaping @Sendable (ActivitySnapshot, UInt64) -> (T?, UInt64)
@@ -263,7 +263,7 @@ public final class Activity<Attributes: ActivityAttributes>: Identifiable, Senda
     let store = try ActivityStore(container: container)
     let announced = Mutex(Set(store.ids()))
     let (stream, continuation) = AsyncStream<Activity<Attributes>>.makeStream()
-    // Delivered on the watcher thread, straight into the stream (no task in between).
+    // Delivered on the suite's delivery queue, straight into the stream (no task in between).
     let cancel = try ActivityWatch.observe(
       store: store, attributesType: Attributes.activityTypeName, includeExisting: false
     ) { snapshot in

@@ -1,27 +1,32 @@
 import Foundation
 import GroupContainerCore
 import Logging
+import PropertyList
+import SharedDefaults
 import Synchronization
 import SystemLayer
 
-/// The activities' files in the container, shared by the app, its widgets and `groupctl`:
+/// The activities of a container, shared by the app, its widgets and `groupctl`:
 ///
 /// ```
+/// Library/Preferences/<group-id>.liveactivities.*   the records: a private shared defaults suite (suiteName(for:)),
+///                                                  one value per activity (key: its id; value: the record's bytes,
+///                                                  ActivityRecordFormat, as data)
 /// .coordination/activities/
-///   <id>.activity     one record per activity (ActivityRecordFormat), replaced atomically at every write
 ///   authorization     "enabled" or "disabled": the user's switch (missing: enabled, as on iOS)
-///   lock              flocked (exclusive) around every read-modify-write of a record
+///   <id>.activity     a record of the version that kept one file per activity: imported into the suite, then removed
 /// ```
 ///
-/// Private machinery, like the coordinator's and the downloads' files: apps go through ``Activity``. Everything is
-/// opened beneath the container's directory descriptor without following links and without blocking (a FIFO
-/// planted here is a damaged record, never a hang); records are checked on every read.
+/// Why a suite and not a file per record: an update is then a commit to a shared mapping (no file created, renamed
+/// or locked; kill-durable like every defaults write), and observers hear it through the suite's change signal —
+/// the defaults' fastest paths, where a file replace alone cost over a hundred defaults sets (the README's benchmark
+/// table). Private machinery, like
+/// the coordinator's and the downloads' files: apps go through ``Activity``. Records are checked on every read.
 package final class ActivityStore: Sendable {
-  /// The records' directory, relative to the container.
+  /// The directory of the user's switch (and of the old version's record files), relative to the container.
   package static let directory = CoordinationPaths.activities
   /// The user's switch's file name in ``directory``.
   package static let authorizationName = "authorization"
-  static let lockName = "lock"
   /// The module's logger (damaged records, ignored updates).
   package static let logger = Logger(label: "GroupContainer.LiveActivities")
 
@@ -33,34 +38,65 @@ package final class ActivityStore: Sendable {
   package let fileMode: mode_t
   /// The clock of this container's activities in this process (``ActivityClock/clock(for:)``).
   package let clock: ActivityClock
-  /// The lock file, opened read-only on first use and kept for the store's life (-1 until then). Opened for writing
-  /// and closed at every update, it made an `IN_CLOSE_WRITE` that woke every observer's watcher thread for nothing
-  /// (the record's rename is the one event an update should make), and cost two opens and a close. Guarded by
-  /// `serial`.
-  private let lockFile = Mutex<DescriptorBox?>(nil)
-  /// flock belongs to the open file description, which this store's threads share: they take turns here first.
-  private let serial = NSLock()
+  /// The records' suite (``suiteName(for:)``).
+  package let suite: SharedDefaults
+  /// The last record this process read or wrote, with its bytes: an update finds the bytes it wrote last and skips
+  /// decoding and checking them again (they were checked when made). Keyed by bytes, never trusted otherwise.
+  private let lastRecord = Mutex<(bytes: [UInt8], record: ActivityRecord)?>(nil)
+  /// This process's id, the writer of its records: read once (glibc's getpid is a system call; a store is not used
+  /// across fork).
+  private let pid = CurrentProcess.id
 
-  /// Opens (creating the directory if needed) the activities of `container`.
+  /// The suite of `container`'s records: `<group-id>.liveactivities`, private to this module as the widgets'
+  /// `<group-id>.widgetkit` is to WidgetKit (an app's own suites are named by the app; the group's default suite
+  /// is the identifier itself).
+  package static func suiteName(for container: GroupContainer) -> String { container.identifier + ".liveactivities" }
+
+  /// Opens (creating the directory and the suite if needed) the activities of `container`, importing the record
+  /// files an older version left (once per container and process).
   package init(container: GroupContainer) throws(ActivityError) {
     self.container = container
     fileMode = container.sharing.fileMode
     clock = ActivityClock.clock(for: container)
+    let root: ContainerDirectory
     do { root = try container.directory() } catch { throw .container(error) }
+    self.root = root
     let mode = container.sharing.directoryMode
     try Self.system { () throws(FileSystemError) in try root.makeDirectory(Self.directory, mode: mode) }
+    do { suite = try SharedDefaults(suiteName: Self.suiteName(for: container), container: container) } catch {
+      throw Self.failure(error, suite: Self.suiteName(for: container), container: container)
+    }
+    if Self.imported.withLock({ $0.insert(root.path).inserted }) { importRecordFiles() }
   }
 
   static func system<T: ~Copyable>(_ body: () throws(FileSystemError) -> T) throws(ActivityError) -> T {
     do { return try body() } catch { throw .system(error) }
   }
 
-  /// The directory's absolute path (for inotify watches).
+  /// A failure of the records' suite as an activity error: its system or container error when it has one.
+  static func failure(_ error: any Error, suite: String, container: GroupContainer) -> ActivityError {
+    if let error = error as? ActivityError { return error }
+    if let error = error as? SharedDefaultsError {
+      if let container = error.containerError { return .container(container) }
+      if let system = error.underlyingError { return .system(system) }
+      let path = container.preferencesURL.path + "/" + suite
+      return .system(FileSystemError("write", path, .invalidArgument, reason: error.description))
+    }
+    return .encodingFailed("\(error)")
+  }
+
+  private func failure(_ error: any Error) -> ActivityError {
+    Self.failure(error, suite: suite.suiteName, container: container)
+  }
+
+  /// The directory's absolute path (for inotify watches of the switch).
   package var absoluteDirectory: String { root.path + "/" + Self.directory }
   /// The time now by this container's clock, in seconds since 1970.
   package var now: Double { clock.now.timeIntervalSince1970 }
-  /// The container-relative path of the record of `id`.
-  package static func recordPath(_ id: String) -> String { directory + "/" + id + ActivityRecordFormat.fileSuffix }
+  /// Where a record is, in messages: the suite's plist and the key.
+  package func location(of id: String) -> String {
+    container.preferencesURL.path + "/" + suite.suiteName + ".plist, key " + id
+  }
 
   // MARK: Reading
 
@@ -77,121 +113,137 @@ package final class ActivityStore: Sendable {
     }
   }
 
-  /// Reads and checks the record of `id`. A damaged one (garbage, truncated, too large, a FIFO, a symlink, another
-  /// activity's record under this name) is logged and reported, never trusted.
-  package func read(_ id: String) -> Read {
-    let path = Self.recordPath(id)
+  /// Reads and checks the record of `id`. A damaged one (garbage, truncated, too large, not data, another
+  /// activity's record under this key) is logged and reported, never trusted.
+  package func read(_ id: String) -> Read { decode(suite.value(forKey: id), id: id) }
+
+  /// Checks `value`, the suite's value for `id` (from a read or a change): the record, or why it is not one.
+  package func decode(_ value: PropertyListValue?, id: String) -> Read {
     let bytes: [UInt8]
-    do { bytes = try root.readFile(path, limit: ActivityRecordFormat.maxRecordBytes).bytes } catch {
-      if error.errno == .noSuchFileOrDirectory { return .missing }
-      return damaged(path, "\(error)")
+    switch value {
+    case nil: return .missing
+    case .data(let data)?: bytes = data
+    // Also a string: JSON written into the plist by hand, or by `groupctl defaults write`.
+    case .string(let text)?: bytes = Array(text.utf8)
+    case _?: return damaged(id, "it is not a data value")
     }
+    if let last = lastRecord.withLock({ $0 }), last.record.id == id, last.bytes == bytes { return .record(last.record) }
     do {
       let record = try ActivityRecordFormat.decode(bytes)
-      guard record.id == id else { return damaged(path, "it holds activity \(record.id)") }
+      guard record.id == id else { return damaged(id, "it holds activity \(record.id)") }
       return .record(record)
-    } catch { return damaged(path, error.reason) }
+    } catch { return damaged(id, error.reason) }
   }
 
-  private func damaged(_ path: String, _ reason: String) -> Read {
-    let error = ActivityError.damagedRecord(path: root.path + "/" + path, reason: reason)
+  private func damaged(_ id: String, _ reason: String) -> Read {
+    let error = ActivityError.damagedRecord(path: location(of: id), reason: reason)
     Self.logger.error("\(error)")
     return .damaged(error)
   }
 
-  /// The ids of every record file (whatever their contents).
+  /// The ids of every record (whatever their contents): the suite's keys that are activity ids.
   package func ids() -> [String] {
-    guard let directory = try? root.openDirectory(Self.directory) else { return [] }
-    return ((try? directory.entries()) ?? []).compactMap { ActivityRecordFormat.id(fromFileName: $0.name) }.sorted()
+    suite.propertyListRepresentation().keys.filter { ActivityRecordFormat.isActivityID($0) }.sorted()
   }
 
   /// Every readable record, oldest first (damaged ones are logged and skipped).
   package func records() -> [ActivityRecord] {
-    ids().compactMap { read($0).record }.sorted { ($0.startDate, $0.id) < ($1.startDate, $1.id) }
+    suite.propertyListRepresentation().compactMap { key, value in
+      ActivityRecordFormat.isActivityID(key) ? decode(value, id: key).record : nil
+    }.sorted { ($0.startDate, $0.id) < ($1.startDate, $1.id) }
   }
 
   // MARK: Writing
 
-  /// Writes a new record (its id is fresh: no lock needed), after removing the records of dismissed activities.
+  /// Writes a new record (its id is fresh), removing in the same commit the records of dismissed activities.
   package func create(_ record: ActivityRecord) throws(ActivityError) {
-    try withLock { () throws(ActivityError) in
-      let now = now
-      for id in ids() where id != record.id {
-        if let old = read(id).record, ActivityRules.effective(old, now: now).state == .dismissed {
-          try? root.removeFile(Self.recordPath(id))
+    let bytes = try encode(record)
+    let now = now
+    let dismissed = records().filter { ActivityRules.effective($0, now: now).state == .dismissed }.map(\.id)
+    do {
+      try suite.transaction { value in
+        // A dismissed activity stays so (nothing writes it again); checked again under the lock all the same.
+        let gone = dismissed.filter { id in
+          guard let old = decode(value(id), id: id).record else { return false }
+          return ActivityRules.effective(old, now: now).state == .dismissed
         }
+        return (set: [record.id: .data(bytes)], remove: gone, result: ())
       }
-      try write(record)
-    }
+    } catch { throw failure(error) }
+    lastRecord.withLock { $0 = (bytes, record) }
   }
 
-  /// Read-modify-write of the record `id` under the store's lock, so writers in several processes never lose each
-  /// other's changes. `body` gets the record and its effective state now, and returns whether to write it.
-  /// Returns the record as written (or as found when `body` wrote nothing); nil when there is no record.
+  /// Read-modify-write of the record `id` as one commit under the suite's lock, so writers in several processes
+  /// never lose each other's changes. `body` gets the record and its effective state now, and returns whether to
+  /// write it. Returns the record as written (or as found when `body` wrote nothing); nil when there is no record.
   @discardableResult
   package func modify(
     _ id: String, _ body: (inout ActivityRecord, ActivityRules.Effective) throws(ActivityError) -> Bool
   ) throws(ActivityError) -> ActivityRecord? {
-    try withLock { () throws(ActivityError) -> ActivityRecord? in
-      var record: ActivityRecord
-      switch read(id) {
-      case .missing: return nil
-      case .damaged(let error): throw error
-      case .record(let r): record = r
+    let pid = self.pid
+    let now = now
+    let written: (record: ActivityRecord, bytes: [UInt8]?)?
+    do {
+      written = try suite.transaction { value in
+        var record: ActivityRecord
+        switch decode(value(id), id: id) {
+        case .missing: return (set: [:], remove: [], result: nil)
+        case .damaged(let error): throw error
+        case .record(let r): record = r
+        }
+        guard try body(&record, ActivityRules.effective(record, now: now)) else {
+          return (set: [:], remove: [], result: (record, nil))
+        }
+        record.revision += 1
+        record.writerPID = pid
+        let bytes = try encode(record)
+        return (set: [id: .data(bytes)], remove: [], result: (record, bytes))
       }
-      guard try body(&record, ActivityRules.effective(record, now: now)) else { return record }
-      record.revision += 1
-      record.writerPID = CurrentProcess.id
-      try write(record)
-      return record
-    }
+    } catch { throw failure(error) }
+    if let written, let bytes = written.bytes { lastRecord.withLock { $0 = (bytes, written.record) } }
+    return written?.record
   }
 
-  private func write(_ record: ActivityRecord) throws(ActivityError) {
-    let bytes: [UInt8]
-    do { bytes = try ActivityRecordFormat.encode(record) } catch { throw .encodingFailed(error.reason) }
-    _ = try Self.system { () throws(FileSystemError) in
-      try root.replaceFile(Self.recordPath(record.id), with: bytes, mode: fileMode, durability: .processCrash)
-    }
+  private func encode(_ record: ActivityRecord) throws(ActivityError) -> [UInt8] {
+    do { return try ActivityRecordFormat.encode(record) } catch { throw .encodingFailed(error.reason) }
   }
 
-  /// Runs `body` holding the store's exclusive flock (a stable side file, never a record: records are replaced),
-  /// after the other threads of this process that use this store.
-  package func withLock<T>(_ body: () throws(ActivityError) -> T) throws(ActivityError) -> T {
-    serial.lock()
-    defer { serial.unlock() }
-    let lock = try Self.system { () throws(FileSystemError) -> DescriptorBox in
-      let file = try lockDescriptor()
-      try file.fd.lock(.exclusive)
-      return file
-    }
-    defer { lock.fd.unlock() }
-    return try body()
-  }
+  // MARK: Records of the older version
 
-  /// The lock file's descriptor, opened (and the file made) on first use; opened again when the file was removed
-  /// meanwhile (a lock on a removed file excludes no one). Called with `serial` held.
-  private func lockDescriptor() throws(FileSystemError) -> DescriptorBox {
-    if let file = lockFile.withLock({ $0 }) {
-      guard try file.fd.status().linkCount == 0 else { return file }
-      lockFile.withLock { $0 = nil }  // closes it: no one else holds it (`serial`)
+  /// The containers whose old record files this process imported.
+  private static let imported = Mutex<Set<String>>([])
+
+  /// Moves the record files of the version that kept one file per activity (`<id>.activity` in ``directory``)
+  /// into the suite: each readable one is set unless the suite has that activity already, then its file is
+  /// removed; a damaged one is logged and removed. A file whose import fails (a full disk) stays for next time.
+  private func importRecordFiles() {
+    guard let directory = try? root.openDirectory(Self.directory), let entries = try? directory.entries() else {
+      return
     }
-    let directory = try root.openDirectory(Self.directory)
-    let fd: SystemFD
-    do throws(FileSystemError) {
-      let made = try directory.open(Self.lockName, [.readOnly, .exclusiveCreate], mode: fileMode)
-      try made.setPermissions(fileMode)
-      fd = made
-    } catch  where error.errno == .fileExists {
-      fd = try directory.open(Self.lockName, .readOnly)
+    for id in entries.compactMap({ ActivityRecordFormat.id(fromFileName: $0.name) }) {
+      let path = Self.directory + "/" + id + ActivityRecordFormat.fileSuffix
+      do {
+        // Opened without following links and without blocking, type-checked: a planted FIFO is damage, not a hang.
+        let bytes = try root.readFile(path, limit: ActivityRecordFormat.maxRecordBytes).bytes
+        let record = try ActivityRecordFormat.decode(bytes)
+        guard record.id == id else { throw ActivityRecordFormat.Invalid("it holds activity \(record.id)") }
+        try suite.transaction { value in
+          (set: value(id) == nil ? [id: .data(bytes)] : [:], remove: [], result: ())
+        }
+        Self.logger.notice("activity \(id) imported from '\(root.path)/\(path)' into suite '\(suite.suiteName)'")
+      } catch let error as FileSystemError where error.isPassing {
+        Self.logger.error("cannot import the activity record '\(root.path)/\(path)': \(error); kept for later")
+        continue
+      } catch let error as SharedDefaultsError {
+        Self.logger.error("cannot import the activity record '\(root.path)/\(path)': \(error); kept for later")
+        continue
+      } catch {
+        Self.logger.error("the activity record '\(root.path)/\(path)' is damaged (\(error)): removed, not imported")
+      }
+      do { try root.removeFile(path) } catch {
+        Self.logger.error("cannot remove the imported activity record '\(root.path)/\(path)': \(error)")
+      }
     }
-    guard try fd.status().kind == .regular else {
-      throw FileSystemError(
-        "open", directory.path + "/" + Self.lockName, .invalidArgument, reason: "not a regular file")
-    }
-    let file = DescriptorBox(fd)
-    lockFile.withLock { $0 = file }
-    return file
   }
 
   // MARK: The switch

@@ -1,4 +1,5 @@
 import Foundation
+import SharedDefaults
 import Synchronization
 import SystemLayer
 
@@ -19,23 +20,22 @@ package struct ActivitySnapshot: Sendable {
   }
 }
 
-/// Live observation of the activities' directory, from any process.
+/// Live observation of the activities, from any process.
 ///
-/// Why inotify (the process's one ``Watcher`` thread) and not the shared defaults' change stream or a futex signal:
-/// every record is its own file published by a rename, which inotify reports as `IN_MOVED_TO` with the file's name
-/// within microseconds, in every watching process — also for writes by `groupctl` or any other tool, with no shared
-/// mapping to keep consistent and no polling. The defaults stream would put records in a plist suite (compactions,
-/// a size limit shared with the app's settings); a futex signal (the downloads' `ChangeSignal`) misses writes made
-/// outside the framework. Time-driven changes (stale, the 8 hour end, dismissal) come from a timer set to the next
-/// deadline of the records in view, and from the clock file when a test clock is used (its directory is watched).
+/// Why the records suite's change stream: every update is a commit to the suite (``ActivityStore``), which wakes
+/// every observing process through the suite's change signal (a futex word in its mapped header) and hands each
+/// commit's new value to the observer, in commit order — the defaults' own set → observer path, with no file to
+/// re-read. Writes made outside the framework (the suite's plist edited by a tool, `groupctl defaults write`) reach
+/// it too, as the suite applies them. Time-driven changes (stale, the 8 hour end, dismissal) come from a timer set
+/// to the next deadline of the records in view, and from the clock file when a test clock is used (its directory is
+/// watched with inotify).
 ///
-/// Behavior: a record's event is handled on the watcher thread itself — the record read, checked and handed to
-/// `deliver` there, with no queue in between (a hop to a queue, then to a task, then to the caller's task was
-/// three thread wake-ups per update, most of an observer's latency on two cores). Timers and rescans run on a queue
-/// of the observation's; one lock makes every look at a record and its delivery one step, so snapshots of one
-/// activity are delivered one at a time, in the order their revisions were written; a snapshot is delivered when a
-/// record's revision or state differs from the last one delivered (several quick writes may coalesce into the
-/// newest). A queue overflow rescans everything.
+/// Behavior: a change is handled on the suite's delivery queue — the record checked and handed to `deliver` there.
+/// Timers and the clock re-evaluate the records last seen on a queue of the observation's; one lock makes every look
+/// at a record and its delivery one step, so snapshots of one activity are delivered one at a time, in the order
+/// their revisions were written, each revision once (an older revision than the last delivered is dropped: the first
+/// look reads the suite while earlier changes may still be queued); a snapshot is delivered when a record's revision
+/// or state differs from the last one delivered.
 package enum ActivityWatch {
   /// Snapshots of the activities (only `id`, or only those of `attributesType`) whenever they change. With
   /// `includeExisting`, first one snapshot of each activity as it is. The watch is in place when this returns.
@@ -51,9 +51,9 @@ package enum ActivityWatch {
   }
 
   /// Calls `deliver` with a snapshot of the activities (only `id`, or only those of `attributesType`) whenever one
-  /// changes — on the watcher thread for a write, on a queue of the observation's for the clock, never two at once —
+  /// changes — on the suite's delivery queue for a write, on a queue of the observation's for the clock, never two at once —
   /// until the returned cancel is called. With `includeExisting`, first one snapshot of each activity as it is,
-  /// before this returns. `deliver` must be quick (it holds up the process's watcher thread); it may cancel the
+  /// before this returns. `deliver` must be quick (it holds up the suite's deliveries); it may cancel the
   /// observation (a cancel only marks it stopped and asks the watcher to drop its watches).
   package static func observe(
     store: ActivityStore, id onlyID: String? = nil, attributesType: String? = nil, includeExisting: Bool,
@@ -70,16 +70,17 @@ package enum ActivityWatch {
     // Apart from `seen`: a cancel from inside `deliver` (a stream finished there) must not wait for the lock.
     let stopped = Atomic<Bool>(false)
 
-    // Under `seen`'s lock: reads the record and delivers what changed.
-    @Sendable func look(_ id: String, emit: Bool, _ s: inout Seen) {
+    // Under `seen`'s lock: checks the record `value` of `id` (nil: removed) and delivers what changed.
+    @Sendable func look(_ id: String, _ read: ActivityStore.Read, emit: Bool, _ s: inout Seen) {
       if let onlyID, id != onlyID { return }
       let record: ActivityRecord?
-      switch store.read(id) {
+      switch read {
       case .record(let r): record = r
       case .missing: record = nil
       case .damaged: return  // logged by the store; the last good state stands
       }
       if let record, let attributesType, record.attributesType != attributesType { return }
+      if let record, let last = s.last[id], record.revision < last.revision { return }  // delivered a newer one
       let state = record.map { ActivityRules.effective($0, now: store.now).state } ?? .dismissed
       if record == nil && s.last[id] == nil { return }  // never seen (or not ours), gone: nothing to say
       let revision = record?.revision ?? .max
@@ -90,10 +91,19 @@ package enum ActivityWatch {
         deliver(ActivitySnapshot(id: id, record: record, state: state))
       }
     }
+    // The first look: every record as the suite holds it now.
     @Sendable func lookAll(emit: Bool) {
-      let present = store.ids()
+      let present = onlyID.map { [$0] } ?? store.ids()
       seen.withLock { s in
-        for id in Set(present).union(s.last.keys).sorted() { look(id, emit: emit, &s) }
+        for id in Set(present).union(s.last.keys).sorted() { look(id, store.read(id), emit: emit, &s) }
+        schedule(&s)
+      }
+    }
+    // The clock moved: the records last seen, evaluated again (not re-read: a record read now would pass the changes
+    // still queued for this observer, which would then be dropped as older).
+    @Sendable func lookAgain() {
+      seen.withLock { s in
+        for (id, record) in s.records.sorted(by: { $0.key < $1.key }) { look(id, .record(record), emit: true, &s) }
         schedule(&s)
       }
     }
@@ -116,37 +126,37 @@ package enum ActivityWatch {
           return true
         }
         guard current, !stopped.load(ordering: .acquiring) else { return }
-        lookAll(emit: true)
+        lookAgain()
       }
     }
 
+    // Each commit's value, in commit order; a key that is not an activity id is not a record.
+    let observation = store.suite.observe(onlyID.map { [$0] }) { change in
+      guard ActivityRecordFormat.isActivityID(change.key), !stopped.load(ordering: .acquiring) else { return }
+      let read = store.decode(change.newValue, id: change.key)
+      seen.withLock { s in
+        look(change.key, read, emit: true, &s)
+        schedule(&s)
+      }
+    }
     var tokens: [Watcher.Token] = []
-    do {
-      tokens.append(
-        try Watcher.shared.watch(store.absoluteDirectory) { event in
-          guard let id = ActivityRecordFormat.id(fromFileName: event.name), !stopped.load(ordering: .acquiring)
-          else { return }
-          seen.withLock { s in
-            look(id, emit: true, &s)
-            schedule(&s)
-          }
-        })
-      if let file = store.clock.file {
-        let name = (file as NSString).lastPathComponent
+    if let file = store.clock.file {
+      let name = (file as NSString).lastPathComponent
+      do {
         tokens.append(
           try Watcher.shared.watch((file as NSString).deletingLastPathComponent) { event in
-            if event.name == name { queue.async { lookAll(emit: true) } }
+            if event.name == name { queue.async { lookAgain() } }
           })
+      } catch {
+        observation.cancel()
+        throw .system(error)
       }
-    } catch {
-      for token in tokens { Watcher.shared.cancel(token) }
-      throw .system(error)
     }
-    tokens.append(Watcher.shared.onOverflow { queue.async { lookAll(emit: true) } })
     let watchTokens = tokens
     lookAll(emit: includeExisting)
     return {
       guard !stopped.exchange(true, ordering: .acquiringAndReleasing) else { return }
+      observation.cancel()
       for token in watchTokens { Watcher.shared.cancel(token) }
     }
   }

@@ -220,6 +220,26 @@ public final class SharedDefaults: Sendable {
     try store.update(key, pid: pid, transform)
   }
 
+  /// A read-modify-write across processes that may write nothing: `body` reads the suite's values (not the
+  /// registered defaults) through `value` under the suite's lock and returns the keys to set and to remove, as one
+  /// commit. Nothing to set or remove makes no commit and no change event, where ``update(_:_:)`` always commits:
+  /// for modules that keep records of their own in a private suite (LiveActivities ignores an update of an ended
+  /// activity). `body` runs with the suite locked: keep it short and do not touch the suite in it.
+  package func transaction<T: Sendable>(
+    _ body: (_ value: (String) -> PropertyListValue?) throws -> (
+      set: [String: PropertyListValue], remove: [String], result: T
+    )
+  ) throws -> T {
+    let pid = self.pid
+    return try store.transaction { values, _ in
+      let (set, remove, result) = try body { values[$0] }
+      let records =
+        set.map { JournalFormat.Record(key: $0.key, operation: .set($0.value), pid: pid) }
+        + remove.filter { set[$0] == nil }.map { JournalFormat.Record(key: $0, operation: .remove, pid: pid) }
+      return (records, result)
+    }
+  }
+
   // MARK: Reading (Apple's names and fallbacks)
 
   /// The value (or the registered default) as Foundation types: numbers, `String`, `Data`, `Date`, arrays and

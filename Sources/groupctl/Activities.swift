@@ -12,7 +12,8 @@ struct Activities: AsyncParsableCommand {
   static let configuration = CommandConfiguration(
     abstract: "List, follow and end the group's Live Activities; turn them on or off.",
     discussion: """
-      Records live in the container's .coordination/activities/. States are computed with the activities' clock \
+      Records live in the container's private defaults suite <group-id>.liveactivities (one key per activity; \
+      the user's switch in .coordination/activities/). States are computed with the activities' clock \
       (GROUPCONTAINER_ACTIVITY_CLOCK_FILE when set, else the system's): an activity ends 8 hours after its start \
       and is dismissed at the latest 4 hours after its end. A damaged record is reported on stderr and skipped.
       """,

@@ -15,7 +15,6 @@ struct HostileNames: Sendable {
   var waitingTask = ""
   var commit = ""
   var event = ""
-  var activity = ""
   var cacheEntry = ""
   /// `.coordination/inbox/<pid>.<start>` of the live Inbox receiver (set once it runs).
   var receiverInbox = ""
@@ -40,7 +39,6 @@ struct HostileNames: Sendable {
     task = Self.first(in: container, ".coordination/downloads/tasks") { $0.hasSuffix(".task") }
     commit = Self.first(in: container, ".coordination/downloads/commits") { $0.hasSuffix(".commit") }
     event = Self.first(in: container, ".coordination/downloads/sessions") { $0.hasSuffix(".event") }
-    activity = Self.first(in: container, ".coordination/activities") { $0.hasSuffix(".activity") }
     cacheEntry = Self.first(in: container, "Library/Caches/faults") { !$0.hasPrefix(".") }
   }
 }
@@ -83,6 +81,9 @@ struct HostilePlace: Sendable, CustomStringConvertible {
   static let docBucket =
     ".coordination/presenters/"
     + PresenterRegistry.bucketName(try! ContainerPath("Documents/doc.txt").bytesHash)
+
+  /// The records' suite of the run's container (`ActivityStore.suiteName(for:)`).
+  static let activities = "group.com.example.hostile.liveactivities"
 
   static let all: [HostilePlace] = [
     // FileCoordination (CoordinationSpace.swift's layout)
@@ -127,10 +128,12 @@ struct HostilePlace: Sendable, CustomStringConvertible {
     // program it names for the session "hostile", whose template event waits with nobody attached.
     HostilePlace("download session relaunch record", fixed: ".coordination/downloads/sessions/hostile/app")
       .preparing { try HostileRun.registerRelaunch(root: $0) },
-    // LiveActivities (ActivityStore.swift)
-    HostilePlace("activity record") { $0.activity },
+    // LiveActivities (ActivityStore.swift): the records' suite, the switch, an old version's record file to import
+    HostilePlace("activities suite journal", fixed: "Library/Preferences/\(activities).journal"),
+    HostilePlace("activities suite header", fixed: "Library/Preferences/\(activities).lock"),
     HostilePlace("activities authorization", fixed: ".coordination/activities/authorization"),
-    HostilePlace("activities lock", fixed: ".coordination/activities/lock"),
+    HostilePlace(
+      "old activity record file", fixed: ".coordination/activities/00000000-0000-4000-8000-000000000001.activity"),
     // Items the operations write (a coordinated write's target, a move's folder, the hand-over's Inbox)
     HostilePlace("coordinated document", fixed: "Documents/doc.txt"),
     HostilePlace("coordinated move's folder", directory: true, fixed: "Documents/m"),

@@ -22,7 +22,8 @@ import Testing
 ///   `tasks/<id>.task|.status|.control|.partial`, `commits/<seq>.commit`, `sessions/<sid>/attach.lock`, an event,
 ///   the session's relaunch record `sessions/<sid>/app` (written valid in each pair's own container, for it names
 ///   the pair's paths: `HostilePlace.prepare`).
-/// - LiveActivities (ActivityStore.swift): `activities/<id>.activity`, `authorization`, `lock`.
+/// - LiveActivities (ActivityStore.swift): the records' suite (`<group>.liveactivities.*`), `authorization`, an old
+///   version's `activities/<id>.activity`.
 /// - What the operations write: `Documents/doc.txt` (a coordinated replace), `Documents/m/` (a coordinated
 ///   move), `Documents/Inbox/` (a hand-over's copy).
 ///

@@ -59,6 +59,13 @@ func runActivityMode(_ command: HelperCommand, _ container: GroupContainer) asyn
     try await activity.update(content)
     await say("updated")
 
+  case .actUpdateLoop(let id):
+    let activity = try findActivity(id, container)
+    for n in 1... {
+      try await activity.update(ActivityContent(state: .init(homeScore: n, awayScore: 0), staleDate: nil))
+      await say("updated \(n)")
+    }
+
   case .actLike(let id, let count, let side):
     let activity = try findActivity(id, container)
     let home = side == .home

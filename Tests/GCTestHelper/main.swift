@@ -169,7 +169,7 @@ case .tornReader(let path, let coordinated):  // ScaleModes.swift
   try tornReader(container, root: root, item: item(path), coordinated: coordinated)
 
 // LiveActivitiesModes.swift
-case .actRequest, .actObserve, .actObserveNew, .actUpdate, .actLike, .actDismiss, .actState:
+case .actRequest, .actObserve, .actObserveNew, .actUpdate, .actUpdateLoop, .actLike, .actDismiss, .actState:
   try await runActivityMode(invocation.command, container)
 
 case .dlStart, .dlAttach, .dlRelaunched:  // DownloadSessions.swift

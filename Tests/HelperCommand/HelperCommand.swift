@@ -229,6 +229,8 @@ public enum HelperCommand: Codable, Sendable, Equatable {
   case actObserveNew
   /// One update of the scores; prints "updated".
   case actUpdate(id: String, homeScore: Int, awayScore: Int)
+  /// Updates the home score to 1, 2, 3, … and prints "updated <n>" once each update returned, until killed.
+  case actUpdateLoop(id: String)
   /// Prints "ready", then `count` atomic read-modify-writes adding a like to `side`; prints "done".
   case actLike(id: String, count: Int, side: Side)
   /// The user's swipe in the widget; prints "dismissed".

@@ -11,10 +11,8 @@ import Testing
 /// dismissing in the widget, several writers at once, and the clock moved for every process.
 ///
 /// Mutants this suite catches (each made once by hand, seen failing, restored):
-/// - No lock around the read-modify-write (`ActivityStore.withLock` running `body` without the flock):
-///   `concurrentLikesFromThreeProcessesLoseNothing` fails (fewer likes than given).
-/// - Records written in place (open with O_TRUNC and write, instead of `replaceFile`): the likers meet empty or
-///   partial records, their updates fail as damaged and `concurrentLikesFromThreeProcessesLoseNothing` fails.
+/// - No atomic read-modify-write (`ActivityStore.modify` reading the record before the suite's transaction and
+///   setting it after): `concurrentLikesFromThreeProcessesLoseNothing` fails (fewer likes than given).
 /// - The clock file not watched by observers (`ActivityWatch` without its watch of the clock's directory):
 ///   `widgetFollowsTheClockAcrossProcesses` times out waiting for `state stale` (and
 ///   `ActivityLifecycleTests.stateUpdatesFollowTheClock` hits its time limit).
@@ -135,6 +133,23 @@ import Testing
     #expect(state.homeLikes == 80)
     #expect(state.awayLikes == 40)
     #expect(state.homeScore == 40)
+  }
+
+  /// An acknowledged update survives SIGKILL of its writer: a fresh process reads at least the last score the
+  /// killed writer printed (it prints after each update returns).
+  @Test func anAcknowledgedUpdateSurvivesTheWritersKill() async throws {
+    let f = try ActivityFixture()
+    let activity = try f.request()
+    let writer = try f.helper(.actUpdateLoop(id: activity.id))
+    defer { writer.kill() }
+    #expect(await writer.line { $0 == "updated 200" } != nil)
+    writer.kill()  // SIGKILL, mid-stream
+    _ = await writer.exit()
+    let acknowledged = writer.output.compactMap { $0.hasPrefix("updated ") ? Int($0.dropFirst(8)) : nil }.max() ?? 0
+    let list = try await f.groupctl(["list", f.container.identifier, "--json"])
+    let object = try #require(list.out.first.flatMap(GroupctlActivitiesTests.object))
+    let home = try #require((object["content_state"] as? [String: Any])?["homeScore"] as? Int)
+    #expect(home >= acknowledged && acknowledged >= 200, "acknowledged \(acknowledged), read \(home)")
   }
 
   @Test func widgetFollowsTheClockAcrossProcesses() async throws {

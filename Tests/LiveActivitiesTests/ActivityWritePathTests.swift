@@ -3,48 +3,61 @@ import Foundation
 import GroupContainerCore
 import LiveActivities
 import ScoreboardKit
+import SharedDefaults
 import Synchronization
 import SystemLayer
 import TestSupport
 import Testing
 
-/// The update's write path: one event per update for observers, the store's lock shared by threads of a process and
-/// kept on a file that exists.
+/// The update's write path: one commit of the records' suite per update (none for an ignored one), seen by
+/// observers once each, in order; the read-modify-write shared by threads of a process; old record files imported.
 ///
 /// Mutants these tests catch (each made once by hand, seen failing, restored):
-/// - The lock file opened read-write and closed at every update (as before): `anUpdateByAnotherProcessIsOneEvent`
-///   sees an `IN_CLOSE_WRITE` of `lock` per update.
-/// - The record's temp file made beside it (no staging directory): the same test sees the temp file's events.
-/// - The record replaced twice per update: the same test sees two `IN_MOVED_TO` for most updates (each update's events
-///   are read before the next begins; read at the end, the kernel's merging of unread ones could hide it).
-/// - No in-process turn before the flock (`serial` not taken): `threadsOfOneProcessLoseNoUpdate` loses increments
-///   (flock on one open file description excludes nothing).
-/// - The removed lock file not noticed (no link-count check): `aRemovedLockFileIsMadeAgain` finds no lock file.
+/// - The record written twice per update (a set, then the read-modify-write): `eachUpdateByAnotherProcessIsOneCommit`
+///   sees two changes per like.
+/// - An ignored update committing the record as it was (`modify` setting it when `body` returns false): the same
+///   test sees a change after the dismissal.
+/// - The old record files left unimported: `oldRecordFilesAreImportedOnce` lists no activity.
 @Suite(.runSlot(.minutes(3))) struct ActivityWritePathTests {
-  /// Five updates by other processes, one at a time, each one's events read before the next begins: each is
-  /// exactly one event, the record's `IN_MOVED_TO`. (Read only after all five, the count would be 1 to 5: the kernel
-  /// merges an unread `IN_MOVED_TO` of the same name into the one before it — seen in a loaded parallel run, and
-  /// shown by `WatcherBackendTests.theKernelMergesUnreadRenamesOfOneName`; the watcher loses none,
-  /// `WatcherBackendTests.everyRenameByAnotherProcessReachesTheConsumer`.)
-  @Test func anUpdateByAnotherProcessIsOneEvent() async throws {
+  /// Five likes by other processes, one at a time, then a dismissal and an ignored update: the suite's changes of the
+  /// record are exactly one per like, in order, and one for the dismissal — none for the ignored update (a marker key
+  /// set after it arrives next).
+  @Test func eachUpdateByAnotherProcessIsOneCommit() async throws {
     let f = try ActivityFixture()
     let activity = try f.request()
     let store = try ActivityStore(container: f.container)
-    let (events, sink) = AsyncStream<Watcher.Event>.makeStream()
-    let token = try Watcher.shared.watch(store.absoluteDirectory) { sink.yield($0) }
-    defer { Watcher.shared.cancel(token) }
-    var iterator = events.makeAsyncIterator()
-    for update in 0..<5 {
+    let marker = "marker"
+    let (changes, sink) = AsyncStream<DefaultsChange>.makeStream()
+    let observation = store.suite.observe([activity.id, marker]) { sink.yield($0) }
+    defer { observation.cancel() }
+    var iterator = changes.makeAsyncIterator()
+    var seen: [String] = []
+    func describe(_ change: DefaultsChange) -> String {
+      if change.key == marker { return marker }
+      guard let record = store.decode(change.newValue, id: change.key).record else { return "not a record" }
+      guard case .object(let state) = record.contentState, case .integer(let likes)? = state["homeLikes"] else {
+        return "no likes"
+      }
+      return "r\(record.revision) likes \(likes) \(record.lifecycle)"
+    }
+    for _ in 0..<5 {
       let liker = try f.helper(.actLike(id: activity.id, count: 1, side: .home))
       #expect(await liker.exit() == 0)
-      // A marker after the update: its event is queued behind every event the update made.
-      try store.root.replaceFile(ActivityStore.directory + "/marker-\(update)", with: [1], mode: 0o600)
-      var seen: [String] = []
-      while let event = await iterator.next(), event.name != "marker-\(update)" {
-        seen.append("\(event.name) 0x\(String(event.mask, radix: 16))")
-      }
-      #expect(seen == ["\(activity.id).activity 0x80"], "update \(update)")
+      // The like's change, before the next process starts.
+      if let change = await iterator.next() { seen.append(describe(change)) }
     }
+    try await activity.dismiss()
+    try await activity.update(score(9, 9))  // ignored: dismissed
+    try store.suite.set(1, forKey: marker)  // queued behind any change the ignored update made
+    while let change = await iterator.next() {
+      seen.append(describe(change))
+      if change.key == marker { break }
+    }
+    #expect(
+      seen == [
+        "r2 likes 1 active", "r3 likes 2 active", "r4 likes 3 active", "r5 likes 4 active", "r6 likes 5 active",
+        "r7 likes 5 dismissed", marker,
+      ])
     #expect(activity.content.state.homeLikes == 5)
   }
 
@@ -72,15 +85,53 @@ import Testing
     #expect(activity.content.state.homeLikes == 100)
   }
 
-  @Test func aRemovedLockFileIsMadeAgain() async throws {
+  /// A write made outside the framework: another tool (Python's plistlib) edits the record in the suite's plist,
+  /// bumping its revisions as a writer does; the suite applies the edit and observers see the new content.
+  @Test func anEditOfTheSuitesPlistByAnotherToolIsSeen() async throws {
     let f = try ActivityFixture()
     let activity = try f.request()
-    try await activity.update(score(1, 0))  // the store's lock descriptor is open from now on
-    let lock = activity.store.absoluteDirectory + "/lock"
-    try FileManager.default.removeItem(atPath: lock)
-    try await activity.update(score(2, 0))
-    // Locked again on the file others open, not on the removed one only this process still holds.
-    #expect(FileManager.default.fileExists(atPath: lock))
-    #expect(activity.content.state.homeScore == 2)
+    try activity.store.suite.synchronize()  // the plist current
+    var contents = activity.contentUpdates.makeAsyncIterator()
+    let path = f.container.preferencesURL.path + "/" + activity.store.suite.suiteName + ".plist"
+    let script = """
+      import json, plistlib, sys
+      path, id = sys.argv[1], sys.argv[2]
+      d = plistlib.load(open(path, 'rb'))
+      r = json.loads(d[id])
+      r['contentState']['homeScore'] = 7
+      r['revision'] += 1
+      r['contentRevision'] = r['revision']
+      d[id] = (json.dumps(r, sort_keys=True, separators=(',', ':')) + '\\n').encode()
+      plistlib.dump(d, open(path, 'wb'), fmt=plistlib.FMT_XML)
+      """
+    let run = try await runToEnd("/usr/bin/env", ["python3", "-c", script, path, activity.id])
+    #expect(run.status == 0, "\(run.errors)")
+    #expect(await contents.next()?.state.homeScore == 7)
+    #expect(activity.content.state.homeScore == 7)
+  }
+
+  /// A container written by the version that kept one file per activity: its records are imported into the suite
+  /// when a process first opens the activities, and their files removed.
+  @Test func oldRecordFilesAreImportedOnce() async throws {
+    let root = try TestRoot()
+    let container = try root.container("group.com.example.old-records")
+    let directory = container.path + "/.coordination/activities"
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    let record = ActivityRecord(
+      id: UUID().uuidString, attributesType: "ScoreboardAttributes",
+      attributes: .object(["homeTeam": .string("Lyon"), "awayTeam": .string("Nantes")]),
+      contentState: .object([
+        "homeScore": .integer(2), "awayScore": .integer(1), "homeLikes": .integer(0), "awayLikes": .integer(0),
+        "isFinal": .bool(false),
+      ]), staleDate: nil, relevanceScore: 0, startDate: Date().timeIntervalSince1970, pushType: nil, writerPID: 1)
+    let file = directory + "/" + record.id + ".activity"
+    try Data(ActivityRecordFormat.encode(record)).write(to: URL(fileURLWithPath: file))
+    let listed = try Activity<ScoreboardAttributes>.activities(in: container)
+    #expect(listed.map(\.id) == [record.id])
+    #expect(listed.first?.content.state.homeScore == 2)
+    #expect(!FileManager.default.fileExists(atPath: file))
+    // In the suite from now on: another process reads it.
+    let state = try Child(.actState(id: record.id), root: root.path, group: container.identifier)
+    #expect(await state.line { $0 == "state active" } != nil)
   }
 }
