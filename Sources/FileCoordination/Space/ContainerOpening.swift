@@ -66,7 +66,7 @@ extension GroupContainer {
   /// Tells GroupContainerCore how `directory()` reaches the container: through this process's space (ContainerRoot.swift).
   private static func installOpener() { _ = openerInstalled }
   private static let openerInstalled: Void = opener.withLock {
-    $0 = { container throws(GroupContainerError) in try container.coordinationSpace().root }
+    $0 = Opener { container throws(GroupContainerError) in try container.coordinationSpace().root }
   }
 
   @discardableResult
