@@ -142,20 +142,16 @@ bench: deps static-programs
 	@command -v aria2c >/dev/null 2>&1 || { SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; $$SUDO apt-get install -y -qq aria2; }
 	cd Benchmarks && $(SWIFT) package --allow-writing-to-package-directory benchmark
 
-# The memory rows' programs linked statically, in build directories of their own: what such a process pays without
-# the shared libraries' pages (see ThePressurePolicy). DefaultsBenchmarks' `gc-bench-defaults-reader` (an app of
-# shared defaults only) and `gc-bench-idle-widget` (an idle widget-like process) fully static; DownloadBenchmarks'
-# download agent with the Swift libraries static and glibc shared, as an app would ship it (DownloadingInTheBackground:
-# a fully static SwiftNIO resolves host names with the build machine's glibc). The benchmark executables themselves
-# cannot be linked so (package-benchmark's malloc interposer is a shared object). Release builds of the libraries,
-# and for the agent SwiftNIO and BoringSSL: 10–15 minutes from clean.
+# The memory rows' programs of DefaultsBenchmarks (`gc-bench-defaults-reader`, an app of shared defaults only, and
+# `gc-bench-idle-widget`, an idle widget-like process) linked fully static, in their own build directory: what such
+# an app pays without the shared libraries' pages (see ThePressurePolicy). The benchmark executables themselves
+# cannot be linked so (package-benchmark's malloc interposer is a shared object). A release build of the libraries:
+# several minutes from clean.
 static-programs: deps
 	cd Benchmarks && for product in gc-bench-defaults-reader gc-bench-idle-widget; do \
 	  $(SWIFT) build -c release --static-swift-stdlib -Xswiftc -static-executable \
 	    --product $$product --scratch-path .build/static || exit 1; \
 	done
-	cd Benchmarks && $(SWIFT) build -c release --static-swift-stdlib --product gc-download-agent \
-	  --scratch-path .build/static-stdlib
 
 # Allocations per operation (issue #37 item 7; system calls per operation are checked in `make test` by
 # SyscallThresholdsTests): Benchmarks/AllocationBenchmarks against the p90 thresholds in Benchmarks/Thresholds/

@@ -64,17 +64,15 @@ public func locateGroupctl() throws -> String {
   return found
 }
 
-/// A program of the memory rows — `gc-bench-defaults-reader`, `gc-bench-idle-widget` or `gc-download-agent` — linked
-/// statically (`make static-programs`: the first two fully static, in Benchmarks/.build/static; the agent with the
-/// Swift libraries static and glibc shared, in Benchmarks/.build/static-stdlib, as an app would ship it), or as the
-/// benchmarks are, beside this executable. package-benchmark's malloc interposer is a shared object, so the
-/// benchmark targets themselves cannot be linked statically.
+/// A program of the memory rows — `gc-bench-defaults-reader` or `gc-bench-idle-widget` — linked fully static (`make
+/// static-programs`, built in Benchmarks/.build/static), or as the benchmarks are, beside this executable.
+/// package-benchmark's malloc interposer is a shared object, so the benchmark targets themselves cannot be linked
+/// statically.
 public func locateProgram(_ name: String, linkedStatically: Bool) throws -> String {
   let fm = FileManager.default
   let path: String
   if linkedStatically {
-    let directory = name == "gc-download-agent" ? "static-stdlib" : "static"
-    path = rootPackage + "/Benchmarks/.build/" + directory + "/release/" + name
+    path = rootPackage + "/Benchmarks/.build/static/release/" + name
   } else {
     let exe = (try? fm.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? ""
     path = (exe as NSString).deletingLastPathComponent + "/" + name

@@ -13,8 +13,7 @@
 //                                    at once until the Nth completion event. Metrics: wall time and agent CPU per task,
 //                                    and the agent's resident memory once it is started (after the warm-up) and once
 //                                    the N tasks are finished (they stay 24 h). 100 and 10,000: cost per task should
-//                                    be flat. The `agent linked statically` row runs the agent `make static-programs`
-//                                    builds (as a deployed app would ship it: see TheDownloadAgent).
+//                                    be flat.
 
 import Benchmark
 import BenchmarkSupport
@@ -149,13 +148,10 @@ func waitUntilSettled(_ pid: Int32) async throws {
   }
 }
 
-func scaleRow(tasks: Int, agentLinkedStatically: Bool = false) -> @Sendable (Benchmark) async throws -> Void {
+func scaleRow(tasks: Int) -> @Sendable (Benchmark) async throws -> Void {
   { benchmark in
     let f = downloadFixture
-    let agent =
-      agentLinkedStatically
-      ? try locateProgram("gc-download-agent", linkedStatically: true) : productPath("gc-download-agent")
-    let (container, session) = try await freshSession(agent: agent)
+    let (container, session) = try await freshSession(agent: productPath("gc-download-agent"))
     defer {
       session.invalidate()
       removeTree(container.url.deletingLastPathComponent().path)
@@ -242,10 +238,5 @@ func manyFilesBenchmarks() {
     setup: {
       try startDownloadFixture()
     })
-  Benchmark(
-    "Scale: 10,000 tasks of 4 kB, agent linked statically", configuration: scale,
-    closure: scaleRow(tasks: 10_000, agentLinkedStatically: true),
-    setup: {
-      try startDownloadFixture()
-    })
+
 }
