@@ -120,12 +120,12 @@ func smallFilesComparison(count: Int, size: Int) -> @Sendable (Benchmark) async 
 }
 
 /// A fresh container with its own session and agent (started and warmed by one task), for the scale rows.
-func freshSession(agent: String) async throws -> (GroupContainer, DownloadSession) {
+func freshSession() async throws -> (GroupContainer, DownloadSession) {
   let f = downloadFixture
   let root = try makeTemporaryRoot()
   let container = try GroupContainer(identifier: "group.bench.scale", root: URL(fileURLWithPath: root))
   var configuration = DownloadSession.Configuration()
-  configuration.agentExecutable = URL(fileURLWithPath: agent)
+  configuration.agentExecutable = URL(fileURLWithPath: productPath("gc-download-agent"))
   // Up until the row reads its memory, however long this process takes to handle the events: an agent idle for
   // its timeout exits by design (it did, 60 s after its last task, while acknowledgements here were quadratic).
   configuration.agentIdleTimeout = .seconds(600)
@@ -151,7 +151,7 @@ func waitUntilSettled(_ pid: Int32) async throws {
 func scaleRow(tasks: Int) -> @Sendable (Benchmark) async throws -> Void {
   { benchmark in
     let f = downloadFixture
-    let (container, session) = try await freshSession(agent: productPath("gc-download-agent"))
+    let (container, session) = try await freshSession()
     defer {
       session.invalidate()
       removeTree(container.url.deletingLastPathComponent().path)

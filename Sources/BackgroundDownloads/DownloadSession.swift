@@ -100,7 +100,7 @@ public final class DownloadSession: Sendable {
   /// notice tasks that finished): the agent posts after each of its writes, and with 200 tasks at once a poll per
   /// post read 400 files each time (25 status and control reads per download), taking the CPU the agent needed.
   /// The agent records progress every 250 ms; events are still looked for at every post. With thousands of tasks
-  /// the interval grows to 20 times what a read of them costs, so that they take at most 5 % of the time.
+  /// the interval grows with what a read of them costs (`ScanPacing`).
   private static let taskScanInterval: UInt64 = 100_000_000
 
   /// Attaches this process to the session `identifier` of `container`: receives the events queued for it, and
@@ -299,7 +299,7 @@ public final class DownloadSession: Sendable {
     let now = MonotonicClock.nanoseconds()
     let (scan, wait) = attachment.withLock { a -> (Bool, UInt64?) in
       let age = now &- a.lastTaskScan
-      let interval = max(Self.taskScanInterval, a.taskScanCost &* 20)
+      let interval = ScanPacing.interval(minimum: Self.taskScanInterval, lastCost: a.taskScanCost)
       guard force || age >= interval else {
         // Read them once the interval ends: the last progress of a burst is not held back until the next tick.
         defer { a.trailingScan = true }

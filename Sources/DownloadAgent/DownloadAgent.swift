@@ -443,15 +443,17 @@ package final class DownloadAgent: Sendable {
   }
 
   /// Whether this pass looks at every unfinished task: sessions posted since the last scan (a new task, a control)
-  /// and it is `relistInterval` old (and 20 times its own cost, so that scans of 10,000 waiting tasks take at most
-  /// 5 % of the time), something asked for one, or 2 s passed (files changed without a post).
+  /// and it is `relistInterval` old (`ScanPacing`: also 20 times its own cost), something asked for one, or 2 s
+  /// passed (files changed without a post).
   private func scanDue() -> Bool {
     let sequence = store.requests.sequenceValue
     let now = MonotonicClock.nanoseconds()
     return state.withLock { s in
       let age = now &- s.listedAt
-      return s.rescan || (s.listedSequence != sequence && age >= max(Self.relistInterval, s.scanCost &* 20))
-        || age >= max(2_000_000_000, s.scanCost &* 20)
+      return s.rescan
+        || (s.listedSequence != sequence
+          && age >= ScanPacing.interval(minimum: Self.relistInterval, lastCost: s.scanCost))
+        || age >= ScanPacing.interval(minimum: 2_000_000_000, lastCost: s.scanCost)
     }
   }
 
@@ -547,7 +549,7 @@ package final class DownloadAgent: Sendable {
     return state.withLock { s -> Duration? in
       guard s.listedSequence != sequence else { return nil }
       let age = now &- s.listedAt
-      let interval = max(Self.relistInterval, s.scanCost &* 20)
+      let interval = ScanPacing.interval(minimum: Self.relistInterval, lastCost: s.scanCost)
       return .nanoseconds(Int64(age >= interval ? 0 : interval - age))
     }
   }

@@ -51,9 +51,9 @@ package enum ActivityWatch {
   }
 
   /// Calls `deliver` with a snapshot of the activities (only `id`, or only those of `attributesType`) whenever one
-  /// changes — on the suite's delivery queue for a write, on a queue of the observation's for the clock, never two at once —
-  /// until the returned cancel is called. With `includeExisting`, first one snapshot of each activity as it is,
-  /// before this returns. `deliver` must be quick (it holds up the suite's deliveries); it may cancel the
+  /// changes — on the suite's delivery queue for a write, on a queue of the observation's for the clock, never two
+  /// at once — until the returned cancel is called. With `includeExisting`, first one snapshot of each activity as it
+  /// is, before this returns. `deliver` must be quick (it holds up the suite's deliveries); it may cancel the
   /// observation (a cancel only marks it stopped and asks the watcher to drop its watches).
   package static func observe(
     store: ActivityStore, id onlyID: String? = nil, attributesType: String? = nil, includeExisting: Bool,
