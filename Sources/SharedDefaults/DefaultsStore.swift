@@ -405,6 +405,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       try repairAndCatchUp(&s, .corruptJournal("the journal file was truncated by another program"))
     }
     let end = offset + bytes.count
+    header.store(Slot.lastRecord, JournalFormat.lastRecordWord(of: bytes))  // for a copy of the journal: `follow`
     header.store(Slot.committed, UInt64(end))  // the commit point
     if offset == s.length {
       s.length = end

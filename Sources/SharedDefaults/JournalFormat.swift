@@ -164,6 +164,28 @@ enum JournalFormat {
     }
   }
 
+  /// The header's `lastRecord` word after a commit of `bytes` (whole records, as `encode` writes them): the last
+  /// record's checksum, with bit 32 set.
+  static func lastRecordWord(of bytes: [UInt8]) -> UInt64 {
+    var offset = 0
+    var last = 0
+    while bytes.count - offset >= headerBytes {
+      last = offset
+      offset += headerBytes + Int(read32(bytes[...], offset))
+    }
+    guard bytes.count - last >= headerBytes else { return 0 }
+    return 1 << 32 | UInt64(read32(bytes[...], last + 4))
+  }
+
+  /// Whether `bytes` are intact records, the last of which the header's `lastRecord` word `word` names: the
+  /// committed bytes of the journal that header describes (a copy of it, when found under another inode).
+  static func areCommitted(_ bytes: [UInt8], lastRecord word: UInt64) -> Bool {
+    guard word >> 32 == 1, !bytes.isEmpty else { return false }
+    var records: [Record] = []
+    do { try decode(bytes, base: 0, into: &records) } catch { return false }
+    return lastRecordWord(of: bytes) == word
+  }
+
   /// Walks the records in `start..<end` of mapped journal bytes at `base`, reading only each header and key (no
   /// checksum, no value): `body` gets each record's offset, payload length and key bytes, and returns false to stop.
   /// False when the bytes are not records (a length that runs past `end`): the caller reads them properly instead.

@@ -62,7 +62,12 @@ struct SuiteHeader: @unchecked Sendable {  // the memory is atomics (MappedCount
     /// edit whose judgement a kill interrupted is judged again the same way — never lost (it was recorded as
     /// judged), never applied twice, never kept aside because of the pairs its own apply had learned.
     static let judgingDecision = 32, judgingInode = 33, judgingSize = 34, judgingTime = 35, judgingAt = 36
-    // Free: 37–510 (511 is the file's epoch, `MappedCounters`). A new word goes after the last one; a word is never
+    /// The checksum of the last record committed, with bit 32 set (0: not known — a build before this word, or
+    /// nothing committed yet), stored by `DefaultsStore.append` just before the commit point. A journal at the name
+    /// that is not the recorded inode but whose committed bytes are intact records ending with this one is the same
+    /// journal copied (`cp -a`, a backup restored): it is kept (`SuiteJournal.follow`).
+    static let lastRecord = 37
+    // Free: 38–510 (511 is the file's epoch, `MappedCounters`). A new word goes after the last one; a word is never
     // moved or reused (processes of an older build may map the same header).
   }
 
@@ -82,7 +87,7 @@ struct SuiteHeader: @unchecked Sendable {  // the memory is atomics (MappedCount
       ("judgedSize", Slot.judgedSize), ("judgedTime", Slot.judgedTime), ("editsApplied", Slot.editsApplied),
       ("editsExported", Slot.editsExported), ("movedAt", Slot.movedAt), ("judgingDecision", Slot.judgingDecision),
       ("judgingInode", Slot.judgingInode), ("judgingSize", Slot.judgingSize), ("judgingTime", Slot.judgingTime),
-      ("judgingAt", Slot.judgingAt),
+      ("judgingAt", Slot.judgingAt), ("lastRecord", Slot.lastRecord),
     ] as [(String, Int)]).map { ($0.0, MappedLayout.word($0.1)) })
 
   /// What a judgement of a tool's file decided (`Slot.judgingDecision`).

@@ -248,10 +248,12 @@ final class SuiteJournal: @unchecked Sendable {  // the mapping is shared memory
   var mapsRecordedFile: Bool { header.load(Slot.journalInode) == inode }
 
   /// With the lock held: the journal this process maps is not the one the header records — the file was removed
-  /// (`rm`) or replaced. If another process already made a new one, this one maps it too (same bytes). If this
-  /// process still maps the recorded journal, its committed records are copied into the file now at the name, so
-  /// nothing is lost. Otherwise they are gone with the file: the journal starts empty in a new generation (every
-  /// process reloads from the snapshot), and that is logged.
+  /// (`rm`) or replaced, or the container was copied (`cp -a`, a backup restored: every inode is new). If another
+  /// process already made a new one, this one maps it too (same bytes). If this process still maps the recorded
+  /// journal, its committed records are copied into the file now at the name, so nothing is lost. If the file at the
+  /// name holds the committed records themselves — intact, ending with the record the header names
+  /// (`Slot.lastRecord`) — it is a copy of the journal and is kept. Otherwise they are gone with the file: the journal
+  /// starts empty in a new generation (every process reloads from the snapshot), and that is logged.
   func follow() {
     let recorded = header.load(Slot.journalInode)
     let mine = inode
@@ -266,10 +268,19 @@ final class SuiteJournal: @unchecked Sendable {  // the mapping is shared memory
         let salvaged =
           mine == recorded ? [UInt8](UnsafeRawBufferPointer(start: mapping.base, count: max(committed, 0))) : nil
         let size = max((committed + 4095) / 4096 * 4096, 64 << 10)
+        let fileSize = try fd.status().size
         try mapping.remap(onto: fd)
-        try mapping.allocate(upTo: size)
+        let copied =
+          salvaged == nil && committed > 0 && fileSize >= committed
+          && JournalFormat.areCommitted(
+            [UInt8](UnsafeRawBufferPointer(start: mapping.base, count: committed)),
+            lastRecord: header.load(Slot.lastRecord))
+        try mapping.allocate(upTo: size)  // blocks for holes a copy left (`cp` makes runs of zeros sparse)
         header.store(Slot.journalCapacity, UInt64(size))
-        if let salvaged {
+        if copied {
+          Self.logger.notice(
+            "suite '\(suite)': '\(path)' is not the file recorded but holds its committed records (a copy): kept")
+        } else if let salvaged {
           salvaged.withUnsafeBytes { mapping.base.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
           Self.logger.warning("suite '\(suite)': '\(path)' was removed; its records were copied into a new one")
         } else {

@@ -149,11 +149,8 @@ enum HostileRun {
     // The download completes (its status, commit and event written) under an agent of ours.
     let agent = try groupctl("download agent", ["downloads", "agent", group, "--idle", "1"], root: root.path)
     problems += await finish([agent])
-    // The activities' suite compacted: each pair is a `cp -a` of the template, whose journal gets a new inode there,
-    // which the suite's header reads as the journal removed (SharedDefaults keeps what the last compaction wrote).
-    let compaction = try groupctl(
-      "activities suite sync", ["defaults", "sync", group, "--suite", HostilePlace.activities], root: root.path)
-    problems += await finish([compaction])
+    // Each pair runs in a `cp -a` of the template: the activities' suite keeps its journal there under a new inode
+    // (`SuiteJournal.follow`), so nothing is compacted first.
     try copyDeadPresenter(container: container.path)
     for peer in peers { peer.child.kill() }
     guard problems.isEmpty else { throw HostilePlantError(description: "the template's clean round: \(problems)") }

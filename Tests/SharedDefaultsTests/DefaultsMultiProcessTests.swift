@@ -304,6 +304,44 @@ func runPython(_ script: String, _ arguments: String...) async throws {
     #expect(files.contains { $0.hasPrefix("damaged.journal.corrupt-") }, "\(files)")
   }
 
+  /// A container copied with `cp -a` (a backup restored): every inode is new, so the journal's inode the header
+  /// records names no file there, and the first write used to drop the writes since the last compaction ("was
+  /// removed … lost"). The journal at the name holds the committed records ending with the one the header names: it
+  /// is kept. A journal of another container put there instead (the same keys and values, written by another
+  /// process: records of the same lengths, another pid in each) is not: it ends with another record.
+  ///
+  /// Mutants: `follow` never keeping a copy (`copy`: 1 key of 6); keeping one without comparing its last record
+  /// with the header's (`foreign`: 6 keys).
+  @Test(arguments: ["copy", "foreign"])
+  func aCopiedContainerKeepsItsJournal(kind: String) async throws {
+    let identifier = "group.com.example.copied"
+    let original = try TestRoot()
+    let writer = try Child(
+      .defaultsSet(suite: "copied", count: 5, valueBytes: 8), root: original.path, group: identifier)
+    #expect(await writer.exit() == 0)
+    let restored = try TestRoot()
+    #expect(try runTool("/bin/cp", ["-a", original.path + "/" + identifier, restored.path + "/" + identifier]) == 0)
+    let other = try TestRoot()
+    if kind == "foreign" {
+      let writer = try Child(
+        .defaultsSet(suite: "copied", count: 5, valueBytes: 8), root: other.path, group: identifier)
+      #expect(await writer.exit() == 0)
+      let journal = "/\(identifier)/Library/Preferences/copied.journal"
+      #expect(try runTool("/bin/cp", ["-a", other.path + journal, restored.path + journal]) == 0)
+    }
+    // The first write in the copy is the first lock holder: it meets the journal under another inode.
+    let defaults = try SharedDefaults(suiteName: "copied", container: try restored.container(identifier))
+    try defaults.set(1, forKey: "after")
+    let reader = try Child(.defaultsKeys(suite: "copied"), root: restored.path, group: identifier)
+    #expect(await reader.exit() == 0)
+    if kind == "copy" {
+      #expect(reader.output == ["after 1", "k0 8", "k1 8", "k2 8", "k3 8", "k4 8", "end"], "\(reader.errors.text)")
+    } else {
+      #expect(reader.output == ["after 1", "end"], "\(reader.errors.text)")
+    }
+    withExtendedLifetime((original, other)) {}
+  }
+
   @Test func mutatedJournalsNeverCrashTheDecoder() throws {
     var rng = SplitMix64(seed: 7)
     let records: [JournalFormat.Record] = [
