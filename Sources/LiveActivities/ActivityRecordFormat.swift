@@ -152,7 +152,8 @@ package enum ActivityRecordFormat {
 
   /// The record's file contents (JSON and a newline); refused over ``maxRecordBytes``. Written by hand
   /// (ActivityJSON): the bytes JSONEncoder wrote (``encodeWithFoundation(_:)``), in a hundredth of its time.
-  package static func encode(_ record: ActivityRecord) throws(Invalid) -> [UInt8] {
+  /// `contentStateJSON`: the content state's bytes as ActivityJSON writes them, when the caller has them.
+  package static func encode(_ record: ActivityRecord, contentStateJSON: [UInt8]? = nil) throws(Invalid) -> [UInt8] {
     var w = ActivityJSON.Writer(capacity: 512)
     var complete = true
     // Keys in the order of their bytes, as `.sortedKeys` puts them; nil optionals left out, as JSONEncoder does.
@@ -163,7 +164,7 @@ package enum ActivityRecordFormat {
     w.raw(",\"contentRevision\":")
     w.integer(record.contentRevision)
     w.raw(",\"contentState\":")
-    complete = complete && w.value(record.contentState)
+    if let contentStateJSON { w.json(contentStateJSON) } else { complete = complete && w.value(record.contentState) }
     if let date = record.dismissalDate {
       w.raw(",\"dismissalDate\":")
       complete = complete && w.double(date)
