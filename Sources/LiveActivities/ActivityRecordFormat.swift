@@ -139,8 +139,17 @@ package enum ActivityRecordFormat {
 
   /// Whether `id` is an activity id: an upper-case UUID string, as `UUID().uuidString` makes.
   package static func isActivityID(_ id: some StringProtocol) -> Bool {
-    guard id.utf8.count == 36, let uuid = UUID(uuidString: String(id)) else { return false }
-    return uuid.uuidString == id
+    // What `UUID(uuidString:)?.uuidString == id` accepts, checked on the bytes (parsing and printing a UUID was a
+    // tenth of an observer's look at a change): 36 bytes, hyphens at 8, 13, 18 and 23, upper-case hex elsewhere.
+    guard id.utf8.count == 36 else { return false }
+    for (index, byte) in id.utf8.enumerated() {
+      switch index {
+      case 8, 13, 18, 23: guard byte == UInt8(ascii: "-") else { return false }
+      case _ where (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte): continue
+      default: guard (UInt8(ascii: "A")...UInt8(ascii: "F")).contains(byte) else { return false }
+      }
+    }
+    return true
   }
 
   /// The id in a record file's name, or nil when the name is not one (temp files, the lock, the switch).
