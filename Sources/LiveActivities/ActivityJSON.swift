@@ -44,6 +44,13 @@ package enum ActivityJSON {
           guard self.value(element) else { return false }
         }
         bytes.append(UInt8(ascii: "]"))
+      case .object(let o) where o.count == 1:  // nothing to sort: no array of keys
+        let (key, element) = o.first!
+        bytes.append(UInt8(ascii: "{"))
+        string(key)
+        bytes.append(UInt8(ascii: ":"))
+        guard self.value(element) else { return false }
+        bytes.append(UInt8(ascii: "}"))
       case .object(let o):
         bytes.append(UInt8(ascii: "{"))
         for (index, key) in Self.sortedKeys(o).enumerated() {
@@ -63,20 +70,49 @@ package enum ActivityJSON {
     }
 
     package mutating func integer(_ value: some BinaryInteger) {
-      bytes.append(contentsOf: String(value).utf8)
+      utf8(String(value))
+    }
+
+    /// The UTF-8 of `text` in one copy (appending a `String.UTF8View` went a byte at a time).
+    mutating func utf8(_ text: String) {
+      var text = text
+      text.withUTF8 { bytes.append(contentsOf: $0) }
     }
 
     /// A finite double as JSONEncoder writes it (`1` for 1.0, `1e+21`); false for NaN and infinities.
     package mutating func double(_ value: Double) -> Bool {
       guard value.isFinite else { return false }
+      // A whole number below 2^53 prints as its integer (Swift writes `12.0` up to 1e16, then `1e+16`); -0 keeps its
+      // sign: the integer route would drop it.
+      if value == value.rounded(.towardZero), abs(value) < 9_007_199_254_740_992, !(value == 0 && value.sign == .minus)
+      {
+        integer(Int64(value))
+        return true
+      }
       var text = value.description
       if text.hasSuffix(".0") { text.removeLast(2) }
-      bytes.append(contentsOf: text.utf8)
+      utf8(text)
       return true
     }
 
+    /// `bytes`, already JSON (a value this writer wrote), as they are.
+    package mutating func json(_ json: [UInt8]) { bytes.append(contentsOf: json) }
+
     package mutating func string(_ value: String) {
       bytes.append(UInt8(ascii: "\""))
+      // Most strings need no escape: one copy (a byte at a time was a tenth of an update's cost).
+      var plain = value
+      let copied = plain.withUTF8 { utf8 -> Bool in
+        guard !utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else {
+          return false
+        }
+        bytes.append(contentsOf: utf8)
+        return true
+      }
+      if copied {
+        bytes.append(UInt8(ascii: "\""))
+        return
+      }
       for byte in value.utf8 {
         switch byte {
         case UInt8(ascii: "\""), UInt8(ascii: "\\"): bytes += [UInt8(ascii: "\\"), byte]
@@ -95,6 +131,17 @@ package enum ActivityJSON {
     }
 
     private static func hex(_ nibble: UInt8) -> UInt8 { nibble < 10 ? 48 + nibble : 87 + nibble }
+  }
+
+  /// Whether reading `value`'s bytes gives `value` back as it is, so the round trip can be skipped: no double (`1.0`
+  /// is written `1` and read as an integer) and nesting far from ``maxDepth`` (where the reader gives up).
+  package static func readsBackUnchanged(_ value: JSONValue, depth: Int = 0) -> Bool {
+    switch value {
+    case .null, .bool, .integer, .string: return true
+    case .double: return false
+    case .array(let a): return depth < maxDepth / 2 && a.allSatisfy { readsBackUnchanged($0, depth: depth + 1) }
+    case .object(let o): return depth < maxDepth / 2 && o.values.allSatisfy { readsBackUnchanged($0, depth: depth + 1) }
+    }
   }
 
   /// `value` as compact JSON, keys sorted; nil when it holds a number JSON cannot write.

@@ -139,8 +139,17 @@ package enum ActivityRecordFormat {
 
   /// Whether `id` is an activity id: an upper-case UUID string, as `UUID().uuidString` makes.
   package static func isActivityID(_ id: some StringProtocol) -> Bool {
-    guard id.utf8.count == 36, let uuid = UUID(uuidString: String(id)) else { return false }
-    return uuid.uuidString == id
+    // What `UUID(uuidString:)?.uuidString == id` accepts, checked on the bytes (parsing and printing a UUID was a
+    // tenth of an observer's look at a change): 36 bytes, hyphens at 8, 13, 18 and 23, upper-case hex elsewhere.
+    guard id.utf8.count == 36 else { return false }
+    for (index, byte) in id.utf8.enumerated() {
+      switch index {
+      case 8, 13, 18, 23: guard byte == UInt8(ascii: "-") else { return false }
+      case _ where (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte): continue
+      default: guard (UInt8(ascii: "A")...UInt8(ascii: "F")).contains(byte) else { return false }
+      }
+    }
+    return true
   }
 
   /// The id in a record file's name, or nil when the name is not one (temp files, the lock, the switch).
@@ -152,7 +161,8 @@ package enum ActivityRecordFormat {
 
   /// The record's file contents (JSON and a newline); refused over ``maxRecordBytes``. Written by hand
   /// (ActivityJSON): the bytes JSONEncoder wrote (``encodeWithFoundation(_:)``), in a hundredth of its time.
-  package static func encode(_ record: ActivityRecord) throws(Invalid) -> [UInt8] {
+  /// `contentStateJSON`: the content state's bytes as ActivityJSON writes them, when the caller has them.
+  package static func encode(_ record: ActivityRecord, contentStateJSON: [UInt8]? = nil) throws(Invalid) -> [UInt8] {
     var w = ActivityJSON.Writer(capacity: 512)
     var complete = true
     // Keys in the order of their bytes, as `.sortedKeys` puts them; nil optionals left out, as JSONEncoder does.
@@ -163,7 +173,7 @@ package enum ActivityRecordFormat {
     w.raw(",\"contentRevision\":")
     w.integer(record.contentRevision)
     w.raw(",\"contentState\":")
-    complete = complete && w.value(record.contentState)
+    if let contentStateJSON { w.json(contentStateJSON) } else { complete = complete && w.value(record.contentState) }
     if let date = record.dismissalDate {
       w.raw(",\"dismissalDate\":")
       complete = complete && w.double(date)

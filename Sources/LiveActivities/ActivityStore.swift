@@ -127,7 +127,12 @@ package final class ActivityStore: Sendable {
     case .string(let text)?: bytes = Array(text.utf8)
     case _?: return damaged(id, "it is not a data value")
     }
-    if let last = lastRecord.withLock({ $0 }), last.record.id == id, last.bytes == bytes { return .record(last.record) }
+    // Compared under the lock: copying the pair out first retained and released every field of the record.
+    let cached = lastRecord.withLock { last -> ActivityRecord? in
+      guard let last, last.record.id == id, last.bytes == bytes else { return nil }
+      return last.record
+    }
+    if let cached { return .record(cached) }
     do {
       let record = try ActivityRecordFormat.decode(bytes)
       guard record.id == id else { return damaged(id, "it holds activity \(record.id)") }
@@ -176,9 +181,11 @@ package final class ActivityStore: Sendable {
   /// Read-modify-write of the record `id` as one commit under the suite's lock, so writers in several processes
   /// never lose each other's changes. `body` gets the record and its effective state now, and returns whether to
   /// write it. Returns the record as written (or as found when `body` wrote nothing); nil when there is no record.
+  /// `contentStateJSON`: the bytes (``ActivityJSON/Writer``'s) of the content state `body` sets, when it sets one.
   @discardableResult
   package func modify(
-    _ id: String, _ body: (inout ActivityRecord, ActivityRules.Effective) throws(ActivityError) -> Bool
+    _ id: String, contentStateJSON: [UInt8]? = nil,
+    _ body: (inout ActivityRecord, ActivityRules.Effective) throws(ActivityError) -> Bool
   ) throws(ActivityError) -> ActivityRecord? {
     let pid = self.pid
     let now = now
@@ -196,7 +203,7 @@ package final class ActivityStore: Sendable {
         }
         record.revision += 1
         record.writerPID = pid
-        let bytes = try encode(record)
+        let bytes = try encode(record, contentStateJSON: contentStateJSON)
         return (set: [id: .data(bytes)], remove: [], result: (record, bytes))
       }
     } catch { throw failure(error) }
@@ -204,8 +211,10 @@ package final class ActivityStore: Sendable {
     return written?.record
   }
 
-  private func encode(_ record: ActivityRecord) throws(ActivityError) -> [UInt8] {
-    do { return try ActivityRecordFormat.encode(record) } catch { throw .encodingFailed(error.reason) }
+  private func encode(_ record: ActivityRecord, contentStateJSON: [UInt8]? = nil) throws(ActivityError) -> [UInt8] {
+    do { return try ActivityRecordFormat.encode(record, contentStateJSON: contentStateJSON) } catch {
+      throw .encodingFailed(error.reason)
+    }
   }
 
   // MARK: Records of the older version

@@ -21,14 +21,28 @@ package struct JSONValueEncoder {
   /// A value being built: containers fill it after it was handed out (nested containers, superEncoder).
   final class Box {
     var value: JSONValue?
-    var object: [String: Box]?
+    var object: [String: Member]?
     var array: [Box]?
+
+    /// A keyed member: a scalar is stored as it is (a box per field was most of a small state's allocations).
+    enum Member {
+      case value(JSONValue)
+      case box(Box)
+
+      var resolved: JSONValue? {
+        switch self {
+        case .value(let value): return value
+        case .box(let box): return box.resolved
+        }
+      }
+    }
 
     var resolved: JSONValue? {
       if let object {
         var out: [String: JSONValue] = [:]
-        for (key, box) in object {
-          guard let value = box.resolved else { return nil }
+        out.reserveCapacity(object.count)
+        for (key, member) in object {
+          guard let value = member.resolved else { return nil }
           out[key] = value
         }
         return .object(out)
@@ -97,25 +111,27 @@ package struct JSONValueEncoder {
 
     func child(_ key: Key) -> Box {
       let child = Box()
-      box.object![key.stringValue] = child
+      box.object![key.stringValue] = .box(child)
       return child
     }
 
-    mutating func encodeNil(forKey key: Key) throws { child(key).value = .null }
-    mutating func encode(_ value: Bool, forKey key: Key) throws { child(key).value = .bool(value) }
-    mutating func encode(_ value: String, forKey key: Key) throws { child(key).value = .string(value) }
-    mutating func encode(_ value: Double, forKey key: Key) throws { child(key).value = try scalar(value) }
-    mutating func encode(_ value: Float, forKey key: Key) throws { child(key).value = try scalar(value) }
-    mutating func encode(_ value: Int, forKey key: Key) throws { child(key).value = try scalar(value) }
-    mutating func encode(_ value: Int8, forKey key: Key) throws { child(key).value = try scalar(value) }
-    mutating func encode(_ value: Int16, forKey key: Key) throws { child(key).value = try scalar(value) }
-    mutating func encode(_ value: Int32, forKey key: Key) throws { child(key).value = try scalar(value) }
-    mutating func encode(_ value: Int64, forKey key: Key) throws { child(key).value = try scalar(value) }
-    mutating func encode(_ value: UInt, forKey key: Key) throws { child(key).value = try scalar(value) }
-    mutating func encode(_ value: UInt8, forKey key: Key) throws { child(key).value = try scalar(value) }
-    mutating func encode(_ value: UInt16, forKey key: Key) throws { child(key).value = try scalar(value) }
-    mutating func encode(_ value: UInt32, forKey key: Key) throws { child(key).value = try scalar(value) }
-    mutating func encode(_ value: UInt64, forKey key: Key) throws { child(key).value = try scalar(value) }
+    func set(_ key: Key, _ value: JSONValue) { box.object![key.stringValue] = .value(value) }
+
+    mutating func encodeNil(forKey key: Key) throws { set(key, .null) }
+    mutating func encode(_ value: Bool, forKey key: Key) throws { set(key, .bool(value)) }
+    mutating func encode(_ value: String, forKey key: Key) throws { set(key, .string(value)) }
+    mutating func encode(_ value: Double, forKey key: Key) throws { set(key, try scalar(value)) }
+    mutating func encode(_ value: Float, forKey key: Key) throws { set(key, try scalar(value)) }
+    mutating func encode(_ value: Int, forKey key: Key) throws { set(key, try scalar(value)) }
+    mutating func encode(_ value: Int8, forKey key: Key) throws { set(key, try scalar(value)) }
+    mutating func encode(_ value: Int16, forKey key: Key) throws { set(key, try scalar(value)) }
+    mutating func encode(_ value: Int32, forKey key: Key) throws { set(key, try scalar(value)) }
+    mutating func encode(_ value: Int64, forKey key: Key) throws { set(key, try scalar(value)) }
+    mutating func encode(_ value: UInt, forKey key: Key) throws { set(key, try scalar(value)) }
+    mutating func encode(_ value: UInt8, forKey key: Key) throws { set(key, try scalar(value)) }
+    mutating func encode(_ value: UInt16, forKey key: Key) throws { set(key, try scalar(value)) }
+    mutating func encode(_ value: UInt32, forKey key: Key) throws { set(key, try scalar(value)) }
+    mutating func encode(_ value: UInt64, forKey key: Key) throws { set(key, try scalar(value)) }
     mutating func encode<T: Encodable>(_ value: T, forKey key: Key) throws {
       try JSONValueEncoder.encode(value, into: child(key), path: codingPath + [key])
     }
@@ -129,7 +145,7 @@ package struct JSONValueEncoder {
     }
     mutating func superEncoder() -> any Encoder {
       let child = Box()
-      box.object!["super"] = child  // JSONEncoder's key for it
+      box.object!["super"] = .box(child)  // JSONEncoder's key for it
       return ValueEncoder(box: child, codingPath: codingPath)
     }
     mutating func superEncoder(forKey key: Key) -> any Encoder { ValueEncoder(box: child(key), codingPath: codingPath) }

@@ -63,12 +63,27 @@ public struct PropertyListDate: Sendable, Hashable, Comparable {
   /// `ISO8601DateFormatter` write it); nil when not finite or outside years 1...9999.
   public var iso8601: String? {
     guard let parts = components else { return nil }
-    func pad(_ value: Int, _ width: Int) -> String {
-      let digits = String(value)
-      return String(repeating: "0", count: max(0, width - digits.count)) + digits
+    // Twenty ASCII bytes, written in place (a string per field was most of `groupctl activities watch`'s line).
+    var text: [UInt8] = []
+    text.reserveCapacity(20)
+    func put(_ value: Int, _ width: Int, _ separator: UInt8) {
+      var divisor = 1
+      for _ in 1..<width { divisor *= 10 }
+      var rest = value  // in range: years 1...9999, the other fields fewer than 100
+      while divisor > 0 {
+        text.append(UInt8(ascii: "0") + UInt8(rest / divisor))
+        rest %= divisor
+        divisor /= 10
+      }
+      text.append(separator)
     }
-    return "\(pad(parts.year, 4))-\(pad(parts.month, 2))-\(pad(parts.day, 2))T"
-      + "\(pad(parts.hour, 2)):\(pad(parts.minute, 2)):\(pad(parts.second, 2))Z"
+    put(parts.year, 4, UInt8(ascii: "-"))
+    put(parts.month, 2, UInt8(ascii: "-"))
+    put(parts.day, 2, UInt8(ascii: "T"))
+    put(parts.hour, 2, UInt8(ascii: ":"))
+    put(parts.minute, 2, UInt8(ascii: ":"))
+    put(parts.second, 2, UInt8(ascii: "Z"))
+    return String(decoding: text, as: UTF8.self)
   }
 
   /// Orders chronologically.

@@ -233,9 +233,13 @@ public final class SharedDefaults: Sendable {
     let pid = self.pid
     return try store.transaction { values, _ in
       let (set, remove, result) = try body { values[$0] }
-      let records =
-        set.map { JournalFormat.Record(key: $0.key, operation: .set($0.value), pid: pid) }
-        + remove.filter { set[$0] == nil }.map { JournalFormat.Record(key: $0, operation: .remove, pid: pid) }
+      // One array (a map, a filter and a concatenation were three allocations of a one-key commit).
+      var records: [JournalFormat.Record] = []
+      records.reserveCapacity(set.count + remove.count)
+      for (key, value) in set { records.append(JournalFormat.Record(key: key, operation: .set(value), pid: pid)) }
+      for key in remove where set[key] == nil {
+        records.append(JournalFormat.Record(key: key, operation: .remove, pid: pid))
+      }
       return (records, result)
     }
   }

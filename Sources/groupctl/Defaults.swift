@@ -191,6 +191,10 @@ enum PlainJSON {
   }
 
   static func string(_ s: String) -> String {
+    // Nothing to escape (nearly always): the string as it is, quoted (a scalar at a time was most of a line's cost).
+    if !s.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
+      return "\"" + s + "\""
+    }
     var out = "\""
     for scalar in s.unicodeScalars {
       switch scalar {

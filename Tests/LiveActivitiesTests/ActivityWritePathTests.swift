@@ -18,6 +18,8 @@ import Testing
 /// - An ignored update committing the record as it was (`modify` setting it when `body` returns false): the same
 ///   test sees a change after the dismissal.
 /// - The old record files left unimported: `oldRecordFilesAreImportedOnce` lists no activity.
+/// - The record this process wrote last reused by its id alone, after another process wrote it:
+///   `anotherProcesssWriteBetweenTwoUpdatesIsRead` loses the like.
 @Suite(.runSlot(.minutes(3))) struct ActivityWritePathTests {
   /// Five likes by other processes, one at a time, then a dismissal and an ignored update: the suite's changes of the
   /// record are exactly one per like, in order, and one for the dismissal — none for the ignored update (a marker key
@@ -59,6 +61,22 @@ import Testing
         "r7 likes 5 dismissed", marker,
       ])
     #expect(activity.content.state.homeLikes == 5)
+  }
+
+  /// This process keeps the record it wrote last and skips reading it again while the suite holds those bytes: a
+  /// like by another process between two updates of this one must be read, not written over with the kept record.
+  @Test func anotherProcesssWriteBetweenTwoUpdatesIsRead() async throws {
+    let f = try ActivityFixture()
+    let activity = try f.request()
+    try await activity.update { $0.state.homeScore = 1 }  // the record this process keeps
+    let liker = try f.helper(.actLike(id: activity.id, count: 1, side: .away))
+    #expect(await liker.exit() == 0)
+    try await activity.update { $0.state.homeScore = 2 }
+    let record = try #require(activity.store.read(activity.id).record)
+    #expect(record.revision == 4)
+    #expect(record.writerPID == CurrentProcess.id)
+    #expect(activity.content.state.awayLikes == 1)
+    #expect(activity.content.state.homeScore == 2)
   }
 
   @Test func threadsOfOneProcessLoseNoUpdate() async throws {
