@@ -200,3 +200,34 @@ struct RoundTripTests {
 func bigEndianValue(_ bytes: [UInt8], at offset: Int) -> UInt64 {
   bytes[offset..<(offset + 8)].reduce(0) { $0 << 8 | UInt64($1) }
 }
+
+/// `PropertyListDate.iso8601` (an XML plist's `<date>`, `groupctl activities watch`) writes its 20 bytes by hand:
+/// the same text as Foundation's `ISO8601DateFormatter` in UTC, at the edges of each field and for random dates.
+/// (Before 1583 Foundation's calendar is Julian, where a plist's is proleptic Gregorian: those are written out here.)
+@Suite("ISO 8601 dates", .runSlot(.minutes(2)))
+struct ISO8601DateTests {
+  @Test func edgesAreWrittenInFull() {
+    let cases: [(PropertyListDate?, String)] = [
+      (PropertyListDate(year: 1, month: 1, day: 1), "0001-01-01T00:00:00Z"),
+      (PropertyListDate(year: 9999, month: 12, day: 31, hour: 23, minute: 59, second: 59), "9999-12-31T23:59:59Z"),
+      (PropertyListDate(year: 2000, month: 2, day: 29, hour: 9, minute: 5, second: 7), "2000-02-29T09:05:07Z"),
+      (PropertyListDate(secondsSinceReferenceDate: 0), "2001-01-01T00:00:00Z"),
+      (PropertyListDate(secondsSinceReferenceDate: -0.5), "2000-12-31T23:59:59Z"),
+    ]
+    for (date, text) in cases { #expect(date?.iso8601 == text) }
+    #expect(PropertyListDate(secondsSinceReferenceDate: .infinity).iso8601 == nil)
+  }
+
+  @Test func randomDatesMatchFoundation() {
+    let formatter = ISO8601DateFormatter()
+    formatter.timeZone = TimeZone(identifier: "UTC")
+    var rng = SystemRandomNumberGenerator()
+    let first = PropertyListDate(year: 1583, month: 1, day: 1)!.secondsSince1970
+    let last = PropertyListDate(year: 9999, month: 12, day: 31)!.secondsSince1970
+    for _ in 0..<20_000 {
+      let seconds = Double(Int64.random(in: Int64(first)...Int64(last), using: &rng))
+      let date = PropertyListDate(secondsSince1970: seconds)
+      #expect(date.iso8601 == formatter.string(from: Date(timeIntervalSince1970: seconds)), "\(seconds)")
+    }
+  }
+}
