@@ -14,9 +14,17 @@ import SystemLayer
 /// *What if you don't*: with an fsync per file, 200 downloads into one directory paid 200 directory fsyncs (most
 /// of them waiting for the one before); a round shared without the "began after" rule would report a name durable
 /// that an fsync begun just before its rename did not cover.
-final class DirectorySyncs: Sendable {
+package final class DirectorySyncs: Sendable {
   /// The agent's: publishes into one directory from any transfer share rounds.
   static let shared = DirectorySyncs()
+
+  /// The fsync of a round (tests put one in that waits, to see who shares which round).
+  private let fsync: @Sendable (DescriptorBox) throws(FileSystemError) -> Void
+
+  /// Rounds that run `fsync` on the directory (by default `fsync(2)`).
+  package init(fsync: @escaping @Sendable (DescriptorBox) throws(FileSystemError) -> Void = { try $0.fd.sync() }) {
+    self.fsync = fsync
+  }
 
   private struct Key: Hashable {
     var device: UInt64
@@ -40,7 +48,7 @@ final class DirectorySyncs: Sendable {
 
   /// Makes the names renamed into `directory` so far durable (see the type's rule). `directory` stays open until
   /// this returns (it may run the fsync for others too).
-  func sync(_ directory: DescriptorBox) async throws(FileSystemError) {
+  package func sync(_ directory: DescriptorBox) async throws(FileSystemError) {
     let st = try directory.fd.status()
     let key = Key(device: st.device, inode: st.inode)
     // The ticket is taken after the caller's rename, so a round that begins later covers it; with no round running
@@ -65,9 +73,9 @@ final class DirectorySyncs: Sendable {
     }
     // This round covers every ticket issued until now: each of those renames had ended when it took its ticket.
     let covers = groups.withLock { $0[key]!.issued }
-    let view = directory.fd.borrowedView  // `directory` stays open until this returns
     var failure: FileSystemError?
-    do { try await offload { () throws(FileSystemError) in try view.sync() } } catch { failure = error }
+    let fsync = fsync
+    do { try await offload { () throws(FileSystemError) in try fsync(directory) } } catch { failure = error }
     let (covered, next) = groups.withLock {
       g -> ([CheckedContinuation<Wake, Never>], CheckedContinuation<Wake, Never>?) in
       var group = g[key]!
@@ -81,5 +89,11 @@ final class DirectorySyncs: Sendable {
     for continuation in covered { continuation.resume(returning: .covered(failure)) }
     next?.resume(returning: .lead)
     if let failure { throw failure }
+  }
+
+  /// How many callers wait for a round of the directory `directory` (tests).
+  package func waiting(in directory: DescriptorBox) -> Int {
+    guard let st = try? directory.fd.status() else { return 0 }
+    return groups.withLock { $0[Key(device: st.device, inode: st.inode)]?.waiters.count ?? 0 }
   }
 }
