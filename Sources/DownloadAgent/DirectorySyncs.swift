@@ -19,11 +19,11 @@ package final class DirectorySyncs: Sendable {
   static let shared = DirectorySyncs()
 
   /// The fsync of a round (tests put one in that waits, to see who shares which round).
-  private let fsync: @Sendable (DescriptorBox) throws(FileSystemError) -> Void
+  private let flush: @Sendable (DescriptorBox) throws(FileSystemError) -> Void
 
-  /// Rounds that run `fsync` on the directory (by default `fsync(2)`).
-  package init(fsync: @escaping @Sendable (DescriptorBox) throws(FileSystemError) -> Void = { try $0.fd.sync() }) {
-    self.fsync = fsync
+  /// Rounds that run `flush` on the directory (by default its fsync, `SystemFD.sync`).
+  package init(flush: @escaping @Sendable (DescriptorBox) throws(FileSystemError) -> Void = { try $0.fd.sync() }) {
+    self.flush = flush
   }
 
   private struct Key: Hashable {
@@ -74,8 +74,8 @@ package final class DirectorySyncs: Sendable {
     // This round covers every ticket issued until now: each of those renames had ended when it took its ticket.
     let covers = groups.withLock { $0[key]!.issued }
     var failure: FileSystemError?
-    let fsync = fsync
-    do { try await offload { () throws(FileSystemError) in try fsync(directory) } } catch { failure = error }
+    let flush = flush
+    do { try await offload { () throws(FileSystemError) in try flush(directory) } } catch { failure = error }
     let (covered, next) = groups.withLock {
       g -> ([CheckedContinuation<Wake, Never>], CheckedContinuation<Wake, Never>?) in
       var group = g[key]!
