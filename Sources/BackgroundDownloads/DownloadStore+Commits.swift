@@ -20,10 +20,13 @@ extension DownloadStore {
   /// Makes `record` durable: one file, fsynced, renamed into `commits/`, then the directory fsynced.
   package func commit(_ record: CommitRecord) throws(DownloadError) {
     let bytes = DownloadRecordFormat.encode(record)
+    let path = Self.commitsDirectory + "/" + record.fileName
     try Self.system { () throws(FileSystemError) in
+      // Mostly `commits/` is there, no link on the way: written through one directory descriptor. Otherwise it is
+      // made (a link in its place refused) and the replace resolves the path itself.
+      if try root.replaceFileIfNoSymbolicLink(path, with: bytes, mode: fileMode, durability: .powerLoss) { return }
       try root.makeDirectory(Self.commitsDirectory, mode: directoryMode)
-      try root.replaceFile(
-        Self.commitsDirectory + "/" + record.fileName, with: bytes, mode: fileMode, durability: .powerLoss)
+      try root.replaceFile(path, with: bytes, mode: fileMode, durability: .powerLoss)
     }
   }
 
@@ -33,13 +36,21 @@ extension DownloadStore {
     var bySession: [String: [CommitRecord.Final]] = [:]
     for final in finals { bySession[final.session, default: []].append(final) }
     for (sid, finals) in bySession {
-      try makeSessionDirectories(sid)
+      // The session's directories are made only when the events directory cannot be opened with no link on the way.
+      var existing: DescriptorBox?
+      if let fd = root.openDirectoryIfNoSymbolicLink(Self.eventsPath(sid)) { existing = DescriptorBox(fd) }
+      if existing == nil { try makeSessionDirectories(sid) }
       try Self.system { () throws(FileSystemError) in
-        let events = try root.openDirectory(Self.eventsPath(sid))
+        let events: DescriptorBox
+        if let existing {
+          events = existing
+        } else {
+          events = DescriptorBox(try root.openDirectory(Self.eventsPath(sid)))
+        }
         for final in finals {
           for event in final.events {
             try AtomicReplace.write(
-              DownloadRecordFormat.encode(event), in: events, name: event.fileName, mode: fileMode,
+              DownloadRecordFormat.encode(event), in: events.fd, name: event.fileName, mode: fileMode,
               durability: .processCrash)
           }
         }

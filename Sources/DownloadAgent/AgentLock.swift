@@ -10,8 +10,17 @@ import SystemLayer
 /// agent whose file lost its name takes the name again when nobody holds it, or stops writing and exits.
 final class AgentLock: Sendable {
   private let store: DownloadStore
-  /// The locked file; nil while not held (before `acquire`, after `release`).
-  private let held = Mutex<DescriptorBox?>(nil)
+  /// The locked file and its identity (checked often: read once); nil while not held (before `acquire`, after
+  /// `release`).
+  private let held = Mutex<Held?>(nil)
+  private struct Held {
+    var fd: DescriptorBox
+    var identity: FileIdentity
+  }
+  private struct FileIdentity: Equatable {
+    var device: UInt64
+    var inode: UInt64
+  }
   private static let path = DownloadStore.agentLockPath
 
   init(store: DownloadStore) { self.store = store }
@@ -44,9 +53,9 @@ final class AgentLock: Sendable {
 
   /// Whether the lock is held and still named `agent.lock`.
   func check() -> Check {
-    held.withLock { fd in
-      guard let fd else { return .released }
-      return Self.isNamed(fd.fd, store: store) ? .named : .lost
+    held.withLock { held in
+      guard let held else { return .released }
+      return Self.namedIdentity(store) == held.identity ? .named : .lost
     }
   }
 
@@ -72,9 +81,9 @@ final class AgentLock: Sendable {
 
   /// Unlocks and closes: another agent may take it from now on.
   func release() {
-    held.withLock { fd in
-      fd?.fd.unlock()
-      fd = nil  // closes it
+    held.withLock { held in
+      held?.fd.fd.unlock()
+      held = nil  // closes it
     }
   }
 
@@ -84,17 +93,20 @@ final class AgentLock: Sendable {
   private func attempt() throws(DownloadError) -> Attempt {
     let fd = try store.openLock(Self.path)
     guard (try? fd.lock(.exclusive, nonBlocking: true)) == true else { return .busy }
-    guard Self.isNamed(fd, store: store) else { return .renamed }
+    guard let mine = try? fd.status(), Self.namedIdentity(store) == FileIdentity(device: mine.device, inode: mine.inode)
+    else { return .renamed }
     store.writeHolder(fd)
-    let lock = DescriptorBox(fd)
+    let lock = Held(fd: DescriptorBox(fd), identity: FileIdentity(device: mine.device, inode: mine.inode))
     held.withLock { $0 = lock }  // closes the one it replaces
     return .locked
   }
 
-  /// Whether the name `agent.lock` leads to the file `fd` is open on (fstat of the descriptor against fstatat of
-  /// the name; a symlink at the name is another inode).
-  private static func isNamed(_ fd: borrowing SystemFD, store: DownloadStore) -> Bool {
-    guard let mine = try? fd.status(), let named = (try? store.root.status(path)) ?? nil else { return false }
-    return mine.device == named.device && mine.inode == named.inode
+  /// The file the name `agent.lock` leads to (a symlink at the name is another inode); nil when there is none. One
+  /// `fstatat` from the container's descriptor: a check of identity, not a use, so a link on the way cannot mislead
+  /// it (a file reached through one is still compared by device and inode) — no `openat2` of the directory first,
+  /// which cost two more calls at each of the several checks a download makes.
+  private static func namedIdentity(_ store: DownloadStore) -> FileIdentity? {
+    guard let named = (try? store.root.fd.status(of: path)) ?? nil else { return nil }
+    return FileIdentity(device: named.device, inode: named.inode)
   }
 }

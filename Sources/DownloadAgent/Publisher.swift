@@ -16,7 +16,8 @@ import SystemLayer
 ///    `RESOLVE_BENEATH`), never followed;
 /// 4. across file systems (`EXDEV`, e.g. `Downloads/` on its own mount) the bytes are copied into a temp file in
 ///    the destination directory (`O_EXCL`), fsynced, and renamed over the destination — the same atomic replace;
-/// 5. fsync of the destination directory, so the new name survives a power cut.
+/// 5. fsync of the destination directory, so the new name survives a power cut — shared with the other files
+///    renamed into it meanwhile (`DirectorySyncs`), still inside the coordinated write.
 ///
 /// `ENOSPC` anywhere fails with `.diskFull`, the temp file removed: nothing half-written at the destination. A full
 /// quota (`EDQUOT`) fails with the system error, which names it (as the transfer's writes do): `.diskFull` says "free
@@ -46,10 +47,14 @@ package enum Publisher {
     let fileMode = container.sharing.fileMode
     do {
       try await FileCoordinator().coordinate(with: [intent]) {
-        try await offload { () throws(DownloadError) in
+        let target = try await offload { () throws(DownloadError) in
           try place(
             partial: partial, length: length, parent: parent, name: item.lastComponent, destination: destination,
             root: root, directoryMode: directoryMode, fileMode: fileMode, logger: logger)
+        }
+        // Inside the access: presenters hear of the file, and the task of its end, once its name is durable.
+        do throws(FileSystemError) { try await DirectorySyncs.shared.sync(target) } catch {
+          throw classify(error, destination: destination, root: root)
         }
       }
     } catch let error as DownloadError {
@@ -70,17 +75,24 @@ package enum Publisher {
     }
   }
 
-  /// The accessor of the coordinated write: everything relative to directory descriptors.
+  /// The accessor of the coordinated write, up to the directory's fsync (`DirectorySyncs`, which the caller runs on
+  /// the directory returned): everything relative to directory descriptors.
   static func place(
     partial: String, length: Int64, parent: ContainerPath, name: String, destination: String,
     root: ContainerDirectory, directoryMode: mode_t, fileMode: mode_t, logger: Logger
-  ) throws(DownloadError) {
+  ) throws(DownloadError) -> DescriptorBox {
     do throws(FileSystemError) {
-      // The destination's directories, one at a time beneath the container (a symlink on the way is refused).
-      for depth in 1...max(1, parent.depth) where !parent.isRoot {
-        try root.makeDirectory(parent.components[0..<depth].joined(separator: "/"), mode: directoryMode)
+      // Most files go where the directories exist, no link on the way: one call. Otherwise the destination's
+      // directories are made one at a time beneath the container (a symlink on the way is refused).
+      let target: SystemFD
+      if let existing = root.openDirectoryIfNoSymbolicLink(parent.string) {
+        target = existing
+      } else {
+        for depth in 1...max(1, parent.depth) where !parent.isRoot {
+          try root.makeDirectory(parent.components[0..<depth].joined(separator: "/"), mode: directoryMode)
+        }
+        target = try root.openDirectory(parent.string)
       }
-      let target = try root.openDirectory(parent.string)
       let (partialParent, partialName) = ContainerDirectory.split(partial)
       let source = try root.openDirectory(partialParent)
       if let existing = try target.status(of: name), existing.kind == .directory {
@@ -92,7 +104,7 @@ package enum Publisher {
         try copyAcross(from: source, partialName, to: target, name, length: length, mode: fileMode, logger: logger)
         try? source.removeFile(partialName)
       }
-      try target.sync()
+      return DescriptorBox(target)
     } catch {
       throw classify(error, destination: destination, root: root)
     }

@@ -191,6 +191,24 @@ package final class ContainerDirectory: Sendable {
     return true
   }
 
+  /// Opens the directory `relative` beneath the container, for reading and fsync, when no symbolic link is on the
+  /// way, its last component included — one call where making the directories one level at a time costs three per
+  /// level. nil when a link is there, a component is missing or is no directory, any other error, or there is no
+  /// `openat2`: the caller then takes the way that judges each component and gives the errors. The corresponding C
+  /// function is `openat2`.
+  package func openDirectoryIfNoSymbolicLink(_ relative: String) -> SystemFD? {
+    guard !Self.noOpenat2.load(ordering: .relaxed) else { return nil }
+    let start = relative.isEmpty ? "." : relative
+    switch start.withCString({ start in valueOrErrno(.open) { gc_openat_beneath_no_symlinks(fd.rawValue, start, 1) } })
+    {
+    case .success(let opened):
+      return SystemFD(rawValue: opened, in: path, relative: relative)
+    case .failure(let e):
+      if e == .noFunction { Self.noOpenat2.store(true, ordering: .relaxed) }
+      return nil
+    }
+  }
+
   /// Creates the directory `relative` with exactly `mode` (umask would filter it); an existing directory is fine,
   /// anything else there (a symlink included) is an error. The corresponding C function is `mkdirat`.
   package func makeDirectory(_ relative: String, mode: mode_t) throws(FileSystemError) {

@@ -94,9 +94,10 @@ struct AgentDurabilityTests {
     defer { withExtendedLifetime(root) {} }
     let downloads = container.path + "/.coordination/downloads"
     let syncs = calls.filter { $0.call == .fsync }.map(\.path)
-    // The published files: each partial fsynced, then the destination directory.
+    // The published files: each partial fsynced, then the destination directory — once per file at most: files
+    // renamed into it during one of its fsyncs share the next (DirectorySyncs; its rule: DirectorySyncsTests).
     #expect(syncs.filter { $0.hasSuffix(".partial") }.count == count, "\(syncs)")
-    #expect(syncs.filter { $0 == container.path + "/Downloads" }.count == count, "\(syncs)")
+    #expect((1...count).contains(syncs.filter { $0 == container.path + "/Downloads" }.count), "\(syncs)")
     // The bookkeeping: commits only (a file and its directory each); no file a client reads is fsynced on its own.
     let bookkeeping = syncs.filter { !$0.hasSuffix(".partial") && $0 != container.path + "/Downloads" }
     #expect(

@@ -87,7 +87,17 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
   /// Apple's `init(filePresenter:)`.
   public init(filePresenter: (any FilePresenter)? = nil) {
     self.filePresenter = filePresenter
-    self.state = Mutex(State(purposeIdentifier: UUID().uuidString))
+    self.state = Mutex(State(purposeIdentifier: Self.randomUUID().uuidString))
+  }
+
+  /// A random (version 4) UUID from the standard library's generator (`getrandom`): Foundation's `UUID()` opens,
+  /// reads and closes `/dev/urandom` on Linux — three system calls per coordinator, and the download agent makes
+  /// one coordinator per file it publishes.
+  private static func randomUUID() -> UUID {
+    var generator = SystemRandomNumberGenerator()
+    let high = (generator.next() & ~0xF000) | 0x4000  // version 4: the high nibble of byte 6
+    let low = (generator.next() & ~(0xC0 << 56)) | (0x80 << 56)  // variant 10: the top bits of byte 8
+    return withUnsafeBytes(of: (high.bigEndian, low.bigEndian)) { UUID(uuid: $0.loadUnaligned(as: uuid_t.self)) }
   }
 
   /// Identifies this coordinator's accesses to presenters (``ChangeOrigin/purposeIdentifier``).
