@@ -122,6 +122,8 @@ package final class DownloadAgent: Sendable {
   private static let relistInterval: UInt64 = 20_000_000
   /// How often sessions are looked at for a relaunch.
   private static let relaunchLookInterval: UInt64 = 250_000_000
+  /// How long after a burst's end the freed memory is given back a second time.
+  private static let settleDelay: UInt64 = 1_000_000_000
   /// How often finished tasks are checked against `retention`.
   private static let retireInterval: UInt64 = 5_000_000_000
 
@@ -164,6 +166,8 @@ package final class DownloadAgent: Sendable {
     recoverAfterCrash()
     var idleSince: UInt64?
     var wasBusy = false
+    /// When a burst ended, until the memory freed after its end was given back too.
+    var quietSince: UInt64?
     while true {
       if !containerExists() {
         logger.info("the container \(store.container.path) is gone: the agent exits")
@@ -184,6 +188,14 @@ package final class DownloadAgent: Sendable {
       if wasBusy && !busy {
         shrinkTables()
         MemorySignals.returnFreedMemory()
+        quietSince = MonotonicClock.nanoseconds()
+      } else if busy {
+        quietSince = nil
+      } else if let since = quietSince, MonotonicClock.nanoseconds() &- since >= Self.settleDelay {
+        // Once more when the burst's last work is over: what was freed after its end (the events' and the last
+        // transfers' buffers) stayed resident — 1.3 MB after 10,000 tasks.
+        MemorySignals.returnFreedMemory()
+        quietSince = nil
       }
       wasBusy = busy
       if busy {
