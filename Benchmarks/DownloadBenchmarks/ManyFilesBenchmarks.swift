@@ -136,9 +136,9 @@ func freshSession() async throws -> (GroupContainer, DownloadSession) {
 }
 
 /// Waits until the agent has settled after a burst: its CPU time still (≤ 5 ms in a second) two seconds in a row, at
-/// most 60 s. The end of a burst shrinks its tables and gives the freed heap back, and a second later what was freed
-/// since (DownloadAgent's loop); on a loaded machine that came later than a fixed 2 s wait, and the row then measured
-/// the burst's memory, not the finished tasks'.
+/// most 60 s. The end of a burst shrinks its tables and gives the freed heap back, and so does each idle listing of
+/// its tasks after it (DownloadAgent's loop); on a loaded machine that came later than a fixed 2 s wait, and the row
+/// then measured the burst's memory, not the finished tasks'.
 func waitUntilSettled(_ pid: Int32) async throws {
   var last = processFigures(pid).cpuMilliseconds
   var still = 0

@@ -122,8 +122,6 @@ package final class DownloadAgent: Sendable {
   private static let relistInterval: UInt64 = 20_000_000
   /// How often sessions are looked at for a relaunch.
   private static let relaunchLookInterval: UInt64 = 250_000_000
-  /// How long after a burst's end the freed memory is given back a second time.
-  private static let settleDelay: UInt64 = 1_000_000_000
   /// How often finished tasks are checked against `retention`.
   private static let retireInterval: UInt64 = 5_000_000_000
 
@@ -166,8 +164,6 @@ package final class DownloadAgent: Sendable {
     recoverAfterCrash()
     var idleSince: UInt64?
     var wasBusy = false
-    /// When a burst ended, until the memory freed after its end was given back too.
-    var quietSince: UInt64?
     while true {
       if !containerExists() {
         logger.info("the container \(store.container.path) is gone: the agent exits")
@@ -181,6 +177,7 @@ package final class DownloadAgent: Sendable {
         await doorbell.wait(timeout: .milliseconds(50))
         continue
       }
+      let listedBefore = state.withLock { $0.listedAt }
       let busy = pass()
       if state.withLock({ $0.shuttingDown || $0.deposed }) { break }
       // The end of a burst: the tables it filled shrink to what they hold, and what its transfers and records
@@ -188,14 +185,10 @@ package final class DownloadAgent: Sendable {
       if wasBusy && !busy {
         shrinkTables()
         MemorySignals.returnFreedMemory()
-        quietSince = MonotonicClock.nanoseconds()
-      } else if busy {
-        quietSince = nil
-      } else if let since = quietSince, MonotonicClock.nanoseconds() &- since >= Self.settleDelay {
-        // Once more when the burst's last work is over: what was freed after its end (the events' and the last
-        // transfers' buffers) stayed resident — 1.3 MB after 10,000 tasks.
+      } else if !busy && state.withLock({ $0.listedAt }) != listedBefore {
+        // An idle agent still lists `tasks/` every 2 s: with 10,000 finished tasks, 20,000 names made and freed,
+        // strewn over the heap's free pages, which then stayed resident (3 MB) until given back.
         MemorySignals.returnFreedMemory()
-        quietSince = nil
       }
       wasBusy = busy
       if busy {
