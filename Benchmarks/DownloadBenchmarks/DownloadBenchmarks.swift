@@ -47,6 +47,10 @@ func productPath(_ name: String) -> String {
 func startDownloadFixture() throws {
   let f = downloadFixture
   guard f.server == nil else { return }
+  // The plugin preloads package-benchmark's malloc interposer into this process, and every child inherited it: the
+  // agent's allocations then carried its 16-byte header each (its memory rows measured the interposer too), and
+  // aria2c's and curl's were counted. This process keeps it (loaded already); the children start without.
+  unsetenv("LD_PRELOAD")
   f.root = try makeTemporaryRoot()
   let container = try GroupContainer(identifier: "group.bench.downloads", root: URL(fileURLWithPath: f.root))
   f.container = container

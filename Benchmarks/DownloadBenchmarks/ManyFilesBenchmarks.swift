@@ -135,15 +135,18 @@ func freshSession() async throws -> (GroupContainer, DownloadSession) {
   return (container, session)
 }
 
-/// Waits until the agent has settled after a burst: its CPU time still (≤ 5 ms in a second), at most 60 s. The end
-/// of a burst shrinks its tables and gives the freed heap back (DownloadAgent's loop); on a loaded machine that came
-/// later than a fixed 2 s wait, and the row then measured the burst's memory, not the finished tasks'.
+/// Waits until the agent has settled after a burst: its CPU time still (≤ 5 ms in a second) two seconds in a row, at
+/// most 60 s. The end of a burst shrinks its tables and gives the freed heap back, and so does each idle listing of
+/// its tasks after it (DownloadAgent's loop); on a loaded machine that came later than a fixed 2 s wait, and the row
+/// then measured the burst's memory, not the finished tasks'.
 func waitUntilSettled(_ pid: Int32) async throws {
   var last = processFigures(pid).cpuMilliseconds
+  var still = 0
   for _ in 0..<60 {
     try await Task.sleep(for: .seconds(1))
     let now = processFigures(pid).cpuMilliseconds
-    if now - last <= 5 { return }
+    still = now - last <= 5 ? still + 1 : 0
+    if still == 2 { return }
     last = now
   }
 }

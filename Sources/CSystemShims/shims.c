@@ -177,6 +177,9 @@ int gc_eventfd(unsigned int initval, int nonblocking_cloexec) {
 
 int gc_malloc_trim(size_t pad) { return malloc_trim(pad); }
 int gc_malloc_arena_max(int count) { return mallopt(M_ARENA_MAX, count); }
+int gc_malloc_fixed_thresholds(size_t trim, size_t mmap) {
+  return mallopt(M_TRIM_THRESHOLD, (int)trim) && mallopt(M_MMAP_THRESHOLD, (int)mmap);
+}
 size_t gc_malloc_bytes_in_use(void) {
   struct mallinfo2 info = mallinfo2();
   return info.uordblks + info.hblkhd;

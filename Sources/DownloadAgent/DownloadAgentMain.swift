@@ -14,6 +14,9 @@ public enum DownloadAgentMain {
     // Two arenas: the agent's threads (event loops, offloaded fsyncs, the pool) otherwise each keep an arena of freed
     // memory, several MB of resident memory for a process that mostly waits.
     MemorySignals.limitMallocArenas(2)
+    // Thresholds that do not rise: after a burst, an arena's free top goes back to the kernel and the large tables
+    // of the burst (10,000 tasks' requests, statuses) are unmapped as they are freed or shrunk.
+    MemorySignals.fixMallocThresholds(trim: 512 << 10, mmap: 256 << 10)
     var identifier: String?
     var root: String?
     var sharing = GroupContainer.Sharing.user

@@ -120,6 +120,14 @@ package enum MemorySignals {
   /// Call before starting threads. The corresponding C function is `mallopt(M_ARENA_MAX)`.
   package static func limitMallocArenas(_ count: Int32) { _ = gc_malloc_arena_max(count) }
 
+  /// Fixes glibc's trim and mmap thresholds at `trim` and `mmap` bytes. Left to glibc, both rise each time a large
+  /// block is freed (up to 64 and 32 MB), and then the free top of a thread's arena stays resident for good: `free`
+  /// trims it only beyond the trim threshold, and `malloc_trim` trims the main arena's top only (10,000 downloads:
+  /// 4.6 MB of free top kept by the agent). Fixed, a block of `mmap` bytes or more gets a mapping of its own, unmapped
+  /// when freed, and an arena's free top beyond `trim` goes back to the kernel. Call before starting threads. The
+  /// corresponding C function is `mallopt` (`M_TRIM_THRESHOLD`, `M_MMAP_THRESHOLD`).
+  package static func fixMallocThresholds(trim: Int, mmap: Int) { _ = gc_malloc_fixed_thresholds(trim, mmap) }
+
   /// Bytes the heap has handed out and not had back (live allocations, of every arena): what a process keeps, as
   /// opposed to its resident size, which also counts pages the allocator holds free or that libraries map. The
   /// corresponding C function is `mallinfo2`.

@@ -57,6 +57,8 @@ int gc_eventfd(unsigned int initval, int nonblocking_cloexec);
 int gc_malloc_trim(size_t pad);
 // mallopt(M_ARENA_MAX, count): glibc's malloc.h is not part of Swift's Glibc module.
 int gc_malloc_arena_max(int count);
+// mallopt(M_TRIM_THRESHOLD, trim) and mallopt(M_MMAP_THRESHOLD, mmap): 1 when both were set.
+int gc_malloc_fixed_thresholds(size_t trim, size_t mmap);
 // mallinfo2(3): bytes malloc has handed out and not had back (every arena, and the chunks it mapped alone).
 size_t gc_malloc_bytes_in_use(void);
 
