@@ -73,44 +73,24 @@ struct PresenterRecord: Codable, Sendable, Hashable {
   /// decides — so both routes take the same files. A new process's first access of an item 64 processes present
   /// decoded 64 records with JSONDecoder: a sixth of that coordinated write, most of it the decoder's first-use cost.
   /// Taken: the keys in `encoded()`'s order, no whitespace, no escape but `\/`, valid UTF-8, a plain version number.
+  /// The reading is `JSONScanner`'s (only its cursor-exact parts: no white space skipped), with the `\/` escape.
   static func canonical(_ bytes: UnsafeBufferPointer<UInt8>) -> PresenterRecord? {
-    var at = 0
-    func literal(_ text: StaticString) -> Bool {
-      text.withUTF8Buffer { expected in
-        guard bytes.count - at >= expected.count else { return false }
-        for index in 0..<expected.count where bytes[at + index] != expected[index] { return false }
-        at += expected.count
-        return true
-      }
-    }
+    var scanner = JSONScanner(bytes)
     func string() -> String? {
-      guard literal("\"") else { return nil }
-      var text: [UInt8] = []
-      while at < bytes.count {
-        let byte = bytes[at]
-        at += 1
-        switch byte {
-        case UInt8(ascii: "\""): return String(validating: text, as: UTF8.self)
-        case UInt8(ascii: "\\"):
-          guard literal("/") else { return nil }
-          text.append(UInt8(ascii: "/"))
-        case 0..<0x20: return nil
-        default: text.append(byte)
-        }
-      }
-      return nil
+      scanner.next == UInt8(ascii: "\"") ? scanner.string(escapes: .solidus) : nil
     }
-    func bool() -> Bool? { literal("true") ? true : literal("false") ? false : nil }
+    func bool() -> Bool? { scanner.word("true") ? true : scanner.word("false") ? false : nil }
+    // A plain version of at most 9 digits (no sign, no leading zero).
     func version() -> Int? {
-      let start = at
-      while at < bytes.count, bytes[at] &- UInt8(ascii: "0") < 10, at - start < 9 { at += 1 }
-      guard at > start, at - start == 1 || bytes[start] != UInt8(ascii: "0") else { return nil }
-      return bytes[start..<at].reduce(0) { $0 * 10 + Int($1 &- UInt8(ascii: "0")) }
+      let start = scanner.at
+      let count = scanner.digits()
+      guard (1...9).contains(count), count == 1 || bytes[start] != UInt8(ascii: "0") else { return nil }
+      return bytes[start..<scanner.at].reduce(0) { $0 * 10 + Int($1 &- UInt8(ascii: "0")) }
     }
-    guard literal("{\"id\":"), let id = string(), literal(",\"isDirectory\":"), let isDirectory = bool(),
-      literal(",\"item\":"), let item = string(), literal(",\"process\":"), let processText = string(),
-      let process = ProcessName(processText), literal(",\"version\":"), let version = version(), literal("}"),
-      at == bytes.count
+    guard scanner.word("{\"id\":"), let id = string(), scanner.word(",\"isDirectory\":"), let isDirectory = bool(),
+      scanner.word(",\"item\":"), let item = string(), scanner.word(",\"process\":"), let processText = string(),
+      let process = ProcessName(processText), scanner.word(",\"version\":"), let version = version(),
+      scanner.word("}"), scanner.next == nil
     else { return nil }
     var record = PresenterRecord(id: id, process: process, item: item, isDirectory: isDirectory)
     record.version = version

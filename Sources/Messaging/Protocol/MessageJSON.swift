@@ -7,7 +7,8 @@ import SystemLayer
 /// by hand: JSONEncoder and JSONDecoder were a fifth of a presenter process's CPU per message, and the writer
 /// encoded one prepare per presenter process before any could answer. The format is the same JSON: anything this
 /// route does not take (another field, an escape in a string, a number that is not a plain integer, a repeated
-/// key) goes to JSONDecoder, which decides, so both routes accept and refuse the same files (MessageJSONTests).
+/// key) goes to JSONDecoder, which decides, so both routes accept and refuse the same files (MessageJSONTests). The
+/// reading is `JSONScanner`'s, with no escapes; this file maps the fields.
 enum MessageJSON {
   /// The message as JSON, or nil when it has a field only JSONEncoder writes (requests, URLs, failures).
   static func encode(_ message: CoordinationMessage) -> [UInt8]? {
@@ -78,279 +79,158 @@ enum MessageJSON {
 
   /// The message, or nil when this route does not take the bytes (JSONDecoder then decides).
   static func decode(_ bytes: UnsafeBufferPointer<UInt8>) -> CoordinationMessage? {
-    var reader = Reader(bytes: bytes)
-    return reader.message()
+    var scanner = JSONScanner(bytes)
+    return message(&scanner)
   }
 
   static func decode(_ bytes: [UInt8]) -> CoordinationMessage? { bytes.withUnsafeBufferPointer { decode($0) } }
 
-  private enum Value {
-    case string(String), integer(Integer), bool(Bool), null
-  }
-
-  /// An integer as JSON wrote it, read without making a string of it.
-  private struct Integer {
-    var negative: Bool
-    var magnitude: UInt64
-
-    /// The value as `T`, or nil when it does not fit (as `T(text)` of its text).
-    func `as`<T: FixedWidthInteger>(_ type: T.Type) -> T? {
-      guard negative && magnitude != 0 else { return T(exactly: magnitude) }
-      guard T.isSigned, magnitude - 1 <= UInt64(T.max) else { return nil }
-      return T(truncatingIfNeeded: 0 &- magnitude)
-    }
-  }
-
-  /// A field name of a message or an event, matched on its bytes (`Reader.enumeration`).
+  /// A field name of a message or an event, matched on its bytes (`enumeration`).
   private enum Key: String, CaseIterable {
     case version, id, kind, sender, item, needsAck, isWrite, events, purpose, ackSlot, ackToken
     case presenter, path, newPath
   }
 
-  private struct Reader {
-    let bytes: UnsafeBufferPointer<UInt8>
-    var at = 0
+  /// The message's fields read straight into their places (a dictionary of fields was most of the decoding); a key
+  /// this route does not know, or one seen twice, sends the message to JSONDecoder.
+  private static func message(_ scanner: inout JSONScanner) -> CoordinationMessage? {
+    var version: Int?, id: String?, kind: CoordinationMessage.Kind?, sender: ProcessName?, item: String?
+    var needsAck: Bool?, isWrite: Bool?, events: [PresenterEvent]?
+    var purpose: String?, ackSlot: Int?, ackToken: UInt64?
+    var seen: UInt16 = 0
+    let parsed = fields(&scanner) { key, scanner -> Bool in
+      let bit: UInt16
+      switch key {
+      case .version:
+        bit = 1 << 0
+        guard let value = scanner.integer(Int.self) else { return false }
+        version = value
+      case .id:
+        bit = 1 << 1
+        guard let value = scanner.string(escapes: .none) else { return false }
+        id = value
+      case .kind:
+        bit = 1 << 2
+        guard let value = enumeration(&scanner, messageKinds) else { return false }
+        kind = value
+      case .sender:
+        bit = 1 << 3
+        guard let text = scanner.string(escapes: .none), let value = ProcessName(text) else { return false }
+        sender = value
+      case .item:
+        bit = 1 << 4
+        guard let value = scanner.string(escapes: .none) else { return false }
+        item = value
+      case .needsAck:
+        bit = 1 << 5
+        guard let value = scanner.bool() else { return false }
+        needsAck = value
+      case .isWrite:
+        bit = 1 << 6
+        guard let value = scanner.bool() else { return false }
+        isWrite = value
+      case .events:
+        bit = 1 << 7
+        guard let value = eventList(&scanner) else { return false }
+        events = value
+      case .purpose:
+        bit = 1 << 8
+        guard let value = optionalString(&scanner) else { return false }
+        purpose = value
+      case .ackSlot:
+        bit = 1 << 9
+        guard let value = optionalInteger(&scanner, as: Int.self) else { return false }
+        ackSlot = value
+      case .ackToken:
+        bit = 1 << 10
+        guard let value = optionalInteger(&scanner, as: UInt64.self) else { return false }
+        ackToken = value
+      default:
+        return false
+      }
+      guard seen & bit == 0 else { return false }  // a repeated key
+      seen |= bit
+      return true
+    }
+    guard parsed, scanner.atEnd(), let version, let id, let kind, let sender, let item, let needsAck, let isWrite,
+      let events
+    else { return nil }
+    var message = CoordinationMessage(
+      id: id, kind: kind, sender: sender, item: item, needsAck: needsAck, isWrite: isWrite, events: events)
+    message.version = version
+    message.purpose = purpose
+    message.ackSlot = ackSlot
+    message.ackToken = ackToken
+    return message
+  }
 
-    init(bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
+  /// An object of known keys: `field` reads the value of each (false: this route does not take the object).
+  private static func fields(_ scanner: inout JSONScanner, _ field: (Key, inout JSONScanner) -> Bool) -> Bool {
+    scanner.object { scanner in
+      guard let key = enumeration(&scanner, keys), scanner.take(UInt8(ascii: ":")) else { return false }
+      scanner.skipSpace()
+      return field(key, &scanner)
+    }
+  }
 
-    /// The message's fields read straight into their places (a dictionary of fields was most of the decoding); a
-    /// key this route does not know, or one seen twice, sends the message to JSONDecoder.
-    mutating func message() -> CoordinationMessage? {
-      var version: Int?, id: String?, kind: CoordinationMessage.Kind?, sender: ProcessName?, item: String?
-      var needsAck: Bool?, isWrite: Bool?, events: [PresenterEvent]?
-      var purpose: String?, ackSlot: Int?, ackToken: UInt64?
-      var seen: UInt16 = 0
-      let parsed = fields { key, reader -> Bool in
-        let bit: UInt16
+  /// An optional string: `.some(nil)` for null, nil when the value is anything but null or a string without escapes.
+  private static func optionalString(_ scanner: inout JSONScanner) -> String?? {
+    if scanner.null() { return .some(nil) }
+    return scanner.string(escapes: .none).map { .some($0) }
+  }
+
+  /// An optional integer: `.some(nil)` for null, nil when the value is anything but null or an integer of `T`.
+  private static func optionalInteger<T: FixedWidthInteger>(_ scanner: inout JSONScanner, as type: T.Type) -> T?? {
+    if scanner.null() { return .some(nil) }
+    return scanner.integer(T.self).map { .some($0) }
+  }
+
+  private static func eventList(_ scanner: inout JSONScanner) -> [PresenterEvent]? {
+    var list: [PresenterEvent] = []
+    let parsed = scanner.elements { scanner in
+      var presenter: String?, kind: PresenterEvent.Kind?, path: String?, newPath: String?
+      var seen: UInt8 = 0
+      let parsed = fields(&scanner) { key, scanner -> Bool in
+        let bit: UInt8
         switch key {
-        case .version:
-          bit = 1 << 0
-          guard case .integer(let number)? = reader.scalar(), let value = number.as(Int.self) else { return false }
-          version = value
-        case .id:
-          bit = 1 << 1
-          guard case .string(let value)? = reader.scalar() else { return false }
-          id = value
+        case .presenter:
+          bit = 1
+          guard let value = scanner.string(escapes: .none) else { return false }
+          presenter = value
         case .kind:
-          bit = 1 << 2
-          guard let value = reader.enumeration(Self.messageKinds) else { return false }
+          bit = 2
+          guard let value = enumeration(&scanner, eventKinds) else { return false }
           kind = value
-        case .sender:
-          bit = 1 << 3
-          guard case .string(let text)? = reader.scalar(), let value = ProcessName(text) else { return false }
-          sender = value
-        case .item:
-          bit = 1 << 4
-          guard case .string(let value)? = reader.scalar() else { return false }
-          item = value
-        case .needsAck:
-          bit = 1 << 5
-          guard case .bool(let value)? = reader.scalar() else { return false }
-          needsAck = value
-        case .isWrite:
-          bit = 1 << 6
-          guard case .bool(let value)? = reader.scalar() else { return false }
-          isWrite = value
-        case .events:
-          bit = 1 << 7
-          guard let value = reader.eventList() else { return false }
-          events = value
-        case .purpose:
-          bit = 1 << 8
-          switch reader.scalar() {
-          case .null?: purpose = nil
-          case .string(let value)?: purpose = value
-          default: return false
-          }
-        case .ackSlot:
-          bit = 1 << 9
-          guard let value = reader.optionalInteger(as: Int.self) else { return false }
-          ackSlot = value
-        case .ackToken:
-          bit = 1 << 10
-          guard let value = reader.optionalInteger(as: UInt64.self) else { return false }
-          ackToken = value
+        case .path, .newPath:
+          bit = key == .path ? 4 : 8
+          guard let text = optionalString(&scanner) else { return false }
+          if key == .path { path = text } else { newPath = text }
         default:
           return false
         }
-        guard seen & bit == 0 else { return false }  // a repeated key
+        guard seen & bit == 0 else { return false }
         seen |= bit
         return true
       }
-      skipSpace()
-      guard parsed, at == bytes.count, let version, let id, let kind, let sender, let item, let needsAck, let isWrite,
-        let events
-      else { return nil }
-      var message = CoordinationMessage(
-        id: id, kind: kind, sender: sender, item: item, needsAck: needsAck, isWrite: isWrite, events: events)
-      message.version = version
-      message.purpose = purpose
-      message.ackSlot = ackSlot
-      message.ackToken = ackToken
-      return message
-    }
-
-    /// An object: `field` reads the value of each key (false: this route does not take the object).
-    mutating func fields(_ field: (Key, inout Reader) -> Bool) -> Bool {
-      skipSpace()
-      guard take(UInt8(ascii: "{")) else { return false }
-      skipSpace()
-      if take(UInt8(ascii: "}")) { return true }
-      while true {
-        skipSpace()
-        guard let key = enumeration(Self.keys) else { return false }
-        skipSpace()
-        guard take(UInt8(ascii: ":")) else { return false }
-        skipSpace()
-        guard field(key, &self) else { return false }
-        skipSpace()
-        if take(UInt8(ascii: ",")) { continue }
-        return take(UInt8(ascii: "}"))
-      }
-    }
-
-    /// An optional integer: `.some(nil)` for null, nil when the value is anything but null or an integer of `T`.
-    mutating func optionalInteger<T: FixedWidthInteger>(as type: T.Type) -> T?? {
-      switch scalar() {
-      case .null?: return .some(nil)
-      case .integer(let number)?: return number.as(T.self).map { .some($0) }
-      default: return nil
-      }
-    }
-
-    mutating func eventList() -> [PresenterEvent]? {
-      guard take(UInt8(ascii: "[")) else { return nil }
-      var list: [PresenterEvent] = []
-      skipSpace()
-      if take(UInt8(ascii: "]")) { return list }
-      while true {
-        var presenter: String?, kind: PresenterEvent.Kind?, path: String?, newPath: String?
-        var seen: UInt8 = 0
-        let parsed = fields { key, reader -> Bool in
-          let bit: UInt8
-          switch key {
-          case .presenter:
-            bit = 1
-            guard case .string(let value)? = reader.scalar() else { return false }
-            presenter = value
-          case .kind:
-            bit = 2
-            guard let value = reader.enumeration(Self.eventKinds) else { return false }
-            kind = value
-          case .path, .newPath:
-            bit = key == .path ? 4 : 8
-            let text: String?
-            switch reader.scalar() {
-            case .null?: text = nil
-            case .string(let value)?: text = value
-            default: return false
-            }
-            if key == .path { path = text } else { newPath = text }
-          default:
-            return false
-          }
-          guard seen & bit == 0 else { return false }
-          seen |= bit
-          return true
-        }
-        guard parsed, let presenter, let kind else { return nil }
-        list.append(PresenterEvent(presenter: presenter, kind: kind, path: path, newPath: newPath))
-        skipSpace()
-        if take(UInt8(ascii: ",")) {
-          skipSpace()
-          continue
-        }
-        guard take(UInt8(ascii: "]")) else { return nil }
-        return list
-      }
-    }
-
-    mutating func scalar() -> Value? {
-      guard at < bytes.count else { return nil }
-      switch bytes[at] {
-      case UInt8(ascii: "\""): return string().map { .string($0) }
-      case UInt8(ascii: "t"): return word("true") ? .bool(true) : nil
-      case UInt8(ascii: "f"): return word("false") ? .bool(false) : nil
-      case UInt8(ascii: "n"): return word("null") ? .null : nil
-      default: return integer().map { .integer($0) }
-      }
-    }
-
-    /// Each case of `T` by the bytes of its raw value (made once per type: `allCases` is an array made anew).
-    static func names<T: CaseIterable & RawRepresentable>(_ type: T.Type) -> [([UInt8], T)] where T.RawValue == String {
-      T.allCases.map { (Array($0.rawValue.utf8), $0) }
-    }
-    static let messageKinds = names(CoordinationMessage.Kind.self)
-    static let eventKinds = names(PresenterEvent.Kind.self)
-    static let keys = names(Key.self)
-
-    /// A string naming a case in `names`, matched on its bytes (no `String` made); nil for any other value.
-    mutating func enumeration<T>(_ names: [([UInt8], T)]) -> T? {
-      guard let text = stringBytes() else { return nil }
-      return names.first { $0.0.count == text.count && $0.0.elementsEqual(text) }?.1
-    }
-
-    /// A string without escapes, as valid UTF-8 (an escape sends the message to JSONDecoder).
-    mutating func string() -> String? {
-      guard let text = stringBytes() else { return nil }
-      // ASCII (nearly every string of a message) is valid UTF-8 as it stands; `String(validating:)` is generic over
-      // the encoding and was a sixth of decoding.
-      if text.allSatisfy({ $0 < 0x80 }) { return String(decoding: text, as: UTF8.self) }
-      return String(validating: text, as: UTF8.self)
-    }
-
-    /// The bytes of a string without escapes or control characters, between its quotes.
-    mutating func stringBytes() -> UnsafeBufferPointer<UInt8>? {
-      guard take(UInt8(ascii: "\"")) else { return nil }
-      let start = at
-      while at < bytes.count, bytes[at] != UInt8(ascii: "\"") {
-        if bytes[at] == UInt8(ascii: "\\") || bytes[at] < 0x20 { return nil }
-        at += 1
-      }
-      guard at < bytes.count else { return nil }
-      at += 1
-      return UnsafeBufferPointer(rebasing: bytes[start..<(at - 1)])
-    }
-
-    /// An integer as JSON writes it: an optional minus, then 0 or digits without a leading zero; nil past 64 bits.
-    mutating func integer() -> Integer? {
-      let start = at
-      let negative = take(UInt8(ascii: "-"))
-      let digits = at
-      var magnitude: UInt64 = 0
-      while at < bytes.count, case let digit = bytes[at] &- UInt8(ascii: "0"), digit < 10 {
-        let (times10, o1) = magnitude.multipliedReportingOverflow(by: 10)
-        let (sum, o2) = times10.addingReportingOverflow(UInt64(digit))
-        guard !o1, !o2 else { return nil }
-        magnitude = sum
-        at += 1
-      }
-      guard at > digits, at - digits == 1 || bytes[digits] != UInt8(ascii: "0"), at - start <= 21 else { return nil }
-      if at < bytes.count, bytes[at] == UInt8(ascii: ".") || bytes[at] | 0x20 == UInt8(ascii: "e") { return nil }
-      return Integer(negative: negative, magnitude: magnitude)
-    }
-
-    mutating func word(_ text: StaticString) -> Bool {
-      let count = text.utf8CodeUnitCount
-      guard at + count <= bytes.count else { return false }
-      let same = text.withUTF8Buffer { word in (0..<count).allSatisfy { bytes[at + $0] == word[$0] } }
-      if same { at += count }
-      return same
-    }
-
-    mutating func take(_ byte: UInt8) -> Bool {
-      guard at < bytes.count, bytes[at] == byte else { return false }
-      at += 1
+      guard parsed, let presenter, let kind else { return false }
+      list.append(PresenterEvent(presenter: presenter, kind: kind, path: path, newPath: newPath))
       return true
     }
+    return parsed ? list : nil
+  }
 
-    mutating func skipSpace() {
-      while at < bytes.count {
-        switch bytes[at] {
-        case 0x20, 0x09, 0x0a, 0x0d: at += 1
-        default: return
-        }
-      }
-    }
+  /// Each case of `T` by the bytes of its raw value (made once per type: `allCases` is an array made anew).
+  private static func names<T: CaseIterable & RawRepresentable>(_ type: T.Type) -> [([UInt8], T)]
+  where T.RawValue == String {
+    T.allCases.map { (Array($0.rawValue.utf8), $0) }
+  }
+  private static let messageKinds = names(CoordinationMessage.Kind.self)
+  private static let eventKinds = names(PresenterEvent.Kind.self)
+  private static let keys = names(Key.self)
+
+  /// A string naming a case in `names`, matched on its bytes (no `String` made); nil for any other value.
+  private static func enumeration<T>(_ scanner: inout JSONScanner, _ names: [([UInt8], T)]) -> T? {
+    guard let text = scanner.stringBytes() else { return nil }
+    return names.first { $0.0.count == text.count && $0.0.elementsEqual(text) }?.1
   }
 }
