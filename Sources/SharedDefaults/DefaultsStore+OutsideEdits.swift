@@ -125,12 +125,11 @@ extension DefaultsStore {
     FaultPoint.reach("defaults.edit.learned")
     switch judgement {
     case .keepAside(let keys):
-      let name =
-        ExportMirror.unappliedPrefix(suite)
-        + "\(RealtimeClock.nanoseconds() / 1_000_000)-\(CurrentProcess.id)-\(UInt16.random(in: 0...0xFFFF))"
+      let name = ExportMirror.unappliedName(suite, of: status)
       _ = try Self.beneath(Self.preferences + "/" + name, in: containerPath) { () throws(FileSystemError) in
         try root.replaceFile(Self.preferences + "/" + name, with: bytes, mode: fileMode)
       }
+      FaultPoint.reach("defaults.edit.keptAside")
       header.decideJudging(.none)
       Self.logger.error(
         "suite '\(suite)': an edit of '\(plistPath)' by another tool was not applied: \(keys.sorted().prefix(5).joined(separator: ", ")) hold values the export showed before (the tool may have read an older export); kept as '\(directory)/\(name)'"

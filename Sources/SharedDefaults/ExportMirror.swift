@@ -13,7 +13,7 @@ import SystemLayer
 /// If every differing key is certain, the differences are committed (the tool's change; values committed since,
 /// which the tool never saw, stay). If one is not — its value is one the name showed earlier: the tool may have
 /// read it there, and writing it back would roll a committed value back — nothing of the file is applied: it is
-/// kept aside (`<suite>.plist.unapplied-<time>-<pid>`) and reported. The history forgets nothing (a lossy set:
+/// kept aside (`<suite>.plist.unapplied-<time>-<inode>-<size>`) and reported. The history forgets nothing (a lossy set:
 /// a false match only keeps an edit aside), so this holds however many exports came between the tool's read and
 /// its write.
 enum ExportMirror {
@@ -97,8 +97,19 @@ enum ExportMirror {
   /// being written.
   static let unfinishedGrace: Int64 = 10_000_000_000  // nanoseconds
 
-  /// Where a tool's file that was not applied is kept: `<suite>.plist.unapplied-<time>-<pid>[-n]`.
+  /// Where a tool's file that was not applied is kept: `<suite>.plist.unapplied-…`.
   static func unappliedPrefix(_ suite: String) -> String { "\(suite).plist.unapplied-" }
+
+  /// The name a tool's file `st` is kept aside under: `<suite>.plist.unapplied-<its modification, ms>-<inode>-<size>`,
+  /// named for the file, so that a judgement carried out again after its process died between the copy and the
+  /// decision (`SuiteHeader.Judging.keepingAside`) rewrites the same copy instead of adding a second one.
+  static func unappliedName(_ suite: String, of st: FileStatus?) -> String {
+    guard let st else {
+      return unappliedPrefix(suite)
+        + "\(RealtimeClock.nanoseconds() / 1_000_000)-\(CurrentProcess.id)-\(UInt16.random(in: 0...0xFFFF))"
+    }
+    return unappliedPrefix(suite) + "\(st.modificationNanoseconds / 1_000_000)-\(st.inode)-\(st.size)"
+  }
 
   /// The names of the kept-aside edits of `suite` in `dir` (the suite's directory), sorted.
   static func unapplied(_ suite: String, in dir: borrowing SystemFD) -> [String] {

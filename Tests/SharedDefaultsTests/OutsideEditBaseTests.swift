@@ -185,6 +185,31 @@ import Testing
     withExtendedLifetime(root) {}
   }
 
+  /// A process keeping a stale edit aside is killed after its copy is written and before its decision is cleared:
+  /// the next process carries the judgement out again and rewrites that copy (named for the tool's file) — one copy,
+  /// the committed value stays. Mutant: the copy named for the moment and process (as before) → two copies.
+  @Test func aKeepingAsideCutShortByAKillKeepsOneCopy() async throws {
+    let root = try TestRoot()
+    try await defaults("write", ["counter", "-int", "100"], root: root)
+    try await defaults("sync", root: root)
+    var copy = try toolReads(root)
+    copy["outside"] = .integer(1)
+    try await defaults("write", ["counter", "-int", "200"], root: root)
+    try await defaults("sync", root: root)
+    try await toolWrites(copy, .renameOver, root: root)
+    let dying = try Child(
+      .defaultsScript(suite: suite, steps: [.read("counter"), .say("survived")]), root: root.path, group: group,
+      environment: ["GROUPCONTAINER_FAULT_POINT": "defaults.edit.keptAside"])
+    #expect(await dying.exit() != 0 && !dying.output.contains("survived"), "\(dying.output) \(dying.errors.text)")
+    #expect(try unapplied(root) == [copy], "\(files(root))")
+    try await defaults("sync", root: root)
+    let (values, notice) = try await read(root)
+    #expect(values["counter"] as? Int == 200 && values["outside"] == nil, "rolled back: \(values)")
+    #expect(try unapplied(root) == [copy], "\(files(root))")
+    #expect(notice.contains("kept aside"), "\(notice)")
+    withExtendedLifetime(root) {}
+  }
+
   /// An edit of the current export, with nobody running: the next process that opens the suite reads it (before,
   /// it did not until some process exported again).
   @Test(arguments: Way.allCases) func aProcessStartedAfterTheEditReadsIt(way: Way) async throws {
