@@ -365,7 +365,10 @@ extension DefaultsStore {
     let image = try loadImage()
     var values = SuiteValues(image: image)
     if !recorded {
-      Self.logger.warning("suite '\(suite)': adopting a snapshot whose compaction did not finish")
+      // Either way it is the state to start from; a copied or restored container (every inode new) says this once.
+      Self.logger.notice(
+        "suite '\(suite)': adopting a snapshot the header did not record (a compaction did not finish, or the container was copied)"
+      )
       header.recordSnapshot(image?.status)
     }
     let (bytes, truncated) = journal.read(from: start, to: committed)

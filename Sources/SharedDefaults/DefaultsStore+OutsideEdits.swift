@@ -142,11 +142,12 @@ extension DefaultsStore {
         guard s.values[key] != value else { return nil }
         return JournalFormat.Record(key: key, operation: value.map { .set($0) } ?? .remove, pid: 0)
       }
-      Self.logger.info("suite '\(suite)': applying \(records.count) change(s) made to '\(plistPath)' by another tool")
       guard !records.isEmpty else {
+        // Every change it makes is held already (e.g. the export of a copied container: a new inode, the same values).
         header.decideJudging(.none)
         return .applied
       }
+      Self.logger.info("suite '\(suite)': applying \(records.count) change(s) made to '\(plistPath)' by another tool")
       var encoded: [UInt8] = []
       do throws(SharedDefaultsError) {
         for record in records { try JournalFormat.encode(record, into: &encoded) }
