@@ -40,8 +40,6 @@ int gc_start_writeback(int fd, int64_t offset, int64_t length) {
   return sync_file_range(fd, offset, length, SYNC_FILE_RANGE_WRITE);
 }
 
-int gc_syncfs(int fd) { return syncfs(fd); }
-
 #ifdef SYS_openat2
 // openat2 with RESOLVE_BENEATH fails with EAGAIN when a rename or mount anywhere on the system raced a ".." of the
 // lookup (the kernel cannot prove the path stayed beneath): the call is to be retried. Bounded, so that a process

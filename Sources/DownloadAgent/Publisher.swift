@@ -7,8 +7,7 @@ import SystemLayer
 
 /// Puts a verified download at its destination so that no reader ever sees part of it, and presenters hear it.
 ///
-/// 1. fsync the partial (its bytes are on the device before any name points at them) — shared with the other files
-///    finishing meanwhile (`DataSyncs`: one `syncfs` for many), `opened` being when the partial was opened;
+/// 1. fsync the partial (its bytes are on the device before any name points at them);
 /// 2. a coordinated write of the destination with `.forReplacing` (presenters of the file relinquish and then
 ///    hear `presentedItemDidChange`; presenters of its directories hear the subitem events);
 /// 3. inside it, the destination's directories are made beneath the container's descriptor with the container's
@@ -25,7 +24,7 @@ import SystemLayer
 /// space", which does not help a user whose quota is full.
 package enum Publisher {
   package static func publish(
-    file: borrowing SystemFD, opened: UInt64, partial: String, length: Int64, destination: String, container: GroupContainer,
+    file: borrowing SystemFD, partial: String, length: Int64, destination: String, container: GroupContainer,
     root: ContainerDirectory, logger: Logger
   ) async throws(DownloadError) {
     let item: ContainerPath
@@ -35,9 +34,10 @@ package enum Publisher {
     guard let parent = item.parent else {
       throw .invalidDestination(destination, rule: "it names the container itself; name a file inside it")
     }
-    // The fsyncs run off the cooperative pool (`offload`, inside `DataSyncs`): a download agent finishing many
-    // files at once would otherwise stop on them, one or two at a time.
-    do { try await DataSyncs.shared.sync(file, opened: opened) } catch {
+    // The fsyncs run off the cooperative pool (`offload`): a download agent finishing many files at once would
+    // otherwise stop on them, one or two at a time.
+    let view = file.borrowedView  // the caller keeps `file` open until this returns
+    do { try await offload { () throws(FileSystemError) in try view.sync() } } catch {
       throw classify(error, destination: destination, root: root)
     }
 

@@ -132,8 +132,6 @@ package final class TransferEngine: Sendable {
     // In a box: offloaded hashing uses it from another thread.
     let file: DescriptorBox
     var state: ResumeState
-    // Before the open: a `syncfs` on this file for a round of publishes must report what went wrong since (DataSyncs).
-    let opened = MonotonicClock.nanoseconds()
     do throws(FileSystemError) {
       (file, state) = try openPartial(partial, root: root, resume: resume)
     } catch {
@@ -241,7 +239,7 @@ package final class TransferEngine: Sendable {
     }
     do throws(DownloadError) {
       try await Publisher.publish(
-        file: file.fd, opened: opened, partial: partial, length: run.state.receivedBytes, destination: request.destination,
+        file: file.fd, partial: partial, length: run.state.receivedBytes, destination: request.destination,
         container: container, root: root, logger: logger)
     } catch {
       switch error.code {

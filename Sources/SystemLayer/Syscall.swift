@@ -97,7 +97,7 @@ extension Result where Failure == Errno {
 /// `SyscallRecorder.$current.withValue(…)` nothing is recorded and the cost is one task-local read. A test hook:
 /// without the package's `TestHooks` trait (every dependent's build), `record` is empty and nothing is recorded.
 package enum SyscallRecorder {
-  package enum Call: String, Sendable { case open, fsync, syncfs, rename }
+  package enum Call: String, Sendable { case open, fsync, rename }
 
   #if GROUPCONTAINER_TEST_HOOKS
     /// One call: what it was and its target (for a rename, the destination).

@@ -43,16 +43,6 @@ extension SystemFD {
     SyscallRecorder.record(.fsync, path)
   }
 
-  /// Flushes the whole file system this descriptor is on — every file's data and metadata, every directory — and
-  /// commits its journal: one call for a batch of files, as `sync -f` does. Fails with the first writeback error of
-  /// any file of that file system since this descriptor was opened (and since its last `syncFileSystem`), so a
-  /// caller vouching for other files must pass one opened before all of them. Counted as an `fsync` by
-  /// `IOFaultInjection`. The corresponding C function is `syncfs`.
-  package func syncFileSystem() throws(FileSystemError) {
-    _ = try valueOrErrno(.fsync) { gc_syncfs(rawValue) }.get("syncfs", path)
-    SyscallRecorder.record(.syncfs, path)
-  }
-
   /// Asks the kernel to start writing `length` bytes from `offset` to the device, without waiting: a download
   /// streaming at disk speed would otherwise leave all of its pages dirty for the checkpoint's or the publisher's
   /// fsync to write at once (on this machine: 1 GiB fsynced at the end took 1.6 s more than the writes). A hint,

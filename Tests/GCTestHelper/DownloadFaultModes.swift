@@ -27,8 +27,6 @@ final class DownloadFaultSubject: IOFaultSubject {
   /// The task of the round `prepare` requested (checkpoint), or the partial it wrote, opened (publish).
   var task: String?
   var partial: DescriptorBox?
-  /// When the partial's writing began (`Publisher.publish`'s `opened`).
-  var partialOpened: UInt64 = 0
   static let checkpointSize = 262_144
   static let publishSize = 65_536
 
@@ -96,7 +94,6 @@ final class DownloadFaultSubject: IOFaultSubject {
       handle?.write(Data("\(round)\n".utf8))
       try? handle?.close()
       let path = DownloadStore.taskPath("pub-\(round)", "partial")
-      partialOpened = MonotonicClock.nanoseconds()
       try Self.contents(seed: round, size: Self.publishSize).write(to: container.url.appendingPathComponent(path))
       let tasks = try container.directory().openDirectory((path as NSString).deletingLastPathComponent)
       partial = DescriptorBox(try tasks.open((path as NSString).lastPathComponent, .readWrite))
@@ -128,7 +125,7 @@ final class DownloadFaultSubject: IOFaultSubject {
       guard let partial else { throw DownloadFaultError(text: "no partial") }
       do {
         try await Publisher.publish(
-          file: partial.fd, opened: partialOpened, partial: DownloadStore.taskPath("pub-\(round)", "partial"),
+          file: partial.fd, partial: DownloadStore.taskPath("pub-\(round)", "partial"),
           length: Int64(Self.publishSize), destination: "Downloads/p.bin", container: container,
           root: try container.directory(), logger: logger)
       } catch let error as DownloadError {

@@ -22,10 +22,6 @@ int gc_fallocate(int fd, int64_t offset, int64_t length);
 // without waiting for them (a hint: it makes nothing durable, it only lets a later fdatasync find less to do).
 int gc_start_writeback(int fd, int64_t offset, int64_t length);
 
-// syncfs(2): writes the whole file system's dirty data and metadata and commits its journal (not in Swift's Glibc
-// module). Reports a writeback error of any file of that file system since `fd` was opened (kernel >= 5.8).
-int gc_syncfs(int fd);
-
 // openat2(2) with RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS: resolves `path` without ever leaving `dirfd` (a `..` or
 // an absolute symlink that would leave fails with EXDEV). -1 with errno ENOSYS on kernels before 5.6.
 int gc_openat_beneath(int dirfd, const char *path, int flags, unsigned int mode);
