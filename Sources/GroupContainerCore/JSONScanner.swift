@@ -241,6 +241,30 @@ package struct JSONScanner: ~Copyable {
   /// A plain integer (no fraction, no exponent) of `T`, read without making a string of it; nil for anything else
   /// or out of `T`'s range (JSONDecoder then decides).
   package mutating func integer<T: FixedWidthInteger>(_ type: T.Type) -> T? {
+    guard let (negative, magnitude) = plainInteger() else { return nil }
+    // As `T(text)` of its text: `-0` is 0 for any `T`.
+    guard negative && magnitude != 0 else { return T(exactly: magnitude) }
+    guard T.isSigned, magnitude - 1 <= UInt64(T.max) else { return nil }
+    return T(truncatingIfNeeded: 0 &- magnitude)
+  }
+
+  /// `integer(_:)` of `Int`, not generic: called from another module, the generic one converts through witness
+  /// tables, and the three integers of a coordination message were a third of its decoding.
+  package mutating func integer(_ type: Int.Type) -> Int? {
+    guard let (negative, magnitude) = plainInteger() else { return nil }
+    guard negative && magnitude != 0 else { return magnitude <= UInt64(Int.max) ? Int(magnitude) : nil }
+    guard magnitude - 1 <= UInt64(Int.max) else { return nil }
+    return Int(truncatingIfNeeded: 0 &- magnitude)
+  }
+
+  /// `integer(_:)` of `UInt64`, not generic (see the `Int` one).
+  package mutating func integer(_ type: UInt64.Type) -> UInt64? {
+    guard let (negative, magnitude) = plainInteger() else { return nil }
+    return negative && magnitude != 0 ? nil : magnitude
+  }
+
+  /// The sign and magnitude of a plain integer, or nil for anything else or past `UInt64`'s range.
+  private mutating func plainInteger() -> (negative: Bool, magnitude: UInt64)? {
     skipSpace()
     let negative = at < bytes.count && bytes[at] == UInt8(ascii: "-")
     if negative { at += 1 }
@@ -255,10 +279,7 @@ package struct JSONScanner: ~Copyable {
     }
     guard at > first, at - first == 1 || bytes[first] != UInt8(ascii: "0") else { return nil }
     if at < bytes.count, bytes[at] == UInt8(ascii: ".") || bytes[at] | 0x20 == UInt8(ascii: "e") { return nil }
-    // As `T(text)` of its text: `-0` is 0 for any `T`.
-    guard negative && magnitude != 0 else { return T(exactly: magnitude) }
-    guard T.isSigned, magnitude - 1 <= UInt64(T.max) else { return nil }
-    return T(truncatingIfNeeded: 0 &- magnitude)
+    return (negative, magnitude)
   }
 
   /// A number as JSON writes it: `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`, read as a `JSONValue`

@@ -136,7 +136,7 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
 
   /// Call from a `.forMoving` accessor after moving an item, so presenters follow it.
   public func item(at oldURL: URL, didMoveTo newURL: URL) {
-    if let log = Self.runningMoves[instance] {
+    if let log = Self.runningMoves?.log(of: instance) {
       log.moves.withLock { $0.append((oldURL, newURL)) }
     } else {
       // Not from an accessor's thread or task (a thread it started): the coordinator's, taken by the next end.
@@ -223,9 +223,9 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
     } onCancel: {
       cancelled.store(true, ordering: .relaxed)
     }
-    let log = MoveLog()
+    let log = MoveLog(instance: instance, outer: Self.runningMoves)
     do {
-      let result = try await Self.$runningMoves.withValue(running(log)) {
+      let result = try await Self.$runningMoves.withValue(log) {
         try await Self.$nestingOwners.withValue(nesting(access)) { try await accessor() }
       }
       end(access, log)
@@ -246,8 +246,8 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
       do {
         let access = try self.begin(intents, extraCancel: { false })
         queue.addOperation {
-          let log = MoveLog()
-          Self.$runningMoves.withValue(self.running(log)) {
+          let log = MoveLog(instance: self.instance, outer: Self.runningMoves)
+          Self.$runningMoves.withValue(log) {
             Self.$nestingOwners.withValue(self.nesting(access)) { accessor(nil) }
           }
           self.end(access, log)
@@ -260,11 +260,11 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
 
   private func perform<T>(_ intents: [FileAccessIntent], body: (CoordinatedAccess) throws -> T) throws -> T {
     let access = try begin(intents, extraCancel: { false })
-    let log = MoveLog()
+    let log = MoveLog(instance: instance, outer: Self.runningMoves)
     do {
       // Only a coordinator made with a presenter has an owner to lend to nested accesses.
       let result = try CheckedWrite.during(access) {
-        try Self.$runningMoves.withValue(running(log)) {
+        try Self.$runningMoves.withValue(log) {
           try filePresenter == nil
             ? body(access) : Self.$nestingOwners.withValue(nesting(access)) { try body(access) }
         }
@@ -277,21 +277,32 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
     }
   }
 
-  /// The moves one access's accessor recorded (`item(at:didMoveTo:)`).
+  /// The moves one access's accessor recorded (`item(at:didMoveTo:)`), linked to the logs of the accesses whose
+  /// accessors run around it (nested accesses): a list, not a dictionary by instance, so an access pays one object
+  /// and no hashing (a dictionary made anew per access, and its hashing, were ~3 % of an empty access).
   final class MoveLog: Sendable {
+    /// The coordinator instance whose access this is.
+    let instance: UInt64
+    let outer: MoveLog?
     let moves = Mutex<[(URL, URL)]>([])
+
+    init(instance: UInt64, outer: MoveLog?) {
+      self.instance = instance
+      self.outer = outer
+    }
+
+    /// The innermost running log of coordinator `instance`.
+    func log(of instance: UInt64) -> MoveLog? {
+      var log: MoveLog? = self
+      while let current = log, current.instance != instance { log = current.outer }
+      return log
+    }
   }
 
-  /// The move logs of the accessors running in this thread or task, by coordinator instance: each access tells its
+  /// The move logs of the accessors running in this thread or task, innermost first: each access tells its
   /// presenters of its own moves. Kept per coordinator, a second access on the same instance cleared the first
   /// one's moves as it began (their presenters never heard of them), or took them as its own as it ended.
-  @TaskLocal private static var runningMoves: [UInt64: MoveLog] = [:]
-
-  private func running(_ log: MoveLog) -> [UInt64: MoveLog] {
-    var logs = Self.runningMoves
-    logs[instance] = log
-    return logs
-  }
+  @TaskLocal private static var runningMoves: MoveLog?
 
   /// The owners of the accesses whose accessors are running in this thread or task, by presenter: a nested access
   /// of a coordinator made with the same presenter borrows the outer owner instead of waiting for it (which would

@@ -29,7 +29,20 @@ enum MessageJSON {
       }
       out.append(UInt8(ascii: "\""))
     }
-    func number(_ value: some BinaryInteger) { out += Array(String(value).utf8) }
+    // Digits written in place: `String(value)` of a generic integer made a string and an array per number.
+    func number(_ value: Int) {
+      if value < 0 { out.append(UInt8(ascii: "-")) }
+      number(UInt64(value.magnitude))
+    }
+    func number(_ value: UInt64) {
+      let start = out.count
+      var rest = value
+      repeat {
+        out.append(UInt8(ascii: "0") + UInt8(rest % 10))
+        rest /= 10
+      } while rest > 0
+      out[start...].reverse()
+    }
     func bool(_ value: Bool) { value ? raw("true") : raw("false") }
     // An optional field is left out when nil, as JSONEncoder does; `key` is `,"name":`.
     func optional(_ key: StaticString, _ value: String?) {
@@ -37,7 +50,12 @@ enum MessageJSON {
       raw(key)
       string(value)
     }
-    func optional(_ key: StaticString, _ value: (some BinaryInteger)?) {
+    func optional(_ key: StaticString, _ value: Int?) {
+      guard let value else { return }
+      raw(key)
+      number(value)
+    }
+    func optional(_ key: StaticString, _ value: UInt64?) {
       guard let value else { return }
       raw(key)
       number(value)
@@ -179,10 +197,16 @@ enum MessageJSON {
     return scanner.string(escapes: .none).map { .some($0) }
   }
 
-  /// An optional integer: `.some(nil)` for null, nil when the value is anything but null or an integer of `T`.
-  private static func optionalInteger<T: FixedWidthInteger>(_ scanner: inout JSONScanner, as type: T.Type) -> T?? {
+  /// An optional integer: `.some(nil)` for null, nil when the value is anything but null or an integer of its type.
+  /// One per type: the scanner's non-generic readers (JSONScanner.integer).
+  private static func optionalInteger(_ scanner: inout JSONScanner, as type: Int.Type) -> Int?? {
     if scanner.null() { return .some(nil) }
-    return scanner.integer(T.self).map { .some($0) }
+    return scanner.integer(Int.self).map { .some($0) }
+  }
+
+  private static func optionalInteger(_ scanner: inout JSONScanner, as type: UInt64.Type) -> UInt64?? {
+    if scanner.null() { return .some(nil) }
+    return scanner.integer(UInt64.self).map { .some($0) }
   }
 
   private static func eventList(_ scanner: inout JSONScanner) -> [PresenterEvent]? {
