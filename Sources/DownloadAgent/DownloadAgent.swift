@@ -89,6 +89,11 @@ package final class DownloadAgent: Sendable {
     var listedAt: UInt64 = 0
     /// How long a full scan took last time: scans prompted by posts are at least 20 times that apart.
     var scanCost: UInt64 = 0
+    /// The last full scan found nothing unfinished: until a post, listings without one are `quietRelistInterval`
+    /// apart, not `relistFallback`.
+    var quiet = false
+
+    var fallbackInterval: UInt64 { quiet ? DownloadAgent.quietRelistInterval : DownloadAgent.relistFallback }
     /// Something only a full scan handles happened (a transfer stopped without finishing, a commit not written).
     var rescan = false
     /// Waiting tasks from the last full scan, per session and host, best last (priority, then age): passes between
@@ -120,6 +125,13 @@ package final class DownloadAgent: Sendable {
   /// milliseconds: then `scanCost` × 20 keeps them apart). At 100 ms a task posted just after a listing waited up
   /// to 100 ms to start: most of a 1 kB download's time, and the tail of a burst of 200 tasks.
   private static let relistInterval: UInt64 = 20_000_000
+  /// How often `tasks/` is listed without a post while tasks are unfinished: a post lost (the signal file removed
+  /// and made again, a session killed between writing a control and posting) delays a change this long at most.
+  private static let relistFallback: UInt64 = 2_000_000_000
+  /// The same with nothing unfinished. A new task is posted (`DownloadStore.create`), so an idle agent lists only to
+  /// find a task whose post was lost; every 2 s, that cost an agent keeping 10,000 finished tasks 15–20 ms of CPU
+  /// a second (a listing of 10,000 names), and no longer than this it leaves such a task waiting.
+  private static let quietRelistInterval: UInt64 = 30_000_000_000
   /// How often sessions are looked at for a relaunch.
   private static let relaunchLookInterval: UInt64 = 250_000_000
   /// How often finished tasks are checked against `retention`.
@@ -186,7 +198,7 @@ package final class DownloadAgent: Sendable {
         shrinkTables()
         MemorySignals.returnFreedMemory()
       } else if !busy && state.withLock({ $0.listedAt }) != listedBefore {
-        // An idle agent still lists `tasks/` every 2 s: with 10,000 finished tasks, 20,000 names made and freed,
+        // An idle agent still lists `tasks/` now and then: with 10,000 finished tasks, 20,000 names made and freed,
         // strewn over the heap's free pages, which then stayed resident (3 MB) until given back.
         MemorySignals.returnFreedMemory()
       }
@@ -421,7 +433,10 @@ package final class DownloadAgent: Sendable {
       let began = MonotonicClock.nanoseconds()
       busy = scan(now: now)
       let cost = MonotonicClock.nanoseconds() &- began
-      state.withLock { $0.scanCost = cost }
+      state.withLock { s in
+        s.scanCost = cost
+        s.quiet = !busy
+      }
     } else {
       busy = state.withLock { s in
         !s.running.isEmpty || !s.finishing.isEmpty || s.suspendedAtScan || s.queues.values.contains { !$0.isEmpty }
@@ -448,8 +463,8 @@ package final class DownloadAgent: Sendable {
   }
 
   /// Whether this pass looks at every unfinished task: sessions posted since the last scan (a new task, a control)
-  /// and it is `relistInterval` old (`ScanPacing`: also 20 times its own cost), something asked for one, or 2 s
-  /// passed (files changed without a post).
+  /// and it is `relistInterval` old (`ScanPacing`: also 20 times its own cost), something asked for one, or
+  /// `relistFallback` passed (`quietRelistInterval` with nothing unfinished: files changed without a post).
   private func scanDue() -> Bool {
     let sequence = store.requests.sequenceValue
     let now = MonotonicClock.nanoseconds()
@@ -458,7 +473,7 @@ package final class DownloadAgent: Sendable {
       return s.rescan
         || (s.listedSequence != sequence
           && age >= ScanPacing.interval(minimum: Self.relistInterval, lastCost: s.scanCost))
-        || age >= ScanPacing.interval(minimum: 2_000_000_000, lastCost: s.scanCost)
+        || age >= ScanPacing.interval(minimum: s.fallbackInterval, lastCost: s.scanCost)
     }
   }
 
@@ -523,11 +538,13 @@ package final class DownloadAgent: Sendable {
   }
 
   /// The ids of the tasks not settled, listing `tasks/` again when sessions posted since the last listing (new
-  /// tasks, controls) or every 2 s (files changed without a post).
+  /// tasks, controls) or after `relistFallback` (`quietRelistInterval`: files changed without a post).
   private func activeTaskIDs() -> [String] {
     let sequence = store.requests.sequenceValue
     let now = MonotonicClock.nanoseconds()
-    let due = state.withLock { s -> Bool in s.listedSequence != sequence || now &- s.listedAt >= 2_000_000_000 }
+    let due = state.withLock { s -> Bool in
+      s.listedSequence != sequence || now &- s.listedAt >= s.fallbackInterval
+    }
     if due {
       let ids = store.taskIDs()
       forgetAllBut(Set(ids))
