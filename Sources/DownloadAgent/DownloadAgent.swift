@@ -93,7 +93,10 @@ package final class DownloadAgent: Sendable {
     /// apart, not `relistFallback`.
     var quiet = false
 
-    var fallbackInterval: UInt64 { quiet ? DownloadAgent.quietRelistInterval : DownloadAgent.relistFallback }
+    var fallbackInterval: UInt64 {
+      DownloadAgent.noFallbackListing
+        ? .max : quiet ? DownloadAgent.quietRelistInterval : DownloadAgent.relistFallback
+    }
     /// Something only a full scan handles happened (a transfer stopped without finishing, a commit not written).
     var rescan = false
     /// Waiting tasks from the last full scan, per session and host, best last (priority, then age): passes between
@@ -132,6 +135,15 @@ package final class DownloadAgent: Sendable {
   /// find a task whose post was lost; every 2 s, that cost an agent keeping 10,000 finished tasks 15–20 ms of CPU
   /// a second (a listing of 10,000 names), and no longer than this it leaves such a task waiting.
   private static let quietRelistInterval: UInt64 = 30_000_000_000
+  /// Set to "1" in the agent's environment, it lists `tasks/` only when sessions post (or a scan is asked for): a
+  /// test sees a task found by its post, not by a listing that would have found it anyway. A test hook: read only in
+  /// a build with the `TestHooks` trait.
+  #if GROUPCONTAINER_TEST_HOOKS
+    package static let noFallbackListingVariable = "GROUP_CONTAINER_AGENT_NO_FALLBACK_LISTING"
+    private static let noFallbackListing = Environment.value(noFallbackListingVariable) == "1"
+  #else
+    private static let noFallbackListing = false
+  #endif
   /// How often sessions are looked at for a relaunch.
   private static let relaunchLookInterval: UInt64 = 250_000_000
   /// How often finished tasks are checked against `retention`.
