@@ -12,8 +12,9 @@
 //   Scale: N tasks of 4 kB           a fresh container and agent (started by a warm-up task, not timed), then N tasks
 //                                    at once until the Nth completion event. Metrics: wall time and agent CPU per task,
 //                                    and the agent's resident memory once it is started (after the warm-up) and once
-//                                    the N tasks are finished (they stay 24 h). 100 and 10,000: cost per task should
-//                                    be flat.
+//                                    the N tasks are finished (they stay 24 h), after 30 s idle, and its CPU in those
+//                                    30 s (one of its quiet listings of `tasks/`). 100 and 10,000: cost per task
+//                                    should be flat.
 
 import Benchmark
 import BenchmarkSupport
@@ -136,9 +137,9 @@ func freshSession() async throws -> (GroupContainer, DownloadSession) {
 }
 
 /// Waits until the agent has settled after a burst: its CPU time still (≤ 5 ms in a second) two seconds in a row, at
-/// most 60 s. The end of a burst shrinks its tables and gives the freed heap back, and so does each idle listing of
-/// its tasks after it (DownloadAgent's loop); on a loaded machine that came later than a fixed 2 s wait, and the row
-/// then measured the burst's memory, not the finished tasks'.
+/// most 60 s. The end of a burst shrinks its tables and gives the freed heap back (DownloadAgent's loop); on a loaded
+/// machine that came later than a fixed 2 s wait, and the row then measured the burst's memory, not the finished
+/// tasks'.
 func waitUntilSettled(_ pid: Int32) async throws {
   var last = processFigures(pid).cpuMilliseconds
   var still = 0
@@ -183,8 +184,13 @@ func scaleRow(tasks: Int) -> @Sendable (Benchmark) async throws -> Void {
     benchmark.measurement(
       .custom("agent CPU per task (µs)", useScalingFactor: false),
       (after.cpuMilliseconds - before.cpuMilliseconds) * 1000 / tasks)
-    // Once the agent's loop has settled (its passes after the last event), with every task finished and retained.
+    // Once the agent's loop has settled (its passes after the last event), with every task finished and retained:
+    // its CPU over 30 s idle, then its memory — the state it keeps those tasks in (its listing 10 s after a burst,
+    // and the trim after it, are behind it).
     try await waitUntilSettled(pid)
+    let idleStart = threadsRuntime(pid)
+    try await Task.sleep(for: .seconds(30))
+    let idleCPU = threadsRuntime(pid).reduce(0) { $0 + $1.value - (idleStart[$1.key] ?? 0) } / 30_000
     // An agent that is gone reads as 0 MB: the row fails instead, with the end of the agent's log.
     guard kill(pid, 0) == 0 else {
       let log = container.url.appendingPathComponent(".coordination/downloads/agent.log").path
@@ -197,7 +203,21 @@ func scaleRow(tasks: Int) -> @Sendable (Benchmark) async throws -> Void {
     benchmark.measurement(.custom("agent RSS, tasks finished (MB)", useScalingFactor: false), settled.rssKB / 1024)
     benchmark.measurement(
       .custom("of which anonymous (MB)", useScalingFactor: false), settled.anonymousKB / 1024)
+    benchmark.measurement(.custom("agent idle CPU (µs/s)", useScalingFactor: false), idleCPU)
   }
+}
+
+/// The CPU time of each of `pid`'s threads now, in ns by thread id (`/proc/<pid>/task/*/schedstat`): precise where
+/// `/proc/<pid>/stat` counts 10 ms ticks, which an idle process's few ms a second fall between. Per thread: a thread
+/// that ends takes its time out of a sum (Dispatch ends threads idle 5 s), which made idle windows negative.
+func threadsRuntime(_ pid: Int32) -> [String: Int] {
+  let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+  var times: [String: Int] = [:]
+  for tid in tasks {
+    let text = (try? String(contentsOfFile: "/proc/\(pid)/task/\(tid)/schedstat", encoding: .utf8)) ?? ""
+    times[tid] = text.split(separator: " ").first.flatMap { Int($0) } ?? 0
+  }
+  return times
 }
 
 func manyFilesBenchmarks() {
@@ -216,6 +236,7 @@ func manyFilesBenchmarks() {
       .custom("agent RSS, started (MB)", useScalingFactor: false),
       .custom("agent RSS, tasks finished (MB)", useScalingFactor: false),
       .custom("of which anonymous (MB)", useScalingFactor: false),
+      .custom("agent idle CPU (µs/s)", useScalingFactor: false),
     ],
     timeUnits: .microseconds, warmupIterations: 0, maxDuration: .seconds(300), maxIterations: 3)
 
