@@ -100,7 +100,7 @@ extension DefaultsStore {
   /// again as decided — an apply whose commit did not happen is applied (the history's own pairs, learned by it, do
   /// not keep it aside), one whose commit did is not applied twice (a value written since stays).
   func judgeEdit(
-    _ edited: [String: PropertyListValue], bytes: [UInt8], status: FileStatus?, base: SuiteImage?, _ s: inout State
+    _ edited: [String: PropertyListValue], bytes: [UInt8], status: FileStatus, base: SuiteImage?, _ s: inout State
   ) throws(SharedDefaultsError) -> Judged {
     let baseValues = base.flatMap { try? SuiteValues(image: $0).dictionary() } ?? [:]
     var history = try loadHistory()
@@ -294,7 +294,7 @@ extension DefaultsStore {
   /// (pinned beside its second name; else the last export's — then any value it shows that changed since keeps
   /// it aside). An applied one is compacted into the snapshot, and the export, which lacks it, rewritten soon.
   func commitReplacedEdit(
-    _ edited: [String: PropertyListValue], bytes: [UInt8], status: FileStatus?, _ s: inout State,
+    _ edited: [String: PropertyListValue], bytes: [UInt8], status: FileStatus, _ s: inout State,
     keptAs keptName: String?
   ) throws(SharedDefaultsError) {
     let base =

@@ -103,12 +103,8 @@ enum ExportMirror {
   /// The name a tool's file `st` is kept aside under: `<suite>.plist.unapplied-<its modification, ms>-<inode>-<size>`,
   /// named for the file, so that a judgement carried out again after its process died between the copy and the
   /// decision (`SuiteHeader.Judging.keepingAside`) rewrites the same copy instead of adding a second one.
-  static func unappliedName(_ suite: String, of st: FileStatus?) -> String {
-    guard let st else {
-      return unappliedPrefix(suite)
-        + "\(RealtimeClock.nanoseconds() / 1_000_000)-\(CurrentProcess.id)-\(UInt16.random(in: 0...0xFFFF))"
-    }
-    return unappliedPrefix(suite) + "\(st.modificationNanoseconds / 1_000_000)-\(st.inode)-\(st.size)"
+  static func unappliedName(_ suite: String, of st: FileStatus) -> String {
+    unappliedPrefix(suite) + "\(st.modificationNanoseconds / 1_000_000)-\(st.inode)-\(st.size)"
   }
 
   /// The names of the kept-aside edits of `suite` in `dir` (the suite's directory), sorted.

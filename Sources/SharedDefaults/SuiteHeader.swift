@@ -173,8 +173,7 @@ struct SuiteHeader: @unchecked Sendable {  // the memory is atomics (MappedCount
   }
 
   /// What is pending for the file `st` (`Slot.judgingDecision`): `.none` when nothing, or for another file.
-  func judging(_ st: FileStatus?) -> Judging {
-    guard let st else { return .none }
+  func judging(_ st: FileStatus) -> Judging {
     let decision = Judging(rawValue: load(Slot.judgingDecision)) ?? .none
     guard decision != .none, load(Slot.judgingInode) == st.inode, load(Slot.judgingSize) == UInt64(st.size),
       load(Slot.judgingTime) == UInt64(bitPattern: st.modificationNanoseconds)
@@ -183,11 +182,11 @@ struct SuiteHeader: @unchecked Sendable {  // the memory is atomics (MappedCount
   }
 
   /// With the lock: a judgement of `st` starts (decision first, so a kill at any point leaves it pending or none).
-  func beginJudging(_ st: FileStatus?) {
+  func beginJudging(_ st: FileStatus) {
     store(Slot.judgingDecision, Judging.judging.rawValue)
-    store(Slot.judgingSize, UInt64(st?.size ?? 0))
-    store(Slot.judgingTime, UInt64(bitPattern: st?.modificationNanoseconds ?? 0))
-    store(Slot.judgingInode, st?.inode ?? 0)
+    store(Slot.judgingSize, UInt64(st.size))
+    store(Slot.judgingTime, UInt64(bitPattern: st.modificationNanoseconds))
+    store(Slot.judgingInode, st.inode)
   }
 
   /// With the lock: the judgement in progress decided `decision` (an apply: its commit goes at the journal's end).
