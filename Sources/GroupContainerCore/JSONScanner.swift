@@ -104,12 +104,7 @@ package struct JSONScanner: ~Copyable {
 
   /// An object: `member` reads each member — its key, the colon and the value (false: give up).
   package mutating func object(_ member: (inout JSONScanner) -> Bool) -> Bool {
-    guard take(UInt8(ascii: "{")) else { return false }
-    if take(UInt8(ascii: "}")) { return true }
-    repeat {
-      guard member(&self) else { return false }
-    } while take(UInt8(ascii: ","))
-    return take(UInt8(ascii: "}"))
+    list(UInt8(ascii: "{"), UInt8(ascii: "}"), member)
   }
 
   /// An object whose keys are strings of any escape: `member` reads the value of each key (false: give up).
@@ -122,12 +117,17 @@ package struct JSONScanner: ~Copyable {
 
   /// An array: `element` reads each element (false: give up).
   package mutating func elements(_ element: (inout JSONScanner) -> Bool) -> Bool {
-    guard take(UInt8(ascii: "[")) else { return false }
-    if take(UInt8(ascii: "]")) { return true }
+    list(UInt8(ascii: "["), UInt8(ascii: "]"), element)
+  }
+
+  /// `open`, items read by `item` separated by commas (none at all allowed), `close`.
+  private mutating func list(_ open: UInt8, _ close: UInt8, _ item: (inout JSONScanner) -> Bool) -> Bool {
+    guard take(open) else { return false }
+    if take(close) { return true }
     repeat {
-      guard element(&self) else { return false }
+      guard item(&self) else { return false }
     } while take(UInt8(ascii: ","))
-    return take(UInt8(ascii: "]"))
+    return take(close)
   }
 
   // MARK: Strings

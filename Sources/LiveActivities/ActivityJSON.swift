@@ -69,9 +69,8 @@ package enum ActivityJSON {
       object.keys.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
     }
 
-    package mutating func integer(_ value: some BinaryInteger) {
-      utf8(String(value))
-    }
+    package mutating func integer(_ value: Int64) { DecimalDigits.append(value, to: &bytes) }
+    package mutating func integer(_ value: UInt64) { DecimalDigits.append(value, to: &bytes) }
 
     /// The UTF-8 of `text` in one copy (appending a `String.UTF8View` went a byte at a time).
     mutating func utf8(_ text: String) {

@@ -183,7 +183,7 @@ package enum ActivityRecordFormat {
       complete = complete && w.double(date)
     }
     w.raw(",\"format\":")
-    w.integer(record.format)
+    w.integer(Int64(record.format))
     w.raw(",\"id\":")
     w.string(record.id)
     w.raw(",\"lifecycle\":")
@@ -203,7 +203,7 @@ package enum ActivityRecordFormat {
     w.raw(",\"startDate\":")
     complete = complete && w.double(record.startDate)
     w.raw(",\"writerPID\":")
-    w.integer(record.writerPID)
+    w.integer(Int64(record.writerPID))
     w.raw("}")
     guard complete else { throw Invalid("cannot encode: a number is not finite") }
     guard w.bytes.count <= maxRecordBytes else {

@@ -29,20 +29,8 @@ enum MessageJSON {
       }
       out.append(UInt8(ascii: "\""))
     }
-    // Digits written in place: `String(value)` of a generic integer made a string and an array per number.
-    func number(_ value: Int) {
-      if value < 0 { out.append(UInt8(ascii: "-")) }
-      number(UInt64(value.magnitude))
-    }
-    func number(_ value: UInt64) {
-      let start = out.count
-      var rest = value
-      repeat {
-        out.append(UInt8(ascii: "0") + UInt8(rest % 10))
-        rest /= 10
-      } while rest > 0
-      out[start...].reverse()
-    }
+    func number(_ value: Int) { DecimalDigits.append(Int64(value), to: &out) }
+    func number(_ value: UInt64) { DecimalDigits.append(value, to: &out) }
     func bool(_ value: Bool) { value ? raw("true") : raw("false") }
     // An optional field is left out when nil, as JSONEncoder does; `key` is `,"name":`.
     func optional(_ key: StaticString, _ value: String?) {
