@@ -3,13 +3,17 @@
 /// twentieth of a Live Activity update.
 package enum DecimalDigits {
   @inlinable package static func append(_ value: UInt64, to out: inout [UInt8]) {
-    let start = out.count
-    var rest = value
-    repeat {
-      out.append(UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: rest % 10))
-      rest /= 10
-    } while rest > 0
-    out[start...].reverse()
+    // Last digit first, into a buffer on the stack (reversing `out[start...]` in place copied the array).
+    withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
+      var rest = value
+      var first = digits.count
+      repeat {
+        first -= 1
+        digits[first] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: rest % 10)
+        rest /= 10
+      } while rest > 0
+      out.append(contentsOf: UnsafeBufferPointer(rebasing: digits[first...]))
+    }
   }
 
   @inlinable package static func append(_ value: Int64, to out: inout [UInt8]) {
