@@ -326,9 +326,8 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
     let (purpose, timeout, policy, generation, lockTimeout) = state.withLock {
       ($0.purposeIdentifier, $0.presenterTimeout, $0.presenterTimeoutPolicy, $0.cancelGeneration, $0.lockTimeout)
     }
-    let isCancelled: @Sendable () -> Bool = { [self] in
-      state.withLock { $0.cancelGeneration } != generation || extraCancel()
-    }
+    // A local function, passed only where it does not escape: no closure context allocated per access.
+    @Sendable func isCancelled() -> Bool { state.withLock { $0.cancelGeneration } != generation || extraCancel() }
     var access = try CoordinatedAccess(intents: intents, filePresenter: filePresenter, purpose: purpose)
     try access.notifyPresenters(timeout: timeout, policy: policy, isCancelled: isCancelled)
     do {

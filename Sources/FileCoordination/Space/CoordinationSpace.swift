@@ -177,9 +177,16 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     return try ContainerPath(String(absolute.dropFirst(base.count + 1)))
   }
 
+  /// The URL of `item`; the last one made is kept for the next call with the same item (a read gives its accessor
+  /// this URL, and making one is a third of a read's allocations).
   func url(for item: ContainerPath) -> URL {
-    URL(fileURLWithPath: item.isRoot ? containerPath : containerPath + "/" + item.string)
+    if let last = lastURL.withLock({ $0 }), last.item == item { return last.url }
+    let url = URL(fileURLWithPath: item.isRoot ? containerPath : containerPath + "/" + item.string)
+    lastURL.withLock { $0 = (item, url) }
+    return url
   }
+
+  private let lastURL = Mutex<(item: ContainerPath, url: URL)?>(nil)
 
   func absolutePath(_ item: ContainerPath) -> String {
     item.isRoot ? containerPath : containerPath + "/" + item.string
