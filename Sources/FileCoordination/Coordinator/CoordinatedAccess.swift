@@ -48,6 +48,7 @@ struct CoordinatedAccess: Sendable {
       if let space, space !== found {
         throw .container(.invalidPath(intent.url.path, rule: "all items of one access must be in one container"))
       }
+      if space == nil { items = found.spareItems.take() }
       space = found
       // Nothing may lead outside the container, whatever the options. Most paths have no link on the way: the
       // kernel says so in one call, or less with the space's memory (LinkFreePaths.swift); then there is no walk.
@@ -261,6 +262,7 @@ struct CoordinatedAccess: Sendable {
 
   func unlock() {
     if let owner { space.locks.release(held, owner: owner) }
+    space.spareItems.keep(items)
   }
 
   private func exists(_ path: ContainerPath) -> Bool {

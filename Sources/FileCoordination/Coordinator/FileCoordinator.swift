@@ -260,7 +260,7 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
 
   private func perform<T>(_ intents: [FileAccessIntent], body: (CoordinatedAccess) throws -> T) throws -> T {
     let access = try begin(intents, extraCancel: { false })
-    let log = MoveLog(instance: instance, outer: Self.runningMoves)
+    let log = moveLog()
     do {
       // Only a coordinator made with a presenter has an owner to lend to nested accesses.
       let result = try CheckedWrite.during(access) {
@@ -297,6 +297,20 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
       while let current = log, current.instance != instance { log = current.outer }
       return log
     }
+  }
+
+  /// The log of the last outermost access of this instance, given back by `end` (an object per access otherwise).
+  private let spareLog = Mutex<MoveLog?>(nil)
+
+  /// A move log for an access starting now: the last one's, emptied, when nothing holds it any more (a child task
+  /// of its accessor inherits it with the task-local values, and may still record into it).
+  private func moveLog() -> MoveLog {
+    let outer = Self.runningMoves
+    if outer == nil, var log = spareLog.withLock({ $0.take() }), isKnownUniquelyReferenced(&log) {
+      log.moves.withLock { $0.removeAll(keepingCapacity: true) }
+      return log
+    }
+    return MoveLog(instance: instance, outer: outer)
   }
 
   /// The move logs of the accessors running in this thread or task, innermost first: each access tells its
@@ -350,5 +364,6 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
       }
     access.unlock()
     access.finish(moves: moves)
+    if log.outer == nil { spareLog.withLock { $0 = log } }
   }
 }

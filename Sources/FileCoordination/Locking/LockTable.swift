@@ -113,17 +113,14 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     fileprivate let entry: Entry
   }
 
-  /// The array of the last access's holds, given back by `release`: the next access fills it again in place once
-  /// the last one let go of it (an array per access otherwise). Concurrent accesses make their own.
-  private let spareHolds = Mutex<[Hold]>([])
+  /// The array of the last access's holds, given back by `release` (an array per access otherwise).
+  private let spareHolds = SpareArray<Hold>()
 
   /// Takes every lock of `plan` (already in lock order) for `owner`; on failure releases what it took.
   func acquire(
     _ plan: [LockOrder.Request], owner: LockOwner, isCancelled: @Sendable () -> Bool
   ) throws(FileCoordinatorError) -> [Hold] {
-    var taken: [Hold] = []
-    spareHolds.withLock { swap(&taken, &$0) }
-    taken.removeAll(keepingCapacity: true)
+    var taken = spareHolds.take()
     taken.reserveCapacity(plan.count)
     do throws(FileCoordinatorError) {
       // Asked once here, then only before each wait: a lock free at once is taken without asking again (asking
@@ -140,7 +137,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
   }
 
   func release(_ held: [Hold], owner: LockOwner) {
-    defer { spareHolds.withLock { $0 = held } }
+    defer { spareHolds.keep(held) }
     condition.lock()
     defer {
       condition.broadcast()

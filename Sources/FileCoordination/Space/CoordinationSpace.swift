@@ -53,6 +53,8 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
   let me = ProcessName.current
   let counters: MappedCounters
   let locks: LockTable
+  /// The array of the last access's items, given back when it ends (CoordinatedAccess).
+  let spareItems = SpareArray<CoordinatedAccess.Item>()
   let registry: PresenterRegistry
   /// Items seen with no symbolic link on their way, while nothing changed there (LinkFreePaths.swift).
   let linkFreePaths: LinkFreePaths
