@@ -157,6 +157,36 @@ import Testing
     presenter.kill()
   }
 
+  /// One coordinator's accesses one after the other: a move the first recorded is told by the first alone; the
+  /// second, a write of the moved item's old path, is something new appearing (its move log is the first's, used
+  /// again: FileCoordinator.moveLog). Mutant: the log used again without emptying it → the second access told the
+  /// move again.
+  @Test func aMoveIsToldOnlyByTheAccessThatRecordedIt() async throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let box = container.documentsURL.appendingPathComponent("box2")
+    try FileManager.default.createDirectory(at: box, withIntermediateDirectories: true)
+    let a = box.appendingPathComponent("a.txt")
+    let b = box.appendingPathComponent("b.txt")
+    try container.write(Data("a".utf8), to: a)
+    let presenter = try Child(.present(item: "Documents/box2"), root: root.path, group: group)
+    await presenter.line { $0.hasPrefix("ready") }
+    let coordinator = FileCoordinator()
+    try coordinator.coordinate(writingItemAt: a, options: .forMoving, writingItemAt: b, options: .forReplacing) {
+      source, destination in
+      try FileManager.default.moveItem(at: source, to: destination)
+      coordinator.item(at: source, didMoveTo: destination)
+    }
+    try coordinator.coordinate(writingItemAt: a) { try container.write(Data("a2".utf8), to: $0) }
+    await presenter.line { $0 == "subitemDidAppear coordinated \(getpid()) a.txt" }
+    let events = presenter.output.filter { $0.hasPrefix("subitem") }
+    #expect(
+      events == [
+        "subitemDidMove coordinated \(getpid()) a.txt>b.txt", "subitemDidAppear coordinated \(getpid()) a.txt",
+      ], "\(presenter.output)")
+    presenter.kill()
+  }
+
   /// Items are paths, as Apple's are URLs: a hard link and a symlink are items of their own. Reading a symlink
   /// with `.resolvesSymbolicLink` coordinates its target instead.
   @Test func linksAreItemsOfTheirOwnUnlessResolved() async throws {

@@ -26,17 +26,22 @@ import Testing
         directory: space.directory + "/presenters", root: space.root, counters: space.counters,
         fileMode: space.fileMode, directoryMode: space.directoryMode)
     }
+    // (The paths made first: `lookup` takes them as an autoclosure, which cannot throw.)
+    let (w, f7, presented) = (
+      try ContainerPath("Documents/w.txt"), try ContainerPath("Documents/presented/f7"),
+      try ContainerPath("Documents/presented")
+    )
     // An item nobody presents: its buckets and its ancestors' hold no record.
     let unrelated = fresh()
-    #expect(unrelated.lookup([try ContainerPath("Documents/w.txt")]).records.isEmpty)
+    #expect(unrelated.lookup([w]).records.isEmpty)
     #expect(unrelated.filesRead.load(ordering: .relaxed) == 0)
     // One presented file: its own record, one read.
     let one = fresh()
-    let found = one.lookup([try ContainerPath("Documents/presented/f7")]).records
+    let found = one.lookup([f7]).records
     #expect(found.map(\.item) == ["Documents/presented/f7"] && found.first?.process.pid == crowd.pid)
     #expect(one.filesRead.load(ordering: .relaxed) == 1)
     // Their directory: every presenter inside it (what a delete of the directory must tell).
-    let all = fresh().lookup([try ContainerPath("Documents/presented")]).records
+    let all = fresh().lookup([presented]).records
     #expect(all.count == 300, "\(all.count)")
     // A coordinated write of the unrelated item from another process still works with the crowd there.
     let writer = try Child(

@@ -48,6 +48,7 @@ struct CoordinatedAccess: Sendable {
       if let space, space !== found {
         throw .container(.invalidPath(intent.url.path, rule: "all items of one access must be in one container"))
       }
+      if space == nil { items = found.spareItems.take() }
       space = found
       // Nothing may lead outside the container, whatever the options. Most paths have no link on the way: the
       // kernel says so in one call, or less with the space's memory (LinkFreePaths.swift); then there is no walk.
@@ -85,7 +86,7 @@ struct CoordinatedAccess: Sendable {
     // Only the presenters of these items, their ancestors and descendants: the cost does not grow with others.
     // Only the buckets of these items and their ancestors (and the items' `below`): the cost does not grow with
     // presenters of other items, in a new process either (PresenterRegistry).
-    let found = space.registry.lookup(items.map(\.path))
+    let found = space.registry.lookup(items.map(\.path))  // the paths made only if someone presents
     if !found.damaged.isEmpty { try cannotAsk(found.damaged, policy: policy) }
     guard !found.records.isEmpty else { return }  // nobody presents anything that concerns us
     // A bucket also holds paths that share its hash: keep the related records only.
@@ -208,7 +209,7 @@ struct CoordinatedAccess: Sendable {
 
   /// Takes the access's locks; with a `timeout`, gives up after it with ``FileCoordinatorError/lockTimedOut(item:holderPID:seconds:)``.
   mutating func lock(
-    owner: LockOwner, timeout: Duration? = nil, isCancelled: @escaping @Sendable () -> Bool
+    owner: LockOwner, timeout: Duration? = nil, isCancelled: @Sendable () -> Bool
   ) throws(FileCoordinatorError) {
     func access(_ item: Item) -> LockOrder.Access {
       !item.isWrite ? .read : item.writing.excludesContents ? .writeTree : .write
@@ -261,6 +262,7 @@ struct CoordinatedAccess: Sendable {
 
   func unlock() {
     if let owner { space.locks.release(held, owner: owner) }
+    space.spareItems.keep(items)
   }
 
   private func exists(_ path: ContainerPath) -> Bool {

@@ -260,7 +260,7 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
 
   private func perform<T>(_ intents: [FileAccessIntent], body: (CoordinatedAccess) throws -> T) throws -> T {
     let access = try begin(intents, extraCancel: { false })
-    let log = MoveLog(instance: instance, outer: Self.runningMoves)
+    let log = moveLog()
     do {
       // Only a coordinator made with a presenter has an owner to lend to nested accesses.
       let result = try CheckedWrite.during(access) {
@@ -299,6 +299,20 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
     }
   }
 
+  /// The log of the last outermost access of this instance, given back by `end` (an object per access otherwise).
+  private let spareLog = Mutex<MoveLog?>(nil)
+
+  /// A move log for an access starting now: the last one's, emptied, when nothing holds it any more (a child task
+  /// of its accessor inherits it with the task-local values, and may still record into it).
+  private func moveLog() -> MoveLog {
+    let outer = Self.runningMoves
+    if outer == nil, var log = spareLog.withLock({ $0.take() }), isKnownUniquelyReferenced(&log) {
+      log.moves.withLock { $0.removeAll(keepingCapacity: true) }
+      return log
+    }
+    return MoveLog(instance: instance, outer: outer)
+  }
+
   /// The move logs of the accessors running in this thread or task, innermost first: each access tells its
   /// presenters of its own moves. Kept per coordinator, a second access on the same instance cleared the first
   /// one's moves as it began (their presenters never heard of them), or took them as its own as it ended.
@@ -326,9 +340,8 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
     let (purpose, timeout, policy, generation, lockTimeout) = state.withLock {
       ($0.purposeIdentifier, $0.presenterTimeout, $0.presenterTimeoutPolicy, $0.cancelGeneration, $0.lockTimeout)
     }
-    let isCancelled: @Sendable () -> Bool = { [self] in
-      state.withLock { $0.cancelGeneration } != generation || extraCancel()
-    }
+    // A local function, passed only where it does not escape: no closure context allocated per access.
+    @Sendable func isCancelled() -> Bool { state.withLock { $0.cancelGeneration } != generation || extraCancel() }
     var access = try CoordinatedAccess(intents: intents, filePresenter: filePresenter, purpose: purpose)
     try access.notifyPresenters(timeout: timeout, policy: policy, isCancelled: isCancelled)
     do {
@@ -351,5 +364,6 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
       }
     access.unlock()
     access.finish(moves: moves)
+    if log.outer == nil { spareLog.withLock { $0 = log } }
   }
 }

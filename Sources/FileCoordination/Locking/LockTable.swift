@@ -113,13 +113,19 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     fileprivate let entry: Entry
   }
 
+  /// The array of the last access's holds, given back by `release` (an array per access otherwise).
+  private let spareHolds = SpareArray<Hold>()
+
   /// Takes every lock of `plan` (already in lock order) for `owner`; on failure releases what it took.
   func acquire(
     _ plan: [LockOrder.Request], owner: LockOwner, isCancelled: @Sendable () -> Bool
   ) throws(FileCoordinatorError) -> [Hold] {
-    var taken: [Hold] = []
+    var taken = spareHolds.take()
     taken.reserveCapacity(plan.count)
-    do {
+    do throws(FileCoordinatorError) {
+      // Asked once here, then only before each wait: a lock free at once is taken without asking again (asking
+      // takes the coordinator's own lock: one more lock per request of every access).
+      if isCancelled() { throw FileCoordinatorError.cancelled }
       for request in plan {
         taken.append(Hold(request: request, entry: try acquire(request, owner: owner, isCancelled: isCancelled)))
       }
@@ -131,6 +137,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
   }
 
   func release(_ held: [Hold], owner: LockOwner) {
+    defer { spareHolds.keep(held) }
     condition.lock()
     defer {
       condition.broadcast()
@@ -216,11 +223,13 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     let key = request.key
     let mode = request.mode
     condition.lock()
+    var first = true
     while true {
-      if isCancelled() {
+      if !first && isCancelled() {
         condition.unlock()
         throw .cancelled
       }
+      first = false
       let entry: Entry
       if let known = entries[key] {
         entry = known

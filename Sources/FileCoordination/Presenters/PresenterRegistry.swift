@@ -180,8 +180,11 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
 
   /// What concerns an access of `items`: the records in the buckets of the items and their ancestors, and in the
   /// items' `below` — a superset of the related records (paths sharing a hash; the caller relates each) — and the
-  /// damaged files found there, each a presenter that cannot be asked (never "no presenter").
-  func lookup(_ items: [ContainerPath]) -> (records: [PresenterRecord], damaged: [DamagedRecord]) {
+  /// damaged files found there, each a presenter that cannot be asked (never "no presenter"). `items` is made only
+  /// past the fast path (nobody presents anything): made by the caller, it was an array per access.
+  func lookup(
+    _ items: @autoclosure () -> [ContainerPath]
+  ) -> (records: [PresenterRecord], damaged: [DamagedRecord]) {
     let epoch = counters.epoch  // a restored counters file starts a new epoch
     let overall = counters.load(Self.generationCounter) &+ epoch
     let known = cache.withLock { $0.checkedAt == overall ? $0.wasEmpty : nil }
@@ -196,7 +199,7 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
     }
     var records: [PresenterRecord] = []
     var damaged: [DamagedRecord] = []
-    for item in items {
+    for item in items() {
       let hashes = item.prefixHashes
       for (depth, hash) in hashes.enumerated() {
         let bucket = listing(hash, below: false, epoch: epoch)
