@@ -39,6 +39,12 @@ final class DownloadFixture: @unchecked Sendable {  // set up before the measure
 let downloadFixture = DownloadFixture()
 
 /// The products directory of this benchmark executable (gc-file-server and gc-download-agent are built beside it).
+/// The agent the rows start: `GC_BENCH_AGENT` when set (an A/B pair runs two builds' agents in turn, without a
+/// rebuild in between, which would relink the one beside the benchmark), else the one built beside the benchmark.
+func agentPath() -> String {
+  ProcessInfo.processInfo.environment["GC_BENCH_AGENT"] ?? productPath("gc-download-agent")
+}
+
 func productPath(_ name: String) -> String {
   let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
   return URL(fileURLWithPath: exe).deletingLastPathComponent().appendingPathComponent(name).path
@@ -69,7 +75,7 @@ func startDownloadFixture() throws {
   f.serverInput = input
   f.port = port
   var configuration = DownloadSession.Configuration()
-  configuration.agentExecutable = URL(fileURLWithPath: productPath("gc-download-agent"))
+  configuration.agentExecutable = URL(fileURLWithPath: agentPath())
   configuration.agentIdleTimeout = .seconds(60)
   f.session = try DownloadSession(identifier: "bench", container: container, configuration: configuration)
 }

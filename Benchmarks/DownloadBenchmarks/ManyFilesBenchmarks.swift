@@ -47,7 +47,7 @@ nonisolated(unsafe) var comparisonSessionStorage: DownloadSession?  // made in t
 func comparisonSession() throws -> DownloadSession {
   if let session = comparisonSessionStorage { return session }
   var configuration = DownloadSession.Configuration()
-  configuration.agentExecutable = URL(fileURLWithPath: productPath("gc-download-agent"))
+  configuration.agentExecutable = URL(fileURLWithPath: agentPath())
   configuration.agentIdleTimeout = .seconds(60)
   configuration.httpMaximumConnectionsPerHost = 16
   let session = try DownloadSession(
@@ -126,7 +126,7 @@ func freshSession() async throws -> (GroupContainer, DownloadSession) {
   let root = try makeTemporaryRoot()
   let container = try GroupContainer(identifier: "group.bench.scale", root: URL(fileURLWithPath: root))
   var configuration = DownloadSession.Configuration()
-  configuration.agentExecutable = URL(fileURLWithPath: productPath("gc-download-agent"))
+  configuration.agentExecutable = URL(fileURLWithPath: agentPath())
   // Up until the row reads its memory, however long this process takes to handle the events: an agent idle for
   // its timeout exits by design (it did, 60 s after its last task, while acknowledgements here were quadratic).
   configuration.agentIdleTimeout = .seconds(600)

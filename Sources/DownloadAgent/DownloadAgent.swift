@@ -46,6 +46,8 @@ package final class DownloadAgent: Sendable {
     var status: TaskStatus
     var stopReason: StopReason?
     var stopGeneration: UInt64 = 0
+    /// The last report was not written (`progress`): the next one is.
+    var reportDeferred = false
   }
 
   private struct State {
@@ -703,8 +705,9 @@ package final class DownloadAgent: Sendable {
     var status = status
     status.phase = .running
     status.updated = Self.wallClock()
-    // Not written yet: the transfer's first report (the answer's head) writes "running" with what it learnt — one
-    // replace less per download. A kill before it leaves "waiting", which is what the next agent would make of it.
+    // Not written yet: a report of the transfer writes "running" with what it learnt — the second report when the
+    // first has no byte a kill could keep (`progress`), so a small file never writes it. A kill before it leaves
+    // "waiting", which is what the next agent would make of it.
     guard stillTheAgent() == .agent else { return }
     let partial = DownloadStore.taskPath(request.id, "partial")
     let engine = engine
@@ -730,20 +733,34 @@ package final class DownloadAgent: Sendable {
 
   private func progress(_ id: String, _ resume: ResumeState, _ attempts: Int, _ http: Int?) {
     // The start of a fresh download's first attempt says nothing a kill would need: its head follows at once.
-    let worthWriting = !(attempts == 1 && resume.receivedBytes == 0 && http == nil)
-    let status = state.withLock { s -> TaskStatus? in
-      guard var r = s.running[id] else { return nil }
+    let attemptStart = attempts == 1 && resume.receivedBytes == 0 && http == nil
+    let (status, worthWriting) = state.withLock { s -> (TaskStatus?, Bool) in
+      guard var r = s.running[id] else { return (nil, false) }
       r.status.resume = resume
       r.status.attempts = attempts
       if let http { r.status.httpStatus = http }
       r.status.updated = Self.wallClock()
+      // A report of no bytes while the status on disk trusts none either (a fresh download's head) gives a kill
+      // nothing to resume: it waits for the next report, which the delegate repeats within a progress interval.
+      // A small file ends before that: one replace (and one file created) less per download.
+      let deferred =
+        !attemptStart && resume.receivedBytes == 0 && !r.reportDeferred && Self.trustsNoBytes(s.statuses[id])
+      r.reportDeferred = deferred
       s.running[id] = r
-      return r.status
+      return (r.status, !attemptStart && !deferred)
     }
     guard let status, worthWriting else { return }
     do { try record(status, for: id, durable: false) } catch {
       logger.error("task \(id): cannot write its progress: \(error)")
     }
+  }
+
+  /// Whether a status as written (nil: not read yet; `.some(nil)`: no file) lets a restarted agent keep no byte of
+  /// the partial (`TransferEngine.openPartial`).
+  private static func trustsNoBytes(_ written: TaskStatus??) -> Bool {
+    guard let written else { return false }
+    guard let status = written else { return true }
+    return status.resume.receivedBytes == 0 && status.resume.durableBytes == 0
   }
 
   private func finish(_ request: TaskRequest, _ outcome: TransferOutcome) {

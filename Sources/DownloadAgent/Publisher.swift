@@ -7,9 +7,12 @@ import SystemLayer
 
 /// Puts a verified download at its destination so that no reader ever sees part of it, and presenters hear it.
 ///
-/// 1. fsync the partial (its bytes are on the device before any name points at them);
-/// 2. a coordinated write of the destination with `.forReplacing` (presenters of the file relinquish and then
-///    hear `presentedItemDidChange`; presenters of its directories hear the subitem events);
+/// 1. fsync the partial (its bytes are on the device before any name points at them), in the access of step 2;
+/// 2. a coordinated write of the destination (presenters of the file relinquish and then hear
+///    `presentedItemDidChange`; presenters of its directories hear the subitem events). A plain write, not
+///    `.forReplacing`: that option adds only the item's tree lock (`LOCK_EX`), which excludes accesses *inside* a
+///    directory being replaced, and a download's destination is a file (a directory there is refused) — a second
+///    lock file created and flocked per download for nothing;
 /// 3. inside it, the destination's directories are made beneath the container's descriptor with the container's
 ///    mode, and the partial is renamed onto the destination from one directory descriptor to the other: a
 ///    directory on the way that is (or becomes) a symlink leading out is refused by the kernel (`openat2`
@@ -35,20 +38,20 @@ package enum Publisher {
       throw .invalidDestination(destination, rule: "it names the container itself; name a file inside it")
     }
     // The fsyncs run off the cooperative pool (`offload`): a download agent finishing many files at once would
-    // otherwise stop on them, one or two at a time.
+    // otherwise stop on them, one or two at a time. The partial's runs in the same offload as the rename, just
+    // before it: one thread hop per file less (the item's lock is held for that fsync; nobody else writes it).
     let view = file.borrowedView  // the caller keeps `file` open until this returns
-    do { try await offload { () throws(FileSystemError) in try view.sync() } } catch {
-      throw classify(error, destination: destination, root: root)
-    }
-
     let url = container.url.appendingPathComponent(item.string)
-    let intent = FileAccessIntent.writingIntent(with: url, options: .forReplacing)
+    let intent = FileAccessIntent.writingIntent(with: url)
     let directoryMode = container.sharing.directoryMode
     let fileMode = container.sharing.fileMode
     do {
       try await FileCoordinator().coordinate(with: [intent]) {
         let target = try await offload { () throws(DownloadError) in
-          try place(
+          do throws(FileSystemError) { try view.sync() } catch {
+            throw classify(error, destination: destination, root: root)
+          }
+          return try place(
             partial: partial, length: length, parent: parent, name: item.lastComponent, destination: destination,
             root: root, directoryMode: directoryMode, fileMode: fileMode, logger: logger)
         }

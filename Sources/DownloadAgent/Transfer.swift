@@ -63,7 +63,7 @@ package enum TransferOutcome: Sendable, Equatable {
 /// - Verification: length (the request's `expectedLength`, else the server's), then SHA-256 if asked (hashed
 ///   while writing when the file was written from 0 in this run, else read once at the end). A mismatch fails,
 ///   the partial removed.
-/// - Publishing (`Publisher`): fsync, a coordinated `.forReplacing` write of the destination in which the
+/// - Publishing (`Publisher`): fsync, a coordinated write of the destination in which the
 ///   partial is renamed into place, fsync of the directory.
 package final class TransferEngine: Sendable {
   let container: GroupContainer

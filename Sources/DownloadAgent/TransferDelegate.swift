@@ -44,6 +44,9 @@ final class TransferDelegate: HTTPClientResponseDelegate {
     var lastProgress: UInt64
     /// The byte count of the last report: bytes after it are reported by `flushProgress` once arrivals stop.
     var reportedBytes: Int64 = -1
+    /// The last report was the head's, with no byte: `flushProgress` repeats it once (the agent may have left a
+    /// report of no byte unwritten, waiting for the next).
+    var repeatHead = false
   }
 
   private let file: SystemFD
@@ -113,6 +116,7 @@ final class TransferDelegate: HTTPClientResponseDelegate {
         return nil
       }
       s.reportedBytes = s.resume.receivedBytes
+      s.repeatHead = s.resume.receivedBytes == 0
       return (s.resume, s.httpStatus)
     }
     guard let report else { return task.eventLoop.makeFailedFuture(Stop()) }
@@ -155,6 +159,7 @@ final class TransferDelegate: HTTPClientResponseDelegate {
         if now &- s.lastProgress >= policy.progressInterval.nanoseconds {
           s.lastProgress = now
           s.reportedBytes = s.resume.receivedBytes
+          s.repeatHead = false
           return (true, (s.resume, s.httpStatus))
         }
         return (true, nil)
@@ -183,21 +188,25 @@ final class TransferDelegate: HTTPClientResponseDelegate {
       guard !s.closed else { return nil }
       s.lastProgress = Self.now()
       s.reportedBytes = s.resume.receivedBytes
+      s.repeatHead = false
       return (s.resume, s.httpStatus)
     }
     if let report { progress(report.0, attempts, report.1) }
   }
 
   /// Reports bytes that arrived after the last report once arrivals stop (a server pausing mid-body): reports come
-  /// only with data, so without this an observer would show a stale count for as long as the pause lasts.
+  /// only with data, so without this an observer would show a stale count for as long as the pause lasts. Repeats
+  /// a head's report of no byte once (a server pausing before the body), so "running" reaches the status file.
   func flushProgress() {
     let now = Self.now()
     let report: (ResumeState, Int?)? = state.withLock { s in
-      guard !s.closed, s.writeError == nil, s.reportedBytes >= 0, s.resume.receivedBytes != s.reportedBytes,
+      guard !s.closed, s.writeError == nil, s.reportedBytes >= 0,
+        s.resume.receivedBytes != s.reportedBytes || s.repeatHead,
         now &- s.lastProgress >= policy.progressInterval.nanoseconds
       else { return nil }
       s.lastProgress = now
       s.reportedBytes = s.resume.receivedBytes
+      s.repeatHead = false
       return (s.resume, s.httpStatus)
     }
     if let report { progress(report.0, attempts, report.1) }

@@ -185,6 +185,26 @@ struct BackgroundSessionTests {
     #expect(Set(store.queuedEvents("widget").map(\.taskID)) == [idB])
   }
 
+  @Test("a transfer whose server pauses after the head shows as running in its first attempt")
+  func pausedAfterTheHeadShowsRunning() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let server = try await FileServer.start()
+    // The head, then no byte: the agent leaves the head's report (no byte) unwritten — a small file ends before the
+    // next report — and the transfer repeats it within a progress interval. Without the repeat the status says
+    // "waiting" until the stall fails the attempt, and "running" comes with attempt 2.
+    let session = try DownloadSession(identifier: "s", container: container, configuration: Self.configuration())
+    defer { session.invalidate() }
+    let task = try session.download(from: server.url("/gen/100000?seed=8&stall=0"), to: "Downloads/p.bin")
+    #expect(try await eventually { try task.refreshed().state == .running })
+    let seen = try task.refreshed()
+    #expect(seen.attempts == 1)
+    #expect(seen.httpStatus == 200)
+    #expect(seen.countOfBytesExpectedToReceive == 100_000)
+    try task.cancel()
+    #expect(try await eventually { try task.refreshed().state == .completed })
+  }
+
   @Test("suspend, resume and cancel reach the agent; a cancelled task leaves nothing")
   func suspendResumeCancel() async throws {
     let root = try TestRoot()
