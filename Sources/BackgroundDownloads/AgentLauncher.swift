@@ -81,7 +81,7 @@ package enum AgentLauncher {
   /// glibc's tunables the agent starts with (`GLIBC_TUNABLES`, which glibc reads when a program starts only): no
   /// per-thread caches of freed blocks. After a burst of 10,000 tasks the caches of the agent's threads, which live
   /// on, held about 1,200 small blocks, strewn over pages nothing else kept; `malloc_trim` gives back free blocks,
-  /// not cached ones, and the settled agent kept 0.8 MB more (issue #37; DownloadBenchmarks'
+  /// not cached ones, and the settled agent kept about 1 MB more (issue #37; DownloadBenchmarks'
   /// `Scale: 10,000 tasks of 4 kB`). The agent removes them from its environment at once (`DownloadAgentMain`).
   package static let mallocTunables = "glibc.malloc.tcache_count=0"
 
