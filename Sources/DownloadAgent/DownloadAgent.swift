@@ -190,9 +190,7 @@ package final class DownloadAgent: Sendable {
     let doorbell = doorbell
     let listener = store.requests.listen(name: "download agent") { doorbell.ring() }
     recoverAfterCrash()
-    var idleSince: UInt64?
-    var wasBusy = false
-    var lateTrim: UInt64?
+    var activity = AgentActivity(lateTrimDelay: Self.lateTrimDelay)
     while true {
       if !containerExists() {
         logger.info("the container \(store.container.path) is gone: the agent exits")
@@ -209,60 +207,54 @@ package final class DownloadAgent: Sendable {
       let listedBefore = state.withLock { $0.listedAt }
       let busy = pass()
       if state.withLock({ $0.shuttingDown || $0.deposed }) { break }
-      // The end of a burst: the tables it filled shrink to what they hold, and what its transfers and records
-      // allocated goes back to the kernel.
-      if wasBusy && !busy {
+      let listed = state.withLock { $0.listedAt } != listedBefore
+      switch activity.passed(busy: busy, listed: listed, now: MonotonicClock.nanoseconds()) {
+      case .endOfBurst:
+        // The tables the burst filled shrink to what they hold, and what its transfers and records allocated goes
+        // back to the kernel.
         shrinkTables()
         MemorySignals.returnFreedMemory()
-        lateTrim = MonotonicClock.nanoseconds() &+ Self.lateTrimDelay
-      } else if !busy, let due = lateTrim, MonotonicClock.nanoseconds() >= due {
+      case .late:
         // Once more, with a listing (which forgets what the store and the tables keep of tasks gone), when the
         // burst's threads have ended (Dispatch ends a thread idle 5 s): until the next listing, now 30 s away, a
-        // settled agent at 10,000 tasks otherwise stayed about 1 MB higher. The listing trims after it (below).
-        lateTrim = nil
+        // settled agent at 10,000 tasks otherwise stayed about 1 MB higher. The listing trims after it.
         state.withLock { $0.listedSequence = nil }
         doorbell.ring()
-      } else if !busy && state.withLock({ $0.listedAt }) != listedBefore {
-        // An idle agent still lists `tasks/` now and then: with 10,000 finished tasks, 20,000 names made and freed,
-        // strewn over the heap's free pages, which then stayed resident (3 MB) until given back.
+      case .afterListing:
+        // With 10,000 finished tasks, a listing made and freed 20,000 names, strewn over the heap's free pages,
+        // which then stayed resident (3 MB) until given back.
         MemorySignals.returnFreedMemory()
+      case nil: break
       }
-      wasBusy = busy
-      if busy {
-        idleSince = nil
-        lateTrim = nil
-      } else if let idle = settings.idleTimeout {
-        let now = MonotonicClock.nanoseconds()
-        if let since = idleSince, now &- since >= idle.nanoseconds {
-          FaultPoint.pause("downloads.agent.idle")  // a test creates a task here, the lock still held
-          // Release first, then look again: a session that saw the lock held relies on this look. The look only
-          // reads: without the lock another agent may be running, and only the holder acts.
-          lock.release()
-          FaultPoint.pause("downloads.agent.released")  // a test takes the lock here, as another agent would
-          if !hasWork() {
-            reportMemory()
-            break
-          }
-          let again: Bool
-          do { again = try await lock.acquire() } catch {
-            logger.error("cannot open the agent lock again: \(error)")
-            break
-          }
-          // Not taken: another agent holds it, and it sees the work.
-          guard again else { break }
-          // Another agent may have run while the lock was free: read the files again.
-          state.withLock { s in
-            s.statuses = [:]
-            s.controls = [:]
-            s.settled = [:]
-            s.listedSequence = nil
-          }
-          recoverAfterCrash()
-          idleSince = nil
-          continue
-        } else if idleSince == nil {
-          idleSince = now
+      if let idle = settings.idleTimeout, let idleFor = activity.idleFor(now: MonotonicClock.nanoseconds()),
+        idleFor >= idle.nanoseconds
+      {
+        FaultPoint.pause("downloads.agent.idle")  // a test creates a task here, the lock still held
+        // Release first, then look again: a session that saw the lock held relies on this look. The look only
+        // reads: without the lock another agent may be running, and only the holder acts.
+        lock.release()
+        FaultPoint.pause("downloads.agent.released")  // a test takes the lock here, as another agent would
+        if !hasWork() {
+          reportMemory()
+          break
         }
+        let again: Bool
+        do { again = try await lock.acquire() } catch {
+          logger.error("cannot open the agent lock again: \(error)")
+          break
+        }
+        // Not taken: another agent holds it, and it sees the work.
+        guard again else { break }
+        // Another agent may have run while the lock was free: read the files again.
+        state.withLock { s in
+          s.statuses = [:]
+          s.controls = [:]
+          s.settled = [:]
+          s.listedSequence = nil
+        }
+        recoverAfterCrash()
+        activity.restartIdleTime(now: MonotonicClock.nanoseconds())
+        continue
       }
       await doorbell.wait(timeout: relistDelay() ?? .seconds(1))
     }

@@ -17,6 +17,9 @@ public enum DownloadAgentMain {
     // Thresholds that do not rise: after a burst, an arena's free top goes back to the kernel and the large tables
     // of the burst (10,000 tasks' requests, statuses) are unmapped as they are freed or shrunk.
     MemorySignals.fixMallocThresholds(trim: 512 << 10, mmap: 256 << 10)
+    // The launcher's malloc tunables (read by glibc at the start) are this process's own: the apps it relaunches
+    // start without them.
+    if Environment.value("GLIBC_TUNABLES") == AgentLauncher.mallocTunables { Environment.unset("GLIBC_TUNABLES") }
     var identifier: String?
     var root: String?
     var sharing = GroupContainer.Sharing.user

@@ -43,10 +43,22 @@ struct TaskKey: Hashable, Sendable {
 }
 
 /// A finished task reduced to what its retention needs: its finish time and its session (an index into
-/// `SessionNames`).
+/// `SessionNames`), in 8 bytes. The finish time is kept in whole seconds, rounded up: retention (24 h) is checked
+/// every few seconds anyway, and a task is never forgotten early. With an `Int64` of nanoseconds the value took 16
+/// bytes (its stride), and 10,000 tasks' table 131 kB more.
 struct Settled: Sendable {
-  var finished: Int64
-  var session: UInt32
+  private let finishedSeconds: UInt32
+  let session: UInt32
+
+  /// `finished`: ns since 1970.
+  init(finished: Int64, session: UInt32) {
+    let seconds = finished > 0 ? (finished - 1) / 1_000_000_000 + 1 : 0
+    finishedSeconds = UInt32(clamping: seconds)
+    self.session = session
+  }
+
+  /// The finish time, ns since 1970 (rounded up to a second).
+  var finished: Int64 { Int64(finishedSeconds) * 1_000_000_000 }
 }
 
 /// The session identifiers settled tasks name, each stored once.

@@ -92,6 +92,12 @@ package enum Environment {
   package static func set(_ name: String, _ value: String) {
     setenv(name, value, 1)
   }
+
+  /// Removes `name` for this process and the processes it starts. `unsetenv` is not thread-safe: call it at the start
+  /// of `main`, as `set`.
+  package static func unset(_ name: String) {
+    unsetenv(name)
+  }
 }
 
 extension FileSystem {
