@@ -167,6 +167,27 @@ import Testing
     #expect(await agent.stop(SIGTERM) == 0)
   }
 
+  /// The launcher starts the agent with its malloc tunables (`AgentLauncher.mallocTunables`: no per-thread caches of
+  /// freed blocks, which glibc reads only at a program's start), unless the environment has tunables of its own: the
+  /// "agent" here is a script that writes its environment into the container's parent. That the apps the agent
+  /// relaunches start without them: `BackgroundSessionTests.relaunchesTheRegisteredApp`.
+  /// Mutant: the launcher without the tunables: the environment lacks them.
+  @Test func theLauncherStartsTheAgentWithItsMallocTunables() async throws {
+    let root = try TestRoot()
+    let container = try root.container(Self.group)
+    let store = try DownloadStore(container: container)
+    let script = root.path + "/fake-agent"
+    let dump = root.path + "/agent-environment"
+    try "#!/bin/sh\nenv > '\(dump).part' && mv '\(dump).part' '\(dump)'\n".write(
+      toFile: script, atomically: true, encoding: .utf8)
+    #expect(chmod(script, 0o755) == 0)
+    try AgentLauncher.ensureRunning(store: store, executable: URL(fileURLWithPath: script), idleTimeout: .seconds(1))
+    #expect(await eventually { FileManager.default.fileExists(atPath: dump) })
+    let lines = try String(contentsOfFile: dump, encoding: .utf8).split(separator: "\n").map(String.init)
+    let expected = ProcessInfo.processInfo.environment["GLIBC_TUNABLES"] ?? AgentLauncher.mallocTunables
+    #expect(lines.filter { $0.hasPrefix("GLIBC_TUNABLES=") } == ["GLIBC_TUNABLES=\(expected)"])
+  }
+
   /// After its idle release an agent acts on nothing: another agent may hold the lock by then. The agent is
   /// stopped just after releasing (pause point `downloads.agent.released`); the test takes the lock, as another
   /// agent would, and writes a task. Let go, the agent sees work, cannot take the lock and exits without touching

@@ -100,6 +100,9 @@ struct BackgroundSessionTests {
     #expect(await eventually { text().contains("didFinishEvents") })
     let lines = text().split(separator: "\n").map(String.init)
     #expect(lines.first?.hasPrefix("relaunched widget ") == true)
+    // Started by the launcher with malloc tunables, the agent does not pass them on (unless they were the test's own).
+    let tunables = ProcessInfo.processInfo.environment["GLIBC_TUNABLES"] ?? "-"
+    #expect(lines.first?.hasSuffix(" tunables \(tunables)") == true, "\(lines.first ?? "")")
     #expect(lines.dropFirst().first?.hasPrefix("event finished \(id) ") == true)
     #expect(lines.contains("event completed \(id) \(id).completed -"))
     #expect(FileServer.mismatch(Self.content(container, "Downloads/w.bin"), size: 200_000, seed: 3) == nil)

@@ -60,7 +60,9 @@ func runDownloadSessionMode(_ invocation: HelperInvocation, _ container: GroupCo
     }
     configuration.relaunch = .none
     let s = try DownloadSession(identifier: session, container: container, configuration: configuration)
-    await logLine(log, "relaunched \(session) \(getpid())")
+    // The agent's malloc tunables (AgentLauncher.mallocTunables) are its own: an app it starts has none of them.
+    let tunables = ProcessInfo.processInfo.environment["GLIBC_TUNABLES"] ?? "-"
+    await logLine(log, "relaunched \(session) \(getpid()) tunables \(tunables)")
     for await event in s.events {
       if case .didWriteData = event { continue }
       await logLine(log, describe(event))

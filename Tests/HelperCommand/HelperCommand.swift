@@ -250,7 +250,7 @@ public enum HelperCommand: Codable, Sendable, Equatable {
   /// didFinishEvents).
   case dlAttach(session: String, count: Int)
   /// Started by the agent (GROUPCONTAINER_BACKGROUND_SESSION): attaches to the session it names and appends
-  /// "relaunched <session> <pid>" and its events to `log` until didFinishEvents (its stdout reaches no test).
+  /// "relaunched <session> <pid> tunables <GLIBC_TUNABLES, or ->" and its events to `log` until didFinishEvents (its stdout reaches no test).
   case dlRelaunched(log: String)
 
   // MARK: Image cache (ImageCacheModes.swift; each on the shared image cache named `cache`)
