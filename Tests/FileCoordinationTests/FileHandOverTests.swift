@@ -19,6 +19,10 @@ import Testing
 ///   finds the first file replaced.
 /// - no Inbox refusal (`InboxRule.check` returning at once): `writesIntoTheInboxAreRefused` fails.
 @Suite(.runSlot(.minutes(3))) struct FileHandOverTests {
+  /// How long a send waits for the receiver's answer: the API's 10 s, on a loaded machine (`make test-under-load`),
+  /// ran out before a receiver answered. A limit for a hang, not for slowness.
+  static let answer = Duration.seconds(60)
+
   let group = "group.com.example.handover"
 
   func source(_ root: TestRoot, _ name: String, _ text: String) throws -> URL {
@@ -50,12 +54,14 @@ import Testing
     let log = root.path + "/opened.log"
     let (container, receiver) = try await runningReceiver(root, "docs", log: log)
     defer { receiver.kill() }
-    let copy = try await container.send(file: try source(root, "report.pdf", "quarterly"), toScheme: "docs")
+    let copy = try await container.send(
+      file: try source(root, "report.pdf", "quarterly"), toScheme: "docs", timeout: Self.answer)
     #expect(copy.path == container.path + "/Documents/Inbox/report.pdf")
     #expect(try String(contentsOf: copy, encoding: .utf8) == "quarterly")
     #expect(logLines(log) == ["opened \(copy.path) quarterly"])
     // A name that the URL percent-encodes.
-    let spaced = try await container.send(file: try source(root, "my notes é.txt", "spaced"), toScheme: "docs")
+    let spaced = try await container.send(
+      file: try source(root, "my notes é.txt", "spaced"), toScheme: "docs", timeout: Self.answer)
     #expect(spaced.lastPathComponent == "my notes é.txt")
     #expect(logLines(log).last == "opened \(spaced.path) spaced")
     #expect(inbox(container) == ["my notes é.txt", "report.pdf"])  // no temp file left
@@ -68,7 +74,8 @@ import Testing
     try container.registerURLScheme(
       "gcdocs", launching: helperExecutable,
       arguments: helperArguments(.inboxReceiver(scheme: "gcdocs", log: log), root: root.path, group: group))
-    let copy = try await container.send(file: try source(root, "notes.txt", "hello"), toScheme: "gcdocs")
+    let copy = try await container.send(
+      file: try source(root, "notes.txt", "hello"), toScheme: "gcdocs", timeout: Self.answer)
     #expect(logLines(log) == ["opened \(copy.path) hello"])
     let handlers = try FileManager.default.contentsOfDirectory(atPath: container.path + "/.coordination/handlers")
     for pid in handlers.compactMap({ Int32($0.split(separator: ".")[1]) }) { kill(pid, SIGKILL) }
@@ -79,10 +86,14 @@ import Testing
     let log = root.path + "/opened.log"
     let (container, receiver) = try await runningReceiver(root, "docs", log: log)
     defer { receiver.kill() }
-    let first = try await container.send(file: try source(root, "report.pdf", "one"), toScheme: "docs")
-    let second = try await container.send(file: try source(root, "report.pdf", "two"), toScheme: "docs")
-    let third = try await container.send(file: try source(root, "README", "three"), toScheme: "docs")
-    let fourth = try await container.send(file: try source(root, "README", "four"), toScheme: "docs")
+    let first = try await container.send(
+      file: try source(root, "report.pdf", "one"), toScheme: "docs", timeout: Self.answer)
+    let second = try await container.send(
+      file: try source(root, "report.pdf", "two"), toScheme: "docs", timeout: Self.answer)
+    let third = try await container.send(
+      file: try source(root, "README", "three"), toScheme: "docs", timeout: Self.answer)
+    let fourth = try await container.send(
+      file: try source(root, "README", "four"), toScheme: "docs", timeout: Self.answer)
     #expect(
       [first, second, third, fourth].map(\.lastPathComponent) == ["report.pdf", "report-1.pdf", "README", "README-1"])
     #expect(try String(contentsOf: first, encoding: .utf8) == "one")
@@ -122,7 +133,8 @@ import Testing
     let log = root.path + "/opened.log"
     let (container, receiver) = try await runningReceiver(root, "docs", log: log)
     defer { receiver.kill() }
-    let copy = try await container.send(file: try source(root, "a.txt", "original"), toScheme: "docs")
+    let copy = try await container.send(
+      file: try source(root, "a.txt", "original"), toScheme: "docs", timeout: Self.answer)
     let coordinator = FileCoordinator()
     for options: FileCoordinator.WritingOptions in [[], .forReplacing, .forMerging] {
       let error = #expect(throws: FileCoordinatorError.self) {
@@ -163,8 +175,10 @@ import Testing
     let log = root.path + "/opened.log"
     let (container, receiver) = try await runningReceiver(root, "docs", log: log)
     defer { receiver.kill() }
-    let first = try await container.send(file: try source(root, "a.txt", "keep me"), toScheme: "docs")
-    let second = try await container.send(file: try source(root, "b.txt", "delete me"), toScheme: "docs")
+    let first = try await container.send(
+      file: try source(root, "a.txt", "keep me"), toScheme: "docs", timeout: Self.answer)
+    let second = try await container.send(
+      file: try source(root, "b.txt", "delete me"), toScheme: "docs", timeout: Self.answer)
     let coordinator = FileCoordinator()
     let text = try coordinator.coordinate(readingItemAt: first) { try String(contentsOf: $0, encoding: .utf8) }
     #expect(text == "keep me")

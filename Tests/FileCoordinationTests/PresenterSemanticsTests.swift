@@ -114,8 +114,12 @@ import Testing
     let url = container.documentsURL.appendingPathComponent("failsave.txt")
     try container.write(Data("v0".utf8), to: url)
     let child = try await presenter(root, "Documents/failsave.txt")
+    // The refusal must be heard: with the default 5 s a presenter slowed by load (`make test-under-load`) was
+    // skipped by the timeout policy and the accessor ran. A limit for a hang, not for slowness.
+    let coordinator = FileCoordinator()
+    coordinator.presenterTimeout = .seconds(60)
     #expect(throws: FileCoordinatorError.self) {
-      try FileCoordinator().coordinate(writingItemAt: url, options: .forMerging) { _ in
+      try coordinator.coordinate(writingItemAt: url, options: .forMerging) { _ in
         Issue.record("accessor ran after a refused save")
       }
     }
