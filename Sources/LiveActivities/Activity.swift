@@ -124,10 +124,10 @@ public final class Activity<Attributes: ActivityAttributes>: Identifiable, Senda
   /// - Throws: ``ActivityError/contentStateTooLarge(bytes:limit:)`` when the state encodes to more than 4,096
   ///   bytes of JSON (nothing is written), or a failure to write the record.
   public func update(_ content: ActivityContent<Attributes.ContentState>) async throws(ActivityError) {
-    let (stateJSON, stateBytes) = try Self.encodeKeepingBytes(
-      content.state, limit: ActivityLimits.maximumContentStateBytes
-    ) { .contentStateTooLarge(bytes: $0, limit: $1) }
-    try store.modify(id, contentStateJSON: stateBytes) { (record, effective) throws(ActivityError) in
+    let stateJSON = try Self.encode(content.state, limit: ActivityLimits.maximumContentStateBytes) {
+      .contentStateTooLarge(bytes: $0, limit: $1)
+    }
+    try store.modify(id) { (record, effective) throws(ActivityError) in
       guard effective.state == .active || effective.state == .stale else {
         ActivityStore.logger.debug("update of activity \(record.id) ignored: it is \(effective.state)")
         return false
@@ -279,7 +279,7 @@ public final class Activity<Attributes: ActivityAttributes>: Identifiable, Senda
   // MARK: Encoding
 
   private static func apply(
-    _ stateJSON: JSONValue, _ content: ActivityContent<Attributes.ContentState>, to record: inout ActivityRecord
+    _ stateJSON: JSONText, _ content: ActivityContent<Attributes.ContentState>, to record: inout ActivityRecord
   ) {
     record.contentState = stateJSON
     record.staleDate = content.staleDate?.timeIntervalSince1970
@@ -296,34 +296,36 @@ public final class Activity<Attributes: ActivityAttributes>: Identifiable, Senda
   /// `value` as JSON, refused with `tooLarge(bytes, limit)` when its encoding is over `limit` bytes.
   static func encode<T: Encodable>(
     _ value: T, limit: Int, tooLarge: (Int, Int) -> ActivityError
-  ) throws(ActivityError) -> JSONValue {
-    try encodeKeepingBytes(value, limit: limit, tooLarge: tooLarge).value
-  }
-
-  /// ``encode(_:limit:tooLarge:)``, and the value's bytes as the record writer writes them when they were made on
-  /// the way (nil: the record writer writes the value itself).
-  static func encodeKeepingBytes<T: Encodable>(
-    _ value: T, limit: Int, tooLarge: (Int, Int) -> ActivityError
-  ) throws(ActivityError) -> (value: JSONValue, bytes: [UInt8]?) {
-    // Without JSONEncoder when JSONValueEncoder writes the same bytes (nearly always): the limit is measured on them,
-    // and the value is what a reader of them reads (1.0 is 1) — read back only when it may differ.
-    if let tree = try? JSONValueEncoder().encode(value), let bytes = ActivityJSON.encode(tree) {
-      guard bytes.count <= limit else { throw tooLarge(bytes.count, limit) }
-      if ActivityJSON.readsBackUnchanged(tree) { return (tree, bytes) }
-      if let read = ActivityJSON.decode(bytes) { return (read, nil) }
+  ) throws(ActivityError) -> JSONText {
+    // Without JSONEncoder when JSONTextEncoder writes the same bytes (nearly always): the limit is measured on them.
+    if let text = try? JSONTextEncoder().encode(value) {
+      guard text.bytes.count <= limit else { throw tooLarge(text.bytes.count, limit) }
+      try readable(text.bytes)
+      return text
     }
     let bytes: Data
     do { bytes = try ActivityRecordFormat.encoder.encode(value) } catch { throw .encodingFailed("\(error)") }
     guard bytes.count <= limit else { throw tooLarge(bytes.count, limit) }
-    // Read by hand (JSONDecoder into a JSONValue was 85 µs of a five-field state); JSONDecoder when it gives up.
-    if let value = ActivityJSON.decode(bytes) { return (value, nil) }
-    do { return (try JSONDecoder().decode(JSONValue.self, from: bytes), nil) } catch {
-      throw .encodingFailed("\(error)")
+    // Its canonical bytes: read by hand (JSONDecoder into a JSONValue was 85 µs of a five-field state), by JSONDecoder
+    // when the hand reader gives up.
+    let tree: JSONValue
+    if let value = ActivityJSON.decode(bytes) {
+      tree = value
+    } else {
+      do { tree = try JSONDecoder().decode(JSONValue.self, from: bytes) } catch { throw .encodingFailed("\(error)") }
     }
+    guard let text = JSONText(tree) else { throw .encodingFailed("a number in \(T.self) is not finite") }
+    return text
   }
 
-  static func decode<T: Decodable>(_ type: T.Type, from value: JSONValue) throws(ActivityError) -> T {
-    guard let bytes = ActivityJSON.encode(value) else { throw .encodingFailed("a number in \(T.self) is not finite") }
-    do { return try UntrustedJSON.decode(T.self, from: bytes) } catch { throw .encodingFailed("\(error)") }
+  /// Refuses bytes no reader could read back: nesting past the hand reader's depth that JSONDecoder refuses too
+  /// (what the app wrote must be what every reader of the record reads).
+  private static func readable(_ bytes: [UInt8]) throws(ActivityError) {
+    guard ActivityJSON.nestingDepth(bytes) > ActivityJSON.maxDepth else { return }
+    do { _ = try JSONDecoder().decode(JSONValue.self, from: Data(bytes)) } catch { throw .encodingFailed("\(error)") }
+  }
+
+  static func decode<T: Decodable>(_ type: T.Type, from text: JSONText) throws(ActivityError) -> T {
+    do { return try UntrustedJSON.decode(T.self, from: text.bytes) } catch { throw .encodingFailed("\(error)") }
   }
 }

@@ -22,6 +22,10 @@ package enum ActivityJSON {
   /// Bytes of JSON being written.
   package struct Writer {
     package var bytes: [UInt8] = []
+    /// Values' doubles that an `Int64` holds written as that integer (`1e+16` as `10000000000000000`, `-0.0` as
+    /// `0`), which is what reading them gives (JSONValue reads integers first): ``JSONText``'s bytes then read back
+    /// to a value that writes them again.
+    package var wholeAsInteger = false
 
     package init(capacity: Int = 512) { bytes.reserveCapacity(capacity) }
 
@@ -35,7 +39,12 @@ package enum ActivityJSON {
       case .null: raw("null")
       case .bool(let b): b ? raw("true") : raw("false")
       case .integer(let i): integer(i)
-      case .double(let d): return double(d)
+      case .double(let d):
+        if wholeAsInteger, let i = Int64(exactly: d) {
+          integer(i)
+        } else {
+          return double(d)
+        }
       case .string(let s): string(s)
       case .array(let a):
         bytes.append(UInt8(ascii: "["))
@@ -88,9 +97,12 @@ package enum ActivityJSON {
         integer(Int64(value))
         return true
       }
-      var text = value.description
-      if text.hasSuffix(".0") { text.removeLast(2) }
-      utf8(text)
+      // Swift's digits, written straight from the double's own buffer (`_writeASCII` below): `description` made a
+      // String, a third of the time of writing a record's date.
+      value.write(to: &self)
+      if bytes.count >= 2, bytes[bytes.count - 1] == UInt8(ascii: "0"), bytes[bytes.count - 2] == UInt8(ascii: ".") {
+        bytes.removeLast(2)
+      }
       return true
     }
 
@@ -131,16 +143,41 @@ package enum ActivityJSON {
 
     private static func hex(_ nibble: UInt8) -> UInt8 { nibble < 10 ? 48 + nibble : 87 + nibble }
   }
+}
 
-  /// Whether reading `value`'s bytes gives `value` back as it is, so the round trip can be skipped: no double (`1.0`
-  /// is written `1` and read as an integer) and nesting far from ``maxDepth`` (where the reader gives up).
-  package static func readsBackUnchanged(_ value: JSONValue, depth: Int = 0) -> Bool {
-    switch value {
-    case .null, .bool, .integer, .string: return true
-    case .double: return false
-    case .array(let a): return depth < maxDepth / 2 && a.allSatisfy { readsBackUnchanged($0, depth: depth + 1) }
-    case .object(let o): return depth < maxDepth / 2 && o.values.allSatisfy { readsBackUnchanged($0, depth: depth + 1) }
+extension ActivityJSON.Writer: TextOutputStream {
+  /// Text appended as its UTF-8.
+  package mutating func write(_ string: String) { utf8(string) }
+
+  /// ASCII appended as it is: what `Double.write(to:)` hands its digits to (the default made a String of them).
+  package mutating func _writeASCII(_ buffer: UnsafeBufferPointer<UInt8>) { bytes.append(contentsOf: buffer) }
+}
+
+extension ActivityJSON {
+  /// How deep arrays and objects nest in `bytes` (JSON): brackets counted outside strings.
+  package static func nestingDepth(_ bytes: [UInt8]) -> Int {
+    var depth = 0, deepest = 0, inString = false, escaped = false
+    for byte in bytes {
+      if inString {
+        if escaped {
+          escaped = false
+        } else if byte == UInt8(ascii: "\\") {
+          escaped = true
+        } else if byte == UInt8(ascii: "\"") {
+          inString = false
+        }
+        continue
+      }
+      switch byte {
+      case UInt8(ascii: "\""): inString = true
+      case UInt8(ascii: "["), UInt8(ascii: "{"):
+        depth += 1
+        deepest = max(deepest, depth)
+      case UInt8(ascii: "]"), UInt8(ascii: "}"): depth -= 1
+      default: break
+      }
     }
+    return deepest
   }
 
   /// `value` as compact JSON, keys sorted; nil when it holds a number JSON cannot write.

@@ -45,9 +45,6 @@ package enum JSONValue: Codable, Hashable, Sendable {
     case .object(let o): try c.encode(o)
     }
   }
-
-  /// Compact JSON, keys sorted (ActivityJSON's writer: JSONEncoder's bytes).
-  package var jsonText: String { ActivityJSON.encode(self).map { String(decoding: $0, as: UTF8.self) } ?? "null" }
 }
 
 /// The stored lifecycle of a record; the state a reader sees also depends on the time (``ActivityRules``).
@@ -64,9 +61,9 @@ package struct ActivityRecord: Codable, Hashable, Sendable {
   /// ``ActivityAttributes/activityTypeName`` of the app's type.
   package var attributesType: String
   /// The encoded attributes.
-  package var attributes: JSONValue
+  package var attributes: JSONText
   /// The encoded content state (at most 4,096 bytes of JSON as the app encoded it).
-  package var contentState: JSONValue
+  package var contentState: JSONText
   /// When the content goes stale; nil: never.
   package var staleDate: Double?
   /// The content's relevance score.
@@ -90,7 +87,7 @@ package struct ActivityRecord: Codable, Hashable, Sendable {
 
   /// A new, active record at revision 1.
   package init(
-    id: String, attributesType: String, attributes: JSONValue, contentState: JSONValue, staleDate: Double?,
+    id: String, attributesType: String, attributes: JSONText, contentState: JSONText, staleDate: Double?,
     relevanceScore: Double, startDate: Double, pushType: String?, writerPID: Int32
   ) {
     self.id = id
@@ -161,19 +158,18 @@ package enum ActivityRecordFormat {
 
   /// The record's file contents (JSON and a newline); refused over ``maxRecordBytes``. Written by hand
   /// (ActivityJSON): the bytes JSONEncoder wrote (``encodeWithFoundation(_:)``), in a hundredth of its time.
-  /// `contentStateJSON`: the content state's bytes as ActivityJSON writes them, when the caller has them.
-  package static func encode(_ record: ActivityRecord, contentStateJSON: [UInt8]? = nil) throws(Invalid) -> [UInt8] {
+  package static func encode(_ record: ActivityRecord) throws(Invalid) -> [UInt8] {
     var w = ActivityJSON.Writer(capacity: 512)
     var complete = true
     // Keys in the order of their bytes, as `.sortedKeys` puts them; nil optionals left out, as JSONEncoder does.
     w.raw("{\"attributes\":")
-    complete = complete && w.value(record.attributes)
+    w.json(record.attributes.bytes)
     w.raw(",\"attributesType\":")
     w.string(record.attributesType)
     w.raw(",\"contentRevision\":")
     w.integer(record.contentRevision)
     w.raw(",\"contentState\":")
-    if let contentStateJSON { w.json(contentStateJSON) } else { complete = complete && w.value(record.contentState) }
+    w.json(record.contentState.bytes)
     if let date = record.dismissalDate {
       w.raw(",\"dismissalDate\":")
       complete = complete && w.double(date)
@@ -248,7 +244,7 @@ package enum ActivityRecordFormat {
   package static func decodeByHand(_ bytes: [UInt8]) -> ActivityRecord? {
     bytes.withUnsafeBufferPointer { buffer -> ActivityRecord? in
       var reader = ActivityJSON.Reader(buffer)
-      var format: Int?, id: String?, attributesType: String?, attributes: JSONValue?, contentState: JSONValue?
+      var format: Int?, id: String?, attributesType: String?, attributes: JSONText?, contentState: JSONText?
       var staleDate: Double?, relevanceScore: Double?, lifecycle: StoredLifecycle?, startDate: Double?
       var endDate: Double?, dismissalDate: Double?, pushType: String?, revision: UInt64?, contentRevision: UInt64?
       var writerPID: Int32?
@@ -279,11 +275,11 @@ package enum ActivityRecordFormat {
           return attributesType != nil && mark(bit)
         case "attributes":
           bit = 1 << 3
-          attributes = reader.value()
+          attributes = reader.value().flatMap(JSONText.init)
           return attributes != nil && mark(bit)
         case "contentState":
           bit = 1 << 4
-          contentState = reader.value()
+          contentState = reader.value().flatMap(JSONText.init)
           return contentState != nil && mark(bit)
         case "staleDate":
           bit = 1 << 5

@@ -172,7 +172,7 @@ package final class ActivityStore: Sendable {
           guard let old = decode(value(id), id: id).record else { return false }
           return ActivityRules.effective(old, now: now).state == .dismissed
         }
-        return (set: [record.id: .data(bytes)], remove: gone, result: ())
+        return (set: [(record.id, .data(bytes))], remove: gone, result: ())
       }
     } catch { throw failure(error) }
     lastRecord.withLock { $0 = (bytes, record) }
@@ -181,10 +181,9 @@ package final class ActivityStore: Sendable {
   /// Read-modify-write of the record `id` as one commit under the suite's lock, so writers in several processes
   /// never lose each other's changes. `body` gets the record and its effective state now, and returns whether to
   /// write it. Returns the record as written (or as found when `body` wrote nothing); nil when there is no record.
-  /// `contentStateJSON`: the bytes (``ActivityJSON/Writer``'s) of the content state `body` sets, when it sets one.
   @discardableResult
   package func modify(
-    _ id: String, contentStateJSON: [UInt8]? = nil,
+    _ id: String,
     _ body: (inout ActivityRecord, ActivityRules.Effective) throws(ActivityError) -> Bool
   ) throws(ActivityError) -> ActivityRecord? {
     let pid = self.pid
@@ -194,25 +193,25 @@ package final class ActivityStore: Sendable {
       written = try suite.transaction { value in
         var record: ActivityRecord
         switch decode(value(id), id: id) {
-        case .missing: return (set: [:], remove: [], result: nil)
+        case .missing: return (set: [], remove: [], result: nil)
         case .damaged(let error): throw error
         case .record(let r): record = r
         }
         guard try body(&record, ActivityRules.effective(record, now: now)) else {
-          return (set: [:], remove: [], result: (record, nil))
+          return (set: [], remove: [], result: (record, nil))
         }
         record.revision += 1
         record.writerPID = pid
-        let bytes = try encode(record, contentStateJSON: contentStateJSON)
-        return (set: [id: .data(bytes)], remove: [], result: (record, bytes))
+        let bytes = try encode(record)
+        return (set: [(id, .data(bytes))], remove: [], result: (record, bytes))
       }
     } catch { throw failure(error) }
     if let written, let bytes = written.bytes { lastRecord.withLock { $0 = (bytes, written.record) } }
     return written?.record
   }
 
-  private func encode(_ record: ActivityRecord, contentStateJSON: [UInt8]? = nil) throws(ActivityError) -> [UInt8] {
-    do { return try ActivityRecordFormat.encode(record, contentStateJSON: contentStateJSON) } catch {
+  private func encode(_ record: ActivityRecord) throws(ActivityError) -> [UInt8] {
+    do { return try ActivityRecordFormat.encode(record) } catch {
       throw .encodingFailed(error.reason)
     }
   }
@@ -237,7 +236,7 @@ package final class ActivityStore: Sendable {
         let record = try ActivityRecordFormat.decode(bytes)
         guard record.id == id else { throw ActivityRecordFormat.Invalid("it holds activity \(record.id)") }
         try suite.transaction { value in
-          (set: value(id) == nil ? [id: .data(bytes)] : [:], remove: [], result: ())
+          (set: value(id) == nil ? [(id, .data(bytes))] : [], remove: [], result: ())
         }
         Self.logger.notice("activity \(id) imported from '\(root.path)/\(path)' into suite '\(suite.suiteName)'")
       } catch let error as FileSystemError where error.isPassing {

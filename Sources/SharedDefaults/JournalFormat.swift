@@ -54,7 +54,17 @@ enum JournalFormat {
       throw .invalidKey(String(record.key.prefix(32)) + "…", "it is longer than \(maxKeyBytes) bytes")
     }
     let start = out.count
-    out.reserveCapacity(start + headerBytes + 32 + keyBytes)
+    // Room for a data or string value too: growing the buffer for a record of a few hundred bytes (an activity's)
+    // was a second allocation and a copy.
+    var valueBytes = 32
+    if case .set(let value) = record.operation {
+      switch value {
+      case .data(let data): valueBytes += data.count
+      case .string(let string): valueBytes += string.utf8.count
+      default: break
+      }
+    }
+    out.reserveCapacity(start + headerBytes + valueBytes + keyBytes)
     append32(0, to: &out)  // length and checksum, patched below
     append32(0, to: &out)
     switch record.operation {

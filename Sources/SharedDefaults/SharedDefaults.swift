@@ -224,10 +224,12 @@ public final class SharedDefaults: Sendable {
   /// registered defaults) through `value` under the suite's lock and returns the keys to set and to remove, as one
   /// commit. Nothing to set or remove makes no commit and no change event, where ``update(_:_:)`` always commits:
   /// for modules that keep records of their own in a private suite (LiveActivities ignores an update of an ended
-  /// activity). `body` runs with the suite locked: keep it short and do not touch the suite in it.
+  /// activity). `body` runs with the suite locked: keep it short and do not touch the suite in it. Pairs to set, not
+  /// a dictionary: hashing a one-key dictionary was a tenth of an activity update's commit (a key set twice keeps
+  /// its last value).
   package func transaction<T: Sendable>(
     _ body: (_ value: (String) -> PropertyListValue?) throws -> (
-      set: [String: PropertyListValue], remove: [String], result: T
+      set: [(key: String, value: PropertyListValue)], remove: [String], result: T
     )
   ) throws -> T {
     let pid = self.pid
@@ -237,7 +239,7 @@ public final class SharedDefaults: Sendable {
       var records: [JournalFormat.Record] = []
       records.reserveCapacity(set.count + remove.count)
       for (key, value) in set { records.append(JournalFormat.Record(key: key, operation: .set(value), pid: pid)) }
-      for key in remove where set[key] == nil {
+      for key in remove where !set.contains(where: { $0.key == key }) {
         records.append(JournalFormat.Record(key: key, operation: .remove, pid: pid))
       }
       return (records, result)

@@ -55,9 +55,9 @@ enum ActivitiesCLI {
     }
     let r = snapshot.record
     func string(_ value: String?) -> String? { value.map { JSONScalar.string($0).encoded } }
-    field("attributes", r?.attributes.jsonText)
+    field("attributes", r?.attributes.text)
     field("attributes_type", string(r?.attributesType))
-    field("content_state", r?.contentState.jsonText)
+    field("content_state", r?.contentState.text)
     field("dismissal_date", string(date(r?.dismissalDate)))
     field("end_date", string(date(r?.endDate)))
     field("id", string(snapshot.id))
@@ -100,7 +100,7 @@ struct ActivitiesList: ParsableCommand {
       } else {
         let stale = ActivitiesCLI.date(record.staleDate).map { " stale at \($0)" } ?? ""
         Output.line(
-          "\(record.id)  \(record.attributesType)  \(state.rawValue)  \(record.contentState.jsonText)\(stale)")
+          "\(record.id)  \(record.attributesType)  \(state.rawValue)  \(record.contentState.text)\(stale)")
       }
     }
   }

@@ -79,7 +79,7 @@ import Testing
     }
     return (0..<count).map { _ in
       var r = ActivityRecord(
-        id: UUID().uuidString, attributesType: "Type" + string(), attributes: value(1), contentState: value(0),
+        id: UUID().uuidString, attributesType: "Type" + string(), attributes: JSONText(value(1))!, contentState: JSONText(value(0))!,
         staleDate: Bool.random(using: &rng) ? double() : nil, relevanceScore: double(), startDate: double(),
         pushType: Bool.random(using: &rng) ? string() : nil, writerPID: Int32.random(in: 1...Int32.max, using: &rng))
       r.revision = rng.next() >> 1
@@ -99,7 +99,7 @@ import Testing
       #expect(
         hand == (try ActivityRecordFormat.encodeWithFoundation(record)), "\(String(decoding: hand, as: UTF8.self))")
       #expect(
-        Array(record.contentState.jsonText.utf8) == Array(try ActivityRecordFormat.encoder.encode(record.contentState)))
+        record.contentState.bytes == Array(try ActivityRecordFormat.encoder.encode(record.contentState)))
     }
   }
 
@@ -109,7 +109,7 @@ import Testing
       let hand = ActivityRecordFormat.decodeByHand(bytes)
       #expect(hand != nil, "the hand route gave up on \(String(decoding: bytes, as: UTF8.self))")
       #expect(hand == (try ActivityRecordFormat.decodeWithFoundation(bytes)))
-      let state = Array(record.contentState.jsonText.utf8)
+      let state = record.contentState.bytes
       #expect(ActivityJSON.decode(state) == (try JSONDecoder().decode(JSONValue.self, from: Data(state))))
     }
   }

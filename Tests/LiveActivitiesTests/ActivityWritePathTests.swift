@@ -37,7 +37,7 @@ import Testing
     func describe(_ change: DefaultsChange) -> String {
       if change.key == marker { return marker }
       guard let record = store.decode(change.newValue, id: change.key).record else { return "not a record" }
-      guard case .object(let state) = record.contentState, case .integer(let likes)? = state["homeLikes"] else {
+      guard case .object(let state) = record.contentState.value, case .integer(let likes)? = state["homeLikes"] else {
         return "no likes"
       }
       return "r\(record.revision) likes \(likes) \(record.lifecycle)"
@@ -89,10 +89,10 @@ import Testing
         DispatchQueue.concurrentPerform(iterations: 4) { _ in
           for _ in 0..<25 {
             _ = try? store.modify(activity.id) { (record, _) throws(ActivityError) in
-              guard case .object(var state) = record.contentState, case .integer(let likes)? = state["homeLikes"]
+              guard case .object(var state) = record.contentState.value, case .integer(let likes)? = state["homeLikes"]
               else { return false }
               state["homeLikes"] = .integer(likes + 1)
-              record.contentState = .object(state)
+              record.contentState = JSONText(.object(state))!
               return true
             }
           }
@@ -137,11 +137,12 @@ import Testing
     try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
     let record = ActivityRecord(
       id: UUID().uuidString, attributesType: "ScoreboardAttributes",
-      attributes: .object(["homeTeam": .string("Lyon"), "awayTeam": .string("Nantes")]),
-      contentState: .object([
-        "homeScore": .integer(2), "awayScore": .integer(1), "homeLikes": .integer(0), "awayLikes": .integer(0),
-        "isFinal": .bool(false),
-      ]), staleDate: nil, relevanceScore: 0, startDate: Date().timeIntervalSince1970, pushType: nil, writerPID: 1)
+      attributes: JSONText(.object(["homeTeam": .string("Lyon"), "awayTeam": .string("Nantes")]))!,
+      contentState: JSONText(
+        .object([
+          "homeScore": .integer(2), "awayScore": .integer(1), "homeLikes": .integer(0), "awayLikes": .integer(0),
+          "isFinal": .bool(false),
+        ]))!, staleDate: nil, relevanceScore: 0, startDate: Date().timeIntervalSince1970, pushType: nil, writerPID: 1)
     let file = directory + "/" + record.id + ".activity"
     try Data(ActivityRecordFormat.encode(record)).write(to: URL(fileURLWithPath: file))
     let listed = try Activity<ScoreboardAttributes>.activities(in: container)

@@ -2,8 +2,8 @@ import Foundation
 import LiveActivities
 import Testing
 
-/// A content state encoded without JSONEncoder (JSONValueEncoder) gives JSONEncoder's bytes, or leaves the value to
-/// JSONEncoder.
+/// A content state encoded without JSONEncoder (JSONTextEncoder) gives JSONEncoder's bytes (in JSONText's read-back
+/// form), or leaves the value to JSONEncoder.
 ///
 /// Mutant these tests catch (made once by hand, seen failing, restored): `Data` encoded as its own array of bytes
 /// instead of base64.
@@ -47,17 +47,42 @@ import Testing
 
   @Test func aStateEncodesToJSONEncodersBytes() throws {
     let state = State()
-    let tree = try JSONValueEncoder().encode(state)
-    #expect(ActivityJSON.encode(tree) == (try Self.foundation(state)))
-    #expect(ActivityJSON.encode(try JSONValueEncoder().encode([1, 2])) == (try Self.foundation([1, 2])))
-    #expect(ActivityJSON.encode(try JSONValueEncoder().encode("top")) == (try Self.foundation("top")))
+    #expect(try JSONTextEncoder().encode(state).bytes == (try Self.foundation(state)))
+    #expect(try JSONTextEncoder().encode([1, 2]).bytes == (try Self.foundation([1, 2])))
+    #expect(try JSONTextEncoder().encode("top").bytes == (try Self.foundation("top")))
+  }
+
+  /// JSONText's read-back form: a double an Int64 holds is its integer (what reading JSONEncoder's `1e+16` or `-0`
+  /// gives), and the bytes read back to a value that writes them again.
+  @Test func wholeDoublesAreWrittenAsTheIntegersTheyReadBackAs() throws {
+    struct Doubles: Codable { var huge = 1e16, minusZero = -0.0, past = 1e19, half = 0.5 }
+    let text = try JSONTextEncoder().encode(Doubles())
+    #expect(text.text == #"{"half":0.5,"huge":10000000000000000,"minusZero":0,"past":1e+19}"#)
+    #expect(JSONText(text.value) == text)
+    #expect(JSONText(try JSONDecoder().decode(JSONValue.self, from: Data(try Self.foundation(Doubles())))) == text)
+  }
+
+  /// A key encoded twice keeps its last value, as JSONEncoder; keys sort by their UTF-8 bytes.
+  @Test func aKeyEncodedTwiceKeepsItsLastValue() throws {
+    struct Twice: Encodable {
+      enum Key: String, CodingKey { case b, a, é, Z }
+      func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: Key.self)
+        try c.encode(1, forKey: .b)
+        try c.encode(2, forKey: .a)
+        try c.encode(3, forKey: .b)
+        try c.encode("x", forKey: .é)
+        try c.encode(true, forKey: .Z)
+      }
+    }
+    #expect(try JSONTextEncoder().encode(Twice()).bytes == (try Self.foundation(Twice())))
   }
 
   @Test func whatItCannotWriteAlikeIsLeftToJSONEncoder() throws {
-    #expect(throws: JSONValueEncoder.Unsupported.self) { try JSONValueEncoder().encode(WithFloat()) }
-    #expect(throws: JSONValueEncoder.Unsupported.self) { try JSONValueEncoder().encode(Decimal(string: "1.5")!) }
-    #expect(throws: JSONValueEncoder.Unsupported.self) { try JSONValueEncoder().encode(UInt64.max) }
-    #expect(throws: JSONValueEncoder.Unsupported.self) { try JSONValueEncoder().encode(Double.nan) }
-    #expect(throws: JSONValueEncoder.Unsupported.self) { try JSONValueEncoder().encode(Empty()) }
+    #expect(throws: JSONTextEncoder.Unsupported.self) { try JSONTextEncoder().encode(WithFloat()) }
+    #expect(throws: JSONTextEncoder.Unsupported.self) { try JSONTextEncoder().encode(Decimal(string: "1.5")!) }
+    #expect(throws: JSONTextEncoder.Unsupported.self) { try JSONTextEncoder().encode(UInt64.max) }
+    #expect(throws: JSONTextEncoder.Unsupported.self) { try JSONTextEncoder().encode(Double.nan) }
+    #expect(throws: JSONTextEncoder.Unsupported.self) { try JSONTextEncoder().encode(Empty()) }
   }
 }

@@ -1,76 +1,101 @@
 import Foundation
 
-/// Encodes an `Encodable` value straight into a `JSONValue`, as JSONEncoder would write it (`.deferredToDate`,
-/// `Data` as base64, `URL` as its absolute string): JSONEncoder took 18 µs for a five-field content state, the
-/// largest part left of an update's encoding. What it does not write the same way (`Decimal`, `Float`, an integer
-/// past Int64, a value that encodes nothing, NaN) throws `Unsupported`, and the caller asks JSONEncoder, which
-/// decides.
-package struct JSONValueEncoder {
+/// Encodes an `Encodable` value straight into a ``JSONText``, as JSONEncoder would write it (`.sortedKeys`,
+/// `.deferredToDate`, `Data` as base64, `URL` as its absolute string), in the read-back form JSONText keeps (a
+/// double an `Int64` holds as that integer). JSONEncoder took 18 µs for a five-field content state, the largest part
+/// left of an update's encoding; going through a `JSONValue` tree (a dictionary per object) was then the largest part.
+/// What it does not write the same way (`Decimal`, `Float`, an integer past Int64, a value that encodes nothing,
+/// NaN) throws `Unsupported`, and the caller asks JSONEncoder, which decides.
+package struct JSONTextEncoder {
   /// The value cannot be encoded here as JSONEncoder would: ask JSONEncoder.
   package struct Unsupported: Error {}
 
   package init() {}
 
-  package func encode<T: Encodable>(_ value: T) throws -> JSONValue {
+  package func encode<T: Encodable>(_ value: T) throws -> JSONText {
     let box = Box()
     try Self.encode(value, into: box, path: [])
-    guard let result = box.value else { throw Unsupported() }
-    return result
+    var writer = ActivityJSON.Writer()
+    writer.wholeAsInteger = true
+    guard box.write(into: &writer) else { throw Unsupported() }
+    return JSONText(canonical: writer.bytes)
   }
 
-  /// A value being built: containers fill it after it was handed out (nested containers, superEncoder).
+  /// A value being built: containers fill it after it was handed out (nested containers, superEncoder), so it is
+  /// written once the whole value was encoded.
   final class Box {
     var value: JSONValue?
-    var object: [String: Member]?
+    /// Keyed members in the order encoded (sorted when written; no dictionary: hashing every key was most of a
+    /// small state's cost).
+    var members: [(key: String, member: Member)]?
     var array: [Box]?
 
     /// A keyed member: a scalar is stored as it is (a box per field was most of a small state's allocations).
     enum Member {
       case value(JSONValue)
       case box(Box)
-
-      var resolved: JSONValue? {
-        switch self {
-        case .value(let value): return value
-        case .box(let box): return box.resolved
-        }
-      }
     }
 
-    var resolved: JSONValue? {
-      if let object {
-        var out: [String: JSONValue] = [:]
-        out.reserveCapacity(object.count)
-        for (key, member) in object {
-          guard let value = member.resolved else { return nil }
-          out[key] = value
-        }
-        return .object(out)
-      }
+    /// Writes the value; false when something in it encoded nothing (or a number JSON cannot write).
+    func write(into writer: inout ActivityJSON.Writer) -> Bool {
+      if let members { return Self.write(members, into: &writer) }
       if let array {
-        var out: [JSONValue] = []
-        for box in array {
-          guard let value = box.resolved else { return nil }
-          out.append(value)
+        writer.bytes.append(UInt8(ascii: "["))
+        for (index, box) in array.enumerated() {
+          if index > 0 { writer.bytes.append(UInt8(ascii: ",")) }
+          guard box.write(into: &writer) else { return false }
         }
-        return .array(out)
+        writer.bytes.append(UInt8(ascii: "]"))
+        return true
       }
-      return value
+      guard let value else { return false }
+      return writer.value(value)
+    }
+
+    /// An object, keys in the order of their UTF-8 bytes; a key encoded twice keeps its last value, as JSONEncoder.
+    private static func write(_ members: [(key: String, member: Member)], into writer: inout ActivityJSON.Writer) -> Bool {
+      func member(_ member: Member) -> Bool {
+        switch member {
+        case .value(let value): return writer.value(value)
+        case .box(let box): return box.write(into: &writer)
+        }
+      }
+      writer.bytes.append(UInt8(ascii: "{"))
+      if members.count == 1 {  // nothing to sort
+        writer.string(members[0].key)
+        writer.bytes.append(UInt8(ascii: ":"))
+        guard member(members[0].member) else { return false }
+      } else {
+        let order = members.indices.sorted { a, b in
+          members[a].key == members[b].key ? a < b : members[a].key.utf8.lexicographicallyPrecedes(members[b].key.utf8)
+        }
+        var first = true
+        for (position, index) in order.enumerated() {
+          // Of equal keys (adjacent now, in encoding order) the last is written.
+          if position + 1 < order.count, members[order[position + 1]].key == members[index].key { continue }
+          if !first { writer.bytes.append(UInt8(ascii: ",")) }
+          first = false
+          writer.string(members[index].key)
+          writer.bytes.append(UInt8(ascii: ":"))
+          guard member(members[index].member) else { return false }
+        }
+      }
+      writer.bytes.append(UInt8(ascii: "}"))
+      return true
     }
   }
 
   static func encode<T: Encodable>(_ value: T, into box: Box, path: [any CodingKey]) throws {
-    switch value {
-    case let data as Data: box.value = .string(data.base64EncodedString())
-    case let url as URL: box.value = .string(url.absoluteString)
-    case is Decimal: throw Unsupported()
-    default:
-      let encoder = ValueEncoder(box: box, codingPath: path)
-      try value.encode(to: encoder)
-      guard let resolved = box.resolved else { throw Unsupported() }
-      box.value = resolved
-      box.object = nil
-      box.array = nil
+    // The types JSONEncoder writes its own way, told by type (a dynamic cast of every value to each of them was a
+    // tenth of encoding a one-field state).
+    if T.self == Data.self {
+      box.value = .string((value as! Data).base64EncodedString())
+    } else if T.self == URL.self {
+      box.value = .string((value as! URL).absoluteString)
+    } else if T.self == Decimal.self {
+      throw Unsupported()
+    } else {
+      try value.encode(to: ValueEncoder(box: box, codingPath: path))
     }
   }
 
@@ -93,7 +118,7 @@ package struct JSONValueEncoder {
     var userInfo: [CodingUserInfoKey: Any] { [:] }
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> {
-      if box.object == nil { box.object = [:] }
+      if box.members == nil { box.members = [] }
       return KeyedEncodingContainer(Keyed<Key>(box: box, codingPath: codingPath))
     }
 
@@ -111,11 +136,11 @@ package struct JSONValueEncoder {
 
     func child(_ key: Key) -> Box {
       let child = Box()
-      box.object![key.stringValue] = .box(child)
+      box.members!.append((key.stringValue, .box(child)))
       return child
     }
 
-    func set(_ key: Key, _ value: JSONValue) { box.object![key.stringValue] = .value(value) }
+    func set(_ key: Key, _ value: JSONValue) { box.members!.append((key.stringValue, .value(value))) }
 
     mutating func encodeNil(forKey key: Key) throws { set(key, .null) }
     mutating func encode(_ value: Bool, forKey key: Key) throws { set(key, .bool(value)) }
@@ -133,7 +158,7 @@ package struct JSONValueEncoder {
     mutating func encode(_ value: UInt32, forKey key: Key) throws { set(key, try scalar(value)) }
     mutating func encode(_ value: UInt64, forKey key: Key) throws { set(key, try scalar(value)) }
     mutating func encode<T: Encodable>(_ value: T, forKey key: Key) throws {
-      try JSONValueEncoder.encode(value, into: child(key), path: codingPath + [key])
+      try JSONTextEncoder.encode(value, into: child(key), path: codingPath + [key])
     }
     mutating func nestedContainer<NestedKey: CodingKey>(
       keyedBy keyType: NestedKey.Type, forKey key: Key
@@ -145,7 +170,7 @@ package struct JSONValueEncoder {
     }
     mutating func superEncoder() -> any Encoder {
       let child = Box()
-      box.object!["super"] = .box(child)  // JSONEncoder's key for it
+      box.members!.append(("super", .box(child)))  // JSONEncoder's key for it
       return ValueEncoder(box: child, codingPath: codingPath)
     }
     mutating func superEncoder(forKey key: Key) -> any Encoder { ValueEncoder(box: child(key), codingPath: codingPath) }
@@ -178,7 +203,7 @@ package struct JSONValueEncoder {
     mutating func encode(_ value: UInt32) throws { next().value = try scalar(value) }
     mutating func encode(_ value: UInt64) throws { next().value = try scalar(value) }
     mutating func encode<T: Encodable>(_ value: T) throws {
-      try JSONValueEncoder.encode(value, into: next(), path: codingPath)
+      try JSONTextEncoder.encode(value, into: next(), path: codingPath)
     }
     mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type) -> KeyedEncodingContainer<
       NestedKey
@@ -211,7 +236,7 @@ package struct JSONValueEncoder {
     mutating func encode(_ value: UInt32) throws { box.value = try scalar(value) }
     mutating func encode(_ value: UInt64) throws { box.value = try scalar(value) }
     mutating func encode<T: Encodable>(_ value: T) throws {
-      try JSONValueEncoder.encode(value, into: box, path: codingPath)
+      try JSONTextEncoder.encode(value, into: box, path: codingPath)
     }
   }
 }
