@@ -367,7 +367,7 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
       throw error
     }
     if hasStrayMoves.load(ordering: .acquiring) { takeStrayMoves() }
-    return access
+    return consume access  // moved out: a plain return copied the access (a retain and a release per field)
   }
 
   /// The moves recorded outside any accessor of this coordinator, taken away.
