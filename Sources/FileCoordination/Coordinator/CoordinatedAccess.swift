@@ -211,24 +211,18 @@ struct CoordinatedAccess: Sendable {
   mutating func lock(
     owner: LockOwner, timeout: Duration? = nil, isCancelled: @Sendable () -> Bool
   ) throws(FileCoordinatorError) {
-    func access(_ item: Item) -> LockOrder.Access {
-      !item.isWrite ? .read : item.writing.excludesContents ? .writeTree : .write
-    }
-    let plan =
-      items.count == 1
-      ? space.locks.plan(items[0].path, access(items[0])) : LockOrder.plan(items.map { ($0.path, access($0)) })
     let deadline = timeout.map { MonotonicClock.nanoseconds() + Self.nanoseconds($0) }
     do {
       if let deadline {
-        held = try space.locks.acquire(
-          plan, owner: owner, isCancelled: { isCancelled() || MonotonicClock.nanoseconds() >= deadline })
+        held = try takeLocks(owner: owner, isCancelled: { isCancelled() || MonotonicClock.nanoseconds() >= deadline })
       } else {
-        held = try space.locks.acquire(plan, owner: owner, isCancelled: isCancelled)  // no closure per access
+        held = try takeLocks(owner: owner, isCancelled: isCancelled)  // no closure per access
       }
     } catch {
       guard error.code == .cancelled, !isCancelled(), let timeout, let deadline,
         MonotonicClock.nanoseconds() >= deadline
       else { throw error }
+      let plan = LockOrder.plan(items.map { ($0.path, Self.access($0)) })
       throw .lockTimedOut(item: items[0].path.string, holderPID: holder(of: plan), seconds: Self.seconds(timeout))
     }
     self.owner = owner
@@ -238,6 +232,21 @@ struct CoordinatedAccess: Sendable {
         items[index].existedBefore = exists(items[index].path)
       }
     }
+  }
+
+  private static func access(_ item: Item) -> LockOrder.Access {
+    !item.isWrite ? .read : item.writing.excludesContents ? .writeTree : .write
+  }
+
+  /// The lock table's `acquire`: for one item by its path (the table keeps its plan and entries for the next time).
+  private func takeLocks(
+    owner: LockOwner, isCancelled: @Sendable () -> Bool
+  ) throws(FileCoordinatorError) -> [LockTable.Hold] {
+    guard items.count == 1 else {
+      return try space.locks.acquire(
+        LockOrder.plan(items.map { ($0.path, Self.access($0)) }), owner: owner, isCancelled: isCancelled)
+    }
+    return try space.locks.acquire(items[0].path, Self.access(items[0]), owner: owner, isCancelled: isCancelled)
   }
 
   /// Another process holding one of `plan`'s lock files, from the kernel's lock list (exclusive holders first).

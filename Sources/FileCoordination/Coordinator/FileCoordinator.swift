@@ -77,10 +77,14 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
     var presenterTimeout: Duration = .seconds(5)
     var presenterTimeoutPolicy: PresenterTimeoutPolicy = .skip
     var lockTimeout: Duration?
-    var cancelGeneration: UInt64 = 0
     var moves: [(URL, URL)] = []
   }
   private let state: Mutex<State>
+  /// Bumped by `cancel()`; an atomic, so the waiting access asks without taking `state`'s lock.
+  private let cancelGeneration = Atomic<UInt64>(0)
+  /// `state.moves` is not empty (set and cleared under `state`'s lock): an access takes that lock for the moves
+  /// only when there are some.
+  private let hasStrayMoves = Atomic<Bool>(false)
   private static let nextInstance = Atomic<UInt64>(0)
   private let instance = FileCoordinator.nextInstance.add(1, ordering: .relaxed).newValue
 
@@ -131,16 +135,20 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
   /// Cancels the accesses of this coordinator that are still waiting (for locks or presenters): their accessors
   /// do not run and they throw ``FileCoordinatorError/cancelled``. Accessors already running finish normally.
   public func cancel() {
-    state.withLock { $0.cancelGeneration += 1 }
+    cancelGeneration.add(1, ordering: .sequentiallyConsistent)
   }
 
   /// Call from a `.forMoving` accessor after moving an item, so presenters follow it.
   public func item(at oldURL: URL, didMoveTo newURL: URL) {
     if let log = Self.runningMoves?.log(of: instance) {
       log.moves.withLock { $0.append((oldURL, newURL)) }
+      log.recorded.store(true, ordering: .releasing)
     } else {
       // Not from an accessor's thread or task (a thread it started): the coordinator's, taken by the next end.
-      state.withLock { $0.moves.append((oldURL, newURL)) }
+      state.withLock {
+        $0.moves.append((oldURL, newURL))
+        hasStrayMoves.store(true, ordering: .releasing)
+      }
     }
   }
 
@@ -285,6 +293,8 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
     let instance: UInt64
     let outer: MoveLog?
     let moves = Mutex<[(URL, URL)]>([])
+    /// `moves` is not empty: the access's end and the log's reuse take its lock only then.
+    let recorded = Atomic<Bool>(false)
 
     init(instance: UInt64, outer: MoveLog?) {
       self.instance = instance
@@ -307,7 +317,10 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
   private func moveLog() -> MoveLog {
     let outer = Self.runningMoves
     if outer == nil, var log = spareLog.withLock({ $0.take() }), isKnownUniquelyReferenced(&log) {
-      log.moves.withLock { $0.removeAll(keepingCapacity: true) }
+      if log.recorded.load(ordering: .acquiring) {
+        log.moves.withLock { $0.removeAll(keepingCapacity: true) }
+        log.recorded.store(false, ordering: .relaxed)
+      }
       return log
     }
     return MoveLog(instance: instance, outer: outer)
@@ -337,11 +350,14 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
   private func begin(
     _ intents: [FileAccessIntent], extraCancel: @escaping @Sendable () -> Bool
   ) throws(FileCoordinatorError) -> CoordinatedAccess {
-    let (purpose, timeout, policy, generation, lockTimeout) = state.withLock {
-      ($0.purposeIdentifier, $0.presenterTimeout, $0.presenterTimeoutPolicy, $0.cancelGeneration, $0.lockTimeout)
+    let generation = cancelGeneration.load(ordering: .sequentiallyConsistent)
+    let (purpose, timeout, policy, lockTimeout) = state.withLock {
+      ($0.purposeIdentifier, $0.presenterTimeout, $0.presenterTimeoutPolicy, $0.lockTimeout)
     }
     // A local function, passed only where it does not escape: no closure context allocated per access.
-    @Sendable func isCancelled() -> Bool { state.withLock { $0.cancelGeneration } != generation || extraCancel() }
+    @Sendable func isCancelled() -> Bool {
+      cancelGeneration.load(ordering: .sequentiallyConsistent) != generation || extraCancel()
+    }
     var access = try CoordinatedAccess(intents: intents, filePresenter: filePresenter, purpose: purpose)
     try access.notifyPresenters(timeout: timeout, policy: policy, isCancelled: isCancelled)
     do {
@@ -350,18 +366,24 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
       access.finish(moves: [], accessorRan: false)
       throw error
     }
-    state.withLock { $0.moves.removeAll() }
-    return access
+    if hasStrayMoves.load(ordering: .acquiring) { takeStrayMoves() }
+    return consume access  // moved out: a plain return copied the access (a retain and a release per field)
+  }
+
+  /// The moves recorded outside any accessor of this coordinator, taken away.
+  @discardableResult private func takeStrayMoves() -> [(URL, URL)] {
+    state.withLock {
+      hasStrayMoves.store(false, ordering: .relaxed)
+      var moves: [(URL, URL)] = []
+      swap(&moves, &$0.moves)
+      return moves
+    }
   }
 
   /// Step 3: release the locks, then tell presenters what happened and let them reacquire.
   private func end(_ access: CoordinatedAccess, _ log: MoveLog) {
-    let moves =
-      log.moves.withLock { $0 }
-      + state.withLock { s in
-        defer { s.moves.removeAll() }
-        return s.moves
-      }
+    var moves = log.recorded.load(ordering: .acquiring) ? log.moves.withLock { $0 } : []
+    if hasStrayMoves.load(ordering: .acquiring) { moves += takeStrayMoves() }
     access.unlock()
     access.finish(moves: moves)
     if log.outer == nil { spareLog.withLock { $0 = log } }

@@ -59,6 +59,8 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     @exclusivity(unchecked) var generation: UInt64 = 0
     /// When the last holder left a cached lock (monotonic ns); 0 when not cached.
     @exclusivity(unchecked) var idleSince: UInt64 = 0
+    /// Still the table's entry of its key: an entry the last plan remembers is used only while it is.
+    @exclusivity(unchecked) var inTable = true
 
     /// Holds the flock with no holder in the process: a cached shared tree lock.
     var isCached: Bool { osMode != nil && holders.isEmpty }
@@ -94,17 +96,11 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     revocation?.signal.listenForever()
   }
 
-  /// The last one-item plan made here: a process tends to access one item again and again, and the plan (an array
-  /// of keys, one per depth) was two allocations of every access.
-  private let lastPlan = Mutex<(path: ContainerPath, access: LockOrder.Access, plan: [LockOrder.Request])?>(nil)
-
-  /// `LockOrder.plan(path, access)`, remembered for the next access to the same item.
-  func plan(_ path: ContainerPath, _ access: LockOrder.Access) -> [LockOrder.Request] {
-    if let last = lastPlan.withLock({ $0 }), last.access == access, last.path == path { return last.plan }
-    let plan = LockOrder.plan(path, access)
-    lastPlan.withLock { $0 = (path, access, plan) }
-    return plan
-  }
+  /// The last one-item plan taken here, with its entries: a process tends to access one item again and again, and
+  /// the plan (an array of keys, one per depth) was two allocations of every access, the entries' lookups (hashing
+  /// each key's path) 3 % of it. Guarded by `condition`.
+  @exclusivity(unchecked) private var lastPlan:
+    (path: ContainerPath, access: LockOrder.Access, plan: [LockOrder.Request], entries: [Entry])?
 
   /// A lock `acquire` took, for `release`: its entry itself, so releasing looks nothing up (an entry with a
   /// holder is never dropped from the table).
@@ -113,36 +109,73 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     fileprivate let entry: Entry
   }
 
-  /// The array of the last access's holds, given back by `release` (an array per access otherwise).
-  private let spareHolds = SpareArray<Hold>()
+  /// The array of the last access's holds, given back by `release` (an array per access otherwise); its buffer is
+  /// filled in place once the last access let go of it (`SpareArray`'s rule, kept under `condition` instead of a
+  /// lock of its own).
+  @exclusivity(unchecked) private var spareHolds: [Hold] = []
 
   /// Takes every lock of `plan` (already in lock order) for `owner`; on failure releases what it took.
   func acquire(
     _ plan: [LockOrder.Request], owner: LockOwner, isCancelled: @Sendable () -> Bool
   ) throws(FileCoordinatorError) -> [Hold] {
-    var taken = spareHolds.take()
+    // Asked once here, then only before each wait: a lock free at once is taken without asking again.
+    if isCancelled() { throw .cancelled }
+    condition.lock()
+    defer { condition.unlock() }
+    return try take(plan, entries: nil, owner: owner, isCancelled: isCancelled)
+  }
+
+  /// `acquire(LockOrder.plan(path, access), …)` for one item: the plan and its entries of the last call for the
+  /// same item are used again, so a repeated access looks nothing up and makes nothing.
+  func acquire(
+    _ path: ContainerPath, _ access: LockOrder.Access, owner: LockOwner, isCancelled: @Sendable () -> Bool
+  ) throws(FileCoordinatorError) -> [Hold] {
+    if isCancelled() { throw .cancelled }
+    condition.lock()
+    defer { condition.unlock() }
+    if let last = lastPlan, last.access == access, last.path == path {
+      return try take(last.plan, entries: last.entries, owner: owner, isCancelled: isCancelled)
+    }
+    let plan = LockOrder.plan(path, access)
+    let taken = try take(plan, entries: nil, owner: owner, isCancelled: isCancelled)
+    lastPlan = (path, access, plan, taken.map(\.entry))
+    return taken
+  }
+
+  /// Takes every lock of `plan` under one hold of `condition` (held on entry and on return, also when it throws;
+  /// waits and flocks let go of it meanwhile); `entries`, when given, are the plan's entries as last seen.
+  private func take(
+    _ plan: [LockOrder.Request], entries: [Entry]?, owner: LockOwner, isCancelled: @Sendable () -> Bool
+  ) throws(FileCoordinatorError) -> [Hold] {
+    var taken: [Hold] = []
+    swap(&taken, &spareHolds)
+    taken.removeAll(keepingCapacity: true)
     taken.reserveCapacity(plan.count)
     do throws(FileCoordinatorError) {
-      // Asked once here, then only before each wait: a lock free at once is taken without asking again (asking
-      // takes the coordinator's own lock: one more lock per request of every access).
-      if isCancelled() { throw FileCoordinatorError.cancelled }
-      for request in plan {
-        taken.append(Hold(request: request, entry: try acquire(request, owner: owner, isCancelled: isCancelled)))
+      for index in plan.indices {
+        let entry = try take(plan[index], known: entries?[index], owner: owner, isCancelled: isCancelled)
+        taken.append(Hold(request: plan[index], entry: entry))
       }
     } catch {
-      release(taken, owner: owner)
+      releaseTaken(taken, owner: owner)
+      condition.broadcast()
       throw error
     }
     return taken
   }
 
   func release(_ held: [Hold], owner: LockOwner) {
-    defer { spareHolds.keep(held) }
     condition.lock()
     defer {
       condition.broadcast()
       condition.unlock()
     }
+    releaseTaken(held, owner: owner)
+    spareHolds = held
+  }
+
+  /// Called with `condition` held.
+  private func releaseTaken(_ held: [Hold], owner: LockOwner) {
     var now: UInt64 = 0
     for taken in held.reversed() {
       let (request, entry) = (taken.request, taken.entry)
@@ -217,21 +250,21 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     }
   }
 
-  private func acquire(
-    _ request: LockOrder.Request, owner: LockOwner, isCancelled: @Sendable () -> Bool
+  /// Takes one lock (called with `condition` held, which it holds again when it returns or throws); `known` is the
+  /// key's entry as last seen.
+  private func take(
+    _ request: LockOrder.Request, known: Entry?, owner: LockOwner, isCancelled: @Sendable () -> Bool
   ) throws(FileCoordinatorError) -> Entry {
     let key = request.key
     let mode = request.mode
-    condition.lock()
     var first = true
     while true {
-      if !first && isCancelled() {
-        condition.unlock()
-        throw .cancelled
-      }
+      if !first && isCancelled() { throw .cancelled }
       first = false
       let entry: Entry
-      if let known = entries[key] {
+      if let known, known.inTable {
+        entry = known
+      } else if let known = entries[key] {
         entry = known
       } else {
         entry = Entry(bucket: LockRevocation.bucket(of: key))
@@ -248,18 +281,13 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
           entry.idleSince = 0
           entry.holders[owner] = (mode, 1)
           hits += 1
-          condition.unlock()
           return entry
         }
         drop(entry)
       }
       if let held = entry.holders[owner] {
-        guard held.mode == .exclusive || mode == .shared else {
-          condition.unlock()
-          throw .lockUpgrade(key.path.string)
-        }
+        guard held.mode == .exclusive || mode == .shared else { throw .lockUpgrade(key.path.string) }
         entry.holders[owner] = (held.mode, held.count + 1)
-        condition.unlock()
         return entry
       }
       let conflict = mode == .exclusive ? !entry.holders.isEmpty : entry.holders.hasExclusive
@@ -269,10 +297,22 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
       }
       if let os = entry.osMode, os == .exclusive || mode == .shared {
         entry.holders[owner] = (mode, 1)
-        condition.unlock()
         return entry
       }
-      // Nobody in this process holds it: take the flock, outside the table's lock.
+      // Nobody in this process holds it. Most such locks are free: one non-blocking try with the table's lock held
+      // takes it without letting go of that lock and taking it again (two lock operations of every access). The
+      // generation is read before the flock, as below.
+      if let fd = entry.fd {
+        let generation = revocation?.generation(entry.bucket) ?? 0
+        if (try? fd.fd.lock(mode, nonBlocking: true)) == true {
+          entry.osMode = mode
+          entry.generation = generation
+          entry.idleSince = 0
+          entry.holders[owner] = (mode, 1)
+          return entry
+        }
+      }
+      // Taken elsewhere, or not open yet: take the flock outside the table's lock.
       // `busy` keeps the entry in the table (trimming skips it) and everyone else off it until we are back.
       entry.busy = true
       var fd = entry.fd  // read under the lock: `entry` is shared
@@ -301,11 +341,9 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
         entry.idleSince = 0
         entry.holders[owner] = (mode, 1)
         condition.broadcast()
-        condition.unlock()
         return entry
       case .failure(let error):
         condition.broadcast()
-        condition.unlock()
         throw error
       }
     }
@@ -345,6 +383,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     directory = DescriptorBox(fresh)
     for (key, entry) in entries where entry.holders.isEmpty && !entry.busy {
       entry.fd = nil  // closes it
+      entry.inTable = false
       entries[key] = nil
     }
   }
@@ -378,6 +417,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     guard entries.count > idleDescriptorLimit else { return }
     for (key, entry) in entries where entry.holders.isEmpty && !entry.busy {
       entry.fd = nil  // closes it
+      entry.inTable = false
       entries[key] = nil
       if entries.count <= idleDescriptorLimit / 2 { break }
     }
