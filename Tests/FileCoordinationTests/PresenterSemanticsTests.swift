@@ -296,6 +296,39 @@ import Testing
     late.kill()
   }
 
+  /// A coordinator that accessed an item before the container was removed still excludes another process after,
+  /// through the plan it remembers (with its lock table entries): the idle lock descriptors were on the deleted
+  /// files, and a flock on a deleted file excludes no one. Mutant: the table's rebind keeping its idle descriptors —
+  /// the accessor ran while the other process held the lock. (The remembered plan's check that its entries are still
+  /// the table's is not what this catches: a dropped entry's descriptor is closed, so it opens the new file.)
+  @Test func anAccessAfterTheContainerWasRemovedStillExcludesOtherProcesses() async throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let url = container.documentsURL.appendingPathComponent("again.txt")
+    let coordinator = FileCoordinator()
+    try coordinator.coordinate(writingItemAt: url) { try container.write(Data("v0".utf8), to: $0) }
+    try await removeWithRM(container)
+    let processes = container.url.appendingPathComponent(".coordination/processes").path
+    #expect(
+      await waitForEntry(in: processes, prefix: "\(getpid())."), "this process did not recover from the removal")
+    let holder = try Child(.hold(mode: .write, item: "Documents/again.txt"), root: root.path, group: group)
+    defer { holder.kill() }
+    #expect(await holder.line { $0 == "locked" } != nil, "the other process did not take the lock")
+    coordinator.lockTimeout = .milliseconds(300)
+    let outcome = await expectCompletes("an access to an item another process holds, after the removal") {
+      () -> FileCoordinatorError? in
+      do {
+        try coordinator.coordinate(writingItemAt: url) { _ in
+          Issue.record("accessor ran while another process held the lock")
+        }
+        return nil
+      } catch let error as FileCoordinatorError {
+        return error
+      }
+    }
+    #expect((outcome ?? nil)?.code == .lockTimedOut, "expected lockTimedOut, got \(String(describing: outcome))")
+  }
+
   // MARK: A bound on lock waits
 
   @Test func aLockTimeoutFailsAnAccessBehindAStoppedHolder() async throws {
