@@ -118,7 +118,10 @@ package struct JSONTextEncoder {
     var userInfo: [CodingUserInfoKey: Any] { [:] }
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> {
-      if box.members == nil { box.members = [] }
+      if box.members == nil {
+        box.members = []
+        box.members!.reserveCapacity(8)  // a state's few fields without growing the array one by one
+      }
       return KeyedEncodingContainer(Keyed<Key>(box: box, codingPath: codingPath))
     }
 
