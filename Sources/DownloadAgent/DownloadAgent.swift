@@ -174,6 +174,11 @@ package final class DownloadAgent: Sendable {
   /// Runs until idle (or shut down). Returns 0, or 3 when another agent holds the container's agent lock (at the
   /// start, or later: its lock file was removed and another agent locked the new one).
   package func run() async -> Int32 {
+    // The loop's jobs and the timeouts of its waits on a thread of their own (`LoopThread`).
+    await withTaskExecutorPreference(LoopThread.shared) { await runLoop() }
+  }
+
+  private func runLoop() async -> Int32 {
     let locked: Bool
     do { locked = try await lock.acquire() } catch {
       logger.error("cannot open the agent lock: \(error)")
@@ -210,9 +215,10 @@ package final class DownloadAgent: Sendable {
       let listed = state.withLock { $0.listedAt } != listedBefore
       switch activity.passed(busy: busy, listed: listed, now: MonotonicClock.nanoseconds()) {
       case .endOfBurst:
-        // The tables the burst filled shrink to what they hold, and what its transfers and records allocated goes
-        // back to the kernel.
+        // The tables the burst filled shrink to what they hold, the lock files its publications left open are
+        // closed, and what its transfers and records allocated goes back to the kernel.
         shrinkTables()
+        FileCoordinator.closeIdleLockFiles()
         MemorySignals.returnFreedMemory()
       case .late:
         // Once more, with a listing (which forgets what the store and the tables keep of tasks gone), when the
@@ -1148,8 +1154,8 @@ final class Doorbell: Sendable {
         c.resume()
         return
       }
-      let nanoseconds = timeout.nanoseconds
-      DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(nanoseconds))) { [weak self] in
+      // On the loop's thread, not Dispatch's (`LoopThread`).
+      LoopThread.shared.after(nanoseconds: timeout.nanoseconds, owner: self) { [weak self] in
         self?.timeOut(wait)
       }
     }
