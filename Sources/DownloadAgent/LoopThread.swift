@@ -20,6 +20,7 @@ final class LoopThread: TaskExecutor, @unchecked Sendable {
     var action: @Sendable () -> Void
   }
 
+  private let thread: Thread
   /// Guards `jobs` and `timers` (`@unchecked Sendable`); the thread waits on it.
   private let condition = NSCondition()
   private var jobs: [UnownedJob] = []
@@ -28,7 +29,7 @@ final class LoopThread: TaskExecutor, @unchecked Sendable {
   private var timers: [ObjectIdentifier: Timer] = [:]
 
   private init(name: String) {
-    let thread = Thread { self.serve() }
+    thread = Thread { LoopThread.shared.serve() }
     thread.name = name
     thread.start()
   }
@@ -48,6 +49,9 @@ final class LoopThread: TaskExecutor, @unchecked Sendable {
     condition.signal()
     condition.unlock()
   }
+
+  /// Whether the caller runs on this thread (tests).
+  var isCurrent: Bool { Thread.current === thread }
 
   /// Whether `owner` has a timer set that has not run yet (tests).
   func hasTimer(owner: AnyObject) -> Bool {
