@@ -174,6 +174,11 @@ package final class DownloadAgent: Sendable {
   /// Runs until idle (or shut down). Returns 0, or 3 when another agent holds the container's agent lock (at the
   /// start, or later: its lock file was removed and another agent locked the new one).
   package func run() async -> Int32 {
+    // The loop's jobs and the timeouts of its waits on a thread of their own (`LoopThread`).
+    await withTaskExecutorPreference(LoopThread.shared) { await runLoop() }
+  }
+
+  private func runLoop() async -> Int32 {
     let locked: Bool
     do { locked = try await lock.acquire() } catch {
       logger.error("cannot open the agent lock: \(error)")
@@ -210,9 +215,10 @@ package final class DownloadAgent: Sendable {
       let listed = state.withLock { $0.listedAt } != listedBefore
       switch activity.passed(busy: busy, listed: listed, now: MonotonicClock.nanoseconds()) {
       case .endOfBurst:
-        // The tables the burst filled shrink to what they hold, and what its transfers and records allocated goes
-        // back to the kernel.
+        // The tables the burst filled shrink to what they hold, the lock files its publications left open are
+        // closed, and what its transfers and records allocated goes back to the kernel.
         shrinkTables()
+        FileCoordinator.closeIdleLockFiles()
         MemorySignals.returnFreedMemory()
       case .late:
         // Once more, with a listing (which forgets what the store and the tables keep of tasks gone), when the
@@ -319,6 +325,14 @@ package final class DownloadAgent: Sendable {
       d.capacity > 2 * d.count + 16 ? Dictionary(uniqueKeysWithValues: d.map { ($0.key, $0.value) }) : d
     }
     func fitted<E>(_ s: Set<E>) -> Set<E> { s.capacity > 2 * s.count + 16 ? Set(Array(s)) : s }
+    // Not `Array(a)`: that is the same buffer, its room kept.
+    func fitted<E>(_ a: [E]) -> [E] {
+      guard a.capacity > 2 * a.count + 16 else { return a }
+      var fresh: [E] = []
+      fresh.reserveCapacity(a.count)
+      fresh.append(contentsOf: a)
+      return fresh
+    }
     state.withLock { s in
       s.statuses = fitted(s.statuses)
       s.controls = fitted(s.controls)
@@ -326,7 +340,10 @@ package final class DownloadAgent: Sendable {
       s.finishing = fitted(s.finishing)
       s.running = fitted(s.running)
       s.queues = fitted(s.queues)
-      if s.listed.capacity > 2 * s.listed.count + 16 { s.listed = Array(s.listed) }
+      s.listed = fitted(s.listed)
+      // Commits take outcomes from its front (`removeFirst`), which keeps the room: after 10,000 tasks, an empty
+      // array of ~1,000 outcomes, 266 kB resident for good.
+      s.pendingFinals = fitted(s.pendingFinals)
     }
     store.shrinkKnownRequests()
   }
@@ -1148,8 +1165,8 @@ final class Doorbell: Sendable {
         c.resume()
         return
       }
-      let nanoseconds = timeout.nanoseconds
-      DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(nanoseconds))) { [weak self] in
+      // On the loop's thread, not Dispatch's (`LoopThread`).
+      LoopThread.shared.after(nanoseconds: timeout.nanoseconds, owner: self) { [weak self] in
         self?.timeOut(wait)
       }
     }

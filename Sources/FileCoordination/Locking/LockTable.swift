@@ -423,6 +423,20 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     }
   }
 
+  /// Closes every idle descriptor (no holder, no cached flock) and lets the table shrink: what a burst of accesses
+  /// left open for later ones (`FileCoordinator.closeIdleLockFiles`).
+  func closeIdleDescriptors() {
+    condition.lock()
+    defer { condition.unlock() }
+    for (key, entry) in entries where entry.holders.isEmpty && !entry.busy && entry.osMode == nil {
+      entry.fd = nil  // closes it
+      entries[key] = nil
+    }
+    if entries.capacity > 2 * entries.count + 16 {
+      entries = Dictionary(uniqueKeysWithValues: entries.map { ($0.key, $0.value) })
+    }
+  }
+
   /// What this process holds, for status and tests.
   func held() -> [(path: ContainerPath, kind: LockOrder.Kind, mode: FlockMode)] {
     condition.lock()
