@@ -430,6 +430,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     defer { condition.unlock() }
     for (key, entry) in entries where entry.holders.isEmpty && !entry.busy && entry.osMode == nil {
       entry.fd = nil  // closes it
+      entry.inTable = false  // a plan that remembers it looks the key up again
       entries[key] = nil
     }
     if entries.capacity > 2 * entries.count + 16 {
