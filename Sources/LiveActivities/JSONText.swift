@@ -37,7 +37,8 @@ package struct JSONText: Codable, Hashable, Sendable {
   /// Decodes any JSON value and keeps its canonical bytes.
   package init(from decoder: any Decoder) throws {
     guard let text = JSONText(try JSONValue(from: decoder)) else {
-      throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "a number is not finite"))
+      throw DecodingError.dataCorrupted(
+        .init(codingPath: decoder.codingPath, debugDescription: "a number is not finite"))
     }
     self = text
   }

@@ -53,7 +53,9 @@ package struct JSONTextEncoder {
     }
 
     /// An object, keys in the order of their UTF-8 bytes; a key encoded twice keeps its last value, as JSONEncoder.
-    private static func write(_ members: [(key: String, member: Member)], into writer: inout ActivityJSON.Writer) -> Bool {
+    private static func write(_ members: [(key: String, member: Member)], into writer: inout ActivityJSON.Writer)
+      -> Bool
+    {
       func member(_ member: Member) -> Bool {
         switch member {
         case .value(let value): return writer.value(value)

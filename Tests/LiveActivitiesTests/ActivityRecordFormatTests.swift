@@ -79,7 +79,8 @@ import Testing
     }
     return (0..<count).map { _ in
       var r = ActivityRecord(
-        id: UUID().uuidString, attributesType: "Type" + string(), attributes: JSONText(value(1))!, contentState: JSONText(value(0))!,
+        id: UUID().uuidString, attributesType: "Type" + string(), attributes: JSONText(value(1))!,
+        contentState: JSONText(value(0))!,
         staleDate: Bool.random(using: &rng) ? double() : nil, relevanceScore: double(), startDate: double(),
         pushType: Bool.random(using: &rng) ? string() : nil, writerPID: Int32.random(in: 1...Int32.max, using: &rng))
       r.revision = rng.next() >> 1
