@@ -190,20 +190,20 @@ package final class ActivityStore: Sendable {
     let now = now
     let written: (record: ActivityRecord, bytes: [UInt8]?)?
     do {
-      written = try suite.transaction { value in
+      written = try suite.transaction(forKey: id) { value in
         var record: ActivityRecord
-        switch decode(value(id), id: id) {
-        case .missing: return (set: [], remove: [], result: nil)
+        switch decode(value, id: id) {
+        case .missing: return (set: nil, result: nil)
         case .damaged(let error): throw error
         case .record(let r): record = r
         }
         guard try body(&record, ActivityRules.effective(record, now: now)) else {
-          return (set: [], remove: [], result: (record, nil))
+          return (set: nil, result: (record, nil))
         }
         record.revision += 1
         record.writerPID = pid
         let bytes = try encode(record)
-        return (set: [(id, .data(bytes))], remove: [], result: (record, bytes))
+        return (set: .data(bytes), result: (record, bytes))
       }
     } catch { throw failure(error) }
     if let written, let bytes = written.bytes { lastRecord.withLock { $0 = (bytes, written.record) } }
@@ -235,9 +235,7 @@ package final class ActivityStore: Sendable {
         let bytes = try root.readFile(path, limit: ActivityRecordFormat.maxRecordBytes).bytes
         let record = try ActivityRecordFormat.decode(bytes)
         guard record.id == id else { throw ActivityRecordFormat.Invalid("it holds activity \(record.id)") }
-        try suite.transaction { value in
-          (set: value(id) == nil ? [(id, .data(bytes))] : [], remove: [], result: ())
-        }
+        try suite.transaction(forKey: id) { value in (set: value == nil ? .data(bytes) : nil, result: ()) }
         Self.logger.notice("activity \(id) imported from '\(root.path)/\(path)' into suite '\(suite.suiteName)'")
       } catch let error as FileSystemError where error.isPassing {
         Self.logger.error("cannot import the activity record '\(root.path)/\(path)': \(error); kept for later")

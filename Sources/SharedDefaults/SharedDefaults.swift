@@ -246,6 +246,19 @@ public final class SharedDefaults: Sendable {
     }
   }
 
+  /// ``transaction(_:)`` of one key: `body` gets its value and returns the value to set (nil: nothing is written, no
+  /// commit). No array of pairs to set is made (an allocation of every activity update).
+  package func transaction<T: Sendable>(
+    forKey key: String, _ body: (_ value: PropertyListValue?) throws -> (set: PropertyListValue?, result: T)
+  ) throws -> T {
+    let pid = self.pid
+    return try store.transaction { values, _ in
+      let (set, result) = try body(values[key])
+      guard let set else { return ([], result) }
+      return ([JournalFormat.Record(key: key, operation: .set(set), pid: pid)], result)
+    }
+  }
+
   // MARK: Reading (Apple's names and fallbacks)
 
   /// The value (or the registered default) as Foundation types: numbers, `String`, `Data`, `Date`, arrays and
