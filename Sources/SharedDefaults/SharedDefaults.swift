@@ -224,9 +224,8 @@ public final class SharedDefaults: Sendable {
   /// registered defaults) through `value` under the suite's lock and returns the keys to set and to remove, as one
   /// commit. Nothing to set or remove makes no commit and no change event, where ``update(_:_:)`` always commits:
   /// for modules that keep records of their own in a private suite (LiveActivities ignores an update of an ended
-  /// activity). `body` runs with the suite locked: keep it short and do not touch the suite in it. Pairs to set, not
-  /// a dictionary: hashing a one-key dictionary was a tenth of an activity update's commit (a key set twice keeps
-  /// its last value).
+  /// activity). `body` runs with the suite locked: keep it short and do not touch the suite in it. Pairs to set (a
+  /// key set twice keeps its last value); one key: ``transaction(forKey:_:)``.
   package func transaction<T: Sendable>(
     _ body: (_ value: (String) -> PropertyListValue?) throws -> (
       set: [(key: String, value: PropertyListValue)], remove: [String], result: T

@@ -381,11 +381,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     // A thread may be opening a lock file through the old descriptor right now (outside `condition`): its
     // reference keeps it open until it is done.
     directory = DescriptorBox(fresh)
-    for (key, entry) in entries where entry.holders.isEmpty && !entry.busy {
-      entry.fd = nil  // closes it
-      entry.inTable = false
-      entries[key] = nil
-    }
+    for (key, entry) in entries where entry.holders.isEmpty && !entry.busy { remove(key, entry) }
   }
 
   private func openLockFile(_ key: LockOrder.Key) throws(FileCoordinatorError) -> SystemFD {
@@ -412,13 +408,19 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     }
   }
 
+  /// Takes an idle entry out of the table and closes its descriptor (called with `condition` held). Marked so: a
+  /// plan that remembers it (`lastPlan`) looks the key up again.
+  private func remove(_ key: LockOrder.Key, _ entry: Entry) {
+    entry.fd = nil  // closes it
+    entry.inTable = false
+    entries[key] = nil
+  }
+
   /// Called with `condition` held.
   private func trimIdleDescriptors() {
     guard entries.count > idleDescriptorLimit else { return }
     for (key, entry) in entries where entry.holders.isEmpty && !entry.busy {
-      entry.fd = nil  // closes it
-      entry.inTable = false
-      entries[key] = nil
+      remove(key, entry)
       if entries.count <= idleDescriptorLimit / 2 { break }
     }
   }
@@ -429,9 +431,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     condition.lock()
     defer { condition.unlock() }
     for (key, entry) in entries where entry.holders.isEmpty && !entry.busy && entry.osMode == nil {
-      entry.fd = nil  // closes it
-      entry.inTable = false  // a plan that remembers it looks the key up again
-      entries[key] = nil
+      remove(key, entry)
     }
     if entries.capacity > 2 * entries.count + 16 {
       entries = Dictionary(uniqueKeysWithValues: entries.map { ($0.key, $0.value) })
