@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import SystemLayer
 import TestSupport
 import Testing
 
@@ -227,5 +228,17 @@ import Testing
     }
     try coordinator.coordinate(writingItemAt: url) { _ in }
     #expect(space.locks.cacheHits == hits + 2, "a cached lock was trusted after the generation changed")
+  }
+
+  /// Every process, of every version, must name the same generation word for a lock: the bucket is FNV-1a-32 over
+  /// each component's UTF-8 bytes followed by "/", modulo the word count. Pinned against that definition.
+  @Test func aLocksBucketIsFNVOverItsComponentsEachFollowedByASlash() throws {
+    for text in ["", "Documents", "Documents/p.txt", "Library/Caches/é ü/x"] {
+      let path = text.isEmpty ? ContainerPath.root : try ContainerPath(text)
+      var bytes: [UInt8] = []
+      for component in path.components { bytes += Array(component.utf8) + [UInt8(0x2F)] }
+      let expected = Int(StableHash.fnv1a32(bytes) % UInt32(LockRevocation.buckets))
+      #expect(LockRevocation.bucket(of: LockOrder.Key(path: path, kind: .tree)) == expected, "\(text)")
+    }
   }
 }

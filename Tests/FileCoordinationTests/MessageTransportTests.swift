@@ -370,4 +370,33 @@ extension MessageTransportTests {
     #expect(await b.waitFor(["didChange uncoordinated"]), "back-to-back writes of another item kept the queue unread")
     #expect(writer.process.isRunning, "the writes stopped: the test proves nothing")
   }
+
+  /// A presenter answers each prepare on its sender's ack board, mapped once per sender (Messenger.postAck). The
+  /// table of those mappings is bounded, one let go for each new one: 70 writer processes, one after the other, leave
+  /// the presenter with 64 of their boards mapped — not 70 (no bound), and not 6 (the table emptied at 64, which had
+  /// every presenter unmap 64 boards before answering the same new process).
+  @Test func aPresenterKeepsAtMost64OtherBoardsMappedAndLetsThemGoOneAtATime() async throws {
+    let setup = try await Setup(group, "boards.txt")
+    defer { setup.presenter.kill() }
+    for i in 0..<70 {
+      let run = try await groupctl(["write", group, "Documents/boards.txt", "--root", setup.root.path])
+      try #require(run.status == 0, "writer \(i): \(run.err)")
+    }
+    #expect(
+      await setup.presenter.line { _ in setup.presenter.output.filter { $0.hasPrefix("reacquire") }.count >= 70 }
+        != nil,
+      "the presenter did not answer 70 writers: \(setup.presenter.output.suffix(5))")
+    let own = "/" + CoordinationPaths.inbox(of: setup.presenterProcess) + "/" + AckBoard.fileName
+    // Read to the end (a /proc file says its size is 0: `String(contentsOfFile:)` stops after the first block).
+    let handle = try #require(FileHandle(forReadingAtPath: "/proc/\(setup.presenter.pid)/maps"))
+    let maps = String(decoding: try handle.readToEnd() ?? Data(), as: UTF8.self)
+    let others = Set(
+      maps.split(separator: "\n").compactMap { line -> Substring? in
+        guard let path = line.split(separator: " ", omittingEmptySubsequences: true).dropFirst(5).first,
+          path.hasSuffix("/" + AckBoard.fileName), !path.hasSuffix(own)
+        else { return nil }
+        return path
+      })
+    #expect(others.count == 64, "other processes' boards mapped in the presenter: \(others.count)")
+  }
 }

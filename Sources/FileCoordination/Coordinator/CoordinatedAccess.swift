@@ -295,7 +295,9 @@ struct CoordinatedAccess: Sendable {
     // Once per process and per item, not per presenter: with 64 presenters of one file, a stat and a scan of every
     // record for each of them were a tenth of the access.
     let recordsOf = accessorRan ? Dictionary(grouping: records.filter { $0.id != ownPresenter }, by: \.process) : [:]
-    var existsAfter: [Int: Bool] = [:]
+    // Per item, by index (an array: a dictionary keyed by `Int` made a new process look up `Int: Hashable` at run
+    // time, a scan of every conformance record loaded).
+    var existsAfter = [Bool?](repeating: nil, count: items.count)
     var finishes: [(CoordinationMessage, ProcessName)] = []
     finishes.reserveCapacity(sent.count)
     for message in sent {

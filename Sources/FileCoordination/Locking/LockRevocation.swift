@@ -25,10 +25,14 @@ struct LockRevocation: Sendable {
 
   /// FNV-1a over the path's bytes: the same bucket in every process (Swift's `Hasher` is seeded per process).
   static func bucket(of key: LockOrder.Key) -> Int {
-    var hash = StableHash.fnv1a32([])
+    // Over each component's contiguous bytes: the generic `Sequence` form, not specialised here, looked up
+    // `UTF8View: Collection` at run time in a new process's first access (a scan of every conformance record).
+    var hash = StableHash.fnv1a32(UnsafeRawBufferPointer(start: nil, count: 0))
+    let slash: UInt8 = 0x2F
     for component in key.path.components {
-      hash = StableHash.fnv1a32(component.utf8, continuing: hash)
-      hash = StableHash.fnv1a32(CollectionOfOne(0x2F), continuing: hash)
+      var component = component
+      hash = component.withUTF8 { StableHash.fnv1a32(UnsafeRawBufferPointer($0), continuing: hash) }
+      hash = withUnsafeBytes(of: slash) { StableHash.fnv1a32($0, continuing: hash) }
     }
     return Int(hash % UInt32(buckets))
   }

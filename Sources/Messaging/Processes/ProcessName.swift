@@ -19,11 +19,26 @@ package struct ProcessName: Hashable, Sendable, Codable, CustomStringConvertible
 
   /// Strict parse of `<pid>.<start>`: two runs of ASCII digits, one dot between them; the pid a positive `Int32`, the
   /// start a `UInt64`. Byte by byte (every received message names two: this was a tenth of decoding one).
-  package init?(_ string: some StringProtocol) {
+  package init?(_ string: String) {
+    var string = string
+    guard let (pid, start) = string.withUTF8(Self.parse) else { return nil }
+    self.init(pid: pid, startTime: start)
+  }
+
+  /// `init(_:)` of a `String`, for a slice. Two concrete overloads, not one over `StringProtocol`: the generic one,
+  /// called from other modules unspecialised, looked up `UTF8View: Collection` at run time — a scan of every
+  /// conformance record loaded (~90 µs) in a new process's first coordinated access.
+  package init?(_ string: Substring) {
+    var string = string
+    guard let (pid, start) = string.withUTF8(Self.parse) else { return nil }
+    self.init(pid: pid, startTime: start)
+  }
+
+  private static func parse(_ bytes: UnsafeBufferPointer<UInt8>) -> (Int32, UInt64)? {
     var values: (UInt64, UInt64) = (0, 0)
     var digits = 0
     var inStart = false
-    for byte in string.utf8 {
+    for byte in bytes {
       if byte == UInt8(ascii: "."), !inStart, digits > 0 {
         inStart = true
         digits = 0
@@ -38,7 +53,7 @@ package struct ProcessName: Hashable, Sendable, Codable, CustomStringConvertible
       if inStart { values.1 = next } else { values.0 = next }
     }
     guard inStart, digits > 0, values.0 > 0, values.0 <= UInt64(Int32.max) else { return nil }
-    self.init(pid: Int32(values.0), startTime: values.1)
+    return (Int32(values.0), values.1)
   }
 
   package var description: String { "\(pid).\(startTime)" }

@@ -127,19 +127,24 @@ package final class Messenger: @unchecked Sendable {
   package func postAck(for prepare: CoordinationMessage) -> Bool {
     guard let slot = prepare.ackSlot, let token = prepare.ackToken else { return false }
     let sender = prepare.sender
+    // Bounded (senders come and go), one board let go per board mapped, and unmapped after the answer: emptying
+    // the whole table had every presenter unmap 64 boards before answering the same new process's prepare.
+    var evicted: MappedCounters?
     let remote = boards.withLock { boards -> MappedCounters? in
       if let known = boards[sender] { return known }
       // Only an existing board, beneath the container (never created here); MappedCounters refuses non-files.
       let relative = CoordinationPaths.inbox(of: sender) + "/" + AckBoard.fileName
       guard let fd = try? space.root.openFile(relative, .readWrite), let opened = try? MappedCounters(fd: fd)
       else { return nil }
-      if boards.count >= 64 { boards.removeAll() }  // bounded: senders come and go
+      if boards.count >= 64 { evicted = boards.remove(at: boards.startIndex).value }
       boards[sender] = opened
       return opened
     }
     guard let remote else { return false }
-    remote.store(slot, token)
-    ChangeSignal(remote, sequence: AckBoard.sequence, listeners: AckBoard.listeners).post()
+    withExtendedLifetime(evicted) {
+      remote.store(slot, token)
+      ChangeSignal(remote, sequence: AckBoard.sequence, listeners: AckBoard.listeners).post()
+    }
     return true
   }
 
