@@ -58,6 +58,19 @@
       if let e = try? DownloadRecordFormat.decodeEvent(bytes) {
         precondition((try? DownloadRecordFormat.decodeEvent(DownloadRecordFormat.encode(e))) == e, "event round trip")
       }
+      // An event file (one event, or a finished download's two): written back, one file holding the same events.
+      if let events = try? DownloadRecordFormat.decodeEvents(bytes) {
+        let plain = events.map { event in
+          var e = event
+          e.holdsCompletion = false
+          e.storedIn = nil
+          return e
+        }
+        let files = DownloadRecordFormat.eventFiles(plain)
+        precondition(
+          files.count == 1 && (try? DownloadRecordFormat.decodeEvents(files[0].bytes)) == events,
+          "event file round trip")
+      }
       if let a = try? DownloadRecordFormat.decodeRelaunch(bytes) {
         precondition(a.executable.hasPrefix("/"), "relative executable accepted")
         precondition(

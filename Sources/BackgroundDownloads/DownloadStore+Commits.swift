@@ -48,10 +48,9 @@ extension DownloadStore {
           events = DescriptorBox(try root.openDirectory(Self.eventsPath(sid)))
         }
         for final in finals {
-          for event in final.events {
+          for file in DownloadRecordFormat.eventFiles(final.events) {
             try AtomicReplace.write(
-              DownloadRecordFormat.encode(event), in: events.fd, name: event.fileName, mode: fileMode,
-              durability: .processCrash)
+              file.bytes, in: events.fd, name: file.name, mode: fileMode, durability: .processCrash)
           }
         }
       }

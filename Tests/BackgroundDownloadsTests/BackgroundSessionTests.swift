@@ -14,7 +14,8 @@ import Testing
 /// (`downloadOutlivesItsStarter`); acknowledging at hand-out instead of after handling (`eventsComeBackUntilHandled`);
 /// no relaunch or relaunch of an untrusted registration (`relaunchesTheRegisteredApp`); attached sessions not
 /// restarting a dead agent, or a resume that starts from zero (`aKilledAgentIsRestartedAndResumes`); the per-host
-/// limit ignored, or priority ignored (`perHostLimitAndPriority`).
+/// limit ignored, or priority ignored (`perHostLimitAndPriority`); a finished event's handling removing the file
+/// that holds its completion too (`aCompletionSharingItsFileComesBackUntilHandled`).
 @Suite("Background sessions", .runSlot(.minutes(5)))
 struct BackgroundSessionTests {
   static func configuration() -> DownloadSession.Configuration {
@@ -81,6 +82,35 @@ struct BackgroundSessionTests {
     let events = again.output.filter { $0.hasPrefix("event ") }
     #expect(events.first?.hasPrefix("event finished \(task.id) \(task.id).finished") == true)
     #expect(events.contains("event completed \(task.id) \(task.id).completed -"))
+  }
+
+  @Test("a download's two events share one file; its completion comes back until handled, with its finish")
+  func aCompletionSharingItsFileComesBackUntilHandled() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let server = try await FileServer.start()
+    let store = try DownloadStore(container: container)
+    let session = try DownloadSession(identifier: "s", container: container, configuration: Self.configuration())
+    let task = try session.download(from: server.url("/gen/1000?seed=2"), to: "Downloads/two")
+    var iterator = session.events.makeAsyncIterator()
+    var handed: [String] = []
+    while let event = await iterator.next() {
+      guard let id = event.id else { continue }
+      // One file for both (issue #37 item 1): the `finished` event's, holding the completion.
+      if handed.isEmpty { #expect(store.names(in: DownloadStore.sessionPath("s") + "/events").count == 1) }
+      handed.append(id)
+      if handed.count == 2 { break }
+    }
+    // Asking for the completion handled the finish; the process "dies" while handling the completion.
+    #expect(handed == ["\(task.id).finished", "\(task.id).completed"])
+    session.invalidate()
+    let again = try Child(.dlAttach(session: "s", count: 0), root: root.path, group: container.identifier)
+    #expect(await again.exit() == 0)
+    let events = again.output.filter { $0.hasPrefix("event ") }
+    // The file goes with the completion's handling: both come back (the finish twice: at least once, same id).
+    #expect(events.contains("event completed \(task.id) \(task.id).completed -"))
+    #expect(events.first?.hasPrefix("event finished \(task.id) \(task.id).finished") == true)
+    #expect(store.queuedEvents("s").isEmpty)
   }
 
   @Test("with events waiting and nobody attached, the agent starts the session's registered app")

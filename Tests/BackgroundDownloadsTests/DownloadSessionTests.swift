@@ -99,6 +99,22 @@ struct DownloadSessionTests {
       let event = EventRecord(sequence: 1, taskID: id, kind: .completed, error: error, httpStatus: 200)
       #expect(try DownloadRecordFormat.decodeEvent(DownloadRecordFormat.encode(event)) == event)
     }
+    // A finished download's events go in one file; an older reader (`decodeEvent`) sees the finish alone.
+    let finished = EventRecord(sequence: 10, taskID: id, kind: .finished, location: "Downloads/x", httpStatus: 200)
+    let completed = EventRecord(sequence: 11, taskID: id, kind: .completed, httpStatus: 200)
+    let files = DownloadRecordFormat.eventFiles([finished, completed])
+    #expect(files.map(\.name) == [finished.fileName])
+    let read = try DownloadRecordFormat.decodeEvents(files[0].bytes)
+    #expect(read.map(\.id) == [finished.id, completed.id])
+    #expect(read.map(\.sequence) == [10, 11])
+    #expect(read.map(\.file) == [finished.fileName, finished.fileName])
+    #expect(read[0].holdsCompletion && read[1].error == nil && read[1].httpStatus == 200)
+    #expect(try DownloadRecordFormat.decodeEvent(files[0].bytes) == finished)
+    // A failure's completion, or one unlike its finish, keeps a file of its own.
+    var failed = completed
+    failed.error = .httpStatus(500)
+    #expect(DownloadRecordFormat.eventFiles([finished, failed]).count == 2)
+    #expect(try DownloadRecordFormat.decodeEvents(DownloadRecordFormat.encode(failed)) == [failed])
     let bytes = DownloadRecordFormat.encode(request)
     // Every truncation is refused (never a partial record).
     for cut in stride(from: 0, to: bytes.count, by: 7) {
