@@ -66,7 +66,7 @@
           e.storedIn = nil
           return e
         }
-        let files = DownloadRecordFormat.eventFiles(plain)
+        let files = DownloadRecordFormat.eventFiles(plain, combining: true)
         precondition(
           files.count == 1 && (try? DownloadRecordFormat.decodeEvents(files[0].bytes)) == events,
           "event file round trip")

@@ -12,7 +12,8 @@ import SystemPackage
 // - `<id>.control` what sessions ask of a running task (suspend, resume, cancel, priority), by any session;
 // - `<id>.status`  what the agent did (state, bytes, validators, error), only by the agent (a singleton by flock);
 // - `<seq>-<id>-<kind>.event`  a queued event, written by the agent, removed by the session that handled it; a
-//   finished download's `finished` event holds its `completed` one too (`completion`: one file per download).
+//   finished download's `finished` event holds its `completed` one too (`completion`: one file per download) when
+//   the session's attached process reads that form (EventFormatHandshake).
 // Every file is written by the package's atomic replace, so a reader sees a whole old or a whole new record.
 // Every field read back is checked: a record from another user of a shared container is untrusted input.
 
@@ -310,10 +311,12 @@ package enum DownloadRecordFormat {
   /// HTTP status): one file created and removed per download instead of two (issue #37 item 1: creating files is
   /// most of the agent's time in a batch of small downloads). Other events get a file each.
   ///
-  /// An older session process reads such a file as the `finished` event alone (it ignores unknown keys): it
-  /// delivers `didFinishDownloadingTo` and removes the file, and never delivers the task's `didCompleteWithError(nil)`.
-  package static func eventFiles(_ events: [EventRecord]) -> [(name: String, bytes: [UInt8])] {
-    if events.count == 2, events[0].kind == .finished, events[1].kind == .completed,
+  /// `combining`: whether the session's reader reads that form (EventFormatHandshake: an older session process
+  /// reads such a file as the `finished` event alone and never delivers the task's `didCompleteWithError(nil)`).
+  package static func eventFiles(
+    _ events: [EventRecord], combining: Bool
+  ) -> [(name: String, bytes: [UInt8])] {
+    if combining, events.count == 2, events[0].kind == .finished, events[1].kind == .completed,
       events[0].taskID == events[1].taskID, events[1].error == nil, events[1].httpStatus == events[0].httpStatus,
       events[1].sequence > events[0].sequence
     {

@@ -126,7 +126,7 @@ public final class DownloadSession: Sendable {
       lock.close()
       throw .sessionInUse(identifier, pid: pid)
     }
-    store.writeHolder(lock)
+    store.announceAttached(lock)
     attachLock = Mutex(lock)
     let tasks = store.tasks(session: identifier)
     var attachment = Attachment()
@@ -256,7 +256,11 @@ public final class DownloadSession: Sendable {
     guard !already else { return }
     listener?.cancel()
     events.finish()
-    attachLock.withLock { $0 = nil }  // closes it: the flock goes
+    let store = store
+    attachLock.withLock { lock in
+      if let fd = lock.borrowedView { store.withdrawAnnouncement(fd) }
+      lock = nil  // closes it: the flock goes
+    }
   }
 
   private func registerRelaunch() throws(DownloadError) {

@@ -47,8 +47,10 @@ extension DownloadStore {
         } else {
           events = DescriptorBox(try root.openDirectory(Self.eventsPath(sid)))
         }
+        // Asked once per session and commit: a batch's events are written within milliseconds.
+        let combining = combinesFinishedEvents(for: sid)
         for final in finals {
-          for file in DownloadRecordFormat.eventFiles(final.events) {
+          for file in DownloadRecordFormat.eventFiles(final.events, combining: combining) {
             try AtomicReplace.write(
               file.bytes, in: events.fd, name: file.name, mode: fileMode, durability: .processCrash)
           }

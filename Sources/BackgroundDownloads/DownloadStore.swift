@@ -19,9 +19,10 @@ import SystemLayer
 ///   tasks/<id>.partial       the bytes received so far
 ///   commits/<seq>.commit     the agent's group commits: accepted requests and final outcomes (CommitRecord)
 ///   sessions/<sid>/attach.lock   flocked (exclusive) by the one process attached to the session; holds its pid
+///                            and the event format it reads (EventFormatHandshake)
 ///   sessions/<sid>/app           the app to start when events wait and nobody is attached
 ///   sessions/<sid>/events/<seq>-<id>-<kind>.event   queued events, removed once handled (a finished download's
-///                            `finished` file holds its `completed` event too)
+///                            `finished` file may hold its `completed` event too: EventFormatHandshake)
 /// ```
 ///
 /// Everything is opened beneath the container's directory descriptor, without following links and without
@@ -200,7 +201,7 @@ package final class DownloadStore: Sendable {
     try makeSessionDirectories(sid)
     try Self.system { () throws(FileSystemError) in
       let directory = try root.openDirectory(Self.eventsPath(sid))
-      for file in DownloadRecordFormat.eventFiles(events) {
+      for file in DownloadRecordFormat.eventFiles(events, combining: combinesFinishedEvents(for: sid)) {
         try AtomicReplace.write(
           file.bytes, in: directory, name: file.name, mode: fileMode, durability: .powerLossOnceDirectorySynced)
       }
@@ -213,9 +214,14 @@ package final class DownloadStore: Sendable {
   /// download's two events gives both (`DownloadRecordFormat.eventFiles`).
   package func queuedEvents(_ sid: String, skipping: Set<String> = []) -> [EventRecord] {
     let directory = Self.eventsPath(sid)
+    // A reader of format 1 (a test hook's) takes a file's first event alone, as sessions before format 2 did.
+    let combined = EventFormatHandshake.readVersion >= 2
+    func decode(_ bytes: [UInt8]) throws(DownloadRecordFormat.Invalid) -> [EventRecord] {
+      combined ? try DownloadRecordFormat.decodeEvents(bytes) : [try DownloadRecordFormat.decodeEvent(bytes)]
+    }
     return names(in: directory).filter { $0.hasSuffix(".event") && !skipping.contains($0) }.sorted().flatMap {
       name -> [EventRecord] in
-      guard let events = read(directory + "/" + name, DownloadRecordFormat.decodeEvents) else {
+      guard let events = read(directory + "/" + name, decode) else {
         try? root.removeFile(directory + "/" + name)
         return []
       }
