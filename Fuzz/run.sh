@@ -17,10 +17,10 @@
 # from, a few hundred KB in all):
 #   PropertyListFuzz: the plist readers and writers (seeds: Fuzz/seeds/, and Fuzz/openstep-seeds/ for the old-style
 #   text reader: the regression tests read every file of Fuzz/seeds/ as a binary or XML plist).
-#   ContainerFilesFuzz: the defaults journal, presenter records, coordination messages, download records (task,
-#   control, status, event, relaunch, commit), activity records, suite images, the URL rule (URLs, schemes, scheme
-#   registrations, handed-over file URLs, handler names), intent requests and replies, the group's memory-level file
-#   (seeds: Fuzz/container-seeds/, the first byte picks the parser).
+#   ContainerFilesFuzz: the defaults journal, presenter records, coordination messages, download records (task, control,
+#   status, event, relaunch, commit, attach.lock's event format), activity records, suite images, the URL rule (URLs,
+#   schemes, scheme registrations, handed-over file URLs, handler names), intent requests and replies, the group's
+#   memory-level file (seeds: Fuzz/container-seeds/, the first byte picks the parser).
 #   ImageHeadersFuzz: the PNG/JPEG/GIF/WebP header parsers and the disk cache's entry format (seeds: the image test
 #   fixtures and Fuzz/image-seeds/).
 #   DownloadHeadersFuzz: the download agent's resume decisions from response headers (seeds: Fuzz/download-seeds/).

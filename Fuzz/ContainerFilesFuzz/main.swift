@@ -1,10 +1,10 @@
 // libFuzzer harness for the parsers of the container's own files: the defaults journal (0), presenter records (1),
-// coordination messages (2), download records (3: task, control, status, event, relaunch, commit), activity records
-// (4), suite images (5: open, validate, look up, merge), the URL rule (6: URLs and schemes a receiver re-checks,
-// scheme registrations, handed-over file URLs, handler marker names), intent requests and replies (7) and the
-// group's memory-level file (8). The first input byte picks the parser (`% 9`: the seeds' selectors 0-5 kept their
-// meaning when 6-8 came). Build and run with `Fuzz/run.sh ContainerFilesFuzz`; a plain `swift build` compiles the
-// stub at the bottom.
+// coordination messages (2), download records (3: task, control, status, event, relaunch, commit, the event format
+// announced in a session's attach.lock), activity records (4), suite images (5: open, validate, look up, merge), the
+// URL rule (6: URLs and schemes a receiver re-checks, scheme registrations, handed-over file URLs, handler marker
+// names), intent requests and replies (7) and the group's memory-level file (8). The first input byte picks the parser
+// (`% 9`: the seeds' selectors 0-5 kept their meaning when 6-8 came). Build and run with `Fuzz/run.sh
+// ContainerFilesFuzz`; a plain `swift build` compiles the stub at the bottom.
 #if FUZZING
   import CFuzzShim
   import Glibc
@@ -58,6 +58,25 @@
       if let e = try? DownloadRecordFormat.decodeEvent(bytes) {
         precondition((try? DownloadRecordFormat.decodeEvent(DownloadRecordFormat.encode(e))) == e, "event round trip")
       }
+      // An event file (one event, or a finished download's two): written back, one file holding the same events.
+      if let events = try? DownloadRecordFormat.decodeEvents(bytes) {
+        let plain = events.map { event in
+          var e = event
+          e.holdsCompletion = false
+          e.storedIn = nil
+          return e
+        }
+        let files = DownloadRecordFormat.eventFiles(plain, combining: true)
+        precondition(
+          files.count == 1 && (try? DownloadRecordFormat.decodeEvents(files[0].bytes)) == events,
+          "event file round trip")
+      }
+      // The event format a session announced in its attach.lock: at least 1, and what it says is written back.
+      let announced = EventFormatHandshake.announcedVersion(bytes)
+      precondition(announced >= 1, "an event format below 1 read")
+      precondition(
+        EventFormatHandshake.announcedVersion(EventFormatHandshake.announcement(pid: 1, readVersion: announced))
+          == announced, "announcement round trip")
       if let a = try? DownloadRecordFormat.decodeRelaunch(bytes) {
         precondition(a.executable.hasPrefix("/"), "relative executable accepted")
         precondition(

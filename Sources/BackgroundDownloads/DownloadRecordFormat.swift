@@ -11,7 +11,9 @@ import SystemPackage
 // - `<id>.task`    the request, written once by the session that created the task;
 // - `<id>.control` what sessions ask of a running task (suspend, resume, cancel, priority), by any session;
 // - `<id>.status`  what the agent did (state, bytes, validators, error), only by the agent (a singleton by flock);
-// - `<seq>-<id>-<kind>.event`  a queued event, written by the agent, removed by the session that handled it.
+// - `<seq>-<id>-<kind>.event`  a queued event, written by the agent, removed by the session that handled it; a
+//   finished download's `finished` event holds its `completed` one too (`completion`: one file per download) when
+//   the session's attached process reads that form (EventFormatHandshake).
 // Every file is written by the package's atomic replace, so a reader sees a whole old or a whole new record.
 // Every field read back is checked: a record from another user of a shared container is untrusted input.
 
@@ -164,6 +166,11 @@ package struct EventRecord: Sendable, Equatable {
   /// `.completed`: nil on success.
   package var error: DownloadError?
   package var httpStatus: Int?
+  /// Read back only: `.finished` read from a file that also holds the task's completion (handling it removes no
+  /// file: handling the completion does).
+  package var holdsCompletion = false
+  /// Read back only: `.completed` read from its download's `finished` event file (the file its handling removes).
+  package var storedIn: String?
 
   package init(
     sequence: UInt64, taskID: String, kind: Kind, location: String? = nil, error: DownloadError? = nil,
@@ -176,6 +183,9 @@ package struct EventRecord: Sendable, Equatable {
     self.error = error
     self.httpStatus = httpStatus
   }
+
+  /// The file the event is queued in.
+  package var file: String { storedIn ?? fileName }
 
   /// The event's file name: sorting names sorts events (`<20-digit sequence>-<task id>-<kind>.event`).
   package var fileName: String {
@@ -283,7 +293,9 @@ package enum DownloadRecordFormat {
     return bytes(d)
   }
 
-  package static func encode(_ e: EventRecord) -> [UInt8] {
+  package static func encode(_ e: EventRecord) -> [UInt8] { bytes(fields(e)) }
+
+  private static func fields(_ e: EventRecord) -> [String: PropertyListValue] {
     var d: [String: PropertyListValue] = [
       "v": 1, "sequence": .integer(PropertyListInteger(e.sequence)), "task": .string(e.taskID),
       "kind": .string(e.kind.rawValue),
@@ -291,7 +303,28 @@ package enum DownloadRecordFormat {
     if let l = e.location { d["location"] = .string(l) }
     if let err = e.error { d["error"] = encode(err) }
     if let h = e.httpStatus { d["httpStatus"] = int(Int64(h)) }
-    return bytes(d)
+    return d
+  }
+
+  /// The files that queue `events` (one task's, in order): a finished download's `finished` and `completed` events
+  /// in one file, the `finished` one's, with the completion's sequence as `completion` (it has no error and the same
+  /// HTTP status): one file created and removed per download instead of two (issue #37 item 1: creating files is
+  /// most of the agent's time in a batch of small downloads). Other events get a file each.
+  ///
+  /// `combining`: whether the session's reader reads that form (EventFormatHandshake: an older session process
+  /// reads such a file as the `finished` event alone and never delivers the task's `didCompleteWithError(nil)`).
+  package static func eventFiles(
+    _ events: [EventRecord], combining: Bool
+  ) -> [(name: String, bytes: [UInt8])] {
+    if combining, events.count == 2, events[0].kind == .finished, events[1].kind == .completed,
+      events[0].taskID == events[1].taskID, events[1].error == nil, events[1].httpStatus == events[0].httpStatus,
+      events[1].sequence > events[0].sequence
+    {
+      var d = fields(events[0])
+      d["completion"] = .integer(PropertyListInteger(events[1].sequence))
+      return [(events[0].fileName, bytes(d))]
+    }
+    return events.map { ($0.fileName, encode($0)) }
   }
 
   package static func encode(_ r: RelaunchRecord) -> [UInt8] {
@@ -448,7 +481,26 @@ package enum DownloadRecordFormat {
   }
 
   package static func decodeEvent(_ bytes: [UInt8]) throws(Invalid) -> EventRecord {
+    try decodeEvent(Fields(bytes))
+  }
+
+  /// The events of one event file: one, or a finished download's `finished` and `completed` (`eventFiles`).
+  package static func decodeEvents(_ bytes: [UInt8]) throws(Invalid) -> [EventRecord] {
     let f = try Fields(bytes)
+    var event = try decodeEvent(f)
+    guard let value = f.d["completion"] else { return [event] }
+    guard event.kind == .finished else { throw Invalid("'completion' in an event other than 'finished'") }
+    guard let sequence = value.uint64Value, sequence > event.sequence else {
+      throw Invalid("'completion' not an unsigned integer above 'sequence'")
+    }
+    event.holdsCompletion = true
+    var completion = EventRecord(
+      sequence: sequence, taskID: event.taskID, kind: .completed, httpStatus: event.httpStatus)
+    completion.storedIn = event.fileName
+    return [event, completion]
+  }
+
+  private static func decodeEvent(_ f: Fields) throws(Invalid) -> EventRecord {
     let task = try f.string("task", max: 32)
     guard isTaskID(task) else { throw Invalid("'task' is not 32 hex digits") }
     guard let kind = EventRecord.Kind(rawValue: try f.string("kind", max: 16)) else { throw Invalid("unknown 'kind'") }

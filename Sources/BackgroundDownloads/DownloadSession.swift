@@ -126,13 +126,13 @@ public final class DownloadSession: Sendable {
       lock.close()
       throw .sessionInUse(identifier, pid: pid)
     }
-    store.writeHolder(lock)
+    store.announceAttached(lock)
     attachLock = Mutex(lock)
     let tasks = store.tasks(session: identifier)
     var attachment = Attachment()
     attachment.nextTaskIdentifier = (tasks.map(\.taskIdentifier).max() ?? 0) + 1
     for task in tasks { attachment.lastReceived[task.id] = task.countOfBytesReceived }
-    attachment.backlog = Set(store.queuedEvents(identifier).map(\.fileName))
+    attachment.backlog = Set(store.queuedEvents(identifier).map(\.file))
     self.attachment = Mutex(attachment)
     let store = store
     let sid = identifier
@@ -256,7 +256,11 @@ public final class DownloadSession: Sendable {
     guard !already else { return }
     listener?.cancel()
     events.finish()
-    attachLock.withLock { $0 = nil }  // closes it: the flock goes
+    let store = store
+    attachLock.withLock { lock in
+      if let fd = lock.borrowedView { store.withdrawAnnouncement(fd) }
+      lock = nil  // closes it: the flock goes
+    }
   }
 
   private func registerRelaunch() throws(DownloadError) {
@@ -344,7 +348,8 @@ public final class DownloadSession: Sendable {
       for record in queued where !a.handedOut.contains(record.fileName) {
         guard let task = byID[record.taskID] else { continue }
         a.handedOut.insert(record.fileName)
-        handedOutFiles.add(record.fileName, for: record.id)
+        // A finished event whose file holds the completion too leaves the file to the completion's handling.
+        handedOutFiles.add(record.holdsCompletion ? nil : record.file, for: record.id)
         switch record.kind {
         case .finished:
           let location = container.url.appendingPathComponent(record.location ?? task.destination)
@@ -411,8 +416,13 @@ public final class DownloadSession: Sendable {
 final class HandedOutEventFiles: Sendable {
   private let names = Mutex<[String: [String]]>([:])
 
-  func add(_ fileName: String, for id: String) { names.withLock { $0[id, default: []].append(fileName) } }
+  /// Notes that event `id` was handed out from `fileName` (nil: its handling removes no file).
+  func add(_ fileName: String?, for id: String) {
+    names.withLock { names in
+      names[id, default: []].append(contentsOf: fileName.map { [$0] } ?? [])
+    }
+  }
 
-  /// The names of event `id`, forgotten here.
-  func take(_ id: String) -> [String] { names.withLock { $0.removeValue(forKey: id) } ?? [] }
+  /// The names of event `id`, forgotten here; nil when it was not handed out (then its files are found by listing).
+  func take(_ id: String) -> [String]? { names.withLock { $0.removeValue(forKey: id) } }
 }

@@ -47,11 +47,12 @@ extension DownloadStore {
         } else {
           events = DescriptorBox(try root.openDirectory(Self.eventsPath(sid)))
         }
+        // Asked once per session and commit: a batch's events are written within milliseconds.
+        let combining = combinesFinishedEvents(for: sid)
         for final in finals {
-          for event in final.events {
+          for file in DownloadRecordFormat.eventFiles(final.events, combining: combining) {
             try AtomicReplace.write(
-              DownloadRecordFormat.encode(event), in: events.fd, name: event.fileName, mode: fileMode,
-              durability: .processCrash)
+              file.bytes, in: events.fd, name: file.name, mode: fileMode, durability: .processCrash)
           }
         }
       }

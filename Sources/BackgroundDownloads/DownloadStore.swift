@@ -19,8 +19,10 @@ import SystemLayer
 ///   tasks/<id>.partial       the bytes received so far
 ///   commits/<seq>.commit     the agent's group commits: accepted requests and final outcomes (CommitRecord)
 ///   sessions/<sid>/attach.lock   flocked (exclusive) by the one process attached to the session; holds its pid
+///                            and the event format it reads (EventFormatHandshake)
 ///   sessions/<sid>/app           the app to start when events wait and nobody is attached
-///   sessions/<sid>/events/<seq>-<id>-<kind>.event   queued events, removed once handled
+///   sessions/<sid>/events/<seq>-<id>-<kind>.event   queued events, removed once handled (a finished download's
+///                            `finished` file may hold its `completed` event too: EventFormatHandshake)
 /// ```
 ///
 /// Everything is opened beneath the container's directory descriptor, without following links and without
@@ -199,31 +201,36 @@ package final class DownloadStore: Sendable {
     try makeSessionDirectories(sid)
     try Self.system { () throws(FileSystemError) in
       let directory = try root.openDirectory(Self.eventsPath(sid))
-      for event in events {
+      for file in DownloadRecordFormat.eventFiles(events, combining: combinesFinishedEvents(for: sid)) {
         try AtomicReplace.write(
-          DownloadRecordFormat.encode(event), in: directory, name: event.fileName, mode: fileMode,
-          durability: .powerLossOnceDirectorySynced)
+          file.bytes, in: directory, name: file.name, mode: fileMode, durability: .powerLossOnceDirectorySynced)
       }
       try directory.sync()
     }
   }
 
-  /// The session's queued events in order, but those named in `skipping` (handed out already: not read again). A
-  /// damaged event file is logged and removed (it can never be delivered).
+  /// The session's queued events in order, but those in files named in `skipping` (handed out already: not read
+  /// again). A damaged event file is logged and removed (it can never be delivered). A file holding a finished
+  /// download's two events gives both (`DownloadRecordFormat.eventFiles`).
   package func queuedEvents(_ sid: String, skipping: Set<String> = []) -> [EventRecord] {
     let directory = Self.eventsPath(sid)
-    return names(in: directory).filter { $0.hasSuffix(".event") && !skipping.contains($0) }.sorted().compactMap {
-      name in
-      guard let event = read(directory + "/" + name, DownloadRecordFormat.decodeEvent) else {
+    // A reader of format 1 (a test hook's) takes a file's first event alone, as sessions before format 2 did.
+    let combined = EventFormatHandshake.readVersion >= 2
+    func decode(_ bytes: [UInt8]) throws(DownloadRecordFormat.Invalid) -> [EventRecord] {
+      combined ? try DownloadRecordFormat.decodeEvents(bytes) : [try DownloadRecordFormat.decodeEvent(bytes)]
+    }
+    return names(in: directory).filter { $0.hasSuffix(".event") && !skipping.contains($0) }.sorted().flatMap {
+      name -> [EventRecord] in
+      guard let events = read(directory + "/" + name, decode) else {
         try? root.removeFile(directory + "/" + name)
-        return nil
+        return []
       }
-      guard event.fileName == name else {
+      guard events[0].fileName == name else {
         Self.logger.error("event file '\(directory)/\(name)' holds another event: removed")
         try? root.removeFile(directory + "/" + name)
-        return nil
+        return []
       }
-      return event
+      return events
     }
   }
 
@@ -233,17 +240,23 @@ package final class DownloadStore: Sendable {
   }
 
   /// Removes a handled event: every file of the event `id` (`<task id>.<kind>`; a power cut may have queued it twice),
-  /// found by name, without reading any event. `files`: the names the caller saw it queued under; then the
-  /// directory is not listed (a listing per event made taking 10,000 queued events quadratic: 10,000 × 20,000 names).
-  package func acknowledge(eventID id: String, for sid: String, files: [String] = []) {
+  /// found by name, without reading any event. `files`: the names the caller saw it queued under (none: a
+  /// `finished` event whose file holds the completion too, removed with the completion); then the directory is not
+  /// listed (a listing per event made taking 10,000 queued events quadratic: 10,000 × 20,000 names).
+  package func acknowledge(eventID id: String, for sid: String, files: [String]? = nil) {
     let parts = id.split(separator: ".")
     guard parts.count == 2 else { return }
     let suffix = "-\(parts[0])-\(parts[1]).event"
+    // A completion may be stored in its download's finished event's file (`DownloadRecordFormat.eventFiles`).
+    let holder = parts[1] == EventRecord.Kind.completed.rawValue ? "-\(parts[0])-finished.event" : suffix
     let directory = Self.eventsPath(sid)
-    let named = files.filter { $0.hasSuffix(suffix) }
-    for name in named.isEmpty ? names(in: directory) : named where name.hasSuffix(suffix) {
-      try? root.removeFile(directory + "/" + name)
+    if let files {
+      for name in files where name.hasSuffix(suffix) || name.hasSuffix(holder) {
+        try? root.removeFile(directory + "/" + name)
+      }
+      return
     }
+    for name in names(in: directory) where name.hasSuffix(suffix) { try? root.removeFile(directory + "/" + name) }
   }
 
   /// Writes the session's relaunch registration: a new file by rename, writable by nobody but this user even in

@@ -14,7 +14,9 @@ import Testing
 /// (`downloadOutlivesItsStarter`); acknowledging at hand-out instead of after handling (`eventsComeBackUntilHandled`);
 /// no relaunch or relaunch of an untrusted registration (`relaunchesTheRegisteredApp`); attached sessions not
 /// restarting a dead agent, or a resume that starts from zero (`aKilledAgentIsRestartedAndResumes`); the per-host
-/// limit ignored, or priority ignored (`perHostLimitAndPriority`).
+/// limit ignored, or priority ignored (`perHostLimitAndPriority`); a finished event's handling removing the file
+/// that holds its completion too (`aCompletionSharingItsFileComesBackUntilHandled`); the agent ignoring the event
+/// format the attached process announced, or never combining (`eventFormatFollowsTheAttachedReader`).
 @Suite("Background sessions", .runSlot(.minutes(5)))
 struct BackgroundSessionTests {
   static func configuration() -> DownloadSession.Configuration {
@@ -81,6 +83,66 @@ struct BackgroundSessionTests {
     let events = again.output.filter { $0.hasPrefix("event ") }
     #expect(events.first?.hasPrefix("event finished \(task.id) \(task.id).finished") == true)
     #expect(events.contains("event completed \(task.id) \(task.id).completed -"))
+  }
+
+  @Test("a download's two events share one file; its completion comes back until handled, with its finish")
+  func aCompletionSharingItsFileComesBackUntilHandled() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let server = try await FileServer.start()
+    let store = try DownloadStore(container: container)
+    let session = try DownloadSession(identifier: "s", container: container, configuration: Self.configuration())
+    let task = try session.download(from: server.url("/gen/1000?seed=2"), to: "Downloads/two")
+    var iterator = session.events.makeAsyncIterator()
+    var handed: [String] = []
+    while let event = await iterator.next() {
+      guard let id = event.id else { continue }
+      // One file for both (issue #37 item 1): the `finished` event's, holding the completion.
+      if handed.isEmpty { #expect(store.names(in: DownloadStore.sessionPath("s") + "/events").count == 1) }
+      handed.append(id)
+      if handed.count == 2 { break }
+    }
+    // Asking for the completion handled the finish; the process "dies" while handling the completion.
+    #expect(handed == ["\(task.id).finished", "\(task.id).completed"])
+    session.invalidate()
+    let again = try Child(.dlAttach(session: "s", count: 0), root: root.path, group: container.identifier)
+    // Its own limit: a backlog of two events is seconds' work even on a busy machine (the default is the suite's).
+    #expect(await again.exit(timeout: Self.childLimit) == 0)
+    let events = again.output.filter { $0.hasPrefix("event ") }
+    // The file goes with the completion's handling: both come back (the finish twice: at least once, same id).
+    #expect(events.contains("event completed \(task.id) \(task.id).completed -"))
+    #expect(events.first?.hasPrefix("event finished \(task.id) \(task.id).finished") == true)
+    #expect(store.queuedEvents("s").isEmpty)
+  }
+
+  /// How long a test waits for a child that attaches, downloads a small file and prints its events: minutes on a
+  /// machine kept busy by other test runs, far less than the suite's slot.
+  static let childLimit: Double = 120
+
+  @Test(
+    "a session process announcing event format 1 gets both events of a download from a file each; format 2, from one",
+    arguments: [1, 2])
+  func eventFormatFollowsTheAttachedReader(version: Int) async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let server = try await FileServer.start()
+    let store = try DownloadStore(container: container)
+    // Format 1 reads a file's first event alone, as sessions before the one-file form did (EventFormatHandshake).
+    let child = try Child(
+      .dlAttach(session: "s", count: 2, download: server.url("/gen/1000?seed=3")), root: root.path,
+      group: container.identifier,
+      environment: [EventFormatHandshake.readVersionVariable: String(version)])
+    let line = await child.line(timeout: Self.childLimit) { $0.hasPrefix("task ") }
+    let id = String(try #require(line).dropFirst(5))
+    // An agent that combined them for a format-1 reader: that reader never prints the completion.
+    #expect(await child.exit(timeout: Self.childLimit) == 0)
+    let events = child.output.filter { $0.hasPrefix("event ") }
+    #expect(events.contains { $0.hasPrefix("event finished \(id) \(id).finished ") })
+    #expect(events.contains("event completed \(id) \(id).completed -"))
+    #expect(child.output.contains("event-files \(version == 1 ? 2 : 1)"))
+    #expect(store.queuedEvents("s").isEmpty)
+    // A clean detach leaves no announcement behind for the next process attaching.
+    #expect(store.holderPID(DownloadStore.attachLockPath("s")) == nil)
   }
 
   @Test("with events waiting and nobody attached, the agent starts the session's registered app")

@@ -71,12 +71,19 @@ struct DownloadSessionTests {
     #expect(throws: DownloadError.sessionInUse("shared", pid: other.process.processIdentifier)) {
       _ = try DownloadSession(identifier: "shared", container: container, configuration: configuration)
     }
+    // It announced event format 2: a finished download's events go in one file for it (EventFormatHandshake).
+    let store = try DownloadStore(container: container)
+    #expect(store.combinesFinishedEvents(for: "shared"))
     // Another identifier is free.
     try DownloadSession(identifier: "mine", container: container, configuration: configuration).invalidate()
+    #expect(!store.combinesFinishedEvents(for: "mine"))
     other.kill()
-    // The kernel released the dead process's lock: the identifier is free again.
+    // The kernel released the dead process's lock: the identifier is free again, its stale line not believed.
+    #expect(!store.combinesFinishedEvents(for: "shared"))
     let again = try DownloadSession(identifier: "shared", container: container, configuration: configuration)
+    #expect(store.combinesFinishedEvents(for: "shared"))
     again.invalidate()
+    #expect(!store.combinesFinishedEvents(for: "shared"))
   }
 
   @Test("records round-trip, and damaged ones are refused with a reason")
@@ -99,6 +106,33 @@ struct DownloadSessionTests {
       let event = EventRecord(sequence: 1, taskID: id, kind: .completed, error: error, httpStatus: 200)
       #expect(try DownloadRecordFormat.decodeEvent(DownloadRecordFormat.encode(event)) == event)
     }
+    // A finished download's events go in one file; an older reader (`decodeEvent`) sees the finish alone.
+    let finished = EventRecord(sequence: 10, taskID: id, kind: .finished, location: "Downloads/x", httpStatus: 200)
+    let completed = EventRecord(sequence: 11, taskID: id, kind: .completed, httpStatus: 200)
+    let files = DownloadRecordFormat.eventFiles([finished, completed], combining: true)
+    #expect(files.map(\.name) == [finished.fileName])
+    let read = try DownloadRecordFormat.decodeEvents(files[0].bytes)
+    #expect(read.map(\.id) == [finished.id, completed.id])
+    #expect(read.map(\.sequence) == [10, 11])
+    #expect(read.map(\.file) == [finished.fileName, finished.fileName])
+    #expect(read[0].holdsCompletion && read[1].error == nil && read[1].httpStatus == 200)
+    #expect(try DownloadRecordFormat.decodeEvent(files[0].bytes) == finished)
+    // A failure's completion, or one unlike its finish, keeps a file of its own.
+    var failed = completed
+    failed.error = .httpStatus(500)
+    #expect(DownloadRecordFormat.eventFiles([finished, failed], combining: true).count == 2)
+    #expect(try DownloadRecordFormat.decodeEvents(DownloadRecordFormat.encode(failed)) == [failed])
+    // The attach lock's announcement: an older reader takes the pid from its first line; no `events` line is 1.
+    let announced = EventFormatHandshake.announcement(pid: 4242, readVersion: 2)
+    #expect(String(decoding: announced, as: UTF8.self).split(separator: "\n").first == "4242")
+    #expect(EventFormatHandshake.announcedVersion(announced) == 2)
+    for old in ["4242\n", "", "4242\nevents x\n", "4242\nevents 0\n", "events 2\n"] {
+      #expect(EventFormatHandshake.announcedVersion(Array(old.utf8)) == 1, "\(old)")
+    }
+    // For a reader that did not announce format 2, a file each (EventFormatHandshake).
+    #expect(
+      DownloadRecordFormat.eventFiles([finished, completed], combining: false).map(\.name)
+        == [finished.fileName, completed.fileName])
     let bytes = DownloadRecordFormat.encode(request)
     // Every truncation is refused (never a partial record).
     for cut in stride(from: 0, to: bytes.count, by: 7) {

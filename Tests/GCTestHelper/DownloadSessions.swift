@@ -35,14 +35,23 @@ func runDownloadSessionMode(_ invocation: HelperInvocation, _ container: GroupCo
     await say("task \(task.id)")
     while true { try? await Task.sleep(for: .seconds(60)) }
 
-  case .dlAttach(let session, let wanted):
+  case .dlAttach(let session, let wanted, let download):
     configuration.relaunch = .none
     let s = try DownloadSession(identifier: session, container: container, configuration: configuration)
     await say("attached")
+    var filesSaid = download == nil
+    if let download { await say("task \(try s.download(from: download).id)") }
     var seen = 0
     for await event in s.events {
       if case .didWriteData = event { continue }
       await say(describe(event))
+      if !filesSaid, case .didFinishDownloadingTo = event {
+        // Handed out and not acknowledged: every file of the task's events is still queued.
+        let names = try DownloadStore(container: container).names(in: DownloadStore.sessionPath(session) + "/events")
+          .filter { $0.hasSuffix(".event") }
+        await say("event-files \(names.count)")
+        filesSaid = true
+      }
       if event.id != nil { seen += 1 }
       if wanted > 0 && seen >= wanted {
         s.acknowledge(event)

@@ -105,16 +105,22 @@ struct DiskHitSubject: IOFaultSubject {
 /// idles out — the request's commit, the transfer, the publish (fsync, coordinated rename, directory fsync) and
 /// the outcome's commit of that one task. One agent run per task, so no group commit shares its cost with another
 /// task: the count per download is the same in every run (many tasks in one run share commits as their timing
-/// allows, which no exact threshold can hold).
+/// allows, which no exact threshold can hold). The session is held attached by a reader of event format 2, as an
+/// app waiting for its downloads is (EventFormatHandshake: its two events go in one file); nothing reads them.
 struct DownloadSubject: IOFaultSubject {
   let container: GroupContainer
   let store: DownloadStore
   let server: String
+  let attached: DescriptorBox
 
   init(container: GroupContainer, server: String) throws {
     self.container = container
     self.server = server
     store = try DownloadStore(container: container)
+    try store.makeSessionDirectories("s")
+    attached = DescriptorBox(try store.openLock(DownloadStore.attachLockPath("s")))
+    guard try attached.fd.lock(.exclusive, nonBlocking: true) else { throw CocoaError(.fileLocking) }
+    store.announceAttached(attached.fd)
   }
 
   func seen() -> String { "" }

@@ -247,8 +247,9 @@ public enum HelperCommand: Codable, Sendable, Equatable {
   case dlStart(session: String, url: URL, destination: String? = nil, relaunchLog: String? = nil)
   /// Attaches, prints "attached", then each queued event ("event <kind> <task id> <event id|-> <error|->",
   /// "event didFinishEvents - - -") and acknowledges it; exits after `count` queued events (0: after the backlog's
-  /// didFinishEvents).
-  case dlAttach(session: String, count: Int)
+  /// didFinishEvents). With `download`, starts a download of it once attached ("task <id>"), and prints
+  /// "event-files <n>" after the first `finished` event: the event files queued for the session as it was handed out.
+  case dlAttach(session: String, count: Int, download: URL? = nil)
   /// Started by the agent (GROUPCONTAINER_BACKGROUND_SESSION): attaches to the session it names and appends
   /// "relaunched <session> <pid> tunables <GLIBC_TUNABLES, or ->" and its events to `log` until didFinishEvents (its stdout reaches no test).
   case dlRelaunched(log: String)
