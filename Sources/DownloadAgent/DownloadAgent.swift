@@ -75,13 +75,13 @@ package final class DownloadAgent: Sendable {
     var pendingFinals: [CommitRecord.Final] = []
     var committing = false
     var nextCommit: UInt64 = 1
-    /// Commits that still name a task in the container (sequence → tasks not forgotten), and each task's commits:
-    /// a commit file is removed once all its tasks are.
+    /// Commits that still name a task in the container (sequence → tasks not forgotten), and in `tasks` each task's
+    /// commits: a commit file is removed once all its tasks are.
     var commitTasks: [UInt64: Int] = [:]
-    var taskCommits = TaskCommitTable()
-    /// Finished tasks whose events are queued: all a pass needs of them is here (no status, request or control
-    /// kept), and passes skip them; `retire` looks at them every few seconds. Plain values (`FinishedTasks.swift`).
-    var settled: [TaskKey: Settled] = [:]
+    /// Each task's commits, and the settled ones: finished tasks whose events are queued. All a pass needs of a
+    /// settled task is here (no status, request or control kept), and passes skip them; `retire` looks at them every
+    /// few seconds. Plain values (`FinishedTasks.swift`).
+    var tasks = TaskTable()
     var sessionNames = SessionNames()
     var lastRetire: UInt64 = 0
     /// The task ids last listed (`tasks/`), and when and at which request sequence: the directory is listed again
@@ -255,7 +255,7 @@ package final class DownloadAgent: Sendable {
         state.withLock { s in
           s.statuses = [:]
           s.controls = [:]
-          s.settled = [:]
+          s.tasks.unsettle { _ in true }
           s.listedSequence = nil
         }
         recoverAfterCrash()
@@ -293,7 +293,7 @@ package final class DownloadAgent: Sendable {
         state.withLock { s in
           s.statuses = [:]
           s.controls = [:]
-          s.settled = [:]
+          s.tasks.unsettle { _ in true }
           s.listedSequence = nil
         }
         return .agent
@@ -351,7 +351,7 @@ package final class DownloadAgent: Sendable {
   /// What the agent keeps at its idle exit: the finished tasks it remembers (retained 24 h) and the heap's live
   /// bytes. A test across processes compares two runs to get the bytes kept per finished task (AgentMemoryTests).
   private func reportMemory() {
-    let kept = state.withLock { $0.settled.count }
+    let kept = state.withLock { $0.tasks.settledCount }
     logger.info(
       "download agent \(CurrentProcess.id) idle: \(kept) finished tasks kept, \(MemorySignals.heapBytesInUse()) bytes of heap in use"
     )
@@ -415,7 +415,7 @@ package final class DownloadAgent: Sendable {
     }
     var last: UInt64 = 0
     var commitTasks: [UInt64: Int] = [:]
-    var taskCommits = TaskCommitTable()
+    var tasks = TaskTable()
     var redone: [CommitRecord.Final] = []
     for commit in commits {
       var alive = Set<String>()
@@ -436,7 +436,7 @@ package final class DownloadAgent: Sendable {
         continue
       }
       commitTasks[commit.sequence] = alive.count
-      for id in alive { if let key = TaskKey(id) { taskCommits.append(commit.sequence, for: key) } }
+      for id in alive { if let key = TaskKey(id) { tasks.append(commit.sequence, for: key) } }
     }
     if !redone.isEmpty {
       do {
@@ -449,7 +449,9 @@ package final class DownloadAgent: Sendable {
     let next = (commits.last?.sequence ?? 0) + 1
     state.withLock { s in
       s.commitTasks = commitTasks
-      s.taskCommits = taskCommits
+      // The commits read now replace those known; what is settled stays.
+      for (key, value) in s.tasks.settled(where: { _ in true }) { tasks[settled: key] = value }
+      s.tasks = tasks
       s.nextCommit = max(s.nextCommit, next)
     }
     return last
@@ -584,14 +586,14 @@ package final class DownloadAgent: Sendable {
       let ids = store.taskIDs()
       forgetAllBut(Set(ids))
       state.withLock { s in
-        s.listed = ids.filter { TaskKey($0).map { s.settled[$0] == nil } ?? true }
+        s.listed = ids.filter { TaskKey($0).map { s.tasks[settled: $0] == nil } ?? true }
         s.listedSequence = sequence
         s.listedAt = now
       }
     }
     return state.withLock { s in
       // Settled since the listing: dropped here, so the list shrinks as tasks finish.
-      func isSettled(_ id: String) -> Bool { TaskKey(id).map { s.settled[$0] != nil } ?? false }
+      func isSettled(_ id: String) -> Bool { TaskKey(id).map { s.tasks[settled: $0] != nil } ?? false }
       if s.listed.count > 64, s.listed.contains(where: isSettled) {
         s.listed.removeAll(where: isSettled)
       }
@@ -615,7 +617,8 @@ package final class DownloadAgent: Sendable {
   private func settle(_ id: String, _ status: TaskStatus, session: String) {
     state.withLock { s in
       if let key = TaskKey(id) {
-        s.settled[key] = Settled(finished: status.finished ?? status.updated, session: s.sessionNames.index(session))
+        s.tasks[settled: key] = Settled(
+          finished: status.finished ?? status.updated, session: s.sessionNames.index(session))
       }
       s.statuses[id] = nil
       s.controls[id] = nil
@@ -631,7 +634,7 @@ package final class DownloadAgent: Sendable {
     let due = state.withLock { s -> [(id: String, session: String)]? in
       guard clock &- s.lastRetire >= Self.retireInterval else { return nil }
       s.lastRetire = clock
-      return s.settled.filter { now - $0.value.finished > retention }.map {
+      return s.tasks.settled(where: { now - $0.finished > retention }).map {
         ($0.key.id, s.sessionNames[$0.value.session])
       }
     }
@@ -871,8 +874,7 @@ package final class DownloadAgent: Sendable {
       s.controls[id] = nil
       var empty: [UInt64] = []
       guard let key = TaskKey(id) else { return empty }
-      s.settled[key] = nil
-      for sequence in s.taskCommits.remove(key) {
+      for sequence in s.tasks.remove(key) {
         let left = (s.commitTasks[sequence] ?? 1) - 1
         s.commitTasks[sequence] = left > 0 ? left : nil
         if left <= 0 { empty.append(sequence) }
@@ -889,9 +891,9 @@ package final class DownloadAgent: Sendable {
       if s.statuses.count > ids.count { s.statuses = s.statuses.filter { ids.contains($0.key) } }
       if s.controls.count > ids.count { s.controls = s.controls.filter { ids.contains($0.key) } }
       if s.durableRequests.count > ids.count { s.durableRequests = s.durableRequests.filter { ids.contains($0) } }
-      if s.settled.count > ids.count {
+      if s.tasks.settledCount > ids.count {
         let keys = Set(ids.compactMap { TaskKey($0) })
-        s.settled = s.settled.filter { keys.contains($0.key) }
+        s.tasks.unsettle { !keys.contains($0) }
       }
     }
   }
@@ -987,7 +989,7 @@ package final class DownloadAgent: Sendable {
           if visible {
             // Settled at once: the task's record is on disk, memory keeps its finish time only.
             if let key = TaskKey(final.id) {
-              s.settled[key] = Settled(
+              s.tasks[settled: key] = Settled(
                 finished: final.status.finished ?? final.status.updated, session: s.sessionNames.index(final.session))
             }
             s.statuses[final.id] = nil
@@ -1001,7 +1003,7 @@ package final class DownloadAgent: Sendable {
             s.rescan = true
           }
           if written {
-            if let key = TaskKey(final.id) { s.taskCommits.append(sequence, for: key) }
+            if let key = TaskKey(final.id) { s.tasks.append(sequence, for: key) }
             s.commitTasks[sequence, default: 0] += 1
           }
         }
@@ -1040,7 +1042,7 @@ package final class DownloadAgent: Sendable {
         state.withLock { s in
           s.commitTasks[sequence] = chunk.count
           for request in chunk {
-            if let key = TaskKey(request.id) { s.taskCommits.append(sequence, for: key) }
+            if let key = TaskKey(request.id) { s.tasks.append(sequence, for: key) }
           }
         }
       } catch {

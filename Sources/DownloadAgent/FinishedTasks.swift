@@ -1,6 +1,6 @@
 import BackgroundDownloads
 
-/// What the agent remembers of each finished task for the 24 h they stay (`DownloadAgent.State.settled`), and of each
+/// What the agent remembers of each finished task for the 24 h they stay (`DownloadAgent.State.tasks`), and of each
 /// task's commits, in tables of plain values: no allocation per task.
 ///
 /// Rule: a table that grows with the finished tasks holds no `String`, array or other reference per entry. A
@@ -47,13 +47,18 @@ struct TaskKey: Hashable, Sendable {
 /// every few seconds anyway, and a task is never forgotten early. With an `Int64` of nanoseconds the value took 16
 /// bytes (its stride), and 10,000 tasks' table 131 kB more.
 struct Settled: Sendable {
-  private let finishedSeconds: UInt32
+  let finishedSeconds: UInt32
   let session: UInt32
 
   /// `finished`: ns since 1970.
   init(finished: Int64, session: UInt32) {
     let seconds = finished > 0 ? (finished - 1) / 1_000_000_000 + 1 : 0
     finishedSeconds = UInt32(clamping: seconds)
+    self.session = session
+  }
+
+  init(finishedSeconds: UInt32, session: UInt32) {
+    self.finishedSeconds = finishedSeconds
     self.session = session
   }
 
@@ -77,40 +82,84 @@ struct SessionNames: Sendable {
   subscript(_ index: UInt32) -> String { names[Int(index)] }
 }
 
-/// The commits that name each task (most tasks have two: its request's and its outcome's): two inline per task, as
-/// 32-bit sequences (8 bytes: 10,000 tasks' entries took 786 kB with two 64-bit sequences, a count and an array
-/// inline, 393 kB so), more in a side table (a task committed again after a failed write, or a sequence past 32 bits:
-/// rare, so an allocation then is fine).
-struct TaskCommitTable: Sendable {
-  /// Sequences start at 1: 0 is an empty place.
-  private struct Inline: Sendable {
+/// Each task's commits (most tasks have two: its request's and its outcome's) and, once it settled, its `Settled`
+/// value, in one table: 32 bytes a bucket. Two tables (a `Settled` per settled task, the commits per task) took
+/// 16,384 buckets of 24 bytes each at 10,000 tasks, 786 kB resident; one takes 524 kB. Commits are kept two inline
+/// per task, as 32-bit sequences, more in a side table (a task committed again after a failed write, or a sequence
+/// past 32 bits: rare, so an allocation then is fine).
+struct TaskTable: Sendable {
+  /// Sequences start at 1: 0 is an empty place. `session` 0: not settled; else the session's index + 1.
+  private struct Entry: Sendable {
     var first: UInt32 = 0
     var second: UInt32 = 0
+    var finishedSeconds: UInt32 = 0
+    var session: UInt32 = 0
+
+    var isEmpty: Bool { first == 0 && second == 0 && session == 0 }
   }
-  private var inline: [TaskKey: Inline] = [:]
+  private var entries: [TaskKey: Entry] = [:]
   private var more: [TaskKey: [UInt64]] = [:]
+  /// The settled tasks among `entries`.
+  private(set) var settledCount = 0
 
   mutating func append(_ sequence: UInt64, for key: TaskKey) {
     if sequence != 0, let small = UInt32(exactly: sequence) {
-      var entry = inline[key] ?? Inline()
+      var entry = entries[key] ?? Entry()
       if entry.first == 0 {
         entry.first = small
-        inline[key] = entry
+        entries[key] = entry
         return
       }
       if entry.second == 0 {
         entry.second = small
-        inline[key] = entry
+        entries[key] = entry
         return
       }
     }
     more[key, default: []].append(sequence)
   }
 
-  /// Forgets `key`'s commits; returns them.
+  /// Forgets `key`: its commits (returned) and its settled value.
   mutating func remove(_ key: TaskKey) -> [UInt64] {
-    let entry = inline.removeValue(forKey: key)
+    let entry = entries.removeValue(forKey: key)
+    if let entry, entry.session != 0 { settledCount -= 1 }
     return [entry?.first ?? 0, entry?.second ?? 0].filter { $0 != 0 }.map(UInt64.init)
       + (more.removeValue(forKey: key) ?? [])
+  }
+
+  /// `key`'s settled value; nil while it is not settled.
+  subscript(settled key: TaskKey) -> Settled? {
+    get {
+      guard let entry = entries[key], entry.session != 0 else { return nil }
+      return Settled(finishedSeconds: entry.finishedSeconds, session: entry.session - 1)
+    }
+    set {
+      var entry = entries[key] ?? Entry()
+      let was = entry.session != 0
+      if let newValue {
+        entry.finishedSeconds = newValue.finishedSeconds
+        entry.session = newValue.session + 1
+      } else {
+        entry.finishedSeconds = 0
+        entry.session = 0
+      }
+      settledCount += (newValue != nil ? 1 : 0) - (was ? 1 : 0)
+      entries[key] = entry.isEmpty ? nil : entry
+    }
+  }
+
+  /// The settled tasks whose value `include` accepts.
+  func settled(where include: (Settled) -> Bool) -> [(key: TaskKey, value: Settled)] {
+    var found: [(key: TaskKey, value: Settled)] = []
+    for (key, entry) in entries where entry.session != 0 {
+      let value = Settled(finishedSeconds: entry.finishedSeconds, session: entry.session - 1)
+      if include(value) { found.append((key, value)) }
+    }
+    return found
+  }
+
+  /// Forgets the settled value of every task `remove` accepts (their commits stay).
+  mutating func unsettle(where remove: (TaskKey) -> Bool) {
+    for key in entries.keys where entries[key]?.session != 0 && remove(key) { self[settled: key] = nil }
   }
 }
