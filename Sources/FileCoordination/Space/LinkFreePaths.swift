@@ -76,6 +76,10 @@ final class LinkFreePaths: Sendable {
   static let mask = Watcher.create | Watcher.movedTo
 
   private let table = Mutex(Table())
+  /// Moves on (under `table`'s lock) whenever anything remembered may have gone stale: an event handled, a watch
+  /// dropped, everything forgotten. An answer from memory stays true while it has not moved and every event queued
+  /// since has been handled (`isStillLinkFree(since:)`).
+  private let version = Atomic<UInt64>(0)
   private let containerPath: String
   private let root: ContainerDirectory
 
@@ -89,6 +93,13 @@ final class LinkFreePaths: Sendable {
   /// the way since it was last checked, else the kernel's answer, after which the path (or, if its directory is
   /// busy, its parent) is remembered.
   func isLinkFree(_ path: ContainerPath) -> Bool {
+    var remembered: UInt64?
+    return isLinkFree(path, remembered: &remembered)
+  }
+
+  /// `isLinkFree(path)`; when answered from memory, `remembered` is the version that answer holds at, for
+  /// `isStillLinkFree(since:)`.
+  func isLinkFree(_ path: ContainerPath, remembered: inout UInt64?) -> Bool {
     guard !path.isRoot else { return true }
     let root = root
     let settled = Watcher.shared.hasHandledEveryEvent()
@@ -98,6 +109,8 @@ final class LinkFreePaths: Sendable {
       }
       if known(path) {
         t.counts.remembered += 1
+        // Read under the lock, with the entry: every event that could have made it stale since moves it on.
+        remembered = version.load(ordering: .relaxed)
         return .remembered
       }
       guard !t.busy.isEmpty else { return .unknown(busy: false) }
@@ -122,6 +135,14 @@ final class LinkFreePaths: Sendable {
       // Remember the item itself, unless its directory may not be watched: then its parent.
       return remember(busy ? path.parent! : path, check: check)
     }
+  }
+
+  /// Whether an answer from memory given at `version` still holds, with no lock and no lookup: nothing went stale
+  /// since (the version did not move) and every event queued until now has been handled — the same proof as an
+  /// answer from memory (the one `ioctl` stays: only the kernel knows its queue; see the type). A handler moves the
+  /// version before the watcher counts its events handled, so an event seen handled here has moved it.
+  func isStillLinkFree(since version: UInt64) -> Bool {
+    Watcher.shared.hasHandledEveryEvent() && self.version.load(ordering: .acquiring) == version
   }
 
   private enum Answer {
@@ -161,6 +182,7 @@ final class LinkFreePaths: Sendable {
   /// (`recreateAfterRemoval`).
   func forgetAll() {
     let tokens = table.withLock { t in
+      version.add(1, ordering: .releasing)
       defer {
         t.entries.removeAll()
         t.watched.removeAll()
@@ -241,6 +263,7 @@ final class LinkFreePaths: Sendable {
   /// An event in the watched `directory` (on the watcher thread).
   private func changed(in directory: ContainerPath, _ event: Watcher.Event) {
     let dropped = table.withLock { t -> [Watcher.Token] in
+      version.add(1, ordering: .releasing)  // any event, before its effects (see `version`)
       if event.mask & Watcher.ignored != 0 {  // the directory is gone: its watch with it
         return drop(directory, in: &t)
       }
@@ -265,6 +288,7 @@ final class LinkFreePaths: Sendable {
 
   /// Forgets `directory`'s watch and those beneath it, and every entry; returns the watches to cancel.
   private func drop(_ directory: ContainerPath, in t: inout Table) -> [Watcher.Token] {
+    version.add(1, ordering: .releasing)
     t.epoch += 1
     let gone = t.watched.keys.filter { $0 == directory || $0.isDescendant(of: directory) }
     return gone.compactMap { t.watched.removeValue(forKey: $0)?.token }
