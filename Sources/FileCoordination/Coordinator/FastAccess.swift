@@ -19,9 +19,11 @@ import SystemLayer
 /// - the locks: each entry still its key's, none busy or held against us here, each flock free with `LOCK_NB`.
 /// If anything fails, nothing was taken and the whole way runs (it waits, cancels, times out, as always).
 ///
-/// The accessor runs as in a whole access: with the checked-write mark, and with a move log (`moves`) so that
-/// `item(at:didMoveTo:)` finds this access's log — with no presenter to tell, its moves are dropped, as the whole
-/// way drops them. Lock order (Rule 1) is the plan's; a process that died holding nothing blocks nothing; a
+/// The accessor runs as in a whole access, with the checked-write mark. A `.forMoving` write runs it with a move
+/// log (`moves`), so that `item(at:didMoveTo:)` finds this access's log; with no presenter to tell, its moves are
+/// dropped, as the whole way drops them. Other accesses push no log (a task-local push and pop was 3 % of the
+/// access): a move recorded there (Apple's API asks for `.forMoving`) is a stray one, which this access's end takes
+/// and drops like the whole way's end. Lock order (Rule 1) is the plan's; a process that died holding nothing blocks nothing; a
 /// container removed and made again drops the entries (`rebind`), so the next access looks them up again.
 ///
 /// *What if you don't*: an empty access took ~1.2 µs of Swift around its three calls (two flocks and the
@@ -73,6 +75,8 @@ extension FileCoordinator {
     let previousMark: ThreadMark.Value?
     /// The URL its accessor gets.
     let url: URL
+    /// A `.forMoving` write: its accessor runs with `plan.moves` as the running move log (see the type).
+    let logsMoves: Bool
   }
 
   /// The fast path's checks and locks (see the type); nil when it does not apply. The caller runs the accessor with
@@ -86,10 +90,13 @@ extension FileCoordinator {
       plan.registry.isStillEmpty(at: plan.presenters), plan.linkFreePaths.isStillLinkFree(since: plan.linkFree),
       plan.table.tryAcquire(plan.locks, owner: .coordinator(instance))
     else { return nil }
-    return FastAccess(plan: plan, previousMark: plan.mark.map { ThreadMark.set($0) }, url: plan.readURL ?? url)
+    let logsMoves = if case .writing(let options) = kind { options.contains(.forMoving) } else { false }
+    return FastAccess(
+      plan: plan, previousMark: plan.mark.map { ThreadMark.set($0) }, url: plan.readURL ?? url, logsMoves: logsMoves)
   }
 
-  /// The end of a fast access: the mark put back, the locks released, the moves dropped.
+  /// The end of a fast access: the mark put back, the locks released, the moves dropped (its own and those
+  /// recorded outside any accessor, which a whole access's end takes too: nobody to tell them to).
   func endFast(_ access: FastAccess) {
     if let previous = access.previousMark { ThreadMark.set(previous) }
     let plan = access.plan
@@ -98,6 +105,7 @@ extension FileCoordinator {
       plan.moves.moves.withLock { $0.removeAll() }
       plan.moves.recorded.store(false, ordering: .relaxed)
     }
+    if hasStrayMoves.load(ordering: .acquiring) { takeStrayMoves() }
   }
 
   /// After a whole access of `intent`: keeps what the fast path needs for the next access of it, when this one

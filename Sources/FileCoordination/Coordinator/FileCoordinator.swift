@@ -187,6 +187,7 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
   ) throws -> T {
     if let access = beginFast(url, .reading(options)) {  // FastAccess.swift
       defer { endFast(access) }
+      guard access.logsMoves else { return try reader(access.url) }
       return try Self.$runningMoves.withValue(access.plan.moves) { try reader(access.url) }
     }
     return try perform([.readingIntent(with: url, options: options)]) { try reader($0.url(0)) }
@@ -199,6 +200,7 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
   ) throws -> T {
     if let access = beginFast(url, .writing(options)) {  // FastAccess.swift
       defer { endFast(access) }
+      guard access.logsMoves else { return try writer(access.url) }
       return try Self.$runningMoves.withValue(access.plan.moves) { try writer(access.url) }
     }
     return try perform([.writingIntent(with: url, options: options)]) { try writer($0.url(0)) }
@@ -385,7 +387,7 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
   }
 
   /// The moves recorded outside any accessor of this coordinator, taken away.
-  @discardableResult private func takeStrayMoves() -> [(URL, URL)] {
+  @discardableResult func takeStrayMoves() -> [(URL, URL)] {
     state.withLock {
       hasStrayMoves.store(false, ordering: .relaxed)
       var moves: [(URL, URL)] = []
