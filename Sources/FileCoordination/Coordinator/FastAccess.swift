@@ -13,7 +13,7 @@ import SystemLayer
 /// - nobody presents anything: the registry's generation (`PresenterRegistry.isStillEmpty(at:)`), so no presenter
 ///   of the item, an ancestor or a descendant could be missed, nor a damaged record;
 /// - no symbolic link on the way: the link-free memory's version and the inotify queue
-///   (`LinkFreePaths.isStillLinkFree(since:)`, the one `ioctl` that stays: only the kernel knows its queue), so the
+///   (`LinkFreePaths.Version.holds(_:)`, the one `ioctl` that stays: only the kernel knows its queue), so the
 ///   checks that depend on it (leading out of the container, the Inbox rule, the checked-write mark) hold as made;
 /// - no moves recorded outside an accessor (`hasStrayMoves`): the whole way hands them to the next access;
 /// - the locks: each entry still its key's, none busy or held against us here, each flock free with `LOCK_NB`.
@@ -23,8 +23,12 @@ import SystemLayer
 /// log (`moves`), so that `item(at:didMoveTo:)` finds this access's log; with no presenter to tell, its moves are
 /// dropped, as the whole way drops them. Other accesses push no log (a task-local push and pop was 3 % of the
 /// access): a move recorded there (Apple's API asks for `.forMoving`) is a stray one, which this access's end takes
-/// and drops like the whole way's end. Lock order (Rule 1) is the plan's; a process that died holding nothing blocks nothing; a
-/// container removed and made again drops the entries (`rebind`), so the next access looks them up again.
+/// and drops like the whole way's end.
+///
+/// Lock order (Rule 1) is the plan's; nothing waits, so a cancel or a lock timeout concerns only the whole way; a
+/// container removed and made again drops the entries (`rebind`), so the next access looks them up again. Reads and
+/// writes of one item through `coordinate(readingItemAt:)` and `coordinate(writingItemAt:)` only: the asynchronous
+/// and queue variants and accesses of several items go the whole way.
 ///
 /// *What if you don't*: an empty access took ~1.2 µs of Swift around its three calls (two flocks and the
 /// `ioctl`), spread over ten lock operations, a dozen checks made again, the arrays of a general access.
@@ -37,7 +41,7 @@ extension FileCoordinator {
     let space: CoordinationSpace
     /// The space's parts the fast path asks, held directly.
     let registry: PresenterRegistry
-    let linkFreePaths: LinkFreePaths
+    let linkFreeVersion: LinkFreePaths.Version
     let table: LockTable
     /// The URL a read's accessor gets (`CoordinationSpace.url(for:)`); a write's gets the caller's.
     let readURL: URL?
@@ -57,7 +61,7 @@ extension FileCoordinator {
       self.kind = kind
       self.space = space
       self.registry = space.registry
-      self.linkFreePaths = space.linkFreePaths
+      self.linkFreeVersion = space.linkFreePaths.version
       self.table = space.locks
       self.readURL = readURL
       self.mark = mark
@@ -87,7 +91,7 @@ extension FileCoordinator {
       !hasStrayMoves.load(ordering: .acquiring),
       CoordinationSpace.placements.load(ordering: .acquiring) == plan.placements,
       url.baseURL == nil, ContainerPath.sameBytes(plan.url, url.relativeString),
-      plan.registry.isStillEmpty(at: plan.presenters), plan.linkFreePaths.isStillLinkFree(since: plan.linkFree),
+      plan.registry.isStillEmpty(at: plan.presenters), plan.linkFreeVersion.holds(plan.linkFree),
       plan.table.tryAcquire(plan.locks, owner: .coordinator(instance))
     else { return nil }
     let logsMoves = if case .writing(let options) = kind { options.contains(.forMoving) } else { false }

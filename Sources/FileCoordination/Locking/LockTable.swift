@@ -16,7 +16,7 @@ struct Holders {
   private var list: [(owner: LockOwner, mode: FlockMode, count: Int)] = []
 
   var isEmpty: Bool { list.isEmpty }
-  var hasExclusive: Bool { list.contains { $0.mode == .exclusive } }
+  var hasExclusive: Bool { list.contains { $0.mode.isExclusive } }
 
   subscript(owner: LockOwner) -> (mode: FlockMode, count: Int)? {
     get {
@@ -27,11 +27,21 @@ struct Holders {
       let index = list.firstIndex { $0.owner == owner }
       switch (index, newValue) {
       case (let index?, let value?): list[index] = (owner, value.mode, value.count)
-      case (let index?, nil): list.remove(at: index)
+      case (let index?, nil):  // order does not matter: the last one takes its place (no elements moved)
+        list.swapAt(index, list.count - 1)
+        list.removeLast()
       case (nil, let value?): list.append((owner, value.mode, value.count))
       case (nil, nil): break
       }
     }
+  }
+}
+
+extension FlockMode {
+  /// Told by its case: `==` on an enum of another module went through its Equatable witness, seven calls a lock.
+  fileprivate var isExclusive: Bool {
+    if case .exclusive = self { return true }
+    return false
   }
 }
 
@@ -294,7 +304,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
       let now = MonotonicClock.nanoseconds()
       var next: UInt64?
       var cacheableInUse = false
-      for (key, entry) in entries where entry.osMode == .shared && key.kind == .tree {
+      for (key, entry) in entries where entry.osMode?.isExclusive == false && key.kind == .tree {
         guard entry.isCached && !entry.busy else {
           cacheableInUse = true
           continue
@@ -342,7 +352,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
       if entry.isCached, !entry.busy {
         // Trusted only while no revoker bumped the generation since the flock was taken, and never for an
         // exclusive request (it would be an SH→EX conversion: Rule 2).
-        if mode == .shared, let revocation, entry.generation == revocation.generation(entry.bucket) {
+        if !mode.isExclusive, let revocation, entry.generation == revocation.generation(entry.bucket) {
           entry.idleSince = 0
           entry.holders[owner] = (mode, 1)
           hits += 1
@@ -351,17 +361,17 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
         drop(entry)
       }
       if let held = entry.holders[owner] {
-        guard held.mode == .exclusive || mode == .shared else { throw .lockUpgrade(key.path.string) }
+        guard held.mode.isExclusive || !mode.isExclusive else { throw .lockUpgrade(key.path.string) }
         entry.holders[owner] = (held.mode, held.count + 1)
         return entry
       }
-      let conflict = mode == .exclusive ? !entry.holders.isEmpty : entry.holders.hasExclusive
+      let conflict = mode.isExclusive ? !entry.holders.isEmpty : entry.holders.hasExclusive
       if conflict {
         guard waits else { return nil }
         waitForChange()
         continue
       }
-      if let os = entry.osMode, os == .exclusive || mode == .shared {
+      if let os = entry.osMode, os.isExclusive || !mode.isExclusive {
         entry.holders[owner] = (mode, 1)
         return entry
       }
@@ -389,7 +399,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
       let generation = revocation?.generation(entry.bucket) ?? 0
       // Only tree EX waits behind other processes' cached locks: ask them to drop theirs (Rule 4a).
       let revoke: LockRevocation.Revoker? =
-        key.kind == .tree && mode == .exclusive ? revocation.map { LockRevocation.Revoker($0, entry.bucket) } : nil
+        key.kind == .tree && mode.isExclusive ? revocation.map { LockRevocation.Revoker($0, entry.bucket) } : nil
       let result: Result<DescriptorBox, FileCoordinatorError>
       do {
         if fd == nil { fd = DescriptorBox(try openLockFile(key)) }

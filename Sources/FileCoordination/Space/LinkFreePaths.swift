@@ -78,8 +78,24 @@ final class LinkFreePaths: Sendable {
   private let table = Mutex(Table())
   /// Moves on (under `table`'s lock) whenever anything remembered may have gone stale: an event handled, a watch
   /// dropped, everything forgotten. An answer from memory stays true while it has not moved and every event queued
-  /// since has been handled (`isStillLinkFree(since:)`).
-  private let version = Atomic<UInt64>(0)
+  /// since has been handled (`Version.holds(_:)`).
+  let version = Version()
+
+  /// The memory's version, an object of its own: the fast path holds it (FastAccess.swift), and this type's watch
+  /// handlers hold it weakly, which makes every retain of it a slow one (~30 ns an access).
+  final class Version: Sendable {
+    fileprivate let value = Atomic<UInt64>(0)
+
+    /// Whether an answer from memory given at `version` still holds, with no lock and no lookup: nothing went stale
+    /// since (the version did not move) and every event queued until now has been handled — the same proof as an
+    /// answer from memory (the one `ioctl` stays: only the kernel knows its queue; see the type). A handler moves
+    /// the version before the watcher counts its events handled, so an event seen handled here has moved it.
+    func holds(_ version: UInt64) -> Bool {
+      Watcher.shared.hasHandledEveryEvent() && value.load(ordering: .acquiring) == version
+    }
+
+    fileprivate func moveOn() { value.add(1, ordering: .releasing) }
+  }
   private let containerPath: String
   private let root: ContainerDirectory
 
@@ -98,7 +114,7 @@ final class LinkFreePaths: Sendable {
   }
 
   /// `isLinkFree(path)`; when answered from memory, `remembered` is the version that answer holds at, for
-  /// `isStillLinkFree(since:)`.
+  /// `version.holds(_:)`.
   func isLinkFree(_ path: ContainerPath, remembered: inout UInt64?) -> Bool {
     guard !path.isRoot else { return true }
     let root = root
@@ -110,7 +126,7 @@ final class LinkFreePaths: Sendable {
       if known(path) {
         t.counts.remembered += 1
         // Read under the lock, with the entry: every event that could have made it stale since moves it on.
-        remembered = version.load(ordering: .relaxed)
+        remembered = version.value.load(ordering: .relaxed)
         return .remembered
       }
       guard !t.busy.isEmpty else { return .unknown(busy: false) }
@@ -135,14 +151,6 @@ final class LinkFreePaths: Sendable {
       // Remember the item itself, unless its directory may not be watched: then its parent.
       return remember(busy ? path.parent! : path, check: check)
     }
-  }
-
-  /// Whether an answer from memory given at `version` still holds, with no lock and no lookup: nothing went stale
-  /// since (the version did not move) and every event queued until now has been handled — the same proof as an
-  /// answer from memory (the one `ioctl` stays: only the kernel knows its queue; see the type). A handler moves the
-  /// version before the watcher counts its events handled, so an event seen handled here has moved it.
-  func isStillLinkFree(since version: UInt64) -> Bool {
-    Watcher.shared.hasHandledEveryEvent() && self.version.load(ordering: .acquiring) == version
   }
 
   private enum Answer {
@@ -182,7 +190,7 @@ final class LinkFreePaths: Sendable {
   /// (`recreateAfterRemoval`).
   func forgetAll() {
     let tokens = table.withLock { t in
-      version.add(1, ordering: .releasing)
+      version.moveOn()
       defer {
         t.entries.removeAll()
         t.watched.removeAll()
@@ -263,7 +271,7 @@ final class LinkFreePaths: Sendable {
   /// An event in the watched `directory` (on the watcher thread).
   private func changed(in directory: ContainerPath, _ event: Watcher.Event) {
     let dropped = table.withLock { t -> [Watcher.Token] in
-      version.add(1, ordering: .releasing)  // any event, before its effects (see `version`)
+      version.moveOn()  // any event, before its effects (see `version`)
       if event.mask & Watcher.ignored != 0 {  // the directory is gone: its watch with it
         return drop(directory, in: &t)
       }
@@ -288,7 +296,7 @@ final class LinkFreePaths: Sendable {
 
   /// Forgets `directory`'s watch and those beneath it, and every entry; returns the watches to cancel.
   private func drop(_ directory: ContainerPath, in t: inout Table) -> [Watcher.Token] {
-    version.add(1, ordering: .releasing)
+    version.moveOn()
     t.epoch += 1
     let gone = t.watched.keys.filter { $0 == directory || $0.isDescendant(of: directory) }
     return gone.compactMap { t.watched.removeValue(forKey: $0)?.token }
