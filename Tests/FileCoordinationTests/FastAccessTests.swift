@@ -6,8 +6,9 @@ import Testing
 
 /// The fast path of a repeated access (FastAccess.swift): once a coordinator keeps a plan for an item, what the plan
 /// skips must still be noticed when it changes. Mutants these tests catch (each run once, a test then failing):
-/// - `PresenterRegistry.isStillEmpty(at:)` answering true (a presenter registered since is never asked):
-///   `aPresenterThatAppearsIsAskedByTheNextAccess`;
+/// - `PresenterRegistry.isUnchanged(since:)` answering true (a presenter registered since is never asked):
+///   `aPresenterThatAppearsIsAskedByTheNextAccess`,
+///   `aPresenterOfAnotherItemLeavesTheFastPathAndOneOfTheDirectoryIsTold`;
 /// - `LinkFreePaths.Version.holds(_:)` without the watcher's proof (its `ioctl`), or the version not moved by an
 ///   event: `LinkFreePathsTests.exchangedDirectoryIsNoticedByTheFastPath` and `unhandledEventBlocksTheFastPath`.
 @Suite(.runSlot(.minutes(2))) struct FastAccessTests {
@@ -44,6 +45,26 @@ import Testing
     // "coordinated": told by the access, not by the presenter's own inotify watch of the file.
     #expect(await presenter.line { $0 == "relinquishToWriter coordinated \(getpid())" } != nil)
     #expect(await presenter.line { $0 == "didChange coordinated \(getpid())" } != nil)
+  }
+
+  /// A presenter of another item does not keep the fast path away; one of the item's directory, registered since,
+  /// is told of the write.
+  @Test func aPresenterOfAnotherItemLeavesTheFastPathAndOneOfTheDirectoryIsTold() async throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let url = container.documentsURL.appendingPathComponent("b.txt")
+    try container.write(Data("0".utf8), to: url)
+    let other = try Child(.present(item: "Documents/other.txt"), root: root.path, group: group)
+    defer { other.kill() }
+    #expect(await other.line { $0.hasPrefix("ready") } != nil)
+    let coordinator = FileCoordinator()
+    try await #require(await Self.warm(coordinator, url), "the fast path never served the access")
+    let directory = try Child(.present(item: "Documents"), root: root.path, group: group)
+    defer { directory.kill() }
+    #expect(await directory.line { $0.hasPrefix("ready") } != nil)
+    try coordinator.coordinate(writingItemAt: url) { try container.write(Data("1".utf8), to: $0) }
+    #expect(await directory.line { $0.hasPrefix("subitemDidChange coordinated \(getpid())") } != nil)
+    #expect(!other.output.contains { $0.contains("coordinated \(getpid())") }, "\(other.output)")
   }
 
   /// The fast path takes the locks the whole way takes: another process holding the item excludes it.

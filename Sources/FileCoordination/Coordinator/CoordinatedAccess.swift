@@ -36,7 +36,8 @@ struct CoordinatedAccess: Sendable {
   private(set) var owner: LockOwner?
   /// What a coordinator's fast path keeps of this access (FastAccess.swift): where spaces stood when the item was
   /// placed (`CoordinationSpace.placements`), the version its link-free answer from memory holds at (one item only),
-  /// the registry's generation when nobody presented anything (set by `notifyPresenters`).
+  /// the registry's generation when nobody presented anything that concerns these items, and no record was damaged
+  /// (set by `notifyPresenters`).
   let placements: UInt64
   private(set) var linkFreeVersion: UInt64?
   private(set) var presentersGeneration: UInt64?
@@ -99,12 +100,21 @@ struct CoordinatedAccess: Sendable {
       presentersGeneration = generation
       return
     }
+    // Read before the lookup: a registration after it moves the generation on (the fast path then asks again).
+    let generation = space.registry.generation()
     let found = space.registry.lookup(items.map(\.path))  // the paths made only if someone presents
     if !found.damaged.isEmpty { try cannotAsk(found.damaged, policy: policy) }
-    guard !found.records.isEmpty else { return }  // nobody presents anything that concerns us
+    let quiet = found.damaged.isEmpty ? generation : nil
+    guard !found.records.isEmpty else {  // nobody presents anything that concerns us
+      presentersGeneration = quiet
+      return
+    }
     // A bucket also holds paths that share its hash: keep the related records only.
     records = found.records.filter { record in items.contains { Relation(record.path, $0.path) != .unrelated } }
-    guard !records.isEmpty else { return }
+    guard !records.isEmpty else {
+      presentersGeneration = quiet
+      return
+    }
     var awaiting: [String: ProcessName] = [:]
     var lent: [String: (slot: Int, token: UInt64)] = [:]
     for (index, item) in items.enumerated() {

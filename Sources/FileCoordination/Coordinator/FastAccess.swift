@@ -3,15 +3,16 @@ import GroupContainerCore
 import Synchronization
 import SystemLayer
 
-/// The fast-path rule: a synchronous access of one item, by a coordinator made without a presenter, that nobody in
-/// the container presents anything to, whose way is known free of links and whose locks are free, does only what
+/// The fast-path rule: a synchronous access of one item, by a coordinator made without a presenter, that no presenter
+/// of any process concerns (of the item, an ancestor or a descendant), whose way is known free of links and whose locks are free, does only what
 /// such an access needs — the item's place and checks kept from the last whole access of the same URL, its locks
 /// taken under one hold of the lock table (`LockTable.tryAcquire`), the accessor, the release.
 ///
 /// Everything a whole access would do differently is proved unchanged first, each by what already proves it:
 /// - the URL: its string, byte for byte, and where spaces stood (`CoordinationSpace.placements`);
-/// - nobody presents anything: the registry's generation (`PresenterRegistry.isStillEmpty(at:)`), so no presenter
-///   of the item, an ancestor or a descendant could be missed, nor a damaged record;
+/// - no presenter concerns the item: the registry's generation when the whole access found none there and no
+///   damaged record (`PresenterRegistry.isUnchanged(since:)`; every registration and removal moves it), so none
+///   of the item, an ancestor or a descendant could be missed;
 /// - no symbolic link on the way: the link-free memory's version and the inotify queue
 ///   (`LinkFreePaths.Version.holds(_:)`, the one `ioctl` that stays: only the kernel knows its queue), so the
 ///   checks that depend on it (leading out of the container, the Inbox rule, the checked-write mark) hold as made;
@@ -91,7 +92,7 @@ extension FileCoordinator {
       !hasStrayMoves.load(ordering: .acquiring),
       CoordinationSpace.placements.load(ordering: .acquiring) == plan.placements,
       url.baseURL == nil, ContainerPath.sameBytes(plan.url, url.relativeString),
-      plan.registry.isStillEmpty(at: plan.presenters), plan.linkFreeVersion.holds(plan.linkFree),
+      plan.registry.isUnchanged(since: plan.presenters), plan.linkFreeVersion.holds(plan.linkFree),
       plan.table.tryAcquire(plan.locks, owner: .coordinator(instance))
     else { return nil }
     let logsMoves = if case .writing(let options) = kind { options.contains(.forMoving) } else { false }

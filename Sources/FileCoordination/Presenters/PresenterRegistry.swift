@@ -210,7 +210,7 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
 
   /// The registry's generation, when nobody in the container presents anything at it; nil when someone does (or
   /// it cannot be told). Every registration and removal moves the generation on, so while it stays the same the
-  /// answer holds (`isStillEmpty(at:)`).
+  /// answer holds (`isUnchanged(since:)`).
   func emptyGeneration() -> UInt64? {
     let overall = generation()
     let known = cache.withLock { $0.checkedAt == overall ? $0.wasEmpty : nil }
@@ -224,12 +224,13 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
     return empty ? overall : nil
   }
 
-  /// Whether nobody presents anything still, `generation` being what `emptyGeneration()` answered: two loads of
-  /// the mapped counters, no lock.
-  func isStillEmpty(at generation: UInt64) -> Bool { self.generation() == generation }
+  /// Whether no presenter was registered or removed since `generation()` (or `emptyGeneration()`) answered
+  /// `generation`: then a lookup made at that generation still holds. Two loads of the mapped counters, no lock.
+  func isUnchanged(since generation: UInt64) -> Bool { self.generation() == generation }
 
-  /// Counter 0 plus the counters file's epoch (a restored counters file starts a new epoch).
-  private func generation() -> UInt64 { counters.load(Self.generationCounter) &+ counters.epoch }
+  /// Counter 0 plus the counters file's epoch (a restored counters file starts a new epoch): every registration and
+  /// removal moves it on.
+  func generation() -> UInt64 { counters.load(Self.generationCounter) &+ counters.epoch }
 
   /// Whether no presenter is registered: `presenters/` holds no directory (its link count is 2), or is missing.
   /// A failed look (EIO, EMFILE) is not "empty": the lookup lists the buckets instead — taken as empty, the
