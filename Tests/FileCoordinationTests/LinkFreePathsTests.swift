@@ -124,6 +124,26 @@ import Testing
     #expect(f.isRefused("sub/target"))
   }
 
+  /// The fast path (FastAccess.swift) keeps the memory's answer with its plan: the same change must reach it.
+  @Test(.runSlot(.minutes(3))) func exchangedDirectoryIsNoticedByTheFastPath() async throws {
+    let f = try Fixture()
+    try await f.subBesideALinkOut()
+    try await #require(await FastAccessTests.warm(f.coordinator, f.url("sub/x")), "the fast path never served")
+    await f.attack(.exchange(a: "Documents/sub", b: "Documents/link"))
+    #expect(f.isRefused("sub/x"))
+  }
+
+  /// And with the change's event still in the queue.
+  @Test(.runSlot(.minutes(3))) func unhandledEventBlocksTheFastPath() async throws {
+    let f = try Fixture()
+    try await f.subBesideALinkOut()
+    try await #require(await FastAccessTests.warm(f.coordinator, f.url("sub/x")), "the fast path never served")
+    Watcher.shared.stall(nanoseconds: 3_000_000_000)
+    defer { Watcher.shared.stall(nanoseconds: 0) }
+    await f.attack(.exchange(a: "Documents/sub", b: "Documents/link"))
+    #expect(f.isRefused("sub/x"))
+  }
+
   /// The same change while the watcher reads nothing: its event waits in the queue, and the memory must not answer.
   @Test(.runSlot(.minutes(3))) func unhandledEventBlocksTheMemory() async throws {
     let f = try Fixture()

@@ -16,11 +16,22 @@ import SystemLayer
 enum CheckedWrite {
   /// Runs `body`, the accessor of `access`, with its item marked when it is one written item found free of links.
   static func during<T>(_ access: CoordinatedAccess, _ body: () throws -> T) rethrows -> T {
-    // The item's fields read in place: copying the whole `Item` (a URL, a path) cost more than the check.
-    guard access.items.count == 1, access.items[0].isWrite, access.items[0].linkFree else { return try body() }
-    let previous = ThreadMark.set(mark(access.items[0].path, access.space.root))
+    try during(mark(of: access), body)
+  }
+
+  /// Runs `body` with this thread marked `mark` (a mark made by `mark(of:)`), if any.
+  static func during<T>(_ mark: ThreadMark.Value?, _ body: () throws -> T) rethrows -> T {
+    guard let mark else { return try body() }
+    let previous = ThreadMark.set(mark)
     defer { ThreadMark.set(previous) }
     return try body()
+  }
+
+  /// The mark of `access`'s accessor: nil unless it is one written item found free of links.
+  static func mark(of access: CoordinatedAccess) -> ThreadMark.Value? {
+    // The item's fields read in place: copying the whole `Item` (a URL, a path) cost more than the check.
+    guard access.items.count == 1, access.items[0].isWrite, access.items[0].linkFree else { return nil }
+    return mark(access.items[0].path, access.space.root)
   }
 
   /// Whether the accessor running on this thread was given `item` of the container open at `root`, checked.

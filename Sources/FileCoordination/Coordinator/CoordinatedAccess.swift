@@ -34,6 +34,13 @@ struct CoordinatedAccess: Sendable {
   private var held: [LockTable.Hold] = []
   /// Who holds `held` (set once the locks are taken).
   private(set) var owner: LockOwner?
+  /// What a coordinator's fast path keeps of this access (FastAccess.swift): where spaces stood when the item was
+  /// placed (`CoordinationSpace.placements`), the version its link-free answer from memory holds at (one item only),
+  /// the registry's generation when nobody presented anything that concerns these items, and no record was damaged
+  /// (set by `notifyPresenters`).
+  let placements: UInt64
+  private(set) var linkFreeVersion: UInt64?
+  private(set) var presentersGeneration: UInt64?
 
   /// The URL of item `index`, for the accessor (no array made for the one- and two-item calls).
   func url(_ index: Int) -> URL { items[index].url }
@@ -41,6 +48,8 @@ struct CoordinatedAccess: Sendable {
   init(intents: [FileAccessIntent], filePresenter: (any FilePresenter)?, purpose: String) throws(FileCoordinatorError) {
     var space: CoordinationSpace?
     var items: [Item] = []
+    var linkFreeVersion: UInt64?
+    placements = CoordinationSpace.placements.load(ordering: .acquiring)  // before any URL is placed
     for intent in intents {
       let (found, lexical) = try FileCoordinatorError.wrap { () throws(GroupContainerError) in
         try CoordinationSpace.locate(intent.url)
@@ -53,7 +62,7 @@ struct CoordinatedAccess: Sendable {
       // Nothing may lead outside the container, whatever the options. Most paths have no link on the way: the
       // kernel says so in one call, or less with the space's memory (LinkFreePaths.swift); then there is no walk.
       let resolved =
-        found.linkFreePaths.isLinkFree(lexical)
+        found.linkFreePaths.isLinkFree(lexical, remembered: &linkFreeVersion)
         ? nil
         : try FileCoordinatorError.wrap { () throws(GroupContainerError) in
           try resolveBeneath(lexical, containerPath: found.containerPath)
@@ -75,6 +84,7 @@ struct CoordinatedAccess: Sendable {
     self.items = items
     self.purpose = purpose
     self.ownPresenter = filePresenter.flatMap { space.host.id(of: $0) }
+    self.linkFreeVersion = items.count == 1 ? linkFreeVersion : nil
   }
 
   // MARK: Step 1: before
@@ -86,12 +96,25 @@ struct CoordinatedAccess: Sendable {
     // Only the presenters of these items, their ancestors and descendants: the cost does not grow with others.
     // Only the buckets of these items and their ancestors (and the items' `below`): the cost does not grow with
     // presenters of other items, in a new process either (PresenterRegistry).
+    if let generation = space.registry.emptyGeneration() {  // nobody in the container presents anything
+      presentersGeneration = generation
+      return
+    }
+    // Read before the lookup: a registration after it moves the generation on (the fast path then asks again).
+    let generation = space.registry.generation()
     let found = space.registry.lookup(items.map(\.path))  // the paths made only if someone presents
     if !found.damaged.isEmpty { try cannotAsk(found.damaged, policy: policy) }
-    guard !found.records.isEmpty else { return }  // nobody presents anything that concerns us
+    let quiet = found.damaged.isEmpty ? generation : nil
+    guard !found.records.isEmpty else {  // nobody presents anything that concerns us
+      presentersGeneration = quiet
+      return
+    }
     // A bucket also holds paths that share its hash: keep the related records only.
     records = found.records.filter { record in items.contains { Relation(record.path, $0.path) != .unrelated } }
-    guard !records.isEmpty else { return }
+    guard !records.isEmpty else {
+      presentersGeneration = quiet
+      return
+    }
     var awaiting: [String: ProcessName] = [:]
     var lent: [String: (slot: Int, token: UInt64)] = [:]
     for (index, item) in items.enumerated() {
@@ -234,7 +257,7 @@ struct CoordinatedAccess: Sendable {
     }
   }
 
-  private static func access(_ item: Item) -> LockOrder.Access {
+  static func access(_ item: Item) -> LockOrder.Access {
     !item.isWrite ? .read : item.writing.excludesContents ? .writeTree : .write
   }
 

@@ -84,9 +84,14 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
   private let cancelGeneration = Atomic<UInt64>(0)
   /// `state.moves` is not empty (set and cleared under `state`'s lock): an access takes that lock for the moves
   /// only when there are some.
-  private let hasStrayMoves = Atomic<Bool>(false)
+  let hasStrayMoves = Atomic<Bool>(false)
   private static let nextInstance = Atomic<UInt64>(0)
-  private let instance = FileCoordinator.nextInstance.add(1, ordering: .relaxed).newValue
+  let instance = FileCoordinator.nextInstance.add(1, ordering: .relaxed).newValue
+  /// What the fast path knows of the item this coordinator accessed last (FastAccess.swift).
+  let fastPlan = Mutex<FastPlan?>(nil)
+  /// A whole access of one item qualified for the fast path once: the next one keeps a plan (a coordinator made
+  /// for one access pays nothing for it).
+  let qualifiedOnce = Atomic<Bool>(false)
 
   /// Apple's `init(filePresenter:)`.
   public init(filePresenter: (any FilePresenter)? = nil) {
@@ -180,7 +185,12 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
   public func coordinate<T>(
     readingItemAt url: URL, options: ReadingOptions = [], byAccessor reader: (URL) throws -> T
   ) throws -> T {
-    try perform([.readingIntent(with: url, options: options)]) { try reader($0.url(0)) }
+    if let access = beginFast(url, .reading(options)) {  // FastAccess.swift
+      defer { endFast(access) }
+      guard access.logsMoves else { return try reader(access.url) }
+      return try Self.$runningMoves.withValue(access.plan.moves) { try reader(access.url) }
+    }
+    return try perform([.readingIntent(with: url, options: options)]) { try reader($0.url(0)) }
   }
 
   /// Apple's `coordinate(writingItemAt:options:error:byAccessor:)`: runs `writer` while no one else reads or
@@ -188,7 +198,12 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
   public func coordinate<T>(
     writingItemAt url: URL, options: WritingOptions = [], byAccessor writer: (URL) throws -> T
   ) throws -> T {
-    try perform([.writingIntent(with: url, options: options)]) { try writer($0.url(0)) }
+    if let access = beginFast(url, .writing(options)) {  // FastAccess.swift
+      defer { endFast(access) }
+      guard access.logsMoves else { return try writer(access.url) }
+      return try Self.$runningMoves.withValue(access.plan.moves) { try writer(access.url) }
+    }
+    return try perform([.writingIntent(with: url, options: options)]) { try writer($0.url(0)) }
   }
 
   /// Reads one item and writes another in one access (e.g. a copy).
@@ -278,6 +293,7 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
         }
       }
       end(access, log)
+      if intents.count == 1 { keepFastPlan(access, intents[0]) }
       return result
     } catch {
       end(access, log)
@@ -329,7 +345,7 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
   /// The move logs of the accessors running in this thread or task, innermost first: each access tells its
   /// presenters of its own moves. Kept per coordinator, a second access on the same instance cleared the first
   /// one's moves as it began (their presenters never heard of them), or took them as its own as it ended.
-  @TaskLocal private static var runningMoves: MoveLog?
+  @TaskLocal static var runningMoves: MoveLog?
 
   /// The owners of the accesses whose accessors are running in this thread or task, by presenter: a nested access
   /// of a coordinator made with the same presenter borrows the outer owner instead of waiting for it (which would
@@ -371,7 +387,7 @@ public final class FileCoordinator: @unchecked Sendable {  // mutable state is i
   }
 
   /// The moves recorded outside any accessor of this coordinator, taken away.
-  @discardableResult private func takeStrayMoves() -> [(URL, URL)] {
+  @discardableResult func takeStrayMoves() -> [(URL, URL)] {
     state.withLock {
       hasStrayMoves.store(false, ordering: .relaxed)
       var moves: [(URL, URL)] = []

@@ -16,7 +16,7 @@ struct Holders {
   private var list: [(owner: LockOwner, mode: FlockMode, count: Int)] = []
 
   var isEmpty: Bool { list.isEmpty }
-  var hasExclusive: Bool { list.contains { $0.mode == .exclusive } }
+  var hasExclusive: Bool { list.contains { $0.mode.isExclusive } }
 
   subscript(owner: LockOwner) -> (mode: FlockMode, count: Int)? {
     get {
@@ -27,11 +27,21 @@ struct Holders {
       let index = list.firstIndex { $0.owner == owner }
       switch (index, newValue) {
       case (let index?, let value?): list[index] = (owner, value.mode, value.count)
-      case (let index?, nil): list.remove(at: index)
+      case (let index?, nil):  // order does not matter: the last one takes its place (no elements moved)
+        list.swapAt(index, list.count - 1)
+        list.removeLast()
       case (nil, let value?): list.append((owner, value.mode, value.count))
       case (nil, nil): break
       }
     }
+  }
+}
+
+extension FlockMode {
+  /// Told by its case: `==` on an enum of another module went through its Equatable witness, seven calls a lock.
+  fileprivate var isExclusive: Bool {
+    if case .exclusive = self { return true }
+    return false
   }
 }
 
@@ -86,6 +96,9 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
   @exclusivity(unchecked) private var sweeperRunning = false
   /// Cached locks used again without a flock (guarded by `condition`).
   @exclusivity(unchecked) private var hits = 0
+  /// Threads waiting on `condition` in `take`: a release wakes them only when there are some (guarded by
+  /// `condition`; a broadcast with nobody waiting was a call into the C library on every access).
+  @exclusivity(unchecked) private var waiting = 0
 
   init(directory: consuming SystemFD, fileMode: mode_t, revocation: LockRevocation? = nil) {
     self.directory = DescriptorBox(directory)
@@ -96,11 +109,27 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     revocation?.signal.listenForever()
   }
 
-  /// The last one-item plan taken here, with its entries: a process tends to access one item again and again, and
-  /// the plan (an array of keys, one per depth) was two allocations of every access, the entries' lookups (hashing
-  /// each key's path) 3 % of it. Guarded by `condition`.
-  @exclusivity(unchecked) private var lastPlan:
-    (path: ContainerPath, access: LockOrder.Access, plan: [LockOrder.Request], entries: [Entry])?
+  /// A one-item plan with its entries as last seen: what `acquire(_:_:owner:isCancelled:)` uses again for the same
+  /// item, and what a coordinator's fast path (FastAccess.swift) takes and releases without looking anything up.
+  /// An entry is used only while it is still its key's (`inTable`); otherwise the key is looked up again.
+  final class RememberedPlan: @unchecked Sendable {  // immutable; the entries are only touched under `condition`
+    let path: ContainerPath
+    let access: LockOrder.Access
+    let requests: [LockOrder.Request]
+    fileprivate let entries: [Entry]
+
+    fileprivate init(path: ContainerPath, access: LockOrder.Access, requests: [LockOrder.Request], entries: [Entry]) {
+      self.path = path
+      self.access = access
+      self.requests = requests
+      self.entries = entries
+    }
+  }
+
+  /// The last one-item plan taken here: a process tends to access one item again and again, and the plan (an array
+  /// of keys, one per depth) was two allocations of every access, the entries' lookups (hashing each key's path)
+  /// 3 % of it. Guarded by `condition`.
+  @exclusivity(unchecked) private var lastPlan: RememberedPlan?
 
   /// A lock `acquire` took, for `release`: its entry itself, so releasing looks nothing up (an entry with a
   /// holder is never dropped from the table).
@@ -134,12 +163,68 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     condition.lock()
     defer { condition.unlock() }
     if let last = lastPlan, last.access == access, last.path == path {
-      return try take(last.plan, entries: last.entries, owner: owner, isCancelled: isCancelled)
+      let taken = try take(last.requests, entries: last.entries, owner: owner, isCancelled: isCancelled)
+      // An entry dropped from the table was looked up again: remember the one in use (the fast path takes only
+      // entries still in the table, and would otherwise never serve this item again).
+      if taken.indices.contains(where: { taken[$0].entry !== last.entries[$0] }) {
+        lastPlan = RememberedPlan(path: path, access: access, requests: last.requests, entries: taken.map(\.entry))
+      }
+      return taken
     }
     let plan = LockOrder.plan(path, access)
     let taken = try take(plan, entries: nil, owner: owner, isCancelled: isCancelled)
-    lastPlan = (path, access, plan, taken.map(\.entry))
+    lastPlan = RememberedPlan(path: path, access: access, requests: plan, entries: taken.map(\.entry))
     return taken
+  }
+
+  /// The plan the last `acquire` of one item kept, if it was for `path` and `access`.
+  func remembered(_ path: ContainerPath, _ access: LockOrder.Access) -> RememberedPlan? {
+    condition.lock()
+    defer { condition.unlock() }
+    guard let last = lastPlan, last.access == access, last.path == path else { return nil }
+    return last
+  }
+
+  /// Takes every lock of `plan` for `owner` if each can be had at once, under one hold of the table's lock: none
+  /// held by a conflicting owner here, none busy, every entry still its key's, and each flock free (`LOCK_NB`).
+  /// Otherwise takes nothing and answers false: the caller goes the whole way (`acquire`), which waits.
+  func tryAcquire(_ plan: RememberedPlan, owner: LockOwner) -> Bool {
+    condition.lock()
+    defer { condition.unlock() }
+    // Read in place through the buffers: an element copied out of an array was a retain and a release of its path
+    // and entry per lock.
+    return plan.requests.withUnsafeBufferPointer { requests in
+      plan.entries.withUnsafeBufferPointer { entries in
+        for index in requests.indices {
+          let taken =
+            entries[index].inTable
+            ? ((try? take(requests[index], known: entries[index], owner: owner, waits: false)) ?? nil) : nil
+          if taken == nil {
+            var now: UInt64 = 0
+            for undo in (0..<index).reversed() { release(requests[undo], entries[undo], owner, now: &now) }
+            wakeWaiters()
+            return false
+          }
+        }
+        return true
+      }
+    }
+  }
+
+  /// Releases what `tryAcquire(plan, owner:)` took.
+  func release(_ plan: RememberedPlan, owner: LockOwner) {
+    condition.lock()
+    defer {
+      wakeWaiters()
+      condition.unlock()
+    }
+    var now: UInt64 = 0
+    plan.requests.withUnsafeBufferPointer { requests in
+      plan.entries.withUnsafeBufferPointer { entries in
+        for index in requests.indices.reversed() { release(requests[index], entries[index], owner, now: &now) }
+      }
+    }
+    trimIdleDescriptors()
   }
 
   /// Takes every lock of `plan` under one hold of `condition` (held on entry and on return, also when it throws;
@@ -153,12 +238,12 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     taken.reserveCapacity(plan.count)
     do throws(FileCoordinatorError) {
       for index in plan.indices {
-        let entry = try take(plan[index], known: entries?[index], owner: owner, isCancelled: isCancelled)
+        let entry = try take(plan[index], known: entries?[index], owner: owner, isCancelled: isCancelled)!
         taken.append(Hold(request: plan[index], entry: entry))
       }
     } catch {
       releaseTaken(taken, owner: owner)
-      condition.broadcast()
+      wakeWaiters()
       throw error
     }
     return taken
@@ -167,7 +252,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
   func release(_ held: [Hold], owner: LockOwner) {
     condition.lock()
     defer {
-      condition.broadcast()
+      wakeWaiters()
       condition.unlock()
     }
     releaseTaken(held, owner: owner)
@@ -177,26 +262,30 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
   /// Called with `condition` held.
   private func releaseTaken(_ held: [Hold], owner: LockOwner) {
     var now: UInt64 = 0
-    for taken in held.reversed() {
-      let (request, entry) = (taken.request, taken.entry)
-      guard var hold = entry.holders[owner] else { continue }
-      hold.count -= 1
-      entry.holders[owner] = hold.count > 0 ? hold : nil
-      if entry.holders.isEmpty, entry.osMode != nil {
-        if now == 0 { now = MonotonicClock.nanoseconds() }
-        if request.key.kind == .tree, entry.osMode == .shared, let revocation,
-          revocation.mayCache(entry.bucket, since: entry.generation, now: now)
-        {
-          // Kept for the next access below this directory (Rule 4a); the sweeper drops it after the linger.
-          entry.idleSince = now
-          startSweeper()
-        } else {
-          entry.fd?.fd.unlock()
-          entry.osMode = nil
-        }
+    for taken in held.reversed() { release(taken.request, taken.entry, owner, now: &now) }
+    trimIdleDescriptors()
+  }
+
+  /// Releases one lock of `owner` (called with `condition` held); `now` is read once per release, when needed.
+  private func release(_ request: LockOrder.Request, _ entry: Entry, _ owner: LockOwner, now: inout UInt64) {
+    guard var hold = entry.holders[owner] else { return }
+    hold.count -= 1
+    entry.holders[owner] = hold.count > 0 ? hold : nil
+    if entry.holders.isEmpty, entry.osMode != nil {
+      // The tick's time, a little early: "pending" then holds a tick longer (no caching, the safe side) and the
+      // sweeper drops the lock a tick sooner; the precise clock was up to 0.1 µs of every access on a loaded VM.
+      if now == 0 { now = MonotonicClock.coarseNanoseconds() }
+      if request.key.kind == .tree, case .shared? = entry.osMode, let revocation,
+        revocation.mayCache(entry.bucket, since: entry.generation, now: now)
+      {
+        // Kept for the next access below this directory (Rule 4a); the sweeper drops it after the linger.
+        entry.idleSince = now
+        startSweeper()
+      } else {
+        entry.fd?.fd.unlock()
+        entry.osMode = nil
       }
     }
-    trimIdleDescriptors()
   }
 
   /// Drops a cached lock (called with `condition` held; the entry has no holder).
@@ -231,7 +320,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
       let now = MonotonicClock.nanoseconds()
       var next: UInt64?
       var cacheableInUse = false
-      for (key, entry) in entries where entry.osMode == .shared && key.kind == .tree {
+      for (key, entry) in entries where entry.osMode?.isExclusive == false && key.kind == .tree {
         guard entry.isCached && !entry.busy else {
           cacheableInUse = true
           continue
@@ -251,10 +340,11 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
   }
 
   /// Takes one lock (called with `condition` held, which it holds again when it returns or throws); `known` is the
-  /// key's entry as last seen.
+  /// key's entry as last seen. With `waits` false, nil where it would wait or let go of `condition`.
   private func take(
-    _ request: LockOrder.Request, known: Entry?, owner: LockOwner, isCancelled: @Sendable () -> Bool
-  ) throws(FileCoordinatorError) -> Entry {
+    _ request: LockOrder.Request, known: Entry?, owner: LockOwner, waits: Bool = true,
+    isCancelled: @Sendable () -> Bool = { false }
+  ) throws(FileCoordinatorError) -> Entry? {
     let key = request.key
     let mode = request.mode
     var first = true
@@ -271,13 +361,14 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
         entries[key] = entry
       }
       if entry.busy {
-        _ = condition.wait(until: Date(timeIntervalSinceNow: 0.05))
+        guard waits else { return nil }
+        waitForChange()
         continue
       }
       if entry.isCached, !entry.busy {
         // Trusted only while no revoker bumped the generation since the flock was taken, and never for an
         // exclusive request (it would be an SH→EX conversion: Rule 2).
-        if mode == .shared, let revocation, entry.generation == revocation.generation(entry.bucket) {
+        if !mode.isExclusive, let revocation, entry.generation == revocation.generation(entry.bucket) {
           entry.idleSince = 0
           entry.holders[owner] = (mode, 1)
           hits += 1
@@ -286,16 +377,17 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
         drop(entry)
       }
       if let held = entry.holders[owner] {
-        guard held.mode == .exclusive || mode == .shared else { throw .lockUpgrade(key.path.string) }
+        guard held.mode.isExclusive || !mode.isExclusive else { throw .lockUpgrade(key.path.string) }
         entry.holders[owner] = (held.mode, held.count + 1)
         return entry
       }
-      let conflict = mode == .exclusive ? !entry.holders.isEmpty : entry.holders.hasExclusive
+      let conflict = mode.isExclusive ? !entry.holders.isEmpty : entry.holders.hasExclusive
       if conflict {
-        _ = condition.wait(until: Date(timeIntervalSinceNow: 0.05))
+        guard waits else { return nil }
+        waitForChange()
         continue
       }
-      if let os = entry.osMode, os == .exclusive || mode == .shared {
+      if let os = entry.osMode, os.isExclusive || !mode.isExclusive {
         entry.holders[owner] = (mode, 1)
         return entry
       }
@@ -312,6 +404,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
           return entry
         }
       }
+      guard waits else { return nil }
       // Taken elsewhere, or not open yet: take the flock outside the table's lock.
       // `busy` keeps the entry in the table (trimming skips it) and everyone else off it until we are back.
       entry.busy = true
@@ -322,7 +415,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
       let generation = revocation?.generation(entry.bucket) ?? 0
       // Only tree EX waits behind other processes' cached locks: ask them to drop theirs (Rule 4a).
       let revoke: LockRevocation.Revoker? =
-        key.kind == .tree && mode == .exclusive ? revocation.map { LockRevocation.Revoker($0, entry.bucket) } : nil
+        key.kind == .tree && mode.isExclusive ? revocation.map { LockRevocation.Revoker($0, entry.bucket) } : nil
       // An optional error, not a `Result`: `Result<_, FileCoordinatorError>`'s metadata is made at run time by
       // looking up the error's `Error` conformance, a scan of every conformance record the process has loaded
       // (~90 µs here) in a new process's first access.
@@ -337,16 +430,28 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
       entry.busy = false
       entry.fd = fd
       if let failure {
-        condition.broadcast()
+        wakeWaiters()
         throw failure
       }
       entry.osMode = mode
       entry.generation = generation
       entry.idleSince = 0
       entry.holders[owner] = (mode, 1)
-      condition.broadcast()
+      wakeWaiters()
       return entry
     }
+  }
+
+  /// Waits for a release or a finished flock of another thread, 50 ms at most (called with `condition` held).
+  private func waitForChange() {
+    waiting += 1
+    _ = condition.wait(until: Date(timeIntervalSinceNow: 0.05))
+    waiting -= 1
+  }
+
+  /// Wakes the threads waiting in `take`, if any (called with `condition` held).
+  private func wakeWaiters() {
+    if waiting > 0 { condition.broadcast() }
   }
 
   /// Polls with LOCK_NB and a growing pause, so `cancel()` can stop a waiting access (a blocking flock cannot

@@ -185,18 +185,8 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
   func lookup(
     _ items: @autoclosure () -> [ContainerPath]
   ) -> (records: [PresenterRecord], damaged: [DamagedRecord]) {
-    let epoch = counters.epoch  // a restored counters file starts a new epoch
-    let overall = counters.load(Self.generationCounter) &+ epoch
-    let known = cache.withLock { $0.checkedAt == overall ? $0.wasEmpty : nil }
-    if known == true { return ([], []) }  // the fast path: nobody in the container presents anything
-    if known == nil {
-      let empty = isEmpty()
-      cache.withLock {
-        $0.checkedAt = overall
-        $0.wasEmpty = empty
-      }
-      if empty { return ([], []) }
-    }
+    if emptyGeneration() != nil { return ([], []) }  // the fast path: nobody in the container presents anything
+    let epoch = counters.epoch
     var records: [PresenterRecord] = []
     var damaged: [DamagedRecord] = []
     for item in items() {
@@ -217,6 +207,30 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
     let unique = records.filter { seen.insert($0.id).inserted }.sorted { $0.id < $1.id }  // as the index gave them
     return (unique, Array(Set(damaged)).sorted { $0.name < $1.name })
   }
+
+  /// The registry's generation, when nobody in the container presents anything at it; nil when someone does (or
+  /// it cannot be told). Every registration and removal moves the generation on, so while it stays the same the
+  /// answer holds (`isUnchanged(since:)`).
+  func emptyGeneration() -> UInt64? {
+    let overall = generation()
+    let known = cache.withLock { $0.checkedAt == overall ? $0.wasEmpty : nil }
+    if known == true { return overall }
+    guard known == nil else { return nil }
+    let empty = isEmpty()
+    cache.withLock {
+      $0.checkedAt = overall
+      $0.wasEmpty = empty
+    }
+    return empty ? overall : nil
+  }
+
+  /// Whether no presenter was registered or removed since `generation()` (or `emptyGeneration()`) answered
+  /// `generation`: then a lookup made at that generation still holds. Two loads of the mapped counters, no lock.
+  func isUnchanged(since generation: UInt64) -> Bool { self.generation() == generation }
+
+  /// Counter 0 plus the counters file's epoch (a restored counters file starts a new epoch): every registration and
+  /// removal moves it on.
+  func generation() -> UInt64 { counters.load(Self.generationCounter) &+ counters.epoch }
 
   /// Whether no presenter is registered: `presenters/` holds no directory (its link count is 2), or is missing.
   /// A failed look (EIO, EMFILE) is not "empty": the lookup lists the buckets instead — taken as empty, the

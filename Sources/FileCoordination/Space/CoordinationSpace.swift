@@ -30,13 +30,19 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
   private struct Spaces {
     var byIdentity: [String: CoordinationSpace] = [:]
     var byPath: [String: CoordinationSpace] = [:] {
-      didSet { lastLocated = nil }  // a container opened inside another takes the paths beneath it
+      didSet {  // a container opened inside another takes the paths beneath it
+        lastLocated = nil
+        CoordinationSpace.placements.add(1, ordering: .releasing)
+      }
     }
     /// The last URL `locateFast` placed (its string, by bytes) and where: a process accesses one item again and
     /// again, and parsing the URL, finding the container and splitting the path were a fifth of an empty access.
     var lastLocated: (url: String, space: CoordinationSpace, item: ContainerPath)?
   }
   private static let spaces = Mutex(Spaces())
+  /// Moves on whenever the paths spaces are found by change: a URL placed before (`locate`) is placed the same way
+  /// while it has not moved (a coordinator's fast path keeps its item's place with it, FastAccess.swift).
+  static let placements = Atomic<UInt64>(0)
   /// Held while a space is made and started: a space is listed (`all`, `locate`, `open`) only once it is whole —
   /// listed before its presenter host existed, another thread's `removeFilePresenter` trapped on the nil host.
   private static let opening = NSLock()

@@ -76,6 +76,26 @@ final class LinkFreePaths: Sendable {
   static let mask = Watcher.create | Watcher.movedTo
 
   private let table = Mutex(Table())
+  /// Moves on (under `table`'s lock) whenever anything remembered may have gone stale: an event handled, a watch
+  /// dropped, everything forgotten. An answer from memory stays true while it has not moved and every event queued
+  /// since has been handled (`Version.holds(_:)`).
+  let version = Version()
+
+  /// The memory's version, an object of its own: the fast path holds it (FastAccess.swift), and this type's watch
+  /// handlers hold it weakly, which makes every retain of it a slow one (~30 ns an access).
+  final class Version: Sendable {
+    fileprivate let value = Atomic<UInt64>(0)
+
+    /// Whether an answer from memory given at `version` still holds, with no lock and no lookup: nothing went stale
+    /// since (the version did not move) and every event queued until now has been handled — the same proof as an
+    /// answer from memory (the one `ioctl` stays: only the kernel knows its queue; see the type). A handler moves
+    /// the version before the watcher counts its events handled, so an event seen handled here has moved it.
+    func holds(_ version: UInt64) -> Bool {
+      Watcher.shared.hasHandledEveryEvent() && value.load(ordering: .acquiring) == version
+    }
+
+    fileprivate func moveOn() { value.add(1, ordering: .releasing) }
+  }
   private let containerPath: String
   private let root: ContainerDirectory
 
@@ -89,6 +109,13 @@ final class LinkFreePaths: Sendable {
   /// the way since it was last checked, else the kernel's answer, after which the path (or, if its directory is
   /// busy, its parent) is remembered.
   func isLinkFree(_ path: ContainerPath) -> Bool {
+    var remembered: UInt64?
+    return isLinkFree(path, remembered: &remembered)
+  }
+
+  /// `isLinkFree(path)`; when answered from memory, `remembered` is the version that answer holds at, for
+  /// `version.holds(_:)`.
+  func isLinkFree(_ path: ContainerPath, remembered: inout UInt64?) -> Bool {
     guard !path.isRoot else { return true }
     let root = root
     let settled = Watcher.shared.hasHandledEveryEvent()
@@ -98,6 +125,8 @@ final class LinkFreePaths: Sendable {
       }
       if known(path) {
         t.counts.remembered += 1
+        // Read under the lock, with the entry: every event that could have made it stale since moves it on.
+        remembered = version.value.load(ordering: .relaxed)
         return .remembered
       }
       guard !t.busy.isEmpty else { return .unknown(busy: false) }
@@ -161,6 +190,7 @@ final class LinkFreePaths: Sendable {
   /// (`recreateAfterRemoval`).
   func forgetAll() {
     let tokens = table.withLock { t in
+      version.moveOn()
       defer {
         t.entries.removeAll()
         t.watched.removeAll()
@@ -241,6 +271,7 @@ final class LinkFreePaths: Sendable {
   /// An event in the watched `directory` (on the watcher thread).
   private func changed(in directory: ContainerPath, _ event: Watcher.Event) {
     let dropped = table.withLock { t -> [Watcher.Token] in
+      version.moveOn()  // any event, before its effects (see `version`)
       if event.mask & Watcher.ignored != 0 {  // the directory is gone: its watch with it
         return drop(directory, in: &t)
       }
@@ -265,6 +296,7 @@ final class LinkFreePaths: Sendable {
 
   /// Forgets `directory`'s watch and those beneath it, and every entry; returns the watches to cancel.
   private func drop(_ directory: ContainerPath, in t: inout Table) -> [Watcher.Token] {
+    version.moveOn()
     t.epoch += 1
     let gone = t.watched.keys.filter { $0 == directory || $0.isDescendant(of: directory) }
     return gone.compactMap { t.watched.removeValue(forKey: $0)?.token }
