@@ -3,10 +3,11 @@ import GroupContainerCore
 import Synchronization
 import SystemLayer
 
-/// The fast-path rule: a synchronous access of one item, by a coordinator made without a presenter, that no presenter
-/// of any process concerns (of the item, an ancestor or a descendant), whose way is known free of links and whose locks are free, does only what
-/// such an access needs — the item's place and checks kept from the last whole access of the same URL, its locks
-/// taken under one hold of the lock table (`LockTable.tryAcquire`), the accessor, the release.
+/// The fast-path rule: a synchronous access of one item, by a coordinator made without a presenter, that no
+/// presenter of any process concerns (of the item, an ancestor or a descendant), whose way is known free of links and
+/// whose locks are free, does only what such an access needs — the item's place and checks kept from the last whole
+/// access of the same URL, its locks taken under one hold of the lock table (`LockTable.tryAcquire`), the accessor,
+/// the release.
 ///
 /// Everything a whole access would do differently is proved unchanged first, each by what already proves it:
 /// - the URL: its string, byte for byte, and where spaces stood (`CoordinationSpace.placements`);
