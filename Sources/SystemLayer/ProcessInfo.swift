@@ -49,19 +49,17 @@ package enum CurrentProcess {
 
 /// Monotonic time, comparable across processes on this machine.
 package enum MonotonicClock {
-  package static func nanoseconds() -> UInt64 {
-    var ts = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
-  }
+  package static func nanoseconds() -> UInt64 { read(CLOCK_MONOTONIC) }
 
   /// `nanoseconds()` as of the kernel's last clock tick (1–10 ms behind, never ahead): a read of the vDSO page with
   /// no clock-source read, a few nanoseconds where the precise clock costs up to a hundred on a loaded VM. For
   /// times that may err early by a tick (a lock cache's idle time). The corresponding C function is
   /// `clock_gettime(CLOCK_MONOTONIC_COARSE)`.
-  package static func coarseNanoseconds() -> UInt64 {
+  package static func coarseNanoseconds() -> UInt64 { read(CLOCK_MONOTONIC_COARSE) }
+
+  @inline(__always) private static func read(_ clock: clockid_t) -> UInt64 {
     var ts = timespec()
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts)
+    clock_gettime(clock, &ts)
     return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
   }
 
