@@ -563,13 +563,17 @@ import Testing
   /// suite again because of them (16 writers each re-parsed the snapshot after every compaction: 0.23× the
   /// throughput of 4). A reader that loaded the suite, another process's 40,000 sets (1.5 MB of journal: a
   /// compaction), and the reader's count: the reader has still read one snapshot, and sees every key.
+  ///
+  /// The reader writes nothing (`seedSuite` writes the suite first): a process that wrote compacts it once idle
+  /// for `DefaultsStore.idleCompaction` (5 s), which on a busy machine fell while the writer went on, and its
+  /// catch-up then reloaded the writer's snapshot.
   @Test func anotherProcesssCompactionCostsReadersNoReload() async throws {
     let root = try TestRoot()
     let container = try root.container()
     let id = container.identifier
+    try await seedSuite("r", keys: 1000, root: root)
     let reader = try Child(
-      .defaultsScript(
-        suite: "r", steps: [.fill("k", count: 1000, bytes: 0), .sync, .loads, .wait("go"), .count("x"), .loads]),
+      .defaultsScript(suite: "r", steps: [.count("k"), .loads, .wait("go"), .count("x"), .loads]),
       root: root.path, group: id)
     #expect(await reader.line { $0.hasPrefix("loads ") } == "loads 1")
     let snapshot = container.preferencesURL.appendingPathComponent("r.snapshot").path
@@ -591,20 +595,31 @@ import Testing
   /// A process far behind (the journal past it over 4 times the snapshot) reads the snapshot instead: 50,000
   /// sets of 10 keys by another process (2 MB of journal, a 200-byte suite), then the reader's count — its second
   /// snapshot read — has every key.
+  ///
+  /// The reader writes nothing, as in `anotherProcesssCompactionCostsReadersNoReload`: once idle for 5 s, a
+  /// process that wrote caught up and compacted in the background while the writer went on (a busy machine),
+  /// and was then no longer far behind ("loads 1").
   @Test func aProcessFarBehindReadsTheSnapshotInstead() async throws {
     let root = try TestRoot()
     let container = try root.container()
     let id = container.identifier
+    try await seedSuite("far", keys: 10, root: root)
     let reader = try Child(
-      .defaultsScript(
-        suite: "far",
-        steps: [.fill("k", count: 10, bytes: 0), .sync, .loads, .wait("go"), .count("w0-k"), .count("k"), .loads]),
+      .defaultsScript(suite: "far", steps: [.count("k"), .loads, .wait("go"), .count("w0-k"), .count("k"), .loads]),
       root: root.path, group: id)
     #expect(await reader.line { $0.hasPrefix("loads ") } == "loads 1")
     #expect(try writeKeysInAnotherProcess(10, rounds: 5000, suite: "far", root: root) == 0)
     #expect(FileManager.default.createFile(atPath: root.path + "/go", contents: nil))
     #expect(await reader.exit() == 0)
     #expect(reader.output.suffix(3) == ["count 10", "count 10", "loads 2"], "\(reader.output)")
+  }
+
+  /// Writes `keys` integers `k0`… into `suite` and synchronizes it, in a process that then exits.
+  func seedSuite(_ suite: String, keys: Int, root: TestRoot) async throws {
+    let seed = try Child(
+      .defaultsScript(suite: suite, steps: [.fill("k", count: keys, bytes: 0), .sync]), root: root.path,
+      group: root.container().identifier)
+    #expect(await seed.exit() == 0, "stderr: \(seed.errors.text)")
   }
 
   /// `groupctl stress defaults-writer`, run to its end: keys `w0-k0`… of `suite`, `rounds` times. Its exit status.
