@@ -27,8 +27,16 @@ struct SuiteCompactor: @unchecked Sendable {  // the header is atomics; the jour
   /// journal, for a small suite.
   static let threshold = 1 << 20
   static let rewindThreshold = 8 << 20
-  /// How long a process's claim to compact holds the others back.
-  static let claimDuration: UInt64 = 10_000_000_000
+  /// How long a process's claim to compact holds the others back. Test hook: `GROUPCONTAINER_DEFAULTS_CLAIM_SECONDS`,
+  /// the duration by which a process judges others' claims (a test that must see a claim hold, whatever the load).
+  static let claimDuration: UInt64 = {
+    #if GROUPCONTAINER_TEST_HOOKS
+      if let text = Environment.value("GROUPCONTAINER_DEFAULTS_CLAIM_SECONDS"), let n = UInt64(text), n > 0 {
+        return n * 1_000_000_000
+      }
+    #endif
+    return 10_000_000_000
+  }()
 
   // MARK: When
 
