@@ -350,15 +350,32 @@ struct TransferTests {
 
   /// Checkpoints run beside the body (on their own queue): durable bytes advance while it streams, and a report
   /// never calls durable more than was written before the fsync began.
+  ///
+  /// The body waits for a checkpoint instead of for a clock: the report of the first body part past 512 KB (128 ms
+  /// into the body at 4 MB/s, so a part after the 50 ms interval has started a checkpoint by then) holds the event
+  /// loop until a checkpoint reports. A body streaming 0.5 s at a fixed rate saw none on a busy machine: the
+  /// checkpoint's report came after the attempt had closed. Mutant: no checkpoint during the body (the hold ends
+  /// at its time limit with none reported).
   @Test func checkpointsMakeBytesDurableWhileTheBodyStreams() async throws {
     var policy = TransferEnvironment.testPolicy
     policy.checkpointBytes = 1 << 40  // by time only
     policy.checkpointInterval = .milliseconds(50)
+    policy.progressInterval = .zero  // a report per body part: the hold comes at the first one past 512 KB
     let env = try await TransferEnvironment(policy: policy)
     let size = 2_000_000
     let reports = Mutex<[ResumeState]>([])
+    let checkpointed = DispatchSemaphore(value: 0)
+    let held = Atomic<Bool>(false)
     let outcome = await env.run(url: "/gen/\(size)?seed=31&rate=4000000", destination: "Downloads/checkpoints.bin") {
-      state, _, _ in reports.withLock { $0.append(state) }
+      state, _, _ in
+      reports.withLock { $0.append(state) }
+      if state.durableBytes > 0 && state.durableBytes < Int64(size) {
+        checkpointed.signal()  // a checkpoint's report, on its own queue (or a body part's after it)
+      } else if state.receivedBytes >= 512 << 10 && state.receivedBytes < Int64(size),
+        !held.exchange(true, ordering: .relaxed)
+      {
+        _ = checkpointed.wait(timeout: .now() + Wait.condition)  // on the event loop: no body part meanwhile
+      }
     }
     guard case .published(let state, _) = outcome else {
       Issue.record("expected published, got \(outcome)")
