@@ -116,7 +116,8 @@ package enum IOFaultInjection {
   #endif
 
   /// Runs `body`, work done by the clock rather than for an operation (the memory monitor's samples, the watcher's
-  /// once-a-second tick), marked so that a count per operation can leave it out (`arm(excludingClockWork:)`).
+  /// once-a-second tick, a sender's liveness checks every 20 ms while it waits for an answer), marked so that a
+  /// count per operation can leave it out (`arm(excludingClockWork:)`).
   @inline(__always)
   package static func clockWork<T>(_ body: () throws -> T) rethrows -> T {
     #if GROUPCONTAINER_TEST_HOOKS

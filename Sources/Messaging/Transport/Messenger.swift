@@ -351,7 +351,8 @@ package final class Messenger: @unchecked Sendable {
       }
       if now >= nextLivenessCheck {
         if Watcher.shared.unavailableReason != nil { scanInbox() }  // no watcher delivers ack files here
-        let dead = Set(waiting.values).filter { !space.isAlive($0) }
+        // Clock work: how many checks a wait makes is how long the answer took (a count per operation leaves it out).
+        let dead = IOFaultInjection.clockWork { Set(waiting.values).filter { !space.isAlive($0) } }
         waiting = waiting.filter { !dead.contains($0.value) }
         nextLivenessCheck = MonotonicClock.nanoseconds() + 20_000_000
         continue
