@@ -165,9 +165,21 @@ final class RecordingPresenter: FilePresenter, @unchecked Sendable {  // `log` i
 
   var events: [String] { log.withLock { $0 } }
 
+  /// The events but resyncs. This process's tests share one watcher, and a queue overflow (some tests stall the
+  /// watcher on purpose) tells every presenter of the process that its item may have changed.
+  var eventsBesideResyncs: [String] { events.filter { !$0.hasSuffix(" resync") } }
+
+  /// Whether an uncoordinated change was heard within `timeout` seconds, a resync counting as one (the overflow
+  /// that caused it may have dropped the change's event).
+  func heardUncoordinatedChange(timeout: Double = Wait.condition) async -> Bool {
+    await eventually(within: timeout) { events.contains { $0.hasPrefix("didChange uncoordinated") } }
+  }
+
+  /// Records "<event> <coordinated|uncoordinated>[ resync]", as gc-test-helper's presenter prints it.
   private func record(_ event: String) {
-    let kind = ChangeOrigin.current?.isCoordinated == true ? "coordinated" : "uncoordinated"
-    log.withLock { $0.append("\(event) \(kind)") }
+    let origin = ChangeOrigin.current
+    let kind = origin?.isCoordinated == true ? "coordinated" : "uncoordinated"
+    log.withLock { $0.append("\(event) \(kind)\(origin?.isResync == true ? " resync" : "")") }
   }
 
   /// Waits until `expected` appear in order (other events may interleave).

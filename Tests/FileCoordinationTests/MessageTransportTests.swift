@@ -290,6 +290,11 @@ extension MessageTransportTests {
   /// stays 0. (The wake pipe in the quiet poll only shortens a request's wait: every turn of the loop, a lapsed
   /// poll's too, serves requests, so leaving it out delays them by up to `quietLimit` — not something a test without
   /// timing can tell.)
+  ///
+  /// A resync — an inotify queue overflow anywhere in this process, whose tests share the watcher — tells `a.txt`'s
+  /// presenter too that its item may have changed: seen once under load, before the holder's relinquish. It is no
+  /// change of `a.txt`, and is left out of `a`'s events; for `b` and `c` it counts as the change (the overflow may
+  /// have dropped its event), and a quiet that never lapses still hides it (the queue is not read).
   @Test func aWriteHeldElsewhereNeverHoldsBackOtherItems() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
@@ -304,16 +309,16 @@ extension MessageTransportTests {
     let holder = try Child(.hold(mode: .write, item: "Documents/a.txt"), root: root.path, group: group)
     defer { holder.kill() }
     await holder.line { $0 == "locked" }
-    #expect(a.events == ["relinquishToWriter coordinated"])
+    #expect(a.eventsBesideResyncs == ["relinquishToWriter coordinated"], "\(a.events)")
     #expect(Watcher.shared.quietsUnderWay >= 1, "the write's prepare began no quiet")
 
     try Data("1".utf8).write(to: urls[1])
-    #expect(await b.waitFor(["didChange uncoordinated"]), "a change of another item was held back by the quiet")
+    #expect(await b.heardUncoordinatedChange(), "a change of another item was held back by the quiet")
     try FileCoordinator.addFilePresenter(c)
     try Data("1".utf8).write(to: urls[2])
-    #expect(await c.waitFor(["didChange uncoordinated"]), "a presenter added during the quiet heard nothing")
+    #expect(await c.heardUncoordinatedChange(), "a presenter added during the quiet heard nothing")
     #expect(holder.process.isRunning, "the write was no longer held: the test proves nothing")
-    #expect(a.events == ["relinquishToWriter coordinated"])
+    #expect(a.eventsBesideResyncs == ["relinquishToWriter coordinated"], "\(a.events)")
     // The holder dies: the liveness tick finishes its access here, and `a.txt`'s presenter gets its item back.
     holder.kill()
     #expect(await a.waitFor(["reacquire coordinated"]))
