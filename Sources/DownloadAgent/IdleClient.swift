@@ -16,8 +16,9 @@ import SystemLayer
 /// connections (kept 60 s) and their buffers, in an agent whose budget is 32 MB (DownloadBenchmarks' `Scale: 10,000
 /// tasks of 4 kB`). The process-wide event loops of AsyncHTTPClient (`HTTPClient.defaultEventLoopGroup`) can never be
 /// shut down: the agent has its own. *What if you don't*: without the lease, a transfer longer than `idleDelay` has
-/// its client shut under it (the attempt fails and resumes on a new client: `AgentIdleClientTests`); deciding
-/// outside the lock lets a transfer lease a client that is being shut down.
+/// its client shut under it (its attempts, which keep the client they were given, all fail with
+/// `HTTPClientError.alreadyShutdown`: `AgentIdleClientTests`); deciding outside the lock lets a transfer lease a
+/// client that is being shut down.
 package final class IdleClient: Sendable {
   private struct Current {
     var client: HTTPClient

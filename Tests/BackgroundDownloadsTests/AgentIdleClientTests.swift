@@ -10,8 +10,9 @@ import Testing
 /// task after its client was shut down, and a transfer that lasts many idle delays to its end on one request.
 ///
 /// Mutants this suite catches (each made once by hand, seen failing, restored):
-/// - `shutDownIfIdle` without its lease guard (`s.leases == 0`): `aTransferLongerThanTheIdleDelayIsNotCut` — the
-///   client is shut under the transfer, which resumes on a new one (a second request for the file).
+/// - `shutDownIfIdle` without its lease guard (`s.leases == 0`): both tests — the client is shut under the running
+///   transfer, whose attempts then all fail with `HTTPClientError.alreadyShutdown` (the engine keeps the client it
+///   was given), and nothing is published.
 @Suite(.runSlot(.minutes(4))) struct AgentIdleClientTests {
   static let group = "group.com.example.idleclient"
 
@@ -55,7 +56,7 @@ import Testing
   }
 
   /// A transfer throttled to last ~2 s, twenty idle delays of its client: it ends published, on the one request it
-  /// started with (a client shut under it would have cut it: its next attempt is a second request).
+  /// started with (a client shut under it cuts it).
   @Test func aTransferLongerThanTheIdleDelayIsNotCut() async throws {
     let root = try TestRoot()
     let container = try root.container(Self.group)
