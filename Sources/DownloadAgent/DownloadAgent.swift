@@ -155,8 +155,8 @@ package final class DownloadAgent: Sendable {
 
   let store: DownloadStore
   let settings: Settings
-  private let engine: TransferEngine
-  private let client: HTTPClient
+  /// Made by the first transfer, shut down after a few seconds without one (`IdleClient`).
+  private let clients: IdleClient
   private let state = Mutex(State())
   private let doorbell = Doorbell()
   private let logger: Logger
@@ -167,8 +167,9 @@ package final class DownloadAgent: Sendable {
     self.settings = settings
     self.logger = logger
     lock = AgentLock(store: store)
-    client = TransferEngine.makeClient(maxConnectionsPerHost: 64, policy: settings.policy)
-    engine = TransferEngine(container: container, client: client, policy: settings.policy, logger: logger)
+    clients = IdleClient(
+      configuration: TransferEngine.clientConfiguration(maxConnectionsPerHost: 64, policy: settings.policy),
+      logger: logger)
   }
 
   /// Runs until idle (or shut down). Returns 0, or 3 when another agent holds the container's agent lock (at the
@@ -182,12 +183,10 @@ package final class DownloadAgent: Sendable {
     let locked: Bool
     do { locked = try await lock.acquire() } catch {
       logger.error("cannot open the agent lock: \(error)")
-      try? await client.shutdown()
       return 1
     }
     guard locked else {
       logger.info("another download agent runs for \(store.container.path)")
-      try? await client.shutdown()
       return 3
     }
     defer { lock.release() }
@@ -232,6 +231,9 @@ package final class DownloadAgent: Sendable {
         MemorySignals.returnFreedMemory()
       case nil: break
       }
+      // Its event loops' threads, its connections and their buffers, after a few seconds without a transfer; what
+      // they freed goes back at once.
+      if await clients.shutDownIfIdle(now: MonotonicClock.nanoseconds()) { MemorySignals.returnFreedMemory() }
       if let idle = settings.idleTimeout, let idleFor = activity.idleFor(now: MonotonicClock.nanoseconds()),
         idleFor >= idle.nanoseconds
       {
@@ -266,7 +268,7 @@ package final class DownloadAgent: Sendable {
     }
     listener.cancel()
     await stopAll(.shutdown)
-    try? await client.shutdown()
+    await clients.shutDown()
     if state.withLock({ $0.deposed }) {
       logger.info("download agent \(CurrentProcess.id) exits: another agent runs the container's downloads")
       return 3
@@ -722,7 +724,10 @@ package final class DownloadAgent: Sendable {
     // "waiting", which is what the next agent would make of it.
     guard stillTheAgent() == .agent else { return }
     let partial = DownloadStore.taskPath(request.id, "partial")
-    let engine = engine
+    // Leased here, on the loop's thread, until the transfer's last attempt ended: the client is not shut under it.
+    let clients = clients
+    let engine = TransferEngine(
+      container: store.container, client: clients.lease(), policy: settings.policy, logger: logger)
     // Registered before the transfer can report: `progress` and `finish` find their entry.
     state.withLock { s in
       s.running[request.id] = Running(task: nil, session: request.session, host: host, status: status)
@@ -731,6 +736,7 @@ package final class DownloadAgent: Sendable {
       let outcome = await engine.run(request, resume: status.resume, partial: partial) { resume, attempts, http in
         self.progress(request.id, resume, attempts, http)
       }
+      clients.release()
       // The final status and the events are fsynced: off the cooperative pool.
       await offload { self.finish(request, outcome) }
     }

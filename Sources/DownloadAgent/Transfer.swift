@@ -78,15 +78,26 @@ package final class TransferEngine: Sendable {
     self.logger = logger
   }
 
-  /// The agent's one HTTP client: the process-wide event loops, no decompression (byte offsets are offsets of
-  /// the stored bytes), up to 5 redirects, `maxConnectionsPerHost` HTTP/1.1 connections per host (HTTP/2 when the
-  /// server offers it by ALPN), the policy's connect timeout and its stall timeout as read timeout (the engine's
-  /// watchdog covers what that misses), and TLS trusting the system's roots plus those of `caFile`
-  /// (`$GROUPCONTAINER_DOWNLOAD_CA_FILE` by default; see `TrustRoots`).
+  /// An HTTP client of `clientConfiguration` on the process-wide event loops (the agent's own client, which it
+  /// shuts down when idle, is `IdleClient`'s).
   package static func makeClient(
     maxConnectionsPerHost: Int, policy: TransferPolicy,
     caFile: String? = Environment.value(TrustRoots.caFileEnvironmentKey)
   ) -> HTTPClient {
+    HTTPClient(
+      eventLoopGroup: HTTPClient.defaultEventLoopGroup,
+      configuration: clientConfiguration(maxConnectionsPerHost: maxConnectionsPerHost, policy: policy, caFile: caFile))
+  }
+
+  /// The configuration of the agent's HTTP client: no decompression (byte offsets are offsets of the stored bytes),
+  /// up to 5 redirects, `maxConnectionsPerHost` HTTP/1.1 connections per host (HTTP/2 when the server offers it by
+  /// ALPN), the policy's connect timeout and its stall timeout as read timeout (the engine's watchdog covers what
+  /// that misses), and TLS trusting the system's roots plus those of `caFile` (`$GROUPCONTAINER_DOWNLOAD_CA_FILE` by
+  /// default; see `TrustRoots`). Made once per agent: a CA file's problem is reported once, not by every client.
+  package static func clientConfiguration(
+    maxConnectionsPerHost: Int, policy: TransferPolicy,
+    caFile: String? = Environment.value(TrustRoots.caFileEnvironmentKey)
+  ) -> HTTPClient.Configuration {
     var configuration = HTTPClient.Configuration()
     configuration.redirectConfiguration = .follow(max: 5, allowCycles: false)
     configuration.timeout = .init(
@@ -102,7 +113,7 @@ package final class TransferEngine: Sendable {
     // policy. With AsyncHTTPClient's own retries every attempt retried the handshake until the 15 s connect
     // deadline: a task to a server with an untrusted certificate was still running after 50 s (about 15 s now).
     configuration.connectionPool.retryConnectionEstablishment = false
-    return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
+    return configuration
   }
 
   /// Runs one download to its end (see the type's discussion). `partial` is the container-relative path of the
