@@ -424,7 +424,7 @@ extension MessageTransportTests {
     return held
   }
 
-  /// How many boards of other processes the presenter of `setup` has mapped (distinct files, by device and inode).
+  /// How many mappings of other processes' boards the presenter of `setup` has (one file mapped twice counts twice).
   private static func otherBoardsMapped(by setup: Setup) throws -> Int {
     // Read to the end (a /proc file says its size is 0: `String(contentsOfFile:)` stops after the first block).
     let handle = try #require(FileHandle(forReadingAtPath: "/proc/\(setup.presenter.pid)/maps"))
@@ -432,15 +432,11 @@ extension MessageTransportTests {
     let own = "/" + CoordinationPaths.inbox(of: setup.presenterProcess) + "/" + AckBoard.fileName
     let ownFile = try #require(try FileSystem.status(setup.container.url.path + own))
     // Fields: address, perms, offset, device, inode, path (and " (deleted)" for a name removed since).
-    let files = Set(
-      maps.split(separator: "\n").compactMap { line -> Substring? in
-        let fields = line.split(separator: " ", omittingEmptySubsequences: true)
-        guard fields.count >= 6, fields[5].contains("/.coordination/"),
-          fields[5].hasSuffix("/" + AckBoard.fileName) || fields[5].contains("/" + CoordinationPaths.Name.acks + "/"),
-          UInt64(fields[4]) != ownFile.inode
-        else { return nil }
-        return fields[4]
-      })
-    return files.count
+    return maps.split(separator: "\n").filter { line in
+      let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+      return fields.count >= 6 && fields[5].contains("/.coordination/")
+        && (fields[5].hasSuffix("/" + AckBoard.fileName) || fields[5].contains("/" + CoordinationPaths.Name.acks + "/"))
+        && UInt64(fields[4]) != ownFile.inode
+    }.count
   }
 }
