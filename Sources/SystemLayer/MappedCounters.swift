@@ -160,6 +160,13 @@ package final class MappedCounters: @unchecked Sendable {  // `healing` serializ
     if healed() { atomic(index).store(value, ordering: .releasing) }
   }
 
+  /// Stores `value` in counter `index` only when it holds 0; false when it held anything else (nothing stored).
+  package func storeIfZero(_ index: Int, _ value: UInt64) -> Bool {
+    let stored = atomic(index).compareExchange(expected: 0, desired: value, ordering: .acquiringAndReleasing).exchanged
+    guard healed() else { return stored }
+    return atomic(index).compareExchange(expected: 0, desired: value, ordering: .acquiringAndReleasing).exchanged
+  }
+
   @discardableResult
   package func increment(_ index: Int) -> UInt64 {
     let value = atomic(index).loadThenWrappingIncrement(ordering: .acquiringAndReleasing) &+ 1

@@ -412,6 +412,26 @@ extension MessageTransportTests {
     #expect(others == 1, "other processes' boards mapped in the presenter: \(others)")
   }
 
+  /// A board outlives its holder, so a late answer to its previous holder's prepare can land in a slot the new holder
+  /// lent: answers are stored only into an empty slot (Messenger.postAck), and whichever comes second is refused (it
+  /// then goes as an ack file) — never one written over the other.
+  @Test func anAnswerIsStoredOnlyIntoAnEmptySlot() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let space = try CoordinationSpace.locate(container.documentsURL.appendingPathComponent("slot.txt")).0
+    let messenger = space.messenger
+    var prepare = CoordinationMessage(
+      id: messenger.nextMessageID(), kind: .prepare, sender: space.me, item: "Documents/slot.txt", needsAck: true,
+      events: [])
+    messenger.reserveAck(for: &prepare)
+    let token = try #require(prepare.ackToken)
+    var late = prepare
+    late.ackToken = token &+ 1_000  // the previous holder's, answered late
+    #expect(messenger.postAck(for: late), "the late answer found the slot empty")
+    #expect(!messenger.postAck(for: prepare), "an answer was written over another one")
+    messenger.returnAck(of: prepare)
+  }
+
   /// Takes `LOCK_EX` on every board of `container`'s pool that no live process holds: the next process must take a
   /// board nobody took before.
   private static func holdFreeBoards(of container: GroupContainer) -> [DescriptorBox] {

@@ -9,7 +9,8 @@ import SystemLayer
 /// one, they only map an existing one, once per file: a board outlives its holder, so a new process mostly takes the
 /// board a process before it held, and every presenter already has it mapped (with 64 presenter processes, mapping
 /// each new writer's board was a tenth of their CPU). A holder's tokens start at random: a late answer to the
-/// previous holder's prepare matches none of them.
+/// previous holder's prepare matches none of them; and an answer is stored only into an empty slot (its lender
+/// empties it), so such a late answer never overwrites an answer of the new holder's — the loser sends a file.
 enum AckBoard {
   static let fileName = ".acks"
   /// Boards a pool may hold: live processes of one container past that keep a board of their own in their inbox.

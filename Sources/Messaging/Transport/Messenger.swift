@@ -173,11 +173,14 @@ package final class Messenger: @unchecked Sendable {
       return opened
     }
     guard let remote else { return false }
-    withExtendedLifetime(evicted) {
-      remote.store(slot, token)
+    return withExtendedLifetime(evicted) {
+      // Only into the slot its lender emptied: a board outlives its holder, and a late answer to the previous
+      // holder's prepare must not overwrite the answer the new holder found there (nor be overwritten). Either
+      // way the loser's answer goes as an ack file.
+      guard remote.storeIfZero(slot, token) else { return false }
       ChangeSignal(remote, sequence: AckBoard.sequence, listeners: AckBoard.listeners).post()
+      return true
     }
-    return true
   }
 
   /// Publishes `message` in `process`'s inbox. A missing inbox means the process is gone.
