@@ -21,6 +21,8 @@ package enum CoordinationPaths {
     package static let presenters = "presenters"
     /// One directory per process: its messages, `.socket` and `.acks` (MessageProtocol.swift).
     package static let inbox = "inbox"
+    /// The ack boards, `<n>`, each held by one live process and linked into its inbox as `.acks` (AckBoard.swift).
+    package static let acks = "acks"
     /// How to launch the app that opens a scheme (URLOpening.swift).
     package static let schemes = "schemes"
     /// Processes that handle a scheme now (URLOpening.swift).
@@ -44,6 +46,7 @@ package enum CoordinationPaths {
   package static let processes = directory + "/" + Name.processes
   package static let presenters = directory + "/" + Name.presenters
   package static let inbox = directory + "/" + Name.inbox
+  package static let acks = directory + "/" + Name.acks
   package static let schemes = directory + "/" + Name.schemes
   package static let handlers = directory + "/" + Name.handlers
   package static let deliveries = directory + "/" + Name.deliveries
@@ -57,7 +60,7 @@ package enum CoordinationPaths {
   package static func inbox(of process: some CustomStringConvertible) -> String { inbox + "/\(process)" }
 
   /// The directories every coordination space makes when it opens (and again after the container was removed).
-  package static let spaceDirectories = [directory, locks, processes, presenters, inbox]
+  package static let spaceDirectories = [directory, locks, processes, presenters, inbox, acks]
   /// … and once it is started.
   package static let startedDirectories = [schemes, handlers]
 }

@@ -30,6 +30,12 @@ package final class MappedCounters: @unchecked Sendable {  // `healing` serializ
 
   private let mapping: SharedFileMapping
   package var path: String { mapping.path }
+  /// The mapped file's device and inode (changed by `rebind`): two names of one file (hard links) show one identity.
+  package var identity: (device: UInt64, inode: UInt64) {
+    (mappedDevice.load(ordering: .relaxed), mappedInode.load(ordering: .relaxed))
+  }
+  private let mappedDevice = Atomic<UInt64>(0)
+  private let mappedInode = Atomic<UInt64>(0)
   /// The guard's fault count when this instance last checked (or healed).
   private let seenFaults = Atomic<UInt32>(0)
   private let healing = NSLock()
@@ -55,6 +61,8 @@ package final class MappedCounters: @unchecked Sendable {  // `healing` serializ
       if truncated { try fd.truncate(to: Int64(Self.fileSize)) }
       mapping = try SharedFileMapping(fd: fd, reservation: Self.fileSize, privateCopy: readOnly)
       seenFaults.store(mapping.faultCount, ordering: .relaxed)
+      mappedDevice.store(st.device, ordering: .relaxed)
+      mappedInode.store(st.inode, ordering: .relaxed)
       if truncated { newEpoch() }
     }
   }
@@ -80,6 +88,8 @@ package final class MappedCounters: @unchecked Sendable {  // `healing` serializ
       guard st.kind == .regular else { throw FileSystemError("mmap", fd.path, .invalidArgument) }
       if st.size < Int64(Self.fileSize) { try fd.truncate(to: Int64(Self.fileSize)) }
       try mapping.remap(onto: fd)
+      mappedDevice.store(st.device, ordering: .relaxed)
+      mappedInode.store(st.inode, ordering: .relaxed)
     }
     seenFaults.store(mapping.faultCount, ordering: .relaxed)
     newEpoch()
@@ -148,6 +158,13 @@ package final class MappedCounters: @unchecked Sendable {  // `healing` serializ
   package func store(_ index: Int, _ value: UInt64) {
     atomic(index).store(value, ordering: .releasing)
     if healed() { atomic(index).store(value, ordering: .releasing) }
+  }
+
+  /// Stores `value` in counter `index` only when it holds 0; false when it held anything else (nothing stored).
+  package func storeIfZero(_ index: Int, _ value: UInt64) -> Bool {
+    let stored = atomic(index).compareExchange(expected: 0, desired: value, ordering: .acquiringAndReleasing).exchanged
+    guard healed() else { return stored }
+    return atomic(index).compareExchange(expected: 0, desired: value, ordering: .acquiringAndReleasing).exchanged
   }
 
   @discardableResult

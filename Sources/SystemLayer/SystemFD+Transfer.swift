@@ -17,6 +17,17 @@ extension SystemFD {
     SyscallRecorder.record(.rename, directory.path + "/" + newName)
   }
 
+  /// Makes `newName` in `directory` a second name (a hard link) of the file `name` in this directory, both resolved
+  /// from their descriptors; fails with `EEXIST` when `newName` exists. The corresponding C function is `linkat`
+  /// (the source is not followed).
+  package func link(_ name: String, into directory: borrowing SystemFD, as newName: String) throws(FileSystemError) {
+    _ = try name.withCString { from in
+      newName.withCString { to in
+        valueOrErrno(.linkat) { Glibc.linkat(rawValue, from, directory.rawValue, to, 0) }
+      }
+    }.get("linkat", "\(path)/\(name)' -> '\(directory.path)/\(newName)")
+  }
+
   /// Renames `name` to `newName`, both in this directory, only when nothing is named `newName` yet: fails with
   /// `EEXIST` otherwise (the caller picks another name). The corresponding C function is `renameat2` with
   /// `RENAME_NOREPLACE`.

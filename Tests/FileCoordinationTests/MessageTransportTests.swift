@@ -376,32 +376,92 @@ extension MessageTransportTests {
     #expect(writer.process.isRunning, "the writes stopped: the test proves nothing")
   }
 
-  /// A presenter answers each prepare on its sender's ack board, mapped once per sender (Messenger.postAck). The
-  /// table of those mappings is bounded, one let go for each new one: 70 writer processes, one after the other, leave
+  /// A presenter answers each prepare on its sender's ack board, mapped once per board (Messenger.postAck). The
+  /// table of those mappings is bounded, one let go for each new one: 70 writer processes, one after the other, each
+  /// made to take a board of the pool no writer took before (this process holds every board a writer let go), leave
   /// the presenter with 64 of their boards mapped — not 70 (no bound), and not 6 (the table emptied at 64, which had
   /// every presenter unmap 64 boards before answering the same new process).
   @Test func aPresenterKeepsAtMost64OtherBoardsMappedAndLetsThemGoOneAtATime() async throws {
     let setup = try await Setup(group, "boards.txt")
     defer { setup.presenter.kill() }
+    var held: [DescriptorBox] = []
     for i in 0..<70 {
       let run = try await groupctl(["write", group, "Documents/boards.txt", "--root", setup.root.path])
+      try #require(run.status == 0, "writer \(i): \(run.err)")
+      held += Self.holdFreeBoards(of: setup.container)
+    }
+    #expect(held.count >= 70, "boards the writers let go: \(held.count)")
+    #expect(
+      await setup.presenter.line { _ in setup.presenter.output.filter { $0.hasPrefix("reacquire") }.count >= 70 }
+        != nil,
+      "the presenter did not answer 70 writers: \(setup.presenter.output.suffix(5))")
+    let others = try Self.otherBoardsMapped(by: setup)
+    #expect(others == 64, "other processes' boards mapped in the presenter: \(others)")
+  }
+
+  /// Boards outlive their holders (AckBoard.swift): 70 writer processes, one after the other, take the same board of
+  /// the pool, and the presenter maps it once — not once per writer, which cost every presenter an mmap, a page
+  /// fault and an munmap per new writer process.
+  @Test func writerProcessesOneAfterTheOtherShareOneBoardThePresenterMapsOnce() async throws {
+    let setup = try await Setup(group, "shared-board.txt")
+    defer { setup.presenter.kill() }
+    for i in 0..<70 {
+      let run = try await groupctl(["write", group, "Documents/shared-board.txt", "--root", setup.root.path])
       try #require(run.status == 0, "writer \(i): \(run.err)")
     }
     #expect(
       await setup.presenter.line { _ in setup.presenter.output.filter { $0.hasPrefix("reacquire") }.count >= 70 }
         != nil,
       "the presenter did not answer 70 writers: \(setup.presenter.output.suffix(5))")
-    let own = "/" + CoordinationPaths.inbox(of: setup.presenterProcess) + "/" + AckBoard.fileName
+    let others = try Self.otherBoardsMapped(by: setup)
+    #expect(others == 1, "other processes' boards mapped in the presenter: \(others)")
+  }
+
+  /// A board outlives its holder, so a late answer to its previous holder's prepare can land in a slot the new holder
+  /// lent: answers are stored only into an empty slot (Messenger.postAck), and whichever comes second is refused (it
+  /// then goes as an ack file) — never one written over the other.
+  @Test func anAnswerIsStoredOnlyIntoAnEmptySlot() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let space = try CoordinationSpace.locate(container.documentsURL.appendingPathComponent("slot.txt")).0
+    let messenger = space.messenger
+    var prepare = CoordinationMessage(
+      id: messenger.nextMessageID(), kind: .prepare, sender: space.me, item: "Documents/slot.txt", needsAck: true,
+      events: [])
+    messenger.reserveAck(for: &prepare)
+    let token = try #require(prepare.ackToken)
+    var late = prepare
+    late.ackToken = token &+ 1_000  // the previous holder's, answered late
+    #expect(messenger.postAck(for: late), "the late answer found the slot empty")
+    #expect(!messenger.postAck(for: prepare), "an answer was written over another one")
+    messenger.returnAck(of: prepare)
+  }
+
+  /// Takes `LOCK_EX` on every board of `container`'s pool that no live process holds: the next process must take a
+  /// board nobody took before.
+  private static func holdFreeBoards(of container: GroupContainer) -> [DescriptorBox] {
+    let pool = container.url.appendingPathComponent(CoordinationPaths.acks).path
+    var held: [DescriptorBox] = []
+    for name in (try? FileManager.default.contentsOfDirectory(atPath: pool)) ?? [] {
+      guard let fd = try? SystemFD.open(pool + "/" + name, .readWrite) else { continue }
+      if (try? fd.lock(.exclusive, nonBlocking: true)) == true { held.append(DescriptorBox(fd)) }
+    }
+    return held
+  }
+
+  /// How many mappings of other processes' boards the presenter of `setup` has (one file mapped twice counts twice).
+  private static func otherBoardsMapped(by setup: Setup) throws -> Int {
     // Read to the end (a /proc file says its size is 0: `String(contentsOfFile:)` stops after the first block).
     let handle = try #require(FileHandle(forReadingAtPath: "/proc/\(setup.presenter.pid)/maps"))
     let maps = String(decoding: try handle.readToEnd() ?? Data(), as: UTF8.self)
-    let others = Set(
-      maps.split(separator: "\n").compactMap { line -> Substring? in
-        guard let path = line.split(separator: " ", omittingEmptySubsequences: true).dropFirst(5).first,
-          path.hasSuffix("/" + AckBoard.fileName), !path.hasSuffix(own)
-        else { return nil }
-        return path
-      })
-    #expect(others.count == 64, "other processes' boards mapped in the presenter: \(others.count)")
+    let own = "/" + CoordinationPaths.inbox(of: setup.presenterProcess) + "/" + AckBoard.fileName
+    let ownFile = try #require(try FileSystem.status(setup.container.url.path + own))
+    // Fields: address, perms, offset, device, inode, path (and " (deleted)" for a name removed since).
+    return maps.split(separator: "\n").filter { line in
+      let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+      return fields.count >= 6 && fields[5].contains("/.coordination/")
+        && (fields[5].hasSuffix("/" + AckBoard.fileName) || fields[5].contains("/" + CoordinationPaths.Name.acks + "/"))
+        && UInt64(fields[4]) != ownFile.inode
+    }.count
   }
 }

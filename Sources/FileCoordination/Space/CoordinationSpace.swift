@@ -18,6 +18,7 @@ import SystemLayer
 ///   processes/<proc>.lock LOCK_SH held by the live process <pid>.<start> (Liveness.swift, Messaging)
 ///   presenters/<h>/<id>   one record per registered presenter, by a hash of its item (PresenterRegistry.swift)
 ///   inbox/<proc>/         messages to that process: files, .socket (MessageTransport.swift), .acks (Messaging)
+///   acks/<n>              the ack boards, each held by one live process and linked into its inbox (AckBoard.swift)
 ///   schemes/<scheme>      how to launch the app that opens <scheme>: URLs (URLOpening.swift, AppLaunching)
 ///   handlers/<scheme>.<proc> the live process <proc> handles <scheme>: URLs
 ///   handlers/@requests.<scheme>.<proc> … and performs intents sent to <scheme> (URLOpening.swift, AppLaunching)

@@ -19,8 +19,10 @@ package final class Messenger: @unchecked Sendable {
   /// Slots of our board free to lend. A slot whose ack never came is not given back: a late ack must not answer
   /// the next prepare that would borrow it.
   private let freeSlots = Mutex<[Int]>(Array(AckBoard.slots.reversed()))
-  private let tokens = Atomic<UInt64>(0)
-  /// Other processes' boards, mapped on first use.
+  /// Tokens count up from a random start: a board is reused by later processes (`openOwnBoard`), and a late answer
+  /// to its previous holder's prepare must not match a token of ours.
+  private let tokens = Atomic<UInt64>(UInt64.random(in: 0...(UInt64.max >> 1)))
+  /// Other processes' boards, mapped on first use; processes that hold one board in turn share its mapping.
   private let boards = Mutex<[ProcessName: MappedCounters]>([:])
   private let outbox = DispatchQueue(label: "GroupContainer.outbox")
   private let queued = Atomic<Int>(0)
@@ -116,11 +118,33 @@ package final class Messenger: @unchecked Sendable {
     freeSlots.withLock { $0.append(slot) }
   }
 
-  /// This process's board, `.coordination/inbox/<me>/.acks`, opened (created and sized when missing) beneath the
-  /// container's descriptor.
+  /// This process's board: the first board of the pool, `.coordination/acks/<n>`, that no live process holds
+  /// (created and sized when missing), held `LOCK_EX` for as long as it is mapped — the kernel lets it go when the
+  /// process dies — and linked into the inbox as `.acks`, where answerers find it (AckBoard.swift says why). Without
+  /// the pool (past `AckBoard.poolLimit`, or a link refused) the board is the inbox's own file, as before.
   private static func openOwnBoard(_ space: MessagingSpace) throws(FileSystemError) -> SystemFD {
     let inbox = try space.root.openDirectory(CoordinationPaths.inbox(of: space.me))
-    return try inbox.openOrCreate(AckBoard.fileName, mode: space.fileMode, size: Int64(MappedCounters.fileSize))
+    let size = Int64(MappedCounters.fileSize)
+    if let pool = try? space.root.openDirectory(CoordinationPaths.acks) {
+      for n in 0..<AckBoard.poolLimit {
+        let name = String(n)
+        let board: SystemFD
+        do { board = try pool.open(name, .readWrite) } catch {
+          guard error.errno == .noSuchFileOrDirectory,
+            let made = try? pool.openOrCreate(name, mode: space.fileMode, size: size)
+          else { continue }
+          board = made
+        }
+        guard (try? board.lock(.exclusive, nonBlocking: true)) == true else { continue }  // a live process's
+        try? inbox.removeFile(AckBoard.fileName)  // a link of before (the container made anew)
+        do { try pool.link(name, into: inbox, as: AckBoard.fileName) } catch {
+          MessagingSpace.logger.warning("this process's ack board stays in its inbox: \(error)")
+          break
+        }
+        return board
+      }
+    }
+    return try inbox.openOrCreate(AckBoard.fileName, mode: space.fileMode, size: size)
   }
 
   /// Answers `prepare` on its sender's board; false when that is not possible (then send an ack file).
@@ -134,18 +158,29 @@ package final class Messenger: @unchecked Sendable {
       if let known = boards[sender] { return known }
       // Only an existing board, beneath the container (never created here); MappedCounters refuses non-files.
       let relative = CoordinationPaths.inbox(of: sender) + "/" + AckBoard.fileName
-      guard let fd = try? space.root.openFile(relative, .readWrite), let opened = try? MappedCounters(fd: fd)
-      else { return nil }
+      guard let fd = try? space.root.openFile(relative, .readWrite), let status = try? fd.status() else { return nil }
+      // The board of a process that held it before (a new process takes the first free board of the pool): mapped
+      // again, it cost every presenter an mmap, a page fault and later an munmap per new writer process.
+      let opened: MappedCounters
+      if let mapped = boards.values.first(where: { $0.identity == (status.device, status.inode) }) {
+        opened = mapped
+      } else {
+        guard let made = try? MappedCounters(fd: fd) else { return nil }
+        opened = made
+      }
       if boards.count >= 64 { evicted = boards.remove(at: boards.startIndex).value }
       boards[sender] = opened
       return opened
     }
     guard let remote else { return false }
-    withExtendedLifetime(evicted) {
-      remote.store(slot, token)
+    return withExtendedLifetime(evicted) {
+      // Only into the slot its lender emptied: a board outlives its holder, and a late answer to the previous
+      // holder's prepare must not overwrite the answer the new holder found there (nor be overwritten). Either
+      // way the loser's answer goes as an ack file.
+      guard remote.storeIfZero(slot, token) else { return false }
       ChangeSignal(remote, sequence: AckBoard.sequence, listeners: AckBoard.listeners).post()
+      return true
     }
-    return true
   }
 
   /// Publishes `message` in `process`'s inbox. A missing inbox means the process is gone.
