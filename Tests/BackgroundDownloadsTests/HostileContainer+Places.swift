@@ -95,6 +95,8 @@ struct HostilePlace: Sendable, CustomStringConvertible {
     HostilePlace("message in the receiver's inbox", live: true) { $0.receiverInbox + "/1.1.1.prepare" },
     HostilePlace("receiver's ack board (.acks)", live: true) { $0.receiverInbox + "/.acks" },
     HostilePlace("receiver's inbox socket", live: true) { $0.receiverInbox + "/.socket" },
+    HostilePlace("first ack board of the pool", fixed: ".coordination/acks/0"),
+    HostilePlace("ack board pool", directory: true, fixed: ".coordination/acks"),
     HostilePlace("inbox of a dead process", directory: true, fixed: ".coordination/inbox/99999.12345"),
     HostilePlace("scheme registration faultsink", fixed: ".coordination/schemes/faultsink"),
     HostilePlace("receiver's handler registration", live: true) {

@@ -417,6 +417,29 @@ extension MessageTransportTests {
     #expect(others == 1, "other processes' boards mapped in the presenter: \(others)")
   }
 
+  /// Any member of the group can make a name of the pool something that is no board: a FIFO, a directory, a
+  /// symlink. A new process passes over each (a FIFO opens and locks, but would never map) and takes the next free
+  /// name; its write of a presented item is answered. Mutant: the FIFO not passed over (the writer fails: its board
+  /// does not map).
+  @Test func aNameOfTheBoardPoolThatIsNoFileIsPassedOver() async throws {
+    let setup = try await Setup(group, "odd-board.txt")
+    defer { setup.presenter.kill() }
+    let held = Self.holdFreeBoards(of: setup.container)  // the writer must go past the plants
+    let pool = setup.container.url.appendingPathComponent(CoordinationPaths.acks).path
+    let names = (try FileManager.default.contentsOfDirectory(atPath: pool)).compactMap { Int($0) }
+    let next = (names.max() ?? -1) + 1
+    #expect(mkfifo(pool + "/\(next)", 0o600) == 0)
+    try FileManager.default.createDirectory(atPath: pool + "/\(next + 1)", withIntermediateDirectories: false)
+    try FileManager.default.createSymbolicLink(atPath: pool + "/\(next + 2)", withDestinationPath: "\(next)")
+    let run = try await groupctl(["write", group, "Documents/odd-board.txt", "--root", setup.root.path])
+    #expect(run.status == 0, "the writer: \(run.err)")
+    #expect(
+      await setup.presenter.line { $0.hasPrefix("reacquire") } != nil,
+      "the presenter did not answer: \(setup.presenter.output.suffix(5))")
+    #expect(FileManager.default.fileExists(atPath: pool + "/\(next + 3)"), "the writer took no board past the plants")
+    withExtendedLifetime(held) {}
+  }
+
   /// A board outlives its holder, so a late answer to its previous holder's prepare can land in a slot the new holder
   /// lent: answers are stored only into an empty slot (Messenger.postAck), and whichever comes second is refused (it
   /// then goes as an ack file) — never one written over the other.

@@ -135,7 +135,9 @@ package final class Messenger: @unchecked Sendable {
           else { continue }
           board = made
         }
-        guard (try? board.lock(.exclusive, nonBlocking: true)) == true else { continue }  // a live process's
+        // Not a file (a FIFO or socket made there: it would never map), or a live process's.
+        guard (try? board.status())?.kind == .regular, (try? board.lock(.exclusive, nonBlocking: true)) == true
+        else { continue }
         try? inbox.removeFile(AckBoard.fileName)  // a link of before (the container made anew)
         do { try pool.link(name, into: inbox, as: AckBoard.fileName) } catch {
           MessagingSpace.logger.warning("this process's ack board stays in its inbox: \(error)")
