@@ -2,6 +2,7 @@ import FileCoordination
 import Foundation
 import GroupContainerCore
 import Logging
+import Synchronization
 import SystemLayer
 
 /// Finding and starting the download agent (`gc-download-agent`), and the command line it understands.
@@ -85,10 +86,60 @@ package enum AgentLauncher {
   /// `Scale: 10,000 tasks of 4 kB`). The agent removes them from its environment at once (`DownloadAgentMain`).
   package static let mallocTunables = "glibc.malloc.tcache_count=0"
 
-  /// Starts the agent for the store's container unless one holds the agent lock.
+  /// An agent this process started that may still be on its way to the agent lock: its start (a number of this
+  /// process's) and until when (monotonic ns) another start for its container waits for it.
+  private struct Starting {
+    var serial: UInt64
+    var until: UInt64
+  }
+
+  /// Agents this process started, by container path, until they exit or their `Starting.until` passed.
+  private static let starting = Mutex<(serial: UInt64, byContainer: [String: Starting])>((0, [:]))
+
+  /// How long an agent this process started is waited for before another start (ns): one takes its lock in
+  /// milliseconds; past this it may be stopped, and another start is harmless (the later one exits 3).
+  static let startingWindow: UInt64 = 2_000_000_000
+
+  /// Starts the agent for the store's container unless one holds the agent lock, or one this process started is
+  /// still on its way to it.
+  ///
+  /// *Why the second*: a burst of `download()` calls (200 at once) found the lock free until the first agent had
+  /// started and taken it, and started an agent each — 7 to 56 agents per 200 downloads, each exiting 3 after 15–35
+  /// ms of CPU (DownloadBenchmarks' `200 files of 64 kB`, the agent's own work 1.7–2.0 s). Waiting for the one
+  /// started cannot strand a task: it is alive (the thread that reaps it says when it is not), and an agent exits
+  /// for idleness only `idleTimeout` after its first pass, so within `min(idleTimeout, startingWindow)` of its start
+  /// it either takes the lock and sees the task, or exits 3 because another agent holds the lock (that one runs it).
   package static func ensureRunning(store: DownloadStore, executable: URL?, idleTimeout: Duration) throws(DownloadError)
   {
     guard !store.isHeld(DownloadStore.agentLockPath) else { return }
+    let key = store.container.url.path
+    let now = MonotonicClock.nanoseconds()
+    let idle =
+      UInt64(max(idleTimeout.components.seconds, 0)) * 1_000_000_000
+      + UInt64(max(idleTimeout.components.attoseconds, 0) / 1_000_000_000)
+    let serial = starting.withLock { s -> UInt64? in
+      if let pending = s.byContainer[key], now < pending.until { return nil }
+      s.serial += 1
+      s.byContainer[key] = Starting(serial: s.serial, until: now &+ min(idle, startingWindow))
+      return s.serial
+    }
+    guard let serial else { return }
+    let forget: @Sendable () -> Void = {
+      starting.withLock { s in
+        if s.byContainer[key]?.serial == serial { s.byContainer[key] = nil }
+      }
+    }
+    do {
+      try start(store: store, executable: executable, idleTimeout: idleTimeout, onExit: forget)
+    } catch {
+      forget()
+      throw error
+    }
+  }
+
+  private static func start(
+    store: DownloadStore, executable: URL?, idleTimeout: Duration, onExit: @escaping @Sendable () -> Void
+  ) throws(DownloadError) {
     let path = try locate(executable)
     let log = try openLog(store)
     var environment = ProcessInfo.processInfo.environment
@@ -99,7 +150,7 @@ package enum AgentLauncher {
     do {
       let pid = try ProcessSpawn.detached(
         executable: path, arguments: arguments(for: store.container, idleTimeout: idleTimeout),
-        environment: environment, output: log)
+        environment: environment, output: log, onExit: onExit)
       logger.debug("started the download agent \(path) as pid \(pid)")
     } catch {
       throw .agentUnavailable(reason: "\(error)")

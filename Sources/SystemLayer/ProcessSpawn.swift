@@ -9,15 +9,19 @@ import SystemPackage
 package enum ProcessSpawn {
   /// Starts `executable` detached: its own session (neither the terminal's signals nor the starter's exit reach it),
   /// stdin from /dev/null, stdout and stderr to `output`, and no other descriptor of ours (a child holding a test
-  /// runner's pipe would keep it waiting). A thread reaps it when it exits. Returns its pid. The corresponding C
-  /// function is `posix_spawn` with `POSIX_SPAWN_SETSID`.
+  /// runner's pipe would keep it waiting). A thread reaps it when it exits, then calls `onExit`. Returns its pid.
+  /// The corresponding C function is `posix_spawn` with `POSIX_SPAWN_SETSID`.
   package static func detached(
-    executable: String, arguments: [String], environment: [String: String], output: borrowing SystemFD
+    executable: String, arguments: [String], environment: [String: String], output: borrowing SystemFD,
+    onExit: (@Sendable () -> Void)? = nil
   ) throws(FileSystemError) -> Int32 {
     let child = try spawn(
       executable: executable, arguments: arguments, environment: environment, input: nil, output: output,
       error: output, detach: true)
-    let thread = Thread { _ = try? valueOrErrno({ waitpid(child, nil, 0) }).get("waitpid", executable) }
+    let thread = Thread {
+      _ = try? valueOrErrno({ waitpid(child, nil, 0) }).get("waitpid", executable)
+      onExit?()
+    }
     thread.name = "reap \(child)"
     thread.start()
     return child
