@@ -135,19 +135,33 @@ import Testing
   /// move. 3,000 sets of 4 KB: past the 8 MiB rewind threshold, so a background compaction empties the journal.
   /// Mutant: the next lock holder not finishing a move (`finishMove` in `withLock` left out) — at `committed` the
   /// long-lived process applied the moved records as if they followed its own, and lost the others.
+  ///
+  /// Whether a background rewind comes at all depends on the race between the fill and the background build (a
+  /// rewind needs the build to end with the journal past the threshold and the tail no longer than what it holds):
+  /// on a busy machine a run sometimes ended its 3,000 sets without one ("survived", nothing lost). Such a run is
+  /// no finding; the scenario is set up again, up to 4 times, and one of them must reach the point.
   @Test(arguments: ["defaults.rewind.moving", "defaults.rewind.committed", "defaults.rewind.bumped"])
   func aRewindInTheBackgroundKilledAtAnyPointLosesNoAcknowledgedWrite(point: String) async throws {
-    let root = try TestRoot()
-    let container = try root.container()
-    let id = container.identifier
-    let long = try Child(
-      .defaultsScript(suite: "w", steps: [.set("base", 1), .rewind, .say("loaded"), .wait("go"), .sync, .dump]),
-      root: root.path, group: id)
-    #expect(await long.line { $0 == "loaded" } != nil)
-    let dying = try Child(
-      .defaultsScript(suite: "w", steps: [.fillAcked("k", count: 3000, bytes: 4000), .settle, .say("survived")]),
-      root: root.path, group: id, environment: ["GROUPCONTAINER_FAULT_POINT": point])
-    #expect(await dying.exit() != 0)
+    var root: TestRoot
+    var id: String
+    var long: Child
+    var dying: Child
+    var attempts = 0
+    repeat {
+      attempts += 1
+      root = try TestRoot()
+      id = try root.container().identifier
+      long = try Child(
+        .defaultsScript(suite: "w", steps: [.set("base", 1), .rewind, .say("loaded"), .wait("go"), .sync, .dump]),
+        root: root.path, group: id)
+      #expect(await long.line { $0 == "loaded" } != nil)
+      dying = try Child(
+        .defaultsScript(suite: "w", steps: [.fillAcked("k", count: 3000, bytes: 4000), .settle, .say("survived")]),
+        root: root.path, group: id, environment: ["GROUPCONTAINER_FAULT_POINT": point])
+      guard await dying.exit() == 0, dying.output.last == "survived", attempts < 4 else { break }
+      long.kill()
+    } while true
+    #expect(dying.process.terminationStatus != 0, "no background rewind in \(attempts) runs")
     let acked = dying.output.filter { $0.hasPrefix("ack ") }.count
     #expect(acked > 2000 && !dying.output.contains("survived"), "\(dying.output.suffix(3))")
     // Every acknowledged key, and nothing but a prefix of the keys set (the journal keeps commit order).
