@@ -114,9 +114,7 @@ package enum AgentLauncher {
     guard !store.isHeld(DownloadStore.agentLockPath) else { return }
     let key = store.container.url.path
     let now = MonotonicClock.nanoseconds()
-    let idle =
-      UInt64(max(idleTimeout.components.seconds, 0)) * 1_000_000_000
-      + UInt64(max(idleTimeout.components.attoseconds, 0) / 1_000_000_000)
+    let idle = idleTimeout.nanoseconds
     let serial = starting.withLock { s -> UInt64? in
       if let pending = s.byContainer[key], now < pending.until { return nil }
       s.serial += 1

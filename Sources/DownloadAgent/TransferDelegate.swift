@@ -227,15 +227,6 @@ final class TransferDelegate: HTTPClientResponseDelegate {
   }
 }
 
-extension Duration {
-  /// Whole nanoseconds (negative durations count as 0).
-  var nanoseconds: UInt64 {
-    let (seconds, attoseconds) = components
-    guard seconds >= 0 else { return 0 }
-    return UInt64(seconds) * 1_000_000_000 + UInt64(attoseconds / 1_000_000_000)
-  }
-}
-
 /// SHA-256 of a download as it streams. Crypto's `SHA256` is a copy-on-write value, not marked `Sendable` on
 /// Linux (it holds a BoringSSL context class): unchecked, because it is only touched under
 /// `TransferDelegate.state`'s lock, or by the one task running the download between attempts.

@@ -135,3 +135,12 @@ package enum KernelLocks {
     return result
   }
 }
+
+extension Duration {
+  /// Whole nanoseconds (negative durations count as 0): a `Duration` compared with `MonotonicClock` readings.
+  package var nanoseconds: UInt64 {
+    let (seconds, attoseconds) = components
+    guard seconds >= 0 else { return 0 }
+    return UInt64(seconds) * 1_000_000_000 + UInt64(attoseconds / 1_000_000_000)
+  }
+}
