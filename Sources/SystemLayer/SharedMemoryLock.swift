@@ -22,6 +22,10 @@ package struct SharedMemoryLock: @unchecked Sendable {  // the word is shared me
   /// How long a waiter sleeps before it checks whether the owner is still alive.
   package static let ownerCheckInterval: UInt64 = 20_000_000
 
+  /// Waits of this process's threads that went to sleep on a lock another holds (tests: a thread is known to be
+  /// waiting for the lock, not assumed to be after a pause).
+  package static let sleepingWaits = TestCounter()
+
   private static let waitingBit: UInt64 = 1 << 31
   private static let pidMask: UInt64 = 0x7FFF_FFFF
 
@@ -81,6 +85,7 @@ package struct SharedMemoryLock: @unchecked Sendable {  // the word is shared me
     // unlock wakes the next one.
     let mine = Self.me | Self.waitingBit
     var spins = 0
+    var slept = false
     var lastCheck = MonotonicClock.nanoseconds()
     var timeout = timespec(tv_sec: 0, tv_nsec: Int(Self.ownerCheckInterval / 2))
     while true {
@@ -97,6 +102,10 @@ package struct SharedMemoryLock: @unchecked Sendable {  // the word is shared me
         guard word.compareExchange(expected: current, desired: current | Self.waitingBit, ordering: .relaxed).exchanged
         else { continue }
         current |= Self.waitingBit
+      }
+      if !slept {
+        slept = true
+        Self.sleepingWaits.add()
       }
       _ = gc_futex_wait(counters.futexWord(index), UInt32(truncatingIfNeeded: current), &timeout)
       let now = MonotonicClock.nanoseconds()

@@ -3,6 +3,7 @@ import Foundation
 import GroupContainerCore
 import HelperCommand
 import PropertyList
+import SystemLayer
 
 @testable import SharedDefaults
 
@@ -19,8 +20,11 @@ func runDefaultsScript(suite: String, directory: String, steps: [DefaultsStep], 
       try defaults.set(value, forKey: key)
       line("ack \(key)")
     case .backgroundSet(let key, let value):
+      // Goes on once a thread of this process sleeps on the suite's lock (that thread, or an idle compaction
+      // queued before it that it waits behind): a pause would often end first on a busy machine.
+      let waits = SharedMemoryLock.sleepingWaits.value
       Thread.detachNewThread { try? defaults.set(value, forKey: key) }
-      usleep(100_000)  // long enough for the thread to be waiting for the lock
+      while SharedMemoryLock.sleepingWaits.value == waits { usleep(1_000) }
     case .remove(let key):
       try defaults.removeObject(forKey: key)
     case .fill(let prefix, let count, let bytes), .fillAcked(let prefix, let count, let bytes):
@@ -29,6 +33,16 @@ func runDefaultsScript(suite: String, directory: String, steps: [DefaultsStep], 
           bytes == 0 ? .integer(PropertyListInteger(i)) : .data([UInt8](repeating: UInt8(i % 251), count: bytes))
         try defaults.set(value: value, forKey: "\(prefix)\(i)")
         if case .fillAcked = step { line("ack \(prefix)\(i)") }
+      }
+      line("filled \(prefix) \(count)")
+    case .fillInBatches(let prefix, let count, let bytes, let batch):
+      for start in stride(from: 0, to: count, by: batch) {
+        var values: [String: PropertyListValue] = [:]
+        for i in start..<min(count, start + batch) {
+          values["\(prefix)\(i)"] =
+            bytes == 0 ? .integer(PropertyListInteger(i)) : .data([UInt8](repeating: UInt8(i % 251), count: bytes))
+        }
+        try defaults.set(values: values)
       }
       line("filled \(prefix) \(count)")
     case .fillSame(let prefix, let count, let bytes):
@@ -55,12 +69,9 @@ func runDefaultsScript(suite: String, directory: String, steps: [DefaultsStep], 
     case .unreadable:
       line("unreadable \(DefaultsStore.committedButUnreadable.value)")
     case .wait(let name):
-      var waited = 0
-      while access(directory + "/" + name, F_OK) != 0 {
-        usleep(10_000)
-        waited += 1
-        if waited > 6000 { exit(4) }
-      }
+      // No limit of its own: the test's wait for this process's next line or exit is the hang limit (it kills
+      // it), and a process whose test is gone exits (main.swift). 60 s of its own ran out on a busy machine.
+      while access(directory + "/" + name, F_OK) != 0 { usleep(10_000) }
     case .dump:
       for (key, value) in defaults.propertyListRepresentation().sorted(by: { $0.key < $1.key }) {
         let shown: String

@@ -111,7 +111,8 @@ public enum HelperCommand: Codable, Sendable, Equatable {
   /// prints "ready <pid>" first. It answers relinquish calls after `answerDelay` seconds. With `stallMS` its watcher
   /// thread reads no events for that long (so the kernel queue overflows), or until the file `<root>/resume-watcher`
   /// appears. An item named `failsave…` refuses to save. With GC_TEST_REPORT_QUIETS set, "relinquishToWriter"
-  /// lines add "quiets=<n>".
+  /// lines add "quiets=<n>". Each time the file `<root>/drain-<pid>` appears it removes it and prints "drained" once
+  /// every event and message queued for it before then was handled and its callbacks ran.
   case present(item: String, answerDelay: Double = 0, stallMS: UInt64 = 0)
   /// Handles `scheme` URLs, answering true unless the URL's host is "refuse"; prints "ready <pid>" (with
   /// " launched-with <url>" when `open(_:)` started it: the URL it appended), then "opened <url>" per URL.
@@ -386,13 +387,16 @@ public enum HelperCommand: Codable, Sendable, Equatable {
 public enum DefaultsStep: Codable, Sendable, Equatable {
   /// Sets `key` to the integer `value`; prints "ack <key>" once the set returned.
   case set(_ key: String, _ value: Int)
-  /// Sets `key` to `value` on a thread of its own (which may wait for the suite's lock) and goes on after 100 ms.
+  /// Sets `key` to `value` on a thread of its own and goes on once a thread of this process sleeps on the suite's
+  /// lock (another process holds it).
   case backgroundSet(_ key: String, _ value: Int)
   /// Removes `key`.
   case remove(_ key: String)
   /// Sets `<prefix><i>` for i in 0..<count to `bytes` bytes of data (`bytes` 0: the integer i); prints
   /// "filled <prefix> <count>".
   case fill(_ prefix: String, count: Int, bytes: Int)
+  /// As `fill`, `batch` keys per commit (`set(values:)`): a large suite written in a fraction of the time.
+  case fillInBatches(_ prefix: String, count: Int, bytes: Int, batch: Int)
   /// As `fill`, printing "ack <key>" after each set.
   case fillAcked(_ prefix: String, count: Int, bytes: Int)
   /// Sets them all to one value of `bytes` bytes; prints "filled <prefix> <count>".
@@ -403,7 +407,7 @@ public enum DefaultsStep: Codable, Sendable, Equatable {
   case rewind
   /// Prints `text`.
   case say(_ text: String)
-  /// Waits until the file `<root>/<name>` exists (at most 60 s, then exits with status 4).
+  /// Waits until the file `<root>/<name>` exists (no limit of its own: the test's wait for the process is one).
   case wait(_ name: String)
   /// Waits for what this process does in the background (a compaction, an edit of a replaced export); prints
   /// "settled".
