@@ -96,7 +96,11 @@ import Testing
     for i in 0..<2 {
       await #expect(try run(["write", group, "Documents/o.txt", "--root", root.path], stdin: "\(i)").status == 0)
     }
-    await presenter.line { line in presenter.output.filter { $0.contains("\"reacquire\"") }.count == 2 }
+    // Both writes' callbacks (a didChange may come after its write's reacquire), then a little longer for more.
+    await presenter.line { line in
+      presenter.output.filter { $0.contains("\"reacquire\"") }.count == 2
+        && presenter.output.filter { $0.contains("\"didChange\"") }.count >= 2
+    }
     try? await Task.sleep(for: .seconds(0.2))
     let events = presenter.output.map { line in
       line.range(of: "\"event\":\"").map { String(line[$0.upperBound...].prefix { $0 != "\"" }) } ?? line

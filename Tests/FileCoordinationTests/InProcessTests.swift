@@ -85,9 +85,13 @@ import Testing
         } catch { result.withLock { $0 = error } }
       }
       thread.start()
-      Thread.sleep(forTimeInterval: 0.2)
-      waiter.cancel()
-      for _ in 0..<500 where result.withLock({ $0 == nil }) { Thread.sleep(forTimeInterval: 0.01) }
+      // `cancel()` stops only accesses already under way: cancelled until it ends, whenever the waiter began
+      // (one cancel after a pause missed a waiter that had not started yet on a busy machine).
+      let deadline = ContinuousClock.now + .seconds(Wait.condition)
+      while result.withLock({ $0 == nil }) && ContinuousClock.now < deadline {
+        waiter.cancel()
+        Thread.sleep(forTimeInterval: 0.01)
+      }
     }
     let error = result.withLock { $0 }
     guard (error as? FileCoordinatorError)?.code == .cancelled else {

@@ -109,13 +109,14 @@ import Testing
     }
   }
 
-  /// Waits until the presenter printed `count` reacquires (each write's last callback), then a little longer.
-  private func waitForReacquires(_ presenter: Child, _ count: Int) async {
+  /// Waits until the presenter printed `count` reacquires (each write's last callback), then until it handled
+  /// everything queued for it by then: anything wrong that comes late (a callback twice, an uncoordinated one) is
+  /// in its output before "drained" (a pause of 0.3 s was not always long enough on a busy machine).
+  private func waitForReacquires(_ presenter: Child, _ count: Int, root: TestRoot) async {
     await presenter.line() { _ in
       coordinatedEvents(presenter).filter { $0 == "reacquire" }.count >= count
     }
-    // Anything wrong that comes late (a callback twice, an uncoordinated one).
-    try? await Task.sleep(for: .seconds(0.3))
+    await presenter.drained(root: root.path)
   }
 
   @Test func preparesAndFinishesTravelAsDatagrams() async throws {
@@ -123,7 +124,7 @@ import Testing
     let coordinator = FileCoordinator()
     coordinator.presenterTimeoutPolicy = .fail
     try setup.write(20, with: coordinator)
-    await waitForReacquires(setup.presenter, 20)
+    await waitForReacquires(setup.presenter, 20, root: setup.root)
     expectInOrder(setup.presenter, writes: 20)
     // A prepare and a finish per write. The sender counts after the send, and a finish may go after the write
     // returned (the outbox): the count is waited for.
@@ -151,7 +152,7 @@ import Testing
     coordinator.presenterTimeout = .milliseconds(200)  // the stalled presenter answers nothing: go on without it
     try setup.write(3, with: coordinator)
     _ = FileManager.default.createFile(atPath: setup.root.path + "/resume-watcher", contents: nil)
-    await waitForReacquires(setup.presenter, 3)
+    await waitForReacquires(setup.presenter, 3, root: setup.root)
     expectInOrder(setup.presenter, writes: 3)
     setup.presenter.kill()
   }
@@ -163,7 +164,7 @@ import Testing
     let setup = try await Setup(group, "stop.txt")
     let coordinator = try setup.writeWhileStopped(12)
     try setup.write(2, from: 12, with: coordinator)  // while it runs: they must not overtake the files
-    await waitForReacquires(setup.presenter, 14)
+    await waitForReacquires(setup.presenter, 14, root: setup.root)
     expectInOrder(setup.presenter, writes: 14)
     #expect(setup.sent.datagrams > 0)
     #expect(setup.sent.files > 0)
@@ -177,7 +178,7 @@ import Testing
   @Test func finishesReadBesideTheirWritesQueuedEventsStillSuppressThem() async throws {
     let setup = try await Setup(group, "beside.txt")
     _ = try setup.writeWhileStopped(3)
-    await waitForReacquires(setup.presenter, 3)
+    await waitForReacquires(setup.presenter, 3, root: setup.root)
     expectInOrder(setup.presenter, writes: 3)
     #expect(await eventually { setup.sent == (datagrams: 6, files: 0) }, "\(setup.sent)")
     setup.presenter.kill()
@@ -190,7 +191,7 @@ import Testing
   @Test func aKilledPresenterIsFoundDeadWhenItsSocketRefusesAndIsSentNothing() async throws {
     let setup = try await Setup(group, "killed.txt")
     try setup.write(1)
-    await waitForReacquires(setup.presenter, 1)
+    await waitForReacquires(setup.presenter, 1, root: setup.root)
     setup.presenter.kill()
     _ = await setup.presenter.exit()
     let space = try CoordinationSpace.locate(setup.url).0
@@ -208,7 +209,7 @@ import Testing
   @Test func aReceiverWithoutASocketGetsFiles() async throws {
     let setup = try await Setup(group, "f.txt", environment: [MessageTransport.filesOnlyVariable: "1"])
     try setup.write(5)
-    await waitForReacquires(setup.presenter, 5)
+    await waitForReacquires(setup.presenter, 5, root: setup.root)
     expectInOrder(setup.presenter, writes: 5)
     #expect(await eventually { setup.sent == (datagrams: 0, files: 10) }, "\(setup.sent)")
     setup.presenter.kill()
@@ -239,7 +240,7 @@ extension MessageTransportTests {
     ]
     for bytes in strange { #expect(try socket.send(bytes, waitMilliseconds: 1000)) }
     try setup.write(3)
-    await waitForReacquires(setup.presenter, 3)
+    await waitForReacquires(setup.presenter, 3, root: setup.root)
     expectInOrder(setup.presenter, writes: 3)
     #expect(setup.presenter.process.isRunning)
     setup.presenter.kill()
@@ -268,7 +269,7 @@ extension MessageTransportTests {
       #expect(mkfifo(socketPath, 0o600) == 0)
     }
     try setup.write(3)
-    await waitForReacquires(setup.presenter, 3)
+    await waitForReacquires(setup.presenter, 3, root: setup.root)
     expectInOrder(setup.presenter, writes: 3)
     #expect(await eventually { setup.sent == (datagrams: 0, files: 6) }, "\(setup.sent)")
     var buffer = [UInt8](repeating: 0, count: 1024)

@@ -72,10 +72,10 @@ import Testing
     _ = try FileCoordinator().coordinate(readingItemAt: url, options: .withoutChanges) {
       try container.contents(of: $0)
     }
-    // Its relinquish line, then time for any save line printed with it to reach our pipe reader.
-    _ = await eventually { presenter.output.compactMap(Self.event).filter { $0 == "relinquishToReader" }.count >= 2 }
-    try? await Task.sleep(for: .seconds(0.3))
-    #expect(presenter.output.compactMap(Self.event).filter { $0 == "save" }.count == 2)
+    // Its reacquire, the last callback of its handshake: a save of it would be printed before (one queue), and
+    // is in the output by then (a pause let a busy machine's pipe reader lag behind).
+    await presenter.line { _ in presenter.output.compactMap(Self.event).filter { $0 == "reacquire" }.count >= 3 }
+    #expect(presenter.output.compactMap(Self.event).filter { $0 == "save" }.count == 2, "\(presenter.output)")
     await presenter.stop(SIGTERM)
   }
 
@@ -137,7 +137,7 @@ import Testing
       writingItemAt: container.documentsURL.appendingPathComponent("box"), options: .forDeleting
     ) { try FileManager.default.removeItem(at: $0) }
     await presenter.line { $0 == "accommodateDeletion coordinated \(getpid())" }
-    try? await Task.sleep(for: .seconds(0.3))
+    await presenter.drained(root: root.path)
     #expect(!presenter.output.contains { $0.contains("uncoordinated") }, "\(presenter.output)")
     presenter.kill()
   }
@@ -287,7 +287,7 @@ import Testing
     // A coordinated write right after is reported once, as coordinated.
     try FileCoordinator().coordinate(writingItemAt: url) { try container.write(Data("c".utf8), to: $0) }
     await presenter.line { $0 == "didChange coordinated \(getpid())" }
-    try? await Task.sleep(for: .seconds(0.3))
+    await presenter.drained(root: root.path)
     // The shell's create and close may reach it as one or two uncoordinated changes (coalescing is best effort),
     // but the coordinated write is reported exactly once, and never a second time as uncoordinated.
     let lines = presenter.output

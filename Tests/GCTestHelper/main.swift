@@ -104,7 +104,24 @@ case .present(let path, let delay, let stall):
   say("ready \(getpid())")
   while stall > 0 && access(root + "/resume-watcher", F_OK) != 0 { usleep(20_000) }
   Watcher.shared.stall(nanoseconds: 0)
-  while true { sleep(60) }
+  // A test's barrier: each time `<root>/drain-<pid>` appears, prints "drained" once what was queued for this
+  // process before it was handled — every inotify event, the datagrams in its socket (served on the watcher's turn
+  // after the first body) — and the presenter's callbacks for them ran (its queue is serial).
+  let drain = root + "/drain-\(getpid())"
+  while true {
+    if unlink(drain) == 0 {
+      Watcher.shared.afterQueuedEvents {
+        DispatchQueue.global().async {
+          Watcher.shared.afterQueuedEvents {
+            presenter.presentedItemOperationQueue.addOperation {
+              FileHandle.standardOutput.write(Data("drained\n".utf8))
+            }
+          }
+        }
+      }
+    }
+    usleep(20_000)
+  }
 
 case .defaultsSet(let suite, let count, let size):
   let defaults = try SharedDefaults(suiteName: suite, container: container)

@@ -22,6 +22,16 @@ extension Child {
     try self.init(
       helperArguments(command, root: root, group: group), executable: "gc-test-helper", environment: environment)
   }
+
+  /// For a `.present` child under `root`: returns once it has handled every event and message queued for it so
+  /// far and its presenter's callbacks for them ran (it prints "drained"). What would come late — a callback twice,
+  /// an uncoordinated change — is in `output` then: waited for, not given a pause that a busy machine outlasts.
+  public func drained(root: String, sourceLocation: SourceLocation = #_sourceLocation) async {
+    let before = output.filter { $0 == "drained" }.count
+    #expect(
+      FileManager.default.createFile(atPath: root + "/drain-\(pid)", contents: nil), sourceLocation: sourceLocation)
+    await line(sourceLocation: sourceLocation) { [self] _ in output.filter { $0 == "drained" }.count > before }
+  }
 }
 
 /// Runs gc-test-helper's `command` to its end (see `runToEnd`) with exactly `environment`, and returns its exit
