@@ -23,6 +23,8 @@ extension DefaultsStore {
   /// whole compaction, as before.
   func synchronize(emptyingJournal: Bool = false) throws(SharedDefaultsError) {
     try refuseIfReadOnly()
+    synchronizing.add(1, ordering: .sequentiallyConsistent)
+    defer { synchronizing.subtract(1, ordering: .sequentiallyConsistent) }
     waitForBackgroundWork()
     for attempt in 0..<3 {
       let work = try exclusively { s throws(SharedDefaultsError) -> Compaction? in
@@ -268,7 +270,8 @@ extension DefaultsStore {
         s.idleCheckScheduled = false
         return MonotonicClock.nanoseconds() - s.lastWrite >= Self.idleCompaction
       }
-      guard idle else {
+      // A synchronize under way compacts and exports: look again later (nothing is left to do then, usually).
+      guard idle, synchronizing.load(ordering: .sequentiallyConsistent) == 0 else {
         if state.withLock({ $0.markIdleCheck() }) { scheduleIdleCompaction() }
         return
       }
