@@ -100,13 +100,12 @@ import Testing
         == Array(repeating: ["relinquishToWriter", "didChange"], count: writes).flatMap { $0 },
       "\(presenter.output)", sourceLocation: sourceLocation)
     #expect(events.filter { $0 == "reacquire" }.count == writes, sourceLocation: sourceLocation)
-    // Known to fail now and then on a loaded machine (one of three fresh-clone CI runs of session 26): an inotify
-    // event of a coordinated write handled as an uncoordinated change. Not understood yet; recorded, not hidden.
-    withKnownIssue("a coordinated write's change seen as uncoordinated under load", isIntermittent: true) {
-      #expect(
-        !presenter.output.contains { $0.contains("uncoordinated") }, "\(presenter.output)",
-        sourceLocation: sourceLocation)
-    }
+    // A coordinated write's own inotify events are suppressed: no uncoordinated change. (Recorded as a known issue
+    // from session 26 to 38; its likely cause, libinotifytools' name tree left out of order, was fixed in session 28,
+    // and a known issue let a presenter that suppressed nothing pass.) Only an overflow's resync may say so.
+    #expect(
+      !presenter.output.contains { $0.contains("uncoordinated") && !$0.contains("resync") }, "\(presenter.output)",
+      sourceLocation: sourceLocation)
   }
 
   /// Waits until the presenter printed `count` reacquires (each write's last callback), then until it handled
