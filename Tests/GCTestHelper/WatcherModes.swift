@@ -3,9 +3,11 @@
 import Foundation
 import Glibc
 import HelperCommand
+import Synchronization
 import SystemLayer
 
-/// Runs `.watchAfterDescriptors`, `.watchThenStop`, `.renameInto` and `.spin` (HelperCommand.swift says what they
+/// Runs `.watchAfterDescriptors`, `.watchThenStop`, `.renameInto`, `.consumeRenames` and `.spin` (HelperCommand.swift
+/// says what they
 /// print), and exits: before anything opens the container, whose coordination starts the watcher.
 func runWatcherMode(_ command: HelperCommand) throws -> Never {
   switch command {
@@ -87,6 +89,24 @@ func runWatcherMode(_ command: HelperCommand) throws -> Never {
       }
     }
     tell("done")
+    exit(0)
+
+  case .consumeRenames(let directory, let name, let count, let acknowledgements):
+    try Watcher.shared.start()
+    let seen = Mutex(0)
+    let finished = DispatchSemaphore(value: 0)
+    _ = try Watcher.shared.watch(directory, mask: Watcher.movedTo) { event in
+      guard event.name == name else { return }
+      let n = seen.withLock { s in
+        defer { s += 1 }
+        return s
+      }
+      FileManager.default.createFile(atPath: acknowledgements + "/\(n)", contents: nil)
+      if n + 1 == count { finished.signal() }
+    }
+    tell("watching")
+    finished.wait()  // the test's wait for "consumed" is the hang limit; the test kills this process after it
+    tell("consumed \(seen.withLock { $0 })")
     exit(0)
 
   case .spin(let seconds):

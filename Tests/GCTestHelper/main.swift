@@ -34,7 +34,8 @@ do {
 }
 // Before the container is opened (which starts the watcher, with a tick): WatcherModes.swift.
 switch invocation.command {
-case .watchAfterDescriptors, .watchThenStop, .renameInto, .spin: try runWatcherMode(invocation.command)
+case .watchAfterDescriptors, .watchThenStop, .renameInto, .consumeRenames, .spin:
+  try runWatcherMode(invocation.command)
 default: break
 }
 let root = invocation.root
@@ -206,7 +207,7 @@ case .domainReader(let suite):  // PersistentDomainHelper.swift
 case .defaultsScript(let suite, let steps):  // DefaultsScript.swift
   try runDefaultsScript(suite: suite, directory: root, steps: steps, container)
 
-case .watchAfterDescriptors, .watchThenStop, .renameInto, .spin:  // WatcherModes.swift, run above
+case .watchAfterDescriptors, .watchThenStop, .renameInto, .consumeRenames, .spin:  // WatcherModes.swift, run above
   break
 
 case .ioFault:  // IOFaultModes.swift

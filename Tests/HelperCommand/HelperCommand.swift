@@ -323,6 +323,11 @@ public enum HelperCommand: Codable, Sendable, Equatable {
   /// nobody watches), printing "renamed <i>" after each; with `acknowledgements`, waits before the next until the
   /// file `<acknowledgements>/<i>` exists (prints "no acknowledgement of <i>" and exits 1 after 60 s). Prints "done".
   case renameInto(directory: String, name: String, count: Int, acknowledgements: String?)
+  /// Watches `directory` for renames into it, prints "watching", and for each `IN_MOVED_TO` of `name` makes the file
+  /// `<acknowledgements>/<n>` (n = 0, 1, ...); prints "consumed <count>" and exits 0 after `count` of them. A process
+  /// of its own: the test process's watcher is shared with tests that stall it or flood its queue (an overflow there
+  /// drops events for good).
+  case consumeRenames(directory: String, name: String, count: Int, acknowledgements: String)
   /// A busy loop for `seconds` (load for a test's other processes); exits 0.
   case spin(seconds: Double)
 
