@@ -10,6 +10,7 @@ import Logging
 /// Exit status: 0 success, 1 a failure (the reason on stderr), 2 no such activity, 64 a malformed argument.
 struct Activities: AsyncParsableCommand {
   static let configuration = CommandConfiguration(
+    commandName: "activities",
     abstract: "List, follow and end the group's Live Activities; turn them on or off.",
     discussion: """
       Records live in the container's private defaults suite <group-id>.liveactivities (one key per activity; \

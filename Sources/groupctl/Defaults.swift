@@ -5,6 +5,7 @@ import SystemLayer
 
 struct Defaults: ParsableCommand {
   static let configuration = CommandConfiguration(
+    commandName: "defaults",
     abstract: "Read and write a shared defaults suite, in the style of macOS `defaults`.",
     discussion: """
       The suite is --suite S, default the group identifier (macOS's domain). Commands that only read (read, \

@@ -11,6 +11,7 @@ import SystemLayer
 /// everything is looked at through the file system and /proc.
 struct Doctor: ParsableCommand {
   static let configuration = CommandConfiguration(
+    commandName: "doctor",
     abstract: "Check what could break the container's guarantees on this machine, each with its fix.",
     discussion: """
       One line per check: `ok|warn|fail  <check>: <finding> — fix: <what to do>` (--json: one JSON object). \

@@ -12,6 +12,7 @@ import Logging
 /// `wait` that timed out, 64 a malformed argument.
 struct Downloads: AsyncParsableCommand {
   static let configuration = CommandConfiguration(
+    commandName: "downloads",
     abstract: "Start, follow and steer the group's background downloads.",
     discussion: """
       Downloads are run by the download agent (gc-download-agent), a process of its own started on demand: \

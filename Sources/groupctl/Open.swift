@@ -4,6 +4,7 @@ import GroupContainer
 
 struct Open: AsyncParsableCommand {
   static let configuration = CommandConfiguration(
+    commandName: "open",
     abstract: "Open a URL in the app that registered its scheme in the container (started if not running).",
     discussion: "Prints what the app's handler answered (true or false); exits 1 when it answered false.")
 

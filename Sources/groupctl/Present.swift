@@ -5,6 +5,7 @@ import SystemLayer
 
 struct Present: AsyncParsableCommand {
   static let configuration = CommandConfiguration(
+    commandName: "present",
     abstract: "Present an item and print each presenter callback as one JSON line until interrupted.",
     discussion: """
       Prints {"event":"ready",…} once registered, then one line per callback, e.g. \

@@ -4,6 +4,7 @@ import GroupContainer
 
 struct Send: AsyncParsableCommand {
   static let configuration = CommandConfiguration(
+    commandName: "send",
     abstract: "Hand a file over to the app that registered a scheme: copy it into Documents/Inbox and open it there.",
     discussion: """
       The copy is atomic and never replaces a file in the Inbox (a taken name gets -1, -2…). The app registered \

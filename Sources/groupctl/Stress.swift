@@ -5,6 +5,7 @@ import SystemLayer
 
 struct Stress: ParsableCommand {
   static let configuration = CommandConfiguration(
+    commandName: "stress",
     abstract: "Run many writer processes against the container and check that nothing was lost.",
     subcommands: [
       StressDefaults.self, StressDefaultsWriter.self, StressDefaultsReader.self, StressFiles.self,

@@ -4,11 +4,13 @@ import GroupContainer
 
 struct Widgets: ParsableCommand {
   static let configuration = CommandConfiguration(
+    commandName: "widgets",
     abstract: "Ask the group's widgets for new timelines, as an app does with WidgetCenter.",
     subcommands: [Reload.self])
 
   struct Reload: ParsableCommand {
     static let configuration = CommandConfiguration(
+      commandName: "reload",
       abstract: "Make the widgets of a kind (default: every kind) reload their timelines now, in every process.",
       discussion: "The same request as WidgetCenter.reloadTimelines(ofKind:) or reloadAllTimelines().")
 

@@ -57,8 +57,11 @@ enum LockOrder {
 
     /// The lock file name: 32 hex digits of FNV-1a-128 over kind and path. A collision only makes two items
     /// share a lock (over-locking), never a missed lock; the order stays total because keys sort by path.
+    /// Over contiguous bytes: the `Sequence` overload ran unspecialised here, and its iterator's associated type
+    /// was looked up at run time — a scan of every conformance record in a new process's first access.
     var fileName: String {
-      StableHash.hex(StableHash.fnv1a128(Array((kind == .tree ? "tree:" : "item:").utf8) + Array(path.string.utf8)))
+      let bytes = Array((kind == .tree ? "tree:" : "item:").utf8) + Array(path.string.utf8)
+      return StableHash.hex(bytes.withUnsafeBytes { StableHash.fnv1a128($0) })
     }
   }
 
