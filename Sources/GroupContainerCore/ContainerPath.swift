@@ -98,8 +98,20 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
     }
   }
 
-  /// The path as `a/b/c` ("" for the root).
-  public var string: String { components.joined(separator: "/") }
+  /// The path as `a/b/c` ("" for the root). Joined here, not by `joined(separator:)`: the standard library's runs
+  /// unspecialised, and its first call in a process looked an associated type up at run time — a scan of every
+  /// conformance record loaded, in a new process's first access.
+  public var string: String {
+    guard let first = components.first else { return "" }
+    var path = ""
+    path.reserveCapacity(components.reduce(components.count - 1) { $0 + $1.utf8.count })
+    path += first
+    for component in components.dropFirst() {
+      path += "/"
+      path += component
+    }
+    return path
+  }
 
   /// Calls `body` with `string` as a C string, built on the stack (no `String` made: every access's link check
   /// passes its item this way, and `joined` was a twentieth of an empty access).

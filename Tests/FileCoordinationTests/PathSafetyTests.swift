@@ -349,10 +349,12 @@ import Testing
       String(repeating: "a/", count: 2048),
       String(repeating: "a/", count: 2049),
     ]
+    #expect(ContainerPath.root.string == "")
     for path in Set(paths) {
       let expected = Self.reference(path)
       let parsed = try? ContainerPath(path)
       #expect(parsed?.components == expected, "\(path.debugDescription)")
+      #expect(parsed?.string == expected?.joined(separator: "/"), "\(path.debugDescription)")  // joined by hand
       #expect(((try? ContainerPath.check(path)) != nil) == (expected != nil), "\(path.debugDescription)")
     }
   }
