@@ -537,20 +537,23 @@ import Testing
   /// (a commit per key, then `.sync`) the writer took 46 s of CPU in a debug build, 150 s at load 10 — past the
   /// 300 s exit limit at load 25 — a third of it an idle compaction (5 s after the last set, while the
   /// synchronize went on) that wrote the 600,000-key export a second time. Now 14 s and 16 s in two processes.
-  @Test(arguments: [(600_000, 16), (20_000, 4096)])
+  /// Limits for hangs, sized for a busy machine: the syncer took 241 s (of the default 300 s exit limit) at load
+  /// 15–19, and the 600,000-key case 303 s of its suite's 8-minute slot at load 12–14.
+  @Test(.runSlot(.minutes(20)), arguments: [(600_000, 16), (20_000, 4096)])
   func suitesOverTheOldLimitsAreReadBackWhole(keys: Int, bytes: Int) async throws {
     let root = try TestRoot()
     let container = try root.container()
     let id = container.identifier
+    let limit = 3 * Wait.exit
     let writer = try Child(
       .defaultsScript(suite: "big", steps: [.fillInBatches("k", count: keys, bytes: bytes, batch: 10_000)]),
       root: root.path, group: id)
-    #expect(await writer.exit() == 0, "stderr: \(writer.errors.text)")
+    #expect(await writer.exit(timeout: limit) == 0, "stderr: \(writer.errors.text)")
     // The compaction of the whole suite, refused over the limits (0.1.0's: the mutant): it must succeed.
     let syncer = try Child(.defaultsScript(suite: "big", steps: [.sync]), root: root.path, group: id)
-    #expect(await syncer.exit() == 0, "stderr: \(syncer.errors.text)")
+    #expect(await syncer.exit(timeout: limit) == 0, "stderr: \(syncer.errors.text)")
     let reader = try Child(.defaultsScript(suite: "big", steps: [.count("k")]), root: root.path, group: id)
-    #expect(await reader.exit() == 0)
+    #expect(await reader.exit(timeout: limit) == 0)
     #expect(reader.output == ["count \(keys)"], "stderr: \(reader.errors.text)")
     let files = try FileManager.default.contentsOfDirectory(atPath: container.preferencesURL.path)
     #expect(!files.contains { $0.contains("corrupt") }, "\(files)")
