@@ -48,7 +48,7 @@ public protocol AppIntent: Codable, Sendable {
 
 extension AppIntent {
   /// The type's name, e.g. `LikeIntent`.
-  public static var intentIdentifier: String { String(describing: Self.self) }
+  public static var intentIdentifier: String { TypeName.unqualified(Self.self) }
 }
 
 /// An intent that starts, updates or ends a Live Activity: Apple's `LiveActivityIntent`. Here every intent runs in

@@ -1,4 +1,5 @@
 import Foundation
+import GroupContainerCore
 
 /// What an activity shows that never changes (``ActivityAttributes``) and what changes (its `ContentState`):
 /// ActivityKit's `ActivityAttributes`.
@@ -25,7 +26,7 @@ public protocol ActivityAttributes: Codable, Sendable {
 
 extension ActivityAttributes {
   /// The type's unqualified name, e.g. `ScoreboardAttributes`.
-  public static var activityTypeName: String { String(describing: Self.self) }
+  public static var activityTypeName: String { TypeName.unqualified(Self.self) }
 }
 
 /// An activity's content: its state, when it goes stale and how relevant it is (ActivityKit's `ActivityContent`).
