@@ -227,7 +227,7 @@ package enum DownloadRecordFormat {
 
   /// Whether `s` is exactly `count` lower-case hex digits (task ids: 32; SHA-256 digests: 64).
   package static func isLowerHex(_ s: some StringProtocol, count: Int) -> Bool {
-    s.utf8.count == count && s.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }
+    s.utf8.count == count && s.utf8.allSatisfy { HexDigits.lowercaseValue($0) != nil }
   }
 
   /// Task ids are 32 lower-case hex digits.

@@ -1,4 +1,5 @@
 import BackgroundDownloads
+import GroupContainerCore
 
 /// What the agent remembers of each finished task for the 24 h they stay (`DownloadAgent.State.tasks`), and of each
 /// task's commits, in tables of plain values: no allocation per task.
@@ -18,12 +19,8 @@ struct TaskKey: Hashable, Sendable {
     var low: UInt64 = 0
     var count = 0
     for d in id.utf8 {
-      let nibble: UInt64
-      switch d {
-      case UInt8(ascii: "0")...UInt8(ascii: "9"): nibble = UInt64(d - UInt8(ascii: "0"))
-      case UInt8(ascii: "a")...UInt8(ascii: "f"): nibble = UInt64(d - UInt8(ascii: "a") + 10)
-      default: return nil
-      }
+      guard let digit = HexDigits.lowercaseValue(d) else { return nil }
+      let nibble = UInt64(digit)
       if count < 16 { high = high << 4 | nibble } else { low = low << 4 | nibble }
       count += 1
       if count > 32 { return nil }

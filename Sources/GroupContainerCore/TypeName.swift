@@ -43,12 +43,8 @@ package enum TypeName {
     }
     var index = space + marker.count
     let hexStart = index
-    while index < bytes.endIndex, isHexDigit(bytes[index]) { index += 1 }
+    while index < bytes.endIndex, HexDigits.value(bytes[index]) != nil { index += 1 }
     guard index > hexStart, index < bytes.endIndex, bytes[index] == UInt8(ascii: ")") else { return nil }
     return (name, bytes[(index + 1)...])
-  }
-
-  private static func isHexDigit(_ byte: UInt8) -> Bool {
-    (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || (UInt8(ascii: "A")...UInt8(ascii: "F")).contains(byte)
   }
 }

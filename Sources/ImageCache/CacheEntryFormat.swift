@@ -1,4 +1,5 @@
 import Foundation
+import GroupContainerCore
 import SystemLayer
 
 /// The on-disk format of one cache entry, in one place.
@@ -61,22 +62,15 @@ enum CacheEntryFormat {
   static func isEntryName(_ name: some StringProtocol) -> Bool {
     let utf8 = name.utf8
     guard utf8.count == 32 + fileExtension.utf8.count, name.hasSuffix(fileExtension) else { return false }
-    return utf8.prefix(32).allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
+    return utf8.prefix(32).allSatisfy { HexDigits.lowercaseValue($0) != nil }
   }
 
   /// The shard (0..<256) whose generation guards `name`'s entry: the first byte of the hash.
   static func shard(ofName name: some StringProtocol) -> Int {
     let utf8 = Array(name.utf8.prefix(2))
-    guard utf8.count == 2, let high = hexValue(utf8[0]), let low = hexValue(utf8[1]) else { return 0 }
-    return high << 4 | low
-  }
-
-  private static func hexValue(_ byte: UInt8) -> Int? {
-    switch byte {
-    case 0x30...0x39: Int(byte - 0x30)
-    case 0x61...0x66: Int(byte - 0x61 + 10)
-    default: nil
-    }
+    guard utf8.count == 2, let high = HexDigits.lowercaseValue(utf8[0]), let low = HexDigits.lowercaseValue(utf8[1])
+    else { return 0 }
+    return Int(high) << 4 | Int(low)
   }
 
   /// The header and key of a new entry (the image's bytes follow them in the file).

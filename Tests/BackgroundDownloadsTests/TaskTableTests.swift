@@ -1,14 +1,29 @@
+import BackgroundDownloads
 import Testing
 
 @testable import DownloadAgent
 
 /// The agent's one table of tasks (`TaskTable`): each task's commits and, once settled, its finish time and session.
 ///
-/// Mutant this suite catches (made once by hand, seen failing, restored): `remove(_:)` not counting a settled task
-/// out (`settledCount` kept): `settledAndCommitsLiveInOneEntry`.
+/// Mutants this suite catches (made once by hand, seen failing, restored): `remove(_:)` not counting a settled task
+/// out (`settledCount` kept): `settledAndCommitsLiveInOneEntry`; a key read with `HexDigits.value` (upper case
+/// taken): `aKeyIsATaskIDsDigits`.
 @Suite struct TaskTableTests {
   static let a = TaskKey("0123456789abcdef0123456789abcdef")!
   static let b = TaskKey("fedcba9876543210fedcba9876543210")!
+
+  /// A key holds a task id's 32 lower-case hex digits and gives them back; anything else (upper case names another
+  /// file, a wrong length, another byte) has no key, as `DownloadRecordFormat.isTaskID` says.
+  @Test func aKeyIsATaskIDsDigits() {
+    #expect(Self.a.id == "0123456789abcdef0123456789abcdef" && Self.b.id == "fedcba9876543210fedcba9876543210")
+    for id in [
+      "0123456789ABCDEF0123456789abcdef", "0123456789abcdef0123456789abcde", "0123456789abcdef0123456789abcdeg",
+      "0123456789abcdef0123456789abcdef0",
+    ] {
+      #expect(TaskKey(id) == nil, "\(id)")
+      #expect(!DownloadRecordFormat.isTaskID(id), "\(id)")
+    }
+  }
 
   @Test func settledAndCommitsLiveInOneEntry() {
     var table = TaskTable()

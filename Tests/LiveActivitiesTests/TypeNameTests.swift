@@ -15,9 +15,9 @@ private struct PrivateAttributes: ActivityAttributes {
   struct ContentState: Codable, Hashable, Sendable { var n = 0 }
 }
 
-/// Activity types (and intents: AppIntentsTests) are named in the container by their type's name (`String(describing:)`), which
-/// another process built from the same source must find again; `TypeName.unqualified` names them so without the
-/// casts that made a new process's first naming walk the conformance records a dozen times. It must give exactly
+/// Activity types (and intents: AppIntentsTests) are named in the container by their type's name
+/// (`String(describing:)`), which another process built from the same source must find again; `TypeName.unqualified`
+/// names them so without the casts that made a new process's first naming walk the conformance records a dozen times. It must give exactly
 /// what `String(describing:)` gives. Mutant: the private discriminator kept (`_typeName` alone) fails.
 @Suite struct TypeNameTests {
   @Test func theNameIsStringDescribingOfTheType() {

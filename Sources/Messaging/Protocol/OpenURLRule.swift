@@ -33,7 +33,7 @@ package enum OpenURLRule {
     while i < bytes.count {
       let b = bytes[i]
       if b == UInt8(ascii: "%") {
-        guard i + 2 < bytes.count, isHex(bytes[i + 1]), isHex(bytes[i + 2]) else {
+        guard i + 2 < bytes.count, HexDigits.value(bytes[i + 1]) != nil, HexDigits.value(bytes[i + 2]) != nil else {
           throw .invalidURL(url, rule: "'%' must be followed by two hex digits")
         }
         i += 3
@@ -51,10 +51,6 @@ package enum OpenURLRule {
     let scheme = try validate(scheme: String(url[..<colon]))
     guard URL(string: url) != nil else { throw .invalidURL(url, rule: "it does not parse as a URL") }
     return scheme
-  }
-
-  private static func isHex(_ b: UInt8) -> Bool {
-    (0x30...0x39).contains(b) || (0x41...0x46).contains(b) || (0x61...0x66).contains(b)
   }
 
   private static func isAllowed(_ b: UInt8) -> Bool {
