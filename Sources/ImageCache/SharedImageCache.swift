@@ -108,30 +108,15 @@ public final class SharedImageCache: Sendable {
     let string: String
     init(_ string: String) { self.string = string }
 
-    /// Compared eight bytes at a time, in place: `utf8.elementsEqual` walked the view's indices and was half of a
-    /// memory hit (copies of the strings for `withUTF8` cost a retain and release each).
+    /// Compared in place (`memcmp`): `utf8.elementsEqual` walked the view's indices and was half of a memory hit
+    /// (copies of the strings for `withUTF8` cost a retain and release each).
     static func == (lhs: Self, rhs: Self) -> Bool {
       let equal = lhs.string.utf8.withContiguousStorageIfAvailable { l in
-        rhs.string.utf8.withContiguousStorageIfAvailable { r in Self.equal(UnsafeRawBufferPointer(l), .init(r)) }
+        rhs.string.utf8.withContiguousStorageIfAvailable { r in
+          l.count == r.count && RawMemory.equal(l.baseAddress, r.baseAddress, count: l.count)
+        }
       }
       return equal.flatMap { $0 } ?? lhs.string.utf8.elementsEqual(rhs.string.utf8)
-    }
-
-    private static func equal(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Bool {
-      guard a.count == b.count else { return false }
-      var offset = 0
-      while offset + 8 <= a.count {
-        guard
-          a.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
-            == b.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
-        else { return false }
-        offset += 8
-      }
-      while offset < a.count {
-        guard a[offset] == b[offset] else { return false }
-        offset += 1
-      }
-      return true
     }
 
     func hash(into hasher: inout Hasher) {

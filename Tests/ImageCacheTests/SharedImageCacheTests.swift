@@ -16,7 +16,7 @@ import Testing
 /// - the trimmer ordering by name instead of last use (`trimRemovesTheLeastRecentlyUsedFirst`);
 /// - the read not checking the stored key (`anotherKeysEntryIsAMiss`);
 /// - a FIFO entry opened without O_NONBLOCK (`hostileEntriesAreMissesNeverHangs` times out);
-/// - memory keys compared by whole 8-byte words only, the tail skipped (`memoryKeysCompareEveryByte`).
+/// - memory keys compared without their last byte (`memoryKeysCompareEveryByte`).
 /// - the trim's sweep leaving out the staging directory (`aTrimSweepsTheStagedTempFilesOfDeadWritersOnly`).
 @Suite(.runSlot(.minutes(3)))
 struct SharedImageCacheTests {
