@@ -92,7 +92,8 @@ public final class DownloadSession: Sendable {
     /// once the interval ends.
     var lastTaskScan: UInt64 = 0
     var trailingScan = false
-    /// How long the last read of the tasks took: reads prompted by the agent are at least 20 times that apart.
+    /// What the last read of the tasks cost (`ScanPacing.measure`): reads prompted by the agent are at least 20 times
+    /// that apart.
     var taskScanCost: UInt64 = 0
   }
 
@@ -196,8 +197,9 @@ public final class DownloadSession: Sendable {
       connectionsPerHost: configuration.httpMaximumConnectionsPerHost)
     try store.create(request)
     try ensureAgent(force: true)
-    guard let task = store.task(id) else { throw .unknownTask(id) }
-    return task
+    // Made from what was just written (a new task has no status and no control): read back, it was three file reads
+    // per call, a third of a burst's enqueueing.
+    return DownloadTask(request: request, status: nil, control: nil, store: store)
   }
 
   /// Checks a container-relative destination: a file path inside the container, outside its private directory.
@@ -320,9 +322,10 @@ public final class DownloadSession: Sendable {
       }
     }
     let settled = attachment.withLock { $0.settled }
-    let tasks = scan ? store.tasks(session: identifier, excluding: settled) : []
+    var tasks: [DownloadTask] = []
     if scan {
-      let cost = MonotonicClock.nanoseconds() &- now
+      let cost: UInt64
+      (tasks, cost) = ScanPacing.measure { store.tasks(session: identifier, excluding: settled) }
       attachment.withLock { $0.taskScanCost = cost }
     }
     var byID = Dictionary(tasks.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })

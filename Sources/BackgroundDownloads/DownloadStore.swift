@@ -88,6 +88,8 @@ package final class DownloadStore: Sendable {
     try Self.system { () throws(FileSystemError) in
       try root.replaceFile(Self.taskPath(request.id, "task"), with: bytes, mode: fileMode, durability: .processCrash)
     }
+    // A request never changes: the session's scans need not read it back.
+    knownRequests.withLock { $0[request.id] = request }
     requests.post()
   }
 

@@ -469,9 +469,8 @@ package final class DownloadAgent: Sendable {
     let now = Self.wallClock()
     var busy: Bool
     if scanDue() {
-      let began = MonotonicClock.nanoseconds()
-      busy = scan(now: now)
-      let cost = MonotonicClock.nanoseconds() &- began
+      let cost: UInt64
+      (busy, cost) = ScanPacing.measure { scan(now: now) }
       state.withLock { s in
         s.scanCost = cost
         s.quiet = !busy

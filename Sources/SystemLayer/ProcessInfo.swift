@@ -71,6 +71,16 @@ package enum MonotonicClock {
   }
 }
 
+/// CPU time the calling thread has used: work done, without the time it waited (an `fsync`, a lock, another process
+/// on the core). The corresponding C function is `clock_gettime(CLOCK_THREAD_CPUTIME_ID)`.
+package enum ThreadCPUClock {
+  package static func nanoseconds() -> UInt64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
+    return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+  }
+}
+
 /// Wall-clock time, as other processes and the file system's timestamps count it.
 package enum RealtimeClock {
   /// Nanoseconds since 1970 as of the kernel's last clock tick (1–10 ms behind the precise time): a read of the
