@@ -290,9 +290,11 @@ public final class DownloadSession: Sendable {
     delivery.async { [weak self] in self?.tick() }
   }
 
-  /// A poll now and every second: the agent may die without a word.
+  /// A poll now and every second: the agent may die without a word. Its read of the tasks keeps to the pacing
+  /// (`ScanPacing`) like any other: forced every second, a read of 2,000 unfinished tasks (35 ms) came on top of the
+  /// paced ones, and two attached sessions took a fifth of a core from the agent they waited for.
   private func tick() {
-    poll(scanningTasks: true)
+    poll()
     guard !attachment.withLock({ $0.invalidated }) else { return }
     delivery.asyncAfter(deadline: .now() + .seconds(1)) { [weak self] in self?.tick() }
   }
