@@ -89,11 +89,16 @@ package final class DownloadAgent: Sendable {
     var listed: [String] = []
     var listedSequence: UInt32?
     var listedAt: UInt64 = 0
-    /// How long a full scan took last time: scans prompted by posts are at least 20 times that apart.
+    /// What the last full scan cost (`ScanPacing.measure`): scans prompted by posts are at least 20 times that apart
+    /// (2 times with nothing to run).
     var scanCost: UInt64 = 0
     /// The last full scan found nothing unfinished: until a post, listings without one are `quietRelistInterval`
     /// apart, not `relistFallback`.
     var quiet = false
+
+    /// No transfer running, finishing or waiting to start: what the agent knows of is done, and a listing puts off
+    /// no work (`ScanPacing`'s idle pacing).
+    var hasNothingToRun: Bool { running.isEmpty && finishing.isEmpty && queues.values.allSatisfy(\.isEmpty) }
 
     var fallbackInterval: UInt64 {
       DownloadAgent.noFallbackListing
@@ -510,7 +515,7 @@ package final class DownloadAgent: Sendable {
       let age = now &- s.listedAt
       return s.rescan
         || (s.listedSequence != sequence
-          && age >= ScanPacing.interval(minimum: Self.relistInterval, lastCost: s.scanCost))
+          && age >= ScanPacing.interval(minimum: Self.relistInterval, lastCost: s.scanCost, idle: s.hasNothingToRun))
         || age >= ScanPacing.interval(minimum: s.fallbackInterval, lastCost: s.scanCost)
     }
   }
@@ -609,7 +614,8 @@ package final class DownloadAgent: Sendable {
     return state.withLock { s -> Duration? in
       guard s.listedSequence != sequence else { return nil }
       let age = now &- s.listedAt
-      let interval = ScanPacing.interval(minimum: Self.relistInterval, lastCost: s.scanCost)
+      let interval = ScanPacing.interval(
+        minimum: Self.relistInterval, lastCost: s.scanCost, idle: s.hasNothingToRun)
       return .nanoseconds(Int64(age >= interval ? 0 : interval - age))
     }
   }

@@ -36,4 +36,10 @@ import Testing
     #expect(cost <= MonotonicClock.nanoseconds() - began, "CPU time within the wall time it took")
     #expect(ScanPacing.interval(minimum: 20_000_000, lastCost: cost) == cost * 20)
   }
+
+  @Test func readsAre20TimesTheirCostApartOrTwiceWithNothingElseToDo() {
+    #expect(ScanPacing.interval(minimum: 20_000_000, lastCost: 30_000_000) == 600_000_000)
+    #expect(ScanPacing.interval(minimum: 20_000_000, lastCost: 30_000_000, idle: true) == 60_000_000)
+    #expect(ScanPacing.interval(minimum: 20_000_000, lastCost: 5_000_000, idle: true) == 20_000_000, "the floor")
+  }
 }
