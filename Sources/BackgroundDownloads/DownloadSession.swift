@@ -84,8 +84,14 @@ public final class DownloadSession: Sendable {
     var backlog: Set<String> = []
     var backlogAnnounced = false
     var lastReceived: [String: Int64] = [:]
-    /// Tasks seen completed: a poll reads no file of theirs again (an event of one reads that task alone).
-    var settled: Set<String> = []
+    /// The session's tasks not seen completed, which a poll reads (for `didWriteData`, and to notice an agent gone)
+    /// once the first poll has listed `tasks/` (`listed`). Only an attached session makes tasks, and one process at a
+    /// time attaches it: later tasks are the ones `download` adds here. Listed at every poll, the container's every
+    /// task was read by name — finished ones stay 24 h: 12,000 names a poll in a run of 2,000-task bursts, and
+    /// every attached session did it, one with no task as well. A completed task's files are not read again (an
+    /// event of one reads that task alone).
+    var unfinished: Set<String> = []
+    var listed = false
     var nextTaskIdentifier = 1
     var lastAgentLaunch: UInt64 = 0
     /// When a poll last read the unfinished tasks (`taskScanInterval`), and whether a poll is due to read them
@@ -196,6 +202,7 @@ public final class DownloadSession: Sendable {
       priority: Double(min(max(priority, 0), 1)),
       connectionsPerHost: configuration.httpMaximumConnectionsPerHost)
     try store.create(request)
+    attachment.withLock { _ = $0.unfinished.insert(id) }
     try ensureAgent(force: true)
     // Made from what was just written (a new task has no status and no control): read back, it was three file reads
     // per call, a third of a burst's enqueueing.
@@ -323,12 +330,21 @@ public final class DownloadSession: Sendable {
         poll(scanningTasks: true)
       }
     }
-    let settled = attachment.withLock { $0.settled }
     var tasks: [DownloadTask] = []
     if scan {
+      let (listed, known) = attachment.withLock { ($0.listed, $0.unfinished) }
       let cost: UInt64
-      (tasks, cost) = ScanPacing.measure { store.tasks(session: identifier, excluding: settled) }
-      attachment.withLock { $0.taskScanCost = cost }
+      (tasks, cost) = ScanPacing.measure { listed ? store.tasks(known) : store.tasks(session: identifier) }
+      attachment.withLock { a in
+        a.taskScanCost = cost
+        if listed {
+          a.unfinished.subtract(known.subtracting(tasks.lazy.map(\.id)))  // gone (retired, the container made anew)
+        } else {
+          a.listed = true
+          a.unfinished.formUnion(tasks.lazy.map(\.id))
+        }
+        for task in tasks where task.state == .completed { a.unfinished.remove(task.id) }
+      }
     }
     var byID = Dictionary(tasks.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
     // Only events still to hand out need their task (one handed out waits for its acknowledgement).
@@ -338,7 +354,6 @@ public final class DownloadSession: Sendable {
     var out: [(DownloadEvent, EventRecord?)] = []
     let stop = attachment.withLock { a -> Bool in
       guard !a.invalidated else { return true }
-      for task in tasks where task.state == .completed { a.settled.insert(task.id) }
       for task in tasks where task.countOfBytesReceived != a.lastReceived[task.id] {
         let before = a.lastReceived[task.id] ?? 0
         a.lastReceived[task.id] = task.countOfBytesReceived

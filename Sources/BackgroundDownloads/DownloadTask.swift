@@ -126,12 +126,22 @@ extension DownloadStore {
 
   /// Every task in the container (of one session, or all), oldest first, but those in `excluding`.
   package func tasks(session: String? = nil, excluding: Set<String> = []) -> [DownloadTask] {
-    taskIDs().compactMap { id -> DownloadTask? in
-      guard !excluding.contains(id), let request = request(id), session == nil || request.session == session else {
-        return nil
-      }
-      return DownloadTask(request: request, status: status(id), control: control(id), store: self)
-    }.sorted { ($0.creationDate, $0.taskIdentifier) < ($1.creationDate, $1.taskIdentifier) }
+    Self.oldestFirst(
+      taskIDs().compactMap { id -> DownloadTask? in
+        guard !excluding.contains(id), let request = request(id), session == nil || request.session == session else {
+          return nil
+        }
+        return DownloadTask(request: request, status: status(id), control: control(id), store: self)
+      })
+  }
+
+  /// The tasks `ids` that exist, oldest first, without listing `tasks/`.
+  package func tasks(_ ids: some Sequence<String>) -> [DownloadTask] {
+    Self.oldestFirst(ids.compactMap { task($0) })
+  }
+
+  private static func oldestFirst(_ tasks: [DownloadTask]) -> [DownloadTask] {
+    tasks.sorted { ($0.creationDate, $0.taskIdentifier) < ($1.creationDate, $1.taskIdentifier) }
   }
 
   /// Writes a control request: a new generation keeping what is not changed. A finished task is not changed.

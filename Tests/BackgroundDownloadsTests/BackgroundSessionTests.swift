@@ -372,6 +372,44 @@ struct BackgroundSessionTests {
     #expect(seen == seen.sorted())
   }
 
+  /// A poll lists `tasks/` once, then reads the tasks it knows: those the listing found unfinished and those
+  /// `download` adds (DownloadSession's `unfinished`). Mutants: `download` not adding its task (the new task's
+  /// progress never comes), the first poll not listing (the earlier attach's task's never comes).
+  @Test("progress reaches the attached session, for a task of an earlier attach and for one it makes")
+  func progressReachesTheAttachedSession() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let server = try await FileServer.start()
+    // Each first answer stalls after 200 kB of 1 MB: the progress stays there, whatever the machine's load.
+    let earlier = try DownloadSession(identifier: "s", container: container, configuration: Self.configuration())
+    let old = try earlier.download(from: server.url("/gen/1000000?seed=21&stall=200000&faults=1"), to: "Downloads/o")
+    earlier.invalidate()
+    let session = try DownloadSession(identifier: "s", container: container, configuration: Self.configuration())
+    defer { session.invalidate() }
+    // A hang ends the loop (an invalidated session's events end) and fails below, instead of holding the slot.
+    let watchdog = Task {
+      try? await Task.sleep(for: .seconds(120))
+      session.invalidate()
+    }
+    defer { watchdog.cancel() }
+    var made: DownloadTask?
+    var received: [String: Int64] = [:]
+    for await event in session.events {
+      guard case .didWriteData(let task, _, let total, _) = event else { continue }
+      received[task.id] = max(received[task.id] ?? 0, total)
+      // Made once the first poll has listed (it reported the earlier task): only `download` can tell of it.
+      if made == nil {
+        made = try session.download(from: server.url("/gen/1000000?seed=22&stall=200000&faults=1"), to: "Downloads/n")
+      }
+      if let made, received[old.id, default: 0] >= 200_000, received[made.id, default: 0] >= 200_000 { break }
+    }
+    let new = try #require(made)
+    #expect(received[old.id, default: 0] >= 200_000, "\(received)")
+    #expect(received[new.id, default: 0] >= 200_000, "\(received)")
+    try old.cancel()
+    try new.cancel()
+  }
+
   @Test("an HTTP error fails the task with its status, and nothing lands")
   func httpErrorsFail() async throws {
     let root = try TestRoot()
