@@ -47,21 +47,22 @@ package enum CurrentProcess {
   }
 }
 
+/// `clock_gettime(clock)` in nanoseconds: every clock below reads through it.
+@inline(__always) private func clockNanoseconds(_ clock: clockid_t) -> UInt64 {
+  var ts = timespec()
+  clock_gettime(clock, &ts)
+  return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+}
+
 /// Monotonic time, comparable across processes on this machine.
 package enum MonotonicClock {
-  package static func nanoseconds() -> UInt64 { read(CLOCK_MONOTONIC) }
+  package static func nanoseconds() -> UInt64 { clockNanoseconds(CLOCK_MONOTONIC) }
 
   /// `nanoseconds()` as of the kernel's last clock tick (1–10 ms behind, never ahead): a read of the vDSO page with
   /// no clock-source read, a few nanoseconds where the precise clock costs up to a hundred on a loaded VM. For
   /// times that may err early by a tick (a lock cache's idle time). The corresponding C function is
   /// `clock_gettime(CLOCK_MONOTONIC_COARSE)`.
-  package static func coarseNanoseconds() -> UInt64 { read(CLOCK_MONOTONIC_COARSE) }
-
-  @inline(__always) private static func read(_ clock: clockid_t) -> UInt64 {
-    var ts = timespec()
-    clock_gettime(clock, &ts)
-    return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
-  }
+  package static func coarseNanoseconds() -> UInt64 { clockNanoseconds(CLOCK_MONOTONIC_COARSE) }
 
   /// Sleeps the calling thread. The corresponding C function is `nanosleep`.
   package static func sleep(nanoseconds: UInt64) {
@@ -74,11 +75,7 @@ package enum MonotonicClock {
 /// CPU time the calling thread has used: work done, without the time it waited (an `fsync`, a lock, another process
 /// on the core). The corresponding C function is `clock_gettime(CLOCK_THREAD_CPUTIME_ID)`.
 package enum ThreadCPUClock {
-  package static func nanoseconds() -> UInt64 {
-    var ts = timespec()
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
-    return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
-  }
+  package static func nanoseconds() -> UInt64 { clockNanoseconds(CLOCK_THREAD_CPUTIME_ID) }
 }
 
 /// Wall-clock time, as other processes and the file system's timestamps count it.
@@ -88,19 +85,11 @@ package enum RealtimeClock {
   /// clock is slow (a loaded VM: 105 ns precise, 24 ns coarse). For timestamps compared at a granularity of
   /// seconds — expiry, recency — which is also how coarsely the kernel stamps file times. The corresponding C
   /// function is `clock_gettime(CLOCK_REALTIME_COARSE)`.
-  package static func coarseNanoseconds() -> Int64 {
-    var ts = timespec()
-    clock_gettime(CLOCK_REALTIME_COARSE, &ts)
-    return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
-  }
+  package static func coarseNanoseconds() -> Int64 { Int64(clockNanoseconds(CLOCK_REALTIME_COARSE)) }
 
   /// Nanoseconds since 1970, precise: for dates a file records and names made unique by time. The corresponding C
   /// function is `clock_gettime(CLOCK_REALTIME)`.
-  package static func nanoseconds() -> Int64 {
-    var ts = timespec()
-    clock_gettime(CLOCK_REALTIME, &ts)
-    return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
-  }
+  package static func nanoseconds() -> Int64 { Int64(clockNanoseconds(CLOCK_REALTIME)) }
 
   /// Whole seconds since 1970 (names that record when they were made).
   package static func seconds() -> Int64 { nanoseconds() / 1_000_000_000 }
