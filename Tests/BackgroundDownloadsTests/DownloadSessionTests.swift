@@ -197,7 +197,8 @@ struct DownloadSessionTests {
     let first = try Child(arguments, executable: "gc-download-agent")
     let store = try DownloadStore(container: container)
     #expect(await eventually { store.isHeld(DownloadStore.agentLockPath) })
-    #expect(store.holderPID(DownloadStore.agentLockPath) == first.process.processIdentifier)
+    // The holder writes its pid just after it takes the flock: a read between the two finds the file empty.
+    #expect(await eventually { store.holderPID(DownloadStore.agentLockPath) == first.process.processIdentifier })
     let second = try Child(arguments, executable: "gc-download-agent")
     #expect(await second.exit() == 3)
     #expect(first.process.isRunning)
