@@ -234,9 +234,14 @@ enum HostileRun {
       try? await Task.sleep(for: .milliseconds(20))
     }
     if size < 100_000 || !FileManager.default.fileExists(atPath: partial) {
+      // Seen rarely in whole runs, never alone: the evidence goes with the message (the root is removed after).
+      let stats = try? await server.stats(for: "/gen/300000?seed=9999&stall=100000&faults=1")
+      let log = (try? String(contentsOfFile: container + "/" + DownloadStore.directory + "/agent.log", encoding: .utf8))
       problems.append(
         "no partial of \(id) after the kill (\(size) of 100,000 bytes seen, \(agents.count) agents killed, "
-          + "the agent lock \(store.isHeld(DownloadStore.agentLockPath) ? "still held" : "free"))")
+          + "the agent lock \(store.isHeld(DownloadStore.agentLockPath) ? "still held" : "free"); the task: "
+          + "\(String(describing: store.task(id))); the stalled target served: \(String(describing: stats)); "
+          + "agent.log ends: \(log.map { String($0.suffix(3000)) } ?? "(none)"))")
     }
     guard problems.isEmpty else { throw HostilePlantError(description: "the template's unfinished work: \(problems)") }
     return (DownloadStore.taskPath(id, "task") as NSString).deletingPathExtension
