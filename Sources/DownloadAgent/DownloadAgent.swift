@@ -481,9 +481,7 @@ package final class DownloadAgent: Sendable {
         s.quiet = !busy
       }
     } else {
-      busy = state.withLock { s in
-        !s.running.isEmpty || !s.finishing.isEmpty || s.suspendedAtScan || s.queues.values.contains { !$0.isEmpty }
-      }
+      busy = state.withLock { s in !s.hasNothingToRun || s.suspendedAtScan }
     }
     startQueued()
     retire(now: now)

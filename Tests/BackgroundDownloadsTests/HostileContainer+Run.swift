@@ -224,11 +224,7 @@ enum HostileRun {
     // by the trigger's session tries the lock for about a second, and were the holder killed first it would take
     // the lock and finish the task (its second request is not stalled) — in fresh CI runs the template then had no
     // partial. A stopped agent takes nothing.
-    let agents = processes(commandLineContaining: root.path).filter {
-      (try? FileSystem.readLink("/proc/\($0.pid)/exe"))?.hasSuffix("/gc-download-agent") == true
-    }
-    for agent in agents { kill(agent.pid, SIGSTOP) }
-    for agent in agents { kill(agent.pid, SIGKILL) }
+    let agents = killAgents(root: root.path)
     if agents.count > 1 { print("HostileContainerTests: the template's kill stopped \(agents.count) agents at once") }
     while store.isHeld(DownloadStore.agentLockPath) && MonotonicClock.nanoseconds() < by {
       try? await Task.sleep(for: .milliseconds(20))
@@ -245,6 +241,18 @@ enum HostileRun {
     }
     guard problems.isEmpty else { throw HostilePlantError(description: "the template's unfinished work: \(problems)") }
     return (DownloadStore.taskPath(id, "task") as NSString).deletingPathExtension
+  }
+
+  /// Kills every download agent whose command line names `root` (its `--root`), all stopped first: one killed
+  /// before another is stopped would let that one take the lock and run on. Returns those killed.
+  @discardableResult
+  static func killAgents(root: String) -> [(pid: Int32, commandLine: String)] {
+    let agents = processes(commandLineContaining: root).filter {
+      (try? FileSystem.readLink("/proc/\($0.pid)/exe"))?.hasSuffix("/gc-download-agent") == true
+    }
+    for agent in agents { kill(agent.pid, SIGSTOP) }
+    for agent in agents { kill(agent.pid, SIGKILL) }
+    return agents
   }
 
   /// Runs one pair in a copy of the template; returns its findings (empty: none), each naming the pair.
@@ -398,16 +406,10 @@ enum HostileRun {
   static func checkAgentLog(_ combo: HostileCombo, _ ops: [Op], container: String, download: Int) async -> [String] {
     var findings: [String] = []
     let published = container + "/Downloads/h\(download).bin"
-    let store = try? DownloadStore(
-      container: GroupContainer(
-        identifier: group, root: URL(fileURLWithPath: container).deletingLastPathComponent()))
-    defer {
-      if let store, let pid = store.holderPID(DownloadStore.agentLockPath),
-        (try? FileSystem.readLink("/proc/\(pid)/exe"))?.hasSuffix("/gc-download-agent") == true
-      {
-        kill(pid, SIGKILL)
-      }
-    }
+    // The agents of this copy, found by their `--root` (unique to it). Not by the pid in agent.lock: where this
+    // pair's agent never locked it, that is the template's agent's, killed long ago — a pid another test's agent
+    // may have by now.
+    defer { killAgents(root: URL(fileURLWithPath: container).deletingLastPathComponent().path) }
     let by = MonotonicClock.nanoseconds() + UInt64(bound * 1e9)
     var whole = false
     while !whole && MonotonicClock.nanoseconds() < by {
