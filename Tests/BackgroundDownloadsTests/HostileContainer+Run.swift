@@ -190,7 +190,8 @@ enum HostileRun {
       try groupctl("pressure", ["cache", "pressure", "normal", group], root: root.path),
       try groupctl("activities enable", ["activities", "enable", group], root: root.path),
     ])
-    let stalled = server.url("/gen/300000?seed=9999&stall=100000&faults=1").absoluteString
+    let stalledTarget = "/gen/300000?seed=9999&stall=100000&faults=1"
+    let stalled = server.url(stalledTarget).absoluteString
     let start = try groupctl(
       "downloads start (partial)",
       ["downloads", "start", group, stalled, "--to", "Downloads/partial.bin", "--session", "hostile"], root: root.path)
@@ -231,7 +232,7 @@ enum HostileRun {
     }
     if size < 100_000 || !FileManager.default.fileExists(atPath: partial) {
       // Seen rarely in whole runs, never alone: the evidence goes with the message (the root is removed after).
-      let stats = try? await server.stats(for: "/gen/300000?seed=9999&stall=100000&faults=1")
+      let stats = try? await server.stats(for: stalledTarget)
       let log = (try? String(contentsOfFile: container + "/" + DownloadStore.directory + "/agent.log", encoding: .utf8))
       problems.append(
         "no partial of \(id) after the kill (\(size) of 100,000 bytes seen, \(agents.count) agents killed, "
