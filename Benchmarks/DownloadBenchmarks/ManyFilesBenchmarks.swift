@@ -8,7 +8,10 @@
 //                                    (c) `curl --parallel` (its default, 50 at once) followed by one `sync -f` of the
 //                                    file system. Metrics: each side's time and the agent's speed as a percentage of
 //                                    each peer's (> 100: the agent is faster). No wall-clock metric: the row is the
-//                                    comparison, not the sum of the three.
+//                                    comparison, not the sum of the three. And the CPU each side spent per file: the
+//                                    agent's (its threads' run time) and this attached process's during (a), the
+//                                    tools' own during (b) and (c) — on two cores the row is bound by CPU, and these
+//                                    move a few percent from run to run where the times move 15 %.
 //   Scale: N tasks of 4 kB           a fresh container and agent (started by a warm-up task, not timed), then N tasks
 //                                    at once until the Nth completion event. Metrics: wall time and agent CPU per task,
 //                                    and the agent's resident memory once it is started (after the warm-up) and once
@@ -56,37 +59,73 @@ func comparisonSession() throws -> DownloadSession {
   return session
 }
 
+/// CPU time this process spent, in ns (all its threads: the attached sessions).
+func ownCPUNanoseconds() -> Int {
+  var now = timespec()
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now)
+  return now.tv_sec * 1_000_000_000 + now.tv_nsec
+}
+
+/// CPU time of the children this process waited for so far (aria2c, curl, sync), in ns.
+func childrenCPUNanoseconds() -> Int {
+  var usage = rusage()
+  getrusage(RUSAGE_CHILDREN.rawValue, &usage)
+  let seconds = usage.ru_utime.tv_sec + usage.ru_stime.tv_sec
+  return seconds * 1_000_000_000 + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1000
+}
+
+/// The CPU a side spent on one run, in ns: the agent's and this process's for the agent; the tools' for the others.
+struct PeerCPU {
+  var tool = 0
+  var agent = 0
+  var attached = 0
+}
+
 /// One side of a comparison: fetches `count` files of `size` bytes (seeds from `round`) into `directory`.
 enum SmallFilesPeer: CaseIterable {
   case agent, aria2c, curlThenSync
 
-  func run(count: Int, size: Int, round: Int, directory: String) async throws {
+  func run(count: Int, size: Int, round: Int, directory: String) async throws -> PeerCPU {
     let f = downloadFixture
     let urls = (0..<count).map { "http://127.0.0.1:\(f.port)/gen/\(size)?seed=\(round * 100_000 + $0)" }
     let absolute = f.container!.url.appendingPathComponent(directory).path
     switch self {
     case .agent:
       let session = try comparisonSession()
+      // The agent of the first run starts during it (its start is counted, as in its time): no pid yet.
+      let agentBefore = agentPID(f.container!).map { ($0, threadsRuntime($0)) }
+      let ownBefore = ownCPUNanoseconds()
       var ids: Set<String> = []
       for (i, url) in urls.enumerated() {
         ids.insert(try session.download(from: URL(string: url)!, to: "\(directory)/\(i)").id)
       }
       _ = try await awaitCompletions(ids, in: session)
+      var cpu = PeerCPU(attached: ownCPUNanoseconds() - ownBefore)
+      if let pid = agentPID(f.container!) {
+        let before = agentBefore?.0 == pid ? agentBefore!.1 : [:]
+        cpu.agent = threadsRuntime(pid).reduce(0) { $0 + $1.value - (before[$1.key] ?? 0) }
+      }
+      return cpu
     case .aria2c:
       try FileManager.default.createDirectory(atPath: absolute, withIntermediateDirectories: true)
       let list = absolute + ".aria2-input"
       let text = urls.enumerated().map { "\($1)\n  out=\($0)\n" }.joined()
       try text.write(toFile: list, atomically: false, encoding: .utf8)
+      let before = childrenCPUNanoseconds()
       try runTool(
         "/usr/bin/aria2c",
         ["-q", "-j16", "-d", absolute, "-i", list, "--allow-overwrite=true", "--auto-file-renaming=false"])
+      let cpu = PeerCPU(tool: childrenCPUNanoseconds() - before)
       try? FileManager.default.removeItem(atPath: list)
+      return cpu
     case .curlThenSync:
       try FileManager.default.createDirectory(atPath: absolute, withIntermediateDirectories: true)
       var arguments = ["-s", "--parallel"]
       for (i, url) in urls.enumerated() { arguments += ["-o", "\(absolute)/\(i)", url] }
+      let before = childrenCPUNanoseconds()
       try runTool("/usr/bin/curl", arguments)
       try runTool("/usr/bin/sync", ["-f", absolute])
+      return PeerCPU(tool: childrenCPUNanoseconds() - before)
     }
   }
 }
@@ -98,13 +137,14 @@ func smallFilesComparison(count: Int, size: Int) -> @Sendable (Benchmark) async 
     let round = f.counter
     let clock = ContinuousClock()
     var times: [SmallFilesPeer: Duration] = [:]
+    var cpu: [SmallFilesPeer: PeerCPU] = [:]
     // The order rotates: whoever goes first finds a quieter page cache.
     let peers = SmallFilesPeer.allCases
     for k in 0..<peers.count {
       let peer = peers[(k + round) % peers.count]
       let directory = "Downloads/many-\(round)-\(peer)"
       let start = clock.now
-      try await peer.run(count: count, size: size, round: round, directory: directory)
+      cpu[peer] = try await peer.run(count: count, size: size, round: round, directory: directory)
       times[peer] = clock.now - start
       try? FileManager.default.removeItem(at: f.container!.url.appendingPathComponent(directory))
     }
@@ -117,6 +157,13 @@ func smallFilesComparison(count: Int, size: Int) -> @Sendable (Benchmark) async 
       .custom("agent vs aria2c (%)", useScalingFactor: false), milliseconds(times[.aria2c]!) * 100 / agent)
     benchmark.measurement(
       .custom("agent vs curl + sync (%)", useScalingFactor: false), milliseconds(times[.curlThenSync]!) * 100 / agent)
+    func perFile(_ ns: Int) -> Int { ns / 1000 / count }
+    benchmark.measurement(.custom("agent CPU per file (µs)", useScalingFactor: false), perFile(cpu[.agent]!.agent))
+    benchmark.measurement(
+      .custom("attached process CPU per file (µs)", useScalingFactor: false), perFile(cpu[.agent]!.attached))
+    benchmark.measurement(.custom("aria2c CPU per file (µs)", useScalingFactor: false), perFile(cpu[.aria2c]!.tool))
+    benchmark.measurement(
+      .custom("curl + sync CPU per file (µs)", useScalingFactor: false), perFile(cpu[.curlThenSync]!.tool))
   }
 }
 
@@ -227,6 +274,10 @@ func manyFilesBenchmarks() {
       .custom("curl --parallel + sync (ms)", useScalingFactor: false),
       .custom("agent vs aria2c (%)", useScalingFactor: false),
       .custom("agent vs curl + sync (%)", useScalingFactor: false),
+      .custom("agent CPU per file (µs)", useScalingFactor: false),
+      .custom("attached process CPU per file (µs)", useScalingFactor: false),
+      .custom("aria2c CPU per file (µs)", useScalingFactor: false),
+      .custom("curl + sync CPU per file (µs)", useScalingFactor: false),
     ],
     timeUnits: .milliseconds, warmupIterations: 0, maxDuration: .seconds(240), maxIterations: 6)
   let scale = Benchmark.Configuration(
