@@ -10,8 +10,9 @@
 //                                    each peer's (> 100: the agent is faster). No wall-clock metric: the row is the
 //                                    comparison, not the sum of the three. And the CPU each side spent per file: the
 //                                    agent's (its threads' run time) and this attached process's during (a), the
-//                                    tools' own during (b) and (c) — on two cores the row is bound by CPU, and these
-//                                    move a few percent from run to run where the times move 15 %.
+//                                    tools' own during (b) and (c) — on two cores the row is bound by CPU. Less noisy
+//                                    than the times, but the machine's speed drifts: the tools' CPU moves alike, so
+//                                    compare the agent's with curl's of the same run, in alternating runs.
 //   Scale: N tasks of 4 kB           a fresh container and agent (started by a warm-up task, not timed), then N tasks
 //                                    at once until the Nth completion event. Metrics: wall time and agent CPU per task,
 //                                    and the agent's resident memory once it is started (after the warm-up) and once
