@@ -372,7 +372,9 @@ public final class DownloadSession: Sendable {
         handedOutFiles.add(record.holdsCompletion ? nil : record.file, for: record.id)
         switch record.kind {
         case .finished:
-          let location = container.url.appendingPathComponent(record.location ?? task.destination)
+          // A file: no stat of its path to learn whether it is a directory (`appendingPathComponent` makes one).
+          let location = container.url.appending(
+            path: record.location ?? task.destination, directoryHint: .notDirectory)
           out.append((.didFinishDownloadingTo(task, location: location, id: record.id), record))
         case .completed:
           out.append((.didCompleteWithError(task, error: record.error, id: record.id), record))

@@ -49,7 +49,7 @@ public struct DownloadTask: Sendable, Identifiable, CustomStringConvertible {
   let store: DownloadStore
 
   /// The task's destination as a file URL.
-  public var destinationURL: URL { store.container.url.appendingPathComponent(destination) }
+  public var destinationURL: URL { store.container.url.appending(path: destination, directoryHint: .notDirectory) }
 
   /// Received over expected, when the length is known.
   public var fractionCompleted: Double? {

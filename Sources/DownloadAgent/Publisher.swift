@@ -41,7 +41,7 @@ package enum Publisher {
     // otherwise stop on them, one or two at a time. The partial's runs in the same offload as the rename, just
     // before it: one thread hop per file less (the item's lock is held for that fsync; nobody else writes it).
     let view = file.borrowedView  // the caller keeps `file` open until this returns
-    let url = container.url.appendingPathComponent(item.string)
+    let url = container.url.appending(path: item.string, directoryHint: .notDirectory)  // a file: no stat of its path
     let intent = FileAccessIntent.writingIntent(with: url)
     let directoryMode = container.sharing.directoryMode
     let fileMode = container.sharing.fileMode

@@ -220,8 +220,11 @@ final class TransferDelegate: HTTPClientResponseDelegate {
   /// arriving later are dropped.
   func finish() async -> State {
     state.withLock { $0.closed = true }
-    await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-      checkpoints.notify(queue: Self.checkpointQueue) { done.resume() }
+    // Most attempts (every small file) end with no checkpoint in flight: no hop to the checkpoint queue and back.
+    if checkpoints.wait(timeout: .now()) != .success {
+      await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+        checkpoints.notify(queue: Self.checkpointQueue) { done.resume() }
+      }
     }
     return state.withLock { $0 }
   }

@@ -26,6 +26,7 @@ import Testing
 /// - a stop without fsync (durableBytes stale): `cancellationStopsWithAnExactStateThenResumes`;
 /// - the streamed hash used after a resume (`hashedUpTo` not compared): `sha256AfterResumeIsComputedFromTheFile`;
 /// - no checkpoint during the body (only the final fsync): `checkpointsMakeBytesDurableWhileTheBodyStreams`;
+/// - an attempt's end not waiting for the checkpoint in flight: `attemptEndWaitsForTheCheckpointInFlight`;
 /// - the body kept in memory (each ByteBuffer retained): `residentMemoryDoesNotGrowWithTheFile` (for 512 MiB:
 ///   519 MiB growth instead of 6).
 @Suite(.runSlot(.minutes(3)))
@@ -388,6 +389,47 @@ struct TransferTests {
       seen.contains { $0.durableBytes > 0 && $0.durableBytes < Int64(size) },
       "no checkpoint while the body streamed (\(seen.count) reports)")
     #expect(try env.holds("Downloads/checkpoints.bin", FileServer.expectedBytes(size: size, seed: 31)))
+    try await env.close()
+  }
+
+  /// An attempt that ends while a checkpoint runs waits for it (`TransferDelegate.finish`): the partial is not
+  /// renamed under its fsync, and the checkpoint's report comes before the outcome, never after. The report holds
+  /// the checkpoint's queue until the whole body is in the partial, then for 0.5 s unless the run returned: it must
+  /// not return meanwhile. Mutant: `finish` never waits (the run returned while the report still held).
+  @Test func attemptEndWaitsForTheCheckpointInFlight() async throws {
+    var policy = TransferEnvironment.testPolicy
+    policy.checkpointBytes = 1 << 40  // by time only
+    policy.checkpointInterval = .milliseconds(20)
+    policy.progressInterval = .seconds(3600)  // no body part reports: a report with durable bytes is a checkpoint's
+    let env = try await TransferEnvironment(policy: policy)
+    let size = 400_000
+    let root = env.root
+    let held = Atomic<Bool>(false)
+    let returned = Atomic<Bool>(false)
+    let heldReportEnded = Atomic<Bool>(false)
+    let outcome = await env.run(url: "/gen/\(size)?seed=32&rate=2000000", destination: "Downloads/held.bin") {
+      state, _, _ in
+      guard state.durableBytes > 0, state.durableBytes < Int64(size), !held.exchange(true, ordering: .relaxed)
+      else { return }
+      let limit = ContinuousClock.now + .seconds(Wait.condition)
+      while let written = try? root.status(Self.partial)?.size, written < Int64(size), ContinuousClock.now < limit {
+        usleep(2_000)
+      }
+      let hold = ContinuousClock.now + .milliseconds(500)
+      while !returned.load(ordering: .relaxed), ContinuousClock.now < hold { usleep(2_000) }
+      heldReportEnded.store(true, ordering: .relaxed)
+    }
+    returned.store(true, ordering: .relaxed)
+    let reportEndedFirst = heldReportEnded.load(ordering: .relaxed)
+    let checkpointed = held.load(ordering: .relaxed)
+    guard case .published(let state, _) = outcome else {
+      Issue.record("expected published, got \(outcome)")
+      return
+    }
+    #expect(checkpointed, "no checkpoint ran while the body streamed")
+    #expect(reportEndedFirst, "the attempt ended while its checkpoint was still running")
+    #expect(state.durableBytes == Int64(size))
+    #expect(try env.holds("Downloads/held.bin", FileServer.expectedBytes(size: size, seed: 32)))
     try await env.close()
   }
 
