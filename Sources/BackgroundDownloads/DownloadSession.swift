@@ -126,10 +126,21 @@ public final class DownloadSession: Sendable {
     self.delegate = delegate
     store = try DownloadStore(container: container)
     try store.makeSessionDirectories(identifier)
-    let lock = try store.openLock(DownloadStore.attachLockPath(identifier))
-    let got = (try? lock.lock(.exclusive, nonBlocking: true)) ?? false
+    let lockPath = DownloadStore.attachLockPath(identifier)
+    let lock = try store.openLock(lockPath)
+    var got = (try? lock.lock(.exclusive, nonBlocking: true)) ?? false
+    // Held, but by no process that says so: a moment's. A child that another thread is spawning holds a copy of
+    // every descriptor of this process until it execs, an attach lock closed just now by `invalidate()` included
+    // (a session made again at once failed so, beside parallel tests), and a process that has just taken the lock
+    // writes its pid next. Tried again for up to 2 s; a holder that names itself fails the attach at once.
+    var tries = 0
+    while !got && tries < 200 && store.holderPID(lockPath) == nil {
+      tries += 1
+      Thread.sleep(forTimeInterval: 0.01)
+      got = (try? lock.lock(.exclusive, nonBlocking: true)) ?? false
+    }
     guard got else {
-      let pid = store.holderPID(DownloadStore.attachLockPath(identifier)) ?? 0
+      let pid = store.holderPID(lockPath) ?? 0
       lock.close()
       throw .sessionInUse(identifier, pid: pid)
     }
@@ -267,8 +278,13 @@ public final class DownloadSession: Sendable {
     events.finish()
     let store = store
     attachLock.withLock { lock in
-      if let fd = lock.borrowedView { store.withdrawAnnouncement(fd) }
-      lock = nil  // closes it: the flock goes
+      if let fd = lock.borrowedView {
+        store.withdrawAnnouncement(fd)
+        // Let go before closing: a child another thread is spawning holds a copy of the descriptor until it execs,
+        // and a close alone leaves the flock held through that copy (a session made again at once was refused).
+        fd.unlock()
+      }
+      lock = nil  // closes it
     }
   }
 

@@ -8,7 +8,8 @@ import Testing
 
 /// The client side of background downloads and the agent's process rules, with real processes.
 ///
-/// Mutants this suite catches: the attach lock not taken (`oneProcessPerSession`); the agent lock not taken or
+/// Mutants this suite catches: the attach lock not taken (`oneProcessPerSession`); no second try of an attach lock
+/// no process says it holds (`attachesThoughALockCopyLingers`); the agent lock not taken or
 /// taken blocking (`theAgentIsASingleton`); the agent not watching its container (`theAgentExitsWhenItsContainer
 /// IsRemoved`); a record decoder that skips a check (`damagedRecordsAreRefused`); a FIFO read with a blocking open
 /// (`plantedFIFOsNeverHang`).
@@ -84,6 +85,28 @@ struct DownloadSessionTests {
     #expect(store.combinesFinishedEvents(for: "shared"))
     again.invalidate()
     #expect(!store.combinesFinishedEvents(for: "shared"))
+  }
+
+  /// A session made again right after `invalidate()` attaches, though its attach lock stays held a moment by a
+  /// descriptor it does not own: a child that another thread is spawning keeps a copy of every descriptor until it
+  /// execs (the attach failed so with `sessionInUse(pid: 0)` in a CI run). Emulated by a second open of the lock,
+  /// held 100 ms. Mutant: no second try (`sessionInUse` at once).
+  @Test("a session attaches again at once though a copy of its lock lingers a moment")
+  func attachesThoughALockCopyLingers() throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    var configuration = DownloadSession.Configuration()
+    configuration.relaunch = .none
+    try DownloadSession(identifier: "s", container: container, configuration: configuration).invalidate()
+    let copy = DescriptorBox(try DownloadStore(container: container).openLock(DownloadStore.attachLockPath("s")))
+    #expect(try copy.fd.lock(.exclusive, nonBlocking: true))
+    let releaser = Thread {
+      Thread.sleep(forTimeInterval: 0.1)
+      copy.fd.unlock()
+    }
+    releaser.start()
+    let again = try DownloadSession(identifier: "s", container: container, configuration: configuration)
+    again.invalidate()
   }
 
   @Test("records round-trip, and damaged ones are refused with a reason")

@@ -238,10 +238,20 @@ enum HostileRun {
         "no partial of \(id) after the kill (\(size) of 100,000 bytes seen, \(agents.count) agents killed, "
           + "the agent lock \(store.isHeld(DownloadStore.agentLockPath) ? "still held" : "free"); the task: "
           + "\(String(describing: store.task(id))); the stalled target served: \(String(describing: stats)); "
-          + "agent.log ends: \(log.map { String($0.suffix(3000)) } ?? "(none)"))")
+          + "agent.log ends: \(log.map { String($0.suffix(3000)) } ?? "(none)"); the trigger (exit "
+          + "\(trigger.child.process.terminationStatus)) printed \(trigger.child.output), on stderr: "
+          + "\(trigger.child.errors.text.suffix(2000)); agent.lock holds: \(String(describing: store.holderPID(DownloadStore.agentLockPath))); "
+          + "download agents running now, any root: \(agentsAnywhere()))")
     }
     guard problems.isEmpty else { throw HostilePlantError(description: "the template's unfinished work: \(problems)") }
     return (DownloadStore.taskPath(id, "task") as NSString).deletingPathExtension
+  }
+
+  /// Every process running a download agent, with its command line (evidence for a failure message).
+  static func agentsAnywhere() -> [String] {
+    processes(commandLineContaining: "--identifier").filter {
+      (try? FileSystem.readLink("/proc/\($0.pid)/exe"))?.hasSuffix("/gc-download-agent") == true
+    }.map { "\($0.pid): \($0.commandLine)" }
   }
 
   /// Kills every download agent whose command line names `root` (its `--root`), all stopped first: one killed
