@@ -201,7 +201,8 @@ enum HostileRun {
       problems += await finish([try groupctl("downloads \(verb)", ["downloads", verb, group, id], root: root.path)])
     }
     let agent = productsDirectory.appendingPathComponent("gc-download-agent").path
-    let small = server.url("/gen/1000?seed=9998").absoluteString
+    let smallTarget = "/gen/1000?seed=9998"
+    let small = server.url(smallTarget).absoluteString
     let trigger = Op(
       name: "downloads start (real agent)",
       child: try Child(
@@ -233,14 +234,17 @@ enum HostileRun {
     if size < 100_000 || !FileManager.default.fileExists(atPath: partial) {
       // Seen rarely in whole runs, never alone: the evidence goes with the message (the root is removed after).
       let stats = try? await server.stats(for: stalledTarget)
+      let smallStats = try? await server.stats(for: smallTarget)
       let log = (try? String(contentsOfFile: container + "/" + DownloadStore.directory + "/agent.log", encoding: .utf8))
       problems.append(
         "no partial of \(id) after the kill (\(size) of 100,000 bytes seen, \(agents.count) agents killed, "
           + "the agent lock \(store.isHeld(DownloadStore.agentLockPath) ? "still held" : "free"); the task: "
-          + "\(String(describing: store.task(id))); the stalled target served: \(String(describing: stats)); "
+          + "\(String(describing: store.task(id))); the stalled target served: \(String(describing: stats)), the "
+          + "trigger's small one: \(String(describing: smallStats)); "
           + "agent.log ends: \(log.map { String($0.suffix(3000)) } ?? "(none)"); the trigger (exit "
           + "\(trigger.child.process.terminationStatus)) printed \(trigger.child.output), on stderr: "
-          + "\(trigger.child.errors.text.suffix(2000)); agent.lock holds: \(String(describing: store.holderPID(DownloadStore.agentLockPath))); "
+          + "\(trigger.child.errors.text.suffix(2000)); agent.lock names: "
+          + "\(String(describing: store.holderPID(DownloadStore.agentLockPath))); "
           + "download agents running now, any root: \(agentsAnywhere()))")
     }
     guard problems.isEmpty else { throw HostilePlantError(description: "the template's unfinished work: \(problems)") }
