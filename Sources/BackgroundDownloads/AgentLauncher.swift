@@ -109,31 +109,42 @@ package enum AgentLauncher {
   /// started cannot strand a task: it is alive (the thread that reaps it says when it is not), and an agent exits
   /// for idleness only `idleTimeout` after its first pass, so within `min(idleTimeout, startingWindow)` of its start
   /// it either takes the lock and sees the task, or exits 3 because another agent holds the lock (that one runs it).
+  ///
+  /// It returns only once an agent was started, by this call or by another thread's: the check and the spawn are one
+  /// step under `launching`. *Why*: a thread that found another's start pending returned at once, and a process
+  /// that exited next (`groupctl downloads start`, whose session's first poll was starting the agent for an earlier
+  /// task) took the pending start with it — no agent ran, and the task waited (HostileContainerTests' template, CI).
   package static func ensureRunning(store: DownloadStore, executable: URL?, idleTimeout: Duration) throws(DownloadError)
   {
     guard !store.isHeld(DownloadStore.agentLockPath) else { return }
-    let key = store.container.url.path
-    let now = MonotonicClock.nanoseconds()
-    let idle = idleTimeout.nanoseconds
-    let serial = starting.withLock { s -> UInt64? in
-      if let pending = s.byContainer[key], now < pending.until { return nil }
-      s.serial += 1
-      s.byContainer[key] = Starting(serial: s.serial, until: now &+ min(idle, startingWindow))
-      return s.serial
-    }
-    guard let serial else { return }
-    let forget: @Sendable () -> Void = {
-      starting.withLock { s in
-        if s.byContainer[key]?.serial == serial { s.byContainer[key] = nil }
+    try launching.withLock { _ throws(DownloadError) in
+      let key = store.container.url.path
+      let now = MonotonicClock.nanoseconds()
+      let idle = idleTimeout.nanoseconds
+      let serial = starting.withLock { s -> UInt64? in
+        if let pending = s.byContainer[key], now < pending.until { return nil }
+        s.serial += 1
+        s.byContainer[key] = Starting(serial: s.serial, until: now &+ min(idle, startingWindow))
+        return s.serial
+      }
+      guard let serial else { return }
+      let forget: @Sendable () -> Void = {
+        starting.withLock { s in
+          if s.byContainer[key]?.serial == serial { s.byContainer[key] = nil }
+        }
+      }
+      FaultPoint.pause("agents.launch")  // a test holds a start here, between its decision and its spawn
+      do throws(DownloadError) {
+        try start(store: store, executable: executable, idleTimeout: idleTimeout, onExit: forget)
+      } catch {
+        forget()
+        throw error
       }
     }
-    do {
-      try start(store: store, executable: executable, idleTimeout: idleTimeout, onExit: forget)
-    } catch {
-      forget()
-      throw error
-    }
   }
+
+  /// Held by a start from its decision to its spawn (`ensureRunning`).
+  private static let launching = Mutex<Void>(())
 
   private static func start(
     store: DownloadStore, executable: URL?, idleTimeout: Duration, onExit: @escaping @Sendable () -> Void

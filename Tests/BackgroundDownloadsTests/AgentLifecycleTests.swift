@@ -31,6 +31,36 @@ import Testing
     FileManager.default.contents(atPath: container.url.appendingPathComponent(path).path).map { [UInt8]($0) }
   }
 
+  /// A start that finds another thread's start pending returns only once that one has spawned its agent: a process
+  /// that exits next cannot take an agent that was never started with it (`groupctl downloads start` did, when its
+  /// session's first poll was starting the agent: no agent ran). The helper holds its first start between decision
+  /// and spawn (pause point `agents.launch`), then asks from its main thread; the test lets the first go 0.3 s after
+  /// it paused. Mutant: no `launching` lock (the second call returned while the first was held).
+  @Test func aPendingStartIsWaitedForNotSkipped() async throws {
+    let root = try TestRoot()
+    let container = try root.container(Self.group)
+    let pauses = root.path + "/pauses"
+    try FileManager.default.createDirectory(atPath: pauses, withIntermediateDirectories: true)
+    let helper = try Child(
+      .dlLaunchRace, root: root.path, group: Self.group,
+      environment: ["GROUPCONTAINER_PAUSE_POINT": "agents.launch", "GROUPCONTAINER_PAUSE_DIR": pauses])
+    defer { helper.kill() }
+    #expect(await helper.line { $0 == "paused" } != nil)
+    try await Task.sleep(for: .milliseconds(300))  // the second call's chance to return early: a mutant's
+    #expect(!helper.output.contains("second returned"), "the second start returned before the first spawned")
+    try FileManager.default.removeItem(atPath: pauses + "/agents.launch")
+    #expect(await helper.line { $0 == "second returned" } != nil)
+    // The agent the first start spawned runs (it exits 2 s after its first pass, nothing to do).
+    let by = MonotonicClock.nanoseconds() + UInt64(Wait.condition * 1e9)
+    var log = ""
+    while !log.contains("download agent") && MonotonicClock.nanoseconds() < by {
+      try await Task.sleep(for: .milliseconds(20))
+      let path = container.url.path + "/.coordination/downloads/agent.log"
+      log = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+    }
+    #expect(log.contains("download agent"), "no agent started: agent.log '\(log)'")
+  }
+
   /// `rm agent.lock` while an agent runs, then a second agent (`groupctl downloads agent`): moments later exactly
   /// one runs, and it holds the name. Either the first took the name again before the second came (the second
   /// exits 3), or the second locked the new file and the first, seeing its file lost its name, exits 3.

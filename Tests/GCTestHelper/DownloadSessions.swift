@@ -62,6 +62,19 @@ func runDownloadSessionMode(_ invocation: HelperInvocation, _ container: GroupCo
     s.invalidate()
     exit(0)
 
+  case .dlLaunchRace:
+    let store = try DownloadStore(container: container)
+    let pause = (ProcessInfo.processInfo.environment["GROUPCONTAINER_PAUSE_DIR"] ?? "") + "/agents.launch"
+    let first = Thread {
+      _ = try? AgentLauncher.ensureRunning(store: store, executable: nil, idleTimeout: .seconds(2))
+    }
+    first.start()
+    while !FileManager.default.fileExists(atPath: pause) { try? await Task.sleep(for: .milliseconds(5)) }
+    await say("paused")
+    try AgentLauncher.ensureRunning(store: store, executable: nil, idleTimeout: .seconds(2))
+    await say("second returned")
+    exit(0)
+
   case .dlRelaunched(let log):
     guard let session = DownloadSession.launchedForEvents else {
       FileHandle.standardError.write(Data("dl-relaunched: not started for a session\n".utf8))

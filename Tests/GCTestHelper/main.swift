@@ -190,7 +190,7 @@ case .tornReader(let path, let coordinated):  // ScaleModes.swift
 case .actRequest, .actObserve, .actObserveNew, .actUpdate, .actUpdateLoop, .actLike, .actDismiss, .actState:
   try await runActivityMode(invocation.command, container)
 
-case .dlStart, .dlAttach, .dlRelaunched:  // DownloadSessions.swift
+case .dlStart, .dlAttach, .dlRelaunched, .dlLaunchRace:  // DownloadSessions.swift
   try await runDownloadSessionMode(invocation, container)
 
 case .cacheWriter(let cache, _, _, _, _), .cacheReader(let cache, _, _, _), .cacheStoreLoop(let cache, _, _, _),

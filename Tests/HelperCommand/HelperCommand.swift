@@ -254,6 +254,10 @@ public enum HelperCommand: Codable, Sendable, Equatable {
   /// Started by the agent (GROUPCONTAINER_BACKGROUND_SESSION): attaches to the session it names and appends
   /// "relaunched <session> <pid> tunables <GLIBC_TUNABLES, or ->" and its events to `log` until didFinishEvents (its stdout reaches no test).
   case dlRelaunched(log: String)
+  /// Run with GROUPCONTAINER_PAUSE_POINT=agents.launch (pause files in GROUPCONTAINER_PAUSE_DIR): a thread starts the
+  /// container's agent and is held between its decision and its spawn; once it is, prints "paused", asks for the
+  /// agent from the main thread too, prints "second returned" when that call returns, and exits 0.
+  case dlLaunchRace
 
   // MARK: Image cache (ImageCacheModes.swift; each on the shared image cache named `cache`)
 
