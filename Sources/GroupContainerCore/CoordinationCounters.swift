@@ -4,11 +4,14 @@ import SystemLayer
 /// and sized by `CoordinationSpace`). Declared once, here; a test checks the ranges are disjoint and fit
 /// (`layout`). The file is shared with processes of older builds: never move a range, add new ones in free words.
 ///
-/// Free today: 1–7, 10–15, 144–255, 384–510 (511 is the file's epoch, `MappedCounters`).
+/// Free today: 4–7, 10–15, 144–255, 384–510 (511 is the file's epoch, `MappedCounters`).
 package enum CoordinationCounters {
   /// Bumped by every presenter registration and removal (`PresenterRegistry`): unchanged since the registry was
   /// seen empty, an access reads no bucket at all.
   package static let presenterGeneration = 0
+  /// Removing unused lock files (Rule 3b, `LockFileSweep`): the sweep sequence (odd while a removal is under way),
+  /// the lock files ever created in the container, and that count when the last sweep began.
+  package static let lockSweepSequence = 1, lockFilesCreated = 2, lockFilesCreatedAtSweep = 3
   /// Lock revocation (Rule 4a, `LockRevocation`): the wake word — a `ChangeSignal` sequence every caching
   /// process's sweeper sleeps on, posted by a refused tree EX request — and its listener count.
   package static let revocationWake = 8, revocationListeners = 9
@@ -24,6 +27,9 @@ package enum CoordinationCounters {
     file: CoordinationPaths.counters,
     [
       ("presenter generation", MappedLayout.word(presenterGeneration)),
+      ("lock sweep sequence", MappedLayout.word(lockSweepSequence)),
+      ("lock files created", MappedLayout.word(lockFilesCreated)),
+      ("lock files created at the last sweep", MappedLayout.word(lockFilesCreatedAtSweep)),
       ("revocation wake", MappedLayout.word(revocationWake)),
       ("revocation listeners", MappedLayout.word(revocationListeners)),
       ("revocation generations", revocationGenerations),

@@ -33,7 +33,8 @@ import Testing
     }
     #expect(
       table(CoordinationCounters.layout) == [
-        "presenter generation": 0..<1, "revocation wake": 8..<9, "revocation listeners": 9..<10,
+        "presenter generation": 0..<1, "lock sweep sequence": 1..<2, "lock files created": 2..<3,
+        "lock files created at the last sweep": 3..<4, "revocation wake": 8..<9, "revocation listeners": 9..<10,
         "revocation generations": 16..<80, "revocation pending until": 80..<144,
         "presenter bucket generations": 256..<384,
       ])

@@ -180,6 +180,9 @@ case .pressureCgroup, .pressureBudget, .pressureListen, .pressureDefaults, .pres
 case .cacheIdle, .cacheHold:  // LockCaching.swift
   try runLockCachingMode(invocation.command, container)
 
+case .lockCounter, .lockChurn, .lockSweep:  // LockFileSweeps.swift
+  try runLockFileSweepMode(invocation.command, container)
+
 case .tornWriter(let path, let bytes):  // ScaleModes.swift
   try tornWriter(container, root: root, item: item(path), bytes: bytes)
 

@@ -195,6 +195,20 @@ public enum HelperCommand: Codable, Sendable, Equatable {
   /// "released <monotonic ns> cached=<dirs>", then as `cacheIdle`.
   case cacheHold(item: String, lingerMS: UInt64, goFile: String)
 
+  // MARK: Lock file sweeps (LockFileSweeps.swift)
+
+  /// `count` coordinated writes of `item`, each reading the decimal number in it (none: 0) and writing it plus one
+  /// in place (no atomic replace: only the lock keeps two writers apart); after every other write it closes its
+  /// idle lock files, so its next write opens the lock file by name again. Prints "done".
+  case lockCounter(item: String, count: Int)
+  /// Coordinated writes of `<prefix>-0` … `<prefix>-<items − 1>` (one new lock file each), with a lock file sweep
+  /// due every `threshold` lock files made in the container; prints "done", then waits to be killed (its sweep
+  /// threads finish meanwhile).
+  case lockChurn(prefix: String, items: Int, threshold: UInt64)
+  /// One sweep of the container's lock files, armed to die (GROUPCONTAINER_FAULT_POINT=locks.sweepRemoved) after
+  /// its first removal; prints "swept <n>" if it lives.
+  case lockSweep
+
   // MARK: Memory pressure (MemoryPressure.swift)
 
   /// Prints "started <signal>" once its monitor watches its first cgroup, waits until the test moved it into the

@@ -21,7 +21,8 @@ import SystemLayer
 /// A nested access that needs a stronger mode than its owner already holds is refused with an error.
 ///
 /// **Rule 3: lock stable side files, never the item** — an atomic replace gives the item a new inode.
-/// Lock files are never deleted: another process may hold one.
+/// A lock file is removed only while nobody holds it, and nobody then takes a lock on the removed file (Rule 3b,
+/// LockFileSweep.swift).
 ///
 /// **Rule 4a: shared tree locks are cached, and revoked on demand** (LockTable.swift, `LockRevocation`). After the
 /// last access of a process below a directory ends, the process keeps that directory's tree lock (and the root's)
@@ -62,6 +63,11 @@ enum LockOrder {
     var fileName: String {
       let bytes = Array((kind == .tree ? "tree:" : "item:").utf8) + Array(path.string.utf8)
       return StableHash.hex(bytes.withUnsafeBytes { StableHash.fnv1a128($0) })
+    }
+
+    /// Whether `name` has the form of a `fileName`: what a sweep of the lock directory may remove, and nothing else.
+    static func isFileName(_ name: String) -> Bool {
+      name.utf8.count == 32 && name.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
     }
   }
 

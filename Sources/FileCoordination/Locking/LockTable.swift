@@ -71,6 +71,9 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     @exclusivity(unchecked) var idleSince: UInt64 = 0
     /// Still the table's entry of its key: an entry the last plan remembers is used only while it is.
     @exclusivity(unchecked) var inTable = true
+    /// The sweep sequence read before `fd` was opened, or when its file was last seen linked under our flock
+    /// (Rule 3b, LockFileSweep.swift).
+    @exclusivity(unchecked) var sweepSeen: UInt64 = 0
 
     /// Holds the flock with no holder in the process: a cached shared tree lock.
     var isCached: Bool { osMode != nil && holders.isEmpty }
@@ -89,6 +92,10 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
   private let idleDescriptorLimit = 256
   /// The container's revocation words; nil: no caching (every lock is dropped on its last release).
   private let revocation: LockRevocation?
+  /// Removing unused lock files (Rule 3b); nil: none are removed, by this process or any other of the container.
+  private let fileSweep: LockFileSweep?
+  /// A sweep of the lock files runs in this process.
+  private let fileSweepRunning = Atomic<Bool>(false)
   /// How long (ns) a cached lock may stay idle before the sweeper drops it (Rule 4a: what a stopped process can
   /// block). Tests make it long, to see what revocation alone does.
   package static let lingerNanoseconds = Atomic<UInt64>(100_000_000)
@@ -100,13 +107,18 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
   /// `condition`; a broadcast with nobody waiting was a call into the C library on every access).
   @exclusivity(unchecked) private var waiting = 0
 
-  init(directory: consuming SystemFD, fileMode: mode_t, revocation: LockRevocation? = nil) {
+  init(
+    directory: consuming SystemFD, fileMode: mode_t, revocation: LockRevocation? = nil,
+    fileSweep: LockFileSweep? = nil
+  ) {
     self.directory = DescriptorBox(directory)
     self.fileMode = fileMode
     self.revocation = revocation
+    self.fileSweep = fileSweep
     // Counted as a listener before anything is cached, so no revoker ever skips the wake-up (ChangeSignal.post
     // costs nothing only when no process listens).
     revocation?.signal.listenForever()
+    if fileSweep?.needsRepair == true { startFileSweep() }
   }
 
   /// A one-item plan with its entries as last seen: what `acquire(_:_:owner:isCancelled:)` uses again for the same
@@ -397,6 +409,15 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
       if let fd = entry.fd {
         let generation = revocation?.generation(entry.bucket) ?? 0
         if (try? fd.fd.lock(mode, nonBlocking: true)) == true {
+          if let fileSweep {
+            guard let seen = fileSweep.verify(fd.fd, seen: entry.sweepSeen) else {
+              // Its file was removed since (Rule 3b): open the name again.
+              fd.fd.unlock()
+              entry.fd = nil
+              continue
+            }
+            entry.sweepSeen = seen
+          }
           entry.osMode = mode
           entry.generation = generation
           entry.idleSince = 0
@@ -409,6 +430,7 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
       // `busy` keeps the entry in the table (trimming skips it) and everyone else off it until we are back.
       entry.busy = true
       var fd = entry.fd  // read under the lock: `entry` is shared
+      var sweepSeen = entry.sweepSeen
       condition.unlock()
       // Read before the flock: a revoker that finds the lock taken bumps the generation after it, so a lock
       // cached from this flock is never mistaken for one taken after the revocation.
@@ -420,9 +442,22 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
       // looking up the error's `Error` conformance, a scan of every conformance record the process has loaded
       // (~90 µs here) in a new process's first access.
       var failure: FileCoordinatorError?
+      var removed = false
       do {
-        if fd == nil { fd = DescriptorBox(try openLockFile(key)) }
+        if fd == nil {
+          sweepSeen = fileSweep?.mark() ?? 0  // before the open (Rule 3b)
+          fd = DescriptorBox(try openLockFile(key))
+        }
         try Self.flock(fd!.fd, mode, isCancelled: isCancelled, contended: revoke?.contended)
+        if let fileSweep {
+          if let seen = fileSweep.verify(fd!.fd, seen: sweepSeen) {
+            sweepSeen = seen
+          } else {
+            fd!.fd.unlock()
+            fd = nil
+            removed = true
+          }
+        }
       } catch {
         failure = error
       }
@@ -433,6 +468,12 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
         wakeWaiters()
         throw failure
       }
+      if removed {
+        // Its file was removed since it was opened (Rule 3b): open the name again.
+        wakeWaiters()
+        continue
+      }
+      entry.sweepSeen = sweepSeen
       entry.osMode = mode
       entry.generation = generation
       entry.idleSince = 0
@@ -494,15 +535,26 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     // This reference keeps the directory open while a `rebind` replaces it.
     let directory = condition.withLock { self.directory }
     return try FileCoordinatorError.wrap { () throws(FileSystemError) -> SystemFD in
-      do throws(FileSystemError) {
-        let fd = try directory.fd.open(name, [.readWrite, .exclusiveCreate], mode: fileMode)
-        try fd.setPermissions(fileMode)
-        // The path inside is for `groupctl status` (lock files are named by hash).
-        try fd.writeAll(Array("\(key.kind == .tree ? "tree" : "item") \(key.path.string)\n".utf8))
-        return fd
-      } catch {
-        guard error.errno == .fileExists else { throw error }
-        let fd = try directory.fd.open(name, .readWrite)
+      // A sweep may remove the file between a refused create and the open of the existing one (Rule 3b): then
+      // create it again. Each round means another process made the file and a sweep removed it meanwhile.
+      while true {
+        do throws(FileSystemError) {
+          let fd = try directory.fd.open(name, [.readWrite, .exclusiveCreate], mode: fileMode)
+          if fileSweep?.noteCreated() == true { startFileSweep() }
+          try fd.setPermissions(fileMode)
+          // The path inside is for `groupctl status` (lock files are named by hash).
+          try fd.writeAll(Array("\(key.kind == .tree ? "tree" : "item") \(key.path.string)\n".utf8))
+          return fd
+        } catch {
+          guard error.errno == .fileExists else { throw error }
+        }
+        let fd: SystemFD
+        do throws(FileSystemError) {
+          fd = try directory.fd.open(name, .readWrite)
+        } catch {
+          guard error.errno == .noSuchFileOrDirectory else { throw error }
+          continue
+        }
         // A planted FIFO or device is not ours to lock, nor to delete (another process may hold it already).
         guard (try? fd.status())?.kind == .regular else {
           throw FileSystemError(
@@ -511,6 +563,26 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
         return fd
       }
     }
+  }
+
+  /// Sweeps the lock files in the background (Rule 3b), unless this process does already.
+  private func startFileSweep() {
+    guard fileSweep != nil, !fileSweepRunning.exchange(true, ordering: .acquiringAndReleasing) else { return }
+    let thread = Thread { [self] in
+      _ = removeUnusedLockFiles()
+      fileSweepRunning.store(false, ordering: .releasing)
+    }
+    thread.name = "GroupContainer lock files"
+    thread.start()
+  }
+
+  /// Removes the container's lock files that no process holds (Rule 3b, `LockFileSweep.sweep`); how many. 0 when
+  /// another process sweeps now.
+  func removeUnusedLockFiles() -> Int {
+    guard let fileSweep else { return 0 }
+    // This reference keeps the directory open while a `rebind` replaces it.
+    let directory = condition.withLock { self.directory }
+    return fileSweep.sweep(directory.fd)
   }
 
   /// Takes an idle entry out of the table and closes its descriptor (called with `condition` held). Marked so: a

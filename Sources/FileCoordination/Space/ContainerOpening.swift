@@ -90,6 +90,18 @@ extension GroupContainer {
     ((try? coordinationSpace())?.locks.cached() ?? []).map { $0.path.isRoot ? "." : $0.path.string }.sorted()
   }
 
+  /// Removes the lock files of the container that no process holds (LockFileSweep.swift, Rule 3b) and returns how
+  /// many; 0 when another process sweeps now. Sweeps also run by themselves, every few hundred lock files made.
+  package func removeUnusedLockFiles() -> Int {
+    (try? coordinationSpace())?.locks.removeUnusedLockFiles() ?? 0
+  }
+
+  /// Lock files created in the container between two sweeps of them (default 256), in this process; tests make it
+  /// small.
+  package static func setLockFileSweepThreshold(_ files: UInt64) {
+    LockFileSweep.threshold.store(files, ordering: .relaxed)
+  }
+
   /// How long a cached lock may stay idle in this process (default 100 ms); the test helper makes it long to
   /// see what revocation alone does.
   package static func setLockCacheLinger(milliseconds: UInt64) {

@@ -216,7 +216,7 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
         CoordinationPaths.Name.counters, mode: fileMode, size: Int64(MappedCounters.fileSize)))
     locks = LockTable(
       directory: try root.openDirectory(CoordinationPaths.locks), fileMode: fileMode,
-      revocation: LockRevocation(counters: counters))
+      revocation: LockRevocation(counters: counters), fileSweep: LockFileSweep(counters: counters))
     linkFreePaths = LinkFreePaths(containerPath: containerPath, root: root)
     registry = PresenterRegistry(
       directory: directory + "/" + CoordinationPaths.Name.presenters, root: root, counters: counters,

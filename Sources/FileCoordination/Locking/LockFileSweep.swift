@@ -1,0 +1,102 @@
+import Foundation
+import GroupContainerCore
+import Synchronization
+import SystemLayer
+
+/// **Rule 3b: unused lock files are removed, and a lock is never taken on a removed one** — in one place.
+///
+/// Lock files are made on demand (one per coordinated item and kind, LockOrder.swift) and were never removed: 200
+/// writes of distinct files left 402 of them, each an inode and a block, for good. Removing one is safe only if no
+/// process can go on to "hold" it after: a flock on a removed inode excludes nobody, while the next process that
+/// opens the name makes a new file and locks that.
+///
+/// - *The remover* (`sweep`) takes the directory's own flock (one sweep at a time; a dead sweeper's goes with it),
+///   then, for each lock file: `LOCK_EX | LOCK_NB` on its own descriptor — held by nobody, or it is skipped —, checks
+///   that the name still is that inode with a link, and removes the name between two bumps of the container's
+///   *sweep sequence* (`CoordinationCounters.lockSweepSequence`): odd while a removal is under way, even after.
+///   It unlocks only after the second bump.
+/// - *Every acquirer* (`LockTable.take`) reads the sequence before it opens a lock file (`mark`), and after each
+///   flock it takes compares (`verify`): the sequence unchanged and even, the file cannot have been removed since
+///   (a removal ends with a bump before the remover unlocks, and the flock was granted after that unlock — or the
+///   remover died, leaving the sequence odd). Otherwise one `fstat`: no link left, the acquirer unlocks, opens the
+///   name again and takes the new file's lock. While anyone holds a lock, nobody can remove its file, so the check
+///   made under the flock stays true until it is released; a descriptor kept open between accesses keeps the
+///   sequence it was last checked at.
+/// - A remover killed between its bumps leaves the sequence odd: every acquirer then checks with `fstat` (safe,
+///   one call slower) until the next sweep, which a process opening the container starts, makes it even again.
+/// - *When*: once `threshold` lock files were created in the container (a shared count) since the last finished
+///   sweep, the process that creates one sweeps in the background. So about `threshold` unused lock files stay.
+///
+/// *What if you don't:* remove without the sequence and two writers, one on the old inode and one on the new, both
+/// hold the "exclusive" lock (LockFileSweepTests' counter loses increments). Never remove them and the directory
+/// grows by two files per item ever written, a download's destination included.
+struct LockFileSweep: Sendable {
+  static let sequence = CoordinationCounters.lockSweepSequence
+  static let created = CoordinationCounters.lockFilesCreated
+  static let createdAtSweep = CoordinationCounters.lockFilesCreatedAtSweep
+  /// Lock files created in the container between two sweeps. Tests make it small.
+  package static let threshold = Atomic<UInt64>(256)
+
+  let counters: MappedCounters
+
+  /// The sequence, read before opening a lock file.
+  func mark() -> UInt64 { counters.load(Self.sequence) }
+
+  /// After a flock on `fd` was taken, with `seen` the sequence read before the file was opened (or at its last
+  /// check): the sequence to keep with the descriptor, or nil when the file was removed (its lock excludes no one:
+  /// unlock and open the name again).
+  func verify(_ fd: borrowing SystemFD, seen: UInt64) -> UInt64? {
+    let now = counters.load(Self.sequence)
+    if now == seen && now & 1 == 0 { return now }
+    // An fstat that fails on an open descriptor says nothing: treated as removed, the lock is taken anew.
+    guard let status = try? fd.status(), status.linkCount > 0 else { return nil }
+    return now
+  }
+
+  /// Counts one lock file created: whether a sweep is due.
+  func noteCreated() -> Bool {
+    let created = counters.increment(Self.created)
+    return created &- counters.load(Self.createdAtSweep) >= Self.threshold.load(ordering: .relaxed)
+  }
+
+  /// Whether a sweeper died between its two bumps (the sequence is odd): a sweep makes it even again.
+  var needsRepair: Bool { counters.load(Self.sequence) & 1 == 1 }
+
+  /// Removes every lock file in `locks` that no process holds; returns how many. Returns 0 at once when another
+  /// process sweeps.
+  func sweep(_ locks: borrowing SystemFD) -> Int {
+    guard let directory = try? locks.open(".", [.readOnly, .directory]),
+      (try? directory.lock(.exclusive, nonBlocking: true)) == true
+    else { return 0 }
+    defer { directory.unlock() }
+    // The last sweeper died between its bumps: it removes nothing more, so its "after" bump is made for it.
+    if needsRepair { counters.increment(Self.sequence) }
+    let created = counters.load(Self.created)
+    var removed = 0
+    for (name, isDirectory) in (try? locks.entries()) ?? [] where !isDirectory && LockOrder.Key.isFileName(name) {
+      if remove(name, in: locks) { removed += 1 }
+    }
+    // Only a finished sweep counts: a short-lived process (a `groupctl write`) often exits before its background
+    // sweep is done, and the next process then goes on where it stopped (what it removed is gone).
+    counters.store(Self.createdAtSweep, created)
+    return removed
+  }
+
+  private func remove(_ name: String, in locks: borrowing SystemFD) -> Bool {
+    // O_NOFOLLOW | O_NONBLOCK (every open of SystemLayer): a planted link or FIFO neither leads out nor blocks.
+    guard let fd = try? locks.open(name, .readWrite), (try? fd.status())?.kind == .regular,
+      (try? fd.lock(.exclusive, nonBlocking: true)) == true
+    else { return false }
+    defer { fd.unlock() }  // before the descriptor closes: a child being spawned may hold a copy of it
+    // Under the flock: still linked, and still the file of that name (another sweeper may have replaced it since
+    // this open — not while we hold the lock, but before).
+    guard let mine = try? fd.status(), mine.linkCount > 0,
+      let named = try? locks.status(of: name), named.inode == mine.inode, named.device == mine.device
+    else { return false }
+    counters.increment(Self.sequence)  // odd: a removal under way
+    defer { counters.increment(Self.sequence) }  // even again, before the unlock above
+    let unlinked = (try? locks.removeFile(name)) != nil
+    FaultPoint.reach("locks.sweepRemoved")  // a test kills a sweeper here: the sequence stays odd
+    return unlinked
+  }
+}

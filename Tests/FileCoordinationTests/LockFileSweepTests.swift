@@ -1,0 +1,115 @@
+import Foundation
+import Synchronization
+import SystemLayer
+import TestSupport
+import Testing
+
+@testable import FileCoordination
+@testable import GroupContainerCore
+
+/// Removing unused lock files (LockFileSweep.swift, Rule 3b), across real processes: the lock directory stays
+/// small, and a lock is never taken on a removed file — the case where two writers would both hold "the" lock.
+///
+/// Mutants this suite catches (each broken on purpose once, seen failing, then restored):
+/// - an acquirer trusting its descriptor without the check (`LockFileSweep.verify` returning `seen`):
+///   `writersCountExactlyWhileTheirLockFileIsRemoved` loses increments;
+/// - one bump, after the removal (no odd sequence): `aSweeperKilledInsideARemovalLeavesNoStaleLockTrusted` — the
+///   write on the removed file runs while another process holds the new one;
+/// - no sweep on creation (`noteCreated` never due): `aBurstOfNewItemsLeavesAboutAThresholdOfLockFiles`.
+@Suite(.runSlot(.minutes(3))) struct LockFileSweepTests {
+  let group = "group.com.example.tests"
+
+  static func lockFiles(_ container: GroupContainer) -> [String] {
+    let directory = container.url.path + "/" + CoordinationPaths.locks
+    return ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter {
+      LockOrder.Key.isFileName($0)
+    }
+  }
+
+  static func sequence(_ container: GroupContainer) throws -> UInt64 {
+    try container.coordinationSpace().counters.load(CoordinationCounters.lockSweepSequence)
+  }
+
+  /// Three processes count to 900 under one item's lock, closing their idle lock files as they go, while this
+  /// process removes every lock file nobody holds, again and again: each count must land.
+  @Test func writersCountExactlyWhileTheirLockFileIsRemoved() async throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let item = "Documents/counter"
+    let writers = try (0..<3).map { _ in
+      try Child(.lockCounter(item: item, count: 300), root: root.path, group: group)
+    }
+    let stop = Atomic<Bool>(false)
+    let removed = Atomic<Int>(0)
+    let sweeper = Thread {
+      while !stop.load(ordering: .relaxed) {
+        removed.add(container.removeUnusedLockFiles(), ordering: .relaxed)
+        usleep(200)
+      }
+    }
+    sweeper.start()
+    for writer in writers {
+      #expect(await writer.exit() == 0, "stderr: \(writer.errors.text)")
+    }
+    stop.store(true, ordering: .relaxed)
+    let count = try String(contentsOf: container.url.appendingPathComponent(item), encoding: .utf8)
+    #expect(count == "900", "increments were lost: two writers held the lock at once")
+    // The race was run: the item's lock file was removed between writes (it is the only one the writers release).
+    #expect(removed.load(ordering: .relaxed) > 10, "sweeps removed \(removed.load(ordering: .relaxed)) lock files")
+    #expect(try Self.sequence(container) % 2 == 0)
+  }
+
+  /// Two processes each write 400 new items with a sweep due every 64 lock files made: the directory ends with
+  /// about that many lock files, not 800.
+  @Test func aBurstOfNewItemsLeavesAboutAThresholdOfLockFiles() async throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let churners = try ["a", "b"].map { prefix in
+      try Child(.lockChurn(prefix: "Documents/\(prefix)", items: 400, threshold: 64), root: root.path, group: group)
+    }
+    for churner in churners { #expect(await churner.line { $0 == "done" } != nil) }
+    let made = try container.coordinationSpace().counters.load(CoordinationCounters.lockFilesCreated)
+    #expect(made >= 800, "lock files made: \(made)")
+    // The last sweeps run in the background of the churners (which stay alive): within a hang's limit, at most
+    // what was made since the last one began (< 64 per process) and the locks still held or cached.
+    let bounded = await eventually { Self.lockFiles(container).count <= 2 * 64 + 8 }
+    #expect(bounded, "\(Self.lockFiles(container).count) lock files left of \(made) made")
+    for churner in churners { churner.kill() }
+    // Nobody holds anything now: one sweep leaves nothing at all.
+    _ = container.removeUnusedLockFiles()
+    #expect(Self.lockFiles(container).isEmpty, "left: \(Self.lockFiles(container))")
+  }
+
+  /// A sweeper killed between removing a lock file and its second bump leaves the sequence odd; a process that
+  /// still has the removed file open must not trust a lock on it, while another holds the new file of that name.
+  @Test func aSweeperKilledInsideARemovalLeavesNoStaleLockTrusted() async throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let x = container.url.appendingPathComponent("x")
+    // The root's tree lock and y's item lock are held: x's item lock is the only file the sweeper can remove.
+    let holder = try Child(.hold(mode: .read, item: "y"), root: root.path, group: group)
+    #expect(await holder.line { $0 == "locked" } != nil)
+    let coordinator = FileCoordinator()
+    try coordinator.coordinate(writingItemAt: x) { _ in }  // x's lock file, kept open here
+    #expect(Self.lockFiles(container).count == 3)
+    let before = try Self.sequence(container)
+    #expect(before % 2 == 0)
+    let sweeper = try Child(
+      .lockSweep, root: root.path, group: group, environment: ["GROUPCONTAINER_FAULT_POINT": "locks.sweepRemoved"])
+    #expect(await sweeper.exit() != 0, "the sweeper lived: \(sweeper.output)")
+    #expect(Self.lockFiles(container).count == 2, "x's lock file was not the one removed")
+    #expect(try Self.sequence(container) == before + 1, "the sequence is odd while the dead sweeper's removal is")
+    // Another process makes x's lock file anew and holds it (its opening also starts the repair sweep).
+    let writer = try Child(.hold(mode: .write, item: "x"), root: root.path, group: group)
+    #expect(await writer.line { $0 == "locked" } != nil)
+    coordinator.lockTimeout = .milliseconds(300)
+    #expect(throws: FileCoordinatorError.self, "a write on the removed lock file ran beside the holder's") {
+      try coordinator.coordinate(writingItemAt: x) { _ in }
+    }
+    // The repair made the sequence even again (a sweep started by the writer's opening).
+    #expect(await eventually { (try? Self.sequence(container)).map { $0 % 2 == 0 } ?? false })
+    writer.kill()
+    #expect(throws: Never.self) { try coordinator.coordinate(writingItemAt: x) { _ in } }
+    holder.kill()
+  }
+}
