@@ -6,6 +6,8 @@
 //   Baseline: flock pair                      flock(LOCK_EX) → flock(LOCK_UN)
 //   Coordinated empty access                  coordinate(writingItemAt:) with an empty accessor
 //   Coordinated empty access vs flock pair (paired)  both, batch after batch in each iteration (the ratio to use)
+//   Coordinated empty access of a new item vs …     a new item each access (its lock file made, unused ones swept)
+//                                             against making a new lock file and a flock pair on it (paired)
 //   Handshake with one remote presenter       coordinated write while `groupctl present` presents the item, once
 //                                             the presenter has its item back from the previous one
 //   Handshake …, back to back                 the same, the next write starting at once (pays the last one's tail)
@@ -150,6 +152,53 @@ let benchmarks: @Sendable () -> Void = {
   } teardown: {
     pairedEmpty.tearDown()
     pairedLock.tearDown()
+  }
+
+  // A new item each time: the access makes the item's lock file (and, every 256 made, a sweep in the background
+  // removes the unused ones: LockFileSweep.swift). Its floor makes a new lock file per lock pair (and removes a
+  // batch's files after it, untimed). Paired as above; custom metrics in ns per operation: "new lock file + flock
+  // pair (ns)", "new item's empty access (ns)". What the sweeps cost is this row's figure against a build without
+  // them.
+  let newFloorMetric = BenchmarkMetric.custom("new lock file + flock pair (ns)", useScalingFactor: false)
+  let newItemMetric = BenchmarkMetric.custom("new item's empty access (ns)", useScalingFactor: false)
+  var pairedNew = pairedFast
+  pairedNew.metrics = [newFloorMetric, newItemMetric]
+  pairedNew.maxIterations = 500
+  let newItems = ContainerFixture(identifier: "group.bench.new", item: "Documents/e.txt")
+  let newLocks = RawFixture()
+  Benchmark("Coordinated empty access of a new item vs a new lock file's flock pair (paired)", configuration: pairedNew)
+  { benchmark in
+    let (coordinator, container, _) = try newItems.parts()
+    let documents = container.documentsURL
+    let batch = 200
+    var floorFirst = false
+    var made = 0
+    for _ in benchmark.scaledIterations {
+      floorFirst.toggle()
+      // The names, made before the clock starts: the row times the access, not the URL.
+      let urls = (0..<batch).map { documents.appending(path: "n\(made + $0)", directoryHint: .notDirectory) }
+      var times = [0, 0]
+      for step in floorFirst ? [0, 1] : [1, 0] {
+        let start = monotonicNanoseconds()
+        if step == 0 {
+          for index in 0..<batch { try newLocks.newLockPair(made + index) }
+        } else {
+          for url in urls { try coordinator.coordinate(writingItemAt: url) { _ in } }
+        }
+        times[step] = elapsed(start, monotonicNanoseconds()) / batch
+      }
+      // Untimed: the floor's directory stays as small as the sweeps keep the framework's.
+      for index in 0..<batch { newLocks.removeNewLock(made + index) }
+      made += batch
+      benchmark.measurement(newFloorMetric, times[0])
+      benchmark.measurement(newItemMetric, times[1])
+    }
+  } setup: {
+    try newItems.setUp()
+    try newLocks.setUp()
+  } teardown: {
+    newItems.tearDown()
+    newLocks.tearDown()
   }
 
   // MARK: 4. Full prepare/ack/finish handshake with a presenter in another process
@@ -310,6 +359,20 @@ final class RawFixture: @unchecked Sendable {
     guard flock(lockFD, LOCK_EX) == 0 else { throw BenchmarkSetupError("flock: errno \(errno)") }
     flock(lockFD, LOCK_UN)
   }
+
+  /// A new lock file (numbered `index`), made as the framework makes one (O_EXCL, fchmod, its line written), locked
+  /// and unlocked, closed; never removed.
+  func newLockPair(_ index: Int) throws {
+    let fd = open(root! + "/lock-\(index)", O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+    guard fd >= 0 else { throw BenchmarkSetupError("open lock-\(index): errno \(errno)") }
+    defer { close(fd) }
+    fchmod(fd, 0o600)
+    let written = payloadBytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, 24) }
+    guard written == 24, flock(fd, LOCK_EX) == 0 else { throw BenchmarkSetupError("lock-\(index): errno \(errno)") }
+    flock(fd, LOCK_UN)
+  }
+
+  func removeNewLock(_ index: Int) { unlink(root! + "/lock-\(index)") }
 
   /// What an outside tool's `echo > file` does (the file exists: created by setUp's first call).
   func truncatingWrite() throws {
