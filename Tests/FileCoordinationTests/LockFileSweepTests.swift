@@ -15,7 +15,9 @@ import Testing
 ///   `writersCountExactlyWhileTheirLockFileIsRemoved` loses increments;
 /// - one bump, after the removal (no odd sequence): `aSweeperKilledInsideARemovalLeavesNoStaleLockTrusted` — the
 ///   write on the removed file runs while another process holds the new one;
-/// - no sweep on creation (`noteCreated` never due): `aBurstOfNewItemsLeavesAboutAThresholdOfLockFiles`.
+/// - no sweep on creation (`noteCreated` never due): `aBurstOfNewItemsLeavesAboutAThresholdOfLockFiles`;
+/// - the sweep removing what it can flock, regular or not (no `.regular` check in `LockFileSweep.remove`): the
+///   planted FIFO goes, `aSweepRemovesOnlyRegularLockFiles`.
 @Suite(.runSlot(.minutes(3))) struct LockFileSweepTests {
   let group = "group.com.example.tests"
 
@@ -78,6 +80,34 @@ import Testing
     // Nobody holds anything now: one sweep leaves nothing at all.
     _ = container.removeUnusedLockFiles()
     #expect(Self.lockFiles(container).isEmpty, "left: \(Self.lockFiles(container))")
+  }
+
+  /// What is not a lock file of ours is left alone, and never blocks a sweep: a FIFO, a symlink (to a lock file
+  /// elsewhere) and a directory under lock-file names, a file under another name.
+  @Test func aSweepRemovesOnlyRegularLockFiles() async throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    try FileCoordinator().coordinate(writingItemAt: container.documentsURL.appendingPathComponent("a")) { _ in }
+    let locks = container.url.path + "/" + CoordinationPaths.locks
+    let hex = { (digit: Character) in String(repeating: digit, count: 32) }
+    #expect(mkfifo(locks + "/" + hex("a"), 0o600) == 0)
+    let outside = root.path + "/outside"
+    #expect(FileManager.default.createFile(atPath: outside, contents: Data("tree .\n".utf8)))
+    try FileManager.default.createSymbolicLink(atPath: locks + "/" + hex("b"), withDestinationPath: outside)
+    try FileManager.default.createDirectory(atPath: locks + "/" + hex("c"), withIntermediateDirectories: false)
+    #expect(FileManager.default.createFile(atPath: locks + "/notes", contents: Data("x".utf8)))
+    let planted = [hex("a"), hex("b"), hex("c"), "notes"]
+    let ours = Set(Self.lockFiles(container)).subtracting(planted)
+    #expect(ours.count >= 1)
+    // Once the cached tree locks are dropped (the linger), every lock file of ours is unused.
+    let removedAll = await eventually {
+      _ = container.removeUnusedLockFiles()
+      return Set(Self.lockFiles(container)).intersection(ours).isEmpty
+    }
+    #expect(removedAll, "left: \(Self.lockFiles(container))")
+    let left = try FileManager.default.contentsOfDirectory(atPath: locks)
+    #expect(Set(left) == Set(planted))
+    #expect(FileManager.default.fileExists(atPath: outside))
   }
 
   /// A sweeper killed between removing a lock file and its second bump leaves the sequence odd; a process that

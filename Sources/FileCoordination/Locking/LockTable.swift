@@ -540,10 +540,10 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
       while true {
         do throws(FileSystemError) {
           let fd = try directory.fd.open(name, [.readWrite, .exclusiveCreate], mode: fileMode)
-          if fileSweep?.noteCreated() == true { startFileSweep() }
           try fd.setPermissions(fileMode)
           // The path inside is for `groupctl status` (lock files are named by hash).
           try fd.writeAll(Array("\(key.kind == .tree ? "tree" : "item") \(key.path.string)\n".utf8))
+          if fileSweep?.noteCreated() == true { startFileSweep() }
           return fd
         } catch {
           guard error.errno == .fileExists else { throw error }
