@@ -166,15 +166,17 @@ let benchmarks: @Sendable () -> Void = {
   pairedNew.maxIterations = 500
   let newItems = ContainerFixture(identifier: "group.bench.new", item: "Documents/e.txt")
   let newLocks = RawFixture()
+  // Outside the closure, which runs once per iteration: each batch's names are new.
+  let newBatches = Atomic<Int>(0)
   Benchmark("Coordinated empty access of a new item vs a new lock file's flock pair (paired)", configuration: pairedNew)
   { benchmark in
     let (coordinator, container, _) = try newItems.parts()
     let documents = container.documentsURL
     let batch = 200
-    var floorFirst = false
-    var made = 0
     for _ in benchmark.scaledIterations {
-      floorFirst.toggle()
+      let round = newBatches.wrappingAdd(1, ordering: .relaxed).oldValue
+      let floorFirst = round % 2 == 0
+      let made = round * batch
       // The names, made before the clock starts: the row times the access, not the URL.
       let urls = (0..<batch).map { documents.appending(path: "n\(made + $0)", directoryHint: .notDirectory) }
       var times = [0, 0]
@@ -189,7 +191,6 @@ let benchmarks: @Sendable () -> Void = {
       }
       // Untimed: the floor's directory stays as small as the sweeps keep the framework's.
       for index in 0..<batch { newLocks.removeNewLock(made + index) }
-      made += batch
       benchmark.measurement(newFloorMetric, times[0])
       benchmark.measurement(newItemMetric, times[1])
     }

@@ -15,7 +15,9 @@ import Testing
 ///   `writersCountExactlyWhileTheirLockFileIsRemoved` loses increments;
 /// - one bump, after the removal (no odd sequence): `aSweeperKilledInsideARemovalLeavesNoStaleLockTrusted` — the
 ///   write on the removed file runs while another process holds the new one;
-/// - no sweep on creation (`noteCreated` never due): `aBurstOfNewItemsLeavesAboutAThresholdOfLockFiles`;
+/// - no sweep on creation (`noteCreated` never due): `theLockFilesOfProcessesGoneAreRemovedByTheNextOnesSweeps`;
+/// - a sweep removing files a process has open (no `isOpenElsewhere` in `LockFileSweep.remove`):
+///   `aSweepKeepsTheLockFilesAProcessHasOpen`;
 /// - the sweep removing what it can flock, regular or not (no `.regular` check in `LockFileSweep.remove`): the
 ///   planted FIFO goes, `aSweepRemovesOnlyRegularLockFiles`.
 @Suite(.runSlot(.minutes(3))) struct LockFileSweepTests {
@@ -32,20 +34,21 @@ import Testing
     try container.coordinationSpace().counters.load(CoordinationCounters.lockSweepSequence)
   }
 
-  /// Three processes count to 900 under one item's lock, closing their idle lock files as they go, while this
+  /// Three processes count to 1,500 under one item's lock, closing their idle lock files as they go, while this
   /// process removes every lock file nobody holds, again and again: each count must land.
   @Test func writersCountExactlyWhileTheirLockFileIsRemoved() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let item = "Documents/counter"
     let writers = try (0..<3).map { _ in
-      try Child(.lockCounter(item: item, count: 300), root: root.path, group: group)
+      try Child(.lockCounter(item: item, count: 500), root: root.path, group: group)
     }
     let stop = Atomic<Bool>(false)
     let removed = Atomic<Int>(0)
     let sweeper = Thread {
       while !stop.load(ordering: .relaxed) {
-        removed.add(container.removeUnusedLockFiles(), ordering: .relaxed)
+        // Open ones too: the writers that keep the file open are the ones that must notice its removal.
+        removed.add(container.removeUnusedLockFiles(keepingOpen: false), ordering: .relaxed)
         usleep(200)
       }
     }
@@ -55,31 +58,56 @@ import Testing
     }
     stop.store(true, ordering: .relaxed)
     let count = try String(contentsOf: container.url.appendingPathComponent(item), encoding: .utf8)
-    #expect(count == "900", "increments were lost: two writers held the lock at once")
+    #expect(count == "1500", "increments were lost: two writers held the lock at once")
     // The race was run: the item's lock file was removed between writes (it is the only one the writers release).
     #expect(removed.load(ordering: .relaxed) > 10, "sweeps removed \(removed.load(ordering: .relaxed)) lock files")
     #expect(try Self.sequence(container) % 2 == 0)
   }
 
-  /// Two processes each write 400 new items with a sweep due every 64 lock files made: the directory ends with
-  /// about that many lock files, not 800.
-  @Test func aBurstOfNewItemsLeavesAboutAThresholdOfLockFiles() async throws {
+  /// Two processes each write 400 new items, with a sweep due every 64 lock files made, and exit; a third writes
+  /// 100: its sweeps remove what the first two left, and the directory ends with its own files (kept open for its
+  /// next accesses) and a few, not 900.
+  @Test func theLockFilesOfProcessesGoneAreRemovedByTheNextOnesSweeps() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
     let churners = try ["a", "b"].map { prefix in
       try Child(.lockChurn(prefix: "Documents/\(prefix)", items: 400, threshold: 64), root: root.path, group: group)
     }
-    for churner in churners { #expect(await churner.line { $0 == "done" } != nil) }
+    for churner in churners {
+      #expect(await churner.line { $0 == "done" } != nil)
+      churner.kill()
+    }
     let made = try container.coordinationSpace().counters.load(CoordinationCounters.lockFilesCreated)
     #expect(made >= 800, "lock files made: \(made)")
-    // The last sweeps run in the background of the churners (which stay alive): within a hang's limit, at most
-    // what was made since the last one began (< 64 per process) and the locks still held or cached.
-    let bounded = await eventually { Self.lockFiles(container).count <= 2 * 64 + 8 }
+    let next = try Child(
+      .lockChurn(prefix: "Documents/c", items: 100, threshold: 64), root: root.path, group: group)
+    #expect(await next.line { $0 == "done" } != nil)
+    // Its sweep runs in its background (it stays alive): within a hang's limit, its 100 files (open there), the
+    // two tree locks and at most a few of the others' (a sweep may end before another's last file was made).
+    let bounded = await eventually { Self.lockFiles(container).count <= 100 + 2 + 8 }
     #expect(bounded, "\(Self.lockFiles(container).count) lock files left of \(made) made")
-    for churner in churners { churner.kill() }
-    // Nobody holds anything now: one sweep leaves nothing at all.
+    next.kill()
+    // Nobody has anything open now: one sweep leaves nothing at all.
     _ = container.removeUnusedLockFiles()
     #expect(Self.lockFiles(container).isEmpty, "left: \(Self.lockFiles(container))")
+  }
+
+  /// A lock file another process keeps open for its next access stays (removing it would only make that process
+  /// create it again); once that process is gone, a sweep removes it.
+  @Test func aSweepKeepsTheLockFilesAProcessHasOpen() async throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let user = try Child(
+      .lockChurn(prefix: "Documents/kept", items: 1, threshold: 1_000_000), root: root.path, group: group)
+    #expect(await user.line { $0 == "done" } != nil)
+    let files = Set(Self.lockFiles(container))
+    #expect(files.count == 3, "\(files)")  // the root's and Documents' tree locks, the item's lock
+    // Its tree locks may still be cached (held); the item's lock is not held, but the file is open there.
+    #expect(container.removeUnusedLockFiles() == 0)
+    #expect(Set(Self.lockFiles(container)) == files)
+    user.kill()
+    #expect(container.removeUnusedLockFiles() == 3)
+    #expect(Self.lockFiles(container).isEmpty)
   }
 
   /// What is not a lock file of ours is left alone, and never blocks a sweep: a FIFO, a symlink (to a lock file
@@ -101,7 +129,7 @@ import Testing
     #expect(ours.count >= 1)
     // Once the cached tree locks are dropped (the linger), every lock file of ours is unused.
     let removedAll = await eventually {
-      _ = container.removeUnusedLockFiles()
+      _ = container.removeUnusedLockFiles(keepingOpen: false)  // this process keeps its own open
       return Set(Self.lockFiles(container)).intersection(ours).isEmpty
     }
     #expect(removedAll, "left: \(Self.lockFiles(container))")

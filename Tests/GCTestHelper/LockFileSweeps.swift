@@ -33,7 +33,7 @@ import SystemLayer
     say("done")
     while true { sleep(60) }
   case .lockSweep:
-    say("swept \(container.removeUnusedLockFiles())")
+    say("swept \(container.removeUnusedLockFiles(keepingOpen: false))")
   default:
     FileHandle.standardError.write(Data("not a lock file sweep command: \(command)\n".utf8))
     exit(2)

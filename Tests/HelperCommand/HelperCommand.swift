@@ -205,7 +205,7 @@ public enum HelperCommand: Codable, Sendable, Equatable {
   /// due every `threshold` lock files made in the container; prints "done", then waits to be killed (its sweep
   /// threads finish meanwhile).
   case lockChurn(prefix: String, items: Int, threshold: UInt64)
-  /// One sweep of the container's lock files, armed to die (GROUPCONTAINER_FAULT_POINT=locks.sweepRemoved) after
+  /// One sweep of the container's lock files, open ones included, armed to die (GROUPCONTAINER_FAULT_POINT=locks.sweepRemoved) after
   /// its first removal; prints "swept <n>" if it lives.
   case lockSweep
 

@@ -12,7 +12,8 @@ import SystemLayer
 ///
 /// - *The remover* (`sweep`) takes the directory's own flock (one sweep at a time; a dead sweeper's goes with it),
 ///   then, for each lock file: `LOCK_EX | LOCK_NB` on its own descriptor — held by nobody, or it is skipped —, checks
-///   that the name still is that inode with a link, and removes the name between two bumps of the container's
+///   that the name still is that inode with a link and that no process has it open (a process keeping it for its
+///   next access would only make it again), and removes the name between two bumps of the container's
 ///   *sweep sequence* (`CoordinationCounters.lockSweepSequence`): odd while a removal is under way, even after.
 ///   It unlocks only after the second bump.
 /// - *Every acquirer* (`LockTable.take`) reads the sequence before it opens a lock file (`mark`), and after each
@@ -62,9 +63,10 @@ struct LockFileSweep: Sendable {
   /// Whether a sweeper died between its two bumps (the sequence is odd): a sweep makes it even again.
   var needsRepair: Bool { counters.load(Self.sequence) & 1 == 1 }
 
-  /// Removes every lock file in `locks` that no process holds; returns how many. Returns 0 at once when another
-  /// process sweeps.
-  func sweep(_ locks: borrowing SystemFD) -> Int {
+  /// Removes every lock file in `locks` that no process holds — nor has open, with `keepingOpen` (tests sweep
+  /// those too, to race with the acquirers that have them open: the case the sequence is for) —; returns how many.
+  /// Returns 0 at once when another process sweeps.
+  func sweep(_ locks: borrowing SystemFD, keepingOpen: Bool = true) -> Int {
     guard let directory = try? locks.open(".", [.readOnly, .directory]),
       (try? directory.lock(.exclusive, nonBlocking: true)) == true
     else { return 0 }
@@ -74,7 +76,7 @@ struct LockFileSweep: Sendable {
     let created = counters.load(Self.created)
     var removed = 0
     for (name, isDirectory) in (try? locks.entries()) ?? [] where !isDirectory && LockOrder.Key.isFileName(name) {
-      if remove(name, in: locks) { removed += 1 }
+      if remove(name, in: locks, keepingOpen: keepingOpen) { removed += 1 }
     }
     // Only a finished sweep counts: a short-lived process (a `groupctl write`) often exits before its background
     // sweep is done, and the next process then goes on where it stopped (what it removed is gone).
@@ -82,7 +84,7 @@ struct LockFileSweep: Sendable {
     return removed
   }
 
-  private func remove(_ name: String, in locks: borrowing SystemFD) -> Bool {
+  private func remove(_ name: String, in locks: borrowing SystemFD, keepingOpen: Bool) -> Bool {
     // O_NOFOLLOW | O_NONBLOCK (every open of SystemLayer): a planted link or FIFO neither leads out nor blocks.
     guard let fd = try? locks.open(name, .readWrite), (try? fd.status())?.kind == .regular,
       (try? fd.lock(.exclusive, nonBlocking: true)) == true
@@ -93,6 +95,10 @@ struct LockFileSweep: Sendable {
     guard let mine = try? fd.status(), mine.linkCount > 0,
       let named = try? locks.status(of: name), named.inode == mine.inode, named.device == mine.device
     else { return false }
+    // A file some process keeps open, idle, for its next access (LockTable keeps up to 256) stays: removing it
+    // would only make that process create it again. Nil (a file of another user: no lease) is not a reason to keep
+    // it; the sequence, not this check, is what keeps exclusion (an open may come right after it).
+    if keepingOpen, fd.isOpenElsewhere() == true { return false }
     counters.increment(Self.sequence)  // odd: a removal under way
     defer { counters.increment(Self.sequence) }  // even again, before the unlock above
     let unlinked = (try? locks.removeFile(name)) != nil

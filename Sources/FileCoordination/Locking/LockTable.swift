@@ -578,11 +578,11 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
 
   /// Removes the container's lock files that no process holds (Rule 3b, `LockFileSweep.sweep`); how many. 0 when
   /// another process sweeps now.
-  func removeUnusedLockFiles() -> Int {
+  func removeUnusedLockFiles(keepingOpen: Bool = true) -> Int {
     guard let fileSweep else { return 0 }
     // This reference keeps the directory open while a `rebind` replaces it.
     let directory = condition.withLock { self.directory }
-    return fileSweep.sweep(directory.fd)
+    return fileSweep.sweep(directory.fd, keepingOpen: keepingOpen)
   }
 
   /// Takes an idle entry out of the table and closes its descriptor (called with `condition` held). Marked so: a

@@ -90,10 +90,11 @@ extension GroupContainer {
     ((try? coordinationSpace())?.locks.cached() ?? []).map { $0.path.isRoot ? "." : $0.path.string }.sorted()
   }
 
-  /// Removes the lock files of the container that no process holds (LockFileSweep.swift, Rule 3b) and returns how
-  /// many; 0 when another process sweeps now. Sweeps also run by themselves, every few hundred lock files made.
-  package func removeUnusedLockFiles() -> Int {
-    (try? coordinationSpace())?.locks.removeUnusedLockFiles() ?? 0
+  /// Removes the lock files of the container that no process holds (LockFileSweep.swift, Rule 3b) — nor has open,
+  /// with `keepingOpen` — and returns how many; 0 when another process sweeps now. Sweeps also run by themselves,
+  /// every few hundred lock files made, keeping open ones.
+  package func removeUnusedLockFiles(keepingOpen: Bool = true) -> Int {
+    (try? coordinationSpace())?.locks.removeUnusedLockFiles(keepingOpen: keepingOpen) ?? 0
   }
 
   /// Lock files created in the container between two sweeps of them (default 256), in this process; tests make it
