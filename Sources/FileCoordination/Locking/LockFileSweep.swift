@@ -26,7 +26,8 @@ import SystemLayer
 /// - A remover killed between its bumps leaves the sequence odd: every acquirer then checks with `fstat` (safe,
 ///   one call slower) until the next sweep, which a process opening the container starts, makes it even again.
 /// - *When*: once `threshold` lock files were created in the container (a shared count) since the last finished
-///   sweep, the process that creates one sweeps in the background. So about `threshold` unused lock files stay.
+///   sweep, the process that creates one sweeps in the background. So about `threshold` unused lock files stay,
+///   besides those live processes keep open (up to 256 each, LockTable), which a later sweep removes once closed.
 ///
 /// *What if you don't:* remove without the sequence and two writers, one on the old inode and one on the new, both
 /// hold the "exclusive" lock (LockFileSweepTests' counter loses increments). Never remove them and the directory
