@@ -127,12 +127,13 @@ let benchmarks: @Sendable () -> Void = {
   pairedFast.maxIterations = 2_000
   let pairedEmpty = ContainerFixture(identifier: "group.bench.empty2", item: "Documents/e.txt")
   let pairedLock = RawFixture()
+  // Outside the closure, which runs once per iteration (a variable inside it gave the same order every time).
+  let emptyRounds = Atomic<Int>(0)
   Benchmark("Coordinated empty access vs flock pair (paired)", configuration: pairedFast) { benchmark in
     let (coordinator, _, url) = try pairedEmpty.parts()
     let batch = 200
-    var emptyFirst = false
     for _ in benchmark.scaledIterations {
-      emptyFirst.toggle()
+      let emptyFirst = emptyRounds.wrappingAdd(1, ordering: .relaxed).oldValue % 2 == 0
       var times = [0, 0]
       for step in emptyFirst ? [1, 0] : [0, 1] {
         let start = monotonicNanoseconds()

@@ -48,6 +48,7 @@ import Benchmark
 import BenchmarkSupport
 import Foundation
 import GroupContainer
+import Synchronization
 
 func scaleBenchmarks(fast: Benchmark.Configuration, slow: Benchmark.Configuration) {
   // MARK: Unrelated presenters
@@ -212,11 +213,12 @@ func scaleBenchmarks(fast: Benchmark.Configuration, slow: Benchmark.Configuratio
     var pairedFloor = slow
     pairedFloor.metrics += [floor, framework]
     let name = "Scale: 64 presenter processes vs the floor (paired)" + (base == nil ? "" : " (tmpfs)")
+    // Outside the closure, which runs once per iteration (a variable inside it put the floor first every time).
+    let rounds = Atomic<Int>(0)
     Benchmark(name, configuration: pairedFloor) { benchmark in
       let (coordinator, container, url) = try presented.parts()
-      var floorFirst = false
       for _ in benchmark.scaledIterations {
-        floorFirst.toggle()
+        let floorFirst = rounds.wrappingAdd(1, ordering: .relaxed).oldValue % 2 == 0
         var floorTime = 0
         var frameworkTime = 0
         for step in floorFirst ? [0, 1] : [1, 0] {
@@ -271,11 +273,12 @@ func scaleBenchmarks(fast: Benchmark.Configuration, slow: Benchmark.Configuratio
   userPaired.metrics = [newPresented, newOther, warmPresented]
   userPaired.maxIterations = 100
   userPaired.maxDuration = .seconds(30)  // each iteration starts a process twice: 5 s gave ~30 iterations
+  // Outside the closure, which runs once per iteration (a variable inside it gave the same order every time).
+  let userRounds = Atomic<Int>(0)
   Benchmark("Scale: 64 presenter processes, a new process's write (paired)", configuration: userPaired) { benchmark in
     let (coordinator, container, url) = try userSees.parts()
-    var order = 0
     for _ in benchmark.scaledIterations {
-      order += 1
+      let order = userRounds.wrappingAdd(1, ordering: .relaxed).newValue
       for step in [order % 3, (order + 1) % 3, (order + 2) % 3] {
         let reacquired = userChildren.map { $0.count("reacquire") }
         switch step {
