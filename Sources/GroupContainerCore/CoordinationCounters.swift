@@ -10,7 +10,7 @@ package enum CoordinationCounters {
   /// seen empty, an access reads no bucket at all.
   package static let presenterGeneration = 0
   /// Removing unused lock files (Rule 3b, `LockFileSweep`): the sweep sequence (odd while a removal is under way),
-  /// the lock files ever created in the container, and that count when the last sweep began.
+  /// the lock files ever created in the container, and that count when the last finished sweep began.
   package static let lockSweepSequence = 1, lockFilesCreated = 2, lockFilesCreatedAtSweep = 3
   /// Lock revocation (Rule 4a, `LockRevocation`): the wake word — a `ChangeSignal` sequence every caching
   /// process's sweeper sleeps on, posted by a refused tree EX request — and its listener count.
