@@ -1,4 +1,5 @@
 import Foundation
+import Messaging
 import Synchronization
 import SystemLayer
 import TestSupport
@@ -19,7 +20,9 @@ import Testing
 /// - a sweep removing files a process has open (no `isOpenElsewhere` in `LockFileSweep.remove`):
 ///   `aSweepKeepsTheLockFilesAProcessHasOpen`;
 /// - the sweep removing what it can flock, regular or not (no `.regular` check in `LockFileSweep.remove`): the
-///   planted FIFO goes, `aSweepRemovesOnlyRegularLockFiles`.
+///   planted FIFO goes, `aSweepRemovesOnlyRegularLockFiles`;
+/// - a sweep that does not ask whether a process of an older build lives (`olderBuildIsAlive` not called):
+///   `noLockFileIsRemovedWhileAProcessOfAnOlderBuildLives` sees its files go.
 @Suite(.runSlot(.minutes(3))) struct LockFileSweepTests {
   let group = "group.com.example.tests"
 
@@ -136,6 +139,37 @@ import Testing
     let left = try FileManager.default.contentsOfDirectory(atPath: locks)
     #expect(Set(left) == Set(planted))
     #expect(FileManager.default.fileExists(atPath: outside))
+  }
+
+  /// A process of a build from before lock files were removed takes flocks without reading the sweep sequence; its
+  /// liveness lock is empty (Liveness.swift). While one lives, a sweep in another process removes nothing; once it
+  /// is gone, the next sweep does. A process of this build marks its own liveness lock.
+  @Test func noLockFileIsRemovedWhileAProcessOfAnOlderBuildLives() async throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let coordinator = FileCoordinator()
+    for name in ["a", "b"] {
+      try coordinator.coordinate(writingItemAt: container.documentsURL.appendingPathComponent(name)) { _ in }
+    }
+    FileCoordinator.closeIdleLockFiles()
+    let files = Set(Self.lockFiles(container))
+    #expect(files.count >= 4, "\(files)")  // the tree locks and the two items' (unheld, closed here)
+    let processes = container.url.path + "/" + CoordinationPaths.processes
+    let me = try container.coordinationSpace().messaging.me
+    #expect(FileManager.default.contents(atPath: "\(processes)/\(me).lock") == Data(MessagingSpace.livenessMarker))
+    // The older build's process as it publishes itself: an empty file under its name, held LOCK_SH (a pid above any
+    // pid_max, so no process of this machine).
+    let older = try SystemFD.open("\(processes)/4000000.77.lock", [.readWrite, .create], mode: 0o600)
+    try older.lock(.shared)
+    let blocked = try Child(.lockSweep, root: root.path, group: group)
+    #expect(await blocked.line { $0.hasPrefix("swept") } == "swept 0")
+    #expect(await blocked.exit() == 0, "stderr: \(blocked.errors.text)")
+    #expect(Set(Self.lockFiles(container)) == files, "a lock file went while the older build's process lived")
+    older.close()  // it exits
+    let sweeper = try Child(.lockSweep, root: root.path, group: group)
+    let swept = await sweeper.line { $0.hasPrefix("swept") }
+    #expect((swept.flatMap { Int($0.dropFirst(6)) } ?? 0) >= 2, "\(swept ?? "no line"): the items' files stayed")
+    #expect(await sweeper.exit() == 0, "stderr: \(sweeper.errors.text)")
   }
 
   /// A sweeper killed between removing a lock file and its second bump leaves the sequence odd; a process that

@@ -25,6 +25,9 @@ import SystemLayer
 ///   sequence it was last checked at.
 /// - A remover killed between its bumps leaves the sequence odd: every acquirer then checks with `fstat` (safe,
 ///   one call slower) until the next sweep, which a process opening the container starts, makes it even again.
+/// - *Older builds* lock files without reading the sequence: while a process of one lives (its liveness lock is
+///   empty; this build's holds a marker, Liveness.swift), a sweep removes nothing. Left open: such a process that
+///   starts during a sweep and opens a file between that file's checks and its removal.
 /// - *When*: once `threshold` lock files were created in the container (a shared count) since the last finished
 ///   sweep, the process that creates one sweeps in the background. So about `threshold` unused lock files stay,
 ///   besides those live processes keep open (up to 256 each, LockTable), which a later sweep removes once closed.
@@ -40,6 +43,9 @@ struct LockFileSweep: Sendable {
   package static let threshold = Atomic<UInt64>(256)
 
   let counters: MappedCounters
+  /// Whether a live process of the container runs a build that does not read the sequence (Liveness.swift,
+  /// `olderBuildIsAlive`): no sweep removes anything while one lives.
+  let olderBuildIsAlive: @Sendable () -> Bool
 
   /// The sequence, read before opening a lock file.
   func mark() -> UInt64 { counters.load(Self.sequence) }
@@ -75,6 +81,12 @@ struct LockFileSweep: Sendable {
     // The last sweeper died between its bumps: it removes nothing more, so its "after" bump is made for it.
     if needsRepair { counters.increment(Self.sequence) }
     let created = counters.load(Self.created)
+    // A process of a build before this rule locks a file it opened without looking at the sequence. The sweep is
+    // counted as done all the same: the next one comes `threshold` creations later, not at every creation.
+    if olderBuildIsAlive() {
+      counters.store(Self.createdAtSweep, created)
+      return 0
+    }
     var removed = 0
     for (name, isDirectory) in (try? locks.entries()) ?? [] where !isDirectory && LockOrder.Key.isFileName(name) {
       if remove(name, in: locks, keepingOpen: keepingOpen) { removed += 1 }

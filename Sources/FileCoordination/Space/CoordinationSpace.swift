@@ -214,14 +214,17 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     counters = try MappedCounters(
       fd: coordination.openOrCreate(
         CoordinationPaths.Name.counters, mode: fileMode, size: Int64(MappedCounters.fileSize)))
+    // Before the lock table, whose sweeps ask it which builds the live processes run (Rule 3b).
+    let messaging = try MessagingSpace(root: root, fileMode: fileMode, directoryMode: directoryMode)
+    self.messaging = messaging
     locks = LockTable(
       directory: try root.openDirectory(CoordinationPaths.locks), fileMode: fileMode,
-      revocation: LockRevocation(counters: counters), fileSweep: LockFileSweep(counters: counters))
+      revocation: LockRevocation(counters: counters),
+      fileSweep: LockFileSweep(counters: counters, olderBuildIsAlive: { messaging.olderBuildIsAlive() }))
     linkFreePaths = LinkFreePaths(containerPath: containerPath, root: root)
     registry = PresenterRegistry(
       directory: directory + "/" + CoordinationPaths.Name.presenters, root: root, counters: counters,
       fileMode: fileMode, directoryMode: directoryMode)
-    messaging = try MessagingSpace(root: root, fileMode: fileMode, directoryMode: directoryMode)
   }
 
   /// Makes the staging directory and has replaces use it. It is an optimisation only: when something else is in

@@ -53,6 +53,32 @@ extension MessagingSpace {
     return matches.contains { isAlive($0) }
   }
 
+  /// What a process's liveness lock holds since lock files are removed (Rule 3b, FileCoordination's
+  /// LockFileSweep.swift). A build before that left it empty, and takes flocks on lock files without checking that
+  /// they were not removed: while such a process lives, no lock file is removed (`olderBuildIsAlive`).
+  package static let livenessMarker: [UInt8] = Array("lock files removed 1\n".utf8)
+
+  /// Whether a live process of this container runs a build from before lock files were removed: its liveness lock
+  /// is empty (`livenessMarker`). A dead one does not count; it is not reaped here (a sweep's thread asks). A lock
+  /// this process may not open counts as alive, as in `isAlive`: nothing proves otherwise.
+  package func olderBuildIsAlive() -> Bool {
+    guard let processes = try? root.openDirectory(CoordinationPaths.processes),
+      let names = try? processes.entries()
+    else { return true }
+    for (name, isDirectory) in names where !isDirectory && name.hasSuffix(".lock") {
+      guard let process = ProcessName(name.dropLast(5)), process != me else { continue }
+      let fd: SystemFD
+      do { fd = try processes.open(name, .readOnly) } catch {
+        if error.errno == .permissionDenied { return true }
+        continue  // gone since the listing, or no file a process made (a planted link)
+      }
+      guard let status = try? fd.status(), status.kind == .regular, status.size == 0 else { continue }
+      guard (try? fd.lock(.exclusive, nonBlocking: true)) == true else { return true }
+      fd.unlock()  // its owner is dead
+    }
+    return false
+  }
+
   /// Removes a dead process's inbox and lock file, then what the parts keep for it (`onReap`: its presenters, its
   /// handler markers; a sweep of its temp files). The cleanups come once the lock file is gone: one that judges
   /// liveness on another thread (the sweep) must not find it still locked by this reaper. Idempotent: several

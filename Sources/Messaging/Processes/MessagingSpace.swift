@@ -100,6 +100,7 @@ package final class MessagingSpace: @unchecked Sendable {  // all `let` but `mes
     let processes = try root.openDirectory(CoordinationPaths.processes)
     let temp = try AtomicReplace.createTemporary(in: processes, for: "\(process).lock", mode: mode)
     do {
+      try temp.fd.writeAll(livenessMarker)
       try temp.fd.lock(.shared)
       try processes.rename(temp.name, to: "\(process).lock")
     } catch {
