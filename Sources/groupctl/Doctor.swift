@@ -3,6 +3,7 @@ import FileCoordination
 import Foundation
 import GroupContainer
 import GroupContainerCore
+import Messaging
 import SystemLayer
 
 /// `groupctl doctor`: what on this machine can break the container's guarantees, each finding with its fix.
@@ -20,7 +21,8 @@ struct Doctor: ParsableCommand {
       gone, temp files left by dead processes, outside edits of a suite's plist kept aside, free space, and every \
       file of the container: FIFOs, sockets, devices and links where only regular files belong, foreign owners, \
       files that decide what runs but others may write, oversize or sparse files in .coordination, damaged \
-      presenter records (--json lists each with its fix). Exit status 0 when every check is ok, 1 otherwise.
+      presenter records (--json lists each with its fix), and whether unused lock files are removed (a live \
+      process of an older build holds that back). Exit status 0 when every check is ok, 1 otherwise.
       """)
 
   @OptionGroup var container: ContainerOptions
@@ -57,7 +59,7 @@ struct Doctor: ParsableCommand {
         inspector.fileSystem(), inspector.inotify(), inspector.permissions(), inspector.registrations(),
         inspector.temporaries(walk), inspector.unappliedEdits(), inspector.diskSpace(), inspector.fileTypes(walk),
         inspector.owners(walk), inspector.trustedFiles(walk), inspector.coordinationSizes(walk),
-        inspector.presenterRecords(walk),
+        inspector.presenterRecords(walk), inspector.lockFiles(),
       ]
     }
     let healthy = checks.allSatisfy { $0.status == .ok }
@@ -555,6 +557,29 @@ extension Inspector {
     }
     return Doctor.Check(
       .fail, "coordination sizes", problems, ok: "no oversize or sparse file in .coordination", scope: walk.scope)
+  }
+
+  /// The lock files, and whether they are removed when unused: not while a process of a build from before that
+  /// lives (Rule 3b; its liveness lock is empty: Messaging's Liveness.swift).
+  func lockFiles() -> Doctor.Check {
+    let locks = (try? FileSystem.listDirectory(path + "/" + CoordinationPaths.locks)) ?? []
+    let count = locks.filter { LockOrder.isLockFileName($0) }.count
+    guard let processes = try? SystemFD.open(path + "/" + CoordinationPaths.processes, [.readOnly, .directory]),
+      let older = MessagingSpace.olderBuildProcesses(in: processes)
+    else {
+      return Doctor.Check(
+        .warn, "lock files", "\(count) lock files; cannot tell which builds the live processes run",
+        fix: "run doctor as the container's owner")
+    }
+    guard older.isEmpty else {
+      let names = older.map { "\($0)" }.joined(separator: ", ")
+      return Doctor.Check(
+        .warn, "lock files",
+        "\(count) lock files, none removed while process(es) \(names) of an older build live (their liveness "
+          + "locks are empty; such a build would not notice a removed lock file)",
+        fix: "restart process(es) \(names) on a build that removes lock files (it marks its liveness lock)")
+    }
+    return Doctor.Check(.ok, "lock files", "\(count) lock files; unused ones are removed")
   }
 
   /// Presenter records that are not records: each is a presenter no coordinator can ask (its item is unknown).

@@ -2,6 +2,7 @@ import AppLaunching
 import FileCoordination
 import Foundation
 import GroupContainerCore
+import SystemLayer
 import TestSupport
 import Testing
 
@@ -28,6 +29,7 @@ import Testing
 /// - `trustedFiles` skipping `OwnerOnlyWritable.problem`: `aRegistrationOthersMayWriteIsReported` fails.
 /// - `coordinationSizes` without the size limit and the sparse test: `aSparseTenGigabyteLockFileIsReported` fails.
 /// - `presenterRecords` skipping the decode: `aDamagedPresenterRecordIsReported` fails.
+/// - `lockFiles` not asking for older builds' processes: `aLiveProcessOfAnOlderBuildIsReported` fails.
 @Suite(.serialized, .runSlot(.minutes(3))) struct DoctorTests {
   static let group = "group.com.example.doctor"
 
@@ -43,7 +45,7 @@ import Testing
     let lines = result.out.split(separator: "\n")
     for check in [
       "filesystem", "inotify", "permissions", "registrations", "temp files", "outside edits", "disk space",
-      "file types", "owners", "trusted files", "coordination sizes", "presenter records",
+      "file types", "owners", "trusted files", "coordination sizes", "presenter records", "lock files",
     ] {
       #expect(lines.contains { $0.hasPrefix("ok    \(check): ") }, "no ok line for \(check) in \(result.out)")
     }
@@ -52,7 +54,26 @@ import Testing
     #expect(json.out.split(separator: "\n").count == 1, "not one compact line: \(json.out)")
     let object = try JSONSerialization.jsonObject(with: Data(json.out.utf8)) as? [String: Any]
     #expect(object?["healthy"] as? Bool == true)
-    #expect((object?["checks"] as? [[String: Any]])?.count == 12)
+    #expect((object?["checks"] as? [[String: Any]])?.count == 13)
+  }
+
+  /// A live process of a build from before lock files were removed (its liveness lock is empty) holds their
+  /// removal back: doctor names it, and says all is well once it is gone.
+  @Test func aLiveProcessOfAnOlderBuildIsReported() async throws {
+    let root = try TestRoot()
+    let container = try root.container(Self.group)
+    try FileCoordinator().coordinate(writingItemAt: container.documentsURL.appendingPathComponent("a")) { _ in }
+    let older = try SystemFD.open(
+      container.url.path + "/" + CoordinationPaths.processes + "/4000000.77.lock", [.readWrite, .create], mode: 0o600)
+    try older.lock(.shared)
+    let held = try await doctor(root)
+    #expect(held.status == 1)
+    let line = held.out.split(separator: "\n").first { $0.contains("lock files: ") }.map(String.init) ?? held.out
+    #expect(line.hasPrefix("warn  lock files: ") && line.contains("4000000.77"), "\(line)")
+    older.close()  // it exits
+    let after = try await doctor(root)
+    #expect(after.status == 0, "\(after.out)")
+    #expect(after.out.contains("ok    lock files: "), "\(after.out)")
   }
 
   @Test func aMissingContainerIsNotCreated() async throws {

@@ -29,7 +29,7 @@ import Testing
   static func lockFiles(_ container: GroupContainer) -> [String] {
     let directory = container.url.path + "/" + CoordinationPaths.locks
     return ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter {
-      LockOrder.Key.isFileName($0)
+      LockOrder.isLockFileName($0)
     }
   }
 

@@ -88,7 +88,7 @@ struct LockFileSweep: Sendable {
       return 0
     }
     var removed = 0
-    for (name, isDirectory) in (try? locks.entries()) ?? [] where !isDirectory && LockOrder.Key.isFileName(name) {
+    for (name, isDirectory) in (try? locks.entries()) ?? [] where !isDirectory && LockOrder.isLockFileName(name) {
       if remove(name, in: locks, keepingOpen: keepingOpen) { removed += 1 }
     }
     // Only a finished sweep counts: a short-lived process (a `groupctl write`) often exits before its background

@@ -44,7 +44,7 @@ import SystemLayer
 /// first (Rule 2: never convert).
 /// *What if you don't:* three flocks per access below `Documents` (six calls, a third of an empty access); a
 /// cache without revocation makes an idle process block every delete of its directories for good.
-enum LockOrder {
+package enum LockOrder {
   enum Kind: Int, Sendable { case tree = 0, item = 1 }
 
   struct Key: Hashable, Comparable, Sendable {
@@ -64,11 +64,12 @@ enum LockOrder {
       let bytes = Array((kind == .tree ? "tree:" : "item:").utf8) + Array(path.string.utf8)
       return StableHash.hex(bytes.withUnsafeBytes { StableHash.fnv1a128($0) })
     }
+  }
 
-    /// Whether `name` has the form of a `fileName`: what a sweep of the lock directory may remove, and nothing else.
-    static func isFileName(_ name: String) -> Bool {
-      name.utf8.count == 32 && name.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
-    }
+  /// Whether `name` has the form of a `Key.fileName`: what a sweep of the lock directory may remove, and nothing
+  /// else (and what `groupctl doctor` counts).
+  package static func isLockFileName(_ name: String) -> Bool {
+    name.utf8.count == 32 && name.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
   }
 
   /// What an access does to its item.

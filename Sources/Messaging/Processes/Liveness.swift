@@ -58,25 +58,38 @@ extension MessagingSpace {
   /// they were not removed: while such a process lives, no lock file is removed (`olderBuildIsAlive`).
   package static let livenessMarker: [UInt8] = Array("lock files removed 1\n".utf8)
 
-  /// Whether a live process of this container runs a build from before lock files were removed: its liveness lock
-  /// is empty (`livenessMarker`). A dead one does not count; it is not reaped here (a sweep's thread asks). A lock
-  /// this process may not open counts as alive, as in `isAlive`: nothing proves otherwise.
+  /// Whether a live process of this container runs a build from before lock files were removed
+  /// (`olderBuildProcesses`); true when that cannot be told.
   package func olderBuildIsAlive() -> Bool {
-    guard let processes = try? root.openDirectory(CoordinationPaths.processes),
-      let names = try? processes.entries()
-    else { return true }
+    guard let processes = try? root.openDirectory(CoordinationPaths.processes) else { return true }
+    return Self.olderBuildProcesses(in: processes, except: me, first: true).map { !$0.isEmpty } ?? true
+  }
+
+  /// The live processes registered in `processes` (a container's `.coordination/processes`) that run a build from
+  /// before lock files were removed: their liveness lock is empty (`livenessMarker`). Dead ones do not count and
+  /// are not reaped here (a sweep's thread and `groupctl doctor` ask). Nil when it cannot be told: the directory
+  /// unreadable, or a liveness lock this process may not open (as in `isAlive`, nothing proves it dead).
+  package static func olderBuildProcesses(
+    in processes: borrowing SystemFD, except me: ProcessName? = nil, first: Bool = false
+  ) -> [ProcessName]? {
+    guard let names = try? processes.entries() else { return nil }
+    var older: [ProcessName] = []
     for (name, isDirectory) in names where !isDirectory && name.hasSuffix(".lock") {
       guard let process = ProcessName(name.dropLast(5)), process != me else { continue }
       let fd: SystemFD
       do { fd = try processes.open(name, .readOnly) } catch {
-        if error.errno == .permissionDenied { return true }
+        if error.errno == .permissionDenied { return nil }
         continue  // gone since the listing, or no file a process made (a planted link)
       }
       guard let status = try? fd.status(), status.kind == .regular, status.size == 0 else { continue }
-      guard (try? fd.lock(.exclusive, nonBlocking: true)) == true else { return true }
-      fd.unlock()  // its owner is dead
+      if (try? fd.lock(.exclusive, nonBlocking: true)) == true {
+        fd.unlock()  // its owner is dead
+        continue
+      }
+      older.append(process)
+      if first { break }
     }
-    return false
+    return older
   }
 
   /// Removes a dead process's inbox and lock file, then what the parts keep for it (`onReap`: its presenters, its
