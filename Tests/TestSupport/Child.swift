@@ -231,14 +231,21 @@ private func readToEnd(
   _ file: DescriptorBox, onData: @escaping @Sendable ([UInt8]) -> Void, onEnd: @escaping @Sendable () -> Void
 ) -> Latch<Void> {
   let done = Latch<Void>()
+  // Held here, not captured: the thread lets go of it before it announces the end, so a complete output is a closed
+  // pipe (captured, it closed when the thread object went, after the announcement: a test that checked the
+  // process's descriptors right after found the pipe still open).
+  let open = Mutex<DescriptorBox?>(file)
   let thread = Thread {
     var buffer = [UInt8](repeating: 0, count: 64 * 1024)
-    while true {
-      let count =
-        (try? buffer.withUnsafeMutableBytes { raw throws(FileSystemError) in try file.fd.read(into: raw) }) ?? 0
-      if count == 0 { break }
-      onData(Array(buffer[..<count]))
+    if let file = open.withLock({ $0 }) {
+      while true {
+        let count =
+          (try? buffer.withUnsafeMutableBytes { raw throws(FileSystemError) in try file.fd.read(into: raw) }) ?? 0
+        if count == 0 { break }
+        onData(Array(buffer[..<count]))
+      }
     }
+    open.withLock { $0 = nil }  // the last reference once `Child.init` returned: closes the read end
     onEnd()
     done.resolve(())
   }
