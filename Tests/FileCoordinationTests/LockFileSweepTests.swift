@@ -21,6 +21,8 @@ import Testing
 ///   `aSweepKeepsTheLockFilesAProcessHasOpen`;
 /// - the sweep removing what it can flock, regular or not (no `.regular` check in `LockFileSweep.remove`): the
 ///   planted FIFO goes, `aSweepRemovesOnlyRegularLockFiles`;
+/// - an acquirer that keeps waiting on a removed file (`LockFileSweep.isRemovedWhileWaiting` false):
+///   `aStoppedSweeperHoldsBackNoAcquirerOfTheRemovedFile` times out;
 /// - a sweep that does not ask whether a process of an older build lives (`olderBuildIsAlive` not called):
 ///   `noLockFileIsRemovedWhileAProcessOfAnOlderBuildLives` sees its files go.
 @Suite(.runSlot(.minutes(3))) struct LockFileSweepTests {
@@ -139,6 +141,39 @@ import Testing
     let left = try FileManager.default.contentsOfDirectory(atPath: locks)
     #expect(Set(left) == Set(planted))
     #expect(FileManager.default.fileExists(atPath: outside))
+  }
+
+  /// A sweeper stopped right after removing a lock file still holds the removed file's lock (it unlocks after its
+  /// second bump). A process that kept that file open must not wait for it: the name now leads to a new file.
+  @Test func aStoppedSweeperHoldsBackNoAcquirerOfTheRemovedFile() async throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let x = container.url.appendingPathComponent("x")
+    // The root's tree lock and y's item lock are held: x's item lock is the only file the sweeper can remove.
+    let holder = try Child(.hold(mode: .read, item: "y"), root: root.path, group: group)
+    defer { holder.kill() }
+    #expect(await holder.line { $0 == "locked" } != nil)
+    let coordinator = FileCoordinator()
+    try coordinator.coordinate(writingItemAt: x) { _ in }  // x's lock file, kept open here
+    let pauses = root.path + "/pauses"
+    try FileManager.default.createDirectory(atPath: pauses, withIntermediateDirectories: true)
+    let sweeper = try Child(
+      .lockSweep, root: root.path, group: group,
+      environment: ["GROUPCONTAINER_PAUSE_POINT": "locks.sweepRemoved", "GROUPCONTAINER_PAUSE_DIR": pauses])
+    defer { sweeper.kill() }
+    let pause = pauses + "/locks.sweepRemoved"
+    #expect(await eventually { FileManager.default.fileExists(atPath: pause) }, "the sweeper never removed x's file")
+    #expect(try Self.sequence(container) % 2 == 1, "the removal is under way")
+    // A hang's limit, not a timing: without the check this waits for the stopped sweeper until it runs out.
+    coordinator.lockTimeout = .seconds(20)
+    #expect(throws: Never.self, "the write waited for the stopped sweeper's lock on the removed file") {
+      try coordinator.coordinate(writingItemAt: x) { _ in }
+    }
+    #expect(FileManager.default.fileExists(atPath: pause), "the sweeper ran on before the write")
+    try FileManager.default.removeItem(atPath: pause)
+    #expect(await sweeper.line { $0.hasPrefix("swept") } == "swept 1")
+    #expect(await sweeper.exit() == 0, "stderr: \(sweeper.errors.text)")
+    #expect(try Self.sequence(container) % 2 == 0)
   }
 
   /// A process of a build from before lock files were removed takes flocks without reading the sweep sequence; its

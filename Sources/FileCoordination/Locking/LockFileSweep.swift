@@ -25,6 +25,8 @@ import SystemLayer
 ///   sequence it was last checked at.
 /// - A remover killed between its bumps leaves the sequence odd: every acquirer then checks with `fstat` (safe,
 ///   one call slower) until the next sweep, which a process opening the container starts, makes it even again.
+///   One *stopped* there (SIGSTOP) still holds the removed file's lock: an acquirer waiting on that file sees the
+///   odd sequence and the file's lost link while it waits (`isRemovedWhileWaiting`), and opens the name again.
 /// - *Older builds* lock files without reading the sequence: while a process of one lives (its liveness lock is
 ///   empty; this build's holds a marker, Liveness.swift), a sweep removes nothing. Left open: such a process that
 ///   starts during a sweep and opens a file between that file's checks and its removal.
@@ -59,6 +61,15 @@ struct LockFileSweep: Sendable {
     // An fstat that fails on an open descriptor says nothing: treated as removed, the lock is taken anew.
     guard let status = try? fd.status(), status.linkCount > 0 else { return nil }
     return now
+  }
+
+  /// While an acquirer's flock on `fd` is refused: whether the file was removed meanwhile — its remover holds it
+  /// until its second bump, and a remover stopped there (SIGSTOP) would keep the acquirer waiting on a file nobody
+  /// can reach by name while the name leads to a new one. Costs a load; an `fstat` only while the sequence is odd
+  /// (a removal under way, or its remover dead before its second bump).
+  func isRemovedWhileWaiting(_ fd: borrowing SystemFD) -> Bool {
+    guard counters.load(Self.sequence) & 1 == 1, let status = try? fd.status() else { return false }
+    return status.linkCount == 0
   }
 
   /// Counts one lock file created: whether a sweep is due.
@@ -116,6 +127,7 @@ struct LockFileSweep: Sendable {
     defer { counters.increment(Self.sequence) }  // even again, before the unlock above
     let unlinked = (try? locks.removeFile(name)) != nil
     FaultPoint.reach("locks.sweepRemoved")  // a test kills a sweeper here: the sequence stays odd
+    FaultPoint.pause("locks.sweepRemoved")  // or stops it here, holding the removed file
     return unlinked
   }
 }

@@ -448,8 +448,12 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
           sweepSeen = fileSweep?.mark() ?? 0  // before the open (Rule 3b)
           fd = DescriptorBox(try openLockFile(key))
         }
-        try Self.flock(fd!.fd, mode, isCancelled: isCancelled, contended: revoke?.contended)
-        if let fileSweep {
+        let locked = try Self.flock(
+          fd!.fd, mode, isCancelled: isCancelled, contended: revoke?.contended, fileSweep: fileSweep)
+        if !locked {
+          fd = nil  // removed while we waited (not locked: nothing to unlock)
+          removed = true
+        } else if let fileSweep {
           if let seen = fileSweep.verify(fd!.fd, seen: sweepSeen) {
             sweepSeen = seen
           } else {
@@ -497,17 +501,21 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
 
   /// Polls with LOCK_NB and a growing pause, so `cancel()` can stop a waiting access (a blocking flock cannot
   /// be interrupted). The pause stays ≤ 1 ms: a released lock is noticed quickly.
-  /// `contended` runs after every refused attempt (a tree EX request revokes cached locks there).
+  /// `contended` runs after every refused attempt (a tree EX request revokes cached locks there). False: the file
+  /// was removed while we waited (`LockFileSweep.isRemovedWhileWaiting`; its remover, stopped, still holds it):
+  /// the caller opens the name again.
   private static func flock(
-    _ fd: borrowing SystemFD, _ mode: FlockMode, isCancelled: @Sendable () -> Bool, contended: (() -> Void)? = nil
-  ) throws(FileCoordinatorError) {
+    _ fd: borrowing SystemFD, _ mode: FlockMode, isCancelled: @Sendable () -> Bool, contended: (() -> Void)? = nil,
+    fileSweep: LockFileSweep? = nil
+  ) throws(FileCoordinatorError) -> Bool {
     var pause: UInt64 = 20_000
     var spins = 0
     while true {
       let got = try FileCoordinatorError.wrap { () throws(FileSystemError) in try fd.lock(mode, nonBlocking: true) }
-      if got { return }
+      if got { return true }
       contended?()
       if isCancelled() { throw .cancelled }
+      if fileSweep?.isRemovedWhileWaiting(fd) == true { return false }
       if spins < 10 {
         spins += 1
         CurrentThread.yield()
