@@ -134,24 +134,24 @@ import Testing
   }
 
   /// And with the change's event still in the queue.
-  @Test(.runSlot(.minutes(3))) func unhandledEventBlocksTheFastPath() async throws {
+  @Test(.runSlot(.minutes(3), alone: true)) func unhandledEventBlocksTheFastPath() async throws {
     let f = try Fixture()
     try await f.subBesideALinkOut()
     try await #require(await FastAccessTests.warm(f.coordinator, f.url("sub/x")), "the fast path never served")
-    Watcher.shared.stall(nanoseconds: 3_000_000_000)
-    defer { Watcher.shared.stall(nanoseconds: 0) }
-    await f.attack(.exchange(a: "Documents/sub", b: "Documents/link"))
-    #expect(f.isRefused("sub/x"))
+    await withWatcherStalled(nanoseconds: 3_000_000_000) {
+      await f.attack(.exchange(a: "Documents/sub", b: "Documents/link"))
+      #expect(f.isRefused("sub/x"))
+    }
   }
 
   /// The same change while the watcher reads nothing: its event waits in the queue, and the memory must not answer.
-  @Test(.runSlot(.minutes(3))) func unhandledEventBlocksTheMemory() async throws {
+  @Test(.runSlot(.minutes(3), alone: true)) func unhandledEventBlocksTheMemory() async throws {
     let f = try Fixture()
     try await f.subBesideALinkOut()
-    Watcher.shared.stall(nanoseconds: 3_000_000_000)
-    defer { Watcher.shared.stall(nanoseconds: 0) }
-    await f.attack(.exchange(a: "Documents/sub", b: "Documents/link"))
-    #expect(f.isRefused("sub/x"))
+    await withWatcherStalled(nanoseconds: 3_000_000_000) {
+      await f.attack(.exchange(a: "Documents/sub", b: "Documents/link"))
+      #expect(f.isRefused("sub/x"))
+    }
   }
 
   /// A directory on the way moved aside and made again, then a link planted in the new one: the watches beneath

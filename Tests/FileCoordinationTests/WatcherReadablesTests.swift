@@ -43,19 +43,21 @@ import Testing
     }
   }
 
-  @Test func aSwappedDescriptorIsServed() async throws {
+  // Alone: the stall holds back every test's events and datagrams in this process.
+  @Test(.runSlot(.minutes(3), alone: true)) func aSwappedDescriptorIsServed() async throws {
     try Watcher.shared.start()
     let first = try Pipe()
     let firstToken = Watcher.shared.watchReadable(first.read) { first.drain() }
     first.send()
     #expect(await eventually { first.got.withLock { $0 } == 1 }, "the first descriptor was not served")
-    // Swapped in one turn of the watcher's loop (it sleeps through a short stall, so both requests wait for the
-    // same turn): the number of served descriptors stays the same. The first pipe stays open and silent.
-    Watcher.shared.stall(nanoseconds: 150_000_000)
-    try? await Task.sleep(for: .seconds(0.02))
-    Watcher.shared.cancel(firstToken)
+    // Swapped in one turn of the watcher's loop (it sleeps through the stall, so both requests wait for the same
+    // turn): the number of served descriptors stays the same. The first pipe stays open and silent.
     let second = try Pipe()
-    let secondToken = Watcher.shared.watchReadable(second.read) { second.drain() }
+    let secondToken = await withWatcherStalled(nanoseconds: 150_000_000) {
+      try? await Task.sleep(for: .seconds(0.02))
+      Watcher.shared.cancel(firstToken)
+      return Watcher.shared.watchReadable(second.read) { second.drain() }
+    }
     defer { Watcher.shared.cancel(secondToken) }
     // Sent once the loop is back in `poll` (every descriptor is also drained before each inotify event, and the
     // requests' wake-ups are such events): only `poll` can deliver this byte.

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import Synchronization
+import SystemLayer
 import Testing
 
 /// A test's turn to run, and its time limit counted from that turn.
@@ -11,10 +12,17 @@ import Testing
 /// The limit catches hangs only: size it for the test's work on a machine kept busy by other programs (`make
 /// test-under-load`).
 ///
+/// `.runSlot(limit, alone: true)` takes every slot: for a test that changes something the whole test process shares
+/// — `Watcher.shared.stall` leaves every test's inotify events and datagrams unread, and a coordinated write of
+/// another test running meanwhile waited for an ack file until its presenter timeout. It waits for the tests
+/// running to end, and the tests after it wait for it (slots are handed out in the order asked for).
+///
 /// The slot also captures what the library logs during the test (swift-log, in this process) and prints it only
 /// when the test records an issue.
 public struct RunSlot: TestTrait, SuiteTrait, TestScoping {
   public let limit: Duration
+  /// Every slot: no other test with a slot runs meanwhile.
+  public let alone: Bool
 
   public var isRecursive: Bool { true }
 
@@ -29,9 +37,11 @@ public struct RunSlot: TestTrait, SuiteTrait, TestScoping {
     // A suite's trait and the test's own: the outermost takes the slot and gives the test the longest limit
     // among them (a test that says it needs longer than its suite gets it).
     if RunSlots.held != nil { return try await function() }
-    let limit = test.traits.compactMap { ($0 as? RunSlot)?.limit }.max() ?? limit
-    await RunSlots.shared.acquire()
-    defer { RunSlots.shared.release() }
+    let slots = test.traits.compactMap { $0 as? RunSlot }
+    let limit = slots.map(\.limit).max() ?? limit
+    let count = slots.contains(where: \.alone) || alone ? RunSlots.width : 1
+    await RunSlots.shared.acquire(count)
+    defer { RunSlots.shared.release(count) }
     let log = CapturedLog()
     let failed = Atomic(false)
     let noteFailure = IssueHandlingTrait.compactMapIssues { issue in
@@ -40,7 +50,7 @@ public struct RunSlot: TestTrait, SuiteTrait, TestScoping {
     }
     let start = ContinuousClock.now
     defer { RunSlots.record(ContinuousClock.now - start, of: test) }
-    try await RunSlots.$held.withValue(Held(limit: limit, log: log)) {
+    try await RunSlots.$held.withValue(Held(limit: limit, alone: count == RunSlots.width, log: log)) {
       try await noteFailure.provideScope(for: test, testCase: testCase) {
         try await withLimit(limit, test: test, function)
       }
@@ -50,14 +60,17 @@ public struct RunSlot: TestTrait, SuiteTrait, TestScoping {
 
   struct Held: Sendable {
     var limit: Duration
+    var alone: Bool
     var log: CapturedLog
   }
 }
 
 extension Trait where Self == RunSlot {
-  /// Runs the test (each test of the suite) in one of `RunSlots.width` slots, with `limit` counted from when it
-  /// gets one.
-  public static func runSlot(_ limit: Duration) -> RunSlot { RunSlot(limit: limit) }
+  /// Runs the test (each test of the suite) in one of `RunSlots.width` slots — in all of them when `alone` —, with
+  /// `limit` counted from when it gets them.
+  public static func runSlot(_ limit: Duration, alone: Bool = false) -> RunSlot {
+    RunSlot(limit: limit, alone: alone)
+  }
 }
 
 /// Runs `function`; when it has not returned within `limit`, records the hang and cancels it (every wait of the
@@ -90,18 +103,21 @@ public final class RunSlots: Sendable {
   /// Twice the processors, at least 4: tests mostly wait on child processes, so a few more than the cores keep
   /// them busy without making every test's wall time the whole run's.
   public static let width = max(4, 2 * ProcessInfo.processInfo.activeProcessorCount)
-  static let shared = RunSlots()
+  package static let shared = RunSlots(width: width, bootstrapLog: true)
 
   @TaskLocal static var held: RunSlot.Held?
 
   private struct State {
-    var free = RunSlots.width
-    var waiting: [CheckedContinuation<Void, Never>] = []
+    var free: Int
+    /// In the order asked for: a test that wants every slot is not passed over by the tests asking after it.
+    var waiting: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
   }
-  private let state = Mutex(State())
+  private let state: Mutex<State>
 
-  private init() {
-    CapturedLog.bootstrapOnce
+  /// `width` slots (another set than the test process's: for tests of the slots themselves).
+  package init(width: Int, bootstrapLog: Bool = false) {
+    state = Mutex(State(free: width))
+    if bootstrapLog { CapturedLog.bootstrapOnce }
   }
 
   /// With `GC_TEST_TIMES=<file>`: one line per test case, "<seconds in its slot>\t<suite/test>", appended (what
@@ -125,30 +141,52 @@ public final class RunSlots: Sendable {
   }
   private static let timesLock = Mutex(())
 
-  func acquire() async {
+  /// Waits for `count` slots (at most the width), taken together once that many are free and nobody asked before.
+  package func acquire(_ count: Int = 1) async {
     await withCheckedContinuation { continuation in
       let now = state.withLock { s -> Bool in
-        if s.free > 0 {
-          s.free -= 1
+        if s.waiting.isEmpty && s.free >= count {
+          s.free -= count
           return true
         }
-        s.waiting.append(continuation)
+        s.waiting.append((count, continuation))
         return false
       }
       if now { continuation.resume() }
     }
   }
 
-  func release() {
-    let next = state.withLock { s -> CheckedContinuation<Void, Never>? in
-      if s.waiting.isEmpty {
-        s.free += 1
-        return nil
+  /// Gives back `count` slots, and hands them on to the waiting in order while the first of them can have its count.
+  package func release(_ count: Int = 1) {
+    let next = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+      s.free += count
+      var next: [CheckedContinuation<Void, Never>] = []
+      while let first = s.waiting.first, first.count <= s.free {
+        s.free -= first.count
+        next.append(s.waiting.removeFirst().continuation)
       }
-      return s.waiting.removeFirst()
+      return next
     }
-    next?.resume()
+    for continuation in next { continuation.resume() }
   }
+
+  /// Slots free now, and how many asked and wait (for tests of the slots).
+  package var free: Int { state.withLock { $0.free } }
+  package var waiting: Int { state.withLock { $0.waiting.count } }
+}
+
+/// Runs `body` with the test process's watcher reading nothing (`Watcher.shared.stall`) for at most `nanoseconds`:
+/// its events and datagrams wait in the kernel's queues. Every test of the process shares that watcher, so a test
+/// that does this must run alone (`.runSlot(_, alone: true)`); one that does not records an issue.
+public func withWatcherStalled<T>(
+  nanoseconds: UInt64, _ body: () async throws -> T
+) async rethrows -> T {
+  if RunSlots.held?.alone != true {
+    Issue.record("the test stalls the watcher every test of this process shares: give it .runSlot(_, alone: true)")
+  }
+  Watcher.shared.stall(nanoseconds: nanoseconds)
+  defer { Watcher.shared.stall(nanoseconds: 0) }
+  return try await body()
 }
 
 /// What the library logged (swift-log) during one test, kept in memory and printed only if the test fails. Messages
