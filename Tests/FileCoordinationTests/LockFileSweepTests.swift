@@ -24,7 +24,10 @@ import Testing
 /// - an acquirer that keeps waiting on a removed file (`LockFileSweep.isRemovedWhileWaiting` false):
 ///   `aStoppedSweeperHoldsBackNoAcquirerOfTheRemovedFile` times out;
 /// - a sweep that does not ask whether a process of an older build lives (`olderBuildIsAlive` not called):
-///   `noLockFileIsRemovedWhileAProcessOfAnOlderBuildLives` sees its files go.
+///   `noLockFileIsRemovedWhileAProcessOfAnOlderBuildLives` sees its files go;
+/// - the mark without the counters' epoch (`LockFileSweep.mark` the sequence alone):
+///   `aCountersFileThatLostItsValuesLeavesNoStaleLockTrusted` — the write on the removed file runs beside the
+///   holder of the new one.
 @Suite(.runSlot(.minutes(3))) struct LockFileSweepTests {
   let group = "group.com.example.tests"
 
@@ -235,6 +238,39 @@ import Testing
     }
     // The repair made the sequence even again (a sweep started by the writer's opening).
     #expect(await eventually { (try? Self.sequence(container)).map { $0 % 2 == 0 } ?? false })
+    writer.kill()
+    #expect(throws: Never.self) { try coordinator.coordinate(writingItemAt: x) { _ in } }
+    holder.kill()
+  }
+
+  /// The counters file truncated (a hostile or careless group member) and sized again by the next process: the
+  /// sequence starts over from zero and comes back to the value this process checked its descriptor at, while that
+  /// descriptor's file was removed in between. The counters' new epoch is what tells them apart.
+  @Test func aCountersFileThatLostItsValuesLeavesNoStaleLockTrusted() async throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let x = container.url.appendingPathComponent("x")
+    // The root's tree lock and y's item lock are held: x's item lock is the only file the sweeper can remove.
+    let holder = try Child(.hold(mode: .read, item: "y"), root: root.path, group: group)
+    #expect(await holder.line { $0 == "locked" } != nil)
+    let coordinator = FileCoordinator()
+    try coordinator.coordinate(writingItemAt: x) { _ in }  // x's lock file, kept open here, checked at sequence 0
+    #expect(try Self.sequence(container) == 0)
+    let sweeper = try Child(.lockSweep, root: root.path, group: group)
+    #expect(await sweeper.line { $0 == "swept 1" } != nil, "x's lock file was not removed: \(sweeper.output)")
+    #expect(await sweeper.exit() == 0)
+    #expect(try Self.sequence(container) == 2)
+    // Truncated: the next process to open the container gives it its size back — zeros, the sequence 0 again.
+    let counters = container.url.path + "/" + CoordinationPaths.counters
+    #expect(truncate(counters, 0) == 0)
+    // That process makes x's lock file anew and holds it.
+    let writer = try Child(.hold(mode: .write, item: "x"), root: root.path, group: group)
+    #expect(await writer.line { $0 == "locked" } != nil)
+    #expect(try Self.sequence(container) == 0, "the sequence did not start over")
+    coordinator.lockTimeout = .milliseconds(300)
+    #expect(throws: FileCoordinatorError.self, "a write on the removed lock file ran beside the holder's") {
+      try coordinator.coordinate(writingItemAt: x) { _ in }
+    }
     writer.kill()
     #expect(throws: Never.self) { try coordinator.coordinate(writingItemAt: x) { _ in } }
     holder.kill()

@@ -16,8 +16,9 @@ import SystemLayer
 ///   next access would only make it again), and removes the name between two bumps of the container's
 ///   *sweep sequence* (`CoordinationCounters.lockSweepSequence`): odd while a removal is under way, even after.
 ///   It unlocks only after the second bump.
-/// - *Every acquirer* (`LockTable.take`) reads the sequence before it opens a lock file (`mark`), and after each
-///   flock it takes compares (`verify`): the sequence unchanged and even, the file cannot have been removed since
+/// - *Every acquirer* (`LockTable.take`) reads the sequence (with the counters' epoch) before it opens a lock file
+///   (`mark`), and after each flock it takes compares (`verify`): the sequence unchanged and even, in the same
+///   epoch, the file cannot have been removed since
 ///   (a removal ends with a bump before the remover unlocks, and the flock was granted after that unlock — or the
 ///   remover died, leaving the sequence odd). Otherwise one `fstat`: no link left, the acquirer unlocks, opens the
 ///   name again and takes the new file's lock. While anyone holds a lock, nobody can remove its file, so the check
@@ -49,14 +50,17 @@ struct LockFileSweep: Sendable {
   /// `olderBuildIsAlive`): no sweep removes anything while one lives.
   let olderBuildIsAlive: @Sendable () -> Bool
 
-  /// The sequence, read before opening a lock file.
-  func mark() -> UInt64 { counters.load(Self.sequence) }
+  /// The sequence, read before opening a lock file — plus twice the counters' epoch (`MappedCounters.epoch`; the
+  /// parity stays the sequence's). A counters file that lost its values (truncated, then healed) or was made anew
+  /// (the container removed and made again, `rebind`) starts a new epoch: its sequence, counted up from zero
+  /// again, could show a value a descriptor was checked at while that descriptor's file was removed since.
+  func mark() -> UInt64 { counters.load(Self.sequence) &+ (counters.epoch &<< 1) }
 
-  /// After a flock on `fd` was taken, with `seen` the sequence read before the file was opened (or at its last
-  /// check): the sequence to keep with the descriptor, or nil when the file was removed (its lock excludes no one:
-  /// unlock and open the name again).
+  /// After a flock on `fd` was taken, with `seen` the mark read before the file was opened (or at its last check):
+  /// the mark to keep with the descriptor, or nil when the file was removed (its lock excludes no one: unlock and
+  /// open the name again).
   func verify(_ fd: borrowing SystemFD, seen: UInt64) -> UInt64? {
-    let now = counters.load(Self.sequence)
+    let now = mark()
     if now == seen && now & 1 == 0 { return now }
     // An fstat that fails on an open descriptor says nothing: treated as removed, the lock is taken anew.
     guard let status = try? fd.status(), status.linkCount > 0 else { return nil }

@@ -71,8 +71,8 @@ final class LockTable: @unchecked Sendable {  // every field is guarded by `cond
     @exclusivity(unchecked) var idleSince: UInt64 = 0
     /// Still the table's entry of its key: an entry the last plan remembers is used only while it is.
     @exclusivity(unchecked) var inTable = true
-    /// The sweep sequence read before `fd` was opened, or when its file was last seen linked under our flock
-    /// (Rule 3b, LockFileSweep.swift).
+    /// The sweep sequence (its `mark`, with the counters' epoch) read before `fd` was opened, or when its file was
+    /// last seen linked under our flock (Rule 3b, LockFileSweep.swift).
     @exclusivity(unchecked) var sweepSeen: UInt64 = 0
 
     /// Holds the flock with no holder in the process: a cached shared tree lock.
