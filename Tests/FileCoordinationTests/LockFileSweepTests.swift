@@ -26,8 +26,9 @@ import Testing
 /// - a sweep that does not ask whether a process of an older build lives (`olderBuildIsAlive` not called):
 ///   `noLockFileIsRemovedWhileAProcessOfAnOlderBuildLives` sees its files go;
 /// - the mark without the counters' epoch (`LockFileSweep.mark` the sequence alone):
-///   `aCountersFileThatLostItsValuesLeavesNoStaleLockTrusted` — the write on the removed file runs beside the
-///   holder of the new one.
+///   `aCountersFileThatLostItsValuesLeavesNoStaleLockTrusted` and
+///   `aLockHeldWhileTheContainerIsRemovedIsNotTrustedAfter` — the write on the removed file runs beside the holder
+///   of the new one.
 @Suite(.runSlot(.minutes(3))) struct LockFileSweepTests {
   let group = "group.com.example.tests"
 
@@ -274,5 +275,47 @@ import Testing
     writer.kill()
     #expect(throws: Never.self) { try coordinator.coordinate(writingItemAt: x) { _ in } }
     holder.kill()
+  }
+
+  /// The container removed (`rm -rf`) and made again while this process holds x's lock: its descriptor of the
+  /// removed file is kept once the access ends, and the new counters file's sequence starts where the old one was
+  /// when that descriptor was checked. Another process's lock of x's new file must still exclude this process.
+  @Test func aLockHeldWhileTheContainerIsRemovedIsNotTrustedAfter() async throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let x = container.url.appendingPathComponent("x")
+    let coordinator = FileCoordinator()
+    final class Gate: Sendable { let state = Mutex((inside: false, leave: false, done: false)) }
+    let gate = Gate()
+    let thread = Thread {
+      try? coordinator.coordinate(writingItemAt: x) { _ in
+        gate.state.withLock { $0.inside = true }
+        while !gate.state.withLock({ $0.leave }) { usleep(1000) }
+      }
+      gate.state.withLock { $0.done = true }
+    }
+    thread.start()
+    #expect(await eventually { gate.state.withLock { $0.inside } }, "the access never began")
+    #expect(try await runToEnd("/bin/rm", ["-rf", container.path]).status == 0)
+    // This process makes its layout again, the counters and lock directory anew, then publishes its liveness lock.
+    let processes = container.url.path + "/" + CoordinationPaths.processes
+    #expect(
+      await eventually {
+        ((try? FileManager.default.contentsOfDirectory(atPath: processes)) ?? []).contains {
+          $0.hasPrefix("\(getpid()).")
+        }
+      }, "this process did not recover from the removal")
+    #expect(try Self.sequence(container) == 0)
+    gate.state.withLock { $0.leave = true }  // the access ends: the removed file's descriptor stays, idle
+    #expect(await eventually { gate.state.withLock { $0.done } }, "the access never ended")
+    // Another process makes x's lock file anew and holds it.
+    let writer = try Child(.hold(mode: .write, item: "x"), root: root.path, group: group)
+    #expect(await writer.line { $0 == "locked" } != nil)
+    coordinator.lockTimeout = .milliseconds(300)
+    #expect(throws: FileCoordinatorError.self, "a write on the removed lock file ran beside the holder's") {
+      try coordinator.coordinate(writingItemAt: x) { _ in }
+    }
+    writer.kill()
+    #expect(throws: Never.self) { try coordinator.coordinate(writingItemAt: x) { _ in } }
   }
 }
