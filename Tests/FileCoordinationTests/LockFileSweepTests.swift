@@ -43,6 +43,23 @@ import Testing
     try container.coordinationSpace().counters.load(CoordinationCounters.lockSweepSequence)
   }
 
+  /// Another process makes x's lock file anew (it was removed under this process's descriptor) and holds it: this
+  /// process's write of x must wait for it — fail within a short `lockTimeout` — and run once it is gone.
+  /// `whileHeld` runs before it lets go.
+  func expectANewHolderExcludes(
+    _ x: URL, _ coordinator: FileCoordinator, in root: TestRoot, whileHeld: () async throws -> Void = {}
+  ) async throws {
+    let writer = try Child(.hold(mode: .write, item: x.lastPathComponent), root: root.path, group: group)
+    #expect(await writer.line { $0 == "locked" } != nil)
+    coordinator.lockTimeout = .milliseconds(300)
+    #expect(throws: FileCoordinatorError.self, "a write on the removed lock file ran beside the holder's") {
+      try coordinator.coordinate(writingItemAt: x) { _ in }
+    }
+    try await whileHeld()
+    writer.kill()
+    #expect(throws: Never.self) { try coordinator.coordinate(writingItemAt: x) { _ in } }
+  }
+
   /// Three processes count to 1,500 under one item's lock, closing their idle lock files as they go, while this
   /// process removes every lock file nobody holds, again and again: each count must land.
   @Test func writersCountExactlyWhileTheirLockFileIsRemoved() async throws {
@@ -231,16 +248,10 @@ import Testing
     #expect(Self.lockFiles(container).count == 2, "x's lock file was not the one removed")
     #expect(try Self.sequence(container) == before + 1, "the sequence is odd while the dead sweeper's removal is")
     // Another process makes x's lock file anew and holds it (its opening also starts the repair sweep).
-    let writer = try Child(.hold(mode: .write, item: "x"), root: root.path, group: group)
-    #expect(await writer.line { $0 == "locked" } != nil)
-    coordinator.lockTimeout = .milliseconds(300)
-    #expect(throws: FileCoordinatorError.self, "a write on the removed lock file ran beside the holder's") {
-      try coordinator.coordinate(writingItemAt: x) { _ in }
+    try await expectANewHolderExcludes(x, coordinator, in: root) {
+      // The repair made the sequence even again (a sweep started by the writer's opening).
+      #expect(await eventually { (try? Self.sequence(container)).map { $0 % 2 == 0 } ?? false })
     }
-    // The repair made the sequence even again (a sweep started by the writer's opening).
-    #expect(await eventually { (try? Self.sequence(container)).map { $0 % 2 == 0 } ?? false })
-    writer.kill()
-    #expect(throws: Never.self) { try coordinator.coordinate(writingItemAt: x) { _ in } }
     holder.kill()
   }
 
@@ -265,15 +276,9 @@ import Testing
     let counters = container.url.path + "/" + CoordinationPaths.counters
     #expect(truncate(counters, 0) == 0)
     // That process makes x's lock file anew and holds it.
-    let writer = try Child(.hold(mode: .write, item: "x"), root: root.path, group: group)
-    #expect(await writer.line { $0 == "locked" } != nil)
-    #expect(try Self.sequence(container) == 0, "the sequence did not start over")
-    coordinator.lockTimeout = .milliseconds(300)
-    #expect(throws: FileCoordinatorError.self, "a write on the removed lock file ran beside the holder's") {
-      try coordinator.coordinate(writingItemAt: x) { _ in }
+    try await expectANewHolderExcludes(x, coordinator, in: root) { () async throws in
+      #expect(try Self.sequence(container) == 0, "the sequence did not start over")
     }
-    writer.kill()
-    #expect(throws: Never.self) { try coordinator.coordinate(writingItemAt: x) { _ in } }
     holder.kill()
   }
 
@@ -309,13 +314,6 @@ import Testing
     gate.state.withLock { $0.leave = true }  // the access ends: the removed file's descriptor stays, idle
     #expect(await eventually { gate.state.withLock { $0.done } }, "the access never ended")
     // Another process makes x's lock file anew and holds it.
-    let writer = try Child(.hold(mode: .write, item: "x"), root: root.path, group: group)
-    #expect(await writer.line { $0 == "locked" } != nil)
-    coordinator.lockTimeout = .milliseconds(300)
-    #expect(throws: FileCoordinatorError.self, "a write on the removed lock file ran beside the holder's") {
-      try coordinator.coordinate(writingItemAt: x) { _ in }
-    }
-    writer.kill()
-    #expect(throws: Never.self) { try coordinator.coordinate(writingItemAt: x) { _ in } }
+    try await expectANewHolderExcludes(x, coordinator, in: root)
   }
 }
