@@ -43,6 +43,19 @@ import Testing
     try container.coordinationSpace().counters.load(CoordinationCounters.lockSweepSequence)
   }
 
+  /// A container where another process holds the root's tree lock and y's item lock, so that x's item lock file,
+  /// which this process made (with `coordinator`) and keeps open, is the only one a sweep can remove.
+  func onlyXsLockFileRemovable() async throws -> (TestRoot, GroupContainer, URL, Child, FileCoordinator) {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let x = container.url.appendingPathComponent("x")
+    let holder = try Child(.hold(mode: .read, item: "y"), root: root.path, group: group)
+    #expect(await holder.line { $0 == "locked" } != nil)
+    let coordinator = FileCoordinator()
+    try coordinator.coordinate(writingItemAt: x) { _ in }
+    return (root, container, x, holder, coordinator)
+  }
+
   /// Another process makes x's lock file anew (it was removed under this process's descriptor) and holds it: this
   /// process's write of x must wait for it — fail within a short `lockTimeout` — and run once it is gone.
   /// `whileHeld` runs before it lets go.
@@ -231,14 +244,7 @@ import Testing
   /// A sweeper killed between removing a lock file and its second bump leaves the sequence odd; a process that
   /// still has the removed file open must not trust a lock on it, while another holds the new file of that name.
   @Test func aSweeperKilledInsideARemovalLeavesNoStaleLockTrusted() async throws {
-    let root = try TestRoot()
-    let container = try root.container(group)
-    let x = container.url.appendingPathComponent("x")
-    // The root's tree lock and y's item lock are held: x's item lock is the only file the sweeper can remove.
-    let holder = try Child(.hold(mode: .read, item: "y"), root: root.path, group: group)
-    #expect(await holder.line { $0 == "locked" } != nil)
-    let coordinator = FileCoordinator()
-    try coordinator.coordinate(writingItemAt: x) { _ in }  // x's lock file, kept open here
+    let (root, container, x, holder, coordinator) = try await onlyXsLockFileRemovable()
     #expect(Self.lockFiles(container).count == 3)
     let before = try Self.sequence(container)
     #expect(before % 2 == 0)
@@ -259,15 +265,8 @@ import Testing
   /// sequence starts over from zero and comes back to the value this process checked its descriptor at, while that
   /// descriptor's file was removed in between. The counters' new epoch is what tells them apart.
   @Test func aCountersFileThatLostItsValuesLeavesNoStaleLockTrusted() async throws {
-    let root = try TestRoot()
-    let container = try root.container(group)
-    let x = container.url.appendingPathComponent("x")
-    // The root's tree lock and y's item lock are held: x's item lock is the only file the sweeper can remove.
-    let holder = try Child(.hold(mode: .read, item: "y"), root: root.path, group: group)
-    #expect(await holder.line { $0 == "locked" } != nil)
-    let coordinator = FileCoordinator()
-    try coordinator.coordinate(writingItemAt: x) { _ in }  // x's lock file, kept open here, checked at sequence 0
-    #expect(try Self.sequence(container) == 0)
+    let (root, container, x, holder, coordinator) = try await onlyXsLockFileRemovable()
+    #expect(try Self.sequence(container) == 0)  // x's descriptor was checked at 0
     let sweeper = try Child(.lockSweep, root: root.path, group: group)
     #expect(await sweeper.line { $0 == "swept 1" } != nil, "x's lock file was not removed: \(sweeper.output)")
     #expect(await sweeper.exit() == 0)
