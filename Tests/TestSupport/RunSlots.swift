@@ -13,8 +13,8 @@ import Testing
 /// test-under-load`).
 ///
 /// `.runSlot(limit, alone: true)` takes every slot: for a test that changes something the whole test process shares
-/// — `Watcher.shared.stall` leaves every test's inotify events and datagrams unread, and a coordinated write of
-/// another test running meanwhile waited for an ack file until its presenter timeout. It waits for the tests
+/// — `Watcher.shared.stall` leaves every test's inotify events and datagrams unread, so a coordinated write of
+/// another test running meanwhile could wait for an ack file until its presenter timeout. It waits for the tests
 /// running to end, and the tests after it wait for it (slots are handed out in the order asked for).
 ///
 /// The slot also captures what the library logs during the test (swift-log, in this process) and prints it only
