@@ -303,12 +303,7 @@ import Testing
     #expect(try await runToEnd("/bin/rm", ["-rf", container.path]).status == 0)
     // This process makes its layout again, the counters and lock directory anew, then publishes its liveness lock.
     let processes = container.url.path + "/" + CoordinationPaths.processes
-    #expect(
-      await eventually {
-        ((try? FileManager.default.contentsOfDirectory(atPath: processes)) ?? []).contains {
-          $0.hasPrefix("\(getpid()).")
-        }
-      }, "this process did not recover from the removal")
+    #expect(await entryAppears(in: processes, prefix: "\(getpid())."), "this process did not recover from the removal")
     #expect(try Self.sequence(container) == 0)
     gate.state.withLock { $0.leave = true }  // the access ends: the removed file's descriptor stays, idle
     #expect(await eventually { gate.state.withLock { $0.done } }, "the access never ended")

@@ -238,16 +238,6 @@ import Testing
     #expect(try await runToEnd("/bin/rm", ["-rf", container.path]).status == 0)
   }
 
-  /// Waits (at most 20 s) until `directory` has an entry starting with `prefix`.
-  func waitForEntry(in directory: String, prefix: String) async -> Bool {
-    let deadline = Date().addingTimeInterval(Wait.condition)
-    func found() -> Bool {
-      ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).contains { $0.hasPrefix(prefix) }
-    }
-    while !found() && Date() < deadline { try? await Task.sleep(for: .seconds(0.02)) }
-    return found()
-  }
-
   @Test func presentersHearCoordinatedWritesAgainAfterTheContainerWasRemoved() async throws {
     let root = try TestRoot()
     let container = try root.container(group)
@@ -259,7 +249,7 @@ import Testing
     let presenters = container.url.appendingPathComponent(
       ".coordination/presenters/" + PresenterRegistry.bucketName(try ContainerPath("Documents/kept.txt").bytesHash)
     ).path
-    guard await waitForEntry(in: presenters, prefix: "\(child.pid).") else {
+    guard await entryAppears(in: presenters, prefix: "\(child.pid).") else {
       Issue.record("the presenter was not registered again after the container was removed")
       return
     }
@@ -286,7 +276,7 @@ import Testing
     // This process publishes its liveness lock again once it has recreated what it needs.
     let processes = container.url.appendingPathComponent(".coordination/processes").path
     #expect(
-      await waitForEntry(in: processes, prefix: "\(getpid())."), "this process did not recover from the removal")
+      await entryAppears(in: processes, prefix: "\(getpid())."), "this process did not recover from the removal")
     let late = try await presenter(root, "Documents/late.txt")
     let coordinator = FileCoordinator()
     coordinator.presenterTimeout = .seconds(20)
@@ -310,7 +300,7 @@ import Testing
     try await removeWithRM(container)
     let processes = container.url.appendingPathComponent(".coordination/processes").path
     #expect(
-      await waitForEntry(in: processes, prefix: "\(getpid())."), "this process did not recover from the removal")
+      await entryAppears(in: processes, prefix: "\(getpid())."), "this process did not recover from the removal")
     let holder = try Child(.hold(mode: .write, item: "Documents/again.txt"), root: root.path, group: group)
     defer { holder.kill() }
     #expect(await holder.line { $0 == "locked" } != nil, "the other process did not take the lock")

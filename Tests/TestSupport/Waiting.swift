@@ -94,6 +94,14 @@ public func eventually(within seconds: Double = Wait.condition, _ condition: () 
   return true
 }
 
+/// Whether `directory` came to hold an entry whose name starts with `prefix` within `Wait.condition` (a process
+/// registering, or publishing its liveness lock again).
+public func entryAppears(in directory: String, prefix: String) async -> Bool {
+  await eventually {
+    ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).contains { $0.hasPrefix(prefix) }
+  }
+}
+
 /// Runs `body` on a thread of its own (it may block: a lock, a coordinated access, a wait on another process) and
 /// waits at most `timeout` seconds for it, so a deadlock fails the test by assertion instead of hanging it (the stuck
 /// thread is abandoned). Returns what `body` returned, nil (with an issue recorded) on failure or timeout.
