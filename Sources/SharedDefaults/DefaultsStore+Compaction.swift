@@ -39,7 +39,7 @@ extension DefaultsStore {
         return Compaction(
           token: 0, image: nil, frozen: [], generation: generation,
           start: header.snapshotStart(generation: generation, committed: committed), length: committed,
-          snapshot: header.recordedSnapshot())
+          snapshot: header.recordedSnapshot(), headerInode: header.counters.identity.inode)
       }
       guard let work, !finishCompaction(work, durable: true) else { break }
     }
@@ -63,6 +63,8 @@ extension DefaultsStore {
     var start: Int
     var length: Int
     var snapshot: Identity
+    /// The header's file (a store that moved onto files made again installs nothing it built from the removed ones).
+    var headerInode: UInt64
   }
 
   /// With the lock held: builds the next snapshot on the background queue, without the lock (`finishCompaction`).
@@ -81,7 +83,7 @@ extension DefaultsStore {
     let work = Compaction(
       token: token, image: s.values.image, frozen: token == 0 ? [] : s.values.frozen, generation: generation,
       start: header.snapshotStart(generation: generation, committed: committed), length: committed,
-      snapshot: header.recordedSnapshot())
+      snapshot: header.recordedSnapshot(), headerInode: header.counters.identity.inode)
     compactions.enter()
     background.async { [weak self, compactions] in
       defer { compactions.leave() }
@@ -144,7 +146,8 @@ extension DefaultsStore {
     do {
       try exclusively { s throws(SharedDefaultsError) in
         defer { compactor.releaseClaim() }
-        guard let built, header.load(Slot.generation) == work.generation, header.recordedSnapshot() == work.snapshot
+        guard let built, header.counters.identity.inode == work.headerInode,
+          header.load(Slot.generation) == work.generation, header.recordedSnapshot() == work.snapshot
         else {
           try? root.removeFile(next)
           s.values.thaw(token: work.token)

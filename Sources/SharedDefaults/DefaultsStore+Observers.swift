@@ -106,10 +106,17 @@ extension DefaultsStore {
     let plistName = "\(suite).plist"
     do {
       let journalName = "\(suite).journal"
+      let lockName = "\(suite).lock"
+      let gone = Watcher.delete | Watcher.movedFrom
+      let watchGone = Watcher.deleteSelf | Watcher.moveSelf | Watcher.ignored
       let token = try Watcher.shared.watch(directory) { [weak self] event in
         guard let self else { return }
         if event.name == plistName { self.scheduleExportCheck() }
         if event.name == journalName { self.scheduleJournalCheck() }
+        // The header's file or the directory went: DefaultsStore+RemovedFiles.swift.
+        if (event.name == lockName && event.mask & gone != 0) || (event.name.isEmpty && event.mask & watchGone != 0) {
+          self.scheduleMoveCheck()
+        }
       }
       registrations.withLock { $0.watch = token }
     } catch {

@@ -104,8 +104,19 @@ extension DefaultsStore {
 
   /// A new or damaged header, set up under flock: its lock word cannot guard its own initialization.
   func initializeHeaderLocked() throws(SharedDefaultsError) {
-    do { try lockFD.lock(.exclusive) } catch { Self.logger.critical("suite '\(suite)': flock failed: \(error)") }
-    defer { lockFD.unlock() }
+    let lockFile = lockFile.withLock { $0 }
+    Self.flock(lockFile, suite: suite)
+    defer { lockFile.fd.unlock() }
+    try initializeHeader()
+  }
+
+  /// Takes the flock that guards a header's initialization (a failure is logged: the initialization goes on).
+  static func flock(_ file: DescriptorBox, suite: String) {
+    do { try file.fd.lock(.exclusive) } catch { logger.critical("suite '\(suite)': flock failed: \(error)") }
+  }
+
+  /// `initializeHeaderLocked` with the flock held by the caller.
+  func initializeHeader() throws(SharedDefaultsError) {
     guard header.load(Slot.magic) != SuiteHeader.magic else { return }
     if header.load(Slot.magic) == SuiteHeader.legacyMagic {
       // 0.1.0 kept the state in the plist: it becomes the snapshot; the journal and its length stay valid.
@@ -131,6 +142,7 @@ extension DefaultsStore {
     header.store(Slot.lock, 0)
     header.store(Slot.journalCapacity, 0)  // unknown: the next write allocates what it needs
     header.store(Slot.overLimit, 0)
+    header.store(Slot.filesRemoved, 0)
     header.store(Slot.journalInode, journal.inode)
     journal.forgetMove()
     header.increment(Slot.generation)
@@ -165,10 +177,14 @@ extension DefaultsStore {
 
   /// The journal's name changed (removed, replaced): if it no longer leads to the file this process maps, follow
   /// it (`SuiteJournal.follow`, which carries the committed records over when this process maps the recorded one).
+  /// Checked once the removal settled (`removalSettling`): `rm -rf` of the directory may remove the journal before the
+  /// lock file, and a journal made again meanwhile would make it fail on a directory that is not empty.
   func scheduleJournalCheck() {
     guard !readOnly else { return }
-    background.async { [self] in
+    background.asyncAfter(deadline: .now() + .nanoseconds(Int(Self.removalSettling))) { [self] in
       guard journal.inodeAtName() != journal.inode else { return }
+      // The journal went with the lock file (the directory removed): the whole suite moves.
+      guard !headerIsElsewhere() else { return scheduleMoveCheck() }
       do {
         try exclusively { s throws(SharedDefaultsError) in
           if journal.mapsRecordedFile { journal.follow() }

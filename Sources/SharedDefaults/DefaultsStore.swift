@@ -54,7 +54,8 @@ import SystemLayer
 /// (SuiteImageFormat.swift, SuiteImageBuilder.swift) and the state in memory (SuiteValues.swift), reading
 /// (DefaultsStore+CatchUp.swift), compaction's rules (SuiteCompactor.swift) and its building (+Compaction), the
 /// export (+Export) and outside edits (ExportMirror.swift, +OutsideEdits), recovery (+Recovery), the suite's other
-/// files (+Files), observers (+Observers); here: opening, writing, the lock order.
+/// files (+Files), observers (+Observers), the suite's files removed under it (+RemovedFiles); here: opening, writing,
+/// the lock order.
 final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state` (a Mutex); files are fixed
   typealias Slot = SuiteHeader.Slot
   typealias Identity = SuiteHeader.Identity
@@ -101,8 +102,10 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   let journalPath: String
   let fileMode: mode_t
   let header: SuiteHeader
-  /// flock'ed only to initialize the header, whose lock word cannot guard its own initialization.
-  let lockFD: SystemFD
+  /// The header's file, flock'ed only to initialize the header, whose lock word cannot guard its own
+  /// initialization (replaced when the store moves onto files made again: DefaultsStore+RemovedFiles.swift).
+  let lockFile: Mutex<DescriptorBox>
+  let directoryMode: mode_t
   /// The container may only be read here: writes fail with `EROFS`, nothing runs in the background, reads take the
   /// lock-free path only (the header and journal are private, read-only copies: a store would change nothing).
   let readOnly: Bool
@@ -161,6 +164,9 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   let observerCount = Atomic<Int>(0)
   /// A repair is queued on `background` (reads never wait for it).
   let repairPending = Atomic<Bool>(false)
+  /// A move onto the files at the names is queued on `background` (`scheduleMoveCheck`), or under way.
+  let movePending = Atomic<Bool>(false)
+  let moving = Atomic<Bool>(false)
   /// A rebase is queued on `background` (`scheduleRebase`).
   let rebasePending = Atomic<Bool>(false)
   /// A merge of sealed tiers is queued on `background` (`mergeTiersIfNeeded`).
@@ -264,9 +270,12 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       }
     }
     self.readOnly = readOnly
-    lockFD = try SharedDefaultsError.wrap { () throws(FileSystemError) in
-      try files.open(lockName, readOnly ? .readOnly : .readWrite)
-    }
+    lockFile = Mutex(
+      DescriptorBox(
+        try SharedDefaultsError.wrap { () throws(FileSystemError) in
+          try files.open(lockName, readOnly ? .readOnly : .readWrite)
+        }))
+    directoryMode = container.sharing.directoryMode
     lock = SharedMemoryLock(header.counters, index: Slot.lock) { [container] pid, start in
       container.processIsAlive(pid: pid, startTimeLow32: start)
     }
@@ -279,7 +288,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
           suite: suite, header: header, root: root, directoryItem: Self.preferences, directory: files, mode: fileMode,
           reservation: Self.journalReservation, readOnly: readOnly)
       }
-    }  // on a throw `lockFD` closes with the partly made store
+    }  // on a throw `lockFile` closes with the partly made store
     compactor = SuiteCompactor(header: header, journal: journal)
     deliveries = DispatchQueue(label: "GroupContainer.SharedDefaults.\(suite).deliveries")
     background = DispatchQueue(label: "GroupContainer.SharedDefaults.\(suite).background")
@@ -301,7 +310,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
     let (watch, memory) = registrations.withLock { $0 }
     if let watch { Watcher.shared.cancel(watch) }
     memory?.cancel()
-    // `lockFD` closes after this, with the store.
+    // `lockFile` closes after this, with the store.
   }
 
   // MARK: Reading
@@ -497,9 +506,18 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   /// The rest of `withLock` once the lock is `acquired`.
   func locked<T, E: Error>(_ first: SharedMemoryLock.Acquired, _ body: () throws(E) -> T) throws(E) -> T {
     var acquired = first
+    var moved = false
     while true {
       let faults = header.faultCount
       if faults == seenHeaderFaults.load(ordering: .relaxed) {
+        if header.load(Slot.filesRemoved) != 0, !moved, !moving.load(ordering: .acquiring) {
+          // Another process moved onto new files (DefaultsStore+RemovedFiles.swift): so does this one, first.
+          moved = true
+          lock.unlock()
+          _ = moveToFilesAtName()
+          acquired = lock.lock()
+          continue
+        }
         if case .fromDeadOwner(let pid) = acquired {
           // What it left is safe by construction: bytes past the committed length are never read; a snapshot it
           // wrote but did not record is complete and read with the journal replayed over it; an export it did not
@@ -519,7 +537,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       }
       acquired = lock.lock()
     }
-    if !journal.mapsRecordedFile { journal.follow() }
+    if !journal.mapsRecordedFile, !headerIsElsewhere() { journal.follow() }
     let before = (header.load(Slot.generation), header.load(Slot.committed))
     if journal.isMoving {
       // Only a lock holder moves the journal, and it clears the flag before unlocking: that one died.

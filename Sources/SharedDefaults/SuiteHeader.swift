@@ -67,7 +67,12 @@ struct SuiteHeader: @unchecked Sendable {  // the memory is atomics (MappedCount
     /// that is not the recorded inode but whose committed bytes are intact records ending with this one is the same
     /// journal copied (`cp -a`, a backup restored): it is kept (`SuiteJournal.follow`).
     static let lastRecord = 37
-    // Free: 38–510 (511 is the file's epoch, `MappedCounters`). A new word goes after the last one; a word is never
+    /// Non-zero: this header's file was removed and a process moved onto the files at the names; whoever takes
+    /// its lock moves too instead of appending (DefaultsStore+RemovedFiles.swift).
+    static let filesRemoved = 38
+    /// The inode of the removed header whose final state was carried into this suite (once).
+    static let carriedFrom = 39
+    // Free: 40–510 (511 is the file's epoch, `MappedCounters`). A new word goes after the last one; a word is never
     // moved or reused (processes of an older build may map the same header).
   }
 
@@ -87,7 +92,8 @@ struct SuiteHeader: @unchecked Sendable {  // the memory is atomics (MappedCount
       ("judgedSize", Slot.judgedSize), ("judgedTime", Slot.judgedTime), ("editsApplied", Slot.editsApplied),
       ("editsExported", Slot.editsExported), ("movedAt", Slot.movedAt), ("judgingDecision", Slot.judgingDecision),
       ("judgingInode", Slot.judgingInode), ("judgingSize", Slot.judgingSize), ("judgingTime", Slot.judgingTime),
-      ("judgingAt", Slot.judgingAt), ("lastRecord", Slot.lastRecord),
+      ("judgingAt", Slot.judgingAt), ("lastRecord", Slot.lastRecord), ("filesRemoved", Slot.filesRemoved),
+      ("carriedFrom", Slot.carriedFrom),
     ] as [(String, Int)]).map { ($0.0, MappedLayout.word($0.1)) })
 
   /// What a judgement of a tool's file decided (`Slot.judgingDecision`).

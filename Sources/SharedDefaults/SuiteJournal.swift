@@ -299,6 +299,15 @@ final class SuiteJournal: @unchecked Sendable {  // the mapping is shared memory
     }
   }
 
+  /// Maps `fd`, the journal at the name of a suite whose files were removed and made again, at the same addresses
+  /// (DefaultsStore+RemovedFiles.swift); the header, moved first, records which file every process maps.
+  func map(_ fd: consuming SystemFD) throws(FileSystemError) {
+    let inode = try fd.status().inode
+    try mapping.remap(onto: fd)
+    mappedInode.store(inode, ordering: .relaxed)
+    seenFaults.store(mapping.faultCount, ordering: .relaxed)
+  }
+
   /// With the lock held: the journal cannot be trusted (damaged, or its header lost). Its committed bytes are kept
   /// aside as `<suite>.journal.corrupt-<time>-<pid>` for whoever investigates, and it starts empty; a file that was
   /// truncated is mapped again, and only the blocks it still has are believed.

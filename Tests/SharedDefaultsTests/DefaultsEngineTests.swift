@@ -1015,3 +1015,170 @@ import Testing
     withExtendedLifetime(root) {}
   }
 }
+
+/// The suite's files removed with their directory (`rm -rf` of `Library/Preferences` or of the container) while
+/// processes map them (DefaultsStore+RemovedFiles.swift): every running process moves onto the files at the names,
+/// the removed files' final state is carried over once, and what was written to the new files first wins.
+///
+/// Mutants this suite catches, each built and seen failing: no move at all (before it, the long process's later
+/// write went to the removed journal and the others found no suite) — every test; the carried keys set over the new
+/// files' (no `s.values[key] == nil`) — `whatANewcomerWroteFirstWins`; no check of the mark at the lock (`locked`) —
+/// `aStoppedProcessMovesAtItsNextWriteAfterAnotherMoved`; a new header filled in over the older snapshot instead of
+/// given the final state as its snapshot — `onlyTheLockFileRemovedLeavesTheFinalStateExactly` (and three others);
+/// the listener not started again after the move — `anObserverHearsWritesAfterTheMove`.
+@Suite(.runSlot(.minutes(3))) struct DefaultsRemovedFilesTests {
+  /// The header word `carriedFrom` of the suite's lock file now (0: nothing carried over yet, or no file).
+  static func carriedFrom(_ container: GroupContainer, suite: String) -> UInt64 {
+    let path = container.preferencesURL.appendingPathComponent("\(suite).lock").path
+    guard let data = FileManager.default.contents(atPath: path), data.count >= 40 * 8 else { return 0 }
+    return data.withUnsafeBytes { $0.load(fromByteOffset: 39 * 8, as: UInt64.self) }
+  }
+
+  @Test(arguments: ["Library/Preferences", ""])
+  func aRunningProcessCarriesItsSuiteOverWhenItsDirectoryIsRemoved(removed: String) async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let id = container.identifier
+    let long = try Child(
+      .defaultsScript(
+        suite: "gone",
+        steps: [
+          .fill("a", count: 10, bytes: 0), .wait("go1"), .set("late", 1), .wait("go2"), .count("a"), .count("b"),
+          .count("late"),
+        ]),
+      root: root.path, group: id)
+    #expect(await long.line { $0 == "filled a 10" } != nil)
+    let target = removed.isEmpty ? container.path : container.path + "/" + removed
+    let rm = try await runToEnd("/bin/rm", ["-rf", target])
+    #expect(
+      rm.status == 0,
+      "\(rm.errors) \((try? FileManager.default.contentsOfDirectory(atPath: container.preferencesURL.path)) ?? [])")
+    // The running process makes the files again and puts its state in them.
+    #expect(await eventually { Self.carriedFrom(container, suite: "gone") != 0 }, "\(long.errors.text)")
+    #expect(FileManager.default.createFile(atPath: root.path + "/go1", contents: nil))
+    #expect(await long.line { $0 == "ack late" } != nil)
+    let other = try Child(
+      .defaultsScript(suite: "gone", steps: [.count("a"), .fill("b", count: 5, bytes: 0)]), root: root.path, group: id)
+    #expect(await other.exit() == 0)
+    #expect(other.output.first == "count 10", "\(other.output) \(other.errors.text)")
+    #expect(FileManager.default.createFile(atPath: root.path + "/go2", contents: nil))
+    #expect(await long.exit() == 0)
+    #expect(Array(long.output.suffix(3)) == ["count 10", "count 5", "count 1"], "\(long.errors.text)")
+    let fresh = try Child(
+      .defaultsScript(suite: "gone", steps: [.count("a"), .count("b"), .count("late")]), root: root.path, group: id)
+    #expect(await fresh.exit() == 0)
+    #expect(fresh.output == ["count 10", "count 5", "count 1"], "\(fresh.errors.text)")
+    withExtendedLifetime(root) {}
+  }
+
+  /// Only the lock file removed (`rm <suite>.lock`): the journal and an older snapshot stay at their names. The
+  /// running process sets up a new header with a new journal (the old one is the removed header's) and its final
+  /// state as the snapshot, exactly: a key removed since that older snapshot stays removed.
+  @Test func onlyTheLockFileRemovedLeavesTheFinalStateExactly() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let id = container.identifier
+    let long = try Child(
+      .defaultsScript(
+        suite: "lk",
+        steps: [
+          .fill("a", count: 10, bytes: 0), .sync, .remove("a5"), .say("removed"), .wait("go"),
+          .set("late", 1),
+        ]),
+      root: root.path, group: id)
+    #expect(await long.line { $0 == "removed" } != nil)
+    try FileManager.default.removeItem(atPath: container.preferencesURL.appendingPathComponent("lk.lock").path)
+    #expect(await eventually { Self.carriedFrom(container, suite: "lk") != 0 }, "\(long.errors.text)")
+    #expect(FileManager.default.createFile(atPath: root.path + "/go", contents: nil))
+    #expect(await long.exit() == 0, "\(long.errors.text)")
+    let fresh = try Child(
+      .defaultsScript(suite: "lk", steps: [.count("a"), .read("a5"), .read("a6"), .read("late")]), root: root.path,
+      group: id)
+    #expect(await fresh.exit() == 0)
+    #expect(fresh.output == ["count 9", "read a5 nil", "read a6 6", "read late 1"], "\(fresh.errors.text)")
+    withExtendedLifetime(root) {}
+  }
+
+  /// An observing process goes on hearing other processes' writes after it moved (its listener moves with it).
+  @Test func anObserverHearsWritesAfterTheMove() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let id = container.identifier
+    let watch = try Child(
+      ["defaults", "watch", id, "watched", "--suite", "obs", "--root", root.path], executable: "groupctl")
+    #expect(await watch.line { $0.contains("\"ready\"") } != nil)
+    func heard(_ count: Int) async -> [String] {
+      _ = await eventually { watch.output.filter { $0.contains("\"key\"") }.count >= count }
+      return watch.output.filter { $0.contains("\"key\"") }
+    }
+    let first = try Child(.defaultsScript(suite: "obs", steps: [.set("watched", 1)]), root: root.path, group: id)
+    #expect(await first.exit() == 0)
+    await #expect(heard(1).count == 1)
+    #expect(try await runToEnd("/bin/rm", ["-rf", container.path + "/Library/Preferences"]).status == 0)
+    #expect(await eventually { Self.carriedFrom(container, suite: "obs") != 0 }, "\(watch.errors.text)")
+    let second = try Child(.defaultsScript(suite: "obs", steps: [.set("watched", 2)]), root: root.path, group: id)
+    #expect(await second.exit() == 0)
+    let lines = await heard(2)
+    await watch.stop(SIGTERM)
+    #expect(lines.count == 2, "\(lines) \(watch.errors.text)")
+    #expect(lines.last?.contains("\"old\":1,\"new\":2") == true, "\(lines)")
+    withExtendedLifetime(root) {}
+  }
+
+  /// A process that opens the suite after the removal, before the old one moved, writes to new files; the old
+  /// state fills in only the keys they lack.
+  @Test func whatANewcomerWroteFirstWins() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let id = container.identifier
+    let long = try Child(
+      .defaultsScript(suite: "first", steps: [.fill("a", count: 10, bytes: 0), .wait("go")]),
+      root: root.path, group: id)
+    #expect(await long.line { $0 == "filled a 10" } != nil)
+    Glibc.kill(long.pid, SIGSTOP)
+    #expect(try await runToEnd("/bin/rm", ["-rf", container.path + "/Library/Preferences"]).status == 0)
+    let newcomer = try Child(
+      .defaultsScript(suite: "first", steps: [.set("a3", 100), .set("new", 7)]), root: root.path, group: id)
+    #expect(await newcomer.exit() == 0, "\(newcomer.errors.text)")
+    Glibc.kill(long.pid, SIGCONT)
+    #expect(await eventually { Self.carriedFrom(container, suite: "first") != 0 }, "\(long.errors.text)")
+    #expect(FileManager.default.createFile(atPath: root.path + "/go", contents: nil))
+    #expect(await long.exit() == 0)
+    let fresh = try Child(
+      .defaultsScript(suite: "first", steps: [.count("a"), .read("a3"), .read("a4"), .read("new")]), root: root.path,
+      group: id)
+    #expect(await fresh.exit() == 0)
+    #expect(fresh.output == ["count 10", "read a3 100", "read a4 4", "read new 7"], "\(fresh.errors.text)")
+    withExtendedLifetime(root) {}
+  }
+
+  /// Two processes of the suite; one is stopped through the removal and the other moves. Resumed, the stopped one
+  /// writes at once: the mark in the removed header moves it first, so its write reaches the new files (the
+  /// carry-over is done and would not bring it).
+  @Test func aStoppedProcessMovesAtItsNextWriteAfterAnotherMoved() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let id = container.identifier
+    let mover = try Child(
+      .defaultsScript(suite: "two", steps: [.fill("a", count: 10, bytes: 0), .wait("end")]), root: root.path, group: id)
+    #expect(await mover.line { $0 == "filled a 10" } != nil)
+    let stopped = try Child(
+      .defaultsScript(suite: "two", steps: [.count("a"), .wait("go"), .set("fromStopped", 1), .count("a")]),
+      root: root.path, group: id)
+    #expect(await stopped.line { $0 == "count 10" } != nil)
+    Glibc.kill(stopped.pid, SIGSTOP)
+    #expect(try await runToEnd("/bin/rm", ["-rf", container.path + "/Library/Preferences"]).status == 0)
+    #expect(await eventually { Self.carriedFrom(container, suite: "two") != 0 }, "\(mover.errors.text)")
+    #expect(FileManager.default.createFile(atPath: root.path + "/go", contents: nil))
+    Glibc.kill(stopped.pid, SIGCONT)
+    #expect(await stopped.exit() == 0)
+    #expect(stopped.output.suffix(2) == ["ack fromStopped", "count 10"], "\(stopped.errors.text)")
+    #expect(FileManager.default.createFile(atPath: root.path + "/end", contents: nil))
+    #expect(await mover.exit() == 0)
+    let fresh = try Child(
+      .defaultsScript(suite: "two", steps: [.count("a"), .read("fromStopped")]), root: root.path, group: id)
+    #expect(await fresh.exit() == 0)
+    #expect(fresh.output == ["count 10", "read fromStopped 1"], "\(fresh.errors.text)")
+    withExtendedLifetime(root) {}
+  }
+}
