@@ -40,10 +40,17 @@ extension DefaultsStore {
   static let movedGeneration = UInt64.max - 1
 
   /// The watcher saw the lock file's name or the directory go: moves in the background, once the removal settled.
-  func scheduleMoveCheck() {
+  /// A container that does not come back is waited for again later, without the writer gate (this process's writes
+  /// go on into the removed files meanwhile, as before the removal was noticed).
+  func scheduleMoveCheck(after delay: UInt64 = removalSettling) {
     guard !readOnly, !movePending.exchange(true, ordering: .acquiringAndReleasing) else { return }
-    background.asyncAfter(deadline: .now() + .nanoseconds(Int(Self.removalSettling))) { [self] in
+    background.asyncAfter(deadline: .now() + .nanoseconds(Int(delay))) { [weak self] in
+      guard let self else { return }
       movePending.store(false, ordering: .releasing)
+      guard waitForContainer() else {
+        Self.logger.error("suite '\(suite)': its files were removed with the container, which is not back yet")
+        return scheduleMoveCheck(after: Self.containerReturnLimit)
+      }
       writerGate.withLock { _ in _ = moveToFilesAtName() }
     }
   }
@@ -68,8 +75,7 @@ extension DefaultsStore {
       return false
     }
     guard waitForContainer() else {
-      Self.logger.error(
-        "suite '\(suite)': its files were removed with the container, which was not made again; writes stay here")
+      Self.logger.error("suite '\(suite)': its files were removed with the container, which is not back yet")
       return false
     }
     let removed = header.counters.identity.inode
@@ -175,10 +181,12 @@ extension DefaultsStore {
   /// waits (bounded) for the coordination layer to make it again and open it again (`root` then names the new one).
   private func waitForContainer() -> Bool {
     let deadline = MonotonicClock.nanoseconds() + Self.containerReturnLimit
+    var pause: UInt64 = 10_000_000
     while true {
       if let st = try? root.fd.status(), st.linkCount > 0 { return true }
       guard MonotonicClock.nanoseconds() < deadline else { return false }
-      MonotonicClock.sleep(nanoseconds: 20_000_000)
+      MonotonicClock.sleep(nanoseconds: pause)
+      pause = min(pause * 2, 500_000_000)
     }
   }
 

@@ -47,9 +47,9 @@ import Testing
       table(DownloadSignals.layout) == [
         "requests sequence": 0..<1, "requests listeners": 1..<2, "updates sequence": 2..<3, "updates listeners": 3..<4,
       ])
-    // The suite header: one word each, 0 to 37 in declaration order.
-    #expect(SuiteHeader.layout.fields.map(\.words) == (0...37).map { MappedLayout.word($0) })
-    #expect(SuiteHeader.layout.fields.first?.name == "magic" && SuiteHeader.layout.fields.last?.name == "lastRecord")
+    // The suite header: one word each, 0 to 39 in declaration order.
+    #expect(SuiteHeader.layout.fields.map(\.words) == (0...39).map { MappedLayout.word($0) })
+    #expect(SuiteHeader.layout.fields.first?.name == "magic" && SuiteHeader.layout.fields.last?.name == "carriedFrom")
     // Two ranges per revocation bucket: as many pending-until words as generations.
     #expect(CoordinationCounters.revocationPendingUntil.count == LockRevocation.buckets)
   }
