@@ -83,6 +83,8 @@ public final class DownloadSession: Sendable {
     /// The backlog found at attach: `didFinishEvents` follows once these are handled.
     var backlog: Set<String> = []
     var backlogAnnounced = false
+    /// The store's `remakeCount` when this session last (re)attached.
+    var remakesSeen = 0
     var lastReceived: [String: Int64] = [:]
     /// The session's tasks not seen completed, which a poll reads (for `didWriteData`, and to notice an agent gone)
     /// once the first poll has listed `tasks/` (`listed`). Only an attached session makes tasks, and one process at a
@@ -213,6 +215,7 @@ public final class DownloadSession: Sendable {
       priority: Double(min(max(priority, 0), 1)),
       connectionsPerHost: configuration.httpMaximumConnectionsPerHost)
     try store.create(request)
+    reattachIfRemade()
     attachment.withLock { _ = $0.unfinished.insert(id) }
     try ensureAgent(force: true)
     // Made from what was just written (a new task has no status and no control): read back, it was three file reads
@@ -285,6 +288,34 @@ public final class DownloadSession: Sendable {
         fd.unlock()
       }
       lock = nil  // closes it
+    }
+  }
+
+  /// After the store made its layout again (the container, or `.coordination/downloads`, was removed: its `create`
+  /// found the directory missing): makes this session's directories again and takes the attach lock on the new file,
+  /// so no other process attaches this session meanwhile unnoticed. One that did first keeps it (logged).
+  private func reattachIfRemade() {
+    let remakes = store.remakeCount
+    guard
+      attachment.withLock({ a -> Bool in
+        defer { a.remakesSeen = remakes }
+        return a.remakesSeen != remakes && !a.invalidated
+      })
+    else { return }
+    let (store, identifier) = (store, identifier)
+    let attached = attachLock.withLock { current -> Bool in
+      guard (try? store.makeSessionDirectories(identifier)) != nil,
+        let lock = try? store.openLock(DownloadStore.attachLockPath(identifier)),
+        (try? lock.lock(.exclusive, nonBlocking: true)) == true
+      else { return false }
+      store.announceAttached(lock)
+      current = consume lock  // the removed file's descriptor closes
+      return true
+    }
+    if attached {
+      Self.logger.warning("session '\(identifier)': its files were removed with the container; attached again")
+    } else {
+      Self.logger.error("session '\(identifier)': its files were removed and another process attached it since")
     }
   }
 

@@ -59,13 +59,46 @@ package final class DownloadStore: Sendable {
     do { root = try container.directory() } catch { throw .container(error) }
     let (root, fileMode, directoryMode) = (root, fileMode, directoryMode)
     counters = try Self.system { () throws(FileSystemError) in
-      for d in [Self.directory, Self.tasksDirectory, Self.sessionsDirectory] {
-        try root.makeDirectory(d, mode: directoryMode)
-      }
-      let files = try root.openDirectory(Self.directory)
-      return try MappedCounters(
-        fd: try files.openOrCreate(DownloadSignals.fileName, mode: fileMode, size: Int64(MappedCounters.fileSize)))
+      try MappedCounters(fd: try Self.makeLayout(root, fileMode: fileMode, directoryMode: directoryMode))
     }
+  }
+
+  /// Makes the store's directories (those already there are kept) and opens the signal file, created if missing.
+  private static func makeLayout(
+    _ root: ContainerDirectory, fileMode: mode_t, directoryMode: mode_t
+  ) throws(FileSystemError) -> SystemFD {
+    for d in [Self.directory, Self.tasksDirectory, Self.sessionsDirectory] {
+      try root.makeDirectory(d, mode: directoryMode)
+    }
+    let files = try root.openDirectory(Self.directory)
+    return try files.openOrCreate(DownloadSignals.fileName, mode: fileMode, size: Int64(MappedCounters.fileSize))
+  }
+
+  /// After `rm -rf` of the container (made again by the coordination layer, which also opens `root` again) or of
+  /// `.coordination/downloads`: makes the layout again and maps the new signal file in place of the removed one
+  /// (whose posts no agent hears). Returns whether it did. Called when a write found a directory missing.
+  package func remakeIfRemoved() -> Bool {
+    let signal = Self.directory + "/" + DownloadSignals.fileName
+    if let atName = (try? root.status(signal)) ?? nil, atName.inode == counters.identity.inode { return false }
+    do throws(FileSystemError) {
+      try counters.rebind(to: Self.makeLayout(root, fileMode: fileMode, directoryMode: directoryMode))
+      remakes.add(1, ordering: .releasing)
+      Self.logger.warning("'\(container.path)/\(Self.directory)' was removed: made again")
+      return true
+    } catch {
+      Self.logger.error("'\(container.path)/\(Self.directory)' was removed and cannot be made again: \(error)")
+      return false
+    }
+  }
+
+  /// Layouts made again by `remakeIfRemoved` (a session then attaches again: `DownloadSession.reattachIfRemade`).
+  package var remakeCount: Int { remakes.load(ordering: .acquiring) }
+  private let remakes = Atomic<Int>(0)
+
+  /// Runs `write`; when a directory on its way is missing and the store's layout was removed, makes it again and
+  /// runs `write` once more.
+  private func remakingIfRemoved(_ write: () throws(FileSystemError) -> Void) throws(FileSystemError) {
+    do { try write() } catch  where error.errno == .noSuchFileOrDirectory && remakeIfRemoved() { try write() }
   }
 
   @discardableResult
@@ -86,7 +119,10 @@ package final class DownloadStore: Sendable {
   package func create(_ request: TaskRequest) throws(DownloadError) {
     let bytes = DownloadRecordFormat.encode(request)
     try Self.system { () throws(FileSystemError) in
-      try root.replaceFile(Self.taskPath(request.id, "task"), with: bytes, mode: fileMode, durability: .processCrash)
+      try remakingIfRemoved { () throws(FileSystemError) in
+        try root.replaceFile(
+          Self.taskPath(request.id, "task"), with: bytes, mode: fileMode, durability: .processCrash)
+      }
     }
     // A request never changes: the session's scans need not read it back.
     knownRequests.withLock { $0[request.id] = request }
@@ -96,7 +132,9 @@ package final class DownloadStore: Sendable {
   package func write(_ control: TaskControl, for id: String) throws(DownloadError) {
     let bytes = DownloadRecordFormat.encode(control)
     try Self.system { () throws(FileSystemError) in
-      try root.replaceFile(Self.taskPath(id, "control"), with: bytes, mode: fileMode, durability: .powerLoss)
+      try remakingIfRemoved { () throws(FileSystemError) in
+        try root.replaceFile(Self.taskPath(id, "control"), with: bytes, mode: fileMode, durability: .powerLoss)
+      }
     }
     requests.post()
   }

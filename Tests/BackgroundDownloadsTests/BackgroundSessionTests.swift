@@ -16,9 +16,42 @@ import Testing
 /// restarting a dead agent, or a resume that starts from zero (`aKilledAgentIsRestartedAndResumes`); the per-host
 /// limit ignored, or priority ignored (`perHostLimitAndPriority`); a finished event's handling removing the file
 /// that holds its completion too (`aCompletionSharingItsFileComesBackUntilHandled`); the agent ignoring the event
-/// format the attached process announced, or never combining (`eventFormatFollowsTheAttachedReader`).
+/// format the attached process announced, or never combining (`eventFormatFollowsTheAttachedReader`); the store's
+/// layout not made again after the container's removal (`aSessionOutlivesItsContainersRemoval`: the download failed
+/// with "its parent directory … does not exist"), or the session not attaching again there (the same test: a second
+/// attach of the session succeeded).
 @Suite("Background sessions", .runSlot(.minutes(5)))
 struct BackgroundSessionTests {
+  @Test("a session goes on after its container is removed: the next download runs, its events come, it stays attached")
+  func aSessionOutlivesItsContainersRemoval() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let server = try await FileServer.start()
+    let session = try DownloadSession(identifier: "s", container: container, configuration: Self.configuration())
+    defer { session.invalidate() }
+    let store = try DownloadStore(container: container)
+    let first = try session.download(from: server.url("/gen/1000?seed=1"), to: "Downloads/one")
+    #expect(await eventually { store.task(first.id)?.state == .completed })
+    try await removeTree(container.path)
+    // The coordination layer makes the container again: this process's liveness lock is back.
+    #expect(await entryAppears(in: container.path + "/.coordination/processes", prefix: "\(getpid())."))
+    let second = try session.download(from: server.url("/gen/2000?seed=2"), to: "Downloads/two")
+    var iterator = session.events.makeAsyncIterator()
+    var finished: DownloadEvent?
+    while let event = await iterator.next() {
+      if case .didFinishDownloadingTo(let task, _, _) = event, task.id == second.id {
+        finished = event
+        break
+      }
+    }
+    #expect(finished != nil)
+    #expect(FileServer.mismatch(Self.content(container, "Downloads/two"), size: 2000, seed: 2) == nil)
+    // Still the one attached: the attach lock at the new name is this session's.
+    #expect(throws: DownloadError.sessionInUse("s", pid: getpid())) {
+      _ = try DownloadSession(identifier: "s", container: container, configuration: Self.configuration())
+    }
+  }
+
   static func configuration() -> DownloadSession.Configuration {
     var c = DownloadSession.Configuration()
     c.relaunch = .none

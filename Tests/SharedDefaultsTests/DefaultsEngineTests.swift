@@ -1049,10 +1049,7 @@ import Testing
       root: root.path, group: id)
     #expect(await long.line { $0 == "filled a 10" } != nil)
     let target = removed.isEmpty ? container.path : container.path + "/" + removed
-    let rm = try await runToEnd("/bin/rm", ["-rf", target])
-    #expect(
-      rm.status == 0,
-      "\(rm.errors) \((try? FileManager.default.contentsOfDirectory(atPath: container.preferencesURL.path)) ?? [])")
+    try await removeTree(target)
     // The running process makes the files again and puts its state in them.
     #expect(await eventually { Self.carriedFrom(container, suite: "gone") != 0 }, "\(long.errors.text)")
     #expect(FileManager.default.createFile(atPath: root.path + "/go1", contents: nil))
@@ -1114,7 +1111,7 @@ import Testing
     let first = try Child(.defaultsScript(suite: "obs", steps: [.set("watched", 1)]), root: root.path, group: id)
     #expect(await first.exit() == 0)
     await #expect(heard(1).count == 1)
-    #expect(try await runToEnd("/bin/rm", ["-rf", container.path + "/Library/Preferences"]).status == 0)
+    try await removeTree(container.path + "/Library/Preferences")
     #expect(await eventually { Self.carriedFrom(container, suite: "obs") != 0 }, "\(watch.errors.text)")
     let second = try Child(.defaultsScript(suite: "obs", steps: [.set("watched", 2)]), root: root.path, group: id)
     #expect(await second.exit() == 0)
@@ -1136,7 +1133,7 @@ import Testing
       root: root.path, group: id)
     #expect(await long.line { $0 == "filled a 10" } != nil)
     Glibc.kill(long.pid, SIGSTOP)
-    #expect(try await runToEnd("/bin/rm", ["-rf", container.path + "/Library/Preferences"]).status == 0)
+    try await removeTree(container.path + "/Library/Preferences")
     let newcomer = try Child(
       .defaultsScript(suite: "first", steps: [.set("a3", 100), .set("new", 7)]), root: root.path, group: id)
     #expect(await newcomer.exit() == 0, "\(newcomer.errors.text)")
@@ -1167,7 +1164,7 @@ import Testing
       root: root.path, group: id)
     #expect(await stopped.line { $0 == "count 10" } != nil)
     Glibc.kill(stopped.pid, SIGSTOP)
-    #expect(try await runToEnd("/bin/rm", ["-rf", container.path + "/Library/Preferences"]).status == 0)
+    try await removeTree(container.path + "/Library/Preferences")
     #expect(await eventually { Self.carriedFrom(container, suite: "two") != 0 }, "\(mover.errors.text)")
     #expect(FileManager.default.createFile(atPath: root.path + "/go", contents: nil))
     Glibc.kill(stopped.pid, SIGCONT)
