@@ -166,6 +166,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   let repairPending = Atomic<Bool>(false)
   /// A move onto the files at the names is queued on `background` (`scheduleMoveCheck`), or under way.
   let movePending = Atomic<Bool>(false)
+  /// A move is under way (its thread holds the writer gate): `locked` starts no other inside it.
   let moving = Atomic<Bool>(false)
   /// A rebase is queued on `background` (`scheduleRebase`).
   let rebasePending = Atomic<Bool>(false)
