@@ -1,10 +1,10 @@
-// libFuzzer harness for the parsers of the container's own files: the defaults journal (0), presenter records (1),
-// coordination messages (2), download records (3: task, control, status, event, relaunch, commit, the event format
-// announced in a session's attach.lock), activity records (4), suite images (5: open, validate, look up, merge), the
-// URL rule (6: URLs and schemes a receiver re-checks, scheme registrations, handed-over file URLs, handler marker
-// names), intent requests and replies (7) and the group's memory-level file (8). The first input byte picks the parser
-// (`% 9`: the seeds' selectors 0-5 kept their meaning when 6-8 came). Build and run with `Fuzz/run.sh
-// ContainerFilesFuzz`; a plain `swift build` compiles the stub at the bottom.
+// libFuzzer harness for the parsers of the container's own files: the defaults journal (0), presenter records and
+// their buckets' indexes (1), coordination messages (2), download records (3: task, control, status, event, relaunch,
+// commit, the event format announced in a session's attach.lock), activity records (4), suite images (5: open,
+// validate, look up, merge), the URL rule (6: URLs and schemes a receiver re-checks, scheme registrations, handed-over
+// file URLs, handler marker names), intent requests and replies (7) and the group's memory-level file (8). The first
+// input byte picks the parser (`% 9`: the seeds' selectors 0-5 kept their meaning when 6-8 came). Build and run with
+// `Fuzz/run.sh ContainerFilesFuzz`; a plain `swift build` compiles the stub at the bottom.
 #if FUZZING
   import CFuzzShim
   import Glibc
@@ -37,6 +37,13 @@
     case 1:
       if let record = try? PresenterRecord.decode(bytes, fileName: "1.2.3") {
         precondition(record.item.isEmpty || (try? ContainerPath(record.item)) != nil, "unchecked path accepted")
+      }
+      // The same bytes as a bucket's index (PresenterBucketIndex): what decodes encodes back to the same bytes.
+      if let index = PresenterBucketIndex.decode(bytes, listing: "0000000000000001", generation: 7) {
+        let again = PresenterBucketIndex.encode(
+          listing: "0000000000000001", generation: 7, hasBelow: index.hasBelow,
+          records: index.records.map { ($0.name, Array($0.bytes)) })
+        precondition(again == bytes, "index round trip")
       }
     case 3:
       // Every download record decoder: what decodes re-encodes to the same record (no field is lost or invented).

@@ -19,6 +19,8 @@ package enum CoordinationPaths {
     package static let processes = "processes"
     /// Presenter records (PresenterRegistry.swift).
     package static let presenters = "presenters"
+    /// One listing per presenter bucket, `<bucket>[.below]` (PresenterBucketIndex.swift).
+    package static let presenterIndex = "presenter-index"
     /// One directory per process: its messages, `.socket` and `.acks` (MessageProtocol.swift).
     package static let inbox = "inbox"
     /// The ack boards, `<n>`, each held by one live process and linked into its inbox as `.acks` (AckBoard.swift).
@@ -45,6 +47,7 @@ package enum CoordinationPaths {
   package static let locks = directory + "/" + Name.locks
   package static let processes = directory + "/" + Name.processes
   package static let presenters = directory + "/" + Name.presenters
+  package static let presenterIndex = directory + "/" + Name.presenterIndex
   package static let inbox = directory + "/" + Name.inbox
   package static let acks = directory + "/" + Name.acks
   package static let schemes = directory + "/" + Name.schemes

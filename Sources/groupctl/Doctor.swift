@@ -529,6 +529,7 @@ extension Inspector {
     switch String(parts[1]) {
     case CoordinationPaths.Name.locks, CoordinationPaths.Name.processes: return 4096
     case CoordinationPaths.Name.presenters: return Int64(PresenterRecordCheck.maximumBytes)
+    case CoordinationPaths.Name.presenterIndex: return Int64(PresenterRecordCheck.maximumIndexBytes)
     case CoordinationPaths.Name.staging: return nil
     case CoordinationPaths.Name.downloads where parts.last?.hasSuffix(".partial") == true || parts.last == "agent.log":
       return nil

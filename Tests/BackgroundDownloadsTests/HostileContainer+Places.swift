@@ -82,6 +82,9 @@ struct HostilePlace: Sendable, CustomStringConvertible {
     ".coordination/presenters/"
     + PresenterRegistry.bucketName(try! ContainerPath("Documents/doc.txt").bytesHash)
 
+  static let docBucketIndex = PresenterBucketIndex.path(
+    of: PresenterRegistry.bucketName(try! ContainerPath("Documents/doc.txt").bytesHash))
+
   /// The records' suite of the run's container (`ActivityStore.suiteName(for:)`).
   static let activities = "group.com.example.hostile.liveactivities"
 
@@ -92,6 +95,7 @@ struct HostilePlace: Sendable, CustomStringConvertible {
     HostilePlace("liveness lock of a dead process", fixed: ".coordination/processes/99999.12345.lock"),
     HostilePlace("presenter registration of doc.txt", fixed: docBucket + "/99999.12345.1"),
     HostilePlace("presenters bucket of doc.txt", directory: true, fixed: docBucket),
+    HostilePlace("presenter index of doc.txt's bucket", fixed: docBucketIndex),
     HostilePlace("message in the receiver's inbox", live: true) { $0.receiverInbox + "/1.1.1.prepare" },
     HostilePlace("receiver's ack board (.acks)", live: true) { $0.receiverInbox + "/.acks" },
     HostilePlace("receiver's inbox socket", live: true) { $0.receiverInbox + "/.socket" },

@@ -10,7 +10,7 @@ import Testing
 /// - FileCoordination (CoordinationSpace.swift's layout): `.coordination/counters`; the lock file of
 ///   `Documents/doc.txt` (`locks/<LockOrder.Key.fileName>`); a dead process's liveness lock
 ///   (`processes/<pid>.<start>.lock`); a presenter registration and its bucket (`presenters/<bucketName>/<id>`,
-///   PresenterRegistry.swift); the live receiver's inbox: a message, its `.acks` board and its `.socket`
+///   PresenterRegistry.swift) and the bucket's index (`presenter-index/<bucketName>`, PresenterBucketIndex.swift); the live receiver's inbox: a message, its `.acks` board and its `.socket`
 ///   (MessageProtocol.swift, MessageTransport.swift); a dead process's inbox; the scheme registration
 ///   `schemes/faultsink` and the receiver's `handlers/faultsink.<proc>` (URLOpening.swift); `staging/`
 ///   (AtomicReplace's temp files); `memory-pressure` (MemoryWarnings).
@@ -52,7 +52,7 @@ import Testing
 /// of such a relaunch record — and does start that of a valid read-only one (the half that shows the check sees a
 /// relaunch).
 ///
-/// A run covers `GC_HOSTILE_COMBOS` pairs (default 40; `all` for every one of the 378), chosen from
+/// A run covers `GC_HOSTILE_COMBOS` pairs (default 40; `all` for every one of the 416), chosen from
 /// `GC_HOSTILE_SEED` (printed; random by default): every place before any twice, each kind about as often;
 /// `GC_HOSTILE_ONLY=<text>` runs every pair whose "place × kind" contains the text.
 ///

@@ -10,6 +10,8 @@ package enum PresenterRecordCheck {
   package static let directory = CoordinationPaths.presenters
   /// The largest record.
   package static let maximumBytes = PresenterRecord.maxBytes
+  /// The largest index of a bucket (PresenterBucketIndex).
+  package static let maximumIndexBytes = PresenterBucketIndex.maxBytes
 
   /// Why `bytes`, read from the record file `fileName`, are not a valid presenter record; nil when they are.
   package static func problem(_ bytes: [UInt8], fileName: String) -> String? {

@@ -24,7 +24,8 @@ import SystemLayer
 ///
 /// Order matters, as before: a writer changes the files *then* bumps the counters; a reader loads a counter *then*
 /// lists — so a reader never keeps a listing older than the generation it saw. Records are immutable files (a
-/// change is a new id), so a record once decoded is never read again.
+/// change is a new id), so a record once decoded is never read again. A listing is also written to the bucket's
+/// index, which a process with nothing cached reads instead (PresenterBucketIndex.swift: one file, not one per record).
 final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the rest is immutable
   /// Its words in the container's counters (declared in `CoordinationCounters`): the registry's generation, and the
   /// bucket generations, counters `slotBase ..< slotBase + slotCount`.
@@ -55,12 +56,19 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
     var wasEmpty = false
     var buckets: [UInt64: Bucket] = [:]
     var below: [UInt64: Bucket] = [:]
-    /// Every record decoded, by bucket-relative path (records are immutable).
-    var decoded: [String: PresenterRecord] = [:]
+    /// Every record decoded, and its file's bytes (what an index holds), by bucket-relative path (records are
+    /// immutable).
+    var decoded: [String: Decoded] = [:]
+  }
+  private struct Decoded {
+    var record: PresenterRecord
+    var bytes: [UInt8]
   }
   private let cache = Mutex(Cache())
-  /// Record files read so far (tests check that an access reads what concerns its path only).
+  /// Record files read so far (tests check that an access reads what concerns its path only), and listings taken
+  /// from an index (PresenterBucketIndex).
   let filesRead = Atomic<Int>(0)
+  let indexesRead = Atomic<Int>(0)
 
   init(directory: String, root: ContainerDirectory, counters: MappedCounters, fileMode: mode_t, directoryMode: mode_t) {
     self.directory = directory
@@ -245,18 +253,22 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
     }
   }
 
-  /// The listing of bucket `hash` (or of its `below`), from the cache while its slot's generation holds.
+  /// The listing of bucket `hash` (or of its `below`), from the cache while its slot's generation holds, else from
+  /// its index while that holds (PresenterBucketIndex), else from the directory — and then the index is written.
   private func listing(_ hash: UInt64, below: Bool, epoch: UInt64) -> Bucket {
-    let generation = counters.load(Self.slot(hash)) &+ epoch
+    let generation = counters.load(Self.slot(hash)) &+ epoch  // before the index or the directory is read
     let cached = cache.withLock { below ? $0.below[hash] : $0.buckets[hash] }
     if let cached, cached.generation == generation { return cached }
-    let path = relative + "/" + Self.bucketName(hash) + (below ? "/" + Self.belowDirectory : "")
+    let path = Self.bucketName(hash) + (below ? "/" + Self.belowDirectory : "")
+    let known = cache.withLock { $0.decoded }
+    var decoded: [String: Decoded] = [:]
     var bucket = Bucket(generation: generation)
-    if let fd = try? root.openDirectory(path) {
+    if let indexed = indexed(path, generation: generation, known: known, into: &decoded) {
+      bucket = indexed
+    } else if let fd = try? root.openDirectory(relative + "/" + path) {
       let names = (try? fd.entries()) ?? []
       fd.close()
-      let known = cache.withLock { $0.decoded }
-      var decoded: [String: PresenterRecord] = [:]
+      var files: [(name: String, bytes: [UInt8])] = []
       for (name, isDirectory) in names where !name.hasPrefix(".") {
         if isDirectory && name == Self.belowDirectory && !below {
           bucket.hasBelow = true
@@ -264,30 +276,77 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
         }
         let key = path + "/" + name
         if let record = known[key] {
-          bucket.records.append(record)
+          bucket.records.append(record.record)
+          files.append((name, record.bytes))
           continue
         }
-        switch read(path, name) {
-        case .record(let record):
+        switch read(relative + "/" + path, name) {
+        case .record(let record, let bytes):
           bucket.records.append(record)
-          decoded[key] = record
+          decoded[key] = Decoded(record: record, bytes: bytes)
+          files.append((name, bytes))
         case .damaged(let damage): bucket.damaged.append(damage)
         case .gone: break
         }
       }
-      let made = bucket
-      cache.withLock {
-        $0.decoded.merge(decoded) { old, _ in old }
-        if below { $0.below[hash] = made } else { $0.buckets[hash] = made }
-      }
-    } else {
-      cache.withLock { if below { $0.below[hash] = bucket } else { $0.buckets[hash] = bucket } }
+      if bucket.damaged.isEmpty { writeIndex(path, generation: generation, hasBelow: bucket.hasBelow, files) }
+    }
+    let made = bucket
+    cache.withLock {
+      $0.decoded.merge(decoded) { old, _ in old }
+      if below { $0.below[hash] = made } else { $0.buckets[hash] = made }
     }
     return bucket
   }
 
+  /// The listing `path` from its index, when the index holds at `generation` and every record in it decodes; nil
+  /// otherwise (the caller lists the directory).
+  private func indexed(
+    _ path: String, generation: UInt64, known: [String: Decoded], into decoded: inout [String: Decoded]
+  ) -> Bucket? {
+    guard
+      let bytes = try? root.readFile(PresenterBucketIndex.path(of: path), limit: PresenterBucketIndex.maxBytes).bytes,
+      let contents = PresenterBucketIndex.decode(bytes, listing: path, generation: generation)
+    else { return nil }
+    var bucket = Bucket(generation: generation, hasBelow: contents.hasBelow)
+    var found: [String: Decoded] = [:]
+    for (name, recordBytes) in contents.records {
+      let key = path + "/" + name
+      if let record = known[key] {  // records are immutable: a name once decoded is that record
+        bucket.records.append(record.record)
+        continue
+      }
+      let bytes = Array(recordBytes)
+      guard let record = try? PresenterRecord.decode(bytes, fileName: name) else { return nil }
+      bucket.records.append(record)
+      found[key] = Decoded(record: record, bytes: bytes)
+    }
+    decoded.merge(found) { old, _ in old }
+    indexesRead.add(1, ordering: .relaxed)
+    return bucket
+  }
+
+  /// Writes the index of listing `path` as of `generation` (the generation loaded before the directory was listed).
+  /// A failure leaves the readers listing, as without an index.
+  private func writeIndex(
+    _ path: String, generation: UInt64, hasBelow: Bool, _ files: [(name: String, bytes: [UInt8])]
+  ) {
+    let bytes = PresenterBucketIndex.encode(listing: path, generation: generation, hasBelow: hasBelow, records: files)
+    guard bytes.count <= PresenterBucketIndex.maxBytes else { return }
+    let file = PresenterBucketIndex.path(of: path)
+    do {
+      try root.replaceFile(file, with: bytes, mode: fileMode)
+    } catch  where error.errno == .noSuchFileOrDirectory {
+      // The first index of the container (or it was removed): make the directory, once.
+      try? root.makeDirectory(PresenterBucketIndex.directory, mode: directoryMode)
+      _ = try? root.replaceFile(file, with: bytes, mode: fileMode)
+    } catch {
+      CoordinationSpace.logger.debug("presenter index '\(file)' not written: \(error)")
+    }
+  }
+
   private enum Read {
-    case record(PresenterRecord)
+    case record(PresenterRecord, bytes: [UInt8])
     case damaged(DamagedRecord)
     case gone
   }
@@ -298,7 +357,7 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
     filesRead.add(1, ordering: .relaxed)
     do {
       let bytes = try root.readFile(path + "/" + name, limit: PresenterRecord.maxBytes).bytes
-      return .record(try PresenterRecord.decode(bytes, fileName: name))
+      return .record(try PresenterRecord.decode(bytes, fileName: name), bytes: bytes)
     } catch let error as FileSystemError where error.errno == .noSuchFileOrDirectory {
       return .gone
     } catch {
@@ -325,7 +384,7 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
       guard let files = try? root.entries(of: bucket) else { continue }
       for (file, isDirectory) in files where !isDirectory && !file.hasPrefix(".") {
         switch read(bucket, file) {
-        case .record(let record): records[record.id] = record
+        case .record(let record, _): records[record.id] = record
         case .damaged(let damage): damaged.append(damage)
         case .gone: break
         }
