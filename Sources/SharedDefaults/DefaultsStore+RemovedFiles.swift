@@ -136,11 +136,7 @@ extension DefaultsStore {
           let records = carried.compactMap { key, value in
             s.values[key] == nil ? JournalFormat.Record(key: key, operation: .set(value), pid: CurrentProcess.id) : nil
           }
-          if !records.isEmpty {
-            var bytes: [UInt8] = []
-            for record in records { try JournalFormat.encode(record, into: &bytes) }
-            try append(bytes, records, &s)
-          }
+          if !records.isEmpty { try append(records, &s) }
           header.store(Slot.carriedFrom, removed)
           Self.logger.notice("suite '\(suite)': carried \(records.count) key(s) over from the removed files")
         }

@@ -383,9 +383,7 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
       try catchUpExclusively(&s)
       let (records, result) = try body(s.values, s.registered)
       guard !records.isEmpty else { return result }
-      var bytes: [UInt8] = []
-      for record in records { try JournalFormat.encode(record, into: &bytes) }
-      try append(bytes, records, &s)
+      try append(records, &s)
       return result
     }
     if state.withLock({ $0.markIdleCheck() }) { scheduleIdleCompaction() }
@@ -396,6 +394,13 @@ final class DefaultsStore: @unchecked Sendable {  // mutable state is in `state`
   func refuseIfReadOnly() throws(SharedDefaultsError) {
     guard readOnly else { return }
     throw .system(FileSystemError("write", journalPath, .readOnlyFileSystem))
+  }
+
+  /// `append` of `records` encoded here, under the lock (`write` encodes before it takes the lock).
+  func append(_ records: [JournalFormat.Record], _ s: inout State) throws(SharedDefaultsError) {
+    var bytes: [UInt8] = []
+    for record in records { try JournalFormat.encode(record, into: &bytes) }
+    try append(bytes, records, &s)
   }
 
   /// Called with the lock held, in the current generation (`needsCatchUpBeforeAppending` is false).
