@@ -299,9 +299,14 @@ import Testing
     let big = container.path + "/.coordination/activities-big"
     #expect(FileManager.default.createFile(atPath: big, contents: nil))
     #expect(truncate(big, 3 << 20) == 0)
+    // A bucket's index over its own limit (1 MiB), under the directory default's (16 MiB).
+    let indexes = container.path + "/.coordination/presenter-index"
+    try FileManager.default.createDirectory(atPath: indexes, withIntermediateDirectories: true)
+    #expect(FileManager.default.createFile(atPath: indexes + "/0000000000000001", contents: Data(count: 2 << 20)))
     let result = try await doctor(root)
     #expect(result.status == 1)
     let sizes = line(result.out, "fail", "coordination sizes")
+    #expect(sizes.contains("'.coordination/presenter-index/0000000000000001' holds 2097152 bytes"), "\(sizes)")
     #expect(sizes.contains("'.coordination/locks/planted' holds 10737418240 bytes"), "\(result.out)")
     #expect(sizes.contains("truncate -s 0 '\(file)'"), "\(sizes)")
     #expect(sizes.contains("'.coordination/activities-big' is sparse"), "\(sizes)")
