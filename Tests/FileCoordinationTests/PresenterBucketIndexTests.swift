@@ -123,7 +123,8 @@ import Testing
         .first.flatMap { UInt64($0) })
     #expect(PresenterBucketIndex.decode(valid, listing: listing, generation: generation)?.records.count == 2)
     // Each is refused by the decoder; a lookup then lists the bucket and finds both presenters.
-    var damaged: [(String, [UInt8])] = [
+    let damaged: [(String, [UInt8])] = [
+      ("empty", []),
       ("cut", Array(valid.dropLast(7))),
       (
         "another bucket's",
@@ -136,7 +137,6 @@ import Testing
       ("a length past the end", valid + Array("9.9.9 900\n{".utf8)),
       ("over the limit", valid + [UInt8](repeating: 0x20, count: PresenterBucketIndex.maxBytes)),
     ]
-    damaged.append(("empty", []))
     for (what, bytes) in damaged {
       try Data(bytes).write(to: URL(fileURLWithPath: file))
       let registry = try fresh(container)
