@@ -32,6 +32,9 @@ import Testing
 /// - the watcher runs a finish's `afterQueuedEvents` body once its library is drained, without asking the kernel
 ///   whether events are still queued (no `queuedBytes()` in `Watcher.queueSeenEmpty`):
 ///   `preparesAndFinishesTravelAsDatagrams`, `strangeDatagramsAreDroppedAndThePresenterGoesOn` ("uncoordinated").
+/// - the board a prepare names not looked for among those mapped (`Messenger.postAck` opens the sender's `.acks` for
+///   each new writer): `aPresenterFindsANewWritersBoardByItsNameWithoutOpeningIt` (3 boards opened, not 1);
+/// - the named board not compared with the one the sender's `.acks` links: `aPrepareNamingAnotherBoardIsAnsweredWithAFile`.
 @Suite(.runSlot(.minutes(5))) struct MessageTransportTests {
   let group = "group.com.example.transport"
 
@@ -417,6 +420,30 @@ extension MessageTransportTests {
     #expect(others == 1, "other processes' boards mapped in the presenter: \(others)")
   }
 
+  /// A prepare names its sender's board (device and inode): three writer processes, one after the other, take the
+  /// same board of the pool, and the presenter (this process) opens it once — for the first; the next two it finds
+  /// among the boards it has mapped, with no system call. Each answer is stored on the board, none goes as a file.
+  /// Mutant: the name ignored (the board opened by its path for each writer: 3).
+  @Test func aPresenterFindsANewWritersBoardByItsNameWithoutOpeningIt() async throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let url = container.documentsURL.appendingPathComponent("named-board.txt")
+    let presenter = RecordingPresenter(url: url)
+    try FileCoordinator.addFilePresenter(presenter)
+    defer { FileCoordinator.removeFilePresenter(presenter) }
+    let messenger = try CoordinationSpace.locate(url).0.messenger
+    let filesBefore = messenger.transport.filesSent.load(ordering: .relaxed)
+    for i in 0..<3 {
+      let run = try await groupctl(["write", group, "Documents/named-board.txt", "--root", root.path])
+      try #require(run.status == 0, "writer \(i): \(run.err)")
+    }
+    #expect(
+      await eventually { presenter.events.filter { $0.hasPrefix("reacquire") }.count == 3 },
+      "the presenter did not answer 3 writers: \(presenter.events)")
+    #expect(messenger.boardsOpened.load(ordering: .relaxed) == 1, "boards opened by path")
+    #expect(messenger.transport.filesSent.load(ordering: .relaxed) == filesBefore, "an answer went as a file")
+  }
+
   /// Any member of the group can make a name of the pool something that is no board: a FIFO, a directory, a
   /// symlink. A new process passes over each (a FIFO opens and locks, but would never map) and takes the next free
   /// name; its write of a presented item is answered. Mutant: the FIFO not passed over (the writer fails: its board
@@ -458,6 +485,24 @@ extension MessageTransportTests {
     #expect(messenger.postAck(for: late), "the late answer found the slot empty")
     #expect(!messenger.postAck(for: prepare), "an answer was written over another one")
     messenger.returnAck(of: prepare)
+  }
+
+  /// A prepare whose named board is not the one its sender's inbox links (a forged name, or a link replaced) is
+  /// answered with a file: the answerer never stores into a board it cannot tie to the sender. Mutant: the name
+  /// not compared with the opened board's identity (the answer stored on the board).
+  @Test func aPrepareNamingAnotherBoardIsAnsweredWithAFile() throws {
+    let root = try TestRoot()
+    let container = try root.container(group)
+    let space = try CoordinationSpace.locate(container.documentsURL.appendingPathComponent("forged.txt")).0
+    let messenger = space.messenger
+    var prepare = CoordinationMessage(
+      id: messenger.nextMessageID(), kind: .prepare, sender: space.me, item: "Documents/forged.txt", needsAck: true,
+      events: [])
+    messenger.reserveAck(for: &prepare)
+    defer { messenger.returnAck(of: prepare) }
+    prepare.ackInode = try #require(prepare.ackInode) &+ 1
+    #expect(!messenger.postAck(for: prepare), "stored on a board the prepare only named")
+    #expect(messenger.boardsOpened.load(ordering: .relaxed) == 1)
   }
 
   /// Takes `LOCK_EX` on every board of `container`'s pool that no live process holds: the next process must take a

@@ -24,6 +24,8 @@ package final class Messenger: @unchecked Sendable {
   private let tokens = Atomic<UInt64>(UInt64.random(in: 0...(UInt64.max >> 1)))
   /// Other processes' boards, mapped on first use; processes that hold one board in turn share its mapping.
   private let boards = Mutex<[ProcessName: MappedCounters]>([:])
+  /// Other processes' boards opened to answer a prepare (tests: a known board is not opened again).
+  package let boardsOpened = Atomic<Int>(0)
   private let outbox = DispatchQueue(label: "GroupContainer.outbox")
   private let queued = Atomic<Int>(0)
   private let inboxWatch = Mutex<Watcher.Token?>(nil)
@@ -110,6 +112,7 @@ package final class Messenger: @unchecked Sendable {
     board.store(slot, 0)
     message.ackSlot = slot
     message.ackToken = token
+    (message.ackDevice, message.ackInode) = board.identity
   }
 
   /// Gives back the slot `reserveAck` lent to a prepare that was never sent.
@@ -158,9 +161,16 @@ package final class Messenger: @unchecked Sendable {
     var evicted: MappedCounters?
     let remote = boards.withLock { boards -> MappedCounters? in
       if let known = boards[sender] { return known }
+      // A new process mostly holds a board that processes before it held, mapped here already: the prepare names
+      // it, and nothing is opened (a board found so is not filed under the sender, which only names it).
+      let named = prepare.ackDevice.flatMap { device in prepare.ackInode.map { (device, $0) } }
+      if let named, let mapped = boards.values.first(where: { $0.identity == named }) { return mapped }
       // Only an existing board, beneath the container (never created here); MappedCounters refuses non-files.
       let relative = CoordinationPaths.inbox(of: sender) + "/" + AckBoard.fileName
       guard let fd = try? space.root.openFile(relative, .readWrite), let status = try? fd.status() else { return nil }
+      boardsOpened.add(1, ordering: .relaxed)
+      // Not the board the sender waits on (its link replaced): the answer goes as a file.
+      if let named, named != (status.device, status.inode) { return nil }
       // The board of a process that held it before (a new process takes the first free board of the pool): mapped
       // again, it cost every presenter an mmap, a page fault and later an munmap per new writer process.
       let opened: MappedCounters
