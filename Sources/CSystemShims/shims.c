@@ -317,6 +317,14 @@ long gc_dgram_send(int fd, const void *bytes, unsigned long count) {
   return (long)send(fd, bytes, count, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
+int gc_dgram_unconnected(void) { return socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0); }
+
+long gc_dgram_send_to(int fd, int pathfd, const void *bytes, unsigned long count) {
+  struct sockaddr_un address;
+  if (proc_fd_address(&address, pathfd, NULL) != 0) return -1;
+  return (long)sendto(fd, bytes, count, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&address, sizeof address);
+}
+
 long gc_dgram_receive(int fd, void *buffer, unsigned long capacity) {
   return (long)recv(fd, buffer, capacity, MSG_DONTWAIT | MSG_TRUNC);
 }

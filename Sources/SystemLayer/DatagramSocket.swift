@@ -7,8 +7,8 @@ import SystemPackage
 /// most `net.unix.max_dgram_qlen` of them per receiver (10 by default), so a full queue is an answer the sender
 /// must handle (`send` says so), never a block.
 ///
-/// The receiver binds one in its inbox directory; a sender connects to that socket file, opened beneath the
-/// container without following any link (`ContainerDirectory.openSocketFile`). Closed when the last reference
+/// The receiver binds one in its inbox directory; a sender sends to that socket file (`send(_:toSocketFile:)`) or
+/// connects to it, opened beneath the container without following any link (`ContainerDirectory.openSocketFile`). Closed when the last reference
 /// goes: a sender may still be sending on a socket another thread dropped from its cache.
 package final class DatagramSocket: Sendable {
   package let fd: Int32
@@ -37,6 +37,28 @@ package final class DatagramSocket: Sendable {
   package static func connect(to file: borrowing SystemFD) throws(FileSystemError) -> DatagramSocket {
     let fd = try valueOrErrno { gc_dgram_connect(file.rawValue) }.get("connect", file.path)
     return DatagramSocket(fd: fd, path: file.path)
+  }
+
+  /// A new socket connected to nothing: it sends each datagram to a socket file named with it
+  /// (`send(_:toSocketFile:)`). The corresponding C function is `socket`.
+  package static func unconnected() throws(FileSystemError) -> DatagramSocket {
+    let fd = try valueOrErrno { gc_dgram_unconnected() }.get("socket", "an unconnected datagram socket")
+    return DatagramSocket(fd: fd, path: "an unconnected datagram socket")
+  }
+
+  /// Sends `bytes` as one datagram to the socket file `file` (an `O_PATH` descriptor, as `connect(to:)` takes),
+  /// without waiting: false when the receiver's queue is full (nothing was sent). Other failures throw:
+  /// `ECONNREFUSED` when nobody receives there or `file` is no socket, `EPIPE` when the receiver shut its socket
+  /// down. The corresponding C function is `sendto`.
+  package func send(_ bytes: [UInt8], toSocketFile file: borrowing SystemFD) throws(FileSystemError) -> Bool {
+    let result = bytes.withUnsafeBytes { buffer in
+      valueOrErrno(.send) { gc_dgram_send_to(fd, file.rawValue, buffer.baseAddress, UInt(buffer.count)) }
+    }
+    switch result {
+    case .success: return true
+    case .failure(let e) where e == .resourceTemporarilyUnavailable: return false
+    case .failure(let e): throw FileSystemError("sendto", file.path, e)
+    }
   }
 
   /// Sends `bytes` as one datagram. When the receiver's queue is full, waits up to `waitMilliseconds` for room;

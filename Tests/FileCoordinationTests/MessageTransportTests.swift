@@ -34,6 +34,10 @@ import Testing
 ///   `preparesAndFinishesTravelAsDatagrams`, `strangeDatagramsAreDroppedAndThePresenterGoesOn` ("uncoordinated").
 /// - the board a prepare names not looked for among those mapped (`Messenger.postAck` opens the sender's `.acks` for
 ///   each new writer): `aPresenterFindsANewWritersBoardByItsNameWithoutOpeningIt` (3 boards opened, not 1);
+/// - a receiver connected at once, or never (`connectAfter` 0 or unbounded):
+///   `aReceiverGetsItsFirstDatagramsThroughItsSocketFileThenAConnectedSocket`;
+/// - a full queue met by `sendto` taken as sent: `aFullQueueMetByTheFirstDatagramIsWaitedOnThenFiles` (the first
+///   prepare lost);
 /// - the named board not compared with the one the sender's `.acks` links: `aPrepareNamingAnotherBoardIsAnsweredWithAFile`.
 @Suite(.runSlot(.minutes(5))) struct MessageTransportTests {
   let group = "group.com.example.transport"
@@ -144,6 +148,27 @@ import Testing
   /// The presenter's watcher reads nothing until the write and its finish are done, so the finish datagram waits
   /// on the socket beside the write's own inotify events: the watcher reads the socket first (the prepare, then the
   /// finish), and the finished write must still suppress those events — reported once, as coordinated.
+  /// A receiver's first datagrams go by `sendto` through its socket file (a new process mostly sends it a prepare
+  /// and a finish: no socket of its own, no `connect`); from the third on, through a socket connected to it. Every
+  /// one arrives, in order, none as a file. Mutants: connected at once (`connectAfter` 0: one socket after the first
+  /// write); never connected (none after the second).
+  @Test func aReceiverGetsItsFirstDatagramsThroughItsSocketFileThenAConnectedSocket() async throws {
+    let setup = try await Setup(group, "first-datagrams.txt")
+    defer { setup.presenter.kill() }
+    let connected = setup.transport.socketsConnected.load(ordering: .relaxed)
+    for round in 1...2 {
+      try FileCoordinator().coordinate(writingItemAt: setup.url) { try Data("\(round)".utf8).write(to: $0) }
+      #expect(
+        await setup.presenter.line { _ in setup.presenter.output.filter { $0.hasPrefix("reacquire") }.count >= round }
+          != nil, "write \(round) not answered: \(setup.presenter.output.suffix(5))")
+      #expect(
+        setup.transport.socketsConnected.load(ordering: .relaxed) - connected == round - 1,
+        "sockets connected after write \(round)")
+    }
+    #expect(setup.sent.datagrams == 4 && setup.sent.files == 0, "\(setup.sent)")
+    #expect(!setup.presenter.output.contains { $0.contains("uncoordinated") }, "\(setup.presenter.output)")
+  }
+
   @Test(arguments: [false, true]) func aFinishOnTheSocketNeverLetsItsWritesOwnEventsThrough(filesOnly: Bool)
     async throws
   {
@@ -171,6 +196,42 @@ import Testing
     #expect(setup.sent.datagrams > 0)
     #expect(setup.sent.files > 0)
     setup.presenter.kill()
+  }
+
+  /// A stopped receiver whose queue someone else filled: this process's very first datagram to it, by `sendto`,
+  /// finds no room; the sender then connects and waits for room as a connected sender does (20 ms), and sends files
+  /// from then on. Nothing is lost, nothing overtakes. Mutant: a full queue met by `sendto` taken as sent (the first
+  /// prepare lost: its relinquish missing).
+  @Test func aFullQueueMetByTheFirstDatagramIsWaitedOnThenFiles() async throws {
+    let setup = try await Setup(group, "full-first.txt")
+    defer { setup.presenter.kill() }
+    setup.presenter.process.signal(SIGSTOP)
+    // Every thread stopped before the queue is filled: one still running would drain some of it.
+    let tasks = "/proc/\(setup.presenter.pid)/task"
+    #expect(
+      await eventually {
+        let threads = (try? FileManager.default.contentsOfDirectory(atPath: tasks)) ?? []
+        return !threads.isEmpty
+          && threads.allSatisfy { thread in
+            let text = (try? String(contentsOfFile: tasks + "/" + thread + "/stat", encoding: .utf8)) ?? ""
+            return text.split(separator: ")").last?.split(separator: " ").first == "T"
+          }
+      }, "the presenter did not stop")
+    let space = try CoordinationSpace.locate(setup.url).0
+    let file = try space.root.openSocketFile(
+      CoordinationPaths.inbox(of: setup.presenterProcess) + "/" + MessageTransport.socketName)
+    let stranger = try DatagramSocket.unconnected()
+    var queued = 0
+    while try stranger.send([0x21], toSocketFile: file), queued < 10_000 { queued += 1 }
+    #expect(queued > 0, "the stranger's datagrams were not queued")
+    let coordinator = FileCoordinator()
+    coordinator.presenterTimeout = .milliseconds(100)
+    try setup.write(2, with: coordinator)
+    setup.presenter.process.signal(SIGCONT)
+    try setup.write(1, from: 2, with: coordinator)
+    await waitForReacquires(setup.presenter, 3, root: setup.root)
+    expectInOrder(setup.presenter, writes: 3)
+    #expect(setup.sent.datagrams == 0 && setup.sent.files > 0, "\(setup.sent)")
   }
 
   /// A receiver stopped while idle: when it runs again, one `poll` finds its socket and its inotify queue both

@@ -96,6 +96,12 @@ int gc_dgram_bind(int dirfd, const char *name, unsigned int mode);
 int gc_dgram_connect(int pathfd);
 // One datagram, never blocking (MSG_DONTWAIT | MSG_NOSIGNAL): -1 with EAGAIN when the receiver's queue is full.
 long gc_dgram_send(int fd, const void *bytes, unsigned long count);
+// A socket connected to nothing (SOCK_CLOEXEC | SOCK_NONBLOCK), for gc_dgram_send_to. -1 with errno.
+int gc_dgram_unconnected(void);
+// One datagram from `fd` to the socket file that the O_PATH descriptor `pathfd` refers to (through /proc/self/fd, as
+// gc_dgram_connect), never blocking: -1 with EAGAIN when the receiver's queue is full, ECONNREFUSED when nobody
+// receives there or it is no socket.
+long gc_dgram_send_to(int fd, int pathfd, const void *bytes, unsigned long count);
 // The next datagram, never blocking: its real length (more than `capacity`: it was truncated), or -1 with EAGAIN
 // when none is waiting.
 long gc_dgram_receive(int fd, void *buffer, unsigned long capacity);

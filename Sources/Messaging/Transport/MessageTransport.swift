@@ -45,12 +45,30 @@ final class MessageTransport: @unchecked Sendable {
 
   private enum Peer {
     case socket(DatagramSocket)
+    /// Its socket file (`O_PATH`), not connected yet: datagrams go by `sendto` from one socket of this process,
+    /// `sent` so far. A new process mostly sends a receiver one prepare and one finish, for which a socket, a
+    /// `connect` and a `close` per receiver were a fifth of its write's own CPU with 64 receivers; a receiver sent
+    /// more than `connectAfter` datagrams gets a connected socket (no path lookup per datagram).
+    case file(DescriptorBox, sent: Int)
     /// Files from now on (rule 2).
     case files
+
+    func isSame(as other: Peer?) -> Bool {
+      switch (self, other) {
+      case (.socket(let a), .socket(let b)?): a === b
+      case (.file(let a, _), .file(let b, _)?): a === b
+      default: false
+      }
+    }
   }
+
+  /// Datagrams a receiver gets through its socket file before this process connects a socket to it.
+  static let connectAfter = 2
 
   private let space: MessagingSpace
   private let peers = Mutex<[ProcessName: Peer]>([:])
+  /// Sends to the receivers not connected yet (`Peer.file`); made on first use.
+  private let unconnected = Mutex<DatagramSocket?>(nil)
   /// This process's inbox socket and its watcher token; nil when it takes files only.
   private let inbox = Mutex<(socket: DatagramSocket, token: Watcher.Token)?>(nil)
   /// Sockets replaced by a new bind (the container made anew), drained until empty, then dropped.
@@ -59,6 +77,8 @@ final class MessageTransport: @unchecked Sendable {
   /// Messages sent each way, for tests and benchmarks.
   let datagramsSent = Atomic<Int>(0)
   let filesSent = Atomic<Int>(0)
+  /// Sockets connected to receivers (`Peer.file` turned `Peer.socket`), for tests.
+  let socketsConnected = Atomic<Int>(0)
 
   init(space: MessagingSpace) { self.space = space }
 
@@ -74,27 +94,47 @@ final class MessageTransport: @unchecked Sendable {
     }
     for attempt in 0..<2 {
       let peer = peers.withLock { peers -> Peer in
-        if let known = peers[process] { return known }
-        let found = connect(process)
-        if peers.count >= 256 { prune(&peers) }
-        peers[process] = found
-        return found
-      }
-      guard case .socket(let socket) = peer else { return false }
-      do {
-        if try socket.send(bytes, waitMilliseconds: Self.fullQueueWaitMilliseconds) {
-          datagramsSent.add(1, ordering: .relaxed)
-          return true
+        switch peers[process] {
+        case .file(let file, let sent)? where sent >= Self.connectAfter:
+          let connected = Self.connect(file, process)
+          socketsConnected.add(1, ordering: .relaxed)
+          peers[process] = connected
+          return connected
+        case let known?:
+          return known
+        case nil:
+          let found = open(process)
+          if peers.count >= 256 { prune(&peers) }
+          peers[process] = found
+          return found
         }
-        return filesFromNowOn(process, "its queue stayed full for \(Self.fullQueueWaitMilliseconds) ms")
+      }
+      do {
+        switch peer {
+        case .files:
+          return false
+        case .file(let file, let sent):
+          if let sender = sharedSender(), try sender.send(bytes, toSocketFile: file.fd) {
+            peers.withLock { if peer.isSame(as: $0[process]) { $0[process] = .file(file, sent: sent + 1) } }
+            datagramsSent.add(1, ordering: .relaxed)
+            return true
+          }
+          // Its queue is full (or this process has no socket to spare): a connected socket waits for room.
+          peers.withLock { if peer.isSame(as: $0[process]) { $0[process] = .file(file, sent: Self.connectAfter) } }
+          continue
+        case .socket(let socket):
+          if try socket.send(bytes, waitMilliseconds: Self.fullQueueWaitMilliseconds) {
+            datagramsSent.add(1, ordering: .relaxed)
+            return true
+          }
+          return filesFromNowOn(process, "its queue stayed full for \(Self.fullQueueWaitMilliseconds) ms")
+        }
       } catch {
         // Nobody receives there any more: the process is gone, or it bound a new socket (the container made
-        // anew; everything sent to the old one was received before it closed). Connect again, once.
+        // anew; everything sent to the old one was received before it closed). Open its socket file again, once.
         let refused = [.connectionRefused, .brokenPipe, .socketNotConnected].contains(error.errno)
         guard refused, attempt == 0 else { return filesFromNowOn(process, "\(error)") }
-        peers.withLock { peers in
-          if case .socket(let current)? = peers[process], current === socket { peers[process] = nil }
-        }
+        peers.withLock { if peer.isSame(as: $0[process]) { $0[process] = nil } }
       }
     }
     return false
@@ -109,15 +149,32 @@ final class MessageTransport: @unchecked Sendable {
     return false
   }
 
-  /// A connected socket to `process`'s inbox socket, opened beneath the container without following any link; files
-  /// when there is none.
-  private func connect(_ process: ProcessName) -> Peer {
+  /// `process`'s inbox socket file, opened beneath the container without following any link; files when there is
+  /// none.
+  private func open(_ process: ProcessName) -> Peer {
     do {
-      let file = try space.root.openSocketFile(CoordinationPaths.inbox(of: process) + "/" + Self.socketName)
-      return .socket(try DatagramSocket.connect(to: file))
+      return .file(
+        DescriptorBox(try space.root.openSocketFile(CoordinationPaths.inbox(of: process) + "/" + Self.socketName)),
+        sent: 0)
     } catch {
       MessagingSpace.logger.debug("process \(process) takes messages as files: \(error)")
       return .files
+    }
+  }
+
+  /// A socket connected to the socket file `file` of `process`; files when that is not possible.
+  private static func connect(_ file: DescriptorBox, _ process: ProcessName) -> Peer {
+    do { return .socket(try DatagramSocket.connect(to: file.fd)) } catch {
+      MessagingSpace.logger.debug("process \(process) takes messages as files: \(error)")
+      return .files
+    }
+  }
+
+  /// The socket that sends to receivers not connected yet; nil when none can be made (they are connected then).
+  private func sharedSender() -> DatagramSocket? {
+    unconnected.withLock { socket in
+      if socket == nil { socket = try? DatagramSocket.unconnected() }
+      return socket
     }
   }
 
