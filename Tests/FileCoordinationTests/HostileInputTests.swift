@@ -40,6 +40,17 @@ import Testing
     #expect(error?.description.contains("123.456.7") == true || error?.description.contains("invalid") == true)
   }
 
+  /// A record's id is `<its process>.<a 64-bit number>`, and its file is named so (an id read on its bytes).
+  @Test(arguments: [
+    ("123.456.7", true), ("123.456.18446744073709551615", true), ("123.456.18446744073709551616", false),
+    ("123.4567.8", false), ("123.456.", false), ("123.456..7", false), ("123.456.7.8", false), ("123.456.-7", false),
+    ("123.456.+7", false), ("1234.56.7", false), ("123.456.007", true),
+  ])
+  func recordIDsNameTheirProcess(id: String, taken: Bool) {
+    let text = #"{"id":"\#(id)","isDirectory":false,"item":"a","process":"123.456","version":1}"#
+    #expect(((try? PresenterRecord.decode(Array(text.utf8), fileName: id)) != nil) == taken, "\(id)")
+  }
+
   /// Records are read by hand in the one form `encoded()` writes (`PresenterRecord.canonical`), with JSONDecoder's
   /// result; any other form is JSONDecoder's to decide.
   @Test(arguments: ["Documents/a.txt", "", "a/b/c.txt", "caf\u{E9}", "cafe\u{301}", "quo\"te", "back\\slash", "tab\t"])

@@ -151,4 +151,23 @@ import Testing
     #expect(registry.lookup([path]).records.count == 2)
     for child in presenters { child.kill() }
   }
+  /// The decoder takes the one form the encoder writes and nothing else: each record line a name a lister can have
+  /// taken and a plain count (the fuzzer checks that whatever decodes encodes back to the same bytes).
+  @Test func theDecoderTakesOnlyWhatTheEncoderWrites() throws {
+    let records: [(name: String, bytes: [UInt8])] = [("1.2.3", Array("abc".utf8)), ("4.5.6", [])]
+    let valid = PresenterBucketIndex.encode(listing: "b1", generation: 7, hasBelow: true, records: records)
+    let decoded = try #require(PresenterBucketIndex.decode(valid, listing: "b1", generation: 7))
+    #expect(decoded.hasBelow && decoded.records.map(\.name) == ["1.2.3", "4.5.6"])
+    #expect(decoded.records.map { Array($0.bytes) } == records.map(\.bytes))
+    #expect(PresenterBucketIndex.decode(valid, listing: "b1", generation: 8) == nil, "another generation")
+    let header = Array("gc-presenter-index 1 b1 7 1\n".utf8)
+    for line in [
+      "1.2.3 03\nabc\n", "1.2.3 +3\nabc\n", " 3\nabc\n", ".x 3\nabc\n", "a/b 3\nabc\n", "1.2.3  3\nabc\n",
+      "1.2.3 3 \nabc\n", "1.2.3 0000000003\nabc\n", "1.2.3 3\nabcd\n", "1.2.3 3\nab", "1.2.3\nabc\n",
+    ] {
+      #expect(PresenterBucketIndex.decode(header + Array(line.utf8), listing: "b1", generation: 7) == nil, "\(line)")
+    }
+    #expect(PresenterBucketIndex.decode(header + [0xff] + Array(" 0\n\n".utf8), listing: "b1", generation: 7) == nil)
+    #expect(PresenterBucketIndex.decode(header + Array("x 0\n\n".utf8), listing: "b1", generation: 7) != nil)
+  }
 }

@@ -59,14 +59,22 @@ struct PresenterRecord: Codable, Sendable, Hashable {
     guard record.version == formatVersion else {
       throw .corruptFile(fileName, reason: "presenter record version \(record.version) is not \(formatVersion)")
     }
-    guard record.id == fileName, record.id.hasPrefix("\(record.process)."),
-      let n = record.id.split(separator: ".").last, UInt64(n) != nil,
-      record.id.split(separator: ".").count == 3
-    else {
+    guard record.id == fileName, Self.isID(record.id.utf8, of: record.process) else {
       throw .corruptFile(fileName, reason: "presenter record id '\(record.id)' does not match its file and process")
     }
     if record.item != "" { _ = try ContainerPath(record.item) }
     return record
+  }
+
+  /// Whether `id` is `<process>.<n>`, `n` a number of at most 20 digits that fits in 64 bits. On its bytes: two
+  /// splits of each record's id were a tenth of reading 64 records.
+  private static func isID(_ id: String.UTF8View, of process: ProcessName) -> Bool {
+    let prefix = process.description.utf8
+    guard id.count > prefix.count + 1, id.starts(with: prefix) else { return false }
+    let rest = id.dropFirst(prefix.count)
+    let number = rest.dropFirst()
+    return rest.first == UInt8(ascii: ".") && number.count <= 20
+      && number.allSatisfy({ $0 &- UInt8(ascii: "0") < 10 }) && UInt64(Substring(number)) != nil
   }
 
   /// The record in the one form `encoded()` writes, read by hand; nil for anything else, which JSONDecoder then

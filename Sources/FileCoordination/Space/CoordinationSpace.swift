@@ -88,6 +88,7 @@ final class CoordinationSpace: @unchecked Sendable {  // all `let`; the parts gu
     containerPath: String, fileMode: mode_t, directoryMode: mode_t
   ) throws(GroupContainerError) -> CoordinationSpace {
     if let space = spaces.withLock({ $0.byPath[containerPath] }) { return space }
+    ConformanceWarmUp.start()
     opening.lock()
     defer { opening.unlock() }
     if let space = spaces.withLock({ $0.byPath[containerPath] }) { return space }
