@@ -77,8 +77,6 @@ enum MessageJSON {
     raw("]")
     optional(",\"ackSlot\":", message.ackSlot)
     optional(",\"ackToken\":", message.ackToken)
-    optional(",\"ackDevice\":", message.ackDevice)
-    optional(",\"ackInode\":", message.ackInode)
     raw("}")
     return out
   }
@@ -95,7 +93,7 @@ enum MessageJSON {
 
   /// A field name of a message or an event, matched on its bytes (`enumeration`).
   private enum Key: String, CaseIterable {
-    case version, id, kind, sender, item, needsAck, isWrite, events, purpose, ackSlot, ackToken, ackDevice, ackInode
+    case version, id, kind, sender, item, needsAck, isWrite, events, purpose, ackSlot, ackToken
     case presenter, path, newPath
   }
 
@@ -104,7 +102,7 @@ enum MessageJSON {
   private static func message(_ scanner: inout JSONScanner) -> CoordinationMessage? {
     var version: Int?, id: String?, kind: CoordinationMessage.Kind?, sender: ProcessName?, item: String?
     var needsAck: Bool?, isWrite: Bool?, events: [PresenterEvent]?
-    var purpose: String?, ackSlot: Int?, ackToken: UInt64?, ackDevice: UInt64?, ackInode: UInt64?
+    var purpose: String?, ackSlot: Int?, ackToken: UInt64?
     var seen: UInt16 = 0
     let parsed = fields(&scanner) { key, scanner -> Bool in
       let bit: UInt16
@@ -153,10 +151,6 @@ enum MessageJSON {
         bit = 1 << 10
         guard let value = optionalInteger(&scanner, as: UInt64.self) else { return false }
         ackToken = value
-      case .ackDevice, .ackInode:
-        bit = key == .ackDevice ? 1 << 11 : 1 << 12
-        guard let value = optionalInteger(&scanner, as: UInt64.self) else { return false }
-        if key == .ackDevice { ackDevice = value } else { ackInode = value }
       default:
         return false
       }
@@ -173,8 +167,6 @@ enum MessageJSON {
     message.purpose = purpose
     message.ackSlot = ackSlot
     message.ackToken = ackToken
-    message.ackDevice = ackDevice
-    message.ackInode = ackInode
     return message
   }
 

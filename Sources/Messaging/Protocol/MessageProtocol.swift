@@ -18,8 +18,7 @@ import SystemLayer
 ///    receiver's liveness before a prepare only when the prepare cannot go as a datagram: a dead receiver's socket
 ///    refuses, and a dead one is reaped and sent nothing (`Messenger.sendUnlessDead`).
 ///    An ack that carries nothing (no presenter failed) skips the file: the prepare names a slot of the sender's
-///    **ack board** (`.acks` in its inbox, a shared mapping; named by device and inode too, so a receiver that has
-///    the file mapped opens nothing) and a token; the receiver stores the token in the slot
+///    **ack board** (`.acks` in its inbox, a shared mapping) and a token; the receiver stores the token in the slot
 ///    and posts the board's futex, which wakes the waiting thread itself — two thread hops and five file system
 ///    calls fewer than an ack file, whose path (inotify → watcher thread → waiting thread) stays for acks with
 ///    failures and for `openURL` answers.
@@ -75,10 +74,6 @@ package struct CoordinationMessage: Codable, Sendable {
   /// Prepare only: where on the sender's ack board to store `ackToken` instead of sending an ack file.
   package var ackSlot: Int?
   package var ackToken: UInt64?
-  /// Prepare only: the device and inode of the sender's board. A board outlives its holder, so an answerer mostly
-  /// has that file mapped already (for a process before the sender) and stores into it without opening anything.
-  package var ackDevice: UInt64?
-  package var ackInode: UInt64?
 
   package init(
     id: String, kind: Kind, sender: ProcessName, purpose: String? = nil, item: String, needsAck: Bool,

@@ -8,9 +8,8 @@ import SystemLayer
 /// as `<inbox>/.acks`; its words are declared here once (a test checks `layout`). Answerers of prepares never create
 /// one, they only map an existing one, once per file: a board outlives its holder, so a new process mostly takes the
 /// board a process before it held, and every presenter already has it mapped (with 64 presenter processes, mapping
-/// each new writer's board was a tenth of their CPU); a prepare names its board by device and inode, so an answerer
-/// finds that mapping without opening the sender's `.acks` (an open, an `fstat` and a close per new writer and
-/// presenter). A holder's tokens start at random: a late answer to the
+/// each new writer's board was a tenth of their CPU); an answerer finds that mapping by the identity of the
+/// sender's `.acks` (one `fstatat`) without opening it. A holder's tokens start at random: a late answer to the
 /// previous holder's prepare matches none of them; and an answer is stored only into an empty slot (its lender
 /// empties it), so such a late answer never overwrites an answer of the new holder's — the loser sends a file.
 enum AckBoard {

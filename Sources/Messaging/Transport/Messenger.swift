@@ -112,7 +112,6 @@ package final class Messenger: @unchecked Sendable {
     board.store(slot, 0)
     message.ackSlot = slot
     message.ackToken = token
-    (message.ackDevice, message.ackInode) = board.identity
   }
 
   /// Gives back the slot `reserveAck` lent to a prepare that was never sent.
@@ -161,16 +160,21 @@ package final class Messenger: @unchecked Sendable {
     var evicted: MappedCounters?
     let remote = boards.withLock { boards -> MappedCounters? in
       if let known = boards[sender] { return known }
-      // A new process mostly holds a board that processes before it held, mapped here already: the prepare names
-      // it, and nothing is opened (a board found so is not filed under the sender, which only names it).
-      let named = prepare.ackDevice.flatMap { device in prepare.ackInode.map { (device, $0) } }
-      if let named, let mapped = boards.values.first(where: { $0.identity == named }) { return mapped }
-      // Only an existing board, beneath the container (never created here); MappedCounters refuses non-files.
       let relative = CoordinationPaths.inbox(of: sender) + "/" + AckBoard.fileName
+      // A new process mostly holds a board that processes before it held, mapped here already: one `fstatat` finds
+      // it (an open, an `fstat` and a close per new writer before). A link on the way is followed, where the open
+      // below refuses one: it can only name a board this process opened safely before — as a hard link planted as
+      // `.acks`, which the open takes too, could.
+      if let status = try? space.root.fd.status(of: relative),
+        let mapped = boards.values.first(where: { $0.identity == (status.device, status.inode) })
+      {
+        if boards.count >= 64 { evicted = boards.remove(at: boards.startIndex).value }
+        boards[sender] = mapped
+        return mapped
+      }
+      // Only an existing board, beneath the container (never created here); MappedCounters refuses non-files.
       guard let fd = try? space.root.openFile(relative, .readWrite), let status = try? fd.status() else { return nil }
       boardsOpened.add(1, ordering: .relaxed)
-      // Not the board the sender waits on (its link replaced): the answer goes as a file.
-      if let named, named != (status.device, status.inode) { return nil }
       // The board of a process that held it before (a new process takes the first free board of the pool): mapped
       // again, it cost every presenter an mmap, a page fault and later an munmap per new writer process.
       let opened: MappedCounters
