@@ -78,6 +78,9 @@ import Testing
     FileCoordinator.removeFilePresenter(presenter)
     // The indexes live outside `presenters/`: its buckets went with the record, so it looks empty (the fast path).
     #expect(try fresh(container).emptyGeneration() != nil)
+    // And the buckets' indexes went with them (mutant: left behind, one file per bucket ever listed).
+    let indexes = container.url.path + "/" + PresenterBucketIndex.directory
+    #expect(try FileManager.default.contentsOfDirectory(atPath: indexes) == [])
   }
 
   @Test func anIndexOlderThanItsBucketIsNotUsed() async throws {

@@ -17,7 +17,8 @@ import GroupContainerCore
 /// generations may write in either order: the later rename of an older generation is stale, listed and written again.
 ///
 /// The files are outside `presenters/`: an index in a bucket directory would keep the directory from being removed
-/// with its last record, and `presenters/` from looking empty (the registry's fast path). An index is an
+/// with its last record, and `presenters/` from looking empty (the registry's fast path). Whoever removes an emptied
+/// bucket removes its index too. An index is an
 /// optimisation only: anything wrong with it (missing, damaged, another bucket's, a FIFO or a link in its place,
 /// over `maxBytes`) is a listing, as without it; a listing that found a damaged record writes none (the damage is
 /// reported at each listing). A group member can write an index that leaves out a presenter or holds a false record

@@ -142,13 +142,17 @@ final class PresenterRegistry: @unchecked Sendable {  // `cache` is a Mutex; the
   }
 
   /// Removes `directory` and then its parents up to `presenters/` while they are empty (rmdir fails on any that is
-  /// not: a registration under way keeps it, or makes it again).
+  /// not: a registration under way keeps it, or makes it again), and the index of each bucket removed: left, it
+  /// would stay until the bucket is used again (a listing of a missing bucket writes none). A lister may write one
+  /// meanwhile: stale, never wrong, and removed at the bucket's next emptying.
   private func removeIfEmpty(_ directory: String) {
     var path = directory
     while path.count > relative.count {
       let (parent, name) = ContainerDirectory.split(path)
       guard let fd = try? root.openDirectory(parent) else { return }
       guard (try? fd.removeDirectory(name)) != nil else { return }
+      let listing = String(path.dropFirst(relative.count + 1))
+      if !listing.hasPrefix(Self.byProcessDirectory) { try? root.removeFile(PresenterBucketIndex.path(of: listing)) }
       path = parent
     }
   }
