@@ -2,6 +2,7 @@ import Atomics
 import CSystemShims
 import Foundation
 import Glibc
+import Synchronization
 
 /// "Something changed" between processes, through a futex on a word of a `MappedCounters` file: for changes made
 /// by stores through a shared mapping, which inotify never sees.
@@ -41,7 +42,7 @@ package struct ChangeSignal: @unchecked Sendable {  // the words are shared memo
     guard counters.atomic(listeners).load(ordering: .relaxed) != 0 else { return }
     counters.increment(sequence)
     if let sleepers {
-      atomicMemoryFence(ordering: .sequentiallyConsistent)
+      Atomics.atomicMemoryFence(ordering: .sequentiallyConsistent)
       guard counters.atomic(sleepers).load(ordering: .sequentiallyConsistent) != 0,
         counters.atomic(sleepers).exchange(0, ordering: .sequentiallyConsistent) != 0
       else { return }
@@ -72,17 +73,48 @@ package struct ChangeSignal: @unchecked Sendable {  // the words are shared memo
   package final class Listener: Sendable {
     private let signal: ChangeSignal
     private let cancelled = ManagedAtomic<Bool>(false)
+    /// The file this listener is counted in: its identity and epoch (nil once cancelled). A file replaced under the
+    /// mapping (`MappedCounters.rebind`: the container made anew) or emptied by a truncation counts nobody, and a
+    /// post then skips the wake and the sequence both: the listener counts itself in it again (within one bounded
+    /// sleep) and calls its handler once for what it may have missed.
+    private let registration: Counted
+
+    fileprivate final class Counted: Sendable {
+      let file: Mutex<Registration?>
+      init(_ file: Registration) { self.file = Mutex(file) }
+    }
+
+    fileprivate struct Registration: Equatable {
+      var device: UInt64, inode: UInt64, epoch: UInt64
+      init(_ counters: MappedCounters) {
+        (device, inode) = counters.identity
+        epoch = counters.epoch
+      }
+    }
 
     fileprivate init(signal: ChangeSignal, name: String, coalesce: UInt64, handler: @escaping @Sendable () -> Void) {
       self.signal = signal
       signal.counters.increment(signal.listeners)
+      registration = Counted(Registration(signal.counters))
       let seen = signal.counters.load(signal.sequence)
-      let thread = Thread { [signal, cancelled] in
+      let thread = Thread { [signal, cancelled, registration] in
         Self.yieldToWakers()
         var last = UInt32(truncatingIfNeeded: seen)
         // Bounded sleeps: a cancel that races with the wait is noticed within this time.
         var timeout = timespec(tv_sec: 0, tv_nsec: 200_000_000)
         while !cancelled.load(ordering: .acquiring) {
+          let current = Registration(signal.counters)
+          let counted = registration.file.withLock { registered -> Bool in
+            guard let known = registered, known != current else { return false }
+            signal.counters.increment(signal.listeners)
+            registered = current
+            return true
+          }
+          if counted {
+            last = UInt32(truncatingIfNeeded: signal.counters.load(signal.sequence))
+            handler()
+            continue
+          }
           let now = UInt32(truncatingIfNeeded: signal.counters.load(signal.sequence))
           if now != last {
             last = now
@@ -97,7 +129,7 @@ package struct ChangeSignal: @unchecked Sendable {  // the words are shared memo
             continue
           }
           _ = signal.counters.increment(sleepers)
-          atomicMemoryFence(ordering: .sequentiallyConsistent)
+          Atomics.atomicMemoryFence(ordering: .sequentiallyConsistent)
           let again = signal.counters.atomic(signal.sequence).load(ordering: .sequentiallyConsistent)
           if UInt32(truncatingIfNeeded: again) == now {
             _ = gc_futex_wait(signal.counters.futexWord(signal.sequence), now, &timeout)
@@ -119,7 +151,13 @@ package struct ChangeSignal: @unchecked Sendable {  // the words are shared memo
     /// Stops the thread (after a handler call in progress, if any) and stops counting this listener.
     package func cancel() {
       guard !cancelled.exchange(true, ordering: .acquiringAndReleasing) else { return }
-      _ = signal.counters.atomic(signal.listeners).loadThenWrappingDecrement(ordering: .relaxed)
+      // Uncounted only from the file it is counted in (a file replaced meanwhile never counted it).
+      registration.file.withLock { registered in
+        if registered == Registration(signal.counters) {
+          _ = signal.counters.atomic(signal.listeners).loadThenWrappingDecrement(ordering: .relaxed)
+        }
+        registered = nil
+      }
       // Wakes our thread (and, harmlessly, other processes' listeners, which find the sequence unchanged).
       _ = gc_futex_wake(signal.counters.futexWord(signal.sequence), Int32.max)
     }

@@ -1,10 +1,11 @@
-import BackgroundDownloads
 import FileCoordination
 import Foundation
 import GroupContainerCore
 import SystemLayer
 import TestSupport
 import Testing
+
+@testable import BackgroundDownloads
 
 /// Background downloads across real processes: a starter killed mid-download, re-attach, relaunch, a killed agent,
 /// several sessions, control from another process, limits and priorities. Every download comes from
@@ -19,7 +20,8 @@ import Testing
 /// format the attached process announced, or never combining (`eventFormatFollowsTheAttachedReader`); the store's
 /// layout not made again after the container's removal (`aSessionOutlivesItsContainersRemoval`: the download failed
 /// with "its parent directory … does not exist"), or the session not attaching again there (the same test: a second
-/// attach of the session succeeded).
+/// attach of the session succeeded), or a change listener not counting itself in the new signal file
+/// (`ChangeSignal.Listener`; the same test: no listener counted there).
 @Suite("Background sessions", .runSlot(.minutes(5)))
 struct BackgroundSessionTests {
   @Test("a session goes on after its container is removed: the next download runs, its events come, it stays attached")
@@ -46,6 +48,16 @@ struct BackgroundSessionTests {
     }
     #expect(finished != nil)
     #expect(FileServer.mismatch(Self.content(container, "Downloads/two"), size: 2000, seed: 2) == nil)
+    // Still listening for the agent's posts: counted in the new signal file (counted in none, the agent's posts
+    // skipped the wake and the session heard of its tasks only by its once-a-second poll).
+    let signal = container.path + "/" + DownloadStore.directory + "/" + DownloadSignals.fileName
+    #expect(
+      await eventually {
+        guard let bytes = FileManager.default.contents(atPath: signal), bytes.count >= 32 else { return false }
+        return bytes.withUnsafeBytes {
+          $0.loadUnaligned(fromByteOffset: DownloadSignals.updatesListeners * 8, as: UInt64.self)
+        } >= 1
+      }, "the session is not counted as a listener in the new signal file")
     // Still the one attached: the attach lock at the new name is this session's.
     #expect(throws: DownloadError.sessionInUse("s", pid: getpid())) {
       _ = try DownloadSession(identifier: "s", container: container, configuration: Self.configuration())
