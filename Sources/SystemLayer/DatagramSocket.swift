@@ -8,8 +8,9 @@ import SystemPackage
 /// must handle (`send` says so), never a block.
 ///
 /// The receiver binds one in its inbox directory; a sender sends to that socket file (`send(_:toSocketFile:)`) or
-/// connects to it, opened beneath the container without following any link (`ContainerDirectory.openSocketFile`). Closed when the last reference
-/// goes: a sender may still be sending on a socket another thread dropped from its cache.
+/// connects to it, opened beneath the container without following any link (`ContainerDirectory.openSocketFile`).
+/// Closed when the last reference goes: a sender may still be sending on a socket another thread dropped from its
+/// cache.
 package final class DatagramSocket: Sendable {
   package let fd: Int32
   /// What it is bound at or connected to, for errors.

@@ -18,12 +18,12 @@ import GroupContainerCore
 ///
 /// The files are outside `presenters/`: an index in a bucket directory would keep the directory from being removed
 /// with its last record, and `presenters/` from looking empty (the registry's fast path). Whoever removes an emptied
-/// bucket removes its index too. An index is an
-/// optimisation only: anything wrong with it (missing, damaged, another bucket's, a FIFO or a link in its place,
-/// over `maxBytes`) is a listing, as without it; a listing that found a damaged record writes none (the damage is
-/// reported at each listing). A group member can write an index that leaves out a presenter or holds a false record
-/// under a real one's name, as it can remove or rewrite that presenter's record file; the record's owner notices and
-/// repairs the latter only (a reader keeps a record it decoded for as long as it runs: records are immutable).
+/// bucket removes its index too. An index is an optimisation only: anything wrong with it (missing, damaged, another
+/// bucket's, a FIFO or a link in its place, over `maxBytes`) is a listing, as without it; a listing that found a
+/// damaged record writes none (the damage is reported at each listing). A group member can write an index that
+/// leaves out a presenter or holds a false record under a real one's name, as it can remove or rewrite that
+/// presenter's record file; the record's owner notices and repairs the latter only (a reader keeps a record it
+/// decoded for as long as it runs: records are immutable).
 ///
 /// Format (text header, then the record files' bytes as read, each after its name and length):
 ///
