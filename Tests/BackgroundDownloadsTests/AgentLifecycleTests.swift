@@ -209,9 +209,7 @@ import Testing
     let store = try DownloadStore(container: container)
     let script = root.path + "/fake-agent"
     let dump = root.path + "/agent-environment"
-    try "#!/bin/sh\nenv > '\(dump).part' && mv '\(dump).part' '\(dump)'\n".write(
-      toFile: script, atomically: true, encoding: .utf8)
-    #expect(chmod(script, 0o755) == 0)
+    try writeScript("#!/bin/sh\nenv > '\(dump).part' && mv '\(dump).part' '\(dump)'\n", to: script)
     try AgentLauncher.ensureRunning(store: store, executable: URL(fileURLWithPath: script), idleTimeout: .seconds(1))
     #expect(await eventually { FileManager.default.fileExists(atPath: dump) })
     let lines = try String(contentsOfFile: dump, encoding: .utf8).split(separator: "\n").map(String.init)

@@ -488,9 +488,7 @@ struct BackgroundSessionTests {
     let starts = root.path + "/agent-starts"
     let script = root.path + "/slow-agent"
     let real = try AgentLauncher.locate(nil)
-    try "#!/bin/sh\necho start >> '\(starts)'\nsleep 1\nexec '\(real)' \"$@\"\n".write(
-      toFile: script, atomically: true, encoding: .utf8)
-    #expect(chmod(script, 0o755) == 0)
+    try writeScript("#!/bin/sh\necho start >> '\(starts)'\nsleep 1\nexec '\(real)' \"$@\"\n", to: script)
     var configuration = Self.configuration()
     configuration.agentExecutable = URL(fileURLWithPath: script)
     let session = try DownloadSession(identifier: "burst", container: container, configuration: configuration)
