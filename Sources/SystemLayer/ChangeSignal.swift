@@ -94,8 +94,10 @@ package struct ChangeSignal: @unchecked Sendable {  // the words are shared memo
 
     fileprivate init(signal: ChangeSignal, name: String, coalesce: UInt64, handler: @escaping @Sendable () -> Void) {
       self.signal = signal
-      signal.counters.increment(signal.listeners)
+      // Noted before counting: a file replaced in between is then counted in twice (a spare futex call per post),
+      // never left uncounted.
       registration = Counted(Registration(signal.counters))
+      signal.counters.increment(signal.listeners)
       let seen = signal.counters.load(signal.sequence)
       let thread = Thread { [signal, cancelled, registration] in
         Self.yieldToWakers()
