@@ -74,18 +74,13 @@ public func executablePath(_ executable: String) -> String {
   return directory.appendingPathComponent(executable).path
 }
 
-/// Writes `text` as a new executable script at `path`, through a descriptor no child can inherit (`O_CLOEXEC`).
-/// Foundation's `write(toFile:atomically:)` writes through a `mkstemp` descriptor without it: a child another test
-/// spawned meanwhile keeps that descriptor for its whole life, and running the script then fails with `ETXTBSY`
-/// ("Text file busy") for as long as that child lives (seen in CI).
+/// Writes `text` as an executable script at `path`, with the project's atomic replace (`AtomicReplace`: every
+/// descriptor `O_CLOEXEC`). Foundation's `write(toFile:atomically:)` writes through a `mkstemp` descriptor without it:
+/// a child another test spawned meanwhile keeps that descriptor for its whole life, and running the script then fails
+/// with `ETXTBSY` ("Text file busy") for as long as that child lives (seen in CI).
 public func writeScript(_ text: String, to path: String) throws {
-  let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o755)
-  guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
-  defer { close(fd) }
-  let bytes = Array(text.utf8)
-  guard bytes.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) == bytes.count else {
-    throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
-  }
+  let directory = try SystemFD.open((path as NSString).deletingLastPathComponent, [.readOnly, .directory])
+  try AtomicReplace.write(Array(text.utf8), in: directory, name: (path as NSString).lastPathComponent, mode: 0o755)
 }
 
 /// What a program of the Examples package needs in its environment: its sessions start the download agent of this
