@@ -18,6 +18,7 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
   /// The longest path, in bytes (Linux's `PATH_MAX`).
   public static let maxPathBytes = 4096
   package static let privateDirectory = ".coordination"
+  private static let privateDirectoryBytes = Array(privateDirectory.utf8)
 
   /// The container root.
   public static let root = ContainerPath(unchecked: [])
@@ -75,27 +76,36 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
       throw .invalidPath(relative, rule: "absolute paths are not allowed; give a path relative to the container")
     }
     // Checked on the bytes (each path of every message comes here; `String` comparison and Character iteration
-    // were most of it), and the bytes are what the kernel sees. A trailing `/` ends the last component.
-    let utf8 = relative.utf8
-    var start = utf8.startIndex
-    var first: Substring.UTF8View?
-    while start != utf8.endIndex {
-      let end = utf8[start...].firstIndex(of: UInt8(ascii: "/")) ?? utf8.endIndex
-      let part = utf8[start..<end]
-      if part.isEmpty { throw .invalidPath(relative, rule: "it has an empty component ('//')") }
-      if part.count <= 2 && part.allSatisfy({ $0 == UInt8(ascii: ".") }) {
-        throw .invalidPath(relative, rule: "'.' and '..' components are not allowed")
+    // were most of it, then the UTF-8 view's indices), and the bytes are what the kernel sees. A trailing `/` ends
+    // the last component.
+    var bytes = relative
+    let broken = bytes.withUTF8 { bytes -> String? in
+      var start = 0
+      var isPrivate = false
+      while start < bytes.count {
+        var end = start
+        var hasNUL = false
+        while end < bytes.count && bytes[end] != UInt8(ascii: "/") {
+          if bytes[end] == 0 { hasNUL = true }
+          end += 1
+        }
+        let count = end - start
+        if count == 0 { return "it has an empty component ('//')" }
+        if count <= 2 && bytes[start] == UInt8(ascii: ".") && bytes[end - 1] == UInt8(ascii: ".") {
+          return "'.' and '..' components are not allowed"
+        }
+        if hasNUL { return "it contains a NUL byte" }
+        if count > Self.maxComponentBytes { return "a component is longer than \(Self.maxComponentBytes) bytes" }
+        if start == 0 && count == privateDirectoryBytes.count {
+          isPrivate = privateDirectoryBytes.withUnsafeBytes {
+            RawMemory.equal($0.baseAddress, bytes.baseAddress, count: count)
+          }
+        }
+        start = end + 1
       }
-      if part.contains(0) { throw .invalidPath(relative, rule: "it contains a NUL byte") }
-      if part.count > Self.maxComponentBytes {
-        throw .invalidPath(relative, rule: "a component is longer than \(Self.maxComponentBytes) bytes")
-      }
-      if first == nil { first = part }
-      start = end == utf8.endIndex ? end : utf8.index(after: end)
+      return isPrivate ? "'.coordination' is the framework's private directory" : nil
     }
-    if let first, first.elementsEqual(Self.privateDirectory.utf8) {
-      throw .invalidPath(relative, rule: "'.coordination' is the framework's private directory")
-    }
+    if let broken { throw .invalidPath(relative, rule: broken) }
   }
 
   /// The path as `a/b/c` ("" for the root). Joined here, not by `joined(separator:)`: the standard library's runs

@@ -166,7 +166,12 @@ import Testing
       #expect(ProcessName(bad) == nil, "\(bad)")
     }
     #expect(CoordinationMessage.sender(inID: "123.456.7") == ProcessName(pid: 123, startTime: 456))
-    for bad in ["123.456", "123.456.", "123.456.x", "123.456.-7", "123..7", "x.456.7", "123.456.7.8", "123.456.+7"] {
+    #expect(CoordinationMessage.sender(inID: "1.2.18446744073709551615") == ProcessName(pid: 1, startTime: 2))
+    #expect(CoordinationMessage.sender(inID: "1.2.00000000000000000007") == ProcessName(pid: 1, startTime: 2))
+    for bad in [
+      "123.456", "123.456.", "123.456.x", "123.456.-7", "123..7", "x.456.7", "123.456.7.8", "123.456.+7",
+      "1.2.18446744073709551616", "1.2.000000000000000000007", "1.2.7\u{0}", "\u{FF11}.2.7",
+    ] {
       #expect(CoordinationMessage.sender(inID: bad) == nil, "\(bad)")
     }
     var otherSender = Self.validMessage

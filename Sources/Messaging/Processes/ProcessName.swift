@@ -34,6 +34,12 @@ package struct ProcessName: Hashable, Sendable, Codable, CustomStringConvertible
     self.init(pid: pid, startTime: start)
   }
 
+  /// `init(_:)` of the UTF-8 bytes of a name.
+  package init?(utf8 bytes: UnsafeBufferPointer<UInt8>) {
+    guard let (pid, start) = Self.parse(bytes) else { return nil }
+    self.init(pid: pid, startTime: start)
+  }
+
   private static func parse(_ bytes: UnsafeBufferPointer<UInt8>) -> (Int32, UInt64)? {
     var values: (UInt64, UInt64) = (0, 0)
     var digits = 0

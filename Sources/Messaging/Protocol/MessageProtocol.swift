@@ -169,13 +169,22 @@ package struct CoordinationMessage: Codable, Sendable {
   /// The process named by an id of the form `<pid>.<start>.<number>` (a message's, or a presenter's), or nil when
   /// `id` is not of that form.
   package static func sender(inID id: String) -> ProcessName? {
-    let utf8 = id.utf8
-    guard let dot = utf8.lastIndex(of: UInt8(ascii: ".")) else { return nil }
-    let number = utf8[utf8.index(after: dot)...]
-    guard !number.isEmpty, number.count <= 20, number.allSatisfy({ $0 &- UInt8(ascii: "0") < 10 }),
-      UInt64(Substring(number)) != nil
-    else { return nil }
-    return ProcessName(Substring(utf8[..<dot]))
+    // On the bytes: every received message names one id, and a prepare one more per event (String views,
+    // `Substring`s and `UInt64(_:)` were a tenth of decoding one).
+    var id = id
+    return id.withUTF8 { bytes -> ProcessName? in
+      guard let dot = bytes.lastIndex(of: UInt8(ascii: ".")), bytes.count - dot - 1 <= 20 else { return nil }
+      var number: UInt64 = 0
+      for byte in bytes[(dot + 1)...] {
+        guard byte &- UInt8(ascii: "0") < 10 else { return nil }
+        let (times10, overflow1) = number.multipliedReportingOverflow(by: 10)
+        let (next, overflow2) = times10.addingReportingOverflow(UInt64(byte &- UInt8(ascii: "0")))
+        guard !overflow1, !overflow2 else { return nil }
+        number = next
+      }
+      guard dot + 1 < bytes.count else { return nil }
+      return ProcessName(utf8: UnsafeBufferPointer(rebasing: bytes[..<dot]))
+    }
   }
 
   package func encoded() -> [UInt8] {
