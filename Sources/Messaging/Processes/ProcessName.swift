@@ -41,25 +41,11 @@ package struct ProcessName: Hashable, Sendable, Codable, CustomStringConvertible
   }
 
   private static func parse(_ bytes: UnsafeBufferPointer<UInt8>) -> (Int32, UInt64)? {
-    var values: (UInt64, UInt64) = (0, 0)
-    var digits = 0
-    var inStart = false
-    for byte in bytes {
-      if byte == UInt8(ascii: "."), !inStart, digits > 0 {
-        inStart = true
-        digits = 0
-        continue
-      }
-      guard byte &- UInt8(ascii: "0") < 10, digits < 20 else { return nil }
-      digits += 1
-      let current = inStart ? values.1 : values.0
-      let (times10, overflow1) = current.multipliedReportingOverflow(by: 10)
-      let (next, overflow2) = times10.addingReportingOverflow(UInt64(byte &- UInt8(ascii: "0")))
-      guard !overflow1, !overflow2 else { return nil }
-      if inStart { values.1 = next } else { values.0 = next }
-    }
-    guard inStart, digits > 0, values.0 > 0, values.0 <= UInt64(Int32.max) else { return nil }
-    return (Int32(values.0), values.1)
+    guard let dot = bytes.firstIndex(of: UInt8(ascii: ".")),
+      let pid = DecimalDigits.value(of: UnsafeBufferPointer(rebasing: bytes[..<dot])), pid > 0,
+      pid <= UInt64(Int32.max), let start = DecimalDigits.value(of: UnsafeBufferPointer(rebasing: bytes[(dot + 1)...]))
+    else { return nil }
+    return (Int32(pid), start)
   }
 
   package var description: String { "\(pid).\(startTime)" }

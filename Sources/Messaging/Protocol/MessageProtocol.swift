@@ -173,16 +173,9 @@ package struct CoordinationMessage: Codable, Sendable {
     // `Substring`s and `UInt64(_:)` were a tenth of decoding one).
     var id = id
     return id.withUTF8 { bytes -> ProcessName? in
-      guard let dot = bytes.lastIndex(of: UInt8(ascii: ".")), bytes.count - dot - 1 <= 20 else { return nil }
-      var number: UInt64 = 0
-      for byte in bytes[(dot + 1)...] {
-        guard byte &- UInt8(ascii: "0") < 10 else { return nil }
-        let (times10, overflow1) = number.multipliedReportingOverflow(by: 10)
-        let (next, overflow2) = times10.addingReportingOverflow(UInt64(byte &- UInt8(ascii: "0")))
-        guard !overflow1, !overflow2 else { return nil }
-        number = next
-      }
-      guard dot + 1 < bytes.count else { return nil }
+      guard let dot = bytes.lastIndex(of: UInt8(ascii: ".")),
+        DecimalDigits.value(of: UnsafeBufferPointer(rebasing: bytes[(dot + 1)...])) != nil
+      else { return nil }
       return ProcessName(utf8: UnsafeBufferPointer(rebasing: bytes[..<dot]))
     }
   }
