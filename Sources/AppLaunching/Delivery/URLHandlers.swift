@@ -307,7 +307,7 @@ final class URLHandlers: @unchecked Sendable {  // `handler` and `requestHandler
     message.sender = space.me
     message.needsAck = true
     try FileCoordinatorError.wrap { () throws(FileSystemError) in try space.messenger.send(message, to: target!) }
-    let pending = [message.id: target!]
+    let pending = [Messenger.AwaitedAck(id: message.id, process: target!)]
     let outcome = try await withCheckedThrowingContinuation { continuation in
       DispatchQueue.global().async { [space] in
         continuation.resume(

@@ -115,8 +115,7 @@ struct CoordinatedAccess: Sendable {
       presentersGeneration = quiet
       return
     }
-    var awaiting: [String: ProcessName] = [:]
-    var lent: [String: (slot: Int, token: UInt64)] = [:]
+    var awaited: [Messenger.AwaitedAck] = []
     for (index, item) in items.enumerated() {
       var events: [ProcessName: [PresenterEvent]] = [:]
       for record in records {
@@ -142,21 +141,23 @@ struct CoordinatedAccess: Sendable {
           continue
         }
         sent.append(Sent(id: message.id, process: process, item: index))
-        if message.needsAck { awaiting[message.id] = process }
-        if let slot = message.ackSlot, let token = message.ackToken { lent[message.id] = (slot, token) }
+        if message.needsAck {
+          awaited.append(
+            Messenger.AwaitedAck(id: message.id, process: process, slot: message.ackSlot, token: message.ackToken ?? 0))
+        }
       }
     }
-    guard !awaiting.isEmpty else { return }
+    guard !awaited.isEmpty else { return }
     let outcome: Messenger.AckOutcome
     do {
-      outcome = try space.messenger.awaitAcks(awaiting, slots: lent, timeout: timeout, isCancelled: isCancelled)
+      outcome = try space.messenger.awaitAcks(awaited, timeout: timeout, isCancelled: isCancelled)
     } catch {
       finish(moves: [], accessorRan: false)
       throw .cancelled
     }
     let item = items[0].path.string
     if !outcome.timedOut.isEmpty {
-      space.messenger.discardAcks(awaiting.keys)
+      space.messenger.discardAcks(awaited.map(\.id))
       let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
       for process in outcome.timedOut {
         CoordinationSpace.logger.warning(

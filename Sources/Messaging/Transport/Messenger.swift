@@ -360,51 +360,82 @@ package final class Messenger: @unchecked Sendable {
     package var acks: [String: CoordinationMessage] = [:]
   }
 
-  /// Waits for the acks of `pending` (message id → target process) until `timeout`, skipping targets that die.
-  /// `slots` names the board slot and token of the prepares that lent one (`reserveAck`). Throws when
-  /// `isCancelled` says so.
+  /// A message whose ack is waited for: its id, the process it went to, and the slot of our board it lent with its
+  /// token (`reserveAck`; nil when the ack comes as a file).
+  package struct AwaitedAck: Sendable {
+    package var id: String
+    package var process: ProcessName
+    package var slot: Int?
+    package var token: UInt64
+
+    package init(id: String, process: ProcessName, slot: Int? = nil, token: UInt64 = 0) {
+      (self.id, self.process, self.slot, self.token) = (id, process, slot, token)
+    }
+  }
+
+  /// Waits for the acks of `awaited` until `timeout`, skipping targets that die. Throws when `isCancelled` says so.
+  /// An array, looked through on each wake-up without hashing: answers on the board are found by their slots, and
+  /// ids are looked up only while an ack file is waiting (dictionaries by id were a sixth of a 64-presenter write's
+  /// own CPU, walked on each of its wake-ups).
   package func awaitAcks(
-    _ pending: [String: ProcessName], slots: [String: (slot: Int, token: UInt64)] = [:], timeout: Duration,
-    isCancelled: @Sendable () -> Bool
+    _ awaited: [AwaitedAck], timeout: Duration, isCancelled: @Sendable () -> Bool
   ) throws(CancellationError) -> AckOutcome {
     var outcome = AckOutcome()
-    var waiting = pending
+    var waiting = awaited  // the unanswered ones, in no order
+    var freed: [Int] = []
     let start = MonotonicClock.nanoseconds()
     let deadline =
       start + UInt64(timeout.components.seconds) * 1_000_000_000
       + UInt64(timeout.components.attoseconds / 1_000_000_000)
     // Spin only for a few answers: many take longer than the spin anyway, and a spinning sender takes a core from
     // the very processes it waits for.
-    let spinUntil = start + (Set(pending.values).count <= Self.spinProcesses ? Self.spinNanoseconds : 0)
+    let spinUntil = start + (Self.fewProcesses(awaited) ? Self.spinNanoseconds : 0)
     var nextLivenessCheck = start + 20_000_000
     while true {
       let seen = boardSignal.sequenceValue  // before looking: a post after this wakes the wait below
-      for (id, lent) in slots where waiting[id] != nil && board.load(lent.slot) == lent.token {
-        waiting[id] = nil
-        freeSlots.withLock { $0.append(lent.slot) }
+      var index = 0
+      while index < waiting.count {
+        if let slot = waiting[index].slot, board.load(slot) == waiting[index].token {
+          freed.append(slot)
+          waiting.swapAt(index, waiting.count - 1)
+          waiting.removeLast()
+        } else {
+          index += 1
+        }
       }
       condition.lock()
-      for id in Array(waiting.keys) {
-        if let ack = acks.removeValue(forKey: id) {
-          outcome.acks[id] = ack
-          outcome.failures += (ack.failures ?? []).map { (waiting[id]!, $0) }
-          if let lent = slots[id] { freeSlots.withLock { $0.append(lent.slot) } }
-          waiting[id] = nil
+      if !acks.isEmpty {
+        index = 0
+        while index < waiting.count {
+          guard let ack = acks.removeValue(forKey: waiting[index].id) else {
+            index += 1
+            continue
+          }
+          let answered = waiting[index]
+          outcome.acks[answered.id] = ack
+          outcome.failures += (ack.failures ?? []).map { (answered.process, $0) }
+          if let slot = answered.slot { freed.append(slot) }
+          waiting.swapAt(index, waiting.count - 1)
+          waiting.removeLast()
         }
       }
       condition.unlock()
+      if !freed.isEmpty {
+        freeSlots.withLock { $0 += freed }
+        freed.removeAll(keepingCapacity: true)
+      }
       if waiting.isEmpty { break }
       if isCancelled() { throw CancellationError() }
       var now = MonotonicClock.nanoseconds()
       if now >= deadline {
-        outcome.timedOut = Array(Set(waiting.values))
+        outcome.timedOut = Array(Set(waiting.map(\.process)))
         break
       }
       if now >= nextLivenessCheck {
         if Watcher.shared.unavailableReason != nil { scanInbox() }  // no watcher delivers ack files here
         // Clock work: how many checks a wait makes is how long the answer took (a count per operation leaves it out).
-        let dead = IOFaultInjection.clockWork { Set(waiting.values).filter { !space.isAlive($0) } }
-        waiting = waiting.filter { !dead.contains($0.value) }
+        let dead = IOFaultInjection.clockWork { Set(waiting.map(\.process)).filter { !space.isAlive($0) } }
+        waiting.removeAll { dead.contains($0.process) }
         nextLivenessCheck = MonotonicClock.nanoseconds() + 20_000_000
         continue
       }
@@ -417,6 +448,16 @@ package final class Messenger: @unchecked Sendable {
       }
     }
     return outcome
+  }
+
+  /// Whether `awaited` goes to at most `spinProcesses` processes (compared, not hashed: stops at one more).
+  private static func fewProcesses(_ awaited: [AwaitedAck]) -> Bool {
+    var distinct: [ProcessName] = []
+    for entry in awaited where !distinct.contains(entry.process) {
+      if distinct.count == spinProcesses { return false }
+      distinct.append(entry.process)
+    }
+    return true
   }
 
   /// Forgets acks that arrive after their sender stopped waiting.
