@@ -20,11 +20,18 @@ enum MessageJSON {
     func raw(_ text: StaticString) { text.withUTF8Buffer { out.append(contentsOf: $0) } }
     func string(_ value: String) {
       out.append(UInt8(ascii: "\""))
-      for byte in value.utf8 {
-        switch byte {
-        case UInt8(ascii: "\""), UInt8(ascii: "\\"): out += [UInt8(ascii: "\\"), byte]
-        case 0..<0x20: out += Array("\\u00".utf8) + [hex(byte >> 4), hex(byte & 0xf)]
-        default: out.append(byte)
+      var value = value
+      value.withUTF8 { bytes in
+        // Nearly every string needs no escape: copied whole (a byte at a time was most of encoding a prepare).
+        guard bytes.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else {
+          return out.append(contentsOf: bytes)
+        }
+        for byte in bytes {
+          switch byte {
+          case UInt8(ascii: "\""), UInt8(ascii: "\\"): out += [UInt8(ascii: "\\"), byte]
+          case 0..<0x20: out += Array("\\u00".utf8) + [hex(byte >> 4), hex(byte & 0xf)]
+          default: out.append(byte)
+          }
         }
       }
       out.append(UInt8(ascii: "\""))
@@ -54,8 +61,11 @@ enum MessageJSON {
     string(message.id)
     raw(",\"kind\":")
     string(message.kind.rawValue)
-    raw(",\"sender\":")
-    string(message.sender.description)
+    raw(",\"sender\":\"")  // `<pid>.<start>`: digits only, written in place (`description` made a string)
+    number(Int(message.sender.pid))
+    raw(".")
+    number(message.sender.startTime)
+    raw("\"")
     optional(",\"purpose\":", message.purpose)
     raw(",\"item\":")
     string(message.item)
