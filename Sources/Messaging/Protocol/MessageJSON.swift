@@ -114,7 +114,9 @@ enum MessageJSON {
     var needsAck: Bool?, isWrite: Bool?, events: [PresenterEvent]?
     var purpose: String?, ackSlot: Int?, ackToken: UInt64?
     var seen: UInt16 = 0
-    let parsed = fields(&scanner) { key, scanner -> Bool in
+    // The name tables read once per message (each read of a static is a `swift_once` call: once per field before).
+    let tables = Self.tables
+    let parsed = fields(&scanner, tables.keys) { key, scanner -> Bool in
       let bit: UInt16
       switch key {
       case .version:
@@ -127,7 +129,7 @@ enum MessageJSON {
         id = value
       case .kind:
         bit = 1 << 2
-        guard let value = enumeration(&scanner, messageKinds) else { return false }
+        guard let value = enumeration(&scanner, tables.messageKinds) else { return false }
         kind = value
       case .sender:
         bit = 1 << 3
@@ -147,7 +149,7 @@ enum MessageJSON {
         isWrite = value
       case .events:
         bit = 1 << 7
-        guard let value = eventList(&scanner) else { return false }
+        guard let value = eventList(&scanner, tables) else { return false }
         events = value
       case .purpose:
         bit = 1 << 8
@@ -181,7 +183,9 @@ enum MessageJSON {
   }
 
   /// An object of known keys: `field` reads the value of each (false: this route does not take the object).
-  private static func fields(_ scanner: inout JSONScanner, _ field: (Key, inout JSONScanner) -> Bool) -> Bool {
+  private static func fields(
+    _ scanner: inout JSONScanner, _ keys: [([UInt8], Key)], _ field: (Key, inout JSONScanner) -> Bool
+  ) -> Bool {
     scanner.object { scanner in
       guard let key = enumeration(&scanner, keys), scanner.take(UInt8(ascii: ":")) else { return false }
       scanner.skipSpace()
@@ -207,12 +211,12 @@ enum MessageJSON {
     return scanner.integer(UInt64.self).map { .some($0) }
   }
 
-  private static func eventList(_ scanner: inout JSONScanner) -> [PresenterEvent]? {
+  private static func eventList(_ scanner: inout JSONScanner, _ tables: Tables) -> [PresenterEvent]? {
     var list: [PresenterEvent] = []
     let parsed = scanner.elements { scanner in
       var presenter: String?, kind: PresenterEvent.Kind?, path: String?, newPath: String?
       var seen: UInt8 = 0
-      let parsed = fields(&scanner) { key, scanner -> Bool in
+      let parsed = fields(&scanner, tables.keys) { key, scanner -> Bool in
         let bit: UInt8
         switch key {
         case .presenter:
@@ -221,7 +225,7 @@ enum MessageJSON {
           presenter = value
         case .kind:
           bit = 2
-          guard let value = enumeration(&scanner, eventKinds) else { return false }
+          guard let value = enumeration(&scanner, tables.eventKinds) else { return false }
           kind = value
         case .path, .newPath:
           bit = key == .path ? 4 : 8
@@ -246,12 +250,16 @@ enum MessageJSON {
   where T.RawValue == String {
     T.allCases.map { (Array($0.rawValue.utf8), $0) }
   }
-  private static let messageKinds = names(CoordinationMessage.Kind.self)
-  private static let eventKinds = names(PresenterEvent.Kind.self)
-  private static let keys = names(Key.self)
+  private struct Tables {
+    let messageKinds = MessageJSON.names(CoordinationMessage.Kind.self)
+    let eventKinds = MessageJSON.names(PresenterEvent.Kind.self)
+    let keys = MessageJSON.names(Key.self)
+  }
+  private static let tables = Tables()
 
   /// A string naming a case in `names`, matched on its bytes (no `String` made); nil for any other value. By length
   /// first, then the bytes (`RawMemory.equal`): `elementsEqual` over each name was a sixth of decoding a prepare.
+  @inline(__always)  // specialised for each table: no run-time type metadata per name matched
   private static func enumeration<T>(_ scanner: inout JSONScanner, _ names: [([UInt8], T)]) -> T? {
     guard let text = scanner.stringBytes(), let start = text.baseAddress else { return nil }
     for (name, value) in names where name.count == text.count {
