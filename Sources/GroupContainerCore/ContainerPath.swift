@@ -78,8 +78,8 @@ public struct ContainerPath: Hashable, Sendable, Comparable, CustomStringConvert
     // Checked on the bytes (each path of every message comes here; `String` comparison and Character iteration
     // were most of it, then the UTF-8 view's indices), and the bytes are what the kernel sees. A trailing `/` ends
     // the last component.
-    var bytes = relative
-    let broken = bytes.withUTF8 { bytes -> String? in
+    var text = relative  // `withUTF8` is mutating: a native copy, contiguous
+    let broken = text.withUTF8 { bytes -> String? in
       var start = 0
       var isPrivate = false
       while start < bytes.count {
