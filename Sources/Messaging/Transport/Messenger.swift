@@ -393,31 +393,23 @@ package final class Messenger: @unchecked Sendable {
     var nextLivenessCheck = start + 20_000_000
     while true {
       let seen = boardSignal.sequenceValue  // before looking: a post after this wakes the wait below
+      // One pass: an answer on the board by its slot, else (only while an ack file waits) by its id.
+      condition.lock()
       var index = 0
       while index < waiting.count {
-        if let slot = waiting[index].slot, board.load(slot) == waiting[index].token {
+        let entry = waiting[index]
+        if let slot = entry.slot, board.load(slot) == entry.token {
           freed.append(slot)
-          waiting.swapAt(index, waiting.count - 1)
-          waiting.removeLast()
+        } else if !acks.isEmpty, let ack = acks.removeValue(forKey: entry.id) {
+          outcome.acks[entry.id] = ack
+          outcome.failures += (ack.failures ?? []).map { (entry.process, $0) }
+          if let slot = entry.slot { freed.append(slot) }
         } else {
           index += 1
+          continue
         }
-      }
-      condition.lock()
-      if !acks.isEmpty {
-        index = 0
-        while index < waiting.count {
-          guard let ack = acks.removeValue(forKey: waiting[index].id) else {
-            index += 1
-            continue
-          }
-          let answered = waiting[index]
-          outcome.acks[answered.id] = ack
-          outcome.failures += (ack.failures ?? []).map { (answered.process, $0) }
-          if let slot = answered.slot { freed.append(slot) }
-          waiting.swapAt(index, waiting.count - 1)
-          waiting.removeLast()
-        }
+        waiting.swapAt(index, waiting.count - 1)
+        waiting.removeLast()
       }
       condition.unlock()
       if !freed.isEmpty {
