@@ -65,8 +65,10 @@ package final class IdleClient: Sendable {
     let (client, made) = state.withLock { s -> (HTTPClient, Bool) in
       s.leases += 1
       if let current = s.current { return (current.client, false) }
-      // As many loops as the process-wide group has (one per core), the threads the agent had before.
-      let group = MultiThreadedEventLoopGroup(numberOfThreads: NIOSingletons.groupLoopCountSuggestion)
+      // One loop: every request then runs its delegate on the loop of whichever pooled connection serves it
+      // (`TransferEngine.attempt`), so connections are kept and reused (see there). One thread reads every socket
+      // and writes every body, as curl and aria2c do; the transfers' other work runs on the agent's other threads.
+      let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
       let client = HTTPClient(eventLoopGroup: group, configuration: configuration)
       s.current = Current(client: client, group: group)
       return (client, true)

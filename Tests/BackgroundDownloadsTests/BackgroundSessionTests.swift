@@ -15,7 +15,9 @@ import Testing
 /// (`downloadOutlivesItsStarter`); acknowledging at hand-out instead of after handling (`eventsComeBackUntilHandled`);
 /// no relaunch or relaunch of an untrusted registration (`relaunchesTheRegisteredApp`); attached sessions not
 /// restarting a dead agent, or a resume that starts from zero (`aKilledAgentIsRestartedAndResumes`); the per-host
-/// limit ignored, or priority ignored (`perHostLimitAndPriority`); a finished event's handling removing the file
+/// limit ignored, or priority ignored (`perHostLimitAndPriority`); requests bound to an event loop
+/// (`.delegateAndChannel`: AsyncHTTPClient closes such a connection when no request waits for its loop, so a burst
+/// opened ~40 connections where 4 serve; `aBurstReusesItsConnections`); a finished event's handling removing the file
 /// that holds its completion too (`aCompletionSharingItsFileComesBackUntilHandled`); the agent ignoring the event
 /// format the attached process announced, or never combining (`eventFormatFollowsTheAttachedReader`); the store's
 /// layout not made again after the container's removal (`aSessionOutlivesItsContainersRemoval`: the download failed
@@ -389,6 +391,28 @@ struct BackgroundSessionTests {
     let log = (try? String(contentsOfFile: container.url.path + "/.coordination/downloads/agent.log", encoding: .utf8))
     #expect(order == [high.id, middle.id, low.id], "high \(high.id) middle \(middle.id) low \(low.id); \(log ?? "")")
     #expect(session.allTasks().allSatisfy { $0.succeeded })
+  }
+
+  @Test("a burst of downloads reuses the session's connections: a few per host, not one per download")
+  func aBurstReusesItsConnections() async throws {
+    let root = try TestRoot()
+    let container = try root.container()
+    let server = try await FileServer.start()
+    var configuration = Self.configuration()
+    configuration.httpMaximumConnectionsPerHost = 4
+    let session = try DownloadSession(identifier: "s", container: container, configuration: configuration)
+    defer { session.invalidate() }
+    let count = 60
+    let ids = try (0..<count).map {
+      try session.download(from: server.url("/gen/4096?seed=\($0)"), to: "Downloads/\($0)").id
+    }
+    #expect(await eventually { session.allTasks().filter { $0.state == .completed }.count == count })
+    #expect(session.allTasks().filter { ids.contains($0.id) && $0.succeeded }.count == count)
+    // The agent runs at most 4 at once; its pool parks each connection for the next transfer. A request may find
+    // its connection not yet back in the pool and open one more, so the bound is twice the limit — far below what
+    // connections bound to an event loop gave (closed whenever no request waited for that loop: 39–41 here).
+    let connections = try await server.connectionsAccepted()
+    #expect(connections <= 8, "\(connections) connections for \(count) downloads, at most 4 at once")
   }
 
   @Test("any process can follow any session's progress, attached or not")

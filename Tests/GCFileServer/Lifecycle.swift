@@ -24,7 +24,8 @@ func standardInputHasAnEnd() -> Bool {
 }
 
 /// Reads stdin until EOF — the parent closed it or died, so nobody is left to ask for anything — answering the
-/// commands `stats <id>` (`stats <id> <json>`) and `reset <id>` (`reset <id>`) on stdout.
+/// commands `stats <id>` (`stats <id> <json>`), `connections <id>` (`connections <id> <n>`: TCP connections accepted)
+/// and `reset <id>` (`reset <id>`, which clears both) on stdout.
 func serveStandardInput(state: ServerState) {
   var line: [UInt8] = []
   var buffer = [UInt8](repeating: 0, count: 4096)
@@ -43,10 +44,13 @@ func serveStandardInput(state: ServerState) {
       let id = words.dropFirst().first.map(String.init) ?? "-"
       switch command {
       case "stats": standardOutput("stats \(id) \(state.json())")
+      case "connections": standardOutput("connections \(id) \(state.connectionsAccepted)")
       case "reset":
         state.reset()
         standardOutput("reset \(id)")
-      default: standardError("gc-file-server: unknown stdin command \(command) (known: stats <id>, reset <id>)")
+      default:
+        standardError(
+          "gc-file-server: unknown stdin command \(command) (known: stats <id>, connections <id>, reset <id>)")
       }
     }
   }

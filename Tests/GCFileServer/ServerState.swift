@@ -1,5 +1,6 @@
 // What the server counts, shared by every connection (two event loops): per request target, the requests, the
-// body bytes written to sockets, the Range headers received and the protocol version of each request.
+// body bytes written to sockets, the Range headers received and the protocol version of each request; and the
+// connections accepted.
 import Synchronization
 
 struct TargetStats {
@@ -15,6 +16,8 @@ final class ServerState: Sendable {
   let root: String?
   let verbose: Bool
   private let targets = Mutex<[String: TargetStats]>([:])
+  /// TCP connections accepted since start or `reset()`: a test proves a client reuses its connections.
+  private let accepted = Atomic<Int>(0)
 
   init(root: String?, verbose: Bool) {
     self.root = root
@@ -42,7 +45,14 @@ final class ServerState: Sendable {
     }
   }
 
-  func reset() { targets.withLock { $0.removeAll() } }
+  func reset() {
+    targets.withLock { $0.removeAll() }
+    accepted.store(0, ordering: .relaxed)
+  }
+
+  func connectionAccepted() { accepted.add(1, ordering: .relaxed) }
+
+  var connectionsAccepted: Int { accepted.load(ordering: .relaxed) }
 
   /// `{"<target>": {"requests": n, "bodyBytes": n, "ranges": ["bytes=0-", …], "versions": ["HTTP/2.0", …]}, …}`,
   /// targets sorted.

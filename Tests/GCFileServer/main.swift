@@ -52,7 +52,8 @@
 //   length=L     claim Content-Length L, send the real body, then close the connection
 //
 // Commands on stdin (for the test handle, which needs no HTTP client for them): `stats <id>` prints
-// `stats <id> <json>`, `reset <id>` clears the counts and prints `reset <id>`.
+// `stats <id> <json>`, `connections <id>` prints `connections <id> <n>` (TCP connections accepted), `reset <id>`
+// clears the counts and prints `reset <id>`.
 import Dispatch
 import Glibc
 import NIOCore
@@ -148,6 +149,7 @@ let bootstrap = ServerBootstrap(group: group)
   .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
   .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
   .childChannelInitializer { channel in
+    state.connectionAccepted()
     if let tlsContext { return configureTLS(channel, context: tlsContext, state: state) }
     return channel.eventLoop.makeCompletedFuture { try configureHTTP1(channel, state: state) }
   }

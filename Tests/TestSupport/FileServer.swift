@@ -157,7 +157,17 @@ public final class FileServer: Sendable {
     try await stats(timeout: timeout)[target] ?? Stats()
   }
 
-  /// Clears the counts and the per-target request numbers that `faults=K` and `etag=rotate` go by.
+  /// The TCP connections the server accepted since start or `resetStats()` (each TLS connection is one too).
+  public func connectionsAccepted(timeout: Double = Wait.line) async throws -> Int {
+    let reply = try await command("connections", timeout: timeout)
+    guard let count = Int(reply) else {
+      throw Failure(description: "gc-file-server's connection count is not a number: \(reply)")
+    }
+    return count
+  }
+
+  /// Clears the counts (connections included) and the per-target request numbers that `faults=K` and
+  /// `etag=rotate` go by.
   public func resetStats(timeout: Double = Wait.line) async throws {
     _ = try await command("reset", timeout: timeout)
   }
