@@ -134,7 +134,7 @@ package enum SyscallRecorder {
 
   /// Runs `body` with the caller's log, if any (on another thread: a task-local does not cross to Dispatch).
   @inline(__always)
-  static func carryingLog(_ body: @escaping @Sendable () -> Void) -> @Sendable () -> Void {
+  package static func carryingLog(_ body: @escaping @Sendable () -> Void) -> @Sendable () -> Void {
     #if GROUPCONTAINER_TEST_HOOKS
       let log = current
       return { $current.withValue(log) { body() } }

@@ -31,6 +31,36 @@ import Testing
     FileManager.default.contents(atPath: container.url.appendingPathComponent(path).path).map { [UInt8]($0) }
   }
 
+  /// A SIGTERM while a group commit is being written (pause point `downloads.agent.commit`: the transfer is done,
+  /// its outcome queued) ends the agent only once that commit and its visible files are written: the task is final
+  /// when the agent has exited. Mutant: `stopAll` not waiting for `commits` — the agent exited at once, the task's
+  /// outcome unwritten (its status still `running`).
+  @Test func aShutdownWaitsForTheGroupCommitInFlight() async throws {
+    let root = try TestRoot()
+    let container = try root.container(Self.group)
+    let server = try await FileServer.start()
+    let store = try DownloadStore(container: container)
+    let pauses = root.path + "/pauses"
+    try FileManager.default.createDirectory(atPath: pauses, withIntermediateDirectories: true)
+    let task = TaskRequest(
+      id: DownloadRecordFormat.newTaskID(), session: "s", taskIdentifier: 1,
+      url: server.url("/gen/1000?seed=7").absoluteString, destination: "Downloads/c",
+      created: Int64(Date().timeIntervalSince1970 * 1e9))
+    try store.create(task)
+    let agent = try Self.agent(root, idle: "600", pause: "downloads.agent.commit", pauses: pauses)
+    let paused = pauses + "/downloads.agent.commit"
+    #expect(await eventually { FileManager.default.fileExists(atPath: paused) }, "stderr: \(agent.errors.text)")
+    agent.process.signal(SIGTERM)
+    // Room for a build that does not wait to exit now (2 s); this one stays until its commit is written.
+    _ = await eventually(within: 2) { !agent.process.isRunning }
+    #expect(agent.process.isRunning, "the agent exited with a group commit still to write")
+    try FileManager.default.removeItem(atPath: paused)
+    #expect(await agent.exit() == 0, "stderr: \(agent.errors.text)")
+    let status = store.status(task.id)
+    #expect(status?.phase == .completed && status?.eventsQueued == true, "\(String(describing: status))")
+    #expect(FileServer.mismatch(Self.content(container, "Downloads/c"), size: 1000, seed: 7) == nil)
+  }
+
   /// A start that finds another thread's start pending returns only once that one has spawned its agent: a process
   /// that exits next cannot take an agent that was never started with it (`groupctl downloads start` did, when its
   /// session's first poll was starting the agent: no agent ran). The helper holds its first start between decision
