@@ -220,8 +220,8 @@ func plant(_ kind: HostileKind, at path: String, isDirectory: Bool, canary: Stri
     guard result == 0 else { throw HostilePlantError(description: "\(what) \(path): errno \(errno)") }
   }
   /// `truncate` to `size`; at a live place (a message in the running receiver's inbox) the receiver may read and
-  /// remove the file between the look above and this call (make test: "truncate …/1.1.1.prepare: errno 2"): then
-  /// there is nothing left to resize, and the pair is skipped, saying so.
+  /// remove the file between the look above, or the harness's own create, and this call (CI: "truncate
+  /// …/1.1.1.prepare: errno 2"): then there is nothing left to resize, and the pair is skipped, saying so.
   func resize(to size: off_t) throws -> String? {
     guard truncate(path, size) != 0 else { return nil }
     if errno == ENOENT { return "the file was removed (by the process that reads it) before it could be resized" }
@@ -281,6 +281,10 @@ func plant(_ kind: HostileKind, at path: String, isDirectory: Bool, canary: Stri
   case .wrongOwner:
     guard geteuid() == 0 else { return "needs root to give a file to another user" }
     if !exists { try check(FileManager.default.createFile(atPath: path, contents: nil) ? 0 : -1, "create") }
+    // At a live place the reader may take the file first, as for `resize`.
+    if lchown(path, 65534, 65534) != 0 && errno == ENOENT {
+      return "the file was removed (by the process that reads it) before it could be given away"
+    }
     try chownTree(path, to: 65534)
   case .readOnly:
     if !exists {
