@@ -165,15 +165,16 @@ static-programs: deps
 # it. CI runs it after `make test` (.ci/run; the run took ~25 of its 90 minutes). The target depends on the libraries
 # only, not on groupctl or the download agent, so its build leaves out SwiftNIO and BoringSSL. After an intended
 # change: `make bench-thresholds`, then commit Benchmarks/Thresholds/.
+# The plugin's thresholds command, run in Benchmarks/ by bench-check (once more after a toolchain crash) and
+# bench-thresholds.
+BENCH_THRESHOLDS = $(SWIFT) package --allow-writing-to-package-directory benchmark thresholds
 bench-check: deps
 	@cd Benchmarks && log=$$(mktemp /tmp/gc-bench-check.XXXXXX); status=0; \
-	  $(SWIFT) package --allow-writing-to-package-directory benchmark thresholds check --target AllocationBenchmarks \
-	    --no-progress 2>&1 | tee "$$log" || status=1; \
+	  $(BENCH_THRESHOLDS) check --target AllocationBenchmarks --no-progress 2>&1 | tee "$$log" || status=1; \
 	  if grep -q 'Thread 0 "swift-package"' "$$log" && grep -q "_dispatch_event_loop_drain" "$$log"; then \
 	    echo "bench-check: swift-package itself crashed running the plugin (libdispatch's event loop, a toolchain" \
 	      "race on Linux, not the benchmarks): running it once more"; status=0; \
-	    $(SWIFT) package --allow-writing-to-package-directory benchmark thresholds check --target AllocationBenchmarks \
-	      --no-progress 2>&1 | tee "$$log" || status=1; \
+	    $(BENCH_THRESHOLDS) check --target AllocationBenchmarks --no-progress 2>&1 | tee "$$log" || status=1; \
 	  fi; \
 	  if grep -q "is EQUAL to the defined thresholds" "$$log"; then \
 	    echo "bench-check: allocations per operation at their thresholds (Benchmarks/Thresholds/)"; \
@@ -188,8 +189,7 @@ bench-check: deps
 
 # Rewrites Benchmarks/Thresholds/AllocationBenchmarks.*.p90.json from a run (the release build first).
 bench-thresholds: deps
-	cd Benchmarks && $(SWIFT) package --allow-writing-to-package-directory benchmark thresholds update \
-	  --target AllocationBenchmarks --no-progress
+	cd Benchmarks && $(BENCH_THRESHOLDS) update --target AllocationBenchmarks --no-progress
 
 # The libFuzzer harnesses (the list and what each covers: Fuzz/run.sh). `make fuzz`: five minutes on each
 # (FUZZ_SECONDS to change), over working corpora kept in Fuzz/corpus-<harness>/ between runs.
