@@ -25,6 +25,8 @@ let package = Package(
     .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
     .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
     .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
+    // The durable floor of the small-files rows (DownloadBenchmarks/DurableFloor.swift): the agent's HTTP client.
+    .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
   ],
   targets: [
     .target(name: "BenchmarkSupport", path: "BenchmarkSupport", swiftSettings: [.swiftLanguageMode(.v6)]),
@@ -140,6 +142,10 @@ let package = Package(
         // Not imported: built beside the benchmark, which runs them (the agent, the server).
         .product(name: "gc-download-agent", package: rootIdentity),
         "gc-file-server",
+        .product(name: "AsyncHTTPClient", package: "async-http-client"),
+        .product(name: "NIOCore", package: "swift-nio"),
+        .product(name: "NIOPosix", package: "swift-nio"),
+        .product(name: "NIOHTTP1", package: "swift-nio"),
       ],
       path: "DownloadBenchmarks",
       swiftSettings: [.swiftLanguageMode(.v6)],

@@ -6,13 +6,18 @@
 //                                    and published with a directory fsync before its event; 16 connections, as
 //                                    aria2c gets); (b) `aria2c -j16`;
 //                                    (c) `curl --parallel` (its default, 50 at once) followed by one `sync -f` of the
-//                                    file system. Metrics: each side's time and the agent's speed as a percentage of
-//                                    each peer's (> 100: the agent is faster). No wall-clock metric: the row is the
-//                                    comparison, not the sum of the three. And the CPU each side spent per file: the
-//                                    agent's (its threads' run time) and this attached process's during (a), the
-//                                    tools' own during (b) and (c) — on two cores the row is bound by CPU. Less noisy
-//                                    than the times, but the machine's speed drifts: the tools' CPU moves alike, so
-//                                    compare the agent's with curl's of the same run, in alternating runs.
+//                                    file system; (d) the durable floor (DurableFloor.swift): this process fetching
+//                                    the files with the agent's HTTP client and durability rule (fsync, rename,
+//                                    shared directory fsync) and no bookkeeping — what the agent's work would cost
+//                                    were its tasks, records, events and coordination free. Metrics: each side's
+//                                    time, the agent's speed as a percentage of each peer's (> 100: the agent is
+//                                    faster) and the floor's as a percentage of curl + sync's. No wall-clock metric:
+//                                    the row is the comparison, not the sum of the four. And the CPU each side spent
+//                                    per file: the agent's (its threads' run time) and this attached process's
+//                                    during (a), the tools' own during (b) and (c), this process's during (d) — on two
+//                                    cores the row is bound by CPU. Less noisy than the times, but the machine's
+//                                    speed drifts: the tools' CPU moves alike, so compare the agent's with curl's of
+//                                    the same run, in alternating runs.
 //   Scale: N tasks of 4 kB           a fresh container and agent (started by a warm-up task, not timed), then N tasks
 //                                    at once until the Nth completion event. Metrics: wall time and agent CPU per task,
 //                                    and the agent's resident memory once it is started (after the warm-up) and once
@@ -84,7 +89,7 @@ struct PeerCPU {
 
 /// One side of a comparison: fetches `count` files of `size` bytes (seeds from `round`) into `directory`.
 enum SmallFilesPeer: CaseIterable {
-  case agent, aria2c, curlThenSync
+  case agent, aria2c, curlThenSync, durableFloor
 
   func run(count: Int, size: Int, round: Int, directory: String) async throws -> PeerCPU {
     let f = downloadFixture
@@ -127,6 +132,11 @@ enum SmallFilesPeer: CaseIterable {
       try runTool("/usr/bin/curl", arguments)
       try runTool("/usr/bin/sync", ["-f", absolute])
       return PeerCPU(tool: childrenCPUNanoseconds() - before)
+    case .durableFloor:
+      try FileManager.default.createDirectory(atPath: absolute, withIntermediateDirectories: true)
+      let before = ownCPUNanoseconds()
+      try await DurableFloor.shared.fetch(urls, into: absolute)
+      return PeerCPU(tool: ownCPUNanoseconds() - before)
     }
   }
 }
@@ -158,6 +168,12 @@ func smallFilesComparison(count: Int, size: Int) -> @Sendable (Benchmark) async 
       .custom("agent vs aria2c (%)", useScalingFactor: false), milliseconds(times[.aria2c]!) * 100 / agent)
     benchmark.measurement(
       .custom("agent vs curl + sync (%)", useScalingFactor: false), milliseconds(times[.curlThenSync]!) * 100 / agent)
+    let floor = max(1, milliseconds(times[.durableFloor]!))
+    benchmark.measurement(.custom("durable floor (ms)", useScalingFactor: false), floor)
+    benchmark.measurement(.custom("agent vs durable floor (%)", useScalingFactor: false), floor * 100 / agent)
+    benchmark.measurement(
+      .custom("durable floor vs curl + sync (%)", useScalingFactor: false),
+      milliseconds(times[.curlThenSync]!) * 100 / floor)
     func perFile(_ ns: Int) -> Int { ns / 1000 / count }
     benchmark.measurement(.custom("agent CPU per file (µs)", useScalingFactor: false), perFile(cpu[.agent]!.agent))
     benchmark.measurement(
@@ -165,6 +181,8 @@ func smallFilesComparison(count: Int, size: Int) -> @Sendable (Benchmark) async 
     benchmark.measurement(.custom("aria2c CPU per file (µs)", useScalingFactor: false), perFile(cpu[.aria2c]!.tool))
     benchmark.measurement(
       .custom("curl + sync CPU per file (µs)", useScalingFactor: false), perFile(cpu[.curlThenSync]!.tool))
+    benchmark.measurement(
+      .custom("durable floor CPU per file (µs)", useScalingFactor: false), perFile(cpu[.durableFloor]!.tool))
   }
 }
 
@@ -279,6 +297,10 @@ func manyFilesBenchmarks() {
       .custom("attached process CPU per file (µs)", useScalingFactor: false),
       .custom("aria2c CPU per file (µs)", useScalingFactor: false),
       .custom("curl + sync CPU per file (µs)", useScalingFactor: false),
+      .custom("durable floor (ms)", useScalingFactor: false),
+      .custom("agent vs durable floor (%)", useScalingFactor: false),
+      .custom("durable floor vs curl + sync (%)", useScalingFactor: false),
+      .custom("durable floor CPU per file (µs)", useScalingFactor: false),
     ],
     timeUnits: .milliseconds, warmupIterations: 0, maxDuration: .seconds(240), maxIterations: 6)
   let scale = Benchmark.Configuration(
