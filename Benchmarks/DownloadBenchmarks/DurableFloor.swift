@@ -19,9 +19,11 @@ import Synchronization
 
 struct FloorError: Error, CustomStringConvertible {
   let description: String
+  /// A failed call on `name`, with the error it set.
   init(_ call: String, _ name: String, _ code: Int32 = errno) {
     description = "durable floor: \(call) '\(name)': \(String(cString: strerror(code)))"
   }
+  init(_ message: String) { description = "durable floor: " + message }
 }
 
 /// Writes a response's body into its partial, on the connection's loop (as the agent's delegate does).
@@ -39,7 +41,7 @@ private final class PartialWriter: HTTPClientResponseDelegate, @unchecked Sendab
 
   func didReceiveHead(task: HTTPClient.Task<Void>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {
     guard head.status == .ok else {
-      return task.eventLoop.makeFailedFuture(FloorError("GET (status \(head.status.code))", name, 0))
+      return task.eventLoop.makeFailedFuture(FloorError("'\(name)': the server answered \(head.status.code)"))
     }
     return task.eventLoop.makeSucceededVoidFuture()
   }
