@@ -224,9 +224,8 @@ func plant(_ kind: HostileKind, at path: String, isDirectory: Bool, canary: Stri
   /// …/1.1.1.prepare: errno 2"): then there is nothing left to resize, and the pair is skipped, saying so.
   func resize(to size: off_t) throws -> String? {
     guard truncate(path, size) != 0 else { return nil }
-    if errno == ENOENT { return "the file was removed (by the process that reads it) before it could be resized" }
-    try check(-1, "truncate")
-    return nil
+    guard errno == ENOENT else { throw HostilePlantError(description: "truncate \(path): errno \(errno)") }
+    return "the file was removed (by the process that reads it) before it could be resized"
   }
   func replace() throws {
     if exists { try FileManager.default.removeItem(atPath: path) }
@@ -282,10 +281,9 @@ func plant(_ kind: HostileKind, at path: String, isDirectory: Bool, canary: Stri
     guard geteuid() == 0 else { return "needs root to give a file to another user" }
     if !exists { try check(FileManager.default.createFile(atPath: path, contents: nil) ? 0 : -1, "create") }
     // At a live place the reader may take the file first, as for `resize`.
-    if lchown(path, 65534, 65534) != 0 && errno == ENOENT {
+    guard try chownTree(path, to: 65534) else {
       return "the file was removed (by the process that reads it) before it could be given away"
     }
-    try chownTree(path, to: 65534)
   case .readOnly:
     if !exists {
       if isDirectory {
@@ -315,11 +313,20 @@ func plant(_ kind: HostileKind, at path: String, isDirectory: Bool, canary: Stri
 }
 
 /// `chown -R` to `uid`, links not followed.
-private func chownTree(_ path: String, to uid: uid_t) throws {
-  guard lchown(path, uid, uid) == 0 else { throw HostilePlantError(description: "lchown \(path): errno \(errno)") }
+/// Gives `path` and what it holds to `uid`; false when `path` itself is gone (a file beneath it that goes throws).
+private func chownTree(_ path: String, to uid: uid_t) throws -> Bool {
+  guard lchown(path, uid, uid) == 0 else {
+    if errno == ENOENT { return false }
+    throw HostilePlantError(description: "lchown \(path): errno \(errno)")
+  }
   var info = stat()
-  guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else { return }
-  for name in try FileManager.default.contentsOfDirectory(atPath: path) { try chownTree(path + "/" + name, to: uid) }
+  guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else { return true }
+  for name in try FileManager.default.contentsOfDirectory(atPath: path) {
+    guard try chownTree(path + "/" + name, to: uid) else {
+      throw HostilePlantError(description: "lchown \(path)/\(name): errno \(ENOENT)")
+    }
+  }
+  return true
 }
 
 struct HostilePlantError: Error, CustomStringConvertible {
