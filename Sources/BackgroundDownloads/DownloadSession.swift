@@ -347,7 +347,13 @@ public final class DownloadSession: Sendable {
   /// A poll now and every second: the agent may die without a word. Its read of the tasks keeps to the pacing
   /// (`ScanPacing`) like any other: forced every second, a read of 2,000 unfinished tasks (35 ms) came on top of the
   /// paced ones, and two attached sessions took a fifth of a core from the agent they waited for.
+  ///
+  /// Each tick also looks whether another process made the store's layout again (`followRemake`): a session learnt
+  /// of a removal only when one of its own writes failed, so when the agent made the layout again first, the session
+  /// stayed on the removed signal file — counted as a listener in no file, hearing of its tasks only by this poll —
+  /// and attached to no lock file (`make test` on a loaded machine: `aSessionOutlivesItsContainersRemoval`).
   private func tick() {
+    if store.followRemake() { reattachIfRemade() }
     poll()
     guard !attachment.withLock({ $0.invalidated }) else { return }
     delivery.asyncAfter(deadline: .now() + .seconds(1)) { [weak self] in self?.tick() }

@@ -91,6 +91,15 @@ package final class DownloadStore: Sendable {
     }
   }
 
+  /// When another process made the layout again since this store mapped its signal file (another file is at its
+  /// name), maps that one as `remakeIfRemoved` does and returns true. One `fstatat`; while nothing is there, it makes
+  /// nothing (a write does, through `remakeIfRemoved`).
+  package func followRemake() -> Bool {
+    let signal = Self.directory + "/" + DownloadSignals.fileName
+    guard let atName = (try? root.status(signal)) ?? nil, atName.inode != counters.identity.inode else { return false }
+    return remakeIfRemoved()
+  }
+
   /// Layouts made again by `remakeIfRemoved` (a session then attaches again: `DownloadSession.reattachIfRemade`).
   package var remakeCount: Int { remakes.load(ordering: .acquiring) }
   private let remakes = Atomic<Int>(0)
