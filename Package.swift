@@ -289,7 +289,8 @@ let package = Package(
     .testTarget(
       name: "BackgroundDownloadsTests",
       dependencies: [
-        "TestSupport", "BackgroundDownloads", "DownloadAgent", "FileCoordination", "GroupContainerCore", "SystemLayer",
+        "TestSupport", "BackgroundDownloads", "DownloadAgent", "FileCoordination", "GroupContainerCore", "PropertyList",
+        "SystemLayer",
         "gc-test-helper",
         "groupctl", "gc-download-agent", "gc-file-server",
         .product(name: "AsyncHTTPClient", package: "async-http-client"),

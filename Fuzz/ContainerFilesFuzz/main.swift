@@ -65,18 +65,25 @@
       if let e = try? DownloadRecordFormat.decodeEvent(bytes) {
         precondition((try? DownloadRecordFormat.decodeEvent(DownloadRecordFormat.encode(e))) == e, "event round trip")
       }
-      // An event file (one event, or a finished download's two): written back, one file holding the same events.
+      // An event file (one event, a finished download's two, or a batch of downloads'): written back, one file
+      // holding the same events, named as the reader checks.
       if let events = try? DownloadRecordFormat.decodeEvents(bytes) {
-        let plain = events.map { event in
+        var perTask: [[EventRecord]] = []
+        for event in events {
           var e = event
-          e.holdsCompletion = false
           e.storedIn = nil
-          return e
+          if e.kind == .completed, let last = perTask.last, last.count == 1, last[0].taskID == e.taskID,
+            last[0].kind == .finished, event.storedIn == last[0].fileName
+          {
+            perTask[perTask.count - 1].append(e)
+          } else {
+            perTask.append([e])
+          }
         }
-        let files = DownloadRecordFormat.eventFiles(plain, combining: true)
+        let files = DownloadRecordFormat.eventFiles(batch: perTask, format: 3)
         precondition(
-          files.count == 1 && (try? DownloadRecordFormat.decodeEvents(files[0].bytes)) == events,
-          "event file round trip")
+          files.count == 1 && (try? DownloadRecordFormat.decodeEvents(files[0].bytes)) == events
+            && files[0].name == events[0].file, "event file round trip")
       }
       // The event format a session announced in its attach.lock: at least 1, and what it says is written back.
       let announced = EventFormatHandshake.announcedVersion(bytes)

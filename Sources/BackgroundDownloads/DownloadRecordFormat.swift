@@ -166,10 +166,8 @@ package struct EventRecord: Sendable, Equatable {
   /// `.completed`: nil on success.
   package var error: DownloadError?
   package var httpStatus: Int?
-  /// Read back only: `.finished` read from a file that also holds the task's completion (handling it removes no
-  /// file: handling the completion does).
-  package var holdsCompletion = false
-  /// Read back only: `.completed` read from its download's `finished` event file (the file its handling removes).
+  /// Read back only: the file the event was read from when that is not `fileName` — a `completed` event from its
+  /// download's `finished` event file, any event from a batch file (`DownloadRecordFormat.eventFiles(batch:format:)`).
   package var storedIn: String?
 
   package init(
@@ -192,6 +190,15 @@ package struct EventRecord: Sendable, Equatable {
     let digits = String(sequence)
     return String(repeating: "0", count: max(0, 20 - digits.count)) + digits + "-\(taskID)-\(kind.rawValue).event"
   }
+
+  /// The name of a batch file whose first event this is (`<20-digit sequence>-<task id>-batch.event`).
+  package var batchFileName: String {
+    let digits = String(sequence)
+    return String(repeating: "0", count: max(0, 20 - digits.count)) + digits + "-\(taskID)-batch.event"
+  }
+
+  /// Whether an event file's name is a batch file's.
+  package static func isBatchFileName(_ name: String) -> Bool { name.hasSuffix("-batch.event") }
 
   /// A stable id: delivering the same event twice gives the same id.
   package var id: String { "\(taskID).\(kind.rawValue)" }
@@ -316,15 +323,67 @@ package enum DownloadRecordFormat {
   package static func eventFiles(
     _ events: [EventRecord], combining: Bool
   ) -> [(name: String, bytes: [UInt8])] {
+    units(events, combining: combining).map { (name: $0[0].fileName, bytes: bytes(unitFields($0))) }
+  }
+
+  /// The files that queue the events of several tasks of one session (`perTask`: each task's, in order; the tasks
+  /// in order), for a reader of event format `format` (EventFormatHandshake). Format 3: the events of many tasks in
+  /// one *batch file* (`<first event's sequence>-<its task>-batch.event`): its first unit's fields, the others in
+  /// `more` — one file created and removed per group commit and session instead of one per download. A batch file
+  /// stays under `batchBudget` bytes and `batchUnits` units; a group of one unit gets that unit's own file. Below 3,
+  /// `eventFiles(_:combining:)` for each task (format 2 combines).
+  package static func eventFiles(
+    batch perTask: [[EventRecord]], format: Int
+  ) -> [(name: String, bytes: [UInt8])] {
+    guard format >= 3 else { return perTask.flatMap { eventFiles($0, combining: format >= 2) } }
+    var files: [(name: String, bytes: [UInt8])] = []
+    var group: [[EventRecord]] = []
+    var size = 0
+    func flush() {
+      guard let first = group.first else { return }
+      if group.count == 1 {
+        files.append((first[0].fileName, bytes(unitFields(first))))
+      } else {
+        var d = unitFields(first)
+        d["more"] = .array(group.dropFirst().map { .dictionary(unitFields($0)) })
+        files.append((first[0].batchFileName, bytes(d)))
+      }
+      group = []
+      size = 0
+    }
+    // In sequence order, as the files' names order them: tasks finishing at once reach a commit in any order.
+    for unit in perTask.flatMap({ units($0, combining: true) }).sorted(by: { $0[0].sequence < $1[0].sequence }) {
+      // The unit's size alone, a bound on what it adds: the batch shares its keys' strings.
+      let cost = bytes(unitFields(unit)).count
+      if !group.isEmpty && (size + cost > batchBudget || group.count == batchUnits) { flush() }
+      group.append(unit)
+      size += cost
+    }
+    flush()
+    return files
+  }
+
+  /// Most bytes (counted unit by unit) and units in one batch file: well within a record's `maxRecordBytes` and
+  /// object limit, whatever the destinations' lengths.
+  static let batchBudget = 32 << 10
+  static let batchUnits = 64
+
+  /// A task's events as stored: a finished download's two events as one unit (`combining`), others one each.
+  private static func units(_ events: [EventRecord], combining: Bool) -> [[EventRecord]] {
     if combining, events.count == 2, events[0].kind == .finished, events[1].kind == .completed,
       events[0].taskID == events[1].taskID, events[1].error == nil, events[1].httpStatus == events[0].httpStatus,
       events[1].sequence > events[0].sequence
     {
-      var d = fields(events[0])
-      d["completion"] = .integer(PropertyListInteger(events[1].sequence))
-      return [(events[0].fileName, bytes(d))]
+      return [events]
     }
-    return events.map { ($0.fileName, encode($0)) }
+    return events.map { [$0] }
+  }
+
+  /// One unit's fields: its event's, with the completion's sequence as `completion` when it holds two.
+  private static func unitFields(_ unit: [EventRecord]) -> [String: PropertyListValue] {
+    var d = fields(unit[0])
+    if unit.count == 2 { d["completion"] = .integer(PropertyListInteger(unit[1].sequence)) }
+    return d
   }
 
   package static func encode(_ r: RelaunchRecord) -> [UInt8] {
@@ -484,16 +543,36 @@ package enum DownloadRecordFormat {
     try decodeEvent(Fields(bytes))
   }
 
-  /// The events of one event file: one, or a finished download's `finished` and `completed` (`eventFiles`).
-  package static func decodeEvents(_ bytes: [UInt8]) throws(Invalid) -> [EventRecord] {
+  /// The events of one event file: one, a finished download's `finished` and `completed`, or a batch file's
+  /// (`eventFiles`), in order. `batches`: false reads a batch file's first unit alone, as a reader of format 2 did.
+  package static func decodeEvents(_ bytes: [UInt8], batches: Bool = true) throws(Invalid) -> [EventRecord] {
     let f = try Fields(bytes)
-    var event = try decodeEvent(f)
+    var events = try decodeUnit(f)
+    guard batches, let value = f.d["more"] else { return events }
+    guard let more = value.arrayValue, !more.isEmpty, more.count < batchUnits else {
+      throw Invalid("'more' not an array of 1 to \(batchUnits - 1) events")
+    }
+    for element in more {
+      guard let d = element.dictionaryValue else { throw Invalid("an event in 'more' is not a dictionary") }
+      let unit = try decodeUnit(Fields(dictionary: d))
+      guard unit[0].sequence > events[events.count - 1].sequence else {
+        throw Invalid("the events of a batch are not in increasing sequence")
+      }
+      events += unit
+    }
+    let name = events[0].batchFileName
+    for i in events.indices { events[i].storedIn = name }
+    return events
+  }
+
+  /// One unit: an event, or a `finished` event and the completion its `completion` names.
+  private static func decodeUnit(_ f: Fields) throws(Invalid) -> [EventRecord] {
+    let event = try decodeEvent(f)
     guard let value = f.d["completion"] else { return [event] }
     guard event.kind == .finished else { throw Invalid("'completion' in an event other than 'finished'") }
     guard let sequence = value.uint64Value, sequence > event.sequence else {
       throw Invalid("'completion' not an unsigned integer above 'sequence'")
     }
-    event.holdsCompletion = true
     var completion = EventRecord(
       sequence: sequence, taskID: event.taskID, kind: .completed, httpStatus: event.httpStatus)
     completion.storedIn = event.fileName

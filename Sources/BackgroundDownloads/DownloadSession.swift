@@ -78,7 +78,8 @@ public final class DownloadSession: Sendable {
   private struct Attachment {
     var invalidated = false
     var listener: ChangeSignal.Listener?
-    /// Queued events handed to the app in this attach (by file name), not to hand out twice.
+    /// Queued events handed to the app in this attach (by their `fileName`), not to hand out twice, and the files
+    /// all of whose events were (not read again).
     var handedOut: Set<String> = []
     /// The backlog found at attach: `didFinishEvents` follows once these are handled.
     var backlog: Set<String> = []
@@ -418,11 +419,13 @@ public final class DownloadSession: Sendable {
               totalBytesExpectedToWrite: task.countOfBytesExpectedToReceive), nil
           ))
       }
+      var inFile: [String: Int] = [:]
+      for record in queued { inFile[record.file, default: 0] += 1 }
       for record in queued where !a.handedOut.contains(record.fileName) {
         guard let task = byID[record.taskID] else { continue }
         a.handedOut.insert(record.fileName)
-        // A finished event whose file holds the completion too leaves the file to the completion's handling.
-        handedOutFiles.add(record.holdsCompletion ? nil : record.file, for: record.id)
+        // The file goes once all its events are handled (a finished download's two, a batch's).
+        handedOutFiles.add(record.file, holding: inFile[record.file] ?? 1, for: record.id)
         switch record.kind {
         case .finished:
           // A file: no stat of its path to learn whether it is a directory (`appendingPathComponent` makes one).
@@ -433,6 +436,10 @@ public final class DownloadSession: Sendable {
           out.append((.didCompleteWithError(task, error: record.error, id: record.id), record))
         }
       }
+      // A file all of whose events are out is not read again (a batch file stays until its last one is handled).
+      var waiting = Set<String>()
+      for record in queued where !a.handedOut.contains(record.fileName) { waiting.insert(record.file) }
+      for record in queued where !waiting.contains(record.file) { a.handedOut.insert(record.file) }
       return false
     }
     guard !stop else { return }
@@ -486,18 +493,36 @@ public final class DownloadSession: Sendable {
   }
 }
 
-/// The file names of queued events handed out, by event id, until the event is acknowledged: the acknowledgement
-/// removes them by name, without listing the events directory.
+/// The files of queued events handed out, until their events are acknowledged: a file holds one event, a finished
+/// download's two, or a batch of downloads' (`DownloadRecordFormat.eventFiles`), and goes once every event handed
+/// out from it was handled — removed by name, without listing the events directory.
 final class HandedOutEventFiles: Sendable {
-  private let names = Mutex<[String: [String]]>([:])
+  private struct State {
+    /// The files each event was handed out from.
+    var files: [String: [String]] = [:]
+    /// Per file, its events not handled yet.
+    var waiting: [String: Int] = [:]
+  }
+  private let state = Mutex(State())
 
-  /// Notes that event `id` was handed out from `fileName` (nil: its handling removes no file).
-  func add(_ fileName: String?, for id: String) {
-    names.withLock { names in
-      names[id, default: []].append(contentsOf: fileName.map { [$0] } ?? [])
+  /// Notes that event `id` was handed out from `fileName`, a file of `events` events.
+  func add(_ fileName: String, holding events: Int, for id: String) {
+    state.withLock { s in
+      s.files[id, default: []].append(fileName)
+      if s.waiting[fileName] == nil { s.waiting[fileName] = events }
     }
   }
 
-  /// The names of event `id`, forgotten here; nil when it was not handed out (then its files are found by listing).
-  func take(_ id: String) -> [String]? { names.withLock { $0.removeValue(forKey: id) } }
+  /// Event `id` was handled: the files to remove now (those none of whose events waits any more), or nil when it was
+  /// not handed out here (then its files are found by listing).
+  func take(_ id: String) -> [String]? {
+    state.withLock { s in
+      guard let files = s.files.removeValue(forKey: id) else { return nil }
+      return files.filter { file in
+        let left = (s.waiting[file] ?? 1) - 1
+        s.waiting[file] = left > 0 ? left : nil
+        return left <= 0
+      }
+    }
+  }
 }

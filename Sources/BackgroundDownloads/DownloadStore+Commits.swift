@@ -31,8 +31,10 @@ extension DownloadStore {
   }
 
   /// Writes the visible files of committed finals: each task's events, then its final status (which says they were
-  /// queued), without fsync (the commit is the durable copy), then wakes sessions and observers once.
-  package func materialize(_ finals: [CommitRecord.Final]) throws(DownloadError) {
+  /// queued), without fsync (the commit is the durable copy), then wakes sessions and observers once. A session's
+  /// events go in one batch file when its reader reads them (EventFormatHandshake), unless `batching` is false (a
+  /// replay: see the rule).
+  package func materialize(_ finals: [CommitRecord.Final], batching: Bool = true) throws(DownloadError) {
     var bySession: [String: [CommitRecord.Final]] = [:]
     for final in finals { bySession[final.session, default: []].append(final) }
     for (sid, finals) in bySession {
@@ -48,12 +50,9 @@ extension DownloadStore {
           events = DescriptorBox(try root.openDirectory(Self.eventsPath(sid)))
         }
         // Asked once per session and commit: a batch's events are written within milliseconds.
-        let combining = combinesFinishedEvents(for: sid)
-        for final in finals {
-          for file in DownloadRecordFormat.eventFiles(final.events, combining: combining) {
-            try AtomicReplace.write(
-              file.bytes, in: events.fd, name: file.name, mode: fileMode, durability: .processCrash)
-          }
+        let format = batching ? eventFormat(for: sid) : min(eventFormat(for: sid), 2)
+        for file in DownloadRecordFormat.eventFiles(batch: finals.map(\.events), format: format) {
+          try AtomicReplace.write(file.bytes, in: events.fd, name: file.name, mode: fileMode, durability: .processCrash)
         }
       }
     }

@@ -23,6 +23,8 @@ import SystemLayer
 ///   sessions/<sid>/app           the app to start when events wait and nobody is attached
 ///   sessions/<sid>/events/<seq>-<id>-<kind>.event   queued events, removed once handled (a finished download's
 ///                            `finished` file may hold its `completed` event too: EventFormatHandshake)
+///   sessions/<sid>/events/<seq>-<id>-batch.event    the events of several downloads of one group commit (format 3),
+///                            removed once all are handled
 /// ```
 ///
 /// Everything is opened beneath the container's directory descriptor, without following links and without
@@ -250,7 +252,7 @@ package final class DownloadStore: Sendable {
     try makeSessionDirectories(sid)
     try Self.system { () throws(FileSystemError) in
       let directory = try root.openDirectory(Self.eventsPath(sid))
-      for file in DownloadRecordFormat.eventFiles(events, combining: combinesFinishedEvents(for: sid)) {
+      for file in DownloadRecordFormat.eventFiles(events, combining: eventFormat(for: sid) >= 2) {
         try AtomicReplace.write(
           file.bytes, in: directory, name: file.name, mode: fileMode, durability: .powerLossOnceDirectorySynced)
       }
@@ -260,13 +262,15 @@ package final class DownloadStore: Sendable {
 
   /// The session's queued events in order, but those in files named in `skipping` (handed out already: not read
   /// again). A damaged event file is logged and removed (it can never be delivered). A file holding a finished
-  /// download's two events gives both (`DownloadRecordFormat.eventFiles`).
+  /// download's two events gives both, a batch file all of its events (`DownloadRecordFormat.eventFiles`).
   package func queuedEvents(_ sid: String, skipping: Set<String> = []) -> [EventRecord] {
     let directory = Self.eventsPath(sid)
-    // A reader of format 1 (a test hook's) takes a file's first event alone, as sessions before format 2 did.
-    let combined = EventFormatHandshake.readVersion >= 2
+    // A reader of an older format (a test hook's) reads as sessions of that format did: format 1 a file's first
+    // event alone, format 2 a batch file's first unit alone.
+    let version = EventFormatHandshake.readVersion
     func decode(_ bytes: [UInt8]) throws(DownloadRecordFormat.Invalid) -> [EventRecord] {
-      combined ? try DownloadRecordFormat.decodeEvents(bytes) : [try DownloadRecordFormat.decodeEvent(bytes)]
+      guard version >= 2 else { return [try DownloadRecordFormat.decodeEvent(bytes)] }
+      return try DownloadRecordFormat.decodeEvents(bytes, batches: version >= 3)
     }
     return names(in: directory).filter { $0.hasSuffix(".event") && !skipping.contains($0) }.sorted().flatMap {
       name -> [EventRecord] in
@@ -274,7 +278,7 @@ package final class DownloadStore: Sendable {
         try? root.removeFile(directory + "/" + name)
         return []
       }
-      guard events[0].fileName == name else {
+      guard events[0].file == name else {
         Self.logger.error("event file '\(directory)/\(name)' holds another event: removed")
         try? root.removeFile(directory + "/" + name)
         return []
@@ -283,29 +287,46 @@ package final class DownloadStore: Sendable {
     }
   }
 
-  /// Whether any event file names this task (its events are not all handled yet).
-  package func hasQueuedEvents(_ sid: String, task id: String) -> Bool {
-    names(in: Self.eventsPath(sid)).contains { $0.contains("-\(id)-") }
+  /// The tasks whose events wait in the session's queue, handed out or not (their events are not all handled yet):
+  /// named by their files, and those in batch files read from them.
+  package func tasksWithQueuedEvents(_ sid: String) -> Set<String> {
+    let directory = Self.eventsPath(sid)
+    var ids = Set<String>()
+    for name in names(in: directory) where name.hasSuffix(".event") {
+      if EventRecord.isBatchFileName(name) {
+        let events = read(directory + "/" + name) { b throws(DownloadRecordFormat.Invalid) in
+          try DownloadRecordFormat.decodeEvents(b)
+        }
+        for event in events ?? [] { ids.insert(event.taskID) }
+        continue
+      }
+      // `<20-digit sequence>-<task id>-<kind>.event`
+      let parts = name.split(separator: "-")
+      if parts.count == 3, DownloadRecordFormat.isTaskID(parts[1]) { ids.insert(String(parts[1])) }
+    }
+    return ids
   }
 
-  /// Removes a handled event: every file of the event `id` (`<task id>.<kind>`; a power cut may have queued it twice),
-  /// found by name, without reading any event. `files`: the names the caller saw it queued under (none: a
-  /// `finished` event whose file holds the completion too, removed with the completion); then the directory is not
-  /// listed (a listing per event made taking 10,000 queued events quadratic: 10,000 × 20,000 names).
+  /// Removes a handled event. `files`: the files to remove, decided by the caller that handed the event out (a file
+  /// goes once every event read from it was handled: `HandedOutEventFiles`); then the directory is not listed (a
+  /// listing per event made taking 10,000 queued events quadratic: 10,000 × 20,000 names). Without them (an event
+  /// this process did not hand out), every file named for the event `id` (`<task id>.<kind>`; a power cut may have
+  /// queued it twice), found by name without reading any event — a completion may be stored in its download's
+  /// finished event's file (`DownloadRecordFormat.eventFiles`); an event in a batch file is not found so, and is
+  /// delivered again at the next attach (at least once).
   package func acknowledge(eventID id: String, for sid: String, files: [String]? = nil) {
+    let directory = Self.eventsPath(sid)
+    if let files {
+      for name in files { try? root.removeFile(directory + "/" + name) }
+      return
+    }
     let parts = id.split(separator: ".")
     guard parts.count == 2 else { return }
     let suffix = "-\(parts[0])-\(parts[1]).event"
-    // A completion may be stored in its download's finished event's file (`DownloadRecordFormat.eventFiles`).
     let holder = parts[1] == EventRecord.Kind.completed.rawValue ? "-\(parts[0])-finished.event" : suffix
-    let directory = Self.eventsPath(sid)
-    if let files {
-      for name in files where name.hasSuffix(suffix) || name.hasSuffix(holder) {
-        try? root.removeFile(directory + "/" + name)
-      }
-      return
+    for name in names(in: directory) where name.hasSuffix(suffix) || name.hasSuffix(holder) {
+      try? root.removeFile(directory + "/" + name)
     }
-    for name in names(in: directory) where name.hasSuffix(suffix) { try? root.removeFile(directory + "/" + name) }
   }
 
   /// Writes the session's relaunch registration: a new file by rename, writable by nobody but this user even in

@@ -1,37 +1,45 @@
 import GroupContainerCore
 import SystemLayer
 
-/// Which form a finished download's events are queued in: one file (`DownloadRecordFormat.eventFiles`, the
-/// `finished` event's file holding the `completed` one) or a file each, decided by what the session's reader announced.
+/// Which form a session's events are queued in, decided by what the session's reader announced: format 1, a file per
+/// event; format 2, a finished download's two events in one file (the `finished` event's, holding its completion);
+/// format 3, the events of the downloads one group commit finished in one *batch file* per session
+/// (`DownloadRecordFormat.eventFiles(batch:format:)`), which the session removes once it handled every event in it.
 ///
-/// Rule: the agent queues a finished download's two events in one file only when, as it writes them, the session's
-/// `attach.lock` is held (a process is attached) and that process announced in it that it reads event format 2
-/// (`<pid>\nevents 2\n`). Otherwise — nobody attached (the app may come back at any version: a relaunch, the user),
-/// an attached process that announces nothing (a version before 2) or anything unreadable — a file each.
-/// *What if you don't*: a session process of a version before 2 reads the one file as the `finished` event alone,
+/// Rule: the agent queues a session's events in the form of format N only when, as it writes them, the session's
+/// `attach.lock` is held (a process is attached) and that process announced in it that it reads format N or later
+/// (`<pid>\nevents <N>\n`). Otherwise — nobody attached (the app may come back at any version: a relaunch, the
+/// user), an attached process that announces nothing (a version before 2) or anything unreadable — format 1: a file
+/// per event.
+/// *What if you don't*: a session process of a version before 2 reads a combined file as the `finished` event alone,
 /// delivers `didFinishDownloadingTo`, removes the file, and never delivers that task's `didCompleteWithError(nil)`:
-/// an app waiting for the completion waits forever.
+/// an app waiting for the completion waits forever. One of version 2 finds a batch file named for none of the events
+/// it reads in it, removes it as damaged, and never hears of the other downloads in it.
 ///
 /// The announcement: the attached process writes its pid and `events <version>` into `attach.lock` once it holds it,
 /// and empties the file before it lets go of it (a clean detach), so a process that attaches next is never judged by
 /// its predecessor's line. Versions meet as follows:
 /// - an agent before this rule ignores the announcement: it reads `attach.lock` only for a pid in messages, from the
-///   first line (`DownloadStore.holderPID`), and queues a file per event whatever the session reads;
+///   first line (`DownloadStore.holderPID`), and queues a file per event whatever the session reads; an agent of
+///   format 2 combines for a reader of 2 or 3, and never writes a batch file;
 /// - a session before this rule writes its pid alone: a newer agent queues a file per event for it;
-/// - a session of any version reads both forms' files written for it under the rule.
+/// - a session of any version reads the files written for it under the rule.
+/// Replayed events (a power cut lost the files of a commit, `replayCommits`) are written in format 2 at most: a batch
+/// file named for its first event, written again for a subset of its events, would replace one still holding others.
 ///
-/// What the rule cannot see: events queued in one file while a version-2 process was attached and not yet handled
-/// when it went, then read by a process of a version before 2 attaching next (the app downgraded with events waiting):
-/// those tasks' completions are missed. And a version-2 process killed (its line left behind) then followed by an
-/// older one: between the older one's flock and its rewrite of the file (one system call), the agent could take the
-/// stale line for the new holder's. Both need a downgrade with events waiting; nothing else loses a callback.
+/// What the rule cannot see: events queued in a newer form while a process of that format was attached and not yet
+/// handled when it went, then read by a process of an older version attaching next (the app downgraded with events
+/// waiting): those events are missed. And a process killed (its line left behind) then followed by an older one:
+/// between the older one's flock and its rewrite of the file (one system call), the agent could take the stale line
+/// for the new holder's. Both need a downgrade with events waiting; nothing else loses a callback.
 package enum EventFormatHandshake {
-  /// The event format this build's sessions read: 2, a `finished` event's file may hold its completion.
-  package static let currentVersion = 2
+  /// The event format this build's sessions read: 3, batch files.
+  package static let currentVersion = 3
 
   #if GROUPCONTAINER_TEST_HOOKS
-    /// Set to "1" in a process's environment, its sessions announce and read event format 1, as a session of a
-    /// version before the one-file form (ignoring `completion`). A test hook: read only with the `TestHooks` trait.
+    /// Set to "1" or "2" in a process's environment, its sessions announce and read that event format, as a session
+    /// of a version before the one-file form (ignoring `completion`) or before batch files (reading a batch file's
+    /// first unit alone). A test hook: read only with the `TestHooks` trait.
     package static let readVersionVariable = "GROUPCONTAINER_EVENTS_READ_VERSION"
     /// The event format this process's sessions read.
     package static var readVersion: Int {
@@ -73,12 +81,13 @@ extension DownloadStore {
     try? fd.truncate(to: 0)
   }
 
-  /// Whether a finished download's two events may be queued in one file for session `sid` now (EventFormatHandshake).
-  /// The lock is checked first: a holder empties the file before it lets go, so a line read after the check is the
-  /// holder's own (or a killed predecessor's: see the rule).
-  package func combinesFinishedEvents(for sid: String) -> Bool {
+  /// The event format the agent may write for session `sid` now (EventFormatHandshake): the attached process's
+  /// announcement, at most this build's; 1 when nobody is attached. The lock is checked first: a holder empties the
+  /// file before it lets go, so a line read after the check is the holder's own (or a killed predecessor's: see the
+  /// rule).
+  package func eventFormat(for sid: String) -> Int {
     let path = Self.attachLockPath(sid)
-    guard isHeld(path) else { return false }
-    return (read(path) { EventFormatHandshake.announcedVersion($0) } ?? 1) >= 2
+    guard isHeld(path) else { return 1 }
+    return min(read(path) { EventFormatHandshake.announcedVersion($0) } ?? 1, EventFormatHandshake.currentVersion)
   }
 }

@@ -450,7 +450,7 @@ package final class DownloadAgent: Sendable {
     }
     if !redone.isEmpty {
       do {
-        try store.materialize(redone)
+        try store.materialize(redone, batching: false)  // EventFormatHandshake: replays write no batch file
         logger.info("\(redone.count) committed outcomes written again from their commits")
       } catch {
         logger.error("cannot write committed outcomes again (the next start tries again): \(error)")
@@ -646,7 +646,11 @@ package final class DownloadAgent: Sendable {
         ($0.key.id, s.sessionNames[$0.value.session])
       }
     }
-    for (id, session) in due ?? [] where !store.hasQueuedEvents(session, task: id) {
+    // A session's queue is listed (and its batch files read) once per retire, not once per task.
+    var queued: [String: Set<String>] = [:]
+    for (id, session) in due ?? [] {
+      if queued[session] == nil { queued[session] = store.tasksWithQueuedEvents(session) }
+      guard queued[session]?.contains(id) == false else { continue }
       store.removeTask(id)
       forget(id)
     }

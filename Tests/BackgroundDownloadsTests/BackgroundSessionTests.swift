@@ -191,8 +191,8 @@ struct BackgroundSessionTests {
   static let childLimit: Double = 120
 
   @Test(
-    "a session process announcing event format 1 gets both events of a download from a file each; format 2, from one",
-    arguments: [1, 2])
+    "a session process announcing event format 1 gets both events of a download from a file each; 2 and 3, from one",
+    arguments: [1, 2, 3])
   func eventFormatFollowsTheAttachedReader(version: Int) async throws {
     let root = try TestRoot()
     let container = try root.container()

@@ -72,19 +72,19 @@ struct DownloadSessionTests {
     #expect(throws: DownloadError.sessionInUse("shared", pid: other.process.processIdentifier)) {
       _ = try DownloadSession(identifier: "shared", container: container, configuration: configuration)
     }
-    // It announced event format 2: a finished download's events go in one file for it (EventFormatHandshake).
+    // It announced this build's event format: its events go in batch files (EventFormatHandshake).
     let store = try DownloadStore(container: container)
-    #expect(store.combinesFinishedEvents(for: "shared"))
+    #expect(store.eventFormat(for: "shared") == EventFormatHandshake.currentVersion)
     // Another identifier is free.
     try DownloadSession(identifier: "mine", container: container, configuration: configuration).invalidate()
-    #expect(!store.combinesFinishedEvents(for: "mine"))
+    #expect(store.eventFormat(for: "mine") == 1)
     other.kill()
     // The kernel released the dead process's lock: the identifier is free again, its stale line not believed.
-    #expect(!store.combinesFinishedEvents(for: "shared"))
+    #expect(store.eventFormat(for: "shared") == 1)
     let again = try DownloadSession(identifier: "shared", container: container, configuration: configuration)
-    #expect(store.combinesFinishedEvents(for: "shared"))
+    #expect(store.eventFormat(for: "shared") == 3)
     again.invalidate()
-    #expect(!store.combinesFinishedEvents(for: "shared"))
+    #expect(store.eventFormat(for: "shared") == 1)
   }
 
   /// A session made again right after `invalidate()` attaches, though its attach lock stays held a moment by a
@@ -138,7 +138,7 @@ struct DownloadSessionTests {
     #expect(read.map(\.id) == [finished.id, completed.id])
     #expect(read.map(\.sequence) == [10, 11])
     #expect(read.map(\.file) == [finished.fileName, finished.fileName])
-    #expect(read[0].holdsCompletion && read[1].error == nil && read[1].httpStatus == 200)
+    #expect(read[0].storedIn == nil && read[1].error == nil && read[1].httpStatus == 200)
     #expect(try DownloadRecordFormat.decodeEvent(files[0].bytes) == finished)
     // A failure's completion, or one unlike its finish, keeps a file of its own.
     var failed = completed
