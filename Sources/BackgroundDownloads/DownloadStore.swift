@@ -209,12 +209,29 @@ package final class DownloadStore: Sendable {
   }
 
   /// The ids of every task in the container (files `<32 hex>.task`).
-  package func taskIDs() -> [String] {
-    let ids = names(in: Self.tasksDirectory).compactMap { name -> String? in
-      guard name.hasSuffix(".task") else { return nil }
-      let id = name.dropLast(5)
-      return DownloadRecordFormat.isTaskID(id) ? String(id) : nil
+  package func taskIDs() -> [String] { taskListing().ids }
+
+  /// What one listing of `tasks/` shows: the tasks (files `<32 hex>.task`), and the ids that have a status file or a
+  /// control file — a reader that trusts the listing reads those alone, not one missing file per task.
+  package struct TaskListing: Sendable {
+    package var ids: [String] = []
+    package var withStatus: Set<String> = []
+    package var withControl: Set<String> = []
+  }
+
+  package func taskListing() -> TaskListing {
+    var listing = TaskListing()
+    for name in names(in: Self.tasksDirectory) {
+      guard let dot = name.lastIndex(of: "."), DownloadRecordFormat.isTaskID(name[..<dot]) else { continue }
+      let id = String(name[..<dot])
+      switch name[name.index(after: dot)...] {
+      case "task": listing.ids.append(id)
+      case "status": listing.withStatus.insert(id)
+      case "control": listing.withControl.insert(id)
+      default: break
+      }
     }
+    let ids = listing.ids
     // Forget the requests of tasks that are gone (forgotten by the agent, or the container emptied): a request of a
     // vanished task is never looked up again, so pruning when there are more than tasks keeps the memory bounded.
     knownRequests.withLock { known in
@@ -222,7 +239,7 @@ package final class DownloadStore: Sendable {
       let present = Set(ids)
       known = known.filter { present.contains($0.key) }
     }
-    return ids
+    return listing
   }
 
   /// Removes every file of a task (the agent, once its events were handled and its retention passed).

@@ -89,6 +89,11 @@ package final class DownloadAgent: Sendable {
     var listed: [String] = []
     var listedSequence: UInt32?
     var listedAt: UInt64 = 0
+    /// The tasks that had a status file and a control file in that listing (`listedFiles`), and whether the listing
+    /// was made in the current scan, after it decided to read the controls again (`listingIsFresh`). nil: not to be
+    /// trusted (another agent may have run since: its files are read).
+    var listedFiles: (status: Set<String>, control: Set<String>)?
+    var listingIsFresh = false
     /// What the last full scan cost (`ScanPacing.measure`): scans prompted by posts are at least 20 times that apart
     /// (2 times with nothing to run).
     var scanCost: UInt64 = 0
@@ -267,6 +272,7 @@ package final class DownloadAgent: Sendable {
           s.controls = [:]
           s.tasks.unsettle { _ in true }
           s.listedSequence = nil
+          s.listedFiles = nil
         }
         recoverAfterCrash()
         activity.restartIdleTime(now: MonotonicClock.nanoseconds())
@@ -305,6 +311,7 @@ package final class DownloadAgent: Sendable {
           s.controls = [:]
           s.tasks.unsettle { _ in true }
           s.listedSequence = nil
+          s.listedFiles = nil
         }
         return .agent
       case .heldElsewhere:
@@ -589,13 +596,17 @@ package final class DownloadAgent: Sendable {
     let due = state.withLock { s -> Bool in
       s.listedSequence != sequence || now &- s.listedAt >= s.fallbackInterval
     }
+    state.withLock { $0.listingIsFresh = false }
     if due {
-      let ids = store.taskIDs()
+      let listing = store.taskListing()
+      let ids = listing.ids
       forgetAllBut(Set(ids))
       state.withLock { s in
         s.listed = ids.filter { TaskKey($0).map { s.tasks[settled: $0] == nil } ?? true }
         s.listedSequence = sequence
         s.listedAt = now
+        s.listedFiles = (listing.withStatus, listing.withControl)
+        s.listingIsFresh = true
       }
     }
     return state.withLock { s in
@@ -853,8 +864,15 @@ package final class DownloadAgent: Sendable {
   // (Requests are remembered by the store: written once, never changed.) A pass over a thousand settled tasks
   // reads no file, and one over waiting tasks reads their controls only when sessions may have changed one.
 
+  /// A task's status as last written. Read from its file once, and only when the last listing showed one: only the
+  /// agent writes statuses, and what this one wrote is remembered (a burst's new tasks cost no missing-file read).
   private func status(_ id: String) -> TaskStatus? {
-    if let known = state.withLock({ $0.statuses[id] }) { return known }
+    let (known, unlisted) = state.withLock { s in (s.statuses[id], s.listedFiles.map { !$0.status.contains(id) }) }
+    if let known { return known }
+    if unlisted == true {
+      state.withLock { $0.statuses[id] = .some(nil) }
+      return nil
+    }
     let status = store.status(id)
     state.withLock { $0.statuses[id] = .some(status) }
     return status
@@ -869,8 +887,17 @@ package final class DownloadAgent: Sendable {
     state.withLock { $0.statuses[id] = .some(status) }
   }
 
+  /// A task's control request: read again when sessions may have written one (`fresh`), but not for a task without
+  /// a control file in a listing made after that decision (sessions write the file before they post).
   private func control(_ id: String, fresh: Bool) -> TaskControl? {
-    if !fresh, let known = state.withLock({ $0.controls[id] }) { return known }
+    let (known, unlisted) = state.withLock { s in
+      (s.controls[id], s.listingIsFresh ? s.listedFiles.map { !$0.control.contains(id) } : nil)
+    }
+    if !fresh, let known { return known }
+    if unlisted == true {
+      state.withLock { $0.controls[id] = .some(nil) }
+      return nil
+    }
     let control = store.control(id)
     state.withLock { $0.controls[id] = .some(control) }
     return control

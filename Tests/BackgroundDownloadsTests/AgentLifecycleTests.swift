@@ -276,4 +276,36 @@ import Testing
     #expect(store.status(id) == nil)
     #expect(try await server.stats(for: target).requests == 0)
   }
+
+  /// A running agent reads a task's status file when its listing of `tasks/` shows one, and spares a missing-file
+  /// read per task when it shows none (a burst's new tasks): a task that arrives with a status already written (here
+  /// `suspended`) keeps it. A task created after it, and finished, proves the agent looked. Mutant: the status of a
+  /// task not remembered taken as none once a listing exists (`DownloadAgent.status` ignoring the listing) — the
+  /// suspended task was downloaded.
+  @Test func aListedStatusIsReadAndAnUnlistedOneIsNot() async throws {
+    let root = try TestRoot()
+    let container = try root.container(Self.group)
+    let server = try await FileServer.start()
+    let store = try DownloadStore(container: container)
+    let now = Int64(Date().timeIntervalSince1970 * 1e9)
+    func request(_ i: Int, _ target: String) -> TaskRequest {
+      TaskRequest(
+        id: DownloadRecordFormat.newTaskID(), session: "s", taskIdentifier: i, url: server.url(target).absoluteString,
+        destination: "Downloads/\(i)", created: now)
+    }
+    let agent = try Self.agent(root, idle: "600")
+    defer { agent.kill() }
+    let first = request(1, "/gen/1000?seed=1")
+    try store.create(first)
+    #expect(await eventually { store.status(first.id)?.phase == .completed }, "stderr: \(agent.errors.text)")
+    // The agent has listed `tasks/` and runs on: a task arrives with its status written first.
+    let held = request(2, "/gen/1000?seed=2")
+    try store.write(TaskStatus(phase: .suspended, updated: now), for: held.id, durable: false)
+    try store.create(held)
+    let last = request(3, "/gen/1000?seed=3")
+    try store.create(last)
+    #expect(await eventually { store.status(last.id)?.phase == .completed }, "stderr: \(agent.errors.text)")
+    #expect(try await server.stats(for: "/gen/1000?seed=2").requests == 0)
+    #expect(store.status(held.id)?.phase == .suspended)
+  }
 }
