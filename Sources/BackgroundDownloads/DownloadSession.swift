@@ -494,8 +494,8 @@ public final class DownloadSession: Sendable {
 }
 
 /// The files of queued events handed out, until their events are acknowledged: a file holds one event, a finished
-/// download's two, or a batch of downloads' (`DownloadRecordFormat.eventFiles`), and goes once every event handed
-/// out from it was handled — removed by name, without listing the events directory.
+/// download's two, or a batch of downloads' (`DownloadRecordFormat.eventFiles`), and goes once every event in it was
+/// handled — removed by name, without listing the events directory.
 final class HandedOutEventFiles: Sendable {
   private struct State {
     /// The files each event was handed out from.

@@ -327,10 +327,9 @@ package final class DownloadStore: Sendable {
   /// Removes a handled event. `files`: the files to remove, decided by the caller that handed the event out (a file
   /// goes once every event read from it was handled: `HandedOutEventFiles`); then the directory is not listed (a
   /// listing per event made taking 10,000 queued events quadratic: 10,000 × 20,000 names). Without them (an event
-  /// this process did not hand out), every file named for the event `id` (`<task id>.<kind>`; a power cut may have
-  /// queued it twice), found by name without reading any event — a completion may be stored in its download's
-  /// finished event's file (`DownloadRecordFormat.eventFiles`); an event in a batch file is not found so, and is
-  /// delivered again at the next attach (at least once).
+  /// this process did not hand out), every file of the event `id` alone (`<task id>.<kind>`; a power cut may have
+  /// queued it twice), found by name without reading any event: an event stored with others (a completion in its
+  /// download's `finished` file, any event of a batch file) stays, and comes again at the next attach (at least once).
   package func acknowledge(eventID id: String, for sid: String, files: [String]? = nil) {
     let directory = Self.eventsPath(sid)
     if let files {
@@ -340,10 +339,7 @@ package final class DownloadStore: Sendable {
     let parts = id.split(separator: ".")
     guard parts.count == 2 else { return }
     let suffix = "-\(parts[0])-\(parts[1]).event"
-    let holder = parts[1] == EventRecord.Kind.completed.rawValue ? "-\(parts[0])-finished.event" : suffix
-    for name in names(in: directory) where name.hasSuffix(suffix) || name.hasSuffix(holder) {
-      try? root.removeFile(directory + "/" + name)
-    }
+    for name in names(in: directory) where name.hasSuffix(suffix) { try? root.removeFile(directory + "/" + name) }
   }
 
   /// Writes the session's relaunch registration: a new file by rename, writable by nobody but this user even in
