@@ -187,15 +187,11 @@ package struct EventRecord: Sendable, Equatable {
 
   /// The event's file name: sorting names sorts events (`<20-digit sequence>-<task id>-<kind>.event`).
   package var fileName: String {
-    let digits = String(sequence)
-    return String(repeating: "0", count: max(0, 20 - digits.count)) + digits + "-\(taskID)-\(kind.rawValue).event"
+    DownloadRecordFormat.sequenceName(sequence) + "-\(taskID)-\(kind.rawValue).event"
   }
 
   /// The name of a batch file whose first event this is (`<20-digit sequence>-<task id>-batch.event`).
-  package var batchFileName: String {
-    let digits = String(sequence)
-    return String(repeating: "0", count: max(0, 20 - digits.count)) + digits + "-\(taskID)-batch.event"
-  }
+  package var batchFileName: String { DownloadRecordFormat.sequenceName(sequence) + "-\(taskID)-batch.event" }
 
   /// Whether an event file's name is a batch file's.
   package static func isBatchFileName(_ name: String) -> Bool { name.hasSuffix("-batch.event") }
@@ -222,6 +218,12 @@ package enum DownloadRecordFormat {
   static let limits = PropertyListLimits(maxBytes: maxRecordBytes, maxDepth: 8, maxObjects: 4096)
   /// URLs are limited as `open(_:)` limits them.
   package static let maxURLBytes = 2048
+
+  /// A sequence as it starts a file name (events, commits): 20 digits, zero-padded, so sorting names sorts sequences.
+  package static func sequenceName(_ sequence: UInt64) -> String {
+    let digits = String(sequence)
+    return String(repeating: "0", count: max(0, 20 - digits.count)) + digits
+  }
 
   /// A rule a record broke.
   package struct Invalid: Error, CustomStringConvertible, Sendable {
@@ -684,8 +686,7 @@ package struct CommitRecord: Sendable, Equatable {
   package var fileName: String { Self.fileName(sequence) }
 
   package static func fileName(_ sequence: UInt64) -> String {
-    let digits = String(sequence)
-    return String(repeating: "0", count: max(0, 20 - digits.count)) + digits + ".commit"
+    DownloadRecordFormat.sequenceName(sequence) + ".commit"
   }
 
   /// The sequence a commit file name holds; nil for any other name.

@@ -594,9 +594,9 @@ package final class DownloadAgent: Sendable {
     let sequence = store.requests.sequenceValue
     let now = MonotonicClock.nanoseconds()
     let due = state.withLock { s -> Bool in
-      s.listedSequence != sequence || now &- s.listedAt >= s.fallbackInterval
+      s.listingIsFresh = false
+      return s.listedSequence != sequence || now &- s.listedAt >= s.fallbackInterval
     }
-    state.withLock { $0.listingIsFresh = false }
     if due {
       let listing = store.taskListing()
       let ids = listing.ids
